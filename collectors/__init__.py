@@ -1,0 +1,1 @@
+"""How traces come to exist: the virtual-GPU emulator and the real-GPU profiler."""

@@ -1,0 +1,1 @@
+"""Kernel, collective and host-overhead runtime estimators and their versioned registry."""

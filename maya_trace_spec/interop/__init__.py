@@ -1,0 +1,1 @@
+"""Import from and export to other trace formats (Kineto, Perfetto/Chrome JSON, Chakra ET)."""

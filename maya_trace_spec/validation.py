@@ -1,0 +1,121 @@
+"""Row-level validation of a run with pandera, derived from `columns.TABLES`, plus cross-table checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pandera.pandas as pa
+
+from .columns import TABLES
+from .errors import TraceError
+from .io import Run, read_file, table_files
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+@lru_cache(maxsize=None)
+def dataframe_schema(name: str) -> pa.DataFrameSchema:
+    """The pandera schema of one file of table `name` (per-rank files have no `rank` column)."""
+    table = TABLES[name]
+    columns = {}
+    for c in table.columns:
+        if table.per_rank and c.name == "rank":
+            continue
+        checks = []
+        if c.minimum is not None:
+            checks.append(pa.Check.ge(c.minimum))
+        if c.allowed is not None:
+            checks.append(pa.Check.isin(list(c.allowed)))
+        columns[c.name] = pa.Column(nullable=c.nullable, checks=checks, required=True, coerce=False)
+    return pa.DataFrameSchema(columns, strict=True, name=name)
+
+
+def validate_file(path: Path, name: str) -> list[Problem]:
+    try:
+        table = read_file(path, expect_table=name)
+    except TraceError as e:
+        return [Problem(e.path, e.problem)]
+    df = table.to_pandas(types_mapper=_nullable_types)
+    try:
+        dataframe_schema(name).validate(df, lazy=True)
+    except pa.errors.SchemaErrors as e:
+        return [Problem(str(path), _describe(row)) for _, row in e.failure_cases.head(20).iterrows()]
+    return []
+
+
+def _nullable_types(arrow_type):
+    import pandas as pd
+    import pyarrow as pyarrow
+    if pyarrow.types.is_integer(arrow_type) or pyarrow.types.is_boolean(arrow_type):
+        return pd.ArrowDtype(arrow_type)
+    return None
+
+
+def _describe(row) -> str:
+    where = f"column {row['column']!r}" if row.get("column") is not None else "table"
+    at = f" (row {int(row['index'])})" if row.get("index") is not None and row["index"] == row["index"] else ""
+    return f"{where}: check {row['check']} failed for value {row['failure_case']!r}{at}"
+
+
+def validate_run(path: str | Path) -> list[Problem]:
+    """Every problem found in a run directory: file identity, schema, row checks, references."""
+    path = Path(path)
+    try:
+        run = Run(path)
+    except TraceError as e:
+        return [Problem(e.path, e.problem)]
+    problems: list[Problem] = []
+    for name in TABLES:
+        try:
+            files = table_files(path, name)
+        except TraceError as e:
+            problems.append(Problem(e.path, e.problem))
+            continue
+        for _, f in files:
+            problems.extend(validate_file(f, name))
+    if not problems:
+        problems.extend(_reference_problems(run))
+    return problems
+
+
+def _reference_problems(run: Run) -> list[Problem]:
+    """Ids that point at rows which do not exist (same rank)."""
+    import duckdb
+
+    from .duck import register_run
+
+    checks = [
+        ("api_calls", "kernel_id", "kernels", "kernel_id"),
+        ("api_calls", "op_id", "ops", "op_id"),
+        ("api_calls", "comm_id", "communicators", "comm_id"),
+        ("memory_events", "op_id", "ops", "op_id"),
+        ("ops", "parent_op_id", "ops", "op_id"),
+    ]
+    con = duckdb.connect()
+    register_run(con, run.path, validate=False)
+    out = []
+    for src, col, dst, key in checks:
+        n, example = con.execute(
+            f"SELECT count(*), any_value(s.{col}) FROM {src} s ANTI JOIN {dst} d "
+            f"ON s.rank = d.rank AND s.{col} = d.{key} WHERE s.{col} IS NOT NULL").fetchone()
+        if n:
+            out.append(Problem(str(run.path / src), f"{n} row(s) reference a missing {dst}.{key} "
+                                                    f"(e.g. {col}={example!r})"))
+    for name in TABLES:
+        spec = TABLES[name]
+        if spec.per_rank and len(spec.unique) == 1:
+            key = spec.unique[0]
+            n = con.execute(f"SELECT count(*) FROM (SELECT rank, {key} FROM {name} GROUP BY ALL "
+                            f"HAVING count(*) > 1)").fetchone()[0]
+            if n:
+                out.append(Problem(str(run.path / name), f"{n} duplicate {key} value(s) within a rank"))
+    con.close()
+    return out

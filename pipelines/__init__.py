@@ -1,0 +1,1 @@
+"""Dagster definitions: profiles -> warehouse -> estimator versions -> accuracy checks."""

@@ -1,0 +1,1 @@
+"""Event-driven multi-rank replay of traces, reports and configuration search."""
