@@ -273,3 +273,14 @@ class Run:
 
     def files(self) -> list[tuple[str, int | None, Path]]:
         return [(name, r, p) for name in TABLES for r, p in table_files(self.path, name)]
+
+
+def migrate_run(run_dir: str | Path) -> int:
+    """Rewrite every file of an older major in the current version, each atomically. Returns the count."""
+    count = 0
+    for name in TABLES:
+        for _, path in table_files(run_dir, name):
+            if inspect_file(path, expect_table=name).major < CURRENT_MAJOR:
+                _atomic_write(read_file(path, expect_table=name), path, replace=True)
+                count += 1
+    return count

@@ -1,0 +1,1 @@
+"""Data shipped with Maya: hardware and cluster specs, measured profiles, ground truth."""

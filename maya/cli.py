@@ -1,0 +1,204 @@
+"""The `maya` command line."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from maya_trace_spec import TraceError
+
+from . import __version__
+
+app = typer.Typer(help="Maya: predict training time, memory and cost on virtual GPUs.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+trace_app = typer.Typer(help="Validate, import, export and migrate maya_trace_spec runs.", no_args_is_help=True)
+import_app = typer.Typer(help="Import traces from other tools.", no_args_is_help=True)
+profile_app = typer.Typer(help="Profile real devices with torch.profiler.", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+trace_app.add_typer(import_app, name="import")
+app.add_typer(profile_app, name="profile")
+
+out = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+
+def fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"maya {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                         help="Print the version and exit.")] = None):
+    """Maya: how fast, how much memory, how much money, and which configuration is best."""
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+@app.command()
+def sql(query: Annotated[str, typer.Argument(help="SQL (read-only: SELECT, SHOW, DESCRIBE, EXPLAIN).")],
+        trace: Annotated[Optional[Path], typer.Option(help="Run directory whose tables become views.")] = None,
+        format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+        warehouse: Annotated[Optional[Path], typer.Option(help="Warehouse file (default $MAYA_WAREHOUSE "
+                                                                "or $MAYA_HOME/warehouse.duckdb).")] = None):
+    """Query the warehouse and, with --trace, a run's tables (api_calls, ops, kernels, ...)."""
+    from .sql import QueryRefused, run_query
+
+    try:
+        result = run_query(query, trace=trace, warehouse=warehouse)
+    except QueryRefused as e:
+        fail(str(e), 2)
+    except TraceError as e:
+        fail(str(e))
+    except Exception as e:  # DuckDB binder/parser/runtime errors: the user's SQL
+        fail(f"query failed: {str(e).strip()}")
+    if format is Format.json:
+        sys.stdout.write(json.dumps([dict(zip(result.columns, r)) for r in result.rows], default=str) + "\n")
+    elif format is Format.csv:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(result.columns)
+        w.writerows(result.rows)
+    else:
+        table = Table(*result.columns, show_lines=False)
+        for row in result.rows:
+            table.add_row(*("NULL" if v is None else str(v) for v in row))
+        out.print(table)
+        out.print(f"{len(result.rows)} row(s)", style="dim")
+
+
+@trace_app.command("validate")
+def trace_validate(path: Annotated[Path, typer.Argument(help="Run directory or one table file.")]):
+    """Check a run against the spec: file identity and version, columns and types, row constraints,
+    references between tables."""
+    from maya_trace_spec.validation import validate_file, validate_run
+    from maya_trace_spec import inspect_file
+
+    if path.is_file():
+        try:
+            problems = validate_file(path, inspect_file(path).table)
+        except TraceError as e:
+            fail(str(e))
+    elif path.is_dir():
+        problems = validate_run(path)
+    else:
+        fail(f"{path}: no such file or directory")
+    if problems:
+        for p in problems:
+            err.print(f"[red]✗[/] {p}", highlight=False)
+        fail(f"{len(problems)} problem(s) found")
+    out.print(f"[green]✓[/] {path} is a valid maya_trace_spec trace")
+
+
+class ExportFormat(str, Enum):
+    perfetto = "perfetto"
+    chakra = "chakra"
+
+
+@trace_app.command("export")
+def trace_export(path: Annotated[Path, typer.Argument(help="Run directory.")],
+                 format: Annotated[ExportFormat, typer.Option("--format", "-f")] = ExportFormat.perfetto,
+                 out_path: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output file (perfetto) "
+                                                                   "or prefix (chakra).")] = None):
+    """Export a run as a Perfetto/Chrome timeline (one process per rank, one track per stream) or as
+    Chakra execution traces (one file per rank)."""
+    try:
+        if format is ExportFormat.perfetto:
+            from maya_trace_spec.interop.perfetto import export_perfetto
+            target = out_path or path.with_name(path.name + ".perfetto.json")
+            stats = export_perfetto(path, target)
+            out.print(f"wrote {target} ({stats.slices} slices); open it in https://ui.perfetto.dev")
+        else:
+            from maya_trace_spec.interop.chakra import export_chakra
+            files = export_chakra(path, out_path or path.with_name(path.name + ".chakra"))
+            out.print(f"wrote {len(files)} Chakra ET file(s): {', '.join(map(str, files))}")
+    except TraceError as e:
+        fail(str(e))
+
+
+@import_app.command("kineto")
+def import_kineto_cmd(files: Annotated[list[Path], typer.Argument(help="Kineto/torch.profiler JSON, one per rank.")],
+                      out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None,
+                      rank: Annotated[Optional[list[int]], typer.Option(help="Rank of each file, when the "
+                                                                        "files do not say.")] = None,
+                      hardware: Annotated[Optional[str], typer.Option(help="Hardware catalog name.")] = None):
+    """Import torch.profiler (Kineto) traces as a measured maya_trace_spec run and catalog it."""
+    from maya_trace_spec.interop.kineto import import_kineto
+
+    from .paths import runs_dir
+    from .warehouse import register_run
+
+    target = out_dir or runs_dir() / files[0].name.split(".")[0]
+    if target.exists() and any(target.iterdir()):
+        fail(f"{target} already exists and is not empty; choose another --out")
+    try:
+        run_dir = import_kineto(files, target, ranks=rank, hardware=hardware)
+    except TraceError as e:
+        fail(str(e))
+    run_id = register_run(run_dir)
+    out.print(f"imported {len(files)} file(s) into {run_dir} (run {run_id})")
+
+
+@trace_app.command("migrate")
+def trace_migrate(path: Annotated[Path, typer.Argument(help="Run directory.")]):
+    """Rewrite every file of an older major version in the current version (each file atomically)."""
+    from maya_trace_spec.io import migrate_run
+
+    try:
+        n = migrate_run(path)
+    except TraceError as e:
+        fail(str(e))
+    out.print(f"migrated {n} file(s)" if n else "nothing to migrate: every file is current")
+
+
+@profile_app.command("workload", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def profile_workload_cmd(ctx: typer.Context,
+                         out_dir: Annotated[Path, typer.Option("--out", "-o", help="Run directory to write.")],
+                         hardware: Annotated[Optional[str], typer.Option(help="Hardware catalog name.")] = None):
+    """Run `-- python SCRIPT ARGS` under torch.profiler and store the measured trace."""
+    from maya.collectors.profiler.workload import profile_workload
+
+    from .warehouse import register_run
+
+    argv = _script_argv(ctx.args)
+    try:
+        run_dir = profile_workload(argv, out_dir, hardware=hardware)
+    except TraceError as e:
+        fail(str(e))
+    out.print(f"profiled {' '.join(argv)} into {run_dir} (run {register_run(run_dir)})")
+
+
+def _script_argv(args: list[str]) -> list[str]:
+    """`python SCRIPT ARGS` / `python -m MODULE ARGS` / `SCRIPT ARGS` -> what runpy needs."""
+    if args and Path(args[0]).name.startswith("python"):
+        args = args[1:]
+    if not args:
+        fail("give the script after --, e.g. `-- python train.py --steps 3`", 2)
+    if args[0] != "-m" and not Path(args[0]).is_file():
+        fail(f"{args[0]}: no such script", 2)
+    return args
+
+
+@app.command()
+def demo(out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None):
+    """Maya's main job on the embedded defaults: profile the bundled example training script on this
+    machine, validate and catalog the trace, query it with SQL and export a Perfetto timeline."""
+    from .demo import run_demo
+
+    run_demo(out, out_dir)

@@ -1,0 +1,26 @@
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from maya_trace_spec import synthetic
+
+
+@pytest.fixture(autouse=True)
+def maya_home(tmp_path_factory, monkeypatch):
+    """Every test gets its own MAYA_HOME (warehouse, runs) so nothing touches the user's."""
+    home = tmp_path_factory.mktemp("maya_home")
+    monkeypatch.setenv("MAYA_HOME", str(home))
+    monkeypatch.delenv("MAYA_WAREHOUSE", raising=False)
+    return home
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    return synthetic.write_run(tmp_path / "run", world_size=2, calls_per_rank=500, ops_per_rank=50)
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Relative path -> content hash of every file under `root` (to prove nothing changed)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}

@@ -1,0 +1,265 @@
+"""Writer/reader of maya_trace_spec: round trips, atomicity, versions, migrations, bad files."""
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import tree_digest
+from maya_trace_spec import (SPEC_VERSION, TABLES, Run, RunWriter, TraceCorruptError, TraceError,
+                             TraceSchemaError, TraceVersionError, file_schema, migrations, read_file,
+                             read_table, table_files)
+from maya_trace_spec.io import migrate_run
+from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
+
+# ------------------------------------------------------------------ round trips
+
+_opt = lambda s: st.one_of(st.none(), s)  # noqa: E731
+api_row = st.fixed_dictionaries({
+    "seq": st.integers(0, 2**40),
+    "api": st.sampled_from(["cudaLaunchKernel", "cublasGemmEx", "ncclAllReduce"]),
+    "domain": st.sampled_from(["runtime", "cublas", "nccl"]),
+    "start_ns": st.integers(-2**62, 2**62),
+    "duration_ns": _opt(st.integers(0, 2**40)),
+    "time_source": st.sampled_from(["emulated", "measured", "predicted"]),
+    "grid_x": _opt(st.integers(0, 2**31 - 1)),
+    "gemm_trans_a": _opt(st.booleans()),
+    "gemm_dtype_a": _opt(st.text(max_size=8)),
+    "args": _opt(st.text()),
+})
+op_row = st.fixed_dictionaries({
+    "op_id": st.integers(0, 2**40),
+    "name": st.text(min_size=1, max_size=20),
+    "start_ns": st.integers(0, 2**50),
+    "input_shapes": _opt(st.lists(st.lists(st.integers(0, 2**20), max_size=4), max_size=4)),
+    "input_dtypes": _opt(st.lists(_opt(st.text(max_size=10)), max_size=4)),
+    "phase": _opt(st.sampled_from(["forward", "backward", "optimizer", "other"])),
+})
+
+
+def _columns(rows, name):
+    names = [f.name for f in file_schema(name)]
+    return {n: [r.get(n) for r in rows] for n in names if any(n in r for r in rows)} or {
+        n: [] for n in TABLES[name].column_names if not TABLES[name].column(n).nullable and n != "rank"}
+
+
+def _write_minimal_run(w):
+    w.write("run", {"run_id": ["r"], "created_at_ns": [1], "source": ["synthetic"], "status": ["complete"],
+                    "world_size": [4]})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=st.lists(api_row, max_size=30), ops=st.lists(op_row, max_size=30), rank=st.integers(0, 3),
+       split=st.integers(0, 30))
+def test_write_read_round_trip(tmp_path_factory, calls, ops, rank, split):
+    run = tmp_path_factory.mktemp("rt")
+    w = RunWriter(run)
+    _write_minimal_run(w)
+    # two parts: reading concatenates them in order
+    for part in (calls[:split], calls[split:]):
+        if part:
+            w.write("api_calls", _columns(part, "api_calls"), rank=rank)
+    if ops:
+        w.write("ops", _columns(ops, "ops"), rank=rank)
+    got_calls = read_table(run, "api_calls").to_pylist()
+    got_ops = read_table(run, "ops").to_pylist()
+    assert len(got_calls) == len(calls) and len(got_ops) == len(ops)
+    for want, got in zip(calls, got_calls):
+        assert got["rank"] == rank
+        assert {k: got[k] for k in want} == want
+        assert all(v is None for k, v in got.items() if k not in want and k != "rank")
+    for want, got in zip(ops, got_ops):
+        assert {k: got[k] for k in want} == want
+
+
+def test_files_are_partitioned_compressed_and_versioned(run_dir):
+    files = table_files(run_dir, "api_calls")
+    assert [(r, p.parent.name, p.name) for r, p in files] == [
+        (0, "rank=0", "part-00000.parquet"), (1, "rank=1", "part-00000.parquet")]
+    meta = pq.read_metadata(files[0][1])
+    kv = meta.schema.to_arrow_schema().metadata
+    assert kv[VERSION_KEY] == SPEC_VERSION.encode() and kv[TABLE_KEY] == b"api_calls"
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+    assert "rank" not in meta.schema.names  # lives in the directory name
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_run_table_is_replaced_whole_and_parts_accumulate(run_dir):
+    w = RunWriter(run_dir)
+    info = Run(run_dir).info
+    w.write("run", {**{k: [v] for k, v in info.items()}, "status": ["failed"]})
+    assert Run(run_dir).info["status"] == "failed"
+    before = read_table(run_dir, "api_calls", ranks=[0]).num_rows
+    from maya_trace_spec.synthetic import api_calls
+    path = w.write("api_calls", api_calls(7, seed=9), rank=0)
+    assert path.name == "part-00001.parquet"
+    assert read_table(run_dir, "api_calls", ranks=[0]).num_rows == before + 7
+
+
+def test_failed_write_leaves_no_file(tmp_path, monkeypatch):
+    w = RunWriter(tmp_path)
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pq, "write_table", boom)
+    with pytest.raises(OSError):
+        w.write("memory_events", {"seq": [0], "ts_ns": [0], "kind": ["alloc"], "bytes": [1]}, rank=0)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.parametrize("data, problem", [
+    ({"seq": [0], "ts_ns": [0], "kind": ["alloc"]}, "required column 'bytes' is missing"),
+    ({"seq": [0], "ts_ns": [0], "kind": ["alloc"], "bytes": [1], "bogus": [1]}, "unknown column"),
+    ({"seq": [None], "ts_ns": [0], "kind": ["alloc"], "bytes": [1]}, "'seq' is required"),
+    ({"seq": ["x"], "ts_ns": [0], "kind": ["alloc"], "bytes": [1]}, "does not convert"),
+])
+def test_writer_rejects_bad_rows(tmp_path, data, problem):
+    with pytest.raises(TraceSchemaError, match=problem):
+        RunWriter(tmp_path).write("memory_events", data, rank=0)
+    assert not (tmp_path / "memory_events").exists()
+
+
+# ------------------------------------------------------------------ bad files
+
+def _one_file(run_dir):
+    return table_files(run_dir, "api_calls")[0][1]
+
+
+def _rewrite(path, table, version=SPEC_VERSION, name="api_calls"):
+    table = table.replace_schema_metadata({VERSION_KEY: version.encode(), TABLE_KEY: name.encode()})
+    pq.write_table(table, path)
+
+
+def test_truncated_file(run_dir):
+    f = _one_file(run_dir)
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    with pytest.raises(TraceCorruptError, match=r"part-00000\.parquet.*truncated or not Parquet"):
+        read_table(run_dir, "api_calls")
+
+
+def test_not_parquet(run_dir):
+    f = _one_file(run_dir)
+    f.write_text(json.dumps({"hello": "world"}))
+    with pytest.raises(TraceCorruptError, match=str(f)):
+        read_file(f)
+
+
+def test_parquet_without_spec_metadata(tmp_path):
+    f = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"a": [1]}), f)
+    with pytest.raises(TraceSchemaError, match="not a Maya trace table"):
+        read_file(f)
+
+
+def test_newer_major_rejected(run_dir):
+    f = _one_file(run_dir)
+    _rewrite(f, pq.read_table(f), version="2.0.0")
+    with pytest.raises(TraceVersionError, match=r"2\.0\.0.*newer major.*upgrade Maya"):
+        read_table(run_dir, "api_calls")
+
+
+def test_missing_column(run_dir):
+    f = _one_file(run_dir)
+    _rewrite(f, pq.read_table(f).drop_columns(["api"]))
+    with pytest.raises(TraceSchemaError, match="missing column 'api'"):
+        read_table(run_dir, "api_calls")
+
+
+def test_mistyped_column(run_dir):
+    f = _one_file(run_dir)
+    t = pq.read_table(f)
+    t = t.set_column(t.schema.get_field_index("seq"), "seq", t.column("seq").cast(pa.float64()))
+    _rewrite(f, t)
+    with pytest.raises(TraceSchemaError, match="column 'seq' has type double, expected int64"):
+        read_table(run_dir, "api_calls")
+
+
+def test_wrong_table_in_place(run_dir):
+    f = _one_file(run_dir)
+    _rewrite(f, pq.read_table(f), name="ops")
+    with pytest.raises(TraceSchemaError, match="holds table 'ops', expected 'api_calls'"):
+        read_table(run_dir, "api_calls")
+
+
+def test_stray_entries_and_temp_files(run_dir):
+    (run_dir / "api_calls" / "rank=0" / ".part-00009.parquet.abc.tmp").write_bytes(b"half")
+    assert read_table(run_dir, "api_calls").num_rows == 1000  # temp files are never read
+    (run_dir / "api_calls" / "notarank").mkdir()
+    with pytest.raises(TraceError, match="expected rank=N"):
+        read_table(run_dir, "api_calls")
+
+
+def test_not_a_run_directory(tmp_path):
+    with pytest.raises(TraceError, match="not a Maya run directory"):
+        Run(tmp_path)
+
+
+# ------------------------------------------------------------------ minor versions
+
+def test_older_minor_missing_nullable_column_reads_as_null(run_dir):
+    f = _one_file(run_dir)
+    _rewrite(f, pq.read_table(f).drop_columns(["data_dependent"]), version="1.0.0")
+    with pytest.raises(TraceSchemaError):  # same minor: a missing column is an error
+        read_file(f)
+    major, minor = (int(x) for x in SPEC_VERSION.split(".")[:2])
+    import maya_trace_spec.io as io
+    io_minor = io.CURRENT_MINOR
+    try:
+        io.CURRENT_MINOR = minor + 1  # this reader is one minor newer than the file
+        t = read_file(f)
+    finally:
+        io.CURRENT_MINOR = io_minor
+    assert t.column("data_dependent").null_count == t.num_rows
+
+
+def test_newer_minor_extra_column_ignored(run_dir):
+    f = _one_file(run_dir)
+    t = pq.read_table(f)
+    _rewrite(f, t.append_column("future_column", pa.array([1] * t.num_rows)), version="1.99.0")
+    assert "future_column" not in read_file(f).column_names
+    _rewrite(f, t.append_column("future_column", pa.array([1] * t.num_rows)), version=SPEC_VERSION)
+    with pytest.raises(TraceSchemaError, match="unexpected column"):
+        read_file(f)
+
+
+# ------------------------------------------------------------------ migrations
+
+def _write_v0(run_dir):
+    """A synthetic major-0 layout: `name` instead of `api`, times as float microseconds."""
+    f = _one_file(run_dir)
+    t = pq.read_table(f)
+    v0 = t.drop_columns(["api", "start_ns"]).append_column("name", t.column("api")).append_column(
+        "ts_us", pa.compute.divide(t.column("start_ns").cast(pa.float64()), 1000.0))
+    _rewrite(f, v0, version="0.3.0")
+    return f, t
+
+
+def _v0_to_v1(name, table):
+    assert name == "api_calls"
+    start = pa.compute.round(pa.compute.multiply(table.column("ts_us"), 1000.0)).cast(pa.int64())
+    return table.drop_columns(["ts_us"]).rename_columns(
+        ["api" if c == "name" else c for c in table.drop_columns(["ts_us"]).column_names]
+    ).append_column("start_ns", start)
+
+
+def test_old_major_without_migration_is_rejected(run_dir):
+    f, _ = _write_v0(run_dir)
+    with pytest.raises(TraceVersionError, match="no migration from major 0 to 1"):
+        read_file(f)
+
+
+def test_migration_hook_upgrades_v0(run_dir, monkeypatch):
+    f, original = _write_v0(run_dir)
+    monkeypatch.setitem(migrations.MIGRATIONS, 0, _v0_to_v1)
+    migrated = read_file(f)  # on the fly
+    assert migrated.column("api").to_pylist() == original.column("api").to_pylist()
+    assert migrated.column("start_ns").to_pylist() == original.column("start_ns").to_pylist()
+    before = tree_digest(run_dir)
+    assert migrate_run(run_dir) == 1  # in place, atomically
+    after = tree_digest(run_dir)
+    assert [k for k in after if before[k] != after[k]] == [str(f.relative_to(run_dir))]
+    assert pq.read_schema(f).metadata[VERSION_KEY] == SPEC_VERSION.encode()
+    assert migrate_run(run_dir) == 0  # idempotent
