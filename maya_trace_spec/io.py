@@ -71,13 +71,24 @@ def conform(name: str, data: pa.Table | Mapping[str, Iterable], *, with_rank: bo
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def _encoding_options(schema: pa.Schema) -> dict:
+    """Dictionary-encode strings only (numbers rarely repeat enough to pay for the hashing) and keep
+    min/max statistics for the columns that queries filter and join on (ids, order, time)."""
+    keyed = ("seq", "start_ns", "ts_ns", "api", "name", "kind")
+    return {
+        "use_dictionary": [f.name for f in schema if pa.types.is_string(f.type)
+                           or (pa.types.is_list(f.type) and pa.types.is_string(f.type.value_type))],
+        "write_statistics": [f.name for f in schema if f.name in keyed or f.name.endswith("_id")],
+    }
+
+
 def _atomic_write(table: pa.Table, final: Path, *, replace: bool) -> Path:
     """Write `table` to a temporary file beside `final`, fsync it, then move it into place."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
     try:
         pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS,
-                       write_statistics=True)
+                       **_encoding_options(table.schema))
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         if replace:
@@ -244,7 +255,7 @@ def read_table(run_dir: str | Path, name: str, ranks: Iterable[int] | None = Non
         t = read_file(path, expect_table=name)
         if rank is not None:
             t = t.add_column(0, pa.field("rank", pa.int32(), nullable=False),
-                             pa.array([rank] * t.num_rows, pa.int32()))
+                             pa.repeat(pa.scalar(rank, pa.int32()), t.num_rows))
         pieces.append(t.cast(arrow_schema(name)))
     if not pieces:
         return empty_table(name)

@@ -1,0 +1,72 @@
+"""Row-level and cross-table validation of runs, and the single source of the schema."""
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from maya_trace_spec import TABLES, RunWriter, arrow_schema, file_schema, table_files
+from maya_trace_spec.spec_doc import render
+from maya_trace_spec.synthetic import api_calls
+from maya_trace_spec.validation import dataframe_schema, validate_run
+from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
+
+
+def test_synthetic_run_is_valid(run_dir):
+    assert validate_run(run_dir) == []
+
+
+def _edit(run_dir, table, fn):
+    f = table_files(run_dir, table)[0][1]
+    t = pq.read_table(f)
+    meta = t.schema.metadata
+    pq.write_table(fn(t).replace_schema_metadata(meta), f)
+    return f
+
+
+def test_negative_duration_and_bad_enum_reported(run_dir):
+    def corrupt(t):
+        d = t.column("duration_ns").to_pylist()
+        d[3] = -5
+        a = t.column("domain").to_pylist()
+        a[4] = "opencl"
+        t = t.set_column(t.schema.get_field_index("duration_ns"), "duration_ns", pa.array(d, pa.int64()))
+        return t.set_column(t.schema.get_field_index("domain"), "domain", pa.array(a))
+
+    f = _edit(run_dir, "api_calls", corrupt)
+    problems = [str(p) for p in validate_run(run_dir)]
+    assert any(str(f) in p and "'duration_ns'" in p and "-5" in p for p in problems), problems
+    assert any("'domain'" in p and "opencl" in p for p in problems), problems
+
+
+def test_dangling_reference_reported(run_dir):
+    def corrupt(t):
+        k = t.column("kernel_id").to_pylist()
+        first = next(i for i, v in enumerate(k) if v is not None)
+        k[first] = 999
+        return t.set_column(t.schema.get_field_index("kernel_id"), "kernel_id", pa.array(k, pa.int64()))
+
+    _edit(run_dir, "api_calls", corrupt)
+    problems = [str(p) for p in validate_run(run_dir)]
+    assert problems == [f"{run_dir / 'api_calls'}: 1 row(s) reference a missing kernels.kernel_id (e.g. kernel_id=999)"]
+
+
+def test_duplicate_seq_across_parts_reported(run_dir):
+    RunWriter(run_dir).write("api_calls", api_calls(3), rank=1)  # seq 0..2 again
+    problems = [str(p) for p in validate_run(run_dir)]
+    assert problems == [f"{run_dir / 'api_calls'}: 3 duplicate seq value(s) within a rank"]
+
+
+def test_schema_doc_and_validation_come_from_one_source():
+    for name, table in TABLES.items():
+        cols = table.column_names
+        assert arrow_schema(name).names == cols
+        assert file_schema(name).metadata[TABLE_KEY] == name.encode()
+        assert VERSION_KEY in file_schema(name).metadata
+        expected = [c for c in cols if not (table.per_rank and c == "rank")]
+        assert list(dataframe_schema(name).columns) == expected
+        doc = render()
+        assert all(f"| `{c}` |" in doc for c in cols)
+
+
+def test_spec_md_is_current():
+    from importlib.resources import files
+    assert files("maya_trace_spec").joinpath("SPEC.md").read_text() == render(), \
+        "regenerate: python -m maya_trace_spec.spec_doc > maya_trace_spec/SPEC.md"
