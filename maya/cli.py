@@ -145,11 +145,9 @@ def import_kineto_cmd(files: Annotated[list[Path], typer.Argument(help="Kineto/t
     from .warehouse import register_run
 
     target = out_dir or runs_dir() / files[0].name.split(".")[0]
-    if target.exists() and any(target.iterdir()):
-        fail(f"{target} already exists and is not empty; choose another --out")
     try:
         run_dir = import_kineto(files, target, ranks=rank, hardware=hardware)
-    except TraceError as e:
+    except (TraceError, FileExistsError, ValueError) as e:
         fail(str(e))
     run_id = register_run(run_dir)
     out.print(f"imported {len(files)} file(s) into {run_dir} (run {run_id})")
@@ -179,7 +177,7 @@ def profile_workload_cmd(ctx: typer.Context,
     argv = _script_argv(ctx.args)
     try:
         run_dir = profile_workload(argv, out_dir, hardware=hardware)
-    except TraceError as e:
+    except (TraceError, FileExistsError) as e:
         fail(str(e))
     out.print(f"profiled {' '.join(argv)} into {run_dir} (run {register_run(run_dir)})")
 

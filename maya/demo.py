@@ -16,7 +16,7 @@ from .paths import example_script, runs_dir, warehouse_path
 from .sql import run_query
 
 QUERIES = {
-    "Top ops by self-inclusive time": """
+    "Top aten ops by inclusive time": """
         SELECT name, count(*) AS calls, round(sum(end_ns - start_ns) / 1e6, 2) AS total_ms,
                any_value(input_shapes) AS example_shapes
         FROM ops WHERE name LIKE 'aten::%' GROUP BY name ORDER BY total_ms DESC LIMIT 8""",

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
 from maya_trace_spec.interop.kineto import import_kineto
 
@@ -40,12 +41,16 @@ def profile_workload(argv: Sequence[str], out_dir: str | Path, *, hardware: str 
     """Profile the script, write the Kineto JSON beside the run and import it as run `out_dir`."""
     if not argv:
         raise ValueError("no script given")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir}: output exists and is not empty")
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
-    out_dir = Path(out_dir)
-    with profile(activities=activities, record_shapes=True, profile_memory=True) as prof:
-        handle = torch.optim.optimizer.register_optimizer_step_post_hook(lambda *_: prof.step())
+    # A schedule (even "always record") is what makes step() emit the ProfilerStep#N annotations.
+    with profile(activities=activities, record_shapes=True, profile_memory=True,
+                 schedule=lambda _: ProfilerAction.RECORD) as prof:
+        handle = register_optimizer_step_post_hook(lambda *_: prof.step())
         try:
             _run_script(argv)
         finally:
@@ -55,6 +60,7 @@ def profile_workload(argv: Sequence[str], out_dir: str | Path, *, hardware: str 
     os.close(fd)
     try:
         prof.export_chrome_trace(raw)
-        return import_kineto([raw], out_dir, hardware=hardware)
+        return import_kineto([raw], out_dir, hardware=hardware, command=["python", *argv],
+                             framework=f"torch {torch.__version__}")
     finally:
         os.unlink(raw)
