@@ -1,0 +1,215 @@
+"""Build the emulator's stub libraries with the system C compiler against the installed nvidia headers.
+
+One stub per SONAME that torch links (libcudart.so.13, libcublas.so.13, ...), carrying the symbol
+versions torch's references ask for (a version script per library). Every symbol torch references
+and Maya does not implement is generated as a stub that fails loudly, naming itself. The result is
+cached under `$MAYA_HOME/emulator/<hash>/`, keyed by the sources, torch's libraries and the compiler.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+NATIVE = Path(__file__).parent / "native"
+
+
+class BuildError(RuntimeError):
+    """The emulator cannot be built here; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class StubLib:
+    soname: str
+    sources: tuple[str, ...]  # hand-written implementations (may be empty)
+    version_tag: str | None  # symbol version torch's references carry
+    domain: int  # D_* of maya_emu.h, for unimplemented records
+    error_code: int  # what an unimplemented call returns (the library's "not supported")
+    prefixes: tuple[str, ...] = ()  # unversioned symbols with these prefixes belong here
+    header: str | None = None  # every function this header declares gets at least a loud stub
+
+
+# error codes: cudaErrorNotSupported 801, CUDA_ERROR_NOT_SUPPORTED 801, CUBLAS_STATUS_NOT_SUPPORTED 15,
+# CUDNN_STATUS_NOT_SUPPORTED 3000, ncclInvalidUsage 5, CUSPARSE_STATUS_NOT_SUPPORTED 10,
+# CUFFT_NOT_SUPPORTED 16, CUSOLVER_STATUS_NOT_SUPPORTED 7, NVRTC_ERROR_INTERNAL_ERROR 11,
+# CUPTI_ERROR_NOT_SUPPORTED 27, CU_FILE_DRIVER_NOT_INITIALIZED 5001.
+LIBS = (
+    StubLib("libcudart.so.13", ("cudart.c",), "libcudart.so.13", 0, 801),
+    StubLib("libcuda.so.1", ("driver.c",), None, 1, 801, ("cu",), "cuda.h"),
+    StubLib("libcublas.so.13", ("cublas.c",), "libcublas.so.13", 2, 15),
+    StubLib("libcublasLt.so.13", ("cublaslt.c",), "libcublasLt.so.13", 3, 15),
+    StubLib("libcudnn.so.9", ("cudnn.c",), "libcudnn.so.9", 4, 3000),
+    StubLib("libnccl.so.2", ("nccl.c",), None, 5, 5, ("nccl",)),
+    StubLib("libcusparse.so.12", (), "libcusparse.so.12", 6, 10),
+    StubLib("libcusparseLt.so.0", (), None, 6, 10, ("cusparseLt",)),
+    StubLib("libcufft.so.12", (), "libcufft.so.12", 6, 16),
+    StubLib("libcusolver.so.12", (), "libcusolver.so.12", 6, 7),
+    StubLib("libnvrtc.so.13", (), "libnvrtc.so.13", 6, 11),
+    StubLib("libcupti.so.13", (), "libcupti.so.13", 6, 27),
+    StubLib("libcufile.so.0", (), None, 6, 5001, ("cuFile",)),
+    StubLib("libnvshmem_host.so.3", (), "NVSHMEM", 6, 1, ("nvshmem",)),
+)
+CORE_SOURCES = ("core.c", "device_attrs.c")
+CORE = "libmaya_emu.so"
+
+
+def _site_dir(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise BuildError(f"package {package!r} is not installed: install Maya with its emulator extra "
+                         "(`pip install 'maya[emulator]'`, the registry's CUDA build of torch)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def include_dirs() -> list[Path]:
+    nvidia = _site_dir("nvidia")
+    dirs = [nvidia / "cu13" / "include", nvidia / "cudnn" / "include", nvidia / "nccl" / "include"]
+    for d, header in zip(dirs, ("cuda_runtime_api.h", "cudnn.h", "nccl.h")):
+        if not (d / header).exists():
+            raise BuildError(f"missing header {d / header}: the CUDA build of torch and its nvidia wheels "
+                             "are needed")
+    if not (dirs[0] / "crt" / "host_defines.h").exists():
+        raise BuildError("missing crt/host_defines.h: install the `nvidia-cuda-crt` package "
+                         "(part of Maya's emulator extra)")
+    return dirs
+
+
+def torch_libs() -> list[Path]:
+    libs = sorted((_site_dir("torch") / "lib").glob("*.so"))
+    if not any(p.name == "libtorch_cuda.so" for p in libs):
+        raise BuildError("torch has no libtorch_cuda.so: this is a CPU-only build of torch; the emulator "
+                         "needs the registry's CUDA build (`pip install torch==2.15.*`)")
+    return libs
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if not path:
+        raise BuildError(f"Maya's emulator is built with the system C toolchain, and `{name}` was not "
+                         "found: install gcc and binutils (e.g. `apt-get install gcc`)")
+    return path
+
+
+def _run(cmd: list[str]) -> str:
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise BuildError(f"command failed: {' '.join(cmd)}\n{p.stderr.strip()[-4000:]}")
+    return p.stdout
+
+
+def referenced_symbols(libs: list[Path]) -> dict[str, set[str]]:
+    """soname -> the symbols torch's libraries reference from it."""
+    nm = _tool("nm")
+    by_tag = {lib.version_tag: lib.soname for lib in LIBS if lib.version_tag}
+    wanted: dict[str, set[str]] = {lib.soname: set() for lib in LIBS}
+    # longest prefix first: cuFile* belongs to libcufile, not to the driver's cu*
+    prefixes = sorted(((p, lib.soname) for lib in LIBS for p in lib.prefixes), key=lambda x: -len(x[0]))
+    out = _run([nm, "-D", "--undefined-only", *map(str, libs)])
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) != 2 or parts[0] != "U":
+            continue
+        name, _, tag = parts[1].partition("@")
+        if tag:
+            if tag in by_tag:
+                wanted[by_tag[tag]].add(name)
+            continue
+        for prefix, soname in prefixes:
+            if name.startswith(prefix) and (prefix != "cu" or re.match(r"cu[A-Z]", name)):
+                wanted[soname].add(name)
+                break
+    return wanted
+
+
+def header_functions(header: Path) -> set[str]:
+    """Functions a CUDA header declares (`CUresult CUDAAPI cuName(`), so that entry-point lookups
+    (`cudaGetDriverEntryPointByVersion`, Triton's dlsym) resolve and calls fail loudly, by name."""
+    text = header.read_text(errors="replace")
+    return set(re.findall(r"\bCUresult\s+CUDAAPI\s+(cu\w+)\s*\(", text))
+
+
+def _defined(obj: Path) -> set[str]:
+    out = _run([_tool("nm"), "--defined-only", "-g", str(obj)])
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def _unimplemented_source(lib: StubLib, names: list[str]) -> str:
+    lines = ['#include "maya_emu.h"', ""]
+    for n in names:
+        lines.append(f'MAYA_EXPORT long {n}(void) {{ maya_unimplemented("{n}", {lib.domain}); '
+                     f"return {lib.error_code}; }}")
+    return "\n".join(lines) + "\n"
+
+
+def _version_script(lib: StubLib, names: set[str]) -> str:
+    body = "".join(f"    {n};\n" for n in sorted(names))
+    tag = lib.version_tag or ""
+    return f"{tag} {{\n" + (f"  global:\n{body}" if body else "") + "  local: *;\n};\n"
+
+
+def build_key(cc: str) -> str:
+    h = hashlib.sha256()
+    for p in sorted(NATIVE.glob("*")):
+        h.update(p.name.encode() + p.read_bytes())
+    h.update(Path(__file__).read_bytes())
+    for lib in torch_libs():
+        st = lib.stat()
+        h.update(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+    h.update(_run([cc, "--version"]).encode())
+    return h.hexdigest()[:16]
+
+
+def build(cache_root: Path) -> Path:
+    """Build (or reuse) the stub libraries; returns the directory holding them."""
+    cc = _tool(os.environ.get("CC", "gcc"))
+    key = build_key(cc)
+    final = cache_root / key
+    if (final / ".complete").exists():
+        return final
+    incs = [f"-I{d}" for d in include_dirs()] + [f"-I{NATIVE}"]
+    cflags = ["-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter", "-std=gnu11"]
+    wanted = referenced_symbols(torch_libs())
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root))
+    try:
+        core_flags = [f for f in cflags if f != "-fvisibility=hidden"]  # the stubs link against all of it
+        _run([cc, *core_flags, *incs, "-shared", "-o", str(tmp / CORE), "-Wl,-soname," + CORE,
+              *(str(NATIVE / s) for s in CORE_SOURCES), "-lpthread", "-ldl"])
+        for lib in LIBS:
+            objs = []
+            for src in lib.sources:
+                obj = tmp / (Path(src).stem + ".o")
+                _run([cc, *cflags, *incs, "-c", "-o", str(obj), str(NATIVE / src)])
+                objs.append(obj)
+            implemented = set().union(*(_defined(o) for o in objs)) if objs else set()
+            if lib.header:
+                wanted[lib.soname] |= header_functions(include_dirs()[0] / lib.header)
+            missing = sorted(wanted[lib.soname] - implemented)
+            gen = tmp / f"unimplemented_{lib.soname}.c"
+            gen.write_text(_unimplemented_source(lib, missing))
+            vs = tmp / f"{lib.soname}.map"
+            exported = {n for n in implemented | wanted[lib.soname] if not n.startswith("maya_")}
+            vs.write_text(_version_script(lib, exported))
+            _run([cc, *cflags, *incs, "-shared", "-o", str(tmp / lib.soname), *map(str, objs), str(gen),
+                  "-Wl,-soname," + lib.soname, "-Wl,--version-script=" + str(vs), f"-L{tmp}",
+                  "-l:" + CORE, "-Wl,-rpath,$ORIGIN", "-ldl"])
+        (tmp / ".complete").write_text(key)
+        try:
+            tmp.rename(final)
+        except OSError:  # built concurrently by another process: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def preload_list(lib_dir: Path) -> list[str]:
+    """The stub libraries to LD_PRELOAD, core first."""
+    return [str(lib_dir / CORE)] + [str(lib_dir / lib.soname) for lib in LIBS]

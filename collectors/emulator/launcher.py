@@ -1,0 +1,151 @@
+"""`maya emulate`: run a training script on virtual GPUs, one isolated process per captured rank."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from maya import __version__
+from maya.hardware import Hardware
+from maya.hardware import get as get_hardware
+from maya.paths import maya_home
+from maya_trace_spec import RunWriter
+
+from .build import build, preload_list
+from .convert import RankCapture, write_rank
+
+
+@dataclass(frozen=True)
+class Topology:
+    nnodes: int = 1
+    nproc_per_node: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+@dataclass
+class RankResult:
+    rank: int
+    status: str
+    exit_code: int
+    calls: int
+    peak_bytes: int
+    unimplemented: dict[str, int]
+    error: str | None
+    seconds: float
+
+
+@dataclass
+class EmulationResult:
+    run_dir: Path
+    status: str
+    ranks: list[RankResult] = field(default_factory=list)
+
+
+def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
+    lines = {
+        "out_dir": raw, "devices": devices, "rank": rank, "name": hw.device_name, "major": hw.sm_major,
+        "minor": hw.sm_minor, "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes,
+        "clock_khz": hw.boost_clock_mhz * 1000, "mem_clock_khz": hw.memory_clock_mhz * 1000,
+        "bus_width_bits": hw.memory_bus_width_bits, "l2_bytes": hw.l2_bytes,
+        "smem_per_sm": hw.shared_mem_per_sm_bytes, "smem_per_block_optin": hw.shared_mem_per_block_optin_bytes,
+        "max_threads_per_sm": hw.max_threads_per_sm, "regs_per_sm": hw.registers_per_sm,
+    }
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+def _rank_env(lib_dir: Path, raw: Path, rank: int, topo: Topology, port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "LD_PRELOAD": ":".join(preload_list(lib_dir)),
+        "TRITON_LIBCUDA_PATH": str(lib_dir),
+        "MAYA_EMU_CONFIG": str(raw / "config"),
+        "MAYA_EMU_OUT": str(raw),
+        "RANK": str(rank), "WORLD_SIZE": str(topo.world_size),
+        "LOCAL_RANK": str(rank % topo.nproc_per_node), "LOCAL_WORLD_SIZE": str(topo.nproc_per_node),
+        "GROUP_RANK": str(rank // topo.nproc_per_node), "NODE_RANK": str(rank // topo.nproc_per_node),
+        "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(topo.world_size),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "TORCHELASTIC_RUN_ID": "maya-emulate",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", topology: Topology = Topology(),
+            ranks: Sequence[int] | None = None, parallel: int | None = None,
+            on_rank_done: Callable[[RankResult], None] | None = None) -> EmulationResult:
+    """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`."""
+    hw = get_hardware(hardware)
+    wanted = sorted(set(ranks)) if ranks is not None else list(range(topology.world_size))
+    bad = [r for r in wanted if not 0 <= r < topology.world_size]
+    if bad:
+        raise ValueError(f"rank(s) {bad} outside the world of {topology.world_size}")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir}: output exists and is not empty")
+    lib_dir = build(maya_home() / "emulator")
+    writer = RunWriter(out_dir)
+    run_row = {
+        "run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "emulator", "status": "running",
+        "command": json.dumps(["python", *argv]), "hardware": hw.name, "world_size": topology.world_size,
+        "nnodes": topology.nnodes, "nproc_per_node": topology.nproc_per_node,
+        "producer_version": f"maya {__version__}",
+        "attrs": json.dumps({"captured_ranks": wanted}),
+    }
+    writer.write("run", {k: [v] for k, v in run_row.items()})
+    port = _free_port()
+
+    def one(rank: int) -> RankResult:
+        raw = out_dir / ".capture" / f"rank{rank}"
+        raw.mkdir(parents=True)
+        (raw / "config").write_text(_config(hw, raw, rank, topology.nproc_per_node))
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "maya.collectors.emulator.runner", *argv],
+                              env=_rank_env(lib_dir, raw, rank, topology, port))
+        cap = RankCapture.load(raw)
+        local = rank % topology.nproc_per_node
+        write_rank(cap, writer, rank, {
+            "local_rank": local, "node": rank // topology.nproc_per_node, "device_index": local,
+            "device_name": hw.device_name, "hardware": hw.name, "sm_major": hw.sm_major, "sm_minor": hw.sm_minor,
+            "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes, "represents": [rank],
+            "hostname": socket.gethostname(), "pid": cap.status.get("pid"),
+        })
+        result = RankResult(rank, cap.status["status"], proc.returncode, int((cap.records["kind"] != 7).sum()),
+                            max(cap.peak_bytes.values(), default=0), cap.unimplemented, cap.status.get("error"),
+                            time.monotonic() - t0)
+        if on_rank_done:
+            on_rank_done(result)
+        return result
+
+    with ThreadPoolExecutor(parallel or min(len(wanted), os.cpu_count() or 1)) as pool:
+        results = list(pool.map(one, wanted))
+    status = ("oom" if any(r.status == "oom" for r in results)
+              else "failed" if any(r.status == "failed" for r in results) else "complete")
+    run_row["status"] = status
+    writer.write("run", {k: [v] for k, v in run_row.items()})
+    if status == "complete":
+        _remove_tree(out_dir / ".capture")
+    return EmulationResult(out_dir, status, results)
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,472 @@
+/* libmaya_emu.so: configuration, recording, virtual device memory and kernel registry. */
+#define _GNU_SOURCE
+#include "maya_emu.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int maya_ndev = 1;
+maya_device_cfg maya_dev[MAYA_MAX_DEVICES];
+int maya_rank = 0;
+
+static char out_dir[4096] = ".";
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int64_t seq_counter;
+static _Atomic int64_t id_counter = 16; /* small ids are reserved (0 = default stream) */
+static size_t reserved_per_device = 0;   /* memory the CUDA context itself would hold */
+
+/* ------------------------------------------------------------------ configuration */
+
+static void set_defaults(maya_device_cfg *d) {
+  snprintf(d->name, sizeof d->name, "NVIDIA H100 80GB HBM3");
+  d->major = 9; d->minor = 0; d->sm_count = 132;
+  d->memory_bytes = 85520809984ull;
+  d->clock_khz = 1980000; d->mem_clock_khz = 2619000; d->bus_width_bits = 5120;
+  d->l2_bytes = 52428800; d->smem_per_sm = 233472; d->smem_per_block_optin = 232448;
+  d->max_threads_per_sm = 2048; d->regs_per_sm = 65536;
+}
+
+static void load_config(void) {
+  for (int i = 0; i < MAYA_MAX_DEVICES; i++) set_defaults(&maya_dev[i]);
+  const char *path = getenv("MAYA_EMU_CONFIG");
+  if (!path) return;
+  FILE *f = fopen(path, "r");
+  if (!f) { fprintf(stderr, "maya emulator: cannot read config %s\n", path); return; }
+  char line[1024];
+  maya_device_cfg d;
+  set_defaults(&d);
+  while (fgets(line, sizeof line, f)) {
+    char *eq = strchr(line, '=');
+    if (!eq) continue;
+    *eq = 0;
+    char *key = line, *val = eq + 1;
+    val[strcspn(val, "\n")] = 0;
+    if (!strcmp(key, "out_dir")) snprintf(out_dir, sizeof out_dir, "%s", val);
+    else if (!strcmp(key, "devices")) maya_ndev = atoi(val);
+    else if (!strcmp(key, "rank")) maya_rank = atoi(val);
+    else if (!strcmp(key, "reserved_bytes")) reserved_per_device = strtoull(val, 0, 10);
+    else if (!strcmp(key, "name")) snprintf(d.name, sizeof d.name, "%s", val);
+    else if (!strcmp(key, "major")) d.major = atoi(val);
+    else if (!strcmp(key, "minor")) d.minor = atoi(val);
+    else if (!strcmp(key, "sm_count")) d.sm_count = atoi(val);
+    else if (!strcmp(key, "memory_bytes")) d.memory_bytes = strtoull(val, 0, 10);
+    else if (!strcmp(key, "clock_khz")) d.clock_khz = atoi(val);
+    else if (!strcmp(key, "mem_clock_khz")) d.mem_clock_khz = atoi(val);
+    else if (!strcmp(key, "bus_width_bits")) d.bus_width_bits = atoi(val);
+    else if (!strcmp(key, "l2_bytes")) d.l2_bytes = atoi(val);
+    else if (!strcmp(key, "smem_per_sm")) d.smem_per_sm = atoi(val);
+    else if (!strcmp(key, "smem_per_block_optin")) d.smem_per_block_optin = atoi(val);
+    else if (!strcmp(key, "max_threads_per_sm")) d.max_threads_per_sm = atoi(val);
+    else if (!strcmp(key, "regs_per_sm")) d.regs_per_sm = atoi(val);
+  }
+  fclose(f);
+  if (maya_ndev < 1) maya_ndev = 1;
+  if (maya_ndev > MAYA_MAX_DEVICES) maya_ndev = MAYA_MAX_DEVICES;
+  for (int i = 0; i < maya_ndev; i++) maya_dev[i] = d;
+}
+
+/* ------------------------------------------------------------------ recording */
+
+#define BUF_RECORDS 8192
+
+typedef struct thread_buf {
+  maya_rec recs[BUF_RECORDS];
+  int n;
+  int fd;
+  int64_t tid;
+  struct thread_buf *next;
+} thread_buf;
+
+static thread_buf *all_bufs;
+static __thread thread_buf *my_buf;
+static __thread int current_device;
+static int finished;
+
+int64_t maya_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+int64_t maya_next_seq(void) { return atomic_fetch_add_explicit(&seq_counter, 1, memory_order_relaxed); }
+int64_t maya_stream_id(const void *s) {
+  /* NULL, cudaStreamLegacy (0x1) and cudaStreamPerThread (0x2) are the default stream */
+  return (uintptr_t)s <= 2 ? 0 : ((const maya_stream *)s)->id;
+}
+
+int64_t maya_new_id(void) { return atomic_fetch_add_explicit(&id_counter, 1, memory_order_relaxed); }
+
+static void write_all(int fd, const void *data, size_t n) {
+  const char *p = data;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fprintf(stderr, "maya emulator: writing the trace failed: %s\n", strerror(errno));
+      return;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void flush_buf(thread_buf *b) {
+  if (!b->n) return;
+  if (b->fd < 0) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/calls-%ld.bin", out_dir, (long)b->tid);
+    b->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (b->fd < 0) { fprintf(stderr, "maya emulator: cannot open %s: %s\n", path, strerror(errno)); b->n = 0; return; }
+  }
+  write_all(b->fd, b->recs, sizeof(maya_rec) * (size_t)b->n);
+  b->n = 0;
+}
+
+static thread_buf *get_buf(void) {
+  if (my_buf) return my_buf;
+  thread_buf *b = calloc(1, sizeof *b);
+  b->fd = -1;
+  b->tid = syscall(SYS_gettid);
+  pthread_mutex_lock(&lock);
+  b->next = all_bufs;
+  all_bufs = b;
+  pthread_mutex_unlock(&lock);
+  my_buf = b;
+  return b;
+}
+
+maya_rec *maya_begin(int api, int domain, int kind) {
+  thread_buf *b = get_buf();
+  if (b->n == BUF_RECORDS) flush_buf(b);
+  maya_rec *r = &b->recs[b->n++];
+  memset(r, 0, sizeof *r);
+  r->seq = maya_next_seq();
+  r->tid = b->tid;
+  r->api = api;
+  r->domain = domain;
+  r->kind = kind;
+  r->device = current_device;
+  r->start_ns = maya_now();
+  return r;
+}
+
+void maya_end(maya_rec *r, int status) {
+  r->status = status;
+  r->dur_ns = maya_now() - r->start_ns;
+}
+
+void maya_flush_all(void) {
+  pthread_mutex_lock(&lock);
+  for (thread_buf *b = all_bufs; b; b = b->next) {
+    flush_buf(b);
+    if (b->fd >= 0) fsync(b->fd);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+void maya_side_write(const char *file, const char *line) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", out_dir, file);
+  pthread_mutex_lock(&lock);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    write_all(fd, line, strlen(line));
+    close(fd);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+/* API names -> ids, so records stay fixed-size; apis.tsv maps them back. */
+#define MAX_APIS 4096
+static const char *api_names[MAX_APIS];
+static int n_apis;
+
+int maya_api_id(const char *name) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < n_apis; i++)
+    if (!strcmp(api_names[i], name)) { pthread_mutex_unlock(&lock); return i; }
+  int id = n_apis < MAX_APIS ? n_apis++ : MAX_APIS - 1;
+  api_names[id] = strdup(name);
+  pthread_mutex_unlock(&lock);
+  char line[512];
+  snprintf(line, sizeof line, "%d\t%s\n", id, name);
+  maya_side_write("apis.tsv", line);
+  return id;
+}
+
+void maya_unimplemented(const char *name, int domain) {
+  maya_rec *r = maya_begin(maya_api_id(name), domain, K_PLAIN);
+  r->flags |= F_UNIMPLEMENTED;
+  maya_end(r, -1);
+  static __thread int depth;
+  if (depth++ == 0) {
+    fprintf(stderr, "maya emulator: unimplemented CUDA API %s called; it fails (see the trace's "
+                    "unimplemented count)\n", name);
+  }
+  depth--;
+}
+
+/* ------------------------------------------------------------------ devices and threads */
+
+int maya_current_device(void) { return current_device; }
+void maya_set_current_device(int d) { current_device = d; }
+
+/* ------------------------------------------------------------------ memory
+ * Device allocations are real, lazily-backed host mappings (MAP_NORESERVE): pointers are unique
+ * and small copies into them work, while untouched pages cost nothing. */
+
+typedef struct {
+  uintptr_t base;
+  size_t size;
+  int device;
+  int host;
+} alloc;
+
+/* allocations sorted by base address: exact and interior lookups by binary search */
+static alloc *allocs;
+static size_t n_allocs, cap_allocs;
+static size_t used[MAYA_MAX_DEVICES], peak[MAYA_MAX_DEVICES];
+
+static size_t lower_bound(uintptr_t p) { /* first index with base > p */
+  size_t lo = 0, hi = n_allocs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (allocs[mid].base <= p) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+static void add_alloc(uintptr_t base, size_t size, int device, int host) {
+  if (n_allocs == cap_allocs) {
+    cap_allocs = cap_allocs ? 2 * cap_allocs : 1024;
+    allocs = realloc(allocs, cap_allocs * sizeof *allocs);
+  }
+  size_t i = lower_bound(base);
+  memmove(&allocs[i + 1], &allocs[i], (n_allocs - i) * sizeof *allocs);
+  allocs[i] = (alloc){base, size, device, host};
+  n_allocs++;
+}
+
+static alloc *find_alloc(uintptr_t p) { /* the allocation containing p */
+  size_t i = lower_bound(p);
+  if (i == 0) return NULL;
+  alloc *a = &allocs[i - 1];
+  return p < a->base + a->size ? a : NULL;
+}
+
+static int take_alloc(uintptr_t base, alloc *out) {
+  alloc *a = find_alloc(base);
+  if (!a || a->base != base) return 0;
+  *out = *a;
+  size_t i = (size_t)(a - allocs);
+  memmove(&allocs[i], &allocs[i + 1], (n_allocs - i - 1) * sizeof *allocs);
+  n_allocs--;
+  return 1;
+}
+
+static void record_mem(int kind, int device, uintptr_t addr, size_t bytes, int64_t stream, int space) {
+  static int api = -1;
+  if (api < 0) api = maya_api_id("<memory>");
+  maya_rec *r = maya_begin(api, D_RUNTIME, K_ALLOC);
+  r->device = device;
+  r->stream = stream;
+  r->a[0] = (int64_t)addr; r->a[1] = (int64_t)bytes; r->a[2] = (int64_t)used[device];
+  r->a[3] = kind; r->a[4] = space;
+  maya_end(r, 0);
+}
+
+void *maya_dev_alloc(int device, size_t bytes, int64_t stream, int *oom) {
+  *oom = 0;
+  size_t rounded = (bytes + 511) & ~(size_t)511;
+  if (rounded == 0) rounded = 512;
+  pthread_mutex_lock(&lock);
+  size_t cap = maya_dev[device].memory_bytes - reserved_per_device;
+  if (used[device] + rounded > cap) {
+    pthread_mutex_unlock(&lock);
+    *oom = 1;
+    record_mem(2, device, 0, bytes, stream, 0);
+    return NULL;
+  }
+  used[device] += rounded;
+  if (used[device] > peak[device]) peak[device] = used[device];
+  pthread_mutex_unlock(&lock);
+  void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    pthread_mutex_lock(&lock);
+    used[device] -= rounded;
+    pthread_mutex_unlock(&lock);
+    *oom = 1;
+    return NULL;
+  }
+  pthread_mutex_lock(&lock);
+  add_alloc((uintptr_t)p, rounded, device, 0);
+  pthread_mutex_unlock(&lock);
+  record_mem(0, device, (uintptr_t)p, bytes, stream, 0);
+  return p;
+}
+
+int maya_dev_free(void *ptr, int64_t stream) {
+  if (!ptr) return 0;
+  alloc a;
+  pthread_mutex_lock(&lock);
+  alloc *found = find_alloc((uintptr_t)ptr);
+  int ok = found && found->base == (uintptr_t)ptr && !found->host && take_alloc((uintptr_t)ptr, &a);
+  if (ok) used[a.device] -= a.size;
+  pthread_mutex_unlock(&lock);
+  if (!ok) return -1;
+  record_mem(1, a.device, a.base, a.size, stream, 0);
+  munmap((void *)a.base, a.size);
+  return 0;
+}
+
+int maya_dev_lookup(const void *ptr, int *device, size_t *size) {
+  pthread_mutex_lock(&lock);
+  alloc *a = find_alloc((uintptr_t)ptr);
+  int found = a ? (a->host ? 2 : 1) : 0;
+  if (a && device) *device = a->device;
+  if (a && size) *size = a->size;
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
+size_t maya_dev_used(int device) { return used[device]; }
+
+void *maya_host_alloc(size_t bytes) {
+  size_t rounded = (bytes + 4095) & ~(size_t)4095;
+  if (!rounded) rounded = 4096;
+  void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  pthread_mutex_lock(&lock);
+  add_alloc((uintptr_t)p, rounded, current_device, 1);
+  pthread_mutex_unlock(&lock);
+  record_mem(0, current_device, (uintptr_t)p, bytes, -1, 1);
+  return p;
+}
+
+int maya_host_free(void *ptr) {
+  if (!ptr) return 0;
+  alloc a;
+  pthread_mutex_lock(&lock);
+  alloc *found = find_alloc((uintptr_t)ptr);
+  int ok = found && found->host && take_alloc((uintptr_t)ptr, &a);
+  pthread_mutex_unlock(&lock);
+  if (!ok) return -1;
+  record_mem(1, a.device, a.base, a.size, -1, 1);
+  munmap((void *)a.base, a.size);
+  return 0;
+}
+
+int maya_is_host_alloc(const void *ptr) { return maya_dev_lookup(ptr, NULL, NULL) == 2; }
+
+void maya_copy(void *dst, const void *src, size_t n) {
+  if (n <= MAYA_SMALL_COPY && dst && src && dst != src) memmove(dst, src, n);
+}
+
+void maya_set(void *dst, int value, size_t n) {
+  if (n <= MAYA_SMALL_COPY && dst) memset(dst, value, n);
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+typedef struct kern {
+  const void *host_fun;
+  const char *name;
+  int64_t id;
+  struct kern *next;
+} kern;
+
+#define KERNEL_BUCKETS 131072
+static kern *kernels[KERNEL_BUCKETS];
+static int64_t next_kernel_id;
+
+static unsigned kbucket(const void *p) { return (unsigned)(((uintptr_t)p >> 4) * 2654435761u) % KERNEL_BUCKETS; }
+
+void maya_register_kernel(const void *host_fun, const char *name) {
+  kern *k = malloc(sizeof *k);
+  k->host_fun = host_fun; k->name = name; k->id = -1;
+  unsigned h = kbucket(host_fun);
+  pthread_mutex_lock(&lock);
+  k->next = kernels[h];
+  kernels[h] = k;
+  pthread_mutex_unlock(&lock);
+}
+
+static int64_t assign_id(kern *k) {
+  k->id = next_kernel_id++;
+  size_t len = strlen(k->name) + 32;
+  char *line = malloc(len);
+  snprintf(line, len, "%ld\t%s\n", (long)k->id, k->name);
+  pthread_mutex_unlock(&lock);
+  maya_side_write("kernels.tsv", line);
+  pthread_mutex_lock(&lock);
+  free(line);
+  return k->id;
+}
+
+int64_t maya_kernel_id(const void *host_fun) {
+  unsigned h = kbucket(host_fun);
+  pthread_mutex_lock(&lock);
+  kern *k = kernels[h];
+  while (k && k->host_fun != host_fun) k = k->next;
+  if (!k) {
+    char *name = malloc(48);
+    snprintf(name, 48, "unregistered_kernel_%p", host_fun);
+    k = malloc(sizeof *k);
+    k->host_fun = host_fun; k->name = name; k->id = -1;
+    k->next = kernels[h];
+    kernels[h] = k;
+  }
+  int64_t id = k->id >= 0 ? k->id : assign_id(k);
+  pthread_mutex_unlock(&lock);
+  return id;
+}
+
+int64_t maya_kernel_id_by_name(const char *name) {
+  /* library kernels (cuBLAS, cuDNN, NCCL) are keyed by their interned name */
+  static kern *named;
+  pthread_mutex_lock(&lock);
+  kern *k = named;
+  while (k && strcmp(k->name, name)) k = k->next;
+  if (!k) {
+    k = malloc(sizeof *k);
+    k->host_fun = NULL; k->name = strdup(name); k->id = -1;
+    k->next = named;
+    named = k;
+  }
+  int64_t id = k->id >= 0 ? k->id : assign_id(k);
+  pthread_mutex_unlock(&lock);
+  return id;
+}
+
+/* ------------------------------------------------------------------ life cycle */
+
+static void write_summary(void) {
+  char line[256];
+  for (int d = 0; d < maya_ndev; d++) {
+    snprintf(line, sizeof line, "%d\t%zu\t%zu\n", d, peak[d], used[d]);
+    maya_side_write("memory.tsv", line);
+  }
+}
+
+static void at_exit(void) {
+  if (finished) return;
+  finished = 1;
+  maya_flush_all();
+  write_summary();
+}
+
+__attribute__((constructor)) static void init(void) {
+  load_config();
+  atexit(at_exit);
+}
+
+MAYA_EXPORT void maya_emu_finish(void) { at_exit(); }

@@ -1,0 +1,1 @@
+#include "maya_emu.h"

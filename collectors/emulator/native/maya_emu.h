@@ -1,0 +1,121 @@
+/* Maya's virtual-GPU runtime: state shared by the stub libraries (libmaya_emu.so).
+ *
+ * Every intercepted call becomes one fixed-size binary record in a per-thread buffer, flushed to
+ * `<out>/calls-<tid>.bin`; kernel names and communicators go to small text side files. The Python
+ * side (collectors/emulator/convert.py) turns them into maya_trace_spec tables. The record layout
+ * here and RECORD_DTYPE in convert.py must agree.
+ */
+#ifndef MAYA_EMU_H
+#define MAYA_EMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAYA_EXPORT __attribute__((visibility("default")))
+#define MAYA_MAX_DEVICES 16
+#define MAYA_SMALL_COPY (1u << 20) /* copies up to 1 MiB really move bytes */
+
+/* API domains (api_calls.domain). */
+enum { D_RUNTIME = 0, D_DRIVER, D_CUBLAS, D_CUBLASLT, D_CUDNN, D_NCCL, D_OTHER };
+
+/* Record kinds: what the payload `a[8]` holds. */
+enum {
+  K_PLAIN = 0,   /* nothing */
+  K_LAUNCH,      /* a0 kernel_id, a1 grid x|y<<32, a2 grid z, a3 block x|y<<32, a4 block z, a5 smem */
+  K_GEMM,        /* a0 m, a1 n, a2 k, a3 batch, a4 transA|transB<<8, a5 dtypeA|B<<16|C<<32, a6 compute */
+  K_COPY,        /* a0 bytes, a1 memcpy kind (0 HtoH 1 HtoD 2 DtoH 3 DtoD 4 default 5 PtoP) */
+  K_MEMSET,      /* a0 bytes */
+  K_COLL,        /* a0 comm id, a1 count, a2 op, a3 dtype, a4 root, a5 peer, a6 comm seq, a7 recv count */
+  K_EVENT,       /* a0 event id */
+  K_ALLOC,       /* a0 address, a1 bytes, a2 allocated after, a3 0 alloc / 1 free / 2 oom, a4 space */
+  K_SYNC,        /* a0 event id or -1 */
+  K_ATTN,        /* a0 b, a1 h, a2 s_q, a3 s_kv, a4 d, a5 causal|bwd<<1, a6 dtype, a7 h_kv */
+};
+
+/* Element types as recorded (maya_dtype_name in convert.py). */
+enum { T_UNKNOWN = 0, T_F32, T_F16, T_BF16, T_F64, T_TF32, T_I8, T_I32, T_F8E4M3, T_F8E5M2, T_I64, T_U8 };
+
+/* Record flags. */
+#define F_DATA_DEPENDENT 1 /* the caller got a stand-in for a value only the GPU computes */
+#define F_UNIMPLEMENTED 2  /* the API is not emulated: the call failed loudly */
+
+typedef struct {
+  int64_t seq, tid, start_ns, dur_ns, stream;
+  int32_t api, domain, status, device, kind, flags;
+  int64_t a[8];
+} maya_rec; /* 128 bytes */
+
+typedef struct {
+  char name[256];
+  int major, minor, sm_count;
+  size_t memory_bytes;
+  int clock_khz, mem_clock_khz, bus_width_bits, l2_bytes;
+  int smem_per_sm, smem_per_block_optin, max_threads_per_sm, regs_per_sm;
+} maya_device_cfg;
+
+/* configuration (from the file named by $MAYA_EMU_CONFIG) */
+extern int maya_ndev;
+extern maya_device_cfg maya_dev[MAYA_MAX_DEVICES];
+extern int maya_rank;
+
+/* time and records */
+int64_t maya_now(void);
+int64_t maya_next_seq(void);
+/* Start a record; returns it for the caller to fill; `maya_end` stamps the duration. */
+maya_rec *maya_begin(int api, int domain, int kind);
+void maya_end(maya_rec *r, int status);
+int maya_api_id(const char *name); /* stable id for an API name (registered in apis.tsv) */
+void maya_flush_all(void);
+
+/* Stable per-call-site API id: API("cudaMalloc"). */
+#define API(name)                                        \
+  ({                                                     \
+    static int _maya_api_id = -1;                        \
+    if (__builtin_expect(_maya_api_id < 0, 0)) _maya_api_id = maya_api_id(name); \
+    _maya_api_id;                                        \
+  })
+
+/* Device attributes (cudaDeviceAttr numbering) and properties; see device_attrs.c. */
+int maya_device_attribute(int attr, int device, int *value);
+void maya_device_properties(void *cuda_device_prop, int device);
+
+/* Report an API that is not emulated: records it, prints once per name, counts it. */
+void maya_unimplemented(const char *name, int domain);
+
+/* threads */
+int maya_current_device(void);
+void maya_set_current_device(int d);
+
+/* device memory: virtual, accounted against the device's capacity */
+void *maya_dev_alloc(int device, size_t bytes, int64_t stream, int *oom);
+int maya_dev_free(void *ptr, int64_t stream); /* 0 ok, -1 unknown pointer */
+int maya_dev_lookup(const void *ptr, int *device, size_t *size); /* 1 if ptr is inside an allocation */
+size_t maya_dev_used(int device);
+void *maya_host_alloc(size_t bytes);
+int maya_host_free(void *ptr);
+int maya_is_host_alloc(const void *ptr);
+/* copy/set only small buffers for real */
+void maya_copy(void *dst, const void *src, size_t n);
+void maya_set(void *dst, int value, size_t n);
+
+/* kernels: host stub -> name; id assigned at first launch (names.tsv) */
+void maya_register_kernel(const void *host_fun, const char *name);
+int64_t maya_kernel_id(const void *host_fun);
+int64_t maya_kernel_id_by_name(const char *name); /* library kernels with no host stub */
+
+/* ids for streams, events, communicators */
+int64_t maya_new_id(void);
+
+/* streams are handles to this struct; the default streams (NULL, legacy, per-thread) have id 0 */
+typedef struct {
+  int64_t id;
+  int device;
+  int priority;
+  unsigned flags;
+} maya_stream;
+int64_t maya_stream_id(const void *stream);
+
+/* side files */
+void maya_side_write(const char *file, const char *line);
+
+#endif

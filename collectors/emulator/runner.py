@@ -1,0 +1,90 @@
+"""Runs inside each emulated rank process: the user's script, unchanged, with framework context capture.
+
+`python -m maya.collectors.emulator.runner SCRIPT ARGS` (or `-m MODULE ARGS`), with the stub
+libraries preloaded. Context comes from torch.profiler's CPU activity (aten ops with input shapes),
+an optimizer-step hook that marks iterations (`ProfilerStep#N`) and module hooks that mark the
+module path (`nn.Module: GPT.blocks.0.mlp`). At exit the Kineto trace, the script's outcome and
+the native recorder's buffers are written to `$MAYA_EMU_OUT`.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import traceback
+import weakref
+from pathlib import Path
+
+MODULE_PREFIX = "nn.Module: "
+
+
+def _module_hooks(torch):
+    """Global forward hooks opening a profiler range named after each module's path."""
+    names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    open_ranges: dict[int, list] = {}
+    enter = torch.ops.profiler._record_function_enter_new
+    leave = torch.ops.profiler._record_function_exit._RecordFunction
+
+    def pre(module, args):
+        if module not in names:
+            root = type(module).__name__
+            for sub_name, sub in module.named_modules():
+                names.setdefault(sub, f"{root}.{sub_name}" if sub_name else root)
+        open_ranges.setdefault(id(module), []).append(enter(MODULE_PREFIX + names[module], None))
+
+    def post(module, args, output):
+        stack = open_ranges.get(id(module))
+        if stack:
+            leave(stack.pop())
+
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+    return [register_module_forward_pre_hook(pre), register_module_forward_hook(post, always_call=True)]
+
+
+def _run_script(argv: list[str]) -> None:
+    import runpy
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path.insert(0, str(Path(argv[0]).resolve().parent))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+def main(argv: list[str]) -> int:
+    out = Path(os.environ["MAYA_EMU_OUT"])
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.profiler import ProfilerAction, ProfilerActivity, profile
+
+    status, error, code = "complete", None, 0
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                   schedule=lambda _: ProfilerAction.RECORD)
+    prof.start()
+    handles = [register_optimizer_step_post_hook(lambda *_: prof.step()), *_module_hooks(torch)]
+    try:
+        _run_script(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        status = "complete" if code == 0 else "failed"
+    except torch.OutOfMemoryError as e:
+        status, error, code = "oom", "".join(traceback.format_exception(e)), 1
+        traceback.print_exc()
+    except BaseException as e:  # the script's own failure: keep the partial trace, show its traceback
+        status, error, code = "failed", "".join(traceback.format_exception(e)), 1
+        traceback.print_exc()
+    finally:
+        for h in handles:
+            h.remove()
+        prof.stop()
+        prof.export_chrome_trace(str(out / "kineto.json"))
+        (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
+                                                     "pid": os.getpid(), "torch": torch.__version__}))
+        ctypes.CDLL(None).maya_emu_finish()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
