@@ -177,6 +177,8 @@ def build(cache_root: Path) -> Path:
     wanted = referenced_symbols(torch_libs())
     cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root))
+    obj_dir = tmp / "obj"  # intermediates, kept for inspection beside the libraries
+    obj_dir.mkdir()
     try:
         core_flags = [f for f in cflags if f != "-fvisibility=hidden"]  # the stubs link against all of it
         _run([cc, *core_flags, *incs, "-shared", "-o", str(tmp / CORE), "-Wl,-soname," + CORE,
@@ -184,16 +186,16 @@ def build(cache_root: Path) -> Path:
         for lib in LIBS:
             objs = []
             for src in lib.sources:
-                obj = tmp / (Path(src).stem + ".o")
+                obj = obj_dir / (Path(src).stem + ".o")
                 _run([cc, *cflags, *incs, "-c", "-o", str(obj), str(NATIVE / src)])
                 objs.append(obj)
             implemented = set().union(*(_defined(o) for o in objs)) if objs else set()
             if lib.header:
                 wanted[lib.soname] |= header_functions(include_dirs()[0] / lib.header)
             missing = sorted(wanted[lib.soname] - implemented)
-            gen = tmp / f"unimplemented_{lib.soname}.c"
+            gen = obj_dir / f"unimplemented_{lib.soname}.c"
             gen.write_text(_unimplemented_source(lib, missing))
-            vs = tmp / f"{lib.soname}.map"
+            vs = obj_dir / f"{lib.soname}.map"
             exported = {n for n in implemented | wanted[lib.soname] if not n.startswith("maya_")}
             vs.write_text(_version_script(lib, exported))
             _run([cc, *cflags, *incs, "-shared", "-o", str(tmp / lib.soname), *map(str, objs), str(gen),

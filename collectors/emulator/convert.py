@@ -27,6 +27,9 @@ DTYPES = np.array([None, "fp32", "fp16", "bf16", "fp64", "tf32", "int8", "int32"
                    "uint8"], dtype=object)
 MEMCPY_KINDS = np.array(["HtoH", "HtoD", "DtoH", "DtoD", "default", "PtoP"], dtype=object)
 NCCL_OPS = np.array(["sum", "prod", "max", "min", "avg"], dtype=object)
+COLLECTIVES = {"ncclAllReduce": "allreduce", "ncclReduce": "reduce", "ncclBroadcast": "broadcast",
+               "ncclAllGather": "allgather", "ncclReduceScatter": "reducescatter", "ncclAlltoAll": "alltoall",
+               "ncclGather": "gather", "ncclScatter": "scatter", "ncclSend": "send", "ncclRecv": "recv"}
 K_PLAIN, K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT, K_ALLOC, K_SYNC, K_ATTN = range(10)
 F_DATA_DEPENDENT, F_UNIMPLEMENTED = 1, 2
 
@@ -54,7 +57,7 @@ class RankCapture:
             records=records,
             apis=_tsv(raw / "apis.tsv"),
             kernels=_tsv(raw / "kernels.tsv"),
-            communicators=[json.loads(line) for line in _lines(raw / "communicators.jsonl")],
+            communicators=[json.loads(line) for line in _lines(raw / "nccl_comms.jsonl")],
             peak_bytes={int(k): int(v.split("\t")[0]) for k, v in _tsv(raw / "memory.tsv").items()},
             status=json.loads(status_path.read_text()) if status_path.exists()
             else {"status": "failed", "error": "the process ended without reporting (killed or crashed)"},
@@ -136,7 +139,7 @@ def api_calls_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
         "bytes": _masked(sizes, copy | memset),
         "memcpy_kind": _named(MEMCPY_KINDS, a[:, 1], copy),
         "comm_id": _strings(np.char.mod("%016x", a[:, 0].view(np.uint64)) if len(r) else np.array([], object), coll),
-        "collective_name": _strings(names[r["api"]], coll),
+        "collective_name": _strings(np.array([COLLECTIVES.get(n, n) for n in names], dtype=object)[r["api"]], coll),
         "in_msg_nelems": _masked(a[:, 1], coll),
         "out_msg_nelems": _masked(a[:, 7], coll),
         "comm_dtype": _named(DTYPES, a[:, 3], coll),
@@ -175,18 +178,53 @@ def _with_module_paths(ops: list[dict]) -> list[dict]:
     return ops
 
 
-def write_rank(cap: RankCapture, writer: RunWriter, rank: int, device_row: dict) -> None:
+def _process_groups(ops: list[dict], op_args: list[dict], call_ops: np.ndarray, coll: np.ndarray,
+                    rank: int, world_size: int) -> tuple[list[str | None], dict[str, dict]]:
+    """For each collective call, the process group of its enclosing `record_param_comms` op
+    (`pg:NAME`, as the Kineto importer names them), and one communicators row per group."""
+    parent = {o["op_id"]: o["parent_op_id"] for o in ops}
+    groups: dict[str, dict] = {}
+    out: list[str | None] = []
+    for op_id, is_coll in zip(call_ops, coll):
+        while is_coll and op_id is not None and ops[op_id]["name"] != "record_param_comms":
+            op_id = parent[op_id]
+        if not is_coll or op_id is None:
+            out.append(None)
+            continue
+        args = op_args[op_id]
+        name, size = str(args.get("Process Group Name")), int(args.get("Group size") or world_size)
+        try:
+            ranks = [int(x) for x in json.loads(str(args.get("Process Group Ranks", "[]")))]
+        except ValueError:
+            ranks = []
+        if not ranks and size == world_size:
+            ranks = list(range(world_size))
+        comm_id = f"pg:{name}"
+        groups.setdefault(comm_id, {
+            "comm_id": comm_id, "comm_rank": ranks.index(rank) if rank in ranks else 0, "comm_size": size,
+            "pg_name": name, "pg_desc": args.get("Process Group Description"), "ranks": ranks or None,
+        })
+        out.append(comm_id)
+    return out, groups
+
+
+def write_rank(cap: RankCapture, writer: RunWriter, rank: int, world_size: int, device_row: dict) -> None:
     """Write every per-rank table of one emulated rank."""
     pid = cap.status.get("pid")
     points = [(pid, int(t), int(s)) for t, s in zip(cap.records["tid"], cap.records["start_ns"])]
     if cap.kineto is not None:
-        ops, op_of = ops_enclosing("kineto.json", cap.kineto, points)
+        ops, op_of, op_args = ops_enclosing("kineto.json", cap.kineto, points)
     else:
-        ops, op_of = [], [None] * len(points)
+        ops, op_of, op_args = [], [None] * len(points), []
     alloc = cap.records["kind"] == K_ALLOC
     op_of = np.array(op_of, dtype=object)
+    calls = api_calls_table(cap, list(op_of[~alloc]))
+    coll = cap.records["kind"][~alloc] == K_COLL
+    pg_ids, groups = _process_groups(ops, op_args, op_of[~alloc], coll, rank, world_size)
+    comm_ids = [pg or old for pg, old in zip(pg_ids, calls.column("comm_id").to_pylist())]
+    calls = calls.set_column(calls.schema.get_field_index("comm_id"), "comm_id", pa.array(comm_ids, pa.string()))
     writer.write("devices", {k: [v] for k, v in device_row.items()}, rank=rank)
-    writer.write("api_calls", api_calls_table(cap, list(op_of[~alloc])), rank=rank)
+    writer.write("api_calls", calls, rank=rank)
     writer.write("memory_events", memory_events_table(cap, list(op_of[alloc])), rank=rank)
     if ops:
         writer.write("ops", pa.Table.from_pylist(_with_module_paths(ops)), rank=rank)
@@ -195,5 +233,7 @@ def write_rank(cap: RankCapture, writer: RunWriter, rank: int, device_row: dict)
             "kernel_id": list(cap.kernels), "name": list(cap.kernels.values()),
             **{k: [classify_kernel(n)[k] for n in cap.kernels.values()] for k in ("family", "library")},
         }, rank=rank)
-    if cap.communicators:
-        writer.write("communicators", pa.Table.from_pylist(cap.communicators), rank=rank)
+    used = set(comm_ids)
+    native = [c for c in cap.communicators if c["comm_id"] in used]  # collectives outside any process group
+    if groups or native:
+        writer.write("communicators", pa.Table.from_pylist([*groups.values(), *native]), rank=rank)

@@ -122,7 +122,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
                               env=_rank_env(lib_dir, raw, rank, topology, port))
         cap = RankCapture.load(raw)
         local = rank % topology.nproc_per_node
-        write_rank(cap, writer, rank, {
+        write_rank(cap, writer, rank, topology.world_size, {
             "local_rank": local, "node": rank // topology.nproc_per_node, "device_index": local,
             "device_name": hw.device_name, "hardware": hw.name, "sm_major": hw.sm_major, "sm_minor": hw.sm_minor,
             "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes, "represents": [rank],
@@ -142,7 +142,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
     run_row["status"] = status
     writer.write("run", {k: [v] for k, v in run_row.items()})
     if status == "complete":
-        _remove_tree(out_dir / ".capture")
+        _remove_tree(out_dir / ".capture") if not os.environ.get("MAYA_KEEP_CAPTURE") else None
     return EmulationResult(out_dir, status, results)
 
 

@@ -53,17 +53,44 @@ def _run_script(argv: list[str]) -> None:
         runpy.run_path(argv[0], run_name="__main__")
 
 
+class _Iterations:
+    """Kineto CPU profiling through the low-level API (torch.profiler's wrapper imports seconds of
+    modules), with `ProfilerStep#N` ranges advanced by an optimizer-step hook."""
+
+    def __init__(self, torch):
+        from torch._C._profiler import _ExperimentalConfig
+        from torch.autograd import (ProfilerActivity, ProfilerConfig, ProfilerState, _enable_profiler,
+                                    _prepare_profiler)
+        config = ProfilerConfig(ProfilerState.KINETO, True, False, False, False, False, _ExperimentalConfig())
+        _prepare_profiler(config, {ProfilerActivity.CPU})
+        _enable_profiler(config, {ProfilerActivity.CPU})
+        self.enter = torch.ops.profiler._record_function_enter_new
+        self.leave = torch.ops.profiler._record_function_exit._RecordFunction
+        self.step = 0
+        self.current = self.enter("ProfilerStep#0", None)
+
+    def next(self, *_) -> None:
+        self.leave(self.current)
+        self.step += 1
+        self.current = self.enter(f"ProfilerStep#{self.step}", None)
+
+    def finish(self, path: Path) -> None:
+        from torch.autograd import _disable_profiler
+        self.leave(self.current)
+        _disable_profiler().save(str(path))
+
+
 def main(argv: list[str]) -> int:
     out = Path(os.environ["MAYA_EMU_OUT"])
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
-    from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
+    from .isolation import install as isolate_ranks
+
+    isolate_ranks()
     status, error, code = "complete", None, 0
-    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                   schedule=lambda _: ProfilerAction.RECORD)
-    prof.start()
-    handles = [register_optimizer_step_post_hook(lambda *_: prof.step()), *_module_hooks(torch)]
+    iterations = _Iterations(torch)
+    handles = [register_optimizer_step_post_hook(iterations.next), *_module_hooks(torch)]
     try:
         _run_script(argv)
     except SystemExit as e:
@@ -78,8 +105,7 @@ def main(argv: list[str]) -> int:
     finally:
         for h in handles:
             h.remove()
-        prof.stop()
-        prof.export_chrome_trace(str(out / "kineto.json"))
+        iterations.finish(out / "kineto.json")
         (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
                                                      "pid": os.getpid(), "torch": torch.__version__}))
         ctypes.CDLL(None).maya_emu_finish()
@@ -87,4 +113,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_code = main(sys.argv[1:])
+    # The script's exit handlers run; interpreter teardown (seconds of module cleanup, and the
+    # autograd device threads that can abort during it) is skipped: the capture is already flushed.
+    import atexit
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)

@@ -279,10 +279,10 @@ def _convert(path: Path, doc: dict, rank: int, hardware: str | None) -> dict[str
 
 
 def ops_enclosing(path: str | Path, doc: dict, points: Sequence[tuple[Any, Any, int]]
-                  ) -> tuple[list[dict], list[int | None]]:
-    """The `ops` rows of a Kineto trace `doc`, and for each point `(pid, tid, time_ns)` the op_id of
-    the innermost op enclosing it on that thread (None outside every op). For traces whose device
-    calls were recorded elsewhere, e.g. by Maya's emulator."""
+                  ) -> tuple[list[dict], list[int | None], list[dict]]:
+    """The `ops` rows of a Kineto trace `doc`, for each point `(pid, tid, time_ns)` the op_id of the
+    innermost op enclosing it on that thread (None outside every op), and each op's Kineto args
+    (by op_id). For traces whose device calls were recorded elsewhere, e.g. by Maya's emulator."""
     base_ns = _int(doc.get("baseTimeNanoseconds")) or 0
     ops = [_event(Path(path), i, e, base_ns) for i, e in enumerate(doc["traceEvents"])
            if e.get("ph") == "X" and e.get("cat") in OP_CATEGORIES]
@@ -294,7 +294,7 @@ def ops_enclosing(path: str | Path, doc: dict, points: Sequence[tuple[Any, Any, 
     marks = [_Event("", None, (pid, tid), t, None, {}) for pid, tid, t in points]
     _nest(ops, marks)
     rows = _ops(ops, {t for t, name in thread_names.items() if "autograd" in name})
-    return rows, [m.op.op_id if m.op is not None else None for m in marks]
+    return rows, [m.op.op_id if m.op is not None else None for m in marks], [o.args for o in ops]
 
 
 def _nest(ops: list[_Event], points: list[_Event]) -> None:
