@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from maya_trace_spec import TraceError
@@ -25,13 +24,10 @@ app.add_typer(trace_app, name="trace")
 trace_app.add_typer(import_app, name="import")
 app.add_typer(profile_app, name="profile")
 
-out = Console()
-err = Console(stderr=True, soft_wrap=True)
+from .cli_common import err, fail, out, script_argv  # noqa: E402
+from .cli_emulate import emulate_cmd  # noqa: E402
 
-
-def fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
+app.command("emulate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(emulate_cmd)
 
 
 def _version(value: bool) -> None:
@@ -174,7 +170,7 @@ def profile_workload_cmd(ctx: typer.Context,
 
     from .warehouse import register_run
 
-    argv = _script_argv(ctx.args)
+    argv = script_argv(ctx.args)
     try:
         run_dir = profile_workload(argv, out_dir, hardware=hardware)
     except (TraceError, FileExistsError) as e:
@@ -182,15 +178,33 @@ def profile_workload_cmd(ctx: typer.Context,
     out.print(f"profiled {' '.join(argv)} into {run_dir} (run {register_run(run_dir)})")
 
 
-def _script_argv(args: list[str]) -> list[str]:
-    """`python SCRIPT ARGS` / `python -m MODULE ARGS` / `SCRIPT ARGS` -> what runpy needs."""
-    if args and Path(args[0]).name.startswith("python"):
-        args = args[1:]
-    if not args:
-        fail("give the script after --, e.g. `-- python train.py --steps 3`", 2)
-    if args[0] != "-m" and not Path(args[0]).is_file():
-        fail(f"{args[0]}: no such script", 2)
-    return args
+@profile_app.command("kernels")
+def profile_kernels_cmd(out_dir: Annotated[Path, typer.Option("--out", "-o", help="Campaign directory (created "
+                                                                                  "or resumed).")],
+                        families: Annotated[Optional[str], typer.Option(help="Comma-separated kernel families "
+                                                                             "(default: all).")] = None,
+                        budget_min: Annotated[float, typer.Option("--budget-min", help="Stop cleanly before this "
+                                                                                       "many minutes.")] = 12.0,
+                        seed: Annotated[int, typer.Option(help="Seed of the sweep order.")] = 0,
+                        hardware: Annotated[Optional[str], typer.Option(help="Hardware catalog name.")] = None):
+    """Measure GPU kernels over a sweep of real training shapes (resumable; stops before the budget)."""
+    from maya.collectors.profiler.campaign import CampaignSettings, NoDevice, run_campaign
+    from maya.collectors.profiler.campaign_store import CampaignMismatch
+    from maya.collectors.profiler.configs import FAMILIES, parse_families
+
+    try:
+        chosen = parse_families(families) if families else FAMILIES
+    except ValueError as e:
+        fail(str(e), 2)
+    settings = CampaignSettings(families=chosen, budget_s=budget_min * 60, seed=seed, hardware=hardware)
+    try:
+        result = run_campaign(out_dir, settings, log=lambda line: out.print(line, markup=False, highlight=False))
+    except (NoDevice, CampaignMismatch) as e:
+        fail(str(e))
+    for line in result.summary_lines():
+        out.print(line, markup=False, highlight=False)
+    if result.stop_reason == "cuda-error":
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -6,12 +6,19 @@ import pytest
 from maya_trace_spec import synthetic
 
 
+@pytest.fixture(scope="session")
+def emulator_cache(tmp_path_factory):
+    """One build of the emulator's stub libraries for the whole session."""
+    return tmp_path_factory.mktemp("emulator")
+
+
 @pytest.fixture(autouse=True)
-def maya_home(tmp_path_factory, monkeypatch):
+def maya_home(tmp_path_factory, monkeypatch, emulator_cache):
     """Every test gets its own MAYA_HOME (warehouse, runs) so nothing touches the user's."""
     home = tmp_path_factory.mktemp("maya_home")
     monkeypatch.setenv("MAYA_HOME", str(home))
     monkeypatch.delenv("MAYA_WAREHOUSE", raising=False)
+    monkeypatch.setenv("MAYA_EMULATOR_CACHE", str(emulator_cache))
     return home
 
 

@@ -91,8 +91,12 @@ def _free_port() -> int:
 
 def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", topology: Topology = Topology(),
             ranks: Sequence[int] | None = None, parallel: int | None = None,
-            on_rank_done: Callable[[RankResult], None] | None = None) -> EmulationResult:
-    """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`."""
+            on_rank_done: Callable[[RankResult], None] | None = None,
+            on_output: Callable[[str], None] | None = None) -> EmulationResult:
+    """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
+
+    Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
+    passed to `on_output` as they come."""
     hw = get_hardware(hardware)
     wanted = sorted(set(ranks)) if ranks is not None else list(range(topology.world_size))
     bad = [r for r in wanted if not 0 <= r < topology.world_size]
@@ -101,7 +105,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir}: output exists and is not empty")
-    lib_dir = build(maya_home() / "emulator")
+    lib_dir = build(Path(os.environ.get("MAYA_EMULATOR_CACHE") or maya_home() / "emulator"))
     writer = RunWriter(out_dir)
     run_row = {
         "run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "emulator", "status": "running",
@@ -118,8 +122,9 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
         raw.mkdir(parents=True)
         (raw / "config").write_text(_config(hw, raw, rank, topology.nproc_per_node))
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "maya.collectors.emulator.runner", *argv],
-                              env=_rank_env(lib_dir, raw, rank, topology, port))
+        returncode = _run_rank([sys.executable, "-m", "maya.collectors.emulator.runner", *argv],
+                               _rank_env(lib_dir, raw, rank, topology, port), out_dir / "logs" / f"rank{rank}.txt",
+                               echo=on_output if rank == wanted[0] else None)
         cap = RankCapture.load(raw)
         local = rank % topology.nproc_per_node
         write_rank(cap, writer, rank, topology.world_size, {
@@ -128,7 +133,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
             "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes, "represents": [rank],
             "hostname": socket.gethostname(), "pid": cap.status.get("pid"),
         })
-        result = RankResult(rank, cap.status["status"], proc.returncode, int((cap.records["kind"] != 7).sum()),
+        result = RankResult(rank, cap.status["status"], returncode, int((cap.records["kind"] != 7).sum()),
                             max(cap.peak_bytes.values(), default=0), cap.unimplemented, cap.status.get("error"),
                             time.monotonic() - t0)
         if on_rank_done:
@@ -144,6 +149,19 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
     if status == "complete":
         _remove_tree(out_dir / ".capture") if not os.environ.get("MAYA_KEEP_CAPTURE") else None
     return EmulationResult(out_dir, status, results)
+
+
+def _run_rank(cmd: list[str], env: dict[str, str], log: Path, echo: Callable[[str], None] | None) -> int:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as fh, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                text=True, errors="replace") as proc:
+        for line in proc.stdout:
+            if line.startswith("USDT:") and "SyncActivityProfilerHandler" in line:
+                continue  # Kineto's start/stop chatter
+            fh.write(line)
+            if echo:
+                echo(line)
+    return proc.returncode
 
 
 def _remove_tree(path: Path) -> None:

@@ -73,6 +73,12 @@ MAYA_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, nc
   return ncclCommInitRank(comm, nranks, id, rank);
 }
 
+MAYA_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, int n_ids,
+                                                  ncclUniqueId *ids, ncclConfig_t *config) {
+  (void)n_ids; (void)config;
+  return ncclCommInitRank(comm, nranks, ids[0], rank);
+}
+
 MAYA_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
   ncclUniqueId id;
   ncclGetUniqueId(&id);

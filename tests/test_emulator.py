@@ -1,0 +1,131 @@
+"""`maya emulate`: unmodified scripts on virtual GPUs; what the trace must say about them."""
+import json
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from typer.testing import CliRunner
+
+from maya.cli import app
+from maya.hardware import get as get_hardware
+from maya_trace_spec import Run
+from maya_trace_spec.validation import validate_run
+
+WORKLOADS = Path(__file__).parent / "workloads"
+runner = CliRunner()
+
+
+def emulate(tmp_path, *args, script, script_args=()):
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["emulate", "--out", str(out), *args, "--", "python", str(WORKLOADS / script),
+                            *map(str, script_args)])
+    return r, out
+
+
+def test_linear_bf16_gemms_match_the_layer(tmp_path):
+    """Linear(4096 -> 11008) in bf16 autocast: forward, input-grad and weight-grad GEMMs, cuBLAS
+    column-major: forward m=out_features, n=tokens, k=in_features."""
+    r, out = emulate(tmp_path, script="linear_bf16.py", script_args=["--tokens", 2048])
+    assert r.exit_code == 0, r.output
+    assert validate_run(out) == []
+    calls = Run(out).table("api_calls")
+    gemms = calls.filter(pc.is_valid(calls.column("gemm_m"))).select(
+        ["gemm_m", "gemm_n", "gemm_k", "gemm_trans_a", "gemm_trans_b", "gemm_dtype_a"]).to_pylist()
+    assert [tuple(g.values()) for g in gemms] == [
+        (11008, 2048, 4096, True, False, "bf16"),   # y = x W^T
+        (4096, 11008, 2048, False, True, "bf16"),   # dW = dy^T x
+        (4096, 2048, 11008, False, False, "bf16"),  # dx = dy W
+    ]
+    ops = Run(out).table("ops")
+    assert "aten::linear" in ops.column("name").to_pylist()
+    # every call is attributed to the framework op that made it
+    assert calls.column("op_id").null_count == 0
+
+
+def test_run_metadata_and_virtual_device(tmp_path):
+    r, out = emulate(tmp_path, "--hardware", "a100-sxm-80gb", script="allocate.py", script_args=[4096])
+    assert r.exit_code == 0, r.output
+    run = Run(out)
+    assert run.info["source"] == "emulator" and run.info["status"] == "complete"
+    assert run.info["hardware"] == "a100-sxm-80gb" and run.info["world_size"] == 1
+    device = run.table("devices").to_pylist()[0]
+    hw = get_hardware("a100-sxm-80gb")
+    assert (device["device_name"], device["sm_major"], device["sm_count"], device["memory_bytes"]) == (
+        hw.device_name, 8, 108, hw.memory_bytes)
+    assert json.loads(run.info["command"])[-2:] == [str(WORKLOADS / "allocate.py"), "4096"]
+
+
+def test_peak_memory_is_what_the_caching_allocator_reserved(tmp_path):
+    sizes = [300 << 20, 1 << 30, 5 << 20]
+    r, out = emulate(tmp_path, script="allocate.py", script_args=sizes)
+    assert r.exit_code == 0, r.output
+    log = (out / "logs" / "rank0.txt").read_text()
+    assert log in r.output  # the script's output is shown and kept
+    reserved = int(next(line.split()[-1] for line in log.splitlines() if line.startswith("max_memory_reserved")))
+    events = Run(out).table("memory_events")
+    peak = max(events.column("allocated_bytes").to_pylist())
+    assert abs(peak - reserved) <= 0.01 * reserved
+
+
+def test_oom_exactly_at_capacity(tmp_path):
+    hw = get_hardware("l4")
+    fits = hw.memory_bytes - (64 << 20)
+    r, out = emulate(tmp_path / "fits", "--hardware", "l4", script="allocate.py", script_args=[fits])
+    assert r.exit_code == 0, r.output
+    r, out = emulate(tmp_path / "over", "--hardware", "l4", script="allocate.py", script_args=[hw.memory_bytes + 1])
+    assert r.exit_code == 3, r.output
+    assert "OutOfMemoryError" in r.stderr
+    assert Run(out).info["status"] == "oom"
+    ooms = Run(out).table("memory_events").filter(pc.equal(pc.field("kind"), "oom")).to_pylist()
+    assert ooms and ooms[0]["bytes"] >= hw.memory_bytes
+
+
+def test_unimplemented_api_fails_loudly_and_is_counted(tmp_path):
+    r, out = emulate(tmp_path, script="svd.py")
+    assert r.exit_code == 1
+    assert "cusolverDnCreate" in r.stdout + r.stderr
+    calls = Run(out).table("api_calls")
+    assert "cusolverDnCreate" in calls.column("api").to_pylist()
+    assert Run(out).info["status"] == "failed"
+
+
+def test_ddp_two_isolated_ranks(tmp_path):
+    r, out = emulate(tmp_path, "--nproc-per-node", "2", script="ddp_mlp.py")
+    assert r.exit_code == 0, r.output
+    assert validate_run(out) == []
+    run = Run(out)
+    assert run.ranks == [0, 1]
+    calls = run.table("api_calls")
+    allreduce = calls.filter(pc.equal(pc.field("collective_name"), "allreduce"))
+    params = 1024 * 4096 + 4096 + 4096 * 1024 + 1024
+    per_rank = {rank: sum(n for rk, n in zip(allreduce.column("rank").to_pylist(),
+                                           allreduce.column("in_msg_nelems").to_pylist()) if rk == rank)
+                for rank in (0, 1)}
+    # three steps, every gradient reduced once per step (DDP buckets), on the default process group
+    assert per_rank == {0: 3 * params, 1: 3 * params}
+    assert set(allreduce.column("comm_id").to_pylist()) == {"pg:0"}
+    comms = run.table("communicators").to_pylist()
+    assert {(c["rank"], c["comm_id"], c["comm_rank"], c["comm_size"]) for c in comms} == {
+        (0, "pg:0", 0, 2), (1, "pg:0", 1, 2)}
+
+
+def test_capture_a_subset_of_a_large_world(tmp_path):
+    r, out = emulate(tmp_path, "--world-size", "4096", "--nnodes", "512", "--ranks", "4095", script="ddp_mlp.py")
+    assert r.exit_code == 0, r.output
+    run = Run(out)
+    assert run.ranks == [4095] and run.info["world_size"] == 4096
+    device = run.table("devices").to_pylist()[0]
+    assert (device["local_rank"], device["node"]) == (7, 511)
+    assert run.table("communicators").to_pylist()[0]["comm_rank"] == 4095
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hardware", "h300"], "unknown hardware 'h300'"),
+    (["--ranks", "3"], "outside the world of 1"),
+    (["--ranks", "x-1"], "is not a rank or a range"),
+    (["--nproc-per-node", "2", "--world-size", "4"], "not both"),
+])
+def test_bad_arguments(tmp_path, args, message):
+    r, out = emulate(tmp_path, *args, script="allocate.py")
+    assert r.exit_code != 0 and message in r.stderr
+    assert not out.exists()
