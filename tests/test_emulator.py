@@ -129,3 +129,20 @@ def test_bad_arguments(tmp_path, args, message):
     r, out = emulate(tmp_path, *args, script="allocate.py")
     assert r.exit_code != 0 and message in r.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_sdpa_uses_the_backend_an_h100_picks(tmp_path, causal):
+    """bf16 SDPA on sm_90: torch's own selection picks cuDNN attention; its graphs are recorded with
+    their shapes (batch, heads, sequence, head dim) and masking."""
+    r, out = emulate(tmp_path, script="sdpa_bf16.py", script_args=["--causal"] if causal else [])
+    assert r.exit_code == 0, r.output
+    run = Run(out)
+    calls = run.table("api_calls").filter(pc.equal(pc.field("domain"), "cudnn")).to_pylist()
+    kernels = {k["kernel_id"]: k for k in run.table("kernels").to_pylist()}
+    assert [kernels[c["kernel_id"]]["name"] for c in calls] == ["cudnn_sdpa_fwd", "cudnn_sdpa_bwd"]
+    assert {kernels[c["kernel_id"]]["family"] for c in calls} == {"attention"}
+    for call, backward in zip(calls, (False, True)):
+        assert json.loads(call["args"])["attention"] == {
+            "batch": 2, "heads": 8, "seq_q": 256, "seq_kv": 256, "head_dim": 64, "causal": causal,
+            "backward": backward, "dtype": "bf16", "kv_heads": 8}

@@ -99,9 +99,31 @@ def _named(names: np.ndarray, codes: np.ndarray, mask: np.ndarray) -> pa.Array:
     return _strings(names[idx], mask & (codes >= 0) & (codes < len(names)))
 
 
+ATTENTION_KERNELS = ("cudnn_sdpa_fwd", "cudnn_sdpa_bwd")  # named by Maya: cuDNN hides its kernels
+
+
+def _attention(r: np.ndarray, kernels: dict[int, str]) -> tuple[np.ndarray, list[str | None]]:
+    """Kernel ids (added to `kernels`) and JSON args of the attention graphs cuDNN executed."""
+    ids = np.zeros(len(r), dtype=np.int64)
+    args: list[str | None] = [None] * len(r)
+    for i in np.flatnonzero(r["kind"] == K_ATTN):
+        a = r["a"][i]
+        name = ATTENTION_KERNELS[int(a[5] >> 1) & 1]
+        if name not in kernels.values():
+            kernels[max(kernels, default=-1) + 1] = name
+        ids[i] = next(k for k, v in kernels.items() if v == name)
+        args[i] = json.dumps({"attention": {"batch": int(a[0]), "heads": int(a[1]), "seq_q": int(a[2]),
+                                            "seq_kv": int(a[3]), "head_dim": int(a[4]), "causal": bool(a[5] & 1),
+                                            "backward": bool(a[5] & 2), "dtype": DTYPES[a[6]] if 0 <= a[6] < len(DTYPES) else None,
+                                            "kv_heads": int(a[7])}})
+    return ids, args
+
+
 def api_calls_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
     r = cap.records[cap.records["kind"] != K_ALLOC]
     a, kind = r["a"], r["kind"]
+    attn_kernels, attn_args = _attention(r, cap.kernels)
+    attn = kind == K_ATTN
     launch, gemm, copy, memset, coll, event = (kind == k for k in (K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT))
     names = np.array([cap.apis.get(i, f"api#{i}") for i in range(max(cap.apis, default=-1) + 1)] or [""], dtype=object)
     sizes = np.where(copy | memset, a[:, 0], 0)
@@ -118,7 +140,7 @@ def api_calls_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
         "op_id": pa.array(op_ids, type=pa.int64()),
         "device": pa.array(r["device"]),
         "stream_id": _masked(r["stream"], stream_known),
-        "kernel_id": _masked(a[:, 0], launch),
+        "kernel_id": _masked(np.where(attn, attn_kernels, a[:, 0]), launch | attn),
         "grid_x": _masked(a[:, 1] & 0xFFFFFFFF, launch, pa.int32()),
         "grid_y": _masked(a[:, 1] >> 32, launch, pa.int32()),
         "grid_z": _masked(a[:, 2], launch, pa.int32()),
@@ -148,6 +170,7 @@ def api_calls_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
         "comm_seq": _masked(a[:, 6], coll),
         "event_id": _masked(a[:, 0], event | ((kind == K_SYNC) & (a[:, 0] >= 0))),
         "data_dependent": pa.array((r["flags"] & F_DATA_DEPENDENT) != 0),
+        "args": pa.array(attn_args, type=pa.string()),
     })
 
 
