@@ -61,7 +61,8 @@ def main():
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
-    model = GPT(args.vocab, args.dim, args.heads, args.layers, args.seq).to(device)
+    with torch.device(device):  # build the weights where they will live
+        model = GPT(args.vocab, args.dim, args.heads, args.layers, args.seq)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device == "cuda")
     params = sum(p.numel() for p in model.parameters())
     print(f"GPT with {params / 1e6:.1f}M parameters on {device}")
