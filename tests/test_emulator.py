@@ -146,3 +146,31 @@ def test_sdpa_uses_the_backend_an_h100_picks(tmp_path, causal):
         assert json.loads(call["args"])["attention"] == {
             "batch": 2, "heads": 8, "seq_q": 256, "seq_kv": 256, "head_dim": 64, "causal": causal,
             "backward": backward, "dtype": "bf16", "kv_heads": 8}
+
+
+@pytest.mark.parametrize("script, ranks, expect", [
+    ("fp16_grad_scaler.py", 1, {"gemm_dtype": "fp16"}),
+    ("checkpointing.py", 1, {"recompute": True}),
+    ("compiled_mlp.py", 1, {"library": "triton"}),
+    ("fsdp2_mlp.py", 2, {"collectives": {"allgather", "reducescatter"}}),
+    ("tensor_parallel_mlp.py", 2, {"collectives": {"allreduce"}}),
+])
+def test_support_matrix(tmp_path, script, ranks, expect):
+    """Ordinary training scripts run unchanged, and their trace shows what makes them what they are."""
+    r, out = emulate(tmp_path, "--nproc-per-node", str(ranks), script=script)
+    assert r.exit_code == 0, r.output
+    assert validate_run(out) == []
+    run = Run(out)
+    calls = run.table("api_calls")
+    if "gemm_dtype" in expect:
+        assert set(calls.column("gemm_dtype_a").drop_null().to_pylist()) == {expect["gemm_dtype"]}
+    if "recompute" in expect:  # the checkpointed forward runs again inside backward
+        ops = run.table("ops")
+        backward_addmm = ops.filter((pc.field("phase") == "backward") & (pc.field("name") == "aten::addmm"))
+        assert backward_addmm.num_rows >= 8  # 4 blocks x 2 Linear layers per step
+    if "library" in expect:
+        libraries = set(run.table("kernels").column("library").to_pylist())
+        assert expect["library"] in libraries
+    if "collectives" in expect:
+        names = set(calls.column("collective_name").drop_null().to_pylist())
+        assert expect["collectives"] <= names

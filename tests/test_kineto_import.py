@@ -224,7 +224,7 @@ def test_fixture_kernels_communicators_memory(gpu_run):
         {"rank": 1, "kernel_id": 1, "name": nccl, "demangled": nccl, "family": "collective",
          "library": "nccl"},
         {"rank": 1, "kernel_id": 2, "name": "triton_poi_fused_add_0",
-         "demangled": "triton_poi_fused_add_0", "family": "other", "library": "triton"},
+         "demangled": "triton_poi_fused_add_0", "family": "elementwise", "library": "triton"},
     ]
     assert rows(gpu_run, "communicators") == [
         {"rank": 1, "comm_id": "pg:0", "comm_rank": 1, "comm_size": 2, "pg_name": "0",

@@ -26,7 +26,11 @@ def _module_hooks(torch):
     enter = torch.ops.profiler._record_function_enter_new
     leave = torch.ops.profiler._record_function_exit._RecordFunction
 
-    def pre(module, args):
+    compiling = torch.compiler.is_compiling
+
+    def pre(module, args):  # inside torch.compile regions the hooks fold away (no module paths there)
+        if compiling():
+            return
         if module not in names:
             root = type(module).__name__
             for sub_name, sub in module.named_modules():
@@ -34,6 +38,8 @@ def _module_hooks(torch):
         open_ranges.setdefault(id(module), []).append(enter(MODULE_PREFIX + names[module], None))
 
     def post(module, args, output):
+        if compiling():
+            return
         stack = open_ranges.get(id(module))
         if stack:
             leave(stack.pop())

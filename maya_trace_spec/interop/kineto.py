@@ -76,9 +76,9 @@ _FAMILIES = (
     ("normalization", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm")),
     ("optimizer", re.compile(r"adam|multi_tensor_apply")),
     ("embedding", re.compile(r"embedding|indexselect")),
-    ("reduction", re.compile(r"reduce")),
+    ("reduction", re.compile(r"reduce|triton_red|triton_per")),
     ("copy", re.compile(r"copy")),
-    ("elementwise", re.compile(r"elementwise|vectorized")),
+    ("elementwise", re.compile(r"elementwise|vectorized|triton_poi")),
 )
 _CUBLAS_RE = re.compile(r"sm\d+_xmma|ampere_|volta_|turing_|cutlass|nvjet")
 

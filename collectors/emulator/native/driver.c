@@ -184,6 +184,10 @@ MAYA_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
     case CU_POINTER_ATTRIBUTE_CONTEXT:
       *(CUcontext *)data = (CUcontext)(uintptr_t)(device + 1);
       return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: /* unified addressing: the pointer itself */
+      if (!found) return CUDA_ERROR_INVALID_VALUE;
+      *(CUdeviceptr *)data = ptr;
+      return CUDA_SUCCESS;
     default:
       maya_unimplemented("cuPointerGetAttribute(attribute)", D_DRIVER);
       return CUDA_ERROR_NOT_SUPPORTED;
@@ -222,12 +226,25 @@ MAYA_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) {
   return CUDA_SUCCESS;
 }
 
+MAYA_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *path) {
+  (void)path; /* a cubin file (Inductor): kernels are known by name at cuModuleGetFunction */
+  return cuModuleLoadData(module, NULL);
+}
+
 MAYA_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned n, CUjit_option *o, void **v) {
   (void)n; (void)o; (void)v;
   return cuModuleLoadData(module, image);
 }
 
 MAYA_EXPORT CUresult cuModuleUnload(CUmodule module) { free(module); return CUDA_SUCCESS; }
+
+MAYA_EXPORT CUresult cuModuleGetGlobal(CUdeviceptr *ptr, size_t *bytes, CUmodule module, const char *name) {
+  (void)module; (void)name;
+  static char globals[1 << 16]; /* module globals (small, e.g. Triton scratch pointers) */
+  if (ptr) *ptr = (CUdeviceptr)globals;
+  if (bytes) *bytes = sizeof globals;
+  return CUDA_SUCCESS;
+}
 
 MAYA_EXPORT CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name) {
   (void)module;
