@@ -82,8 +82,9 @@ def _encoding_options(schema: pa.Schema) -> dict:
     }
 
 
-def _atomic_write(table: pa.Table, final: Path, *, replace: bool) -> Path:
-    """Write `table` to a temporary file beside `final`, fsync it, then move it into place."""
+def atomic_write(table: pa.Table, final: Path, *, replace: bool) -> Path:
+    """Write `table` to a temporary file beside `final`, fsync it, then move it into place
+    (`replace=False`: fail with FileExistsError rather than overwrite)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
     try:
@@ -118,14 +119,14 @@ class RunWriter:
         if not spec.per_rank:
             if rank is not None:
                 raise ValueError(f"table {name!r} is not per rank")
-            return _atomic_write(table, self.run_dir / f"{name}.parquet", replace=True)
+            return atomic_write(table, self.run_dir / f"{name}.parquet", replace=True)
         if rank is None or rank < 0:
             raise ValueError(f"table {name!r} is per rank: pass rank >= 0")
         rank_dir = self.run_dir / name / f"rank={rank}"
         index = _next_part_index(rank_dir)
         while True:
             try:
-                return _atomic_write(table, rank_dir / f"part-{index:05d}.parquet", replace=False)
+                return atomic_write(table, rank_dir / f"part-{index:05d}.parquet", replace=False)
             except FileExistsError:
                 index += 1
 
@@ -292,6 +293,6 @@ def migrate_run(run_dir: str | Path) -> int:
     for name in TABLES:
         for _, path in table_files(run_dir, name):
             if inspect_file(path, expect_table=name).major < CURRENT_MAJOR:
-                _atomic_write(read_file(path, expect_table=name), path, replace=True)
+                atomic_write(read_file(path, expect_table=name), path, replace=True)
                 count += 1
     return count
