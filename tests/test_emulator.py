@@ -174,3 +174,30 @@ def test_support_matrix(tmp_path, script, ranks, expect):
     if "collectives" in expect:
         names = set(calls.column("collective_name").drop_null().to_pylist())
         assert expect["collectives"] <= names
+
+
+def test_hugging_face_llama_from_config(tmp_path):
+    r, out = emulate(tmp_path, script="hf_llama.py")
+    assert r.exit_code == 0, r.output
+    run = Run(out)
+    modules = set(run.table("ops").column("module_path").drop_null().to_pylist())
+    assert "LlamaForCausalLM.model.layers.1.self_attn.k_proj" in modules
+    calls = run.table("api_calls")
+    gemms = calls.filter(pc.is_valid(calls.column("gemm_m")))
+    # GQA: 2 KV heads of 64 -> the k projection is 512 -> 128, over 2 x 256 tokens
+    assert (128, 512, 512) in {(g["gemm_m"], g["gemm_n"], g["gemm_k"]) for g in gemms.to_pylist()}
+
+
+@pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)])
+def test_megatron_core_gpt(tmp_path, tp, pp):
+    r, out = emulate(tmp_path, "--nproc-per-node", "2", script="megatron_gpt.py",
+                     script_args=["--tp", tp, "--pp", pp])
+    assert r.exit_code == 0, r.output
+    calls = Run(out).table("api_calls").to_pylist()
+    by_rank = {rank: [c["collective_name"] for c in calls if c["rank"] == rank and c["collective_name"]]
+               for rank in (0, 1)}
+    if pp == 2:  # activations forward, gradients back: every send has its receive on the other stage
+        assert by_rank[0].count("send") == by_rank[1].count("recv") > 0
+        assert by_rank[1].count("send") == by_rank[0].count("recv") > 0
+    else:  # tensor-parallel layers all-reduce their partial results on both ranks alike
+        assert by_rank[0].count("allreduce") == by_rank[1].count("allreduce") > 0

@@ -44,3 +44,20 @@ def test_editable_install(tmp_path):
     collectors, spec = out.stdout.split()
     assert Path(collectors) == REPO / "collectors" / "__init__.py"
     assert Path(spec) == REPO / "maya_trace_spec" / "__init__.py"
+
+
+def test_every_source_package_is_listed_for_the_wheel():
+    """A folder with an __init__.py under a mapped directory must be in [tool.setuptools] packages,
+    or a non-editable install silently lacks it."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    missing = []
+    for package, folder in config["package-dir"].items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / folder)
+            name = ".".join([package, *rel.parts]) if rel.parts else package
+            if name not in listed:
+                missing.append(name)
+    assert missing == []
