@@ -22,6 +22,8 @@ def emulate_cmd(ctx: typer.Context,
                 ranks: Annotated[Optional[str], typer.Option(help="Ranks to capture, e.g. 0,8-11 "
                                                                   "(default: all).")] = None,
                 hardware: Annotated[str, typer.Option(help="GPU model to emulate (see data/hardware).")] = "h100-sxm",
+                dedup: Annotated[bool, typer.Option(help="Capture equivalent ranks once (verified by "
+                                                         "signature).")] = True,
                 out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None):
     """Run `-- python SCRIPT ARGS` unchanged on virtual GPUs, each rank in isolation, and store the
     device-API trace (maya_trace_spec). Exit code 3 when the script runs out of device memory."""
@@ -43,9 +45,11 @@ def emulate_cmd(ctx: typer.Context,
     columns = (SpinnerColumn(), TextColumn("[bold]emulating[/] {task.description}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True) as progress:
-        task = progress.add_task(f"{Path(argv[0]).name} on {topology.world_size} × {hw.name}", total=len(wanted))
+        task = progress.add_task(f"{Path(argv[0]).name} on {topology.world_size} × {hw.name}",
+                                 total=len(wanted) if ranks or not dedup else None)
         try:
-            result = emulate(argv, target, hardware=hw.name, topology=topology, ranks=wanted,
+            result = emulate(argv, target, hardware=hw.name, topology=topology, ranks=wanted if ranks else None,
+                             dedup=dedup,
                              on_rank_done=lambda _: progress.advance(task),
                              on_output=lambda line: progress.console.print(line, end="", markup=False,
                                                                            highlight=False))

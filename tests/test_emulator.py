@@ -90,7 +90,7 @@ def test_unimplemented_api_fails_loudly_and_is_counted(tmp_path):
 
 
 def test_ddp_two_isolated_ranks(tmp_path):
-    r, out = emulate(tmp_path, "--nproc-per-node", "2", script="ddp_mlp.py")
+    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--no-dedup", script="ddp_mlp.py")
     assert r.exit_code == 0, r.output
     assert validate_run(out) == []
     run = Run(out)
@@ -201,3 +201,28 @@ def test_megatron_core_gpt(tmp_path, tp, pp):
         assert by_rank[1].count("send") == by_rank[0].count("recv") > 0
     else:  # tensor-parallel layers all-reduce their partial results on both ranks alike
         assert by_rank[0].count("allreduce") == by_rank[1].count("allreduce") > 0
+
+
+def _represents(out):
+    return {d["rank"]: d["represents"] for d in Run(out).table("devices").to_pylist()}
+
+
+def test_dedup_data_parallel_ranks_are_captured_once(tmp_path):
+    r, out = emulate(tmp_path, "--nproc-per-node", "8", script="ddp_mlp.py")
+    assert r.exit_code == 0, r.output
+    assert _represents(out) == {0: list(range(8))}
+    assert json.loads(Run(out).info["attrs"])["captured_ranks"] == [0]
+
+
+def test_dedup_one_capture_per_pipeline_stage(tmp_path):
+    r, out = emulate(tmp_path, "--nproc-per-node", "4", script="megatron_gpt.py", script_args=["--tp", 2, "--pp", 2])
+    assert r.exit_code == 0, r.output
+    assert _represents(out) == {0: [0, 1], 2: [2, 3]}
+
+
+def test_dedup_splits_a_rank_that_behaves_differently(tmp_path):
+    """Rank 0 logs (a host sync the others lack): the check capture differs, so rank 0 stands for
+    itself and the checked rank for the others."""
+    r, out = emulate(tmp_path, "--nproc-per-node", "4", script="rank0_logging.py")
+    assert r.exit_code == 0, r.output
+    assert _represents(out) == {0: [0], 3: [1, 2, 3]}

@@ -44,6 +44,7 @@ class RankCapture:
     peak_bytes: dict[int, int]
     status: dict
     kineto: dict | None
+    process_groups: dict[str, list[int]]
 
     @classmethod
     def load(cls, raw: Path) -> RankCapture:
@@ -62,6 +63,7 @@ class RankCapture:
             status=json.loads(status_path.read_text()) if status_path.exists()
             else {"status": "failed", "error": "the process ended without reporting (killed or crashed)"},
             kineto=json.loads(kineto_path.read_text()) if kineto_path.exists() else None,
+            process_groups=json.loads(groups.read_text()) if (groups := raw / "process_groups.json").exists() else {},
         )
 
     @property
@@ -202,9 +204,11 @@ def _with_module_paths(ops: list[dict]) -> list[dict]:
 
 
 def _process_groups(ops: list[dict], op_args: list[dict], call_ops: np.ndarray, coll: np.ndarray,
-                    rank: int, world_size: int) -> tuple[list[str | None], dict[str, dict]]:
+                    rank: int, world_size: int, members: dict[str, list[int]]
+                    ) -> tuple[list[str | None], dict[str, dict]]:
     """For each collective call, the process group of its enclosing `record_param_comms` op
-    (`pg:NAME`, as the Kineto importer names them), and one communicators row per group."""
+    (`pg:NAME`, as the Kineto importer names them), and one communicators row per group. Group
+    members come from the process groups the runner listed (`members`), else from the op's args."""
     parent = {o["op_id"]: o["parent_op_id"] for o in ops}
     groups: dict[str, dict] = {}
     out: list[str | None] = []
@@ -215,11 +219,9 @@ def _process_groups(ops: list[dict], op_args: list[dict], call_ops: np.ndarray, 
             out.append(None)
             continue
         args = op_args[op_id]
-        name, size = str(args.get("Process Group Name")), int(args.get("Group size") or world_size)
-        try:
-            ranks = [int(x) for x in json.loads(str(args.get("Process Group Ranks", "[]")))]
-        except ValueError:
-            ranks = []
+        name = str(args.get("Process Group Name"))
+        ranks = members.get(name) or _listed_ranks(args)
+        size = len(ranks) if ranks else int(args.get("Group size") or world_size)
         if not ranks and size == world_size:
             ranks = list(range(world_size))
         comm_id = f"pg:{name}"
@@ -231,8 +233,16 @@ def _process_groups(ops: list[dict], op_args: list[dict], call_ops: np.ndarray, 
     return out, groups
 
 
-def write_rank(cap: RankCapture, writer: RunWriter, rank: int, world_size: int, device_row: dict) -> None:
-    """Write every per-rank table of one emulated rank."""
+def _listed_ranks(args: dict) -> list[int]:
+    try:
+        return [int(x) for x in json.loads(str(args.get("Process Group Ranks", "[]")))]
+    except ValueError:
+        return []
+
+
+def write_rank(cap: RankCapture, writer: RunWriter, rank: int, world_size: int) -> None:
+    """Write the per-rank tables of one emulated rank (all but `devices`, which the launcher writes
+    once it knows which ranks the capture stands for)."""
     pid = cap.status.get("pid")
     points = [(pid, int(t), int(s)) for t, s in zip(cap.records["tid"], cap.records["start_ns"])]
     if cap.kineto is not None:
@@ -243,10 +253,9 @@ def write_rank(cap: RankCapture, writer: RunWriter, rank: int, world_size: int, 
     op_of = np.array(op_of, dtype=object)
     calls = api_calls_table(cap, list(op_of[~alloc]))
     coll = cap.records["kind"][~alloc] == K_COLL
-    pg_ids, groups = _process_groups(ops, op_args, op_of[~alloc], coll, rank, world_size)
+    pg_ids, groups = _process_groups(ops, op_args, op_of[~alloc], coll, rank, world_size, cap.process_groups)
     comm_ids = [pg or old for pg, old in zip(pg_ids, calls.column("comm_id").to_pylist())]
     calls = calls.set_column(calls.schema.get_field_index("comm_id"), "comm_id", pa.array(comm_ids, pa.string()))
-    writer.write("devices", {k: [v] for k, v in device_row.items()}, rank=rank)
     writer.write("api_calls", calls, rank=rank)
     writer.write("memory_events", memory_events_table(cap, list(op_of[alloc])), rank=rank)
     if ops:

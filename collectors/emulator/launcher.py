@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,10 +18,11 @@ from maya import __version__
 from maya.hardware import Hardware
 from maya.hardware import get as get_hardware
 from maya.paths import maya_home
-from maya_trace_spec import RunWriter
+from maya_trace_spec import RunWriter, read_table
 
 from .build import build, preload_list
-from .convert import RankCapture, write_rank
+from .convert import K_ALLOC, RankCapture, write_rank
+from .dedup import signature, stage_classes
 
 
 @dataclass(frozen=True)
@@ -92,11 +94,12 @@ def _free_port() -> int:
 def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", topology: Topology = Topology(),
             ranks: Sequence[int] | None = None, parallel: int | None = None,
             on_rank_done: Callable[[RankResult], None] | None = None,
-            on_output: Callable[[str], None] | None = None) -> EmulationResult:
+            on_output: Callable[[str], None] | None = None, dedup: bool = True) -> EmulationResult:
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
-    passed to `on_output` as they come."""
+    passed to `on_output` as they come. With `dedup` and no explicit `ranks`, equivalent ranks are
+    captured once (`devices.represents` says which ranks a capture stands for)."""
     hw = get_hardware(hardware)
     wanted = sorted(set(ranks)) if ranks is not None else list(range(topology.world_size))
     bad = [r for r in wanted if not 0 <= r < topology.world_size]
@@ -117,7 +120,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
     writer.write("run", {k: [v] for k, v in run_row.items()})
     port = _free_port()
 
-    def one(rank: int) -> RankResult:
+    def capture(rank: int, keep: bool = True) -> tuple[RankCapture, RankResult]:
         raw = out_dir / ".capture" / f"rank{rank}"
         raw.mkdir(parents=True)
         (raw / "config").write_text(_config(hw, raw, rank, topology.nproc_per_node))
@@ -126,29 +129,64 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
                                _rank_env(lib_dir, raw, rank, topology, port), out_dir / "logs" / f"rank{rank}.txt",
                                echo=on_output if rank == wanted[0] else None)
         cap = RankCapture.load(raw)
-        local = rank % topology.nproc_per_node
-        write_rank(cap, writer, rank, topology.world_size, {
-            "local_rank": local, "node": rank // topology.nproc_per_node, "device_index": local,
-            "device_name": hw.device_name, "hardware": hw.name, "sm_major": hw.sm_major, "sm_minor": hw.sm_minor,
-            "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes, "represents": [rank],
-            "hostname": socket.gethostname(), "pid": cap.status.get("pid"),
-        })
-        result = RankResult(rank, cap.status["status"], returncode, int((cap.records["kind"] != 7).sum()),
+        if keep:
+            write_rank(cap, writer, rank, topology.world_size)
+        result = RankResult(rank, cap.status["status"], returncode, int((cap.records["kind"] != K_ALLOC).sum()),
                             max(cap.peak_bytes.values(), default=0), cap.unimplemented, cap.status.get("error"),
                             time.monotonic() - t0)
-        if on_rank_done:
+        if on_rank_done and keep:
             on_rank_done(result)
-        return result
+        return cap, result
 
-    with ThreadPoolExecutor(parallel or min(len(wanted), os.cpu_count() or 1)) as pool:
-        results = list(pool.map(one, wanted))
+    workers = parallel or os.cpu_count() or 1
+    if dedup and ranks is None and topology.world_size > 1:
+        captured, represents = _deduplicated(capture, writer, topology.world_size, workers, on_rank_done)
+    else:
+        with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
+            captured = dict(zip(wanted, pool.map(capture, wanted)))
+        represents = {rank: [rank] for rank in wanted}
+    for rank, (cap, _) in sorted(captured.items()):
+        local = rank % topology.nproc_per_node
+        writer.write("devices", {k: [v] for k, v in {
+            "local_rank": local, "node": rank // topology.nproc_per_node, "device_index": local,
+            "device_name": hw.device_name, "hardware": hw.name, "sm_major": hw.sm_major, "sm_minor": hw.sm_minor,
+            "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes, "represents": represents[rank],
+            "hostname": socket.gethostname(), "pid": cap.status.get("pid")}.items()}, rank=rank)
+    results = [result for _, result in (captured[r] for r in sorted(captured))]
     status = ("oom" if any(r.status == "oom" for r in results)
               else "failed" if any(r.status == "failed" for r in results) else "complete")
     run_row["status"] = status
+    run_row["attrs"] = json.dumps({"captured_ranks": sorted(captured), "represents": represents})
     writer.write("run", {k: [v] for k, v in run_row.items()})
-    if status == "complete":
-        _remove_tree(out_dir / ".capture") if not os.environ.get("MAYA_KEEP_CAPTURE") else None
+    if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
+        shutil.rmtree(out_dir / ".capture", ignore_errors=True)
     return EmulationResult(out_dir, status, results)
+
+
+def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done):
+    """Capture one representative per class of equivalent ranks (dedup.py), verified by one more
+    member per class; returns the captures kept and which ranks each stands for."""
+    captured = {0: capture(0)}
+    if captured[0][1].status != "complete":
+        return captured, {0: [0]}
+    classes = stage_classes(world_size, read_table(writer.run_dir, "api_calls", [0]),
+                            read_table(writer.run_dir, "communicators", [0]))
+    with ThreadPoolExecutor(workers) as pool:
+        captured.update(zip((r for r in classes if r), pool.map(capture, [r for r in classes if r])))
+        checks = {rep: max(members) for rep, members in classes.items() if len(members) > 1}
+        probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
+    represents = {rep: list(members) for rep, members in classes.items()}
+    for rep, probe_rank in checks.items():
+        probe_cap, probe_result = probes[probe_rank]
+        if signature(probe_cap) != signature(captured[rep][0]):
+            # the representative is special (e.g. logs): it stands for itself, the probe for the rest
+            write_rank(probe_cap, writer, probe_rank, world_size)
+            if on_rank_done:
+                on_rank_done(probe_result)
+            captured[probe_rank] = (probe_cap, probe_result)
+            represents[probe_rank] = [r for r in represents[rep] if r != rep]
+            represents[rep] = [rep]
+    return captured, represents
 
 
 def _run_rank(cmd: list[str], env: dict[str, str], log: Path, echo: Callable[[str], None] | None) -> int:
@@ -164,6 +202,3 @@ def _run_rank(cmd: list[str], env: dict[str, str], log: Path, echo: Callable[[st
     return proc.returncode
 
 
-def _remove_tree(path: Path) -> None:
-    import shutil
-    shutil.rmtree(path, ignore_errors=True)

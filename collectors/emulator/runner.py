@@ -48,6 +48,14 @@ def _module_hooks(torch):
     return [register_module_forward_pre_hook(pre), register_module_forward_hook(post, always_call=True)]
 
 
+def _process_groups() -> dict[str, list[int]]:
+    """Global ranks of every process group this rank created, by group name."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return {}
+    return {name: dist.get_process_group_ranks(pg) for pg, name in dist.distributed_c10d._world.pg_names.items()}
+
+
 def _run_script(argv: list[str]) -> None:
     import runpy
     if argv[0] == "-m":
@@ -112,6 +120,7 @@ def main(argv: list[str]) -> int:
         for h in handles:
             h.remove()
         iterations.finish(out / "kineto.json")
+        (out / "process_groups.json").write_text(json.dumps(_process_groups()))
         (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
                                                      "pid": os.getpid(), "torch": torch.__version__}))
         ctypes.CDLL(None).maya_emu_finish()
