@@ -154,6 +154,7 @@ def test_sdpa_uses_the_backend_an_h100_picks(tmp_path, causal):
     ("compiled_mlp.py", 1, {"library": "triton"}),
     ("fsdp2_mlp.py", 2, {"collectives": {"allgather", "reducescatter"}}),
     ("tensor_parallel_mlp.py", 2, {"collectives": {"allreduce"}}),
+    ("fsdp_tp_mesh.py", 4, {"collectives": {"allgather", "reducescatter", "allreduce"}}),
 ])
 def test_support_matrix(tmp_path, script, ranks, expect):
     """Ordinary training scripts run unchanged, and their trace shows what makes them what they are."""
@@ -162,6 +163,8 @@ def test_support_matrix(tmp_path, script, ranks, expect):
     assert validate_run(out) == []
     run = Run(out)
     calls = run.table("api_calls")
+    for group in run.table("communicators").to_pylist():  # sub-groups know their real members
+        assert group["comm_size"] == len(group["ranks"]) <= ranks
     if "gemm_dtype" in expect:
         assert set(calls.column("gemm_dtype_a").drop_null().to_pylist()) == {expect["gemm_dtype"]}
     if "recompute" in expect:  # the checkpointed forward runs again inside backward

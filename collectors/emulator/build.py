@@ -196,7 +196,7 @@ def build(cache_root: Path) -> Path:
             gen = obj_dir / f"unimplemented_{lib.soname}.c"
             gen.write_text(_unimplemented_source(lib, missing))
             vs = obj_dir / f"{lib.soname}.map"
-            exported = {n for n in implemented | wanted[lib.soname] if not n.startswith("maya_")}
+            exported = implemented | wanted[lib.soname]
             vs.write_text(_version_script(lib, exported))
             _run([cc, *cflags, *incs, "-shared", "-o", str(tmp / lib.soname), *map(str, objs), str(gen),
                   "-Wl,-soname," + lib.soname, "-Wl,--version-script=" + str(vs), f"-L{tmp}",

@@ -70,8 +70,35 @@ def _handler(url: str, timeout: timedelta | None = None, **kwargs):
     yield store, rank, world_size
 
 
+def _announce_split_colors() -> None:
+    """NCCL communicators split off for a new group learn their size from the group's ranks, which
+    only Python knows: each color torch derives from a rank list is registered with the NCCL stub."""
+    import ctypes
+
+    import torch.distributed.distributed_c10d as c10d
+
+    register = ctypes.CDLL(None).maya_nccl_register_color
+    derive = c10d._process_group_color
+
+    def color(ranks):
+        value = derive(ranks)
+        register(ctypes.c_int(value), ctypes.c_int(len(ranks)))
+        return value
+
+    c10d._process_group_color = color
+    expect = ctypes.CDLL(None).maya_nccl_expect_split
+    split = c10d.ProcessGroup.split_group
+
+    def split_group(self, ranks, *args, **kwargs):
+        expect(ctypes.c_int(len(ranks)))
+        return split(self, ranks, *args, **kwargs)
+
+    c10d.ProcessGroup.split_group = split_group
+
+
 def install() -> None:
-    """Route every rendezvous scheme to an isolated store."""
+    """Route every rendezvous scheme to an isolated store; announce communicator splits."""
     handlers = sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers
     for scheme in ("env", "tcp", "file"):
         handlers[scheme] = _handler
+    _announce_split_colors()

@@ -89,15 +89,37 @@ MAYA_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int 
   return ncclSuccess;
 }
 
-/* The new communicator's size is not knowable in isolation: the parent's size stands in, and the
- * converter takes the real membership from the process group. */
+/* The size of a communicator split off by color is not knowable in isolation: the runner registers
+ * each color torch derives from a group's ranks, with the group's size (see runner.py). */
+#define MAX_COLORS 4096
+static int color_keys[MAX_COLORS], color_sizes[MAX_COLORS], n_colors;
+
+MAYA_EXPORT void maya_nccl_register_color(int color, int size) {
+  if (n_colors < MAX_COLORS) { color_keys[n_colors] = color; color_sizes[n_colors++] = size; }
+}
+
+/* sizes of splits whose color torch computes in C++ (ProcessGroup.split_group), in call order */
+static int expected_sizes[MAX_COLORS], n_expected, next_expected;
+
+MAYA_EXPORT void maya_nccl_expect_split(int size) {
+  if (n_expected < MAX_COLORS) expected_sizes[n_expected++] = size;
+}
+
 MAYA_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
   (void)config;
   maya_comm *p = (maya_comm *)comm;
   if (color == NCCL_SPLIT_NOCOLOR) { *newcomm = NULL; return ncclSuccess; }
+  int size = 0;
+  for (int i = n_colors - 1; i >= 0 && !size; i--)
+    if (color_keys[i] == color) size = color_sizes[i];
+  if (!size && next_expected < n_expected) size = expected_sizes[next_expected++];
+  if (!size) { /* a split torch did not announce: the size is unknown */
+    maya_unimplemented("ncclCommSplit(unregistered color)", D_NCCL);
+    return ncclInvalidUsage;
+  }
   char seed[64];
   snprintf(seed, sizeof seed, "%lld/%d/%lld", (long long)p->id, color, (long long)p->seq++);
-  *newcomm = (ncclComm_t)new_comm(hash_bytes(seed, strlen(seed)), p->nranks, key < p->nranks ? key : 0);
+  *newcomm = (ncclComm_t)new_comm(hash_bytes(seed, strlen(seed)), size, key < size ? key : 0);
   return ncclSuccess;
 }
 
