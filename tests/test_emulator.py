@@ -229,3 +229,12 @@ def test_dedup_splits_a_rank_that_behaves_differently(tmp_path):
     r, out = emulate(tmp_path, "--nproc-per-node", "4", script="rank0_logging.py")
     assert r.exit_code == 0, r.output
     assert _represents(out) == {0: [0], 3: [1, 2, 3]}
+
+
+def test_one_rank_of_a_4096_rank_megatron_job(tmp_path):
+    """TP8 x PP8 x DP64: rank 9 alone, its tensor- and pipeline-parallel groups as Megatron lays them out."""
+    r, out = emulate(tmp_path, "--world-size", "4096", "--nnodes", "512", "--ranks", "9", script="megatron_gpt.py",
+                     script_args=["--tp", 8, "--pp", 8])
+    assert r.exit_code == 0, r.output
+    groups = sorted(tuple(g["ranks"]) for g in Run(out).table("communicators").to_pylist())
+    assert groups == [tuple(range(8, 16)), tuple(range(9, 4096, 512))]

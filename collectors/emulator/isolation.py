@@ -94,6 +94,15 @@ def _announce_split_colors() -> None:
         return split(self, ranks, *args, **kwargs)
 
     c10d.ProcessGroup.split_group = split_group
+    nccl2 = getattr(c10d, "ProcessGroupNCCL2", None)
+    if nccl2 is not None and hasattr(nccl2, "split"):
+        nccl2_split = nccl2.split
+
+        def split(self, store, ranks, *args, **kwargs):
+            expect(ctypes.c_int(len(ranks)))
+            return nccl2_split(self, store, ranks, *args, **kwargs)
+
+        nccl2.split = split
 
 
 def install() -> None:

@@ -20,7 +20,8 @@ p.add_argument("--microbatches", type=int, default=4)
 args = p.parse_args()
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 dist.init_process_group("nccl")
-parallel_state.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp)
+parallel_state.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
+                                         create_gloo_process_groups=False)
 model_parallel_cuda_manual_seed(123)
 seq, mbs, vocab = 128, 2, 1024
 config = TransformerConfig(num_layers=4, hidden_size=512, num_attention_heads=8, pipeline_dtype=torch.float32)

@@ -91,18 +91,28 @@ MAYA_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int 
 
 /* The size of a communicator split off by color is not knowable in isolation: the runner registers
  * each color torch derives from a group's ranks, with the group's size (see runner.py). */
-#define MAX_COLORS 4096
-static int color_keys[MAX_COLORS], color_sizes[MAX_COLORS], n_colors;
+/* every rank creates every group of a job (thousands at scale), so the tables grow */
+static int *color_keys, *color_sizes, n_colors, cap_colors;
 
 MAYA_EXPORT void maya_nccl_register_color(int color, int size) {
-  if (n_colors < MAX_COLORS) { color_keys[n_colors] = color; color_sizes[n_colors++] = size; }
+  if (n_colors == cap_colors) {
+    cap_colors = cap_colors ? 2 * cap_colors : 1024;
+    color_keys = realloc(color_keys, sizeof(int) * (size_t)cap_colors);
+    color_sizes = realloc(color_sizes, sizeof(int) * (size_t)cap_colors);
+  }
+  color_keys[n_colors] = color;
+  color_sizes[n_colors++] = size;
 }
 
 /* sizes of splits whose color torch computes in C++ (ProcessGroup.split_group), in call order */
-static int expected_sizes[MAX_COLORS], n_expected, next_expected;
+static int *expected_sizes, n_expected, cap_expected, next_expected;
 
 MAYA_EXPORT void maya_nccl_expect_split(int size) {
-  if (n_expected < MAX_COLORS) expected_sizes[n_expected++] = size;
+  if (n_expected == cap_expected) {
+    cap_expected = cap_expected ? 2 * cap_expected : 1024;
+    expected_sizes = realloc(expected_sizes, sizeof(int) * (size_t)cap_expected);
+  }
+  expected_sizes[n_expected++] = size;
 }
 
 MAYA_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
