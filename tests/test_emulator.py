@@ -193,7 +193,7 @@ def test_hugging_face_llama_from_config(tmp_path):
 
 @pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)])
 def test_megatron_core_gpt(tmp_path, tp, pp):
-    r, out = emulate(tmp_path, "--nproc-per-node", "2", script="megatron_gpt.py",
+    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--no-dedup", script="megatron_gpt.py",
                      script_args=["--tp", tp, "--pp", pp])
     assert r.exit_code == 0, r.output
     calls = Run(out).table("api_calls").to_pylist()
