@@ -89,3 +89,20 @@ def _report(result, hw) -> None:
         if r.error:
             where = r.error.strip().splitlines()[-1]
             err.print(f"[red]rank {r.rank}:[/] {where}", highlight=False)
+        if r.status == "oom":
+            err.print(f"[red]rank {r.rank} ran out of memory[/] {_oom_site(result.run_dir, r.rank)}", highlight=False)
+
+
+def _oom_site(run_dir: Path, rank: int) -> str:
+    """Where the failed allocation was made: its size, the op and module, the phase and iteration."""
+    from maya_trace_spec import read_table
+
+    events = [e for e in read_table(run_dir, "memory_events", [rank]).to_pylist() if e["kind"] == "oom"]
+    if not events:
+        return ""
+    oom = events[0]
+    ops = {o["op_id"]: o for o in read_table(run_dir, "ops", [rank]).to_pylist()}
+    op = ops.get(oom["op_id"]) or {}
+    where = ", ".join(f"{k} {op[k]}" for k in ("name", "module_path", "phase", "iteration") if op.get(k) is not None)
+    peak = max((e["allocated_bytes"] for e in read_table(run_dir, "memory_events", [rank]).to_pylist()), default=0)
+    return f"requesting {oom['bytes'] / 2**30:.2f} GiB with {peak / 2**30:.2f} GiB in use" + (f" ({where})" if where else "")
