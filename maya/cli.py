@@ -14,6 +14,7 @@ from rich.table import Table
 from maya_trace_spec import TraceError
 
 from . import __version__
+from .cli_estimators import estimators_app
 
 app = typer.Typer(help="Maya: predict training time, memory and cost on virtual GPUs.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -23,6 +24,7 @@ profile_app = typer.Typer(help="Profile real devices with torch.profiler.", no_a
 app.add_typer(trace_app, name="trace")
 trace_app.add_typer(import_app, name="import")
 app.add_typer(profile_app, name="profile")
+app.add_typer(estimators_app, name="estimators")
 
 from .cli_common import err, fail, out, script_argv  # noqa: E402
 from .cli_emulate import emulate_cmd  # noqa: E402
@@ -163,9 +165,40 @@ def trace_migrate(path: Annotated[Path, typer.Argument(help="Run directory.")]):
 
 @profile_app.command("workload", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def profile_workload_cmd(ctx: typer.Context,
-                         out_dir: Annotated[Path, typer.Option("--out", "-o", help="Run directory to write.")],
-                         hardware: Annotated[Optional[str], typer.Option(help="Hardware catalog name.")] = None):
-    """Run `-- python SCRIPT ARGS` under torch.profiler and store the measured trace."""
+                         out_dir: Annotated[Path, typer.Option("--out", "-o", help="Run directory to write (trace), "
+                                                               "or results directory (--measure, --suite).")],
+                         hardware: Annotated[Optional[str], typer.Option(help="Hardware catalog name.")] = None,
+                         measure: Annotated[bool, typer.Option("--measure", help="Ground truth: time warm-up + "
+                                                               "measured iterations (CUDA events), memory peaks, "
+                                                               "OOM, a trace of 2 more iterations.")] = False,
+                         name: Annotated[Optional[str], typer.Option(help="Config name of a --measure run "
+                                                                          "(default: the script's name).")] = None,
+                         suite: Annotated[Optional[Path], typer.Option(help="Suite file (.py defining CONFIGS, or "
+                                                                             ".json): measure its configs not yet "
+                                                                             "in --out, each in a fresh process.")] = None,
+                         config: Annotated[Optional[str], typer.Option(help="Only this config of the --suite, in "
+                                                                            "this process.")] = None,
+                         budget_min: Annotated[float, typer.Option("--budget-min", help="Suite time budget in "
+                                                                                        "minutes.")] = 8.0,
+                         warmup: Annotated[int, typer.Option(help="Warm-up iterations.")] = 5,
+                         iterations: Annotated[int, typer.Option(help="Measured iterations.")] = 10,
+                         iterations_by: Annotated[Optional[str], typer.Option(
+                             "--iterations-by", help="Dotted path of the function whose calls end iterations, for "
+                                                     "scripts without an optimizer (e.g. torch.Tensor.backward).")] = None):
+    """Run `-- python SCRIPT ARGS` under torch.profiler and store the measured trace; with --measure or
+    --suite, measure ground truth (iteration times, memory peaks, a 2-iteration trace) instead."""
+    if measure or suite is not None:
+        from maya.collectors.profiler.workload_cli import UsageError, WorkloadRequest, run_request
+
+        request = WorkloadRequest(out_dir, script_argv(ctx.args) if ctx.args or suite is None else [], hardware,
+                                  measure, name, suite, config, budget_min, warmup, iterations, iterations_by)
+        try:
+            code = run_request(request, log=lambda line: out.print(line, markup=False, highlight=False))
+        except UsageError as e:
+            fail(str(e), 2)
+        except (ValueError, FileExistsError) as e:
+            fail(str(e))
+        raise typer.Exit(code)
     from maya.collectors.profiler.workload import profile_workload
 
     from .warehouse import register_run

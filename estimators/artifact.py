@@ -1,0 +1,67 @@
+"""A trained `KernelEstimator` as one file: a zip of `manifest.json` (format, per-family feature
+names, hardware, architectures and bands), one XGBoost model per family and kind (`<family>.seen.ubj`,
+`<family>.transfer.ubj`, XGBoost's binary JSON) and the measured-shape table (`lookup.parquet`).
+Entries carry a fixed timestamp, so equal estimators give equal bytes."""
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+from .efficiency_model import Band, EfficiencyModel
+from .kernel_estimator import FamilyModels, KernelEstimator
+from .lookup import MeasuredShapes
+
+FORMAT = "maya-kernel-estimator/1"
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+class ArtifactFormatError(ValueError):
+    """The bytes are not a readable estimator artifact."""
+
+
+def dumps(estimator: KernelEstimator) -> bytes:
+    manifest = {"format": FORMAT, "families": {}, "roofline_bands": {
+        family: [band.low, band.high] for family, band in sorted(estimator.roofline_bands.items())}}
+    files: dict[str, bytes] = {}
+    for family, models in sorted(estimator.models.items()):
+        entry = {"hardware": sorted(models.hardware), "architectures": sorted(models.architectures)}
+        for kind, model in (("seen", models.seen), ("transfer", models.transfer)):
+            entry[kind] = {"features": list(model.feature_names), "band": [model.band.low, model.band.high]}
+            files[f"{family}.{kind}.ubj"] = model.to_bytes()
+        manifest["families"][family] = entry
+    if estimator.lookup is not None:
+        files["lookup.parquet"] = estimator.lookup.to_bytes()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in [("manifest.json", json.dumps(manifest, sort_keys=True).encode()), *files.items()]:
+            archive.writestr(zipfile.ZipInfo(name, _EPOCH), data, zipfile.ZIP_DEFLATED)
+    return buffer.getvalue()
+
+
+def loads(raw: bytes) -> KernelEstimator:
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            manifest = json.loads(archive.read("manifest.json"))
+            if manifest.get("format") != FORMAT:
+                raise ArtifactFormatError(f"format {manifest.get('format')!r}, expected {FORMAT!r}")
+            models = {family: _family_models(archive, family, entry)
+                      for family, entry in manifest["families"].items()}
+            names = set(archive.namelist())
+            lookup = MeasuredShapes.from_bytes(archive.read("lookup.parquet")) if "lookup.parquet" in names else None
+    except ArtifactFormatError:
+        raise
+    except Exception as e:  # zip, JSON, XGBoost and Parquet each fail their own way on damaged bytes
+        raise ArtifactFormatError(f"{type(e).__name__}: {e}") from e
+    bands = {family: Band(*values) for family, values in manifest["roofline_bands"].items()}
+    return KernelEstimator(models=models, lookup=lookup, roofline_bands=bands)
+
+
+def _family_models(archive: zipfile.ZipFile, family: str, entry: dict) -> FamilyModels:
+    def model(kind: str) -> EfficiencyModel:
+        spec = entry[kind]
+        return EfficiencyModel.from_bytes(archive.read(f"{family}.{kind}.ubj"), tuple(spec["features"]),
+                                          Band(*spec["band"]))
+
+    return FamilyModels(seen=model("seen"), transfer=model("transfer"), hardware=frozenset(entry["hardware"]),
+                        architectures=frozenset(entry["architectures"]))

@@ -1,0 +1,83 @@
+"""The learned part of a family predictor: gradient-boosted trees (XGBoost) predicting how far a call
+runs from its roofline.
+
+The target is the log slowdown `log(measured / roofline) >= 0`; achieved efficiency is
+`exp(-slowdown)`, in (0, 1], and the predicted time is `roofline / efficiency`. Normalising by the
+roofline is what lets one model serve GPUs of very different speeds.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import xgboost as xgb
+
+from .features import Features
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Tree ensemble settings (chosen on a validation split of the training data)."""
+
+    n_estimators: int = 200
+    max_depth: int = 8
+    learning_rate: float = 0.15
+    subsample: float = 0.8
+    colsample_bytree: float = 0.8
+    nthread: int = 2
+    seed: int = 0
+
+    def booster_params(self) -> dict:
+        params = asdict(self)
+        del params["n_estimators"]
+        return {**params, "eta": params.pop("learning_rate"), "objective": "reg:squarederror",
+                "tree_method": "hist"}
+
+
+@dataclass(frozen=True)
+class Band:
+    """Quantiles (10th, 90th) of log(measured / predicted) on data the model did not see."""
+
+    low: float
+    high: float
+
+    @classmethod
+    def of_residuals(cls, log_ratio: np.ndarray) -> Band:
+        low, high = np.quantile(log_ratio, [0.1, 0.9]) if len(log_ratio) else (0.0, 0.0)
+        return cls(float(low), float(high))
+
+
+@dataclass(frozen=True)
+class EfficiencyModel:
+    booster: xgb.Booster
+    feature_names: tuple[str, ...]
+    band: Band
+
+    @classmethod
+    def fit(cls, features: Features, names: tuple[str, ...], log_slowdown: np.ndarray, params: ModelParams,
+            rows: np.ndarray | None = None, band: Band = Band(0.0, 0.0)) -> EfficiencyModel:
+        """Fit on the feature columns `names` of the chosen rows (all by default)."""
+        target = log_slowdown if rows is None else log_slowdown[rows]
+        data = xgb.DMatrix(features.select(names, rows), label=target, feature_names=list(names),
+                           nthread=params.nthread)
+        booster = xgb.train(params.booster_params(), data, num_boost_round=params.n_estimators)
+        return cls(booster, names, band)
+
+    def log_slowdown(self, features: Features, rows: np.ndarray | None = None) -> np.ndarray:
+        """Predicted log(time / roofline) of the chosen rows, at least 0 (no call beats its roofline)."""
+        matrix = features.select(self.feature_names, rows)
+        if not len(matrix):
+            return np.zeros(0)
+        return np.maximum(self.booster.inplace_predict(matrix), 0.0)
+
+    def with_band(self, band: Band) -> EfficiencyModel:
+        return EfficiencyModel(self.booster, self.feature_names, band)
+
+    def to_bytes(self) -> bytes:
+        return bytes(self.booster.save_raw("ubj"))
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, feature_names: tuple[str, ...], band: Band) -> EfficiencyModel:
+        booster = xgb.Booster()
+        booster.load_model(bytearray(raw))
+        return cls(booster, feature_names, band)

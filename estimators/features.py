@@ -1,0 +1,61 @@
+"""The learned models' inputs: roofline position (shared by every family), the family's shape
+features and, for the model of seen hardware, the spec-sheet figures."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .family_base import FamilyPredictor, Work, log2
+from .hardware_table import HardwareArrays
+
+
+def roofline_features(work: Work, hw: HardwareArrays) -> dict[str, np.ndarray]:
+    """Where the call sits against the GPU's roofline: absolute size, arithmetic intensity relative to
+    the ridge point (> 0: compute bound), footprint relative to L2."""
+    ridge = hw.peak_flops / hw.bandwidth
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intensity = work.flops / work.bytes
+    return {
+        "log2_roofline_s": np.log2(work.roofline_s(hw)),
+        "log2_flops": log2(work.flops),
+        "log2_bytes": log2(work.bytes),
+        "log2_intensity_over_ridge": log2(intensity / ridge),
+        "log2_bytes_over_l2": log2(work.bytes / hw.l2_bytes),
+    }
+
+
+def hardware_features(hw: HardwareArrays) -> dict[str, np.ndarray]:
+    """Spec-sheet figures: they let one model tell seen GPUs apart, so it is not used for unseen ones."""
+    return {"log2_peak_flops": np.log2(hw.peak_flops), "log2_bandwidth": np.log2(hw.bandwidth),
+            "sm_count": hw.sm_count, "log2_l2_bytes": np.log2(hw.l2_bytes)}
+
+
+@dataclass(frozen=True)
+class Features:
+    """A float64 matrix, one column per named feature; NaN means missing."""
+
+    names: tuple[str, ...]
+    matrix: np.ndarray
+
+    def select(self, names: tuple[str, ...], rows: np.ndarray | None = None) -> np.ndarray:
+        """The columns `names`, in that order, of the chosen rows (all rows by default)."""
+        index = [self.names.index(n) for n in names]
+        return self.matrix[:, index] if rows is None else self.matrix[np.ix_(rows, index)]
+
+    def without(self, names: list[str]) -> tuple[str, ...]:
+        return tuple(n for n in self.names if n not in names)
+
+
+def features_of(predictor: FamilyPredictor, calls: pd.DataFrame, hw: HardwareArrays, work: Work, *,
+                with_hardware: bool) -> Features:
+    """Every feature of `calls` (all of one family)."""
+    columns = {"op_code": predictor.op_codes(calls), **roofline_features(work, hw),
+               **predictor.shape_features(calls, hw)}
+    if with_hardware:
+        columns.update(hardware_features(hw))
+    matrix = np.empty((len(calls), len(columns)))
+    for i, values in enumerate(columns.values()):
+        matrix[:, i] = values
+    return Features(tuple(columns), matrix)

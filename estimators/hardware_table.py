@@ -1,0 +1,62 @@
+"""Spec-sheet figures of the hardware catalog as per-call arrays (one lookup per distinct name)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pandas as pd
+
+from maya import hardware
+
+TENSOR_CORE_FAMILIES = ("gemm", "attention")
+"""Families whose peak is the dtype's (tensor-core) peak; the others run on the fp32 pipes."""
+
+
+@dataclass(frozen=True)
+class HardwareArrays:
+    """Per call: the catalog name and the figures the estimators use (SI units)."""
+
+    name: np.ndarray
+    architecture: np.ndarray
+    """Compute capability as major * 10 + minor (GPUs of one architecture run the same kernels)."""
+    peak_flops: np.ndarray
+    bandwidth: np.ndarray
+    sm_count: np.ndarray
+    l2_bytes: np.ndarray
+    pcie_bandwidth: np.ndarray
+
+    def take(self, rows: np.ndarray) -> HardwareArrays:
+        """The figures of the selected calls (boolean mask or indices)."""
+        return HardwareArrays(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+
+def catalog_names(names: pd.Series) -> pd.Series:
+    """Catalog names for catalog or device names; `maya.hardware.UnknownHardware` names the first unknown."""
+    codes, uniques = pd.factorize(names)
+    resolved = [hardware.get(n).name for n in uniques]
+    if resolved == list(uniques):
+        return names
+    return pd.Series(pd.Categorical.from_codes(codes, resolved), index=names.index).astype("str")
+
+
+def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
+    """Figures for every row of a normalised call frame (`hardware`, `family`, `dtype`)."""
+    codes, uniques = pd.factorize(calls["hardware"])
+    specs = [hardware.get(n) for n in uniques]
+
+    def column(values: list[float]) -> np.ndarray:
+        return np.asarray(values, dtype="float64")[codes]
+
+    tensor = calls["family"].isin(TENSOR_CORE_FAMILIES).to_numpy()
+    dtype_codes, dtypes = pd.factorize(np.where(tensor, calls["dtype"].to_numpy(), "fp32"))
+    pairs, pair_codes = np.unique(codes * len(dtypes) + dtype_codes, return_inverse=True)
+    peak = np.array([specs[p // len(dtypes)].peak_flops(dtypes[p % len(dtypes)]) for p in pairs])[pair_codes]
+    return HardwareArrays(
+        name=np.array([s.name for s in specs], dtype=object)[codes],
+        architecture=column([s.sm_major * 10 + s.sm_minor for s in specs]),
+        peak_flops=peak,
+        bandwidth=column([s.memory_bandwidth for s in specs]),
+        sm_count=column([s.sm_count for s in specs]),
+        l2_bytes=column([s.l2_bytes for s in specs]),
+        pcie_bandwidth=column([s.pcie_gbs * 1e9 for s in specs]),
+    )

@@ -1,0 +1,151 @@
+"""Training a `KernelEstimator` from measured calls (a call frame plus `measured_ns`).
+
+Per family with measurements:
+- the `model` (spec-sheet features included) is validated on a random held-out share of the shapes;
+- the `model_transfer` (no hardware identity) is validated with whole architectures held out, over
+  up to `transfer_folds` folds (a random split when only one architecture was measured);
+- both are then refitted on all rows; the held-out residuals give each its uncertainty band.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import GroupKFold, ShuffleSplit
+
+from .calls import KEY_COLUMNS, normalize
+from .efficiency_model import Band, EfficiencyModel, ModelParams
+from .evaluation import mape
+from .families import PREDICTORS
+from .features import Features, features_of, hardware_features
+from .hardware_table import catalog_names, hardware_arrays
+from .kernel_estimator import FamilyModels, KernelEstimator
+from .lookup import MeasuredShapes
+
+MEASURED = "measured_ns"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    params: ModelParams = field(default_factory=ModelParams)
+    validation_fraction: float = 0.1
+    transfer_folds: int = 3
+    min_rows: int = 20
+    """Families with fewer measured rows keep the roofline."""
+    families: tuple[str, ...] | None = None
+    """Families to learn (None: every family measured); the others keep the roofline."""
+    validate: bool = True
+    """Hold out data to measure accuracy and uncertainty bands (off: faster, bands of zero width)."""
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    estimator: KernelEstimator
+    metrics: dict
+
+
+def measurements_frame(measurements: pd.DataFrame) -> pd.DataFrame:
+    """Normalised calls with catalog hardware names and positive `measured_ns`."""
+    if MEASURED not in measurements.columns:
+        raise ValueError(f"measurements need a {MEASURED} column")
+    frame = normalize(measurements)
+    frame["hardware"] = catalog_names(frame["hardware"])
+    frame[MEASURED] = measurements[MEASURED].astype("float64").to_numpy()
+    return frame[frame[MEASURED] > 0].reset_index(drop=True)
+
+
+def data_hash(measurements: pd.DataFrame) -> str:
+    """SHA-256 of the measurements, independent of row order."""
+    frame = measurements_frame(measurements)
+    rows = np.sort(pd.util.hash_pandas_object(frame[[*KEY_COLUMNS, MEASURED]], index=False).to_numpy())
+    return hashlib.sha256(rows.tobytes()).hexdigest()
+
+
+def train(measurements: pd.DataFrame, config: TrainConfig = TrainConfig()) -> TrainingResult:
+    frame = measurements_frame(measurements)
+    models, bands, family_metrics = {}, {}, {}
+    for family, rows in frame.groupby("family").groups.items():
+        learn = config.families is None or family in config.families
+        model, bands[family], family_metrics[family] = _train_family(
+            family, frame.loc[rows].reset_index(drop=True), config, learn)
+        if model is not None:
+            models[family] = model
+    lookup = MeasuredShapes.from_measurements(frame, frame[MEASURED].to_numpy())
+    estimator = KernelEstimator(models=models, lookup=lookup, roofline_bands=bands)
+    return TrainingResult(estimator, {"rows": len(frame), "hardware": sorted(frame["hardware"].unique()),
+                                      "families": family_metrics})
+
+
+def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
+                  learn: bool) -> tuple[FamilyModels | None, Band, dict]:
+    """The family's models (when `learn`), its roofline band and its metrics."""
+    predictor = PREDICTORS[family]
+    hw = hardware_arrays(calls)
+    priced = np.isfinite(predictor.work(calls, hw).roofline_s(hw))
+    if not priced.all():  # rows whose shape does not give the work are not used
+        calls = calls[priced].reset_index(drop=True)
+        hw = hardware_arrays(calls)
+    work = predictor.work(calls, hw)
+    roofline_s = work.roofline_s(hw)
+    log_ratio = np.log(calls[MEASURED].to_numpy() * 1e-9 / roofline_s)
+    spread = Band.of_residuals(log_ratio)
+    roofline_band = Band(max(spread.low, 0.0), spread.high)  # the roofline is a lower bound
+    metrics = {"rows": len(calls), "rows_without_shape": int((~priced).sum()), "hardware": sorted(set(hw.name)),
+               "below_roofline": int((log_ratio < 0).sum()),
+               "roofline_mape": mape(calls[MEASURED].to_numpy(), roofline_s * 1e9)}
+    if not learn or len(calls) < config.min_rows:
+        return None, roofline_band, metrics
+    features = features_of(predictor, calls, hw, work, with_hardware=True)
+    target = np.maximum(log_ratio, 0.0)  # efficiency is at most 1
+    seen_names, transfer_names = features.names, features.without(list(hardware_features(hw)))
+    seen_band = transfer_band = Band(0.0, 0.0)
+    if config.validate:
+        seen_band, metrics["validation_mape"] = _validate(
+            features, seen_names, target, log_ratio, _random_split(len(target), config), config)
+        folds, by_gpu = _transfer_folds(hw.architecture, config)
+        transfer_band, metrics["transfer_mape"] = _validate(
+            features, transfer_names, target, log_ratio, folds, config, hw.name if by_gpu else None)
+    models = FamilyModels(
+        seen=EfficiencyModel.fit(features, seen_names, target, config.params, band=seen_band),
+        transfer=EfficiencyModel.fit(features, transfer_names, target, config.params, band=transfer_band),
+        hardware=frozenset(hw.name), architectures=frozenset(hw.architecture.astype(int).tolist()))
+    return models, roofline_band, metrics
+
+
+def _random_split(size: int, config: TrainConfig) -> list[tuple[np.ndarray, np.ndarray]]:
+    split = ShuffleSplit(n_splits=1, test_size=config.validation_fraction, random_state=config.params.seed)
+    return list(split.split(np.zeros(size)))
+
+
+def _transfer_folds(architecture: np.ndarray, config: TrainConfig) -> tuple[list, bool]:
+    """Folds that hold out whole architectures (and whether they do: not with a single one)."""
+    groups = pd.factorize(architecture)[0]
+    if groups.max() == 0:
+        return _random_split(len(groups), config), False
+    folds = GroupKFold(n_splits=min(config.transfer_folds, groups.max() + 1)).split(groups, groups=groups)
+    return list(folds), True
+
+
+def _validate(features: Features, names: tuple[str, ...], target: np.ndarray, log_ratio: np.ndarray,
+              folds: list[tuple[np.ndarray, np.ndarray]], config: TrainConfig,
+              hardware: np.ndarray | None = None) -> tuple[Band, float | dict[str, float]]:
+    """Held-out band of log(measured / predicted) and MAPE (per held-out GPU when `hardware` is given)."""
+    residuals, errors = [], {}
+    for fit_rows, held_rows in folds:
+        model = EfficiencyModel.fit(features, names, target, config.params, rows=fit_rows)
+        predicted = model.log_slowdown(features, held_rows)
+        residuals.append(log_ratio[held_rows] - predicted)
+        measured, estimate = np.exp(log_ratio[held_rows]), np.exp(predicted)
+        if hardware is None:
+            errors["all"] = mape(measured, estimate)
+        else:
+            for name in np.unique(hardware[held_rows]):
+                here = hardware[held_rows] == name
+                errors[str(name)] = mape(measured[here], estimate[here])
+    return Band.of_residuals(np.concatenate(residuals)), errors["all"] if hardware is None else errors

@@ -1,0 +1,79 @@
+"""`maya estimators`: train, list, show, eval (MAPE checked by hand) and clear errors."""
+import re
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from maya.cli import app
+from maya.estimators import Registry
+from maya.estimators.training_data import neusight_dir
+
+runner = CliRunner()
+TRAIN = ("estimators", "train", "--sample", "2000", "--trees", "10", "--depth", "3")
+
+
+def maya(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def trained():
+    r = maya(*TRAIN)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+@pytest.fixture(scope="module")
+def test_rows():
+    return pd.read_parquet(neusight_dir() / "kernels_test.parquet")
+
+
+def test_train_list_show(trained):
+    assert "registered estimator version v1" in trained.stdout
+    again = maya(*TRAIN)
+    assert again.exit_code == 0 and "reused estimator version v1" in again.stdout
+    listing = maya("estimators", "list")
+    assert listing.exit_code == 0 and "v1 (latest)" in listing.stdout
+    shown = maya("estimators", "show", "latest")
+    record = Registry().get("v1")
+    assert shown.exit_code == 0 and record.artifact_sha256[:16] in shown.stdout and "gemm" in shown.stdout
+
+
+def test_eval_mape_matches_a_hand_computation(trained, test_rows, tmp_path):
+    rows = test_rows[test_rows["op"] == "bmm"].head(3)
+    dataset = tmp_path / "three.parquet"
+    rows.to_parquet(dataset)
+    r = maya("estimators", "eval", "--dataset", dataset, "--version", "v1")
+    assert r.exit_code == 0, r.output
+    calls = pd.DataFrame({"hardware": rows["device"], "family": "gemm", "op": "bmm", "dtype": "fp32",
+                          "batch": rows["b"], "m": rows["m"], "n": rows["k"], "k": rows["n"]})
+    predicted = Registry().load("v1").predict(calls)["duration_ns"].to_numpy()
+    measured = rows["latency_ms"].to_numpy() * 1e6
+    by_hand = sum(abs(p - m) / m for p, m in zip(predicted, measured)) / 3
+    overall = re.search(r"overall\s*│\s*3\s*│\s*([\d.]+)%", r.stdout)
+    assert overall and float(overall.group(1)) == pytest.approx(100 * by_hand, abs=0.05)
+    assert re.search(r"bmm\s*│\s*3\s*│", r.stdout)
+
+
+def test_eval_errors(trained, test_rows, tmp_path):
+    unknown = tmp_path / "unknown.parquet"
+    test_rows.head(2).assign(device="NVIDIA H300").to_parquet(unknown)
+    r = maya("estimators", "eval", "--dataset", unknown)
+    assert r.exit_code == 1 and "unknown device 'NVIDIA H300'" in r.stderr
+    missing = tmp_path / "missing.parquet"
+    test_rows.head(2).drop(columns=["latency_ms"]).to_parquet(missing)
+    r = maya("estimators", "eval", "--dataset", missing)
+    assert r.exit_code == 1 and "missing column(s) latency_ms" in r.stderr
+    good = tmp_path / "good.parquet"
+    test_rows.head(2).to_parquet(good)
+    r = maya("estimators", "eval", "--dataset", good, "--version", "v7")
+    assert r.exit_code == 1 and "unknown estimator version 'v7'" in r.stderr
+    r = maya("estimators", "eval", "--dataset", tmp_path / "nope.parquet")
+    assert r.exit_code == 1 and "no such file" in r.stderr
+
+
+def test_show_and_eval_without_versions(test_rows, tmp_path):
+    r = maya("estimators", "show", "v1")
+    assert r.exit_code == 1 and "none registered yet" in r.stderr
+    assert "no estimator versions" in maya("estimators", "list").stdout

@@ -1,0 +1,111 @@
+"""Kernel estimators: work counting, roofline fallback, exact lookup, learned models and method tags."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from maya import hardware
+from maya.estimators import METHODS, CallFrameError, KernelEstimator, TrainConfig, train
+from maya.estimators.training_data import load_kernels, neusight_dir
+from maya.estimators.efficiency_model import ModelParams
+from maya.estimators.families import PREDICTORS
+from maya.estimators.features import features_of
+from maya.estimators.hardware_table import hardware_arrays
+
+SMALL = TrainConfig(params=ModelParams(n_estimators=20, max_depth=4), validate=False)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    """A small sample of NeuSight's training kernels (A100, V100, T4, P100, P4)."""
+    return load_kernels(neusight_dir() / "kernels_train.parquet").sample(3000, random_state=1).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def estimator(measured):
+    return train(measured, SMALL).estimator
+
+
+def gemm_call(hw="h100-sxm", m=4096.0, n=2048.0, k=1024.0, batch=1.0, dtype="bf16"):
+    return pd.DataFrame({"hardware": [hw], "family": ["gemm"], "op": ["mm"], "dtype": [dtype],
+                         "batch": [batch], "m": [m], "n": [n], "k": [k]})
+
+
+def test_gemm_flops_bytes_and_features():
+    calls = gemm_call(batch=2.0)
+    from maya.estimators.calls import normalize
+    frame = normalize(calls)
+    hw = hardware_arrays(frame)
+    work = PREDICTORS["gemm"].work(frame, hw)
+    assert work.flops[0] == 2 * 2 * 4096 * 2048 * 1024
+    assert work.bytes[0] == 2 * 2 * (4096 * 1024 + 1024 * 2048 + 4096 * 2048)  # bf16: A, B and C once
+    features = features_of(PREDICTORS["gemm"], frame, hw, work, with_hardware=True)
+    row = dict(zip(features.names, features.matrix[0]))
+    ridge = 989.4e12 / 3350e9
+    assert row["log2_intensity_over_ridge"] == pytest.approx(np.log2(work.flops[0] / work.bytes[0] / ridge))
+    waves = 2 * 32 * 16 / 132  # 128x128 tiles over 132 SMs
+    assert row["log2_waves_128x128"] == pytest.approx(np.log2(waves))
+    assert row["wave_fill_128x128"] == pytest.approx(waves / np.ceil(waves))
+    assert row["m_alignment"] == 8 and row["k_alignment"] == 8
+    assert row["sm_count"] == 132
+
+
+def test_roofline_fallback_without_models():
+    out = KernelEstimator().predict(gemm_call())
+    h100 = hardware.get("h100-sxm")
+    compute_s = 2 * 4096 * 2048 * 1024 / h100.peak_flops("bf16")
+    assert out["method"].tolist() == ["roofline"]
+    assert out["duration_ns"][0] == pytest.approx(compute_s * 1e9)
+    assert out["roofline_ns"][0] == out["duration_low_ns"][0] and out["efficiency"][0] == 1.0
+    # memory bound: a copy of 1 GiB on the device reads and writes it once
+    copy = pd.DataFrame({"hardware": ["NVIDIA H100 80GB HBM3"], "family": ["copy"], "op": ["DtoD"], "bytes": [2.0**30]})
+    assert KernelEstimator().predict(copy)["duration_ns"][0] == pytest.approx(2 * 2**30 / 3350e9 * 1e9)
+
+
+def test_exact_lookup_hit(estimator, measured):
+    rows = measured.head(5)
+    out = estimator.predict(rows)
+    assert (out["method"] == "lookup").all()
+    np.testing.assert_allclose(out["duration_ns"], rows["measured_ns"])
+
+
+def test_method_tags(estimator, measured):
+    seen = measured[measured["family"] == "gemm"].head(1).assign(m=lambda d: d["m"] + 7)  # shape never measured
+    same_arch = seen.assign(hardware="NVIDIA A100 80GB PCIe")  # A100 40GB was trained on: same architecture
+    new_arch = seen.assign(hardware="l4")  # Ada: no GPU of its architecture in the training data
+    unmodelled = gemm_call().assign(family="attention", op="sdpa_fwd")
+    seen = seen.assign(hardware="a100-pcie-40gb")
+    calls = pd.concat([measured.head(1), seen, same_arch, new_arch, unmodelled], ignore_index=True)
+    out = estimator.predict(calls)
+    assert out["method"].tolist() == ["lookup", "model", "model", "model_transfer", "roofline"]
+    assert set(out["method"]) == set(METHODS)
+    learned = out.iloc[1:4]
+    assert (learned["duration_ns"] >= learned["roofline_ns"]).all()
+    assert ((learned["efficiency"] > 0) & (learned["efficiency"] <= 1)).all()
+    assert (learned["duration_low_ns"] <= learned["duration_ns"]).all()
+    assert (learned["duration_ns"] <= learned["duration_high_ns"]).all()
+
+
+def test_repeated_shapes_priced_once_and_consistently(estimator, measured):
+    calls = pd.concat([measured.head(50)] * 3, ignore_index=True).assign(m=lambda d: d["m"] + 1)
+    out = estimator.predict(calls)
+    assert len(out) == 150
+    np.testing.assert_array_equal(out["duration_ns"][:50], out["duration_ns"][100:])
+
+
+def test_bad_call_frames():
+    with pytest.raises(CallFrameError, match="missing column"):
+        KernelEstimator().predict(pd.DataFrame({"hardware": ["h100-sxm"]}))
+    with pytest.raises(CallFrameError, match="unknown family value"):
+        KernelEstimator().predict(gemm_call().assign(family="conv"))
+    with pytest.raises(KeyError, match="unknown hardware 'h300'"):
+        KernelEstimator().predict(gemm_call(hw="h300"))
+
+
+def test_training_metrics_and_bands(measured):
+    result = train(measured[measured["family"] == "softmax"], TrainConfig(params=SMALL.params))
+    metrics = result.metrics["families"]["softmax"]
+    assert metrics["validation_mape"] < metrics["roofline_mape"]
+    assert set(metrics["transfer_mape"]) <= set(metrics["hardware"])
+    models = result.estimator.models["softmax"]
+    assert models.seen.band.low < 0 < models.seen.band.high
+    assert "sm_count" in models.seen.feature_names and "sm_count" not in models.transfer.feature_names

@@ -1,0 +1,96 @@
+"""The estimator registry: versions in the DuckDB warehouse, artifacts checked on load, idempotent training."""
+import duckdb
+import pandas as pd
+import pytest
+
+from maya.estimators import ArtifactError, Registry, TrainConfig, UnknownVersion, train_version
+from maya.estimators.training_data import load_kernels, neusight_dir
+from maya.estimators.efficiency_model import ModelParams
+
+SMALL = TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=False)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    train = load_kernels(neusight_dir() / "kernels_train.parquet")
+    return train[train["family"].isin(["gemm", "softmax"])].sample(1500, random_state=2).reset_index(drop=True)
+
+
+def registry_rows(registry):
+    con = duckdb.connect(str(registry.warehouse), read_only=True)
+    try:
+        return (con.execute("SELECT * FROM estimator_versions ORDER BY version").fetchall(),
+                con.execute("SELECT * FROM estimator_aliases").fetchall())
+    finally:
+        con.close()
+
+
+def test_train_list_show_load(measured, maya_home):
+    registry = Registry()
+    first = train_version(measured, SMALL)
+    assert not first.reused and first.record.version == "v1"
+    assert first.record.hardware == sorted(set(measured["hardware"].map(
+        {"NVIDIA A100-PCIE-40GB": "a100-pcie-40gb", "Tesla V100-PCIE-32GB": "v100-pcie-32gb", "Tesla T4": "t4",
+         "Tesla P100-PCIE-16GB": "p100-pcie-16gb", "Tesla P4": "p4"})))
+    assert first.record.families == ["gemm", "softmax"] and first.record.training_rows == 1500
+    assert (maya_home / "estimators" / "v1" / "model.zip").is_file()
+    second = train_version(measured.head(1000), SMALL)
+    assert second.record.version == "v2"
+    assert [r.version for r in registry.versions()] == ["v1", "v2"] and registry.latest() == "v2"
+    assert registry.get("latest") == registry.get("v2") and registry.get("v1").data_hash == first.record.data_hash
+    calls = measured.head(20)
+    by_name, latest = registry.load("v1").predict(calls), registry.load().predict(calls)
+    assert (by_name["method"] == "lookup").all() and latest["duration_ns"].notna().all()
+
+
+def test_identical_data_reuses_the_version(measured):
+    registry = Registry()
+    first = train_version(measured, SMALL)
+    before = registry_rows(registry)
+    again = train_version(measured.sample(frac=1.0, random_state=5), SMALL)  # same rows, other order
+    assert again.reused and again.record == first.record
+    assert registry_rows(registry) == before
+    other = train_version(measured, TrainConfig(params=ModelParams(n_estimators=11, max_depth=3), validate=False))
+    assert not other.reused and other.record.version == "v2"
+
+
+def test_corrupted_or_missing_artifact_is_reported_and_registry_unchanged(measured, maya_home):
+    registry = Registry()
+    train_version(measured, SMALL)
+    artifact = maya_home / "estimators" / "v1" / "model.zip"
+    before = registry_rows(registry)
+    raw = bytearray(artifact.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    artifact.write_bytes(bytes(raw))
+    with pytest.raises(ArtifactError, match=r"estimator version v1: artifact .*model.zip is corrupted"):
+        registry.load("v1")
+    artifact.unlink()
+    with pytest.raises(ArtifactError, match=r"estimator version v1: artifact .*model.zip is missing"):
+        registry.load("latest")
+    assert registry_rows(registry) == before
+
+
+def test_unknown_version(measured):
+    registry = Registry()
+    with pytest.raises(UnknownVersion, match="none registered yet"):
+        registry.load()
+    train_version(measured, SMALL)
+    with pytest.raises(UnknownVersion, match="unknown estimator version 'v9'.*known: v1"):
+        registry.get("v9")
+
+
+def test_failed_registration_leaves_nothing(measured, maya_home):
+    registry = Registry()
+    estimator = registry.load(train_version(measured, SMALL).record.version)
+    before = registry_rows(registry)
+    with pytest.raises(TypeError, match="not JSON serializable"):  # fails after the artifact was written
+        registry.register(estimator, data_hash="d", config_hash="c", metrics={"unserialisable": {1, 2}})
+    assert registry_rows(registry) == before
+    assert sorted(p.name for p in (maya_home / "estimators").iterdir()) == ["v1"]
+
+
+def test_explicit_warehouse_path(measured, tmp_path):
+    registry = Registry(tmp_path / "elsewhere" / "wh.duckdb")
+    record = train_version(measured, SMALL, registry).record
+    assert (tmp_path / "elsewhere" / "estimators" / record.version / "model.zip").is_file()
+    assert isinstance(registry.load(record.version).predict(measured.head(3)), pd.DataFrame)
