@@ -87,22 +87,22 @@ def _announce_split_colors() -> None:
 
     c10d._process_group_color = color
     expect = ctypes.CDLL(None).maya_nccl_expect_split
-    split = c10d.ProcessGroup.split_group
+    group_split = c10d.ProcessGroup.split_group
 
     def split_group(self, ranks, *args, **kwargs):
         expect(ctypes.c_int(len(ranks)))
-        return split(self, ranks, *args, **kwargs)
+        return group_split(self, ranks, *args, **kwargs)
 
     c10d.ProcessGroup.split_group = split_group
     nccl2 = getattr(c10d, "ProcessGroupNCCL2", None)
     if nccl2 is not None and hasattr(nccl2, "split"):
-        nccl2_split = nccl2.split
+        backend_split = nccl2.split
 
-        def split(self, store, ranks, *args, **kwargs):
+        def split_backend(self, store, ranks, *args, **kwargs):
             expect(ctypes.c_int(len(ranks)))
-            return nccl2_split(self, store, ranks, *args, **kwargs)
+            return backend_split(self, store, ranks, *args, **kwargs)
 
-        nccl2.split = split
+        nccl2.split = split_backend
 
 
 def install() -> None:
