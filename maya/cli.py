@@ -193,7 +193,8 @@ def profile_workload_cmd(ctx: typer.Context,
         request = WorkloadRequest(out_dir, script_argv(ctx.args) if ctx.args or suite is None else [], hardware,
                                   measure, name, suite, config, budget_min, warmup, iterations, iterations_by)
         try:
-            code = run_request(request, log=lambda line: out.print(line, markup=False, highlight=False))
+            code = run_request(request, log=lambda line: out.print(line, markup=False, highlight=False,
+                                                                   soft_wrap=True))
         except UsageError as e:
             fail(str(e), 2)
         except (ValueError, FileExistsError) as e:

@@ -1,7 +1,8 @@
 """The profiler's own command line (argparse, no dependencies beyond the profiler's), for GPU hosts:
 
     python -m maya.collectors.profiler kernels --out DIR [--families gemm,attention] [--budget-min 12]
-    python -m maya.collectors.profiler workload --out DIR -- python SCRIPT ARGS
+    python -m maya.collectors.profiler workload --out DIR [--measure] -- python SCRIPT ARGS
+    python -m maya.collectors.profiler workload --out DIR --suite data/workloads/suite.py [--budget-min 8]
 
 From a source checkout without installation: `python collectors/profiler/run_on_device.py ...`.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .configs import FAMILIES, parse_families
+from .workload_cli import add_arguments as add_workload_arguments
 
 
 def _families(text: str) -> tuple[str, ...]:
@@ -37,10 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     kernels.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                          help="cpu only exercises the measurement loop (tests); default cuda")
     kernels.add_argument("--plan", action="store_true", help="print the configs left to measure and exit")
-    workload = commands.add_parser("workload", help="profile a training script (-- python SCRIPT ARGS)")
-    workload.add_argument("--out", type=Path, required=True, help="run directory to write")
-    workload.add_argument("--hardware", help="hardware catalog name of the GPU")
-    workload.add_argument("script", nargs=argparse.REMAINDER, help="-- python SCRIPT ARGS")
+    workload = commands.add_parser("workload", help="trace or measure a training script (-- python SCRIPT ARGS), "
+                                                     "or run a suite of them")
+    add_workload_arguments(workload)
     return parser
 
 
@@ -68,17 +69,13 @@ def _kernels(args: argparse.Namespace) -> int:
 
 
 def _workload(args: argparse.Namespace) -> int:
-    from .workload import profile_workload
+    from .workload_cli import UsageError, request_from_args, run_request
 
-    argv = args.script[1:] if args.script[:1] == ["--"] else list(args.script)
-    if argv and Path(argv[0]).name.startswith("python"):
-        argv = argv[1:]
-    if not argv:
-        print("error: give the script after --, e.g. `-- python train.py --steps 3`", file=sys.stderr)
+    try:
+        return run_request(request_from_args(args))
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    run_dir = profile_workload(argv, args.out, hardware=args.hardware)
-    print(f"profiled {' '.join(argv)} into {run_dir}")
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
