@@ -28,8 +28,10 @@ app.add_typer(estimators_app, name="estimators")
 
 from .cli_common import err, fail, out, script_argv  # noqa: E402
 from .cli_emulate import emulate_cmd  # noqa: E402
+from .cli_predict import predict_cmd  # noqa: E402
 
 app.command("emulate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(emulate_cmd)
+app.command("predict")(predict_cmd)
 
 
 def _version(value: bool) -> None:

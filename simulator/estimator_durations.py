@@ -1,0 +1,101 @@
+"""`DurationProvider` backed by `maya.estimators`: a registered kernel estimator version, the NCCL
+collective model of the cluster built from the target hardware, and the host-overhead model. Calls the
+estimators cannot price (unknown work, collectives they do not model, no cluster for the hardware) fall
+back to `RooflineDurations`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from maya.hardware import Hardware
+
+from .durations import RooflineDurations
+from .opcodes import COLL, DEVICE_OPS
+
+CALL_FRAME_COLUMNS = ("family", "op", "dtype", "batch", "m", "n", "k", "numel", "row", "operands", "flops")
+
+
+class EstimatorsUnavailable(RuntimeError):
+    """maya.estimators cannot be imported or has no usable version."""
+
+
+class EstimatorDurations:
+    """Kernels by a registered `KernelEstimator` version, collectives by `CollectiveModel` on a cluster
+    of the target hardware (`cluster`: a shipped name or a spec file), host time by
+    `HostOverheadModel`."""
+
+    collective_includes_wait = False
+
+    def __init__(self, version: str = "latest", *, cluster: str | None = None, warehouse: str | Path | None = None,
+                 fallback: RooflineDurations | None = None):
+        try:
+            from maya import estimators
+        except ImportError as e:
+            raise EstimatorsUnavailable(f"estimators not available: {e}") from None
+        try:
+            registry = estimators.Registry(warehouse)
+            record = registry.get(version)
+            self.kernels = registry.load(version)
+        except estimators.RegistryError as e:
+            raise EstimatorsUnavailable(f"estimators not available: {e}") from None
+        if cluster is not None:
+            try:
+                estimators.load_cluster(cluster)
+            except KeyError as e:
+                raise ValueError(str(e)) from None
+        self.version = record.version
+        self.name = f"estimators {record.version}"
+        self._estimators = estimators
+        self.cluster = cluster
+        self.host = estimators.HostOverheadModel()
+        self.fallback = fallback or RooflineDurations()
+        self.notes: list[str] = []
+        self._models: dict[str, object] = {}
+
+    def _collective_model(self, hardware: Hardware):
+        """The collective model of the named cluster, else of the first shipped cluster of this hardware."""
+        from maya.estimators.clusters import cluster_names, load_cluster
+
+        if hardware.name not in self._models:
+            names = [self.cluster] if self.cluster else cluster_names()
+            specs = [load_cluster(name) for name in names]
+            chosen = next((s for s in specs if self.cluster or s.hardware == hardware.name), None)
+            self._models[hardware.name] = self._estimators.CollectiveModel(chosen) if chosen else None
+        return self._models[hardware.name]
+
+    def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
+        out = self.fallback.device_ns(calls, hardware)
+        ops = calls["opcode"].to_numpy()
+        kernels = np.isin(ops, DEVICE_OPS) & (ops != COLL)
+        if kernels.any():
+            frame = calls.loc[kernels, list(CALL_FRAME_COLUMNS)].copy()
+            frame["family"] = frame["family"].fillna("other")
+            frame["bytes"] = calls.loc[kernels, "work_bytes"]
+            frame["hardware"] = hardware.name
+            predicted = self.kernels.predict(frame)["duration_ns"].to_numpy(dtype="float64")
+            out[kernels] = np.where(np.isfinite(predicted), predicted, out[kernels])
+        coll = ops == COLL
+        model = self._collective_model(hardware) if coll.any() else None
+        if model is not None:
+            from maya.estimators.collectives import ALIASES, COLLECTIVES
+
+            c = calls.loc[coll]
+            name = c["collective"].astype(str).map(lambda n: ALIASES.get(n, n))
+            known = name.isin(COLLECTIVES).to_numpy()
+            frame = pd.DataFrame({"collective": name, "bytes": c["comm_bytes"].fillna(0.0),
+                                  "ranks": c["comm_size"].fillna(1).astype(int),
+                                  "nodes": c["comm_nodes"].fillna(1).astype(int)})[known]
+            if len(frame):
+                rows = np.flatnonzero(coll)[known]
+                out[rows] = model.predict(frame)["duration_ns"].to_numpy(dtype="float64")
+        elif coll.any():
+            note = f"no cluster spec for {hardware.name}: collectives priced by the roofline alpha-beta model"
+            if note not in self.notes:
+                self.notes.append(note)
+        return out
+
+    def host_ns(self, calls: pd.DataFrame) -> np.ndarray:
+        host = self.host.predict(calls["api"].astype(str))
+        return np.where((calls["domain"] == "device").to_numpy(), 0.0, host)

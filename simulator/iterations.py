@@ -1,0 +1,143 @@
+"""Where each training iteration starts in a rank's calls, and which iterations are steady state.
+
+Sources, first that applies: the ops' `iteration` column (emulator, Kineto import); `ProfilerStep#N`
+op spans; otherwise the longest run of a repeated call sequence (benchmark loops without an optimizer),
+its boundaries moved to just after a host synchronisation where the repeated unit has one; else the
+whole trace is one iteration. The first iteration (it holds initialisation) and a short trailing one
+(teardown) are not steady.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .opcodes import DEVICE_OPS, HOST_SYNC_OPS
+from .trace import RankTrace
+
+PARTIAL_SHARE = 0.5
+"""A last iteration with fewer device calls than this share of the median is a partial one."""
+SIGNATURE_COLUMNS = ("api", "stream_id", "kernel_id", "gemm_m", "gemm_n", "gemm_k", "bytes", "collective_name",
+                     "in_msg_nelems")
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass(frozen=True)
+class Iterations:
+    bounds: np.ndarray
+    """Start call of every iteration, then the number of calls (strictly increasing)."""
+    steady: np.ndarray
+    """Indices of the steady-state iterations."""
+    source: str
+
+    @property
+    def count(self) -> int:
+        return len(self.bounds) - 1
+
+
+def detect(trace: RankTrace, opcodes: np.ndarray) -> Iterations:
+    n = len(opcodes)
+    for source, labels_of in (("ops", _from_ops), ("profiler-step", _from_profiler_steps)):
+        labels = labels_of(trace)
+        if labels is not None and len(labels) and labels[0] != labels[-1]:
+            bounds = np.concatenate([[0], np.flatnonzero(np.diff(labels)) + 1, [n]])
+            return _steady(bounds, opcodes, source)
+    found = _from_repetition(trace, opcodes)
+    if found is not None:
+        return found
+    return Iterations(np.array([0, n]), np.array([0]), "whole")
+
+
+def _monotone(labels: pd.Series) -> np.ndarray:
+    filled = labels.ffill().bfill().fillna(0).to_numpy(dtype="float64")
+    return np.maximum.accumulate(filled)
+
+
+def _from_ops(trace: RankTrace) -> np.ndarray | None:
+    ops = trace.ops
+    if not len(ops) or ops["iteration"].isna().all() or trace.calls["op_id"].isna().all():
+        return None
+    ops = ops.drop_duplicates("op_id")
+    iteration = pd.Series(ops["iteration"].to_numpy(), index=ops["op_id"].to_numpy())
+    return _monotone(trace.calls["op_id"].map(iteration))
+
+
+def _from_profiler_steps(trace: RankTrace) -> np.ndarray | None:
+    ops = trace.ops
+    if not len(ops):
+        return None
+    step = ops["name"].astype(str).str.extract(_STEP_RE, expand=False)
+    steps = ops.loc[step.notna()].assign(step=step.dropna().astype(int)).sort_values("start_ns")
+    if steps.empty:
+        return None
+    start = trace.calls["start_ns"].to_numpy()
+    i = np.searchsorted(steps["start_ns"].to_numpy(), start, side="right") - 1
+    inside = (i >= 0) & (start <= steps["end_ns"].to_numpy(dtype="float64", na_value=np.inf)[np.maximum(i, 0)])
+    return _monotone(pd.Series(np.where(inside, steps["step"].to_numpy()[np.maximum(i, 0)], np.nan)))
+
+
+def _steady(bounds: np.ndarray, opcodes: np.ndarray, source: str) -> Iterations:
+    count = len(bounds) - 1
+    if count == 1:
+        return Iterations(bounds, np.array([0]), source)
+    device = np.add.reduceat(np.isin(opcodes, DEVICE_OPS).astype(np.int64), bounds[:-1])
+    steady = list(range(1, count))
+    if len(steady) > 1 and device[steady[-1]] < PARTIAL_SHARE * np.median(device[steady[:-1]]):
+        steady.pop()
+    return Iterations(bounds, np.array(steady or [count - 1]), source)
+
+
+def call_signatures(calls: pd.DataFrame) -> np.ndarray:
+    """A hash per call of what identifies it across iterations (API, stream, kernel, shapes, sizes)."""
+    return pd.util.hash_pandas_object(calls[list(SIGNATURE_COLUMNS)], index=False).to_numpy()
+
+
+def find_period(values: np.ndarray, max_candidates: int = 64, rare_values: int = 16) -> tuple[int, int, int] | None:
+    """(start, period, repetitions) of the longest exactly repeated run of `values`, at least two
+    repetitions; None if nothing repeats. Candidate periods are the gaps between occurrences of the
+    rarest repeated values (a call made once per iteration repeats at the iteration's length), the
+    most frequent gaps first."""
+    n = len(values)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    repeated = np.flatnonzero(counts >= 2)
+    if not len(repeated):
+        return None
+    rare = repeated[np.argsort(counts[repeated], kind="stable")[:rare_values]]
+    gaps: Counter[int] = Counter()
+    for u in rare:
+        gaps.update(np.diff(np.flatnonzero(inverse == u)).tolist())
+    best: tuple[int, int, int] | None = None
+    best_cover = 0
+    for p, _ in gaps.most_common(max_candidates):
+        if p <= 0 or 2 * p > n:
+            continue
+        equal = np.concatenate([[False], values[:-p] == values[p:], [False]])
+        edges = np.flatnonzero(np.diff(equal.astype(np.int8)))
+        runs = edges.reshape(-1, 2)
+        if not len(runs):
+            continue
+        lengths = runs[:, 1] - runs[:, 0]
+        k = int(np.argmax(lengths))
+        reps = (int(lengths[k]) + p) // p
+        if reps >= 2 and (reps * p > best_cover or (reps * p == best_cover and p < best[1])):
+            best, best_cover = (int(runs[k, 0]), p, reps), reps * p
+    return best
+
+
+def _from_repetition(trace: RankTrace, opcodes: np.ndarray) -> Iterations | None:
+    n = len(opcodes)
+    found = find_period(call_signatures(trace.calls))
+    if found is None:
+        return None
+    start, period, reps = found
+    after_sync = np.flatnonzero(np.isin(opcodes[start:start + period], HOST_SYNC_OPS)) + 1
+    shift = int(after_sync[0]) % period if len(after_sync) else 0
+    cuts = list(range(start + shift, start + reps * period + 1, period))
+    bounds = np.unique(np.array([0, *cuts, n]))
+    init = 1 if cuts[0] > 0 else 0  # an initialisation region before the first repetition
+    repeated = [k for k in range(init, len(bounds) - 1) if bounds[k + 1] - bounds[k] == period]
+    steady = repeated[1:] if not init and len(repeated) > 1 else repeated
+    return Iterations(bounds, np.array(steady), "repetition")

@@ -1,0 +1,190 @@
+"""Compile one captured rank's calls into a `Program`: flat per-call lists the engine walks (opcode,
+stream index, argument) plus the collective launches. Durations are added later (`Program.price`).
+
+Event versions are resolved here: the k-th `cudaEventRecord` of the rank gets record id k; a wait or
+synchronise on an event refers to the record id of that event's latest record before it (-1: never
+recorded, which CUDA treats as complete). Collectives between `ncclGroupStart` and the outermost
+`ncclGroupEnd` form one launch, issued by the `ncclGroupEnd` call on the first member's stream (a
+group spanning several streams is replayed on that one)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from .opcodes import (COLL, DEVICE_SYNC, EVENT_SYNC, GROUP_END, GROUP_START, NOP, RECORD, WAIT, WORK, WORK_SYNC,
+                      classify)
+from .trace import RankTrace
+
+
+class CommOp(NamedTuple):
+    """One collective or point-to-point operation inside a launch."""
+
+    call: int
+    comm: int
+    """Index into `Program.communicators`."""
+    p2p: bool
+    order: int
+    """Collectives: `comm_seq` (else the count of earlier collectives on the communicator); p2p: the count of
+    earlier transfers to (send) or from (recv) the same peer on the communicator."""
+    peer: int = -1
+    """p2p: the peer's rank within the communicator."""
+    send: bool = False
+
+
+@dataclass(frozen=True)
+class Communicator:
+    comm_id: str
+    ranks: tuple[int, ...] | None
+    """Global ranks of the members by communicator rank (None when the trace does not list them)."""
+    size: int
+
+
+@dataclass
+class Program:
+    rank: int
+    opcodes: np.ndarray
+    stream: np.ndarray
+    """Stream index per call (into `stream_ids`)."""
+    arg: np.ndarray
+    """RECORD: record id; WAIT / EVENT_SYNC: record id waited for; COLL: launch index; else 0."""
+    stream_ids: list[int]
+    n_records: int
+    launches: list[list[CommOp]]
+    launch_call: list[int]
+    """The call that issues each launch (the collective itself, or the group's `ncclGroupEnd`)."""
+    communicators: list[Communicator]
+    frame: pd.DataFrame | None = None
+    """The priced frame (api_calls + opcode + work columns), kept for reports and the timeline."""
+    device: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    host: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def n(self) -> int:
+        return len(self.opcodes)
+
+    def stream_successors(self) -> np.ndarray:
+        """For each call that is an item of its stream (device work, event record or wait, collective
+        launch), the next such call on the same stream (`n` after the last)."""
+        items = np.flatnonzero(np.isin(self.opcodes, (WORK, WORK_SYNC, RECORD, WAIT, COLL)))
+        order = items[np.argsort(self.stream[items], kind="stable")]
+        successor = np.full(self.n, self.n, dtype=np.int64)
+        same = self.stream[order[1:]] == self.stream[order[:-1]]
+        successor[order[:-1][same]] = order[1:][same]
+        return successor
+
+    @property
+    def launch_ops(self) -> np.ndarray:
+        """The call of every collective operation, launch by launch."""
+        return np.array([op.call for launch in self.launches for op in launch], dtype=np.int64)
+
+    def price(self, device_ns: np.ndarray, host_ns: np.ndarray) -> None:
+        """Set device and host time per call (nanoseconds, rounded; negative or NaN become 0)."""
+        self.device = np.rint(np.nan_to_num(np.maximum(device_ns, 0.0))).astype(np.int64)
+        self.host = np.rint(np.nan_to_num(np.maximum(host_ns, 0.0))).astype(np.int64)
+
+
+def _communicators(trace: RankTrace) -> tuple[list[Communicator], dict[str, int]]:
+    comms, index = [], {}
+    for row in trace.communicators.itertuples(index=False):
+        if row.comm_id in index:
+            continue
+        ranks = tuple(int(r) for r in row.ranks) if row.ranks is not None and len(row.ranks) else None
+        index[row.comm_id] = len(comms)
+        comms.append(Communicator(str(row.comm_id), ranks, int(row.comm_size)))
+    return comms, index
+
+
+def compile_rank(trace: RankTrace) -> Program:
+    calls = trace.calls
+    ops = classify(calls)
+    stream_codes, stream_ids = pd.factorize(calls["stream_id"].fillna(0).astype(np.int64), sort=True)
+    arg = np.zeros(len(calls), dtype=np.int64)
+    n_records = _resolve_events(calls, ops, arg)
+    comms, comm_index = _communicators(trace)
+    launches, launch_call = _launches(trace, calls, ops, arg, comms, comm_index)
+    stream = stream_codes.astype(np.int64)
+    for call, launch in zip(launch_call, launches):
+        stream[call] = stream[launch[0].call]
+    return Program(rank=trace.rank, opcodes=ops, stream=stream, arg=arg,
+                   stream_ids=[int(s) for s in stream_ids], n_records=n_records, launches=launches,
+                   launch_call=launch_call, communicators=comms)
+
+
+def _resolve_events(calls: pd.DataFrame, ops: np.ndarray, arg: np.ndarray) -> int:
+    """Record ids for RECORD and the record waited for by WAIT / EVENT_SYNC (in place). Calls without an
+    event id: a record or wait becomes a NOP, an event synchronise a device synchronise."""
+    event_ids = calls["event_id"].to_numpy(dtype="float64", na_value=np.nan)
+    latest: dict[float, int] = {}
+    n_records = 0
+    for i in np.flatnonzero(np.isin(ops, (RECORD, WAIT, EVENT_SYNC))):
+        e = event_ids[i]
+        if np.isnan(e):
+            ops[i] = DEVICE_SYNC if ops[i] == EVENT_SYNC else NOP
+        elif ops[i] == RECORD:
+            latest[e] = arg[i] = n_records
+            n_records += 1
+        else:
+            arg[i] = latest.get(e, -1)
+    return n_records
+
+
+def _launches(trace: RankTrace, calls: pd.DataFrame, ops: np.ndarray, arg: np.ndarray, comms: list[Communicator],
+              comm_index: dict[str, int]) -> tuple[list[list[CommOp]], list[int]]:
+    """Collective launches (in place: grouped collectives become NOPs, the group's end the launch)."""
+    launches: list[list[CommOp]] = []
+    launch_call: list[int] = []
+    counters: dict[tuple, int] = {}
+    pending: list[CommOp] = []
+    depth = 0
+    rows = np.flatnonzero(np.isin(ops, (COLL, GROUP_START, GROUP_END)))
+    comm_ids = calls["comm_id"].to_numpy(dtype=object)
+    names = calls["collective_name"].to_numpy(dtype=object)
+    seqs = calls["comm_seq"].to_numpy(dtype="float64", na_value=np.nan)
+    peers = calls["peer_rank"].to_numpy(dtype="float64", na_value=np.nan)
+    for i in rows:
+        if ops[i] == GROUP_START:
+            depth += 1
+            ops[i] = NOP
+            continue
+        if ops[i] == GROUP_END:
+            depth = max(depth - 1, 0)
+            ops[i] = NOP
+            if depth == 0 and pending:
+                ops[i], arg[i] = COLL, len(launches)
+                launches.append(pending)
+                launch_call.append(int(i))
+                pending = []
+            continue
+        cid = comm_ids[i]
+        if cid not in comm_index:
+            raise ValueError(f"rank {trace.rank}: call {int(calls['seq'].iat[i])} uses communicator {cid!r}, "
+                             "which is not in the rank's communicators table")
+        c = comm_index[cid]
+        name = str(names[i]).lower()
+        p2p = "send" in name or "recv" in name
+        if p2p:
+            if np.isnan(peers[i]):
+                raise ValueError(f"rank {trace.rank}: {names[i]} call {int(calls['seq'].iat[i])} has no peer_rank")
+            peer, send = int(peers[i]), "send" in name
+            key = (c, peer, send)
+            op = CommOp(int(i), c, True, counters.get(key, 0), peer, send)
+        else:
+            key = (c,)
+            op = CommOp(int(i), c, False, int(seqs[i]) if not np.isnan(seqs[i]) else counters.get(key, 0))
+        counters[key] = counters.get(key, 0) + 1
+        if depth > 0:
+            pending.append(op)
+            ops[i] = NOP
+        else:
+            arg[i] = len(launches)
+            launches.append([op])
+            launch_call.append(int(i))
+    if pending:  # a group never closed: launch what it holds at its last member
+        last = pending[-1].call
+        ops[last], arg[last] = COLL, len(launches)
+        launches.append(pending)
+        launch_call.append(last)
+    return launches, launch_call

@@ -1,0 +1,173 @@
+"""From simulated times to the prediction: iteration time, its breakdown, MFU, memory and cost.
+
+Iteration k of a rank ends when both its host calls and every device call it issued are done
+(`E_k`, never earlier than `E_{k-1}`); its time is `E_k - E_{k-1}`. Within that window:
+
+- compute: some stream runs a kernel, copy or memset;
+- exposed communication: a collective runs (or waits for its peers) and no compute does;
+- host-bound: the device is idle while the host issues calls;
+- idle: the rest (device idle, host blocked).
+
+The four add up to the iteration time. A rank's steady-state figures are those of its median steady
+iteration (the mean of the two middle ones for an even count); the job's are those of its slowest rank.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .engine import RankResult
+from .intervals import union
+from .iterations import Iterations
+from .opcodes import WORK, WORK_SYNC
+from .program import Program
+from .trace import RankTrace
+
+BREAKDOWN = ("compute_ns", "exposed_comm_ns", "host_bound_ns", "idle_ns")
+
+
+@dataclass
+class RankReport:
+    rank: int
+    iteration_ns: float
+    compute_ns: float
+    exposed_comm_ns: float
+    host_bound_ns: float
+    idle_ns: float
+    model_flops: float
+    """GEMM and attention FLOPs of one steady iteration."""
+    mfu: float
+    peak_memory_bytes: int
+    iteration_ends_ns: list[int] = field(repr=False)
+    """End of every iteration (steady or not), ns from the start of the replay."""
+
+
+@dataclass
+class Prediction:
+    run_id: str
+    run_path: str
+    hardware: str
+    durations: str
+    world_size: int
+    simulated_ranks: int
+    captured_ranks: int
+    iterations: int
+    steady_iterations: int
+    iteration_source: str
+    iteration_ns: float
+    compute_ns: float
+    exposed_comm_ns: float
+    host_bound_ns: float
+    idle_ns: float
+    critical_rank: int
+    mfu: float
+    mfu_dtype: str
+    model_flops_per_iteration: float
+    peak_memory_bytes: int
+    memory_capacity_bytes: int
+    headroom_bytes: int
+    oom: bool
+    oom_reason: str | None
+    tokens_per_iteration: float | None
+    tokens_per_s: float | None
+    price_per_gpu_hour: float | None
+    cost_per_iteration: float | None
+    cost_per_million_tokens: float | None
+    simulated_calls: int
+    simulation_s: float
+    ranks: list[RankReport]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self, *, per_rank: bool = True) -> dict:
+        """JSON-ready: times also in milliseconds (`iteration_ms`, ...)."""
+        out = {k: v for k, v in asdict(self).items() if k != "ranks"}
+        out["iteration_ms"] = self.iteration_ns / 1e6
+        out["breakdown_ms"] = {name[:-3]: getattr(self, name) / 1e6 for name in BREAKDOWN}
+        if per_rank:
+            out["ranks"] = [{k: v for k, v in asdict(r).items() if k != "iteration_ends_ns"}
+                            | {"iteration_ms": r.iteration_ns / 1e6} for r in self.ranks]
+        return out
+
+
+def _median_pick(durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and weights of the median element(s) of `durations`."""
+    order = np.argsort(durations, kind="stable")
+    m = len(order)
+    if m % 2:
+        return order[[m // 2]], np.array([1.0])
+    return order[[m // 2 - 1, m // 2]], np.array([0.5, 0.5])
+
+
+def rank_report(result: RankResult, program: Program, device: np.ndarray, iterations: Iterations,
+                peak_flops: float, peak_memory: int) -> RankReport:
+    bounds = iterations.bounds
+    starts = bounds[:-1]
+    last = bounds[1:] - 1
+    host_done = result.issue[last] + result.wait[last]
+    device_done = np.maximum.reduceat(result.end, starts)
+    ends = np.maximum.accumulate(np.maximum(host_done, device_done))
+    begins = np.concatenate([[0], ends[:-1]])
+    durations = ends - begins
+
+    kernels = np.isin(program.opcodes, (WORK, WORK_SYNC)) & (device > 0)
+    compute = (result.end[kernels] - device[kernels], result.end[kernels])
+    comm = (result.launch_start, result.launch_end)
+    busy = program.host > 0
+    host = (result.issue[busy] - program.host[busy], result.issue[busy])
+    c, cm, cmh = union(compute), union(compute, comm), union(compute, comm, host)
+
+    steady = iterations.steady
+    pick, weights = _median_pick(durations[steady])
+    k = steady[pick]
+    a, b = begins[k], ends[k]
+    covered = [c.covered(a, b), cm.covered(a, b), cmh.covered(a, b)]
+    parts = np.array([covered[0], covered[1] - covered[0], covered[2] - covered[1], (b - a) - covered[2]], float)
+    flops = np.add.reduceat(np.nan_to_num(program.frame["flops"].to_numpy(dtype="float64")), starts)[k]
+    iteration = float(weights @ durations[k])
+    model_flops = float(weights @ flops)
+    return RankReport(rank=result.rank, iteration_ns=iteration, **dict(zip(BREAKDOWN, (parts @ weights).tolist())),
+                      model_flops=model_flops, mfu=model_flops / (iteration * 1e-9 * peak_flops) if iteration else 0.0,
+                      peak_memory_bytes=int(peak_memory), iteration_ends_ns=ends.tolist())
+
+
+def mfu_dtype(frames: list[pd.DataFrame]) -> str:
+    """The element type carrying most GEMM and attention FLOPs (its peak is the MFU denominator)."""
+    flops = pd.concat([f.loc[f["flops"].notna(), ["dtype", "flops"]] for f in frames])
+    if flops.empty:
+        return "bf16"
+    return str(flops.groupby("dtype")["flops"].sum().idxmax())
+
+
+def memory_peak(trace: RankTrace) -> tuple[int, bool]:
+    """Peak device bytes allocated and whether an allocation failed (out of memory)."""
+    mem = trace.memory
+    if not len(mem):
+        return 0, False
+    device = mem[mem["space"].isna() | (mem["space"] == "device")].sort_values("seq")
+    oom = bool((mem["kind"] == "oom").any())
+    if device["allocated_bytes"].notna().any():
+        return int(device["allocated_bytes"].max()), oom
+    signed = np.where(device["kind"] == "alloc", device["bytes"], np.where(device["kind"] == "free", -device["bytes"], 0))
+    return int(np.maximum(np.cumsum(signed), 0).max(initial=0)), oom
+
+
+def job_figures(reports: list[RankReport], world_size: int, peak_flops: float, *,
+                tokens_per_iteration: float | None, price_per_gpu_hour: float | None) -> dict:
+    """Job-level figures: the slowest rank's time and breakdown, job MFU, throughput and cost."""
+    critical = max(reports, key=lambda r: (r.iteration_ns, -r.rank))
+    seconds = critical.iteration_ns * 1e-9
+    gpus = max(world_size, len(reports))
+    flops = sum(r.model_flops for r in reports)
+    tokens_per_s = tokens_per_iteration / seconds if tokens_per_iteration and seconds else None
+    cost = seconds * gpus * price_per_gpu_hour / 3600 if price_per_gpu_hour is not None else None
+    return {
+        "iteration_ns": critical.iteration_ns, "critical_rank": critical.rank,
+        **{name: getattr(critical, name) for name in BREAKDOWN},
+        "mfu": flops / (seconds * len(reports) * peak_flops) if seconds else 0.0,
+        "model_flops_per_iteration": flops,
+        "tokens_per_s": tokens_per_s, "cost_per_iteration": cost,
+        "cost_per_million_tokens": cost / tokens_per_iteration * 1e6 if cost is not None and tokens_per_iteration
+        else None,
+    }

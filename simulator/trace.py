@@ -1,0 +1,82 @@
+"""A run's tables as the simulator reads them: one `RankTrace` per captured rank."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.compute as pc
+
+from maya_trace_spec import Run
+
+
+@dataclass
+class RankTrace:
+    """The captured tables of one rank; `calls` is ordered by `seq`."""
+
+    rank: int
+    calls: pd.DataFrame
+    ops: pd.DataFrame
+    kernels: pd.DataFrame
+    communicators: pd.DataFrame
+    memory: pd.DataFrame
+    device: dict = field(default_factory=dict)
+
+    @property
+    def represents(self) -> list[int]:
+        """Ranks this trace stands for, itself first."""
+        value = self.device.get("represents")
+        listed = [] if value is None else [int(r) for r in value]
+        return [self.rank, *[r for r in listed if r != self.rank]]
+
+
+@dataclass
+class TraceSet:
+    run_id: str
+    path: Path
+    info: dict
+    ranks: dict[int, RankTrace]
+
+    @property
+    def hardware(self) -> str | None:
+        return self.info.get("hardware") or next(
+            (t.device.get("hardware") for t in self.ranks.values() if t.device.get("hardware")), None)
+
+    @property
+    def nproc_per_node(self) -> int | None:
+        return self.info.get("nproc_per_node")
+
+    def node_of(self, rank: int) -> int:
+        """Node of a global rank: from the run's ranks per node, else the captured device row, else 0."""
+        if self.nproc_per_node:
+            return rank // self.nproc_per_node
+        node = self.ranks[rank].device.get("node") if rank in self.ranks else None
+        return 0 if node is None or pd.isna(node) else int(node)
+
+
+def _by_rank(run: Run, name: str) -> dict[int, pd.DataFrame]:
+    table = run.table(name)
+    if table.num_rows == 0:
+        return {}
+    frame = table.to_pandas()
+    return {int(r): g.drop(columns="rank").reset_index(drop=True) for r, g in frame.groupby("rank", sort=True)}
+
+
+def load(run_dir: str | Path) -> TraceSet:
+    """Read every per-rank table of a run (ranks without api_calls are not captured)."""
+    run = Run(run_dir)
+    calls = run.table("api_calls")
+    calls = calls.take(pc.sort_indices(calls, [("rank", "ascending"), ("seq", "ascending")]))
+    frames = {int(r): g.drop(columns="rank").reset_index(drop=True)
+              for r, g in calls.to_pandas().groupby("rank", sort=True)}
+    tables = {name: _by_rank(run, name) for name in ("ops", "kernels", "communicators", "memory_events", "devices")}
+    empty = {name: run.table(name).to_pandas().drop(columns="rank").iloc[:0] for name in tables}
+    ranks = {}
+    for rank, frame in frames.items():
+        def get(name: str) -> pd.DataFrame:
+            return tables[name].get(rank, empty[name])
+        devices = get("devices")
+        ranks[rank] = RankTrace(rank=rank, calls=frame, ops=get("ops"), kernels=get("kernels"),
+                                communicators=get("communicators"), memory=get("memory_events"),
+                                device=devices.iloc[0].to_dict() if len(devices) else {})
+    return TraceSet(run_id=run.info["run_id"], path=Path(run_dir), info=run.info, ranks=ranks)

@@ -1,0 +1,154 @@
+"""What each device call does, in the estimators' call-frame vocabulary (`family`, `op`, `dtype`,
+`batch`, `m`, `n`, `k`, `numel`, `flops`, and `work_bytes` for their `bytes`; NaN where unknown), plus
+the collective columns (`collective`, `comm_bytes`: nccl-tests message size). Built from the call's own columns, its kernel's family and, for
+kernels without shapes of their own, the input shapes of the enclosing framework op."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from .opcodes import COLL
+from .trace import RankTrace
+
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "u8": 1, "int32": 4,
+               "int64": 8, "bool": 1}
+_TORCH_DTYPES = {"c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16", "half": "fp16", "float": "fp32",
+                 "float32": "fp32", "double": "fp64", "float64": "fp64", "long int": "int64", "long": "int64",
+                 "int64": "int64", "int": "int32", "int32": "int32", "bool": "bool", "unsigned char": "u8",
+                 "uint8": "u8", "signed char": "int8", "int8": "int8", "c10::float8_e4m3fn": "fp8",
+                 "c10::float8_e5m2": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8", "fp32": "fp32", "fp16": "fp16",
+                 "bf16": "bf16", "tf32": "tf32", "fp64": "fp64"}
+KERNEL_FAMILIES = ("gemm", "attention", "elementwise", "reduction", "normalization", "softmax", "embedding",
+                   "optimizer", "copy", "other")
+ATTENTION_BACKWARD_FLOPS = 2.5
+"""Backward attention recomputes QK^T and runs four more products: 2.5 times the forward's FLOPs."""
+
+
+def dtype_name(raw: object) -> str | None:
+    """`bf16`, `fp32`, ... from a trace or torch dtype name; None when unknown."""
+    if not isinstance(raw, str):
+        return None
+    return _TORCH_DTYPES.get(raw.lower())
+
+
+def _comm_dtype_bytes(raw: object) -> int:
+    name = dtype_name(raw) if isinstance(raw, str) else None
+    if name is None and isinstance(raw, str):
+        lower = raw.lower()
+        name = ("bf16" if "bf" in lower else "fp16" if "half" in lower or "16" in lower
+                else "fp64" if "double" in lower or "64" in lower else "int8" if "8" in lower else "fp32")
+    return DTYPE_BYTES.get(name or "fp32", 4)
+
+
+def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per op: its name without the `aten::` prefix, and the element count, last dimension (`row`) and
+    dtype of its largest input tensor."""
+    numel, row, dtype = [], [], []
+    for shapes, dtypes in zip(ops["input_shapes"], ops["input_dtypes"]):
+        best, best_row, best_dtype = np.nan, np.nan, None
+        for j, shape in enumerate(shapes if shapes is not None else ()):
+            if shape is None or len(shape) == 0:
+                continue
+            size = float(np.prod(shape))
+            if not best >= size:
+                best, best_row = size, float(shape[-1])
+                best_dtype = dtype_name(dtypes[j]) if dtypes is not None and j < len(dtypes) else None
+        numel.append(best)
+        row.append(best_row)
+        dtype.append(best_dtype)
+    names = ops["name"].astype(str).str.replace(r"^aten::", "", regex=True).str.rstrip("_")
+    return pd.DataFrame({"op_name": names.to_numpy(), "numel": numel, "row": row, "dtype": dtype},
+                        index=ops["op_id"].to_numpy())
+
+
+def _codes_map(values: pd.Series, table: dict, default=None) -> np.ndarray:
+    """`table[value]` for each value (one dictionary lookup per distinct value)."""
+    codes, uniques = pd.factorize(values)
+    mapped = np.array([table.get(u, default) for u in uniques] + [default], dtype=object)
+    return mapped[codes]
+
+
+def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
+    """One row per call of `trace` (same order); device calls get a family, shapes and work."""
+    calls = trace.calls
+    n = len(calls)
+    family = np.full(n, None, dtype=object)
+    op = np.full(n, "", dtype=object)
+    dtype = np.full(n, "fp32", dtype=object)
+    num = {c: np.full(n, np.nan) for c in ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops")}
+    not_coll = opcodes != COLL
+    # kernels: family by kernel id, shape from the enclosing op
+    launched = calls["kernel_id"].notna().to_numpy() & not_coll
+    families = dict(zip(trace.kernels["kernel_id"], trace.kernels["family"])) if len(trace.kernels) else {}
+    kernel_family = _codes_map(calls["kernel_id"], families, "other")
+    family[launched] = np.where(np.isin(kernel_family, KERNEL_FAMILIES), kernel_family, "other")[launched]
+    if len(trace.ops) and launched.any():
+        shapes = _op_shapes(trace.ops.drop_duplicates("op_id"))
+        op_rows = shapes.reindex(calls["op_id"].to_numpy())
+        op[launched] = op_rows["op_name"].fillna("").to_numpy()[launched]
+        num["numel"][launched] = op_rows["numel"].to_numpy()[launched]
+        num["row"][launched] = op_rows["row"].to_numpy()[launched]
+        known = launched & op_rows["dtype"].notna().to_numpy()
+        dtype[known] = op_rows["dtype"].to_numpy()[known]
+    # copies and memsets
+    api = calls["api"].astype(str).str.lower()
+    copy = (api.str.contains("memcpy|memset", regex=True) & calls["bytes"].notna()).to_numpy() & not_coll
+    family[copy] = "copy"
+    memset = api.str.contains("memset", regex=False).to_numpy()
+    op[copy] = np.where(memset, "memset", calls["memcpy_kind"].fillna("DtoD").astype(str).to_numpy())[copy]
+    num["work_bytes"][copy] = calls["bytes"].to_numpy(dtype="float64", na_value=np.nan)[copy]
+    dtype[copy] = "u8"
+    # GEMMs
+    gemm = calls["gemm_m"].notna().to_numpy()
+    if gemm.any():
+        g = calls.loc[gemm]
+        kind = _codes_map(g["gemm_dtype_a"], {d: dtype_name(d) for d in g["gemm_dtype_a"].unique()}, None)
+        kind = np.where(pd.isna(kind), "fp32", kind)
+        kind = np.where((kind == "fp32") & (g["gemm_compute_type"] == "tf32").to_numpy(), "tf32", kind)
+        b, m, nn, k = (g[c].to_numpy(dtype="float64", na_value=1.0) for c in ("gemm_batch", "gemm_m", "gemm_n", "gemm_k"))
+        itemsize = np.array([DTYPE_BYTES.get(d, 4) for d in kind], dtype="float64")
+        family[gemm], op[gemm], dtype[gemm] = "gemm", np.where(b > 1, "bmm", "mm"), kind
+        num["batch"][gemm], num["m"][gemm], num["n"][gemm], num["k"][gemm] = b, m, nn, k
+        num["flops"][gemm] = 2 * b * m * nn * k
+        num["work_bytes"][gemm] = itemsize * b * (m * k + k * nn + m * nn)
+    _attention(calls, family, op, dtype, num)
+    collective, comm_bytes = _collectives(calls, opcodes)
+    return pd.DataFrame({"family": family, "op": op, "dtype": dtype, **num, "collective": collective,
+                         "comm_bytes": comm_bytes})
+
+
+def _attention(calls: pd.DataFrame, family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
+               num: dict[str, np.ndarray]) -> None:
+    """Attention graphs (cuDNN SDPA) carry their shape in `args` (in place)."""
+    args = calls["args"]
+    rows = args.notna() & args.astype(str).str.contains('"attention"', regex=False)
+    for i in np.flatnonzero(rows.to_numpy()):
+        a = json.loads(args.iat[i])["attention"]
+        backward = bool(a.get("backward"))
+        b, m, nn, d = a["batch"] * a["heads"], a["seq_q"], a["seq_kv"], a["head_dim"]
+        kind = dtype_name(a.get("dtype")) or "bf16"
+        family[i], op[i], dtype[i] = "attention", "sdpa_bwd" if backward else "sdpa_fwd", kind
+        num["batch"][i], num["m"][i], num["n"][i], num["k"][i] = b, m, nn, d
+        num["flops"][i] = (4.0 * b * m * nn * d * (ATTENTION_BACKWARD_FLOPS if backward else 1.0)
+                           * (0.5 if a.get("causal") else 1.0))
+        num["work_bytes"][i] = DTYPE_BYTES[kind] * b * (m + nn) * d * (4.0 if backward else 2.0)
+
+
+def _collectives(calls: pd.DataFrame, opcodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Collective name and nccl-tests message size per call: the buffer; all-gather the gathered output."""
+    n = len(calls)
+    collective, comm_bytes = np.full(n, None, dtype=object), np.full(n, np.nan)
+    coll = opcodes == COLL
+    if not coll.any():
+        return collective, comm_bytes
+    c = calls.loc[coll]
+    name = c["collective_name"].astype(str).str.lower().str.replace("_", "", regex=False)
+    inputs = c["in_msg_nelems"].to_numpy(dtype="float64", na_value=np.nan)
+    outputs = c["out_msg_nelems"].to_numpy(dtype="float64", na_value=np.nan)
+    size = np.where((name == "allgather").to_numpy() & ~np.isnan(outputs), outputs, np.nan_to_num(inputs))
+    elem = _codes_map(c["comm_dtype"], {d: _comm_dtype_bytes(d) for d in c["comm_dtype"].unique()}, 4)
+    collective[coll] = name.to_numpy()
+    comm_bytes[coll] = size * elem.astype("float64")
+    return collective, comm_bytes
