@@ -29,9 +29,11 @@ app.add_typer(estimators_app, name="estimators")
 from .cli_common import err, fail, out, script_argv  # noqa: E402
 from .cli_emulate import emulate_cmd  # noqa: E402
 from .cli_predict import predict_cmd  # noqa: E402
+from .cli_search import search_cmd  # noqa: E402
 
 app.command("emulate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(emulate_cmd)
 app.command("predict")(predict_cmd)
+app.command("search", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(search_cmd)
 
 
 def _version(value: bool) -> None:
@@ -244,9 +246,11 @@ def profile_kernels_cmd(out_dir: Annotated[Path, typer.Option("--out", "-o", hel
 
 
 @app.command()
-def demo(out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None):
-    """Maya's main job on the embedded defaults: profile the bundled example training script on this
-    machine, validate and catalog the trace, query it with SQL and export a Perfetto timeline."""
+def demo(out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None,
+         training_sample: Annotated[int, typer.Option(min=1000, help="Shipped measurements to train the estimators "
+                                                                     "on when none are registered.")] = 20_000):
+    """Maya's main job on the embedded defaults: emulate the bundled example on a virtual H100, train
+    the kernel estimators if needed, predict iteration time, memory and cost, and show the trace."""
     from .demo import run_demo
 
-    run_demo(out, out_dir)
+    run_demo(out, out_dir, training_sample)

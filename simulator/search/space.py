@@ -1,0 +1,206 @@
+"""Search spaces: parameters with their values, how each reaches the script (a `{name}` placeholder in
+the command or an environment variable), derived values, constraints and the roles the pruning rules
+read. Everything is checked against the command when the space is loaded."""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from .expr import Expr, ExprError
+
+ROLES = ("recompute", "sequence_parallel", "distributed_optimizer", "microbatches", "pp", "tp")
+OFF = {"off", "none", "false", "no", "0", ""}
+Point = tuple[int, ...]
+"""A point of the space: one value index per parameter, in declaration order."""
+
+
+class SpaceError(ValueError):
+    """A search space that cannot be searched, with the reason."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    values: tuple[Any, ...]
+    role: str | None = None
+    env: str | None = None
+    """Environment variable carrying the value (else the command's `{name}` placeholder)."""
+    flag: str | None = None
+    """For a boolean: the placeholder becomes this argument when on and disappears when off."""
+
+
+def is_on(value: Any) -> bool:
+    """Truth of a flag value (`off`, `none`, `false`, `no`, `0` and empty strings are off)."""
+    return str(value).strip().lower() not in OFF if isinstance(value, str) else bool(value)
+
+
+@dataclass
+class Space:
+    parameters: list[Parameter]
+    command: list[str]
+    gpus: int | None
+    """The world size, unless a `gpus` parameter varies it."""
+    derived: dict[str, Expr] = field(default_factory=dict)
+    constraints: list[Expr] = field(default_factory=list)
+    tokens_per_iteration: Expr | None = None
+    source: str = ""
+    """The space file's canonical JSON (for the search id)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(p.values) for p in self.parameters)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def params(self, point: Point) -> dict[str, Any]:
+        return {p.name: p.values[i] for p, i in zip(self.parameters, point)}
+
+    def point(self, params: Mapping[str, Any]) -> Point:
+        return tuple(p.values.index(params[p.name]) for p in self.parameters)
+
+    def assign(self, point: Point) -> dict[str, Any]:
+        """Parameter values, `gpus` and the derived values of a point."""
+        env = {"gpus": self.gpus, **self.params(point)}
+        for name, expr in self.derived.items():
+            env[name] = _evaluate(expr, env, f"derived {name!r}")
+        return env
+
+    def world_size(self, point: Point) -> int:
+        return int(self.assign(point)["gpus"])
+
+    def violated(self, point: Point) -> str | None:
+        """The first constraint the point breaks, else None."""
+        env = self.assign(point)
+        return next((c.source for c in self.constraints if not _evaluate(c, env, "constraint")), None)
+
+    def points(self) -> Iterator[Point]:
+        return itertools.product(*(range(n) for n in self.shape))
+
+    def valid_points(self) -> list[Point]:
+        return [p for p in self.points() if self.violated(p) is None]
+
+    def render(self, point: Point) -> tuple[list[str], dict[str, str]]:
+        """The command line and the extra environment of a point."""
+        env = self.assign(point)
+        shown = {p.name: (p.flag if is_on(env[p.name]) else "") if p.flag else env[p.name] for p in self.parameters}
+        words = {**env, **shown}
+        argv = [arg for arg in (a.format_map(words) for a in self.command) if arg]
+        extra = {p.env: str(env[p.name]) for p in self.parameters if p.env}
+        return argv, extra
+
+    def tokens(self, point: Point) -> float | None:
+        return None if self.tokens_per_iteration is None else float(
+            _evaluate(self.tokens_per_iteration, self.assign(point), "tokens_per_iteration"))
+
+    def role(self, role: str) -> Parameter | None:
+        return next((p for p in self.parameters if p.role == role), None)
+
+    def digest(self) -> str:
+        blob = json.dumps({"space": self.source, "command": self.command, "gpus": self.gpus})
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _evaluate(expr: Expr, env: Mapping[str, Any], what: str) -> Any:
+    try:
+        return expr(env)
+    except ZeroDivisionError:
+        raise SpaceError(f"{what} {expr.source!r} divides by zero at {dict(env)}") from None
+
+
+def load_space(spec: str | Path | Mapping[str, Any], command: Sequence[str], gpus: int | None = None) -> Space:
+    """Read a space (a YAML file or its mapping) for `command` (with `{name}` placeholders) and check it."""
+    if not isinstance(spec, Mapping):
+        import yaml
+
+        try:
+            spec = yaml.safe_load(Path(spec).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise SpaceError(f"{spec}: {e}") from None
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("parameters"), Mapping) or not spec["parameters"]:
+        raise SpaceError("the space needs a `parameters:` mapping with at least one parameter")
+    unknown = set(spec) - {"parameters", "derived", "constraints", "gpus", "tokens_per_iteration"}
+    if unknown:
+        raise SpaceError(f"unknown section(s) {sorted(unknown)}")
+    parameters = [_parameter(name, body) for name, body in spec["parameters"].items()]
+    world = gpus if gpus is not None else spec.get("gpus")
+    if any(p.name == "gpus" for p in parameters):
+        world = None
+    elif not isinstance(world, int) or world < 1:
+        raise SpaceError("give the number of GPUs (--gpus N, `gpus:` in the space or a `gpus` parameter)")
+    names = {"gpus"} | {p.name for p in parameters}
+    derived: dict[str, Expr] = {}
+    for name, source in (spec.get("derived") or {}).items():
+        if name in names:
+            raise SpaceError(f"derived {name!r} is already a parameter")
+        derived[name] = _expr(source, names, f"derived {name!r}")
+        names.add(name)
+    constraints = [_expr(c, names, "constraint") for c in spec.get("constraints") or []]
+    tokens = spec.get("tokens_per_iteration")
+    roles = [p.role for p in parameters if p.role]
+    if len(roles) != len(set(roles)):
+        raise SpaceError("each role may be given to one parameter only")
+    space = Space(parameters, list(command), world, derived, constraints,
+                  _expr(tokens, names, "tokens_per_iteration") if tokens is not None else None,
+                  json.dumps(spec, sort_keys=True, default=str))
+    _check_command(space, names)
+    if not space.valid_points():
+        raise SpaceError("no point of the space satisfies the constraints")
+    return space
+
+
+def _parameter(name: str, body: Any) -> Parameter:
+    if not name.isidentifier():
+        raise SpaceError(f"parameter name {name!r} is not an identifier")
+    body = {"values": body} if isinstance(body, list) else body
+    if not isinstance(body, Mapping):
+        raise SpaceError(f"parameter {name!r}: give a list of values or a mapping with `values:`")
+    extra = set(body) - {"values", "role", "env", "flag"}
+    if extra:
+        raise SpaceError(f"parameter {name!r}: unknown key(s) {sorted(extra)}")
+    values = body.get("values")
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"parameter {name!r} has no values")
+    if len(set(map(repr, values))) != len(values):
+        raise SpaceError(f"parameter {name!r} lists a value twice")
+    role = body.get("role")
+    if role is not None and role not in ROLES:
+        raise SpaceError(f"parameter {name!r}: unknown role {role!r} (roles: {', '.join(ROLES)})")
+    return Parameter(name, tuple(values), role, body.get("env"), body.get("flag"))
+
+
+def _expr(source: Any, names: set[str], what: str) -> Expr:
+    try:
+        expr = Expr(source)
+    except ExprError as e:
+        raise SpaceError(f"{what}: {e}") from None
+    unknown = expr.names - names
+    if unknown:
+        raise SpaceError(f"{what} {expr.source!r} uses unknown name(s) {sorted(unknown)}")
+    return expr
+
+
+def _check_command(space: Space, names: set[str]) -> None:
+    used = set()
+    for arg in space.command:
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(arg) if f is not None]
+        except ValueError as e:
+            raise SpaceError(f"command argument {arg!r}: {e}") from None
+        for f in fields:
+            if f not in names:
+                raise SpaceError(f"the command's placeholder {{{f}}} names no parameter or derived value")
+            used.add(f)
+    for p in space.parameters:
+        if p.env is None and p.name not in used and p.name != "gpus":
+            raise SpaceError(f"parameter {p.name!r} reaches the script neither by a {{{p.name}}} placeholder "
+                             "nor by `env:`")
