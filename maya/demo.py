@@ -1,8 +1,9 @@
-"""`maya demo`: the main job on embedded defaults, end to end on real code.
+"""`maya demo`: Maya's main job on the embedded defaults, end to end.
 
-Until the emulator and predictor land, the demo measures the bundled example on this machine's
-CPU with torch.profiler, then exercises the trace pipeline: maya_trace_spec run -> validation ->
-warehouse catalog -> read-only SQL -> Perfetto timeline.
+The bundled example (a small GPT, bf16) is emulated unchanged on a virtual H100; the kernel
+estimators are trained on the shipped measurements if the warehouse holds no version yet; the
+simulator predicts the iteration time, memory and cost; SQL over the trace and the warehouse shows
+what was captured; the simulated schedule is written as a Perfetto timeline.
 """
 from __future__ import annotations
 
@@ -15,48 +16,87 @@ from rich.table import Table
 from .paths import example_script, runs_dir, warehouse_path
 from .sql import run_query
 
+EXAMPLE_ARGS = ["--bf16", "--steps", "4", "--dim", "512", "--layers", "4", "--heads", "8", "--seq", "512",
+                "--batch", "8"]
+TRAINING_SAMPLE = 20_000  # rows of the shipped measurements: well under a minute to train on 2 cores
 QUERIES = {
-    "Top aten ops by inclusive time": """
-        SELECT name, count(*) AS calls, round(sum(end_ns - start_ns) / 1e6, 2) AS total_ms,
-               any_value(input_shapes) AS example_shapes
-        FROM ops WHERE name LIKE 'aten::%' GROUP BY name ORDER BY total_ms DESC LIMIT 8""",
-    "Time per phase and iteration": """
-        SELECT iteration, phase, count(*) AS ops, round(sum(end_ns - start_ns) / 1e6, 2) AS total_ms
-        FROM ops WHERE parent_op_id IS NOT NULL AND iteration IS NOT NULL AND name LIKE 'aten::%'
-        GROUP BY ALL ORDER BY iteration, phase""",
-    "Warehouse catalog": "SELECT run_id, source, status, ranks, api_calls, ops FROM runs ORDER BY registered_at DESC LIMIT 3",
+    "Device calls per iteration and phase (emulated trace)": """
+        SELECT o.iteration, o.phase, count(*) AS calls, count(a.gemm_m) AS gemms,
+               count(a.kernel_id) AS kernel_launches
+        FROM api_calls a JOIN ops o USING (rank, op_id)
+        WHERE o.iteration BETWEEN 1 AND 3 GROUP BY ALL ORDER BY ALL""",
+    "Largest GEMMs (cuBLAS m, n, k) and the layer that made them": """
+        SELECT DISTINCT a.gemm_m AS m, a.gemm_n AS n, a.gemm_k AS k, a.gemm_dtype_a AS dtype, o.module_path
+        FROM api_calls a JOIN ops o USING (rank, op_id)
+        WHERE a.gemm_m IS NOT NULL AND o.iteration = 1 AND o.phase = 'forward'
+        ORDER BY m * n * k DESC LIMIT 6""",
 }
 
 
-def run_demo(console: Console, out_dir: Path | None = None) -> Path:
-    from maya.collectors.profiler.workload import profile_workload
-    from maya_trace_spec.interop.perfetto import export_perfetto
-    from maya_trace_spec.validation import validate_run
+def run_demo(console: Console, out_dir: Path | None = None, training_sample: int = TRAINING_SAMPLE) -> Path:
+    from maya.collectors.emulator.launcher import emulate
+    from maya.simulator.predict import predict
 
     from .warehouse import register_run
 
     run_dir = out_dir or runs_dir() / time.strftime("demo-%Y%m%d-%H%M%S")
     script = example_script()
     console.rule("[bold]Maya demo")
-    console.print(f"1. profiling the bundled example [cyan]{script.name}[/] on this machine (torch.profiler)")
-    with console.status("running the training script..."):
-        profile_workload([str(script), "--steps", "3"], run_dir)
-    console.print(f"   trace written to [cyan]{run_dir}[/]")
-    problems = validate_run(run_dir)
-    if problems:
-        raise RuntimeError("the demo trace does not validate: " + "; ".join(map(str, problems)))
-    console.print("2. validated against maya_trace_spec: [green]no problems[/]")
-    run_id = register_run(run_dir)
-    console.print(f"3. catalogued as run [cyan]{run_id}[/] in {warehouse_path()}")
-    console.print("4. read-only SQL over the run and the warehouse:")
+    console.print(f"1. emulating the bundled [cyan]{script.name}[/] ({' '.join(EXAMPLE_ARGS)}) on a virtual H100")
+    with console.status("running the unmodified script on a virtual GPU..."):
+        result = emulate([str(script), *EXAMPLE_ARGS], run_dir, hardware="h100-sxm")
+    if result.status != "complete":
+        raise RuntimeError(f"the example did not complete under emulation ({result.status}); see {run_dir}/logs")
+    rank = result.ranks[0]
+    console.print(f"   {rank.calls:,} device-API calls captured in {rank.seconds:.1f} s -> [cyan]{run_dir}[/] "
+                  f"(run {register_run(run_dir)})")
+    version = _estimator_version(console, training_sample)
+    console.print(f"3. predicting with estimator version [cyan]{version}[/] and the event-driven simulator")
+    timeline = run_dir.with_name(run_dir.name + ".timeline.json")
+    prediction, _ = predict(run_dir, durations="estimators", price_per_gpu_hour=3.0, timeline=timeline,
+                            tokens_per_iteration=8 * 511)
+    _print_prediction(console, prediction)
+    console.print("4. read-only SQL over the trace:")
     for title, sql in QUERIES.items():
-        result = run_query(sql, trace=run_dir)
-        table = Table(*result.columns, title=title, title_justify="left")
-        for row in result.rows:
+        r = run_query(sql, trace=run_dir)
+        table = Table(*r.columns, title=title, title_justify="left")
+        for row in r.rows:
             table.add_row(*(str(v) for v in row))
         console.print(table)
-    timeline = run_dir.with_name(run_dir.name + ".perfetto.json")
-    stats = export_perfetto(run_dir, timeline)
-    console.print(f"5. Perfetto timeline with {stats.slices} slices: [cyan]{timeline}[/] "
-                  "(open in https://ui.perfetto.dev)")
+    console.print(f"5. simulated schedule: [cyan]{timeline}[/] (open in https://ui.perfetto.dev); "
+                  f"warehouse: {warehouse_path()}")
     return run_dir
+
+
+def _estimator_version(console: Console, sample: int) -> str:
+    """The latest registered estimator version, training one on the shipped data if there is none."""
+    from maya.estimators import Registry, RegistryError, TrainConfig, train_version
+    from maya.estimators.training_data import shipped_measurements
+
+    registry = Registry()
+    try:
+        version = registry.load("latest").record.version
+        console.print(f"2. kernel estimators: using registered version [cyan]{version}[/]")
+        return version
+    except RegistryError:
+        pass
+    measurements = shipped_measurements()
+    measurements = measurements.sample(min(sample, len(measurements)), random_state=0).reset_index(drop=True)
+    with console.status(f"2. training kernel estimators on {len(measurements):,} shipped measurements..."):
+        registered = train_version(measurements, TrainConfig(), registry)
+    console.print(f"2. kernel estimators: trained and registered version [cyan]{registered.record.version}[/] "
+                  f"on {len(measurements):,} shipped measurements")
+    return registered.record.version
+
+
+def _print_prediction(console: Console, p) -> None:
+    table = Table(show_header=False, title="Prediction for one H100 SXM", title_justify="left")
+    ms = p.iteration_ns / 1e6
+    table.add_row("iteration time", f"{ms:.3f} ms")
+    for label, ns in (("compute", p.compute_ns), ("exposed communication", p.exposed_comm_ns),
+                      ("host-bound", p.host_bound_ns), ("idle", p.idle_ns)):
+        table.add_row(f"  {label}", f"{ns / 1e6:.3f} ms ({ns / p.iteration_ns:.0%})" if p.iteration_ns else "-")
+    table.add_row("MFU", f"{p.mfu:.1%} of {p.mfu_dtype} peak")
+    table.add_row("peak memory", f"{p.peak_memory_bytes / 2**30:.2f} GiB of {p.memory_capacity_bytes / 2**30:.1f} GiB"
+                  + ("  [red]OOM[/]" if p.oom else ""))
+    console.print(table)

@@ -46,10 +46,14 @@ def test_profile_workload_missing_script(tmp_path):
 
 
 def test_demo_runs_end_to_end(tmp_path, maya_home):
+    """The main job: emulate the example, train a (small) estimator version, predict, store."""
     out = tmp_path / "demo"
-    r = runner.invoke(app, ["demo", "--out", str(out)])
+    r = runner.invoke(app, ["demo", "--out", str(out), "--training-sample", "3000"])
     assert r.exit_code == 0, r.output
     assert validate_run(out) == []
-    assert (tmp_path / "demo.perfetto.json").stat().st_size > 0
+    assert Run(out).info["source"] == "emulator"
+    assert (tmp_path / "demo.timeline.json").stat().st_size > 0
     con = duckdb.connect(str(maya_home / "warehouse.duckdb"), read_only=True)
-    assert con.execute("SELECT source, path FROM runs").fetchall() == [("kineto-import", str(out.resolve()))]
+    assert con.execute("SELECT source, path FROM runs").fetchall() == [("emulator", str(out.resolve()))]
+    (durations, iteration_ms), = con.execute("SELECT durations, iteration_ms FROM predictions").fetchall()
+    assert durations.startswith("estimators") and iteration_ms > 0
