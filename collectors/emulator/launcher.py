@@ -80,6 +80,9 @@ def _rank_env(lib_dir: Path, raw: Path, rank: int, topo: Topology, port: int) ->
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "TORCHELASTIC_RUN_ID": "maya-emulate",
         "PYTHONUNBUFFERED": "1",
+        # the runner is found as an installed module even when the working directory holds a
+        # source tree whose folders would shadow it (as Maya's own checkout does)
+        "PYTHONSAFEPATH": "1",
     })
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env

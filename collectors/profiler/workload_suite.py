@@ -154,8 +154,11 @@ class ProcessRunner:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "wb") as out:
             try:
-                returncode = subprocess.run(self.command(config), stdout=out, stderr=subprocess.STDOUT,
-                                            timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+                cmd = self.command(config)
+                # an installed module must not be shadowed by a source tree in the working directory
+                safe = {"PYTHONSAFEPATH": "1"} if "-m" in cmd else {}
+                returncode = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                            timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1", **safe}
                                             ).returncode
             except subprocess.TimeoutExpired:
                 returncode = None

@@ -51,6 +51,8 @@ class RayExecutor:
 
         self._owned = not ray.is_initialized()
         if self._owned:
+            # workers import Maya as installed, not from a source tree in the working directory
+            init_args.setdefault("runtime_env", {"env_vars": {"PYTHONSAFEPATH": "1"}})
             ray.init(address=address, **init_args)
         self._ray, self._task_cpus = ray, task_cpus
 
