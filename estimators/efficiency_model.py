@@ -7,7 +7,7 @@ roofline is what lets one model serve GPUs of very different speeds.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import xgboost as xgb
@@ -24,12 +24,22 @@ class ModelParams:
     learning_rate: float = 0.15
     subsample: float = 0.8
     colsample_bytree: float = 0.8
+    min_child_weight: float = 1.0
+    transfer_max_depth: int = 6
+    transfer_min_child_weight: float = 20.0
+    """The transfer model (GPUs of unseen architectures) is shallower and more regularised: chosen on
+    leave-one-GPU-out validation, where the deeper model learns GPU quirks that do not carry over."""
     nthread: int = 2
     seed: int = 0
 
+    def for_transfer(self) -> ModelParams:
+        return replace(self, max_depth=min(self.max_depth, self.transfer_max_depth),
+                       min_child_weight=max(self.min_child_weight, self.transfer_min_child_weight))
+
     def booster_params(self) -> dict:
         params = asdict(self)
-        del params["n_estimators"]
+        for name in ("n_estimators", "transfer_max_depth", "transfer_min_child_weight"):
+            del params[name]
         return {**params, "eta": params.pop("learning_rate"), "objective": "reg:squarederror",
                 "tree_method": "hist"}
 

@@ -24,6 +24,9 @@ class HardwareArrays:
     sm_count: np.ndarray
     l2_bytes: np.ndarray
     pcie_bandwidth: np.ndarray
+    max_threads_per_sm: np.ndarray
+    shared_mem_per_sm: np.ndarray
+    """Bytes of shared memory (carved out of L1) per SM."""
 
     def take(self, rows: np.ndarray) -> HardwareArrays:
         """The figures of the selected calls (boolean mask or indices)."""
@@ -59,4 +62,6 @@ def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
         sm_count=column([s.sm_count for s in specs]),
         l2_bytes=column([s.l2_bytes for s in specs]),
         pcie_bandwidth=column([s.pcie_gbs * 1e9 for s in specs]),
+        max_threads_per_sm=column([s.max_threads_per_sm for s in specs]),
+        shared_mem_per_sm=column([s.shared_mem_per_sm_bytes for s in specs]),
     )

@@ -110,10 +110,12 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
             features, seen_names, target, log_ratio, _random_split(len(target), config), config)
         folds, by_gpu = _transfer_folds(hw.architecture, config)
         transfer_band, metrics["transfer_mape"] = _validate(
-            features, transfer_names, target, log_ratio, folds, config, hw.name if by_gpu else None)
+            features, transfer_names, target, log_ratio, folds, config, hw.name if by_gpu else None,
+            params=config.params.for_transfer())
     models = FamilyModels(
         seen=EfficiencyModel.fit(features, seen_names, target, config.params, band=seen_band),
-        transfer=EfficiencyModel.fit(features, transfer_names, target, config.params, band=transfer_band),
+        transfer=EfficiencyModel.fit(features, transfer_names, target, config.params.for_transfer(),
+                                     band=transfer_band),
         hardware=frozenset(hw.name), architectures=frozenset(hw.architecture.astype(int).tolist()))
     return models, roofline_band, metrics
 
@@ -134,11 +136,12 @@ def _transfer_folds(architecture: np.ndarray, config: TrainConfig) -> tuple[list
 
 def _validate(features: Features, names: tuple[str, ...], target: np.ndarray, log_ratio: np.ndarray,
               folds: list[tuple[np.ndarray, np.ndarray]], config: TrainConfig,
-              hardware: np.ndarray | None = None) -> tuple[Band, float | dict[str, float]]:
+              hardware: np.ndarray | None = None,
+              params: ModelParams | None = None) -> tuple[Band, float | dict[str, float]]:
     """Held-out band of log(measured / predicted) and MAPE (per held-out GPU when `hardware` is given)."""
     residuals, errors = [], {}
     for fit_rows, held_rows in folds:
-        model = EfficiencyModel.fit(features, names, target, config.params, rows=fit_rows)
+        model = EfficiencyModel.fit(features, names, target, params or config.params, rows=fit_rows)
         predicted = model.log_slowdown(features, held_rows)
         residuals.append(log_ratio[held_rows] - predicted)
         measured, estimate = np.exp(log_ratio[held_rows]), np.exp(predicted)

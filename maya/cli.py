@@ -30,9 +30,11 @@ from .cli_common import err, fail, out, script_argv  # noqa: E402
 from .cli_emulate import emulate_cmd  # noqa: E402
 from .cli_predict import predict_cmd  # noqa: E402
 from .cli_search import search_cmd  # noqa: E402
+from .cli_dashboard import dashboard_cmd  # noqa: E402
 
 app.command("emulate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(emulate_cmd)
 app.command("predict")(predict_cmd)
+app.command("dashboard")(dashboard_cmd)
 app.command("search", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(search_cmd)
 
 

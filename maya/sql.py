@@ -6,6 +6,8 @@ Two independent guards keep it read-only:
    is refused before anything runs;
 2. the session itself is sandboxed: the warehouse is attached READ_ONLY, file access is limited to
    Maya's data directories, external access is off and the configuration is locked.
+
+While a pipeline process is writing the warehouse, attaching it waits for the write to finish.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import duckdb
 from maya_trace_spec.duck import register_run
 
 from .paths import data_dir, maya_home, warehouse_path
+from .warehouse import wait_for_lock
 
 ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 _EXPLAIN_ANALYZE = re.compile(r"^\s*explain\s+analy[sz]e\b", re.IGNORECASE)
@@ -56,7 +59,7 @@ def open_session(trace: str | Path | None = None, warehouse: str | Path | None =
     wh = Path(warehouse) if warehouse else warehouse_path()
     if wh.exists():
         try:
-            con.execute(f"ATTACH {_lit(str(wh))} AS warehouse (READ_ONLY)")
+            wait_for_lock(lambda: con.execute(f"ATTACH {_lit(str(wh))} AS warehouse (READ_ONLY)"))
         except duckdb.Error as e:
             raise QueryRefused(f"cannot open the warehouse {wh} read-only: {e}") from None
     allowed = [data_dir(), maya_home()]

@@ -1,13 +1,20 @@
 """The embedded DuckDB warehouse: a catalog of runs (and, later, profiles, estimators, predictions)."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import duckdb
 
 from maya_trace_spec import Run, inspect_file, table_files
 
 from .paths import warehouse_path
+
+T = TypeVar("T")
+LOCK_WAIT_S = 30.0
+"""How long to wait for another process's lock on the warehouse file: DuckDB lets one process write
+it or several read it, so writers hold it briefly and every opener waits its turn."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -30,9 +37,23 @@ def connect(path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
     """Open the warehouse for writing, creating it and its tables if needed."""
     path = Path(path) if path else warehouse_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(path))
+    con = wait_for_lock(lambda: duckdb.connect(str(path)))
     con.execute(SCHEMA)
     return con
+
+
+def wait_for_lock(attempt: Callable[[], T], timeout_s: float = LOCK_WAIT_S) -> T:
+    """`attempt()`, retried while another process holds a conflicting lock on the warehouse file."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while True:
+        try:
+            return attempt()
+        except duckdb.IOException as e:
+            if "Could not set lock" not in str(e) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.2)
 
 
 def register_run(run_dir: str | Path, path: str | Path | None = None) -> str:

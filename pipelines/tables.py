@@ -1,0 +1,69 @@
+"""The warehouse tables the pipelines write (next to `runs` and the estimator registry's tables).
+
+| table | one row per |
+|---|---|
+| `profile_files` | raw profile file of a (hardware, campaign) partition, with its SHA-256 |
+| `profile_partitions` | validated partition: the content hash it was validated at, row counts |
+| `kernel_profiles` | valid measured kernel call (call-frame columns + `measured_ns`) |
+| `quarantine` | rejected row (`row_index`) or unreadable file (`row_index` NULL), with the reason |
+| `estimator_evaluations` | estimator version evaluated at an inputs hash: overall errors |
+| `kernel_errors` | version x hardware x family: held-out kernel MAPE (NeuSight's test split) |
+| `kernel_predictions` | version x held-out kernel: measured and predicted ns |
+| `workload_predictions` | version x ground-truth workload: measured and predicted iteration time |
+
+Every write replaces a partition's or a version's rows inside one transaction.
+"""
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from maya.estimators.calls import NUMERIC_COLUMNS
+
+PARTITION = "hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT NULL"
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS profile_files (
+    {PARTITION}, format VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL,
+    PRIMARY KEY (hardware, campaign, path));
+CREATE TABLE IF NOT EXISTS profile_partitions (
+    hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, content_hash VARCHAR NOT NULL, files INTEGER NOT NULL,
+    rows BIGINT NOT NULL, quarantined BIGINT NOT NULL, PRIMARY KEY (hardware, campaign));
+CREATE TABLE IF NOT EXISTS kernel_profiles (
+    {PARTITION}, row_index BIGINT NOT NULL, family VARCHAR NOT NULL, op VARCHAR NOT NULL, dtype VARCHAR NOT NULL,
+    batch DOUBLE, m DOUBLE, n DOUBLE, k DOUBLE, numel DOUBLE, "row" DOUBLE, operands DOUBLE, bytes DOUBLE,
+    flops DOUBLE, measured_ns DOUBLE NOT NULL);
+CREATE TABLE IF NOT EXISTS quarantine (
+    {PARTITION}, row_index BIGINT, reason VARCHAR NOT NULL, record JSON);
+CREATE TABLE IF NOT EXISTS estimator_evaluations (
+    version VARCHAR NOT NULL, inputs_hash VARCHAR NOT NULL, kernel_rows BIGINT NOT NULL, kernel_mape DOUBLE,
+    workloads INTEGER NOT NULL, workload_failures INTEGER NOT NULL, workload_mape DOUBLE,
+    PRIMARY KEY (version));
+CREATE TABLE IF NOT EXISTS kernel_errors (
+    version VARCHAR NOT NULL, hardware VARCHAR NOT NULL, family VARCHAR NOT NULL, rows BIGINT NOT NULL,
+    mape DOUBLE NOT NULL);
+CREATE TABLE IF NOT EXISTS kernel_predictions (
+    version VARCHAR NOT NULL, hardware VARCHAR NOT NULL, family VARCHAR NOT NULL, op VARCHAR NOT NULL,
+    method VARCHAR NOT NULL, measured_ns DOUBLE NOT NULL, predicted_ns DOUBLE NOT NULL);
+CREATE TABLE IF NOT EXISTS workload_predictions (
+    version VARCHAR NOT NULL, hardware VARCHAR NOT NULL, workload VARCHAR NOT NULL, measured_ns DOUBLE NOT NULL,
+    predicted_ns DOUBLE, error VARCHAR);
+"""
+CALL_COLUMNS = ("family", "op", "dtype", *NUMERIC_COLUMNS)
+"""The call-frame columns `kernel_profiles` keeps (its `hardware` is the partition's)."""
+
+
+def insert(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> None:
+    """Append `frame` (columns named as the table's; NaN stored as NULL) to `table`."""
+    if frame.empty:
+        return
+    con.register("_incoming", pa.Table.from_pandas(frame, preserve_index=False))
+    try:
+        columns = ", ".join(f'"{c}"' for c in frame.columns)
+        con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM _incoming")
+    finally:
+        con.unregister("_incoming")
+
+
+def delete_partition(con: duckdb.DuckDBPyConnection, table: str, hardware: str, campaign: str) -> None:
+    con.execute(f"DELETE FROM {table} WHERE hardware = ? AND campaign = ?", [hardware, campaign])
