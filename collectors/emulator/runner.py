@@ -56,17 +56,6 @@ def _process_groups() -> dict[str, list[int]]:
     return {name: dist.get_process_group_ranks(pg) for pg, name in dist.distributed_c10d._world.pg_names.items()}
 
 
-def _run_script(argv: list[str]) -> None:
-    import runpy
-    if argv[0] == "-m":
-        sys.argv = [argv[1], *argv[2:]]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(argv)
-        sys.path.insert(0, str(Path(argv[0]).resolve().parent))
-        runpy.run_path(argv[0], run_name="__main__")
-
-
 class _Iterations:
     """Kineto CPU profiling through the low-level API (torch.profiler's wrapper imports seconds of
     modules), with `ProfilerStep#N` ranges advanced by an optimizer-step hook."""
@@ -99,6 +88,8 @@ def main(argv: list[str]) -> int:
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    from maya.collectors.profiler.workload_script import run_script
+
     from .isolation import install as isolate_ranks
 
     isolate_ranks()
@@ -106,7 +97,7 @@ def main(argv: list[str]) -> int:
     iterations = _Iterations(torch)
     handles = [register_optimizer_step_post_hook(iterations.next), *_module_hooks(torch)]
     try:
-        _run_script(argv)
+        run_script(argv)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         status = "complete" if code == 0 else "failed"
