@@ -22,6 +22,7 @@ from pathlib import Path
 
 from maya.collectors.emulator.build import build, include_dirs, preload_list
 from maya.hardware import get as get_hardware
+from maya.paths import example_script
 from maya_trace_spec import Run
 
 CALLS = 2_000_000
@@ -64,7 +65,7 @@ def micro(lib_dir: Path, work: Path) -> tuple[float, float]:
 def gpt_step(work: Path) -> tuple[float, float, float]:
     """(wall seconds of `maya emulate`, median steady-state step ms, model FLOPs per step)."""
     dim, layers, heads, seq, batch, vocab = 2048, 24, 16, 2048, 4, 50304
-    script = Path(__file__).resolve().parents[1] / "maya" / "examples" / "train_gpt.py"
+    script = example_script()
     out = work / "gpt"
     cmd = [sys.executable, "-m", "maya", "emulate", "--out", str(out), "--", "python", str(script), "--bf16",
            "--steps", "3", "--dim", str(dim), "--layers", str(layers), "--heads", str(heads), "--seq", str(seq),
