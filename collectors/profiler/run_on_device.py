@@ -20,7 +20,8 @@ def register_source_packages() -> None:
     """Make `maya`, `maya.collectors` and `maya_trace_spec` importable from this checkout."""
     # The script's own folder is first on sys.path; its module names must not shadow others.
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO / "src"))  # the maya core
+    sys.path.insert(0, str(REPO))  # maya_trace_spec
     import maya
 
     if "maya.collectors" in sys.modules or importlib.util.find_spec("maya.collectors") is not None:
