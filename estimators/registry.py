@@ -156,7 +156,7 @@ class Registry:
             number = con.execute("SELECT coalesce(max(CAST(substr(version, 2) AS INTEGER)), 0) + 1 "
                                  "FROM estimator_versions").fetchone()[0]
             version = f"v{number}"
-            written = _write_atomic(self.artifacts / version / ARTIFACT_NAME, raw)
+            written = write_atomic(self.artifacts / version / ARTIFACT_NAME, raw)
             con.execute("INSERT INTO estimator_versions VALUES (?, now()::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
                 version, data_hash, config_hash, metrics.get("hardware", []), sorted(metrics.get("families", {})),
                 metrics.get("rows", 0), json.dumps(metrics, sort_keys=True), f"{version}/{ARTIFACT_NAME}",
@@ -198,7 +198,7 @@ def _record(row: tuple) -> VersionRecord:
     return VersionRecord(**values)
 
 
-def _write_atomic(path: Path, data: bytes) -> Path:
+def write_atomic(path: Path, data: bytes) -> Path:
     """Write via a temporary file in the same directory, flushed to disk, then renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from maya.estimators.registry import _write_atomic
+from maya.estimators.registry import write_atomic
 from maya.warehouse import wait_for_lock
 
 TARGET = 0.05
@@ -52,7 +52,7 @@ def build(warehouse: Path) -> tuple[Path, bool]:
     path = dashboard_path(warehouse)
     if path.is_file() and path.read_bytes() == page:
         return path, False
-    return _write_atomic(path, page), True
+    return write_atomic(path, page), True
 
 
 def read(warehouse: Path) -> AccuracyData:
