@@ -238,3 +238,20 @@ def test_one_rank_of_a_4096_rank_megatron_job(tmp_path):
     assert r.exit_code == 0, r.output
     groups = sorted(tuple(g["ranks"]) for g in Run(out).table("communicators").to_pylist())
     assert groups == [tuple(range(8, 16)), tuple(range(9, 4096, 512))]
+
+
+def test_torch_pipelining_stages_exchange_their_metadata(tmp_path):
+    """torch.distributed.pipelining (1F1B): each stage learns its neighbours' shapes from pickled
+    objects; rank 0 is captured first and waits, so the launcher starts rank 1 on demand."""
+    r, out = emulate(tmp_path, "--nproc-per-node", "2", script="pipeline_gpt.py")
+    assert r.exit_code == 0, r.output
+    assert validate_run(out) == []
+    assert _represents(out) == {0: [0], 1: [1]}
+    calls = Run(out).table("api_calls").filter(pc.field("collective_name").isin(["send", "recv"]))
+    counts = {}
+    for row in calls.to_pylist():
+        key = (row["rank"], row["collective_name"], row["peer_rank"])
+        counts[key] = counts.get(key, 0) + 1
+    # 2 steps x 4 micro-batches: activations forward, gradients backward, every send matched by a recv
+    assert counts[(0, "send", 1)] == counts[(1, "recv", 0)] >= 8
+    assert counts[(1, "send", 0)] == counts[(0, "recv", 1)] >= 8

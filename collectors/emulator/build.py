@@ -57,6 +57,9 @@ LIBS = (
 )
 CORE_SOURCES = ("core.c", "device_attrs.c")
 CORE = "libmaya_emu.so"
+OPS_SOURCE = "ops_observer.cpp"
+OPS = "libmaya_ops.so"
+"""The framework-context observer, built against torch's C++ headers; the runner loads it after torch."""
 
 
 def _site_dir(package: str) -> Path:
@@ -92,7 +95,7 @@ def _tool(name: str) -> str:
     path = shutil.which(name)
     if not path:
         raise BuildError(f"Maya's emulator is built with the system C toolchain, and `{name}` was not "
-                         "found: install gcc and binutils (e.g. `apt-get install gcc`)")
+                         "found: install gcc, g++ and binutils (e.g. `apt-get install g++`)")
     return path
 
 
@@ -147,6 +150,25 @@ def _unimplemented_source(lib: StubLib, names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cxx11_abi(torch_lib: Path) -> int:
+    """1 if torch's C++ libraries use the C++11 string ABI (their std::string symbols say `__cxx11`)."""
+    out = _run([_tool("nm"), "-D", "--defined-only", str(torch_lib / "libc10.so")])
+    return int("__cxx11" in out)
+
+
+def _build_ops_observer(out_dir: Path) -> None:
+    torch_dir = _site_dir("torch")
+    torch_lib = torch_dir / "lib"
+    if not (torch_dir / "include" / "ATen" / "record_function.h").exists():
+        raise BuildError(f"torch's C++ headers are missing under {torch_dir / 'include'}: reinstall torch")
+    cxx = _tool(os.environ.get("CXX", "g++"))
+    # -DNDEBUG as torch release builds: RecordFunction has debug-only members, so it changes the layout
+    _run([cxx, "-O2", "-DNDEBUG", "-fPIC", "-std=c++20", "-fvisibility=hidden", "-w",
+          f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}", f"-I{torch_dir / 'include'}", "-shared", "-o", str(out_dir / OPS), str(NATIVE / OPS_SOURCE),
+          "-Wl,-soname," + OPS, f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}",
+          f"-L{out_dir}", "-l:" + CORE, "-Wl,-rpath,$ORIGIN"])
+
+
 def _version_script(lib: StubLib, names: set[str]) -> str:
     body = "".join(f"    {n};\n" for n in sorted(names))
     tag = lib.version_tag or ""
@@ -162,6 +184,7 @@ def build_key(cc: str) -> str:
         st = lib.stat()
         h.update(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}".encode())
     h.update(_run([cc, "--version"]).encode())
+    h.update(_run([_tool(os.environ.get("CXX", "g++")), "--version"]).encode())
     return h.hexdigest()[:16]
 
 
@@ -183,6 +206,7 @@ def build(cache_root: Path) -> Path:
         core_flags = [f for f in cflags if f != "-fvisibility=hidden"]  # the stubs link against all of it
         _run([cc, *core_flags, *incs, "-shared", "-o", str(tmp / CORE), "-Wl,-soname," + CORE,
               *(str(NATIVE / s) for s in CORE_SOURCES), "-lpthread", "-ldl"])
+        _build_ops_observer(tmp)
         for lib in LIBS:
             objs = []
             for src in lib.sources:

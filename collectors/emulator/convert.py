@@ -1,5 +1,5 @@
-"""Turn one emulated rank's raw capture (binary call records, side files, Kineto ops) into
-maya_trace_spec tables."""
+"""Turn one emulated rank's raw capture (binary call and op records, side files) into maya_trace_spec
+tables."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from maya_trace_spec import RunWriter
-from maya_trace_spec.interop.kineto import classify_kernel, ops_enclosing
+from maya_trace_spec.interop.kineto import classify_kernel
 
 from .runner import MODULE_PREFIX
 
@@ -18,9 +18,18 @@ from .runner import MODULE_PREFIX
 RECORD_DTYPE = np.dtype([
     ("seq", "<i8"), ("tid", "<i8"), ("start_ns", "<i8"), ("dur_ns", "<i8"), ("stream", "<i8"),
     ("api", "<i4"), ("domain", "<i4"), ("status", "<i4"), ("device", "<i4"), ("kind", "<i4"), ("flags", "<i4"),
-    ("a", "<i8", (8,)),
+    ("a", "<i8", (8,)), ("op", "<i8"),
 ])
-assert RECORD_DTYPE.itemsize == 128
+assert RECORD_DTYPE.itemsize == 136
+# must match OpRecord in native/ops_observer.cpp
+OP_RECORD_DTYPE = np.dtype([
+    ("op_id", "<i8"), ("parent", "<i8"), ("t_ns", "<i8"), ("end_ns", "<i8"), ("seq_nr", "<i8"),
+    ("iteration", "<i4"), ("name_id", "<i4"), ("inputs_id", "<i4"), ("kind", "i1"), ("scope", "i1"), ("flags", "<i2"),
+])
+assert OP_RECORD_DTYPE.itemsize == 56
+OP_ENTER, OP_EXIT = 0, 1
+SCOPE_BACKWARD_FUNCTION = 1  # at::RecordScope
+OP_FLAG_AUTOGRAD_THREAD = 1
 
 DOMAINS = np.array(["runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "other"])
 DTYPES = np.array([None, "fp32", "fp16", "bf16", "fp64", "tf32", "int8", "int32", "fp8e4m3", "fp8e5m2", "int64",
@@ -43,16 +52,14 @@ class RankCapture:
     communicators: list[dict]
     peak_bytes: dict[int, int]
     status: dict
-    kineto: dict | None
+    ops: np.ndarray
+    op_strings: dict[int, str]
     process_groups: dict[str, list[int]]
 
     @classmethod
     def load(cls, raw: Path) -> RankCapture:
-        parts = sorted(raw.glob("calls-*.bin"))
-        records = (np.concatenate([np.fromfile(p, dtype=RECORD_DTYPE) for p in parts])
-                   if parts else np.empty(0, RECORD_DTYPE))
+        records = _binary(raw, "calls-*.bin", RECORD_DTYPE)
         records = records[np.argsort(records["seq"], kind="stable")]
-        kineto_path = raw / "kineto.json"
         status_path = raw / "status.json"
         return cls(
             records=records,
@@ -62,7 +69,8 @@ class RankCapture:
             peak_bytes={int(k): int(v.split("\t")[0]) for k, v in _tsv(raw / "memory.tsv").items()},
             status=json.loads(status_path.read_text()) if status_path.exists()
             else {"status": "failed", "error": "the process ended without reporting (killed or crashed)"},
-            kineto=json.loads(kineto_path.read_text()) if kineto_path.exists() else None,
+            ops=_op_records(raw),
+            op_strings=_tsv(raw / "op_strings.tsv"),
             process_groups=json.loads(groups.read_text()) if (groups := raw / "process_groups.json").exists() else {},
         )
 
@@ -71,6 +79,23 @@ class RankCapture:
         mask = (self.records["flags"] & F_UNIMPLEMENTED) != 0
         ids, counts = np.unique(self.records["api"][mask], return_counts=True)
         return {self.apis.get(int(i), f"api#{i}"): int(c) for i, c in zip(ids, counts)}
+
+
+def _binary(raw: Path, pattern: str, dtype: np.dtype) -> np.ndarray:
+    parts = sorted(raw.glob(pattern))
+    return np.concatenate([np.fromfile(p, dtype=dtype) for p in parts]) if parts else np.empty(0, dtype)
+
+
+def _op_records(raw: Path) -> np.ndarray:
+    """The observer's op records with the thread id (from each `ops-<tid>.bin` file name) added."""
+    parts = sorted(raw.glob("ops-*.bin"))
+    records = [np.fromfile(p, dtype=OP_RECORD_DTYPE) for p in parts]
+    tids = [np.full(len(r), int(p.stem.split("-")[1]), dtype=np.int64) for p, r in zip(parts, records)]
+    out = np.empty(sum(map(len, records)), dtype=[*OP_RECORD_DTYPE.descr, ("tid", "<i8")])
+    for name in OP_RECORD_DTYPE.names:
+        out[name] = np.concatenate([r[name] for r in records]) if records else []
+    out["tid"] = np.concatenate(tids) if tids else []
+    return out
 
 
 def _lines(path: Path) -> list[str]:
@@ -193,73 +218,106 @@ def memory_events_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
     })
 
 
-def _with_module_paths(ops: list[dict]) -> list[dict]:
-    """Each op's module_path: the innermost enclosing `nn.Module: PATH` range."""
-    by_id = {o["op_id"]: o for o in ops}
-    for o in ops:  # parents precede children
-        parent = by_id.get(o["parent_op_id"])
-        inherited = parent["module_path"] if parent else None
-        o["module_path"] = o["name"][len(MODULE_PREFIX):] if o["name"].startswith(MODULE_PREFIX) else inherited
-    return ops
+@dataclass
+class Ops:
+    """The ops table of a rank and, per op, its parsed input signature (`pg` names a collective's group)."""
+    table: pa.Table
+    signatures: list[dict]
 
 
-def _process_groups(ops: list[dict], op_args: list[dict], call_ops: np.ndarray, coll: np.ndarray,
-                    rank: int, world_size: int, members: dict[str, list[int]]
-                    ) -> tuple[list[str | None], dict[str, dict]]:
+def ops_table(cap: RankCapture) -> Ops:
+    """Ops from the observer's enter/exit records, ordered by op_id (parents precede children, so
+    module path, phase and backward/optimizer membership are inherited in one pass)."""
+    r = cap.ops
+    enters = np.sort(r[r["kind"] == OP_ENTER], order="op_id")
+    exits = r[r["kind"] == OP_EXIT]
+    ids = enters["op_id"]
+    end = enters["end_ns"].copy()  # -1: the op's enter record was flushed before it ended
+    found = np.searchsorted(ids, exits["op_id"])
+    ok = (found < len(ids)) & (ids[np.minimum(found, len(ids) - 1)] == exits["op_id"]) if len(ids) else found < 0
+    end[found[ok]] = exits["end_ns"][ok]
+    strings = cap.op_strings
+    parsed = {i: json.loads(v) for i, v in strings.items() if v.startswith("{")}
+    names = [strings.get(int(i), f"op#{i}") for i in enters["name_id"]]
+    signatures = [parsed.get(int(i), {}) for i in enters["inputs_id"]]
+    index = {int(op_id): k for k, op_id in enumerate(ids)}
+    parents = [index.get(int(p)) for p in enters["parent"]]
+    module_path: list[str | None] = []
+    phase: list[str] = []
+    backward = np.zeros(len(ids), dtype=bool)
+    optimizer = np.zeros(len(ids), dtype=bool)
+    autograd_thread = (enters["flags"] & OP_FLAG_AUTOGRAD_THREAD) != 0
+    for k, (name, parent) in enumerate(zip(names, parents)):
+        backward[k] = (enters["scope"][k] == SCOPE_BACKWARD_FUNCTION or autograd_thread[k]
+                       or name.startswith("autograd::engine::evaluate_function")
+                       or (parent is not None and backward[parent]))
+        optimizer[k] = (name.startswith(("Optimizer.step", "Optimizer.zero_grad"))
+                        or (parent is not None and optimizer[parent]))
+        phase.append("backward" if backward[k] else "optimizer" if optimizer[k] else "forward")
+        module_path.append(name[len(MODULE_PREFIX):] if name.startswith(MODULE_PREFIX)
+                           else module_path[parent] if parent is not None else None)
+    table = pa.table({
+        "op_id": pa.array(ids),
+        "parent_op_id": pa.array([int(ids[p]) if p is not None else None for p in parents], pa.int64()),
+        "name": pa.array(names, pa.string()),
+        "thread_id": pa.array(enters["tid"]),
+        "start_ns": pa.array(enters["t_ns"]),
+        "end_ns": _masked(end, end >= 0),
+        "time_source": pa.array(["emulated"] * len(ids), pa.string()),
+        "input_shapes": pa.array([sig.get("s") for sig in signatures], pa.list_(pa.list_(pa.int64()))),
+        "input_dtypes": pa.array([sig.get("t") for sig in signatures], pa.list_(pa.string())),
+        "module_path": pa.array(module_path, pa.string()),
+        "phase": pa.array(phase, pa.string()),
+        "iteration": pa.array(enters["iteration"]),
+        "seq_nr": _masked(enters["seq_nr"], enters["seq_nr"] >= 0),
+    })
+    return Ops(table, signatures)
+
+
+def _process_groups(ops: Ops, call_ops: np.ndarray, coll: np.ndarray, rank: int,
+                    members: dict[str, list[int]]) -> tuple[list[str | None], dict[str, dict]]:
     """For each collective call, the process group of its enclosing `record_param_comms` op
-    (`pg:NAME`, as the Kineto importer names them), and one communicators row per group. Group
-    members come from the process groups the runner listed (`members`), else from the op's args."""
-    parent = {o["op_id"]: o["parent_op_id"] for o in ops}
+    (`pg:NAME`, as the Kineto importer names them), and one communicators row per group. Members come
+    from the process groups the runner listed; a group it did not list keeps the NCCL communicator."""
+    index = {op_id: k for k, op_id in enumerate(ops.table.column("op_id").to_pylist())}
+    names = ops.table.column("name").to_pylist()
+    parent = [index.get(p) for p in ops.table.column("parent_op_id").to_pylist()]
     groups: dict[str, dict] = {}
     out: list[str | None] = []
     for op_id, is_coll in zip(call_ops, coll):
-        while is_coll and op_id is not None and ops[op_id]["name"] != "record_param_comms":
-            op_id = parent[op_id]
-        if not is_coll or op_id is None:
+        k = index.get(int(op_id)) if is_coll and op_id >= 0 else None
+        while k is not None and names[k] != "record_param_comms":
+            k = parent[k]
+        name = ops.signatures[k].get("pg") if k is not None else None
+        ranks = members.get(name) if name is not None else None
+        if not ranks:
             out.append(None)
             continue
-        args = op_args[op_id]
-        name = str(args.get("Process Group Name"))
-        ranks = members.get(name) or _listed_ranks(args)
-        size = len(ranks) if ranks else int(args.get("Group size") or world_size)
-        if not ranks and size == world_size:
-            ranks = list(range(world_size))
         comm_id = f"pg:{name}"
         groups.setdefault(comm_id, {
-            "comm_id": comm_id, "comm_rank": ranks.index(rank) if rank in ranks else 0, "comm_size": size,
-            "pg_name": name, "pg_desc": args.get("Process Group Description"), "ranks": ranks or None,
+            "comm_id": comm_id, "comm_rank": ranks.index(rank) if rank in ranks else 0, "comm_size": len(ranks),
+            "pg_name": name, "pg_desc": None, "ranks": ranks,
         })
         out.append(comm_id)
     return out, groups
 
 
-def _listed_ranks(args: dict) -> list[int]:
-    try:
-        return [int(x) for x in json.loads(str(args.get("Process Group Ranks", "[]")))]
-    except ValueError:
-        return []
-
-
-def write_rank(cap: RankCapture, writer: RunWriter, rank: int, world_size: int) -> None:
+def write_rank(cap: RankCapture, writer: RunWriter, rank: int) -> None:
     """Write the per-rank tables of one emulated rank (all but `devices`, which the launcher writes
     once it knows which ranks the capture stands for)."""
-    pid = cap.status.get("pid")
-    points = [(pid, int(t), int(s)) for t, s in zip(cap.records["tid"], cap.records["start_ns"])]
-    if cap.kineto is not None:
-        ops, op_of, op_args = ops_enclosing("kineto.json", cap.kineto, points)
-    else:
-        ops, op_of, op_args = [], [None] * len(points), []
+    ops = ops_table(cap)
+    known = set(ops.table.column("op_id").to_pylist())
+    op_of = np.array([int(o) if o in known else None for o in cap.records["op"].tolist()], dtype=object)
     alloc = cap.records["kind"] == K_ALLOC
-    op_of = np.array(op_of, dtype=object)
     calls = api_calls_table(cap, list(op_of[~alloc]))
     coll = cap.records["kind"][~alloc] == K_COLL
-    pg_ids, groups = _process_groups(ops, op_args, op_of[~alloc], coll, rank, world_size, cap.process_groups)
+    pg_ids, groups = _process_groups(ops, cap.records["op"][~alloc], coll, rank, cap.process_groups)
     comm_ids = [pg or old for pg, old in zip(pg_ids, calls.column("comm_id").to_pylist())]
     calls = calls.set_column(calls.schema.get_field_index("comm_id"), "comm_id", pa.array(comm_ids, pa.string()))
     writer.write("api_calls", calls, rank=rank)
     writer.write("memory_events", memory_events_table(cap, list(op_of[alloc])), rank=rank)
-    if ops:
-        writer.write("ops", pa.Table.from_pylist(_with_module_paths(ops)), rank=rank)
+    if ops.table.num_rows:
+        writer.write("ops", ops.table, rank=rank)
     if cap.kernels:
         writer.write("kernels", {
             "kernel_id": list(cap.kernels), "name": list(cap.kernels.values()),

@@ -106,8 +106,14 @@ def _announce_split_colors() -> None:
 
 
 def install() -> None:
-    """Route every rendezvous scheme to an isolated store; announce communicator splits."""
+    """Route every rendezvous scheme to an isolated store; announce communicator splits; exchange
+    pickled objects through the launcher's mailbox."""
     handlers = sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers
     for scheme in ("env", "tcp", "file"):
         handlers[scheme] = _handler
     _announce_split_colors()
+    if "MAYA_EMU_MAILBOX" in os.environ:
+        from pathlib import Path
+
+        from .mailbox import install as exchange_objects
+        exchange_objects(Path(os.environ["MAYA_EMU_MAILBOX"]), int(os.environ.get("RANK", "0")))

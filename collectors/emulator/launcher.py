@@ -7,9 +7,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -23,6 +24,7 @@ from maya_trace_spec import RunWriter, read_table
 from .build import build, preload_list
 from .convert import K_ALLOC, RankCapture, write_rank
 from .dedup import signature, stage_classes
+from .mailbox import Watcher, mark_ended
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,10 @@ def _rank_env(lib_dir: Path, raw: Path, rank: int, topo: Topology, port: int) ->
     env.update({
         "LD_PRELOAD": ":".join(preload_list(lib_dir)),
         "TRITON_LIBCUDA_PATH": str(lib_dir),
+        "MAYA_EMU_LIBS": str(lib_dir),
         "MAYA_EMU_CONFIG": str(raw / "config"),
         "MAYA_EMU_OUT": str(raw),
+        "MAYA_EMU_MAILBOX": str(raw.parent / "mailbox"),
         "RANK": str(rank), "WORLD_SIZE": str(topo.world_size),
         "LOCAL_RANK": str(rank % topo.nproc_per_node), "LOCAL_WORLD_SIZE": str(topo.nproc_per_node),
         "GROUP_RANK": str(rank // topo.nproc_per_node), "NODE_RANK": str(rank // topo.nproc_per_node),
@@ -123,31 +127,60 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
     writer.write("run", {k: [v] for k, v in run_row.items()})
     port = _free_port()
 
-    def capture(rank: int, keep: bool = True) -> tuple[RankCapture, RankResult]:
+    runs: dict[int, Future] = {}
+    lock = threading.Lock()
+
+    def run_rank(rank: int) -> tuple[RankCapture, RankResult]:
         raw = out_dir / ".capture" / f"rank{rank}"
         raw.mkdir(parents=True)
         (raw / "config").write_text(_config(hw, raw, rank, topology.nproc_per_node))
         t0 = time.monotonic()
-        returncode = _run_rank([sys.executable, "-m", "maya.collectors.emulator.runner", *argv],
-                               _rank_env(lib_dir, raw, rank, topology, port), out_dir / "logs" / f"rank{rank}.txt",
-                               echo=on_output if rank == wanted[0] else None)
+        try:
+            returncode = _run_rank([sys.executable, "-m", "maya.collectors.emulator.runner", *argv],
+                                   _rank_env(lib_dir, raw, rank, topology, port),
+                                   out_dir / "logs" / f"rank{rank}.txt", echo=on_output if rank == wanted[0] else None)
+        finally:
+            mark_ended(mailbox, rank)
         cap = RankCapture.load(raw)
+        return cap, RankResult(rank, cap.status["status"], returncode, int((cap.records["kind"] != K_ALLOC).sum()),
+                               max(cap.peak_bytes.values(), default=0), cap.unimplemented, cap.status.get("error"),
+                               time.monotonic() - t0)
+
+    def start(rank: int) -> Future:
+        """The emulation of `rank`, started once (by a request or because a peer waits for it)."""
+        with lock:
+            if rank not in runs:
+                future: Future = Future()
+                runs[rank] = future
+
+                def target() -> None:
+                    try:
+                        future.set_result(run_rank(rank))
+                    except BaseException as e:
+                        future.set_exception(e)
+
+                threading.Thread(target=target, name=f"maya-rank{rank}", daemon=True).start()
+            return runs[rank]
+
+    def capture(rank: int, keep: bool = True) -> tuple[RankCapture, RankResult]:
+        cap, result = start(rank).result()
         if keep:
-            write_rank(cap, writer, rank, topology.world_size)
-        result = RankResult(rank, cap.status["status"], returncode, int((cap.records["kind"] != K_ALLOC).sum()),
-                            max(cap.peak_bytes.values(), default=0), cap.unimplemented, cap.status.get("error"),
-                            time.monotonic() - t0)
-        if on_rank_done and keep:
-            on_rank_done(result)
+            write_rank(cap, writer, rank)
+            if on_rank_done:
+                on_rank_done(result)
         return cap, result
 
     workers = parallel or os.cpu_count() or 1
-    if dedup and ranks is None and topology.world_size > 1:
-        captured, represents = _deduplicated(capture, writer, topology.world_size, workers, on_rank_done)
-    else:
-        with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
-            captured = dict(zip(wanted, pool.map(capture, wanted)))
-        represents = {rank: [rank] for rank in wanted}
+    mailbox = out_dir / ".capture" / "mailbox"
+    with Watcher(mailbox, topology.world_size, start):
+        if dedup and ranks is None and topology.world_size > 1:
+            captured, represents = _deduplicated(capture, writer, topology.world_size, workers, on_rank_done)
+        else:
+            with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
+                captured = dict(zip(wanted, pool.map(capture, wanted)))
+            represents = {rank: [rank] for rank in wanted}
+        for future in list(runs.values()):  # ranks started only because a peer waited for them
+            future.exception()
     for rank, (cap, _) in sorted(captured.items()):
         local = rank % topology.nproc_per_node
         writer.write("devices", {k: [v] for k, v in {
@@ -183,7 +216,7 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         probe_cap, probe_result = probes[probe_rank]
         if signature(probe_cap) != signature(captured[rep][0]):
             # the representative is special (e.g. logs): it stands for itself, the probe for the rest
-            write_rank(probe_cap, writer, probe_rank, world_size)
+            write_rank(probe_cap, writer, probe_rank)
             if on_rank_done:
                 on_rank_done(probe_result)
             captured[probe_rank] = (probe_cap, probe_result)

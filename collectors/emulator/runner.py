@@ -1,10 +1,11 @@
 """Runs inside each emulated rank process: the user's script, unchanged, with framework context capture.
 
 `python -m maya.collectors.emulator.runner SCRIPT ARGS` (or `-m MODULE ARGS`), with the stub
-libraries preloaded. Context comes from torch.profiler's CPU activity (aten ops with input shapes),
-an optimizer-step hook that marks iterations (`ProfilerStep#N`) and module hooks that mark the
-module path (`nn.Module: GPT.blocks.0.mlp`). At exit the Kineto trace, the script's outcome and
-the native recorder's buffers are written to `$MAYA_EMU_OUT`.
+libraries preloaded. Context comes from Maya's RecordFunction observer (libmaya_ops.so: every aten
+op, autograd node and record_function range with its input shapes, tagged onto the CUDA calls it
+makes), module hooks that open a range per module (`nn.Module: GPT.blocks.0.mlp`) and an
+optimizer-step hook that advances the iteration. At exit the script's outcome and the native
+recorders' buffers are written to `$MAYA_EMU_OUT`.
 """
 from __future__ import annotations
 
@@ -17,70 +18,83 @@ import weakref
 from pathlib import Path
 
 MODULE_PREFIX = "nn.Module: "
+OPS_LIBRARY = "libmaya_ops.so"
 
 
-def _module_hooks(torch):
-    """Global forward hooks opening a profiler range named after each module's path."""
-    names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-    open_ranges: dict[int, list] = {}
-    enter = torch.ops.profiler._record_function_enter_new
-    leave = torch.ops.profiler._record_function_exit._RecordFunction
+class _Observer:
+    """The native op observer: ranges for modules, the iteration counter, the final flush."""
 
-    compiling = torch.compiler.is_compiling
+    def __init__(self, lib_dir: Path, out: Path):
+        self.lib = ctypes.CDLL(str(lib_dir / OPS_LIBRARY))
+        self.lib.maya_ops_install.argtypes = [ctypes.c_char_p]
+        self.lib.maya_ops_intern.argtypes = [ctypes.c_char_p]
+        self.lib.maya_ops_intern.restype = ctypes.c_int32
+        self.lib.maya_ops_range_enter.argtypes = [ctypes.c_int32]
+        self.lib.maya_ops_range_enter.restype = ctypes.c_int64
+        self.lib.maya_ops_range_exit.argtypes = [ctypes.c_int64]
+        self.lib.maya_ops_set_iteration.argtypes = [ctypes.c_int32]
+        self.lib.maya_ops_install(str(out).encode())
+        self.iteration = 0
 
-    def pre(module, args):  # inside torch.compile regions the hooks fold away (no module paths there)
-        if compiling():
+    def next_iteration(self, *_) -> None:
+        self.iteration += 1
+        self.lib.maya_ops_set_iteration(self.iteration)
+
+    def module_hooks(self, torch) -> list:
+        """Global forward hooks opening a range named after each module's path."""
+        name_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        open_ranges: dict[int, list[int]] = {}
+        enter, leave, intern = self.lib.maya_ops_range_enter, self.lib.maya_ops_range_exit, self.lib.maya_ops_intern
+        compiling = torch.compiler.is_compiling
+
+        def pre(module, args):  # inside torch.compile regions the hooks fold away (no module paths there)
+            if compiling():
+                return
+            if module not in name_ids:
+                root = type(module).__name__
+                for sub_name, sub in module.named_modules():
+                    if sub not in name_ids:
+                        path = f"{root}.{sub_name}" if sub_name else root
+                        name_ids[sub] = intern((MODULE_PREFIX + path).encode())
+            open_ranges.setdefault(id(module), []).append(enter(name_ids[module]))
+
+        def post(module, args, output):
+            if compiling():
+                return
+            stack = open_ranges.get(id(module))
+            if stack:
+                leave(stack.pop())
+
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        return [register_module_forward_pre_hook(pre), register_module_forward_hook(post, always_call=True)]
+
+    def finish(self) -> None:
+        self.lib.maya_ops_finish()
+
+
+class _ProcessGroups:
+    """Global ranks of every process group the script created, by group name, kept across
+    `destroy_process_group` (snapshotted before it runs)."""
+
+    def __init__(self):
+        import torch.distributed as dist
+        self.dist, self.groups = dist, {}
+        if not dist.is_available():
             return
-        if module not in names:
-            root = type(module).__name__
-            for sub_name, sub in module.named_modules():
-                names.setdefault(sub, f"{root}.{sub_name}" if sub_name else root)
-        open_ranges.setdefault(id(module), []).append(enter(MODULE_PREFIX + names[module], None))
+        destroy = dist.destroy_process_group
 
-    def post(module, args, output):
-        if compiling():
-            return
-        stack = open_ranges.get(id(module))
-        if stack:
-            leave(stack.pop())
+        def destroy_process_group(*args, **kwargs):
+            self.snapshot()
+            return destroy(*args, **kwargs)
 
-    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-    return [register_module_forward_pre_hook(pre), register_module_forward_hook(post, always_call=True)]
+        dist.destroy_process_group = destroy_process_group
 
-
-def _process_groups() -> dict[str, list[int]]:
-    """Global ranks of every process group this rank created, by group name."""
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()):
-        return {}
-    return {name: dist.get_process_group_ranks(pg) for pg, name in dist.distributed_c10d._world.pg_names.items()}
-
-
-class _Iterations:
-    """Kineto CPU profiling through the low-level API (torch.profiler's wrapper imports seconds of
-    modules), with `ProfilerStep#N` ranges advanced by an optimizer-step hook."""
-
-    def __init__(self, torch):
-        from torch._C._profiler import _ExperimentalConfig
-        from torch.autograd import (ProfilerActivity, ProfilerConfig, ProfilerState, _enable_profiler,
-                                    _prepare_profiler)
-        config = ProfilerConfig(ProfilerState.KINETO, True, False, False, False, False, _ExperimentalConfig())
-        _prepare_profiler(config, {ProfilerActivity.CPU})
-        _enable_profiler(config, {ProfilerActivity.CPU})
-        self.enter = torch.ops.profiler._record_function_enter_new
-        self.leave = torch.ops.profiler._record_function_exit._RecordFunction
-        self.step = 0
-        self.current = self.enter("ProfilerStep#0", None)
-
-    def next(self, *_) -> None:
-        self.leave(self.current)
-        self.step += 1
-        self.current = self.enter(f"ProfilerStep#{self.step}", None)
-
-    def finish(self, path: Path) -> None:
-        from torch.autograd import _disable_profiler
-        self.leave(self.current)
-        _disable_profiler().save(str(path))
+    def snapshot(self) -> dict[str, list[int]]:
+        dist = self.dist
+        if dist.is_available() and dist.is_initialized():
+            self.groups.update({name: dist.get_process_group_ranks(pg)
+                                for pg, name in dist.distributed_c10d._world.pg_names.items()})
+        return self.groups
 
 
 def main(argv: list[str]) -> int:
@@ -94,8 +108,9 @@ def main(argv: list[str]) -> int:
 
     isolate_ranks()
     status, error, code = "complete", None, 0
-    iterations = _Iterations(torch)
-    handles = [register_optimizer_step_post_hook(iterations.next), *_module_hooks(torch)]
+    observer = _Observer(Path(os.environ["MAYA_EMU_LIBS"]), out)
+    groups = _ProcessGroups()
+    handles = [register_optimizer_step_post_hook(observer.next_iteration), *observer.module_hooks(torch)]
     try:
         run_script(argv)
     except SystemExit as e:
@@ -110,8 +125,8 @@ def main(argv: list[str]) -> int:
     finally:
         for h in handles:
             h.remove()
-        iterations.finish(out / "kineto.json")
-        (out / "process_groups.json").write_text(json.dumps(_process_groups()))
+        observer.finish()
+        (out / "process_groups.json").write_text(json.dumps(groups.snapshot()))
         (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
                                                      "pid": os.getpid(), "torch": torch.__version__}))
         ctypes.CDLL(None).maya_emu_finish()

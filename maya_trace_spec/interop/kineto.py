@@ -56,7 +56,7 @@ from ..errors import TraceError
 from ..io import RunWriter
 from ..schema import file_schema
 
-__all__ = ["KinetoFormatError", "import_kineto", "classify_kernel", "ops_enclosing"]
+__all__ = ["KinetoFormatError", "import_kineto", "classify_kernel"]
 
 OP_CATEGORIES = ("cpu_op", "user_annotation")
 CALL_DOMAINS = {"cuda_runtime": "runtime", "cuda_driver": "driver"}
@@ -276,25 +276,6 @@ def _convert(path: Path, doc: dict, rank: int, hardware: str | None) -> dict[str
         "communicators": list(comms.values()),
         "memory_events": _memory_events(memory),
     }
-
-
-def ops_enclosing(path: str | Path, doc: dict, points: Sequence[tuple[Any, Any, int]]
-                  ) -> tuple[list[dict], list[int | None], list[dict]]:
-    """The `ops` rows of a Kineto trace `doc`, for each point `(pid, tid, time_ns)` the op_id of the
-    innermost op enclosing it on that thread (None outside every op), and each op's Kineto args
-    (by op_id). For traces whose device calls were recorded elsewhere, e.g. by Maya's emulator."""
-    base_ns = _int(doc.get("baseTimeNanoseconds")) or 0
-    ops = [_event(Path(path), i, e, base_ns) for i, e in enumerate(doc["traceEvents"])
-           if e.get("ph") == "X" and e.get("cat") in OP_CATEGORIES]
-    thread_names = {(e.get("pid"), e.get("tid")): str(e["args"].get("name", "")) for e in doc["traceEvents"]
-                    if e.get("ph") == "M" and e.get("name") == "thread_name" and isinstance(e.get("args"), dict)}
-    ops.sort(key=lambda o: (o.start, -o.end))
-    for op_id, o in enumerate(ops):
-        o.op_id = op_id
-    marks = [_Event("", None, (pid, tid), t, None, {}) for pid, tid, t in points]
-    _nest(ops, marks)
-    rows = _ops(ops, {t for t, name in thread_names.items() if "autograd" in name})
-    return rows, [m.op.op_id if m.op is not None else None for m in marks], [o.args for o in ops]
 
 
 def _nest(ops: list[_Event], points: list[_Event]) -> None:

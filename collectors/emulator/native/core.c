@@ -89,6 +89,7 @@ typedef struct thread_buf {
 static thread_buf *all_bufs;
 static __thread thread_buf *my_buf;
 static __thread int current_device;
+static __thread int64_t current_op = -1;
 static int finished;
 
 int64_t maya_now(void) {
@@ -155,6 +156,7 @@ maya_rec *maya_begin(int api, int domain, int kind) {
   r->domain = domain;
   r->kind = kind;
   r->device = current_device;
+  r->op = current_op;
   r->start_ns = maya_now();
   return r;
 }
@@ -217,6 +219,7 @@ void maya_unimplemented(const char *name, int domain) {
 
 /* ------------------------------------------------------------------ devices and threads */
 
+void maya_emu_set_op(int64_t op) { current_op = op; }
 int maya_current_device(void) { return current_device; }
 void maya_set_current_device(int d) { current_device = d; }
 

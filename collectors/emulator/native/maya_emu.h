@@ -43,7 +43,8 @@ typedef struct {
   int64_t seq, tid, start_ns, dur_ns, stream;
   int32_t api, domain, status, device, kind, flags;
   int64_t a[8];
-} maya_rec; /* 128 bytes */
+  int64_t op; /* innermost framework op open on the thread (libmaya_ops), -1 if none */
+} maya_rec; /* 136 bytes */
 
 typedef struct {
   char name[256];
@@ -83,6 +84,7 @@ void maya_device_properties(void *cuda_device_prop, int device);
 void maya_unimplemented(const char *name, int domain);
 
 /* threads */
+MAYA_EXPORT void maya_emu_set_op(int64_t op); /* set by the op observer (ops_observer.cpp) */
 int maya_current_device(void);
 void maya_set_current_device(int d);
 

@@ -1,0 +1,295 @@
+/* libmaya_ops.so: framework context for the emulator, from a global RecordFunction observer.
+ *
+ * Every RecordFunction (aten ops, autograd nodes, record_function ranges, record_param_comms) and
+ * every module range the runner opens becomes an op with a process-wide id, its parent on the same
+ * thread, the autograd sequence number and the input shapes and dtypes. The innermost open op of a
+ * thread is handed to libmaya_emu (maya_emu_set_op) so each recorded CUDA call carries it. Records
+ * are fixed-size (OpRecord, `OP_RECORD_DTYPE` in convert.py) in per-thread buffers flushed to
+ * `<out>/ops-<tid>.bin`; names and input signatures are interned into `<out>/op_strings.tsv`.
+ */
+#include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+extern "C" {
+void maya_emu_set_op(int64_t op);  // libmaya_emu: the op later records on this thread belong to
+int64_t maya_now(void);
+}
+
+namespace {
+
+enum : int32_t { ENTER = 0, EXIT = 1 };
+enum : int32_t { FLAG_AUTOGRAD_THREAD = 1 };
+
+/* An op, written at enter and completed in the buffer at exit; an op whose enter record was already
+ * flushed gets an EXIT record (t_ns = its end) instead. The thread id is in the file name. */
+struct OpRecord {
+  int64_t op_id, parent, t_ns, end_ns, seq_nr;
+  int32_t iteration, name_id, inputs_id;
+  int8_t kind, scope;
+  int16_t flags;
+};
+static_assert(sizeof(OpRecord) == 56, "OpRecord layout must match OP_RECORD_DTYPE in convert.py");
+
+constexpr size_t kBufferRecords = 4096;
+std::atomic<int64_t> next_op{0};
+std::atomic<int32_t> iteration{0};
+std::string out_dir;
+
+std::mutex strings_mutex;
+std::unordered_map<std::string, int32_t> strings;
+int strings_fd = -1;
+
+void write_all(int fd, const void* data, size_t n) {
+  auto* p = static_cast<const char*>(data);
+  while (n) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      std::fprintf(stderr, "maya emulator: writing the op trace failed: %s\n", std::strerror(errno));
+      return;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+/* Id of a string (op name, input signature), registered in op_strings.tsv at first sight. */
+int32_t intern(const std::string& s) {
+  std::lock_guard<std::mutex> guard(strings_mutex);
+  auto it = strings.find(s);
+  if (it != strings.end()) return it->second;
+  auto id = static_cast<int32_t>(strings.size());
+  strings.emplace(s, id);
+  std::string line = std::to_string(id) + '\t' + s + '\n';
+  if (strings_fd < 0) strings_fd = ::open((out_dir + "/op_strings.tsv").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (strings_fd >= 0) write_all(strings_fd, line.data(), line.size());
+  return id;
+}
+
+struct ThreadState;
+std::mutex threads_mutex;
+std::vector<ThreadState*> threads;
+
+struct ThreadState {
+  struct Open {
+    int64_t op_id, index;  // index of its enter record in buf, -1 once flushed
+  };
+  std::vector<Open> open;  // ops entered and not yet exited, innermost last
+  std::vector<OpRecord> buf;
+  int64_t tid = syscall(SYS_gettid);
+  int32_t flags = 0;
+  int fd = -1;
+
+  ThreadState() {
+    char name[32] = {0};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    if (std::strstr(name, "autograd")) flags |= FLAG_AUTOGRAD_THREAD;
+    buf.reserve(kBufferRecords);
+    std::lock_guard<std::mutex> guard(threads_mutex);
+    threads.push_back(this);
+  }
+  ~ThreadState() {
+    std::lock_guard<std::mutex> guard(threads_mutex);
+    flush();
+    if (fd >= 0) ::close(fd);
+    std::erase(threads, this);
+  }
+  void flush() {
+    if (buf.empty()) return;
+    if (fd < 0) {
+      std::string path = out_dir + "/ops-" + std::to_string(tid) + ".bin";
+      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        std::fprintf(stderr, "maya emulator: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+        buf.clear();
+        return;
+      }
+    }
+    write_all(fd, buf.data(), buf.size() * sizeof(OpRecord));
+    buf.clear();
+    for (Open& o : open) o.index = -1;
+  }
+  int64_t add(const OpRecord& r) {
+    if (buf.size() == kBufferRecords) {
+      std::lock_guard<std::mutex> guard(threads_mutex);
+      flush();
+    }
+    buf.push_back(r);
+    return static_cast<int64_t>(buf.size()) - 1;
+  }
+};
+
+ThreadState& state() {
+  thread_local ThreadState s;
+  return s;
+}
+
+/* JSON text of the inputs: {"s": shapes, "t": types} as Kineto names them ("Input Dims", "Input
+ * type"), plus {"pg": name} for record_param_comms (one of its inputs is (group name, description)). */
+std::string signature_text(const at::RecordFunction& fn) {
+  std::string shapes = "[", types = "[", pg;
+  bool first = true;
+  for (const c10::IValue& v : fn.inputs()) {
+    if (!first) { shapes += ','; types += ','; }
+    first = false;
+    shapes += '[';
+    if (v.isTensor() && v.toTensor().defined()) {
+      const at::Tensor& t = v.toTensor();
+      bool first_dim = true;
+      for (int64_t d : t.sizes()) {
+        if (!first_dim) shapes += ',';
+        first_dim = false;
+        shapes += std::to_string(d);
+      }
+      types += '"' + std::string(t.dtype().name()) + '"';
+    } else {
+      types += v.isTensorList() ? "\"TensorList\"" : v.isScalar() ? "\"Scalar\"" : v.isList() ? "\"ScalarList\"" : "\"\"";
+    }
+    shapes += ']';
+  }
+  shapes += ']';
+  types += ']';
+  if (fn.name() == std::string_view(at::kParamCommsCallName)) {
+    for (const c10::IValue& v : fn.inputs()) {  // the (group name, description) tuple, wherever the variant puts it
+      if (!v.isTuple() || v.toTupleRef().elements().empty() || !v.toTupleRef().elements()[0].isString()) continue;
+      for (char c : v.toTupleRef().elements()[0].toStringRef())
+        if (c != '"' && c != '\\' && c != '\t' && c != '\n') pg += c;
+      break;
+    }
+  }
+  return "{\"s\":" + shapes + ",\"t\":" + types + (pg.empty() ? "" : ",\"pg\":\"" + pg + '"') + '}';
+}
+
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+/* Hash of what signature_text would say, without building it: the per-op fast path. */
+uint64_t signature_hash(const at::RecordFunction& fn) {
+  uint64_t h = 0x84222325cbf29ce4ull;
+  for (const c10::IValue& v : fn.inputs()) {
+    if (v.isTensor() && v.toTensor().defined()) {
+      const at::Tensor& t = v.toTensor();
+      h = mix(h, 1000 + static_cast<uint64_t>(t.scalar_type()));
+      h = mix(h, static_cast<uint64_t>(t.dim()));
+      for (int64_t d : t.sizes()) h = mix(h, static_cast<uint64_t>(d));
+    } else {
+      h = mix(h, v.isTensorList() ? 1 : v.isScalar() ? 2 : v.isList() ? 3 : 4);
+    }
+  }
+  return h;
+}
+
+/* Interned id of an op name; names are cached per thread by pointer (checked by content, since a
+ * dynamically built name can reuse an address). */
+int32_t name_id(const char* name) {
+  thread_local std::unordered_map<const char*, std::pair<std::string, int32_t>> cache;
+  auto it = cache.find(name);
+  if (it != cache.end() && it->second.first == name) return it->second.second;
+  int32_t id = intern(name);
+  cache[name] = {name, id};
+  return id;
+}
+
+int32_t inputs_id(const at::RecordFunction& fn) {
+  if (fn.inputs().empty()) return -1;  // (num_inputs() counts schema arguments only)
+  if (fn.name() == std::string_view(at::kParamCommsCallName)) return intern(signature_text(fn));
+  thread_local std::unordered_map<uint64_t, int32_t> cache;
+  uint64_t h = signature_hash(fn);
+  auto it = cache.find(h);
+  if (it != cache.end()) return it->second;
+  int32_t id = intern(signature_text(fn));
+  cache.emplace(h, id);
+  return id;
+}
+
+struct OpContext : at::ObserverContext {
+  int64_t op_id;
+  explicit OpContext(int64_t id) : op_id(id) {}
+};
+
+int64_t enter(ThreadState& s, int32_t name, int32_t inputs, int32_t scope, int64_t seq_nr) {
+  int64_t id = next_op.fetch_add(1, std::memory_order_relaxed);
+  int64_t parent = s.open.empty() ? -1 : s.open.back().op_id;
+  int64_t index = s.add({id, parent, maya_now(), -1, seq_nr, iteration.load(std::memory_order_relaxed), name, inputs,
+                         ENTER, static_cast<int8_t>(scope), static_cast<int16_t>(s.flags)});
+  s.open.push_back({id, index});
+  maya_emu_set_op(id);
+  return id;
+}
+
+void leave(ThreadState& s, int64_t id) {
+  int64_t now = maya_now();
+  for (auto it = s.open.rbegin(); it != s.open.rend(); ++it) {
+    if (it->op_id != id) continue;
+    if (it->index >= 0) {
+      s.buf[it->index].end_ns = now;
+    } else {
+      s.add({id, -1, now, now, -1, 0, -1, -1, EXIT, 0, static_cast<int16_t>(s.flags)});
+    }
+    s.open.erase(std::next(it).base());
+    break;
+  }
+  maya_emu_set_op(s.open.empty() ? -1 : s.open.back().op_id);
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  return std::make_unique<OpContext>(
+      enter(state(), name_id(fn.name()), inputs_id(fn), static_cast<int32_t>(fn.scope()), fn.seqNr()));
+}
+
+void on_exit(const at::RecordFunction&, at::ObserverContext* ctx) {
+  if (ctx) leave(state(), static_cast<OpContext*>(ctx)->op_id);
+}
+
+at::CallbackHandle handle = 0;
+
+}  // namespace
+
+extern "C" {
+
+/* Start observing; records go to `dir`. */
+__attribute__((visibility("default"))) int maya_ops_install(const char* dir) {
+  if (handle) return 0;
+  out_dir = dir;
+  handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit).needsInputs(true));
+  return 0;
+}
+
+/* Intern a range name once (e.g. "nn.Module: GPT.blocks.0"); open/close ranges by that id. */
+__attribute__((visibility("default"))) int32_t maya_ops_intern(const char* name) { return intern(name); }
+__attribute__((visibility("default"))) int64_t maya_ops_range_enter(int32_t name) {
+  return enter(state(), name, -1, static_cast<int32_t>(at::RecordScope::USER_SCOPE), -1);
+}
+__attribute__((visibility("default"))) void maya_ops_range_exit(int64_t id) { leave(state(), id); }
+
+/* The training iteration ops entered from now on belong to. */
+__attribute__((visibility("default"))) void maya_ops_set_iteration(int32_t n) {
+  iteration.store(n, std::memory_order_relaxed);
+}
+
+/* Stop observing and flush every thread's records. */
+__attribute__((visibility("default"))) void maya_ops_finish(void) {
+  if (handle) at::removeCallback(handle);
+  handle = 0;
+  std::lock_guard<std::mutex> guard(threads_mutex);
+  for (ThreadState* s : threads) s->flush();
+  if (strings_fd >= 0) ::fsync(strings_fd);
+}
+}
