@@ -255,3 +255,14 @@ def test_torch_pipelining_stages_exchange_their_metadata(tmp_path):
     # 2 steps x 4 micro-batches: activations forward, gradients backward, every send matched by a recv
     assert counts[(0, "send", 1)] == counts[(1, "recv", 0)] >= 8
     assert counts[(1, "send", 0)] == counts[(0, "recv", 1)] >= 8
+
+
+def test_object_collectives_and_gloo_groups(tmp_path):
+    """Objects a root sends arrive as sent (through the mailbox); Gloo groups complete without peers."""
+    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--no-dedup", script="object_collectives.py")
+    assert r.exit_code == 0, r.output
+    log = (out / "logs" / "rank1.txt").read_text()
+    assert "broadcast {'lr': 0.1, 'from': 0}" in log
+    assert "all_gather_object 2" in log and "scatter shard1" in log and "done" in log
+    calls = Run(out).table("api_calls")
+    assert calls.filter(pc.field("collective_name") == "allreduce").num_rows == 2  # one per rank; Gloo's is on the CPU

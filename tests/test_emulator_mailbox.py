@@ -32,11 +32,12 @@ def test_objects_arrive_in_order_and_in_place(as_rank, tmp_path):
 
 
 def test_receiver_waits_for_a_late_sender(as_rank):
-    send, recv = as_rank(0)
+    _, recv = as_rank(1)
     got = [None]
     waiter = threading.Thread(target=recv, args=(got,), kwargs={"src": 0})
     waiter.start()
-    send(["late"], dst=0)
+    send, _ = as_rank(0)
+    send(["late"], dst=1)
     waiter.join(timeout=10)
     assert got == ["late"]
 

@@ -6,6 +6,8 @@ answers as if all peers had done what this rank does, so no rank ever waits for 
 - `add(key, n)` counts this rank's increment once per rank of the world (counters and store-based
   barriers reach their targets);
 - `wait`/`check` succeed at once.
+
+Gloo groups complete locally; object collectives go through `mailbox.py`.
 """
 from __future__ import annotations
 
@@ -105,13 +107,27 @@ def _announce_split_colors() -> None:
         nccl2.split = split_backend
 
 
+def _gloo_without_peers() -> None:
+    """A Gloo group connects to every peer when created; in isolation it is torch's FakeProcessGroup,
+    whose collectives complete at once and leave buffers as they are (the rank's data stands in)."""
+    from torch._C._distributed_c10d import FakeProcessGroup
+
+    def create(opts, backend_options):
+        return FakeProcessGroup._create_internal(opts.group_rank, opts.group_size, None)
+
+    dist.Backend.register_backend(dist.Backend.GLOO, create, extended_api=True,
+                                  devices=dist.Backend.backend_capability[dist.Backend.GLOO],
+                                  _backend_type=dist.ProcessGroup.BackendType.GLOO)
+
+
 def install() -> None:
-    """Route every rendezvous scheme to an isolated store; announce communicator splits; exchange
-    pickled objects through the launcher's mailbox."""
+    """Route every rendezvous scheme to an isolated store; announce communicator splits; make Gloo
+    groups peerless; exchange pickled objects through the launcher's mailbox."""
     handlers = sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers
     for scheme in ("env", "tcp", "file"):
         handlers[scheme] = _handler
     _announce_split_colors()
+    _gloo_without_peers()
     if "MAYA_EMU_MAILBOX" in os.environ:
         from pathlib import Path
 

@@ -1,12 +1,14 @@
-"""Python objects sent between isolated ranks (`send_object_list`/`recv_object_list`), through files.
+"""torch.distributed's object collectives between isolated ranks: through files, or SPMD-style.
 
 Tensors between ranks are emulated SPMD-style (receive buffers filled without a peer), but a pickled
-object has to be the one the peer really sent: torch.distributed.pipelining exchanges each stage's
-input/output metadata this way before training. In an emulated rank, `send_object_list` writes the
-objects to `$MAYA_EMU_MAILBOX/<src>-<dst>-<n>.pkl` and `recv_object_list` waits for that file,
-asking the launcher (`want-<src>`) to emulate the sender if it is not running yet. Neither touches
-NCCL, so the trace holds no unmatched point-to-point call. A sender that ended (`ended-<rank>`)
-without sending, or a wait past the timeout, fails with an error naming both ranks.
+object cannot be: its bytes would be garbage. So in an emulated rank:
+- `send_object_list`/`recv_object_list` (torch.distributed.pipelining exchanges stage shapes this
+  way) and `broadcast_object_list`/`scatter_object_list` deliver the sender's real objects through
+  `$MAYA_EMU_MAILBOX`: the sender writes a file, the receiver waits for it and asks the launcher
+  (`want-<src>`) to emulate the sender if it is not running yet;
+- `all_gather_object`/`gather_object` are SPMD: every peer's object is a copy of this rank's.
+None of them touches NCCL, so the trace holds no one-sided call. A sender that ended
+(`ended-<rank>`) without sending, or a wait past the timeout, fails with an error naming both ranks.
 """
 from __future__ import annotations
 
@@ -22,20 +24,40 @@ TIMEOUT_S = float(os.environ.get("MAYA_EMU_MAILBOX_TIMEOUT", "600"))
 POLL_S = 0.01
 
 
-def message_path(mailbox: Path, src: int, dst: int, n: int) -> Path:
-    return mailbox / f"{src}-{dst}-{n}.pkl"
-
-
 def mark_ended(mailbox: Path, rank: int) -> None:
     (mailbox / f"ended-{rank}").touch()
 
 
+def _deliver(path: Path, objects: list) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(pickle.dumps(objects))
+    tmp.rename(path)
+
+
+def _receive(mailbox: Path, path: Path, rank: int, src: int, what: str) -> list:
+    (mailbox / f"want-{src}").touch()
+    deadline = time.monotonic() + TIMEOUT_S
+    while not path.exists():
+        if (mailbox / f"ended-{src}").exists() and not path.exists():
+            raise RuntimeError(f"maya emulator: rank {rank} waits for objects from rank {src} ({what}), "
+                               "which ended without sending them")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"maya emulator: rank {rank} waited {TIMEOUT_S:.0f} s for objects from rank {src} "
+                               f"({what}); is rank {src} part of the emulated world?")
+        time.sleep(POLL_S)
+    return pickle.loads(path.read_bytes())
+
+
 def install(mailbox: Path, rank: int) -> None:
-    """Replace torch.distributed's object point-to-point functions in this rank process."""
+    """Replace torch.distributed's object collectives in this rank process."""
     import torch.distributed as dist
 
-    sent: dict[int, int] = defaultdict(int)
-    received: dict[int, int] = defaultdict(int)
+    counters: dict[tuple, int] = defaultdict(int)
+
+    def next_path(kind: str, *key) -> Path:
+        n = counters[(kind, *key)]
+        counters[(kind, *key)] += 1
+        return mailbox / f"{kind}-{'-'.join(map(str, key))}-{n}.pkl"
 
     def global_rank(group, peer: int | None, group_peer: int | None, what: str) -> int:
         if group_peer is not None:
@@ -44,36 +66,55 @@ def install(mailbox: Path, rank: int) -> None:
             raise RuntimeError(f"maya emulator: {what} without a peer rank cannot be emulated in isolation")
         return peer
 
+    def group_name(group) -> str:
+        return (group or dist.group.WORLD).group_name
+
+    def copies(obj, n: int) -> list:
+        data = pickle.dumps(obj)
+        return [pickle.loads(data) for _ in range(n)]
+
     def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None, use_batch=False,
                          weights_only=False) -> None:
         dst = global_rank(group, dst, group_dst, "send_object_list")
-        path = message_path(mailbox, rank, dst, sent[dst])
-        sent[dst] += 1
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(pickle.dumps(list(object_list)))
-        tmp.rename(path)
+        _deliver(next_path("p2p", rank, dst), list(object_list))
 
     def recv_object_list(object_list, src=None, group=None, device=None, group_src=None, use_batch=False,
                          weights_only=False) -> int:
         src = global_rank(group, src, group_src, "recv_object_list from any source")
-        path = message_path(mailbox, src, rank, received[src])
-        received[src] += 1
-        (mailbox / f"want-{src}").touch()
-        deadline = time.monotonic() + TIMEOUT_S
-        while not path.exists():
-            if (mailbox / f"ended-{src}").exists() and not path.exists():
-                raise RuntimeError(f"maya emulator: rank {rank} waits for objects from rank {src} "
-                                   f"(recv_object_list), which ended without sending them")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"maya emulator: rank {rank} waited {TIMEOUT_S:.0f} s for objects from rank "
-                                   f"{src} (recv_object_list); is rank {src} part of the emulated world?")
-            time.sleep(POLL_S)
-        objects = pickle.loads(path.read_bytes())
+        objects = _receive(mailbox, next_path("p2p", src, rank), rank, src, "recv_object_list")
         object_list[:len(objects)] = objects
         return src
 
-    dist.send_object_list = send_object_list
-    dist.recv_object_list = recv_object_list
+    def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None,
+                              weights_only=False) -> None:
+        src = global_rank(group, src, group_src, "broadcast_object_list")
+        path = next_path("bcast", group_name(group), src)
+        if rank == src:
+            _deliver(path, list(object_list))
+        else:
+            object_list[:] = _receive(mailbox, path, rank, src, "broadcast_object_list")
+
+    def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
+                            group_src=None, weights_only=False) -> None:
+        src = global_rank(group, src, group_src, "scatter_object_list")
+        path = next_path("scatter", group_name(group), src)
+        if rank == src:
+            objects = list(scatter_object_input_list)
+            _deliver(path, objects)
+        else:
+            objects = _receive(mailbox, path, rank, src, "scatter_object_list")
+        scatter_object_output_list[0] = objects[dist.get_rank(group)]
+
+    def all_gather_object(object_list, obj, group=None) -> None:
+        object_list[:] = copies(obj, len(object_list))
+
+    def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None) -> None:
+        if object_gather_list is not None:
+            object_gather_list[:] = copies(obj, len(object_gather_list))
+
+    dist.send_object_list, dist.recv_object_list = send_object_list, recv_object_list
+    dist.broadcast_object_list, dist.scatter_object_list = broadcast_object_list, scatter_object_list
+    dist.all_gather_object, dist.gather_object = all_gather_object, gather_object
 
 
 class Watcher:
