@@ -266,3 +266,19 @@ def test_object_collectives_and_gloo_groups(tmp_path):
     assert "all_gather_object 2" in log and "scatter shard1" in log and "done" in log
     calls = Run(out).table("api_calls")
     assert calls.filter(pc.field("collective_name") == "allreduce").num_rows == 2  # one per rank; Gloo's is on the CPU
+
+
+def test_convolutions_are_recorded_as_their_implicit_gemms(tmp_path):
+    """cuDNN graph convolutions (forward, data and filter gradients) carry the implicit GEMM of each
+    group: conv1 3->64 3x3 on 8x32x32, conv2 64->128 3x3 stride 2 in 2 groups (output 16x16)."""
+    r, out = emulate(tmp_path, script="conv_net.py")
+    assert r.exit_code == 0, r.output
+    calls = Run(out).table("api_calls").filter(pc.field("domain") == "cudnn")
+    shapes = {(c["gemm_m"], c["gemm_n"], c["gemm_k"], c["gemm_batch"], c["gemm_dtype_a"]) for c in calls.to_pylist()}
+    assert shapes == {
+        (8 * 32 * 32, 64, 3 * 9, 1, "bf16"),       # conv1 forward
+        (64, 3 * 9, 8 * 32 * 32, 1, "bf16"),       # conv1 filter gradient (the input needs none)
+        (8 * 16 * 16, 64, 32 * 9, 2, "bf16"),      # conv2 forward, per group: 64 outputs from 32 x 3 x 3
+        (8 * 32 * 32, 32, 64 * 9, 2, "bf16"),      # conv2 data gradient
+        (64, 32 * 9, 8 * 16 * 16, 2, "bf16"),      # conv2 filter gradient
+    }

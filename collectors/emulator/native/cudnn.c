@@ -53,8 +53,8 @@ MAYA_EXPORT cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t *str
 /* ------------------------------------------------------------------ backend (graph) API
  * Descriptors keep the attributes set on them. Queries a real engine heuristic answers are answered
  * as for one supported engine: one engine config, no workspace, no shared memory, no knobs. Execute
- * records the graph: attention when it holds an SDPA operation or two or more matmuls, else a GEMM
- * for a single matmul. */
+ * records the graph: attention when it holds an SDPA operation or two or more matmuls, a GEMM for a
+ * single matmul, and a convolution (forward, data or filter gradient) as its implicit GEMM. */
 
 #include <string.h>
 
@@ -253,7 +253,7 @@ static int cudnn_dtype(bdesc *tensor) {
 
 typedef struct {
   int matmuls, causal, backward;
-  bdesc *first_matmul, *sdpa;
+  bdesc *first_matmul, *sdpa, *conv;
 } graph_summary;
 
 /* Walks an operation graph, and the score-modifier subgraph of a unified SDPA operation. */
@@ -267,12 +267,64 @@ static void summarize(bdesc *graph, graph_summary *s, int depth) {
       summarize(child(op, CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH), s, depth + 1);
     }
     if (op->type == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR) { s->sdpa = op; s->backward = 1; }
+    if ((op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR ||
+         op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR ||
+         op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR) && !s->conv)
+      s->conv = op;
     if (op->type == CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR) s->causal = 1;
     if (op->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR &&
         int_attr(child(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR), CUDNN_ATTR_POINTWISE_MODE, -1) ==
             CUDNN_POINTWISE_GEN_INDEX)
       s->causal = 1;
   }
+}
+
+static int64_t product(const int64_t *dims, int from, int to) {
+  int64_t p = 1;
+  for (int i = from; i < to; i++) p *= dims[i];
+  return p;
+}
+
+/* A convolution as the implicit GEMM its kernels compute, per group (batch = groups). Tensor dims
+ * are logical NCHW / NCDHW: x [N, C, spatial...], w [K, C/groups, filter...], y [N, K, spatial...]. */
+static void record_convolution(bdesc *conv, int64_t stream) {
+  int64_t x[8] = {0}, w[8] = {0}, y[8] = {0};
+  bdesc *xd, *wd, *yd;
+  switch (conv->type) {
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
+      xd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X);
+      wd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W);
+      yd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y);
+      break;
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
+      xd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX);
+      wd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W);
+      yd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY);
+      break;
+    default:
+      xd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X);
+      wd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW);
+      yd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY);
+  }
+  int nx = dims_of(xd, x, 8), nw = dims_of(wd, w, 8), ny = dims_of(yd, y, 8);
+  int64_t groups = (nx >= 2 && nw >= 2 && w[1] > 0) ? x[1] / w[1] : 1;
+  if (groups < 1) groups = 1;
+  int64_t out_pixels = ny >= 2 ? y[0] * product(y, 2, ny) : 0;  /* N * P * Q */
+  int64_t in_pixels = nx >= 2 ? x[0] * product(x, 2, nx) : 0;   /* N * H * W */
+  int64_t k_per_group = nw >= 1 ? w[0] / groups : 0;             /* output channels per group */
+  int64_t crs = nw >= 2 ? product(w, 1, nw) : 0;                 /* C/groups * R * S */
+  int64_t krs = nw >= 2 ? k_per_group * product(w, 2, nw) : 0;   /* K/groups * R * S */
+  int64_t m, n, k;
+  if (conv->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR) { m = out_pixels; n = k_per_group; k = crs; }
+  else if (conv->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR) { m = in_pixels; n = nw >= 2 ? w[1] : 0; k = krs; }
+  else { m = k_per_group; n = crs; k = out_pixels; }
+  int dt = cudnn_dtype(xd);
+  maya_rec *r = maya_begin(API("cudnnBackendExecute"), D_CUDNN, K_GEMM);
+  r->stream = stream;
+  r->a[0] = m; r->a[1] = n; r->a[2] = k; r->a[3] = groups;
+  r->a[5] = (int64_t)dt | ((int64_t)dt << 16) | ((int64_t)dt << 32);
+  r->a[6] = dt;
+  maya_end(r, 0);
 }
 
 MAYA_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
@@ -286,7 +338,9 @@ MAYA_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackend
   battr *ops = graph ? find(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS) : NULL;
   int64_t stream = maya_stream_id(((maya_cudnn *)handle)->stream);
   int64_t q[8] = {0}, k[8] = {0};
-  if (sdpa || matmuls >= 2) {
+  if (g.conv && !sdpa && !matmuls) {
+    record_convolution(g.conv, stream);
+  } else if (sdpa || matmuls >= 2) {
     if (sdpa) {
       dims_of(child(sdpa, backward ? CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC : CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC), q, 8);
       dims_of(child(sdpa, backward ? CUDNN_ATTR_OPERATION_SDPA_BWD_KDESC : CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC), k, 8);
