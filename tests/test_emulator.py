@@ -282,3 +282,22 @@ def test_convolutions_are_recorded_as_their_implicit_gemms(tmp_path):
         (8 * 32 * 32, 32, 64 * 9, 2, "bf16"),      # conv2 data gradient
         (64, 32 * 9, 8 * 16 * 16, 2, "bf16"),      # conv2 filter gradient
     }
+
+
+def test_cuda_graphs_replay_what_was_captured(tmp_path):
+    """A captured forward (two cuBLASLt GEMMs and a ReLU) is not issued at capture; each of the
+    three replays issues it on the launching stream, with the captured ops' context."""
+    r, out = emulate(tmp_path, script="cuda_graph.py")
+    assert r.exit_code == 0, r.output
+    calls = Run(out).table("api_calls").to_pylist()
+    apis = [c["api"] for c in calls]
+    assert apis.count("cudaStreamBeginCapture") == apis.count("cudaStreamEndCapture") == 1
+    assert apis.count("cudaGraphLaunch") == 3
+    captured = apis.index("cudaStreamBeginCapture"), apis.index("cudaStreamEndCapture")
+    assert captured[1] == captured[0] + 1  # nothing issued while capturing
+    replays = [c for c in calls if c["args"] and json.loads(c["args"]).get("cuda_graph_replay")]
+    assert len(replays) == 3 * 3
+    launches = [c for c in calls if c["api"] == "cudaGraphLaunch"]
+    assert {c["stream_id"] for c in replays} == {launches[0]["stream_id"]}
+    assert sum(c["gemm_m"] is not None for c in replays) == 3 * 2
+    assert len({c["op_id"] for c in replays}) == 3  # the ops that launched them during capture

@@ -40,7 +40,7 @@ COLLECTIVES = {"ncclAllReduce": "allreduce", "ncclReduce": "reduce", "ncclBroadc
                "ncclAllGather": "allgather", "ncclReduceScatter": "reducescatter", "ncclAlltoAll": "alltoall",
                "ncclGather": "gather", "ncclScatter": "scatter", "ncclSend": "send", "ncclRecv": "recv"}
 K_PLAIN, K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT, K_ALLOC, K_SYNC, K_ATTN = range(10)
-F_DATA_DEPENDENT, F_UNIMPLEMENTED = 1, 2
+F_DATA_DEPENDENT, F_UNIMPLEMENTED, F_GRAPH_REPLAY = 1, 2, 4
 
 
 @dataclass
@@ -150,6 +150,8 @@ def api_calls_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
     r = cap.records[cap.records["kind"] != K_ALLOC]
     a, kind = r["a"], r["kind"]
     attn_kernels, attn_args = _attention(r, cap.kernels)
+    for i in np.flatnonzero(r["flags"] & F_GRAPH_REPLAY):  # device work a cudaGraphLaunch replayed
+        attn_args[i] = json.dumps({**json.loads(attn_args[i] or "{}"), "cuda_graph_replay": True})
     attn = kind == K_ATTN
     launch, gemm, copy, memset, coll, event = (kind == k for k in (K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT))
     names = np.array([cap.apis.get(i, f"api#{i}") for i in range(max(cap.apis, default=-1) + 1)] or [""], dtype=object)

@@ -161,9 +161,13 @@ maya_rec *maya_begin(int api, int domain, int kind) {
   return r;
 }
 
+static atomic_int captures_active;
+static void divert_to_graph(maya_rec *r);
+
 void maya_end(maya_rec *r, int status) {
   r->status = status;
   r->dur_ns = maya_now() - r->start_ns;
+  if (__builtin_expect(atomic_load_explicit(&captures_active, memory_order_relaxed) > 0, 0)) divert_to_graph(r);
 }
 
 void maya_flush_all(void) {
@@ -448,6 +452,118 @@ int64_t maya_kernel_id_by_name(const char *name) {
   int64_t id = k->id >= 0 ? k->id : assign_id(k);
   pthread_mutex_unlock(&lock);
   return id;
+}
+
+/* ------------------------------------------------------------------ CUDA graphs */
+
+struct maya_graph {
+  int64_t id, origin;
+  maya_rec *recs;
+  size_t n, cap;
+};
+
+#define MAX_CAPTURING 64
+static struct { int64_t stream; maya_graph *g; } capturing[MAX_CAPTURING];
+static int n_capturing;
+
+static maya_graph *find_capture(int64_t stream) {
+  for (int i = 0; i < n_capturing; i++)
+    if (capturing[i].stream == stream) return capturing[i].g;
+  return NULL;
+}
+
+maya_graph *maya_capturing(int64_t stream) {
+  pthread_mutex_lock(&lock);
+  maya_graph *g = find_capture(stream);
+  pthread_mutex_unlock(&lock);
+  return g;
+}
+
+void maya_capture_join(int64_t stream, maya_graph *g) {
+  pthread_mutex_lock(&lock);
+  if (!find_capture(stream) && n_capturing < MAX_CAPTURING) {
+    capturing[n_capturing].stream = stream;
+    capturing[n_capturing++].g = g;
+    atomic_fetch_add(&captures_active, 1);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+maya_graph *maya_capture_begin(int64_t stream) {
+  maya_graph *g = calloc(1, sizeof *g);
+  g->id = maya_new_id();
+  g->origin = stream;
+  maya_capture_join(stream, g);
+  return g;
+}
+
+maya_graph *maya_capture_end(int64_t stream) {
+  pthread_mutex_lock(&lock);
+  maya_graph *g = find_capture(stream);
+  for (int i = 0; g && i < n_capturing;) { /* every stream that joined this capture leaves it */
+    if (capturing[i].g == g) {
+      capturing[i] = capturing[--n_capturing];
+      atomic_fetch_sub(&captures_active, 1);
+    } else {
+      i++;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  return g;
+}
+
+static void divert_to_graph(maya_rec *r) {
+  if (r->kind == K_PLAIN || r->kind == K_ALLOC || r->kind == K_SYNC) return;
+  thread_buf *b = my_buf;
+  if (!b || !b->n || &b->recs[b->n - 1] != r) return;
+  pthread_mutex_lock(&lock);
+  maya_graph *g = find_capture(r->stream);
+  if (g) {
+    if (g->n == g->cap) {
+      g->cap = g->cap ? 2 * g->cap : 256;
+      g->recs = realloc(g->recs, g->cap * sizeof *g->recs);
+    }
+    g->recs[g->n++] = *r;
+    b->n--;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+int64_t maya_graph_id(const maya_graph *g) { return g->id; }
+size_t maya_graph_size(const maya_graph *g) { return g->n; }
+
+void maya_graph_launch(const maya_graph *g, int api, int64_t stream) {
+  maya_rec *launch = maya_begin(api, D_RUNTIME, K_PLAIN);
+  launch->stream = stream;
+  launch->a[0] = g->id;
+  launch->a[1] = (int64_t)g->n;
+  maya_end(launch, 0);
+  for (size_t i = 0; i < g->n; i++) {
+    maya_rec *r = maya_begin(0, 0, 0);
+    maya_rec fresh = *r;
+    *r = g->recs[i]; /* as captured, op context included; issued now, by this thread */
+    r->seq = fresh.seq;
+    r->tid = fresh.tid;
+    r->start_ns = fresh.start_ns;
+    r->dur_ns = 0;
+    if (r->stream == g->origin) r->stream = stream;
+    r->flags |= F_GRAPH_REPLAY;
+  }
+}
+
+maya_graph *maya_graph_clone(const maya_graph *g) {
+  maya_graph *c = calloc(1, sizeof *c);
+  *c = *g;
+  c->cap = g->n;
+  c->recs = malloc((g->n ? g->n : 1) * sizeof *c->recs);
+  memcpy(c->recs, g->recs, g->n * sizeof *c->recs);
+  return c;
+}
+
+void maya_graph_free(maya_graph *g) {
+  if (!g) return;
+  free(g->recs);
+  free(g);
 }
 
 /* ------------------------------------------------------------------ life cycle */

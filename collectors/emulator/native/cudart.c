@@ -17,6 +17,7 @@ typedef struct {
   unsigned flags;
   int64_t recorded_ns; /* host time of the last record (a stand-in for device time) */
   int64_t stream;
+  maya_graph *graph; /* the capture the last record was made in: a stream waiting on it joins */
 } maya_event;
 
 static __thread cudaError_t last_error = cudaSuccess;
@@ -375,9 +376,33 @@ MAYA_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   return cudaSuccess;
 }
 
+/* CUDA graphs: capture diverts a stream's device work into the graph (core.c); each launch replays it. */
+MAYA_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  (void)mode;
+  int64_t stream = maya_stream_id(s);
+  if (maya_capturing(stream)) return cudaErrorIllegalState;
+  maya_graph *g = maya_capture_begin(stream);
+  maya_rec *r = maya_begin(API("cudaStreamBeginCapture"), D_RUNTIME, K_PLAIN);
+  r->stream = stream;
+  r->a[0] = maya_graph_id(g);
+  maya_end(r, 0);
+  return cudaSuccess;
+}
+
+MAYA_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+  int64_t stream = maya_stream_id(s);
+  maya_graph *g = maya_capture_end(stream);
+  maya_rec *r = maya_begin(API("cudaStreamEndCapture"), D_RUNTIME, K_PLAIN);
+  r->stream = stream;
+  r->a[0] = g ? maya_graph_id(g) : -1;
+  r->a[1] = g ? (int64_t)maya_graph_size(g) : 0;
+  maya_end(r, g ? 0 : cudaErrorStreamCaptureInvalidated);
+  *graph = (cudaGraph_t)g;
+  return g ? cudaSuccess : cudaErrorStreamCaptureInvalidated;
+}
+
 MAYA_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status) {
-  (void)s;
-  *status = cudaStreamCaptureStatusNone;
+  *status = maya_capturing(maya_stream_id(s)) ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
 
@@ -385,13 +410,59 @@ MAYA_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStream
                                                  unsigned long long *id, cudaGraph_t *graph,
                                                  const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
                                                  size_t *n) {
-  (void)s;
-  *status = cudaStreamCaptureStatusNone;
-  if (id) *id = 0;
-  if (graph) *graph = NULL;
+  maya_graph *g = maya_capturing(maya_stream_id(s));
+  *status = g ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  if (id) *id = g ? (unsigned long long)maya_graph_id(g) : 0;
+  if (graph) *graph = (cudaGraph_t)g;
   if (deps) *deps = NULL;
   if (edges) *edges = NULL;
   if (n) *n = 0;
+  return cudaSuccess;
+}
+
+MAYA_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t s, cudaGraphNode_t *deps,
+                                                            const cudaGraphEdgeData *edges, size_t n, unsigned flags) {
+  (void)s; (void)deps; (void)edges; (void)n; (void)flags;
+  return cudaSuccess; /* the replay keeps the captured order per stream */
+}
+
+MAYA_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *n) {
+  size_t size = maya_graph_size((maya_graph *)graph);
+  if (nodes) {
+    for (size_t i = 0; i < *n && i < size; i++) nodes[i] = (cudaGraphNode_t)(uintptr_t)(i + 1);
+  }
+  *n = size;
+  return cudaSuccess;
+}
+
+MAYA_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+  (void)flags;
+  *exec = (cudaGraphExec_t)maya_graph_clone((maya_graph *)graph);
+  return cudaSuccess;
+}
+
+MAYA_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                                      unsigned long long flags) {
+  return cudaGraphInstantiate(exec, graph, flags);
+}
+
+MAYA_EXPORT cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t s) {
+  (void)exec; (void)s;
+  return cudaSuccess;
+}
+
+MAYA_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  maya_graph_launch((const maya_graph *)exec, API("cudaGraphLaunch"), maya_stream_id(s));
+  return cudaSuccess;
+}
+
+MAYA_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  maya_graph_free((maya_graph *)graph);
+  return cudaSuccess;
+}
+
+MAYA_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  maya_graph_free((maya_graph *)exec);
   return cudaSuccess;
 }
 
@@ -424,6 +495,7 @@ static cudaError_t event_record(int api, cudaEvent_t ev, cudaStream_t s) {
   r->a[0] = e->id;
   e->recorded_ns = r->start_ns;
   e->stream = r->stream;
+  e->graph = maya_capturing(r->stream);
   maya_end(r, 0);
   return cudaSuccess;
 }
@@ -460,6 +532,8 @@ MAYA_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaE
 
 MAYA_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags) {
   (void)flags;
+  maya_event *e = (maya_event *)ev;
+  if (e->graph && maya_capturing(e->stream) == e->graph) maya_capture_join(maya_stream_id(s), e->graph);
   maya_rec *r = maya_begin(API("cudaStreamWaitEvent"), D_RUNTIME, K_EVENT);
   r->stream = maya_stream_id(s);
   r->a[0] = ((maya_event *)ev)->id;

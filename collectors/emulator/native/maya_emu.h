@@ -38,6 +38,7 @@ enum { T_UNKNOWN = 0, T_F32, T_F16, T_BF16, T_F64, T_TF32, T_I8, T_I32, T_F8E4M3
 /* Record flags. */
 #define F_DATA_DEPENDENT 1 /* the caller got a stand-in for a value only the GPU computes */
 #define F_UNIMPLEMENTED 2  /* the API is not emulated: the call failed loudly */
+#define F_GRAPH_REPLAY 4   /* device work replayed by cudaGraphLaunch, as captured */
 
 typedef struct {
   int64_t seq, tid, start_ns, dur_ns, stream;
@@ -116,6 +117,21 @@ typedef struct {
   unsigned flags;
 } maya_stream;
 int64_t maya_stream_id(const void *stream);
+
+/* CUDA graphs: while a stream captures, its device work (launches, GEMMs, copies, memsets,
+ * collectives, attention, event records and waits) goes into the graph instead of the trace;
+ * each launch of the graph replays it into the trace. Streams join a capture by waiting on an
+ * event recorded in it. */
+typedef struct maya_graph maya_graph;
+maya_graph *maya_capture_begin(int64_t stream);
+maya_graph *maya_capturing(int64_t stream); /* NULL if the stream is not capturing */
+void maya_capture_join(int64_t stream, maya_graph *g);
+maya_graph *maya_capture_end(int64_t stream); /* NULL if the stream was not capturing */
+int64_t maya_graph_id(const maya_graph *g);
+size_t maya_graph_size(const maya_graph *g);
+void maya_graph_launch(const maya_graph *g, int api, int64_t stream);
+maya_graph *maya_graph_clone(const maya_graph *g); /* an executable graph owns its copy */
+void maya_graph_free(maya_graph *g);
 
 /* side files */
 void maya_side_write(const char *file, const char *line);
