@@ -11,7 +11,7 @@ from conftest import tree_digest
 from maya_trace_spec import (SPEC_VERSION, TABLES, Run, RunWriter, TraceCorruptError, TraceError,
                              TraceSchemaError, TraceVersionError, file_schema, migrations, read_file,
                              read_table, table_files)
-from maya_trace_spec.io import migrate_run
+from maya_trace_spec.io import atomic_path, migrate_run
 from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
 
 # ------------------------------------------------------------------ round trips
@@ -84,6 +84,34 @@ def test_files_are_partitioned_compressed_and_versioned(run_dir):
     assert meta.row_group(0).column(0).compression == "ZSTD"
     assert "rank" not in meta.schema.names  # lives in the directory name
     assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_encodings_and_statistics_follow_the_columns(run_dir):
+    meta = pq.read_metadata(_one_file(run_dir)).row_group(0)
+    col = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    assert col["api"].has_dictionary_page and col["time_source"].has_dictionary_page  # repeating strings
+    assert not col["args"].has_dictionary_page  # free-form JSON: plain, zstd alone shrinks it
+    assert "DELTA_BINARY_PACKED" in col["grid_x"].encodings
+    # min/max only where a range filter can prune row groups: key, time, correlation
+    assert {n for n, c in col.items() if c.is_stats_set} == {"seq", "start_ns", "correlation_id"}
+    assert col["start_ns"].statistics.min <= col["start_ns"].statistics.max
+
+
+def test_atomic_path_commits_only_a_finished_file(tmp_path):
+    target = tmp_path / "sub" / "f.bin"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("crash")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(b"one")
+    with pytest.raises(FileExistsError):
+        with atomic_path(target, replace=False) as tmp:
+            tmp.write_bytes(b"two")
+    with atomic_path(target, replace=True) as tmp:
+        tmp.write_bytes(b"three")
+    assert target.read_bytes() == b"three" and [p.name for p in target.parent.iterdir()] == ["f.bin"]
 
 
 def test_run_table_is_replaced_whole_and_parts_accumulate(run_dir):

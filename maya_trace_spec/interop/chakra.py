@@ -40,8 +40,6 @@ synchronisation is not represented.
 """
 from __future__ import annotations
 
-import os
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -51,7 +49,7 @@ from google.protobuf.message import DecodeError, Message
 
 from ..columns import SPEC_VERSION
 from ..errors import TraceCorruptError
-from ..io import Run
+from ..io import Run, atomic_path
 
 CHAKRA_VERSION = "0.0.4"
 BATCH_ROWS = 64 * 1024
@@ -146,18 +144,10 @@ def export_chakra(run_dir: str | Path, out_prefix: str | Path) -> list[Path]:
             *([_attr("device_name", devices[rank])] if devices.get(rank) else []),
         ])
         path = Path(f"{out_prefix}.{rank}.et")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-        try:
-            with open(tmp, "wb") as fh:
-                _write_message(fh, meta)
-                for node in _nodes(run, rank):
-                    _write_message(fh, node)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            _write_message(fh, meta)
+            for node in _nodes(run, rank):
+                _write_message(fh, node)
         paths.append(path)
     return paths
 

@@ -27,14 +27,12 @@ doubles keeps nanosecond precision while timestamps stay below 2**53 ns (about 1
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
 from ..columns import SPEC_VERSION
-from ..io import Run
+from ..io import Run, atomic_path
 
 STREAM_TID_BASE = 1_000_000_000
 """Device track of stream ``s`` has ``tid = STREAM_TID_BASE + s`` (clear of real OS thread ids)."""
@@ -85,18 +83,8 @@ class ExportStats:
 def export_perfetto(run_dir: str | Path, out_file: str | Path) -> ExportStats:
     """Write the run at `run_dir` as Chrome Trace Event JSON to `out_file` (atomically)."""
     run = Run(run_dir)
-    out_file = Path(out_file)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_file.parent / f".{out_file.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            stats = _write(run, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out_file)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return stats
+    with atomic_path(Path(out_file)) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        return _write(run, fh)
 
 
 def _write(run: Run, fh: IO[str]) -> ExportStats:
