@@ -21,7 +21,8 @@ import pandas as pd
 
 from maya.hardware import Hardware
 
-from .opcodes import COLL, DEVICE_OPS, GROUP_END, GROUP_START, HOST_SYNC_OPS, NOP, RECORD, WAIT
+from .opcodes import (COLL, DEVICE_OPS, GROUP_END, GROUP_START, HOST_SYNC_OPS, NOP, RECORD, STREAM_SYNC, WAIT,
+                      WORK_SYNC)
 
 LIBRARY_DOMAINS = ("cublas", "cublaslt", "cudnn")
 
@@ -45,9 +46,10 @@ class MissingDurations(ValueError):
 @dataclass
 class MeasuredDurations:
     """Durations measured in the trace. Host time per call is the call's own duration plus the host gap
-    before it (framework time); a synchronising call keeps only `sync_own_ns`, its wait being replayed."""
+    before it (framework time). A synchronising call's wait is replayed, so it keeps only the part of its
+    measured duration after the work it waited for had finished (all earlier device work for a device or
+    event synchronisation, the stream's for a stream synchronisation or blocking copy)."""
 
-    sync_own_ns: float = 2_000.0
     name: str = "measured"
     collective_includes_wait: bool = True
 
@@ -62,13 +64,57 @@ class MeasuredDurations:
         return np.nan_to_num(measured)
 
     def host_ns(self, calls: pd.DataFrame) -> np.ndarray:
-        start = calls["start_ns"].to_numpy(dtype="float64")
+        """Gaps are taken between host calls only: device rows (work without a call of its own) carry device
+        times."""
+        host_rows = (calls["domain"] != "device").to_numpy()
+        out = np.zeros(len(calls))
+        start = rebased(calls["start_ns"], calls["start_ns"])
         own = calls["duration_ns"].to_numpy(dtype="float64", na_value=0.0)
-        end = start + own
-        gap = np.maximum(start - np.concatenate([[start[0] if len(start) else 0.0], end[:-1]]), 0.0)
-        sync = np.isin(calls["opcode"].to_numpy(), HOST_SYNC_OPS)
-        host = gap + np.where(sync, np.minimum(own, self.sync_own_ns), own)
-        return np.where((calls["domain"] == "device").to_numpy(), 0.0, host)
+        own = np.where(np.isin(calls["opcode"].to_numpy(), HOST_SYNC_OPS), _after_awaited(calls, start, own), own)
+        start, own = start[host_rows], own[host_rows]
+        end = np.maximum.accumulate(start + own) if len(start) else start
+        out[host_rows] = np.maximum(start - np.concatenate([start[:1], end[:-1]]), 0.0) + own
+        return out
+
+
+    def launch_ns(self, calls: pd.DataFrame) -> np.ndarray:
+        """Launch delay per call: how long after the call returned its device work started, where the
+        stream's earlier work had finished by then (nothing but the launch held it); work that queued behind
+        earlier work gets the median of those. Device rows (work without a call of its own) have none."""
+        start = rebased(calls["start_ns"], calls["start_ns"])
+        returned = start + calls["duration_ns"].to_numpy(dtype="float64", na_value=0.0)
+        began = rebased(calls["device_start_ns"], calls["start_ns"])
+        ended = began + calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan)
+        launched = (np.isin(calls["opcode"].to_numpy(), DEVICE_OPS) & ~np.isnan(began)
+                    & (calls["domain"] != "device").to_numpy())
+        streams = calls["stream_id"].fillna(-1).to_numpy()
+        busy_until = (pd.Series(np.nan_to_num(ended, nan=-np.inf)).groupby(streams).cummax()
+                      .groupby(streams).shift(1).fillna(-np.inf).to_numpy())
+        idle = launched & (busy_until <= returned)
+        delay = began - returned
+        typical = float(np.median(delay[idle])) if idle.any() else 0.0
+        return np.where(launched, np.where(idle, delay, typical), 0.0)
+
+
+def rebased(times: pd.Series, reference: pd.Series) -> np.ndarray:
+    """Nanosecond timestamps relative to the earliest of `reference`, as float64 (epoch nanoseconds do
+    not fit a float64 exactly); NaN where missing."""
+    base = reference.min() if len(reference) else 0
+    base = 0 if pd.isna(base) else int(base)
+    return (times.astype("Int64") - base).to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _after_awaited(calls: pd.DataFrame, start: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Per call: the measured time from when the device work it could wait for had finished (or from its
+    start, if later) to its return."""
+    device_end = (rebased(calls["device_start_ns"], calls["start_ns"])
+                  + calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan))
+    filled = np.nan_to_num(device_end, nan=-np.inf)
+    any_stream = np.maximum.accumulate(filled) if len(filled) else filled
+    same_stream = pd.Series(filled).groupby(calls["stream_id"].fillna(-1).to_numpy()).cummax().to_numpy()
+    ops = calls["opcode"].to_numpy()
+    awaited = np.where(np.isin(ops, (STREAM_SYNC, WORK_SYNC)), same_stream, any_stream)
+    return np.clip(start + own - np.maximum(start, awaited), 0.0, own)
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Per rank, a host thread issues the calls in order, each taking its host time; every stream is a FIFO
 resource executing its items (device work, event records and waits, collective launches) in issue
 order. An item whose stream is idle runs at once: the hot path, with no event, queue entry or object
-per call. Once a stream's head blocks — a wait on an event version not yet complete, a collective whose
+per call. Device work becomes ready when its call returns, plus the call's launch delay (measured traces:
+how long after the call its work started on an idle stream). Once a stream's head blocks — a wait on an event version not yet complete, a collective whose
 peers have not all arrived — the stream's later items are queued implicitly: the stream keeps the index
 of its head, each program links every item to the next one on its stream, and a queued item only
 notes its issue time. A collective's members all finish at `latest arrival + duration`; p2p send/recv
@@ -36,13 +37,13 @@ class Deadlock(RuntimeError):
 class _Rank:
     """Mutable replay state of one simulated rank."""
 
-    __slots__ = ("rank", "op", "stream", "arg", "dev", "host", "succ", "n", "pc", "t", "tails", "head", "issued",
-                 "ev", "end", "lstart", "lend", "lrem", "lkeys", "ldur", "lstream", "blocked", "jumps")
+    __slots__ = ("rank", "op", "stream", "arg", "dev", "host", "ready", "succ", "n", "pc", "t", "tails", "head",
+                 "issued", "ev", "end", "lstart", "lend", "lrem", "lkeys", "ldur", "lstream", "blocked", "jumps")
 
     def __init__(self, replica: Replica, lists: tuple, launch_durations: list[list[int]]):
         p = replica.program
         self.rank = replica.rank
-        self.op, self.stream, self.arg, self.dev, self.host, self.succ = lists
+        self.op, self.stream, self.arg, self.dev, self.host, self.ready, self.succ = lists
         self.n = p.n
         self.pc, self.t = 0, 0
         self.tails = [0] * len(p.stream_ids)
@@ -70,12 +71,14 @@ class RankResult:
     end: np.ndarray
     """Device end of each WORK / WORK_SYNC / COLL call (0 elsewhere)."""
     issue: np.ndarray
-    """Host time at which each call returns (its device work becomes ready then)."""
+    """Host time at which each call returns (its device work becomes ready then, after its launch delay)."""
     wait: np.ndarray
     """Host time spent blocked after each call (synchronisations)."""
     launch_start: np.ndarray
     """Per launch: when it reached the head of its stream (arrival)."""
     launch_end: np.ndarray
+    records: np.ndarray
+    """Per event record id (`Program.arg` of RECORD calls): when the event completes (-1: never)."""
 
 
 class Engine:
@@ -93,7 +96,8 @@ class Engine:
                 durations = device[p.launch_ops] if len(p.launch_ops) else np.zeros(0, np.int64)
                 per_launch = np.split(durations, np.cumsum([len(launch) for launch in p.launches])[:-1])
                 cache[key] = ((p.opcodes.tolist(), p.stream.tolist(), p.arg.tolist(), device.tolist(),
-                               p.host.tolist(), p.stream_successors().tolist()), [d.tolist() for d in per_launch])
+                               p.host.tolist(), p.ready.tolist(), p.stream_successors().tolist()),
+                              [d.tolist() for d in per_launch])
             lists, launch_durations = cache[key]
             self.ranks.append(_Rank(replica, lists, launch_durations))
         self.comms = comms
@@ -130,7 +134,7 @@ class Engine:
     def run_host(self, r: int) -> None:
         """Issue rank r's calls until its host blocks or its calls run out."""
         st = self.ranks[r]
-        op, stream, arg, dev, host = st.op, st.stream, st.arg, st.dev, st.host
+        op, stream, arg, dev, host, ready = st.op, st.stream, st.arg, st.dev, st.host, st.ready
         tails, head, issued, ev, end = st.tails, st.head, st.issued, st.ev, st.end
         i, t, n = st.pc, st.t, st.n
         while i < n:
@@ -140,13 +144,14 @@ class Engine:
                 s = stream[i]
                 if head[s] < 0:
                     b = tails[s]
-                    if t > b:
-                        b = t
+                    a = t + ready[i]
+                    if a > b:
+                        b = a
                     b += dev[i]
                     end[i] = b
                     tails[s] = b
                 else:
-                    issued[i] = t
+                    issued[i] = t + ready[i]
             elif o == NOP:
                 pass
             elif o == RECORD:
@@ -170,7 +175,7 @@ class Engine:
                         tails[s] = b
             elif o == COLL:
                 s = stream[i]
-                issued[i] = t
+                issued[i] = t + ready[i]
                 if head[s] < 0:
                     head[s] = i
                     st.pc = i + 1
@@ -180,20 +185,21 @@ class Engine:
                     s = stream[i]
                     if head[s] < 0:
                         b = tails[s]
-                        if t > b:
-                            b = t
+                        a = t + ready[i]
+                        if a > b:
+                            b = a
                         b += dev[i]
                         end[i] = b
                         tails[s] = b
                     else:
-                        issued[i] = t
-                ready = self._ready(st, i)
-                if ready < 0:
+                        issued[i] = t + ready[i]
+                done = self._ready(st, i)
+                if done < 0:
                     st.pc, st.t, st.blocked = i + 1, t, i
                     return
-                if ready > t:
-                    st.jumps.append((i, ready - t))
-                    t = ready
+                if done > t:
+                    st.jumps.append((i, done - t))
+                    t = done
             i += 1
         st.pc, st.t = n, t
 
@@ -316,7 +322,8 @@ class Engine:
         issue = np.cumsum(host) + np.concatenate([[0], np.cumsum(wait)[:-1]]) if st.n else host
         return RankResult(rank=st.rank, end=np.frombuffer(st.end, dtype=np.int64).copy(), issue=issue, wait=wait,
                           launch_start=np.asarray(st.lstart, dtype=np.int64),
-                          launch_end=np.asarray(st.lend, dtype=np.int64))
+                          launch_end=np.asarray(st.lend, dtype=np.int64),
+                          records=np.asarray(st.ev, dtype=np.int64))
 
     def _deadlock_message(self, stuck: list[_Rank]) -> str:
         lines = []

@@ -1,7 +1,7 @@
-"""`DurationProvider` backed by `maya.estimators`: a registered kernel estimator version, the NCCL
-collective model of the cluster built from the target hardware, and the host-overhead model. Calls the
-estimators cannot price (unknown work, collectives they do not model, no cluster for the hardware) fall
-back to `RooflineDurations`."""
+"""`DurationProvider`s backed by `maya.estimators`: `CollectiveDurations` (the NCCL collective model of a
+cluster of the target hardware) and `EstimatorDurations` (a registered kernel estimator version, those
+collectives and the host-overhead model). Calls the estimators cannot price (unknown work, collectives they
+do not model, no cluster for the hardware) fall back to `RooflineDurations`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,63 +21,43 @@ class EstimatorsUnavailable(RuntimeError):
     """maya.estimators cannot be imported or has no usable version."""
 
 
-class EstimatorDurations:
-    """Kernels by a registered `KernelEstimator` version, collectives by `CollectiveModel` on a cluster
-    of the target hardware (`cluster`: a shipped name or a spec file), host time by
-    `HostOverheadModel`."""
+class CollectiveDurations:
+    """Collectives by `CollectiveModel` on a cluster of the target hardware (`cluster`: a shipped name or a
+    spec file; default the first shipped cluster of the hardware), else by the roofline's alpha-beta model;
+    every other call by the roofline. Needs no trained version."""
 
     collective_includes_wait = False
 
-    def __init__(self, version: str = "latest", *, cluster: str | None = None, warehouse: str | Path | None = None,
-                 fallback: RooflineDurations | None = None):
-        try:
-            from maya import estimators
-        except ImportError as e:
-            raise EstimatorsUnavailable(f"estimators not available: {e}") from None
-        try:
-            registry = estimators.Registry(warehouse)
-            record = registry.get(version)
-            self.kernels = registry.load(version)
-        except estimators.RegistryError as e:
-            raise EstimatorsUnavailable(f"estimators not available: {e}") from None
+    def __init__(self, cluster: str | None = None, fallback: RooflineDurations | None = None):
+        from maya.estimators import load_cluster
+
         if cluster is not None:
             try:
-                estimators.load_cluster(cluster)
+                load_cluster(cluster)
             except KeyError as e:
                 raise ValueError(str(e)) from None
-        self.version = record.version
-        self.name = f"estimators {record.version}"
-        self._estimators = estimators
         self.cluster = cluster
-        self.host = estimators.HostOverheadModel()
         self.fallback = fallback or RooflineDurations()
+        self.name = f"collective model ({cluster})" if cluster else "collective model"
         self.notes: list[str] = []
         self._models: dict[str, object] = {}
 
-    def _collective_model(self, hardware: Hardware):
+    def _model(self, hardware: Hardware):
         """The collective model of the named cluster, else of the first shipped cluster of this hardware."""
+        from maya.estimators import CollectiveModel
         from maya.estimators.clusters import cluster_names, load_cluster
 
         if hardware.name not in self._models:
             names = [self.cluster] if self.cluster else cluster_names()
             specs = [load_cluster(name) for name in names]
             chosen = next((s for s in specs if self.cluster or s.hardware == hardware.name), None)
-            self._models[hardware.name] = self._estimators.CollectiveModel(chosen) if chosen else None
+            self._models[hardware.name] = CollectiveModel(chosen) if chosen else None
         return self._models[hardware.name]
 
     def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
         out = self.fallback.device_ns(calls, hardware)
-        ops = calls["opcode"].to_numpy()
-        kernels = np.isin(ops, DEVICE_OPS) & (ops != COLL)
-        if kernels.any():
-            frame = calls.loc[kernels, list(CALL_FRAME_COLUMNS)].copy()
-            frame["family"] = frame["family"].fillna("other")
-            frame["bytes"] = calls.loc[kernels, "work_bytes"]
-            frame["hardware"] = hardware.name
-            predicted = self.kernels.predict(frame)["duration_ns"].to_numpy(dtype="float64")
-            out[kernels] = np.where(np.isfinite(predicted), predicted, out[kernels])
-        coll = ops == COLL
-        model = self._collective_model(hardware) if coll.any() else None
+        coll = calls["opcode"].to_numpy() == COLL
+        model = self._model(hardware) if coll.any() else None
         if model is not None:
             from maya.estimators.collectives import ALIASES, COLLECTIVES
 
@@ -94,6 +74,50 @@ class EstimatorDurations:
             note = f"no cluster spec for {hardware.name}: collectives priced by the roofline alpha-beta model"
             if note not in self.notes:
                 self.notes.append(note)
+        return out
+
+    def host_ns(self, calls: pd.DataFrame) -> np.ndarray:
+        return self.fallback.host_ns(calls)
+
+
+class EstimatorDurations:
+    """Kernels by a registered `KernelEstimator` version, collectives by `CollectiveDurations` (the NCCL model
+    on `cluster`), host time by `HostOverheadModel`."""
+
+    collective_includes_wait = False
+
+    def __init__(self, version: str = "latest", *, cluster: str | None = None, warehouse: str | Path | None = None,
+                 fallback: RooflineDurations | None = None):
+        try:
+            from maya import estimators
+        except ImportError as e:
+            raise EstimatorsUnavailable(f"estimators not available: {e}") from None
+        try:
+            registry = estimators.Registry(warehouse)
+            record = registry.get(version)
+            self.kernels = registry.load(version)
+        except estimators.RegistryError as e:
+            raise EstimatorsUnavailable(f"estimators not available: {e}") from None
+        self.version = record.version
+        self.name = f"estimators {record.version}"
+        self.collectives = CollectiveDurations(cluster, fallback)
+        self.host = estimators.HostOverheadModel()
+
+    @property
+    def notes(self) -> list[str]:
+        return self.collectives.notes
+
+    def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
+        out = self.collectives.device_ns(calls, hardware)
+        ops = calls["opcode"].to_numpy()
+        kernels = np.isin(ops, DEVICE_OPS) & (ops != COLL)
+        if kernels.any():
+            frame = calls.loc[kernels, list(CALL_FRAME_COLUMNS)].copy()
+            frame["family"] = frame["family"].fillna("other")
+            frame["bytes"] = calls.loc[kernels, "work_bytes"]
+            frame["hardware"] = hardware.name
+            predicted = self.kernels.predict(frame)["duration_ns"].to_numpy(dtype="float64")
+            out[kernels] = np.where(np.isfinite(predicted), predicted, out[kernels])
         return out
 
     def host_ns(self, calls: pd.DataFrame) -> np.ndarray:

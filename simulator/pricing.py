@@ -58,7 +58,9 @@ def price(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], pr
             if not len(program.device):  # the program's first layout: price everything
                 frame = program.frame
                 frame.loc[coll.index, ["comm_size", "comm_nodes"]] = coll[["comm_size", "comm_nodes"]].to_numpy()
-                program.price(provider.device_ns(frame, hardware), provider.host_ns(frame))
+                launch = getattr(provider, "launch_ns", None)
+                program.price(provider.device_ns(frame, hardware), provider.host_ns(frame),
+                              launch(frame) if launch is not None else None)
                 by_layout[layout] = program.device
             else:
                 device = program.device.copy()

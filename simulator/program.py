@@ -60,6 +60,8 @@ class Program:
     """The priced frame (api_calls + opcode + work columns), kept for reports and the timeline."""
     device: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     host: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ready: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Launch delay per call: its device work is ready this long after the call returns (may be negative)."""
 
     @property
     def n(self) -> int:
@@ -80,10 +82,13 @@ class Program:
         """The call of every collective operation, launch by launch."""
         return np.array([op.call for launch in self.launches for op in launch], dtype=np.int64)
 
-    def price(self, device_ns: np.ndarray, host_ns: np.ndarray) -> None:
-        """Set device and host time per call (nanoseconds, rounded; negative or NaN become 0)."""
+    def price(self, device_ns: np.ndarray, host_ns: np.ndarray, ready_ns: np.ndarray | None = None) -> None:
+        """Set device and host time and launch delay per call (nanoseconds, rounded; negative or NaN times
+        become 0, NaN or absent delays 0)."""
         self.device = np.rint(np.nan_to_num(np.maximum(device_ns, 0.0))).astype(np.int64)
         self.host = np.rint(np.nan_to_num(np.maximum(host_ns, 0.0))).astype(np.int64)
+        self.ready = (np.rint(np.nan_to_num(ready_ns)).astype(np.int64) if ready_ns is not None
+                      else np.zeros(self.n, np.int64))
 
 
 def _communicators(trace: RankTrace) -> tuple[list[Communicator], dict[str, int]]:

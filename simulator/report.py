@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from .durations import rebased
 from .engine import RankResult
 from .intervals import union
 from .iterations import Iterations
@@ -79,6 +80,13 @@ class Prediction:
     simulation_s: float
     ranks: list[RankReport]
     notes: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    """What the prediction changes from the trace (GPU, data-parallel degree, cluster) and how."""
+    measured_iteration_ns: float | None = None
+    """The trace's own measured steady iteration time (measured traces; slowest captured rank)."""
+    replay_error: float | None = None
+    """(predicted - measured) / measured iteration time when the trace's measured durations are replayed
+    unchanged: the simulator's own fidelity."""
 
     def to_dict(self, *, per_rank: bool = True) -> dict:
         """JSON-ready: times also in milliseconds (`iteration_ms`, ...)."""
@@ -130,6 +138,24 @@ def rank_report(result: RankResult, program: Program, device: np.ndarray, iterat
     return RankReport(rank=result.rank, iteration_ns=iteration, **dict(zip(BREAKDOWN, (parts @ weights).tolist())),
                       model_flops=model_flops, mfu=model_flops / (iteration * 1e-9 * peak_flops) if iteration else 0.0,
                       peak_memory_bytes=int(peak_memory), iteration_ends_ns=ends.tolist())
+
+
+def measured_iteration(trace: RankTrace, iterations: Iterations) -> float | None:
+    """The rank's measured steady iteration time, by the replay's definition (an iteration ends when its
+    last host call has returned and its device work has finished); None unless every call is measured and
+    its device work has a measured start."""
+    calls = trace.calls
+    timed = calls["device_start_ns"].notna() | calls["device_duration_ns"].isna()
+    if not len(calls) or not (calls["time_source"] == "measured").all() or not timed.all():
+        return None
+    start = rebased(calls["start_ns"], calls["start_ns"])
+    host_end = start + calls["duration_ns"].to_numpy(dtype="float64", na_value=0.0)
+    device_end = (rebased(calls["device_start_ns"], calls["start_ns"])
+                  + calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan))
+    ends = np.maximum.accumulate(np.maximum.reduceat(np.fmax(host_end, device_end), iterations.bounds[:-1]))
+    durations = ends - np.concatenate([[start.min()], ends[:-1]])
+    pick, weights = _median_pick(durations[iterations.steady])
+    return float(weights @ durations[iterations.steady][pick])
 
 
 def mfu_dtype(frames: list[pd.DataFrame]) -> str:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from maya_trace_spec import Run
@@ -54,11 +55,23 @@ class TraceSet:
         return 0 if node is None or pd.isna(node) else int(node)
 
 
+EXACT_TIMES = ("device_start_ns", "end_ns")
+"""Nullable epoch-nanosecond columns, read as nullable integers (float64 would round them to 256 ns)."""
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
+    frame = table.to_pandas()
+    for name in EXACT_TIMES:
+        if name in table.column_names:
+            frame[name] = table.column(name).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    return frame
+
+
 def _by_rank(run: Run, name: str) -> dict[int, pd.DataFrame]:
     table = run.table(name)
     if table.num_rows == 0:
         return {}
-    frame = table.to_pandas()
+    frame = _frame(table)
     return {int(r): g.drop(columns="rank").reset_index(drop=True) for r, g in frame.groupby("rank", sort=True)}
 
 
@@ -68,7 +81,7 @@ def load(run_dir: str | Path) -> TraceSet:
     calls = run.table("api_calls")
     calls = calls.take(pc.sort_indices(calls, [("rank", "ascending"), ("seq", "ascending")]))
     frames = {int(r): g.drop(columns="rank").reset_index(drop=True)
-              for r, g in calls.to_pandas().groupby("rank", sort=True)}
+              for r, g in _frame(calls).groupby("rank", sort=True)}
     tables = {name: _by_rank(run, name) for name in ("ops", "kernels", "communicators", "memory_events", "devices")}
     empty = {name: run.table(name).to_pandas().drop(columns="rank").iloc[:0] for name in tables}
     ranks = {}

@@ -63,6 +63,29 @@ def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
                         index=ops["op_id"].to_numpy())
 
 
+GEMM_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "linear": (0, 1)}
+"""Positions of the two GEMM operands among the inputs of the aten ops whose kernels are GEMMs."""
+
+
+def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per op that is a GEMM (`GEMM_OPERANDS`): batch, m, n, k from its input shapes (linear: the weight is
+    [n, k] and leading dimensions of the input fold into m). Kernels of a measured trace carry no GEMM
+    shapes of their own; these price them."""
+    rows = {}
+    for op_id, name, shapes in zip(ops["op_id"], ops["name"].astype(str), ops["input_shapes"]):
+        positions = GEMM_OPERANDS.get(name.removeprefix("aten::"))
+        if positions is None or shapes is None or len(shapes) <= max(positions):
+            continue
+        a, b = (list(shapes[i]) if shapes[i] is not None else [] for i in positions)
+        if name.endswith("linear") and len(a) >= 1 and len(b) == 2 and a[-1] == b[1]:
+            rows[op_id] = (1.0, float(np.prod(a[:-1])), float(b[0]), float(b[1]))
+        elif len(a) == len(b) == 2 and a[1] == b[0]:
+            rows[op_id] = (1.0, float(a[0]), float(b[1]), float(a[1]))
+        elif len(a) == len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
+            rows[op_id] = (float(a[0]), float(a[1]), float(b[2]), float(a[2]))
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["batch", "m", "n", "k"])
+
+
 def _codes_map(values: pd.Series, table: dict, default=None) -> np.ndarray:
     """`table[value]` for each value (one dictionary lookup per distinct value)."""
     codes, uniques = pd.factorize(values)
@@ -92,6 +115,15 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         num["row"][launched] = op_rows["row"].to_numpy()[launched]
         known = launched & op_rows["dtype"].notna().to_numpy()
         dtype[known] = op_rows["dtype"].to_numpy()[known]
+        gemms = _op_gemms(trace.ops.drop_duplicates("op_id")).reindex(calls["op_id"].to_numpy())
+        shaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy() & gemms["m"].notna().to_numpy()
+        if shaped.any():
+            b, m, nn, k = (gemms[c].to_numpy()[shaped] for c in ("batch", "m", "n", "k"))
+            itemsize = np.array([DTYPE_BYTES.get(d, 4) for d in dtype[shaped]], dtype="float64")
+            op[shaped] = np.where(b > 1, "bmm", "mm")
+            num["batch"][shaped], num["m"][shaped], num["n"][shaped], num["k"][shaped] = b, m, nn, k
+            num["flops"][shaped] = 2 * b * m * nn * k
+            num["work_bytes"][shaped] = itemsize * b * (m * k + k * nn + m * nn)
     # copies and memsets
     api = calls["api"].astype(str).str.lower()
     copy = (api.str.contains("memcpy|memset", regex=True) & calls["bytes"].notna()).to_numpy() & not_coll

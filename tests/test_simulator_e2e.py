@@ -12,6 +12,7 @@ from maya import hardware
 from maya.cli import app
 from maya.cli_predict import predict_cmd
 from maya.simulator import simulate, summarize
+from maya.simulator.retarget import data_parallel, with_nodes
 from maya.simulator.trace import load
 
 WORKLOADS = Path(__file__).parent / "workloads"
@@ -121,3 +122,18 @@ def test_estimator_durations_need_a_version_then_use_it(ddp_run):
     assert p["durations"] == "estimators v1" and p["iteration_ms"] > 0
     auto = predict_json(ddp_run)
     assert auto["durations"] == "estimators v1"
+
+
+def test_data_parallel_degree_retargets_the_ddp_all_reduces(ddp_run):
+    """The 2-rank DDP capture predicted for 16 ranks on H100 nodes of 8: every rank replays a captured one,
+    the gradient all-reduces span all 16 and cross nodes, so they cost more."""
+    two = predict_json(ddp_run, "--durations", "roofline")
+    sixteen = predict_json(ddp_run, "--durations", "roofline", "--dp", "16")
+    assert (sixteen["world_size"], sixteen["simulated_ranks"], sixteen["captured_ranks"]) == (16, 16, 2)
+    assert sixteen["assumptions"][0].startswith("ranks laid out 8 per node instead of 2")
+    assert sixteen["assumptions"][1].startswith("data-parallel degree 16 instead of 2 (2 node(s) of 8 GPUs)")
+    sim2, sim16 = (simulate(load(ddp_run), hardware.get("h100-sxm"), "roofline"),
+                   simulate(data_parallel(with_nodes(load(ddp_run), 8), 16), hardware.get("h100-sxm"), "roofline"))
+    coll = sim2.programs[0].launch_ops
+    assert len(coll) and (sim16.devices[0][coll] > sim2.devices[0][coll]).all()
+    assert sixteen["iteration_ms"] >= two["iteration_ms"]

@@ -24,8 +24,12 @@ class Durations(str, Enum):
 
 
 def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emulated, imported or synthetic).")],
-                hardware: Annotated[Optional[str], typer.Option(help="GPU to predict for (default: the trace's).")]
+                hardware: Annotated[Optional[str], typer.Option(help="GPU to predict for (default: the trace's); "
+                                                                "measured kernel durations are re-priced for it.")]
                 = None,
+                dp: Annotated[Optional[int], typer.Option("--dp", min=1, help="Data-parallel degree to predict for "
+                                                          "(data-parallel traces): each rank replays a traced "
+                                                          "rank, collectives span the new degree.")] = None,
                 price_per_gpu_hour: Annotated[Optional[float], typer.Option(min=0, help="Price of one GPU-hour, "
                                                                             "for the cost figures.")] = None,
                 tokens_per_iteration: Annotated[Optional[float], typer.Option(min=0, help="Tokens the whole job "
@@ -36,11 +40,14 @@ def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emu
                                                              "if the trace has them, else the latest estimators, "
                                                              "else the roofline.")] = Durations.auto,
                 model_version: Annotated[str, typer.Option(help="Estimator version.")] = "latest",
-                cluster: Annotated[Optional[str], typer.Option(help="Cluster spec for collectives (default: "
-                                                               "one of the hardware's).")] = None,
+                cluster: Annotated[Optional[str], typer.Option(help="Cluster spec (GPUs per node, links) for "
+                                                               "collectives (default: one of the hardware's).")]
+                = None,
                 as_json: Annotated[bool, typer.Option("--json", help="Print the prediction as JSON.")] = False):
     """Predict iteration time, its breakdown, MFU, peak memory (and OOM) and cost of a traced run by
-    replaying every rank on the event-driven simulator. The prediction is stored in the warehouse."""
+    replaying every rank on the event-driven simulator, optionally re-targeted to another GPU, data-parallel
+    degree or cluster (the changed assumptions are listed). A measured trace replayed unchanged reports the
+    replay's error against its measured iteration time. The prediction is stored in the warehouse."""
     from maya.hardware import UnknownHardware
     from maya.simulator import (Deadlock, EstimatorsUnavailable, MissingDurations, MissingRanks, predict)
     from maya_trace_spec import TraceError
@@ -49,7 +56,7 @@ def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emu
         prediction, prediction_id = predict(
             run_dir, hardware=hardware, durations=durations.value, price_per_gpu_hour=price_per_gpu_hour,
             tokens_per_iteration=tokens_per_iteration, timeline=timeline, model_version=model_version,
-            cluster=cluster)
+            cluster=cluster, dp=dp)
     except (TraceError, MissingRanks, Deadlock, EstimatorsUnavailable, MissingDurations, UnknownHardware,
             ValueError) as e:
         fail(str(e))
@@ -73,6 +80,10 @@ def _print(p, prediction_id: str, timeline: Optional[Path]) -> None:
     t.add_column(style="bold")
     t.add_column(justify="right")
     t.add_row("iteration time", _ms(p.iteration_ns))
+    if p.measured_iteration_ns is not None:
+        t.add_row("measured iteration time", _ms(p.measured_iteration_ns))
+    if p.replay_error is not None:
+        t.add_row("replay error", f"{p.replay_error:+.2%}")
     for label, ns in (("  compute", p.compute_ns), ("  exposed communication", p.exposed_comm_ns),
                       ("  host-bound", p.host_bound_ns), ("  idle", p.idle_ns)):
         share = ns / p.iteration_ns if p.iteration_ns else 0.0
@@ -100,6 +111,10 @@ def _print(p, prediction_id: str, timeline: Optional[Path]) -> None:
         times = [r.iteration_ns for r in p.ranks]
         out.print(f"{len(p.ranks)} ranks: iteration {_ms(min(times))} … {_ms(max(times))}, "
                   f"slowest rank {p.critical_rank}")
+    if p.assumptions:
+        out.print("changed assumptions:", style="bold")
+        for assumption in p.assumptions:
+            out.print(f"  - {assumption}", highlight=False)
     for note in p.notes:
         out.print(f"note: {note}", style="dim", highlight=False)
     out.print(f"simulated {p.simulated_calls:,} calls in {p.simulation_s:.2f} s; prediction {prediction_id}",
