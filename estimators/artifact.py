@@ -1,5 +1,5 @@
 """A trained `KernelEstimator` as one file: a zip of `manifest.json` (format, per-family feature
-names, hardware, architectures and bands), one XGBoost model per family and kind (`<family>.seen.ubj`,
+names, hardware, architectures, launch floors and bands), one XGBoost model per family and kind (`<family>.seen.ubj`,
 `<family>.transfer.ubj`, XGBoost's binary JSON) and the measured-shape table (`lookup.parquet`).
 Entries carry a fixed timestamp, so equal estimators give equal bytes."""
 from __future__ import annotations
@@ -10,9 +10,10 @@ import zipfile
 
 from .efficiency_model import Band, EfficiencyModel
 from .kernel_estimator import FamilyModels, KernelEstimator
+from .launch_floor import LaunchFloors
 from .lookup import MeasuredShapes
 
-FORMAT = "maya-kernel-estimator/1"
+FORMAT = "maya-kernel-estimator/2"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -25,7 +26,8 @@ def dumps(estimator: KernelEstimator) -> bytes:
         family: [band.low, band.high] for family, band in sorted(estimator.roofline_bands.items())}}
     files: dict[str, bytes] = {}
     for family, models in sorted(estimator.models.items()):
-        entry = {"hardware": sorted(models.hardware), "architectures": sorted(models.architectures)}
+        entry = {"hardware": sorted(models.hardware), "architectures": sorted(models.architectures),
+                 "floors": models.floors.to_json()}
         for kind, model in (("seen", models.seen), ("transfer", models.transfer)):
             entry[kind] = {"features": list(model.feature_names), "band": [model.band.low, model.band.high]}
             files[f"{family}.{kind}.ubj"] = model.to_bytes()
@@ -64,4 +66,4 @@ def _family_models(archive: zipfile.ZipFile, family: str, entry: dict) -> Family
                                           Band(*spec["band"]))
 
     return FamilyModels(seen=model("seen"), transfer=model("transfer"), hardware=frozenset(entry["hardware"]),
-                        architectures=frozenset(entry["architectures"]))
+                        architectures=frozenset(entry["architectures"]), floors=LaunchFloors.from_json(entry["floors"]))

@@ -1,9 +1,9 @@
 """The learned part of a family predictor: gradient-boosted trees (XGBoost) predicting how far a call
 runs from its roofline.
 
-The target is the log slowdown `log(measured / roofline) >= 0`; achieved efficiency is
-`exp(-slowdown)`, in (0, 1], and the predicted time is `roofline / efficiency`. Normalising by the
-roofline is what lets one model serve GPUs of very different speeds.
+The target is the log slowdown `log(measured / baseline) >= 0`, the baseline being the larger of the
+call's launch floor and its roofline; the predicted time is `baseline * exp(slowdown)`. Normalising by the baseline
+is what lets one model serve GPUs of very different speeds.
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class EfficiencyModel:
         return cls(booster, names, band)
 
     def log_slowdown(self, features: Features, rows: np.ndarray | None = None) -> np.ndarray:
-        """Predicted log(time / roofline) of the chosen rows, at least 0 (no call beats its roofline)."""
+        """Predicted log(time / baseline) of the chosen rows, at least 0 (no call beats its baseline)."""
         matrix = features.select(self.feature_names, rows)
         if not len(matrix):
             return np.zeros(0)

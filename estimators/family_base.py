@@ -61,10 +61,10 @@ class FamilyPredictor:
 
 
 def log2(values: np.ndarray) -> np.ndarray:
-    """log2 of positive sizes; NaN where the size is absent or not positive."""
+    """log2 of positive finite sizes; NaN where the size is absent, not positive or infinite."""
     values = np.asarray(values, dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(values > 0, np.log2(values), np.nan)
+        return np.where((values > 0) & np.isfinite(values), np.log2(values), np.nan)
 
 
 def alignment_bits(values: np.ndarray, cap: int = 8) -> np.ndarray:

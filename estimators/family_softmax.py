@@ -11,9 +11,17 @@ from .hardware_table import HardwareArrays
 
 FLOPS_PER_ELEMENT = 5
 """Max, subtract, exponential, sum, divide."""
-WARP_SOFTMAX_MAX_ROW = 1024
-"""PyTorch's persistent warp softmax handles rows up to this many elements; wider rows take one
-thread block per row (up to 1024 threads, 4 elements a thread per load)."""
+WARP_SOFTMAX_MAX_BYTES, WARP_SOFTMAX_MAX_ROW = 4096, 1024
+"""PyTorch's persistent warp softmax takes rows up to 1024 elements and 4 KiB; wider rows take one thread
+block per row (`cunn_SoftMaxForward`), which reads the row three times (max, sum of exponentials, output)."""
+VECTOR_BYTES, MAX_BLOCK_THREADS = 16, 1024
+
+
+def block_threads(row: np.ndarray, itemsize: np.ndarray) -> np.ndarray:
+    """PyTorch's `SoftMax_getBlockSize`: the power of two at or above half of min(row / ILP, 1024), at least
+    a warp (ILP: elements per 16-byte vector load)."""
+    half = np.minimum(row * itemsize / VECTOR_BYTES, MAX_BLOCK_THREADS) / 2
+    return np.maximum(32.0, 2.0 ** np.ceil(np.log2(np.maximum(half, 1.0))))
 
 
 class SoftmaxPredictor(FamilyPredictor):
@@ -28,12 +36,21 @@ class SoftmaxPredictor(FamilyPredictor):
 
     def shape_features(self, calls: pd.DataFrame, hw: HardwareArrays) -> dict[str, np.ndarray]:
         row = calls["row"].fillna(calls["numel"]).to_numpy()
-        threads = np.minimum(1024.0, 2.0 ** np.ceil(np.log2(np.maximum(row / 4, 32))))
+        itemsize = element_bytes(calls["dtype"])
+        warp = (row <= WARP_SOFTMAX_MAX_ROW) & (row * itemsize <= WARP_SOFTMAX_MAX_BYTES)
+        threads = np.where(warp, 128.0, block_threads(row, itemsize))  # the warp kernel: 4 warps a block
+        per_pass = threads * VECTOR_BYTES / itemsize  # elements one vectorised block iteration covers
+        vector_passes = np.floor(row / per_pass)
+        tail = row - vector_passes * per_pass  # loaded element by element after the vectorised loop
         blocks_per_sm = np.maximum(1.0, np.floor(hw.max_threads_per_sm / threads))
-        waves = rows(calls) / (hw.sm_count * blocks_per_sm)
+        rows_per_block = np.where(warp, np.where(row <= 128, 8.0, 4.0), 1.0)  # a warp does 1 or 2 short rows
+        waves = rows(calls) / rows_per_block / (hw.sm_count * blocks_per_sm)
+        warp_lanes = row / 2.0 ** np.ceil(np.log2(np.maximum(row, 1.0)))  # padding to a power of two
         return {**rowwise_features(calls, hw),
-                "log2_row_bytes_over_shared": log2(element_bytes(calls["dtype"]) * row / hw.shared_mem_per_sm),
-                "log2_row_over_warp_limit": log2(row / WARP_SOFTMAX_MAX_ROW),
-                "warp_softmax": (row <= WARP_SOFTMAX_MAX_ROW).astype("float64"),
-                "log2_block_waves": log2(waves), "block_wave_fill": waves / np.ceil(waves),
-                "log2_elements_per_thread": log2(row / threads)}
+                "warp_softmax": warp.astype("float64"),
+                "log2_block_threads": np.log2(threads),
+                "block_loop_iterations": np.where(warp, np.nan, vector_passes + np.ceil(tail / threads)),
+                "scalar_tail_share": np.where(warp, np.nan, tail / row),
+                "warp_lane_use": np.where(warp, warp_lanes, np.nan),
+                "log2_resident_row_bytes_over_l1": log2(blocks_per_sm * row * itemsize / hw.l1_bytes),
+                "log2_block_waves": log2(waves), "block_wave_fill": waves / np.ceil(waves)}

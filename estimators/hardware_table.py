@@ -10,6 +10,9 @@ from maya import hardware
 
 TENSOR_CORE_FAMILIES = ("gemm", "attention")
 """Families whose peak is the dtype's (tensor-core) peak; the others run on the fp32 pipes."""
+L1_KIB_BY_ARCHITECTURE = {60: 24, 61: 48, 70: 128, 75: 96, 80: 192, 86: 128, 87: 192, 89: 128, 90: 256}
+"""L1 data cache per SM (KiB; shared with shared memory from Volta on), from NVIDIA's architecture
+whitepapers and tuning guides; other architectures use their shared memory per SM."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,8 @@ class HardwareArrays:
     max_threads_per_sm: np.ndarray
     shared_mem_per_sm: np.ndarray
     """Bytes of shared memory (carved out of L1) per SM."""
+    l1_bytes: np.ndarray
+    """Bytes of L1 data cache per SM (`L1_KIB_BY_ARCHITECTURE`)."""
 
     def take(self, rows: np.ndarray) -> HardwareArrays:
         """The figures of the selected calls (boolean mask or indices)."""
@@ -64,4 +69,6 @@ def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
         pcie_bandwidth=column([s.pcie_gbs * 1e9 for s in specs]),
         max_threads_per_sm=column([s.max_threads_per_sm for s in specs]),
         shared_mem_per_sm=column([s.shared_mem_per_sm_bytes for s in specs]),
+        l1_bytes=column([L1_KIB_BY_ARCHITECTURE.get(s.sm_major * 10 + s.sm_minor, s.shared_mem_per_sm_bytes / 1024) * 1024
+                         for s in specs]),
     )

@@ -2,7 +2,8 @@
 
 1. `lookup` — the shape was measured on this hardware in training: its measured median;
 2. `model` — the family's learned model trained on this hardware, or on a GPU of the same
-   architecture (compute capability: the same kernels, so spec-sheet features place it);
+   architecture (compute capability: the same kernels, so spec-sheet features place it); learned models
+   scale the larger of the call's launch floor and roofline (`maya.estimators.launch_floor`);
 3. `model_transfer` — hardware of an architecture never trained on: the family's model trained
    without spec-sheet identity features, which carries across GPUs;
 4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`.
@@ -25,6 +26,7 @@ from .efficiency_model import Band, EfficiencyModel
 from .families import PREDICTORS
 from .features import features_of
 from .hardware_table import catalog_names, hardware_arrays
+from .launch_floor import LaunchFloors
 from .lookup import MeasuredShapes, shape_keys
 
 METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline")
@@ -32,13 +34,14 @@ METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline")
 
 @dataclass(frozen=True)
 class FamilyModels:
-    """The two learned models of one family and what they were trained on: hardware (catalog names)
-    and architectures (compute capability, major * 10 + minor)."""
+    """The two learned models of one family, what they were trained on: hardware (catalog names) and
+    architectures (compute capability, major * 10 + minor), and the launch floors measured there."""
 
     seen: EfficiencyModel
     transfer: EfficiencyModel
     hardware: frozenset[str]
     architectures: frozenset[int]
+    floors: LaunchFloors = field(default_factory=LaunchFloors)
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class KernelEstimator:
         """Prediction columns for calls of distinct shapes."""
         hw = hardware_arrays(frame)
         size = len(frame)
-        roofline, slowdown = np.empty(size), np.zeros(size)
+        roofline, base, slowdown = np.empty(size), np.empty(size), np.zeros(size)
         low, high = np.zeros(size), np.full(size, np.nan)
         method = np.full(size, "roofline", dtype=object)
         codes, families = pd.factorize(frame["family"])
@@ -73,14 +76,16 @@ class KernelEstimator:
             rows = np.flatnonzero(codes == i)
             predictor, calls_here, hw_here = PREDICTORS[family], frame.iloc[rows], hw.take(rows)
             work = predictor.work(calls_here, hw_here)
-            roofline[rows] = work.roofline_s(hw_here) * 1e9
+            roofline[rows] = base[rows] = work.roofline_s(hw_here) * 1e9
             band = self.roofline_bands.get(family)
             if band is not None:
                 high[rows] = max(band.high, 0.0)
             models = self.models.get(family)
             if models is None:
                 continue
-            features = features_of(predictor, calls_here, hw_here, work, with_hardware=True)
+            floor_s = models.floors.seconds(hw_here.name, calls_here["op"].to_numpy())
+            base[rows] = np.maximum(base[rows], floor_s * 1e9)
+            features = features_of(predictor, calls_here, hw_here, work, floor_s, with_hardware=True)
             seen = np.isin(hw_here.architecture, list(models.architectures))
             for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
                 chosen = rows[mask]
@@ -89,8 +94,9 @@ class KernelEstimator:
                 low[chosen] = np.maximum(predicted + model.band.low, 0.0)
                 high[chosen] = predicted + model.band.high
                 method[chosen] = tag
-        priced = {"roofline_ns": roofline, "efficiency": np.exp(-slowdown), "duration_ns": roofline * np.exp(slowdown),
-                  "duration_low_ns": roofline * np.exp(low), "duration_high_ns": roofline * np.exp(high),
+        duration = base * np.exp(slowdown)
+        priced = {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
+                  "duration_low_ns": base * np.exp(low), "duration_high_ns": base * np.exp(high),
                   "method": method}
         if self.lookup is not None:
             self._use_measurements(priced, keys)

@@ -5,6 +5,8 @@ Per family with measurements:
 - the `model_transfer` (no hardware identity) is validated with whole architectures held out, over
   up to `transfer_folds` folds (a random split when only one architecture was measured);
 - both are then refitted on all rows; the held-out residuals give each its uncertainty band.
+Both predict time relative to the larger of the call's launch floor and roofline
+(`maya.estimators.launch_floor`).
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from sklearn.model_selection import GroupKFold, ShuffleSplit
 from .calls import KEY_COLUMNS, normalize
 from .efficiency_model import Band, EfficiencyModel, ModelParams
 from .evaluation import mape
-from .families import PREDICTORS
+from .families import PREDICTORS, FamilyPredictor
 from .features import Features, features_of, hardware_features
 from .hardware_table import catalog_names, hardware_arrays
 from .kernel_estimator import FamilyModels, KernelEstimator
+from .launch_floor import LaunchFloors
 from .lookup import MeasuredShapes
 
 MEASURED = "measured_ns"
@@ -39,6 +42,9 @@ class TrainConfig:
     """Families to learn (None: every family measured); the others keep the roofline."""
     validate: bool = True
     """Hold out data to measure accuracy and uncertainty bands (off: faster, bands of zero width)."""
+    seen_model: bool = True
+    """Fit the model with spec-sheet features for the trained hardware (off: the transfer model prices
+    every call; half the training, for leave-one-GPU-out runs that only use the transfer model)."""
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
@@ -90,34 +96,55 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
     priced = np.isfinite(predictor.work(calls, hw).roofline_s(hw))
     if not priced.all():  # rows whose shape does not give the work are not used
         calls = calls[priced].reset_index(drop=True)
-        hw = hardware_arrays(calls)
-    work = predictor.work(calls, hw)
-    roofline_s = work.roofline_s(hw)
-    log_ratio = np.log(calls[MEASURED].to_numpy() * 1e-9 / roofline_s)
-    spread = Band.of_residuals(log_ratio)
+    data = _FamilyData(predictor, calls)
+    log_roofline_ratio = np.log(data.measured_s / data.roofline_s)
+    spread = Band.of_residuals(log_roofline_ratio)
     roofline_band = Band(max(spread.low, 0.0), spread.high)  # the roofline is a lower bound
-    metrics = {"rows": len(calls), "rows_without_shape": int((~priced).sum()), "hardware": sorted(set(hw.name)),
-               "below_roofline": int((log_ratio < 0).sum()),
-               "roofline_mape": mape(calls[MEASURED].to_numpy(), roofline_s * 1e9)}
+    metrics = {"rows": len(calls), "rows_without_shape": int((~priced).sum()), "hardware": sorted(set(data.hw.name)),
+               "below_roofline": int((log_roofline_ratio < 0).sum()),
+               "roofline_mape": mape(data.measured_s, data.roofline_s)}
     if not learn or len(calls) < config.min_rows:
         return None, roofline_band, metrics
-    features = features_of(predictor, calls, hw, work, with_hardware=True)
-    target = np.maximum(log_ratio, 0.0)  # efficiency is at most 1
-    seen_names, transfer_names = features.names, features.without(list(hardware_features(hw)))
+    floors, features, log_ratio = data.prepared(np.arange(len(calls)))
+    seen_names = features.names
+    transfer_names = features.without(list(hardware_features(data.hw)))
     seen_band = transfer_band = Band(0.0, 0.0)
-    if config.validate:
+    if config.validate and config.seen_model:
         seen_band, metrics["validation_mape"] = _validate(
-            features, seen_names, target, log_ratio, _random_split(len(target), config), config)
-        folds, by_gpu = _transfer_folds(hw.architecture, config)
+            data, seen_names, _random_split(len(calls), config), config.params)
+    if config.validate:
+        folds, by_gpu = _transfer_folds(data.hw.architecture, config)
         transfer_band, metrics["transfer_mape"] = _validate(
-            features, transfer_names, target, log_ratio, folds, config, hw.name if by_gpu else None,
-            params=config.params.for_transfer())
+            data, transfer_names, folds, config.params.for_transfer(), data.hw.name if by_gpu else None)
+    target = np.maximum(log_ratio, 0.0)  # no call beats its floor or its roofline
+    transfer = EfficiencyModel.fit(features, transfer_names, target, config.params.for_transfer(), band=transfer_band)
     models = FamilyModels(
-        seen=EfficiencyModel.fit(features, seen_names, target, config.params, band=seen_band),
-        transfer=EfficiencyModel.fit(features, transfer_names, target, config.params.for_transfer(),
-                                     band=transfer_band),
-        hardware=frozenset(hw.name), architectures=frozenset(hw.architecture.astype(int).tolist()))
+        seen=EfficiencyModel.fit(features, seen_names, target, config.params, band=seen_band)
+        if config.seen_model else transfer,
+        transfer=transfer,
+        hardware=frozenset(data.hw.name), architectures=frozenset(data.hw.architecture.astype(int).tolist()),
+        floors=floors)
     return models, roofline_band, metrics
+
+
+class _FamilyData:
+    """One family's measured calls with their hardware figures, work and roofline."""
+
+    def __init__(self, predictor: FamilyPredictor, calls: pd.DataFrame):
+        self.predictor, self.calls, self.hw = predictor, calls, hardware_arrays(calls)
+        self.work = predictor.work(calls, self.hw)
+        self.roofline_s = self.work.roofline_s(self.hw)
+        self.measured_s = calls[MEASURED].to_numpy() * 1e-9
+        self.ops = calls["op"].to_numpy()
+
+    def prepared(self, fit_rows: np.ndarray) -> tuple[LaunchFloors, Features, np.ndarray]:
+        """Launch floors measured on `fit_rows`, then for every row the features and
+        log(measured / max(floor, roofline))."""
+        floors = LaunchFloors.measure(self.hw.name[fit_rows], self.ops[fit_rows], self.measured_s[fit_rows],
+                                      self.roofline_s[fit_rows])
+        floor_s = floors.seconds(self.hw.name, self.ops)
+        features = features_of(self.predictor, self.calls, self.hw, self.work, floor_s, with_hardware=True)
+        return floors, features, np.log(self.measured_s / np.maximum(floor_s, self.roofline_s))
 
 
 def _random_split(size: int, config: TrainConfig) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -134,14 +161,14 @@ def _transfer_folds(architecture: np.ndarray, config: TrainConfig) -> tuple[list
     return list(folds), True
 
 
-def _validate(features: Features, names: tuple[str, ...], target: np.ndarray, log_ratio: np.ndarray,
-              folds: list[tuple[np.ndarray, np.ndarray]], config: TrainConfig,
-              hardware: np.ndarray | None = None,
-              params: ModelParams | None = None) -> tuple[Band, float | dict[str, float]]:
-    """Held-out band of log(measured / predicted) and MAPE (per held-out GPU when `hardware` is given)."""
+def _validate(data: _FamilyData, names: tuple[str, ...], folds: list[tuple[np.ndarray, np.ndarray]],
+              params: ModelParams, hardware: np.ndarray | None = None) -> tuple[Band, float | dict[str, float]]:
+    """Held-out band of log(measured / predicted) and MAPE (per held-out GPU when `hardware` is given).
+    Launch floors come from the fit rows too: a held-out GPU gets those of the others."""
     residuals, errors = [], {}
     for fit_rows, held_rows in folds:
-        model = EfficiencyModel.fit(features, names, target, params or config.params, rows=fit_rows)
+        _, features, log_ratio = data.prepared(fit_rows)
+        model = EfficiencyModel.fit(features, names, np.maximum(log_ratio, 0.0), params, rows=fit_rows)
         predicted = model.log_slowdown(features, held_rows)
         residuals.append(log_ratio[held_rows] - predicted)
         measured, estimate = np.exp(log_ratio[held_rows]), np.exp(predicted)

@@ -38,10 +38,11 @@ def test_gemm_flops_bytes_and_features():
     work = PREDICTORS["gemm"].work(frame, hw)
     assert work.flops[0] == 2 * 2 * 4096 * 2048 * 1024
     assert work.bytes[0] == 2 * 2 * (4096 * 1024 + 1024 * 2048 + 4096 * 2048)  # bf16: A, B and C once
-    features = features_of(PREDICTORS["gemm"], frame, hw, work, with_hardware=True)
+    features = features_of(PREDICTORS["gemm"], frame, hw, work, np.array([5e-6]), with_hardware=True)
     row = dict(zip(features.names, features.matrix[0]))
     ridge = 989.4e12 / 3350e9
     assert row["log2_intensity_over_ridge"] == pytest.approx(np.log2(work.flops[0] / work.bytes[0] / ridge))
+    assert row["log2_roofline_over_floor"] == pytest.approx(np.log2(work.roofline_s(hw)[0] / 5e-6))
     waves = 2 * 32 * 16 / 132  # 128x128 tiles over 132 SMs
     assert row["log2_waves_128x128"] == pytest.approx(np.log2(waves))
     assert row["wave_fill_128x128"] == pytest.approx(waves / np.ceil(waves))
@@ -109,3 +110,60 @@ def test_training_metrics_and_bands(measured):
     models = result.estimator.models["softmax"]
     assert models.seen.band.low < 0 < models.seen.band.high
     assert "sm_count" in models.seen.feature_names and "sm_count" not in models.transfer.feature_names
+
+
+def test_launch_floors_measured_on_fixed_cost_dominated_calls():
+    from maya.estimators.launch_floor import MIN_ROWS, LaunchFloors
+    n = MIN_ROWS
+    hardware = np.array(["a100-pcie-40gb"] * n + ["t4"] * n + ["v100-pcie-32gb"] * n, dtype=object)
+    op = np.array(["bmm"] * (3 * n), dtype=object)
+    roofline = np.tile(np.geomspace(1e-7, 1e-3, n), 3)
+    fixed = np.repeat([20e-6, 30e-6, 0.0], n)
+    measured = roofline * 1.25 + fixed
+    measured[2 * n:] = roofline[2 * n:] * 1.1  # the V100 rows: no call dominated by fixed time
+    floors = LaunchFloors.measure(hardware, op, measured, roofline)
+    assert floors.by_op["a100-pcie-40gb"]["bmm"] == pytest.approx(20e-6 + 1.25e-7)
+    assert floors.by_op["t4"]["bmm"] == pytest.approx(30e-6 + 1.25e-7)
+    assert "v100-pcie-32gb" not in floors.by_op and "v100-pcie-32gb" not in floors.by_hardware
+    seconds = floors.seconds(np.array(["t4", "t4", "l4"], dtype=object), np.array(["bmm", "linear", "bmm"], dtype=object))
+    assert seconds[0] == floors.by_op["t4"]["bmm"]
+    assert seconds[1] == floors.by_hardware["t4"]  # op never measured on the T4: the T4's family floor
+    assert seconds[2] == pytest.approx(np.median([floors.by_op["a100-pcie-40gb"]["bmm"], floors.by_op["t4"]["bmm"]]))
+    assert LaunchFloors.from_json(floors.to_json()) == floors
+    assert LaunchFloors().seconds(np.array(["t4"], dtype=object), np.array(["bmm"], dtype=object))[0] == 0.0
+
+
+def test_learned_predictions_scale_floor_or_roofline(estimator, measured):
+    calls = measured.head(200).assign(m=lambda d: d["m"] + 3, row=lambda d: d["row"] + 3,
+                                      numel=lambda d: d["numel"] + 3 * d["numel"] / d["row"])
+    out = estimator.predict(calls)
+    for family, rows in out.groupby("family"):
+        floors = estimator.models[family].floors
+        floor_ns = floors.seconds(rows["hardware"].to_numpy(), rows["op"].to_numpy()) * 1e9
+        assert (floor_ns > 0).all()
+        assert (rows["duration_ns"] >= np.maximum(rows["roofline_ns"], floor_ns) - 1e-6).all()
+    np.testing.assert_allclose(out["efficiency"], out["roofline_ns"] / out["duration_ns"])
+
+
+def test_softmax_block_size_follows_pytorch():
+    from maya.estimators.family_softmax import block_threads
+    rows = np.array([1280.0, 2048.0, 2049.0, 4096.0, 16384.0, 100.0])
+    np.testing.assert_array_equal(block_threads(rows, np.full(6, 4.0)), [256, 256, 512, 512, 512, 32])
+    calls = pd.DataFrame({"hardware": "a100-pcie-40gb", "family": "softmax", "op": "softmax", "dtype": "fp32",
+                          "numel": [8192 * 4096.0, 8192 * 2560.0, 8192 * 512.0], "row": [4096.0, 2560.0, 512.0]})
+    from maya.estimators.calls import normalize
+    frame = normalize(calls)
+    hw = hardware_arrays(frame)
+    features = PREDICTORS["softmax"].shape_features(frame, hw)
+    # 4096: two full vectorised passes of 512 threads x 4; 2560: one pass, then 512 elements one by one
+    np.testing.assert_allclose(features["block_loop_iterations"][:2], [2, 2])
+    np.testing.assert_allclose(features["scalar_tail_share"][:2], [0, 512 / 2560])
+    assert features["warp_softmax"].tolist() == [0, 0, 1] and features["warp_lane_use"][2] == 1.0
+    resident = 4 * 4096 * 4 / (192 * 1024)  # four 512-thread blocks per A100 SM, 16 KiB rows, 192 KiB L1
+    assert features["log2_resident_row_bytes_over_l1"][0] == pytest.approx(np.log2(resident))
+
+
+def test_transfer_only_training_prices_every_call_with_the_transfer_model(measured):
+    gemm = measured[measured["family"] == "gemm"]
+    models = train(gemm, TrainConfig(params=SMALL.params, validate=False, seen_model=False)).estimator.models["gemm"]
+    assert models.seen is models.transfer and "sm_count" not in models.seen.feature_names

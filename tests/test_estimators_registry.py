@@ -94,3 +94,14 @@ def test_explicit_warehouse_path(measured, tmp_path):
     record = train_version(measured, SMALL, registry).record
     assert (tmp_path / "elsewhere" / "estimators" / record.version / "model.zip").is_file()
     assert isinstance(registry.load(record.version).predict(measured.head(3)), pd.DataFrame)
+
+
+def test_artifact_round_trip_keeps_floors_and_predictions(measured):
+    from maya.estimators.artifact import dumps, loads
+    from maya.estimators import train
+    estimator = train(measured, SMALL).estimator
+    loaded = loads(dumps(estimator))
+    for family, models in estimator.models.items():
+        assert models.floors.by_op and loaded.models[family].floors == models.floors
+    calls = measured.head(50).assign(m=lambda d: d["m"] + 5, row=lambda d: d["row"] + 5)  # not looked up
+    pd.testing.assert_frame_equal(loaded.predict(calls), estimator.predict(calls))
