@@ -209,6 +209,36 @@ def test_cmaes_treats_out_of_memory_points_as_penalties():
     assert result.best.params == {"a": 5, "b": 2, "c": 3, "d": 1}
 
 
+def ridge(v):
+    """Valid only on a == b, so every one-parameter move off a point leaves the space; the optimum is
+    at a = b = 8, c = 2, d = 6, and points with d >= 7 do not fit."""
+    a, c, d = (int(v[k]) for k in "acd")
+    return 1000 + 9 * (a - 8) ** 2 + 5 * (c - 2) ** 2 + 7 * (d - 6) ** 2 + 40 * (a < 4) * (4 - a), 200 if d >= 7 else 10
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cmaes_follows_a_constraint_that_couples_two_parameters(seed):
+    s = space({"a": list(range(12)), "b": list(range(12)), "c": list(range(6)), "d": list(range(8))},
+              constraints=["a == b"])
+    fake = Fake(ridge)
+    result = run_search(s, fake, algorithm="cmaes", seed=seed)
+    assert result.best.params == {"a": 8, "b": 8, "c": 2, "d": 6}
+    assert len(fake.calls) <= 0.3 * len(s.valid_points())
+
+
+def test_cmaes_budget_can_end_inside_a_generation():
+    fake = Fake(bowl)
+    result = run_search(synthetic_space(), fake, algorithm="cmaes", budget=5)
+    assert len(fake.calls) == 5 and result.evaluations == 5
+
+
+def test_default_budget_stays_within_30_percent():
+    s = space({"a": list(range(7)), "b": list(range(7))})  # 49 points: 30% is 14.7, so 14
+    fake = Fake(lambda v: (1000 + (int(v["a"]) * 7 + int(v["b"]) * 13) % 17, 10))
+    run_search(s, fake, algorithm="random")
+    assert len(fake.calls) == 14
+
+
 def test_random_search_respects_its_budget():
     fake = Fake(bowl)
     result = run_search(synthetic_space(), fake, algorithm="random", budget=20)

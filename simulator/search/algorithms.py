@@ -45,81 +45,91 @@ class Random(Grid):
 
 
 class CMAES:
-    """CMA-ES (the `cmaes` package) on the unit cube, one axis per parameter with more than one value.
+    """CMA-ES (the `cmaes` package) on the unit cube, one axis per parameter with more than one value,
+    with local refinement and restarts.
+
     A sample maps to the nearest valid point (its fitness gets the squared distance on top, so the
     distribution is drawn back to valid ground); a point that does not fit gets the worst fitness seen
     plus one. Fitness is the log of the objective. When a run stalls (no new point for `patience`
-    generations) the best point's unvisited neighbours are tried, then CMA-ES restarts with twice the
-    population (IPOP) until `max_flat_restarts` restarts in a row bring no improvement."""
+    generations) the incumbent is refined by steepest descent over its neighbours (every other value of
+    one parameter; once those are seen, one step in each of two parameters) until none is better, then
+    CMA-ES restarts, alternately around the incumbent (small step) and from a random mean with twice the
+    last global population (BIPOP-style), until `max_flat_restarts` restarts in a row bring no
+    improvement or every valid point was seen."""
 
     def __init__(self, space: Space, points: Sequence[Point], seed: int = 0, patience: int = 3,
-                 max_flat_restarts: int = 2):
+                 max_flat_restarts: int = 4):
         self._valid = {tuple(p) for p in points}
-        shape = np.array(space.shape)
-        self._axes = np.flatnonzero(shape > 1)
-        self._scale = (shape[self._axes] - 1).astype(float)
+        self._shape = np.array(space.shape)
+        self._axes = np.flatnonzero(self._shape > 1)
+        self._scale = (self._shape[self._axes] - 1).astype(float)
         self._coords = np.array([np.array(p)[self._axes] for p in points], float) / self._scale
         self._points = [tuple(p) for p in points]
         self._rng = np.random.default_rng(seed)
-        self._seed, self._patience, self._max_flat = seed, patience, max_flat_restarts
+        self._patience, self._max_flat = patience, max_flat_restarts
         self._seen: dict[Point, float | None] = {}
         self._best: tuple[float, Point] | None = None
-        self._popsize = None
-        self._pending: list[tuple[np.ndarray, Point, float]] = []
-        self._stalled = self._flat_restarts = 0
+        self._local_popsize = self._global_popsize = 4 + int(3 * math.log(max(len(self._axes), 1)))
+        self._restarts = self._flat_restarts = self._stalled = 0
         self._best_at_restart: float | None = None
-        self._polishing = False
-        self._restart()
+        self._pending: list[tuple[np.ndarray, Point, float]] = []
+        self._refining = False
+        self._start(self._rng.uniform(0.25, 0.75, len(self._axes)), 0.3, self._global_popsize)
 
-    def _restart(self) -> None:
+    def _start(self, mean: np.ndarray, sigma: float, popsize: int) -> None:
         from cmaes import CMA
 
-        dim = len(self._axes)
-        if self._popsize is None:
-            self._popsize = 4 + int(3 * math.log(max(dim, 1)))
+        self._cma = CMA(mean=mean, sigma=sigma, bounds=np.tile([0.0, 1.0], (len(self._axes), 1)),
+                        population_size=popsize, seed=int(self._rng.integers(2**31)))
+        self._stalled, self._refining = 0, False
+
+    def _restart(self) -> bool:
+        """A new CMA-ES run once a refinement ended; False when the search should stop."""
+        best = self._best[0] if self._best else None
+        flat = best is None or (self._best_at_restart is not None and best >= self._best_at_restart)
+        self._flat_restarts = self._flat_restarts + 1 if flat else 0
+        if self._flat_restarts > self._max_flat:
+            return False
+        self._best_at_restart = best
+        self._restarts += 1
+        if self._best is not None and self._restarts % 2:
+            self._start(np.array(self._best[1], float)[self._axes] / self._scale, 0.15, self._local_popsize)
         else:
-            self._popsize *= 2
-        mean = self._rng.uniform(0.25, 0.75, dim) if self._best is None else self._rng.uniform(0, 1, dim)
-        bounds = np.tile([0.0, 1.0], (dim, 1))
-        self._cma = CMA(mean=mean, sigma=0.3, bounds=bounds, population_size=self._popsize,
-                        seed=int(self._rng.integers(2**31)))
-        self._stalled, self._polishing = 0, False
+            self._global_popsize *= 2
+            self._start(self._rng.uniform(0, 1, len(self._axes)), 0.3, self._global_popsize)
+        return True
 
     def _nearest(self, x: np.ndarray) -> tuple[Point, float]:
         d2 = ((self._coords - x) ** 2).sum(axis=1)
         i = int(d2.argmin())
         return self._points[i], float(d2[i])
 
-    def _neighbours(self, point: Point) -> list[Point]:
-        out = []
-        for axis in self._axes:
-            for step in (-1, 1):
-                q = point[:axis] + (point[axis] + step,) + point[axis + 1:]
-                if q in self._valid and q not in self._seen:
-                    out.append(q)
-        return out
+    def _neighbours(self, point: Point, order: int) -> list[Point]:
+        """Valid points not yet seen that differ from `point` in one parameter (`order` 1: any other
+        value, nearest first) or in two (`order` 2: one step each)."""
+        if order == 1:
+            moves = [(abs(v - point[a]), _moved(point, {a: v})) for a in self._axes
+                     for v in range(self._shape[a]) if v != point[a]]
+        else:
+            moves = [(2, _moved(point, {a: point[a] + da, b: point[b] + db})) for i, a in enumerate(self._axes)
+                     for b in self._axes[i + 1:] for da in (-1, 1) for db in (-1, 1)]
+        return [q for _, q in sorted(moves) if q in self._valid and q not in self._seen]
 
     def ask(self) -> list[Point] | None:
-        if len(self._seen) >= len(self._valid):
-            return None
-        if self._polishing:
-            around = self._neighbours(self._best[1]) if self._best else []
-            if around:
-                return around
-            if self._best_at_restart is not None and self._best and self._best[0] >= self._best_at_restart:
-                self._flat_restarts += 1
-                if self._flat_restarts > self._max_flat:
-                    return None
-            else:
-                self._flat_restarts = 0
-            self._best_at_restart = self._best[0] if self._best else None
-            self._restart()
-        self._pending = []
-        for _ in range(self._cma.population_size):
-            x = self._cma.ask()
-            point, d2 = self._nearest(x)
-            self._pending.append((x, point, d2))
-        return list(dict.fromkeys(p for _, p, _ in self._pending))
+        while len(self._seen) < len(self._valid):
+            if not self._refining:
+                self._pending = []
+                for _ in range(self._cma.population_size):
+                    x = self._cma.ask()
+                    self._pending.append((x, *self._nearest(x)))
+                return list(dict.fromkeys(p for _, p, _ in self._pending))
+            best = self._best[1] if self._best else None
+            moves = (self._neighbours(best, 1) or self._neighbours(best, 2)) if best else []
+            if moves:
+                return moves
+            if not self._restart():
+                return None
+        return None
 
     def tell(self, results: Sequence[tuple[Point, float | None]]) -> None:
         new = False
@@ -129,13 +139,18 @@ class CMAES:
             self._seen[point] = fitness
             if fitness is not None and (self._best is None or fitness < self._best[0]):
                 self._best = (fitness, point)
-        if self._polishing or not self._pending:
+        if self._refining or not self._pending:
             return
+        pending, self._pending = self._pending, []
+        if any(p not in self._seen for _, p, _ in pending):
+            return  # the budget ran out inside this generation
         finite = [f for f in self._seen.values() if f is not None]
         penalty = (max(finite) + 1.0) if finite else 1.0
-        self._cma.tell([(x, (self._seen[p] if self._seen[p] is not None else penalty) + d2)
-                        for x, p, d2 in self._pending])
-        self._pending = []
+        self._cma.tell([(x, (self._seen[p] if self._seen[p] is not None else penalty) + d2) for x, p, d2 in pending])
         self._stalled = 0 if new else self._stalled + 1
         if self._stalled >= self._patience or self._cma.should_stop():
-            self._polishing = True
+            self._refining = True
+
+
+def _moved(point: Point, changes: dict[int, int]) -> Point:
+    return tuple(changes.get(axis, value) for axis, value in enumerate(point))

@@ -92,7 +92,7 @@ def run_search(space: Space, evaluator: Evaluator, *, algorithm: str = "cmaes", 
     rules = Rules(space)
     points = rules.order(space.valid_points())
     if budget is None:
-        budget = len(points) if algorithm == "grid" else max(1, math.ceil(DEFAULT_SHARE * len(points)))
+        budget = len(points) if algorithm == "grid" else max(1, math.floor(DEFAULT_SHARE * len(points)))
     salt = getattr(evaluator, "salt", "")
     sid = log.search_id if log else search_id(space, algorithm, objective, seed, salt, price_per_gpu_hour)
     result = SearchResult(sid, objective, valid_points=len(points))
