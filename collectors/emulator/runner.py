@@ -13,6 +13,7 @@ import ctypes
 import json
 import os
 import sys
+import threading
 import traceback
 import weakref
 from pathlib import Path
@@ -41,27 +42,36 @@ class _Observer:
         self.lib.maya_ops_set_iteration(self.iteration)
 
     def module_hooks(self, torch) -> list:
-        """Global forward hooks opening a range named after each module's path."""
-        name_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        open_ranges: dict[int, list[int]] = {}
+        """Global forward hooks opening a range named after each module's path. Per call they do a
+        dict lookup and a ctypes call each way (modules by id, checked against a weak reference;
+        ranges on a per-thread stack, since module calls nest)."""
+        names: dict[int, tuple[weakref.ref, int]] = {}
+        local = threading.local()
         enter, leave, intern = self.lib.maya_ops_range_enter, self.lib.maya_ops_range_exit, self.lib.maya_ops_intern
         compiling = torch.compiler.is_compiling
+
+        def name_id(module) -> int:
+            known = names.get(id(module))
+            if known is not None and known[0]() is module:
+                return known[1]
+            root = type(module).__name__  # the first module called names the tree below it
+            for sub_name, sub in module.named_modules():
+                known = names.get(id(sub))
+                if known is None or known[0]() is not sub:
+                    path = f"{root}.{sub_name}" if sub_name else root
+                    names[id(sub)] = (weakref.ref(sub), intern((MODULE_PREFIX + path).encode()))
+            return names[id(module)][1]
 
         def pre(module, args):  # inside torch.compile regions the hooks fold away (no module paths there)
             if compiling():
                 return
-            if module not in name_ids:
-                root = type(module).__name__
-                for sub_name, sub in module.named_modules():
-                    if sub not in name_ids:
-                        path = f"{root}.{sub_name}" if sub_name else root
-                        name_ids[sub] = intern((MODULE_PREFIX + path).encode())
-            open_ranges.setdefault(id(module), []).append(enter(name_ids[module]))
+            stack = local.__dict__.setdefault("stack", [])
+            stack.append(enter(name_id(module)))
 
         def post(module, args, output):
             if compiling():
                 return
-            stack = open_ranges.get(id(module))
+            stack = local.__dict__.get("stack")
             if stack:
                 leave(stack.pop())
 
