@@ -301,3 +301,14 @@ def test_cuda_graphs_replay_what_was_captured(tmp_path):
     assert {c["stream_id"] for c in replays} == {launches[0]["stream_id"]}
     assert sum(c["gemm_m"] is not None for c in replays) == 3 * 2
     assert len({c["op_id"] for c in replays}) == 3  # the ops that launched them during capture
+
+
+def test_dataloader_worker_processes_leave_the_trace_alone(tmp_path):
+    """Forked DataLoader workers inherit the recorders; they must neither record nor duplicate the
+    parent's buffers."""
+    r, out = emulate(tmp_path, script="dataloader_workers.py")
+    assert r.exit_code == 0, r.output
+    assert validate_run(out) == []
+    ops = Run(out).table("ops")
+    assert len(set(ops.column("op_id").to_pylist())) == ops.num_rows
+    assert max(ops.column("iteration").to_pylist()) == 21  # 21 optimizer steps

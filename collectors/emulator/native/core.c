@@ -120,7 +120,10 @@ static void write_all(int fd, const void *data, size_t n) {
   }
 }
 
+static int forked_child; /* a fork of the emulated process (DataLoader worker) writes no trace */
+
 static void flush_buf(thread_buf *b) {
+  if (forked_child) b->n = 0;
   if (!b->n) return;
   if (b->fd < 0) {
     char path[4200];
@@ -180,6 +183,7 @@ void maya_flush_all(void) {
 }
 
 void maya_side_write(const char *file, const char *line) {
+  if (forked_child) return;
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", out_dir, file);
   pthread_mutex_lock(&lock);
@@ -577,15 +581,18 @@ static void write_summary(void) {
 }
 
 static void at_exit(void) {
-  if (finished) return;
+  if (finished || forked_child) return;
   finished = 1;
   maya_flush_all();
   write_summary();
 }
 
+static void in_forked_child(void) { forked_child = 1; }
+
 __attribute__((constructor)) static void init(void) {
   load_config();
   atexit(at_exit);
+  pthread_atfork(NULL, NULL, in_forked_child);
 }
 
 MAYA_EXPORT void maya_emu_finish(void) { at_exit(); }

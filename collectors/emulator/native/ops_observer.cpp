@@ -46,6 +46,9 @@ struct OpRecord {
 static_assert(sizeof(OpRecord) == 56, "OpRecord layout must match OP_RECORD_DTYPE in convert.py");
 
 constexpr size_t kBufferRecords = 4096;
+/* A forked child (a DataLoader worker) inherits the callback, the buffers and the file descriptors:
+ * it records nothing and writes nothing, so the parent's trace is never duplicated. */
+bool forked_child = false;
 std::atomic<int64_t> next_op{0};
 std::atomic<int32_t> iteration{0};
 std::string out_dir;
@@ -76,6 +79,7 @@ int32_t intern(const std::string& s) {
   auto id = static_cast<int32_t>(strings.size());
   strings.emplace(s, id);
   std::string line = std::to_string(id) + '\t' + s + '\n';
+  if (forked_child) return id;
   if (strings_fd < 0) strings_fd = ::open((out_dir + "/op_strings.tsv").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (strings_fd >= 0) write_all(strings_fd, line.data(), line.size());
   return id;
@@ -110,6 +114,7 @@ struct ThreadState {
     std::erase(threads, this);
   }
   void flush() {
+    if (forked_child) buf.clear();
     if (buf.empty()) return;
     if (fd < 0) {
       std::string path = out_dir + "/ops-" + std::to_string(tid) + ".bin";
@@ -250,6 +255,7 @@ void leave(ThreadState& s, int64_t id) {
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  if (forked_child) return nullptr;
   return std::make_unique<OpContext>(
       enter(state(), name_id(fn.name()), inputs_id(fn), static_cast<int32_t>(fn.scope()), fn.seqNr()));
 }
@@ -269,15 +275,19 @@ __attribute__((visibility("default"))) int maya_ops_install(const char* dir) {
   if (handle) return 0;
   out_dir = dir;
   handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit).needsInputs(true));
+  pthread_atfork(nullptr, nullptr, [] { forked_child = true; });
   return 0;
 }
 
 /* Intern a range name once (e.g. "nn.Module: GPT.blocks.0"); open/close ranges by that id. */
 __attribute__((visibility("default"))) int32_t maya_ops_intern(const char* name) { return intern(name); }
 __attribute__((visibility("default"))) int64_t maya_ops_range_enter(int32_t name) {
+  if (forked_child) return -1;
   return enter(state(), name, -1, static_cast<int32_t>(at::RecordScope::USER_SCOPE), -1);
 }
-__attribute__((visibility("default"))) void maya_ops_range_exit(int64_t id) { leave(state(), id); }
+__attribute__((visibility("default"))) void maya_ops_range_exit(int64_t id) {
+  if (!forked_child) leave(state(), id);
+}
 
 /* The training iteration ops entered from now on belong to. */
 __attribute__((visibility("default"))) void maya_ops_set_iteration(int32_t n) {
