@@ -228,7 +228,18 @@ def test_dedup_splits_a_rank_that_behaves_differently(tmp_path):
     itself and the checked rank for the others."""
     r, out = emulate(tmp_path, "--nproc-per-node", "4", script="rank0_logging.py")
     assert r.exit_code == 0, r.output
-    assert _represents(out) == {0: [0], 3: [1, 2, 3]}
+    assert _represents(out) == {0: [0], 3: [3, 1, 2]}  # a capture comes first in what it stands for
+    assert runner.invoke(app, ["predict", str(out), "--json"]).exit_code == 0
+
+
+def test_dedup_keeps_rank_0_for_its_class_when_the_class_shares_tensor_parallel_groups(tmp_path):
+    """DP x TP with rank-0 logging: cutting rank 0 out of its class would leave a class that cannot be
+    replayed around rank 0's tensor-parallel peers, so rank 0 stands for its class, logging included."""
+    r, out = emulate(tmp_path, "--nproc-per-node", "8", script="tp_rank0_logging.py")
+    assert r.exit_code == 0, r.output
+    assert _represents(out) == {0: [0, 2, 4, 6], 1: [1, 3, 5, 7]}
+    p = runner.invoke(app, ["predict", str(out), "--json"])
+    assert p.exit_code == 0, p.output
 
 
 def test_one_rank_of_a_4096_rank_megatron_job(tmp_path):

@@ -212,16 +212,22 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         checks = {rep: max(members) for rep, members in classes.items() if len(members) > 1}
         probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
     represents = {rep: list(members) for rep, members in classes.items()}
+    sizes = read_table(writer.run_dir, "communicators", [0]).column("comm_size").to_pylist()
     for rep, probe_rank in checks.items():
         probe_cap, probe_result = probes[probe_rank]
-        if signature(probe_cap) != signature(captured[rep][0]):
-            # the representative is special (e.g. logs): it stands for itself, the probe for the rest
-            write_rank(probe_cap, writer, probe_rank)
-            if on_rank_done:
-                on_rank_done(probe_result)
-            captured[probe_rank] = (probe_cap, probe_result)
-            represents[probe_rank] = [r for r in represents[rep] if r != rep]
-            represents[rep] = [rep]
+        if signature(probe_cap) == signature(captured[rep][0]):
+            continue
+        if any(1 < size < len(represents[rep]) for size in sizes):
+            # the class shares smaller groups (tensor parallel): a lone rank cannot be cut out of it and
+            # still be replayed, so the representative (e.g. rank 0 and its logging) stands for all
+            continue
+        # the representative is special (e.g. logs): it stands for itself, the probe for the rest
+        write_rank(probe_cap, writer, probe_rank)
+        if on_rank_done:
+            on_rank_done(probe_result)
+        captured[probe_rank] = (probe_cap, probe_result)
+        represents[probe_rank] = [probe_rank] + [r for r in represents[rep] if r not in (rep, probe_rank)]
+        represents[rep] = [rep]
     return captured, represents
 
 
