@@ -222,9 +222,13 @@ def memory_events_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
 
 @dataclass
 class Ops:
-    """The ops table of a rank and, per op, its parsed input signature (`pg` names a collective's group)."""
+    """The ops table of a rank and, by row: name, parent row, parsed input signature (`pg` names a
+    collective's group); `index` maps op_id to row."""
     table: pa.Table
+    names: list[str]
+    parents: list[int | None]
     signatures: list[dict]
+    index: dict[int, int]
 
 
 def ops_table(cap: RankCapture) -> Ops:
@@ -273,7 +277,7 @@ def ops_table(cap: RankCapture) -> Ops:
         "iteration": pa.array(enters["iteration"]),
         "seq_nr": _masked(enters["seq_nr"], enters["seq_nr"] >= 0),
     })
-    return Ops(table, signatures)
+    return Ops(table, names, parents, signatures, index)
 
 
 def _process_groups(ops: Ops, call_ops: np.ndarray, coll: np.ndarray, rank: int,
@@ -281,15 +285,12 @@ def _process_groups(ops: Ops, call_ops: np.ndarray, coll: np.ndarray, rank: int,
     """For each collective call, the process group of its enclosing `record_param_comms` op
     (`pg:NAME`, as the Kineto importer names them), and one communicators row per group. Members come
     from the process groups the runner listed; a group it did not list keeps the NCCL communicator."""
-    index = {op_id: k for k, op_id in enumerate(ops.table.column("op_id").to_pylist())}
-    names = ops.table.column("name").to_pylist()
-    parent = [index.get(p) for p in ops.table.column("parent_op_id").to_pylist()]
     groups: dict[str, dict] = {}
     out: list[str | None] = []
     for op_id, is_coll in zip(call_ops, coll):
-        k = index.get(int(op_id)) if is_coll and op_id >= 0 else None
-        while k is not None and names[k] != "record_param_comms":
-            k = parent[k]
+        k = ops.index.get(int(op_id)) if is_coll and op_id >= 0 else None
+        while k is not None and ops.names[k] != "record_param_comms":
+            k = ops.parents[k]
         name = ops.signatures[k].get("pg") if k is not None else None
         ranks = members.get(name) if name is not None else None
         if not ranks:
@@ -308,8 +309,7 @@ def write_rank(cap: RankCapture, writer: RunWriter, rank: int) -> None:
     """Write the per-rank tables of one emulated rank (all but `devices`, which the launcher writes
     once it knows which ranks the capture stands for)."""
     ops = ops_table(cap)
-    known = set(ops.table.column("op_id").to_pylist())
-    op_of = np.array([int(o) if o in known else None for o in cap.records["op"].tolist()], dtype=object)
+    op_of = np.array([o if o in ops.index else None for o in cap.records["op"].tolist()], dtype=object)
     alloc = cap.records["kind"] == K_ALLOC
     calls = api_calls_table(cap, list(op_of[~alloc]))
     coll = cap.records["kind"][~alloc] == K_COLL

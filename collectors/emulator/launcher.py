@@ -205,14 +205,14 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     captured = {0: capture(0)}
     if captured[0][1].status != "complete":
         return captured, {0: [0]}
-    classes = stage_classes(world_size, read_table(writer.run_dir, "api_calls", [0]),
-                            read_table(writer.run_dir, "communicators", [0]))
+    communicators = read_table(writer.run_dir, "communicators", [0])
+    classes = stage_classes(world_size, read_table(writer.run_dir, "api_calls", [0]), communicators)
     with ThreadPoolExecutor(workers) as pool:
         captured.update(zip((r for r in classes if r), pool.map(capture, [r for r in classes if r])))
         checks = {rep: max(members) for rep, members in classes.items() if len(members) > 1}
         probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
     represents = {rep: list(members) for rep, members in classes.items()}
-    sizes = read_table(writer.run_dir, "communicators", [0]).column("comm_size").to_pylist()
+    sizes = communicators.column("comm_size").to_pylist()
     for rep, probe_rank in checks.items():
         probe_cap, probe_result = probes[probe_rank]
         if signature(probe_cap) == signature(captured[rep][0]):
@@ -236,8 +236,6 @@ def _run_rank(cmd: list[str], env: dict[str, str], log: Path, echo: Callable[[st
     with open(log, "w") as fh, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                 text=True, errors="replace") as proc:
         for line in proc.stdout:
-            if line.startswith("USDT:") and "SyncActivityProfilerHandler" in line:
-                continue  # Kineto's start/stop chatter
             fh.write(line)
             if echo:
                 echo(line)

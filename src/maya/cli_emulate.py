@@ -28,7 +28,7 @@ def emulate_cmd(ctx: typer.Context,
     """Run `-- python SCRIPT ARGS` unchanged on virtual GPUs, each rank in isolation, and store the
     device-API trace (maya_trace_spec). Exit code 3 when the script runs out of device memory."""
     from maya.collectors.emulator.build import BuildError
-    from maya.collectors.emulator.launcher import Topology, emulate
+    from maya.collectors.emulator.launcher import emulate
     from maya import hardware as catalog
 
     from .paths import runs_dir

@@ -1,5 +1,5 @@
 """FSDP2 over the data-parallel dim and tensor parallelism over the other dim of a 2-D DeviceMesh."""
-import os, torch, torch.nn as nn, torch.distributed as dist
+import os, torch, torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel

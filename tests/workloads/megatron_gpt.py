@@ -2,7 +2,6 @@
 Megatron's forward-backward schedule (1F1B when pipelined)."""
 import argparse
 import os
-from functools import partial
 
 import torch
 import torch.distributed as dist

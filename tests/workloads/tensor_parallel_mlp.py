@@ -1,5 +1,5 @@
 """An MLP split with DTensor tensor parallelism (colwise + rowwise)."""
-import os, torch, torch.nn as nn, torch.distributed as dist
+import os, torch, torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))

@@ -477,6 +477,8 @@ static maya_graph *find_capture(int64_t stream) {
 }
 
 maya_graph *maya_capturing(int64_t stream) {
+  /* asked on every event record and by the caching allocator: no lock while nothing captures */
+  if (!atomic_load_explicit(&captures_active, memory_order_relaxed)) return NULL;
   pthread_mutex_lock(&lock);
   maya_graph *g = find_capture(stream);
   pthread_mutex_unlock(&lock);
