@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from maya.hardware import get as get_hardware
 from maya.paths import maya_home
 from maya_trace_spec import RunWriter, read_table
 
+from . import forkserver
 from .build import build, preload_list
 from .convert import K_ALLOC, RankCapture, write_rank
 from .dedup import signature, stage_classes
@@ -136,8 +138,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
         (raw / "config").write_text(_config(hw, raw, rank, topology.nproc_per_node))
         t0 = time.monotonic()
         try:
-            returncode = _run_rank([sys.executable, "-m", "maya.collectors.emulator.runner", *argv],
-                                   _rank_env(lib_dir, raw, rank, topology, port),
+            returncode = _run_rank(list(argv), _rank_env(lib_dir, raw, rank, topology, port),
                                    out_dir / "logs" / f"rank{rank}.txt", echo=on_output if rank == wanted[0] else None)
         finally:
             mark_ended(mailbox, rank)
@@ -231,14 +232,27 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     return captured, represents
 
 
-def _run_rank(cmd: list[str], env: dict[str, str], log: Path, echo: Callable[[str], None] | None) -> int:
+def _run_rank(argv: list[str], env: dict[str, str], log: Path, echo: Callable[[str], None] | None) -> int:
+    """Run one rank (`python -m maya.collectors.emulator.runner ARGV`), forked from the zygote unless it
+    is turned off or cannot start; its output goes to `log` and, line by line, to `echo`."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as fh, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                text=True, errors="replace") as proc:
-        for line in proc.stdout:
+    with open(log, "w") as fh:
+        def output(line: str) -> None:
             fh.write(line)
             if echo:
                 echo(line)
-    return proc.returncode
 
-
+        server = None
+        if forkserver.enabled():
+            try:
+                server = forkserver.server_for(env)
+            except (forkserver.ForkServerError, OSError) as e:
+                warnings.warn(f"{e}; ranks start as new processes", RuntimeWarning, stacklevel=2)
+        if server is not None:
+            return server.run(argv, env, output)
+        cmd = [sys.executable, "-m", "maya.collectors.emulator.runner", *argv]
+        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace") as proc:
+            for line in proc.stdout:
+                output(line)
+        return proc.returncode

@@ -143,12 +143,17 @@ def main(argv: list[str]) -> int:
     return code
 
 
-if __name__ == "__main__":
-    exit_code = main(sys.argv[1:])
-    # The script's exit handlers run; interpreter teardown (seconds of module cleanup, and the
-    # autograd device threads that can abort during it) is skipped: the capture is already flushed.
+def run_and_exit(argv: list[str]) -> None:
+    """Run the script, then end the process: the script's exit handlers run; interpreter teardown
+    (seconds of module cleanup, and the autograd device threads that can abort during it) is skipped,
+    since the capture is already flushed."""
+    exit_code = main(argv)
     import atexit
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)
+
+
+if __name__ == "__main__":
+    run_and_exit(sys.argv[1:])

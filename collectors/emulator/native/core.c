@@ -598,3 +598,18 @@ __attribute__((constructor)) static void init(void) {
 }
 
 MAYA_EXPORT void maya_emu_finish(void) { at_exit(); }
+
+/* A rank forked from Maya's zygote (forkserver.py) becomes a fresh emulated process: it records from
+ * here on, with the configuration its environment names now. Refused (-1) unless the zygote recorded,
+ * interned, registered an id or allocated nothing, so no state of the zygote can leak into a rank. */
+MAYA_EXPORT int maya_emu_restart(void) {
+  if (atomic_load(&seq_counter) || n_apis || next_kernel_id || n_allocs || all_bufs) return -1;
+  forked_child = 0;
+  finished = 0;
+  maya_ndev = 1;
+  maya_rank = 0;
+  reserved_per_device = 0;
+  snprintf(out_dir, sizeof out_dir, ".");
+  load_config();
+  return 0;
+}

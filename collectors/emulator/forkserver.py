@@ -1,0 +1,241 @@
+"""A zygote for emulated ranks: one Python process, started with the stub libraries preloaded and torch
+imported, forks every rank. A rank then skips interpreter start and `import torch` (about 2 CPU-s each,
+most of a search point's cost), and the ranks share torch's pages.
+
+The zygote (`python -m maya.collectors.emulator.forkserver`) listens on an abstract Unix socket. A
+request carries the rank's argv, environment and working directory, and the write end of a pipe for
+its output; the zygote forks, answers the child's pid and, when it exits, its exit status (as
+`subprocess` reports it: negative for a signal). The child becomes a fresh emulated process
+(`maya_emu_restart`, refused if the zygote recorded anything) and runs `runner.py`. The zygote ends,
+and stops its children, when the process that started it closes its stdin.
+
+`MAYA_EMU_FORKSERVER=0` turns the zygote off (every rank a new interpreter, as before).
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import uuid
+from typing import Callable, Mapping, Sequence
+
+PER_RANK = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
+            "ROLE_WORLD_SIZE", "MASTER_PORT", "MAYA_EMU_CONFIG", "MAYA_EMU_OUT", "MAYA_EMU_MAILBOX")
+"""Variables that differ between the ranks of one zygote (read lazily, after the fork)."""
+PRELOAD = ("torch", "torch.distributed", "maya.collectors.profiler.workload_script")
+"""What the zygote imports: torch and what every rank needs, not the user's libraries (whose import
+may read the rank's environment). Python's `random` reseeds itself in a fork; nothing here seeds
+numpy's global generator (imported lazily), so ranks draw apart as new processes would."""
+_HEADER = struct.Struct("!I")
+
+
+class ForkServerError(RuntimeError):
+    """The zygote could not be started or could not run a rank."""
+
+
+def _send_msg(sock: socket.socket, data: dict, fds: Sequence[int] = ()) -> None:
+    payload = json.dumps(data).encode()
+    socket.send_fds(sock, [_HEADER.pack(len(payload)) + payload], list(fds))
+
+
+def _recv_msg(sock: socket.socket) -> tuple[dict | None, list[int]]:
+    """One message and the descriptors sent with it; (None, []) at end of stream."""
+    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
+    if not data:
+        return None, fds
+    (size,) = _HEADER.unpack_from(data)
+    while len(data) < _HEADER.size + size:
+        more = sock.recv(_HEADER.size + size - len(data))
+        if not more:
+            raise ConnectionError("zygote connection closed mid-message")
+        data += more
+    return json.loads(data[_HEADER.size:_HEADER.size + size]), fds
+
+
+# ------------------------------------------------------------------ client (in `maya emulate`)
+
+class ForkServer:
+    """A running zygote for one environment; `run` starts a rank in it."""
+
+    def __init__(self, env: Mapping[str, str]):
+        name = f"maya-zygote-{uuid.uuid4().hex}"
+        self.address = "\0" + name  # abstract: nothing to clean up on disk
+        self.proc = subprocess.Popen([sys.executable, "-m", "maya.collectors.emulator.forkserver", name],
+                                     env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        ready = self.proc.stdout.readline()
+        if ready.strip() != b"ready":
+            self.proc.kill()
+            self.proc.wait()
+            raise ForkServerError(f"the emulator's zygote did not start (exit {self.proc.returncode})")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str], output: Callable[[str], None]) -> int:
+        """Run the rank `python -m maya.collectors.emulator.runner ARGV` with `env` in a fork; every
+        line it prints goes to `output`; returns its exit status."""
+        read_end, write_end = os.pipe()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            try:
+                conn.connect(self.address)
+                _send_msg(conn, {"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}, [write_end])
+            except OSError as e:
+                os.close(read_end)
+                raise ForkServerError(f"the emulator's zygote is gone: {e}") from e
+            finally:
+                os.close(write_end)
+            with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
+                for line in lines:
+                    output(line)
+            reply, _ = _recv_msg(conn)
+        if reply is None or "exit" not in reply:
+            raise ForkServerError("the emulator's zygote ended before the rank did")
+        return int(reply["exit"])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # the zygote stops its children and exits
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+_servers: dict[tuple, ForkServer] = {}
+_servers_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get("MAYA_EMU_FORKSERVER", "1") != "0"
+
+
+def server_for(env: Mapping[str, str]) -> ForkServer:
+    """The zygote for `env` (ranks of one environment, but for PER_RANK, share one). One is kept per
+    environment for the life of this process; a changed environment replaces it."""
+    key = tuple(sorted((k, v) for k, v in env.items() if k not in PER_RANK))
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is None or not server.alive:
+            for old in _servers.values():
+                old.close()
+            _servers.clear()
+            server = _servers[key] = ForkServer({k: v for k, v in env.items() if k not in PER_RANK})
+        return server
+
+
+@atexit.register
+def _close_all() -> None:
+    for server in _servers.values():
+        server.close()
+    _servers.clear()
+
+
+# ------------------------------------------------------------------ the zygote
+
+def _child(request: dict, out_fd: int) -> None:
+    """In the forked rank: its own output, environment and directory, then the runner. Never returns."""
+    code = 70
+    try:
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        if ctypes.CDLL(None).maya_emu_restart() != 0:
+            print("maya emulator: the zygote recorded device calls before forking; "
+                  "set MAYA_EMU_FORKSERVER=0", file=sys.stderr)
+        else:
+            from .runner import run_and_exit
+            run_and_exit(request["argv"])
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def serve(name: str) -> None:
+    """Fork a rank per request on the abstract socket `name` until stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the ranks; the zygote ends with its parent
+    for module in PRELOAD:
+        __import__(module)
+    if ctypes.CDLL(None).maya_emu_restart() != 0:
+        print("maya emulator: importing torch recorded device calls; the zygote cannot be used", file=sys.stderr)
+        return
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(64)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(sys.stdin, selectors.EVENT_READ, "parent")
+    children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        for key, _ in selector.select():
+            if key.data == "parent":  # the launcher is gone or done: stop what still runs
+                for pid, conn in children.values():
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+                return
+            if key.data == "accept":
+                conn, _ = listener.accept()
+                request, fds = _recv_msg(conn)
+                if request is None or len(fds) != 1:
+                    for fd in fds:
+                        os.close(fd)
+                    conn.close()
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    conn.close()
+                    for _, other in children.values():
+                        other.close()
+                    selector.close()
+                    _child(request, fds[0])
+                os.close(fds[0])
+                pidfd = os.pidfd_open(pid)
+                children[pidfd] = (pid, conn)
+                selector.register(pidfd, selectors.EVENT_READ, "child")
+            else:  # a child ended
+                pidfd = key.fd
+                pid, conn = children.pop(pidfd)
+                selector.unregister(pidfd)
+                os.close(pidfd)
+                _, status = os.waitpid(pid, 0)
+                try:
+                    _send_msg(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                except OSError:
+                    pass
+                conn.close()
+
+
+if __name__ == "__main__":
+    try:
+        serve(sys.argv[1])
+    finally:  # no exit handlers: the stubs' would write an empty capture into the working directory
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

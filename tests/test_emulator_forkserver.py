@@ -1,0 +1,63 @@
+"""The zygote that forks emulated ranks (collectors/emulator/forkserver.py)."""
+import re
+from pathlib import Path
+
+from maya.collectors.emulator import forkserver
+from maya.collectors.emulator.launcher import Topology, emulate
+from maya.simulator.search.evaluate import trace_digest
+
+WORKLOADS = Path(__file__).parent / "workloads"
+EXAMPLE = Path(__file__).parents[1] / "src" / "maya" / "examples" / "train_gpt.py"
+
+
+def _emulate(out: Path, script: Path, ranks: int = 1):
+    return emulate([str(script)], out, topology=Topology(1, ranks), dedup=False)
+
+
+def _zygote_pids() -> set[int]:
+    return {server.proc.pid for server in forkserver._servers.values() if server.alive}
+
+
+def test_a_forked_rank_captures_what_a_new_process_captures(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAYA_EMU_FORKSERVER", "0")
+    spawned = _emulate(tmp_path / "spawned", EXAMPLE)
+    assert not _zygote_pids()
+    monkeypatch.setenv("MAYA_EMU_FORKSERVER", "1")
+    forked = _emulate(tmp_path / "forked", EXAMPLE)
+    assert len(_zygote_pids()) == 1
+    assert spawned.status == forked.status == "complete"
+    assert spawned.ranks[0].calls == forked.ranks[0].calls > 400
+    assert trace_digest(spawned.run_dir) == trace_digest(forked.run_dir)
+
+
+def test_ranks_get_their_environment_and_the_zygote_follows_it(tmp_path, monkeypatch):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("MAYA_TEST_EXTRA", "first")
+    first = _emulate(tmp_path / "first", WORKLOADS / "rank_environment.py", ranks=2)
+    assert first.status == "complete"
+    seen = {}
+    for rank in (0, 1):
+        log = (first.run_dir / "logs" / f"rank{rank}.txt").read_text()
+        assert f"rank={rank} world=2 cwd={cwd} extra=first stdin_tty=False stdin_eof=True" in log
+        seen[rank] = re.search(r"py_random=(\S+) np_random=(\S+)", log).groups()
+    assert seen[0][0] != seen[1][0] and seen[0][1] != seen[1][1]  # seeded apart, as new processes are
+    zygote = _zygote_pids()
+    assert len(zygote) == 1
+    old = next(iter(forkserver._servers.values()))
+
+    again = _emulate(tmp_path / "again", WORKLOADS / "rank_environment.py")
+    assert again.status == "complete"
+    assert _zygote_pids() == zygote  # same environment: the same zygote
+
+    monkeypatch.setenv("MAYA_TEST_EXTRA", "second")
+    monkeypatch.setenv("MAYA_TEST_EXIT", "3")
+    changed = _emulate(tmp_path / "changed", WORKLOADS / "rank_environment.py")
+    assert "extra=second" in (changed.run_dir / "logs" / "rank0.txt").read_text()
+    assert (changed.status, changed.ranks[0].exit_code) == ("failed", 3)
+    assert len(_zygote_pids()) == 1 and _zygote_pids() != zygote and not old.alive  # replaced, the old one ended
+
+    forkserver._close_all()
+    assert not _zygote_pids()
+    assert list(cwd.iterdir()) == []  # neither the zygote nor a rank wrote into the working directory
