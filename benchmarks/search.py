@@ -152,16 +152,18 @@ def cmaes(seeds: int, replay: bool, parallel: int) -> None:
 
 
 def time_point() -> None:
-    """One point's emulate + predict with each capture's seconds, against a capture of a script that
-    only starts (imports torch, joins the 64-rank process group, exits). CPU seconds are those of the
-    capture processes (user + system), which do not grow when other work shares the cores."""
+    """One point's emulate + predict, against a capture of a script that only starts (imports torch,
+    joins the 64-rank process group, exits): CPU seconds (user + system, which do not grow when other
+    work shares the cores) of the rank processes (verification captures included), of this process
+    (turning captures into the trace, deduplication) and of the prediction. The first emulation also
+    starts the zygote the ranks fork from (once per process)."""
     import resource
 
     from maya.collectors.emulator.launcher import Topology, emulate
     from maya.simulator.predict import predict
 
-    def cpu(who: int) -> float:
-        r = resource.getrusage(who)
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime + r.ru_stime
 
     sp = space()
@@ -169,17 +171,18 @@ def time_point() -> None:
                       "reduce": "fp32"})
     argv, _ = sp.render(point)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, cmd in (("startup only", [str(HERE / "workloads" / "startup.py")]), ("point", argv)):
-            ranks, c0, t0 = [], cpu(resource.RUSAGE_CHILDREN), time.monotonic()
+        for name, cmd in (("startup only", [str(HERE / "workloads" / "startup.py")]), ("point", argv),
+                          ("point again", argv)):
+            ranks, c0, t0 = [], cpu(), time.monotonic()
             run_dir = Path(tmp) / name.replace(" ", "_")
             r = emulate(cmd, run_dir, topology=Topology(8, 8), on_rank_done=ranks.append)
-            line = (f"{name}: {r.status}; emulate {time.monotonic() - t0:.1f} s wall, "
-                    f"{cpu(resource.RUSAGE_CHILDREN) - c0:.1f} s CPU in all captures (kept: "
+            line = (f"{name}: {r.status}; emulate {time.monotonic() - t0:.1f} s wall, rank processes "
+                    f"{r.capture_cpu_seconds:.1f} s CPU, launcher {cpu() - c0:.1f} s CPU (kept: "
                     + ", ".join(f"rank {x.rank} {x.seconds:.1f} s wall, {x.calls} calls" for x in ranks) + ")")
-            if name == "point":
-                c1, t1 = cpu(resource.RUSAGE_SELF), time.monotonic()
+            if name != "startup only":
+                c1, t1 = cpu(), time.monotonic()
                 predict(run_dir, hardware="h100-sxm", durations=DURATIONS, store=False)
-                line += f"; predict {time.monotonic() - t1:.1f} s wall, {cpu(resource.RUSAGE_SELF) - c1:.1f} s CPU"
+                line += f"; predict {time.monotonic() - t1:.1f} s wall, {cpu() - c1:.1f} s CPU"
             print(line, flush=True)
 
 

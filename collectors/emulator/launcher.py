@@ -49,6 +49,7 @@ class RankResult:
     unimplemented: dict[str, int]
     error: str | None
     seconds: float
+    cpu_seconds: float = 0.0  # of the rank's process
 
 
 @dataclass
@@ -56,6 +57,7 @@ class EmulationResult:
     run_dir: Path
     status: str
     ranks: list[RankResult] = field(default_factory=list)
+    capture_cpu_seconds: float = 0.0  # of every rank process, verification captures included
 
 
 def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
@@ -145,7 +147,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
         cap = RankCapture.load(raw)
         return cap, RankResult(rank, cap.status["status"], returncode, int((cap.records["kind"] != K_ALLOC).sum()),
                                max(cap.peak_bytes.values(), default=0), cap.unimplemented, cap.status.get("error"),
-                               time.monotonic() - t0)
+                               time.monotonic() - t0, cap.status.get("cpu_s", 0.0))
 
     def start(rank: int) -> Future:
         """The emulation of `rank`, started once (by a request or because a peer waits for it)."""
@@ -197,7 +199,8 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
     writer.write("run", {k: [v] for k, v in run_row.items()})
     if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
         shutil.rmtree(out_dir / ".capture", ignore_errors=True)
-    return EmulationResult(out_dir, status, results)
+    cpu = sum(f.result()[1].cpu_seconds for f in runs.values() if f.exception() is None)
+    return EmulationResult(out_dir, status, results, cpu)
 
 
 def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done):

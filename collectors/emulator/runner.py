@@ -107,6 +107,15 @@ class _ProcessGroups:
         return self.groups
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this rank process and the children it waited for (user + system; a rank forked
+    from the zygote counts from its fork)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
+                                                                         resource.RUSAGE_CHILDREN)))
+
+
 def main(argv: list[str]) -> int:
     out = Path(os.environ["MAYA_EMU_OUT"])
     import torch
@@ -138,7 +147,8 @@ def main(argv: list[str]) -> int:
         observer.finish()
         (out / "process_groups.json").write_text(json.dumps(groups.snapshot()))
         (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
-                                                     "pid": os.getpid(), "torch": torch.__version__}))
+                                                     "pid": os.getpid(), "torch": torch.__version__,
+                                                     "cpu_s": _cpu_seconds()}))
         ctypes.CDLL(None).maya_emu_finish()
     return code
 
