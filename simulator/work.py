@@ -86,6 +86,16 @@ def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=["batch", "m", "n", "k"])
 
 
+def _own_sizes(calls: pd.DataFrame, launched: np.ndarray, numel: np.ndarray) -> None:
+    """Library kernels that carry their own element count (`args.elements`: a cuDNN RNN's cell kernel
+    per time step, where the enclosing op's shapes cover all steps) are sized by it (in place)."""
+    args = calls["args"]
+    for i in np.flatnonzero(launched & args.notna().to_numpy()):
+        text = args.iat[i]
+        if '"elements"' in text:
+            numel[i] = float(json.loads(text)["elements"])
+
+
 def _codes_map(values: pd.Series, table: dict, default=None) -> np.ndarray:
     """`table[value]` for each value (one dictionary lookup per distinct value)."""
     codes, uniques = pd.factorize(values)
@@ -113,6 +123,7 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         op[launched] = op_rows["op_name"].fillna("").to_numpy()[launched]
         num["numel"][launched] = op_rows["numel"].to_numpy()[launched]
         num["row"][launched] = op_rows["row"].to_numpy()[launched]
+        _own_sizes(calls, launched, num["numel"])
         known = launched & op_rows["dtype"].notna().to_numpy()
         dtype[known] = op_rows["dtype"].to_numpy()[known]
         gemms = _op_gemms(trace.ops.drop_duplicates("op_id")).reindex(calls["op_id"].to_numpy())

@@ -44,7 +44,7 @@ LIBS = (
     StubLib("libcuda.so.1", ("driver.c",), None, 1, 801, ("cu",), "cuda.h"),
     StubLib("libcublas.so.13", ("cublas.c",), "libcublas.so.13", 2, 15),
     StubLib("libcublasLt.so.13", ("cublaslt.c",), "libcublasLt.so.13", 3, 15),
-    StubLib("libcudnn.so.9", ("cudnn.c",), "libcudnn.so.9", 4, 3000),
+    StubLib("libcudnn.so.9", ("cudnn.c", "cudnn_legacy.c"), "libcudnn.so.9", 4, 3000),
     StubLib("libnccl.so.2", ("nccl.c",), None, 5, 5, ("nccl",)),
     StubLib("libcusparse.so.12", (), "libcusparse.so.12", 6, 10),
     StubLib("libcusparseLt.so.0", (), None, 6, 10, ("cusparseLt",)),

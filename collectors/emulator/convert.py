@@ -32,6 +32,7 @@ SCOPE_BACKWARD_FUNCTION = 1  # at::RecordScope
 OP_FLAG_AUTOGRAD_THREAD = 1
 
 DOMAINS = np.array(["runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "other"])
+D_CUDNN = 4
 DTYPES = np.array([None, "fp32", "fp16", "bf16", "fp64", "tf32", "int8", "int32", "fp8e4m3", "fp8e5m2", "int64",
                    "uint8"], dtype=object)
 MEMCPY_KINDS = np.array(["HtoH", "HtoD", "DtoH", "DtoD", "default", "PtoP"], dtype=object)
@@ -150,6 +151,8 @@ def api_calls_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
     r = cap.records[cap.records["kind"] != K_ALLOC]
     a, kind = r["a"], r["kind"]
     attn_kernels, attn_args = _attention(r, cap.kernels)
+    for i in np.flatnonzero((kind == K_LAUNCH) & (r["domain"] == D_CUDNN) & (a[:, 7] > 0)):
+        attn_args[i] = json.dumps({"elements": int(a[i, 7])})  # a library kernel's own size
     for i in np.flatnonzero(r["flags"] & F_GRAPH_REPLAY):  # device work a cudaGraphLaunch replayed
         attn_args[i] = json.dumps({**json.loads(attn_args[i] or "{}"), "cuda_graph_replay": True})
     attn = kind == K_ATTN

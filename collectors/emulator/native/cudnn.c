@@ -1,6 +1,7 @@
-/* libcudnn.so.9 stub: version, handles and streams, so that torch sees cuDNN as available.
- * Kernel entry points (convolutions, the backend graph API) are not emulated yet: they fail
- * loudly through the generated stubs, naming themselves. */
+/* libcudnn.so.9 stub: version, handles and streams, so that torch sees cuDNN as available, and the
+ * backend (graph) API below. The legacy API torch uses (RNNs, batch norm, CTC loss, the spatial
+ * transformer) is in cudnn_legacy.c; every other entry point fails loudly through the generated
+ * stubs, naming itself. */
 #include <cudnn.h>
 #include <stdio.h>
 #include <stdlib.h>
