@@ -161,7 +161,8 @@ API_CALLS = Table(
         _c("data_dependent", b, "The call's result depends on device data the emulator does not "
            "compute (e.g. `.item()`): the value returned was a stand-in."),
         _c("args", s, "Other arguments as a JSON object (e.g. `attention` shapes of a cuDNN graph; "
-           "`cuda_graph_replay`: device work issued by a CUDA graph launch, as captured)."),
+           "`cuda_graph_replay`: device work issued by a CUDA graph launch, as captured; `elements`: the "
+           "element count of a library kernel, e.g. one time step of a cuDNN RNN)."),
     ),
     unique=("seq",),
 )
