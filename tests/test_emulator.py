@@ -229,6 +229,7 @@ def test_dedup_splits_a_rank_that_behaves_differently(tmp_path):
     r, out = emulate(tmp_path, "--nproc-per-node", "4", script="rank0_logging.py")
     assert r.exit_code == 0, r.output
     assert _represents(out) == {0: [0], 3: [3, 1, 2]}  # a capture comes first in what it stands for
+    assert sorted(p.name for p in (out / "logs").iterdir()) == ["rank0.txt", "rank3.txt"]
     assert runner.invoke(app, ["predict", str(out), "--json"]).exit_code == 0
 
 
@@ -238,6 +239,8 @@ def test_dedup_keeps_rank_0_for_its_class_when_the_class_shares_tensor_parallel_
     r, out = emulate(tmp_path, "--nproc-per-node", "8", script="tp_rank0_logging.py")
     assert r.exit_code == 0, r.output
     assert _represents(out) == {0: [0, 2, 4, 6], 1: [1, 3, 5, 7]}
+    # nothing for a check capture to decide, so none ran: only the representatives have logs
+    assert sorted(p.name for p in (out / "logs").iterdir()) == ["rank0.txt", "rank1.txt"]
     p = runner.invoke(app, ["predict", str(out), "--json"])
     assert p.exit_code == 0, p.output
 

@@ -205,25 +205,25 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
 
 def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done):
     """Capture one representative per class of equivalent ranks (dedup.py), verified by one more
-    member per class; returns the captures kept and which ranks each stands for."""
+    member per class that could be split; returns the captures kept and which ranks each stands for."""
     captured = {0: capture(0)}
     if captured[0][1].status != "complete":
         return captured, {0: [0]}
     communicators = read_table(writer.run_dir, "communicators", [0])
     classes = stage_classes(world_size, read_table(writer.run_dir, "api_calls", [0]), communicators)
+    sizes = communicators.column("comm_size").to_pylist()
+    # A class that shares smaller groups (tensor parallel) is never split: a lone rank cannot be cut out
+    # of it and still be replayed, so the representative (e.g. rank 0 and its logging) stands for all,
+    # and there is nothing for a second capture to decide.
+    checks = {rep: max(members) for rep, members in classes.items()
+              if len(members) > 1 and not any(1 < size < len(members) for size in sizes)}
     with ThreadPoolExecutor(workers) as pool:
         captured.update(zip((r for r in classes if r), pool.map(capture, [r for r in classes if r])))
-        checks = {rep: max(members) for rep, members in classes.items() if len(members) > 1}
         probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
     represents = {rep: list(members) for rep, members in classes.items()}
-    sizes = communicators.column("comm_size").to_pylist()
     for rep, probe_rank in checks.items():
         probe_cap, probe_result = probes[probe_rank]
         if signature(probe_cap) == signature(captured[rep][0]):
-            continue
-        if any(1 < size < len(represents[rep]) for size in sizes):
-            # the class shares smaller groups (tensor parallel): a lone rank cannot be cut out of it and
-            # still be replayed, so the representative (e.g. rank 0 and its logging) stands for all
             continue
         # the representative is special (e.g. logs): it stands for itself, the probe for the rest
         write_rank(probe_cap, writer, probe_rank)
