@@ -1,5 +1,6 @@
 """Kernel estimator accuracy on NeuSight's held-out test shapes, leave-one-GPU-out transfer, and
-batched prediction throughput.
+batched prediction throughput; also how much faster the test split ran than the training split on
+near-identical GEMM shapes (a floor on the seen-GPU error that no model of the training data removes).
 
 Targets: MAPE <= 10% per op on GPUs seen in training; <= 15% for GEMMs on a GPU left out of
 training (spec sheet only); >= 200,000 calls/s. Trained on NeuSight's training split only
@@ -13,6 +14,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from scipy.spatial import cKDTree
 
 from maya import hardware
 from maya.estimators.evaluation import mape
@@ -20,6 +22,8 @@ from maya.estimators.training import TrainConfig, train
 from maya.estimators.training_data import load_kernels, neusight_dir
 
 SEEN_TARGET, LOGO_TARGET, THROUGHPUT_TARGET = 0.10, 0.15, 200_000
+NEAR = 0.1
+"""Shapes count as near-identical when every size is within this many octaves (log2) of each other."""
 NEUSIGHT_PUBLISHED = {"bmm": 0.138, "linear": 0.139, "elementwise": 0.193, "softmax": 0.139, "ln": 0.567}
 """NeuSight's own errors on this split (NeuSight, ASPLOS 2025, as quoted in Maya issue 5)."""
 OP_GROUPS = {"bmm": ("bmm",), "linear": ("linear",),
@@ -49,6 +53,7 @@ def main() -> None:
     print("\nMethods used on the test set:", predicted["method"].value_counts().to_dict())
     print("Validation on held-out training data (MAPE):", {f: round(m["validation_mape"], 3)
           for f, m in result.metrics["families"].items() if "validation_mape" in m})
+    _measurement_shift(train_set, test_set)
     if not args.skip_logo:
         _leave_one_gpu_out(train_set, test_set)
     _throughput(result.estimator, test_set, args.calls)
@@ -72,6 +77,28 @@ def _op_table(frame: pd.DataFrame, *, with_published: bool) -> None:
 
 def _mape(frame: pd.DataFrame, column: str) -> float:
     return mape(frame["measured_ns"].to_numpy(), frame[column].to_numpy())
+
+
+def _measurement_shift(train_set: pd.DataFrame, test_set: pd.DataFrame) -> None:
+    """How much faster the test split ran than the training split on near-identical GEMM shapes: error no
+    model of the training data can remove."""
+    print(f"\nGEMM test shapes with a near-identical training shape (every size within {NEAR} octaves): "
+          "median test / training throughput")
+    sizes = ["batch", "m", "n", "k"]
+    for (name, op), test in test_set[test_set["family"] == "gemm"].groupby(["hardware", "op"]):
+        train = train_set[(train_set["hardware"] == name) & (train_set["op"] == op)]
+        if train.empty:
+            continue
+        distance, nearest = cKDTree(np.log2(train[sizes].to_numpy())).query(
+            np.log2(test[sizes].to_numpy()), p=np.inf)
+        near = distance <= NEAR
+        ratio = _throughput_of(test)[near] / _throughput_of(train)[nearest[near]]
+        shift = f"{np.median(ratio):.2f}x" if near.any() else "-"
+        print(f"  {hardware.get(name).name:<16}{op:<8}{near.sum():>5} shapes  {shift}")
+
+
+def _throughput_of(calls: pd.DataFrame) -> np.ndarray:
+    return (calls["batch"] * calls["m"] * calls["n"] * calls["k"] / calls["measured_ns"]).to_numpy()
 
 
 def _leave_one_gpu_out(train_set: pd.DataFrame, test_set: pd.DataFrame) -> None:

@@ -15,6 +15,26 @@ WARP_SOFTMAX_MAX_BYTES, WARP_SOFTMAX_MAX_ROW = 4096, 1024
 """PyTorch's persistent warp softmax takes rows up to 1024 elements and 4 KiB; wider rows take one thread
 block per row (`cunn_SoftMaxForward`), which reads the row three times (max, sum of exponentials, output)."""
 VECTOR_BYTES, MAX_BLOCK_THREADS = 16, 1024
+BLOCK_KERNEL_REREADS = 2.0
+"""Row-sized reads a block kernel repeats after its first pass: forward reads its input twice more (sum of
+exponentials, output), backward its output and gradient once more (output)."""
+
+
+def is_warp_kernel(row: np.ndarray, itemsize: np.ndarray) -> np.ndarray:
+    return (row <= WARP_SOFTMAX_MAX_ROW) & (row * itemsize <= WARP_SOFTMAX_MAX_BYTES)
+
+
+def l2_spill(row: np.ndarray, itemsize: np.ndarray, hw: HardwareArrays) -> np.ndarray:
+    """Share of a block kernel's re-reads that miss L2: the rows resident on the whole GPU at once
+    (one per block) beyond the L2 capacity; 0 for the warp kernel, which keeps its row in registers."""
+    resident = hw.sm_count * blocks_per_sm(block_threads(row, itemsize), hw) * row * itemsize
+    spill = np.clip(1.0 - hw.l2_bytes / resident, 0.0, 1.0)
+    return np.where(is_warp_kernel(row, itemsize), 0.0, spill)
+
+
+def blocks_per_sm(threads: np.ndarray, hw: HardwareArrays) -> np.ndarray:
+    """Resident blocks per SM, as its thread limit allows."""
+    return np.maximum(1.0, np.floor(hw.max_threads_per_sm / threads))
 
 
 def block_threads(row: np.ndarray, itemsize: np.ndarray) -> np.ndarray:
@@ -31,20 +51,21 @@ class SoftmaxPredictor(FamilyPredictor):
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         numel = calls["numel"].to_numpy()
         backward = calls["op"].str.contains("bwd|backward").to_numpy()
-        # forward: x in, y out; backward: y and dy in, dx out
-        return Work(flops=FLOPS_PER_ELEMENT * numel, bytes=itemsize * numel * np.where(backward, 3.0, 2.0))
+        passes = np.where(backward, 3.0, 2.0)  # forward: x in, y out; backward: y and dy in, dx out
+        rereads = BLOCK_KERNEL_REREADS * l2_spill(_row(calls), itemsize, hw)
+        return Work(flops=FLOPS_PER_ELEMENT * numel, bytes=itemsize * numel * (passes + rereads))
 
     def shape_features(self, calls: pd.DataFrame, hw: HardwareArrays) -> dict[str, np.ndarray]:
-        row = calls["row"].fillna(calls["numel"]).to_numpy()
+        row = _row(calls)
         itemsize = element_bytes(calls["dtype"])
-        warp = (row <= WARP_SOFTMAX_MAX_ROW) & (row * itemsize <= WARP_SOFTMAX_MAX_BYTES)
+        warp = is_warp_kernel(row, itemsize)
         threads = np.where(warp, 128.0, block_threads(row, itemsize))  # the warp kernel: 4 warps a block
         per_pass = threads * VECTOR_BYTES / itemsize  # elements one vectorised block iteration covers
         vector_passes = np.floor(row / per_pass)
         tail = row - vector_passes * per_pass  # loaded element by element after the vectorised loop
-        blocks_per_sm = np.maximum(1.0, np.floor(hw.max_threads_per_sm / threads))
+        resident_blocks = blocks_per_sm(threads, hw)
         rows_per_block = np.where(warp, np.where(row <= 128, 8.0, 4.0), 1.0)  # a warp does 1 or 2 short rows
-        waves = rows(calls) / rows_per_block / (hw.sm_count * blocks_per_sm)
+        waves = rows(calls) / rows_per_block / (hw.sm_count * resident_blocks)
         warp_lanes = row / 2.0 ** np.ceil(np.log2(np.maximum(row, 1.0)))  # padding to a power of two
         return {**rowwise_features(calls, hw),
                 "warp_softmax": warp.astype("float64"),
@@ -52,5 +73,9 @@ class SoftmaxPredictor(FamilyPredictor):
                 "block_loop_iterations": np.where(warp, np.nan, vector_passes + np.ceil(tail / threads)),
                 "scalar_tail_share": np.where(warp, np.nan, tail / row),
                 "warp_lane_use": np.where(warp, warp_lanes, np.nan),
-                "log2_resident_row_bytes_over_l1": log2(blocks_per_sm * row * itemsize / hw.l1_bytes),
+                "log2_resident_row_bytes_over_l1": log2(resident_blocks * row * itemsize / hw.l1_bytes),
                 "log2_block_waves": log2(waves), "block_wave_fill": waves / np.ceil(waves)}
+
+
+def _row(calls: pd.DataFrame) -> np.ndarray:
+    return calls["row"].fillna(calls["numel"]).to_numpy()

@@ -163,6 +163,19 @@ def test_softmax_block_size_follows_pytorch():
     assert features["log2_resident_row_bytes_over_l1"][0] == pytest.approx(np.log2(resident))
 
 
+def test_softmax_rereads_count_dram_traffic_only_when_resident_rows_exceed_l2():
+    from maya.estimators.calls import normalize
+    rows = [512.0, 4096.0, 16384.0]  # warp kernel; block kernels with 16 KiB and 64 KiB rows
+    calls = normalize(pd.DataFrame({"hardware": ["p4", "p4", "p4", "a100-pcie-40gb"], "family": "softmax",
+                                    "op": "softmax", "dtype": "fp32", "numel": [2.0**24] * 4,
+                                    "row": [*rows, 16384.0]}))
+    hw = hardware_arrays(calls)
+    per_element = PREDICTORS["softmax"].count(calls, np.full(4, 4.0), hw).bytes / 2.0**24
+    # P4: 20 SMs x four 512-thread blocks; 16 KiB rows (1.25 MiB) fit its 2 MiB L2, 64 KiB rows (5 MiB) do not
+    spill = 1 - 2 * 2**20 / (20 * 4 * 16384 * 4)
+    np.testing.assert_allclose(per_element, [8, 8, 4 * (2 + 2 * spill), 8])  # A100: 27 MiB resident < 40 MiB
+
+
 def test_transfer_only_training_prices_every_call_with_the_transfer_model(measured):
     gemm = measured[measured["family"] == "gemm"]
     models = train(gemm, TrainConfig(params=SMALL.params, validate=False, seen_model=False)).estimator.models["gemm"]
