@@ -2,12 +2,22 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from maya.collectors.emulator import forkserver
 from maya.collectors.emulator.launcher import Topology, emulate
 from maya.simulator.search.evaluate import trace_digest
 
 WORKLOADS = Path(__file__).parent / "workloads"
 EXAMPLE = Path(__file__).parents[1] / "src" / "maya" / "examples" / "train_gpt.py"
+
+
+@pytest.fixture(autouse=True)
+def no_zygote_left():
+    """Each test starts without the zygote an earlier test's emulation kept, and leaves none."""
+    forkserver._close_all()
+    yield
+    forkserver._close_all()
 
 
 def _emulate(out: Path, script: Path, ranks: int = 1):
