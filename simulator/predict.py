@@ -145,6 +145,7 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     notes = list(sim.notes)
     if traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
+    notes += stand_in_notes(traces)
     assumptions = [*(assumptions or []), *gpu_assumption(traces, hw, sim.provider)]
     measured = [measured_iteration(traces.ranks[rank], sim.iterations[rank]) for rank in sim.programs]
     measured_ns = max(measured) if measured and None not in measured else None
@@ -160,6 +161,30 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
         price_per_gpu_hour=price_per_gpu_hour, simulated_calls=sim.calls, simulation_s=sim.seconds,
         ranks=reports, notes=notes, assumptions=assumptions, measured_iteration_ns=measured_ns,
         replay_error=replay_error, **job)
+
+
+SCALAR_READS = {"aten::_local_scalar_dense", "aten::item"}
+"""Ops whose host reads of device values are scalars (`.item()`: loss logging), not shapes."""
+
+
+def stand_in_notes(traces: TraceSet) -> list[str]:
+    """A note on the emulated host reads of device values that can decide shapes or control flow (e.g.
+    `nonzero` in MoE routing): the emulator answered them with stand-ins, so the program that ran may
+    differ from a real run's. Scalar reads (`.item()`) alone say nothing."""
+    counts: dict[str, int] = {}
+    for trace in traces.ranks.values():
+        calls = trace.calls
+        if "data_dependent" not in calls or not calls["data_dependent"].fillna(False).any():
+            continue
+        names = dict(zip(trace.ops["op_id"], trace.ops["name"])) if len(trace.ops) else {}
+        for op in calls.loc[calls["data_dependent"].fillna(False).astype(bool), "op_id"]:
+            name = names.get(op, "(no op)") if op == op else "(no op)"
+            counts[name] = counts.get(name, 0) + 1
+    if not set(counts) - SCALAR_READS:
+        return []
+    top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
+    return [f"{sum(counts.values())} host reads of device values got emulated stand-ins ({top}): shapes or "
+            "control flow that depend on them (MoE routing, dynamic shapes) may differ from a real run"]
 
 
 def predict(run_dir: str | Path, *, hardware: str | None = None, durations: DurationProvider | str = "auto",

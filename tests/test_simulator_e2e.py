@@ -137,3 +137,22 @@ def test_data_parallel_degree_retargets_the_ddp_all_reduces(ddp_run):
     coll = sim2.programs[0].launch_ops
     assert len(coll) and (sim16.devices[0][coll] > sim2.devices[0][coll]).all()
     assert sixteen["iteration_ms"] >= two["iteration_ms"]
+
+
+EXAMPLE = Path(__file__).parents[1] / "src" / "maya" / "examples" / "train_gpt.py"
+
+
+@pytest.mark.parametrize("script, noted", [(WORKLOADS / "top1_routing.py", True), (EXAMPLE, False)])
+def test_predict_notes_shapes_decided_by_stand_in_values(script, noted, tmp_path):
+    """Routing reads its index counts from the device (emulated stand-ins): predict says so and names
+    the op; a script that only logs its loss with `.item()` gets no such note."""
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["emulate", "--out", str(out), "--", "python", str(script)])
+    assert r.exit_code == 0, r.output
+    assert any(load(out).ranks[0].calls["data_dependent"])  # both read device values
+    p = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
+    assert p.exit_code == 0, p.output
+    notes = [n for n in json.loads(p.stdout)["notes"] if "stand-ins" in n]
+    assert bool(notes) == noted
+    if noted:
+        assert "aten::nonzero" in notes[0] and "MoE routing" in notes[0]
