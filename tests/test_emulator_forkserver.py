@@ -71,3 +71,36 @@ def test_ranks_get_their_environment_and_the_zygote_follows_it(tmp_path, monkeyp
     forkserver._close_all()
     assert not _zygote_pids()
     assert list(cwd.iterdir()) == []  # neither the zygote nor a rank wrote into the working directory
+
+
+def test_without_a_zygote_ranks_start_as_new_processes(tmp_path, monkeypatch):
+    def unavailable(self, env):
+        raise forkserver.ZygoteUnavailable("the emulator's zygote did not start (exit 1)")
+
+    monkeypatch.setattr(forkserver.ForkServer, "__init__", unavailable)
+    with pytest.warns(RuntimeWarning, match="zygote did not start.*new processes"):
+        result = _emulate(tmp_path / "run", WORKLOADS / "rank_environment.py")
+    assert result.status == "complete" and result.ranks[0].calls > 0
+    assert not _zygote_pids()
+
+
+def test_a_replaced_zygote_ends_only_once_its_ranks_have(monkeypatch):
+    class Zygote:  # stands in for the process: lease's bookkeeping is what is checked
+        def __init__(self, env):
+            self.env, self.closed, self.active, self.retired = env, False, 0, False
+
+        alive = property(lambda self: not self.closed)
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(forkserver, "ForkServer", Zygote)
+    with forkserver.lease({"A": "1", "RANK": "0"}) as first:
+        with forkserver.lease({"A": "1", "RANK": "1"}) as same:
+            assert same is first  # per-rank variables do not make another zygote
+        with forkserver.lease({"A": "2", "RANK": "0"}) as second:
+            assert second is not first and not first.closed  # first still runs a rank
+        assert not first.closed
+    assert first.closed and not second.closed
+    with forkserver.lease({"A": "2", "RANK": "5"}) as again:
+        assert again is second

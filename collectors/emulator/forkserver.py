@@ -25,7 +25,8 @@ import subprocess
 import sys
 import threading
 import uuid
-from typing import Callable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping, Sequence
 
 PER_RANK = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
             "ROLE_WORLD_SIZE", "MASTER_PORT", "MAYA_EMU_CONFIG", "MAYA_EMU_OUT", "MAYA_EMU_MAILBOX")
@@ -38,7 +39,11 @@ _HEADER = struct.Struct("!I")
 
 
 class ForkServerError(RuntimeError):
-    """The zygote could not be started or could not run a rank."""
+    """The zygote ended while a rank ran."""
+
+
+class ZygoteUnavailable(ForkServerError):
+    """The zygote could not be started or reached: nothing ran, so a new process can run the rank."""
 
 
 def _send_msg(sock: socket.socket, data: dict, fds: Sequence[int] = ()) -> None:
@@ -68,13 +73,17 @@ class ForkServer:
     def __init__(self, env: Mapping[str, str]):
         name = f"maya-zygote-{uuid.uuid4().hex}"
         self.address = "\0" + name  # abstract: nothing to clean up on disk
-        self.proc = subprocess.Popen([sys.executable, "-m", "maya.collectors.emulator.forkserver", name],
-                                     env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "maya.collectors.emulator.forkserver", name],
+                                         env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        except OSError as e:
+            raise ZygoteUnavailable(f"the emulator's zygote cannot start: {e}") from e
+        self.active, self.retired = 0, False  # ranks running in it; replaced by a newer zygote
         ready = self.proc.stdout.readline()
         if ready.strip() != b"ready":
             self.proc.kill()
             self.proc.wait()
-            raise ForkServerError(f"the emulator's zygote did not start (exit {self.proc.returncode})")
+            raise ZygoteUnavailable(f"the emulator's zygote did not start (exit {self.proc.returncode})")
 
     @property
     def alive(self) -> bool:
@@ -90,7 +99,7 @@ class ForkServer:
                 _send_msg(conn, {"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}, [write_end])
             except OSError as e:
                 os.close(read_end)
-                raise ForkServerError(f"the emulator's zygote is gone: {e}") from e
+                raise ZygoteUnavailable(f"the emulator's zygote is gone: {e}") from e
             finally:
                 os.close(write_end)
             with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
@@ -112,7 +121,7 @@ class ForkServer:
         self.proc.stdout.close()
 
 
-_servers: dict[tuple, ForkServer] = {}
+_servers: dict[tuple, ForkServer] = {}  # the current zygote, by environment
 _servers_lock = threading.Lock()
 
 
@@ -120,18 +129,29 @@ def enabled() -> bool:
     return os.environ.get("MAYA_EMU_FORKSERVER", "1") != "0"
 
 
-def server_for(env: Mapping[str, str]) -> ForkServer:
-    """The zygote for `env` (ranks of one environment, but for PER_RANK, share one). One is kept per
-    environment for the life of this process; a changed environment replaces it."""
+@contextmanager
+def lease(env: Mapping[str, str]) -> Iterator[ForkServer]:
+    """The zygote for `env` (ranks of one environment, but for PER_RANK, share one), held for one
+    rank. One zygote is kept for the life of this process; a changed environment replaces it, and the
+    one replaced ends once no rank of it runs any more."""
     key = tuple(sorted((k, v) for k, v in env.items() if k not in PER_RANK))
     with _servers_lock:
         server = _servers.get(key)
         if server is None or not server.alive:
             for old in _servers.values():
-                old.close()
+                old.retired = True
+                if not old.active:
+                    old.close()
             _servers.clear()
             server = _servers[key] = ForkServer({k: v for k, v in env.items() if k not in PER_RANK})
-        return server
+        server.active += 1
+    try:
+        yield server
+    finally:
+        with _servers_lock:
+            server.active -= 1
+            if server.retired and not server.active:
+                server.close()
 
 
 @atexit.register

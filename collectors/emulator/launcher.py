@@ -245,14 +245,12 @@ def _run_rank(argv: list[str], env: dict[str, str], log: Path, echo: Callable[[s
             if echo:
                 echo(line)
 
-        server = None
         if forkserver.enabled():
             try:
-                server = forkserver.server_for(env)
-            except (forkserver.ForkServerError, OSError) as e:
+                with forkserver.lease(env) as server:
+                    return server.run(argv, env, output)
+            except forkserver.ZygoteUnavailable as e:
                 warnings.warn(f"{e}; ranks start as new processes", RuntimeWarning, stacklevel=2)
-        if server is not None:
-            return server.run(argv, env, output)
         cmd = [sys.executable, "-m", "maya.collectors.emulator.runner", *argv]
         with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               errors="replace") as proc:
