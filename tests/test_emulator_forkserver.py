@@ -61,11 +61,16 @@ def test_ranks_get_their_environment_and_the_zygote_follows_it(tmp_path, monkeyp
     assert again.status == "complete"
     assert _zygote_pids() == zygote  # same environment: the same zygote
 
-    monkeypatch.setenv("MAYA_TEST_EXTRA", "second")
+    monkeypatch.setenv("MAYA_TEST_EXTRA", "second")  # the rank's own: read after the fork
     monkeypatch.setenv("MAYA_TEST_EXIT", "3")
     changed = _emulate(tmp_path / "changed", WORKLOADS / "rank_environment.py")
     assert "extra=second" in (changed.run_dir / "logs" / "rank0.txt").read_text()
     assert (changed.status, changed.ranks[0].exit_code) == ("failed", 3)
+    assert _zygote_pids() == zygote
+
+    monkeypatch.setenv("TORCH_MAYA_TEST", "1")  # torch may read TORCH_* when imported: another zygote
+    monkeypatch.delenv("MAYA_TEST_EXIT")
+    assert _emulate(tmp_path / "torch_env", WORKLOADS / "rank_environment.py").status == "complete"
     assert len(_zygote_pids()) == 1 and _zygote_pids() != zygote and not old.alive  # replaced, the old one ended
 
     forkserver._close_all()
@@ -95,12 +100,12 @@ def test_a_replaced_zygote_ends_only_once_its_ranks_have(monkeypatch):
             self.closed = True
 
     monkeypatch.setattr(forkserver, "ForkServer", Zygote)
-    with forkserver.lease({"A": "1", "RANK": "0"}) as first:
-        with forkserver.lease({"A": "1", "RANK": "1"}) as same:
-            assert same is first  # per-rank variables do not make another zygote
-        with forkserver.lease({"A": "2", "RANK": "0"}) as second:
+    with forkserver.lease({"TORCH_X": "1", "RANK": "0", "STEPS": "2"}) as first:
+        with forkserver.lease({"TORCH_X": "1", "RANK": "1", "STEPS": "3"}) as same:
+            assert same is first  # per-rank and other run-time variables do not make another zygote
+        with forkserver.lease({"TORCH_X": "2", "RANK": "0"}) as second:
             assert second is not first and not first.closed  # first still runs a rank
         assert not first.closed
     assert first.closed and not second.closed
-    with forkserver.lease({"A": "2", "RANK": "5"}) as again:
+    with forkserver.lease({"TORCH_X": "2", "RANK": "5"}) as again:
         assert again is second

@@ -31,6 +31,11 @@ from typing import Callable, Iterator, Mapping, Sequence
 PER_RANK = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
             "ROLE_WORLD_SIZE", "MASTER_PORT", "MAYA_EMU_CONFIG", "MAYA_EMU_OUT", "MAYA_EMU_MAILBOX")
 """Variables that differ between the ranks of one zygote (read lazily, after the fork)."""
+IMPORT_TIME = ("TORCH", "PYTORCH", "CUDA", "NCCL", "CUBLAS", "CUDNN", "NVIDIA", "TRITON", "OMP", "KMP", "GOMP",
+               "MKL", "OPENBLAS", "LD_", "PYTHON", "MAYA_EMU", "LANG", "LC_", "TZ")
+"""Prefixes of the variables that can change what the zygote's imports do: a zygote serves every
+environment that agrees on these (others, e.g. a search's parameters or MAYA_HOME, are the rank's own,
+read after the fork)."""
 PRELOAD = ("torch", "torch.distributed", "maya.collectors.profiler.workload_script")
 """What the zygote imports: torch and what every rank needs, not the user's libraries (whose import
 may read the rank's environment). Python's `random` reseeds itself in a fork; nothing here seeds
@@ -131,10 +136,10 @@ def enabled() -> bool:
 
 @contextmanager
 def lease(env: Mapping[str, str]) -> Iterator[ForkServer]:
-    """The zygote for `env` (ranks of one environment, but for PER_RANK, share one), held for one
-    rank. One zygote is kept for the life of this process; a changed environment replaces it, and the
-    one replaced ends once no rank of it runs any more."""
-    key = tuple(sorted((k, v) for k, v in env.items() if k not in PER_RANK))
+    """The zygote for `env` (environments that agree on the IMPORT_TIME variables, but for PER_RANK,
+    share one), held for one rank. One zygote is kept for the life of this process; a changed
+    environment replaces it, and the one replaced ends once no rank of it runs any more."""
+    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in PER_RANK))
     with _servers_lock:
         server = _servers.get(key)
         if server is None or not server.alive:
