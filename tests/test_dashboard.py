@@ -78,7 +78,7 @@ def serving(warehouse: Path) -> Iterator[tuple[str, list[str]]]:
                 return
         pytest.fail(f"maya dashboard exited: {lines}")
     finally:
-        server.terminate()
+        server.kill()  # not SIGTERM: a parent that ignores it (nohup, some CI runners) passes that on
         server.wait(timeout=30)
 
 
