@@ -4,8 +4,8 @@ most of a search point's cost), and the ranks share torch's pages.
 
 The zygote (`python -m maya.collectors.emulator.forkserver`) listens on an abstract Unix socket. A
 request carries the rank's argv, environment and working directory, and the write end of a pipe for
-its output; the zygote forks, answers the child's pid and, when it exits, its exit status (as
-`subprocess` reports it: negative for a signal). The child becomes a fresh emulated process
+its output; the zygote forks and, when the child exits, answers its exit status (as `subprocess`
+reports it: negative for a signal). The child becomes a fresh emulated process
 (`maya_emu_restart`, refused if the zygote recorded anything) and runs `runner.py`. The zygote ends,
 and stops its children, when the process that started it closes its stdin.
 
