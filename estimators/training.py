@@ -13,10 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from sklearn.model_selection import GroupKFold, ShuffleSplit
+
+from maya.paths import data_dir
 
 from .calls import KEY_COLUMNS, normalize
 from .efficiency_model import Band, EfficiencyModel, ModelParams
@@ -47,7 +51,20 @@ class TrainConfig:
     every call; half the training, for leave-one-GPU-out runs that only use the transfer model)."""
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+        """Of this configuration and of the code it runs (`code_digest`)."""
+        return hashlib.sha256(json.dumps({**asdict(self), "code": code_digest()}, sort_keys=True).encode()).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """SHA-256 of what turns measurements into a model besides the configuration: the estimators'
+    source and the hardware catalog (its spec-sheet figures are features). A changed Maya then trains
+    a new version instead of reusing one that other code built from the same data."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update((data_dir() / "hardware" / "catalog.json").read_bytes())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -105,3 +105,13 @@ def test_artifact_round_trip_keeps_floors_and_predictions(measured):
         assert models.floors.by_op and loaded.models[family].floors == models.floors
     calls = measured.head(50).assign(m=lambda d: d["m"] + 5, row=lambda d: d["row"] + 5)  # not looked up
     pd.testing.assert_frame_equal(loaded.predict(calls), estimator.predict(calls))
+
+
+def test_changed_estimator_code_trains_a_new_version(measured, monkeypatch):
+    """Same data and configuration, other code (e.g. an upgraded Maya): the old version is not reused."""
+    from maya.estimators import training
+
+    first = train_version(measured, SMALL)
+    monkeypatch.setattr(training, "code_digest", lambda: "other code")
+    again = train_version(measured, SMALL)
+    assert not again.reused and again.record.version == "v2" and again.record.config_hash != first.record.config_hash
