@@ -5,6 +5,7 @@ do not model, no cluster for the hardware) fall back to `RooflineDurations`."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -14,11 +15,29 @@ from maya.hardware import Hardware
 from .durations import RooflineDurations
 from .opcodes import COLL, DEVICE_OPS
 
+if TYPE_CHECKING:
+    from maya.estimators import ClusterSpec
+
 CALL_FRAME_COLUMNS = ("family", "op", "dtype", "batch", "m", "n", "k", "numel", "row", "operands", "flops")
 
 
 class EstimatorsUnavailable(RuntimeError):
     """maya.estimators cannot be imported or has no usable version."""
+
+
+def cluster_spec(name: str | None, hardware: Hardware | None) -> ClusterSpec | None:
+    """The named cluster spec (shipped name or file; unknown: ValueError), else the first shipped cluster
+    of `hardware`, else None."""
+    from maya.estimators.clusters import UnknownCluster, cluster_names, load_cluster
+
+    if name is not None:
+        try:
+            return load_cluster(name)
+        except UnknownCluster as e:
+            raise ValueError(str(e)) from None
+    if hardware is None:
+        return None
+    return next((spec for spec in map(load_cluster, cluster_names()) if spec.hardware == hardware.name), None)
 
 
 class CollectiveDurations:
@@ -29,13 +48,8 @@ class CollectiveDurations:
     collective_includes_wait = False
 
     def __init__(self, cluster: str | None = None, fallback: RooflineDurations | None = None):
-        from maya.estimators import load_cluster
-
         if cluster is not None:
-            try:
-                load_cluster(cluster)
-            except KeyError as e:
-                raise ValueError(str(e)) from None
+            cluster_spec(cluster, None)  # an unknown name fails here, before anything is priced
         self.cluster = cluster
         self.fallback = fallback or RooflineDurations()
         self.name = f"collective model ({cluster})" if cluster else "collective model"
@@ -45,12 +59,9 @@ class CollectiveDurations:
     def _model(self, hardware: Hardware):
         """The collective model of the named cluster, else of the first shipped cluster of this hardware."""
         from maya.estimators import CollectiveModel
-        from maya.estimators.clusters import cluster_names, load_cluster
 
         if hardware.name not in self._models:
-            names = [self.cluster] if self.cluster else cluster_names()
-            specs = [load_cluster(name) for name in names]
-            chosen = next((s for s in specs if self.cluster or s.hardware == hardware.name), None)
+            chosen = cluster_spec(self.cluster, hardware)
             self._models[hardware.name] = CollectiveModel(chosen) if chosen else None
         return self._models[hardware.name]
 

@@ -16,7 +16,6 @@ captured or measured on, each change listed as an assumption of the prediction (
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -24,11 +23,9 @@ import pandas as pd
 from maya.hardware import Hardware
 
 from .durations import DurationProvider, MeasuredDurations
+from .estimator_durations import cluster_spec
 from .opcodes import COLL, DEVICE_OPS
 from .trace import RankTrace, TraceSet
-
-if TYPE_CHECKING:
-    from maya.estimators import ClusterSpec
 
 DEFAULT_GPUS_PER_NODE = 8
 """Ranks per node when neither the trace nor a cluster spec says."""
@@ -46,19 +43,6 @@ def source_hardware(traces: TraceSet) -> Hardware | None:
             except KeyError:
                 continue
     return None
-
-
-def cluster_spec(name: str | None, hardware: Hardware) -> ClusterSpec | None:
-    """The named cluster spec (shipped name or file), else the first shipped cluster of `hardware`, else
-    None."""
-    from maya.estimators.clusters import UnknownCluster, cluster_names, load_cluster
-
-    if name is not None:
-        try:
-            return load_cluster(name)
-        except UnknownCluster as e:
-            raise ValueError(str(e)) from None
-    return next((spec for spec in map(load_cluster, cluster_names()) if spec.hardware == hardware.name), None)
 
 
 def with_nodes(traces: TraceSet, gpus_per_node: int) -> TraceSet:

@@ -86,6 +86,16 @@ def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=["batch", "m", "n", "k"])
 
 
+def _set_gemms(rows: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, dtypes: np.ndarray,
+               op: np.ndarray, num: dict[str, np.ndarray]) -> None:
+    """GEMM op name, shape, FLOPs and operand bytes of `rows` (in place)."""
+    itemsize = np.array([DTYPE_BYTES.get(d, 4) for d in dtypes], dtype="float64")
+    op[rows] = np.where(b > 1, "bmm", "mm")
+    num["batch"][rows], num["m"][rows], num["n"][rows], num["k"][rows] = b, m, n, k
+    num["flops"][rows] = 2 * b * m * n * k
+    num["work_bytes"][rows] = itemsize * b * (m * k + k * n + m * n)
+
+
 def _own_sizes(calls: pd.DataFrame, launched: np.ndarray, numel: np.ndarray) -> None:
     """Library kernels that carry their own element count (`args.elements`: a cuDNN RNN's cell kernel
     per time step, where the enclosing op's shapes cover all steps) are sized by it (in place)."""
@@ -118,23 +128,20 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
     kernel_family = _codes_map(calls["kernel_id"], families, "other")
     family[launched] = np.where(np.isin(kernel_family, KERNEL_FAMILIES), kernel_family, "other")[launched]
     if len(trace.ops) and launched.any():
-        shapes = _op_shapes(trace.ops.drop_duplicates("op_id"))
-        op_rows = shapes.reindex(calls["op_id"].to_numpy())
+        ops = trace.ops.drop_duplicates("op_id")
+        op_rows = _op_shapes(ops).reindex(calls["op_id"].to_numpy())
         op[launched] = op_rows["op_name"].fillna("").to_numpy()[launched]
         num["numel"][launched] = op_rows["numel"].to_numpy()[launched]
         num["row"][launched] = op_rows["row"].to_numpy()[launched]
         _own_sizes(calls, launched, num["numel"])
         known = launched & op_rows["dtype"].notna().to_numpy()
         dtype[known] = op_rows["dtype"].to_numpy()[known]
-        gemms = _op_gemms(trace.ops.drop_duplicates("op_id")).reindex(calls["op_id"].to_numpy())
-        shaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy() & gemms["m"].notna().to_numpy()
-        if shaped.any():
-            b, m, nn, k = (gemms[c].to_numpy()[shaped] for c in ("batch", "m", "n", "k"))
-            itemsize = np.array([DTYPE_BYTES.get(d, 4) for d in dtype[shaped]], dtype="float64")
-            op[shaped] = np.where(b > 1, "bmm", "mm")
-            num["batch"][shaped], num["m"][shaped], num["n"][shaped], num["k"][shaped] = b, m, nn, k
-            num["flops"][shaped] = 2 * b * m * nn * k
-            num["work_bytes"][shaped] = itemsize * b * (m * k + k * nn + m * nn)
+        unshaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy()  # measured traces' GEMMs
+        if unshaped.any():
+            gemms = _op_gemms(ops).reindex(calls["op_id"].to_numpy())
+            shaped = unshaped & gemms["m"].notna().to_numpy()
+            _set_gemms(shaped, *(gemms[c].to_numpy()[shaped] for c in ("batch", "m", "n", "k")), dtype[shaped],
+                       op, num)
     # copies and memsets
     api = calls["api"].astype(str).str.lower()
     copy = (api.str.contains("memcpy|memset", regex=True) & calls["bytes"].notna()).to_numpy() & not_coll
@@ -150,12 +157,9 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         kind = _codes_map(g["gemm_dtype_a"], {d: dtype_name(d) for d in g["gemm_dtype_a"].unique()}, None)
         kind = np.where(pd.isna(kind), "fp32", kind)
         kind = np.where((kind == "fp32") & (g["gemm_compute_type"] == "tf32").to_numpy(), "tf32", kind)
-        b, m, nn, k = (g[c].to_numpy(dtype="float64", na_value=1.0) for c in ("gemm_batch", "gemm_m", "gemm_n", "gemm_k"))
-        itemsize = np.array([DTYPE_BYTES.get(d, 4) for d in kind], dtype="float64")
-        family[gemm], op[gemm], dtype[gemm] = "gemm", np.where(b > 1, "bmm", "mm"), kind
-        num["batch"][gemm], num["m"][gemm], num["n"][gemm], num["k"][gemm] = b, m, nn, k
-        num["flops"][gemm] = 2 * b * m * nn * k
-        num["work_bytes"][gemm] = itemsize * b * (m * k + k * nn + m * nn)
+        family[gemm], dtype[gemm] = "gemm", kind
+        _set_gemms(gemm, *(g[c].to_numpy(dtype="float64", na_value=1.0)
+                           for c in ("gemm_batch", "gemm_m", "gemm_n", "gemm_k")), kind, op, num)
     _attention(calls, family, op, dtype, num)
     collective, comm_bytes = _collectives(calls, opcodes)
     return pd.DataFrame({"family": family, "op": op, "dtype": dtype, **num, "collective": collective,
