@@ -10,8 +10,9 @@ from maya.collectors.emulator import mailbox
 @pytest.fixture
 def as_rank(monkeypatch, tmp_path):
     """Install the mailbox as rank `rank`; torch.distributed is restored after the test."""
-    monkeypatch.setattr(dist, "send_object_list", dist.send_object_list)
-    monkeypatch.setattr(dist, "recv_object_list", dist.recv_object_list)
+    for name in ("send_object_list", "recv_object_list", "broadcast_object_list", "scatter_object_list",
+                 "all_gather_object", "gather_object"):  # everything mailbox.install replaces
+        monkeypatch.setattr(dist, name, getattr(dist, name))
 
     def install(rank: int):
         mailbox.install(tmp_path, rank)
@@ -34,7 +35,7 @@ def test_objects_arrive_in_order_and_in_place(as_rank, tmp_path):
 def test_receiver_waits_for_a_late_sender(as_rank):
     _, recv = as_rank(1)
     got = [None]
-    waiter = threading.Thread(target=recv, args=(got,), kwargs={"src": 0})
+    waiter = threading.Thread(target=recv, args=(got,), kwargs={"src": 0}, daemon=True)
     waiter.start()
     send, _ = as_rank(0)
     send(["late"], dst=1)

@@ -156,12 +156,11 @@ def _cxx11_abi(torch_lib: Path) -> int:
     return int("__cxx11" in out)
 
 
-def _build_ops_observer(out_dir: Path) -> None:
+def _build_ops_observer(out_dir: Path, cxx: str) -> None:
     torch_dir = _site_dir("torch")
     torch_lib = torch_dir / "lib"
     if not (torch_dir / "include" / "ATen" / "record_function.h").exists():
         raise BuildError(f"torch's C++ headers are missing under {torch_dir / 'include'}: reinstall torch")
-    cxx = _tool(os.environ.get("CXX", "g++"))
     # -DNDEBUG as torch release builds: RecordFunction has debug-only members, so it changes the layout
     _run([cxx, "-O2", "-DNDEBUG", "-fPIC", "-std=c++20", "-fvisibility=hidden", "-w",
           f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}", f"-I{torch_dir / 'include'}", "-shared", "-o", str(out_dir / OPS), str(NATIVE / OPS_SOURCE),
@@ -175,7 +174,7 @@ def _version_script(lib: StubLib, names: set[str]) -> str:
     return f"{tag} {{\n" + (f"  global:\n{body}" if body else "") + "  local: *;\n};\n"
 
 
-def build_key(cc: str) -> str:
+def build_key(cc: str, cxx: str) -> str:
     h = hashlib.sha256()
     for p in sorted(NATIVE.glob("*")):
         h.update(p.name.encode() + p.read_bytes())
@@ -184,14 +183,14 @@ def build_key(cc: str) -> str:
         st = lib.stat()
         h.update(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}".encode())
     h.update(_run([cc, "--version"]).encode())
-    h.update(_run([_tool(os.environ.get("CXX", "g++")), "--version"]).encode())
+    h.update(_run([cxx, "--version"]).encode())
     return h.hexdigest()[:16]
 
 
 def build(cache_root: Path) -> Path:
     """Build (or reuse) the stub libraries; returns the directory holding them."""
-    cc = _tool(os.environ.get("CC", "gcc"))
-    key = build_key(cc)
+    cc, cxx = _tool(os.environ.get("CC", "gcc")), _tool(os.environ.get("CXX", "g++"))
+    key = build_key(cc, cxx)
     final = cache_root / key
     if (final / ".complete").exists():
         return final
@@ -206,7 +205,7 @@ def build(cache_root: Path) -> Path:
         core_flags = [f for f in cflags if f != "-fvisibility=hidden"]  # the stubs link against all of it
         _run([cc, *core_flags, *incs, "-shared", "-o", str(tmp / CORE), "-Wl,-soname," + CORE,
               *(str(NATIVE / s) for s in CORE_SOURCES), "-lpthread", "-ldl"])
-        _build_ops_observer(tmp)
+        _build_ops_observer(tmp, cxx)
         for lib in LIBS:
             objs = []
             for src in lib.sources:

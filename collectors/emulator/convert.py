@@ -32,7 +32,7 @@ SCOPE_BACKWARD_FUNCTION = 1  # at::RecordScope
 OP_FLAG_AUTOGRAD_THREAD = 1
 
 DOMAINS = np.array(["runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "other"])
-D_CUDNN = 4
+REPLAYED = json.dumps({"cuda_graph_replay": True})
 DTYPES = np.array([None, "fp32", "fp16", "bf16", "fp64", "tf32", "int8", "int32", "fp8e4m3", "fp8e5m2", "int64",
                    "uint8"], dtype=object)
 MEMCPY_KINDS = np.array(["HtoH", "HtoD", "DtoH", "DtoD", "default", "PtoP"], dtype=object)
@@ -150,11 +150,11 @@ def _attention(r: np.ndarray, kernels: dict[int, str]) -> tuple[np.ndarray, list
 def api_calls_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
     r = cap.records[cap.records["kind"] != K_ALLOC]
     a, kind = r["a"], r["kind"]
-    attn_kernels, attn_args = _attention(r, cap.kernels)
-    for i in np.flatnonzero((kind == K_LAUNCH) & (r["domain"] == D_CUDNN) & (a[:, 7] > 0)):
-        attn_args[i] = json.dumps({"elements": int(a[i, 7])})  # a library kernel's own size
+    attn_kernels, args = _attention(r, cap.kernels)
+    for i in np.flatnonzero((kind == K_LAUNCH) & (a[:, 7] > 0)):
+        args[i] = json.dumps({"elements": int(a[i, 7])})  # a library kernel's own size
     for i in np.flatnonzero(r["flags"] & F_GRAPH_REPLAY):  # device work a cudaGraphLaunch replayed
-        attn_args[i] = json.dumps({**json.loads(attn_args[i] or "{}"), "cuda_graph_replay": True})
+        args[i] = REPLAYED if args[i] is None else json.dumps({**json.loads(args[i]), "cuda_graph_replay": True})
     attn = kind == K_ATTN
     launch, gemm, copy, memset, coll, event = (kind == k for k in (K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT))
     names = np.array([cap.apis.get(i, f"api#{i}") for i in range(max(cap.apis, default=-1) + 1)] or [""], dtype=object)
@@ -202,7 +202,7 @@ def api_calls_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
         "comm_seq": _masked(a[:, 6], coll),
         "event_id": _masked(a[:, 0], event | ((kind == K_SYNC) & (a[:, 0] >= 0))),
         "data_dependent": pa.array((r["flags"] & F_DATA_DEPENDENT) != 0),
-        "args": pa.array(attn_args, type=pa.string()),
+        "args": pa.array(args, type=pa.string()),
     })
 
 

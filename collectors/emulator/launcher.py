@@ -72,7 +72,7 @@ def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
-def _rank_env(lib_dir: Path, raw: Path, rank: int, topo: Topology, port: int) -> dict[str, str]:
+def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology, port: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
         "LD_PRELOAD": ":".join(preload_list(lib_dir)),
@@ -80,7 +80,7 @@ def _rank_env(lib_dir: Path, raw: Path, rank: int, topo: Topology, port: int) ->
         "MAYA_EMU_LIBS": str(lib_dir),
         "MAYA_EMU_CONFIG": str(raw / "config"),
         "MAYA_EMU_OUT": str(raw),
-        "MAYA_EMU_MAILBOX": str(raw.parent / "mailbox"),
+        "MAYA_EMU_MAILBOX": str(mailbox),
         "RANK": str(rank), "WORLD_SIZE": str(topo.world_size),
         "LOCAL_RANK": str(rank % topo.nproc_per_node), "LOCAL_WORLD_SIZE": str(topo.nproc_per_node),
         "GROUP_RANK": str(rank // topo.nproc_per_node), "NODE_RANK": str(rank // topo.nproc_per_node),
@@ -140,7 +140,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
         (raw / "config").write_text(_config(hw, raw, rank, topology.nproc_per_node))
         t0 = time.monotonic()
         try:
-            returncode = _run_rank(list(argv), _rank_env(lib_dir, raw, rank, topology, port),
+            returncode = _run_rank(list(argv), _rank_env(lib_dir, raw, mailbox, rank, topology, port),
                                    out_dir / "logs" / f"rank{rank}.txt", echo=on_output if rank == wanted[0] else None)
         finally:
             mark_ended(mailbox, rank)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "gemm.h"
 #include "maya_emu.h"
 
 typedef struct {
@@ -320,12 +321,7 @@ static void record_convolution(bdesc *conv, int64_t stream) {
   else if (conv->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR) { m = in_pixels; n = nw >= 2 ? w[1] : 0; k = krs; }
   else { m = k_per_group; n = crs; k = out_pixels; }
   int dt = cudnn_dtype(xd);
-  maya_rec *r = maya_begin(API("cudnnBackendExecute"), D_CUDNN, K_GEMM);
-  r->stream = stream;
-  r->a[0] = m; r->a[1] = n; r->a[2] = k; r->a[3] = groups;
-  r->a[5] = (int64_t)dt | ((int64_t)dt << 16) | ((int64_t)dt << 32);
-  r->a[6] = dt;
-  maya_end(r, 0);
+  maya_record_gemm(API("cudnnBackendExecute"), D_CUDNN, stream, m, n, k, groups, 0, 0, dt, dt, dt, dt);
 }
 
 MAYA_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
@@ -366,13 +362,8 @@ MAYA_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackend
     int na = dims_of(child(first_matmul, CUDNN_ATTR_OPERATION_MATMUL_ADESC), a, 8);
     dims_of(child(first_matmul, CUDNN_ATTR_OPERATION_MATMUL_BDESC), b, 8);
     int dt = cudnn_dtype(child(first_matmul, CUDNN_ATTR_OPERATION_MATMUL_ADESC));
-    maya_rec *r = maya_begin(API("cudnnBackendExecute"), D_CUDNN, K_GEMM);
-    r->stream = stream;
-    r->a[0] = na >= 2 ? a[na - 2] : 0; r->a[1] = na >= 2 ? b[na - 1] : 0; r->a[2] = na >= 2 ? a[na - 1] : 0;
-    r->a[3] = na == 3 ? a[0] : 1;
-    r->a[5] = (int64_t)dt | ((int64_t)dt << 16) | ((int64_t)dt << 32);
-    r->a[6] = dt;
-    maya_end(r, 0);
+    maya_record_gemm(API("cudnnBackendExecute"), D_CUDNN, stream, na >= 2 ? a[na - 2] : 0, na >= 2 ? b[na - 1] : 0,
+                     na >= 2 ? a[na - 1] : 0, na == 3 ? a[0] : 1, 0, 0, dt, dt, dt, dt);
   } else {
     maya_rec *r = maya_begin(API("cudnnBackendExecute"), D_CUDNN, K_PLAIN);
     r->stream = stream;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "maya_emu.h"
 
 #define MAX_DIMS 8
@@ -365,12 +366,7 @@ typedef struct {
 } rnn_call;
 
 static void gemm(const rnn_call *c, int64_t m, int64_t n, int64_t k) {
-  maya_rec *r = maya_begin(c->api, D_CUDNN, K_GEMM);
-  r->stream = c->stream;
-  r->a[0] = m; r->a[1] = n; r->a[2] = k; r->a[3] = 1;
-  r->a[5] = (int64_t)c->dt | ((int64_t)c->dt << 16) | ((int64_t)c->dt << 32);
-  r->a[6] = c->compute;
-  maya_end(r, 0);
+  maya_record_gemm(c->api, D_CUDNN, c->stream, m, n, k, 1, 0, 0, c->dt, c->dt, c->dt, c->compute);
 }
 
 static rnn_call call_of(int api, cudnnHandle_t handle, const rnn_desc *r) {

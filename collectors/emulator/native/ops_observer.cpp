@@ -212,9 +212,10 @@ int32_t name_id(const char* name) {
   return id;
 }
 
-int32_t inputs_id(const at::RecordFunction& fn) {
+int32_t inputs_id(const at::RecordFunction& fn, int32_t name) {
   if (fn.inputs().empty()) return -1;  // (num_inputs() counts schema arguments only)
-  if (fn.name() == std::string_view(at::kParamCommsCallName)) return intern(signature_text(fn));
+  static const int32_t param_comms = intern(at::kParamCommsCallName);
+  if (name == param_comms) return intern(signature_text(fn));  // its process group, not cached by shape
   thread_local std::unordered_map<uint64_t, int32_t> cache;
   uint64_t h = signature_hash(fn);
   auto it = cache.find(h);
@@ -256,8 +257,9 @@ void leave(ThreadState& s, int64_t id) {
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (forked_child) return nullptr;
-  return std::make_unique<OpContext>(
-      enter(state(), name_id(fn.name()), inputs_id(fn), static_cast<int32_t>(fn.scope()), fn.seqNr()));
+  int32_t name = name_id(fn.name());
+  return std::make_unique<OpContext>(enter(state(), name, inputs_id(fn, name), static_cast<int32_t>(fn.scope()),
+                                           fn.seqNr()));
 }
 
 void on_exit(const at::RecordFunction&, at::ObserverContext* ctx) {
