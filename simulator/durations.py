@@ -84,7 +84,7 @@ class MeasuredDurations:
         start = rebased(calls["start_ns"], calls["start_ns"])
         returned = start + calls["duration_ns"].to_numpy(dtype="float64", na_value=0.0)
         began = rebased(calls["device_start_ns"], calls["start_ns"])
-        ended = began + calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan)
+        ended = device_end(calls)
         launched = (np.isin(calls["opcode"].to_numpy(), DEVICE_OPS) & ~np.isnan(began)
                     & (calls["domain"] != "device").to_numpy())
         streams = calls["stream_id"].fillna(-1).to_numpy()
@@ -104,12 +104,16 @@ def rebased(times: pd.Series, reference: pd.Series) -> np.ndarray:
     return (times.astype("Int64") - base).to_numpy(dtype="float64", na_value=np.nan)
 
 
+def device_end(calls: pd.DataFrame) -> np.ndarray:
+    """When each call's measured device work ended, rebased as `rebased` does; NaN where unmeasured."""
+    return (rebased(calls["device_start_ns"], calls["start_ns"])
+            + calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan))
+
+
 def _after_awaited(calls: pd.DataFrame, start: np.ndarray, own: np.ndarray) -> np.ndarray:
     """Per call: the measured time from when the device work it could wait for had finished (or from its
     start, if later) to its return."""
-    device_end = (rebased(calls["device_start_ns"], calls["start_ns"])
-                  + calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan))
-    filled = np.nan_to_num(device_end, nan=-np.inf)
+    filled = np.nan_to_num(device_end(calls), nan=-np.inf)
     any_stream = np.maximum.accumulate(filled) if len(filled) else filled
     same_stream = pd.Series(filled).groupby(calls["stream_id"].fillna(-1).to_numpy()).cummax().to_numpy()
     ops = calls["opcode"].to_numpy()

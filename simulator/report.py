@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from .durations import rebased
+from .durations import device_end, rebased
 from .engine import RankResult
 from .intervals import union
 from .iterations import Iterations
@@ -150,9 +150,7 @@ def measured_iteration(trace: RankTrace, iterations: Iterations) -> float | None
         return None
     start = rebased(calls["start_ns"], calls["start_ns"])
     host_end = start + calls["duration_ns"].to_numpy(dtype="float64", na_value=0.0)
-    device_end = (rebased(calls["device_start_ns"], calls["start_ns"])
-                  + calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan))
-    ends = np.maximum.accumulate(np.maximum.reduceat(np.fmax(host_end, device_end), iterations.bounds[:-1]))
+    ends = np.maximum.accumulate(np.maximum.reduceat(np.fmax(host_end, device_end(calls)), iterations.bounds[:-1]))
     durations = ends - np.concatenate([[start.min()], ends[:-1]])
     pick, weights = _median_pick(durations[iterations.steady])
     return float(weights @ durations[iterations.steady][pick])
