@@ -126,12 +126,17 @@ class ForkServer:
         self.proc.stdout.close()
 
 
-_servers: dict[tuple, ForkServer] = {}  # the current zygote, by environment
-_servers_lock = threading.Lock()
+_current: tuple[tuple, ForkServer] | None = None  # the zygote kept, with the environment key it serves
+_lock = threading.Lock()
 
 
 def enabled() -> bool:
     return os.environ.get("MAYA_EMU_FORKSERVER", "1") != "0"
+
+
+def current() -> ForkServer | None:
+    """The zygote this process keeps, if any."""
+    return _current[1] if _current else None
 
 
 @contextmanager
@@ -139,21 +144,22 @@ def lease(env: Mapping[str, str]) -> Iterator[ForkServer]:
     """The zygote for `env` (environments that agree on the IMPORT_TIME variables, but for PER_RANK,
     share one), held for one rank. One zygote is kept for the life of this process; a changed
     environment replaces it, and the one replaced ends once no rank of it runs any more."""
+    global _current
     key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in PER_RANK))
-    with _servers_lock:
-        server = _servers.get(key)
-        if server is None or not server.alive:
-            for old in _servers.values():
-                old.retired = True
-                if not old.active:
-                    old.close()
-            _servers.clear()
-            server = _servers[key] = ForkServer({k: v for k, v in env.items() if k not in PER_RANK})
+    with _lock:
+        if _current is None or _current[0] != key or not _current[1].alive:
+            if _current is not None:
+                _current[1].retired = True
+                if not _current[1].active:
+                    _current[1].close()
+            _current = None
+            _current = (key, ForkServer({k: v for k, v in env.items() if k not in PER_RANK}))
+        server = _current[1]
         server.active += 1
     try:
         yield server
     finally:
-        with _servers_lock:
+        with _lock:
             server.active -= 1
             if server.retired and not server.active:
                 server.close()
@@ -161,9 +167,10 @@ def lease(env: Mapping[str, str]) -> Iterator[ForkServer]:
 
 @atexit.register
 def _close_all() -> None:
-    for server in _servers.values():
-        server.close()
-    _servers.clear()
+    global _current
+    if _current is not None:
+        _current[1].close()
+    _current = None
 
 
 # ------------------------------------------------------------------ the zygote
