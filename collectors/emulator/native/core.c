@@ -391,6 +391,7 @@ void maya_set(void *dst, int value, size_t n) {
 typedef struct kern {
   const void *host_fun;
   const char *name;
+  const void *module; /* the fat binary the kernel was registered from (cudart.c), NULL if none */
   int64_t id;
   struct kern *next;
 } kern;
@@ -401,14 +402,24 @@ static int64_t next_kernel_id;
 
 static unsigned kbucket(const void *p) { return (unsigned)(((uintptr_t)p >> 4) * 2654435761u) % KERNEL_BUCKETS; }
 
-void maya_register_kernel(const void *host_fun, const char *name) {
+void maya_register_kernel(const void *host_fun, const char *name, const void *module) {
   kern *k = malloc(sizeof *k);
-  k->host_fun = host_fun; k->name = name; k->id = -1;
+  k->host_fun = host_fun; k->name = name; k->module = module; k->id = -1;
   unsigned h = kbucket(host_fun);
   pthread_mutex_lock(&lock);
   k->next = kernels[h];
   kernels[h] = k;
   pthread_mutex_unlock(&lock);
+}
+
+const void *maya_kernel_module(const void *host_fun) {
+  unsigned h = kbucket(host_fun);
+  pthread_mutex_lock(&lock);
+  kern *k = kernels[h];
+  while (k && k->host_fun != host_fun) k = k->next; /* the latest registration, as maya_kernel_id */
+  const void *module = k ? k->module : NULL;
+  pthread_mutex_unlock(&lock);
+  return module;
 }
 
 static int64_t assign_id(kern *k) {
@@ -432,7 +443,7 @@ int64_t maya_kernel_id(const void *host_fun) {
     char *name = malloc(48);
     snprintf(name, 48, "unregistered_kernel_%p", host_fun);
     k = malloc(sizeof *k);
-    k->host_fun = host_fun; k->name = name; k->id = -1;
+    k->host_fun = host_fun; k->name = name; k->module = NULL; k->id = -1;
     k->next = kernels[h];
     kernels[h] = k;
   }
@@ -449,7 +460,7 @@ int64_t maya_kernel_id_by_name(const char *name) {
   while (k && strcmp(k->name, name)) k = k->next;
   if (!k) {
     k = malloc(sizeof *k);
-    k->host_fun = NULL; k->name = strdup(name); k->id = -1;
+    k->host_fun = NULL; k->name = strdup(name); k->module = NULL; k->id = -1;
     k->next = named;
     named = k;
   }

@@ -99,32 +99,160 @@ MAYA_EXPORT cudaError_t cudaGetLastError(void) {
 
 MAYA_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
-#define ERR(name, text) case name: return text;
+/* Every cudaError_t of CUDA 13 (driver_types.h), with the runtime's description. */
+#define CUDA_ERRORS(X) \
+  X(cudaSuccess, "no error") \
+  X(cudaErrorInvalidValue, "invalid argument") \
+  X(cudaErrorMemoryAllocation, "out of memory") \
+  X(cudaErrorInitializationError, "initialization error") \
+  X(cudaErrorCudartUnloading, "driver shutting down") \
+  X(cudaErrorProfilerDisabled, "profiler disabled while using external profiling tool") \
+  X(cudaErrorProfilerNotInitialized, "profiler not initialized: call cudaProfilerInitialize()") \
+  X(cudaErrorProfilerAlreadyStarted, "profiler already started") \
+  X(cudaErrorProfilerAlreadyStopped, "profiler already stopped") \
+  X(cudaErrorInvalidConfiguration, "invalid configuration argument") \
+  X(cudaErrorVersionTranslation, "version translation failed") \
+  X(cudaErrorInvalidPitchValue, "invalid pitch argument") \
+  X(cudaErrorInvalidSymbol, "invalid device symbol") \
+  X(cudaErrorInvalidHostPointer, "invalid host pointer") \
+  X(cudaErrorInvalidDevicePointer, "invalid device pointer") \
+  X(cudaErrorInvalidTexture, "invalid texture reference") \
+  X(cudaErrorInvalidTextureBinding, "texture is not bound to a pointer") \
+  X(cudaErrorInvalidChannelDescriptor, "invalid channel descriptor") \
+  X(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy") \
+  X(cudaErrorAddressOfConstant, "invalid address of constant") \
+  X(cudaErrorTextureFetchFailed, "fetch from texture failed") \
+  X(cudaErrorTextureNotBound, "cannot fetch from a texture that is not bound") \
+  X(cudaErrorSynchronizationError, "incorrect use of __syncthreads()") \
+  X(cudaErrorInvalidFilterSetting, "linear filtering not supported for non-float type") \
+  X(cudaErrorInvalidNormSetting, "read as normalized float not supported for 32-bit non float type") \
+  X(cudaErrorMixedDeviceExecution, "device emulation mode and device execution mode cannot be mixed") \
+  X(cudaErrorNotYetImplemented, "feature not yet implemented") \
+  X(cudaErrorMemoryValueTooLarge, "memory size or pointer value too large to fit in 32 bit") \
+  X(cudaErrorStubLibrary, "CUDA driver is a stub library") \
+  X(cudaErrorInsufficientDriver, "CUDA driver version is insufficient for CUDA runtime version") \
+  X(cudaErrorCallRequiresNewerDriver, "API call is not supported in the installed CUDA driver") \
+  X(cudaErrorInvalidSurface, "invalid surface reference") \
+  X(cudaErrorDuplicateVariableName, "duplicate global variable looked up by string name") \
+  X(cudaErrorDuplicateTextureName, "duplicate texture looked up by string name") \
+  X(cudaErrorDuplicateSurfaceName, "duplicate surface looked up by string name") \
+  X(cudaErrorDevicesUnavailable, "CUDA-capable device(s) is/are busy or unavailable") \
+  X(cudaErrorIncompatibleDriverContext, "incompatible driver context") \
+  X(cudaErrorMissingConfiguration, "__global__ function call is not configured") \
+  X(cudaErrorPriorLaunchFailure, "unspecified launch failure in prior launch") \
+  X(cudaErrorLaunchMaxDepthExceeded, "launch would exceed maximum depth of nested launches") \
+  X(cudaErrorLaunchFileScopedTex, "launch failed because kernel uses unsupported, file-scoped textures (texture objects are supported)") \
+  X(cudaErrorLaunchFileScopedSurf, "launch failed because kernel uses unsupported, file-scoped surfaces (surface objects are supported)") \
+  X(cudaErrorSyncDepthExceeded, "cudaDeviceSynchronize failed because caller's grid depth exceeds cudaLimitDevRuntimeSyncDepth") \
+  X(cudaErrorLaunchPendingCountExceeded, "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount") \
+  X(cudaErrorInvalidDeviceFunction, "invalid device function") \
+  X(cudaErrorNoDevice, "no CUDA-capable device is detected") \
+  X(cudaErrorInvalidDevice, "invalid device ordinal") \
+  X(cudaErrorDeviceNotLicensed, "device doesn't have valid Grid license") \
+  X(cudaErrorSoftwareValidityNotEstablished, "integrity checks failed") \
+  X(cudaErrorStartupFailure, "startup failure in cuda runtime") \
+  X(cudaErrorInvalidKernelImage, "device kernel image is invalid") \
+  X(cudaErrorDeviceUninitialized, "invalid device context") \
+  X(cudaErrorMapBufferObjectFailed, "mapping of buffer object failed") \
+  X(cudaErrorUnmapBufferObjectFailed, "unmapping of buffer object failed") \
+  X(cudaErrorArrayIsMapped, "array is mapped") \
+  X(cudaErrorAlreadyMapped, "resource already mapped") \
+  X(cudaErrorNoKernelImageForDevice, "no kernel image is available for execution on the device") \
+  X(cudaErrorAlreadyAcquired, "resource already acquired") \
+  X(cudaErrorNotMapped, "resource not mapped") \
+  X(cudaErrorNotMappedAsArray, "resource not mapped as array") \
+  X(cudaErrorNotMappedAsPointer, "resource not mapped as pointer") \
+  X(cudaErrorECCUncorrectable, "uncorrectable ECC error encountered") \
+  X(cudaErrorUnsupportedLimit, "limit is not supported on this architecture") \
+  X(cudaErrorDeviceAlreadyInUse, "exclusive-thread device already in use by a different thread") \
+  X(cudaErrorPeerAccessUnsupported, "peer access is not supported between these two devices") \
+  X(cudaErrorInvalidPtx, "a PTX JIT compilation failed") \
+  X(cudaErrorInvalidGraphicsContext, "invalid OpenGL or DirectX context") \
+  X(cudaErrorNvlinkUncorrectable, "uncorrectable NVLink error detected during the execution") \
+  X(cudaErrorJitCompilerNotFound, "PTX JIT compiler library not found") \
+  X(cudaErrorUnsupportedPtxVersion, "the provided PTX was compiled with an unsupported toolchain.") \
+  X(cudaErrorJitCompilationDisabled, "PTX JIT compilation was disabled") \
+  X(cudaErrorUnsupportedExecAffinity, "the provided execution affinity is not supported") \
+  X(cudaErrorUnsupportedDevSideSync, "device-side synchronization is not supported") \
+  X(cudaErrorContained, "an exception occurred on the device that is now contained") \
+  X(cudaErrorInvalidSource, "device kernel image is invalid") \
+  X(cudaErrorFileNotFound, "file not found") \
+  X(cudaErrorSharedObjectSymbolNotFound, "shared object symbol not found") \
+  X(cudaErrorSharedObjectInitFailed, "shared object initialization failed") \
+  X(cudaErrorOperatingSystem, "OS call failed or operation not supported on this OS") \
+  X(cudaErrorInvalidResourceHandle, "invalid resource handle") \
+  X(cudaErrorIllegalState, "the operation cannot be performed in the present state") \
+  X(cudaErrorLossyQuery, "attempted introspection would be semantically lossy") \
+  X(cudaErrorSymbolNotFound, "named symbol not found") \
+  X(cudaErrorNotReady, "device not ready") \
+  X(cudaErrorIllegalAddress, "an illegal memory access was encountered") \
+  X(cudaErrorLaunchOutOfResources, "too many resources requested for launch") \
+  X(cudaErrorLaunchTimeout, "the launch timed out and was terminated") \
+  X(cudaErrorLaunchIncompatibleTexturing, "launch uses incompatible texturing mode") \
+  X(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled") \
+  X(cudaErrorPeerAccessNotEnabled, "peer access has not been enabled") \
+  X(cudaErrorSetOnActiveProcess, "cannot set while device is active in this process") \
+  X(cudaErrorContextIsDestroyed, "context is destroyed") \
+  X(cudaErrorAssert, "device-side assert triggered") \
+  X(cudaErrorTooManyPeers, "peer mapping resources exhausted") \
+  X(cudaErrorHostMemoryAlreadyRegistered, "part or all of the requested memory range is already mapped") \
+  X(cudaErrorHostMemoryNotRegistered, "pointer does not correspond to a registered memory region") \
+  X(cudaErrorHardwareStackError, "hardware stack error") \
+  X(cudaErrorIllegalInstruction, "an illegal instruction was encountered") \
+  X(cudaErrorMisalignedAddress, "misaligned address") \
+  X(cudaErrorInvalidAddressSpace, "operation not supported on global/shared address space") \
+  X(cudaErrorInvalidPc, "invalid program counter") \
+  X(cudaErrorLaunchFailure, "unspecified launch failure") \
+  X(cudaErrorCooperativeLaunchTooLarge, "too many blocks in cooperative launch") \
+  X(cudaErrorTensorMemoryLeak, "tensor memory not completely freed") \
+  X(cudaErrorNotPermitted, "operation not permitted") \
+  X(cudaErrorNotSupported, "operation not supported (not emulated by Maya)") \
+  X(cudaErrorSystemNotReady, "system not yet initialized") \
+  X(cudaErrorSystemDriverMismatch, "system has unsupported display driver / cuda driver combination") \
+  X(cudaErrorCompatNotSupportedOnDevice, "forward compatibility was attempted on non supported HW") \
+  X(cudaErrorMpsConnectionFailed, "MPS client failed to connect to the MPS control daemon or the MPS server") \
+  X(cudaErrorMpsRpcFailure, "the remote procedural call between the MPS server and the MPS client failed") \
+  X(cudaErrorMpsServerNotReady, "MPS server is not ready to accept new MPS client requests") \
+  X(cudaErrorMpsMaxClientsReached, "the hardware resources required to create MPS client have been exhausted") \
+  X(cudaErrorMpsMaxConnectionsReached, "the hardware resources required to support device connections have been exhausted") \
+  X(cudaErrorMpsClientTerminated, "the MPS client has been terminated by the server") \
+  X(cudaErrorCdpNotSupported, "is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not support it") \
+  X(cudaErrorCdpVersionMismatch, "unsupported interaction between different versions of CUDA Dynamic Parallelism") \
+  X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing") \
+  X(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during capture") \
+  X(cudaErrorStreamCaptureMerge, "operation would result in a merge of separate capture sequences") \
+  X(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it began") \
+  X(cudaErrorStreamCaptureUnjoined, "capturing stream has unjoined work") \
+  X(cudaErrorStreamCaptureIsolation, "dependency created on uncaptured work in another stream") \
+  X(cudaErrorStreamCaptureImplicit, "operation would make the legacy stream depend on a capturing blocking stream") \
+  X(cudaErrorCapturedEvent, "operation not permitted on an event last recorded in a capturing stream") \
+  X(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence from another thread") \
+  X(cudaErrorTimeout, "wait operation timed out") \
+  X(cudaErrorGraphExecUpdateFailure, "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update") \
+  X(cudaErrorExternalDevice, "an async error has occurred in external entity outside of CUDA") \
+  X(cudaErrorInvalidClusterSize, "a kernel launch error has occurred due to cluster misconfiguration") \
+  X(cudaErrorFunctionNotLoaded, "the function handle is not loaded when calling an API that requires a loaded function") \
+  X(cudaErrorInvalidResourceType, "one or more resources passed in are not valid resource types for the operation") \
+  X(cudaErrorInvalidResourceConfiguration, "one or more resources are insufficient or non-applicable for the operation") \
+  X(cudaErrorStreamDetached, "the stream is detached") \
+  X(cudaErrorUnknown, "unknown error")
+
+#define ERROR_NAME(code, text) case code: return #code;
+#define ERROR_TEXT(code, text) case code: return text;
+
+/* torch reports a failed call with both (c10_cuda_check_implementation): a code either misses reads as
+ * an unknown error, hiding which one it was */
 MAYA_EXPORT const char *cudaGetErrorName(cudaError_t e) {
   switch (e) {
-    ERR(cudaSuccess, "cudaSuccess")
-    ERR(cudaErrorInvalidValue, "cudaErrorInvalidValue")
-    ERR(cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation")
-    ERR(cudaErrorInvalidDevice, "cudaErrorInvalidDevice")
-    ERR(cudaErrorNotSupported, "cudaErrorNotSupported")
-    ERR(cudaErrorNotReady, "cudaErrorNotReady")
-    ERR(cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle")
-    ERR(cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound")
-    default: return "cudaErrorUnknown";
+    CUDA_ERRORS(ERROR_NAME)
+    default: return "unrecognized error code";
   }
 }
 
 MAYA_EXPORT const char *cudaGetErrorString(cudaError_t e) {
   switch (e) {
-    ERR(cudaSuccess, "no error")
-    ERR(cudaErrorInvalidValue, "invalid argument")
-    ERR(cudaErrorMemoryAllocation, "out of memory")
-    ERR(cudaErrorInvalidDevice, "invalid device ordinal")
-    ERR(cudaErrorNotSupported, "operation not supported (not emulated by Maya)")
-    ERR(cudaErrorNotReady, "device not ready")
-    ERR(cudaErrorInvalidResourceHandle, "invalid resource handle")
-    ERR(cudaErrorSymbolNotFound, "named symbol not found")
-    default: return "unknown error";
+    CUDA_ERRORS(ERROR_TEXT)
+    default: return "unrecognized error code";
   }
 }
 
@@ -380,7 +508,7 @@ MAYA_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 MAYA_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
   (void)mode;
   int64_t stream = maya_stream_id(s);
-  if (maya_capturing(stream)) return cudaErrorIllegalState;
+  if (maya_capturing(stream)) return ret(cudaErrorIllegalState);
   maya_graph *g = maya_capture_begin(stream);
   maya_rec *r = maya_begin(API("cudaStreamBeginCapture"), D_RUNTIME, K_PLAIN);
   r->stream = stream;
@@ -398,7 +526,7 @@ MAYA_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
   r->a[1] = g ? (int64_t)maya_graph_size(g) : 0;
   maya_end(r, g ? 0 : cudaErrorStreamCaptureInvalidated);
   *graph = (cudaGraph_t)g;
-  return g ? cudaSuccess : cudaErrorStreamCaptureInvalidated;
+  return g ? cudaSuccess : ret(cudaErrorStreamCaptureInvalidated);
 }
 
 MAYA_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status) {
@@ -561,14 +689,121 @@ MAYA_EXPORT cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback
 
 /* ------------------------------------------------------------------ kernels */
 
-MAYA_EXPORT void **__cudaRegisterFatBinary(void *fatCubin) { return (void **)fatCubin; }
+/* Fat binaries. A module's fat binary holds one image per architecture it was built for: cubins (SASS)
+ * and PTX. For each kernel the driver loads the image the device can run, and cudaFuncGetAttributes
+ * reports that image's versions, not the device's compute capability. Code built for several
+ * architectures dispatches on them: CUB (sorts, scans, unique: embedding backward, torch.sort, ...)
+ * takes the PTX version of its EmptyKernel and fails with cudaErrorInvalidDeviceFunction unless it is
+ * an architecture its translation unit was compiled for. torch's wheels carry sm_75, sm_80, sm_86, sm_90,
+ * sm_100 and sm_120 cubins, so an L4 (sm_89) runs their sm_86 images and must say so.
+ *
+ * Layout (all little-endian): the wrapper __cudaRegisterFatBinary gets {u32 magic 0x466243b1, u32 version,
+ * data, ...}; data is {u32 magic 0xba55ed50, u16 version, u16 header size, u64 size of the entries}, then
+ * entries back to back, each {u16 kind (1 PTX, 2 cubin), u16, u32 entry header size, u64 padded payload
+ * size, ..., u32 arch at 28 (major * 10 + minor), ..., u64 flags at 40} and its payload. Flag bit 20 marks
+ * an architecture-specific image (sm_90a: that architecture only), bit 21 a family one (sm_100f). */
+
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+#define FATBIN_MAGIC 0xba55ed50u
+#define FATBIN_KIND_PTX 1
+#define FATBIN_KIND_CUBIN 2
+#define FATBIN_ARCH_SPECIFIC (1ull << 20)
+#define MAX_IMAGES 64
+
+typedef struct {
+  unsigned kind, arch;
+  int specific; /* 'a' image: runs on exactly its architecture */
+} fatbin_image;
+
+typedef struct {
+  void *fat_cubin; /* as registered */
+  int n;
+  fatbin_image images[MAX_IMAGES];
+} fatbin_module;
+
+static uint64_t read_le(const unsigned char *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+static void parse_fatbin(fatbin_module *m) {
+  const unsigned char *w = m->fat_cubin;
+  if (!w || read_le(w, 4) != FATBIN_WRAPPER_MAGIC) return;
+  const unsigned char *data;
+  memcpy(&data, w + 8, sizeof data);
+  if (!data || read_le(data, 4) != FATBIN_MAGIC) return;
+  uint64_t header = read_le(data + 6, 2), size = read_le(data + 8, 8);
+  const unsigned char *p = data + header, *end = p + size;
+  while (p + 64 <= end && m->n < MAX_IMAGES) {
+    uint64_t entry = read_le(p + 4, 4), payload = read_le(p + 8, 8);
+    if (entry < 64) break;
+    unsigned kind = (unsigned)read_le(p, 2);
+    if (kind == FATBIN_KIND_PTX || kind == FATBIN_KIND_CUBIN) {
+      fatbin_image *img = &m->images[m->n++];
+      img->kind = kind;
+      img->arch = (unsigned)read_le(p + 28, 4);
+      img->specific = (read_le(p + 40, 8) & FATBIN_ARCH_SPECIFIC) != 0;
+    }
+    if (payload > (uint64_t)(end - p) - entry) break;
+    p += entry + payload;
+  }
+}
+
+/* The image the driver would run on a device of compute capability `cc` (major * 10 + minor): the newest
+ * cubin of the device's major architecture not newer than it (an arch-specific one only on exactly its
+ * architecture), or PTX not newer than the device, JIT-compiled for it, whichever was compiled for the
+ * newer architecture. A real device with neither fails every launch with cudaErrorNoKernelImageForDevice
+ * (a V100 with torch's CUDA 13 wheels); the emulation goes on with the image nearest the device instead
+ * (the newest older one, else the oldest) and says so once. Returns 0 if the module has no images. */
+static int select_image(const fatbin_module *m, int cc, int *ptx_version, int *binary_version) {
+  int cubin = -1, ptx = -1, older = -1, oldest = -1, portable = 0;
+  for (int i = 0; m && i < m->n; i++) portable |= !m->images[i].specific;
+  for (int i = 0; m && i < m->n; i++) {
+    const fatbin_image *img = &m->images[i];
+    int arch = (int)img->arch;
+    if (!portable || !img->specific) { /* arch-specific images are the fallback's last resort */
+      if (arch <= cc && arch > older) older = arch;
+      if (oldest < 0 || arch < oldest) oldest = arch;
+    }
+    if (img->specific ? arch != cc : arch > cc) continue;
+    if (img->kind == FATBIN_KIND_CUBIN && arch / 10 == cc / 10 && arch > cubin) cubin = arch;
+    if (img->kind == FATBIN_KIND_PTX && arch > ptx) ptx = arch;
+  }
+  if (oldest < 0) return 0;
+  if (cubin >= 0 && cubin >= ptx) {
+    *ptx_version = *binary_version = cubin;
+  } else if (ptx >= 0) {
+    *ptx_version = ptx;
+    *binary_version = cc;
+  } else {
+    int nearest = older >= 0 ? older : oldest;
+    static int warned;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+      fprintf(stderr, "maya emulator: the CUDA code has no kernel image for sm_%d (a real %s would fail with "
+                      "\"no kernel image is available for execution on the device\"); emulating it with the "
+                      "nearest image, sm_%d\n", cc, maya_dev[maya_current_device()].name, nearest);
+    *ptx_version = *binary_version = nearest;
+  }
+  return 1;
+}
+
+MAYA_EXPORT void **__cudaRegisterFatBinary(void *fatCubin) {
+  fatbin_module *m = calloc(1, sizeof *m);
+  m->fat_cubin = fatCubin;
+  parse_fatbin(m);
+  return (void **)m; /* the handle: passed back to __cudaRegisterFunction */
+}
+
 MAYA_EXPORT void __cudaRegisterFatBinaryEnd(void **handle) { (void)handle; }
-MAYA_EXPORT void __cudaUnregisterFatBinary(void **handle) { (void)handle; }
+MAYA_EXPORT void __cudaUnregisterFatBinary(void **handle) {
+  (void)handle; /* kept: the module's kernels stay registered to the end of the process */
+}
 
 MAYA_EXPORT void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun, const char *deviceName,
                                         int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize) {
-  (void)handle; (void)deviceFun; (void)thread_limit; (void)tid; (void)bid; (void)bDim; (void)gDim; (void)wSize;
-  maya_register_kernel(hostFun, deviceName);
+  (void)deviceFun; (void)thread_limit; (void)tid; (void)bid; (void)bDim; (void)gDim; (void)wSize;
+  maya_register_kernel(hostFun, deviceName, handle);
 }
 
 MAYA_EXPORT void __cudaRegisterVar(void **handle, char *hostVar, char *deviceAddress, const char *deviceName, int ext,
@@ -632,13 +867,14 @@ MAYA_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, co
 }
 
 MAYA_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func) {
-  (void)func;
   const maya_device_cfg *d = &maya_dev[maya_current_device()];
+  int cc = d->major * 10 + d->minor;
   memset(attr, 0, sizeof *attr);
   attr->maxThreadsPerBlock = 1024;
   attr->numRegs = 32;
-  attr->ptxVersion = d->major * 10 + d->minor;
-  attr->binaryVersion = d->major * 10 + d->minor;
+  /* the versions of the image the device runs (see select_image); the device's own without a fat binary */
+  if (!select_image(maya_kernel_module(func), cc, &attr->ptxVersion, &attr->binaryVersion))
+    attr->ptxVersion = attr->binaryVersion = cc;
   attr->maxDynamicSharedSizeBytes = 49152;
   return cudaSuccess;
 }

@@ -90,16 +90,44 @@ MAYA_EXPORT CUresult cuCtxSynchronize(void) {
   return CUDA_SUCCESS;
 }
 
+/* The codes the stubs return (CUDA_ERROR_NOT_SUPPORTED: every API not emulated) and the common ones. */
+#define DRIVER_ERRORS(X) \
+  X(CUDA_SUCCESS, "no error") \
+  X(CUDA_ERROR_INVALID_VALUE, "invalid argument") \
+  X(CUDA_ERROR_OUT_OF_MEMORY, "out of memory") \
+  X(CUDA_ERROR_NOT_INITIALIZED, "initialization error") \
+  X(CUDA_ERROR_DEINITIALIZED, "driver shutting down") \
+  X(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected") \
+  X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal") \
+  X(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid") \
+  X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context") \
+  X(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device") \
+  X(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle") \
+  X(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state") \
+  X(CUDA_ERROR_NOT_FOUND, "named symbol not found") \
+  X(CUDA_ERROR_NOT_READY, "device not ready") \
+  X(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure") \
+  X(CUDA_ERROR_NOT_PERMITTED, "operation not permitted") \
+  X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported (not emulated by Maya)") \
+  X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture") \
+  X(CUDA_ERROR_UNKNOWN, "unknown error")
+
+#define DRIVER_ERROR_NAME(code, text) case code: *s = #code; return CUDA_SUCCESS;
+#define DRIVER_ERROR_TEXT(code, text) case code: *s = text; return CUDA_SUCCESS;
+
+/* as the driver, CUDA_ERROR_INVALID_VALUE for a code it does not know */
 MAYA_EXPORT CUresult cuGetErrorString(CUresult e, const char **s) {
-  *s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory"
-     : e == CUDA_ERROR_NOT_SUPPORTED ? "operation not supported (not emulated by Maya)" : "unknown error";
-  return CUDA_SUCCESS;
+  switch (e) {
+    DRIVER_ERRORS(DRIVER_ERROR_TEXT)
+    default: *s = "unrecognized error code"; return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 MAYA_EXPORT CUresult cuGetErrorName(CUresult e, const char **s) {
-  *s = e == CUDA_SUCCESS ? "CUDA_SUCCESS" : e == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
-     : e == CUDA_ERROR_NOT_SUPPORTED ? "CUDA_ERROR_NOT_SUPPORTED" : "CUDA_ERROR_UNKNOWN";
-  return CUDA_SUCCESS;
+  switch (e) {
+    DRIVER_ERRORS(DRIVER_ERROR_NAME)
+    default: *s = "unrecognized error code"; return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 /* ------------------------------------------------------------------ virtual memory management
@@ -256,9 +284,13 @@ MAYA_EXPORT CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const 
 
 MAYA_EXPORT CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attr, CUfunction fn) {
   (void)fn;
+  const maya_device_cfg *d = &maya_dev[maya_current_device()];
   switch (attr) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
+    /* modules loaded here (Triton, NVRTC) are compiled for the device they run on */
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = d->major * 10 + d->minor; break;
     default: *value = 0;
   }
   return CUDA_SUCCESS;

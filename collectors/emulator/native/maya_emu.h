@@ -102,8 +102,10 @@ int maya_is_host_alloc(const void *ptr);
 void maya_copy(void *dst, const void *src, size_t n);
 void maya_set(void *dst, int value, size_t n);
 
-/* kernels: host stub -> name; id assigned at first launch (names.tsv) */
-void maya_register_kernel(const void *host_fun, const char *name);
+/* kernels: host stub -> name and the module (the fat binary it was registered from, opaque here);
+ * id assigned at first launch (names.tsv) */
+void maya_register_kernel(const void *host_fun, const char *name, const void *module);
+const void *maya_kernel_module(const void *host_fun); /* NULL if never registered */
 int64_t maya_kernel_id(const void *host_fun);
 int64_t maya_kernel_id_by_name(const char *name); /* library kernels with no host stub */
 
