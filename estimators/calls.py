@@ -25,7 +25,8 @@ import pyarrow as pa
 FAMILIES: tuple[str, ...] = ("gemm", "attention", "elementwise", "reduction", "normalization", "softmax",
                              "embedding", "optimizer", "copy", "other")
 NUMERIC_COLUMNS: tuple[str, ...] = ("batch", "m", "n", "k", "numel", "row", "operands", "bytes", "flops")
-KEY_COLUMNS: tuple[str, ...] = ("hardware", "family", "op", "dtype") + NUMERIC_COLUMNS
+TEXT_COLUMNS: tuple[str, ...] = ("hardware", "family", "op", "dtype")
+KEY_COLUMNS: tuple[str, ...] = TEXT_COLUMNS + NUMERIC_COLUMNS
 """What identifies a measured shape (exact lookup)."""
 DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1,
                                "u8": 1, "int32": 4, "int64": 8, "bool": 1}
@@ -49,6 +50,11 @@ def normalize(calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
     _check_values(out, "family", FAMILIES)
     _check_values(out, "dtype", tuple(DTYPE_BYTES))
     return out
+
+
+def coded(frame: pd.DataFrame) -> pd.DataFrame:
+    """A normalised frame with its text columns as categoricals: cheap to take rows of and to factorize."""
+    return frame.astype({name: "category" for name in TEXT_COLUMNS})
 
 
 def element_bytes(dtype: pd.Series) -> np.ndarray:

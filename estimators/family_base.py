@@ -64,7 +64,9 @@ def log2(values: np.ndarray) -> np.ndarray:
     """log2 of positive finite sizes; NaN where the size is absent, not positive or infinite."""
     values = np.asarray(values, dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where((values > 0) & np.isfinite(values), np.log2(values), np.nan)
+        result = np.log2(values, out=np.empty_like(values))
+    result[~np.isfinite(result)] = np.nan  # log2 is finite exactly where the size is positive and finite
+    return result
 
 
 def alignment_bits(values: np.ndarray, cap: int = 8) -> np.ndarray:

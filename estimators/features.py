@@ -33,17 +33,34 @@ def hardware_features(hw: HardwareArrays) -> dict[str, np.ndarray]:
             "sm_count": hw.sm_count, "log2_l2_bytes": np.log2(hw.l2_bytes)}
 
 
+BLOCK_ROWS = 16384
+"""Rows assembled at a time by `Features.select`: the block stays in cache while its columns are written."""
+
+
 @dataclass(frozen=True)
 class Features:
-    """A float64 matrix, one column per named feature; NaN means missing."""
+    """One float64 column per named feature; NaN means missing."""
 
     names: tuple[str, ...]
-    matrix: np.ndarray
+    columns: tuple[np.ndarray, ...]
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """Every column, as one float64 matrix."""
+        return np.column_stack(self.columns)
 
     def select(self, names: tuple[str, ...], rows: np.ndarray | None = None) -> np.ndarray:
-        """The columns `names`, in that order, of the chosen rows (all rows by default)."""
-        index = [self.names.index(n) for n in names]
-        return self.matrix[:, index] if rows is None else self.matrix[np.ix_(rows, index)]
+        """The columns `names`, in that order, of the chosen rows (indices; all by default), as float32: what
+        XGBoost converts its input to, so its predictions are those of the float64 values."""
+        columns = [self.columns[self.names.index(n)] for n in names]
+        size = len(self.columns[0]) if rows is None else len(rows)
+        matrix = np.empty((size, len(columns)), dtype="float32")
+        for start in range(0, size, BLOCK_ROWS):
+            block = slice(start, start + BLOCK_ROWS)
+            chosen = block if rows is None else rows[block]
+            for i, column in enumerate(columns):
+                matrix[block, i] = column[chosen]
+        return matrix
 
     def without(self, names: list[str]) -> tuple[str, ...]:
         return tuple(n for n in self.names if n not in names)
@@ -56,7 +73,4 @@ def features_of(predictor: FamilyPredictor, calls: pd.DataFrame, hw: HardwareArr
                **predictor.shape_features(calls, hw)}
     if with_hardware:
         columns.update(hardware_features(hw))
-    matrix = np.empty((len(calls), len(columns)))
-    for i, values in enumerate(columns.values()):
-        matrix[:, i] = values
-    return Features(tuple(columns), matrix)
+    return Features(tuple(columns), tuple(np.asarray(values, dtype="float64") for values in columns.values()))

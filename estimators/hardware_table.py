@@ -1,10 +1,11 @@
 """Spec-sheet figures of the hardware catalog as per-call arrays (one lookup per distinct name)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from maya import hardware
 
@@ -33,10 +34,6 @@ class HardwareArrays:
     l1_bytes: np.ndarray
     """Bytes of L1 data cache per SM (`L1_KIB_BY_ARCHITECTURE`)."""
 
-    def take(self, rows: np.ndarray) -> HardwareArrays:
-        """The figures of the selected calls (boolean mask or indices)."""
-        return HardwareArrays(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
-
 
 def catalog_names(names: pd.Series) -> pd.Series:
     """Catalog names for catalog or device names; `maya.hardware.UnknownHardware` names the first unknown."""
@@ -44,7 +41,7 @@ def catalog_names(names: pd.Series) -> pd.Series:
     resolved = [hardware.get(n).name for n in uniques]
     if resolved == list(uniques):
         return names
-    return pd.Series(pd.Categorical.from_codes(codes, resolved), index=names.index).astype("str")
+    return pd.Series(pa.array(resolved, type=pa.large_string()).take(codes), index=names.index, dtype="str")
 
 
 def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
@@ -55,14 +52,10 @@ def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
     def column(values: list[float]) -> np.ndarray:
         return np.asarray(values, dtype="float64")[codes]
 
-    tensor = calls["family"].isin(TENSOR_CORE_FAMILIES).to_numpy()
-    dtype_codes, dtypes = pd.factorize(np.where(tensor, calls["dtype"].to_numpy(), "fp32"))
-    pairs, pair_codes = np.unique(codes * len(dtypes) + dtype_codes, return_inverse=True)
-    peak = np.array([specs[p // len(dtypes)].peak_flops(dtypes[p % len(dtypes)]) for p in pairs])[pair_codes]
     return HardwareArrays(
         name=np.array([s.name for s in specs], dtype=object)[codes],
         architecture=column([s.sm_major * 10 + s.sm_minor for s in specs]),
-        peak_flops=peak,
+        peak_flops=_peak_flops(calls, codes, specs),
         bandwidth=column([s.memory_bandwidth for s in specs]),
         sm_count=column([s.sm_count for s in specs]),
         l2_bytes=column([s.l2_bytes for s in specs]),
@@ -72,3 +65,11 @@ def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
         l1_bytes=column([L1_KIB_BY_ARCHITECTURE.get(s.sm_major * 10 + s.sm_minor, s.shared_mem_per_sm_bytes / 1024) * 1024
                          for s in specs]),
     )
+
+
+def _peak_flops(calls: pd.DataFrame, codes: np.ndarray, specs: list[hardware.Hardware]) -> np.ndarray:
+    """Per call: the peak of its dtype on tensor-core families, the fp32 peak on the others."""
+    dtype_codes, dtypes = pd.factorize(calls["dtype"])
+    tensor = calls["family"].isin(TENSOR_CORE_FAMILIES).to_numpy()
+    table = np.array([[s.peak_flops(d) for d in dtypes] + [s.peak_flops("fp32")] for s in specs], dtype="float64")
+    return table[codes, np.where(tensor, dtype_codes, len(dtypes))] if len(codes) else np.zeros(0)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .calls import normalize
+from .calls import coded, normalize
 from .efficiency_model import Band, EfficiencyModel
 from .families import PREDICTORS
 from .features import features_of
@@ -30,6 +30,10 @@ from .launch_floor import LaunchFloors
 from .lookup import MeasuredShapes, shape_keys
 
 METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline")
+PRICED: tuple[str, ...] = ("roofline_ns", "efficiency", "duration_ns", "duration_low_ns", "duration_high_ns")
+"""The prediction columns besides `method`, in output order."""
+CHUNK_ROWS = 1 << 16
+"""Calls of one family priced at a time: their intermediate arrays stay in cache."""
 
 
 @dataclass(frozen=True)
@@ -57,50 +61,58 @@ class KernelEstimator:
         Repeated shapes (the same call in every layer and iteration) are priced once."""
         frame = normalize(calls)
         frame["hardware"] = catalog_names(frame["hardware"])
-        keys = shape_keys(frame)
-        distinct_keys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        table = coded(frame)
+        keys = shape_keys(table)  # categoricals hash as their values do
+        codes, distinct_keys = pd.factorize(keys)
         if len(distinct_keys) == len(frame):
-            return frame.assign(**self._price(frame, keys))
-        priced = self._price(frame.iloc[first], distinct_keys)
-        return frame.assign(**{name: values[inverse] for name, values in priced.items()})
+            priced = self._price(table, keys)
+        else:
+            # codes number keys by first appearance: a key's first row is where their running maximum rises
+            first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1))
+            priced = {name: values[codes] for name, values in self._price(table.iloc[first], distinct_keys).items()}
+        method = pa.array(METHODS, type=pa.large_string()).take(priced.pop("method"))
+        return frame.assign(**priced, method=pd.Series(method, index=frame.index, dtype="str"))
 
-    def _price(self, frame: pd.DataFrame, keys: np.ndarray) -> dict[str, np.ndarray]:
-        """Prediction columns for calls of distinct shapes."""
-        hw = hardware_arrays(frame)
-        size = len(frame)
-        roofline, base, slowdown = np.empty(size), np.empty(size), np.zeros(size)
-        low, high = np.zeros(size), np.full(size, np.nan)
-        method = np.full(size, "roofline", dtype=object)
-        codes, families = pd.factorize(frame["family"])
+    def _price(self, calls: pd.DataFrame, keys: np.ndarray) -> dict[str, np.ndarray]:
+        """Prediction columns for calls of distinct shapes (text columns as categoricals, `coded`);
+        `method` as indices into `METHODS`."""
+        priced = {name: np.empty(len(calls)) for name in PRICED}
+        priced["method"] = np.empty(len(calls), dtype="int8")
+        codes, families = pd.factorize(calls["family"])
         for i, family in enumerate(families):
-            rows = np.flatnonzero(codes == i)
-            predictor, calls_here, hw_here = PREDICTORS[family], frame.iloc[rows], hw.take(rows)
-            work = predictor.work(calls_here, hw_here)
-            roofline[rows] = base[rows] = work.roofline_s(hw_here) * 1e9
-            band = self.roofline_bands.get(family)
-            if band is not None:
-                high[rows] = max(band.high, 0.0)
-            models = self.models.get(family)
-            if models is None:
-                continue
-            floor_s = models.floors.seconds(hw_here.name, calls_here["op"].to_numpy())
-            base[rows] = np.maximum(base[rows], floor_s * 1e9)
-            features = features_of(predictor, calls_here, hw_here, work, floor_s, with_hardware=True)
-            seen = np.isin(hw_here.architecture, list(models.architectures))
-            for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
-                chosen = rows[mask]
-                predicted = model.log_slowdown(features, np.flatnonzero(mask))
-                slowdown[chosen] = predicted
-                low[chosen] = np.maximum(predicted + model.band.low, 0.0)
-                high[chosen] = predicted + model.band.high
-                method[chosen] = tag
-        duration = base * np.exp(slowdown)
-        priced = {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
-                  "duration_low_ns": base * np.exp(low), "duration_high_ns": base * np.exp(high),
-                  "method": method}
+            family_rows = np.flatnonzero(codes == i)
+            for start in range(0, len(family_rows), CHUNK_ROWS):
+                rows = family_rows[start:start + CHUNK_ROWS]
+                for name, values in self._price_family(family, calls.iloc[rows]).items():
+                    priced[name][rows] = values
         if self.lookup is not None:
             self._use_measurements(priced, keys)
         return priced
+
+    def _price_family(self, family: str, calls: pd.DataFrame) -> dict[str, np.ndarray]:
+        """Prediction columns for calls of one family."""
+        predictor, hw = PREDICTORS[family], hardware_arrays(calls)
+        work = predictor.work(calls, hw)
+        roofline = base = work.roofline_s(hw) * 1e9
+        band = self.roofline_bands.get(family)
+        slowdown, low = np.zeros(len(calls)), np.zeros(len(calls))
+        high = np.full(len(calls), np.nan if band is None else max(band.high, 0.0))
+        method = np.full(len(calls), METHODS.index("roofline"), dtype="int8")
+        models = self.models.get(family)
+        if models is not None:
+            floor_s = models.floors.seconds(calls["hardware"], calls["op"])
+            base = np.maximum(roofline, floor_s * 1e9)
+            features = features_of(predictor, calls, hw, work, floor_s, with_hardware=True)
+            seen = np.isin(hw.architecture, list(models.architectures))
+            for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
+                predicted = model.log_slowdown(features, np.flatnonzero(mask))
+                slowdown[mask] = predicted
+                low[mask] = np.maximum(predicted + model.band.low, 0.0)
+                high[mask] = predicted + model.band.high
+                method[mask] = METHODS.index(tag)
+        duration = base * np.exp(slowdown)
+        return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
+                "duration_low_ns": base * np.exp(low), "duration_high_ns": base * np.exp(high), "method": method}
 
     def _use_measurements(self, priced: dict[str, np.ndarray], keys: np.ndarray) -> None:
         """Replace predictions by measurements where the exact shape was measured."""
@@ -109,4 +121,4 @@ class KernelEstimator:
         priced["duration_ns"][hit], priced["duration_low_ns"][hit] = median[hit], p10[hit]
         priced["duration_high_ns"][hit] = p90[hit]
         priced["efficiency"][hit] = np.minimum(priced["roofline_ns"][hit] / median[hit], 1.0)
-        priced["method"][hit] = "lookup"
+        priced["method"][hit] = METHODS.index("lookup")

@@ -45,12 +45,13 @@ class LaunchFloors:
                        if (value := floor(group)) is not None}
         return cls(by_op, by_hardware)
 
-    def seconds(self, hardware: np.ndarray, op: np.ndarray) -> np.ndarray:
+    def seconds(self, hardware: np.ndarray | pd.Series, op: np.ndarray | pd.Series) -> np.ndarray:
         """Per call: the floor of its (hardware, op); else its hardware's; for hardware never measured,
         the median over measured hardware of the op's floor, else of the hardware floors; else 0."""
-        codes, pairs = pd.factorize(pd.Series(hardware, dtype="str") + "\x00" + pd.Series(op, dtype="str"))
-        values = np.array([self._pair(*pair.split("\x00")) for pair in pairs], dtype="float64")
-        return values[codes] if len(values) else np.zeros(len(codes))
+        hardware_codes, hardware_names = pd.factorize(hardware)
+        op_codes, op_names = pd.factorize(op)
+        table = np.array([[self._pair(str(h), str(o)) for o in op_names] for h in hardware_names], dtype="float64")
+        return table[hardware_codes, op_codes] if len(hardware_codes) else np.zeros(0)
 
     def _pair(self, hardware: str, op: str) -> float:
         if op in self.by_op.get(hardware, {}):
