@@ -239,12 +239,25 @@ def findings(rows: list[Row]) -> list[str]:
     return out
 
 
+def other_gpus(path: Path, device: str, wanted: pd.DataFrame) -> list[str]:
+    """How long NeuSight's other GPUs took for the backward relative to the forward of the same models."""
+    frame = pd.read_parquet(path)
+    frame = frame[(frame["mode"] == "train") & (frame["parallel"] == "single") & frame["model"].isin(wanted["model"])]
+    ratio = frame["bw_ms"] / frame["fw_ms"]
+    here, there = ratio[frame["device"] == device], ratio[frame["device"] != device]
+    if there.empty:
+        return []
+    return [f"- Measured backward / forward time of these models: {here.min():.2f}-{here.max():.2f}x here; "
+            f"{there.min():.2f}-{there.max():.2f}x (median {there.median():.2f}x) over NeuSight's "
+            f"{frame.loc[frame['device'] != device, 'device'].nunique()} other GPUs' {len(there)} rows."]
+
+
 def share(rows: list[Row], family: str) -> float:
     total = pd.concat([r.families for r in rows]).groupby(level=0).sum().sum(axis=1)
     return float(100 * total.get(family, 0.0) / total.sum())
 
 
-def document(rows: list[Row], version: str, hw) -> str:
+def document(rows: list[Row], version: str, hw, elsewhere: list[str]) -> str:
     errors = np.abs([r.error for r in rows])
     mae, worst = float(errors.mean()), float(errors.max())
     which = rows[int(np.argmax(errors))]
@@ -266,6 +279,7 @@ def document(rows: list[Row], version: str, hw) -> str:
         f"({which.model} batch {which.batch}; target <= {MAX_TARGET:.0f}%): {met}.",
         "",
         *findings(rows),
+        *elsewhere,
         "",
         "Where the predicted time goes (all rows together; the last iteration's windows; *no kernel running* is "
         "the part of the window the GPU waits for the host):",
@@ -328,7 +342,7 @@ def main() -> None:
               f"{row.bw_ms:.1f} / {row.measured_bw_ms:.1f}; whole iteration {row.iteration_ms:.1f} ms); "
               f"{f'emulated in {emulate_s:.0f} s' if emulate_s else 'run reused'}, predicted in {row.predict_s:.1f} s",
               flush=True)
-    text = document(rows, describe(provider.version), hw)
+    text = document(rows, describe(provider.version), hw, other_gpus(args.labels, args.device, wanted))
     print("\n" + text)
     if args.doc:
         args.doc.parent.mkdir(parents=True, exist_ok=True)

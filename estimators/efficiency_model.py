@@ -1,9 +1,9 @@
 """The learned part of a family predictor: gradient-boosted trees (XGBoost) predicting how far a call
 runs from its roofline.
 
-The target is the log slowdown `log(measured / baseline) >= 0`, the baseline being the larger of the
-call's launch floor and its roofline; the predicted time is `baseline * exp(slowdown)`. Normalising by the baseline
-is what lets one model serve GPUs of very different speeds.
+The target is the log slowdown `log(device time / baseline) >= 0`, the baseline being the larger of the
+device floor and the call's roofline (`launch_floor`); the predicted device time is `baseline * exp(slowdown)`.
+Normalising by the baseline is what lets one model serve GPUs of very different speeds.
 """
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ class FamilyPredictor:
 
     def op_codes(self, calls: pd.DataFrame) -> np.ndarray:
         """Index of each call's op in `ops`; NaN (missing, for the model) when not in the vocabulary."""
-        codes = pd.Categorical(calls["op"], categories=self.ops).codes.astype("float64")
+        codes = pd.Index(self.ops).get_indexer(np.asarray(calls["op"], dtype=object)).astype("float64")
         codes[codes < 0] = np.nan
         return codes
 

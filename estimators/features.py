@@ -12,7 +12,7 @@ from .hardware_table import HardwareArrays
 
 
 def roofline_features(work: Work, hw: HardwareArrays, floor_s: np.ndarray) -> dict[str, np.ndarray]:
-    """Where the call sits against the GPU's roofline: absolute size, size relative to the launch floor,
+    """Where the call sits against the GPU's roofline: absolute size, size relative to the device floor,
     arithmetic intensity relative to the ridge point (> 0: compute bound), footprint relative to L2."""
     ridge = hw.peak_flops / hw.bandwidth
     roofline_s = work.roofline_s(hw)
@@ -68,7 +68,7 @@ class Features:
 
 def features_of(predictor: FamilyPredictor, calls: pd.DataFrame, hw: HardwareArrays, work: Work,
                 floor_s: np.ndarray, *, with_hardware: bool) -> Features:
-    """Every feature of `calls` (all of one family; `floor_s`: their launch floors)."""
+    """Every feature of `calls` (all of one family; `floor_s`: their device floor)."""
     columns = {"op_code": predictor.op_codes(calls), **roofline_features(work, hw, floor_s),
                **predictor.shape_features(calls, hw)}
     if with_hardware:

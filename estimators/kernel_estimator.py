@@ -3,10 +3,15 @@
 1. `lookup` — the shape was measured on this hardware in training: its measured median;
 2. `model` — the family's learned model trained on this hardware, or on a GPU of the same
    architecture (compute capability: the same kernels, so spec-sheet features place it); learned models
-   scale the larger of the call's launch floor and roofline (`maya.estimators.launch_floor`);
+   scale the larger of the device floor and the roofline (`maya.estimators.launch_floor`);
 3. `model_transfer` — hardware of an architecture never trained on: the family's model trained
    without spec-sheet identity features, which carries across GPUs;
 4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`.
+
+`duration_ns` is device time: how long the call keeps its stream busy. `isolated_ns` is what the call
+would read timed on its own around one eager call on the measured hosts (their dispatch, then the kernel or
+the host's post-launch time, the longer; `maya.estimators.launch_floor`), to compare with measurements
+taken that way; for families without a model it is the device time.
 
 Every prediction carries its method and a band (`duration_low_ns`, `duration_high_ns`: the 10th and
 90th percentiles of measured / predicted seen on held-out training data for that family and method).
@@ -26,7 +31,7 @@ from .efficiency_model import Band, EfficiencyModel
 from .families import PREDICTORS
 from .features import features_of
 from .hardware_table import catalog_names, hardware_arrays
-from .launch_floor import LaunchFloors
+from .launch_floor import DEVICE_FLOOR_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes, shape_keys
 
 METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline")
@@ -57,7 +62,7 @@ class KernelEstimator:
 
     def predict(self, calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
         """The normalised call frame with `roofline_ns`, `efficiency`, `duration_ns`, `duration_low_ns`,
-        `duration_high_ns` (nanoseconds) and `method` added.
+        `duration_high_ns`, `isolated_ns` (nanoseconds) and `method` added.
         Repeated shapes (the same call in every layer and iteration) are priced once."""
         frame = normalize(calls)
         frame["hardware"] = catalog_names(frame["hardware"])
@@ -78,6 +83,7 @@ class KernelEstimator:
         `method` as indices into `METHODS`."""
         priced = {name: np.empty(len(calls)) for name in PRICED}
         priced["method"] = np.empty(len(calls), dtype="int8")
+        priced["dispatch_ns"] = np.empty(len(calls))
         codes, families = pd.factorize(calls["family"])
         for i, family in enumerate(families):
             family_rows = np.flatnonzero(codes == i)
@@ -87,6 +93,9 @@ class KernelEstimator:
                     priced[name][rows] = values
         if self.lookup is not None:
             self._use_measurements(priced, keys)
+        dispatch = priced.pop("dispatch_ns")
+        priced["isolated_ns"] = np.where(np.isnan(dispatch), priced["duration_ns"],
+                                         isolated_seconds(dispatch * 1e-9, priced["duration_ns"] * 1e-9) * 1e9)
         return priced
 
     def _price_family(self, family: str, calls: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -98,11 +107,13 @@ class KernelEstimator:
         slowdown, low = np.zeros(len(calls)), np.zeros(len(calls))
         high = np.full(len(calls), np.nan if band is None else max(band.high, 0.0))
         method = np.full(len(calls), METHODS.index("roofline"), dtype="int8")
+        dispatch = np.full(len(calls), np.nan)
         models = self.models.get(family)
         if models is not None:
-            floor_s = models.floors.seconds(calls["hardware"], calls["op"])
-            base = np.maximum(roofline, floor_s * 1e9)
-            features = features_of(predictor, calls, hw, work, floor_s, with_hardware=True)
+            dispatch = models.floors.dispatch_seconds(calls["hardware"], calls["op"]) * 1e9
+            base = np.maximum(roofline, DEVICE_FLOOR_S * 1e9)
+            features = features_of(predictor, calls, hw, work, np.full(len(calls), DEVICE_FLOOR_S),
+                                   with_hardware=True)
             seen = np.isin(hw.architecture, list(models.architectures))
             for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
                 predicted = model.log_slowdown(features, np.flatnonzero(mask))
@@ -112,7 +123,8 @@ class KernelEstimator:
                 method[mask] = METHODS.index(tag)
         duration = base * np.exp(slowdown)
         return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
-                "duration_low_ns": base * np.exp(low), "duration_high_ns": base * np.exp(high), "method": method}
+                "duration_low_ns": base * np.exp(low), "duration_high_ns": base * np.exp(high), "method": method,
+                "dispatch_ns": dispatch}
 
     def _use_measurements(self, priced: dict[str, np.ndarray], keys: np.ndarray) -> None:
         """Replace predictions by measurements where the exact shape was measured."""

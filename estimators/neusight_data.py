@@ -14,6 +14,8 @@ import pandas as pd
 
 from maya.paths import data_dir
 
+from .launch_floor import ISOLATED
+
 GEMM_OPS = ("bmm", "linear")
 BINARY_OPS = ("add", "mul", "div", "pow")
 UNARY_OPS = ("addu", "mulu", "divu", "powu", "gelu", "relu", "tanh")
@@ -31,7 +33,7 @@ def neusight_dir() -> Path:
 
 
 def load_kernels(path: str | Path) -> pd.DataFrame:
-    """A NeuSight kernel file as measured calls: call-frame columns plus `measured_ns` and `source`."""
+    """A NeuSight kernel file as measured calls: call-frame columns plus `measured_ns`, `source` and `timing`."""
     return to_calls(pd.read_parquet(path))
 
 
@@ -66,4 +68,5 @@ def to_calls(raw: pd.DataFrame) -> pd.DataFrame:
         "operands": np.where(rows["op"].isin(BINARY_OPS), 2.0, 1.0),
         "measured_ns": rows["latency_ms"].astype("float64").to_numpy() * 1e6,
         "source": "neusight",
+        "timing": ISOLATED,  # CUDA events around one eager call each (NeuSight's measure_cuda_kernel)
     })

@@ -18,6 +18,7 @@ import pandas as pd
 from maya_trace_spec import Run
 
 from .calls import DTYPE_BYTES, FAMILIES
+from .launch_floor import DEVICE
 
 DTYPE_NAMES = {"float": "fp32", "float32": "fp32", "c10::Float": "fp32", "double": "fp64", "c10::Half": "fp16",
                "half": "fp16", "float16": "fp16", "c10::BFloat16": "bf16", "bfloat16": "bf16", "long int": "int64",
@@ -42,7 +43,7 @@ def load_run(run_dir: Path) -> pd.DataFrame:
     if work.empty:
         return pd.DataFrame()
     work = work.merge(_op_shapes(run), how="left", on=["rank", "op_id"])
-    return _as_calls(work, _hardware_by_rank(run)).assign(source=str(run_dir))
+    return _as_calls(work, _hardware_by_rank(run)).assign(source=str(run_dir), timing=DEVICE)
 
 
 def _measured_work(run: Run) -> pd.DataFrame:

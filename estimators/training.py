@@ -5,7 +5,10 @@ Per family with measurements:
 - the `model_transfer` (no hardware identity) is validated with whole architectures held out, over
   up to `transfer_folds` folds (a random split when only one architecture was measured);
 - both are then refitted on all rows; the held-out residuals give each its uncertainty band.
-Both predict time relative to the larger of the call's launch floor and roofline
+Both predict device time relative to the larger of the device floor and the roofline; isolated
+measurements (`timing` column) give device time once their hosts' dispatch is taken off, except those no
+longer than their launch floor, which only bound it between the larger of device floor and roofline, and
+the post-launch host time: they train at the geometric middle of those bounds
 (`maya.estimators.launch_floor`).
 """
 from __future__ import annotations
@@ -26,13 +29,14 @@ from .calls import KEY_COLUMNS, normalize
 from .efficiency_model import Band, EfficiencyModel, ModelParams
 from .evaluation import mape
 from .families import PREDICTORS, FamilyPredictor
-from .features import Features, features_of, hardware_features
+from .features import features_of, hardware_features
 from .hardware_table import catalog_names, hardware_arrays
 from .kernel_estimator import FamilyModels, KernelEstimator
-from .launch_floor import LaunchFloors
+from .launch_floor import DEVICE, DEVICE_FLOOR_S, ISOLATED, POST_LAUNCH_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes
 
 MEASURED = "measured_ns"
+TIMING = "timing"
 
 
 @dataclass(frozen=True)
@@ -74,19 +78,25 @@ class TrainingResult:
 
 
 def measurements_frame(measurements: pd.DataFrame) -> pd.DataFrame:
-    """Normalised calls with catalog hardware names and positive `measured_ns`."""
+    """Normalised calls with catalog hardware names, positive `measured_ns` and their `timing` (default
+    `device`)."""
     if MEASURED not in measurements.columns:
         raise ValueError(f"measurements need a {MEASURED} column")
     frame = normalize(measurements)
     frame["hardware"] = catalog_names(frame["hardware"])
     frame[MEASURED] = measurements[MEASURED].astype("float64").to_numpy()
+    frame[TIMING] = measurements[TIMING].to_numpy() if TIMING in measurements.columns else DEVICE
+    unknown = sorted(set(frame[TIMING].astype(str)) - {DEVICE, ISOLATED})
+    if unknown:
+        raise ValueError(f"unknown {TIMING} value(s) {', '.join(map(repr, unknown))}; expected {DEVICE!r} or "
+                         f"{ISOLATED!r}")
     return frame[frame[MEASURED] > 0].reset_index(drop=True)
 
 
 def data_hash(measurements: pd.DataFrame) -> str:
     """SHA-256 of the measurements, independent of row order."""
     frame = measurements_frame(measurements)
-    rows = np.sort(pd.util.hash_pandas_object(frame[[*KEY_COLUMNS, MEASURED]], index=False).to_numpy())
+    rows = np.sort(pd.util.hash_pandas_object(frame[[*KEY_COLUMNS, TIMING, MEASURED]], index=False).to_numpy())
     return hashlib.sha256(rows.tobytes()).hexdigest()
 
 
@@ -99,7 +109,8 @@ def train(measurements: pd.DataFrame, config: TrainConfig = TrainConfig()) -> Tr
             family, frame.loc[rows].reset_index(drop=True), config, learn)
         if model is not None:
             models[family] = model
-    lookup = MeasuredShapes.from_measurements(frame, frame[MEASURED].to_numpy())
+    device_ns, known = _device_ns(frame, models)
+    lookup = MeasuredShapes.from_measurements(frame[known], device_ns[known])
     estimator = KernelEstimator(models=models, lookup=lookup, roofline_bands=bands)
     return TrainingResult(estimator, {"rows": len(frame), "hardware": sorted(frame["hardware"].unique()),
                                       "families": family_metrics})
@@ -122,7 +133,8 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
                "roofline_mape": mape(data.measured_s, data.roofline_s)}
     if not learn or len(calls) < config.min_rows:
         return None, roofline_band, metrics
-    floors, features, log_ratio = data.prepared(np.arange(len(calls)))
+    prepared = data.prepared(np.arange(len(calls)))
+    features = data.features
     seen_names = features.names
     transfer_names = features.without(list(hardware_features(data.hw)))
     seen_band = transfer_band = Band(0.0, 0.0)
@@ -133,14 +145,14 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
         folds, by_gpu = _transfer_folds(data.hw.architecture, config)
         transfer_band, metrics["transfer_mape"] = _validate(
             data, transfer_names, folds, config.params.for_transfer(), data.hw.name if by_gpu else None)
-    target = np.maximum(log_ratio, 0.0)  # no call beats its floor or its roofline
+    target = np.maximum(prepared.log_ratio, 0.0)  # no call beats the device floor or its roofline
     transfer = EfficiencyModel.fit(features, transfer_names, target, config.params.for_transfer(), band=transfer_band)
     models = FamilyModels(
         seen=EfficiencyModel.fit(features, seen_names, target, config.params, band=seen_band)
         if config.seen_model else transfer,
         transfer=transfer,
         hardware=frozenset(data.hw.name), architectures=frozenset(data.hw.architecture.astype(int).tolist()),
-        floors=floors)
+        floors=prepared.floors)
     return models, roofline_band, metrics
 
 
@@ -153,15 +165,52 @@ class _FamilyData:
         self.roofline_s = self.work.roofline_s(self.hw)
         self.measured_s = calls[MEASURED].to_numpy() * 1e-9
         self.ops = calls["op"].to_numpy()
+        self.isolated = (calls[TIMING] == ISOLATED).to_numpy()
+        self.baseline_s = np.maximum(self.roofline_s, DEVICE_FLOOR_S)
+        self.features = features_of(predictor, calls, self.hw, self.work, np.full(len(calls), DEVICE_FLOOR_S),
+                                    with_hardware=True)
 
-    def prepared(self, fit_rows: np.ndarray) -> tuple[LaunchFloors, Features, np.ndarray]:
-        """Launch floors measured on `fit_rows`, then for every row the features and
-        log(measured / max(floor, roofline))."""
-        floors = LaunchFloors.measure(self.hw.name[fit_rows], self.ops[fit_rows], self.measured_s[fit_rows],
-                                      self.roofline_s[fit_rows])
-        floor_s = floors.seconds(self.hw.name, self.ops)
-        features = features_of(self.predictor, self.calls, self.hw, self.work, floor_s, with_hardware=True)
-        return floors, features, np.log(self.measured_s / np.maximum(floor_s, self.roofline_s))
+    def prepared(self, fit_rows: np.ndarray) -> _Prepared:
+        """Launch floors measured on the isolated `fit_rows`, then every row's device time and dispatch."""
+        isolated = fit_rows[self.isolated[fit_rows]]
+        floors = LaunchFloors.measure(self.hw.name[isolated], self.ops[isolated], self.measured_s[isolated],
+                                      self.roofline_s[isolated])
+        dispatch_s = np.where(self.isolated, floors.dispatch_seconds(self.hw.name, self.ops), 0.0)
+        device_s = self.measured_s - dispatch_s
+        known = ~self.isolated | (device_s > POST_LAUNCH_S)
+        bounded = np.sqrt(self.baseline_s * np.maximum(self.baseline_s, POST_LAUNCH_S))
+        device_s = np.where(known, np.maximum(device_s, DEVICE_FLOOR_S), bounded)
+        return _Prepared(floors, np.log(device_s / self.baseline_s), dispatch_s, known)
+
+    def measured_estimate(self, prepared: _Prepared, log_slowdown: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The predicted measurement of `rows` (seconds): device time, or what an isolated call reads."""
+        device_s = self.baseline_s[rows] * np.exp(log_slowdown)
+        return np.where(self.isolated[rows], isolated_seconds(prepared.dispatch_s[rows], device_s), device_s)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    floors: LaunchFloors
+    log_ratio: np.ndarray
+    """log(device time / max(device floor, roofline)); of isolated rows not `known`, the middle of its bounds."""
+    dispatch_s: np.ndarray
+    """The host dispatch each measurement includes (0 for device timings)."""
+    known: np.ndarray
+    """Whether the measurement gives the device time (not an isolated call on its launch floor)."""
+
+
+def _device_ns(frame: pd.DataFrame, models: dict[str, FamilyModels]) -> tuple[np.ndarray, np.ndarray]:
+    """Measured device time of every row, and whether the measurement gives it: isolated measurements less
+    their hosts' dispatch (by the floors of the family's model), unknown within the launch floor; families
+    without a model keep the measurement."""
+    device = frame[MEASURED].to_numpy(dtype="float64").copy()
+    known = np.ones(len(frame), dtype=bool)
+    isolated = (frame[TIMING] == ISOLATED).to_numpy()
+    for family, model in models.items():
+        rows = isolated & (frame["family"] == family).to_numpy()
+        device[rows] -= model.floors.dispatch_seconds(frame["hardware"][rows], frame["op"][rows]) * 1e9
+        known[rows] = device[rows] > POST_LAUNCH_S * 1e9
+    return device, known
 
 
 def _random_split(size: int, config: TrainConfig) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -180,15 +229,18 @@ def _transfer_folds(architecture: np.ndarray, config: TrainConfig) -> tuple[list
 
 def _validate(data: _FamilyData, names: tuple[str, ...], folds: list[tuple[np.ndarray, np.ndarray]],
               params: ModelParams, hardware: np.ndarray | None = None) -> tuple[Band, float | dict[str, float]]:
-    """Held-out band of log(measured / predicted) and MAPE (per held-out GPU when `hardware` is given).
-    Launch floors come from the fit rows too: a held-out GPU gets those of the others."""
+    """Held-out band of log(device time / predicted) and MAPE of the latency as measured (isolated rows: with
+    their dispatch), per held-out GPU when `hardware` is given. Launch floors come from the fit rows too: a
+    held-out GPU gets those of the others."""
     residuals, errors = [], {}
     for fit_rows, held_rows in folds:
-        _, features, log_ratio = data.prepared(fit_rows)
-        model = EfficiencyModel.fit(features, names, np.maximum(log_ratio, 0.0), params, rows=fit_rows)
-        predicted = model.log_slowdown(features, held_rows)
-        residuals.append(log_ratio[held_rows] - predicted)
-        measured, estimate = np.exp(log_ratio[held_rows]), np.exp(predicted)
+        prepared = data.prepared(fit_rows)
+        model = EfficiencyModel.fit(data.features, names, np.maximum(prepared.log_ratio, 0.0), params, rows=fit_rows)
+        predicted = model.log_slowdown(data.features, held_rows)
+        known = prepared.known[held_rows]
+        residuals.append(prepared.log_ratio[held_rows][known] - predicted[known])
+        measured = data.measured_s[held_rows]
+        estimate = data.measured_estimate(prepared, predicted, held_rows)
         if hardware is None:
             errors["all"] = mape(measured, estimate)
         else:

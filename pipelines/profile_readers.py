@@ -1,5 +1,6 @@
 """One raw profile file of a partition as measured calls: `hardware` (the GPU the rows say they were
-measured on), the call-frame columns, `measured_ns` and `row_index` (the row in the file). A file that
+measured on), the call-frame columns, `measured_ns`, its `timing` (NeuSight timed calls one by one,
+`isolated`; Maya's campaigns time the device, `device`) and `row_index` (the row in the file). A file that
 cannot be read in its format raises `ProfileFileError` with the reason; nothing is dropped silently:
 rows the file holds but that are not measurements are counted by kind."""
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 
 from maya.collectors.profiler.measurements import MEASUREMENTS_VERSION, VERSION_KEY
 from maya.estimators.calls import NUMERIC_COLUMNS
+from maya.estimators.launch_floor import DEVICE
 from maya.estimators.neusight_data import FAMILY_OF_OP, to_calls
 
 from .measurement_calls import measurement_calls
@@ -65,13 +67,14 @@ def _measurements(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, 
     for column in ("device_name", "hardware"):  # the explicit catalog name wins over the device's name
         if column in measured.columns:
             declared = measured[column].astype("str").where(measured[column].notna(), declared)
-    calls = measurement_calls(measured).assign(hardware=declared.map({d: catalog_name(d) for d in declared.unique()}))
+    calls = measurement_calls(measured).assign(hardware=declared.map({d: catalog_name(d) for d in declared.unique()}),
+                                               timing=DEVICE)
     left_out = rows.loc[rows["status"] != "ok", "status"].value_counts()
     return _frame(calls, measured.index), {f"configs with status {s}": int(n) for s, n in left_out.items()}
 
 
 def _frame(calls: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
-    frame = calls.reindex(columns=["hardware", *CALL_COLUMNS, "measured_ns"])
+    frame = calls.reindex(columns=["hardware", *CALL_COLUMNS, "measured_ns", "timing"])
     numeric = [*NUMERIC_COLUMNS, "measured_ns"]
     frame[numeric] = frame[numeric].astype("float64")
     frame["row_index"] = index.to_numpy()

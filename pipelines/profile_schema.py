@@ -14,6 +14,7 @@ import pandera.pandas as pa
 
 from maya import hardware
 from maya.estimators.calls import DTYPE_BYTES, FAMILIES, NUMERIC_COLUMNS
+from maya.estimators.launch_floor import DEVICE, ISOLATED
 
 MATRIX_FAMILIES = ("gemm", "attention")
 """Families priced from `m`, `n`, `k` (the others from `numel`, copies also from `bytes`)."""
@@ -37,6 +38,7 @@ def profile_schema(partition_hardware: str) -> pa.DataFrameSchema:
         "dtype": pa.Column(str, pa.Check.isin(list(DTYPE_BYTES), error="not a known dtype")),
         **sizes,
         "measured_ns": pa.Column("float64", [pa.Check.gt(0), pa.Check(np.isfinite, error="not finite")]),
+        "timing": pa.Column(str, pa.Check.isin([DEVICE, ISOLATED], error=f"not a timing ({DEVICE}, {ISOLATED})")),
         "row_index": pa.Column("int64"),
     }, checks=[pa.Check(_shape_given, error="the family's shape columns are missing")], strict=True, ordered=True)
 

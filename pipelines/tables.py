@@ -4,7 +4,7 @@
 |---|---|
 | `profile_files` | raw profile file of a (hardware, campaign) partition, with its SHA-256 |
 | `profile_partitions` | validated partition: the content hash it was validated at, row counts |
-| `kernel_profiles` | valid measured kernel call (call-frame columns + `measured_ns`) |
+| `kernel_profiles` | valid measured kernel call (call-frame columns, `timing`, `measured_ns`) |
 | `quarantine` | rejected row (`row_index`) or unreadable file (`row_index` NULL), with the reason |
 | `estimator_evaluations` | estimator version evaluated at an inputs hash: overall errors |
 | `kernel_errors` | version x hardware x family: held-out kernel MAPE (NeuSight's test split) |
@@ -32,7 +32,11 @@ CREATE TABLE IF NOT EXISTS profile_partitions (
 CREATE TABLE IF NOT EXISTS kernel_profiles (
     {PARTITION}, row_index BIGINT NOT NULL, family VARCHAR NOT NULL, op VARCHAR NOT NULL, dtype VARCHAR NOT NULL,
     batch DOUBLE, m DOUBLE, n DOUBLE, k DOUBLE, numel DOUBLE, "row" DOUBLE, operands DOUBLE, bytes DOUBLE,
-    flops DOUBLE, measured_ns DOUBLE NOT NULL);
+    flops DOUBLE, measured_ns DOUBLE NOT NULL, timing VARCHAR NOT NULL DEFAULT 'device');
+-- warehouses from before the timing column: NeuSight's rows were timed call by call
+ALTER TABLE kernel_profiles ADD COLUMN IF NOT EXISTS timing VARCHAR DEFAULT 'device';
+UPDATE kernel_profiles SET timing = 'isolated' WHERE timing <> 'isolated' AND (hardware, campaign, path) IN
+    (SELECT hardware, campaign, path FROM profile_files WHERE format = 'neusight');
 CREATE TABLE IF NOT EXISTS quarantine (
     {PARTITION}, row_index BIGINT, reason VARCHAR NOT NULL, record JSON);
 CREATE TABLE IF NOT EXISTS estimator_evaluations (

@@ -166,6 +166,8 @@ def test_whole_graph_fills_the_warehouse(graph):
     train = load_kernels(neusight_dir() / "kernels_train.parquet")
     rows = dict(query(graph.warehouse, "SELECT campaign, count(*) FROM kernel_profiles GROUP BY 1"))
     assert rows == {NEUSIGHT_CAMPAIGN: len(train), CAMPAIGN.campaign: graph.expected["valid"]}
+    timings = dict(query(graph.warehouse, "SELECT campaign, string_agg(DISTINCT timing) FROM kernel_profiles GROUP BY 1"))
+    assert timings == {NEUSIGHT_CAMPAIGN: "isolated", CAMPAIGN.campaign: "device"}  # NeuSight timed calls alone
     partitions = query(graph.warehouse, "SELECT count(*), sum(rows), sum(files) FROM profile_partitions")[0]
     assert partitions == (6, len(train) + graph.expected["valid"], 5 + 4)
     assert query(graph.warehouse, "SELECT count(*) FROM profile_files")[0][0] == 5 + 4
@@ -395,6 +397,28 @@ while not stop.exists():
         print(f"exit code {code}", flush=True)
     time.sleep(0.1)
 """
+
+
+def test_warehouse_from_before_the_timing_column_is_migrated(tmp_path):
+    """kernel_profiles without `timing`: the column is added, NeuSight's rows marked as timed call by call."""
+    warehouse = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(warehouse))
+    con.execute("CREATE TABLE profile_files (hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT "
+                "NULL, format VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL)")
+    con.execute("CREATE TABLE kernel_profiles (hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT "
+                "NULL, row_index BIGINT NOT NULL, family VARCHAR NOT NULL, op VARCHAR NOT NULL, dtype VARCHAR NOT NULL, "
+                'batch DOUBLE, m DOUBLE, n DOUBLE, k DOUBLE, numel DOUBLE, "row" DOUBLE, operands DOUBLE, bytes DOUBLE, '
+                "flops DOUBLE, measured_ns DOUBLE NOT NULL)")
+    con.execute("INSERT INTO profile_files VALUES ('t4', 'neusight-train', 'n.parquet', 'neusight', 'x', 1), "
+                "('t4', 'c1', 'm.parquet', 'measurements', 'y', 1)")
+    con.execute("INSERT INTO kernel_profiles (hardware, campaign, path, row_index, family, op, dtype, measured_ns) "
+                "VALUES ('t4', 'neusight-train', 'n.parquet', 0, 'gemm', 'bmm', 'fp32', 1e5), "
+                "('t4', 'c1', 'm.parquet', 0, 'gemm', 'mm', 'fp32', 1e5)")
+    con.close()
+    from maya.pipelines.resources import Warehouse
+    with Warehouse(path=str(warehouse)).connect() as con:
+        assert con.execute("SELECT campaign, timing FROM kernel_profiles ORDER BY 1").fetchall() == [
+            ("c1", "device"), ("neusight-train", "isolated")]
 
 
 def test_maya_sql_reads_while_a_run_writes(tmp_path):

@@ -27,7 +27,7 @@ class TrainingConfig(dg.Config):
 def kernel_estimators(context: dg.AssetExecutionContext, config: TrainingConfig,
                       warehouse: Warehouse) -> dg.MaterializeResult:
     """One estimator version trained on every validated kernel profile (`estimator_versions`)."""
-    columns = ", ".join(f'"{c}"' for c in ("hardware", *CALL_COLUMNS, "measured_ns"))
+    columns = ", ".join(f'"{c}"' for c in ("hardware", *CALL_COLUMNS, "timing", "measured_ns"))
     with warehouse.connect() as con:
         measurements = con.execute(f"SELECT {columns} FROM kernel_profiles "
                                    "ORDER BY hardware, campaign, path, row_index").df()
