@@ -72,13 +72,14 @@ def estimator_provider(version: str, train_sample: int | None) -> EstimatorDurat
 
 
 def emulate_row(config: Path, batch: int, seq: int, run_dir: Path, iterations: int, hardware: str) -> float:
-    """Emulate one row into `run_dir` (kept when it is already complete); returns the seconds taken."""
+    """Emulate one row into `run_dir` (kept when it is already complete on `hardware`); returns the seconds taken."""
     from maya.collectors.emulator.launcher import emulate
     from maya_trace_spec import Run
 
     if run_dir.exists():
         try:
-            if Run(run_dir).info["status"] == "complete":
+            info = Run(run_dir).info
+            if info["status"] == "complete" and info["hardware"] == hardware:
                 return 0.0
         except Exception:  # an unreadable or partial run: emulate again
             pass

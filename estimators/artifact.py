@@ -13,7 +13,7 @@ from .kernel_estimator import FamilyModels, KernelEstimator
 from .launch_floor import LaunchFloors
 from .lookup import MeasuredShapes
 
-FORMAT = "maya-kernel-estimator/2"
+FORMAT = "maya-kernel-estimator/3"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 

@@ -5,12 +5,20 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error
 
+from .launch_floor import ISOLATED
+
 
 def mape(measured: np.ndarray, predicted: np.ndarray) -> float:
     """Mean of |predicted - measured| / measured (a fraction: 0.1 is 10%)."""
     if len(measured) == 0:
         return float("nan")
     return float(mean_absolute_percentage_error(measured, predicted))
+
+
+def comparable_ns(predicted: pd.DataFrame, timing: pd.Series | np.ndarray) -> np.ndarray:
+    """Per call, the prediction to compare with its measurement: what a call timed on its own reads
+    (`isolated_ns`) where it was measured so, else its device time."""
+    return np.where(np.asarray(timing) == ISOLATED, predicted["isolated_ns"], predicted["duration_ns"])
 
 
 def mape_table(frame: pd.DataFrame, by: str, measured: str = "measured_ns",

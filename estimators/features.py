@@ -9,9 +9,10 @@ import pandas as pd
 
 from .family_base import FamilyPredictor, Work, log2
 from .hardware_table import HardwareArrays
+from .launch_floor import DEVICE_FLOOR_S
 
 
-def roofline_features(work: Work, hw: HardwareArrays, floor_s: np.ndarray) -> dict[str, np.ndarray]:
+def roofline_features(work: Work, hw: HardwareArrays) -> dict[str, np.ndarray]:
     """Where the call sits against the GPU's roofline: absolute size, size relative to the device floor,
     arithmetic intensity relative to the ridge point (> 0: compute bound), footprint relative to L2."""
     ridge = hw.peak_flops / hw.bandwidth
@@ -19,7 +20,7 @@ def roofline_features(work: Work, hw: HardwareArrays, floor_s: np.ndarray) -> di
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = work.flops / work.bytes
     return {
-        "log2_roofline_over_floor": log2(roofline_s / np.where(floor_s > 0, floor_s, np.nan)),  # NaN: no floor
+        "log2_roofline_over_floor": log2(roofline_s / DEVICE_FLOOR_S),
         "log2_flops": log2(work.flops),
         "log2_bytes": log2(work.bytes),
         "log2_intensity_over_ridge": log2(intensity / ridge),
@@ -66,10 +67,10 @@ class Features:
         return tuple(n for n in self.names if n not in names)
 
 
-def features_of(predictor: FamilyPredictor, calls: pd.DataFrame, hw: HardwareArrays, work: Work,
-                floor_s: np.ndarray, *, with_hardware: bool) -> Features:
-    """Every feature of `calls` (all of one family; `floor_s`: their device floor)."""
-    columns = {"op_code": predictor.op_codes(calls), **roofline_features(work, hw, floor_s),
+def features_of(predictor: FamilyPredictor, calls: pd.DataFrame, hw: HardwareArrays, work: Work, *,
+                with_hardware: bool) -> Features:
+    """Every feature of `calls` (all of one family)."""
+    columns = {"op_code": predictor.op_codes(calls), **roofline_features(work, hw),
                **predictor.shape_features(calls, hw)}
     if with_hardware:
         columns.update(hardware_features(hw))

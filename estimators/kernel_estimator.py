@@ -112,8 +112,7 @@ class KernelEstimator:
         if models is not None:
             dispatch = models.floors.dispatch_seconds(calls["hardware"], calls["op"]) * 1e9
             base = np.maximum(roofline, DEVICE_FLOOR_S * 1e9)
-            features = features_of(predictor, calls, hw, work, np.full(len(calls), DEVICE_FLOOR_S),
-                                   with_hardware=True)
+            features = features_of(predictor, calls, hw, work, with_hardware=True)
             seen = np.isin(hw.architecture, list(models.architectures))
             for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
                 predicted = model.log_slowdown(features, np.flatnonzero(mask))

@@ -9,8 +9,9 @@ call of a (hardware, op) is its floor, `dispatch + POST_LAUNCH_S`. NeuSight's fl
 GPU alike (`add`: 25.8 us on an A100, 25.6 us on a P4): host time, not the GPUs'.
 
 The learned models predict device time relative to `max(DEVICE_FLOOR_S, roofline)`: how long the
-simulator's stream is busy (host time is the simulator's host model). An isolated call no longer than its
-floor says only that its kernel took at most `POST_LAUNCH_S` (and at least its device floor and roofline).
+simulator's stream is busy (host time is the simulator's host model). An isolated call on its floor (within
+`FLOOR_JITTER`) says only that its kernel took at most the post-launch time and that jitter (and at least
+its device floor and roofline).
 """
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ POST_LAUNCH_S = 12e-6
 """Host time of an isolated call after its launch, until the end event is enqueued. Measured on NeuSight's
 elementwise sweeps: per GPU and op, the floor less the intercept of the bandwidth-bound regime (where
 time grows with bytes); the median over 55 (GPU, op) pairs is 12.0 us (quartiles 10.2 and 15.0)."""
+FLOOR_JITTER = 0.05
+"""Isolated calls within this share of their floor above it count as on the floor: the host's dispatch
+varies that much from call to call (NeuSight's calls of under 30,000 elements read 1.01-1.05x their
+floor), and counting it as kernel time would price tiny kernels at the post-launch time."""
 DEVICE, ISOLATED = "device", "isolated"
 """The timings a measurement can have (a measured frame's `timing` column)."""
 
@@ -73,6 +78,17 @@ class LaunchFloors:
     def dispatch_seconds(self, hardware: np.ndarray | pd.Series, op: np.ndarray | pd.Series) -> np.ndarray:
         """Per call: the host's dispatch before the launch in an isolated call, its floor less `POST_LAUNCH_S`."""
         return np.maximum(self.seconds(hardware, op) - POST_LAUNCH_S, 0.0)
+
+    def device_time(self, hardware: np.ndarray | pd.Series, op: np.ndarray | pd.Series, measured_s: np.ndarray,
+                    isolated: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of each measurement (seconds): the dispatch it includes (0 unless isolated), the time left after
+        it, and for an isolated call on its floor the most its kernel can have taken (NaN where the
+        measurement gives the device time)."""
+        dispatch_s = np.where(isolated, self.dispatch_seconds(hardware, op), 0.0)
+        left_s = measured_s - dispatch_s
+        floor_s = self.seconds(hardware, op)
+        bound_s = POST_LAUNCH_S + FLOOR_JITTER * floor_s
+        return dispatch_s, left_s, np.where(isolated & (left_s <= bound_s), bound_s, np.nan)
 
     def _pair(self, hardware: str, op: str) -> float:
         if op in self.by_op.get(hardware, {}):

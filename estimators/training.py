@@ -6,10 +6,10 @@ Per family with measurements:
   up to `transfer_folds` folds (a random split when only one architecture was measured);
 - both are then refitted on all rows; the held-out residuals give each its uncertainty band.
 Both predict device time relative to the larger of the device floor and the roofline; isolated
-measurements (`timing` column) give device time once their hosts' dispatch is taken off, except those no
-longer than their launch floor, which only bound it between the larger of device floor and roofline, and
-the post-launch host time: they train at the geometric middle of those bounds
-(`maya.estimators.launch_floor`).
+measurements (`timing` column) give device time once their hosts' dispatch is taken off, except those on
+their launch floor, which only bound it (below by the device floor and roofline, above by the post-launch
+host time and the floor's jitter): they train at the geometric middle of those bounds, and the exact
+lookup leaves them out (`maya.estimators.launch_floor`).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from .families import PREDICTORS, FamilyPredictor
 from .features import features_of, hardware_features
 from .hardware_table import catalog_names, hardware_arrays
 from .kernel_estimator import FamilyModels, KernelEstimator
-from .launch_floor import DEVICE, DEVICE_FLOOR_S, ISOLATED, POST_LAUNCH_S, LaunchFloors, isolated_seconds
+from .launch_floor import DEVICE, DEVICE_FLOOR_S, ISOLATED, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes
 
 MEASURED = "measured_ns"
@@ -125,15 +125,15 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
     if not priced.all():  # rows whose shape does not give the work are not used
         calls = calls[priced].reset_index(drop=True)
     data = _FamilyData(predictor, calls)
-    log_roofline_ratio = np.log(data.measured_s / data.roofline_s)
+    prepared = data.prepared(np.arange(len(calls)))
+    log_roofline_ratio = (prepared.log_ratio + np.log(data.baseline_s / data.roofline_s))[prepared.known]
     spread = Band.of_residuals(log_roofline_ratio)
-    roofline_band = Band(max(spread.low, 0.0), spread.high)  # the roofline is a lower bound
+    roofline_band = Band(max(spread.low, 0.0), spread.high)  # the roofline is a lower bound on device time
     metrics = {"rows": len(calls), "rows_without_shape": int((~priced).sum()), "hardware": sorted(set(data.hw.name)),
                "below_roofline": int((log_roofline_ratio < 0).sum()),
                "roofline_mape": mape(data.measured_s, data.roofline_s)}
     if not learn or len(calls) < config.min_rows:
         return None, roofline_band, metrics
-    prepared = data.prepared(np.arange(len(calls)))
     features = data.features
     seen_names = features.names
     transfer_names = features.without(list(hardware_features(data.hw)))
@@ -167,19 +167,17 @@ class _FamilyData:
         self.ops = calls["op"].to_numpy()
         self.isolated = (calls[TIMING] == ISOLATED).to_numpy()
         self.baseline_s = np.maximum(self.roofline_s, DEVICE_FLOOR_S)
-        self.features = features_of(predictor, calls, self.hw, self.work, np.full(len(calls), DEVICE_FLOOR_S),
-                                    with_hardware=True)
+        self.features = features_of(predictor, calls, self.hw, self.work, with_hardware=True)
 
     def prepared(self, fit_rows: np.ndarray) -> _Prepared:
         """Launch floors measured on the isolated `fit_rows`, then every row's device time and dispatch."""
         isolated = fit_rows[self.isolated[fit_rows]]
         floors = LaunchFloors.measure(self.hw.name[isolated], self.ops[isolated], self.measured_s[isolated],
                                       self.roofline_s[isolated])
-        dispatch_s = np.where(self.isolated, floors.dispatch_seconds(self.hw.name, self.ops), 0.0)
-        device_s = self.measured_s - dispatch_s
-        known = ~self.isolated | (device_s > POST_LAUNCH_S)
-        bounded = np.sqrt(self.baseline_s * np.maximum(self.baseline_s, POST_LAUNCH_S))
-        device_s = np.where(known, np.maximum(device_s, DEVICE_FLOOR_S), bounded)
+        dispatch_s, left_s, bound_s = floors.device_time(self.hw.name, self.ops, self.measured_s, self.isolated)
+        known = np.isnan(bound_s)
+        bounded = np.sqrt(self.baseline_s * np.maximum(self.baseline_s, np.nan_to_num(bound_s)))
+        device_s = np.where(known, np.maximum(left_s, DEVICE_FLOOR_S), bounded)
         return _Prepared(floors, np.log(device_s / self.baseline_s), dispatch_s, known)
 
     def measured_estimate(self, prepared: _Prepared, log_slowdown: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -201,15 +199,16 @@ class _Prepared:
 
 def _device_ns(frame: pd.DataFrame, models: dict[str, FamilyModels]) -> tuple[np.ndarray, np.ndarray]:
     """Measured device time of every row, and whether the measurement gives it: isolated measurements less
-    their hosts' dispatch (by the floors of the family's model), unknown within the launch floor; families
-    without a model keep the measurement."""
+    their hosts' dispatch by the floors of the family's model (unknown on the floor, and for families
+    without a model)."""
     device = frame[MEASURED].to_numpy(dtype="float64").copy()
-    known = np.ones(len(frame), dtype=bool)
     isolated = (frame[TIMING] == ISOLATED).to_numpy()
+    known = ~isolated
     for family, model in models.items():
         rows = isolated & (frame["family"] == family).to_numpy()
-        device[rows] -= model.floors.dispatch_seconds(frame["hardware"][rows], frame["op"][rows]) * 1e9
-        known[rows] = device[rows] > POST_LAUNCH_S * 1e9
+        _, left_s, bound_s = model.floors.device_time(frame["hardware"][rows], frame["op"][rows], device[rows] * 1e-9,
+                                                      np.ones(rows.sum(), dtype=bool))
+        device[rows], known[rows] = left_s * 1e9, np.isnan(bound_s)
     return device, known
 
 

@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 
 from maya.estimators import Registry
-from maya.estimators.evaluation import mape
-from maya.estimators.launch_floor import ISOLATED
+from maya.estimators.evaluation import comparable_ns, mape
 from maya.estimators.neusight_data import load_kernels, neusight_dir
 from maya.warehouse import wait_for_lock
 
@@ -78,9 +77,8 @@ def _kernel_predictions(registry: Registry, version: str, kernels: pd.DataFrame)
     if kernels.empty:
         return pd.DataFrame(columns=columns)
     predicted = wait_for_lock(lambda: registry.load(version)).predict(kernels)
-    isolated = (kernels["timing"] == ISOLATED).to_numpy()  # NeuSight timed each call on its own
     return predicted.assign(version=version, measured_ns=kernels["measured_ns"].to_numpy(),
-                            predicted_ns=np.where(isolated, predicted["isolated_ns"], predicted["duration_ns"]))[columns]
+                            predicted_ns=comparable_ns(predicted, kernels["timing"]))[columns]
 
 
 def _workload_prediction(workload: ground_truth.Workload, version: str, warehouse: Path) -> dict:

@@ -35,6 +35,7 @@ class Warehouse(dg.ConfigurableResource):
         con = connect(self.file)
         try:
             con.execute(tables.SCHEMA)
+            tables.migrate(con)
             yield con
         finally:
             con.close()

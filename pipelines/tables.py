@@ -33,10 +33,6 @@ CREATE TABLE IF NOT EXISTS kernel_profiles (
     {PARTITION}, row_index BIGINT NOT NULL, family VARCHAR NOT NULL, op VARCHAR NOT NULL, dtype VARCHAR NOT NULL,
     batch DOUBLE, m DOUBLE, n DOUBLE, k DOUBLE, numel DOUBLE, "row" DOUBLE, operands DOUBLE, bytes DOUBLE,
     flops DOUBLE, measured_ns DOUBLE NOT NULL, timing VARCHAR NOT NULL DEFAULT 'device');
--- warehouses from before the timing column: NeuSight's rows were timed call by call
-ALTER TABLE kernel_profiles ADD COLUMN IF NOT EXISTS timing VARCHAR DEFAULT 'device';
-UPDATE kernel_profiles SET timing = 'isolated' WHERE timing <> 'isolated' AND (hardware, campaign, path) IN
-    (SELECT hardware, campaign, path FROM profile_files WHERE format = 'neusight');
 CREATE TABLE IF NOT EXISTS quarantine (
     {PARTITION}, row_index BIGINT, reason VARCHAR NOT NULL, record JSON);
 CREATE TABLE IF NOT EXISTS estimator_evaluations (
@@ -55,6 +51,24 @@ CREATE TABLE IF NOT EXISTS workload_predictions (
 """
 CALL_COLUMNS = ("family", "op", "dtype", *NUMERIC_COLUMNS)
 """The call-frame columns `kernel_profiles` keeps (its `hardware` is the partition's)."""
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring tables written by an older Maya up to `SCHEMA`, in one transaction: `kernel_profiles` without
+    `timing` gets it, NeuSight's rows marked as timed call by call (`isolated`)."""
+    columns = {name for (name,) in con.execute("SELECT column_name FROM information_schema.columns "
+                                                "WHERE table_name = 'kernel_profiles'").fetchall()}
+    if "timing" in columns:
+        return
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("ALTER TABLE kernel_profiles ADD COLUMN timing VARCHAR NOT NULL DEFAULT 'device'")
+        con.execute("UPDATE kernel_profiles SET timing = 'isolated' WHERE (hardware, campaign, path) IN "
+                    "(SELECT hardware, campaign, path FROM profile_files WHERE format = 'neusight')")
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
 
 
 def insert(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> None:

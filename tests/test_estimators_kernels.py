@@ -38,11 +38,11 @@ def test_gemm_flops_bytes_and_features():
     work = PREDICTORS["gemm"].work(frame, hw)
     assert work.flops[0] == 2 * 2 * 4096 * 2048 * 1024
     assert work.bytes[0] == 2 * 2 * (4096 * 1024 + 1024 * 2048 + 4096 * 2048)  # bf16: A, B and C once
-    features = features_of(PREDICTORS["gemm"], frame, hw, work, np.array([5e-6]), with_hardware=True)
+    features = features_of(PREDICTORS["gemm"], frame, hw, work, with_hardware=True)
     row = dict(zip(features.names, features.matrix[0]))
     ridge = 989.4e12 / 3350e9
     assert row["log2_intensity_over_ridge"] == pytest.approx(np.log2(work.flops[0] / work.bytes[0] / ridge))
-    assert row["log2_roofline_over_floor"] == pytest.approx(np.log2(work.roofline_s(hw)[0] / 5e-6))
+    assert row["log2_roofline_over_floor"] == pytest.approx(np.log2(work.roofline_s(hw)[0] / 2e-6))  # device floor
     waves = 2 * 32 * 16 / 132  # 128x128 tiles over 132 SMs
     assert row["log2_waves_128x128"] == pytest.approx(np.log2(waves))
     assert row["wave_fill_128x128"] == pytest.approx(waves / np.ceil(waves))
@@ -64,18 +64,17 @@ def test_roofline_fallback_without_models():
 
 def test_exact_lookup_hit(estimator, measured):
     """NeuSight timed each call on its own: a hit's device time is the measurement less its host's dispatch,
-    and timed on its own it reads back as measured."""
-    from maya.estimators.launch_floor import POST_LAUNCH_S
-    rows = measured.head(40)
-    dispatch = np.array([estimator.models[f].floors.dispatch_seconds(np.array([h]), np.array([o]))[0] * 1e9
-                         for f, h, o in zip(rows["family"], catalog_names(rows["hardware"]), rows["op"])])
-    rows = rows[rows["measured_ns"].to_numpy() - dispatch > POST_LAUNCH_S * 1e9]  # longer than their floor
-    assert len(rows) >= 20
+    and timed on its own it reads back as measured. Calls on their floor give no device time: not looked up."""
+    rows = measured.head(60)
+    known = np.array([np.isnan(estimator.models[f].floors.device_time(np.array([h]), np.array([o]), np.array([t * 1e-9]),
+                                                                       np.array([True]))[2][0])
+                      for f, h, o, t in zip(rows["family"], catalog_names(rows["hardware"]), rows["op"],
+                                            rows["measured_ns"])])
+    assert 20 <= known.sum() < len(rows)
     out = estimator.predict(rows)
-    assert (out["method"] == "lookup").all()
-    dispatch = rows["measured_ns"].to_numpy() - out["duration_ns"].to_numpy()
-    np.testing.assert_allclose(out["isolated_ns"], rows["measured_ns"])
-    assert (dispatch > 0).all()
+    assert (out["method"][known] == "lookup").all() and (out["method"][~known] != "lookup").all()
+    np.testing.assert_allclose(out["isolated_ns"][known], rows["measured_ns"][known])
+    assert (out["duration_ns"][known] < rows["measured_ns"][known]).all()  # the dispatch taken off
 
 
 def test_method_tags(estimator, measured):
@@ -168,14 +167,15 @@ def test_isolated_measurements_train_device_time():
     calls = pd.DataFrame({"hardware": "a100-pcie-40gb", "family": "elementwise", "op": "add", "dtype": "fp32",
                           "numel": numel, "operands": 2.0})
     device_ns = 2_000.0 + 12 * numel / 1555e9 * 1e9 * 1.3  # 3 x 4 bytes per element at 77% of the bandwidth
-    isolated_ns = 20_000.0 + np.maximum(device_ns, POST_LAUNCH_S * 1e9)
+    jitter = 1 + rng.uniform(0, 0.01, len(numel))  # the host's dispatch varies from call to call
+    isolated_ns = (20_000.0 + np.maximum(device_ns, POST_LAUNCH_S * 1e9)) * jitter
     config = TrainConfig(params=ModelParams(n_estimators=60), validate=False)
     estimator = train(calls.assign(measured_ns=isolated_ns, timing="isolated"), config).estimator
     probe = calls.assign(numel=lambda d: d["numel"] + 1).iloc[::7]  # shapes never measured
     out = estimator.predict(probe)
     timed = device_ns[::7] > 2 * POST_LAUNCH_S * 1e9  # kernels that outlast the post-launch host time
     np.testing.assert_allclose(out["duration_ns"][timed], device_ns[::7][timed], rtol=0.1)
-    np.testing.assert_allclose(out["isolated_ns"], isolated_ns[::7], rtol=0.03)
+    np.testing.assert_allclose(out["isolated_ns"], isolated_ns[::7], rtol=0.06)  # kernels hidden in the jitter
     hidden = device_ns[::7] < POST_LAUNCH_S * 1e9 / 2  # under the post-launch host time: only bounded
     assert hidden.sum() >= 10
     assert ((out["duration_ns"][hidden] >= out["roofline_ns"][hidden])

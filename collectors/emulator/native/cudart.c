@@ -745,7 +745,7 @@ static void parse_fatbin(fatbin_module *m) {
       img->arch = (unsigned)read_le(p + 28, 4);
       img->specific = (read_le(p + 40, 8) & FATBIN_ARCH_SPECIFIC) != 0;
     }
-    if (payload > (uint64_t)(end - p) - entry) break;
+    if (entry > (uint64_t)(end - p) || payload > (uint64_t)(end - p) - entry) break; /* sizes past the end */
     p += entry + payload;
   }
 }
