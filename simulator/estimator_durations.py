@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from maya.estimators import ClusterSpec
 
 CALL_FRAME_COLUMNS = ("family", "op", "dtype", "batch", "m", "n", "k", "numel", "row", "operands", "flops")
+UNRESOLVED_NOTE_SHARE = 0.1
+"""Share of the learned kernel time in kernels shorter than the measurements can resolve above which the
+prediction says so."""
 
 
 class EstimatorsUnavailable(RuntimeError):
@@ -113,10 +116,18 @@ class EstimatorDurations:
         self.name = f"estimators {record.version}"
         self.collectives = CollectiveDurations(cluster, fallback)
         self.host = estimators.HostOverheadModel()
+        self._learned_ns = self._unresolved_ns = 0.0
 
     @property
     def notes(self) -> list[str]:
-        return self.collectives.notes
+        from maya.estimators.launch_floor import POST_LAUNCH_S
+
+        notes = list(self.collectives.notes)
+        if self._learned_ns and self._unresolved_ns >= UNRESOLVED_NOTE_SHARE * self._learned_ns:
+            notes.append(f"{self._unresolved_ns / self._learned_ns:.0%} of the learned kernel time is in kernels "
+                         f"predicted under {POST_LAUNCH_S * 1e6:.0f} us, shorter than the measurements (calls timed "
+                         "one by one) resolve: their device time is bounded, not fitted")
+        return notes
 
     def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
         out = self.collectives.device_ns(calls, hardware)
@@ -127,9 +138,20 @@ class EstimatorDurations:
             frame["family"] = frame["family"].fillna("other")
             frame["bytes"] = calls.loc[kernels, "work_bytes"]
             frame["hardware"] = hardware.name
-            predicted = self.kernels.predict(frame)["duration_ns"].to_numpy(dtype="float64")
+            priced = self.kernels.predict(frame)
+            predicted = priced["duration_ns"].to_numpy(dtype="float64")
             out[kernels] = np.where(np.isfinite(predicted), predicted, out[kernels])
+            self._count_unresolved(priced)
         return out
+
+    def _count_unresolved(self, priced: pd.DataFrame) -> None:
+        """Add up the learned kernel time, and the part of it in kernels too short for the measurements."""
+        from maya.estimators.launch_floor import POST_LAUNCH_S
+
+        duration = priced["duration_ns"].to_numpy(dtype="float64")
+        learned = priced["method"].isin(["model", "model_transfer"]).to_numpy() & np.isfinite(duration)
+        self._learned_ns += float(duration[learned].sum())
+        self._unresolved_ns += float(duration[learned & (duration < POST_LAUNCH_S * 1e9)].sum())
 
     def host_ns(self, calls: pd.DataFrame) -> np.ndarray:
         host = self.host.predict(calls["api"].astype(str))
