@@ -57,3 +57,4 @@ def test_demo_runs_end_to_end(tmp_path, maya_home):
     assert con.execute("SELECT source, path FROM runs").fetchall() == [("emulator", str(out.resolve()))]
     (durations, iteration_ms), = con.execute("SELECT durations, iteration_ms FROM predictions").fetchall()
     assert durations.startswith("estimators") and iteration_ms > 0
+    assert "bounded, not fitted" in " ".join(r.output.split())  # the small GPT's kernels are that short

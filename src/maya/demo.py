@@ -100,3 +100,5 @@ def _print_prediction(console: Console, p) -> None:
     table.add_row("peak memory", f"{p.peak_memory_bytes / 2**30:.2f} GiB of {p.memory_capacity_bytes / 2**30:.1f} GiB"
                   + ("  [red]OOM[/]" if p.oom else ""))
     console.print(table)
+    for note in p.notes:
+        console.print(f"   note: {note}", highlight=False)
