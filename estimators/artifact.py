@@ -46,7 +46,8 @@ def loads(raw: bytes) -> KernelEstimator:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             manifest = json.loads(archive.read("manifest.json"))
             if manifest.get("format") != FORMAT:
-                raise ArtifactFormatError(f"format {manifest.get('format')!r}, expected {FORMAT!r}")
+                raise ArtifactFormatError(f"format {manifest.get('format')!r}, expected {FORMAT!r} (trained by another "
+                                          "Maya version: `maya estimators train` builds a current one)")
             models = {family: _family_models(archive, family, entry)
                       for family, entry in manifest["families"].items()}
             names = set(archive.namelist())
