@@ -77,16 +77,16 @@ class LaunchFloors:
 
     def dispatch_seconds(self, hardware: np.ndarray | pd.Series, op: np.ndarray | pd.Series) -> np.ndarray:
         """Per call: the host's dispatch before the launch in an isolated call, its floor less `POST_LAUNCH_S`."""
-        return np.maximum(self.seconds(hardware, op) - POST_LAUNCH_S, 0.0)
+        return _dispatch(self.seconds(hardware, op))
 
     def device_time(self, hardware: np.ndarray | pd.Series, op: np.ndarray | pd.Series, measured_s: np.ndarray,
                     isolated: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of each measurement (seconds): the dispatch it includes (0 unless isolated), the time left after
         it, and for an isolated call on its floor the most its kernel can have taken (NaN where the
         measurement gives the device time)."""
-        dispatch_s = np.where(isolated, self.dispatch_seconds(hardware, op), 0.0)
-        left_s = measured_s - dispatch_s
         floor_s = self.seconds(hardware, op)
+        dispatch_s = np.where(isolated, _dispatch(floor_s), 0.0)
+        left_s = measured_s - dispatch_s
         bound_s = POST_LAUNCH_S + FLOOR_JITTER * floor_s
         return dispatch_s, left_s, np.where(isolated & (left_s <= bound_s), bound_s, np.nan)
 
@@ -105,6 +105,11 @@ class LaunchFloors:
     @classmethod
     def from_json(cls, data: dict) -> LaunchFloors:
         return cls(data["by_op"], data["by_hardware"])
+
+
+def _dispatch(floor_s: np.ndarray) -> np.ndarray:
+    """The dispatch before the launch in an isolated call on floors `floor_s`."""
+    return np.maximum(floor_s - POST_LAUNCH_S, 0.0)
 
 
 def isolated_seconds(dispatch_s: np.ndarray, device_s: np.ndarray) -> np.ndarray:

@@ -157,17 +157,17 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
 
 
 class _FamilyData:
-    """One family's measured calls with their hardware figures, work and roofline."""
+    """One family's measured calls with their hardware figures, roofline, timing and features."""
 
     def __init__(self, predictor: FamilyPredictor, calls: pd.DataFrame):
-        self.predictor, self.calls, self.hw = predictor, calls, hardware_arrays(calls)
-        self.work = predictor.work(calls, self.hw)
-        self.roofline_s = self.work.roofline_s(self.hw)
+        self.hw = hardware_arrays(calls)
+        work = predictor.work(calls, self.hw)
+        self.roofline_s = work.roofline_s(self.hw)
         self.measured_s = calls[MEASURED].to_numpy() * 1e-9
         self.ops = calls["op"].to_numpy()
         self.isolated = (calls[TIMING] == ISOLATED).to_numpy()
         self.baseline_s = np.maximum(self.roofline_s, DEVICE_FLOOR_S)
-        self.features = features_of(predictor, calls, self.hw, self.work, with_hardware=True)
+        self.features = features_of(predictor, calls, self.hw, work, with_hardware=True)
 
     def prepared(self, fit_rows: np.ndarray) -> _Prepared:
         """Launch floors measured on the isolated `fit_rows`, then every row's device time and dispatch."""
