@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from maya import hardware as catalog
+from maya.core import hardware as catalog
 from maya.simulator import EstimatorDurations, EstimatorsUnavailable, simulate, summarize
 from maya.simulator.opcodes import DEVICE_OPS, RECORD
 from maya.simulator.trace import load
@@ -73,7 +73,7 @@ def estimator_provider(version: str, train_sample: int | None) -> EstimatorDurat
 
 def emulate_row(config: Path, batch: int, seq: int, run_dir: Path, iterations: int, hardware: str) -> float:
     """Emulate one row into `run_dir` (kept when it is already complete on `hardware`); returns the seconds taken."""
-    from maya.collectors.emulator.launcher import emulate
+    from maya.emulator.launcher import emulate
     from maya_trace_spec import Run
 
     if run_dir.exists():

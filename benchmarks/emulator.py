@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from maya.collectors.emulator.build import build, include_dirs
-from maya.hardware import get as get_hardware
-from maya.paths import example_script
+from maya.emulator.build import build, include_dirs
+from maya.core.hardware import get as get_hardware
+from maya.core.paths import example_script
 from maya_trace_spec import Run
 
 CALLS = 2_000_000

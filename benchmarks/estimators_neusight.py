@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import cKDTree
 
-from maya import hardware
+from maya.core import hardware
 from maya.estimators.evaluation import comparable_ns, mape
 from maya.estimators.training import TrainConfig, train
 from maya.estimators.training_data import load_kernels, neusight_dir

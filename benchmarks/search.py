@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from maya.paths import maya_home
-from maya.simulator.search import (LocalExecutor, MayaEvaluator, Outcome, SearchLog, load_space, run_search,
+from maya.core.paths import maya_home
+from maya.search import (LocalExecutor, MayaEvaluator, Outcome, SearchLog, load_space, run_search,
                                    search_id)
+from maya.core.hardware import DEFAULT_HARDWARE
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workloads" / "fsdp_tp_gpt.py"
@@ -46,7 +47,7 @@ def space():
 
 
 def evaluator(out_dir: Path) -> MayaEvaluator:
-    return MayaEvaluator(str(out_dir), "h100-sxm", 8, DURATIONS)
+    return MayaEvaluator(str(out_dir), DEFAULT_HARDWARE, 8, DURATIONS)
 
 
 def regrid(parallel: int) -> None:
@@ -159,7 +160,7 @@ def time_point() -> None:
     starts the zygote the ranks fork from (once per process)."""
     import resource
 
-    from maya.collectors.emulator.launcher import Topology, emulate
+    from maya.emulator.launcher import Topology, emulate
     from maya.simulator.predict import predict
 
     def cpu() -> float:
@@ -181,7 +182,7 @@ def time_point() -> None:
                     + ", ".join(f"rank {x.rank} {x.seconds:.1f} s wall, {x.calls} calls" for x in ranks) + ")")
             if name != "startup only":
                 c1, t1 = cpu(), time.monotonic()
-                predict(run_dir, hardware="h100-sxm", durations=DURATIONS, store=False)
+                predict(run_dir, hardware=DEFAULT_HARDWARE, durations=DURATIONS, store=False)
                 line += f"; predict {time.monotonic() - t1:.1f} s wall, {cpu() - c1:.1f} s CPU"
             print(line, flush=True)
 

@@ -4,7 +4,7 @@ optimizer state and activations). No script is emulated: this measures the searc
 log), never the emulator."""
 from __future__ import annotations
 
-from maya.simulator.search import Outcome
+from maya.search import Outcome
 
 GPUS, LAYERS, HIDDEN, SEQ, PARAMS = 64, 32, 4096, 4096, 7e9
 PEAK, HBM, NVLINK, IB = 989e12, 80 * 2**30, 370e9, 48e9

@@ -1,3 +1,3 @@
-from .cli import app
+from maya.cli import app
 
 app()

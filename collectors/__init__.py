@@ -1,1 +1,0 @@
-"""How traces come to exist: the virtual-GPU emulator and the real-GPU profiler."""

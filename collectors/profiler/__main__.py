@@ -1,4 +1,0 @@
-"""`python -m maya.collectors.profiler kernels|workload ...` (see `commands`)."""
-from .commands import main
-
-raise SystemExit(main())

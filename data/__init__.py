@@ -1,1 +1,0 @@
-"""Data shipped with Maya: hardware and cluster specs, measured profiles, ground truth."""

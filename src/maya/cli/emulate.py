@@ -1,0 +1,109 @@
+"""`maya emulate -- python train.py ARGS`: run a training script on virtual GPUs and keep its trace."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .common import err, fail, out, parse_ranks, script_argv
+from maya.core.hardware import DEFAULT_HARDWARE
+
+EXIT_OOM = 3
+
+
+def emulate_cmd(ctx: typer.Context,
+                nnodes: Annotated[int, typer.Option(min=1, help="Nodes of the job.")] = 1,
+                nproc_per_node: Annotated[Optional[int], typer.Option(min=1, help="GPUs (ranks) per node.")] = None,
+                world_size: Annotated[Optional[int], typer.Option(min=1, help="Total ranks (alternative to "
+                                                                             "--nproc-per-node).")] = None,
+                ranks: Annotated[Optional[str], typer.Option(help="Ranks to capture, e.g. 0,8-11 "
+                                                                  "(default: all).")] = None,
+                hardware: Annotated[str, typer.Option(help="GPU model to emulate (see data/hardware).")] = DEFAULT_HARDWARE,
+                dedup: Annotated[bool, typer.Option(help="Capture equivalent ranks once (verified by "
+                                                         "signature).")] = True,
+                out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None):
+    """Run `-- python SCRIPT ARGS` unchanged on virtual GPUs, each rank in isolation, and store the
+    device-API trace (maya_trace_spec). Exit code 3 when the script runs out of device memory."""
+    from maya.emulator.build import BuildError
+    from maya.emulator.launcher import emulate
+    from maya.core import hardware as catalog
+
+    from maya.core.paths import runs_dir
+    from maya.core.warehouse import register_run
+
+    argv = script_argv(ctx.args)
+    topology = _topology(nnodes, nproc_per_node, world_size)
+    try:
+        hw = catalog.get(hardware)
+    except KeyError as e:
+        fail(str(e), 2)
+    wanted = parse_ranks(ranks) if ranks else list(range(topology.world_size))
+    target = out_dir or runs_dir() / time.strftime("emulate-%Y%m%d-%H%M%S")
+    columns = (SpinnerColumn(), TextColumn("[bold]emulating[/] {task.description}"), BarColumn(),
+               MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task(f"{Path(argv[0]).name} on {topology.world_size} × {hw.name}",
+                                 total=len(wanted) if ranks or not dedup else None)
+        try:
+            result = emulate(argv, target, hardware=hw.name, topology=topology, ranks=wanted if ranks else None,
+                             dedup=dedup,
+                             on_rank_done=lambda _: progress.advance(task),
+                             on_output=lambda line: progress.console.print(line, end="", markup=False,
+                                                                           highlight=False))
+        except (BuildError, FileExistsError, ValueError) as e:
+            fail(str(e))
+    _report(result, hw)
+    run_id = register_run(result.run_dir)
+    out.print(f"trace: [cyan]{result.run_dir}[/] (run {run_id})")
+    if result.status == "oom":
+        raise typer.Exit(EXIT_OOM)
+    if result.status != "complete":
+        raise typer.Exit(1)
+
+
+def _topology(nnodes: int, nproc_per_node: int | None, world_size: int | None):
+    from maya.emulator.launcher import Topology
+
+    if nproc_per_node and world_size:
+        fail("give --nproc-per-node or --world-size, not both", 2)
+    if world_size:
+        if world_size % nnodes:
+            fail(f"--world-size {world_size} is not a multiple of --nnodes {nnodes}", 2)
+        return Topology(nnodes, world_size // nnodes)
+    return Topology(nnodes, nproc_per_node or 1)
+
+
+def _report(result, hw) -> None:
+    table = Table("rank", "status", "calls", "peak memory", "time", "unimplemented APIs", title_justify="left",
+                  title=f"{result.run_dir.name}: {result.status}")
+    for r in result.ranks:
+        status = {"complete": "[green]complete[/]", "oom": "[red]out of memory[/]"}.get(r.status, f"[red]{r.status}[/]")
+        peak = f"{r.peak_bytes / 2**30:.2f} / {hw.memory_bytes / 2**30:.1f} GiB"
+        unimpl = ", ".join(f"{k} ×{v}" for k, v in sorted(r.unimplemented.items())) or "-"
+        table.add_row(str(r.rank), status, f"{r.calls:,}", peak, f"{r.seconds:.1f} s", unimpl)
+    out.print(table)
+    for r in result.ranks:
+        if r.error:
+            where = r.error.strip().splitlines()[-1]
+            err.print(f"[red]rank {r.rank}:[/] {where}", highlight=False)
+        if r.status == "oom":
+            err.print(f"[red]rank {r.rank} ran out of memory[/] {_oom_site(result.run_dir, r.rank)}", highlight=False)
+
+
+def _oom_site(run_dir: Path, rank: int) -> str:
+    """Where the failed allocation was made: its size, the op and module, the phase and iteration."""
+    from maya_trace_spec import read_table
+
+    events = [e for e in read_table(run_dir, "memory_events", [rank]).to_pylist() if e["kind"] == "oom"]
+    if not events:
+        return ""
+    oom = events[0]
+    ops = {o["op_id"]: o for o in read_table(run_dir, "ops", [rank]).to_pylist()}
+    op = ops.get(oom["op_id"]) or {}
+    where = ", ".join(f"{k} {op[k]}" for k in ("name", "module_path", "phase", "iteration") if op.get(k) is not None)
+    peak = max((e["allocated_bytes"] for e in read_table(run_dir, "memory_events", [rank]).to_pylist()), default=0)
+    return f"requesting {oom['bytes'] / 2**30:.2f} GiB with {peak / 2**30:.2f} GiB in use" + (f" ({where})" if where else "")

@@ -1,0 +1,123 @@
+"""`maya predict RUN_DIR`: replay a trace on the simulator and report time, memory and cost."""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from .common import fail, out
+
+PER_RANK_ROWS = 16
+"""Ranks listed one by one up to this many; beyond, their spread."""
+
+
+class Durations(str, Enum):
+    auto = "auto"
+    estimators = "estimators"
+    roofline = "roofline"
+    measured = "measured"
+
+
+def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emulated, imported or synthetic).")],
+                hardware: Annotated[Optional[str], typer.Option(help="GPU to predict for (default: the trace's); "
+                                                                "measured kernel durations are re-priced for it.")]
+                = None,
+                dp: Annotated[Optional[int], typer.Option("--dp", min=1, help="Data-parallel degree to predict for "
+                                                          "(data-parallel traces): each rank replays a traced "
+                                                          "rank, collectives span the new degree.")] = None,
+                price_per_gpu_hour: Annotated[Optional[float], typer.Option(min=0, help="Price of one GPU-hour, "
+                                                                            "for the cost figures.")] = None,
+                tokens_per_iteration: Annotated[Optional[float], typer.Option(min=0, help="Tokens the whole job "
+                                                                              "processes per iteration.")] = None,
+                timeline: Annotated[Optional[Path], typer.Option(help="Write the simulated schedule as "
+                                                                 "Perfetto/Chrome JSON.")] = None,
+                durations: Annotated[Durations, typer.Option(help="Where durations come from: auto = measured "
+                                                             "if the trace has them, else the latest estimators, "
+                                                             "else the roofline.")] = Durations.auto,
+                model_version: Annotated[str, typer.Option(help="Estimator version.")] = "latest",
+                cluster: Annotated[Optional[str], typer.Option(help="Cluster spec (GPUs per node, links) for "
+                                                               "collectives (default: one of the hardware's).")]
+                = None,
+                as_json: Annotated[bool, typer.Option("--json", help="Print the prediction as JSON.")] = False):
+    """Predict iteration time, its breakdown, MFU, peak memory (and OOM) and cost of a traced run by
+    replaying every rank on the event-driven simulator, optionally re-targeted to another GPU, data-parallel
+    degree or cluster (the changed assumptions are listed). A measured trace replayed unchanged reports the
+    replay's error against its measured iteration time. The prediction is stored in the warehouse."""
+    from maya.core.hardware import UnknownHardware
+    from maya.simulator import (Deadlock, EstimatorsUnavailable, MissingDurations, MissingRanks, predict)
+    from maya_trace_spec import TraceError
+
+    try:
+        prediction, prediction_id = predict(
+            run_dir, hardware=hardware, durations=durations.value, price_per_gpu_hour=price_per_gpu_hour,
+            tokens_per_iteration=tokens_per_iteration, timeline=timeline, model_version=model_version,
+            cluster=cluster, dp=dp)
+    except (TraceError, MissingRanks, Deadlock, EstimatorsUnavailable, MissingDurations, UnknownHardware,
+            ValueError) as e:
+        fail(str(e))
+    if as_json:
+        sys.stdout.write(json.dumps({"prediction_id": prediction_id, **prediction.to_dict()}) + "\n")
+        return
+    _print(prediction, prediction_id, timeline)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.3f} ms"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def _print(p, prediction_id: str, timeline: Optional[Path]) -> None:
+    t = Table(show_header=False, title=f"{Path(p.run_path).name} on {p.simulated_ranks} × {p.hardware}",
+              title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_row("iteration time", _ms(p.iteration_ns))
+    if p.measured_iteration_ns is not None:
+        t.add_row("measured iteration time", _ms(p.measured_iteration_ns))
+    if p.replay_error is not None:
+        t.add_row("replay error", f"{p.replay_error:+.2%}")
+    for label, ns in (("  compute", p.compute_ns), ("  exposed communication", p.exposed_comm_ns),
+                      ("  host-bound", p.host_bound_ns), ("  idle", p.idle_ns)):
+        share = ns / p.iteration_ns if p.iteration_ns else 0.0
+        t.add_row(label, f"{_ms(ns)}  ({share:5.1%})")
+    t.add_row("MFU", f"{p.mfu:.1%} of {p.mfu_dtype} peak")
+    t.add_row("peak memory", f"{_gib(p.peak_memory_bytes)} of {_gib(p.memory_capacity_bytes)}")
+    t.add_row("headroom", _gib(p.headroom_bytes))
+    t.add_row("predicted OOM", f"[red]yes[/] ({p.oom_reason})" if p.oom else "[green]no[/]")
+    if p.tokens_per_s is not None:
+        t.add_row("throughput", f"{p.tokens_per_s:,.0f} tokens/s")
+    if p.cost_per_iteration is not None:
+        t.add_row("cost per iteration", f"${p.cost_per_iteration:.4g}")
+    if p.cost_per_million_tokens is not None:
+        t.add_row("cost per million tokens", f"${p.cost_per_million_tokens:.4g}")
+    t.add_row("iterations", f"{p.steady_iterations} steady of {p.iterations} ({p.iteration_source})")
+    t.add_row("durations", p.durations)
+    out.print(t)
+    if len(p.ranks) <= PER_RANK_ROWS:
+        ranks = Table("rank", "iteration", "compute", "exposed comm", "host-bound", "idle", "MFU", "peak memory")
+        for r in p.ranks:
+            ranks.add_row(str(r.rank), _ms(r.iteration_ns), _ms(r.compute_ns), _ms(r.exposed_comm_ns),
+                          _ms(r.host_bound_ns), _ms(r.idle_ns), f"{r.mfu:.1%}", _gib(r.peak_memory_bytes))
+        out.print(ranks)
+    else:
+        times = [r.iteration_ns for r in p.ranks]
+        out.print(f"{len(p.ranks)} ranks: iteration {_ms(min(times))} … {_ms(max(times))}, "
+                  f"slowest rank {p.critical_rank}")
+    if p.assumptions:
+        out.print("changed assumptions:", style="bold")
+        for assumption in p.assumptions:
+            out.print(f"  - {assumption}", highlight=False)
+    for note in p.notes:
+        out.print(f"note: {note}", style="dim", highlight=False)
+    out.print(f"simulated {p.simulated_calls:,} calls in {p.simulation_s:.2f} s; prediction {prediction_id}",
+              style="dim")
+    if timeline is not None:
+        out.print(f"timeline: [cyan]{timeline}[/] (open in https://ui.perfetto.dev)")

@@ -1,0 +1,31 @@
+"""Where Maya keeps things: the warehouse, captured runs, shipped data and the bundled example."""
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from pathlib import Path
+
+
+def maya_home() -> Path:
+    """`$MAYA_HOME`, default `~/.maya`: the warehouse and captured runs live here."""
+    return Path(os.environ.get("MAYA_HOME") or Path.home() / ".maya").expanduser()
+
+
+def warehouse_path() -> Path:
+    """`$MAYA_WAREHOUSE`, default `$MAYA_HOME/warehouse.duckdb`: the embedded DuckDB warehouse."""
+    env = os.environ.get("MAYA_WAREHOUSE")
+    return Path(env).expanduser() if env else maya_home() / "warehouse.duckdb"
+
+
+def runs_dir() -> Path:
+    return maya_home() / "runs"
+
+
+def data_dir() -> Path:
+    """Data shipped with Maya: package data of `maya` (`src/maya/data/` in the source tree)."""
+    return Path(str(files("maya") / "data"))
+
+
+def example_script() -> Path:
+    """The bundled example training script."""
+    return Path(str(files("maya.examples") / "train_gpt.py"))

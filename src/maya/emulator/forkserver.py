@@ -1,0 +1,273 @@
+"""A zygote for emulated ranks: one Python process, started with the stub libraries preloaded and torch
+imported, forks every rank. A rank then skips interpreter start and `import torch` (about 2 CPU-s each,
+most of a search point's cost), and the ranks share torch's pages.
+
+The zygote (`python -m maya.emulator.forkserver`) listens on an abstract Unix socket. A
+request carries the rank's argv, environment and working directory, and the write end of a pipe for
+its output; the zygote forks and, when the child exits, answers its exit status (as `subprocess`
+reports it: negative for a signal). The child becomes a fresh emulated process
+(`maya_emu_restart`, refused if the zygote recorded anything) and runs `runner.py`. The zygote ends,
+and stops its children, when the process that started it closes its stdin.
+
+`MAYA_EMU_FORKSERVER=0` turns the zygote off (every rank a new interpreter, as before).
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import uuid
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping, Sequence
+
+PER_RANK = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
+            "ROLE_WORLD_SIZE", "MASTER_PORT", "MAYA_EMU_CONFIG", "MAYA_EMU_OUT", "MAYA_EMU_MAILBOX")
+"""Variables that differ between the ranks of one zygote (read lazily, after the fork)."""
+IMPORT_TIME = ("TORCH", "PYTORCH", "CUDA", "NCCL", "CUBLAS", "CUDNN", "NVIDIA", "TRITON", "OMP", "KMP", "GOMP",
+               "MKL", "OPENBLAS", "LD_", "PYTHON", "MAYA_EMU", "LANG", "LC_", "TZ")
+"""Prefixes of the variables that can change what the zygote's imports do: a zygote serves every
+environment that agrees on these (others, e.g. a search's parameters or MAYA_HOME, are the rank's own,
+read after the fork)."""
+PRELOAD = ("torch", "torch.distributed", "maya.core.script_runner")
+"""What the zygote imports: torch and what every rank needs, not the user's libraries (whose import
+may read the rank's environment). Python's `random` reseeds itself in a fork; nothing here seeds
+numpy's global generator (imported lazily), so ranks draw apart as new processes would."""
+_HEADER = struct.Struct("!I")
+
+
+class ForkServerError(RuntimeError):
+    """The zygote ended while a rank ran."""
+
+
+class ZygoteUnavailable(ForkServerError):
+    """The zygote could not be started or reached: nothing ran, so a new process can run the rank."""
+
+
+def _send_msg(sock: socket.socket, data: dict, fds: Sequence[int] = ()) -> None:
+    payload = json.dumps(data).encode()
+    socket.send_fds(sock, [_HEADER.pack(len(payload)) + payload], list(fds))
+
+
+def _recv_msg(sock: socket.socket) -> tuple[dict | None, list[int]]:
+    """One message and the descriptors sent with it; (None, []) at end of stream."""
+    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
+    if not data:
+        return None, fds
+    (size,) = _HEADER.unpack_from(data)
+    while len(data) < _HEADER.size + size:
+        more = sock.recv(_HEADER.size + size - len(data))
+        if not more:
+            raise ConnectionError("zygote connection closed mid-message")
+        data += more
+    return json.loads(data[_HEADER.size:_HEADER.size + size]), fds
+
+
+# ------------------------------------------------------------------ client (in `maya emulate`)
+
+class ForkServer:
+    """A running zygote for one environment; `run` starts a rank in it."""
+
+    def __init__(self, env: Mapping[str, str]):
+        name = f"maya-zygote-{uuid.uuid4().hex}"
+        self.address = "\0" + name  # abstract: nothing to clean up on disk
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "maya.emulator.forkserver", name],
+                                         env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        except OSError as e:
+            raise ZygoteUnavailable(f"the emulator's zygote cannot start: {e}") from e
+        self.active, self.retired = 0, False  # ranks running in it; replaced by a newer zygote
+        ready = self.proc.stdout.readline()
+        if ready.strip() != b"ready":
+            self.proc.kill()
+            self.proc.wait()
+            raise ZygoteUnavailable(f"the emulator's zygote did not start (exit {self.proc.returncode})")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str], output: Callable[[str], None]) -> int:
+        """Run the rank `python -m maya.emulator.runner ARGV` with `env` in a fork; every
+        line it prints goes to `output`; returns its exit status."""
+        read_end, write_end = os.pipe()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            try:
+                conn.connect(self.address)
+                _send_msg(conn, {"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}, [write_end])
+            except OSError as e:
+                os.close(read_end)
+                raise ZygoteUnavailable(f"the emulator's zygote is gone: {e}") from e
+            finally:
+                os.close(write_end)
+            with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
+                for line in lines:
+                    output(line)
+            reply, _ = _recv_msg(conn)
+        if reply is None or "exit" not in reply:
+            raise ForkServerError("the emulator's zygote ended before the rank did")
+        return int(reply["exit"])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # the zygote stops its children and exits
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+_current: tuple[tuple, ForkServer] | None = None  # the zygote kept, with the environment key it serves
+_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get("MAYA_EMU_FORKSERVER", "1") != "0"
+
+
+def current() -> ForkServer | None:
+    """The zygote this process keeps, if any."""
+    return _current[1] if _current else None
+
+
+@contextmanager
+def lease(env: Mapping[str, str]) -> Iterator[ForkServer]:
+    """The zygote for `env` (environments that agree on the IMPORT_TIME variables, but for PER_RANK,
+    share one), held for one rank. One zygote is kept for the life of this process; a changed
+    environment replaces it, and the one replaced ends once no rank of it runs any more."""
+    global _current
+    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in PER_RANK))
+    with _lock:
+        if _current is None or _current[0] != key or not _current[1].alive:
+            if _current is not None:
+                _current[1].retired = True
+                if not _current[1].active:
+                    _current[1].close()
+            _current = None
+            _current = (key, ForkServer({k: v for k, v in env.items() if k not in PER_RANK}))
+        server = _current[1]
+        server.active += 1
+    try:
+        yield server
+    finally:
+        with _lock:
+            server.active -= 1
+            if server.retired and not server.active:
+                server.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    global _current
+    if _current is not None:
+        _current[1].close()
+    _current = None
+
+
+# ------------------------------------------------------------------ the zygote
+
+def _child(request: dict, out_fd: int) -> None:
+    """In the forked rank: its own output, environment and directory, then the runner. Never returns."""
+    code = 70
+    try:
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        if ctypes.CDLL(None).maya_emu_restart() != 0:
+            print("maya emulator: the zygote recorded device calls before forking; "
+                  "set MAYA_EMU_FORKSERVER=0", file=sys.stderr)
+        else:
+            from .runner import run_and_exit
+            run_and_exit(request["argv"])
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def serve(name: str) -> None:
+    """Fork a rank per request on the abstract socket `name` until stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the ranks; the zygote ends with its parent
+    for module in PRELOAD:
+        __import__(module)
+    if ctypes.CDLL(None).maya_emu_restart() != 0:
+        print("maya emulator: importing torch recorded device calls; the zygote cannot be used", file=sys.stderr)
+        return
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(64)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(sys.stdin, selectors.EVENT_READ, "parent")
+    children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        for key, _ in selector.select():
+            if key.data == "parent":  # the launcher is gone or done: stop what still runs
+                for pid, conn in children.values():
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+                return
+            if key.data == "accept":
+                conn, _ = listener.accept()
+                request, fds = _recv_msg(conn)
+                if request is None or len(fds) != 1:
+                    for fd in fds:
+                        os.close(fd)
+                    conn.close()
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    conn.close()
+                    for _, other in children.values():
+                        other.close()
+                    selector.close()
+                    _child(request, fds[0])
+                os.close(fds[0])
+                pidfd = os.pidfd_open(pid)
+                children[pidfd] = (pid, conn)
+                selector.register(pidfd, selectors.EVENT_READ, "child")
+            else:  # a child ended
+                pidfd = key.fd
+                pid, conn = children.pop(pidfd)
+                selector.unregister(pidfd)
+                os.close(pidfd)
+                _, status = os.waitpid(pid, 0)
+                try:
+                    _send_msg(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                except OSError:
+                    pass
+                conn.close()
+
+
+if __name__ == "__main__":
+    try:
+        serve(sys.argv[1])
+    finally:  # no exit handlers: the stubs' would write an empty capture into the working directory
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

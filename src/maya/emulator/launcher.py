@@ -1,0 +1,259 @@
+"""`maya emulate`: run a training script on virtual GPUs, one isolated process per captured rank."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from maya import __version__
+from maya.core.hardware import DEFAULT_HARDWARE, Hardware
+from maya.core.hardware import get as get_hardware
+from maya.core.paths import maya_home
+from maya_trace_spec import RunWriter, read_table
+
+from . import forkserver
+from .build import build, preload_list
+from .convert import K_ALLOC, RankCapture, write_rank
+from .dedup import signature, stage_classes
+from .mailbox import Watcher, mark_ended
+
+
+@dataclass(frozen=True)
+class Topology:
+    nnodes: int = 1
+    nproc_per_node: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+@dataclass
+class RankResult:
+    rank: int
+    status: str
+    exit_code: int
+    calls: int
+    peak_bytes: int
+    unimplemented: dict[str, int]
+    error: str | None
+    seconds: float
+    cpu_seconds: float = 0.0  # of the rank's process
+
+
+@dataclass
+class EmulationResult:
+    run_dir: Path
+    status: str
+    ranks: list[RankResult] = field(default_factory=list)
+    capture_cpu_seconds: float = 0.0  # of every rank process, verification captures included
+
+
+def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
+    lines = {
+        "out_dir": raw, "devices": devices, "rank": rank, "name": hw.device_name, "major": hw.sm_major,
+        "minor": hw.sm_minor, "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes,
+        "clock_khz": hw.boost_clock_mhz * 1000, "mem_clock_khz": hw.memory_clock_mhz * 1000,
+        "bus_width_bits": hw.memory_bus_width_bits, "l2_bytes": hw.l2_bytes,
+        "smem_per_sm": hw.shared_mem_per_sm_bytes, "smem_per_block_optin": hw.shared_mem_per_block_optin_bytes,
+        "max_threads_per_sm": hw.max_threads_per_sm, "regs_per_sm": hw.registers_per_sm,
+    }
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology, port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "LD_PRELOAD": ":".join(preload_list(lib_dir)),
+        "TRITON_LIBCUDA_PATH": str(lib_dir),
+        "MAYA_EMU_LIBS": str(lib_dir),
+        "MAYA_EMU_CONFIG": str(raw / "config"),
+        "MAYA_EMU_OUT": str(raw),
+        "MAYA_EMU_MAILBOX": str(mailbox),
+        "RANK": str(rank), "WORLD_SIZE": str(topo.world_size),
+        "LOCAL_RANK": str(rank % topo.nproc_per_node), "LOCAL_WORLD_SIZE": str(topo.nproc_per_node),
+        "GROUP_RANK": str(rank // topo.nproc_per_node), "NODE_RANK": str(rank // topo.nproc_per_node),
+        "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(topo.world_size),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "TORCHELASTIC_RUN_ID": "maya-emulate",
+        "PYTHONUNBUFFERED": "1",
+        # the runner is found as an installed module even when the working directory holds a
+        # source tree whose folders would shadow it (as Maya's own checkout does)
+        "PYTHONSAFEPATH": "1",
+    })
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDWARE, topology: Topology = Topology(),
+            ranks: Sequence[int] | None = None, parallel: int | None = None,
+            on_rank_done: Callable[[RankResult], None] | None = None,
+            on_output: Callable[[str], None] | None = None, dedup: bool = True) -> EmulationResult:
+    """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
+
+    Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
+    passed to `on_output` as they come. With `dedup` and no explicit `ranks`, equivalent ranks are
+    captured once (`devices.represents` says which ranks a capture stands for)."""
+    hw = get_hardware(hardware)
+    wanted = sorted(set(ranks)) if ranks is not None else list(range(topology.world_size))
+    bad = [r for r in wanted if not 0 <= r < topology.world_size]
+    if bad:
+        raise ValueError(f"rank(s) {bad} outside the world of {topology.world_size}")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir}: output exists and is not empty")
+    lib_dir = build(Path(os.environ.get("MAYA_EMULATOR_CACHE") or maya_home() / "emulator"))
+    writer = RunWriter(out_dir)
+    run_row = {
+        "run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "emulator", "status": "running",
+        "command": json.dumps(["python", *argv]), "hardware": hw.name, "world_size": topology.world_size,
+        "nnodes": topology.nnodes, "nproc_per_node": topology.nproc_per_node,
+        "producer_version": f"maya {__version__}",
+        "attrs": json.dumps({"captured_ranks": wanted}),
+    }
+    writer.write("run", {k: [v] for k, v in run_row.items()})
+    port = _free_port()
+
+    runs: dict[int, Future] = {}
+    lock = threading.Lock()
+
+    def run_rank(rank: int) -> tuple[RankCapture, RankResult]:
+        raw = out_dir / ".capture" / f"rank{rank}"
+        raw.mkdir(parents=True)
+        (raw / "config").write_text(_config(hw, raw, rank, topology.nproc_per_node))
+        t0 = time.monotonic()
+        try:
+            returncode = _run_rank(list(argv), _rank_env(lib_dir, raw, mailbox, rank, topology, port),
+                                   out_dir / "logs" / f"rank{rank}.txt", echo=on_output if rank == wanted[0] else None)
+        finally:
+            mark_ended(mailbox, rank)
+        cap = RankCapture.load(raw)
+        return cap, RankResult(rank, cap.status["status"], returncode, int((cap.records["kind"] != K_ALLOC).sum()),
+                               max(cap.peak_bytes.values(), default=0), cap.unimplemented, cap.status.get("error"),
+                               time.monotonic() - t0, cap.status.get("cpu_s", 0.0))
+
+    def start(rank: int) -> Future:
+        """The emulation of `rank`, started once (by a request or because a peer waits for it)."""
+        with lock:
+            if rank not in runs:
+                future: Future = Future()
+                runs[rank] = future
+
+                def target() -> None:
+                    try:
+                        future.set_result(run_rank(rank))
+                    except BaseException as e:
+                        future.set_exception(e)
+
+                threading.Thread(target=target, name=f"maya-rank{rank}", daemon=True).start()
+            return runs[rank]
+
+    def capture(rank: int, keep: bool = True) -> tuple[RankCapture, RankResult]:
+        cap, result = start(rank).result()
+        if keep:
+            write_rank(cap, writer, rank)
+            if on_rank_done:
+                on_rank_done(result)
+        return cap, result
+
+    workers = parallel or os.cpu_count() or 1
+    mailbox = out_dir / ".capture" / "mailbox"
+    with Watcher(mailbox, topology.world_size, start):
+        if dedup and ranks is None and topology.world_size > 1:
+            captured, represents = _deduplicated(capture, writer, topology.world_size, workers, on_rank_done)
+        else:
+            with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
+                captured = dict(zip(wanted, pool.map(capture, wanted)))
+            represents = {rank: [rank] for rank in wanted}
+        for future in list(runs.values()):  # ranks started only because a peer waited for them
+            future.exception()
+    for rank, (cap, _) in sorted(captured.items()):
+        local = rank % topology.nproc_per_node
+        writer.write("devices", {k: [v] for k, v in {
+            "local_rank": local, "node": rank // topology.nproc_per_node, "device_index": local,
+            "device_name": hw.device_name, "hardware": hw.name, "sm_major": hw.sm_major, "sm_minor": hw.sm_minor,
+            "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes, "represents": represents[rank],
+            "hostname": socket.gethostname(), "pid": cap.status.get("pid")}.items()}, rank=rank)
+    results = [result for _, result in (captured[r] for r in sorted(captured))]
+    status = ("oom" if any(r.status == "oom" for r in results)
+              else "failed" if any(r.status == "failed" for r in results) else "complete")
+    run_row["status"] = status
+    run_row["attrs"] = json.dumps({"captured_ranks": sorted(captured), "represents": represents})
+    writer.write("run", {k: [v] for k, v in run_row.items()})
+    if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
+        shutil.rmtree(out_dir / ".capture", ignore_errors=True)
+    cpu = sum(f.result()[1].cpu_seconds for f in runs.values() if f.exception() is None)
+    return EmulationResult(out_dir, status, results, cpu)
+
+
+def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done):
+    """Capture one representative per class of equivalent ranks (dedup.py), verified by one more
+    member per class that could be split; returns the captures kept and which ranks each stands for."""
+    captured = {0: capture(0)}
+    if captured[0][1].status != "complete":
+        return captured, {0: [0]}
+    communicators = read_table(writer.run_dir, "communicators", [0])
+    classes = stage_classes(world_size, read_table(writer.run_dir, "api_calls", [0]), communicators)
+    sizes = communicators.column("comm_size").to_pylist()
+    # A class that shares smaller groups (tensor parallel) is never split: a lone rank cannot be cut out
+    # of it and still be replayed, so the representative (e.g. rank 0 and its logging) stands for all,
+    # and there is nothing for a second capture to decide.
+    checks = {rep: max(members) for rep, members in classes.items()
+              if len(members) > 1 and not any(1 < size < len(members) for size in sizes)}
+    with ThreadPoolExecutor(workers) as pool:
+        captured.update(zip((r for r in classes if r), pool.map(capture, [r for r in classes if r])))
+        probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
+    represents = {rep: list(members) for rep, members in classes.items()}
+    for rep, probe_rank in checks.items():
+        probe_cap, probe_result = probes[probe_rank]
+        if signature(probe_cap) == signature(captured[rep][0]):
+            continue
+        # the representative is special (e.g. logs): it stands for itself, the probe for the rest
+        write_rank(probe_cap, writer, probe_rank)
+        if on_rank_done:
+            on_rank_done(probe_result)
+        captured[probe_rank] = (probe_cap, probe_result)
+        represents[probe_rank] = [probe_rank] + [r for r in represents[rep] if r not in (rep, probe_rank)]
+        represents[rep] = [rep]
+    return captured, represents
+
+
+def _run_rank(argv: list[str], env: dict[str, str], log: Path, echo: Callable[[str], None] | None) -> int:
+    """Run one rank (`python -m maya.emulator.runner ARGV`), forked from the zygote unless it
+    is turned off or cannot start; its output goes to `log` and, line by line, to `echo`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as fh:
+        def output(line: str) -> None:
+            fh.write(line)
+            if echo:
+                echo(line)
+
+        if forkserver.enabled():
+            try:
+                with forkserver.lease(env) as server:
+                    return server.run(argv, env, output)
+            except forkserver.ZygoteUnavailable as e:
+                warnings.warn(f"{e}; ranks start as new processes", RuntimeWarning, stacklevel=2)
+        cmd = [sys.executable, "-m", "maya.emulator.runner", *argv]
+        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace") as proc:
+            for line in proc.stdout:
+                output(line)
+        return proc.returncode

@@ -1,0 +1,169 @@
+"""Runs inside each emulated rank process: the user's script, unchanged, with framework context capture.
+
+`python -m maya.emulator.runner SCRIPT ARGS` (or `-m MODULE ARGS`), with the stub
+libraries preloaded. Context comes from Maya's RecordFunction observer (libmaya_ops.so: every aten
+op, autograd node and record_function range with its input shapes, tagged onto the CUDA calls it
+makes), module hooks that open a range per module (`nn.Module: GPT.blocks.0.mlp`) and an
+optimizer-step hook that advances the iteration. At exit the script's outcome and the native
+recorders' buffers are written to `$MAYA_EMU_OUT`.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import threading
+import traceback
+import weakref
+from pathlib import Path
+
+MODULE_PREFIX = "nn.Module: "
+OPS_LIBRARY = "libmaya_ops.so"
+
+
+class _Observer:
+    """The native op observer: ranges for modules, the iteration counter, the final flush."""
+
+    def __init__(self, lib_dir: Path, out: Path):
+        self.lib = ctypes.CDLL(str(lib_dir / OPS_LIBRARY))
+        self.lib.maya_ops_install.argtypes = [ctypes.c_char_p]
+        self.lib.maya_ops_intern.argtypes = [ctypes.c_char_p]
+        self.lib.maya_ops_intern.restype = ctypes.c_int32
+        self.lib.maya_ops_range_enter.argtypes = [ctypes.c_int32]
+        self.lib.maya_ops_range_enter.restype = ctypes.c_int64
+        self.lib.maya_ops_range_exit.argtypes = [ctypes.c_int64]
+        self.lib.maya_ops_set_iteration.argtypes = [ctypes.c_int32]
+        self.lib.maya_ops_install(str(out).encode())
+        self.iteration = 0
+
+    def next_iteration(self, *_) -> None:
+        self.iteration += 1
+        self.lib.maya_ops_set_iteration(self.iteration)
+
+    def module_hooks(self, torch) -> list:
+        """Global forward hooks opening a range named after each module's path. Per call they do a
+        dict lookup and a ctypes call each way (modules by id, checked against a weak reference;
+        ranges on a per-thread stack, since module calls nest)."""
+        names: dict[int, tuple[weakref.ref, int]] = {}
+        local = threading.local()
+        enter, leave, intern = self.lib.maya_ops_range_enter, self.lib.maya_ops_range_exit, self.lib.maya_ops_intern
+        compiling = torch.compiler.is_compiling
+
+        def name_id(module) -> int:
+            known = names.get(id(module))
+            if known is not None and known[0]() is module:
+                return known[1]
+            root = type(module).__name__  # the first module called names the tree below it
+            for sub_name, sub in module.named_modules():
+                known = names.get(id(sub))
+                if known is None or known[0]() is not sub:
+                    path = f"{root}.{sub_name}" if sub_name else root
+                    names[id(sub)] = (weakref.ref(sub), intern((MODULE_PREFIX + path).encode()))
+            return names[id(module)][1]
+
+        def pre(module, args):  # inside torch.compile regions the hooks fold away (no module paths there)
+            if compiling():
+                return
+            stack = local.__dict__.setdefault("stack", [])
+            stack.append(enter(name_id(module)))
+
+        def post(module, args, output):
+            if compiling():
+                return
+            stack = local.__dict__.get("stack")
+            if stack:
+                leave(stack.pop())
+
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        return [register_module_forward_pre_hook(pre), register_module_forward_hook(post, always_call=True)]
+
+    def finish(self) -> None:
+        self.lib.maya_ops_finish()
+
+
+class _ProcessGroups:
+    """Global ranks of every process group the script created, by group name, kept across
+    `destroy_process_group` (snapshotted before it runs)."""
+
+    def __init__(self):
+        import torch.distributed as dist
+        self.dist, self.groups = dist, {}
+        if not dist.is_available():
+            return
+        destroy = dist.destroy_process_group
+
+        def destroy_process_group(*args, **kwargs):
+            self.snapshot()
+            return destroy(*args, **kwargs)
+
+        dist.destroy_process_group = destroy_process_group
+
+    def snapshot(self) -> dict[str, list[int]]:
+        dist = self.dist
+        if dist.is_available() and dist.is_initialized():
+            self.groups.update({name: dist.get_process_group_ranks(pg)
+                                for pg, name in dist.distributed_c10d._world.pg_names.items()})
+        return self.groups
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this rank process and the children it waited for (user + system; a rank forked
+    from the zygote counts from its fork)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
+                                                                         resource.RUSAGE_CHILDREN)))
+
+
+def main(argv: list[str]) -> int:
+    out = Path(os.environ["MAYA_EMU_OUT"])
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from maya.core.script_runner import run_script
+
+    from .isolation import install as isolate_ranks
+
+    isolate_ranks()
+    status, error, code = "complete", None, 0
+    observer = _Observer(Path(os.environ["MAYA_EMU_LIBS"]), out)
+    groups = _ProcessGroups()
+    handles = [register_optimizer_step_post_hook(observer.next_iteration), *observer.module_hooks(torch)]
+    try:
+        run_script(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        status = "complete" if code == 0 else "failed"
+    except torch.OutOfMemoryError as e:
+        status, error, code = "oom", "".join(traceback.format_exception(e)), 1
+        traceback.print_exc()
+    except BaseException as e:  # the script's own failure: keep the partial trace, show its traceback
+        status, error, code = "failed", "".join(traceback.format_exception(e)), 1
+        traceback.print_exc()
+    finally:
+        for h in handles:
+            h.remove()
+        observer.finish()
+        (out / "process_groups.json").write_text(json.dumps(groups.snapshot()))
+        (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
+                                                     "pid": os.getpid(), "torch": torch.__version__,
+                                                     "cpu_s": _cpu_seconds()}))
+        ctypes.CDLL(None).maya_emu_finish()
+    return code
+
+
+def run_and_exit(argv: list[str]) -> None:
+    """Run the script, then end the process: the script's exit handlers run; interpreter teardown
+    (seconds of module cleanup, and the autograd device threads that can abort during it) is skipped,
+    since the capture is already flushed."""
+    exit_code = main(argv)
+    import atexit
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
+
+
+if __name__ == "__main__":
+    run_and_exit(sys.argv[1:])

@@ -1,0 +1,22 @@
+"""Kernel, collective and host-overhead runtime estimators and their versioned registry.
+
+- `KernelEstimator.predict(calls)`: kernel durations for a call frame (`calls`), by lookup of
+  measured shapes, learned per-family efficiency models or the analytical roofline;
+- `CollectiveModel`: NCCL ring / tree / NVLS alpha-beta times on a cluster (`data/clusters/`);
+- `HostOverheadModel`: CPU cost per API call;
+- `Registry` / `train_version`: versions of trained estimators in the DuckDB warehouse.
+"""
+from __future__ import annotations
+
+from .calls import CallFrameError
+from maya.core.clusters import ClusterSpec, load_cluster
+from .collectives import CollectiveModel
+from .host_overhead import HostOverheadModel
+from .kernel_estimator import METHODS, KernelEstimator
+from .registry import ArtifactError, Registry, RegistryError, UnknownVersion
+from .training import TrainConfig, train
+from .versioning import train_version
+
+__all__ = ["METHODS", "ArtifactError", "CallFrameError", "ClusterSpec", "CollectiveModel",
+           "HostOverheadModel", "KernelEstimator", "Registry", "RegistryError", "TrainConfig", "UnknownVersion",
+           "load_cluster", "train", "train_version"]

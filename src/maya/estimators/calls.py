@@ -1,0 +1,76 @@
+"""The call frame: what the kernel estimators read, one row per device call.
+
+| column | meaning |
+|---|---|
+| `hardware` | catalog name (`h100-sxm`) or reported device name (`NVIDIA H100 80GB HBM3`) |
+| `family` | kernel family (`maya_trace_spec.vocabulary.KERNEL_FAMILIES`) |
+| `op` | operation within the family (`bmm`, `linear`, `add`, `layer_norm_fwd`, ...); may be empty |
+| `dtype` | element type (`vocabulary.DTYPE_BYTES`); for GEMMs `tf32` selects the TF32 tensor-core peak |
+| `batch`, `m`, `n`, `k` | GEMM: `batch` products of [m, k] x [k, n] (k is the reduction); attention: |
+| | `batch` = batch x heads, `m` query length, `n` key length, `k` head dimension |
+| `numel` | elements processed: a reduction's input, otherwise the output (parameters for optimizers) |
+| `row` | length of the normalised / reduced / softmax dimension |
+| `operands` | tensor inputs read per output element (elementwise; default 1) |
+| `bytes` | copies and memsets: the payload; other families: memory traffic replacing the formula |
+| `flops` | FLOPs replacing the family's formula (custom kernels) |
+
+Absent shape columns are NaN. `normalize` fills defaults and checks what is there.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES
+
+NUMERIC_COLUMNS: tuple[str, ...] = ("batch", "m", "n", "k", "numel", "row", "operands", "bytes", "flops")
+TEXT_COLUMNS: tuple[str, ...] = ("hardware", "family", "op", "dtype")
+KEY_COLUMNS: tuple[str, ...] = TEXT_COLUMNS + NUMERIC_COLUMNS
+"""What identifies a measured shape (exact lookup)."""
+
+
+class CallFrameError(ValueError):
+    """The frame cannot be priced: a required column is missing or a value is not understood."""
+
+
+def normalize(calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
+    """A copy with every call-frame column, defaults filled, numeric columns as float64."""
+    frame = calls.to_pandas() if isinstance(calls, pa.Table) else calls
+    missing = [c for c in ("hardware", "family") if c not in frame.columns]
+    if missing:
+        raise CallFrameError(f"missing column(s) {', '.join(missing)}; a call frame needs hardware and family")
+    out = pd.DataFrame({"hardware": _text(frame, "hardware", ""), "family": _text(frame, "family", ""),
+                        "op": _text(frame, "op", ""), "dtype": _text(frame, "dtype", "fp32")}, index=frame.index)
+    for name in NUMERIC_COLUMNS:
+        out[name] = frame[name].astype("float64") if name in frame.columns else np.nan
+    out["operands"] = out["operands"].fillna(1.0)
+    _check_values(out, "family", KERNEL_FAMILIES)
+    _check_values(out, "dtype", tuple(DTYPE_BYTES))
+    return out
+
+
+def coded(frame: pd.DataFrame) -> pd.DataFrame:
+    """A normalised frame with its text columns as categoricals: cheap to take rows of and to factorize."""
+    return frame.astype({name: "category" for name in TEXT_COLUMNS})
+
+
+def element_bytes(dtype: pd.Series) -> np.ndarray:
+    codes, names = pd.factorize(dtype)
+    return np.array([DTYPE_BYTES[n] for n in names], dtype="float64")[codes]
+
+
+def _text(frame: pd.DataFrame, name: str, default: str) -> pd.Series:
+    if name not in frame.columns:
+        return pd.Series(default, index=frame.index, dtype="str")
+    column = frame[name]
+    if column.hasnans:
+        column = column.fillna(default)
+    return column if column.dtype == "str" else column.astype("str")
+
+
+def _check_values(frame: pd.DataFrame, column: str, allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(pd.unique(frame[column])) - set(allowed))
+    if unknown:
+        raise CallFrameError(f"unknown {column} value(s) {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(allowed)}")

@@ -1,0 +1,82 @@
+"""What a family predictor is: how a call's work is counted and how its shape is described to the
+learned efficiency model. The learning itself is shared (`maya.estimators.efficiency_model`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from ..calls import element_bytes
+from ..hardware_table import HardwareArrays
+
+MIN_ROOFLINE_S = 1e-9
+"""Numerical guard: a call with no counted work still takes a nanosecond."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """FLOPs and bytes of memory traffic per call; `bandwidth` where the traffic is not to HBM."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    bandwidth: np.ndarray | None = None
+
+    def roofline_s(self, hw: HardwareArrays) -> np.ndarray:
+        """The analytical lower bound: compute time or memory time, whichever is longer."""
+        bandwidth = hw.bandwidth if self.bandwidth is None else self.bandwidth
+        return np.maximum(np.maximum(self.flops / hw.peak_flops, self.bytes / bandwidth), MIN_ROOFLINE_S)
+
+
+class FamilyPredictor:
+    """One kernel family. Subclasses define `family`, `ops` (the op vocabulary the model sees as a
+    category), `count` (work from the shape) and `shape_features`."""
+
+    family: ClassVar[str]
+    ops: ClassVar[tuple[str, ...]] = ()
+    explicit_work: ClassVar[bool] = True
+    """Whether the call frame's `bytes`/`flops` columns replace the counted work."""
+
+    def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
+        raise NotImplementedError
+
+    def shape_features(self, calls: pd.DataFrame, hw: HardwareArrays) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def work(self, calls: pd.DataFrame, hw: HardwareArrays) -> Work:
+        counted = self.count(calls, element_bytes(calls["dtype"]), hw)
+        if not self.explicit_work:
+            return counted
+        given_bytes, given_flops = calls["bytes"].to_numpy(), calls["flops"].to_numpy()
+        return Work(flops=np.where(np.isnan(given_flops), counted.flops, given_flops),
+                    bytes=np.where(np.isnan(given_bytes), counted.bytes, given_bytes),
+                    bandwidth=counted.bandwidth)
+
+    def op_codes(self, calls: pd.DataFrame) -> np.ndarray:
+        """Index of each call's op in `ops`; NaN (missing, for the model) when not in the vocabulary."""
+        codes = pd.Index(self.ops).get_indexer(np.asarray(calls["op"], dtype=object)).astype("float64")
+        codes[codes < 0] = np.nan
+        return codes
+
+
+def log2(values: np.ndarray) -> np.ndarray:
+    """log2 of positive finite sizes; NaN where the size is absent, not positive or infinite."""
+    values = np.asarray(values, dtype="float64")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result = np.log2(values, out=np.empty_like(values))
+    result[~np.isfinite(result)] = np.nan  # log2 is finite exactly where the size is positive and finite
+    return result
+
+
+def alignment_bits(values: np.ndarray, cap: int = 8) -> np.ndarray:
+    """Trailing zero bits of integer sizes, capped (vector loads and tile fit); NaN where absent."""
+    values = np.asarray(values, dtype="float64")
+    present = np.isfinite(values) & (values >= 1)
+    ints = np.where(present, values, 1).astype(np.int64)
+    bits = np.log2((ints & -ints).astype("float64"))
+    return np.where(present, np.minimum(bits, cap), np.nan)
+
+
+def count_or_one(values: pd.Series) -> np.ndarray:
+    return values.fillna(1.0).to_numpy()

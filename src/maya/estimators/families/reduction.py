@@ -1,0 +1,21 @@
+"""Reductions over the last dimension (sum, mean, max, norms, losses): `numel` in, `numel / row` out."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .base import FamilyPredictor, Work
+from .rowwise import rows, rowwise_features
+from ..hardware_table import HardwareArrays
+
+
+class ReductionPredictor(FamilyPredictor):
+    family = "reduction"
+    ops = ("sum", "mean", "max", "amax", "min", "norm", "var", "cross_entropy_fwd", "cross_entropy_bwd")
+
+    def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
+        numel = calls["numel"].to_numpy()
+        return Work(flops=numel, bytes=itemsize * (numel + rows(calls)))
+
+    def shape_features(self, calls: pd.DataFrame, hw: HardwareArrays) -> dict[str, np.ndarray]:
+        return rowwise_features(calls, hw)

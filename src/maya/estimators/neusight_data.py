@@ -1,0 +1,72 @@
+"""NeuSight's measured kernels (`data/neusight/`, MIT) as measured call frames.
+
+NeuSight's columns: `op`, `device` (the name the GPU reports), `latency_ms`, and the op's sizes —
+`b, m, n, k` for bmm / linear (b products of [m, n] x [n, k]: NeuSight's reduction dimension is `n`)
+and `b, h` for vector ops (b rows of h elements). All fp32 with TF32 off. Convolutions are not
+loaded (no conv family here).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from maya.core.paths import data_dir
+
+from .launch_floor import ISOLATED
+
+GEMM_OPS = ("bmm", "linear")
+BINARY_OPS = ("add", "mul", "div", "pow")
+UNARY_OPS = ("addu", "mulu", "divu", "powu", "gelu", "relu", "tanh")
+FAMILY_OF_OP = {**{op: "gemm" for op in GEMM_OPS}, **{op: "elementwise" for op in BINARY_OPS + UNARY_OPS},
+                "ln": "normalization", "softmax": "softmax"}
+REQUIRED = {"gemm": ("b", "m", "n", "k"), "vector": ("b", "h")}
+
+
+class DatasetError(ValueError):
+    """The file is not in NeuSight's kernel format."""
+
+
+def neusight_dir() -> Path:
+    return data_dir() / "neusight"
+
+
+def load_kernels(path: str | Path) -> pd.DataFrame:
+    """A NeuSight kernel file as measured calls: call-frame columns plus `measured_ns`, `source` and `timing`."""
+    return to_calls(pd.read_parquet(path))
+
+
+def to_calls(raw: pd.DataFrame) -> pd.DataFrame:
+    """NeuSight rows (ops this module knows) as measured calls; other ops are left out."""
+    missing = sorted({"op", "device", "latency_ms"} - set(raw.columns))
+    if missing:
+        raise DatasetError(f"missing column(s) {', '.join(missing)}")
+    rows = raw[raw["op"].isin(list(FAMILY_OF_OP))]
+    if rows.empty:
+        return pd.DataFrame()
+    family = rows["op"].map(FAMILY_OF_OP)
+    gemm = (family == "gemm").to_numpy()
+    needed = set(REQUIRED["gemm"] if gemm.any() else ()) | set(REQUIRED["vector"] if (~gemm).any() else ())
+    missing = sorted(needed - set(raw.columns))
+    if missing:
+        raise DatasetError(f"missing column(s) {', '.join(missing)} for the ops present")
+    b = rows["b"].astype("float64").to_numpy()
+    size = {c: rows[c].astype("float64").to_numpy() if c in rows else np.full(len(rows), np.nan) for c in "mnkh"}
+    vector = ~gemm
+    return pd.DataFrame({
+        "hardware": rows["device"].to_numpy(),
+        "family": family.to_numpy(),
+        "op": rows["op"].to_numpy(),
+        "dtype": "fp32",
+        "batch": np.where(gemm, b, np.nan),
+        "m": np.where(gemm, size["m"], np.nan),
+        "n": np.where(gemm, size["k"], np.nan),
+        "k": np.where(gemm, size["n"], np.nan),
+        "numel": np.where(vector, b * size["h"], np.nan),
+        "row": np.where(vector, size["h"], np.nan),
+        "operands": np.where(rows["op"].isin(BINARY_OPS), 2.0, 1.0),
+        "measured_ns": rows["latency_ms"].astype("float64").to_numpy() * 1e6,
+        "source": "neusight",
+        "timing": ISOLATED,  # CUDA events around one eager call each (NeuSight's measure_cuda_kernel)
+    })

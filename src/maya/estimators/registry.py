@@ -1,0 +1,221 @@
+"""Versioned estimators in the DuckDB warehouse.
+
+Table `estimator_versions`: one row per trained version (`v1`, `v2`, ...) with its hardware,
+families, training-data hash, training-config hash, metrics (JSON), creation time and artifact.
+The artifact is a file, `<warehouse dir>/estimators/<version>/model.zip` (for the default warehouse
+`$MAYA_HOME/estimators/<version>/model.zip`), whose SHA-256 the row records; the row stores the path
+relative to `<warehouse dir>/estimators`. Table `estimator_aliases` maps `latest` to the newest version.
+
+Registration is atomic: the artifact is written to a temporary file and renamed into place inside
+the transaction that inserts the row and moves `latest`; on any failure the transaction rolls back
+and the file is removed. Registering data and config already registered returns that version
+unchanged (no duplicate). Loading only reads: a missing or corrupted artifact raises
+`ArtifactError` naming the version and the problem.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from maya import __version__
+from maya.core.paths import warehouse_path
+from maya.core.warehouse import connect
+
+from . import artifact
+from .kernel_estimator import KernelEstimator
+
+LATEST = "latest"
+ARTIFACT_NAME = "model.zip"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS estimator_versions (
+    version         VARCHAR PRIMARY KEY,
+    created_at      TIMESTAMP NOT NULL,
+    data_hash       VARCHAR NOT NULL,
+    config_hash     VARCHAR NOT NULL,
+    hardware        VARCHAR[] NOT NULL,
+    families        VARCHAR[] NOT NULL,
+    training_rows   BIGINT NOT NULL,
+    metrics         JSON NOT NULL,
+    artifact_path   VARCHAR NOT NULL,
+    artifact_sha256 VARCHAR NOT NULL,
+    artifact_bytes  BIGINT NOT NULL,
+    maya_version    VARCHAR NOT NULL
+);
+CREATE TABLE IF NOT EXISTS estimator_aliases (
+    alias   VARCHAR PRIMARY KEY,
+    version VARCHAR NOT NULL
+);
+"""
+_COLUMNS = ("version", "created_at", "data_hash", "config_hash", "hardware", "families", "training_rows", "metrics",
+            "artifact_path", "artifact_sha256", "artifact_bytes", "maya_version")
+
+
+class RegistryError(Exception):
+    """An estimator version cannot be found or used."""
+
+
+class UnknownVersion(RegistryError):
+    pass
+
+
+class ArtifactError(RegistryError):
+    """A registered version's artifact is missing, altered or unreadable."""
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    version: str
+    created_at: datetime
+    data_hash: str
+    config_hash: str
+    hardware: list[str]
+    families: list[str]
+    training_rows: int
+    metrics: dict
+    artifact_path: str
+    artifact_sha256: str
+    artifact_bytes: int
+    maya_version: str
+
+
+@dataclass(frozen=True)
+class Registered:
+    record: VersionRecord
+    reused: bool
+    """True when this data and config were already registered (nothing was written)."""
+
+
+class Registry:
+    def __init__(self, warehouse: str | Path | None = None):
+        self.warehouse = Path(warehouse) if warehouse else warehouse_path()
+        self.artifacts = self.warehouse.parent / "estimators"
+
+    def find(self, data_hash: str, config_hash: str) -> VersionRecord | None:
+        """The version trained on this data with this config, if any."""
+        rows = self._query("SELECT {} FROM estimator_versions WHERE data_hash = ? AND config_hash = ?",
+                           [data_hash, config_hash])
+        return rows[0] if rows else None
+
+    def versions(self) -> list[VersionRecord]:
+        """Every version, oldest first."""
+        return self._query("SELECT {} FROM estimator_versions ORDER BY created_at, version")
+
+    def latest(self) -> str | None:
+        rows = self._read("SELECT version FROM estimator_aliases WHERE alias = ?", [LATEST])
+        return rows[0][0] if rows else None
+
+    def get(self, version: str = LATEST) -> VersionRecord:
+        """A version by name or alias (`latest`)."""
+        name = self.latest() if version == LATEST else version
+        rows = self._query("SELECT {} FROM estimator_versions WHERE version = ?", [name]) if name else []
+        if not rows:
+            known = [r.version for r in self.versions()]
+            raise UnknownVersion(f"unknown estimator version {version!r} in {self.warehouse}; "
+                                 + (f"known: {', '.join(known)}" if known else
+                                    "none registered yet (train one with `maya estimators train`)"))
+        return rows[0]
+
+    def load(self, version: str = LATEST) -> KernelEstimator:
+        """The estimator of a version, after checking its artifact against the recorded SHA-256."""
+        record = self.get(version)
+        path = self.artifacts / record.artifact_path
+        if not path.is_file():
+            raise ArtifactError(f"estimator version {record.version}: artifact {path} is missing")
+        raw = path.read_bytes()
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest != record.artifact_sha256:
+            raise ArtifactError(f"estimator version {record.version}: artifact {path} is corrupted "
+                                f"(SHA-256 {digest[:16]}..., registered {record.artifact_sha256[:16]}...)")
+        try:
+            return artifact.loads(raw)
+        except artifact.ArtifactFormatError as e:
+            raise ArtifactError(f"estimator version {record.version}: artifact {path} cannot be read: {e}") from e
+
+    def register(self, estimator: KernelEstimator, *, data_hash: str, config_hash: str, metrics: dict) -> Registered:
+        """Store a trained estimator as a new version and point `latest` at it (or return the version
+        already trained on this data and config)."""
+        raw = artifact.dumps(estimator)
+        con = connect(self.warehouse)
+        written: Path | None = None
+        try:
+            con.execute(SCHEMA)
+            con.execute("BEGIN TRANSACTION")
+            existing = self._records(con, "SELECT {} FROM estimator_versions WHERE data_hash = ? AND config_hash = ?",
+                                     [data_hash, config_hash])
+            if existing:
+                con.execute("ROLLBACK")
+                return Registered(existing[0], reused=True)
+            number = con.execute("SELECT coalesce(max(CAST(substr(version, 2) AS INTEGER)), 0) + 1 "
+                                 "FROM estimator_versions").fetchone()[0]
+            version = f"v{number}"
+            written = write_atomic(self.artifacts / version / ARTIFACT_NAME, raw)
+            con.execute("INSERT INTO estimator_versions VALUES (?, now()::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+                version, data_hash, config_hash, metrics.get("hardware", []), sorted(metrics.get("families", {})),
+                metrics.get("rows", 0), json.dumps(metrics, sort_keys=True), f"{version}/{ARTIFACT_NAME}",
+                hashlib.sha256(raw).hexdigest(), len(raw), __version__])
+            con.execute("INSERT OR REPLACE INTO estimator_aliases VALUES (?, ?)", [LATEST, version])
+            con.execute("COMMIT")
+        except BaseException:
+            _rollback(con)
+            if written is not None:
+                shutil.rmtree(written.parent, ignore_errors=True)
+            raise
+        finally:
+            con.close()
+        return Registered(self.get(version), reused=False)
+
+    def _query(self, sql: str, params: list | None = None) -> list[VersionRecord]:
+        return [_record(row) for row in self._read(sql.format(", ".join(_COLUMNS)), params)]
+
+    def _read(self, sql: str, params: list | None = None) -> list[tuple]:
+        """Rows of a read-only query; none when the warehouse or the registry tables do not exist."""
+        if not self.warehouse.is_file():
+            return []
+        con = duckdb.connect(str(self.warehouse), read_only=True)
+        try:
+            return con.execute(sql, params or []).fetchall()
+        except duckdb.CatalogException:
+            return []
+        finally:
+            con.close()
+
+    @staticmethod
+    def _records(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> list[VersionRecord]:
+        return [_record(row) for row in con.execute(sql.format(", ".join(_COLUMNS)), params).fetchall()]
+
+
+def _record(row: tuple) -> VersionRecord:
+    values = dict(zip(_COLUMNS, row))
+    values["metrics"] = json.loads(values["metrics"])
+    return VersionRecord(**values)
+
+
+def write_atomic(path: Path, data: bytes) -> Path:
+    """Write via a temporary file in the same directory, flushed to disk, then renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:  # no transaction was open
+        pass

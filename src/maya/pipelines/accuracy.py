@@ -1,0 +1,96 @@
+"""Accuracy of an estimator version: held-out kernel error per hardware and family on NeuSight's test
+split, and end-to-end error on ground-truth workloads (their traces replayed by the simulator)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from maya.estimators import Registry
+from maya.estimators.evaluation import comparable_ns, mape
+from maya.estimators.neusight_data import load_kernels, neusight_dir
+from maya.core.warehouse import wait_for_lock
+
+from . import ground_truth
+from .resources import DataSources
+from .tables import insert
+
+
+@dataclass(frozen=True)
+class Inputs:
+    kernels: pd.DataFrame
+    """Held-out measured calls (NeuSight's test split; empty without NeuSight)."""
+    workloads: list[ground_truth.Workload]
+    digest: str
+    """Changes when the test split or the ground truth change."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    version: str
+    summary: dict
+    kernel_errors: pd.DataFrame
+    kernel_predictions: pd.DataFrame
+    workload_predictions: pd.DataFrame
+
+
+def load_inputs(sources: DataSources) -> Inputs:
+    test = neusight_dir() / "kernels_test.parquet"
+    kernels = load_kernels(test) if sources.neusight else pd.DataFrame()
+    parts = [hashlib.sha256(test.read_bytes()).hexdigest() if sources.neusight else "",
+             ground_truth.digest(sources.ground_truth)]
+    return Inputs(kernels, ground_truth.workloads(sources.ground_truth),
+                  hashlib.sha256(json.dumps(parts).encode()).hexdigest())
+
+
+def evaluate(registry: Registry, version: str, inputs: Inputs) -> Evaluation:
+    kernels = _kernel_predictions(registry, version, inputs.kernels)
+    errors = kernels.assign(ape=_ape(kernels)).groupby(["hardware", "family"], as_index=False).agg(
+        rows=("ape", "size"), mape=("ape", "mean")).assign(version=version)
+    workloads = pd.DataFrame([_workload_prediction(w, version, registry.warehouse) for w in inputs.workloads],
+                             columns=["hardware", "workload", "measured_ns", "predicted_ns", "error"])
+    predicted = workloads[workloads["error"].isna()]
+    summary = {"version": version, "kernel_rows": len(kernels),
+               "kernel_mape": mape(kernels["measured_ns"].to_numpy(), kernels["predicted_ns"].to_numpy()),
+               "workloads": len(workloads), "workload_failures": int(workloads["error"].notna().sum()),
+               "workload_mape": mape(predicted["measured_ns"].to_numpy(), predicted["predicted_ns"].to_numpy())}
+    return Evaluation(version, summary, errors, kernels, workloads.assign(version=version))
+
+
+def store(con: duckdb.DuckDBPyConnection, evaluation: Evaluation, inputs_digest: str) -> None:
+    """Replace the version's evaluation (call inside a transaction)."""
+    for table in ("estimator_evaluations", "kernel_errors", "kernel_predictions", "workload_predictions"):
+        con.execute(f"DELETE FROM {table} WHERE version = ?", [evaluation.version])
+    insert(con, "estimator_evaluations", pd.DataFrame([{**evaluation.summary, "inputs_hash": inputs_digest}]))
+    insert(con, "kernel_errors", evaluation.kernel_errors)
+    insert(con, "kernel_predictions", evaluation.kernel_predictions)
+    insert(con, "workload_predictions", evaluation.workload_predictions)
+
+
+def _kernel_predictions(registry: Registry, version: str, kernels: pd.DataFrame) -> pd.DataFrame:
+    columns = ["version", "hardware", "family", "op", "method", "measured_ns", "predicted_ns"]
+    if kernels.empty:
+        return pd.DataFrame(columns=columns)
+    predicted = wait_for_lock(lambda: registry.load(version)).predict(kernels)
+    return predicted.assign(version=version, measured_ns=kernels["measured_ns"].to_numpy(),
+                            predicted_ns=comparable_ns(predicted, kernels["timing"]))[columns]
+
+
+def _workload_prediction(workload: ground_truth.Workload, version: str, warehouse: Path) -> dict:
+    row = {"hardware": workload.hardware, "workload": workload.name, "measured_ns": workload.measured_ns,
+           "predicted_ns": None, "error": None}
+    try:
+        row["predicted_ns"] = wait_for_lock(lambda: ground_truth.predict_iteration_ns(workload, version, warehouse))
+    except Exception as e:  # one workload the simulator cannot replay does not hide the others
+        row["error"] = f"{type(e).__name__}: {e}"
+    return row
+
+
+def _ape(frame: pd.DataFrame) -> np.ndarray:
+    measured = frame["measured_ns"].to_numpy(dtype="float64")
+    return np.abs(frame["predicted_ns"].to_numpy(dtype="float64") - measured) / measured

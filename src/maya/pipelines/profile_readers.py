@@ -1,0 +1,81 @@
+"""One raw profile file of a partition as measured calls: `hardware` (the GPU the rows say they were
+measured on), the call-frame columns, `measured_ns`, its `timing` (NeuSight timed calls one by one,
+`isolated`; Maya's campaigns time the device, `device`) and `row_index` (the row in the file). A file that
+cannot be read in its format raises `ProfileFileError` with the reason; nothing is dropped silently:
+rows the file holds but that are not measurements are counted by kind."""
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from maya.profiler.kernels.measurements import MEASUREMENTS_VERSION, VERSION_KEY
+from maya.estimators.calls import NUMERIC_COLUMNS
+from maya.estimators.launch_floor import DEVICE
+from maya.estimators.neusight_data import FAMILY_OF_OP, to_calls
+
+from .measurement_calls import measurement_calls
+from .sources import NEUSIGHT, Partition, catalog_name
+from .tables import CALL_COLUMNS
+
+MEASUREMENT_COLUMNS = ("op", "dtype", "status", "median_ns")
+"""What a measurements file needs at least (absent shape columns get its rows rejected instead)."""
+
+
+class ProfileFileError(Exception):
+    """The file is unreadable or not in its format."""
+
+
+def read_profile(data: bytes, file_format: str, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The partition's measured calls in the file's bytes, and the rows left out, by kind."""
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError) as e:
+        raise ProfileFileError(f"not a readable Parquet file: {e}") from None
+    read = _neusight if file_format == NEUSIGHT else _measurements
+    try:
+        return read(table, partition)
+    except (ValueError, TypeError) as e:  # a column that does not convert (DatasetError included)
+        raise ProfileFileError(str(e)) from None
+
+
+def _neusight(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:
+    raw = table.to_pandas()
+    if "device" not in raw.columns or "op" not in raw.columns:
+        raise ProfileFileError("missing column(s) op, device: not NeuSight's kernel format")
+    names = raw["device"].astype(str)
+    here = raw[names.map({d: catalog_name(d) for d in names.unique()}) == partition.hardware]
+    mine = here[here["op"].isin(list(FAMILY_OF_OP))]
+    calls = to_calls(mine).assign(hardware=partition.hardware) if len(mine) else pd.DataFrame()
+    other_ops = len(here) - len(mine)
+    return _frame(calls, mine.index), {"rows of ops Maya does not model": other_ops} if other_ops else {}
+
+
+def _measurements(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:
+    version = (table.schema.metadata or {}).get(VERSION_KEY)
+    if version is not None and version.decode() != MEASUREMENTS_VERSION:
+        raise ProfileFileError(f"measurements version {version.decode()}; this Maya reads version "
+                               f"{MEASUREMENTS_VERSION}")
+    rows = table.to_pandas()
+    missing = [c for c in MEASUREMENT_COLUMNS if c not in rows.columns]
+    if missing:
+        raise ProfileFileError(f"missing column(s) {', '.join(missing)}: not a kernel-campaign measurements file")
+    measured = rows[rows["status"] == "ok"]
+    declared = pd.Series(partition.hardware, index=measured.index, dtype="str")
+    for column in ("device_name", "hardware"):  # the explicit catalog name wins over the device's name
+        if column in measured.columns:
+            declared = measured[column].astype("str").where(measured[column].notna(), declared)
+    calls = measurement_calls(measured).assign(hardware=declared.map({d: catalog_name(d) for d in declared.unique()}),
+                                               timing=DEVICE)
+    left_out = rows.loc[rows["status"] != "ok", "status"].value_counts()
+    return _frame(calls, measured.index), {f"configs with status {s}": int(n) for s, n in left_out.items()}
+
+
+def _frame(calls: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
+    frame = calls.reindex(columns=["hardware", *CALL_COLUMNS, "measured_ns", "timing"])
+    numeric = [*NUMERIC_COLUMNS, "measured_ns"]
+    frame[numeric] = frame[numeric].astype("float64")
+    frame["row_index"] = index.to_numpy()
+    return frame.reset_index(drop=True)

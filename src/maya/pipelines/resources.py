@@ -1,0 +1,73 @@
+"""The pipelines' resources: the DuckDB warehouse and where measured data comes from."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import dagster as dg
+import duckdb
+from pydantic import Field
+
+from maya.core.paths import data_dir, warehouse_path
+from maya.core.warehouse import connect
+
+from . import tables
+
+
+class Warehouse(dg.ConfigurableResource):
+    """The embedded DuckDB warehouse (default `maya.core.paths.warehouse_path()`).
+
+    Connections are opened per step and closed at once: DuckDB lets one process write the file at a
+    time, so holding it briefly is what lets `maya sql` and other runs in.
+    """
+
+    path: Optional[str] = Field(None, description="DuckDB file (default: $MAYA_WAREHOUSE or "
+                                                   "$MAYA_HOME/warehouse.duckdb).")
+
+    @property
+    def file(self) -> Path:
+        return Path(self.path).expanduser() if self.path else warehouse_path()
+
+    @contextmanager
+    def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-write connection with the pipelines' tables (waits while another process holds the file)."""
+        con = connect(self.file)
+        try:
+            con.execute(tables.SCHEMA)
+            tables.migrate(con)
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection inside one transaction: committed on success, rolled back on any failure."""
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+
+class DataSources(dg.ConfigurableResource):
+    """Measured data: kernel profiling campaigns (`<profiles_dir>/<hardware>/<campaign>/`), NeuSight's
+    public kernels and ground-truth workloads (`<ground_truth_dir>/<hardware>/results/`)."""
+
+    profiles_dir: Optional[str] = Field(None, description="Campaigns as <hardware>/<campaign>/ (default: "
+                                                          "data/profiles).")
+    ground_truth_dir: Optional[str] = Field(None, description="Ground truth as <hardware>/results/ (default: "
+                                                              "data/ground_truth).")
+    neusight: bool = Field(True, description="Ingest NeuSight's training split (one partition per GPU) and "
+                                             "validate on its test split.")
+
+    @property
+    def profiles(self) -> Path:
+        return Path(self.profiles_dir).expanduser() if self.profiles_dir else data_dir() / "profiles"
+
+    @property
+    def ground_truth(self) -> Path:
+        return Path(self.ground_truth_dir).expanduser() if self.ground_truth_dir else data_dir() / "ground_truth"

@@ -1,0 +1,78 @@
+"""Raw kernel profiles as (hardware, campaign) partitions and the files of each:
+
+- campaigns of `maya profile kernels`, published as `<profiles>/<hardware>/<campaign>/`: their
+  `measurements/part-*.parquet` files (one row per kernel config);
+- NeuSight's training split: one partition per GPU, campaign `neusight-train`, all reading
+  `data/neusight/kernels_train.parquet`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from maya import __version__
+from maya.core import hardware
+from maya.estimators.neusight_data import FAMILY_OF_OP, neusight_dir
+
+from .resources import DataSources
+
+NEUSIGHT_CAMPAIGN = "neusight-train"
+NEUSIGHT, MEASUREMENTS = "neusight", "measurements"
+"""File formats."""
+
+
+@dataclass(frozen=True, order=True)
+class Partition:
+    hardware: str
+    campaign: str
+
+
+@dataclass(frozen=True)
+class ProfileFile:
+    path: Path
+    format: str
+
+
+def neusight_train() -> Path:
+    return neusight_dir() / "kernels_train.parquet"
+
+
+def catalog_name(device: str) -> str:
+    """The hardware catalog's name of a GPU (its reported name, slugged, when not in the catalog)."""
+    try:
+        return hardware.get(device).name
+    except hardware.UnknownHardware:
+        return "-".join(device.lower().split())
+
+
+def find_partitions(sources: DataSources) -> list[Partition]:
+    """Every partition the sources hold now."""
+    found = {Partition(d.parent.parent.name, d.parent.name) for d in sources.profiles.glob("*/*/measurements")
+             if d.is_dir() and not any(p.startswith(".") for p in d.parts[-3:-1])}
+    if sources.neusight:
+        table = pq.read_table(neusight_train(), columns=["op", "device"]).to_pandas()
+        devices = table.loc[table["op"].isin(list(FAMILY_OF_OP)), "device"].unique()
+        found.update(Partition(catalog_name(d), NEUSIGHT_CAMPAIGN) for d in devices)
+    return sorted(found)
+
+
+def partition_files(sources: DataSources, partition: Partition) -> list[ProfileFile]:
+    if partition.campaign == NEUSIGHT_CAMPAIGN and sources.neusight:
+        return [ProfileFile(neusight_train(), NEUSIGHT)]
+    parts = sources.profiles / partition.hardware / partition.campaign / "measurements"
+    return [ProfileFile(p, MEASUREMENTS) for p in sorted(parts.glob("part-*.parquet"))]
+
+
+def fingerprint(files: list[ProfileFile]) -> str:
+    """Cheap change detection (names, sizes, modification times) for the sensor."""
+    stats = [(str(f.path), f.path.stat().st_size, f.path.stat().st_mtime_ns) for f in files]
+    return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
+
+
+def content_hash(digests: list[tuple[str, str]]) -> str:
+    """Hash of a partition's (path, SHA-256) pairs and of the Maya version that reads them."""
+    return hashlib.sha256(json.dumps([__version__, sorted(digests)]).encode()).hexdigest()

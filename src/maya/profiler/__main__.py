@@ -1,0 +1,4 @@
+"""`python -m maya.profiler kernels|workload ...` (see `commands`)."""
+from .commands import main
+
+raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""The profiler's own command line (argparse, no dependencies beyond the profiler's), for GPU hosts:
+
+    python -m maya.profiler kernels --out DIR [--families gemm,attention] [--budget-min 12]
+    python -m maya.profiler workload --out DIR [--measure] -- python SCRIPT ARGS
+    python -m maya.profiler workload --out DIR --suite data/workloads/suite.py [--budget-min 8]
+
+From a source checkout without installation: `python collectors/profiler/run_on_device.py ...`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .kernels.configs import FAMILIES, parse_families
+from .workloads.cli import add_arguments as add_workload_arguments
+
+
+def _families(text: str) -> tuple[str, ...]:
+    try:
+        return parse_families(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m maya.profiler",
+                                     description="Measure GPU kernels and workloads with torch.profiler.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    kernels = commands.add_parser("kernels", help="run (or resume) a kernel sweep campaign")
+    kernels.add_argument("--out", type=Path, required=True, help="campaign directory (created or resumed)")
+    kernels.add_argument("--families", type=_families, default=FAMILIES,
+                         help=f"comma-separated families (default: all of {','.join(FAMILIES)})")
+    kernels.add_argument("--budget-min", type=float, default=12.0,
+                         help="stop cleanly before this many minutes (default 12)")
+    kernels.add_argument("--seed", type=int, default=0, help="sweep order seed (default 0)")
+    kernels.add_argument("--hardware", help="hardware catalog name of the GPU, e.g. h100-sxm")
+    kernels.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                         help="cpu only exercises the measurement loop (tests); default cuda")
+    kernels.add_argument("--plan", action="store_true", help="print the configs left to measure and exit")
+    workload = commands.add_parser("workload", help="trace or measure a training script (-- python SCRIPT ARGS), "
+                                                     "or run a suite of them")
+    add_workload_arguments(workload)
+    return parser
+
+
+def _kernels(args: argparse.Namespace) -> int:
+    from .kernels.campaign import CampaignSettings, NoDevice, run_campaign
+    from .kernels.campaign_store import CampaignMismatch, read_measurements
+    from .kernels.sweep import build_sweep, plan_summary
+
+    if args.plan:
+        done = set(read_measurements(args.out).column("config_key").to_pylist())
+        pending = [c for c in build_sweep(args.families, args.seed) if c.key not in done]
+        for family, dtype, count in plan_summary(pending):
+            print(f"{family:>14} {dtype:>10} {count:>7}")
+        print(f"{len(pending)} configs to measure, {len(done)} done")
+        return 0
+    settings = CampaignSettings(families=args.families, budget_s=args.budget_min * 60, seed=args.seed,
+                                hardware=args.hardware)
+    try:
+        result = run_campaign(args.out, settings, device=args.device)
+    except (NoDevice, CampaignMismatch) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(result.summary_lines()))
+    return 1 if result.stop_reason == "cuda-error" else 0
+
+
+def _workload(args: argparse.Namespace) -> int:
+    from .workloads.cli import UsageError, request_from_args, run_request
+
+    try:
+        return run_request(request_from_args(args))
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return _kernels(args) if args.command == "kernels" else _workload(args)

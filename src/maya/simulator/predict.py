@@ -1,0 +1,213 @@
+"""`simulate` a trace and turn it into a `Prediction`: load → re-target (GPU, data-parallel degree, cluster)
+→ compile → expand deduplicated ranks → price → replay → report (→ timeline, warehouse)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from maya.core import hardware as catalog
+from maya.core.hardware import Hardware
+
+from .durations import DurationProvider, MeasuredDurations, RooflineDurations, is_measured
+from .engine import Engine, RankResult
+from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable
+from .iterations import Iterations, detect
+from .opcodes import classify
+from .pricing import price
+from .program import Program, compile_rank
+from .report import Prediction, job_figures, measured_iteration, memory_peak, mfu_dtype, rank_report
+from .retarget import RepricedDurations, gpu_assumption, retarget, source_hardware
+from .store import store_prediction
+from .timeline import write_timeline
+from .topology import GlobalComm, Replica, expand
+from .trace import TraceSet, load
+
+DURATION_CHOICES = ("auto", "estimators", "roofline", "measured")
+TIMELINE_RANKS = 64
+
+
+@dataclass
+class Simulation:
+    traces: TraceSet
+    hardware: Hardware
+    provider: DurationProvider
+    programs: dict[int, Program]
+    iterations: dict[int, Iterations]
+    replicas: list[Replica]
+    comms: list[GlobalComm]
+    devices: list[np.ndarray]
+    results: list[RankResult]
+    seconds: float
+    notes: list[str]
+
+    @property
+    def calls(self) -> int:
+        """Calls replayed, over all simulated ranks."""
+        return sum(r.program.n for r in self.replicas)
+
+    def result(self, rank: int) -> RankResult:
+        return next(res for res in self.results if res.rank == rank)
+
+
+def resolve_hardware(traces: TraceSet, name: str | None) -> Hardware:
+    """The named GPU, else the one the trace was captured or measured on."""
+    if name:
+        return catalog.get(name)
+    source = source_hardware(traces)
+    if source is None:
+        raise ValueError("the trace names no hardware: pass --hardware")
+    return source
+
+
+def make_provider(choice: str, traces: TraceSet, hardware: Hardware | None = None, *, model_version: str = "latest",
+                  cluster: str | None = None, warehouse: str | Path | None = None,
+                  reprice_collectives: bool = False) -> tuple[DurationProvider, list[str]]:
+    """The provider for `--durations` and notes on the choice. auto: the trace's measured durations when every
+    device call has one, else the latest estimators, else the roofline. Measured durations replayed on
+    another GPU than the measured one (`hardware`), or with collectives re-targeted (`reprice_collectives`:
+    another data-parallel degree or cluster), are re-priced (`RepricedDurations`)."""
+    if choice not in DURATION_CHOICES:
+        raise ValueError(f"unknown durations {choice!r}; choose from {', '.join(DURATION_CHOICES)}")
+    if choice == "roofline":
+        return RooflineDurations(), []
+    if choice == "estimators":
+        return EstimatorDurations(model_version, cluster=cluster, warehouse=warehouse), []
+    measured = all(is_measured(t.calls.assign(opcode=classify(t.calls))) for t in traces.ranks.values())
+    if measured or choice == "measured":
+        notes = ["durations: measured in the trace"] if choice == "auto" else []
+        source = source_hardware(traces)
+        if source is None and hardware is not None:
+            notes.append("the trace names no GPU: kernel durations kept as measured")
+            source = hardware
+        other_gpu = hardware is not None and source.name != hardware.name
+        if not other_gpu and not reprice_collectives:
+            return MeasuredDurations(), notes
+        kernels: DurationProvider | None = None
+        if other_gpu:
+            try:
+                kernels = EstimatorDurations(model_version, cluster=cluster, warehouse=warehouse)
+            except EstimatorsUnavailable as e:
+                kernels = RooflineDurations()
+                notes.append(f"{e}; kernels re-priced by the analytical roofline")
+        collectives = CollectiveDurations(cluster) if reprice_collectives else None
+        return RepricedDurations(source, kernels, collectives), notes
+    try:
+        return EstimatorDurations(model_version, cluster=cluster, warehouse=warehouse), []
+    except EstimatorsUnavailable as e:
+        return RooflineDurations(), [f"{e}; durations from the analytical roofline"]
+
+
+def simulate(traces: TraceSet, hardware: Hardware, provider: DurationProvider | str = "auto", *,
+             model_version: str = "latest", cluster: str | None = None, warehouse: str | Path | None = None,
+             reprice_collectives: bool = False) -> Simulation:
+    """Replay every rank of `traces` on `hardware` with `provider` (or a `--durations` choice; measured
+    collectives are re-priced with `reprice_collectives`, for a re-targeted degree or cluster)."""
+    programs = {rank: compile_rank(trace) for rank, trace in traces.ranks.items()}
+    notes: list[str] = []
+    if isinstance(provider, str):
+        provider, notes = make_provider(provider, traces, hardware, model_version=model_version, cluster=cluster,
+                                        warehouse=warehouse, reprice_collectives=reprice_collectives)
+    replicas, comms = expand(traces, programs)
+    devices = price(traces, replicas, comms, provider, hardware)
+    notes += getattr(provider, "notes", [])
+    iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
+    engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
+    t0 = time.perf_counter()
+    results = engine.run()
+    return Simulation(traces, hardware, provider, programs, iterations, replicas, comms, devices, results,
+                      time.perf_counter() - t0, notes)
+
+
+def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, price_per_gpu_hour: float | None = None,
+              assumptions: list[str] | None = None) -> Prediction:
+    """The prediction of a replay: per-rank and job figures, memory, OOM and cost; for measured traces the
+    measured iteration time and, when nothing was re-targeted (`assumptions` and the GPU), the replay's
+    error against it."""
+    traces, hw = sim.traces, sim.hardware
+    dtype = mfu_dtype([p.frame for p in sim.programs.values()])
+    peak = hw.peak_flops(dtype)
+    memory = {rank: memory_peak(trace) for rank, trace in traces.ranks.items()}
+    reports = [rank_report(res, rep.program, dev, sim.iterations[rep.program.rank], peak,
+                           memory[rep.program.rank][0])
+               for rep, res, dev in zip(sim.replicas, sim.results, sim.devices)]
+    job = job_figures(reports, int(traces.info["world_size"]), peak, tokens_per_iteration=tokens_per_iteration,
+                      price_per_gpu_hour=price_per_gpu_hour)
+    peak_memory = max((m for m, _ in memory.values()), default=0)
+    oom_reason = None
+    if traces.info["status"] == "oom" or any(o for _, o in memory.values()):
+        oom_reason = "the trace records an out-of-memory failure"
+    elif peak_memory > hw.memory_bytes:
+        oom_reason = f"peak {peak_memory / 2**30:.2f} GiB exceeds {hw.memory_bytes / 2**30:.2f} GiB"
+    first = sim.iterations[min(sim.iterations)]
+    notes = list(sim.notes)
+    if traces.info["status"] not in ("complete", "oom"):
+        notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
+    notes += stand_in_notes(traces)
+    assumptions = [*(assumptions or []), *gpu_assumption(traces, hw, sim.provider)]
+    measured = [measured_iteration(traces.ranks[rank], sim.iterations[rank]) for rank in sim.programs]
+    measured_ns = max(measured) if measured and None not in measured else None
+    replay_error = (job["iteration_ns"] / measured_ns - 1.0
+                    if measured_ns and isinstance(sim.provider, MeasuredDurations) and not assumptions else None)
+    return Prediction(
+        run_id=traces.run_id, run_path=str(Path(traces.path).resolve()), hardware=hw.name, durations=sim.provider.name,
+        world_size=int(traces.info["world_size"]), simulated_ranks=len(sim.replicas),
+        captured_ranks=len(sim.programs), iterations=first.count, steady_iterations=len(first.steady),
+        iteration_source=first.source, mfu_dtype=dtype, peak_memory_bytes=peak_memory,
+        memory_capacity_bytes=hw.memory_bytes, headroom_bytes=hw.memory_bytes - peak_memory,
+        oom=oom_reason is not None, oom_reason=oom_reason, tokens_per_iteration=tokens_per_iteration,
+        price_per_gpu_hour=price_per_gpu_hour, simulated_calls=sim.calls, simulation_s=sim.seconds,
+        ranks=reports, notes=notes, assumptions=assumptions, measured_iteration_ns=measured_ns,
+        replay_error=replay_error, **job)
+
+
+SCALAR_READS = {"aten::_local_scalar_dense", "aten::item"}
+"""Ops whose host reads of device values are scalars (`.item()`: loss logging), not shapes."""
+
+
+def stand_in_notes(traces: TraceSet) -> list[str]:
+    """A note on the emulated host reads of device values that can decide shapes or control flow (e.g.
+    `nonzero` in MoE routing): the emulator answered them with stand-ins, so the program that ran may
+    differ from a real run's. Scalar reads (`.item()`) alone say nothing."""
+    counts: dict[str, int] = {}
+    for trace in traces.ranks.values():
+        calls = trace.calls
+        if "data_dependent" not in calls or not calls["data_dependent"].fillna(False).any():
+            continue
+        names = dict(zip(trace.ops["op_id"], trace.ops["name"])) if len(trace.ops) else {}
+        for op in calls.loc[calls["data_dependent"].fillna(False).astype(bool), "op_id"]:
+            name = names.get(op, "(no op)") if op == op else "(no op)"
+            counts[name] = counts.get(name, 0) + 1
+    if not set(counts) - SCALAR_READS:
+        return []
+    top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
+    return [f"{sum(counts.values())} host reads of device values got emulated stand-ins ({top}): shapes or "
+            "control flow that depend on them (MoE routing, dynamic shapes) may differ from a real run"]
+
+
+def predict(run_dir: str | Path, *, hardware: str | None = None, durations: DurationProvider | str = "auto",
+            price_per_gpu_hour: float | None = None, tokens_per_iteration: float | None = None,
+            timeline: str | Path | None = None, model_version: str = "latest", cluster: str | None = None,
+            dp: int | None = None, store: bool = True,
+            warehouse: str | Path | None = None) -> tuple[Prediction, str | None]:
+    """Predict a run, optionally re-targeted to another GPU (`hardware`), data-parallel degree (`dp`) or
+    cluster; returns the prediction and its warehouse id (None with `store=False`). The timeline shows every
+    rank of jobs up to `TIMELINE_RANKS` ranks, else the captured ones."""
+    traces = load(run_dir)
+    if not traces.ranks:
+        raise ValueError(f"{run_dir}: the run has no api_calls (nothing was captured)")
+    hw = resolve_hardware(traces, hardware)
+    if dp is not None and dp == int(traces.info["world_size"]):
+        dp = None
+    traces, assumptions = retarget(traces, hw, dp=dp, cluster=cluster)
+    sim = simulate(traces, hw, durations, model_version=model_version, cluster=cluster, warehouse=warehouse,
+                   reprice_collectives=bool(assumptions))
+    prediction = summarize(sim, tokens_per_iteration=tokens_per_iteration, price_per_gpu_hour=price_per_gpu_hour,
+                           assumptions=assumptions)
+    if timeline is not None:
+        captured = {r.rank for r in sim.replicas if r.captured}
+        write_timeline(timeline, sim.replicas, sim.results, sim.devices, traces,
+                       ranks=None if len(sim.replicas) <= TIMELINE_RANKS else captured)
+    return prediction, store_prediction(prediction, warehouse) if store else None

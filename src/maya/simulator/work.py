@@ -1,0 +1,177 @@
+"""What each device call does, in the estimators' call-frame vocabulary (`family`, `op`, `dtype`,
+`batch`, `m`, `n`, `k`, `numel`, `flops`, and `work_bytes` for their `bytes`; NaN where unknown), plus
+the collective columns (`collective`, `comm_bytes`: nccl-tests message size). Built from the call's own columns, its kernel's family and, for
+kernels without shapes of their own, the input shapes of the enclosing framework op."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_bytes, dtype_name
+
+from .opcodes import COLL
+from .trace import RankTrace
+
+ATTENTION_BACKWARD_FLOPS = 2.5
+"""Backward attention recomputes QK^T and runs four more products: 2.5 times the forward's FLOPs."""
+
+
+def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per op: its name without the `aten::` prefix, and the element count, last dimension (`row`) and
+    dtype of its largest input tensor."""
+    numel, row, dtype = [], [], []
+    for shapes, dtypes in zip(ops["input_shapes"], ops["input_dtypes"]):
+        best, best_row, best_dtype = np.nan, np.nan, None
+        for j, shape in enumerate(shapes if shapes is not None else ()):
+            if shape is None or len(shape) == 0:
+                continue
+            size = float(np.prod(shape))
+            if not best >= size:
+                best, best_row = size, float(shape[-1])
+                best_dtype = dtype_name(dtypes[j]) if dtypes is not None and j < len(dtypes) else None
+        numel.append(best)
+        row.append(best_row)
+        dtype.append(best_dtype)
+    names = ops["name"].astype(str).str.replace(r"^aten::", "", regex=True).str.rstrip("_")
+    return pd.DataFrame({"op_name": names.to_numpy(), "numel": numel, "row": row, "dtype": dtype},
+                        index=ops["op_id"].to_numpy())
+
+
+GEMM_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "linear": (0, 1)}
+"""Positions of the two GEMM operands among the inputs of the aten ops whose kernels are GEMMs."""
+
+
+def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per op that is a GEMM (`GEMM_OPERANDS`): batch, m, n, k from its input shapes (linear: the weight is
+    [n, k] and leading dimensions of the input fold into m). Kernels of a measured trace carry no GEMM
+    shapes of their own; these price them."""
+    rows = {}
+    for op_id, name, shapes in zip(ops["op_id"], ops["name"].astype(str), ops["input_shapes"]):
+        positions = GEMM_OPERANDS.get(name.removeprefix("aten::"))
+        if positions is None or shapes is None or len(shapes) <= max(positions):
+            continue
+        a, b = (list(shapes[i]) if shapes[i] is not None else [] for i in positions)
+        if name.endswith("linear") and len(a) >= 1 and len(b) == 2 and a[-1] == b[1]:
+            rows[op_id] = (1.0, float(np.prod(a[:-1])), float(b[0]), float(b[1]))
+        elif len(a) == len(b) == 2 and a[1] == b[0]:
+            rows[op_id] = (1.0, float(a[0]), float(b[1]), float(a[1]))
+        elif len(a) == len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
+            rows[op_id] = (float(a[0]), float(a[1]), float(b[2]), float(a[2]))
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["batch", "m", "n", "k"])
+
+
+def _set_gemms(rows: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, dtypes: np.ndarray,
+               op: np.ndarray, num: dict[str, np.ndarray]) -> None:
+    """GEMM op name, shape, FLOPs and operand bytes of `rows` (in place)."""
+    itemsize = np.array([DTYPE_BYTES.get(d, 4) for d in dtypes], dtype="float64")
+    op[rows] = np.where(b > 1, "bmm", "mm")
+    num["batch"][rows], num["m"][rows], num["n"][rows], num["k"][rows] = b, m, n, k
+    num["flops"][rows] = 2 * b * m * n * k
+    num["work_bytes"][rows] = itemsize * b * (m * k + k * n + m * n)
+
+
+def _own_sizes(calls: pd.DataFrame, launched: np.ndarray, numel: np.ndarray) -> None:
+    """Library kernels that carry their own element count (`args.elements`: a cuDNN RNN's cell kernel
+    per time step, where the enclosing op's shapes cover all steps) are sized by it (in place)."""
+    args = calls["args"]
+    for i in np.flatnonzero(launched & args.notna().to_numpy()):
+        text = args.iat[i]
+        if '"elements"' in text:
+            numel[i] = float(json.loads(text)["elements"])
+
+
+def _codes_map(values: pd.Series, table: dict, default=None) -> np.ndarray:
+    """`table[value]` for each value (one dictionary lookup per distinct value)."""
+    codes, uniques = pd.factorize(values)
+    mapped = np.array([table.get(u, default) for u in uniques] + [default], dtype=object)
+    return mapped[codes]
+
+
+def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
+    """One row per call of `trace` (same order); device calls get a family, shapes and work."""
+    calls = trace.calls
+    n = len(calls)
+    family = np.full(n, None, dtype=object)
+    op = np.full(n, "", dtype=object)
+    dtype = np.full(n, "fp32", dtype=object)
+    num = {c: np.full(n, np.nan) for c in ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops")}
+    not_coll = opcodes != COLL
+    # kernels: family by kernel id, shape from the enclosing op
+    launched = calls["kernel_id"].notna().to_numpy() & not_coll
+    families = dict(zip(trace.kernels["kernel_id"], trace.kernels["family"])) if len(trace.kernels) else {}
+    kernel_family = _codes_map(calls["kernel_id"], families, "other")
+    family[launched] = np.where(np.isin(kernel_family, KERNEL_FAMILIES), kernel_family, "other")[launched]
+    if len(trace.ops) and launched.any():
+        ops = trace.ops.drop_duplicates("op_id")
+        op_rows = _op_shapes(ops).reindex(calls["op_id"].to_numpy())
+        op[launched] = op_rows["op_name"].fillna("").to_numpy()[launched]
+        num["numel"][launched] = op_rows["numel"].to_numpy()[launched]
+        num["row"][launched] = op_rows["row"].to_numpy()[launched]
+        _own_sizes(calls, launched, num["numel"])
+        known = launched & op_rows["dtype"].notna().to_numpy()
+        dtype[known] = op_rows["dtype"].to_numpy()[known]
+        unshaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy()  # measured traces' GEMMs
+        if unshaped.any():
+            gemms = _op_gemms(ops).reindex(calls["op_id"].to_numpy())
+            shaped = unshaped & gemms["m"].notna().to_numpy()
+            _set_gemms(shaped, *(gemms[c].to_numpy()[shaped] for c in ("batch", "m", "n", "k")), dtype[shaped],
+                       op, num)
+    # copies and memsets
+    api = calls["api"].astype(str).str.lower()
+    copy = (api.str.contains("memcpy|memset", regex=True) & calls["bytes"].notna()).to_numpy() & not_coll
+    family[copy] = "copy"
+    memset = api.str.contains("memset", regex=False).to_numpy()
+    op[copy] = np.where(memset, "memset", calls["memcpy_kind"].fillna("DtoD").astype(str).to_numpy())[copy]
+    num["work_bytes"][copy] = calls["bytes"].to_numpy(dtype="float64", na_value=np.nan)[copy]
+    dtype[copy] = "u8"
+    # GEMMs
+    gemm = calls["gemm_m"].notna().to_numpy()
+    if gemm.any():
+        g = calls.loc[gemm]
+        kind = _codes_map(g["gemm_dtype_a"], {d: dtype_name(d) for d in g["gemm_dtype_a"].unique()}, None)
+        kind = np.where(pd.isna(kind), "fp32", kind)
+        kind = np.where((kind == "fp32") & (g["gemm_compute_type"] == "tf32").to_numpy(), "tf32", kind)
+        family[gemm], dtype[gemm] = "gemm", kind
+        _set_gemms(gemm, *(g[c].to_numpy(dtype="float64", na_value=1.0)
+                           for c in ("gemm_batch", "gemm_m", "gemm_n", "gemm_k")), kind, op, num)
+    _attention(calls, family, op, dtype, num)
+    collective, comm_bytes = _collectives(calls, opcodes)
+    return pd.DataFrame({"family": family, "op": op, "dtype": dtype, **num, "collective": collective,
+                         "comm_bytes": comm_bytes})
+
+
+def _attention(calls: pd.DataFrame, family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
+               num: dict[str, np.ndarray]) -> None:
+    """Attention graphs (cuDNN SDPA) carry their shape in `args` (in place)."""
+    args = calls["args"]
+    rows = args.notna() & args.astype(str).str.contains('"attention"', regex=False)
+    for i in np.flatnonzero(rows.to_numpy()):
+        a = json.loads(args.iat[i])["attention"]
+        backward = bool(a.get("backward"))
+        b, m, nn, d = a["batch"] * a["heads"], a["seq_q"], a["seq_kv"], a["head_dim"]
+        kind = dtype_name(a.get("dtype")) or "bf16"
+        family[i], op[i], dtype[i] = "attention", "sdpa_bwd" if backward else "sdpa_fwd", kind
+        num["batch"][i], num["m"][i], num["n"][i], num["k"][i] = b, m, nn, d
+        num["flops"][i] = (4.0 * b * m * nn * d * (ATTENTION_BACKWARD_FLOPS if backward else 1.0)
+                           * (0.5 if a.get("causal") else 1.0))
+        num["work_bytes"][i] = DTYPE_BYTES[kind] * b * (m + nn) * d * (4.0 if backward else 2.0)
+
+
+def _collectives(calls: pd.DataFrame, opcodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Collective name and nccl-tests message size per call: the buffer; all-gather the gathered output."""
+    n = len(calls)
+    collective, comm_bytes = np.full(n, None, dtype=object), np.full(n, np.nan)
+    coll = opcodes == COLL
+    if not coll.any():
+        return collective, comm_bytes
+    c = calls.loc[coll]
+    name = c["collective_name"].astype(str).str.lower().str.replace("_", "", regex=False)
+    inputs = c["in_msg_nelems"].to_numpy(dtype="float64", na_value=np.nan)
+    outputs = c["out_msg_nelems"].to_numpy(dtype="float64", na_value=np.nan)
+    size = np.where((name == "allgather").to_numpy() & ~np.isnan(outputs), outputs, np.nan_to_num(inputs))
+    elem = _codes_map(c["comm_dtype"], {d: dtype_bytes(d, 4) for d in c["comm_dtype"].unique()}, 4)
+    collective[coll] = name.to_numpy()
+    comm_bytes[coll] = size * elem.astype("float64")
+    return collective, comm_bytes

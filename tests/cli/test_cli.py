@@ -1,0 +1,102 @@
+"""The `maya` CLI: version, read-only SQL, trace validation and migration, the demo."""
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import tree_digest
+from maya import __version__
+from maya.cli import app
+from maya.core.warehouse import register_run
+from maya_trace_spec import read_table, table_files
+
+runner = CliRunner()
+
+
+def maya(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_version():
+    r = maya("--version")
+    assert r.exit_code == 0 and r.stdout.strip() == f"maya {__version__}"
+
+
+def test_sql_over_trace_views(run_dir):
+    r = maya("sql", "SELECT rank, count(*) AS n FROM api_calls GROUP BY rank ORDER BY rank",
+             "--trace", run_dir, "--format", "json")
+    assert r.exit_code == 0, r.output
+    expected = read_table(run_dir, "api_calls").group_by("rank").aggregate([("seq", "count")])
+    assert json.loads(r.stdout) == [{"rank": rk, "n": n} for rk, n in
+                                    sorted(zip(*expected.to_pydict().values()), key=lambda x: x[0])]
+    r = maya("sql", "SELECT name, family FROM kernels WHERE rank = 0 ORDER BY kernel_id LIMIT 2",
+             "--trace", run_dir, "--format", "csv")
+    assert r.exit_code == 0 and r.stdout.splitlines()[0] == "name,family"
+    assert r.stdout.splitlines()[1].endswith(",gemm")
+    r = maya("sql", "SELECT count(*) FROM memory_events", "--trace", run_dir)
+    assert r.exit_code == 0 and "4" in r.stdout
+
+
+def test_sql_over_warehouse(run_dir, maya_home):
+    register_run(run_dir)
+    register_run(run_dir)  # idempotent
+    r = maya("sql", "SELECT source, ranks, api_calls FROM runs", "-f", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == [{"source": "synthetic", "ranks": 2, "api_calls": 1000}]
+
+
+@pytest.mark.parametrize("query, refused", [
+    ("INSERT INTO runs VALUES (1)", "INSERT statements are refused"),
+    ("COPY (SELECT * FROM api_calls) TO '{run}/leak.csv'", "COPY statements are refused"),
+    ("ATTACH '{run}/other.duckdb' AS o", "ATTACH statements are refused"),
+    ("INSTALL httpfs", "INSTALL/LOAD statements are refused"),
+    ("CREATE TABLE t AS SELECT 1", "CREATE statements are refused"),
+    ("SELECT 1; DELETE FROM runs", "DELETE statements are refused"),
+    ("SET enable_external_access = true", "SET statements are refused"),
+    ("EXPLAIN ANALYZE SELECT 1", "EXPLAIN ANALYZE"),
+    ("SELECT * FROM read_csv('{outside}')", "only reads Maya's data directories"),
+    ("SELECT * FROM glob('{outside_dir}/*')", "only reads Maya's data directories"),
+])
+def test_sql_refuses_writes_and_outside_files(run_dir, maya_home, tmp_path_factory, query, refused):
+    register_run(run_dir)
+    outside_dir = tmp_path_factory.mktemp("outside")
+    (outside_dir / "secret.csv").write_text("a\n1\n")
+    before = tree_digest(run_dir), tree_digest(maya_home), tree_digest(outside_dir)
+    q = query.format(run=run_dir, outside=outside_dir / "secret.csv", outside_dir=outside_dir)
+    r = maya("sql", q, "--trace", run_dir)
+    assert r.exit_code == 2, r.output
+    assert refused in r.stderr
+    assert (tree_digest(run_dir), tree_digest(maya_home), tree_digest(outside_dir)) == before
+
+
+def test_sql_bad_query_is_a_clear_error(run_dir):
+    r = maya("sql", "SELECT * FROM no_such_table", "--trace", run_dir)
+    assert r.exit_code == 1 and "no_such_table" in r.stderr
+
+
+def test_trace_validate(run_dir):
+    r = maya("trace", "validate", run_dir)
+    assert r.exit_code == 0 and "valid" in r.stdout
+    f = table_files(run_dir, "ops")[1][1]
+    f.write_bytes(f.read_bytes()[:100])
+    r = maya("trace", "validate", run_dir)
+    assert r.exit_code == 1
+    assert str(f) in r.stderr and "truncated" in r.stderr
+    r = maya("trace", "validate", f)
+    assert r.exit_code == 1 and str(f) in r.stderr
+    r = maya("trace", "validate", run_dir / "nope")
+    assert r.exit_code == 1 and "no such file" in r.stderr
+
+
+def test_sql_refuses_a_run_with_a_bad_file(run_dir):
+    f = table_files(run_dir, "kernels")[0][1]
+    f.write_text("not parquet")
+    r = maya("sql", "SELECT 1", "--trace", run_dir)
+    assert r.exit_code == 1 and str(f) in r.stderr
+
+
+def test_trace_migrate_current_run_is_a_no_op(run_dir):
+    before = tree_digest(run_dir)
+    r = maya("trace", "migrate", run_dir)
+    assert r.exit_code == 0 and "nothing to migrate" in r.stdout
+    assert tree_digest(run_dir) == before

@@ -1,0 +1,257 @@
+"""`maya search` on fake evaluators: expressions, space files, pruning rules, resume, algorithms."""
+import json
+
+import pytest
+
+from maya.search import (Expr, ExprError, Outcome, SearchLog, SpaceError, load_space, run_search,
+                                   search_id)
+
+
+class Fake:
+    """An evaluator over `--name value` command lines: time and memory from a function of the values;
+    records every command it evaluated, raises after `fail_after` evaluations."""
+
+    def __init__(self, figures, fail_after=None):
+        self.figures, self.fail_after, self.calls = figures, fail_after, []
+
+    def __call__(self, task, known):
+        if self.fail_after is not None and len(self.calls) >= self.fail_after:
+            raise RuntimeError("interrupted")
+        values = dict(zip(task.argv[1::2], task.argv[2::2]))
+        values.update(task.env)
+        self.calls.append(values)
+        time_ns, memory = self.figures({k.lstrip("-"): v for k, v in values.items()})
+        return Outcome("oom" if memory > 100 else "ok", time_ns, memory, 0.5, world_size=task.world_size)
+
+
+def space(parameters, command=None, **extra):
+    command = command or ["train.py", *[x for name in parameters for x in (f"--{name}", f"{{{name}}}")]]
+    return load_space({"parameters": parameters, **extra}, command, gpus=8)
+
+
+def evaluated(fake):
+    return [tuple(sorted(c.items())) for c in fake.calls]
+
+
+# expressions ------------------------------------------------------------------------------------------
+
+def test_expressions_compute_and_compare():
+    assert Expr("gpus // (tp * pp)")({"gpus": 64, "tp": 4, "pp": 2}) == 8
+    assert Expr("gpus % (tp * pp) == 0 and not mbs > 4")({"gpus": 8, "tp": 2, "pp": 2, "mbs": 2}) is True
+    assert Expr("1 < x <= 3")({"x": 4}) is False
+    assert Expr("a - -b + c * 2")({"a": 1, "b": 2, "c": 3}) == 9
+
+
+@pytest.mark.parametrize("source", ["__import__('os').system('true')", "tp.__class__", "x[0]", "open('f')",
+                                    "lambda: 1", "2 ** 100", "a / b", "[1, 2]", "(x := 3)"])
+def test_expressions_refuse_calls_attributes_and_the_rest(source):
+    with pytest.raises(ExprError):
+        Expr(source)
+
+
+def test_expression_syntax_errors_are_expr_errors():
+    with pytest.raises(ExprError, match="invalid syntax"):
+        Expr("tp * ")
+
+
+# space files ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, command, message", [
+    ({"parameters": {"tp": [1, 2]}, "constraints": ["tp * pp <= 8"]}, ["t.py", "{tp}"], r"unknown name\(s\) \['pp'\]"),
+    ({"parameters": {"tp": [1, 2]}, "derived": {"dp": "gpus // zz"}}, ["t.py", "{tp}"], "unknown name"),
+    ({"parameters": {"tp": []}}, ["t.py", "{tp}"], "'tp' has no values"),
+    ({"parameters": {"tp": [1, 2]}, "constraints": ["tp <"]}, ["t.py", "{tp}"], "invalid syntax"),
+    ({"parameters": {"tp": [1, 2]}, "constraints": ["tp.real > 0"]}, ["t.py", "{tp}"], "not allowed"),
+    ({"parameters": {"tp": [1, 2]}}, ["t.py", "{tp}", "--pp", "{pp}"], r"placeholder \{pp\}"),
+    ({"parameters": {"tp": [1, 2]}}, ["t.py"], "neither by a {tp} placeholder"),
+    ({"parameters": {"tp": {"values": [1], "role": "wizard"}}}, ["t.py", "{tp}"], "unknown role"),
+    ({"parameters": {"tp": [1, 2]}, "constraints": ["tp > 8"]}, ["t.py", "{tp}"], "no point"),
+    ({"parameters": {}}, ["t.py"], "at least one parameter"),
+    ({"parameters": {"tp": [1, 2]}, "bogus": 1}, ["t.py", "{tp}"], "unknown section"),
+])
+def test_bad_space_files_fail_with_one_clear_error(spec, command, message):
+    with pytest.raises(SpaceError, match=message):
+        load_space(spec, command, gpus=8)
+
+
+def test_space_file_from_yaml_renders_placeholders_flags_and_env(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("gpus: 16\nparameters:\n  tp: [1, 2, 4]\n  pp: {values: [1, 2], role: pp}\n"
+                    "  recompute: {values: [false, true], role: recompute, flag: --recompute}\n"
+                    "  zero: {values: [0, 1], env: ZERO}\n"
+                    "derived:\n  dp: gpus // (tp * pp)\nconstraints: ['dp >= 4']\n")
+    s = load_space(path, ["train.py", "--tp={tp}", "--pp", "{pp}", "--dp", "{dp}", "{recompute}"])
+    assert s.size == 24 and len(s.valid_points()) == 20
+    argv, env = s.render(s.point({"tp": 2, "pp": 2, "recompute": True, "zero": 1}))
+    assert argv == ["train.py", "--tp=2", "--pp", "2", "--dp", "4", "--recompute"] and env == {"ZERO": "1"}
+    argv, _ = s.render(s.point({"tp": 1, "pp": 1, "recompute": False, "zero": 0}))
+    assert argv == ["train.py", "--tp=1", "--pp", "1", "--dp", "16"]
+
+
+# pruning rules ----------------------------------------------------------------------------------------
+
+def test_oom_with_recompute_skips_the_point_without_it():
+    s = space({"mbs": [1, 2, 4], "recompute": {"values": [False, True], "role": "recompute"}})
+    fake = Fake(lambda v: (100 / int(v["mbs"]), int(v["mbs"]) * (30 if v["recompute"] == "True" else 60)))
+    result = run_search(s, fake, algorithm="grid")
+    assert len(fake.calls) == 5  # mbs=4 OOMs even with recompute: mbs=4 without it is never run
+    pruned = [r for r in result.records if r.outcome.status == "pruned"]
+    assert [r.params for r in pruned] == [{"mbs": 4, "recompute": False}]
+    assert "out of memory even with recompute" in pruned[0].outcome.reason
+    assert result.best.params == {"mbs": 2, "recompute": True}
+
+
+def test_oom_with_sequence_parallelism_skips_the_point_without_it():
+    s = space({"tp": [1, 2], "sp": {"values": ["off", "on"], "role": "sequence_parallel"}})
+    fake = Fake(lambda v: (10, 200 if v["tp"] == "1" else 50))
+    result = run_search(s, fake, algorithm="grid")
+    assert {"tp": "1", "sp": "off"} not in [{k.lstrip("-"): x for k, x in c.items()} for c in fake.calls]
+    assert [r.params for r in result.records if r.outcome.status == "pruned"] == [{"tp": 1, "sp": "off"}]
+
+
+def test_fitting_without_the_distributed_optimizer_derives_the_variant_with_it():
+    s = space({"tp": [1, 2], "zero": {"values": [0, 1], "role": "distributed_optimizer", "env": "ZERO"}})
+    fake = Fake(lambda v: (10 * int(v["tp"]), 200 if v["tp"] == "1" and v["ZERO"] == "0" else 50))
+    result = run_search(s, fake, algorithm="grid")
+    by = {tuple(r.params.values()): r.outcome for r in result.records}
+    assert by[(2, 1)].status == "derived" and by[(2, 1)].iteration_ns == 20 and by[(2, 1)].source == "rule"
+    assert by[(1, 1)].status == "ok"  # the plain optimizer did not fit: the variant is evaluated
+    assert len(fake.calls) == 3
+
+
+def test_without_pipelining_larger_microbatch_counts_are_skipped_once_one_fits():
+    s = space({"pp": {"values": [1, 2], "role": "pp"}, "mb": {"values": [1, 2, 4, 8], "role": "microbatches"}})
+    fake = Fake(lambda v: (100 / int(v["pp"]) + int(v["mb"]), 200 if int(v["mb"]) < 2 else 10))
+    result = run_search(s, fake, algorithm="grid")
+    pruned = sorted(tuple(r.params.values()) for r in result.records if r.outcome.status == "pruned")
+    assert pruned == [(1, 4), (1, 8)]  # pp=1: mb=2 fits, so 4 and 8 are skipped; pp=2 evaluates all
+    assert len(fake.calls) == 6
+
+
+# resume -----------------------------------------------------------------------------------------------
+
+def test_an_interrupted_search_resumes_with_only_the_rest(tmp_path):
+    s = space({"tp": [1, 2, 4], "mbs": [1, 2, 4, 8]})
+    figures = lambda v: (int(v["tp"]) * 10 + int(v["mbs"]), 10)  # noqa: E731
+    sid = search_id(s, "grid", "time", 0, "", None)
+    log = SearchLog(sid, tmp_path / "wh.duckdb")
+    log.open(s.digest(), s.command, {})
+    first = Fake(figures, fail_after=5)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        run_search(s, first, algorithm="grid", log=log)
+    assert len(log.points()) == 5
+    rest = Fake(figures)
+    result = run_search(s, rest, algorithm="grid", log=SearchLog(sid, tmp_path / "wh.duckdb"))
+    assert len(rest.calls) == 7 and not set(evaluated(first)) & set(evaluated(rest))
+    assert len(result.records) == 12 and result.best.params == {"tp": 1, "mbs": 1}
+    with pytest.raises(ValueError, match="another space"):
+        SearchLog(sid, tmp_path / "wh.duckdb").open("other", s.command, {})
+
+
+def test_identical_commands_are_never_evaluated_twice_across_searches(tmp_path):
+    s = space({"tp": [1, 2], "mbs": [1, 2]})
+    fake = Fake(lambda v: (int(v["tp"]) + int(v["mbs"]), 10))
+    log = SearchLog("a", tmp_path / "wh.duckdb")
+    log.open(s.digest(), s.command, {})
+    run_search(s, fake, algorithm="grid", log=log)
+    other = SearchLog("b", tmp_path / "wh.duckdb")
+    other.open(s.digest(), s.command, {})
+    result = run_search(s, fake, algorithm="random", log=other)
+    assert len(fake.calls) == 4 and {r.outcome.source for r in result.records} == {"command-cache"}
+
+
+def test_evaluators_are_told_the_traces_already_predicted():
+    s = space({"tp": [1, 2, 4]})
+    seen = []
+
+    def evaluator(task, known):
+        seen.append(set(known))
+        return Outcome("ok", 10, 1, 0.5, world_size=8, trace_hash="same")
+
+    run_search(s, evaluator, algorithm="grid")
+    assert seen == [set(), {"same"}, {"same"}]
+
+
+# algorithms -------------------------------------------------------------------------------------------
+
+def synthetic_space():
+    """8 × 8 × 6 × 4 = 1536 points, a constraint, a unique optimum at a=5, b=2, c=3, d=1."""
+    parameters = {"a": list(range(8)), "b": list(range(8)), "c": list(range(6)), "d": list(range(4))}
+    return space(parameters, constraints=["a + b + c + d <= 18"])
+
+
+def bowl(v):
+    a, b, c, d = (int(v[k]) for k in "abcd")
+    return 1000 + 7 * (a - 5) ** 2 + 5 * (b - 2) ** 2 + 3 * (c - 3) ** 2 + 11 * (d - 1) ** 2 + 2 * abs(a - b - 3), 10
+
+
+def test_grid_visits_every_valid_point():
+    s = synthetic_space()
+    fake = Fake(bowl)
+    result = run_search(s, fake, algorithm="grid")
+    assert len(fake.calls) == len(s.valid_points()) >= 500
+    assert result.best.params == {"a": 5, "b": 2, "c": 3, "d": 1}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cmaes_finds_the_grid_optimum_with_under_30_percent_of_the_evaluations(seed):
+    s = synthetic_space()
+    fake = Fake(bowl)
+    result = run_search(s, fake, algorithm="cmaes", seed=seed)
+    assert result.best.params == {"a": 5, "b": 2, "c": 3, "d": 1}
+    assert len(fake.calls) <= 0.3 * len(s.valid_points())
+
+
+def test_cmaes_treats_out_of_memory_points_as_penalties():
+    s = synthetic_space()
+    fake = Fake(lambda v: (bowl(v)[0], 200 if int(v["a"]) >= 6 else 10))
+    result = run_search(s, fake, algorithm="cmaes")
+    assert result.best.params == {"a": 5, "b": 2, "c": 3, "d": 1}
+
+
+def ridge(v):
+    """Valid only on a == b, so every one-parameter move off a point leaves the space; the optimum is
+    at a = b = 8, c = 2, d = 6, and points with d >= 7 do not fit."""
+    a, c, d = (int(v[k]) for k in "acd")
+    return 1000 + 9 * (a - 8) ** 2 + 5 * (c - 2) ** 2 + 7 * (d - 6) ** 2 + 40 * (a < 4) * (4 - a), 200 if d >= 7 else 10
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cmaes_follows_a_constraint_that_couples_two_parameters(seed):
+    s = space({"a": list(range(12)), "b": list(range(12)), "c": list(range(6)), "d": list(range(8))},
+              constraints=["a == b"])
+    fake = Fake(ridge)
+    result = run_search(s, fake, algorithm="cmaes", seed=seed)
+    assert result.best.params == {"a": 8, "b": 8, "c": 2, "d": 6}
+    assert len(fake.calls) <= 0.3 * len(s.valid_points())
+
+
+def test_cmaes_budget_can_end_inside_a_generation():
+    fake = Fake(bowl)
+    result = run_search(synthetic_space(), fake, algorithm="cmaes", budget=5)
+    assert len(fake.calls) == 5 and result.evaluations == 5
+
+
+def test_default_budget_stays_within_30_percent():
+    s = space({"a": list(range(7)), "b": list(range(7))})  # 49 points: 30% is 14.7, so 14
+    fake = Fake(lambda v: (1000 + (int(v["a"]) * 7 + int(v["b"]) * 13) % 17, 10))
+    run_search(s, fake, algorithm="random")
+    assert len(fake.calls) == 14
+
+
+def test_random_search_respects_its_budget():
+    fake = Fake(bowl)
+    result = run_search(synthetic_space(), fake, algorithm="random", budget=20)
+    assert len(fake.calls) == 20 and result.evaluations == 20
+
+
+def test_objectives_use_gpus_price_and_tokens():
+    s = space({"gpus": [8, 16], "mbs": [1, 2]}, command=["t.py", "--mbs", "{mbs}"],
+              tokens_per_iteration="gpus * mbs * 1000")
+    fake = Fake(lambda v: (3.6e12 / int(v["mbs"]), 10))  # one hour per iteration at mbs=1
+    result = run_search(s, fake, algorithm="grid", objective="tokens-per-dollar", price_per_gpu_hour=2.0)
+    best = result.best
+    assert best.params == {"gpus": 8, "mbs": 2} or best.params == {"gpus": 16, "mbs": 2}
+    assert best.cost == pytest.approx(0.5 * best.params["gpus"] * 2.0)
+    assert best.objective == pytest.approx(best.cost / best.tokens)
+    assert json.loads(json.dumps(best.outcome.to_dict()))["status"] == "ok"
