@@ -6,6 +6,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+SCRIPT_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True}
+"""Context settings of the commands that take the user's script after `--`."""
+
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 

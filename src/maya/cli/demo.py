@@ -10,6 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from typing import Annotated, Optional
+
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -103,3 +106,11 @@ def _print_prediction(console: Console, p) -> None:
     console.print(table)
     for note in p.notes:
         console.print(f"   note: {note}", highlight=False)
+
+
+def demo_cmd(out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None,
+         training_sample: Annotated[int, typer.Option(min=1000, help="Shipped measurements to train the estimators "
+                                                                     "on when none are registered.")] = 20_000):
+    """Maya's main job on the embedded defaults: emulate the bundled example on a virtual H100, train
+    the kernel estimators if needed, predict iteration time, memory and cost, and show the trace."""
+    run_demo(out, out_dir, training_sample)

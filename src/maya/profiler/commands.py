@@ -13,15 +13,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .kernels.configs import FAMILIES, parse_families
+from .kernels.configs import FAMILIES
+from .kernels.request import DEFAULT_BUDGET_MIN, DEVICES, CampaignRequest
 from .workloads.cli import add_arguments as add_workload_arguments
-
-
-def _families(text: str) -> tuple[str, ...]:
-    try:
-        return parse_families(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,13 +24,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     kernels = commands.add_parser("kernels", help="run (or resume) a kernel sweep campaign")
     kernels.add_argument("--out", type=Path, required=True, help="campaign directory (created or resumed)")
-    kernels.add_argument("--families", type=_families, default=FAMILIES,
-                         help=f"comma-separated families (default: all of {','.join(FAMILIES)})")
-    kernels.add_argument("--budget-min", type=float, default=12.0,
-                         help="stop cleanly before this many minutes (default 12)")
+    kernels.add_argument("--families", help=f"comma-separated families (default: all of {','.join(FAMILIES)})")
+    kernels.add_argument("--budget-min", type=float, default=DEFAULT_BUDGET_MIN,
+                         help=f"stop cleanly before this many minutes (default {DEFAULT_BUDGET_MIN:g})")
     kernels.add_argument("--seed", type=int, default=0, help="sweep order seed (default 0)")
     kernels.add_argument("--hardware", help="hardware catalog name of the GPU, e.g. h100-sxm")
-    kernels.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+    kernels.add_argument("--device", default="cuda", choices=DEVICES,
                          help="cpu only exercises the measurement loop (tests); default cuda")
     kernels.add_argument("--plan", action="store_true", help="print the configs left to measure and exit")
     workload = commands.add_parser("workload", help="trace or measure a training script (-- python SCRIPT ARGS), "
@@ -46,21 +39,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _kernels(args: argparse.Namespace) -> int:
-    from .kernels.campaign import CampaignSettings, NoDevice, run_campaign
-    from .kernels.campaign_store import CampaignMismatch, read_measurements
-    from .kernels.sweep import build_sweep, plan_summary
+    from .kernels.campaign import NoDevice
+    from .kernels.campaign_store import CampaignMismatch
 
-    if args.plan:
-        done = set(read_measurements(args.out).column("config_key").to_pylist())
-        pending = [c for c in build_sweep(args.families, args.seed) if c.key not in done]
-        for family, dtype, count in plan_summary(pending):
-            print(f"{family:>14} {dtype:>10} {count:>7}")
-        print(f"{len(pending)} configs to measure, {len(done)} done")
-        return 0
-    settings = CampaignSettings(families=args.families, budget_s=args.budget_min * 60, seed=args.seed,
-                                hardware=args.hardware)
     try:
-        result = run_campaign(args.out, settings, device=args.device)
+        request = CampaignRequest.make(args.out, args.families, budget_min=args.budget_min, seed=args.seed,
+                                       hardware=args.hardware, device=args.device)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.plan:
+        print("\n".join(request.plan_lines()))
+        return 0
+    try:
+        result = request.run()
     except (NoDevice, CampaignMismatch) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

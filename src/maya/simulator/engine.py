@@ -35,32 +35,44 @@ class Deadlock(RuntimeError):
 
 
 class _Rank:
-    """Mutable replay state of one simulated rank."""
+    """Mutable replay state of one simulated rank. Per call (index i): `opcode`, `stream` (index into the
+    program's streams), `arg` (event record id, launch id or -1), `device_ns`, `host_ns`, `launch_delay`
+    and `next_on_stream` (the next call on the same stream, or -1); per stream: `stream_end` (when its
+    last issued work ends) and `stream_head` (first issued item not yet run, `IDLE` when none); per
+    launch of collectives: `launch_arrival` (when it reached its stream's head), `launch_end`,
+    `launch_pending` (operations not yet released), `launch_keys`, `launch_durations`, `launch_stream`."""
 
-    __slots__ = ("rank", "op", "stream", "arg", "dev", "host", "ready", "succ", "n", "pc", "t", "tails", "head",
-                 "issued", "ev", "end", "lstart", "lend", "lrem", "lkeys", "ldur", "lstream", "blocked", "jumps")
+    __slots__ = ("rank", "opcode", "stream", "arg", "device_ns", "host_ns", "launch_delay", "next_on_stream",
+                 "n_calls", "next_call", "host_time", "stream_end", "stream_head", "issue_time", "event_done",
+                 "end", "launch_arrival", "launch_end", "launch_pending", "launch_keys", "launch_durations",
+                 "launch_stream", "blocked_on", "host_waits")
 
     def __init__(self, replica: Replica, lists: tuple, launch_durations: list[list[int]]):
         p = replica.program
         self.rank = replica.rank
-        self.op, self.stream, self.arg, self.dev, self.host, self.ready, self.succ = lists
-        self.n = p.n
-        self.pc, self.t = 0, 0
-        self.tails = [0] * len(p.stream_ids)
-        self.head = [IDLE] * len(p.stream_ids)
-        self.issued = array("q", bytes(8 * p.n))
+        (self.opcode, self.stream, self.arg, self.device_ns, self.host_ns, self.launch_delay,
+         self.next_on_stream) = lists
+        self.n_calls = p.n
+        self.next_call, self.host_time = 0, 0
+        """The host thread: the next call it issues, and when."""
+        self.stream_end = [0] * len(p.stream_ids)
+        self.stream_head = [IDLE] * len(p.stream_ids)
+        self.issue_time = array("q", bytes(8 * p.n))
         """Issue time of queued items."""
-        self.ev = [-1] * p.n_records
+        self.event_done = [-1] * p.n_records
+        """Per event record id: when it completes (-1: not yet)."""
         self.end = array("q", bytes(8 * p.n))
         n_launch = len(p.launches)
-        self.lstart = [-1] * n_launch
-        self.lend = [0] * n_launch
-        self.lrem = [len(launch) for launch in p.launches]
-        self.lkeys = replica.keys
-        self.ldur = launch_durations
-        self.lstream = [int(p.stream[c]) for c in p.launch_call]
-        self.blocked = -1
-        self.jumps: list[tuple[int, int]] = []
+        self.launch_arrival = [-1] * n_launch
+        self.launch_end = [0] * n_launch
+        self.launch_pending = [len(launch) for launch in p.launches]
+        self.launch_keys = replica.keys
+        self.launch_durations = launch_durations
+        self.launch_stream = [int(p.stream[c]) for c in p.launch_call]
+        self.blocked_on = -1
+        """The host synchronisation call the host thread waits in (-1: none)."""
+        self.host_waits: list[tuple[int, int]] = []
+        """(call, ns) the host thread waited after each synchronisation that blocked it."""
 
 
 @dataclass
@@ -124,7 +136,7 @@ class Engine:
                 _, _, event = heapq.heappop(heap)
                 self.events += 1
                 event.handle(self)
-        stuck = [st for st in self.ranks if st.pc < st.n or st.blocked >= 0 or max(st.head, default=IDLE) >= 0]
+        stuck = [st for st in self.ranks if st.next_call < st.n_calls or st.blocked_on >= 0 or max(st.stream_head, default=IDLE) >= 0]
         if stuck:
             raise Deadlock(self._deadlock_message(stuck))
         return [self._result(st) for st in self.ranks]
@@ -134,13 +146,13 @@ class Engine:
     def run_host(self, r: int) -> None:
         """Issue rank r's calls until its host blocks or its calls run out."""
         st = self.ranks[r]
-        op, stream, arg, dev, host, ready = st.op, st.stream, st.arg, st.dev, st.host, st.ready
-        tails, head, issued, ev, end = st.tails, st.head, st.issued, st.ev, st.end
-        i, t, n = st.pc, st.t, st.n
-        while i < n:
+        op, stream, arg, dev, host, ready = st.opcode, st.stream, st.arg, st.device_ns, st.host_ns, st.launch_delay
+        tails, head, issued, ev, end = st.stream_end, st.stream_head, st.issue_time, st.event_done, st.end
+        t = st.host_time
+        for i in range(st.next_call, st.n_calls):
             o = op[i]
             t += host[i]
-            if o == WORK:
+            if o == WORK or o == WORK_SYNC:
                 s = stream[i]
                 if head[s] < 0:
                     b = tails[s]
@@ -152,8 +164,10 @@ class Engine:
                     tails[s] = b
                 else:
                     issued[i] = t + ready[i]
+                if o == WORK:
+                    continue
             elif o == NOP:
-                pass
+                continue
             elif o == RECORD:
                 s = stream[i]
                 if head[s] < 0:
@@ -161,6 +175,7 @@ class Engine:
                     ev[arg[i]] = b if b > t else t
                 else:
                     issued[i] = t
+                continue
             elif o == WAIT:
                 s, k = stream[i], arg[i]
                 if head[s] >= 0:
@@ -173,65 +188,54 @@ class Engine:
                         self._wait_for(r, k, s)
                     elif b > tails[s]:
                         tails[s] = b
+                continue
             elif o == COLL:
                 s = stream[i]
                 issued[i] = t + ready[i]
                 if head[s] < 0:
                     head[s] = i
-                    st.pc = i + 1
+                    st.next_call = i + 1
                     self.drain(r, s)
-            else:  # host synchronisation
-                if o == WORK_SYNC:
-                    s = stream[i]
-                    if head[s] < 0:
-                        b = tails[s]
-                        a = t + ready[i]
-                        if a > b:
-                            b = a
-                        b += dev[i]
-                        end[i] = b
-                        tails[s] = b
-                    else:
-                        issued[i] = t + ready[i]
-                done = self._ready(st, i)
-                if done < 0:
-                    st.pc, st.t, st.blocked = i + 1, t, i
-                    return
-                if done > t:
-                    st.jumps.append((i, done - t))
-                    t = done
-            i += 1
-        st.pc, st.t = n, t
+                continue
+            # a host synchronisation (a WORK_SYNC's device work was issued above)
+            done = self._ready(st, i)
+            if done < 0:
+                st.next_call, st.host_time, st.blocked_on = i + 1, t, i
+                return
+            if done > t:
+                st.host_waits.append((i, done - t))
+                t = done
+        st.next_call, st.host_time = st.n_calls, t
 
     def _ready(self, st: _Rank, i: int) -> int:
         """When host synchronisation call i of `st` returns; -1 while its condition does not hold."""
-        o = st.op[i]
+        o = st.opcode[i]
         if o == EVENT_SYNC:
             k = st.arg[i]
-            return st.ev[k] if k >= 0 else 0
+            return st.event_done[k] if k >= 0 else 0
         if o == DEVICE_SYNC:
-            return -1 if max(st.head) >= 0 else max(st.tails, default=0)
+            return -1 if max(st.stream_head) >= 0 else max(st.stream_end, default=0)
         s = st.stream[i]  # STREAM_SYNC, WORK_SYNC
-        return -1 if st.head[s] >= 0 else st.tails[s]
+        return -1 if st.stream_head[s] >= 0 else st.stream_end[s]
 
     def _unblock(self, r: int) -> None:
         st = self.ranks[r]
-        ready = self._ready(st, st.blocked)
+        ready = self._ready(st, st.blocked_on)
         if ready < 0:
             return
-        if ready > st.t:
-            st.jumps.append((st.blocked, ready - st.t))
-            st.t = ready
-        st.blocked = -1
-        self.schedule(HostResume(st.t, r))
+        if ready > st.host_time:
+            st.host_waits.append((st.blocked_on, ready - st.host_time))
+            st.host_time = ready
+        st.blocked_on = -1
+        self.schedule(HostResume(st.host_time, r))
 
     # ------------------------------------------------------------------ streams
 
     def drain(self, r: int, s: int) -> None:
         """Run the issued items of rank r's stream s from its head until they run out or one blocks."""
         st = self.ranks[r]
-        op, arg, dev, end, ev, issued, succ = st.op, st.arg, st.dev, st.end, st.ev, st.issued, st.succ
-        i, pc, tail = st.head[s], st.pc, st.tails[s]
+        op, arg, dev, end, ev, issued, succ = st.opcode, st.arg, st.device_ns, st.end, st.event_done, st.issue_time, st.next_on_stream
+        i, pc, tail = st.stream_head[s], st.next_call, st.stream_end[s]
         recorded = False
         while 0 <= i < pc:
             o = op[i]
@@ -243,12 +247,12 @@ class Engine:
                 end[i] = tail
             elif o == COLL:
                 L = arg[i]
-                if st.lstart[L] < 0:
-                    st.lstart[L] = tail if tail > ti else ti
+                if st.launch_arrival[L] < 0:
+                    st.launch_arrival[L] = tail if tail > ti else ti
                     self._arrive(r, L)
-                if st.lrem[L]:
+                if st.launch_pending[L]:
                     break
-                end[i] = tail = st.lend[L]
+                end[i] = tail = st.launch_end[L]
             elif o == RECORD:
                 k = arg[i]
                 ev[k] = tail if tail > ti else ti
@@ -267,8 +271,8 @@ class Engine:
             i = succ[i]
         else:
             i = IDLE
-        st.head[s], st.tails[s] = i, tail
-        if st.blocked >= 0 and (i < 0 or recorded):
+        st.stream_head[s], st.stream_end[s] = i, tail
+        if st.blocked_on >= 0 and (i < 0 or recorded):
             self._unblock(r)
 
     def _wait_for(self, r: int, k: int, s: int) -> None:
@@ -281,9 +285,9 @@ class Engine:
     def _arrive(self, r: int, L: int) -> None:
         """Rank r's launch L reached its stream's head: register each of its operations."""
         st = self.ranks[r]
-        start = st.lstart[L]
+        start = st.launch_arrival[L]
         pending, shortest = self.pending, self.shortest
-        for (key, expected), duration in zip(st.lkeys[L], st.ldur[L]):
+        for (key, expected), duration in zip(st.launch_keys[L], st.launch_durations[L]):
             entry = pending.get(key)
             if entry is None:
                 entry = [expected, start, duration, []]
@@ -306,24 +310,24 @@ class Engine:
         ranks, ready = self.ranks, self.ready
         for r2, L2 in members:
             st = ranks[r2]
-            st.lrem[L2] -= 1
-            if finish > st.lend[L2]:
-                st.lend[L2] = finish
-            if not st.lrem[L2] and (r2 != r or L2 != L):
-                ready.append((r2, st.lstream[L2]))
+            st.launch_pending[L2] -= 1
+            if finish > st.launch_end[L2]:
+                st.launch_end[L2] = finish
+            if not st.launch_pending[L2] and (r2 != r or L2 != L):
+                ready.append((r2, st.launch_stream[L2]))
 
     # ------------------------------------------------------------------ results
 
     def _result(self, st: _Rank) -> RankResult:
-        host = np.asarray(st.host, dtype=np.int64)
-        wait = np.zeros(st.n, dtype=np.int64)
-        for i, w in st.jumps:
+        host = np.asarray(st.host_ns, dtype=np.int64)
+        wait = np.zeros(st.n_calls, dtype=np.int64)
+        for i, w in st.host_waits:
             wait[i] += w
-        issue = np.cumsum(host) + np.concatenate([[0], np.cumsum(wait)[:-1]]) if st.n else host
+        issue = np.cumsum(host) + np.concatenate([[0], np.cumsum(wait)[:-1]]) if st.n_calls else host
         return RankResult(rank=st.rank, end=np.frombuffer(st.end, dtype=np.int64).copy(), issue=issue, wait=wait,
-                          launch_start=np.asarray(st.lstart, dtype=np.int64),
-                          launch_end=np.asarray(st.lend, dtype=np.int64),
-                          records=np.asarray(st.ev, dtype=np.int64))
+                          launch_start=np.asarray(st.launch_arrival, dtype=np.int64),
+                          launch_end=np.asarray(st.launch_end, dtype=np.int64),
+                          records=np.asarray(st.event_done, dtype=np.int64))
 
     def _deadlock_message(self, stuck: list[_Rank]) -> str:
         lines = []

@@ -20,6 +20,8 @@ import uuid
 from pathlib import Path
 
 from maya_trace_spec import RunWriter
+from maya_trace_spec.vocabulary import NCCL_API_COLLECTIVES
+
 from maya.core.hardware import DEFAULT_HARDWARE
 
 KERNEL_NAME = "synthetic_kernel"
@@ -77,8 +79,7 @@ class RankBuilder:
                    peer: int | None = None) -> None:
         seq = self.comm_seq.get(comm, 0)
         self.comm_seq[comm] = seq + 1
-        api = {"allreduce": "ncclAllReduce", "allgather": "ncclAllGather", "reducescatter": "ncclReduceScatter",
-               "broadcast": "ncclBroadcast", "send": "ncclSend", "recv": "ncclRecv"}[name]
+        api = next(api for api, collective in NCCL_API_COLLECTIVES.items() if collective == name)
         self._call(api, "nccl", stream, comm_id=comm, collective_name=name, comm_seq=seq, in_msg_nelems=nelems,
                    out_msg_nelems=nelems, comm_dtype="bf16", peer_rank=peer, device_duration_ns=duration_ns)
 

@@ -8,12 +8,13 @@ import dagster as dg
 from pydantic import Field
 
 from maya.core import hardware
+from maya.profiler.kernels.request import DEFAULT_BUDGET_MIN, CampaignRequest
 
 from ..resources import DataSources
 
 
 class CampaignConfig(dg.Config):
-    budget_min: float = Field(12.0, description="Stop cleanly before this many minutes.")
+    budget_min: float = Field(DEFAULT_BUDGET_MIN, description="Stop cleanly before this many minutes.")
     families: list[str] = Field([], description="Kernel families to measure (default: all).")
     seed: int = Field(0, description="Seed of the sweep order.")
     campaign: Optional[str] = Field(None, description="Campaign directory name (default kernels-<YYYY-MM>).")
@@ -38,19 +39,20 @@ def profile_kernels(context: dg.OpExecutionContext, config: CampaignConfig, data
         return dg.Output(f"skipped: {missing}", metadata={"skipped": missing})
     import torch
 
-    from maya.profiler.kernels.campaign import CampaignSettings, run_campaign
     from maya.profiler.kernels.campaign_store import CampaignMismatch
-    from maya.profiler.kernels.configs import FAMILIES, parse_families
 
     try:
         gpu = hardware.get(torch.cuda.get_device_name()).name
     except hardware.UnknownHardware as e:
         raise dg.Failure(f"{e}: add the GPU to data/hardware/catalog.json first") from None
     root = data.profiles / gpu / (config.campaign or f"kernels-{date.today():%Y-%m}")
-    settings = CampaignSettings(families=parse_families(",".join(config.families)) if config.families else FAMILIES,
-                                budget_s=config.budget_min * 60, seed=config.seed, hardware=gpu)
     try:
-        result = run_campaign(root, settings, log=context.log.info)
+        request = CampaignRequest.make(root, config.families or None, budget_min=config.budget_min,
+                                       seed=config.seed, hardware=gpu)
+    except ValueError as e:
+        raise dg.Failure(str(e)) from None
+    try:
+        result = request.run(log=context.log.info)
     except CampaignMismatch as e:
         raise dg.Failure(str(e)) from None
     summary = "\n".join(result.summary_lines())

@@ -1,0 +1,52 @@
+"""`maya sql`: read-only SQL over the warehouse and, with --trace, a run's tables."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from maya_trace_spec import TraceError
+
+from .common import fail, out
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def sql_cmd(query: Annotated[str, typer.Argument(help="SQL (read-only: SELECT, SHOW, DESCRIBE, EXPLAIN).")],
+        trace: Annotated[Optional[Path], typer.Option(help="Run directory whose tables become views.")] = None,
+        format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+        warehouse: Annotated[Optional[Path], typer.Option(help="Warehouse file (default $MAYA_WAREHOUSE "
+                                                                "or $MAYA_HOME/warehouse.duckdb).")] = None):
+    """Query the warehouse and, with --trace, a run's tables (api_calls, ops, kernels, ...)."""
+    from maya.core.sql import QueryRefused, run_query
+
+    try:
+        result = run_query(query, trace=trace, warehouse=warehouse)
+    except QueryRefused as e:
+        fail(str(e), 2)
+    except TraceError as e:
+        fail(str(e))
+    except Exception as e:  # DuckDB binder/parser/runtime errors: the user's SQL
+        fail(f"query failed: {str(e).strip()}")
+    if format is Format.json:
+        sys.stdout.write(json.dumps([dict(zip(result.columns, r)) for r in result.rows], default=str) + "\n")
+    elif format is Format.csv:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(result.columns)
+        w.writerows(result.rows)
+    else:
+        table = Table(*result.columns, show_lines=False)
+        for row in result.rows:
+            table.add_row(*("NULL" if v is None else str(v) for v in row))
+        out.print(table)
+        out.print(f"{len(result.rows)} row(s)", style="dim")
