@@ -6,7 +6,9 @@ views need duckdb, imported on use.
 from .columns import SPEC_VERSION, TABLES, Column, Table
 from .errors import (TraceCorruptError, TraceError, TraceSchemaError, TraceValidationError,
                      TraceVersionError)
-from .io import Run, RunWriter, conform, inspect_file, read_file, read_table, table_files
+from .layout import table_files
+from .reader import Run, inspect_file, read_file, read_table
+from .writer import RunWriter, conform
 from .schema import arrow_schema, empty_table, file_schema
 
 __version__ = SPEC_VERSION

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .columns import TABLES
-from .io import inspect_file, table_files
+from .layout import table_files
+from .reader import inspect_file
 from .schema import empty_table
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .columns import SPEC_VERSION, TABLES
-from .io import ROW_GROUP_ROWS
+from .writer import ROW_GROUP_ROWS
 
 PREAMBLE = f"""# maya_trace_spec {SPEC_VERSION}
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from .columns import SPEC_VERSION
-from .io import RunWriter
+from .writer import RunWriter
 
 KERNEL_NAMES = [
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "gemm", "cublas"),

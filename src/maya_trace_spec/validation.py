@@ -9,7 +9,8 @@ import pandera.pandas as pa
 
 from .columns import TABLES
 from .errors import TraceError
-from .io import Run, read_file, table_files
+from .layout import table_files
+from .reader import Run, read_file
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,15 @@ STAGES = ("core", "emulator", "profiler", "estimators", "simulator", "search", "
 
 
 def test_stages_are_packages_named_as_their_folders():
-    import maya_trace_spec
+    """In the checkout and in whatever install the tests run against, each stage is `maya/<stage>/`."""
     import maya
 
-    assert Path(maya_trace_spec.__file__).parent == SRC / "maya_trace_spec"
+    root = Path(maya.__file__).parent
     for stage in STAGES:
+        assert (SRC / "maya" / stage / "__init__.py").is_file()
         module = __import__(f"maya.{stage}", fromlist=["_"])
-        assert Path(module.__file__) == SRC / "maya" / stage / "__init__.py"
-    assert Path(maya.__file__) == SRC / "maya" / "__init__.py"
+        assert Path(module.__file__) == root / stage / "__init__.py"
+    assert (SRC / "maya_trace_spec" / "__init__.py").is_file()
 
 
 def test_plain_checkout_imports_with_src_on_the_path(tmp_path):
@@ -48,8 +49,11 @@ def test_editable_install(tmp_path):
     site = tmp_path / "site"
     with zipfile.ZipFile(tmp_path / out.stdout.strip().splitlines()[-1]) as whl:
         whl.extractall(site)
-    # the editable finder goes first, ahead of the copy of maya installed in the test environment
-    code = (f"import site, sys; site.addsitedir({str(site)!r}); sys.meta_path.insert(0, sys.meta_path.pop()); "
+    # what the editable wheel adds (a path entry or a finder) goes first, ahead of the copy of maya
+    # installed in the test environment
+    code = (f"import site, sys; paths, finders = list(sys.path), list(sys.meta_path); site.addsitedir({str(site)!r}); "
+            "sys.path[:0] = [p for p in sys.path if p not in paths]; "
+            "sys.meta_path[:0] = [f for f in sys.meta_path if f not in finders]; "
             "import maya.emulator, maya_trace_spec; from maya.core.paths import data_dir; "
             "print(maya.emulator.__file__); print(maya_trace_spec.__file__); print(data_dir())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)

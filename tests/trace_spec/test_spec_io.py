@@ -11,7 +11,8 @@ from conftest import tree_digest
 from maya_trace_spec import (SPEC_VERSION, TABLES, Run, RunWriter, TraceCorruptError, TraceError,
                              TraceSchemaError, TraceVersionError, file_schema, migrations, read_file,
                              read_table, table_files)
-from maya_trace_spec.io import atomic_path, migrate_run
+from maya_trace_spec.reader import migrate_run
+from maya_trace_spec.writer import atomic_path
 from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
 
 # ------------------------------------------------------------------ round trips
@@ -233,7 +234,7 @@ def test_older_minor_missing_nullable_column_reads_as_null(run_dir):
     with pytest.raises(TraceSchemaError):  # same minor: a missing column is an error
         read_file(f)
     major, minor = (int(x) for x in SPEC_VERSION.split(".")[:2])
-    import maya_trace_spec.io as io
+    import maya_trace_spec.reader as io
     io_minor = io.CURRENT_MINOR
     try:
         io.CURRENT_MINOR = minor + 1  # this reader is one minor newer than the file

@@ -89,7 +89,7 @@ def import_kineto_cmd(files: Annotated[list[Path], typer.Argument(help="Kineto/t
 @trace_app.command("migrate")
 def trace_migrate(path: Annotated[Path, typer.Argument(help="Run directory.")]):
     """Rewrite every file of an older major version in the current version (each file atomically)."""
-    from maya_trace_spec.io import migrate_run
+    from maya_trace_spec.reader import migrate_run
 
     try:
         n = migrate_run(path)

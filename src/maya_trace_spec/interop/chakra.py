@@ -49,7 +49,8 @@ from google.protobuf.message import DecodeError, Message
 
 from ..columns import SPEC_VERSION
 from ..errors import TraceCorruptError
-from ..io import Run, atomic_path
+from ..reader import Run
+from ..writer import atomic_path
 from ..vocabulary import collective_name, dtype_bytes
 
 CHAKRA_VERSION = "0.0.4"

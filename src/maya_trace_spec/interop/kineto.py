@@ -53,7 +53,7 @@ import pyarrow as pa
 
 from ..columns import SPEC_VERSION
 from ..errors import TraceError
-from ..io import RunWriter
+from ..writer import RunWriter
 from ..schema import file_schema
 from ..vocabulary import classify_kernel
 

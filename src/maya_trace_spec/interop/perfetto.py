@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from ..columns import SPEC_VERSION
-from ..io import Run, atomic_path
+from ..reader import Run
+from ..writer import atomic_path
 
 STREAM_TID_BASE = 1_000_000_000
 """Device track of stream ``s`` has ``tid = STREAM_TID_BASE + s`` (clear of real OS thread ids)."""

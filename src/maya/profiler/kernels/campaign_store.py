@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from maya_trace_spec import SPEC_VERSION, RunWriter, file_schema, read_table, table_files
-from maya_trace_spec.io import atomic_write
+from maya_trace_spec.writer import atomic_write
 
 from ..device_info import DeviceInfo
 from .measurements import SCHEMA, to_table

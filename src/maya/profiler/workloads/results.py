@@ -18,7 +18,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from maya_trace_spec.io import atomic_write
+from maya_trace_spec.writer import atomic_write
 
 RESULTS_VERSION = "1"
 VERSION_KEY = b"maya.workload_results.version"
