@@ -69,6 +69,7 @@ def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
         "bus_width_bits": hw.memory_bus_width_bits, "l2_bytes": hw.l2_bytes,
         "smem_per_sm": hw.shared_mem_per_sm_bytes, "smem_per_block_optin": hw.shared_mem_per_block_optin_bytes,
         "max_threads_per_sm": hw.max_threads_per_sm, "regs_per_sm": hw.registers_per_sm,
+        "power_limit_w": round(hw.tdp_w),
     }
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 

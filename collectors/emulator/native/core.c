@@ -33,6 +33,7 @@ static void set_defaults(maya_device_cfg *d) {
   d->clock_khz = 1980000; d->mem_clock_khz = 2619000; d->bus_width_bits = 5120;
   d->l2_bytes = 52428800; d->smem_per_sm = 233472; d->smem_per_block_optin = 232448;
   d->max_threads_per_sm = 2048; d->regs_per_sm = 65536;
+  d->power_limit_w = 700;
 }
 
 static void load_config(void) {
@@ -67,6 +68,7 @@ static void load_config(void) {
     else if (!strcmp(key, "smem_per_block_optin")) d.smem_per_block_optin = atoi(val);
     else if (!strcmp(key, "max_threads_per_sm")) d.max_threads_per_sm = atoi(val);
     else if (!strcmp(key, "regs_per_sm")) d.regs_per_sm = atoi(val);
+    else if (!strcmp(key, "power_limit_w")) d.power_limit_w = atoi(val);
   }
   fclose(f);
   if (maya_ndev < 1) maya_ndev = 1;
@@ -369,6 +371,28 @@ typedef struct {
 static alloc *allocs;
 static size_t n_allocs, cap_allocs;
 static size_t used[MAYA_MAX_DEVICES];
+static _Atomic int64_t *published; /* used[], shared with the processes the rank starts (device_memory) */
+
+static void publish_memory(void) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/device_memory", out_dir);
+  int fd = open(path, (forked_child ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  size_t size = MAYA_MAX_DEVICES * sizeof(int64_t);
+  if (!forked_child && ftruncate(fd, (off_t)size) != 0) { close(fd); return; }
+  void *p = mmap(NULL, size, forked_child ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  published = p == MAP_FAILED ? NULL : p;
+}
+
+size_t maya_dev_used_by_rank(int device) {
+  return forked_child ? (published ? (size_t)atomic_load(&published[device]) : 0) : used[device];
+}
+
+long maya_rank_pid(void) {
+  const char *pid = getenv("MAYA_EMU_RANK_PID");
+  return pid && *pid ? strtol(pid, NULL, 10) : (long)getpid();
+}
 
 static size_t lower_bound(uintptr_t p) { /* first index with base > p */
   size_t lo = 0, hi = n_allocs;
@@ -408,6 +432,7 @@ static int take_alloc(uintptr_t base, alloc *out) {
 }
 
 static void record_mem(int kind, int device, uintptr_t addr, size_t bytes, int64_t stream, int space) {
+  if (published && !forked_child) atomic_store(&published[device], (int64_t)used[device]);
   static int api = -1;
   if (api < 0) api = maya_api_id("<memory>");
   maya_rec *r = maya_begin(api, D_RUNTIME, K_ALLOC);
@@ -784,6 +809,7 @@ __attribute__((constructor)) static void init(void) {
   const char *rank_pid = getenv("MAYA_EMU_RANK_PID");
   if (rank_pid && *rank_pid && strtol(rank_pid, NULL, 10) != (long)getpid()) forked_child = 1;
   load_config();
+  if (getenv("MAYA_EMU_CONFIG")) publish_memory();
   atexit(at_exit);
   pthread_atfork(NULL, NULL, in_forked_child);
 }
@@ -802,5 +828,6 @@ MAYA_EXPORT int maya_emu_restart(void) {
   reserved_per_device = 0;
   snprintf(out_dir, sizeof out_dir, ".");
   load_config();
+  publish_memory();
   return 0;
 }

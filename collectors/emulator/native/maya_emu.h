@@ -55,6 +55,7 @@ typedef struct {
   size_t memory_bytes;
   int clock_khz, mem_clock_khz, bus_width_bits, l2_bytes;
   int smem_per_sm, smem_per_block_optin, max_threads_per_sm, regs_per_sm;
+  int power_limit_w;
 } maya_device_cfg;
 
 /* configuration (from the file named by $MAYA_EMU_CONFIG) */
@@ -96,6 +97,10 @@ void *maya_dev_alloc(int device, size_t bytes, int64_t stream, int *oom);
 int maya_dev_free(void *ptr, int64_t stream); /* 0 ok, -1 unknown pointer */
 int maya_dev_lookup(const void *ptr, int *device, size_t *size); /* 1 if ptr is inside an allocation */
 size_t maya_dev_used(int device);
+/* What the rank has allocated on the device, also in the processes it starts (nvidia-smi): the rank
+ * publishes it in <out>/device_memory. */
+size_t maya_dev_used_by_rank(int device);
+long maya_rank_pid(void);
 void *maya_host_alloc(size_t bytes);
 int maya_host_free(void *ptr);
 int maya_is_host_alloc(const void *ptr);
