@@ -90,8 +90,9 @@ def _mapped(path: Path, dtype: np.dtype) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.empty(0, dtype)
 
 
-def merged_records(raw: Path, chunk: int = CHUNK_RECORDS) -> Iterator[np.ndarray]:
-    """The rank's call records in `seq` order, in chunks of at most `chunk` records per thread file."""
+def merged_records(raw: Path) -> Iterator[np.ndarray]:
+    """The rank's call records in `seq` order, in chunks of at most CHUNK_RECORDS records per thread file."""
+    chunk = CHUNK_RECORDS
     files = [(p, _mapped(p, RECORD_DTYPE)) for p in sorted(raw.glob("calls-*.bin"))]
     files = [(p, f) for p, f in files if len(f)]
     pos = [0] * len(files)

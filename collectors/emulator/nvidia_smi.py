@@ -174,9 +174,6 @@ FIELDS: dict[str, Field] = {
 
 
 def query(nvml: Nvml, fields: list[str], fmt: set[str], ids: list[int]) -> list[str]:
-    bad = [f for f in fields if f not in FIELDS]
-    if bad:
-        raise UsageError(f'Field "{bad[0]}" is not a valid field to query.')
     units = "nounits" not in fmt
     lines = [] if "noheader" in fmt else [", ".join(f + (f" [{FIELDS[f].unit}]" if FIELDS[f].unit else "")
                                                    for f in fields)]
@@ -286,6 +283,9 @@ def main(argv: Sequence[str], lib: ctypes.CDLL | None = None) -> int:
                                  "table, -L, and --query-gpu=... --format=csv[,noheader][,nounits] with -i)")
         if mode == "query" and not fmt:
             raise UsageError("--query-gpu requires --format=csv")
+        bad = [f for f in fields or [] if f not in FIELDS]
+        if bad:
+            raise UsageError(f'Field "{bad[0]}" is not a valid field to query.')
         nvml = Nvml(lib or ctypes.CDLL("libnvidia-ml.so.1"))
         ids = _ids(spec, nvml.count())
         lines = (listing(nvml, ids) if mode == "list" else query(nvml, fields or [], fmt, ids) if mode == "query"

@@ -599,38 +599,48 @@ MAYA_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   return cudaSuccess;
 }
 
+static cudaError_t plain(int api, cudaError_t e) {
+  maya_end(maya_begin(api, D_RUNTIME, K_PLAIN), e);
+  return ret(e);
+}
+
 MAYA_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *out, void *ptr, cudaHostFn_t destroy,
                                              unsigned refs, unsigned flags) {
-  if (!out || !refs || flags != cudaUserObjectNoDestructorSync) return ret(cudaErrorInvalidValue);
+  int api = API("cudaUserObjectCreate");
+  if (!out || !refs || flags != cudaUserObjectNoDestructorSync) return plain(api, cudaErrorInvalidValue);
   *out = (cudaUserObject_t)maya_user_object_create(ptr, destroy, refs);
-  return cudaSuccess;
+  return plain(api, cudaSuccess);
 }
 
 MAYA_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t o, unsigned n) {
-  if (!o || !n) return ret(cudaErrorInvalidValue);
+  int api = API("cudaUserObjectRetain");
+  if (!o || !n) return plain(api, cudaErrorInvalidValue);
   maya_user_object_retain((maya_user_object *)o, n);
-  return cudaSuccess;
+  return plain(api, cudaSuccess);
 }
 
 MAYA_EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t o, unsigned n) {
-  if (!o || !n) return ret(cudaErrorInvalidValue);
+  int api = API("cudaUserObjectRelease");
+  if (!o || !n) return plain(api, cudaErrorInvalidValue);
   maya_user_object_release((maya_user_object *)o, n);
-  return cudaSuccess;
+  return plain(api, cudaSuccess);
 }
 
 /* The graph takes `n` references: new ones, or the caller's (cudaGraphUserObjectMove). */
 MAYA_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t o, unsigned n, unsigned flags) {
-  if (!graph || !o || !n || (flags & ~(unsigned)cudaGraphUserObjectMove)) return ret(cudaErrorInvalidValue);
+  int api = API("cudaGraphRetainUserObject");
+  if (!graph || !o || !n || (flags & ~(unsigned)cudaGraphUserObjectMove)) return plain(api, cudaErrorInvalidValue);
   if (!(flags & cudaGraphUserObjectMove)) maya_user_object_retain((maya_user_object *)o, n);
   maya_graph_hold((maya_graph *)graph, (maya_user_object *)o, n);
-  return cudaSuccess;
+  return plain(api, cudaSuccess);
 }
 
 MAYA_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t o, unsigned n) {
-  if (!graph || !o || !n) return ret(cudaErrorInvalidValue);
-  if (maya_graph_unhold((maya_graph *)graph, (maya_user_object *)o, n) < 0) return ret(cudaErrorInvalidValue);
+  int api = API("cudaGraphReleaseUserObject");
+  if (!graph || !o || !n) return plain(api, cudaErrorInvalidValue);
+  if (maya_graph_unhold((maya_graph *)graph, (maya_user_object *)o, n) < 0) return plain(api, cudaErrorInvalidValue);
   maya_user_object_release((maya_user_object *)o, n);
-  return cudaSuccess;
+  return plain(api, cudaSuccess);
 }
 
 MAYA_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
