@@ -36,12 +36,16 @@ static void set_defaults(maya_device_cfg *d) {
   d->power_limit_w = 700;
 }
 
+static int configured; /* a rank's configuration was read (out_dir is its capture directory) */
+
 static void load_config(void) {
+  configured = 0;
   for (int i = 0; i < MAYA_MAX_DEVICES; i++) set_defaults(&maya_dev[i]);
   const char *path = getenv("MAYA_EMU_CONFIG");
   if (!path) return;
   FILE *f = fopen(path, "r");
   if (!f) { fprintf(stderr, "maya emulator: cannot read config %s\n", path); return; }
+  configured = 1;
   char line[1024];
   maya_device_cfg d;
   set_defaults(&d);
@@ -374,6 +378,7 @@ static size_t used[MAYA_MAX_DEVICES];
 static _Atomic int64_t *published; /* used[], shared with the processes the rank starts (device_memory) */
 
 static void publish_memory(void) {
+  if (!configured) return;
   char path[4200];
   snprintf(path, sizeof path, "%s/device_memory", out_dir);
   int fd = open(path, (forked_child ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
@@ -809,7 +814,7 @@ __attribute__((constructor)) static void init(void) {
   const char *rank_pid = getenv("MAYA_EMU_RANK_PID");
   if (rank_pid && *rank_pid && strtol(rank_pid, NULL, 10) != (long)getpid()) forked_child = 1;
   load_config();
-  if (getenv("MAYA_EMU_CONFIG")) publish_memory();
+  publish_memory();
   atexit(at_exit);
   pthread_atfork(NULL, NULL, in_forked_child);
 }
