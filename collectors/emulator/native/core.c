@@ -177,6 +177,7 @@ static void divert_to_graph(maya_rec *r);
  * device work, kernels, shapes and sizes (not addresses, times or allocations). */
 #define WINDOW_SEED 1469598103934665603ull
 static __thread uint64_t window = WINDOW_SEED;
+static __thread int window_work; /* device work (kernels, copies to the device, collectives) since then */
 
 static inline uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -190,6 +191,8 @@ void maya_end(maya_rec *r, int status) {
     window = mix(window, (uint64_t)r->api);
     if (r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_COPY || r->kind == K_MEMSET || r->kind == K_ATTN)
       for (int i = 0; i < 3; i++) window = mix(window, (uint64_t)r->a[i]);
+    window_work |= r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN ||
+                   r->kind == K_COLL || (r->kind == K_COPY && r->a[1] != 2);
   }
   if (__builtin_expect(atomic_load_explicit(&captures_active, memory_order_relaxed) > 0, 0)) divert_to_graph(r);
 }
@@ -253,9 +256,10 @@ void maya_unimplemented(const char *name, int domain) {
  * `while (x > tol).any()`) would then test the same stale bytes forever. So the reads of one scalar
  * (up to 8 bytes: .item(), bool(), .any(), torch.equal, nonzero's count) are watched per thread: a read
  * is keyed by what the thread did since its previous read (the window hash) and its size; the same key
- * again, with no training progress in between (an iteration ended or autograd ran a backward op), is
- * the script coming back around a loop, and the read returns the opposite of what that key returned
- * last: zero for a non-zero value, one (of the element type, when the read is an .item()) for zero.
+ * again, with device work in between (a loop recomputes its condition; reads of one element after
+ * another do nothing in between) and no training progress (an iteration ended or autograd ran a backward
+ * op), is the script coming back around a loop, and the read returns the opposite of what that key
+ * returned last: zero for a non-zero value, one (of the element type, when the read is an .item()) for zero.
  * A loop whose condition a stand-in can decide therefore ends within two passes. One that goes on
  * for MAYA_EMU_LOOP_LIMIT repeated reads (default 10000) without a new read or progress is stopped:
  * its read fails with a message naming the ops it is in, which the script sees as a CUDA error. */
@@ -319,8 +323,10 @@ int maya_host_read(maya_rec *r, void *dst, const void *src, size_t n) {
   r->flags |= F_DATA_DEPENDENT; /* the host reads what only the GPU would compute */
   maya_copy(dst, src, n);
   uint64_t key = mix(window, n);
+  int work = window_work;
   window = WINDOW_SEED;
-  if (n == 0 || n > 8 || !dst) return 0;
+  window_work = 0;
+  if (n == 0 || n > 8 || !dst || !work) return 0;
   int64_t epoch = atomic_load_explicit(&progress_epoch, memory_order_relaxed);
   if (epoch != history_epoch) {
     history_epoch = epoch;
