@@ -36,44 +36,46 @@ if len(sys.argv) > 1:
 """
 
 
-def synthesize(raw: Path, records: int, threads: int = 2) -> None:
-    """`records` call records over `threads` thread files (every 8th an allocation) and their ops:
-    one aten op per call inside a module range per 64 calls."""
+def synthesize(raw: Path, records: int, threads: int = 2, block: int = 1 << 20) -> None:
+    """`records` call records over `threads` thread files (every 8th an allocation) and their ops: one
+    aten op per call inside a module range per 64 calls. Written `block` records at a time, so that
+    this process stays small (a child forked from it starts with its memory)."""
     raw.mkdir(parents=True)
     (raw / "apis.tsv").write_text("0\tcudaLaunchKernel\n1\t<memory>\n")
     (raw / "kernels.tsv").write_text("".join(f"{k}\tkernel_{k}\n" for k in range(32)))
-    (raw / "op_strings.tsv").write_text('0\tnn.Module: Model.layer\n1\taten::mm\n2\t{"s":[[64,64],[64,64]],"t":["float","float"]}\n')
+    (raw / "op_strings.tsv").write_text('0\tnn.Module: Model.layer\n1\taten::mm\n'
+                                        '2\t{"s":[[64,64],[64,64]],"t":["float","float"]}\n')
     (raw / "status.json").write_text(json.dumps({"status": "complete", "exit_code": 0}))
     per_thread = records // threads
     for t in range(threads):
-        calls = np.zeros(per_thread, RECORD_DTYPE)
-        calls["seq"] = np.arange(per_thread) * threads + t
-        calls["tid"] = 1000 + t
-        calls["start_ns"] = calls["seq"] * 100
-        alloc = calls["seq"] % 8 == 0
-        calls["kind"] = np.where(alloc, K_ALLOC, K_LAUNCH)
-        calls["api"] = np.where(alloc, 1, 0)
-        calls["a"][:, 0] = np.where(alloc, 1 << 30, calls["seq"] % 32)
-        calls["a"][:, 1] = np.where(alloc, 4096, 128)
-        calls["a"][:, 2] = np.where(alloc, calls["seq"] % 4096 * 4096, 1)
-        # op ids: per thread, a range op then 64 aten ops, interleaved by thread
-        index = np.arange(per_thread)
-        block, pos = index // 64, index % 64
-        calls["op"] = ((block * 65 + pos + 1) * threads + t)
-        calls.tofile(raw / f"calls-{1000 + t}.bin")
-        blocks = (per_thread + 63) // 64
-        ops = np.zeros(blocks * 65, OP_RECORD_DTYPE)
-        ids = np.arange(blocks * 65) * threads + t
-        is_range = np.arange(blocks * 65) % 65 == 0
-        ops["op_id"] = ids
-        ops["parent"] = np.where(is_range, -1, (np.arange(blocks * 65) // 65 * 65) * threads + t)
-        ops["t_ns"] = ids * 100
-        ops["end_ns"] = ids * 100 + 50
-        ops["seq_nr"] = -1
-        ops["name_id"] = np.where(is_range, 0, 1)
-        ops["inputs_id"] = np.where(is_range, -1, 2)
-        ops["kind"] = OP_ENTER
-        ops.tofile(raw / f"ops-{1000 + t}.bin")
+        with open(raw / f"calls-{1000 + t}.bin", "ab") as calls_file, open(raw / f"ops-{1000 + t}.bin", "ab") as ops_file:
+            for start in range(0, per_thread, block):
+                index = np.arange(start, min(start + block, per_thread))
+                calls = np.zeros(len(index), RECORD_DTYPE)
+                calls["seq"] = index * threads + t
+                calls["tid"] = 1000 + t
+                calls["start_ns"] = calls["seq"] * 100
+                alloc = calls["seq"] % 8 == 0
+                calls["kind"] = np.where(alloc, K_ALLOC, K_LAUNCH)
+                calls["api"] = np.where(alloc, 1, 0)
+                calls["a"][:, 0] = np.where(alloc, 1 << 30, calls["seq"] % 32)
+                calls["a"][:, 1] = np.where(alloc, 4096, 128)
+                calls["a"][:, 2] = np.where(alloc, calls["seq"] % 4096 * 4096, 1)
+                calls["op"] = (index // 64 * 65 + index % 64 + 1) * threads + t  # op ids interleave by thread
+                calls.tofile(calls_file)
+                slots = np.arange(start // 64 * 65, (index[-1] // 64 + 1) * 65)  # whole blocks of 65 ops
+                slots = slots[slots >= start // 64 * 65 + (0 if start % 64 == 0 else 65)]
+                ops = np.zeros(len(slots), OP_RECORD_DTYPE)
+                is_range = slots % 65 == 0
+                ops["op_id"] = slots * threads + t
+                ops["parent"] = np.where(is_range, -1, slots // 65 * 65 * threads + t)
+                ops["t_ns"] = ops["op_id"] * 100
+                ops["end_ns"] = ops["op_id"] * 100 + 50
+                ops["seq_nr"] = -1
+                ops["name_id"] = np.where(is_range, 0, 1)
+                ops["inputs_id"] = np.where(is_range, -1, 2)
+                ops["kind"] = OP_ENTER
+                ops.tofile(ops_file)
 
 
 def peak_rss_mb(argv: list[str]) -> tuple[float, float]:

@@ -2,8 +2,8 @@
 tables, streamed: memory stays bounded whatever the capture's size.
 
 Calls: every thread appends its records to its own `calls-<tid>.bin` in `seq` order, so the files
-are merged chunk by chunk (at most `CHUNK_RECORDS` from each per step, read through memory maps) and
-written as parts of `PART_ROWS` rows. Ops: each thread's `ops-<tid>.bin` is read in chunks with the
+are merged chunk by chunk (a window of at most `CHUNK_RECORDS` read from each) and written as parts of
+`PART_ROWS` rows. Ops: each thread's `ops-<tid>.bin` is read in chunks with the
 stack of that thread's open ops (an op's parent is the innermost op open on its thread when it
 starts), which carries module path, phase and process group down to children. What is held besides
 a chunk: the open ops, ops whose end is still to come, the process group of collective ops, and one
@@ -11,7 +11,6 @@ bit per op id (whether the op is in the table).
 """
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 from collections import Counter
@@ -57,9 +56,9 @@ F_DATA_DEPENDENT, F_UNIMPLEMENTED, F_GRAPH_REPLAY = 1, 2, 4
 ATTENTION_KERNELS = ("cudnn_sdpa_fwd", "cudnn_sdpa_bwd")  # named by Maya: cuDNN hides its kernels
 
 CHUNK_RECORDS = 1 << 16
-"""Records taken from each calls file per merge step (9 MiB)."""
-PART_ROWS = 1 << 20
-"""Rows per written part of a table."""
+"""Records read at a time from each capture file (9 MiB of calls)."""
+PART_ROWS = 1 << 18
+"""Rows per written part of a table (one Parquet row group)."""
 
 
 # ------------------------------------------------------------------ side files
@@ -84,33 +83,40 @@ def read_status(raw: Path) -> dict:
 
 # ------------------------------------------------------------------ call records, merged by seq
 
-def _mapped(path: Path, dtype: np.dtype) -> np.ndarray:
-    """The whole records of a binary file, memory-mapped (a record cut short by a kill is dropped)."""
-    n = path.stat().st_size // dtype.itemsize
-    return np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.empty(0, dtype)
+def _records(path: Path, dtype: np.dtype) -> int:
+    """Whole records in a binary file (a record cut short by a kill is dropped)."""
+    return path.stat().st_size // dtype.itemsize
+
+
+def _read(path: Path, dtype: np.dtype, start: int, count: int) -> np.ndarray:
+    return np.fromfile(path, dtype=dtype, count=count, offset=start * dtype.itemsize)
 
 
 def merged_records(raw: Path) -> Iterator[np.ndarray]:
-    """The rank's call records in `seq` order, in chunks of at most CHUNK_RECORDS records per thread file."""
+    """The rank's call records in `seq` order, in chunks: each step takes from every thread's file the
+    records up to the smallest last `seq` among the windows of CHUNK_RECORDS read from them."""
     chunk = CHUNK_RECORDS
-    files = [(p, _mapped(p, RECORD_DTYPE)) for p in sorted(raw.glob("calls-*.bin"))]
-    files = [(p, f) for p, f in files if len(f)]
-    pos = [0] * len(files)
+    paths = [p for p in sorted(raw.glob("calls-*.bin")) if _records(p, RECORD_DTYPE)]
+    sizes = [_records(p, RECORD_DTYPE) for p in paths]
+    read = [0] * len(paths)  # records read from each file so far
+    windows = [np.empty(0, RECORD_DTYPE) for _ in paths]
     while True:
-        live = [i for i, (_, f) in enumerate(files) if pos[i] < len(f)]
+        for i, path in enumerate(paths):  # top the windows up
+            if len(windows[i]) < chunk and read[i] < sizes[i]:
+                more = _read(path, RECORD_DTYPE, read[i], min(chunk - len(windows[i]), sizes[i] - read[i]))
+                read[i] += len(more)
+                windows[i] = np.concatenate([windows[i], more])
+                if len(windows[i]) > 1 and not (np.diff(windows[i]["seq"]) > 0).all():
+                    raise ValueError(f"{path}: call records out of order; the capture is corrupt")
+        live = [i for i in range(len(paths)) if len(windows[i])]
         if not live:
             return
-        bound = min(int(files[i][1][min(pos[i] + chunk, len(files[i][1])) - 1]["seq"]) for i in live)
+        bound = min(int(windows[i]["seq"][-1]) for i in live)
         parts = []
         for i in live:
-            path, f = files[i]
-            seqs = f["seq"]
-            end = bisect.bisect_right(seqs, bound, pos[i], min(pos[i] + chunk, len(f)))
-            part = np.array(f[pos[i]:end])
-            if len(part) > 1 and not (np.diff(part["seq"]) > 0).all():
-                raise ValueError(f"{path}: call records out of order; the capture is corrupt")
-            parts.append(part)
-            pos[i] = end
+            end = int(np.searchsorted(windows[i]["seq"], bound, side="right"))
+            parts.append(windows[i][:end])
+            windows[i] = windows[i][end:].copy()
         out = np.concatenate(parts)
         yield out[np.argsort(out["seq"], kind="stable")]
 
@@ -235,7 +241,7 @@ class _OpsPass:
     def _emit(self, row: tuple) -> None:
         for column, value in zip(OP_COLUMNS, row):
             self.rows[column].append(value)
-        if len(self.rows["op_id"]) >= PART_ROWS:
+        if len(self.rows["op_id"]) >= CHUNK_RECORDS:  # Python rows are large: into Arrow early
             self._flush()
 
     def _flush(self) -> None:
@@ -260,12 +266,11 @@ class _OpsPass:
         self.rows = {c: [] for c in OP_COLUMNS}
 
     def _thread(self, path: Path, tid: int) -> None:
-        records = _mapped(path, OP_RECORD_DTYPE)
         # open ops of the thread, innermost last: (op_id, module path, backward, optimizer, eval, pg)
         stack: list[tuple[int, str | None, bool, bool, bool, str | None]] = []
         pending: dict[int, tuple] = {}  # rows whose op ends in a later EXIT record
-        for start in range(0, len(records), CHUNK_RECORDS):
-            chunk = np.array(records[start:start + CHUNK_RECORDS])
+        for start in range(0, _records(path, OP_RECORD_DTYPE), CHUNK_RECORDS):
+            chunk = _read(path, OP_RECORD_DTYPE, start, CHUNK_RECORDS)
             self.known.add(chunk["op_id"][chunk["kind"] == OP_ENTER])
             for rec in chunk.tolist():
                 op_id, parent, t_ns, end_ns, seq_nr, iteration, name_id, inputs_id, kind, scope, flags = rec
