@@ -119,7 +119,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = "h100-sxm", t
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
 
     With `iterations`, every rank stops cleanly once that many training iterations (optimizer steps)
-    are done, at the start of the next one (runner.py).
+    are done, at the start of the next one (iteration_clock.py).
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
     passed to `on_output` as they come. With `dedup` and no explicit `ranks`, equivalent ranks are
