@@ -10,11 +10,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SPEC_VERSION = "1.0.0"
-"""Semantic version of the schema. Minor versions only add nullable columns."""
+SPEC_VERSION = "1.1.0"
+"""Semantic version of the schema. Minor versions only add nullable columns and allowed values
+(1.1: phase `eval`, domain `nvml`)."""
 
 TIME_SOURCES = ("emulated", "measured", "predicted")
-PHASES = ("forward", "backward", "optimizer", "other")
+PHASES = ("forward", "backward", "optimizer", "eval", "other")
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ API_CALLS = Table(
         _c("api", s, "API function, e.g. `cudaLaunchKernel`, `cublasGemmEx`, `ncclAllReduce`; "
            "`kernel`, `memcpy` or `memset` for device work with no host call.", nullable=False),
         _c("domain", s, "Library the API belongs to.", nullable=False,
-           allowed=("runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "device", "other")),
+           allowed=("runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "nvml", "device", "other")),
         _c("status", i32, "Return code (0 = success)."),
         _c("start_ns", i64, "Host start time, ns.", nullable=False),
         _c("duration_ns", i64, "Host duration, ns.", minimum=0),
@@ -183,7 +184,8 @@ OPS = Table(
            "tensor).", cuda_name="Input Dims"),
         _c("input_dtypes", pa.list_(s), "Element type of each input.", cuda_name="Input type"),
         _c("module_path", s, "Dotted path of the enclosing nn.Module, e.g. `model.layers.3.mlp`."),
-        _c("phase", s, "Training phase.", allowed=PHASES),
+        _c("phase", s, "Training phase; `eval`: a validation or evaluation forward pass (a model called in "
+           "eval mode or under inference mode), not part of a training iteration.", allowed=PHASES),
         _c("iteration", i32, "Training iteration (optimizer steps so far).", minimum=0),
         _c("seq_nr", i64, "Autograd sequence number linking a backward op to its forward op.",
            cuda_name="Sequence number"),

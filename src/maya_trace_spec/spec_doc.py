@@ -30,7 +30,8 @@ predicted traces share it, so they can be joined call by call.
 
 ## Versioning
 
-- Minor versions only add nullable columns: readers fill a column missing from an older minor
+- Minor versions only add nullable columns and allowed values (1.1: `ops.phase` `eval`,
+  `api_calls.domain` `nvml`): readers fill a column missing from an older minor
   with nulls and ignore unknown columns of a newer minor.
 - A file of an older major is upgraded by the registered migrations (`maya trace migrate` rewrites
   a run in place); a newer major, a missing or malformed version is rejected with an error naming

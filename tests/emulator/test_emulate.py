@@ -320,7 +320,7 @@ def test_cuda_graphs_replay_what_was_captured(tmp_path):
 def test_dataloader_worker_processes_leave_the_trace_alone(tmp_path):
     """Forked DataLoader workers inherit the recorders; they must neither record nor duplicate the
     parent's buffers."""
-    r, out = emulate(tmp_path, script="dataloader_workers.py")
+    r, out = emulate(tmp_path, "--iterations", "0", script="dataloader_workers.py")
     assert r.exit_code == 0, r.output
     assert validate_run(out) == []
     ops = Run(out).table("ops")

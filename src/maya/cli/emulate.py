@@ -13,6 +13,9 @@ from .common import err, fail, out, parse_ranks, script_argv
 from maya.core.hardware import DEFAULT_HARDWARE
 
 EXIT_OOM = 3
+DEFAULT_ITERATIONS = 20
+"""Training iterations `maya emulate` runs unless told otherwise: enough for a steady state (the first
+iteration holds initialisation and compilation), bounded for scripts written to train for days."""
 
 
 def emulate_cmd(ctx: typer.Context,
@@ -25,6 +28,12 @@ def emulate_cmd(ctx: typer.Context,
                 hardware: Annotated[str, typer.Option(help="GPU model to emulate (see data/hardware).")] = DEFAULT_HARDWARE,
                 dedup: Annotated[bool, typer.Option(help="Capture equivalent ranks once (verified by "
                                                          "signature).")] = True,
+                iterations: Annotated[int, typer.Option(min=0, help=(
+                    "Stop the script cleanly once this many training iterations (optimizer steps; several "
+                    "optimizers stepping together count once) are done, every rank at the same one, at the "
+                    f"start of the next; 0 runs it to its end. Default {DEFAULT_ITERATIONS}: a steady state "
+                    "for the prediction, without running a script written to train for thousands of steps."
+                ))] = DEFAULT_ITERATIONS,
                 out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None):
     """Run `-- python SCRIPT ARGS` unchanged on virtual GPUs, each rank in isolation, and store the
     device-API trace (maya_trace_spec). Exit code 3 when the script runs out of device memory."""
@@ -50,13 +59,16 @@ def emulate_cmd(ctx: typer.Context,
                                  total=len(wanted) if ranks or not dedup else None)
         try:
             result = emulate(argv, target, hardware=hw.name, topology=topology, ranks=wanted if ranks else None,
-                             dedup=dedup,
+                             dedup=dedup, iterations=iterations or None,
                              on_rank_done=lambda _: progress.advance(task),
                              on_output=lambda line: progress.console.print(line, end="", markup=False,
                                                                            highlight=False))
         except (BuildError, FileExistsError, ValueError) as e:
             fail(str(e))
     _report(result, hw)
+    stopped = {r.info.get("stopped_at_iteration") for r in result.ranks} - {None}
+    if stopped:
+        out.print(f"stopped after {', '.join(map(str, sorted(stopped)))} training iterations (--iterations {iterations})")
     run_id = register_run(result.run_dir)
     out.print(f"trace: [cyan]{result.run_dir}[/] (run {run_id})")
     if result.status == "oom":

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +34,13 @@ class StubLib:
     error_code: int  # what an unimplemented call returns (the library's "not supported")
     prefixes: tuple[str, ...] = ()  # unversioned symbols with these prefixes belong here
     header: str | None = None  # every function this header declares gets at least a loud stub
+    cflags: tuple[str, ...] = ()
 
 
 # error codes: cudaErrorNotSupported 801, CUDA_ERROR_NOT_SUPPORTED 801, CUBLAS_STATUS_NOT_SUPPORTED 15,
 # CUDNN_STATUS_NOT_SUPPORTED 3000, ncclInvalidUsage 5, CUSPARSE_STATUS_NOT_SUPPORTED 10,
 # CUFFT_NOT_SUPPORTED 16, CUSOLVER_STATUS_NOT_SUPPORTED 7, NVRTC_ERROR_INTERNAL_ERROR 11,
-# CUPTI_ERROR_NOT_SUPPORTED 27, CU_FILE_DRIVER_NOT_INITIALIZED 5001.
+# CUPTI_ERROR_NOT_SUPPORTED 27, CU_FILE_DRIVER_NOT_INITIALIZED 5001, NVML_ERROR_NOT_SUPPORTED 3.
 LIBS = (
     StubLib("libcudart.so.13", ("cudart.c",), "libcudart.so.13", 0, 801),
     StubLib("libcuda.so.1", ("driver.c",), None, 1, 801, ("cu",), "cuda.h"),
@@ -54,12 +56,18 @@ LIBS = (
     StubLib("libcupti.so.13", (), "libcupti.so.13", 6, 27),
     StubLib("libcufile.so.0", (), None, 6, 5001, ("cuFile",)),
     StubLib("libnvshmem_host.so.3", (), "NVSHMEM", 6, 1, ("nvshmem",)),
+    # torch, pynvml and nvidia-smi dlopen it by name: preloaded, the stub is the library they find. Both
+    # the versioned (nvmlInit_v2) and the old names (nvmlInit) are exported.
+    StubLib("libnvidia-ml.so.1", ("nvml.c",), None, 7, 3, ("nvml",), "nvml.h",
+            ("-DNVML_NO_UNVERSIONED_FUNC_DEFS",)),
 )
 CORE_SOURCES = ("core.c", "device_attrs.c")
 CORE = "libmaya_emu.so"
 OPS_SOURCE = "ops_observer.cpp"
 OPS = "libmaya_ops.so"
 """The framework-context observer, built against torch's C++ headers; the runner loads it after torch."""
+TOOLS = ("nvidia-smi",)
+"""Commands put first on an emulated rank's PATH (`bin/`), run by this Python (nvidia_smi.py)."""
 
 
 def _site_dir(package: str) -> Path:
@@ -77,6 +85,8 @@ def include_dirs() -> list[Path]:
         if not (d / header).exists():
             raise BuildError(f"missing header {d / header}: the CUDA build of torch and its nvidia wheels "
                              "are needed")
+    if not (dirs[0] / "nvml.h").exists():
+        raise BuildError("missing nvml.h: install the `nvidia-nvml-dev` package (part of Maya's emulator extra)")
     if not (dirs[0] / "crt" / "host_defines.h").exists():
         raise BuildError("missing crt/host_defines.h: install the `nvidia-cuda-crt` package "
                          "(part of Maya's emulator extra)")
@@ -131,10 +141,12 @@ def referenced_symbols(libs: list[Path]) -> dict[str, set[str]]:
 
 
 def header_functions(header: Path) -> set[str]:
-    """Functions a CUDA header declares (`CUresult CUDAAPI cuName(`), so that entry-point lookups
-    (`cudaGetDriverEntryPointByVersion`, Triton's dlsym) resolve and calls fail loudly, by name."""
+    """Functions a header declares (`CUresult CUDAAPI cuName(`, `nvmlReturn_t DECLDIR nvmlName(`), so that
+    entry-point lookups (`cudaGetDriverEntryPointByVersion`, Triton's dlsym, pynvml) resolve and calls
+    fail loudly, by name."""
     text = header.read_text(errors="replace")
-    return set(re.findall(r"\bCUresult\s+CUDAAPI\s+(cu\w+)\s*\(", text))
+    pattern = r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+))\s*\("
+    return {driver or nvml for driver, nvml in re.findall(pattern, text)}
 
 
 def _defined(obj: Path) -> set[str]:
@@ -184,6 +196,7 @@ def build_key(cc: str, cxx: str) -> str:
         h.update(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}".encode())
     h.update(_run([cc, "--version"]).encode())
     h.update(_run([cxx, "--version"]).encode())
+    h.update(sys.executable.encode())  # the tools run it
     return h.hexdigest()[:16]
 
 
@@ -210,7 +223,7 @@ def build(cache_root: Path) -> Path:
             objs = []
             for src in lib.sources:
                 obj = obj_dir / (Path(src).stem + ".o")
-                _run([cc, *cflags, *incs, "-c", "-o", str(obj), str(NATIVE / src)])
+                _run([cc, *cflags, *lib.cflags, *incs, "-c", "-o", str(obj), str(NATIVE / src)])
                 objs.append(obj)
             implemented = set().union(*(_defined(o) for o in objs)) if objs else set()
             if lib.header:
@@ -224,6 +237,7 @@ def build(cache_root: Path) -> Path:
             _run([cc, *cflags, *incs, "-shared", "-o", str(tmp / lib.soname), *map(str, objs), str(gen),
                   "-Wl,-soname," + lib.soname, "-Wl,--version-script=" + str(vs), f"-L{tmp}",
                   "-l:" + CORE, "-Wl,-rpath,$ORIGIN", "-ldl"])
+        _write_tools(tmp / "bin")
         (tmp / ".complete").write_text(key)
         try:
             tmp.rename(final)
@@ -233,6 +247,15 @@ def build(cache_root: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _write_tools(bin_dir: Path) -> None:
+    bin_dir.mkdir()
+    for tool in TOOLS:
+        module = tool.replace("-", "_")
+        path = bin_dir / tool
+        path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m maya.emulator.{module} "$@"\n')
+        path.chmod(0o755)
 
 
 def preload_list(lib_dir: Path) -> list[str]:

@@ -1,10 +1,22 @@
 """Turn one emulated rank's raw capture (binary call and op records, side files) into maya_trace_spec
-tables."""
+tables, streamed: memory stays bounded whatever the capture's size.
+
+Calls: every thread appends its records to its own `calls-<tid>.bin` in `seq` order, so the files
+are merged chunk by chunk (a window of at most `CHUNK_RECORDS` read from each) and written as parts of
+`PART_ROWS` rows. Ops: each thread's `ops-<tid>.bin` is read in chunks with the
+stack of that thread's open ops (an op's parent is the innermost op open on its thread when it
+starts), which carries module path, phase and process group down to children. What is held besides
+a chunk: the open ops, ops whose end is still to come, the process group of collective ops, and one
+bit per op id (whether the op is in the table).
+"""
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +24,7 @@ import pyarrow as pa
 from maya_trace_spec import RunWriter
 from maya_trace_spec.vocabulary import NCCL_API_COLLECTIVES, classify_kernel
 
-from .runner import MODULE_PREFIX
+from .runner import EVAL_RANGE, MODULE_PREFIX
 
 # must match maya_rec in native/maya_emu.h
 RECORD_DTYPE = np.dtype([
@@ -31,70 +43,22 @@ OP_ENTER, OP_EXIT = 0, 1
 SCOPE_BACKWARD_FUNCTION = 1  # at::RecordScope
 OP_FLAG_AUTOGRAD_THREAD = 1
 
-DOMAINS = np.array(["runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "other"])
-REPLAYED = json.dumps({"cuda_graph_replay": True})
+DOMAINS = np.array(["runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "other", "nvml"])
 DTYPES = np.array([None, "fp32", "fp16", "bf16", "fp64", "tf32", "int8", "int32", "fp8e4m3", "fp8e5m2", "int64",
                    "uint8"], dtype=object)
 MEMCPY_KINDS = np.array(["HtoH", "HtoD", "DtoH", "DtoD", "default", "PtoP"], dtype=object)
-NCCL_OPS = np.array(["sum", "prod", "max", "min", "avg"], dtype=object)
+STAND_INS = {1: "zero", 2: "one"}  # a[3] of a host read whose value Maya chose to end a loop (core.c)
 K_PLAIN, K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT, K_ALLOC, K_SYNC, K_ATTN = range(10)
 F_DATA_DEPENDENT, F_UNIMPLEMENTED, F_GRAPH_REPLAY = 1, 2, 4
+ATTENTION_KERNELS = ("cudnn_sdpa_fwd", "cudnn_sdpa_bwd")  # named by Maya: cuDNN hides its kernels
+
+CHUNK_RECORDS = 1 << 16
+"""Records read at a time from each capture file (9 MiB of calls)."""
+PART_ROWS = 1 << 18
+"""Rows per written part of a table (one Parquet row group)."""
 
 
-@dataclass
-class RankCapture:
-    """What one rank process left in its capture directory."""
-    records: np.ndarray
-    apis: dict[int, str]
-    kernels: dict[int, str]
-    communicators: list[dict]
-    peak_bytes: dict[int, int]
-    status: dict
-    ops: np.ndarray
-    op_strings: dict[int, str]
-    process_groups: dict[str, list[int]]
-
-    @classmethod
-    def load(cls, raw: Path) -> RankCapture:
-        records = _binary(raw, "calls-*.bin", RECORD_DTYPE)
-        records = records[np.argsort(records["seq"], kind="stable")]
-        status_path = raw / "status.json"
-        return cls(
-            records=records,
-            apis=_tsv(raw / "apis.tsv"),
-            kernels=_tsv(raw / "kernels.tsv"),
-            communicators=[json.loads(line) for line in _lines(raw / "nccl_comms.jsonl")],
-            peak_bytes={int(k): int(v.split("\t")[0]) for k, v in _tsv(raw / "memory.tsv").items()},
-            status=json.loads(status_path.read_text()) if status_path.exists()
-            else {"status": "failed", "error": "the process ended without reporting (killed or crashed)"},
-            ops=_op_records(raw),
-            op_strings=_tsv(raw / "op_strings.tsv"),
-            process_groups=json.loads(groups.read_text()) if (groups := raw / "process_groups.json").exists() else {},
-        )
-
-    @property
-    def unimplemented(self) -> dict[str, int]:
-        mask = (self.records["flags"] & F_UNIMPLEMENTED) != 0
-        ids, counts = np.unique(self.records["api"][mask], return_counts=True)
-        return {self.apis.get(int(i), f"api#{i}"): int(c) for i, c in zip(ids, counts)}
-
-
-def _binary(raw: Path, pattern: str, dtype: np.dtype) -> np.ndarray:
-    parts = sorted(raw.glob(pattern))
-    return np.concatenate([np.fromfile(p, dtype=dtype) for p in parts]) if parts else np.empty(0, dtype)
-
-
-def _op_records(raw: Path) -> np.ndarray:
-    """The observer's op records with the thread id (from each `ops-<tid>.bin` file name) added."""
-    parts = sorted(raw.glob("ops-*.bin"))
-    records = [np.fromfile(p, dtype=OP_RECORD_DTYPE) for p in parts]
-    tids = [np.full(len(r), int(p.stem.split("-")[1]), dtype=np.int64) for p, r in zip(parts, records)]
-    out = np.empty(sum(map(len, records)), dtype=[*OP_RECORD_DTYPE.descr, ("tid", "<i8")])
-    for name in OP_RECORD_DTYPE.names:
-        out[name] = np.concatenate([r[name] for r in records]) if records else []
-    out["tid"] = np.concatenate(tids) if tids else []
-    return out
-
+# ------------------------------------------------------------------ side files
 
 def _lines(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line] if path.exists() else []
@@ -108,6 +72,239 @@ def _tsv(path: Path) -> dict[int, str]:
     return out
 
 
+def read_status(raw: Path) -> dict:
+    path = raw / "status.json"
+    return (json.loads(path.read_text()) if path.exists()
+            else {"status": "failed", "error": "the process ended without reporting (killed or crashed)"})
+
+
+# ------------------------------------------------------------------ call records, merged by seq
+
+def _records(path: Path, dtype: np.dtype) -> int:
+    """Whole records in a binary file (a record cut short by a kill is dropped)."""
+    return path.stat().st_size // dtype.itemsize
+
+
+def _read(path: Path, dtype: np.dtype, start: int, count: int) -> np.ndarray:
+    return np.fromfile(path, dtype=dtype, count=count, offset=start * dtype.itemsize)
+
+
+def merged_records(raw: Path) -> Iterator[np.ndarray]:
+    """The rank's call records in `seq` order, in chunks: each step takes from every thread's file the
+    records up to the smallest last `seq` among the windows of CHUNK_RECORDS read from them."""
+    chunk = CHUNK_RECORDS
+    paths = [p for p in sorted(raw.glob("calls-*.bin")) if _records(p, RECORD_DTYPE)]
+    sizes = [_records(p, RECORD_DTYPE) for p in paths]
+    read = [0] * len(paths)  # records read from each file so far
+    windows = [np.empty(0, RECORD_DTYPE) for _ in paths]
+    while True:
+        for i, path in enumerate(paths):  # top the windows up
+            if len(windows[i]) < chunk and read[i] < sizes[i]:
+                more = _read(path, RECORD_DTYPE, read[i], min(chunk - len(windows[i]), sizes[i] - read[i]))
+                read[i] += len(more)
+                windows[i] = np.concatenate([windows[i], more])
+                if len(windows[i]) > 1 and not (np.diff(windows[i]["seq"]) > 0).all():
+                    raise ValueError(f"{path}: call records out of order; the capture is corrupt")
+        live = [i for i in range(len(paths)) if len(windows[i])]
+        if not live:
+            return
+        bound = min(int(windows[i]["seq"][-1]) for i in live)
+        parts = []
+        for i in live:
+            end = int(np.searchsorted(windows[i]["seq"], bound, side="right"))
+            parts.append(windows[i][:end])
+            windows[i] = windows[i][end:].copy()
+        out = np.concatenate(parts)
+        yield out[np.argsort(out["seq"], kind="stable")]
+
+
+@dataclass
+class RankSummary:
+    """What `maya emulate` reports about one rank, from one pass over its calls."""
+    status: dict
+    calls: int
+    peak_bytes: int  # the most device memory allocated at once (what `maya predict` reports)
+    unimplemented: dict[str, int]
+
+    @classmethod
+    def scan(cls, raw: Path) -> RankSummary:
+        apis = _tsv(raw / "apis.tsv")
+        calls, peak = 0, 0
+        unimplemented: Counter[str] = Counter()
+        for r in merged_records(raw):
+            alloc = r["kind"] == K_ALLOC
+            calls += int((~alloc).sum())
+            device = alloc & (r["a"][:, 4] == 0)
+            if device.any():
+                peak = max(peak, int(r["a"][device, 2].max()))
+            ids, counts = np.unique(r["api"][(r["flags"] & F_UNIMPLEMENTED) != 0], return_counts=True)
+            unimplemented.update({apis.get(int(i), f"api#{i}"): int(c) for i, c in zip(ids, counts)})
+        return cls(read_status(raw), calls, peak, dict(unimplemented))
+
+
+def signature(raw: Path) -> str:
+    """Hash of what a rank asks of its GPUs, independent of times, addresses and communicator ids."""
+    apis, kernels = _tsv(raw / "apis.tsv"), _tsv(raw / "kernels.tsv")
+    names, kernel_names, kinds, payload = (hashlib.sha256() for _ in range(4))
+    for r in merged_records(raw):
+        r = r[r["kind"] != K_ALLOC]
+        a, kind = r["a"], r["kind"]
+        names.update("".join(apis.get(int(i), "") + "\n" for i in r["api"]).encode())
+        kernel_names.update("".join((kernels.get(int(k), "") if kd == K_LAUNCH else "") + "\n"
+                                    for k, kd in zip(a[:, 0], kind)).encode())
+        keep = np.zeros_like(a)
+        keep[kind == K_LAUNCH, 1:6] = a[kind == K_LAUNCH, 1:6]
+        for k in (K_GEMM, K_ATTN):
+            keep[kind == k] = a[kind == k]
+        copies = (kind == K_COPY) | (kind == K_MEMSET)
+        keep[copies, :2] = a[copies, :2]
+        coll = kind == K_COLL
+        keep[coll, 1:4] = a[coll, 1:4]  # count, op, dtype (not the communicator, root or peer)
+        keep[coll, 7] = a[coll, 7]
+        kinds.update(kind.astype("<i4").tobytes())
+        payload.update(keep.astype("<i8").tobytes())
+    return hashlib.sha256(b"".join(h.digest() for h in (names, kernel_names, kinds, payload))).hexdigest()
+
+
+# ------------------------------------------------------------------ ops
+
+class _Bits:
+    """A growable set of small non-negative integers (op ids), one bit each."""
+
+    def __init__(self):
+        self.bits = np.zeros(1 << 16, dtype=np.uint8)
+
+    def add(self, ids: np.ndarray) -> None:
+        if not len(ids):
+            return
+        need = int(ids.max()) // 8 + 1
+        if need > len(self.bits):
+            self.bits = np.concatenate([self.bits, np.zeros(max(need, 2 * len(self.bits)) - len(self.bits), np.uint8)])
+        np.bitwise_or.at(self.bits, ids >> 3, (1 << (ids & 7)).astype(np.uint8))
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        inside = (ids >= 0) & (ids < 8 * len(self.bits))
+        safe = np.where(inside, ids, 0)
+        return inside & (((self.bits[safe >> 3] >> (safe & 7)) & 1) == 1)
+
+
+class _Parts:
+    """Rows of one per-rank table, written as parts of about PART_ROWS rows."""
+
+    def __init__(self, writer: RunWriter, name: str, rank: int):
+        self.writer, self.name, self.rank = writer, name, rank
+        self.tables: list[pa.Table] = []
+        self.rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self.tables.append(table)
+            self.rows += table.num_rows
+        if self.rows >= PART_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.tables:
+            self.writer.write(self.name, pa.concat_tables(self.tables), rank=self.rank)
+        self.tables, self.rows = [], 0
+
+
+OP_COLUMNS = ("op_id", "parent_op_id", "name", "thread_id", "start_ns", "end_ns", "input_shapes", "input_dtypes",
+              "module_path", "phase", "iteration", "seq_nr")
+
+
+class _OpsPass:
+    """Streams the ops of every thread into the `ops` table; keeps which op ids exist and the process
+    group (`pg:NAME` of its enclosing `record_param_comms`) of every op inside a collective."""
+
+    def __init__(self, raw: Path, parts: _Parts):
+        self.strings = _tsv(raw / "op_strings.tsv")
+        self.signatures: dict[int, dict] = {}
+        self.known = _Bits()
+        self.pg_of: dict[int, str] = {}
+        self.parts = parts
+        self.rows: dict[str, list] = {c: [] for c in OP_COLUMNS}
+        for path in sorted(raw.glob("ops-*.bin")):
+            self._thread(path, int(path.stem.split("-")[1]))
+        self._flush()
+
+    def _signature(self, inputs_id: int) -> dict:
+        sig = self.signatures.get(inputs_id)
+        if sig is None:
+            text = self.strings.get(inputs_id, "")
+            sig = self.signatures[inputs_id] = json.loads(text) if text.startswith("{") else {}
+        return sig
+
+    def _emit(self, row: tuple) -> None:
+        for column, value in zip(OP_COLUMNS, row):
+            self.rows[column].append(value)
+        if len(self.rows["op_id"]) >= CHUNK_RECORDS:  # Python rows are large: into Arrow early
+            self._flush()
+
+    def _flush(self) -> None:
+        rows = self.rows
+        if not rows["op_id"]:
+            return
+        self.parts.add(pa.table({
+            "op_id": pa.array(rows["op_id"], pa.int64()),
+            "parent_op_id": pa.array(rows["parent_op_id"], pa.int64()),
+            "name": pa.array(rows["name"], pa.string()),
+            "thread_id": pa.array(rows["thread_id"], pa.int64()),
+            "start_ns": pa.array(rows["start_ns"], pa.int64()),
+            "end_ns": pa.array(rows["end_ns"], pa.int64()),
+            "time_source": pa.array(["emulated"] * len(rows["op_id"]), pa.string()),
+            "input_shapes": pa.array(rows["input_shapes"], pa.list_(pa.list_(pa.int64()))),
+            "input_dtypes": pa.array(rows["input_dtypes"], pa.list_(pa.string())),
+            "module_path": pa.array(rows["module_path"], pa.string()),
+            "phase": pa.array(rows["phase"], pa.string()),
+            "iteration": pa.array(rows["iteration"], pa.int32()),
+            "seq_nr": pa.array(rows["seq_nr"], pa.int64()),
+        }))
+        self.rows = {c: [] for c in OP_COLUMNS}
+
+    def _thread(self, path: Path, tid: int) -> None:
+        # open ops of the thread, innermost last: (op_id, module path, backward, optimizer, eval, pg)
+        stack: list[tuple[int, str | None, bool, bool, bool, str | None]] = []
+        pending: dict[int, tuple] = {}  # rows whose op ends in a later EXIT record
+        for start in range(0, _records(path, OP_RECORD_DTYPE), CHUNK_RECORDS):
+            chunk = _read(path, OP_RECORD_DTYPE, start, CHUNK_RECORDS)
+            self.known.add(chunk["op_id"][chunk["kind"] == OP_ENTER])
+            for rec in chunk.tolist():
+                op_id, parent, t_ns, end_ns, seq_nr, iteration, name_id, inputs_id, kind, scope, flags = rec
+                if kind == OP_EXIT:
+                    row = pending.pop(op_id, None)
+                    if row is not None:
+                        self._emit(row[:5] + (end_ns,) + row[6:])
+                    continue
+                while stack and stack[-1][0] != parent:
+                    stack.pop()
+                up = stack[-1] if stack else None
+                name = self.strings.get(name_id, f"op#{name_id}")
+                sig = self._signature(inputs_id) if inputs_id >= 0 else {}
+                backward = (scope == SCOPE_BACKWARD_FUNCTION or bool(flags & OP_FLAG_AUTOGRAD_THREAD)
+                            or name.startswith("autograd::engine::evaluate_function") or (up is not None and up[2]))
+                optimizer = (name.startswith(("Optimizer.step", "Optimizer.zero_grad"))
+                             or (up is not None and up[3]))
+                evaluating = name == EVAL_RANGE or (up is not None and up[4])
+                module = (name[len(MODULE_PREFIX):] if name.startswith(MODULE_PREFIX)
+                          else up[1] if up is not None else None)
+                pg = sig.get("pg") if name == "record_param_comms" else up[5] if up is not None else None
+                if pg is not None:
+                    self.pg_of[op_id] = pg
+                stack.append((op_id, module, backward, optimizer, evaluating, pg))
+                phase = "backward" if backward else "optimizer" if optimizer else "eval" if evaluating else "forward"
+                row = (op_id, up[0] if up is not None else None, name, tid, t_ns, end_ns if end_ns >= 0 else None,
+                       sig.get("s"), sig.get("t"), module, phase, iteration, seq_nr if seq_nr >= 0 else None)
+                if end_ns >= 0:
+                    self._emit(row)
+                else:
+                    pending[op_id] = row
+        for row in pending.values():  # never ended (the process stopped inside them)
+            self._emit(row)
+
+
+# ------------------------------------------------------------------ calls
+
 def _masked(values: np.ndarray, mask: np.ndarray, type_: pa.DataType = pa.int64()) -> pa.Array:
     return pa.array(values, type=type_, mask=~mask)
 
@@ -120,212 +317,169 @@ def _strings(values: np.ndarray, mask: np.ndarray) -> pa.Array:
 
 def _named(names: np.ndarray, codes: np.ndarray, mask: np.ndarray) -> pa.Array:
     """names[code] where `mask`, else null (codes of other rows may be anything)."""
-    idx = np.where(mask & (codes >= 0) & (codes < len(names)), codes, 0)
-    return _strings(names[idx], mask & (codes >= 0) & (codes < len(names)))
+    ok = mask & (codes >= 0) & (codes < len(names))
+    return _strings(names[np.where(ok, codes, 0)], ok)
 
 
-ATTENTION_KERNELS = ("cudnn_sdpa_fwd", "cudnn_sdpa_bwd")  # named by Maya: cuDNN hides its kernels
+class _CallsPass:
+    """Streams the merged call records into `api_calls` and `memory_events`."""
 
+    def __init__(self, raw: Path, writer: RunWriter, rank: int, ops: _OpsPass, members: dict[str, list[int]]):
+        self.apis = _tsv(raw / "apis.tsv")
+        self.kernels = _tsv(raw / "kernels.tsv")
+        self.rank, self.ops, self.members = rank, ops, members
+        self.groups: dict[str, dict] = {}
+        self.used_comms: set[str] = set()
+        names = [self.apis.get(i, f"api#{i}") for i in range(max(self.apis, default=-1) + 1)] or [""]
+        self.api_names = np.array(names, dtype=object)
+        self.collective_names = np.array([NCCL_API_COLLECTIVES.get(n, n) for n in names], dtype=object)
+        calls, memory = _Parts(writer, "api_calls", rank), _Parts(writer, "memory_events", rank)
+        self.next_call = self.next_event = 0
+        for r in merged_records(raw):
+            alloc = r["kind"] == K_ALLOC
+            calls.add(self._calls(r[~alloc]))
+            memory.add(self._memory(r[alloc]))
+        calls.flush()
+        memory.flush()
 
-def _attention(r: np.ndarray, kernels: dict[int, str]) -> tuple[np.ndarray, list[str | None]]:
-    """Kernel ids (added to `kernels`) and JSON args of the attention graphs cuDNN executed."""
-    ids = np.zeros(len(r), dtype=np.int64)
-    args: list[str | None] = [None] * len(r)
-    for i in np.flatnonzero(r["kind"] == K_ATTN):
-        a = r["a"][i]
-        name = ATTENTION_KERNELS[int(a[5] >> 1) & 1]
-        if name not in kernels.values():
-            kernels[max(kernels, default=-1) + 1] = name
-        ids[i] = next(k for k, v in kernels.items() if v == name)
-        args[i] = json.dumps({"attention": {"batch": int(a[0]), "heads": int(a[1]), "seq_q": int(a[2]),
-                                            "seq_kv": int(a[3]), "head_dim": int(a[4]), "causal": bool(a[5] & 1),
-                                            "backward": bool(a[5] & 2), "dtype": DTYPES[a[6]] if 0 <= a[6] < len(DTYPES) else None,
-                                            "kv_heads": int(a[7])}})
-    return ids, args
+    def _op_ids(self, ops: np.ndarray) -> pa.Array:
+        return _masked(ops, self.ops.known.contains(ops))
 
+    def _kernel_id(self, name: str) -> int:
+        for k, v in self.kernels.items():
+            if v == name:
+                return k
+        k = max(self.kernels, default=-1) + 1
+        self.kernels[k] = name
+        return k
 
-def api_calls_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
-    r = cap.records[cap.records["kind"] != K_ALLOC]
-    a, kind = r["a"], r["kind"]
-    attn_kernels, args = _attention(r, cap.kernels)
-    for i in np.flatnonzero((kind == K_LAUNCH) & (a[:, 7] > 0)):
-        args[i] = json.dumps({"elements": int(a[i, 7])})  # a library kernel's own size
-    for i in np.flatnonzero(r["flags"] & F_GRAPH_REPLAY):  # device work a cudaGraphLaunch replayed
-        args[i] = REPLAYED if args[i] is None else json.dumps({**json.loads(args[i]), "cuda_graph_replay": True})
-    attn = kind == K_ATTN
-    launch, gemm, copy, memset, coll, event = (kind == k for k in (K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT))
-    names = np.array([cap.apis.get(i, f"api#{i}") for i in range(max(cap.apis, default=-1) + 1)] or [""], dtype=object)
-    sizes = np.where(copy | memset, a[:, 0], 0)
-    stream_known = r["stream"] >= 0
-    return pa.table({
-        "seq": pa.array(np.arange(len(r), dtype=np.int64)),
-        "thread_id": pa.array(r["tid"]),
-        "api": pa.array(names[r["api"]], type=pa.string()),
-        "domain": pa.array(DOMAINS[r["domain"]].astype(object), type=pa.string()),
-        "status": pa.array(r["status"]),
-        "start_ns": pa.array(r["start_ns"]),
-        "duration_ns": pa.array(r["dur_ns"]),
-        "time_source": pa.array(np.full(len(r), "emulated", dtype=object), type=pa.string()),
-        "op_id": pa.array(op_ids, type=pa.int64()),
-        "device": pa.array(r["device"]),
-        "stream_id": _masked(r["stream"], stream_known),
-        "kernel_id": _masked(np.where(attn, attn_kernels, a[:, 0]), launch | attn),
-        "grid_x": _masked(a[:, 1] & 0xFFFFFFFF, launch, pa.int32()),
-        "grid_y": _masked(a[:, 1] >> 32, launch, pa.int32()),
-        "grid_z": _masked(a[:, 2], launch, pa.int32()),
-        "block_x": _masked(a[:, 3] & 0xFFFFFFFF, launch, pa.int32()),
-        "block_y": _masked(a[:, 3] >> 32, launch, pa.int32()),
-        "block_z": _masked(a[:, 4], launch, pa.int32()),
-        "shared_mem_bytes": _masked(a[:, 5], launch, pa.int32()),
-        "gemm_m": _masked(a[:, 0], gemm),
-        "gemm_n": _masked(a[:, 1], gemm),
-        "gemm_k": _masked(a[:, 2], gemm),
-        "gemm_batch": _masked(a[:, 3], gemm),
-        "gemm_trans_a": _masked((a[:, 4] & 0xFF) != 0, gemm, pa.bool_()),
-        "gemm_trans_b": _masked((a[:, 4] >> 8) != 0, gemm, pa.bool_()),
-        "gemm_dtype_a": _named(DTYPES, a[:, 5] & 0xFFFF, gemm),
-        "gemm_dtype_b": _named(DTYPES, (a[:, 5] >> 16) & 0xFFFF, gemm),
-        "gemm_dtype_c": _named(DTYPES, (a[:, 5] >> 32) & 0xFFFF, gemm),
-        "gemm_compute_type": _named(DTYPES, a[:, 6], gemm),
-        "bytes": _masked(sizes, copy | memset),
-        "memcpy_kind": _named(MEMCPY_KINDS, a[:, 1], copy),
-        "comm_id": _strings(np.char.mod("%016x", a[:, 0].view(np.uint64)) if len(r) else np.array([], object), coll),
-        "collective_name": _strings(np.array([NCCL_API_COLLECTIVES.get(n, n) for n in names], dtype=object)[r["api"]], coll),
-        "in_msg_nelems": _masked(a[:, 1], coll),
-        "out_msg_nelems": _masked(a[:, 7], coll),
-        "comm_dtype": _named(DTYPES, a[:, 3], coll),
-        "root_rank": _masked(a[:, 4], coll & (a[:, 4] >= 0), pa.int32()),
-        "peer_rank": _masked(a[:, 5], coll & (a[:, 5] >= 0), pa.int32()),
-        "comm_seq": _masked(a[:, 6], coll),
-        "event_id": _masked(a[:, 0], event | ((kind == K_SYNC) & (a[:, 0] >= 0))),
-        "data_dependent": pa.array((r["flags"] & F_DATA_DEPENDENT) != 0),
-        "args": pa.array(args, type=pa.string()),
-    })
+    def _args(self, r: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+        """Kernel ids of the attention graphs cuDNN executed and the JSON args of every call."""
+        a, kind = r["a"], r["kind"]
+        ids = np.zeros(len(r), dtype=np.int64)
+        args: list[dict | None] = [None] * len(r)
+        for i in np.flatnonzero(kind == K_ATTN):
+            x = a[i]
+            ids[i] = self._kernel_id(ATTENTION_KERNELS[int(x[5] >> 1) & 1])
+            args[i] = {"attention": {"batch": int(x[0]), "heads": int(x[1]), "seq_q": int(x[2]), "seq_kv": int(x[3]),
+                                     "head_dim": int(x[4]), "causal": bool(x[5] & 1), "backward": bool(x[5] & 2),
+                                     "dtype": DTYPES[x[6]] if 0 <= x[6] < len(DTYPES) else None,
+                                     "kv_heads": int(x[7])}}
+        for i in np.flatnonzero((kind == K_LAUNCH) & (a[:, 7] > 0)):
+            args[i] = {"elements": int(a[i, 7])}  # a library kernel's own size
+        for i in np.flatnonzero((kind == K_COPY) & (a[:, 3] > 0)):
+            args[i] = {"stand_in": STAND_INS.get(int(a[i, 3]), "other")}
+        for i in np.flatnonzero(r["flags"] & F_GRAPH_REPLAY):  # device work a cudaGraphLaunch replayed
+            args[i] = {**(args[i] or {}), "cuda_graph_replay": True}
+        return ids, [json.dumps(x) if x is not None else None for x in args]
 
+    def _comm_ids(self, r: np.ndarray, coll: np.ndarray) -> list[str | None]:
+        """For each collective, the process group of its enclosing `record_param_comms` op (`pg:NAME`, as
+        the Kineto importer names them) where the runner listed that group's members; else the NCCL
+        communicator's id."""
+        native = np.char.mod("%016x", r["a"][:, 0].view(np.uint64)) if len(r) else np.array([], object)
+        out: list[str | None] = [None] * len(r)
+        for i in np.flatnonzero(coll):
+            name = self.ops.pg_of.get(int(r["op"][i]))
+            ranks = self.members.get(name) if name is not None else None
+            if not ranks:
+                out[i] = str(native[i])
+            else:
+                out[i] = f"pg:{name}"
+                self.groups.setdefault(out[i], {
+                    "comm_id": out[i], "comm_rank": ranks.index(self.rank) if self.rank in ranks else 0,
+                    "comm_size": len(ranks), "pg_name": name, "pg_desc": None, "ranks": ranks})
+            self.used_comms.add(out[i])
+        return out
 
-def memory_events_table(cap: RankCapture, op_ids: list[int | None]) -> pa.Table:
-    r = cap.records[cap.records["kind"] == K_ALLOC]
-    a = r["a"]
-    return pa.table({
-        "seq": pa.array(np.arange(len(r), dtype=np.int64)),
-        "ts_ns": pa.array(r["start_ns"]),
-        "kind": pa.array(np.array(["alloc", "free", "oom"], dtype=object)[np.clip(a[:, 3], 0, 2)], type=pa.string()),
-        "space": pa.array(np.array(["device", "host"], dtype=object)[np.clip(a[:, 4], 0, 1)], type=pa.string()),
-        "address": pa.array(a[:, 0]),
-        "bytes": pa.array(a[:, 1]),
-        "device": pa.array(r["device"]),
-        "stream_id": _masked(r["stream"], r["stream"] >= 0),
-        "allocated_bytes": pa.array(a[:, 2]),
-        "op_id": pa.array(op_ids, type=pa.int64()),
-    })
-
-
-@dataclass
-class Ops:
-    """The ops table of a rank and, by row: name, parent row, parsed input signature (`pg` names a
-    collective's group); `index` maps op_id to row."""
-    table: pa.Table
-    names: list[str]
-    parents: list[int | None]
-    signatures: list[dict]
-    index: dict[int, int]
-
-
-def ops_table(cap: RankCapture) -> Ops:
-    """Ops from the observer's enter/exit records, ordered by op_id (parents precede children, so
-    module path, phase and backward/optimizer membership are inherited in one pass)."""
-    r = cap.ops
-    enters = np.sort(r[r["kind"] == OP_ENTER], order="op_id")
-    exits = r[r["kind"] == OP_EXIT]
-    ids = enters["op_id"]
-    end = enters["end_ns"].copy()  # -1: the op's enter record was flushed before it ended
-    found = np.searchsorted(ids, exits["op_id"])
-    ok = (found < len(ids)) & (ids[np.minimum(found, len(ids) - 1)] == exits["op_id"]) if len(ids) else found < 0
-    end[found[ok]] = exits["end_ns"][ok]
-    strings = cap.op_strings
-    parsed = {i: json.loads(v) for i, v in strings.items() if v.startswith("{")}
-    names = [strings.get(int(i), f"op#{i}") for i in enters["name_id"]]
-    signatures = [parsed.get(int(i), {}) for i in enters["inputs_id"]]
-    index = {int(op_id): k for k, op_id in enumerate(ids)}
-    parents = [index.get(int(p)) for p in enters["parent"]]
-    module_path: list[str | None] = []
-    phase: list[str] = []
-    backward = np.zeros(len(ids), dtype=bool)
-    optimizer = np.zeros(len(ids), dtype=bool)
-    autograd_thread = (enters["flags"] & OP_FLAG_AUTOGRAD_THREAD) != 0
-    for k, (name, parent) in enumerate(zip(names, parents)):
-        backward[k] = (enters["scope"][k] == SCOPE_BACKWARD_FUNCTION or autograd_thread[k]
-                       or name.startswith("autograd::engine::evaluate_function")
-                       or (parent is not None and backward[parent]))
-        optimizer[k] = (name.startswith(("Optimizer.step", "Optimizer.zero_grad"))
-                        or (parent is not None and optimizer[parent]))
-        phase.append("backward" if backward[k] else "optimizer" if optimizer[k] else "forward")
-        module_path.append(name[len(MODULE_PREFIX):] if name.startswith(MODULE_PREFIX)
-                           else module_path[parent] if parent is not None else None)
-    table = pa.table({
-        "op_id": pa.array(ids),
-        "parent_op_id": pa.array([int(ids[p]) if p is not None else None for p in parents], pa.int64()),
-        "name": pa.array(names, pa.string()),
-        "thread_id": pa.array(enters["tid"]),
-        "start_ns": pa.array(enters["t_ns"]),
-        "end_ns": _masked(end, end >= 0),
-        "time_source": pa.array(["emulated"] * len(ids), pa.string()),
-        "input_shapes": pa.array([sig.get("s") for sig in signatures], pa.list_(pa.list_(pa.int64()))),
-        "input_dtypes": pa.array([sig.get("t") for sig in signatures], pa.list_(pa.string())),
-        "module_path": pa.array(module_path, pa.string()),
-        "phase": pa.array(phase, pa.string()),
-        "iteration": pa.array(enters["iteration"]),
-        "seq_nr": _masked(enters["seq_nr"], enters["seq_nr"] >= 0),
-    })
-    return Ops(table, names, parents, signatures, index)
-
-
-def _process_groups(ops: Ops, call_ops: np.ndarray, coll: np.ndarray, rank: int,
-                    members: dict[str, list[int]]) -> tuple[list[str | None], dict[str, dict]]:
-    """For each collective call, the process group of its enclosing `record_param_comms` op
-    (`pg:NAME`, as the Kineto importer names them), and one communicators row per group. Members come
-    from the process groups the runner listed; a group it did not list keeps the NCCL communicator."""
-    groups: dict[str, dict] = {}
-    out: list[str | None] = []
-    for op_id, is_coll in zip(call_ops, coll):
-        k = ops.index.get(int(op_id)) if is_coll and op_id >= 0 else None
-        while k is not None and ops.names[k] != "record_param_comms":
-            k = ops.parents[k]
-        name = ops.signatures[k].get("pg") if k is not None else None
-        ranks = members.get(name) if name is not None else None
-        if not ranks:
-            out.append(None)
-            continue
-        comm_id = f"pg:{name}"
-        groups.setdefault(comm_id, {
-            "comm_id": comm_id, "comm_rank": ranks.index(rank) if rank in ranks else 0, "comm_size": len(ranks),
-            "pg_name": name, "pg_desc": None, "ranks": ranks,
+    def _calls(self, r: np.ndarray) -> pa.Table:
+        a, kind = r["a"], r["kind"]
+        attn_kernels, args = self._args(r)
+        launch, gemm, copy, memset, coll, event = (kind == k for k in (K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL,
+                                                                       K_EVENT))
+        attn = kind == K_ATTN
+        seq = np.arange(self.next_call, self.next_call + len(r), dtype=np.int64)
+        self.next_call += len(r)
+        api = np.clip(r["api"], 0, len(self.api_names) - 1)
+        return pa.table({
+            "seq": pa.array(seq),
+            "thread_id": pa.array(r["tid"]),
+            "api": pa.array(self.api_names[api], type=pa.string()),
+            "domain": pa.array(DOMAINS[r["domain"]].astype(object), type=pa.string()),
+            "status": pa.array(r["status"]),
+            "start_ns": pa.array(r["start_ns"]),
+            "duration_ns": pa.array(r["dur_ns"]),
+            "time_source": pa.array(np.full(len(r), "emulated", dtype=object), type=pa.string()),
+            "op_id": self._op_ids(r["op"]),
+            "device": pa.array(r["device"]),
+            "stream_id": _masked(r["stream"], r["stream"] >= 0),
+            "kernel_id": _masked(np.where(attn, attn_kernels, a[:, 0]), launch | attn),
+            "grid_x": _masked(a[:, 1] & 0xFFFFFFFF, launch, pa.int32()),
+            "grid_y": _masked(a[:, 1] >> 32, launch, pa.int32()),
+            "grid_z": _masked(a[:, 2], launch, pa.int32()),
+            "block_x": _masked(a[:, 3] & 0xFFFFFFFF, launch, pa.int32()),
+            "block_y": _masked(a[:, 3] >> 32, launch, pa.int32()),
+            "block_z": _masked(a[:, 4], launch, pa.int32()),
+            "shared_mem_bytes": _masked(a[:, 5], launch, pa.int32()),
+            "gemm_m": _masked(a[:, 0], gemm),
+            "gemm_n": _masked(a[:, 1], gemm),
+            "gemm_k": _masked(a[:, 2], gemm),
+            "gemm_batch": _masked(a[:, 3], gemm),
+            "gemm_trans_a": _masked((a[:, 4] & 0xFF) != 0, gemm, pa.bool_()),
+            "gemm_trans_b": _masked((a[:, 4] >> 8) != 0, gemm, pa.bool_()),
+            "gemm_dtype_a": _named(DTYPES, a[:, 5] & 0xFFFF, gemm),
+            "gemm_dtype_b": _named(DTYPES, (a[:, 5] >> 16) & 0xFFFF, gemm),
+            "gemm_dtype_c": _named(DTYPES, (a[:, 5] >> 32) & 0xFFFF, gemm),
+            "gemm_compute_type": _named(DTYPES, a[:, 6], gemm),
+            "bytes": _masked(np.where(copy | memset, a[:, 0], 0), copy | memset),
+            "memcpy_kind": _named(MEMCPY_KINDS, a[:, 1], copy),
+            "comm_id": pa.array(self._comm_ids(r, coll), pa.string()),
+            "collective_name": _strings(self.collective_names[api], coll),
+            "in_msg_nelems": _masked(a[:, 1], coll),
+            "out_msg_nelems": _masked(a[:, 7], coll),
+            "comm_dtype": _named(DTYPES, a[:, 3], coll),
+            "root_rank": _masked(a[:, 4], coll & (a[:, 4] >= 0), pa.int32()),
+            "peer_rank": _masked(a[:, 5], coll & (a[:, 5] >= 0), pa.int32()),
+            "comm_seq": _masked(a[:, 6], coll),
+            "event_id": _masked(a[:, 0], event | ((kind == K_SYNC) & (a[:, 0] >= 0))),
+            "data_dependent": pa.array((r["flags"] & F_DATA_DEPENDENT) != 0),
+            "args": pa.array(args, type=pa.string()),
         })
-        out.append(comm_id)
-    return out, groups
+
+    def _memory(self, r: np.ndarray) -> pa.Table:
+        a = r["a"]
+        seq = np.arange(self.next_event, self.next_event + len(r), dtype=np.int64)
+        self.next_event += len(r)
+        return pa.table({
+            "seq": pa.array(seq),
+            "ts_ns": pa.array(r["start_ns"]),
+            "kind": pa.array(np.array(["alloc", "free", "oom"], dtype=object)[np.clip(a[:, 3], 0, 2)],
+                             type=pa.string()),
+            "space": pa.array(np.array(["device", "host"], dtype=object)[np.clip(a[:, 4], 0, 1)], type=pa.string()),
+            "address": pa.array(a[:, 0]),
+            "bytes": pa.array(a[:, 1]),
+            "device": pa.array(r["device"]),
+            "stream_id": _masked(r["stream"], r["stream"] >= 0),
+            "allocated_bytes": pa.array(a[:, 2]),
+            "op_id": self._op_ids(r["op"]),
+        })
 
 
-def write_rank(cap: RankCapture, writer: RunWriter, rank: int) -> None:
-    """Write the per-rank tables of one emulated rank (all but `devices`, which the launcher writes
-    once it knows which ranks the capture stands for)."""
-    ops = ops_table(cap)
-    op_of = np.array([o if o in ops.index else None for o in cap.records["op"].tolist()], dtype=object)
-    alloc = cap.records["kind"] == K_ALLOC
-    calls = api_calls_table(cap, list(op_of[~alloc]))
-    coll = cap.records["kind"][~alloc] == K_COLL
-    pg_ids, groups = _process_groups(ops, cap.records["op"][~alloc], coll, rank, cap.process_groups)
-    comm_ids = [pg or old for pg, old in zip(pg_ids, calls.column("comm_id").to_pylist())]
-    calls = calls.set_column(calls.schema.get_field_index("comm_id"), "comm_id", pa.array(comm_ids, pa.string()))
-    writer.write("api_calls", calls, rank=rank)
-    writer.write("memory_events", memory_events_table(cap, list(op_of[alloc])), rank=rank)
-    if ops.table.num_rows:
-        writer.write("ops", ops.table, rank=rank)
-    if cap.kernels:
-        writer.write("kernels", {
-            "kernel_id": list(cap.kernels), "name": list(cap.kernels.values()),
-            **{k: [classify_kernel(n)[k] for n in cap.kernels.values()] for k in ("family", "library")},
-        }, rank=rank)
-    used = set(comm_ids)
-    native = [c for c in cap.communicators if c["comm_id"] in used]  # collectives outside any process group
-    if groups or native:
-        writer.write("communicators", pa.Table.from_pylist([*groups.values(), *native]), rank=rank)
+def write_rank(raw: Path, writer: RunWriter, rank: int) -> None:
+    """Write the per-rank tables of one emulated rank from its capture directory (all but `devices`,
+    which the launcher writes once it knows which ranks the capture stands for)."""
+    groups_path = raw / "process_groups.json"
+    members = json.loads(groups_path.read_text()) if groups_path.exists() else {}
+    ops_parts = _Parts(writer, "ops", rank)
+    ops = _OpsPass(raw, ops_parts)
+    ops_parts.flush()
+    calls = _CallsPass(raw, writer, rank, ops, members)
+    if calls.kernels:
+        names = list(calls.kernels.values())
+        writer.write("kernels", {"kernel_id": list(calls.kernels), "name": names,
+                                 **{k: [classify_kernel(n)[k] for n in names] for k in ("family", "library")}},
+                     rank=rank)
+    communicators = [json.loads(line) for line in _lines(raw / "nccl_comms.jsonl")]
+    native = [c for c in communicators if c["comm_id"] in calls.used_comms]  # collectives outside any group
+    if calls.groups or native:
+        writer.write("communicators", pa.Table.from_pylist([*calls.groups.values(), *native]), rank=rank)

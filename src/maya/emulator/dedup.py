@@ -5,40 +5,12 @@ code: the stages are read from rank 0's point-to-point traffic (the members of t
 sends and receives use, assumed evenly strided across the world, as Megatron-LM and DeviceMesh lay
 them out). Without point-to-point traffic all ranks form one class. Every class is then checked by
 capturing one more of its members and comparing call signatures; a member that differs from its
-representative (rank 0 logging, say) splits the class.
+representative (rank 0 logging, say; `convert.signature`) splits the class.
 """
 from __future__ import annotations
 
-import hashlib
-
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from .convert import K_ALLOC, K_ATTN, K_COLL, K_COPY, K_GEMM, K_LAUNCH, K_MEMSET, RankCapture
-
-
-def signature(cap: RankCapture) -> str:
-    """Hash of what a rank asks of its GPUs, independent of times, addresses and communicator ids."""
-    r = cap.records[cap.records["kind"] != K_ALLOC]
-    h = hashlib.sha256()
-    names = [cap.apis.get(int(i), "") for i in r["api"]]
-    h.update("\n".join(names).encode())
-    a = r["a"].copy()
-    kind = r["kind"]
-    kernel_names = np.array([cap.kernels.get(int(k), "") if kd == K_LAUNCH else "" for k, kd in zip(a[:, 0], kind)])
-    h.update("\n".join(kernel_names).encode())
-    keep = np.zeros_like(a)
-    keep[kind == K_LAUNCH, 1:6] = a[kind == K_LAUNCH, 1:6]
-    for k in (K_GEMM, K_ATTN):
-        keep[kind == k] = a[kind == k]
-    keep[(kind == K_COPY) | (kind == K_MEMSET), :2] = a[(kind == K_COPY) | (kind == K_MEMSET), :2]
-    coll = kind == K_COLL
-    keep[coll, 1:4] = a[coll, 1:4]  # count, op, dtype (not the communicator, root or peer)
-    keep[coll, 7] = a[coll, 7]
-    h.update(kind.tobytes())
-    h.update(keep.tobytes())
-    return h.hexdigest()
 
 
 def stage_classes(world_size: int, api_calls: pa.Table, communicators: pa.Table) -> dict[int, list[int]]:

@@ -24,8 +24,8 @@ from maya_trace_spec import RunWriter, read_table
 
 from . import forkserver
 from .build import build, preload_list
-from .convert import K_ALLOC, RankCapture, write_rank
-from .dedup import signature, stage_classes
+from .convert import RankSummary, signature, write_rank
+from .dedup import stage_classes
 from .mailbox import Watcher, mark_ended
 
 
@@ -50,6 +50,7 @@ class RankResult:
     error: str | None
     seconds: float
     cpu_seconds: float = 0.0  # of the rank's process
+    info: dict = field(default_factory=dict)  # what the rank reported (status.json)
 
 
 @dataclass
@@ -68,11 +69,13 @@ def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
         "bus_width_bits": hw.memory_bus_width_bits, "l2_bytes": hw.l2_bytes,
         "smem_per_sm": hw.shared_mem_per_sm_bytes, "smem_per_block_optin": hw.shared_mem_per_block_optin_bytes,
         "max_threads_per_sm": hw.max_threads_per_sm, "regs_per_sm": hw.registers_per_sm,
+        "power_limit_w": round(hw.tdp_w),
     }
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
-def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology, port: int) -> dict[str, str]:
+def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology, port: int,
+              iterations: int | None) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
         "LD_PRELOAD": ":".join(preload_list(lib_dir)),
@@ -91,8 +94,14 @@ def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology
         # the runner is found as an installed module even when the working directory holds a
         # source tree whose folders would shadow it (as Maya's own checkout does)
         "PYTHONSAFEPATH": "1",
+        # the emulated GPU tools (nvidia-smi) come first on PATH
+        "PATH": os.pathsep.join([str(lib_dir / "bin"), env.get("PATH", os.defpath)]),
     })
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    if iterations:
+        env["MAYA_EMU_ITERATIONS"] = str(iterations)
+    else:
+        env.pop("MAYA_EMU_ITERATIONS", None)
     return env
 
 
@@ -105,8 +114,12 @@ def _free_port() -> int:
 def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDWARE, topology: Topology = Topology(),
             ranks: Sequence[int] | None = None, parallel: int | None = None,
             on_rank_done: Callable[[RankResult], None] | None = None,
-            on_output: Callable[[str], None] | None = None, dedup: bool = True) -> EmulationResult:
+            on_output: Callable[[str], None] | None = None, dedup: bool = True,
+            iterations: int | None = None) -> EmulationResult:
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
+
+    With `iterations`, every rank stops cleanly once that many training iterations (optimizer steps)
+    are done, at the start of the next one (iteration_clock.py).
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
     passed to `on_output` as they come. With `dedup` and no explicit `ranks`, equivalent ranks are
@@ -126,7 +139,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDW
         "command": json.dumps(["python", *argv]), "hardware": hw.name, "world_size": topology.world_size,
         "nnodes": topology.nnodes, "nproc_per_node": topology.nproc_per_node,
         "producer_version": f"maya {__version__}",
-        "attrs": json.dumps({"captured_ranks": wanted}),
+        "attrs": json.dumps({"captured_ranks": wanted, "iterations_limit": iterations}),
     }
     writer.write("run", {k: [v] for k, v in run_row.items()})
     port = _free_port()
@@ -134,20 +147,20 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDW
     runs: dict[int, Future] = {}
     lock = threading.Lock()
 
-    def run_rank(rank: int) -> tuple[RankCapture, RankResult]:
+    def run_rank(rank: int) -> tuple[Path, RankResult]:
         raw = out_dir / ".capture" / f"rank{rank}"
         raw.mkdir(parents=True)
         (raw / "config").write_text(_config(hw, raw, rank, topology.nproc_per_node))
         t0 = time.monotonic()
         try:
-            returncode = _run_rank(list(argv), _rank_env(lib_dir, raw, mailbox, rank, topology, port),
+            returncode = _run_rank(list(argv), _rank_env(lib_dir, raw, mailbox, rank, topology, port, iterations),
                                    out_dir / "logs" / f"rank{rank}.txt", echo=on_output if rank == wanted[0] else None)
         finally:
             mark_ended(mailbox, rank)
-        cap = RankCapture.load(raw)
-        return cap, RankResult(rank, cap.status["status"], returncode, int((cap.records["kind"] != K_ALLOC).sum()),
-                               max(cap.peak_bytes.values(), default=0), cap.unimplemented, cap.status.get("error"),
-                               time.monotonic() - t0, cap.status.get("cpu_s", 0.0))
+        summary = RankSummary.scan(raw)
+        return raw, RankResult(rank, summary.status["status"], returncode, summary.calls, summary.peak_bytes,
+                               summary.unimplemented, summary.status.get("error"), time.monotonic() - t0,
+                               summary.status.get("cpu_s", 0.0), summary.status)
 
     def start(rank: int) -> Future:
         """The emulation of `rank`, started once (by a request or because a peer waits for it)."""
@@ -165,13 +178,13 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDW
                 threading.Thread(target=target, name=f"maya-rank{rank}", daemon=True).start()
             return runs[rank]
 
-    def capture(rank: int, keep: bool = True) -> tuple[RankCapture, RankResult]:
-        cap, result = start(rank).result()
+    def capture(rank: int, keep: bool = True) -> tuple[Path, RankResult]:
+        raw, result = start(rank).result()
         if keep:
-            write_rank(cap, writer, rank)
+            write_rank(raw, writer, rank)
             if on_rank_done:
                 on_rank_done(result)
-        return cap, result
+        return raw, result
 
     workers = parallel or os.cpu_count() or 1
     mailbox = out_dir / ".capture" / "mailbox"
@@ -184,18 +197,21 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDW
             represents = {rank: [rank] for rank in wanted}
         for future in list(runs.values()):  # ranks started only because a peer waited for them
             future.exception()
-    for rank, (cap, _) in sorted(captured.items()):
+    for rank, (_, result) in sorted(captured.items()):
         local = rank % topology.nproc_per_node
         writer.write("devices", {k: [v] for k, v in {
             "local_rank": local, "node": rank // topology.nproc_per_node, "device_index": local,
             "device_name": hw.device_name, "hardware": hw.name, "sm_major": hw.sm_major, "sm_minor": hw.sm_minor,
             "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes, "represents": represents[rank],
-            "hostname": socket.gethostname(), "pid": cap.status.get("pid")}.items()}, rank=rank)
+            "hostname": socket.gethostname(), "pid": result.info.get("pid")}.items()}, rank=rank)
     results = [result for _, result in (captured[r] for r in sorted(captured))]
     status = ("oom" if any(r.status == "oom" for r in results)
               else "failed" if any(r.status == "failed" for r in results) else "complete")
     run_row["status"] = status
-    run_row["attrs"] = json.dumps({"captured_ranks": sorted(captured), "represents": represents})
+    run_row["attrs"] = json.dumps({"captured_ranks": sorted(captured), "represents": represents,
+                                   "iterations_limit": iterations,
+                                   "stopped_at_iteration": {r.rank: r.info.get("stopped_at_iteration")
+                                                            for r in results if r.info.get("stopped_at_iteration")}})
     writer.write("run", {k: [v] for k, v in run_row.items()})
     if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
         shutil.rmtree(out_dir / ".capture", ignore_errors=True)
@@ -222,14 +238,14 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
     represents = {rep: list(members) for rep, members in classes.items()}
     for rep, probe_rank in checks.items():
-        probe_cap, probe_result = probes[probe_rank]
-        if signature(probe_cap) == signature(captured[rep][0]):
+        probe_raw, probe_result = probes[probe_rank]
+        if signature(probe_raw) == signature(captured[rep][0]):
             continue
         # the representative is special (e.g. logs): it stands for itself, the probe for the rest
-        write_rank(probe_cap, writer, probe_rank)
+        write_rank(probe_raw, writer, probe_rank)
         if on_rank_done:
             on_rank_done(probe_result)
-        captured[probe_rank] = (probe_cap, probe_result)
+        captured[probe_rank] = (probe_raw, probe_result)
         represents[probe_rank] = [probe_rank] + [r for r in represents[rep] if r not in (rep, probe_rank)]
         represents[rep] = [rep]
     return captured, represents

@@ -3,9 +3,10 @@
 `python -m maya.emulator.runner SCRIPT ARGS` (or `-m MODULE ARGS`), with the stub
 libraries preloaded. Context comes from Maya's RecordFunction observer (libmaya_ops.so: every aten
 op, autograd node and record_function range with its input shapes, tagged onto the CUDA calls it
-makes), module hooks that open a range per module (`nn.Module: GPT.blocks.0.mlp`) and an
-optimizer-step hook that advances the iteration. At exit the script's outcome and the native
-recorders' buffers are written to `$MAYA_EMU_OUT`.
+makes), module hooks that open a range per module (`nn.Module: GPT.blocks.0.mlp`) and, around a
+model called in eval mode or under inference mode, a `maya::eval` range (its ops are phase `eval`),
+and the iteration clock (iteration_clock.py: optimizer steps, `--iterations`). At exit the script's
+outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
 """
 from __future__ import annotations
 
@@ -17,8 +18,14 @@ import threading
 import traceback
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .iteration_clock import IterationClock
 
 MODULE_PREFIX = "nn.Module: "
+EVAL_RANGE = "maya::eval"
+"""Range around an outermost module call in eval mode or under inference mode (validation)."""
 OPS_LIBRARY = "libmaya_ops.so"
 
 
@@ -33,22 +40,19 @@ class _Observer:
         self.lib.maya_ops_range_enter.argtypes = [ctypes.c_int32]
         self.lib.maya_ops_range_enter.restype = ctypes.c_int64
         self.lib.maya_ops_range_exit.argtypes = [ctypes.c_int64]
-        self.lib.maya_ops_set_iteration.argtypes = [ctypes.c_int32]
         self.lib.maya_ops_install(str(out).encode())
-        self.iteration = 0
 
-    def next_iteration(self, *_) -> None:
-        self.iteration += 1
-        self.lib.maya_ops_set_iteration(self.iteration)
-
-    def module_hooks(self, torch) -> list:
-        """Global forward hooks opening a range named after each module's path. Per call they do a
-        dict lookup and a ctypes call each way (modules by id, checked against a weak reference;
-        ranges on a per-thread stack, since module calls nest)."""
+    def module_hooks(self, torch, clock: IterationClock) -> list:
+        """Global forward hooks opening a range named after each module's path (the outermost one in
+        eval mode or under inference mode inside a `maya::eval` range) and telling the iteration clock.
+        Per call they do a dict lookup and a ctypes call each way (modules by id, checked against a
+        weak reference; ranges on a per-thread stack, since module calls nest)."""
         names: dict[int, tuple[weakref.ref, int]] = {}
         local = threading.local()
         enter, leave, intern = self.lib.maya_ops_range_enter, self.lib.maya_ops_range_exit, self.lib.maya_ops_intern
         compiling = torch.compiler.is_compiling
+        inference = torch.is_inference_mode_enabled
+        evaluating = intern(EVAL_RANGE.encode())
 
         def name_id(module) -> int:
             known = names.get(id(module))
@@ -66,14 +70,18 @@ class _Observer:
             if compiling():
                 return
             stack = local.__dict__.setdefault("stack", [])
-            stack.append(enter(name_id(module)))
+            if not stack:
+                clock.module_called()
+            ranges = [enter(evaluating)] if not stack and (not module.training or inference()) else []
+            stack.append([*ranges, enter(name_id(module))])
 
         def post(module, args, output):
             if compiling():
                 return
             stack = local.__dict__.get("stack")
             if stack:
-                leave(stack.pop())
+                for op in reversed(stack.pop()):
+                    leave(op)
 
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
         return [register_module_forward_pre_hook(pre), register_module_forward_hook(post, always_call=True)]
@@ -116,22 +124,44 @@ def _cpu_seconds() -> float:
                                                                          resource.RUSAGE_CHILDREN)))
 
 
+def _stop_reason(e: BaseException) -> str | None:
+    """Why the emulator stopped the rank (a loop on device values that makes no progress), with the
+    script line that read the value; None if it did not."""
+    fn = ctypes.CDLL(None).maya_emu_stop_reason
+    fn.restype = ctypes.c_char_p
+    reason = fn()
+    if not reason:
+        return None
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return reason.decode() + where
+
+
+RANK_PID_ENV = "MAYA_EMU_RANK_PID"
+"""The rank's pid, for the processes it starts: they inherit the preloaded stubs and record nothing."""
+
+
 def main(argv: list[str]) -> int:
     out = Path(os.environ["MAYA_EMU_OUT"])
+    os.environ[RANK_PID_ENV] = str(os.getpid())
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from maya.core.script_runner import run_script
 
     from .isolation import install as isolate_ranks
+    from .iteration_clock import ITERATIONS_ENV, IterationLimitReached, native_clock
 
     isolate_ranks()
-    status, error, code = "complete", None, 0
+    status, error, code, stopped = "complete", None, 0, None
     observer = _Observer(Path(os.environ["MAYA_EMU_LIBS"]), out)
+    clock = native_clock(observer.lib, ctypes.CDLL(None), int(os.environ.get(ITERATIONS_ENV) or 0))
     groups = _ProcessGroups()
-    handles = [register_optimizer_step_post_hook(observer.next_iteration), *observer.module_hooks(torch)]
+    handles = [register_optimizer_step_post_hook(clock.optimizer_stepped), *observer.module_hooks(torch, clock)]
     try:
         run_script(argv)
+    except IterationLimitReached as e:
+        stopped = e.args[0]
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         status = "complete" if code == 0 else "failed"
@@ -141,6 +171,9 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # the script's own failure: keep the partial trace, show its traceback
         status, error, code = "failed", "".join(traceback.format_exception(e)), 1
         traceback.print_exc()
+        stop = _stop_reason(e)
+        if stop:  # the emulator stopped a loop: its reason is the error's last line
+            error += stop + "\n"
     finally:
         for h in handles:
             h.remove()
@@ -148,7 +181,7 @@ def main(argv: list[str]) -> int:
         (out / "process_groups.json").write_text(json.dumps(groups.snapshot()))
         (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
                                                      "pid": os.getpid(), "torch": torch.__version__,
-                                                     "cpu_s": _cpu_seconds()}))
+                                                     "cpu_s": _cpu_seconds(), "stopped_at_iteration": stopped}))
         ctypes.CDLL(None).maya_emu_finish()
     return code
 

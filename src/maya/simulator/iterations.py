@@ -3,8 +3,9 @@
 Sources, first that applies: the ops' `iteration` column (emulator, Kineto import); `ProfilerStep#N`
 op spans; otherwise the longest run of a repeated call sequence (benchmark loops without an optimizer),
 its boundaries moved to just after a host synchronisation where the repeated unit has one; else the
-whole trace is one iteration. The first iteration (it holds initialisation) and a short trailing one
-(teardown) are not steady.
+whole trace is one iteration. The first iteration (it holds initialisation), a short trailing one
+(teardown) and those holding an evaluation pass (ops of phase `eval`: a validation every k steps)
+are not steady.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def detect(trace: RankTrace, opcodes: np.ndarray) -> Iterations:
         labels = labels_of(trace)
         if labels is not None and len(labels) and labels[0] != labels[-1]:
             bounds = np.concatenate([[0], np.flatnonzero(np.diff(labels)) + 1, [n]])
-            return _steady(bounds, opcodes, source)
+            return _steady(bounds, opcodes, source, _evaluating(trace))
     found = _from_repetition(trace, opcodes)
     if found is not None:
         return found
@@ -65,6 +66,16 @@ def _from_ops(trace: RankTrace) -> np.ndarray | None:
     return _monotone(trace.calls["op_id"].map(iteration))
 
 
+def _evaluating(trace: RankTrace) -> np.ndarray:
+    """Per call, whether it belongs to an evaluation pass (its op's phase is `eval`)."""
+    ops = trace.ops
+    if not len(ops) or "phase" not in ops or not (ops["phase"] == "eval").any():
+        return np.zeros(len(trace.calls), dtype=bool)
+    ops = ops.drop_duplicates("op_id")
+    phase = pd.Series(ops["phase"].to_numpy(), index=ops["op_id"].to_numpy())
+    return (trace.calls["op_id"].map(phase) == "eval").to_numpy()
+
+
 def _from_profiler_steps(trace: RankTrace) -> np.ndarray | None:
     ops = trace.ops
     if not len(ops):
@@ -79,12 +90,15 @@ def _from_profiler_steps(trace: RankTrace) -> np.ndarray | None:
     return _monotone(pd.Series(np.where(inside, steps["step"].to_numpy()[np.maximum(i, 0)], np.nan)))
 
 
-def _steady(bounds: np.ndarray, opcodes: np.ndarray, source: str) -> Iterations:
+def _steady(bounds: np.ndarray, opcodes: np.ndarray, source: str, evaluating: np.ndarray | None = None) -> Iterations:
     count = len(bounds) - 1
     if count == 1:
         return Iterations(bounds, np.array([0]), source)
     device = np.add.reduceat(np.isin(opcodes, DEVICE_OPS).astype(np.int64), bounds[:-1])
     steady = list(range(1, count))
+    if evaluating is not None and evaluating.any():
+        training = [k for k in steady if not evaluating[bounds[k]:bounds[k + 1]].any()]
+        steady = training or steady
     if len(steady) > 1 and device[steady[-1]] < PARTIAL_SHARE * np.median(device[steady[:-1]]):
         steady.pop()
     return Iterations(bounds, np.array(steady or [count - 1]), source)

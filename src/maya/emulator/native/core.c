@@ -33,14 +33,19 @@ static void set_defaults(maya_device_cfg *d) {
   d->clock_khz = 1980000; d->mem_clock_khz = 2619000; d->bus_width_bits = 5120;
   d->l2_bytes = 52428800; d->smem_per_sm = 233472; d->smem_per_block_optin = 232448;
   d->max_threads_per_sm = 2048; d->regs_per_sm = 65536;
+  d->power_limit_w = 700;
 }
 
+static int configured; /* a rank's configuration was read (out_dir is its capture directory) */
+
 static void load_config(void) {
+  configured = 0;
   for (int i = 0; i < MAYA_MAX_DEVICES; i++) set_defaults(&maya_dev[i]);
   const char *path = getenv("MAYA_EMU_CONFIG");
   if (!path) return;
   FILE *f = fopen(path, "r");
   if (!f) { fprintf(stderr, "maya emulator: cannot read config %s\n", path); return; }
+  configured = 1;
   char line[1024];
   maya_device_cfg d;
   set_defaults(&d);
@@ -67,6 +72,7 @@ static void load_config(void) {
     else if (!strcmp(key, "smem_per_block_optin")) d.smem_per_block_optin = atoi(val);
     else if (!strcmp(key, "max_threads_per_sm")) d.max_threads_per_sm = atoi(val);
     else if (!strcmp(key, "regs_per_sm")) d.regs_per_sm = atoi(val);
+    else if (!strcmp(key, "power_limit_w")) d.power_limit_w = atoi(val);
   }
   fclose(f);
   if (maya_ndev < 1) maya_ndev = 1;
@@ -120,7 +126,7 @@ static void write_all(int fd, const void *data, size_t n) {
   }
 }
 
-static int forked_child; /* a fork of the emulated process (DataLoader worker) writes no trace */
+static int forked_child; /* not the emulated process itself (a DataLoader fork, a worker it started): no trace */
 
 static void flush_buf(thread_buf *b) {
   if (forked_child) b->n = 0;
@@ -167,9 +173,27 @@ maya_rec *maya_begin(int api, int domain, int kind) {
 static atomic_int captures_active;
 static void divert_to_graph(maya_rec *r);
 
+/* What the thread did since its last host read (see "host reads"): a hash of its calls' APIs and, for
+ * device work, kernels, shapes and sizes (not addresses, times or allocations). */
+#define WINDOW_SEED 1469598103934665603ull
+static __thread uint64_t window = WINDOW_SEED;
+static __thread int window_work; /* device work (kernels, copies to the device, collectives) since then */
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
 void maya_end(maya_rec *r, int status) {
   r->status = status;
   r->dur_ns = maya_now() - r->start_ns;
+  if (r->kind != K_ALLOC) {
+    window = mix(window, (uint64_t)r->api);
+    if (r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_COPY || r->kind == K_MEMSET || r->kind == K_ATTN)
+      for (int i = 0; i < 3; i++) window = mix(window, (uint64_t)r->a[i]);
+    window_work |= r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN ||
+                   r->kind == K_COLL || (r->kind == K_COPY && r->a[1] != 2);
+  }
   if (__builtin_expect(atomic_load_explicit(&captures_active, memory_order_relaxed) > 0, 0)) divert_to_graph(r);
 }
 
@@ -225,6 +249,117 @@ void maya_unimplemented(const char *name, int domain) {
   depth--;
 }
 
+/* ------------------------------------------------------------------ host reads
+ * A device-to-host copy gives the host what the device memory holds: real bytes where a small copy or
+ * memset put them, else whatever the allocation last held (kernels write nothing here). A loop whose
+ * condition is such a value (`while not done.item()`, trunc_normal_'s `if not mask.any(): break`,
+ * `while (x > tol).any()`) would then test the same stale bytes forever. So the reads of one scalar
+ * (up to 8 bytes: .item(), bool(), .any(), torch.equal, nonzero's count) are watched per thread: a read
+ * is keyed by what the thread did since its previous read (the window hash) and its size; the same key
+ * again, with device work in between (a loop recomputes its condition; reads of one element after
+ * another do nothing in between) and no training progress (an iteration ended or autograd ran a backward
+ * op), is the script coming back around a loop, and the read returns the opposite of what that key
+ * returned last: zero for a non-zero value, one (of the element type, when the read is an .item()) for zero.
+ * A loop whose condition a stand-in can decide therefore ends within two passes. One that goes on
+ * for MAYA_EMU_LOOP_LIMIT repeated reads (default 10000) without a new read or progress is stopped:
+ * its read fails with a message naming the ops it is in, which the script sees as a CUDA error. */
+
+#define READ_HISTORY 8
+#define DEFAULT_LOOP_LIMIT 10000
+
+typedef struct {
+  uint64_t key;
+  unsigned char value[8]; /* what the read returned last */
+} read_site;
+
+static _Atomic int64_t progress_epoch;
+static _Atomic int64_t graph_launches;
+static __thread read_site history[READ_HISTORY];
+static __thread int history_n, history_next;
+static __thread int64_t history_epoch = -1, loop_reads;
+static __thread unsigned char one_value[8];
+static __thread int one_size; /* the element size of the scalar being read (.item()), 0 if unknown */
+static const char *(*describe_ops)(void); /* the ops open on this thread (the op observer) */
+static char stop_reason[1024];
+static _Atomic int stopped;
+
+MAYA_EXPORT void maya_emu_progress(void) { atomic_fetch_add_explicit(&progress_epoch, 1, memory_order_relaxed); }
+MAYA_EXPORT int64_t maya_emu_graph_launches(void) { return atomic_load(&graph_launches); }
+MAYA_EXPORT void maya_emu_describe_ops(const char *(*fn)(void)) { describe_ops = fn; }
+
+/* The value 1 of the element type the thread's next scalar read has (set by the op observer around
+ * aten::_local_scalar_dense; size 0 clears it). */
+MAYA_EXPORT void maya_emu_read_one(const void *one, int size) {
+  one_size = size > 0 && size <= 8 ? size : 0;
+  if (one_size) memcpy(one_value, one, (size_t)one_size);
+}
+
+static long loop_limit(void) {
+  static long limit = -1;
+  if (limit < 0) {
+    const char *v = getenv("MAYA_EMU_LOOP_LIMIT");
+    limit = v && *v ? strtol(v, NULL, 10) : DEFAULT_LOOP_LIMIT;
+  }
+  return limit;
+}
+
+const char *maya_stop_reason(void) { return atomic_load(&stopped) ? stop_reason : NULL; }
+MAYA_EXPORT const char *maya_emu_stop_reason(void) { return maya_stop_reason(); } /* for the runner */
+
+static int stop_loop(void) {
+  if (!atomic_exchange(&stopped, 1)) {
+    const char *ops = describe_ops ? describe_ops() : NULL;
+    snprintf(stop_reason, sizeof stop_reason,
+             "maya emulator stopped the rank: it read the same device value %ld times, each time after the same "
+             "work, with no training progress (no optimizer step, no backward) and the stand-ins 0 and 1 both "
+             "tried: a loop on device values that emulation cannot end (the read is in %s). Set "
+             "MAYA_EMU_LOOP_LIMIT to allow longer loops", loop_limit(), ops && *ops ? ops : "no framework op");
+    fprintf(stderr, "%s\n", stop_reason);
+  }
+  return -1;
+}
+
+int maya_host_read(maya_rec *r, void *dst, const void *src, size_t n) {
+  r->flags |= F_DATA_DEPENDENT; /* the host reads what only the GPU would compute */
+  maya_copy(dst, src, n);
+  uint64_t key = mix(window, n);
+  int work = window_work;
+  window = WINDOW_SEED;
+  window_work = 0;
+  if (n == 0 || n > 8 || !dst || !work) return 0;
+  int64_t epoch = atomic_load_explicit(&progress_epoch, memory_order_relaxed);
+  if (epoch != history_epoch) {
+    history_epoch = epoch;
+    history_n = history_next = 0;
+    loop_reads = 0;
+  }
+  read_site *site = NULL;
+  for (int i = 0; i < history_n && !site; i++)
+    if (history[i].key == key) site = &history[i];
+  if (!site) {
+    site = &history[history_next];
+    history_next = (history_next + 1) % READ_HISTORY;
+    if (history_n < READ_HISTORY) history_n++;
+    site->key = key;
+    memcpy(site->value, dst, n);
+    loop_reads = 0;
+    return 0;
+  }
+  long limit = loop_limit();
+  if (limit > 0 && ++loop_reads > limit) return stop_loop();
+  int zero = 1;
+  for (size_t i = 0; i < n; i++) zero &= site->value[i] == 0;
+  unsigned char value[8] = {0};
+  if (zero) {
+    if ((size_t)one_size == n) memcpy(value, one_value, n);
+    else value[0] = 1; /* an integer 1, little-endian */
+  }
+  memcpy(dst, value, n);
+  memcpy(site->value, value, n);
+  r->a[3] = zero ? 2 : 1;
+  return 0;
+}
+
 /* ------------------------------------------------------------------ devices and threads */
 
 void maya_emu_set_op(int64_t op) { current_op = op; }
@@ -245,7 +380,30 @@ typedef struct {
 /* allocations sorted by base address: exact and interior lookups by binary search */
 static alloc *allocs;
 static size_t n_allocs, cap_allocs;
-static size_t used[MAYA_MAX_DEVICES], peak[MAYA_MAX_DEVICES];
+static size_t used[MAYA_MAX_DEVICES];
+static _Atomic int64_t *published; /* used[], shared with the processes the rank starts (device_memory) */
+
+static void publish_memory(void) {
+  if (!configured) return;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/device_memory", out_dir);
+  int fd = open(path, (forked_child ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  size_t size = MAYA_MAX_DEVICES * sizeof(int64_t);
+  if (!forked_child && ftruncate(fd, (off_t)size) != 0) { close(fd); return; }
+  void *p = mmap(NULL, size, forked_child ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  published = p == MAP_FAILED ? NULL : p;
+}
+
+size_t maya_dev_used_by_rank(int device) {
+  return forked_child ? (published ? (size_t)atomic_load(&published[device]) : 0) : used[device];
+}
+
+long maya_rank_pid(void) {
+  const char *pid = getenv("MAYA_EMU_RANK_PID");
+  return pid && *pid ? strtol(pid, NULL, 10) : (long)getpid();
+}
 
 static size_t lower_bound(uintptr_t p) { /* first index with base > p */
   size_t lo = 0, hi = n_allocs;
@@ -285,6 +443,7 @@ static int take_alloc(uintptr_t base, alloc *out) {
 }
 
 static void record_mem(int kind, int device, uintptr_t addr, size_t bytes, int64_t stream, int space) {
+  if (published && !forked_child) atomic_store(&published[device], (int64_t)used[device]);
   static int api = -1;
   if (api < 0) api = maya_api_id("<memory>");
   maya_rec *r = maya_begin(api, D_RUNTIME, K_ALLOC);
@@ -308,7 +467,6 @@ void *maya_dev_alloc(int device, size_t bytes, int64_t stream, int *oom) {
     return NULL;
   }
   used[device] += rounded;
-  if (used[device] > peak[device]) peak[device] = used[device];
   pthread_mutex_unlock(&lock);
   void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
@@ -475,7 +633,61 @@ struct maya_graph {
   int64_t id, origin;
   maya_rec *recs;
   size_t n, cap;
+  maya_user_object **owned; /* one entry per reference the graph holds */
+  size_t n_owned, cap_owned;
 };
+
+/* User objects (cudaUserObjectCreate): a host pointer and its destructor, run when the last reference
+ * goes, a graph's references included (NCCL keeps its buffers alive this way while a graph captures
+ * collectives). Real CUDA may run the destructor later, on its own thread; here it runs at once. */
+struct maya_user_object {
+  void *ptr;
+  void (*destroy)(void *);
+  _Atomic long refs;
+};
+
+maya_user_object *maya_user_object_create(void *ptr, void (*destroy)(void *), unsigned refs) {
+  maya_user_object *o = calloc(1, sizeof *o);
+  o->ptr = ptr;
+  o->destroy = destroy;
+  atomic_store(&o->refs, (long)refs);
+  return o;
+}
+
+void maya_user_object_retain(maya_user_object *o, unsigned n) { atomic_fetch_add(&o->refs, (long)n); }
+
+void maya_user_object_release(maya_user_object *o, unsigned n) {
+  if (atomic_fetch_sub(&o->refs, (long)n) == (long)n) {
+    if (o->destroy) o->destroy(o->ptr);
+    free(o);
+  }
+}
+
+void maya_graph_hold(maya_graph *g, maya_user_object *o, unsigned n) {
+  pthread_mutex_lock(&lock);
+  for (unsigned i = 0; i < n; i++) {
+    if (g->n_owned == g->cap_owned) {
+      g->cap_owned = g->cap_owned ? 2 * g->cap_owned : 8;
+      g->owned = realloc(g->owned, g->cap_owned * sizeof *g->owned);
+    }
+    g->owned[g->n_owned++] = o;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+int maya_graph_unhold(maya_graph *g, maya_user_object *o, unsigned n) {
+  pthread_mutex_lock(&lock);
+  size_t held = 0;
+  for (size_t i = 0; i < g->n_owned; i++) held += g->owned[i] == o;
+  int ok = held >= n;
+  for (size_t i = g->n_owned; ok && n && i-- > 0;) {
+    if (g->owned[i] != o) continue;
+    g->owned[i] = g->owned[--g->n_owned];
+    n--;
+  }
+  pthread_mutex_unlock(&lock);
+  return ok ? 0 : -1;
+}
 
 #define MAX_CAPTURING 64
 static struct { int64_t stream; maya_graph *g; } capturing[MAX_CAPTURING];
@@ -550,6 +762,7 @@ int64_t maya_graph_id(const maya_graph *g) { return g->id; }
 size_t maya_graph_size(const maya_graph *g) { return g->n; }
 
 void maya_graph_launch(const maya_graph *g, int api, int64_t stream) {
+  atomic_fetch_add(&graph_launches, 1);
   maya_rec *launch = maya_begin(api, D_RUNTIME, K_PLAIN);
   launch->stream = stream;
   launch->a[0] = g->id;
@@ -574,36 +787,40 @@ maya_graph *maya_graph_clone(const maya_graph *g) {
   c->cap = g->n;
   c->recs = malloc((g->n ? g->n : 1) * sizeof *c->recs);
   memcpy(c->recs, g->recs, g->n * sizeof *c->recs);
+  /* an executable graph holds its own references to the graph's user objects */
+  c->cap_owned = g->n_owned;
+  c->owned = malloc((g->n_owned ? g->n_owned : 1) * sizeof *c->owned);
+  memcpy(c->owned, g->owned, g->n_owned * sizeof *c->owned);
+  for (size_t i = 0; i < g->n_owned; i++) maya_user_object_retain(g->owned[i], 1);
   return c;
 }
 
 void maya_graph_free(maya_graph *g) {
   if (!g) return;
+  for (size_t i = 0; i < g->n_owned; i++) maya_user_object_release(g->owned[i], 1);
+  free(g->owned);
   free(g->recs);
   free(g);
 }
 
 /* ------------------------------------------------------------------ life cycle */
 
-static void write_summary(void) {
-  char line[256];
-  for (int d = 0; d < maya_ndev; d++) {
-    snprintf(line, sizeof line, "%d\t%zu\t%zu\n", d, peak[d], used[d]);
-    maya_side_write("memory.tsv", line);
-  }
-}
-
 static void at_exit(void) {
   if (finished || forked_child) return;
   finished = 1;
   maya_flush_all();
-  write_summary();
 }
 
 static void in_forked_child(void) { forked_child = 1; }
 
 __attribute__((constructor)) static void init(void) {
+  /* a process the rank started (an Inductor compile worker, a tool) inherits the preloaded stubs and the
+   * configuration, but the capture directory is the rank's: it records nothing (the runner names the
+   * rank's pid) */
+  const char *rank_pid = getenv("MAYA_EMU_RANK_PID");
+  if (rank_pid && *rank_pid && strtol(rank_pid, NULL, 10) != (long)getpid()) forked_child = 1;
   load_config();
+  publish_memory();
   atexit(at_exit);
   pthread_atfork(NULL, NULL, in_forked_child);
 }
@@ -622,5 +839,6 @@ MAYA_EXPORT int maya_emu_restart(void) {
   reserved_per_device = 0;
   snprintf(out_dir, sizeof out_dir, ".");
   load_config();
+  publish_memory();
   return 0;
 }

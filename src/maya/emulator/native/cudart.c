@@ -250,6 +250,7 @@ MAYA_EXPORT const char *cudaGetErrorName(cudaError_t e) {
 }
 
 MAYA_EXPORT const char *cudaGetErrorString(cudaError_t e) {
+  if (e == cudaErrorLaunchTimeout && maya_stop_reason()) return maya_stop_reason(); /* a loop stopped */
   switch (e) {
     CUDA_ERRORS(ERROR_TEXT)
     default: return "unrecognized error code";
@@ -353,9 +354,12 @@ static cudaError_t record_copy(int api, void *dst, const void *src, size_t count
   r->stream = stream;
   r->a[0] = (int64_t)count;
   r->a[1] = copy_kind(kind, dst, src);
-  if (r->a[1] == 2) r->flags |= F_DATA_DEPENDENT; /* the host reads what only the GPU would compute */
   r->a[2] = sync;
-  maya_copy(dst, src, count);
+  if (r->a[1] == 2 && maya_host_read(r, dst, src, count) < 0) {
+    maya_end(r, cudaErrorLaunchTimeout);
+    return ret(cudaErrorLaunchTimeout);
+  }
+  if (r->a[1] != 2) maya_copy(dst, src, count);
   maya_end(r, 0);
   return cudaSuccess;
 }
@@ -387,6 +391,7 @@ MAYA_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *
   r->stream = maya_stream_id(stream);
   r->a[0] = (int64_t)(width * height);
   r->a[1] = copy_kind(kind, dst, src);
+  if (r->a[1] == 2) r->flags |= F_DATA_DEPENDENT;
   if (width * height <= MAYA_SMALL_COPY)
     for (size_t row = 0; row < height; row++) maya_copy((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
   maya_end(r, 0);
@@ -592,6 +597,50 @@ MAYA_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
 MAYA_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   maya_graph_free((maya_graph *)exec);
   return cudaSuccess;
+}
+
+static cudaError_t plain(int api, cudaError_t e) {
+  maya_end(maya_begin(api, D_RUNTIME, K_PLAIN), e);
+  return ret(e);
+}
+
+MAYA_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *out, void *ptr, cudaHostFn_t destroy,
+                                             unsigned refs, unsigned flags) {
+  int api = API("cudaUserObjectCreate");
+  if (!out || !refs || flags != cudaUserObjectNoDestructorSync) return plain(api, cudaErrorInvalidValue);
+  *out = (cudaUserObject_t)maya_user_object_create(ptr, destroy, refs);
+  return plain(api, cudaSuccess);
+}
+
+MAYA_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t o, unsigned n) {
+  int api = API("cudaUserObjectRetain");
+  if (!o || !n) return plain(api, cudaErrorInvalidValue);
+  maya_user_object_retain((maya_user_object *)o, n);
+  return plain(api, cudaSuccess);
+}
+
+MAYA_EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t o, unsigned n) {
+  int api = API("cudaUserObjectRelease");
+  if (!o || !n) return plain(api, cudaErrorInvalidValue);
+  maya_user_object_release((maya_user_object *)o, n);
+  return plain(api, cudaSuccess);
+}
+
+/* The graph takes `n` references: new ones, or the caller's (cudaGraphUserObjectMove). */
+MAYA_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t o, unsigned n, unsigned flags) {
+  int api = API("cudaGraphRetainUserObject");
+  if (!graph || !o || !n || (flags & ~(unsigned)cudaGraphUserObjectMove)) return plain(api, cudaErrorInvalidValue);
+  if (!(flags & cudaGraphUserObjectMove)) maya_user_object_retain((maya_user_object *)o, n);
+  maya_graph_hold((maya_graph *)graph, (maya_user_object *)o, n);
+  return plain(api, cudaSuccess);
+}
+
+MAYA_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t o, unsigned n) {
+  int api = API("cudaGraphReleaseUserObject");
+  if (!graph || !o || !n) return plain(api, cudaErrorInvalidValue);
+  if (maya_graph_unhold((maya_graph *)graph, (maya_user_object *)o, n) < 0) return plain(api, cudaErrorInvalidValue);
+  maya_user_object_release((maya_user_object *)o, n);
+  return plain(api, cudaSuccess);
 }
 
 MAYA_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {

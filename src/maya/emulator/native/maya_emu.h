@@ -16,7 +16,7 @@
 #define MAYA_SMALL_COPY (1u << 20) /* copies up to 1 MiB really move bytes */
 
 /* API domains (api_calls.domain). */
-enum { D_RUNTIME = 0, D_DRIVER, D_CUBLAS, D_CUBLASLT, D_CUDNN, D_NCCL, D_OTHER };
+enum { D_RUNTIME = 0, D_DRIVER, D_CUBLAS, D_CUBLASLT, D_CUDNN, D_NCCL, D_OTHER, D_NVML };
 
 /* Record kinds: what the payload `a[8]` holds. */
 enum {
@@ -24,7 +24,8 @@ enum {
   K_LAUNCH,      /* a0 kernel_id, a1 grid x|y<<32, a2 grid z, a3 block x|y<<32, a4 block z, a5 smem,
                     a7 elements (a library's own kernels), else 0 */
   K_GEMM,        /* a0 m, a1 n, a2 k, a3 batch, a4 transA|transB<<8, a5 dtypeA|B<<16|C<<32, a6 compute */
-  K_COPY,        /* a0 bytes, a1 memcpy kind (0 HtoH 1 HtoD 2 DtoH 3 DtoD 4 default 5 PtoP) */
+  K_COPY,        /* a0 bytes, a1 memcpy kind (0 HtoH 1 HtoD 2 DtoH 3 DtoD 4 default 5 PtoP), a2 synchronous,
+                    a3 stand-in a host read got to end a loop (0 the device bytes, 1 zero, 2 one) */
   K_MEMSET,      /* a0 bytes */
   K_COLL,        /* a0 comm id, a1 count, a2 op, a3 dtype, a4 root, a5 peer, a6 comm seq, a7 recv count */
   K_EVENT,       /* a0 event id */
@@ -54,6 +55,7 @@ typedef struct {
   size_t memory_bytes;
   int clock_khz, mem_clock_khz, bus_width_bits, l2_bytes;
   int smem_per_sm, smem_per_block_optin, max_threads_per_sm, regs_per_sm;
+  int power_limit_w;
 } maya_device_cfg;
 
 /* configuration (from the file named by $MAYA_EMU_CONFIG) */
@@ -95,6 +97,10 @@ void *maya_dev_alloc(int device, size_t bytes, int64_t stream, int *oom);
 int maya_dev_free(void *ptr, int64_t stream); /* 0 ok, -1 unknown pointer */
 int maya_dev_lookup(const void *ptr, int *device, size_t *size); /* 1 if ptr is inside an allocation */
 size_t maya_dev_used(int device);
+/* What the rank has allocated on the device, also in the processes it starts (nvidia-smi): the rank
+ * publishes it in <out>/device_memory. */
+size_t maya_dev_used_by_rank(int device);
+long maya_rank_pid(void);
 void *maya_host_alloc(size_t bytes);
 int maya_host_free(void *ptr);
 int maya_is_host_alloc(const void *ptr);
@@ -134,9 +140,23 @@ int64_t maya_graph_id(const maya_graph *g);
 size_t maya_graph_size(const maya_graph *g);
 void maya_graph_launch(const maya_graph *g, int api, int64_t stream);
 maya_graph *maya_graph_clone(const maya_graph *g); /* an executable graph owns its copy */
-void maya_graph_free(maya_graph *g);
+void maya_graph_free(maya_graph *g);                /* releases the user objects it holds */
+
+/* user objects (cudaUserObjectCreate) and the references graphs hold to them */
+typedef struct maya_user_object maya_user_object;
+maya_user_object *maya_user_object_create(void *ptr, void (*destroy)(void *), unsigned refs);
+void maya_user_object_retain(maya_user_object *o, unsigned n);
+void maya_user_object_release(maya_user_object *o, unsigned n); /* the last one runs the destructor */
+void maya_graph_hold(maya_graph *g, maya_user_object *o, unsigned n);
+int maya_graph_unhold(maya_graph *g, maya_user_object *o, unsigned n); /* -1 if it holds fewer */
 
 /* side files */
 void maya_side_write(const char *file, const char *line);
+
+/* Host reads of device memory (device-to-host copies): the value the host gets (see core.c, "host
+ * reads"). Copies the bytes and marks the record data-dependent; returns -1 when the rank must stop
+ * (a loop that makes no progress), the record then carrying the failure. */
+int maya_host_read(maya_rec *r, void *dst, const void *src, size_t n);
+const char *maya_stop_reason(void); /* why the rank was stopped, NULL if it was not */
 
 #endif

@@ -28,6 +28,9 @@
 extern "C" {
 void maya_emu_set_op(int64_t op);  // libmaya_emu: the op later records on this thread belong to
 int64_t maya_now(void);
+void maya_emu_progress(void);                       // training progressed (host reads, core.c)
+void maya_emu_read_one(const void* one, int size);  // the element type of the scalar read next
+void maya_emu_describe_ops(const char* (*fn)(void));
 }
 
 namespace {
@@ -55,7 +58,9 @@ std::string out_dir;
 
 std::mutex strings_mutex;
 std::unordered_map<std::string, int32_t> strings;
+std::vector<std::string> string_by_id;
 int strings_fd = -1;
+std::atomic<int64_t> backward_ops{0};
 
 void write_all(int fd, const void* data, size_t n) {
   auto* p = static_cast<const char*>(data);
@@ -78,6 +83,7 @@ int32_t intern(const std::string& s) {
   if (it != strings.end()) return it->second;
   auto id = static_cast<int32_t>(strings.size());
   strings.emplace(s, id);
+  string_by_id.push_back(s);
   std::string line = std::to_string(id) + '\t' + s + '\n';
   if (forked_child) return id;
   if (strings_fd < 0) strings_fd = ::open((out_dir + "/op_strings.tsv").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -92,6 +98,7 @@ std::vector<ThreadState*> threads;
 struct ThreadState {
   struct Open {
     int64_t op_id, index;  // index of its enter record in buf, -1 once flushed
+    int32_t name;
   };
   std::vector<Open> open;  // ops entered and not yet exited, innermost last
   std::vector<OpRecord> buf;
@@ -227,15 +234,52 @@ int32_t inputs_id(const at::RecordFunction& fn, int32_t name) {
 
 struct OpContext : at::ObserverContext {
   int64_t op_id;
+  bool scalar_read = false;  // aten::_local_scalar_dense: the element type was handed to libmaya_emu
   explicit OpContext(int64_t id) : op_id(id) {}
 };
+
+/* The bytes of 1 in the element type of a scalar about to be read to the host (.item(), bool()), so
+ * that a stand-in "one" reads as 1 in it; 0 bytes for a type without one here. */
+int one_of(c10::ScalarType t, unsigned char* out) {
+  switch (t) {
+    case c10::ScalarType::Float: { float v = 1.0f; std::memcpy(out, &v, 4); return 4; }
+    case c10::ScalarType::Double: { double v = 1.0; std::memcpy(out, &v, 8); return 8; }
+    case c10::ScalarType::Half: { uint16_t v = 0x3c00; std::memcpy(out, &v, 2); return 2; }
+    case c10::ScalarType::BFloat16: { uint16_t v = 0x3f80; std::memcpy(out, &v, 2); return 2; }
+    case c10::ScalarType::Bool:
+    case c10::ScalarType::Byte:
+    case c10::ScalarType::Char:
+    case c10::ScalarType::Short:
+    case c10::ScalarType::Int:
+    case c10::ScalarType::Long: {
+      int size = static_cast<int>(c10::elementSize(t));
+      std::memset(out, 0, 8);
+      out[0] = 1;
+      return size;
+    }
+    default: return 0;
+  }
+}
+
+/* "aten::is_nonzero > aten::item > aten::_local_scalar_dense": the ops open on this thread, for messages. */
+const char* describe_open_ops() {
+  thread_local std::string text;
+  text.clear();
+  std::lock_guard<std::mutex> guard(strings_mutex);
+  for (const auto& o : state().open) {
+    if (o.name < 0 || static_cast<size_t>(o.name) >= string_by_id.size()) continue;
+    if (!text.empty()) text += " > ";
+    text += string_by_id[o.name];
+  }
+  return text.c_str();
+}
 
 int64_t enter(ThreadState& s, int32_t name, int32_t inputs, int32_t scope, int64_t seq_nr) {
   int64_t id = next_op.fetch_add(1, std::memory_order_relaxed);
   int64_t parent = s.open.empty() ? -1 : s.open.back().op_id;
   int64_t index = s.add({id, parent, maya_now(), -1, seq_nr, iteration.load(std::memory_order_relaxed), name, inputs,
                          ENTER, static_cast<int8_t>(scope), static_cast<int16_t>(s.flags)});
-  s.open.push_back({id, index});
+  s.open.push_back({id, index, name});
   maya_emu_set_op(id);
   return id;
 }
@@ -255,15 +299,33 @@ void leave(ThreadState& s, int64_t id) {
   maya_emu_set_op(s.open.empty() ? -1 : s.open.back().op_id);
 }
 
+int32_t local_scalar_dense = -1;  // interned at install
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (forked_child) return nullptr;
   int32_t name = name_id(fn.name());
-  return std::make_unique<OpContext>(enter(state(), name, inputs_id(fn, name), static_cast<int32_t>(fn.scope()),
-                                           fn.seqNr()));
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    backward_ops.fetch_add(1, std::memory_order_relaxed);
+    maya_emu_progress();
+  }
+  auto ctx = std::make_unique<OpContext>(enter(state(), name, inputs_id(fn, name), static_cast<int32_t>(fn.scope()),
+                                               fn.seqNr()));
+  if (name == local_scalar_dense && !fn.inputs().empty() && fn.inputs()[0].isTensor()) {
+    unsigned char one[8];
+    int size = one_of(fn.inputs()[0].toTensor().scalar_type(), one);
+    if (size) {
+      maya_emu_read_one(one, size);
+      ctx->scalar_read = true;
+    }
+  }
+  return ctx;
 }
 
 void on_exit(const at::RecordFunction&, at::ObserverContext* ctx) {
-  if (ctx) leave(state(), static_cast<OpContext*>(ctx)->op_id);
+  if (!ctx) return;
+  auto* op = static_cast<OpContext*>(ctx);
+  if (op->scalar_read) maya_emu_read_one(nullptr, 0);
+  leave(state(), op->op_id);
 }
 
 at::CallbackHandle handle = 0;
@@ -276,6 +338,8 @@ extern "C" {
 __attribute__((visibility("default"))) int maya_ops_install(const char* dir) {
   if (handle) return 0;
   out_dir = dir;
+  local_scalar_dense = intern("aten::_local_scalar_dense");
+  maya_emu_describe_ops(describe_open_ops);
   handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit).needsInputs(true));
   pthread_atfork(nullptr, nullptr, [] { forked_child = true; });
   return 0;
@@ -294,6 +358,12 @@ __attribute__((visibility("default"))) void maya_ops_range_exit(int64_t id) {
 /* The training iteration ops entered from now on belong to. */
 __attribute__((visibility("default"))) void maya_ops_set_iteration(int32_t n) {
   iteration.store(n, std::memory_order_relaxed);
+  maya_emu_progress();
+}
+
+/* Backward ops autograd has run so far (the iteration clock tells iterations from extra optimizers). */
+__attribute__((visibility("default"))) int64_t maya_ops_backward_ops(void) {
+  return backward_ops.load(std::memory_order_relaxed);
 }
 
 /* Stop observing and flush every thread's records. */

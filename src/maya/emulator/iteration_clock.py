@@ -1,0 +1,76 @@
+"""Training iterations of an emulated rank, and `maya emulate --iterations N`.
+
+An iteration ends at an optimizer step (a global optimizer-step post-hook). A step only starts a new
+iteration if the model computed something since the last one began (a module was called, autograd ran
+a backward op, or a CUDA graph was launched): a script stepping several optimizers per iteration
+(Muon and AdamW, say) counts one iteration, not one per optimizer. GradScaler's skipped steps never
+reach the hook.
+
+With a limit of N, the rank stops once N iterations are done, at the first sign of the next one:
+the next call of a module (an evaluation pass after step N included), or a step that would end
+iteration N + 1 (scripts whose model runs as a replayed CUDA graph call no module). It stops by
+raising `StopScript` (a BaseException, which the script's `except Exception` lets through), so every
+rank of an SPMD job stops at the same iteration and the trace holds iterations 0..N-1 whole.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Callable
+
+from maya.core.script_runner import StopScript
+
+ITERATIONS_ENV = "MAYA_EMU_ITERATIONS"
+"""The limit (`maya emulate --iterations`), passed to the rank; unset or 0: run the script to its end."""
+
+
+class IterationLimitReached(StopScript):
+    """The rank did the training iterations it was asked for."""
+
+
+class IterationClock:
+    """Counts iterations; `set_iteration(n)` labels the ops entered from then on (the observer)."""
+
+    def __init__(self, set_iteration: Callable[[int], None], backward_ops: Callable[[], int],
+                 graph_launches: Callable[[], int], limit: int = 0):
+        self.set_iteration, self.limit = set_iteration, limit
+        self.backward_ops, self.graph_launches = backward_ops, graph_launches
+        self.iteration = 0
+        self.stepped = False
+        self.module_calls = 0
+        self.marks = self._marks()
+
+    def _marks(self) -> tuple[int, int, int]:
+        return self.module_calls, self.backward_ops(), self.graph_launches()
+
+    def module_called(self) -> None:
+        """A module's forward starts (the runner's global forward pre-hook)."""
+        self.module_calls += 1
+        if self.limit and self.iteration >= self.limit:
+            self._stop()
+
+    def optimizer_stepped(self, *_) -> None:
+        """An optimizer step ended (the global optimizer-step post-hook)."""
+        marks = self._marks()
+        if self.stepped and marks == self.marks:
+            return  # another optimizer of the iteration that just ended
+        self.stepped, self.marks = True, marks
+        if self.limit and self.iteration >= self.limit:
+            self._stop()
+        self.iteration += 1
+        self.set_iteration(self.iteration)
+
+    def _stop(self) -> None:
+        print(f"maya emulator: stopping the script after {self.iteration} training iterations "
+              f"(--iterations {self.limit})", file=sys.stderr, flush=True)
+        raise IterationLimitReached(self.iteration)
+
+
+def native_clock(observer: ctypes.CDLL, emulator: ctypes.CDLL, limit: int) -> IterationClock:
+    """The clock of a rank: labels go to the op observer (libmaya_ops), backward ops are counted there,
+    CUDA graph launches by the stubs (libmaya_emu)."""
+    observer.maya_ops_set_iteration.argtypes = [ctypes.c_int32]
+    observer.maya_ops_backward_ops.restype = ctypes.c_int64
+    emulator.maya_emu_graph_launches.restype = ctypes.c_int64
+    return IterationClock(observer.maya_ops_set_iteration, observer.maya_ops_backward_ops,
+                          emulator.maya_emu_graph_launches, limit)

@@ -1,0 +1,34 @@
+"""Loops on values only a GPU computes: `while not done.item()`, `while flag.item()` on a flag whose
+bytes a copy put there (real bytes the loop's kernels never change), a convergence check with
+`torch.allclose`, and (`--endless`) one that no stand-in can end: `while x.sum().item() != 12345`."""
+import sys
+
+import torch
+
+x = torch.ones(1024, device="cuda")
+done = torch.zeros((), dtype=torch.bool, device="cuda")
+passes = 0
+while not done.item():
+    x = x * 2
+    done = (x > 1e6).all()
+    passes += 1
+print(f"flag loop ended after {passes} passes")
+
+flag = torch.tensor(True).cuda()
+passes = 0
+while flag.item():
+    flag &= torch.rand((), device="cuda") < 0.5
+    passes += 1
+print(f"sticky flag loop ended after {passes} passes")
+
+y = torch.randn(256, device="cuda")
+for passes in range(1, 1000):
+    new = 0.5 * (y + 2 / y)
+    if torch.allclose(new, y):
+        break
+    y = new
+print(f"convergence loop ended after {passes} passes")
+
+if "--endless" in sys.argv:
+    while x.sum().item() != 12345:
+        x = x + 1
