@@ -2,7 +2,8 @@
 
 - `KernelEstimator.predict(calls)`: kernel durations for a call frame (`calls`), by lookup of
   measured shapes, learned per-family efficiency models or the analytical roofline;
-- `CollectiveModel`: NCCL ring / tree / NVLS alpha-beta times on a cluster (`data/clusters/`);
+- `CollectiveModel`: NCCL algorithm and protocol times on a cluster's links (`data/clusters/`), with
+  per-link figures fitted to measured NCCL (`CollectiveParams`, `data/collectives/`);
 - `HostOverheadModel`: CPU cost per API call;
 - `Registry` / `train_version`: versions of trained estimators in the DuckDB warehouse.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from .calls import FAMILIES, CallFrameError
 from .clusters import ClusterSpec, load_cluster
+from .collective_params import CollectiveParams
 from .collectives import CollectiveModel
 from .host_overhead import HostOverheadModel
 from .kernel_estimator import METHODS, KernelEstimator
@@ -18,5 +20,6 @@ from .training import TrainConfig, train
 from .versioning import train_version
 
 __all__ = ["FAMILIES", "METHODS", "ArtifactError", "CallFrameError", "ClusterSpec", "CollectiveModel",
+           "CollectiveParams",
            "HostOverheadModel", "KernelEstimator", "Registry", "RegistryError", "TrainConfig", "UnknownVersion",
            "load_cluster", "train", "train_version"]
