@@ -199,3 +199,15 @@ def test_shipped_parameters_name_their_data():
     params = shipped_params()
     assert params.provenance["rows"] > 10_000 and len(params.digest) == 64
     assert set(params.networks) == {"a100_dgx", "a100_pairwise_nvlink", "a40_pairwise_nvlink"}
+
+
+def test_shipped_parameters_were_fitted_on_the_shipped_measurements():
+    import hashlib
+
+    from maya.estimators.collective_data import shipped_dataset
+
+    if not shipped_dataset().is_file():
+        pytest.skip("data/vidur/collectives.parquet is not shipped in this checkout")
+    digest = hashlib.sha256(shipped_dataset().read_bytes()).hexdigest()
+    assert shipped_params().provenance["sha256"] == digest, (
+        "data/collectives/nccl.json was fitted on other measurements: rerun python -m maya.estimators.collective_fit")
