@@ -1,76 +1,213 @@
-"""Collective model: the alpha-beta formulas, link classes, algorithm choice and cluster specs."""
+"""Collective model: cluster topologies, the algorithm and protocol choice, the fit to measured NCCL times
+and the Vidur collectives reader."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from maya.estimators import CollectiveModel, load_cluster
-from maya.core.clusters import UnknownCluster, cluster_names
-from maya.estimators.collectives import BASE_LATENCY_US, HOP_LATENCY_US
+from maya.core.clusters import ClusterSpecError, UnknownCluster, cluster_names
+from maya.estimators.collective_data import CollectiveDataError, load_collectives
+from maya.estimators.collective_fit import fit, predict
+from maya.estimators.collective_params import CollectiveParams, shipped_params
 
 GiB = 2.0**30
+PAIRS = "a100-pcie-nvlink-pairs-4gpu"
 
 
-def test_ring_allreduce_follows_the_bus_bandwidth_formula():
+def test_pairwise_topology_rings_cross_pcie_between_pairs():
+    node = load_cluster(PAIRS)
+    assert node.link_between(0, 1) == node.link_between(2, 3) == "nvlink"
+    assert node.link_between(1, 2) == node.link_between(0, 3) == "pcie"
+    assert node.ring([0, 1]) == ["nvlink", "nvlink"]
+    assert sorted(node.ring([0, 1, 2, 3])) == ["nvlink", "nvlink", "pcie", "pcie"]
+    assert node.ring([0, 2]) == ["pcie", "pcie"]
+    assert node.ring([3]) == []
+    dgx = load_cluster("dgx-a100")
+    assert set(dgx.ring(range(8))) == {"nvswitch"} and dgx.link_between(0, 7) == "nvswitch"
+    assert set(load_cluster("a40-nvlink-pairs-8gpu").ring([0, 1])) == {"shm"}  # no peer-to-peer access
+
+
+def test_pairwise_node_prices_the_pcie_hop():
+    model = CollectiveModel(PAIRS)
+    pair = model.time("allreduce", GiB, ranks=2).seconds[0]
+    across_pairs = model.time("allreduce", GiB, ranks=2, gpus=[0, 2]).seconds[0]
+    four = model.time("allreduce", GiB, ranks=4).seconds[0]
+    assert across_pairs > 3 * pair  # NVLink bridge against PCIe Gen4
+    assert four > across_pairs  # the 4-GPU ring is as slow as PCIe, with more data per GPU
+    assert model.time("send", GiB, ranks=2, gpus=[1, 2]).seconds[0] > 3 * model.time("send", GiB, ranks=2).seconds[0]
+    pcie_only = CollectiveModel(replace(load_cluster(PAIRS), nvlink=None))
+    assert pcie_only.time("allreduce", GiB, ranks=4).seconds[0] == pytest.approx(four, rel=1e-3)  # PCIe sets it
+
+
+def test_large_messages_run_at_the_learned_share_of_the_spec_line_rate():
+    params = shipped_params()
     model = CollectiveModel("dgx-h100")
-    n, size = 8, 4 * GiB
-    result = model.time("allreduce", size, ranks=n, algorithm="ring")
-    bandwidth_s = 2 * (n - 1) / n * size / (370e9)
-    step = ("ring", "simple")
-    latency_s = (BASE_LATENCY_US[step] + 2 * (n - 1) * HOP_LATENCY_US["nvlink"][step]) * 1e-6
-    assert result.seconds[0] == pytest.approx(bandwidth_s + latency_s)
-    assert result.protocol[0] == "simple"
+    n, size = 8, 64 * GiB
+    ring = model.time("allreduce", size, ranks=n, algorithm="ring").seconds[0]
+    bus_gbs = 2 * (n - 1) / n * size / ring / 1e9
+    assert bus_gbs == pytest.approx(450 * params.links["nvswitch"].efficiency, rel=0.01)
+    nvls = model.time("allreduce", size, ranks=n)
+    assert nvls.algorithm[0] == "nvls" and nvls.seconds[0] < ring
+    assert CollectiveModel("dgx-a100").time("allreduce", size, ranks=8).algorithm[0] == "ring"  # no NVLS on A100
 
 
-def test_nvlink_faster_than_the_network_and_nvls_chosen_for_large_messages():
-    model = CollectiveModel("dgx-h100")
-    intra = model.time("allreduce", GiB, ranks=8).seconds[0]
-    across = model.time("allreduce", GiB, ranks=8, nodes=8).seconds[0]  # one GPU per node: every hop on IB
-    assert intra < across
-    assert model.time("allreduce", GiB, ranks=8).algorithm[0] == "nvls"
-    assert model.time("allreduce", 1024, ranks=8).protocol[0] == "LL"  # latency bound
-    p2p_local = model.time("send", 256 * 2**20, ranks=2, nodes=1).seconds[0]
-    p2p_remote = model.time("send", 256 * 2**20, ranks=2, nodes=2).seconds[0]
-    assert p2p_local < p2p_remote
-    pcie = CollectiveModel("pcie-gen5-8gpu").time("allreduce", GiB, ranks=8).seconds[0]
-    assert pcie > model.time("allreduce", GiB, ranks=8, algorithm="ring").seconds[0]
-
-
+@pytest.mark.parametrize("cluster", ["dgx-a100", "dgx-h100", PAIRS, "a40-nvlink-pairs-8gpu", "pcie-gen5-8gpu"])
 @pytest.mark.parametrize("collective", ["allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"])
-@pytest.mark.parametrize("ranks,nodes", [(8, 1), (64, 8)])
-def test_monotone_in_size(collective, ranks, nodes):
-    sizes = np.logspace(3, 33, 31, base=2)
-    times = CollectiveModel("dgx-a100").time(collective, sizes, ranks=ranks, nodes=nodes).seconds
+@pytest.mark.parametrize("ranks,nodes", [(2, 1), (4, 1), (32, 8)])
+def test_monotone_in_size(cluster, collective, ranks, nodes):
+    if collective == "sendrecv" and ranks > 2:
+        ranks, nodes = 2, 2
+    sizes = np.logspace(3, 34, 63, base=2)
+    times = CollectiveModel(cluster).time(collective, sizes, ranks=ranks, nodes=nodes).seconds
     assert (np.diff(times) > 0).all()
 
 
-def test_tree_wins_small_multi_node_allreduce_and_single_rank_is_free():
+def test_small_messages_take_a_low_latency_protocol_and_trees_win_across_many_nodes():
+    a100 = CollectiveModel("dgx-a100")
+    assert a100.time("allreduce", 1024, ranks=8).protocol[0] in ("LL", "LL128")
+    assert a100.time("allreduce", 64 * GiB, ranks=8).protocol[0] == "simple"
     model = CollectiveModel("dgx-h100")
     assert model.time("allreduce", 64 * 1024, ranks=256).algorithm[0] == "tree"
-    assert model.time("allreduce", 16 * GiB, ranks=256).algorithm[0] == "ring"
     assert model.time("all_reduce", GiB, ranks=1).seconds[0] == 0.0
+    local = model.time("send", 256 * 2**20, ranks=2, nodes=1).seconds[0]
+    remote = model.time("send", 256 * 2**20, ranks=2, nodes=2).seconds[0]
+    assert local < remote
+
+
+def test_bad_requests_name_the_problem():
+    model = CollectiveModel(PAIRS)
     with pytest.raises(ValueError, match="unknown collective 'gather'"):
-        model.time("gather", GiB, ranks=8)
+        model.time("gather", GiB, ranks=4)
+    with pytest.raises(ValueError, match="put 8 on a node of 4 GPUs"):
+        model.time("allreduce", GiB, ranks=8, nodes=1)
+    with pytest.raises(ValueError, match="not distinct GPUs"):
+        model.time("allreduce", GiB, ranks=2, gpus=[0, 5])
+    with pytest.raises(ValueError, match="no measured network 'x'"):
+        CollectiveModel(PAIRS, network="x")
 
 
-def test_predict_frame():
-    frame = pd.DataFrame({"collective": ["allreduce", "allgather", "allreduce"], "bytes": [GiB, GiB, 2 * GiB],
-                          "ranks": [8, 16, 8]})
-    out = CollectiveModel("dgx-b200").predict(frame)
+def test_predict_frame_with_local_gpus():
+    frame = pd.DataFrame({"collective": ["allreduce", "allreduce", "sendrecv", "allgather"],
+                          "bytes": [GiB, GiB, GiB, GiB], "ranks": [2, 2, 2, 4],
+                          "gpus": [(0, 1), (1, 2), None, ()]})
+    out = CollectiveModel(PAIRS).predict(frame)
     assert (out["duration_ns"] > 0).all()
-    assert out.loc[2, "duration_ns"] > out.loc[0, "duration_ns"]
-    assert list(out["algorithm"]) == ["nvls", "ring", "nvls"]
+    assert out.loc[1, "duration_ns"] > 3 * out.loc[0, "duration_ns"]
+    assert list(out["algorithm"]) == ["ring", "ring", "p2p", "ring"]
 
 
 def test_cluster_specs(tmp_path):
-    assert {"dgx-h100", "dgx-a100", "dgx-b200", "hgx-h200", "pcie-gen5-8gpu"} <= set(cluster_names())
+    assert {"dgx-h100", "dgx-a100", "dgx-b200", "hgx-h200", "pcie-gen5-8gpu", PAIRS, "h100-nvl-nvlink-pairs-4gpu",
+            "a40-nvlink-pairs-8gpu"} <= set(cluster_names())
     h100 = load_cluster("dgx-h100")
-    assert h100.gpus_per_node == 8 and h100.network_busbw_gbs == min(370.0, 8 * 48.0)
+    assert h100.gpus_per_node == 8 and h100.nvlink.gbs == 450 and h100.network.nic_gbs == 50
+    assert load_cluster(PAIRS).pcie_gbs == pytest.approx(31.5, abs=0.1)
     with pytest.raises(UnknownCluster, match="unknown cluster 'dgx-z'"):
         load_cluster("dgx-z")
     custom = tmp_path / "mine.json"
-    custom.write_text(json.dumps({"name": "mine", "gpus_per_node": 4,
-                                  "intra_node": {"link": "nvlink", "busbw_gbs": 100},
-                                  "inter_node": {"link": "roce", "nics_per_node": 2, "nic_busbw_gbs": 12}}))
-    assert CollectiveModel(load_cluster(custom)).cluster.network_busbw_gbs == 24
+    custom.write_text(json.dumps({"name": "mine", "gpus_per_node": 2, "pcie": {"generation": 5},
+                                  "nvlink": {"fabric": "bridge", "bidirectional_gbs": 100, "groups": [[0, 1]]},
+                                  "network": {"link": "roce", "nics_per_node": 2, "nic_gbps": 200}}))
+    mine = load_cluster(custom)
+    assert mine.network.nic_gbs == 25 and mine.ring([0, 1]) == ["nvlink", "nvlink"]
+    assert CollectiveModel(mine).time("allreduce", GiB, ranks=4, nodes=2).seconds[0] > 0
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"name": "old", "gpus_per_node": 4, "intra_node": {"link": "nvlink", "busbw_gbs": 1},
+                               "inter_node": {"link": "roce", "nics_per_node": 1, "nic_busbw_gbs": 1}}))
+    with pytest.raises(ClusterSpecError, match="describe the links by their spec sheets"):
+        load_cluster(old)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "bad", "gpus_per_node": 4, "pcie": {"generation": 4},
+                               "nvlink": {"fabric": "bridge", "bidirectional_gbs": 100, "groups": [[0, 4]]}}))
+    with pytest.raises(ClusterSpecError, match="disjoint lists of GPUs 0..3"):
+        load_cluster(bad)
+
+
+# The fit, on measurements made from known parameters: it must find them again, and do so every time.
+
+def _measured(params: CollectiveParams, rng: np.random.Generator, tmp_path) -> pd.DataFrame:
+    curves = [("a100_dgx", "all_reduce", 8, 8), ("a100_dgx", "all_reduce", 4, 4), ("a100_dgx", "all_reduce", 2, 1),
+              ("a100_dgx", "all_reduce", 16, 8), ("a100_dgx", "send_recv", 2, 2),
+              ("a100_pairwise_nvlink", "all_reduce", 2, 2), ("a100_pairwise_nvlink", "all_reduce", 4, 4),
+              ("a100_pairwise_nvlink", "send_recv", 2, 1), ("h100_pairwise_nvlink", "all_reduce", 4, 4),
+              ("a40_pairwise_nvlink", "send_recv", 2, 2)]
+    sizes = np.unique(np.geomspace(2048, 2**29, 40).astype(int))
+    rows = []
+    for network, collective, ranks, per_node in curves:
+        rows.append(pd.DataFrame({"network": network, "collective": collective, "num_workers": ranks,
+                                  "devices_per_node": per_node, "size_bytes": sizes, "time_ms_median": 1.0}))
+    raw, path = pd.concat(rows, ignore_index=True), tmp_path / "measured.parquet"
+    raw.to_parquet(path)
+    shape = load_collectives(path)  # rows in the reader's order, to price them
+    key = ["network", "collective", "ranks", "per_node", "bytes"]
+    priced = shape.assign(us=predict(shape, params)).set_index(key)["us"]
+    keys = zip(raw["network"], raw["collective"].str.replace("_", ""), raw["num_workers"],
+               raw["devices_per_node"].clip(upper=raw["num_workers"]), raw["size_bytes"].astype(float))
+    raw["time_ms_median"] = priced.loc[list(keys)].to_numpy() / 1e3
+    raw["time_ms_median"] *= rng.lognormal(0.0, 0.02, len(raw))
+    raw.to_parquet(path)
+    return load_collectives(path)
+
+
+def test_fit_recovers_known_parameters_and_is_reproducible(tmp_path):
+    truth = shipped_params()
+    frame = _measured(truth, np.random.default_rng(0), tmp_path)
+    first, second = fit(frame), fit(frame)
+    assert first.params == second.params
+    error = np.abs(predict(frame, first.params) / frame["measured_us"] - 1)
+    assert error.mean() < 0.03
+    for cluster, ranks, gpus in [("dgx-a100", 8, None), (PAIRS, 2, None), (PAIRS, 2, [0, 2]),
+                                 ("a40-nvlink-pairs-8gpu", 2, None)]:  # NVSwitch, bridge, PCIe, host memory
+        fitted, true = (CollectiveModel(cluster, p).time("allreduce", 16 * GiB, ranks, gpus=gpus).seconds[0]
+                        for p in (first.params, truth))
+        assert fitted == pytest.approx(true, rel=0.03)
+
+
+def test_held_out_network_is_priced_on_the_default_network(tmp_path):
+    frame = _measured(shipped_params(), np.random.default_rng(1), tmp_path)
+    params = fit(frame, exclude=["a100_pairwise_nvlink"]).params
+    assert "a100_pairwise_nvlink" not in params.networks
+    held = frame[frame["network"] == "a100_pairwise_nvlink"]
+    assert np.isfinite(predict(held, params)).all()
+
+
+def test_reader_checks_columns_sizes_and_copies(tmp_path):
+    raw = pd.DataFrame({"network": ["a100_dgx"] * 2 + ["h100_pairwise_nvlink"] * 2, "collective": "send_recv",
+                        "num_workers": 2, "devices_per_node": 2, "size_elements": [2048, 4096] * 2,
+                        "time_ms_median": [0.01, 0.02] * 2})
+    path = tmp_path / "c.parquet"
+    raw.to_parquet(path)
+    frame = load_collectives(path)
+    assert list(frame["bytes"]) == [2048, 4096] * 2  # Vidur's `size` holds bytes
+    assert frame["duplicate_of"].isna().tolist() == [True, True, False, False]
+    assert set(frame["duplicate_of"].dropna()) == {"a100_dgx"}
+    raw.drop(columns="time_ms_median").to_parquet(path)
+    with pytest.raises(CollectiveDataError, match="missing time_ms_median"):
+        load_collectives(path)
+    raw.assign(network="tpu_pod").to_parquet(path)
+    with pytest.raises(CollectiveDataError, match="tpu_pod have no cluster spec"):
+        load_collectives(path)
+    raw.assign(time_ms_median=-1.0).to_parquet(path)
+    with pytest.raises(CollectiveDataError, match="non-positive time"):
+        load_collectives(path)
+
+
+def test_shipped_parameters_name_their_data():
+    params = shipped_params()
+    assert params.provenance["rows"] > 10_000 and len(params.digest) == 64
+    assert set(params.networks) == {"a100_dgx", "a100_pairwise_nvlink", "a40_pairwise_nvlink"}
+
+
+def test_shipped_parameters_were_fitted_on_the_shipped_measurements():
+    import hashlib
+
+    from maya.estimators.collective_data import shipped_dataset
+
+    if not shipped_dataset().is_file():
+        pytest.skip("data/vidur/collectives.parquet is not shipped in this checkout")
+    digest = hashlib.sha256(shipped_dataset().read_bytes()).hexdigest()
+    assert shipped_params().provenance["sha256"] == digest, (
+        "data/collectives/nccl.json was fitted on other measurements: rerun python -m maya.estimators.collective_fit")

@@ -1,15 +1,29 @@
-"""Cluster specs (`data/clusters/<name>.json`): GPUs per node and the two link classes a collective
-crosses, each as the bus bandwidth nccl-tests reports for it (sources in `data/clusters/README.md`)."""
+"""Cluster specs (`data/clusters/<name>.json`): the links between a node's GPUs and between nodes, as
+spec sheets give them (sources in `data/clusters/README.md`). What NCCL reaches on each link is learned
+(`maya.estimators.collective_params`), not written here.
+
+A node's GPUs talk over NVLink — through NVSwitch (every pair) or bridges (`groups`: the GPUs a bridge
+joins) — else over PCIe through the host (a PCIe switch or the CPU); on a node without peer-to-peer access
+(`p2p: false`, e.g. GPUs passed to a virtual machine) every transfer is staged through host memory.
+`link_between` and `ring` give the link class of each hop NCCL's ring or a send/recv crosses. A node whose `network` is absent has an
+inter-node network its source does not describe."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 from .paths import data_dir
 
-INTRA_LINKS = ("nvlink", "pcie")
+NVLINK, NVSWITCH, PCIE, SHM, NETWORK = "nvlink", "nvswitch", "pcie", "shm", "network"
+"""Link classes a hop can cross: NVLink between two GPUs (a bridge), NVLink through NVSwitch, PCIe
+peer-to-peer through the host, host memory (no peer-to-peer access: NCCL's SHM transport), the network."""
+INTRA_LINKS = (NVLINK, NVSWITCH, PCIE, SHM)
+FABRICS = ("nvswitch", "bridge")
 NETWORK_LINKS = ("infiniband", "roce")
+PCIE_GBS_PER_LANE = {3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+"""PCIe line rate per lane and direction, GB/s (8/16/32 GT/s with 128b/130b coding; Gen6 64 GT/s PAM4 with FLIT)."""
 
 
 class UnknownCluster(KeyError):
@@ -17,26 +31,95 @@ class UnknownCluster(KeyError):
         return f"unknown cluster {self.args[0]!r}; known: {', '.join(cluster_names())}"
 
 
+class ClusterSpecError(ValueError):
+    """A cluster spec file is malformed."""
+
+
+@dataclass(frozen=True)
+class NVLinkSpec:
+    gbs: float
+    """Per GPU and direction (the spec sheet's bidirectional figure halved), all of its links together."""
+    fabric: str
+    """`nvswitch`: every GPU reaches every other at `gbs`; `bridge`: only the GPUs of one of `groups`."""
+    groups: tuple[tuple[int, ...], ...] = ()
+    nvls: bool = False
+    """NVLink SHARP (in-switch reduction, NVSwitch 3 and later)."""
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    link: str
+    nics_per_node: int
+    nic_gbs: float
+    """Line rate of one NIC per direction, GB/s (Gb/s / 8)."""
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     name: str
     gpus_per_node: int
-    intra_link: str
-    intra_busbw_gbs: float
-    """Ring bus bandwidth inside a node (nccl-tests busbw of all-gather, or all-reduce with NCCL_ALGO=RING)."""
-    nvls_busbw_gbs: float | None
-    """All-reduce bus bandwidth with NVLink SHARP (NVSwitch 3 and later); None without."""
-    network_link: str
-    nics_per_node: int
-    nic_busbw_gbs: float
-    """Bus bandwidth one NIC sustains in nccl-tests."""
+    pcie_gbs: float
+    """Line rate of each GPU's PCIe link per direction, GB/s."""
+    nvlink: NVLinkSpec | None = None
+    network: NetworkSpec | None = None
+    """None: the inter-node network is not described (priced as the networks measured with no description)."""
+    p2p: bool = True
+    """Whether GPUs reach each other's memory (else NCCL stages every transfer through host memory)."""
     hardware: str | None = None
     description: str = ""
 
-    @property
-    def network_busbw_gbs(self) -> float:
-        """Ring bus bandwidth across nodes: every NIC carries one ring, NVLink the hops in between."""
-        return min(self.intra_busbw_gbs, self.nics_per_node * self.nic_busbw_gbs)
+    def link_between(self, a: int, b: int) -> str:
+        """Link class between local GPUs `a` and `b` of one node."""
+        nv = self.nvlink
+        if not self.p2p:
+            return SHM
+        if nv is not None and nv.fabric == "nvswitch":
+            return NVSWITCH
+        if nv is not None and any(a in g and b in g for g in nv.groups):
+            return NVLINK
+        return PCIE
+
+    def link_gbs(self, link: str) -> float:
+        """Spec line rate per direction of an intra-node link class."""
+        return self.nvlink.gbs if link in (NVLINK, NVSWITCH) and self.nvlink is not None else self.pcie_gbs
+
+    def ring(self, gpus: Sequence[int]) -> list[str]:
+        """Link class of each hop of NCCL's ring through the local GPUs `gpus` of one node: GPUs one bridge
+        joins sit next to each other, so the ring crosses PCIe once per group (none when one group holds them
+        all). A single GPU has no hops."""
+        gpus = sorted(set(gpus))
+        if len(gpus) < 2:
+            return []
+        order = [g for group in self._groups(gpus) for g in group]
+        return [self.link_between(order[i], order[(i + 1) % len(order)]) for i in range(len(order))]
+
+    def _groups(self, gpus: list[int]) -> list[list[int]]:
+        nv = self.nvlink
+        if nv is not None and nv.fabric == "nvswitch":
+            return [gpus]
+        groups: list[list[int]] = []
+        for g in gpus:
+            home = next((h for h in groups if self.link_between(h[0], g) in (NVLINK, NVSWITCH)), None)
+            home.append(g) if home is not None else groups.append([g])
+        return groups
+
+    def summary(self) -> str:
+        """The nodes and network in words."""
+        nv = self.nvlink
+        inside = ("no peer-to-peer access (transfers staged through host memory)" if not self.p2p
+                  else f"NVLink {nv.gbs:g} GB/s per direction through NVSwitch" if nv and nv.fabric == "nvswitch"
+                  else f"NVLink {nv.gbs:g} GB/s per direction within bridged GPUs "
+                       f"({', '.join('-'.join(map(str, g)) for g in nv.groups)}), PCIe {self.pcie_gbs:.1f} GB/s "
+                       "between them" if nv
+                  else f"PCIe {self.pcie_gbs:.1f} GB/s per direction")
+        net = self.network
+        across = (f"{net.nics_per_node} x {net.link} {net.nic_gbs * 8:g} Gb/s NICs per node" if net
+                  else "an undescribed network")
+        return f"{self.gpus_per_node} GPUs per node, {inside}; {across}"
+
+    def without_network(self) -> ClusterSpec:
+        """The same nodes on an undescribed network."""
+        return replace(self, network=None)
 
 
 def clusters_dir() -> Path:
@@ -50,16 +133,48 @@ def cluster_names() -> list[str]:
 def load_cluster(name_or_path: str | Path) -> ClusterSpec:
     """A shipped cluster by name (`dgx-h100`) or a spec file of the same form."""
     path = Path(name_or_path)
-    if not path.suffix == ".json":
+    if path.suffix != ".json":
         path = clusters_dir() / f"{name_or_path}.json"
         if not path.is_file():
             raise UnknownCluster(str(name_or_path))
-    raw = json.loads(path.read_text())
-    intra, inter = raw["intra_node"], raw["inter_node"]
-    if intra["link"] not in INTRA_LINKS or inter["link"] not in NETWORK_LINKS:
-        raise ValueError(f"{path}: links must be one of {INTRA_LINKS} inside a node and {NETWORK_LINKS} across")
-    return ClusterSpec(name=raw["name"], gpus_per_node=raw["gpus_per_node"], intra_link=intra["link"],
-                       intra_busbw_gbs=intra["busbw_gbs"], nvls_busbw_gbs=intra.get("nvls_busbw_gbs"),
-                       network_link=inter["link"], nics_per_node=inter["nics_per_node"],
-                       nic_busbw_gbs=inter["nic_busbw_gbs"], hardware=raw.get("hardware"),
+    try:
+        return parse_cluster(json.loads(path.read_text()))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ClusterSpecError(f"{path}: {e}") from None
+
+
+def parse_cluster(raw: dict) -> ClusterSpec:
+    """A `ClusterSpec` from the JSON form of `data/clusters/README.md`."""
+    if "intra_node" in raw:
+        raise ValueError("the `intra_node`/`inter_node` bus-bandwidth form is gone: describe the links by their spec "
+                         "sheets (`nvlink`, `pcie`, `network`, see data/clusters/README.md)")
+    gpus = int(raw["gpus_per_node"])
+    if gpus < 1:
+        raise ValueError(f"gpus_per_node must be at least 1, not {gpus}")
+    pcie = raw["pcie"]
+    if pcie["generation"] not in PCIE_GBS_PER_LANE:
+        raise ValueError(f"PCIe generation {pcie['generation']!r} unknown; known: {sorted(PCIE_GBS_PER_LANE)}")
+    nvlink = _nvlink(raw["nvlink"], gpus) if raw.get("nvlink") else None
+    net = raw.get("network")
+    network = None
+    if net:
+        if net["link"] not in NETWORK_LINKS:
+            raise ValueError(f"network link {net['link']!r}; expected one of {NETWORK_LINKS}")
+        network = NetworkSpec(net["link"], int(net["nics_per_node"]), float(net["nic_gbps"]) / 8)
+    return ClusterSpec(name=raw["name"], gpus_per_node=gpus,
+                       pcie_gbs=PCIE_GBS_PER_LANE[pcie["generation"]] * int(pcie.get("lanes", 16)),
+                       nvlink=nvlink, network=network, p2p=bool(raw.get("p2p", True)), hardware=raw.get("hardware"),
                        description=raw.get("description", ""))
+
+
+def _nvlink(raw: dict, gpus: int) -> NVLinkSpec:
+    fabric = raw["fabric"]
+    if fabric not in FABRICS:
+        raise ValueError(f"NVLink fabric {fabric!r}; expected one of {FABRICS}")
+    groups = tuple(tuple(int(g) for g in group) for group in raw.get("groups", ()))
+    if fabric == "bridge":
+        members = [g for group in groups for g in group]
+        if not groups or len(members) != len(set(members)) or not all(0 <= g < gpus for g in members):
+            raise ValueError(f"bridged NVLink needs `groups`: disjoint lists of GPUs 0..{gpus - 1}")
+    return NVLinkSpec(gbs=float(raw["bidirectional_gbs"]) / 2, fabric=fabric, groups=groups,
+                      nvls=bool(raw.get("nvls", False)))

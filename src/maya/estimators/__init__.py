@@ -2,14 +2,17 @@
 
 - `KernelEstimator.predict(calls)`: kernel durations for a call frame (`calls`), by lookup of
   measured shapes, learned per-family efficiency models or the analytical roofline;
-- `CollectiveModel`: NCCL ring / tree / NVLS alpha-beta times on a cluster (`data/clusters/`);
+- `CollectiveModel`: NCCL algorithm and protocol times on a cluster's links (`data/clusters/`), with
+  per-link figures fitted to measured NCCL (`CollectiveParams`, `data/collectives/`);
 - `HostOverheadModel`: CPU cost per API call;
 - `Registry` / `train_version`: versions of trained estimators in the DuckDB warehouse.
 """
 from __future__ import annotations
 
-from .calls import CallFrameError
 from maya.core.clusters import ClusterSpec, load_cluster
+
+from .calls import CallFrameError
+from .collective_params import CollectiveParams
 from .collectives import CollectiveModel
 from .host_overhead import HostOverheadModel
 from .kernel_estimator import METHODS, KernelEstimator
@@ -17,6 +20,6 @@ from .registry import ArtifactError, Registry, RegistryError, UnknownVersion
 from .training import TrainConfig, train
 from .versioning import train_version
 
-__all__ = ["METHODS", "ArtifactError", "CallFrameError", "ClusterSpec", "CollectiveModel",
+__all__ = ["METHODS", "ArtifactError", "CallFrameError", "ClusterSpec", "CollectiveModel", "CollectiveParams",
            "HostOverheadModel", "KernelEstimator", "Registry", "RegistryError", "TrainConfig", "UnknownVersion",
            "load_cluster", "train", "train_version"]

@@ -1,25 +1,32 @@
-"""NCCL collective times on a cluster: an alpha-beta model per algorithm (ring, tree, NVLS) and
-protocol (LL, Simple), the fastest candidate chosen as NCCL's own tuner does.
+"""NCCL collective times on a cluster: NCCL's algorithms (ring, tree, NVLS, point-to-point) and protocols
+(LL, LL128, Simple) priced on the links they cross, the fastest chosen as NCCL's tuner does.
 
-    time = base latency + hops x per-hop latency + S x factor / bus bandwidth
+    time = base(protocol) + steps x mean hop latency(link, protocol) + S x factor / bus bandwidth
 
-`S` is the size nccl-tests reports (all-reduce, broadcast, reduce, send/recv: the buffer; all-gather:
-the gathered output; reduce-scatter: the input; all-to-all: the bytes each rank sends) and `factor`
-is nccl-tests' bus-bandwidth factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all
-(n-1)/n; others 1), so a large message runs at the cluster's published nccl-tests bus bandwidth.
-Latencies are NCCL's tuning model (`baseLat` / `hwLat` of `src/graph/tuning.cc`): per link class,
-NVLink, PCIe and network (InfiniBand and RoCE alike).
+`S` is the size nccl-tests reports (all-reduce, broadcast, reduce, send/recv: the buffer; all-gather: the
+gathered output; reduce-scatter: the input; all-to-all: the bytes each rank sends); `factor` is nccl-tests'
+bus-bandwidth factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter (n-1)/n; others 1). The bus bandwidth
+is that of the ring's slowest hop: a link's spec line rate (`ClusterSpec`) times the share NCCL reaches on
+that kind of link, and across nodes what the node's network carries. On nodes whose NVLink joins pairs,
+the ring crosses PCIe between pairs, so PCIe sets its bandwidth. Shares, latencies and protocol ratios are
+learned from measurements (`CollectiveParams`); NVLS (in-switch reduction) moves S each way per GPU,
+a tree all-reduce runs at 0.92 x half the ring's bus bandwidth (NCCL's own tree model).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
 from maya_trace_spec.vocabulary import collective_name
 
-from maya.core.clusters import ClusterSpec, load_cluster
+from maya.core.clusters import NETWORK, NVSWITCH, PCIE, SHM, ClusterSpec, load_cluster
+
+from .collective_params import CollectiveParams, NetworkParams, shipped_params
 
 PRICED_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv")
 """What the model prices: send and recv are one point-to-point transfer, `sendrecv`."""
@@ -31,20 +38,9 @@ def priced_name(collective: str) -> str | None:
     name = "sendrecv" if name in ("send", "recv") else name
     return name if name in PRICED_COLLECTIVES else None
 
-BASE_LATENCY_US = {("ring", "LL"): 6.6, ("ring", "simple"): 8.4, ("tree", "LL"): 6.8, ("tree", "simple"): 8.4,
-                   ("nvls", "simple"): 0.0}
-"""NCCL `baseLat`: fixed cost of a collective per algorithm and protocol, microseconds."""
-HOP_LATENCY_US = {
-    "nvlink": {("ring", "LL"): 0.6, ("ring", "simple"): 3.4, ("tree", "LL"): 0.6, ("tree", "simple"): 4.0,
-               ("nvls", "simple"): 25.0},
-    "pcie": {("ring", "LL"): 1.0, ("ring", "simple"): 5.7, ("tree", "LL"): 1.0, ("tree", "simple"): 4.0},
-    "network": {("ring", "LL"): 2.7, ("ring", "simple"): 14.0, ("tree", "LL"): 5.0, ("tree", "simple"): 14.0},
-}
-"""NCCL `hwLat`: cost of one hop per link class, algorithm and protocol, microseconds."""
-LL_BANDWIDTH = {"ring": 0.5, "tree": 1 / 3.8}
-"""Share of the bus bandwidth the LL protocol reaches (flags travel with the data), per NCCL's model."""
+
 TREE_BANDWIDTH = 0.92
-"""Tree all-reduce bus bandwidth relative to the ring's, per NCCL's model."""
+"""Tree all-reduce bus bandwidth relative to the ring's, per NCCL's tuning model."""
 
 
 @dataclass(frozen=True)
@@ -54,20 +50,39 @@ class CollectiveTime:
     protocol: np.ndarray
 
 
+@dataclass(frozen=True)
+class _Network:
+    gpu_gbs: float
+    node_gbs: float
+    hop_us: float
+
+    def ring_gbs(self, per_node: int) -> float:
+        return min(per_node * self.gpu_gbs, self.node_gbs)
+
+
 class CollectiveModel:
-    def __init__(self, cluster: ClusterSpec | str):
-        self.cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
+    """`cluster`: a `ClusterSpec`, a shipped name or a spec file; `params`: learned figures (default the
+    shipped fit); `network`: which measured network prices an undescribed one (default their mean)."""
+
+    def __init__(self, cluster: ClusterSpec | str | Path, params: CollectiveParams | None = None, *,
+                 network: str | None = None):
+        self.cluster = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
+        self.params = params or shipped_params()
+        if network is not None and network not in self.params.networks:
+            raise ValueError(f"no measured network {network!r}; known: {', '.join(sorted(self.params.networks))}")
+        self._network = self._network_of(network)
 
     def time(self, collective: str, nbytes: float | np.ndarray, ranks: int, nodes: int | None = None, *,
-             algorithm: str | None = None) -> CollectiveTime:
-        """Fastest (or the named `algorithm`'s) time of `collective` over `ranks` GPUs on `nodes` nodes
-        (default: packed, `gpus_per_node` per node) for each size in `nbytes`."""
+             algorithm: str | None = None, gpus: Sequence[int] | None = None) -> CollectiveTime:
+        """Fastest (or the named `algorithm`'s) time of `collective` over `ranks` GPUs on `nodes` nodes (default:
+        packed, `gpus_per_node` per node) for each size in `nbytes`. `gpus`: the local indices of the GPUs each
+        node contributes (for send/recv inside a node, the two ends; default the first ones)."""
         name = priced_name(collective)
         if name is None:
             raise ValueError(f"unknown collective {collective!r}; known: {', '.join(PRICED_COLLECTIVES)}")
         size = np.atleast_1d(np.asarray(nbytes, dtype="float64"))
-        nodes = nodes or -(-ranks // self.cluster.gpus_per_node)
-        candidates = [c for c in self._candidates(name, size, ranks, nodes) if algorithm in (None, c[0])]
+        nodes, gpus = self._layout(name, ranks, nodes, gpus)
+        candidates = [c for c in self._candidates(name, size, ranks, nodes, gpus) if algorithm in (None, c[0])]
         if not candidates:
             raise ValueError(f"{algorithm!r} does not run {name} on {ranks} ranks over {nodes} node(s)")
         times = np.stack([c[2] for c in candidates])
@@ -77,66 +92,111 @@ class CollectiveModel:
                               protocol=np.array([c[1] for c in candidates], dtype=object)[best])
 
     def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """`frame` (columns `collective`, `bytes`, `ranks`, optional `nodes`) with `duration_ns`,
-        `algorithm` and `protocol` added."""
+        """`frame` (columns `collective`, `bytes`, `ranks`, optional `nodes` and `gpus`: tuples of local GPU
+        indices) with `duration_ns`, `algorithm` and `protocol` added."""
         out = frame.copy()
         nodes = frame["nodes"] if "nodes" in frame else pd.Series(0, index=frame.index)
+        gpus = frame["gpus"] if "gpus" in frame else pd.Series([()] * len(frame), index=frame.index, dtype=object)
+        gpus = gpus.map(lambda g: tuple(g) if g is not None and not (isinstance(g, float) and math.isnan(g)) else ())
         out["duration_ns"], out["algorithm"], out["protocol"] = np.nan, None, None
-        for (collective, ranks, n), rows in frame.groupby([frame["collective"], frame["ranks"], nodes]).groups.items():
-            result = self.time(collective, frame.loc[rows, "bytes"].to_numpy(), int(ranks), int(n) or None)
+        keys = [frame["collective"], frame["ranks"], nodes, gpus]
+        for (collective, ranks, n, local), rows in frame.groupby(keys, sort=False).groups.items():
+            result = self.time(collective, frame.loc[rows, "bytes"].to_numpy(), int(ranks), int(n) or None,
+                               gpus=local or None)
             out.loc[rows, "duration_ns"] = result.seconds * 1e9
             out.loc[rows, "algorithm"], out.loc[rows, "protocol"] = result.algorithm, result.protocol
         return out
 
-    def _candidates(self, name: str, size: np.ndarray, ranks: int, nodes: int):
+    def _layout(self, name: str, ranks: int, nodes: int | None,
+                gpus: Sequence[int] | None) -> tuple[int, tuple[int, ...]]:
+        """Nodes and the local GPUs of each, checked against the cluster."""
+        per_node_max = self.cluster.gpus_per_node
+        nodes = nodes or -(-ranks // per_node_max)
+        if ranks < 1 or not 1 <= nodes <= ranks:
+            raise ValueError(f"{ranks} rank(s) on {nodes} node(s): need 1 <= nodes <= ranks")
+        if name == "sendrecv" and ranks > 1 and nodes not in (1, 2):
+            raise ValueError(f"send/recv joins two ranks on one or two nodes, not {nodes}")
+        per_node = 2 if name == "sendrecv" and nodes == 1 else -(-ranks // nodes)
+        if per_node > per_node_max:
+            raise ValueError(f"{ranks} ranks on {nodes} node(s) of cluster {self.cluster.name!r} put {per_node} on a "
+                             f"node of {per_node_max} GPUs")
+        local = tuple(gpus) if gpus else tuple(range(per_node if name != "sendrecv" or nodes == 1 else 1))
+        if len(set(local)) != len(local) or not all(0 <= g < per_node_max for g in local):
+            raise ValueError(f"local GPUs {local} are not distinct GPUs of a {per_node_max}-GPU node")
+        return nodes, local
+
+    def _network_of(self, name: str | None) -> _Network:
+        p, net = self.params, self.cluster.network
+        if net is not None:  # a described network: its NICs at the PCIe link's share
+            share = p.links[PCIE].efficiency
+            return _Network(net.nic_gbs * share, net.nics_per_node * net.nic_gbs * share, p.default_network.hop_us)
+        measured: NetworkParams = p.networks[name] if name else p.default_network
+        return _Network(measured.gpu_gbs, measured.node_gbs, measured.hop_us)
+
+    def _hop_us(self, link: str, protocol: str) -> float:
+        base = self._network.hop_us if link == NETWORK else self.params.links[link].hop_us
+        return base * (1.0 if protocol == "simple" else self.params.hop_ratio[protocol])
+
+    def _link_gbs(self, link: str) -> float:
+        """Simple-protocol ring bus bandwidth of one intra-node link class."""
+        return self.cluster.link_gbs(link) * self.params.links[link].efficiency
+
+    def _protocols(self, hops: list[str]) -> tuple[str, ...]:
+        """LL128 needs NVLink (or the network) on every hop: PCIe does not keep its 128-byte stores whole."""
+        return ("LL", "simple") if {PCIE, SHM} & set(hops) else ("LL", "LL128", "simple")
+
+    def _bandwidth(self, protocol: str, gbs: float) -> float:
+        """Bytes per microsecond."""
+        return gbs * 1e3 * (1.0 if protocol == "simple" else self.params.bandwidth_ratio[protocol])
+
+    def _candidates(self, name: str, size: np.ndarray, ranks: int, nodes: int,
+                    gpus: tuple[int, ...]) -> Iterator[tuple[str, str, np.ndarray]]:
         """(algorithm, protocol, microseconds) of every way NCCL could run the collective."""
         if ranks <= 1:
             yield "local", "none", np.zeros_like(size)
             return
-        cluster, intra = self.cluster, self.cluster.intra_link
-        bus = (cluster.intra_busbw_gbs if nodes == 1 else cluster.network_busbw_gbs) * 1e3  # bytes per us
+        p = self.params
         if name == "sendrecv":
-            bandwidth = bus if nodes == 1 else cluster.nic_busbw_gbs * 1e3
-            for protocol in ("LL", "simple"):
-                hop = HOP_LATENCY_US[intra if nodes == 1 else "network"][("ring", protocol)]
-                latency = BASE_LATENCY_US[("ring", protocol)] + hop
-                yield "p2p", protocol, latency + size / self._ll("ring", protocol, bandwidth)
+            link = self.cluster.link_between(*gpus[:2]) if nodes == 1 else NETWORK
+            gbs = (self._link_gbs(link) if nodes == 1 else self._network.gpu_gbs) * p.p2p_gain
+            for protocol in self._protocols([link]):
+                latency = p.base_us[protocol] + self._hop_us(link, protocol)
+                yield "p2p", protocol, latency + size / self._bandwidth(protocol, gbs)
             return
+        per_node = -(-ranks // nodes)
+        ring = self.cluster.ring(gpus)
+        chain = ring[:-1] if nodes > 1 else ring  # across nodes the ring leaves each node from its last GPU
+        hops = chain * nodes + [NETWORK] * (nodes if nodes > 1 else 0)
+        gbs = min([self._link_gbs(h) for h in set(chain)] + ([self._network.ring_gbs(per_node)] if nodes > 1 else []))
         if name == "alltoall":
-            yield "p2p", "simple", self._alltoall(size, ranks, nodes)
+            yield "p2p", "simple", self._alltoall(size, ranks, nodes, ring)
             return
         factor = {"allreduce": 2 * (ranks - 1) / ranks, "allgather": (ranks - 1) / ranks,
                   "reducescatter": (ranks - 1) / ranks}.get(name, 1.0)
-        hops = {"allreduce": 2 * (ranks - 1)}.get(name, ranks - 1)
-        network_hops = {"allreduce": 2 * (nodes - 1)}.get(name, nodes - 1)
-        for protocol in ("LL", "simple"):
-            step = ("ring", protocol)
-            latency = (BASE_LATENCY_US[step] + (hops - network_hops) * HOP_LATENCY_US[intra][step]
-                       + network_hops * HOP_LATENCY_US["network"][step])
-            yield "ring", protocol, latency + size * factor / self._ll("ring", protocol, bus)
-        if name == "allreduce" and nodes > 1:
-            per_node = ranks // nodes
-            for protocol in ("LL", "simple"):
-                latency = BASE_LATENCY_US[("tree", protocol)] + 2 * (
-                    (per_node - 1) * HOP_LATENCY_US[intra][("tree", protocol)]
-                    + np.log2(nodes) * HOP_LATENCY_US["network"][("tree", protocol)])
-                yield "tree", protocol, latency + 2 * size / self._ll("tree", protocol, TREE_BANDWIDTH * bus)
-        if name == "allreduce" and nodes == 1 and cluster.nvls_busbw_gbs:
-            yield "nvls", "simple", (BASE_LATENCY_US[("nvls", "simple")] + HOP_LATENCY_US["nvlink"][("nvls", "simple")]
-                                     + size * factor / (cluster.nvls_busbw_gbs * 1e3))
+        steps = 2 * (ranks - 1) if name == "allreduce" else ranks - 1
+        for protocol in self._protocols(hops):
+            hop = np.mean([self._hop_us(h, protocol) for h in hops])
+            latency = p.base_us[protocol] + steps * hop
+            yield "ring", protocol, latency + size * factor / self._bandwidth(protocol, gbs)
+        if name == "allreduce" and nodes > 1:  # a chain inside each node, a binary tree across nodes
+            for protocol in self._protocols(hops):
+                intra = max((self._hop_us(h, protocol) for h in chain), default=0.0)
+                latency = p.base_us[protocol] + 2 * ((per_node - 1) * intra
+                                                     + math.ceil(math.log2(nodes)) * self._hop_us(NETWORK, protocol))
+                yield "tree", protocol, latency + 2 * size / self._bandwidth(protocol, TREE_BANDWIDTH * gbs)
+        nv = self.cluster.nvlink
+        if name == "allreduce" and nodes == 1 and nv is not None and nv.nvls and set(ring) == {NVSWITCH}:
+            latency = p.base_us["simple"] + 2 * self._hop_us(NVSWITCH, "simple")
+            yield "nvls", "simple", latency + size / self._bandwidth("simple", self._link_gbs(NVSWITCH))
 
-    def _alltoall(self, size: np.ndarray, ranks: int, nodes: int) -> np.ndarray:
-        """Every rank sends S / n to each peer at once: local peers over the intra-node link, remote
-        peers over the node's NICs shared by its GPUs; the slower part sets the time."""
-        cluster = self.cluster
-        local = min(ranks, cluster.gpus_per_node) if nodes > 1 else ranks
-        link = cluster.intra_link if nodes == 1 else "network"
-        latency = BASE_LATENCY_US[("ring", "simple")] + HOP_LATENCY_US[link][("ring", "simple")]
-        intra_time = size * (local - 1) / ranks / (cluster.intra_busbw_gbs * 1e3)
-        nic_share = cluster.nics_per_node * cluster.nic_busbw_gbs * 1e3 / local
-        inter_time = size * (ranks - local) / ranks / nic_share
+    def _alltoall(self, size: np.ndarray, ranks: int, nodes: int, ring: list[str]) -> np.ndarray:
+        """Every rank sends S / n to each peer at once: local peers over the node's slowest link, remote peers
+        over the node's network shared by its GPUs; the slower part sets the time."""
+        p = self.params
+        local = -(-ranks // nodes)
+        links = set(ring) or {self.cluster.link_between(0, 0)}
+        slowest = min(links, key=self._link_gbs)
+        latency = p.base_us["simple"] + self._hop_us(NETWORK if nodes > 1 else slowest, "simple")
+        intra_time = size * (local - 1) / ranks / (self._link_gbs(slowest) * p.p2p_gain * 1e3)
+        inter_time = size * (ranks - local) / ranks / (self._network.ring_gbs(local) * p.p2p_gain * 1e3 / local)
         return latency + np.maximum(intra_time, inter_time)
-
-    @staticmethod
-    def _ll(algorithm: str, protocol: str, bandwidth: float) -> float:
-        return bandwidth * LL_BANDWIDTH[algorithm] if protocol == "LL" else bandwidth

@@ -65,8 +65,9 @@ def code_digest() -> str:
     source and the hardware catalog (its spec-sheet figures are features). A changed Maya then trains
     a new version instead of reusing one that other code built from the same data."""
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     h.update((data_dir() / "hardware" / "catalog.json").read_bytes())
     return h.hexdigest()
 

@@ -1,6 +1,6 @@
 """Price every program with a `DurationProvider`: kernels and host time once per program, collectives
-once per distinct communicator layout (a deduplicated copy whose groups span other nodes gets its
-own collective times)."""
+once per distinct layout (a deduplicated copy whose groups span other nodes or GPUs, or whose sends and
+receives cross other links, gets its own collective times)."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,16 +29,43 @@ def priced_frame(program: Program, traces: TraceSet) -> pd.DataFrame:
     frame["opcode"] = opcodes
     frame["comm_size"] = np.nan
     frame["comm_nodes"] = np.nan
+    frame["comm_gpus"] = None
     return frame
 
 
-def _with_layout(frame: pd.DataFrame, program: Program, replica: Replica, comms: list[GlobalComm]) -> pd.DataFrame:
-    """The collective rows of `frame` with the replica's communicator sizes and node counts."""
+LAYOUT_COLUMNS = ["comm_size", "comm_nodes", "comm_gpus"]
+
+
+def _layouts(program: Program, replica: Replica, comms: list[GlobalComm], traces: TraceSet) -> list[tuple]:
+    """Per collective operation of the replica: (ranks, nodes, local GPUs) it spans. A collective spans its
+    communicator (local GPUs: the members on this rank's node); a send or recv spans its two ends (local
+    GPUs: both ends when they share a node)."""
+    node = traces.node_of(replica.rank)
+    by_comm: dict[int, tuple] = {}
+    out = []
+    for launch, keys in zip(program.launches, replica.keys):
+        for op, (key, _) in zip(launch, keys):
+            if op.p2p:
+                ends = key[1:3]
+                nodes = len({traces.node_of(r) for r in ends})
+                out.append((2, nodes, tuple(traces.local_of(r) for r in ends) if nodes == 1 else ()))
+                continue
+            g = replica.comms[op.comm]
+            if g not in by_comm:
+                members = comms[g].members
+                by_comm[g] = (len(members), comms[g].nodes,
+                              tuple(sorted(traces.local_of(r) for r in members if traces.node_of(r) == node)))
+            out.append(by_comm[g])
+    return out
+
+
+def _with_layout(frame: pd.DataFrame, program: Program, layouts: list[tuple]) -> pd.DataFrame:
+    """The collective rows of `frame` with the replica's sizes, node counts and local GPUs."""
     calls = [op.call for launch in program.launches for op in launch]
-    groups = [comms[replica.comms[op.comm]] for launch in program.launches for op in launch]
     rows = frame.iloc[calls].copy()
-    rows["comm_size"] = [len(g.members) for g in groups]
-    rows["comm_nodes"] = [g.nodes for g in groups]
+    rows["comm_size"] = [x[0] for x in layouts]
+    rows["comm_nodes"] = [x[1] for x in layouts]
+    rows["comm_gpus"] = [x[2] for x in layouts]
     return rows
 
 
@@ -51,13 +78,14 @@ def price(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], pr
         program = replica.program
         if program.frame is None:
             program.frame = priced_frame(program, traces)
-        layout = (program.rank, tuple((len(comms[g].members), comms[g].nodes) if g >= 0 else None
-                                      for g in replica.comms))
+        layouts = _layouts(program, replica, comms, traces)
+        layout = (program.rank, tuple(layouts))
         if layout not in by_layout:
-            coll = _with_layout(program.frame, program, replica, comms)
+            coll = _with_layout(program.frame, program, layouts)
             if not len(program.device):  # the program's first layout: price everything
                 frame = program.frame
-                frame.loc[coll.index, ["comm_size", "comm_nodes"]] = coll[["comm_size", "comm_nodes"]].to_numpy()
+                for column in LAYOUT_COLUMNS:
+                    frame.loc[coll.index, column] = coll[column]
                 launch = getattr(provider, "launch_ns", None)
                 program.price(provider.device_ns(frame, hardware), provider.host_ns(frame),
                               launch(frame) if launch is not None else None)

@@ -106,9 +106,7 @@ def retarget(traces: TraceSet, hardware: Hardware, *, dp: int | None = None,
         return traces, assumptions
     spec = cluster_spec(cluster, hardware)
     if cluster is not None:
-        assumptions.append(f"cluster: {spec.name} ({spec.gpus_per_node} GPUs per node, {spec.intra_link} "
-                           f"{spec.intra_busbw_gbs:g} GB/s bus bandwidth inside a node, {spec.nics_per_node} x "
-                           f"{spec.network_link} {spec.nic_busbw_gbs:g} GB/s across): collectives priced on it")
+        assumptions.append(f"cluster: {spec.name} ({spec.summary()}): collectives priced on it")
     per_node = spec.gpus_per_node if spec is not None else traces.nproc_per_node or DEFAULT_GPUS_PER_NODE
     if per_node != traces.nproc_per_node:
         if traces.nproc_per_node:

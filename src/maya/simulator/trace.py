@@ -47,6 +47,14 @@ class TraceSet:
     def nproc_per_node(self) -> int | None:
         return self.info.get("nproc_per_node")
 
+    def local_of(self, rank: int) -> int:
+        """Index of a global rank's GPU within its node: from the run's ranks per node, else the captured device
+        row's `local_rank`, else the rank itself (every rank on node 0)."""
+        if self.nproc_per_node:
+            return rank % self.nproc_per_node
+        local = self.ranks[rank].device.get("local_rank") if rank in self.ranks else None
+        return rank if local is None or pd.isna(local) else int(local)
+
     def node_of(self, rank: int) -> int:
         """Node of a global rank: from the run's ranks per node, else the captured device row, else 0."""
         if self.nproc_per_node:

@@ -126,12 +126,9 @@ RunConfig = Callable[[SuiteConfig, float], ChildRun]
 
 
 def profiler_command() -> list[str]:
-    """How to start the profiler's command line in a new process: from a source checkout through
-    run_on_device.py (which needs nothing installed), else as the installed module."""
-    runner = Path(__file__).with_name("run_on_device.py")
-    if (runner.parents[2] / "maya_trace_spec").is_dir():
-        return [sys.executable, str(runner)]
-    return [sys.executable, "-m", "maya.profiler"]
+    """How to start the profiler's command line in a new process: through run_on_device.py, which
+    imports this very copy of Maya (a source checkout with nothing installed, or the installed one)."""
+    return [sys.executable, str(Path(__file__).parents[1] / "run_on_device.py")]
 
 
 class ProcessRunner:

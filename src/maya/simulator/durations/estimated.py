@@ -78,17 +78,37 @@ class CollectiveDurations:
             c = calls.loc[coll]
             name = c["collective"].astype(str).map(priced_name)
             known = name.notna().to_numpy()
+            gpus = c["comm_gpus"] if "comm_gpus" in c else pd.Series([()] * len(c), index=c.index, dtype=object)
             frame = pd.DataFrame({"collective": name, "bytes": c["comm_bytes"].fillna(0.0),
                                   "ranks": c["comm_size"].fillna(1).astype(int),
-                                  "nodes": c["comm_nodes"].fillna(1).astype(int)})[known]
+                                  "nodes": c["comm_nodes"].fillna(1).astype(int),
+                                  "gpus": gpus.map(lambda g: tuple(g) if isinstance(g, (tuple, list)) else ())})[known]
             if len(frame):
                 rows = np.flatnonzero(coll)[known]
-                out[rows] = model.predict(frame)["duration_ns"].to_numpy(dtype="float64")
+                out[rows] = model.predict(self._on_cluster(frame, model.cluster))["duration_ns"].to_numpy(
+                    dtype="float64")
         elif coll.any():
             note = f"no cluster spec for {hardware.name}: collectives priced by the roofline alpha-beta model"
             if note not in self.notes:
                 self.notes.append(note)
         return out
+
+    def _on_cluster(self, frame: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
+        """Communicators laid out on more GPUs per node than the cluster's nodes have are priced packed on
+        its nodes (and the prediction says so)."""
+        per_node = -(-frame["ranks"] // frame["nodes"].clip(lower=1))
+        beyond = (frame["gpus"].map(lambda g: any(i >= cluster.gpus_per_node for i in g))
+                  | ((per_node > cluster.gpus_per_node) & (frame["collective"] != "sendrecv"))).to_numpy(dtype=bool)
+        if not beyond.any():
+            return frame
+        note = (f"communicators laid out on more than the {cluster.gpus_per_node} GPUs per node of cluster "
+                f"{cluster.name} are priced packed on its nodes")
+        if note not in self.notes:
+            self.notes.append(note)
+        frame = frame.copy()
+        frame.loc[beyond, "nodes"] = -(-frame.loc[beyond, "ranks"] // cluster.gpus_per_node)
+        frame.loc[beyond, "gpus"] = pd.Series([()] * int(beyond.sum()), index=frame.index[beyond], dtype=object)
+        return frame
 
     def host_ns(self, calls: pd.DataFrame) -> np.ndarray:
         return self.fallback.host_ns(calls)

@@ -1,0 +1,186 @@
+"""Fit `CollectiveParams` to measured NCCL times (`maya.estimators.collective_data`).
+
+The model of `maya.estimators.collectives` prices every measured row on its machine's cluster spec; the
+parameters minimise a robust loss (soft L1, scale 0.1) of the rows' errors, first of log(predicted /
+measured) (well behaved far from the answer), then of the relative error MAPE counts, from where the first
+ended. Errors up to ~10% count as squared, larger ones linearly, so the small-message rows that include
+waiting for a late peer (the measurements time the kernel from its launch) do not steer the fit. Each
+undescribed network gets its own bandwidth per GPU and hop latency; the cap per node is a shared multiple
+of the bandwidth per GPU. The fit starts from NCCL's tuning-model figures and is deterministic.
+
+    python -m maya.estimators.collective_fit [--dataset collectives.parquet] [--out data/collectives/nccl.json]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from maya.core.clusters import ClusterSpec, load_cluster
+from .collective_data import GROUP, VIDUR_CLUSTERS, load_collectives, shipped_dataset
+from .collective_params import FALLBACK, LINKS, CollectiveParams, LinkParams, NetworkParams, shipped_path
+from .collectives import CollectiveModel
+from .registry import write_atomic
+
+SCALE = 0.1
+"""Relative error where the loss turns from squared to linear."""
+LINK_START = {"efficiency": 0.7, "hop_us": 4.0}
+START = {"base_us.LL": 6.6, "base_us.LL128": 8.0, "base_us.simple": 8.4, "hop_ratio.LL": 0.2,
+         "hop_ratio.LL128": 0.4, "bandwidth_ratio.LL": 0.4, "bandwidth_ratio.LL128": 0.9, "p2p_gain": 1.0,
+         "node_ratio": 4.0}
+"""Starting point: NCCL's tuning model (`baseLat`, `hwLat` of `src/graph/tuning.cc`, LL's 50% and LL128's
+~94% payload), a neutral efficiency and send/recv gain."""
+NETWORK_START = {"gpu_gbs": 5.0, "hop_us": 14.0}
+UNCAPPED = 8.0
+"""Node cap of the networks, in GPUs' worth, when no measurement spans nodes with several GPUs each: none
+below 8 GPUs per node."""
+BOUNDS = {"efficiency": (0.05, 1.0), "bandwidth_ratio.LL": (0.05, 0.5), "bandwidth_ratio.LL128": (0.05, 120 / 128),
+          "hop_ratio": (0.01, 1.0), "p2p_gain": (0.3, 3.0), "node_ratio": (1.0, 64.0)}
+"""Mechanism limits: no link beyond its line rate; LL carries 4 bytes of data per 8, LL128 120 per 128; the
+low-latency protocols are not slower per hop than Simple."""
+
+
+@dataclass(frozen=True)
+class FitResult:
+    params: CollectiveParams
+    rows: int
+    cost: float
+
+
+def fit(frame: pd.DataFrame, *, exclude: Sequence[str] = ()) -> FitResult:
+    """Parameters fitted on the rows of `frame` (from `load_collectives`) outside the networks `exclude`;
+    curves that copy another network's are left out."""
+    train = frame[~frame["network"].isin(exclude) & frame["duplicate_of"].isna()]
+    if train.empty:
+        raise ValueError("no measured collectives left to fit on")
+    networks = sorted(train.loc[train["nodes"] > 1, "network"].unique())
+    capped = ((train["nodes"] > 1) & (train["per_node"] > 1) & (train["collective"] != "sendrecv")).any()
+    curves = _curves(train)
+    links = sorted(set().union(*(_links(c) for c in curves)))
+    names = [*(f"{link}.{k}" for link in links for k in LINK_START), *(k for k in START if capped or k != "node_ratio"),
+             *(f"net.{n}.{k}" for n in networks for k in NETWORK_START)]
+    x0 = np.log([START.get(k) or {**LINK_START, **NETWORK_START}[k.rsplit(".", 1)[1]] for k in names])
+    lower, upper = zip(*(_bounds(k) for k in names))
+
+    def ratios(x: np.ndarray) -> np.ndarray:
+        params = _params(names, x, networks)
+        return np.concatenate([_predict_curve(params, c) / c.measured_us for c in curves])
+
+    result = None
+    for residuals in (lambda x: np.log(ratios(x)), lambda x: ratios(x) - 1):  # far off, then as MAPE counts
+        result = least_squares(residuals, x0 if result is None else result.x, bounds=(np.log(lower), np.log(upper)),
+                               loss="soft_l1", f_scale=SCALE, diff_step=1e-4, ftol=1e-6, xtol=1e-6, max_nfev=300)
+    params = _params(names, result.x, networks)
+    return FitResult(params, len(train), float(result.cost))
+
+
+def predict(frame: pd.DataFrame, params: CollectiveParams) -> np.ndarray:
+    """Predicted microseconds of every row; a network without learned figures is priced on the default."""
+    out = np.full(len(frame), np.nan)
+    for curve in _curves(frame):
+        out[curve.rows] = _predict_curve(params, curve)
+    return out
+
+
+@dataclass(frozen=True)
+class _Curve:
+    network: str
+    cluster: ClusterSpec
+    """The network's nodes on its undescribed inter-node network."""
+    collective: str
+    ranks: int
+    nodes: int
+    rows: np.ndarray
+    bytes: np.ndarray
+    measured_us: np.ndarray
+
+
+def _curves(frame: pd.DataFrame) -> list[_Curve]:
+    out = []
+    for (network, collective, ranks, _), rows in frame.groupby(GROUP, sort=True).groups.items():
+        idx = frame.index.get_indexer(rows)
+        part = frame.iloc[idx]
+        cluster = load_cluster(VIDUR_CLUSTERS[network]).without_network()
+        out.append(_Curve(network, cluster, collective, int(ranks), int(part["nodes"].iat[0]), idx,
+                          part["bytes"].to_numpy(), part["measured_us"].to_numpy()))
+    return out
+
+
+def _links(curve: _Curve) -> set[str]:
+    """Intra-node link kinds the curve's collective crosses."""
+    per_node = 2 if curve.collective == "sendrecv" and curve.nodes == 1 else -(-curve.ranks // curve.nodes)
+    return set(curve.cluster.ring(range(per_node)))
+
+
+def _predict_curve(params: CollectiveParams, curve: _Curve) -> np.ndarray:
+    network = curve.network if curve.network in params.networks else None
+    model = CollectiveModel(curve.cluster, params, network=network)
+    return model.time(curve.collective, curve.bytes, curve.ranks, curve.nodes).seconds * 1e6
+
+
+def _bounds(name: str) -> tuple[float, float]:
+    kind = name.split(".")[1] if name.split(".")[0] in LINKS else name.split(".")[0]
+    return BOUNDS.get(name, BOUNDS.get(kind, (1e-2, 1e4)))
+
+
+def _params(names: list[str], x: np.ndarray, networks: list[str]) -> CollectiveParams:
+    v = {"node_ratio": UNCAPPED, **dict(zip(names, np.exp(x).tolist()))}
+    measured = {n: NetworkParams(gpu_gbs=v[f"net.{n}.gpu_gbs"], node_gbs=v[f"net.{n}.gpu_gbs"] * v["node_ratio"],
+                                 hop_us=v[f"net.{n}.hop_us"]) for n in networks}
+    if measured:
+        gpu = float(np.exp(np.mean([np.log(m.gpu_gbs) for m in measured.values()])))
+        hop = float(np.exp(np.mean([np.log(m.hop_us) for m in measured.values()])))
+        default = NetworkParams(gpu, gpu * v["node_ratio"], hop)
+    else:
+        default = NetworkParams(NETWORK_START["gpu_gbs"], NETWORK_START["gpu_gbs"] * v["node_ratio"],
+                                NETWORK_START["hop_us"])
+    seen = {link for link in LINKS if f"{link}.efficiency" in v}
+    if not seen:
+        raise ValueError("the measurements cross no intra-node link")
+
+    def link(name: str) -> LinkParams:
+        source = name if name in seen else FALLBACK[name] if FALLBACK[name] in seen else sorted(seen)[0]
+        return LinkParams(v[f"{source}.efficiency"], v[f"{source}.hop_us"])
+
+    return CollectiveParams(
+        links={name: link(name) for name in LINKS},
+        base_us={p: v[f"base_us.{p}"] for p in ("LL", "LL128", "simple")},
+        hop_ratio={p: v[f"hop_ratio.{p}"] for p in ("LL", "LL128")},
+        bandwidth_ratio={p: v[f"bandwidth_ratio.{p}"] for p in ("LL", "LL128")},
+        p2p_gain=v["p2p_gain"], networks=measured, default_network=default)
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", type=Path, default=shipped_dataset(),
+                        help="Vidur-layout collectives Parquet (default: the shipped data/vidur/collectives.parquet)")
+    parser.add_argument("--out", type=Path, default=shipped_path(), help="where to write the parameters (JSON)")
+    args = parser.parse_args(argv)
+    frame = load_collectives(args.dataset)
+    result = fit(frame)
+    used = frame[frame["duplicate_of"].isna()]
+    provenance = {"dataset": args.dataset.name, "sha256": _file_sha256(args.dataset), "rows": result.rows,
+                  "networks": {n: int(c) for n, c in used["network"].value_counts().sort_index().items()},
+                  "left_out": sorted({f"{r.network} {r.collective} (copy of {r.duplicate_of})"
+                                      for r in frame[frame["duplicate_of"].notna()].itertuples()}),
+                  "loss": f"soft_l1 of log(predicted/measured), then of predicted/measured - 1, scale {SCALE}",
+                  "cost": round(result.cost, 6)}
+    params = CollectiveParams(**{**result.params.__dict__, "provenance": provenance})
+    text = json.dumps(params.to_json(), indent=1, sort_keys=True) + "\n"
+    write_atomic(args.out, text.encode())
+    print(f"fitted on {result.rows} rows of {args.dataset} -> {args.out} ({params.digest[:12]})")
+
+
+if __name__ == "__main__":
+    main()
