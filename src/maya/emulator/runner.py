@@ -165,6 +165,9 @@ def main(argv: list[str]) -> int:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         status = "complete" if code == 0 else "failed"
+        if isinstance(e.code, str):  # sys.exit("message"): Python prints the message; keep it too
+            error = e.code
+            print(e.code, file=sys.stderr)
     except torch.OutOfMemoryError as e:
         status, error, code = "oom", "".join(traceback.format_exception(e)), 1
         traceback.print_exc()

@@ -1,0 +1,53 @@
+"""Device time of one steady optimizer step of a captured rank, by kernel family and by collective, as
+the simulator priced it (for finding the mechanism behind a prediction's error, not a prediction).
+
+    .venv/bin/python benchmarks/step_families.py RUN_DIR --hardware h100-sxm --cluster dgx-h100
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+
+from maya.simulator.predict import resolve_hardware, simulate
+from maya.simulator.retarget import retarget
+from maya.simulator.trace import load
+
+
+def step_families(run_dir: str, hardware: str | None = None, cluster: str | None = None) -> pd.DataFrame:
+    """Seconds per steady step of each (kind, name) on the lowest captured rank: kernels by family,
+    collectives by name and dtype, with call counts."""
+    traces = load(run_dir)
+    hw = resolve_hardware(traces, hardware)
+    traces, assumptions = retarget(traces, hw, cluster=cluster)
+    sim = simulate(traces, hw, "auto", cluster=cluster, reprice_collectives=bool(assumptions))
+    rank = min(sim.programs)
+    program, its = sim.programs[rank], sim.iterations[rank]
+    frame = program.frame
+    steady = np.zeros(program.n, dtype=bool)
+    for i in its.steady:
+        steady[its.bounds[i]:its.bounds[i + 1]] = True
+    collective = frame["collective"].notna().to_numpy()
+    kind = np.where(collective, "collective", "kernel")
+    name = np.where(collective, frame["collective"].astype(str) + " " + frame["comm_dtype"].astype(str),
+                    frame["family"].astype(str))
+    rows = pd.DataFrame({"kind": kind, "name": name, "device_s": program.device / 1e9, "calls": 1})
+    rows = rows[steady & (program.device > 0)]
+    table = rows.groupby(["kind", "name"], as_index=False)[["device_s", "calls"]].sum()
+    table[["device_s", "calls"]] = table[["device_s", "calls"]] / len(its.steady)
+    return table.sort_values(["kind", "device_s"], ascending=[False, False]).reset_index(drop=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir")
+    ap.add_argument("--hardware")
+    ap.add_argument("--cluster")
+    args = ap.parse_args()
+    table = step_families(args.run_dir, args.hardware, args.cluster)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""The MPT workload (src/maya/data/workloads/mpt.py) reproduces the published llm-foundry rows: every row's
+parameter count, its command line, the model's arithmetic on the CPU, Composer's optimizer, and (slow)
+an emulated FSDP run with the collectives and attention the rows ran."""
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from maya.cli import app
+from maya_trace_spec import Run
+
+from paths import SHIPPED_WORKLOADS as WORKLOADS, SRC
+
+TABLE = SRC / "maya" / "data" / "published" / "llm_foundry_mpt.csv"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"workload_{name}", WORKLOADS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[f"workload_{name}"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+mpt = _load("mpt")
+mpt_rows = _load("mpt_rows")
+ROWS = list(csv.DictReader(TABLE.open()))
+
+
+def test_the_table_is_the_published_one():
+    assert len(ROWS) == 162
+    assert {r["GPU"] for r in ROWS} == {"a100_40gb", "a100_80gb", "h100_80gb"}
+
+
+@pytest.mark.parametrize("model, seq", sorted({(r["Model"], int(r["SeqLen (T)"])) for r in ROWS}))
+def test_parameter_count_matches_every_row(model, seq):
+    """Exact, for all 162 rows: learned positions grow the count by d_model per token of sequence, biases
+    and LayerNorms are in its constant part, the output projection is the (tied) embedding."""
+    published = {int(r["NumParams"]) for r in ROWS if r["Model"] == model and int(r["SeqLen (T)"]) == seq}
+    cfg = mpt.MPTConfig.of(model, seq)
+    assert published == {mpt.count_params(cfg)} == {cfg.num_params()}
+
+
+def _tiny(attn_impl: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = mpt.MPTForCausalLM(mpt.MPTConfig(d_model=32, n_heads=4, n_layers=2, max_seq_len=16, vocab_size=64),
+                               attn_impl=attn_impl)
+    for module in model.modules():
+        mpt.init_params(module, 2)
+    return model
+
+
+def test_model_on_cpu_ties_the_output_to_the_embedding():
+    model = _tiny("triton")
+    ids = torch.randint(0, 64, (3, 16))
+    logits = model(ids)
+    assert logits.shape == (3, 16, 64)
+    logits.sum().backward()
+    emb = model.transformer.wte.weight
+    assert emb.grad is not None and not any(p is emb for n, p in model.named_parameters() if "wte" not in n)
+
+
+def test_flash_path_computes_what_the_fused_path_does():
+    """flash-attn's unpad / attend / pad on an all-ones mask changes nothing but the work done."""
+    ids = torch.randint(0, 64, (2, 16))
+    fused, flash = _tiny("triton"), _tiny("flash")
+    flash.load_state_dict(fused.state_dict())
+    out_fused, out_flash = fused(ids), flash(ids)
+    torch.testing.assert_close(out_flash, out_fused)
+    out_fused.square().mean().backward()
+    out_flash.square().mean().backward()
+    for (name, a), (_, b) in zip(fused.named_parameters(), flash.named_parameters()):
+        torch.testing.assert_close(b.grad, a.grad, msg=name)
+
+
+def test_low_precision_layernorm_runs_in_the_autocast_dtype():
+    norm = mpt.LowPrecisionLayerNorm(8)
+    x = torch.randn(2, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert norm(x).dtype == torch.bfloat16
+    assert norm(x).dtype == torch.float32
+
+
+def test_decoupled_adamw_without_weight_decay_is_adam():
+    torch.manual_seed(0)
+    a = torch.randn(5, requires_grad=True)
+    b = a.detach().clone().requires_grad_(True)
+    ours, ref = mpt.DecoupledAdamW([a], lr=0.1), torch.optim.Adam([b], lr=0.1, betas=(0.9, 0.95), eps=1e-8)
+    for _ in range(3):
+        grad = torch.randn(5)
+        a.grad, b.grad = grad.clone(), grad.clone()
+        ours.step()
+        ref.step()
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "7b", "--seq-len", "2048", "--grad-accum", "1"], "--micro-batch is required"),
+    (["--model", "7b", "--seq-len", "2048", "--micro-batch", "2"], "give --grad-accum or --global-batch"),
+    (["--model", "7b", "--seq-len", "0", "--micro-batch", "2", "--grad-accum", "1"], "--seq-len must be at least 1"),
+    (["--model", "9b", "--seq-len", "2048"], "invalid choice: '9b'"),
+    (["--model", "7b", "--seq-len", "2048", "--micro-batch", "2", "--grad-accum", "1", "--activation-cpu-offload"],
+     "--activation-cpu-offload is not supported"),
+])
+def test_bad_command_lines_are_named(capsys, argv, message):
+    with pytest.raises(SystemExit):
+        mpt.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_micro_batches_follow_composer():
+    args = mpt.parse_args(["--model", "1b", "--seq-len", "2048", "--micro-batch", "11", "--global-batch", "96"])
+    assert mpt.micro_batches(args, world=2) == [11, 11, 11, 11, 4]  # 48 a rank: the README's example
+    args = mpt.parse_args(["--model", "1b", "--seq-len", "2048", "--micro-batch", "4", "--grad-accum", "3"])
+    assert mpt.micro_batches(args, world=8) == [4, 4, 4]
+    args = mpt.parse_args(["--model", "1b", "--seq-len", "2048", "--micro-batch", "4", "--grad-accum", "2",
+                           "--global-batch", "96"])
+    with pytest.raises(SystemExit, match="makes 3 micro-batches per step, not --grad-accum 2"):
+        mpt.micro_batches(args, world=8)
+    with pytest.raises(SystemExit, match="not divisible by the 7 ranks"):
+        mpt.micro_batches(args, world=7)
+
+
+@pytest.mark.parametrize("index", range(len(ROWS)))
+def test_every_row_becomes_a_command_line(index):
+    row = ROWS[index]
+    args = mpt.parse_args(mpt_rows.workload_args(row))
+    sizes = mpt.micro_batches(args, world=int(row["# GPUs"]))
+    assert sizes == [int(row["MicroBatchSize"])] * int(row["GradAccum"])
+    assert (args.precision, args.mp_mode, args.sharding) == (row["Precision"], row["MP Mode"],
+                                                              row["Sharding Strategy"])
+    assert args.activation_checkpointing == (row["Activation Checkpointing"] == "True")
+    assert args.use_orig_params == (row["Precision"] != "bf16")  # torch 1.13 had flat parameters only
+    large = "Large Scale" in row["table"]
+    assert (args.backward_prefetch, args.forward_prefetch) == (
+        ("BACKWARD_PRE", True) if large else ("BACKWARD_POST", False))
+    assert args.attn_impl == ("flash" if large and row["Model"] in {"1b", "3b", "7b", "70b"} else "triton")
+
+
+def test_fp8_without_transformer_engine_says_so():
+    if importlib.util.find_spec("transformer_engine") is not None:
+        pytest.skip("Transformer Engine is installed here")
+    with pytest.raises(SystemExit, match="needs NVIDIA Transformer Engine"):
+        mpt.require_fp8()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, reduce_dtype, attn_impl", [("DEFAULT", "fp32", "flash"), ("PURE", "bf16", "triton")])
+def test_emulated_fsdp_run(tmp_path, mode, reduce_dtype, attn_impl):
+    """Two virtual H100s, a 2-block MPT: bf16 all-gathers, reduce-scatters in the MP mode's dtype, one
+    all-gather per unit per forward and backward, cuDNN attention, the optimizer's step read-backs."""
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, [
+        "emulate", "--nproc-per-node", "2", "--out", str(out), "--", "python", str(WORKLOADS / "mpt.py"),
+        "--model", "125m", "--layers", "2", "--seq-len", "128", "--micro-batch", "2", "--grad-accum", "2",
+        "--mp-mode", mode, "--attn-impl", attn_impl, "--activation-checkpointing", "--steps", "2"])
+    assert r.exit_code == 0, r.output
+    run = Run(out)
+    calls = run.table("api_calls").filter(pc.equal(pc.field("rank"), 0)).to_pylist()
+    colls = [c for c in calls if c["collective_name"]]
+    block = mpt.MPTConfig.of("125m", 128).num_params() - (50368 + 128 + 2) * 768  # 12 blocks' parameters
+    shard = block // 12 // 2
+    gathers = [c for c in colls if c["collective_name"] == "allgather" and c["in_msg_nelems"] == shard]
+    scatters = [c for c in colls if c["collective_name"] == "reducescatter" and c["out_msg_nelems"] == shard]
+    assert {c["comm_dtype"] for c in gathers} == {"bf16"} and {c["comm_dtype"] for c in scatters} == {reduce_dtype}
+    # 2 blocks x 2 micro-batches x 2 steps: one gather in forward, one in backward (the recompute reuses it)
+    assert len(gathers) == 2 * len(scatters) == 16
+    kernels = {k["kernel_id"]: k for k in run.table("kernels").to_pylist()}
+    attention = [json.loads(c["args"])["attention"] for c in calls
+                 if c["kernel_id"] in kernels and kernels[c["kernel_id"]]["family"] == "attention"]
+    assert {(a["seq_q"], a["head_dim"], a["causal"]) for a in attention} == {(128, 64, True)}
+    assert sum(a["backward"] for a in attention) == 2 * 2 * 2  # blocks x micro-batches x steps
+    p = CliRunner().invoke(app, ["predict", str(out), "--json"])
+    assert p.exit_code == 0, p.output
+    assert json.loads(p.output)["steady_iterations"] == 1
+
+
+def test_fp8_under_the_emulator_fails_with_the_reason(tmp_path):
+    """The script's `sys.exit(message)` reaches the user through `maya emulate`."""
+    if importlib.util.find_spec("transformer_engine") is not None:
+        pytest.skip("Transformer Engine is installed here")
+    r = CliRunner().invoke(app, ["emulate", "--out", str(tmp_path / "run"), "--", "python", str(WORKLOADS / "mpt.py"),
+                                 "--model", "125m", "--layers", "1", "--seq-len", "64", "--micro-batch", "1",
+                                 "--grad-accum", "1", "--precision", "amp_fp8"])
+    assert r.exit_code != 0
+    assert "needs NVIDIA Transformer Engine" in r.output
