@@ -165,7 +165,7 @@ def iteration_band(sim: Simulation, prediction: Prediction, *, samples: int = SA
             share = part * device[mine].sum() / weight
             if g >= 0:
                 shares[names[g]] = share / total
-                terms.append((g, share, device[mine], groups.quantiles[mine]))
+                terms.append((g, share, *_distinct(device[mine], groups.quantiles[mine])))
     modelled = sum(t[1] for t in terms)
     if not terms or not total:
         return IterationBand(total, total, shares, 1.0)
@@ -196,13 +196,17 @@ def _steady_calls(sim: Simulation, rank: int, n: int) -> np.ndarray:
     return mask
 
 
+def _distinct(weights: np.ndarray, quantiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A group's calls as its distinct quantile rows and the device time of each."""
+    unique, inverse = np.unique(np.round(quantiles, 6), axis=0, return_inverse=True)
+    return np.bincount(inverse.ravel(), weights=weights, minlength=len(unique)), unique
+
+
 def _group_time(share: float, weights: np.ndarray, quantiles: np.ndarray, z: np.ndarray) -> np.ndarray:
     """The group's part of the iteration time at each draw `z`: its share times the device-time weighted
-    mean factor of its calls (calls of equal quantiles priced together)."""
-    unique, inverse = np.unique(np.round(quantiles, 6), axis=0, return_inverse=True)
-    w = np.bincount(inverse.ravel(), weights=weights, minlength=len(unique))
-    factors = np.exp(log_factor(unique[None, :, :], np.asarray(z, dtype="float64")[..., None]))
-    return share * (factors @ w) / w.sum()
+    mean factor of its calls (`weights` per distinct row of `quantiles`)."""
+    factors = np.exp(log_factor(quantiles[None, :, :], np.asarray(z, dtype="float64")[..., None]))
+    return share * (factors @ weights) / weights.sum()
 
 
 def _design_point(terms: list, groups: int, fixed: float, target: float, side: int) -> np.ndarray:

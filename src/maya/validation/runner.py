@@ -59,6 +59,8 @@ class _Task:
     """The suite kind's module."""
     warehouse: str | None
     traces: str
+    reuse: bool = True
+    """Reuse a stored prediction of an identical trace."""
 
 
 def resolve_version(version: str, warehouse: str | Path | None) -> str:
@@ -70,13 +72,16 @@ def resolve_version(version: str, warehouse: str | Path | None) -> str:
 
 def run_suite(suite: Suite, rows: pd.DataFrame, *, version: str = "latest", jobs: int = 1,
               warehouse: str | Path | None = None, on_start: Callable[[int, int], None] | None = None,
-              on_row: Callable[[RowResult], None] | None = None) -> SuiteRun:
+              on_row: Callable[[RowResult], None] | None = None, resume: bool = True,
+              traces: Path | None = None) -> SuiteRun:
     """Evaluate `rows` (of `suite.table`); `on_start(total, already_done)` once, then `on_row` per row
-    (resumed rows first). Raises `RegistryError` when the estimator version does not exist."""
+    (resumed rows first). `resume=False` runs stored rows again (their results are replaced); `traces`:
+    where emulated rows are cached (default `traces_dir()`). Raises `RegistryError` when the estimator
+    version does not exist."""
     started = time.monotonic()
     resolved = resolve_version(version, warehouse)
     digest = predictor_digest()
-    done = stored(warehouse, suite.digest, resolved, digest)
+    done = stored(warehouse, suite.digest, resolved, digest) if resume else {}
     run = SuiteRun(suite, resolved)
     tasks = []
     for number, values in rows.iterrows():
@@ -84,7 +89,7 @@ def run_suite(suite: Suite, rows: pd.DataFrame, *, version: str = "latest", jobs
         if previous is not None and previous.status != "failed":
             run.results.append(previous)
             continue
-        tasks.append(_task(suite, int(number), values, resolved, digest, warehouse))
+        tasks.append(_task(suite, int(number), values, resolved, digest, warehouse, traces or traces_dir(), resume))
     if on_start:
         on_start(len(rows), len(run.results))
     if on_row:
@@ -100,8 +105,8 @@ def run_suite(suite: Suite, rows: pd.DataFrame, *, version: str = "latest", jobs
     return run
 
 
-def _task(suite: Suite, number: int, values: pd.Series, version: str, digest: str,
-          warehouse: str | Path | None) -> _Task:
+def _task(suite: Suite, number: int, values: pd.Series, version: str, digest: str, warehouse: str | Path | None,
+          traces: Path, reuse: bool) -> _Task:
     kind = importlib.import_module(KINDS[suite.kind])
     try:
         plan = kind.plan(number, values)
@@ -116,7 +121,7 @@ def _task(suite: Suite, number: int, values: pd.Series, version: str, digest: st
             measured = float("nan")
         base = RowResult(suite.name, suite.digest, suite.kind, number, _fallback_label(values), "?", "?", 0,
                          measured, version, digest, reason=f"cannot run this row: {e}")
-    return _Task(base, plan, KINDS[suite.kind], str(warehouse) if warehouse else None, str(traces_dir()))
+    return _Task(base, plan, KINDS[suite.kind], str(warehouse) if warehouse else None, str(traces), reuse)
 
 
 def _evaluate_all(tasks: list[_Task], jobs: int) -> Iterator[RowResult]:
@@ -159,7 +164,7 @@ def evaluate(task: _Task) -> RowResult:
     try:
         result.trace_digest = trace_digest(run_dir)
         known = find_prediction(task.warehouse, result.trace_digest, plan.hardware, plan.cluster, task.base.kind,
-                                task.base.estimator_version, task.base.predictor_digest)
+                                task.base.estimator_version, task.base.predictor_digest) if task.reuse else None
         if known is not None:
             _copy_prediction(known, result)
         else:
