@@ -215,7 +215,12 @@ def _trace(plan: RowPlan, root: Path) -> tuple[Path, bool, tuple[str, str, int |
                                           f"{failed}/logs", peak)
         error = next((r.error for r in result.ranks if r.error), None) or _log_tail(failed)
         return failed, False, ("failed", f"emulation {result.status}: {error.strip()[-REASON_CHARS:]}", peak)
-    partial.rename(run_dir)
+    try:
+        partial.rename(run_dir)
+    except OSError:  # another worker captured the same command meanwhile: keep its run
+        if Run(run_dir).info["status"] != "complete":
+            raise
+        shutil.rmtree(partial)
     return run_dir, False, None
 
 
