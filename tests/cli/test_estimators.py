@@ -9,6 +9,8 @@ from maya.cli import app
 from maya.estimators import Registry
 from maya.estimators.training_data import neusight_dir
 
+pytestmark = pytest.mark.slow  # trains estimator versions
+
 runner = CliRunner()
 TRAIN = ("estimators", "train", "--sample", "2000", "--trees", "10", "--depth", "3")
 

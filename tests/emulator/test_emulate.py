@@ -12,6 +12,8 @@ from maya_trace_spec import Run
 from maya_trace_spec.validation import validate_run
 from paths import WORKLOADS
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 runner = CliRunner()
 
 

@@ -74,6 +74,7 @@ def test_profile_runs_become_measured_calls(tmp_path):
     assert set(calls["hardware"]) == {"h100-sxm"}
 
 
+@pytest.mark.slow
 def test_shipped_measurements_include_profiles_and_train(tmp_path):
     for i in range(3):
         write_profile(tmp_path / "profiles" / f"run-{i}")

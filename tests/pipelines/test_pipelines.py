@@ -158,6 +158,7 @@ def test_definitions_load_from_the_defs_folder():
     assert set(defs.resources) == {"warehouse", "data"}
 
 
+@pytest.mark.slow
 def test_whole_graph_fills_the_warehouse(graph):
     assert all(r.success for r in graph.ingested) and graph.result.success
     neusight = sorted(p.hardware for p in graph.partitions if p.campaign == NEUSIGHT_CAMPAIGN)
@@ -190,6 +191,7 @@ def test_whole_graph_fills_the_warehouse(graph):
     assert "no ground truth available" in page and "<script src=" not in page  # plotly.js inlined
 
 
+@pytest.mark.slow
 def test_bad_files_and_rows_are_quarantined_and_the_rest_of_the_partition_goes_on(graph):
     campaign_result = graph.ingested[graph.partitions.index(CAMPAIGN)]
     assert metadata(campaign_result, "validated_kernel_profiles")["left_out"] == {"configs with status unsupported": 1}
@@ -284,6 +286,7 @@ dg.materialize([profiles.validated_kernel_profiles], instance=instance, partitio
 """
 
 
+@pytest.mark.slow
 def test_a_run_killed_midway_leaves_the_partition_as_it_was(small):
     instance, resources, root = small
     ingest(instance, resources, [CAMPAIGN])
@@ -421,6 +424,7 @@ def test_warehouse_from_before_the_timing_column_is_migrated(tmp_path):
             ("c1", "device"), ("neusight-train", "isolated")]
 
 
+@pytest.mark.slow
 def test_maya_sql_reads_while_a_run_writes(tmp_path):
     """`maya sql` in another process, again and again while NeuSight's partitions are written: no error, and
     every answer is a committed state (the partitions table agrees with the rows) up to every row."""
