@@ -48,6 +48,4 @@ class GemmPredictor(FamilyPredictor):
         features["log2_output"] = log2(b * m * n)
         features["log2_operands_over_l2"] = log2(element_bytes(calls["dtype"]) * (m * k + k * n) / hw.l2_bytes)
         features["threads_per_sm"] = hw.max_threads_per_sm
-        # 0 on the CUDA cores (fp32), 3-5 on tensor cores (tf32, fp16/bf16): which pipe and how far its peak is
-        features["log2_tensor_speedup"] = np.log2(hw.peak_flops / hw.fp32_peak_flops)
         return features

@@ -81,7 +81,7 @@ def test_shipped_measurements_include_profiles_and_train(tmp_path):
     assert len(only_profiles) == 12
     result = train(only_profiles, TrainConfig(params=ModelParams(n_estimators=5, max_depth=2), min_rows=3,
                                               validate=False))
-    assert result.metrics["hardware"] == ["h100-sxm"] and "gemm" in result.estimator.models
+    assert result.metrics["hardware"] == ["h100-sxm"] and "gemm@tensor" in result.estimator.models
     neusight_only = shipped_measurements(vidur=False, profiles=tmp_path / "none")
     assert neusight_only.equals(load_kernels(neusight_dir() / "kernels_train.parquet"))
 
