@@ -60,7 +60,7 @@ def train_cmd(profiles: Annotated[Optional[Path], typer.Option(help="Folder of m
 
 def _sources_table(sources, rows) -> Table:
     """Rows per source and device; rows quarantined (never trained on) and left out, with why."""
-    table = Table("source", "hardware", "rows", "quarantined", title="training data")
+    table = Table("source", "hardware", "rows", "quarantined (never trained on) / left out", title="training data")
     for _, row in rows.iterrows():
         table.add_row(row["source"], row["hardware"], f"{row['rows']:,}", f"{row['rejected']:,}" if row["rejected"]
                       else "-")
@@ -172,7 +172,7 @@ def eval_cmd(dataset: Annotated[Path, typer.Option(help="Parquet of measurements
 
 
 def _family_table(metrics: dict) -> Table:
-    table = Table("family", "rows", "GPUs", "validation MAPE", "unseen-architecture MAPE", "roofline MAPE",
+    table = Table("family (segment)", "rows", "GPUs", "validation MAPE", "unseen-architecture MAPE", "roofline MAPE",
                   title="per family (held-out training data)")
     for family, m in sorted(metrics.get("families", {}).items()):
         transfer = m.get("transfer_mape")
