@@ -376,7 +376,7 @@ def test_profiling_campaign_skips_with_a_clear_message_without_a_gpu(small):
 
 
 def gpt_like_trace(path: Path) -> Path:
-    from maya.simulator.synthetic import TraceBuilder
+    from maya.simulator.trace_builder import TraceBuilder
 
     builder = TraceBuilder(world_size=1)
     rank = builder.rank(0)
