@@ -1,4 +1,4 @@
-"""Simulator speed on synthetic GPT-like 3D-parallel training traces (`maya.simulator.synthetic.gpt_3d`:
+"""Simulator speed on synthetic GPT-like 3D-parallel training traces (`maya.simulator.trace_builder.gpt_3d`:
 32 layers, 1F1B pipeline, tensor-parallel all-reduces, data-parallel reduce-scatter/all-gather).
 
 1. Replay throughput: TP8 x PP8 (64 ranks, every rank captured), simulated calls per second of the
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from maya.simulator import predict
-from maya.simulator.synthetic import gpt_3d
+from maya.simulator.trace_builder import gpt_3d
 
 CALLS_PER_S_TARGET, JOB_SECONDS_TARGET = 1e6, 30.0
 

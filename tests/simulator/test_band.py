@@ -10,7 +10,7 @@ from maya.estimators import KernelEstimator, Registry
 from maya.estimators.efficiency_model import Band
 from maya.simulator import predict
 from maya.simulator.band import Z90, log_factor
-from maya.simulator.synthetic import TraceBuilder
+from maya.simulator.trace_builder import TraceBuilder
 
 HIGH = 0.4
 """log(measured / roofline) at the 90th percentile of the stub families; the 10th is the roofline itself."""

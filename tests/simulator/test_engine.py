@@ -6,7 +6,7 @@ import pytest
 from maya.core import hardware
 from maya.simulator import Deadlock, MeasuredDurations, MissingRanks, RooflineDurations, simulate, summarize
 from maya.simulator.iterations import find_period
-from maya.simulator.synthetic import TraceBuilder
+from maya.simulator.trace_builder import TraceBuilder
 from maya.simulator.trace import load
 from paths import FIXTURES
 

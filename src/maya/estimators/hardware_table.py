@@ -24,6 +24,8 @@ class HardwareArrays:
     architecture: np.ndarray
     """Compute capability as major * 10 + minor (GPUs of one architecture run the same kernels)."""
     peak_flops: np.ndarray
+    fp32_peak_flops: np.ndarray
+    """The fp32 (CUDA-core) peak: `peak_flops` over it is the tensor cores' speed-up for the call's dtype."""
     bandwidth: np.ndarray
     sm_count: np.ndarray
     l2_bytes: np.ndarray
@@ -56,6 +58,7 @@ def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
         name=np.array([s.name for s in specs], dtype=object)[codes],
         architecture=column([s.sm_major * 10 + s.sm_minor for s in specs]),
         peak_flops=_peak_flops(calls, codes, specs),
+        fp32_peak_flops=column([s.peak_flops("fp32") for s in specs]),
         bandwidth=column([s.memory_bandwidth for s in specs]),
         sm_count=column([s.sm_count for s in specs]),
         l2_bytes=column([s.l2_bytes for s in specs]),

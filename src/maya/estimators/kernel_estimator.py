@@ -33,6 +33,7 @@ from .features import features_of
 from .hardware_table import catalog_names, hardware_arrays
 from .launch_floor import DEVICE_FLOOR_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes, shape_keys
+from .segments import family_of, model_key, segments
 
 METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline")
 PRICED: tuple[str, ...] = ("roofline_ns", "efficiency", "duration_ns", "duration_low_ns", "duration_high_ns")
@@ -56,9 +57,10 @@ class FamilyModels:
 @dataclass(frozen=True)
 class KernelEstimator:
     models: dict[str, FamilyModels] = field(default_factory=dict)
+    """Per family segment (`segments.model_key`: `gemm@tensor`, `copy`, ...)."""
     lookup: MeasuredShapes | None = None
     roofline_bands: dict[str, Band] = field(default_factory=dict)
-    """Per family, the spread of log(measured / roofline) in training."""
+    """Per family segment (`segments.model_key`), the spread of log(measured / roofline) in training."""
 
     def predict(self, calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
         """The normalised call frame with `roofline_ns`, `efficiency`, `duration_ns`, `duration_low_ns`,
@@ -99,31 +101,50 @@ class KernelEstimator:
         return priced
 
     def _price_family(self, family: str, calls: pd.DataFrame) -> dict[str, np.ndarray]:
-        """Prediction columns for calls of one family."""
+        """Prediction columns for calls of one family, each by its segment's model (`segments`), else by another
+        segment's of the family, else by the roofline."""
         predictor, hw = PREDICTORS[family], hardware_arrays(calls)
         work = predictor.work(calls, hw)
         roofline = base = work.roofline_s(hw) * 1e9
-        band = self.roofline_bands.get(family)
         slowdown, low = np.zeros(len(calls)), np.zeros(len(calls))
-        high = np.full(len(calls), np.nan if band is None else max(band.high, 0.0))
+        high = np.full(len(calls), np.nan)
         method = np.full(len(calls), METHODS.index("roofline"), dtype="int8")
         dispatch = np.full(len(calls), np.nan)
-        models = self.models.get(family)
-        if models is not None:
-            dispatch = models.floors.dispatch_seconds(calls["hardware"], calls["op"]) * 1e9
-            base = np.maximum(roofline, DEVICE_FLOOR_S * 1e9)
-            features = features_of(predictor, calls, hw, work, with_hardware=True)
-            seen = np.isin(hw.architecture, list(models.architectures))
+        segment = segments(family, calls, hw)
+        features = None
+        for name in np.unique(segment):
+            here = segment == name
+            key = self._model_key(family, str(name))
+            band = self.roofline_bands.get(key) or next(
+                (b for k, b in sorted(self.roofline_bands.items()) if family_of(k) == family), None)
+            high[here] = np.nan if band is None else max(band.high, 0.0)
+            models = self.models.get(key)
+            if models is None:
+                continue
+            if features is None:
+                base = np.maximum(roofline, DEVICE_FLOOR_S * 1e9)
+                features = features_of(predictor, calls, hw, work, with_hardware=True)
+            rows = np.flatnonzero(here)
+            dispatch[rows] = models.floors.dispatch_seconds(calls["hardware"].iloc[rows], calls["op"].iloc[rows]) * 1e9
+            seen = np.isin(hw.architecture[rows], list(models.architectures))
             for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
-                predicted = model.log_slowdown(features, np.flatnonzero(mask))
-                slowdown[mask] = predicted
-                low[mask] = np.maximum(predicted + model.band.low, 0.0)
-                high[mask] = predicted + model.band.high
-                method[mask] = METHODS.index(tag)
+                chosen = rows[mask]
+                predicted = model.log_slowdown(features, chosen)
+                slowdown[chosen] = predicted
+                low[chosen] = np.maximum(predicted + model.band.low, 0.0)
+                high[chosen] = predicted + model.band.high
+                method[chosen] = METHODS.index(tag)
         duration = base * np.exp(slowdown)
         return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
                 "duration_low_ns": base * np.exp(low), "duration_high_ns": base * np.exp(high), "method": method,
                 "dispatch_ns": dispatch}
+
+    def _model_key(self, family: str, segment: str) -> str:
+        """The segment's model, else the family's first segment with a model, else the segment's own key."""
+        key = model_key(family, segment)
+        if key in self.models:
+            return key
+        return next((k for k in sorted(self.models) if family_of(k) == family), key)
 
     def _use_measurements(self, priced: dict[str, np.ndarray], keys: np.ndarray) -> None:
         """Replace predictions by measurements where the exact shape was measured."""

@@ -58,7 +58,9 @@ def resolve_hardware(traces: TraceSet, name: str | None) -> Hardware:
         return catalog.get(name)
     source = source_hardware(traces)
     if source is None:
-        raise ValueError("the trace names no hardware: pass --hardware")
+        named = f"the trace's hardware {traces.hardware!r} is not in the catalog" if traces.hardware else \
+            "the trace names no hardware"
+        raise ValueError(f"{named}: pass --hardware (a catalog name, or the file describing the part)")
     return source
 
 
