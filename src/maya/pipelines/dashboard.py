@@ -153,7 +153,7 @@ def _headline(data: AccuracyData) -> str:
         rows.append('<tr><td>end to end</td><td colspan="4">no validation suite has been run for this version: '
                     "<code>maya validate llm-foundry</code></td></tr>")
     kernel = data.versions.set_index("version").loc[data.version, "kernel_mape"]
-    rows.append(f"<tr><td>kernels (NeuSight's held-out test split)</td><td>{len(data.kernels):,} shown</td>"
+    rows.append(f"<tr><td>kernels (NeuSight's held-out test split)</td><td>{int(data.families['rows'].sum()):,}</td>"
                 f"<td>{_pct(100 * kernel) if kernel == kernel else '-'}</td><td>-</td><td>-</td></tr>")
     workloads = data.workloads.dropna(subset=["predicted_ns"])
     if len(workloads):
