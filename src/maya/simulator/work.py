@@ -14,6 +14,7 @@ from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_bytes
 
 from .attention_shapes import shape_attention
 from .opcodes import COLL
+from .split_kernels import share_split_pieces
 from .trace import RankTrace
 
 def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
@@ -108,6 +109,8 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         num["numel"][launched] = op_rows["numel"].to_numpy()[launched]
         num["row"][launched] = op_rows["row"].to_numpy()[launched]
         _own_sizes(calls, launched, num["numel"])
+        names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])) if len(trace.kernels) else {}
+        share_split_pieces(calls, names, launched, num["numel"])
         known = launched & op_rows["dtype"].notna().to_numpy()
         dtype[known] = op_rows["dtype"].to_numpy()[known]
         unshaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy()  # measured traces' GEMMs
