@@ -136,13 +136,9 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     job = job_figures(reports, int(traces.info["world_size"]), peak, tokens_per_iteration=tokens_per_iteration,
                       price_per_gpu_hour=price_per_gpu_hour)
     peak_memory = max((m for m, _ in memory.values()), default=0)
-    oom_reason = None
-    if traces.info["status"] == "oom" or any(o for _, o in memory.values()):
-        oom_reason = "the trace records an out-of-memory failure"
-    elif peak_memory > hw.memory_bytes:
-        oom_reason = f"peak {peak_memory / 2**30:.2f} GiB exceeds {hw.memory_bytes / 2**30:.2f} GiB"
+    oom_reason, retry_note = out_of_memory(traces, memory, peak_memory, hw)
     first = sim.iterations[min(sim.iterations)]
-    notes = list(sim.notes)
+    notes = list(sim.notes) + ([retry_note] if retry_note else [])
     if traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
     notes += stand_in_notes(traces)
@@ -161,6 +157,29 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
         price_per_gpu_hour=price_per_gpu_hour, simulated_calls=sim.calls, simulation_s=sim.seconds,
         ranks=reports, notes=notes, assumptions=assumptions, measured_iteration_ns=measured_ns,
         replay_error=replay_error, **job)
+
+
+def out_of_memory(traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_memory: int,
+                  hw: Hardware) -> tuple[str | None, str | None]:
+    """Why the job runs out of memory (None: it does not), and a note on failed allocations it survived.
+
+    A failed device allocation is not an out-of-memory failure by itself: PyTorch's caching allocator then
+    frees its cached blocks and retries, as it does on a GPU. The script ran out only when the error reached
+    it: the capture's status is `oom`, or the run failed on a rank where an allocation failed. Otherwise the
+    peak must fit the GPU priced (another, smaller GPU than the one emulated may not hold it)."""
+    failed = sorted(rank for rank, (_, oom) in memory.items() if oom)
+    status = traces.info["status"]
+    if status == "oom" or (status == "failed" and failed):
+        return "the trace records an out-of-memory failure", None
+    if peak_memory > hw.memory_bytes:
+        return f"peak {peak_memory / 2**30:.2f} GiB exceeds {hw.memory_bytes / 2**30:.2f} GiB", None
+    if not failed:
+        return None, None
+    counts = {rank: int((traces.ranks[rank].memory["kind"] == "oom").sum()) for rank in failed}
+    shown = ", ".join(f"rank {rank}: {n}" for rank, n in list(counts.items())[:4])
+    return None, (f"{sum(counts.values())} device allocation(s) failed ({shown}{' ...' if len(counts) > 4 else ''}) "
+                  "and the script went on: PyTorch's caching allocator freed its cached blocks and retried, as on a "
+                  "GPU, where each retry also synchronises the device (not priced)")
 
 
 SCALAR_READS = {"aten::_local_scalar_dense", "aten::item"}
