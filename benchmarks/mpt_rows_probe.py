@@ -40,10 +40,10 @@ def maya(*args: str) -> list[str]:
     return ["nice", "-n", "10", str(REPO / ".venv" / "bin" / "maya"), *args]
 
 
-def probe(index: int, row: dict, work: Path, sdpa_a100: str, reuse: bool = False) -> dict:
+def probe(index: int, row: dict, work: Path, sdpa_a100: str, reuse: bool = False, sdpa_h100: str = "auto") -> dict:
     gpus, gpu = int(row["# GPUs"]), row["GPU"]
     steps = 3 if int(row["GradAccum"]) <= 4 else 2
-    backend = sdpa_a100 if gpu.startswith("a100") else "auto"
+    backend = sdpa_a100 if gpu.startswith("a100") else sdpa_h100
     out = work / f"row{index}-{backend}"
     reused = reuse and (out / "run.parquet").is_file()
     if not reused:
@@ -111,8 +111,11 @@ def main() -> None:
     ap.add_argument("--table", type=Path, default=TABLE)
     ap.add_argument("--keep", type=Path, help="keep the emulated runs in this directory (default: a temporary one)")
     ap.add_argument("--sdpa-a100", default="cudnn", choices=("auto", "cudnn", "flash"),
-                    help="SDPA backend on A100 rows (default cudnn: torch's own flash kernels carry no shapes in "
-                         "the trace and are priced at the launch floor; see data/workloads/README.md)")
+                    help="SDPA backend on A100 rows (default cudnn; auto and flash give torch's FlashAttention-2 "
+                         "kernels, the published runs' kind; see data/workloads/README.md)")
+    ap.add_argument("--sdpa-h100", default="auto", choices=("auto", "cudnn", "flash"),
+                    help="SDPA backend on H100 rows (default auto: torch picks cuDNN attention on sm_90; flash: "
+                         "torch's FlashAttention-2 kernels, as the published runs had)")
     ap.add_argument("--reuse", action="store_true",
                     help="with --keep: predict on a row's kept run instead of emulating it again")
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
@@ -132,7 +135,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     results = []
     for index in parse_rows(args.rows, len(table)):
-        r = probe(index, table[index], work, args.sdpa_a100, args.reuse)
+        r = probe(index, table[index], work, args.sdpa_a100, args.reuse, args.sdpa_h100)
         results.append(r)
         print(line(r), flush=True)
     done = [r for r in results if "error" not in r]
