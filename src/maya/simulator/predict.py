@@ -13,7 +13,8 @@ from maya.core.hardware import Hardware
 
 from .durations import DurationProvider, MeasuredDurations, RooflineDurations, is_measured
 from .engine import Engine, RankResult
-from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable
+from .contention import contend
+from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable, cluster_spec
 from .iterations import Iterations, detect
 from .opcodes import classify
 from .pricing import price
@@ -41,7 +42,10 @@ class Simulation:
     devices: list[np.ndarray]
     results: list[RankResult]
     seconds: float
+    """Wall time of the replays (event loops)."""
     notes: list[str]
+    replays: int = 1
+    """Event-loop passes: 2 when the collectives' contention re-timed the kernels."""
 
     @property
     def calls(self) -> int:
@@ -102,9 +106,12 @@ def make_provider(choice: str, traces: TraceSet, hardware: Hardware | None = Non
 
 def simulate(traces: TraceSet, hardware: Hardware, provider: DurationProvider | str = "auto", *,
              model_version: str = "latest", cluster: str | None = None, warehouse: str | Path | None = None,
-             reprice_collectives: bool = False) -> Simulation:
+             reprice_collectives: bool = False, contention: bool = True) -> Simulation:
     """Replay every rank of `traces` on `hardware` with `provider` (or a `--durations` choice; measured
-    collectives are re-priced with `reprice_collectives`, for a re-targeted degree or cluster)."""
+    collectives are re-priced with `reprice_collectives`, for a re-targeted degree or cluster). With
+    `contention`, kernels running beside a collective are slowed by the SMs and bandwidth NCCL takes
+    (`contention`: a second replay), unless the kernel durations were measured, as they are or scaled to
+    another GPU (they hold it already)."""
     programs = {rank: compile_rank(trace) for rank, trace in traces.ranks.items()}
     notes: list[str] = []
     if isinstance(provider, str):
@@ -117,8 +124,16 @@ def simulate(traces: TraceSet, hardware: Hardware, provider: DurationProvider | 
     engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
     t0 = time.perf_counter()
     results = engine.run()
+    seconds, replays = time.perf_counter() - t0, 1
+    if contention and not isinstance(provider, (MeasuredDurations, RepricedDurations)):
+        contended = contend(traces, replicas, comms, devices, results, hardware, cluster_spec(cluster, hardware))
+        if contended is not devices:
+            devices = contended
+            t0 = time.perf_counter()
+            results = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait).run()
+            seconds, replays = seconds + time.perf_counter() - t0, 2
     return Simulation(traces, hardware, provider, programs, iterations, replicas, comms, devices, results,
-                      time.perf_counter() - t0, notes)
+                      seconds, notes, replays)
 
 
 def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, price_per_gpu_hour: float | None = None,
@@ -209,11 +224,11 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
 def predict(run_dir: str | Path, *, hardware: str | None = None, durations: DurationProvider | str = "auto",
             price_per_gpu_hour: float | None = None, tokens_per_iteration: float | None = None,
             timeline: str | Path | None = None, model_version: str = "latest", cluster: str | None = None,
-            dp: int | None = None, store: bool = True,
-            warehouse: str | Path | None = None) -> tuple[Prediction, str | None]:
+            dp: int | None = None, store: bool = True, warehouse: str | Path | None = None,
+            contention: bool = True) -> tuple[Prediction, str | None]:
     """Predict a run, optionally re-targeted to another GPU (`hardware`), data-parallel degree (`dp`) or
     cluster; returns the prediction and its warehouse id (None with `store=False`). The timeline shows every
-    rank of jobs up to `TIMELINE_RANKS` ranks, else the captured ones."""
+    rank of jobs up to `TIMELINE_RANKS` ranks, else the captured ones. `contention`: see `simulate`."""
     traces = load(run_dir)
     if not traces.ranks:
         raise ValueError(f"{run_dir}: the run has no api_calls (nothing was captured)")
@@ -222,7 +237,7 @@ def predict(run_dir: str | Path, *, hardware: str | None = None, durations: Dura
         dp = None
     traces, assumptions = retarget(traces, hw, dp=dp, cluster=cluster)
     sim = simulate(traces, hw, durations, model_version=model_version, cluster=cluster, warehouse=warehouse,
-                   reprice_collectives=bool(assumptions))
+                   reprice_collectives=bool(assumptions), contention=contention)
     prediction = summarize(sim, tokens_per_iteration=tokens_per_iteration, price_per_gpu_hour=price_per_gpu_hour,
                            assumptions=assumptions)
     if timeline is not None:
