@@ -79,3 +79,22 @@ def test_measured_durations_already_hold_the_contention(tmp_path):
     traces = overlapping(tmp_path)
     measured = simulate(traces, H100, MeasuredDurations())
     assert measured.devices[0][1] == 1_000_000
+
+
+def test_grouped_transfers_contend_too(tmp_path):
+    """A send/recv pair launched as one NCCL group (pipeline stages exchanging activations) beside a GEMM."""
+    b = TraceBuilder(2)
+    b.communicator("pp", [0, 1])
+    for r in (0, 1):
+        k = b.rank(r)
+        k.group_start()
+        k.send("pp", 1 - r, 0, stream=1)
+        k.recv("pp", 1 - r, 0, stream=1)
+        k.group_end()
+        k.gemm(8192, 8192, 8192, 0)
+        k.device_sync()
+    traces = load(b.write(tmp_path / "run"))
+    free = simulate(traces, H100, RooflineDurations(), contention=False)
+    contended = simulate(traces, H100, RooflineDurations())
+    gemm = 4  # group start, send, recv, group end, then the GEMM
+    assert contended.devices[0][gemm] > free.devices[0][gemm]

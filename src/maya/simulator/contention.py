@@ -24,8 +24,10 @@ one channel less per step. This gives 24 channels inside an A100 or H100 NVSwitc
 all-reduce) through each GPU; each byte sent is read from HBM and each byte received written to it
 (`HBM_PASSES`: 2), and a reduction also reads the local operand it adds (3).
 
-The replay runs once, the contention is read from its schedule (`contended_devices`), and the replay runs
-again with the slowed kernels (one correction: the second schedule's overlaps are not fed back).
+The replay runs once, the contention is read from its schedule (`contended_devices`: each collective of a
+launch, grouped ones too, ends with its launch after its own duration), and the replay runs again with the
+slowed kernels (one correction: the second schedule's overlaps are not fed back). The collective itself is
+not slowed.
 """
 from __future__ import annotations
 
@@ -148,27 +150,29 @@ def kernel_rooflines(frame: pd.DataFrame, hw: Hardware) -> tuple[np.ndarray, np.
     return flops / peak, traffic / hw.memory_bandwidth
 
 
-def contended_devices(program: Program, end: np.ndarray, device: np.ndarray, sm_share: np.ndarray,
+def contended_devices(program: Program, result: RankResult, device: np.ndarray, sm_share: np.ndarray,
                       hbm_share: np.ndarray, hw: Hardware) -> np.ndarray:
-    """`device` with every kernel of `program` lengthened by its overlap with the rank's collectives (their
-    device intervals `[end - device, end]` in the first replay) times its slowdown beside each."""
+    """`device` with every kernel of `program` lengthened by its overlap with the rank's collectives (each ending
+    with its launch in the first replay, `result`, after its own duration) times its slowdown beside each."""
     ops = program.opcodes
-    coll = np.asarray(program.launch_ops, dtype=np.int64)
-    busy = coll[(sm_share[coll] > 0) | (hbm_share[coll] > 0)] if len(coll) else coll
+    coll = program.launch_ops
+    launch_of = np.repeat(np.arange(len(program.launches)), [len(launch) for launch in program.launches])
+    busy = np.flatnonzero((sm_share[coll] > 0) | (hbm_share[coll] > 0)) if len(coll) else np.zeros(0, np.int64)
     kernels = np.flatnonzero(np.isin(ops, (WORK, WORK_SYNC)) & (device > 0))
     if not len(busy) or not len(kernels):
         return device
     frame = program.frame
     family = frame["family"].astype(str).to_numpy()[kernels]
     compute_s, memory_s = (r[kernels] for r in kernel_rooflines(frame, hw))
-    k_end = end[kernels].astype("float64")
+    k_end = result.end[kernels].astype("float64")
     k_start = k_end - device[kernels]
     extra = np.zeros(len(kernels))
     order = np.argsort(k_start, kind="stable")
     starts_sorted = k_start[order]
     longest = float(device[kernels].max())
-    for c in busy:
-        c_end = float(end[c])
+    for j in busy:
+        c = coll[j]
+        c_end = float(result.launch_end[launch_of[j]])
         c_start = c_end - float(device[c])
         # kernels starting before the collective ends and ending after it starts (none runs longer than `longest`)
         lo, hi = np.searchsorted(starts_sorted, [c_start - longest, c_end], side="left")
@@ -197,7 +201,7 @@ def contend(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], 
             continue
         program = replica.program
         sm, hbm = _shares(traces, replica, comms, device, hw, cluster)
-        stretch[id(program)] = contended_devices(program, result.end, device, sm, hbm, hw) - device
+        stretch[id(program)] = contended_devices(program, result, device, sm, hbm, hw) - device
     if not any(extra.any() for extra in stretch.values()):
         return devices
     out: dict[int, np.ndarray] = {}
