@@ -9,8 +9,8 @@
 Targets: >= 1 M simulated calls/s in the event loop; the 1024-GPU prediction in < 30 s.
 Durations: the analytical roofline (nothing trained is needed). Figures are the best of --repeat runs.
 3. A/B of the collectives' contention (`maya.simulator.contention`: kernels beside a collective re-timed by a
-   second replay) against the replay without it, interleaved in one process on the TP8 x PP8 trace: event-loop
-   rate per pass (the hot loop is the same code) and the whole simulation's time.
+   second replay) against the replay without it, interleaved in one process on both traces: event-loop rate per
+   pass (the hot loop is the same code) and the whole simulation's time.
 Usage: python benchmarks/simulator.py [--repeat N] [--microbatches M] [--dir DIR]
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _report(title: str, run_dir: Path, gen_s: float, repeat: int) -> tuple[float
     return rate, total
 
 
-def contention_ab(run_dir: Path, repeat: int) -> None:
+def contention_ab(title: str, run_dir: Path, repeat: int) -> None:
     """Best event-loop time of each variant over `repeat` interleaved rounds."""
     traces = load(run_dir)
     hw = hardware.get(traces.hardware)
@@ -66,7 +66,7 @@ def contention_ab(run_dir: Path, repeat: int) -> None:
             total = time.perf_counter() - t
             if contention not in best or sim.seconds < best[contention][0]:
                 best[contention] = (sim.seconds, sim.calls, sim.replays, total)
-    print("contention A/B (TP8 x PP8, interleaved, best of each):")
+    print(f"contention A/B ({title}, interleaved, best of each):")
     for contention, (seconds, calls, replays, total) in best.items():
         print(f"  contention {'on ' if contention else 'off'}  {replays} replay(s) {seconds:6.2f} s  "
               f"{calls * replays / seconds / 1e6:5.2f} M calls/s per pass  (simulate {total:5.2f} s)")
@@ -95,7 +95,8 @@ def main() -> None:
               f"1024-GPU prediction: {job_s:.1f} s, over the {JOB_SECONDS_TARGET:.0f} s target")
         print(f"event loop: {min(rate, job_rate) / 1e6:.2f}-{max(rate, job_rate) / 1e6:.2f} M calls/s "
               f"(target {CALLS_PER_S_TARGET / 1e6:.0f} M/s)")
-        contention_ab(base / "tp8pp8", args.repeat)
+        contention_ab("TP8 x PP8", base / "tp8pp8", args.repeat)
+        contention_ab("TP8 x PP8 x DP16", base / "tp8pp8dp16", args.repeat)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -31,6 +31,8 @@ not slowed.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -113,27 +115,35 @@ def footprints(names: np.ndarray, nbytes: np.ndarray, ranks: np.ndarray, nodes: 
                hw: Hardware, cluster: ClusterSpec | None) -> tuple[np.ndarray, np.ndarray]:
     """Per collective call: the share of the GPU's SMs its channels hold and of its HBM bandwidth its copies
     take while it runs."""
-    n = len(names)
-    sm, hbm = np.zeros(n), np.zeros(n)
-    channels_by_nodes: dict[int, int] = {}
-    for i in range(n):
-        size, members, name = float(nbytes[i]), int(ranks[i]), str(names[i])
-        if members <= 1 or not duration_ns[i] > 0 or not size > 0:
-            continue
-        span = int(nodes[i]) if nodes[i] == nodes[i] else 1
-        if span not in channels_by_nodes:
-            channels_by_nodes[span] = ring_channels(hw, cluster, span)
-        channels = max(1, min(channels_by_nodes[span], int(size // (SIMPLE_THREADS * SIMPLE_THREAD_THRESHOLD))))
-        sm[i] = min(channels / hw.sm_count, MAX_SHARE)
-        bus = size * BUS_FACTOR.get(name, lambda m: 1.0)(members)
-        hbm[i] = min(HBM_PASSES.get(name, 2.0) * bus / (duration_ns[i] * 1e-9) / hw.memory_bandwidth, MAX_SHARE)
+    names = np.asarray(names, dtype=object).astype(str)
+    size = np.nan_to_num(np.asarray(nbytes, dtype="float64"))
+    members = np.asarray(ranks, dtype="float64")
+    span = np.nan_to_num(np.asarray(nodes, dtype="float64"), nan=1.0).astype(np.int64)
+    duration = np.asarray(duration_ns, dtype="float64")
+    active = (members > 1) & (duration > 0) & (size > 0)
+    spans = np.unique(span[active])
+    most = np.zeros(len(size))
+    for n in spans:
+        most[span == n] = ring_channels(hw, cluster, int(n))
+    channels = np.maximum(1.0, np.minimum(most, np.floor(size / (SIMPLE_THREADS * SIMPLE_THREAD_THRESHOLD))))
+    sm = np.where(active, np.minimum(channels / hw.sm_count, MAX_SHARE), 0.0)
+    factor = np.ones(len(size))
+    passes = np.full(len(size), 2.0)
+    for name, bus in BUS_FACTOR.items():
+        here = names == name
+        factor[here] = bus(members[here])
+    for name, count in HBM_PASSES.items():
+        passes[names == name] = count
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = passes * size * factor / (duration * 1e-9) / hw.memory_bandwidth
+    hbm = np.where(active, np.minimum(rate, MAX_SHARE), 0.0)
     return sm, hbm
 
 
-def slowdowns(family: np.ndarray, compute_s: np.ndarray, memory_s: np.ndarray, sm_share: float,
-              hbm_share: float) -> np.ndarray:
+def slowdowns(family: np.ndarray, compute_s: np.ndarray, memory_s: np.ndarray, sm_share: np.ndarray | float,
+              hbm_share: np.ndarray | float) -> np.ndarray:
     """Per kernel: how much longer its overlapped part takes beside a collective of these shares (>= 1)."""
-    sm_factor, hbm_factor = 1.0 / (1.0 - sm_share), 1.0 / (1.0 - hbm_share)
+    sm_factor, hbm_factor = 1.0 / (1.0 - np.asarray(sm_share)), 1.0 / (1.0 - np.asarray(hbm_share))
     known = (compute_s > 0) | (memory_s > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         roofline = np.maximum(compute_s * sm_factor, memory_s * hbm_factor) / np.maximum(compute_s, memory_s)
@@ -150,44 +160,51 @@ def kernel_rooflines(frame: pd.DataFrame, hw: Hardware) -> tuple[np.ndarray, np.
     return flops / peak, traffic / hw.memory_bandwidth
 
 
-def contended_devices(program: Program, result: RankResult, device: np.ndarray, sm_share: np.ndarray,
-                      hbm_share: np.ndarray, hw: Hardware) -> np.ndarray:
+Shares = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""SM and HBM shares of the collective operations at these positions of `Program.launch_ops`."""
+
+
+def contended_devices(program: Program, result: RankResult, device: np.ndarray, shares: Shares,
+                      hw: Hardware) -> np.ndarray:
     """`device` with every kernel of `program` lengthened by its overlap with the rank's collectives (each ending
-    with its launch in the first replay, `result`, after its own duration) times its slowdown beside each."""
-    ops = program.opcodes
+    with its launch in the first replay, `result`, after its own duration) times its slowdown beside each; the
+    shares of only the collectives some kernel overlaps are asked for."""
     coll = program.launch_ops
-    launch_of = np.repeat(np.arange(len(program.launches)), [len(launch) for launch in program.launches])
-    busy = np.flatnonzero((sm_share[coll] > 0) | (hbm_share[coll] > 0)) if len(coll) else np.zeros(0, np.int64)
-    kernels = np.flatnonzero(np.isin(ops, (WORK, WORK_SYNC)) & (device > 0))
-    if not len(busy) or not len(kernels):
+    kernels = np.flatnonzero(np.isin(program.opcodes, (WORK, WORK_SYNC)) & (device > 0))
+    if not len(coll) or not len(kernels):
         return device
+    launch_of = np.repeat(np.arange(len(program.launches)), [len(launch) for launch in program.launches])
+    position = np.flatnonzero(device[coll] > 0)
+    calls = coll[position]
+    c_end = result.launch_end[launch_of[position]].astype("float64")
+    c_start = c_end - device[calls]
+    order = kernels[np.argsort(result.end[kernels] - device[kernels], kind="stable")]
+    k_end = result.end[order].astype("float64")
+    k_start = k_end - device[order]
+    # candidates of each collective: kernels starting before it ends, from the first whose running maximum of
+    # ends (kernels on several streams overlap one another) passes its start
+    lo = np.searchsorted(np.maximum.accumulate(k_end), c_start, side="right")
+    hi = np.searchsorted(k_start, c_end, side="left")
+    counts = np.maximum(hi - lo, 0)
+    if not counts.sum():
+        return device
+    pair_c = np.repeat(np.arange(len(calls)), counts)
+    pair_k = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+    overlap = np.minimum(k_end[pair_k], c_end[pair_c]) - np.maximum(k_start[pair_k], c_start[pair_c])
+    hit = overlap > 0
+    if not hit.any():
+        return device
+    pair_c, pair_k, overlap = pair_c[hit], pair_k[hit], overlap[hit]
+    needed, pair_c = np.unique(pair_c, return_inverse=True)
+    sm_share, hbm_share = shares(position[needed])
     frame = program.frame
-    family = frame["family"].astype(str).to_numpy()[kernels]
-    compute_s, memory_s = (r[kernels] for r in kernel_rooflines(frame, hw))
-    k_end = result.end[kernels].astype("float64")
-    k_start = k_end - device[kernels]
-    extra = np.zeros(len(kernels))
-    order = np.argsort(k_start, kind="stable")
-    starts_sorted = k_start[order]
-    longest = float(device[kernels].max())
-    for j in busy:
-        c = coll[j]
-        c_end = float(result.launch_end[launch_of[j]])
-        c_start = c_end - float(device[c])
-        # kernels starting before the collective ends and ending after it starts (none runs longer than `longest`)
-        lo, hi = np.searchsorted(starts_sorted, [c_start - longest, c_end], side="left")
-        chosen = order[lo:hi]
-        overlap = np.minimum(k_end[chosen], c_end) - np.maximum(k_start[chosen], c_start)
-        hit = overlap > 0
-        if not hit.any():
-            continue
-        chosen, overlap = chosen[hit], overlap[hit]
-        factor = slowdowns(family[chosen], compute_s[chosen], memory_s[chosen], float(sm_share[c]),
-                           float(hbm_share[c]))
-        extra[chosen] += overlap * (factor - 1.0)
-    out = device.copy()
-    out[kernels] += np.rint(extra).astype(np.int64)
-    return out
+    compute_s, memory_s = kernel_rooflines(frame, hw)
+    kernel_calls = order[pair_k]
+    factor = slowdowns(frame["family"].astype(str).to_numpy()[kernel_calls], compute_s[kernel_calls],
+                       memory_s[kernel_calls], sm_share[pair_c], hbm_share[pair_c])
+    extra = np.zeros(len(device))
+    np.add.at(extra, kernel_calls, overlap * (factor - 1.0))
+    return device + np.rint(extra).astype(np.int64)
 
 
 def contend(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], devices: list[np.ndarray],
@@ -199,9 +216,11 @@ def contend(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], 
     for replica, device, result in zip(replicas, devices, results):
         if not replica.captured or id(replica.program) in stretch:
             continue
-        program = replica.program
-        sm, hbm = _shares(traces, replica, comms, device, hw, cluster)
-        stretch[id(program)] = contended_devices(program, result, device, sm, hbm, hw) - device
+
+        def shares(positions: np.ndarray, replica: Replica = replica, device: np.ndarray = device):
+            return _shares(traces, replica, comms, device, hw, cluster, positions)
+
+        stretch[id(replica.program)] = contended_devices(replica.program, result, device, shares, hw) - device
     if not any(extra.any() for extra in stretch.values()):
         return devices
     out: dict[int, np.ndarray] = {}
@@ -213,24 +232,18 @@ def contend(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], 
 
 
 def _shares(traces: TraceSet, replica: Replica, comms: list[GlobalComm], device: np.ndarray, hw: Hardware,
-            cluster: ClusterSpec | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per call of the replica's program, the SM and HBM shares of its collective operations (0 elsewhere)."""
+            cluster: ClusterSpec | None, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """SM and HBM shares of the replica's collective operations at `positions` of `launch_ops`."""
     program = replica.program
+    ops = [op for launch in program.launches for op in launch]
+    keys = [key for launch_keys in replica.keys for key in launch_keys]
     calls, ranks, nodes = [], [], []
-    for launch, keys in zip(program.launches, replica.keys):
-        for op, (key, expected) in zip(launch, keys):
-            calls.append(op.call)
-            ranks.append(expected)
-            if op.p2p:
-                nodes.append(len({traces.node_of(key[1]), traces.node_of(key[2])}))
-            else:
-                nodes.append(comms[key[0]].nodes)
-    sm, hbm = np.zeros(program.n), np.zeros(program.n)
-    if not calls:
-        return sm, hbm
+    for j in positions:
+        op, (key, expected) = ops[j], keys[j]
+        calls.append(op.call)
+        ranks.append(expected)
+        nodes.append(len({traces.node_of(key[1]), traces.node_of(key[2])}) if op.p2p else comms[key[0]].nodes)
     rows = np.asarray(calls, dtype=np.int64)
     frame = program.frame
-    sm[rows], hbm[rows] = footprints(frame["collective"].to_numpy()[rows], frame["comm_bytes"].to_numpy()[rows],
-                                     np.asarray(ranks), np.asarray(nodes, dtype="float64"),
-                                     device[rows].astype("float64"), hw, cluster)
-    return sm, hbm
+    return footprints(frame["collective"].to_numpy()[rows], frame["comm_bytes"].to_numpy()[rows], np.asarray(ranks),
+                      np.asarray(nodes, dtype="float64"), device[rows].astype("float64"), hw, cluster)
