@@ -129,8 +129,9 @@ def simulate(traces: TraceSet, hardware: Hardware, provider: DurationProvider | 
         contended = contend(traces, replicas, comms, devices, results, hardware, cluster_spec(cluster, hardware))
         if contended is not devices:
             devices = contended
+            engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
             t0 = time.perf_counter()
-            results = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait).run()
+            results = engine.run()
             seconds, replays = seconds + time.perf_counter() - t0, 2
     return Simulation(traces, hardware, provider, programs, iterations, replicas, comms, devices, results,
                       seconds, notes, replays)
