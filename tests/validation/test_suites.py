@@ -62,7 +62,7 @@ def test_every_published_row_plans_on_its_gpus_and_cluster():
         assert plan.nnodes * plan.per_node == plan.gpus and plan.per_node == min(plan.gpus, 8)
         assert plan.cluster == ("dgx-h100" if row["GPU"] == "h100_80gb" else "a100-roce-1600g")
         backend = plan.args[plan.args.index("--sdpa-backend") + 1]
-        assert backend == ("auto" if row["GPU"] == "h100_80gb" else "cudnn")
+        assert backend == "flash"
         assert "--steps" in plan.args and plan.iterations == llm_foundry.STEPS
     h100 = next(p for p in plans if p.gpu == "h100_80gb")
     assert "8 x 400 Gb/s InfiniBand" in h100.assumptions[0]
