@@ -25,6 +25,7 @@ from maya_trace_spec import RunWriter
 from maya_trace_spec.vocabulary import NCCL_API_COLLECTIVES, classify_kernel
 
 from .runner import EVAL_RANGE, MODULE_PREFIX
+from .triton_launches import NOTES_FILE
 
 # must match maya_rec in native/maya_emu.h
 RECORD_DTYPE = np.dtype([
@@ -70,6 +71,15 @@ def _tsv(path: Path) -> dict[int, str]:
         key, _, value = line.partition("\t")
         out[int(key)] = value
     return out
+
+
+def read_launch_notes(raw: Path) -> dict[int, dict]:
+    """The runner's descriptions of Triton launches by id (triton_launches.py), without their id."""
+    notes = {}
+    for line in _lines(raw / NOTES_FILE):
+        entry = json.loads(line)
+        notes[int(entry.pop("id"))] = entry
+    return notes
 
 
 def read_status(raw: Path) -> dict:
@@ -327,6 +337,7 @@ class _CallsPass:
     def __init__(self, raw: Path, writer: RunWriter, rank: int, ops: _OpsPass, members: dict[str, list[int]]):
         self.apis = _tsv(raw / "apis.tsv")
         self.kernels = _tsv(raw / "kernels.tsv")
+        self.launch_notes = read_launch_notes(raw)
         self.rank, self.ops, self.members = rank, ops, members
         self.groups: dict[str, dict] = {}
         self.used_comms: set[str] = set()
@@ -367,6 +378,10 @@ class _CallsPass:
                                      "kv_heads": int(x[7])}}
         for i in np.flatnonzero((kind == K_LAUNCH) & (a[:, 7] > 0)):
             args[i] = {"elements": int(a[i, 7])}  # a library kernel's own size
+        for i in np.flatnonzero((kind == K_LAUNCH) & (a[:, 6] > 0)):
+            note = self.launch_notes.get(int(a[i, 6]))
+            if note is not None and note["kernel"] == self.kernels.get(int(a[i, 0])):  # Triton's arguments
+                args[i] = {"triton": {k: v for k, v in note.items() if k != "kernel"}}
         for i in np.flatnonzero((kind == K_COPY) & (a[:, 3] > 0)):
             args[i] = {"stand_in": STAND_INS.get(int(a[i, 3]), "other")}
         for i in np.flatnonzero(r["flags"] & F_GRAPH_REPLAY):  # device work a cudaGraphLaunch replayed

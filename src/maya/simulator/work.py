@@ -1,7 +1,8 @@
 """What each device call does, in the estimators' call-frame vocabulary (`family`, `op`, `dtype`,
 `batch`, `m`, `n`, `k`, `numel`, `flops`, and `work_bytes` for their `bytes`; NaN where unknown), plus
 the collective columns (`collective`, `comm_bytes`: nccl-tests message size). Built from the call's own columns, its kernel's family and, for
-kernels without shapes of their own, the input shapes of the enclosing framework op."""
+kernels without shapes of their own, the input shapes of the enclosing framework op; Triton kernels from the
+arguments of their launch (`triton_work`)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_bytes, dtype_name
 
+from . import triton_work
 from .opcodes import COLL
 from .trace import RankTrace
 
@@ -118,6 +120,9 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
             shaped = unshaped & gemms["m"].notna().to_numpy()
             _set_gemms(shaped, *(gemms[c].to_numpy()[shaped] for c in ("batch", "m", "n", "k")), dtype[shaped],
                        op, num)
+    if launched.any() and len(trace.kernels):
+        names = _codes_map(calls["kernel_id"], dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])), "")
+        triton_work.fill(calls, names, family, op, dtype, num)
     # copies and memsets
     api = calls["api"].astype(str).str.lower()
     copy = (api.str.contains("memcpy|memset", regex=True) & calls["bytes"].notna()).to_numpy() & not_coll

@@ -22,6 +22,7 @@ enum { D_RUNTIME = 0, D_DRIVER, D_CUBLAS, D_CUBLASLT, D_CUDNN, D_NCCL, D_OTHER, 
 enum {
   K_PLAIN = 0,   /* nothing */
   K_LAUNCH,      /* a0 kernel_id, a1 grid x|y<<32, a2 grid z, a3 block x|y<<32, a4 block z, a5 smem,
+                    a6 launch note (Triton arguments described by the runner, triton_launches.py), else 0,
                     a7 elements (a library's own kernels), else 0 */
   K_GEMM,        /* a0 m, a1 n, a2 k, a3 batch, a4 transA|transB<<8, a5 dtypeA|B<<16|C<<32, a6 compute */
   K_COPY,        /* a0 bytes, a1 memcpy kind (0 HtoH 1 HtoD 2 DtoH 3 DtoD 4 default 5 PtoP), a2 synchronous,
@@ -114,6 +115,8 @@ void maya_register_kernel(const void *host_fun, const char *name, const void *mo
 const void *maya_kernel_module(const void *host_fun); /* NULL if never registered */
 int64_t maya_kernel_id(const void *host_fun);
 int64_t maya_kernel_id_by_name(const char *name); /* library kernels with no host stub */
+/* The note the runner left for this thread's next launch (maya_emu_launch_note), taken: 0 if none. */
+int64_t maya_take_launch_note(void);
 
 /* ids for streams, events, communicators */
 int64_t maya_new_id(void);
