@@ -139,15 +139,32 @@ def _wrap_static_launcher(module: ModuleType, notes: LaunchNotes) -> None:
     run = cls.run
 
     def run_described(self, grid_x, grid_y, grid_z, stream, *args):
-        notes.launch(self.name, _static_names(self), args)
+        notes.launch(self.name, _static_names(self), args, getattr(self, "_maya_constants", ()),
+                     getattr(self, "_maya_stages", None))
         return run(self, grid_x, grid_y, grid_z, stream, *args)
 
     cls.run = run_described
 
 
-def _wrap_fast_launcher(module: ModuleType, notes: LaunchNotes) -> None:
-    """Inductor swaps a static kernel's launcher for a C one (`_FastCudaLauncher`) after its first launch: the
-    swapped-in runner is described as the static kernel it stands for."""
+def _wrap_inductor(module: ModuleType, notes: LaunchNotes) -> None:
+    """Inductor's static kernels learn their config's constexprs (`XBLOCK`, `BLOCK_M`, ...) when their launcher
+    is made; and Inductor swaps a static kernel's launcher for a C one (`_FastCudaLauncher`) after its first
+    launch: the swapped-in runner is described as the static kernel it stands for."""
+    static = getattr(module, "StaticTritonCompileResult", None)
+    if static is not None:
+        make = static.make_launcher
+
+        def make_launcher(self):
+            launcher = make(self)
+            try:
+                self.kernel._maya_constants = constant_items({**(self.compile_meta.get("constants") or {}),
+                                                              **self.config.kwargs})
+                self.kernel._maya_stages = self.config.num_stages
+            except Exception:  # described without its constants
+                pass
+            return launcher
+
+        static.make_launcher = make_launcher
     cls = module.CachingAutotuner
     build = getattr(cls, "_build_fast_launcher", None)
     if build is None:
@@ -160,9 +177,10 @@ def _wrap_fast_launcher(module: ModuleType, notes: LaunchNotes) -> None:
         if fast is None or kernel is None or runner is None or not hasattr(kernel, "arg_names"):
             return fast
         name, names = kernel.name, _static_names(kernel)
+        constants, stages = getattr(kernel, "_maya_constants", ()), getattr(kernel, "_maya_stages", None)
 
         def runner_described(grid_x, grid_y, grid_z, stream, *args):
-            notes.launch(name, names, args)
+            notes.launch(name, names, args, constants, stages)
             return runner(grid_x, grid_y, grid_z, stream, *args)
 
         fast.__globals__["runner"] = runner_described
@@ -210,7 +228,7 @@ def install(out: Path) -> LaunchNotes:
     hooks: dict[str, Callable[[ModuleType], None]] = {
         TRITON_LAUNCHER: lambda m: _wrap_triton_launcher(m, notes),
         STATIC_LAUNCHER: lambda m: _wrap_static_launcher(m, notes),
-        INDUCTOR_HEURISTICS: lambda m: _wrap_fast_launcher(m, notes),
+        INDUCTOR_HEURISTICS: lambda m: _wrap_inductor(m, notes),
     }
     for name in list(hooks):
         if name in sys.modules:

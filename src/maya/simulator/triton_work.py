@@ -5,7 +5,8 @@ Inductor names its kernels by kind and its templates' tensors by role, so:
 - reductions (`triton_red_*`, `triton_per_*`): `numel` = kept x reduced elements, `row` = the reduced
   elements (`r0_numel` x `r1_numel`);
 - matmul templates (tensors `arg_A`, `arg_B`): `m`, `n` and `batch` from the output, `k` from A's size;
-  convolution templates (`arg_X`, `arg_W`): the implicit GEMM; both with `flops` = 2 batch m n k;
+  convolution templates (`arg_X`, `arg_W`): the implicit GEMM; both with `flops` = 2 batch m n k and their
+  config's output tile (`tile_m`, `tile_n` from `BLOCK_M`, `BLOCK_N`: `launch_shape.py`);
 - flex-attention templates (`arg_Q`, `arg_K`, `arg_V`; backward with `arg_DO`): the attention shape and
   FLOPs of a dense mask (block sparsity is a device value the emulator does not compute);
 - any other kernel (user kernels, foreach kernels): `numel` = the largest tensor's elements; a kernel with
@@ -109,12 +110,14 @@ def describe(kernel: str, text: str) -> dict:
     tf32 = bool(note.get("constexprs", {}).get("ALLOW_TF32"))
     output = _output(tensors)
     lower = kernel.lower()
+    tile = {"tile_m": float(scalars["BLOCK_M"]), "tile_n": float(scalars["BLOCK_N"])} \
+        if "BLOCK_M" in scalars and "BLOCK_N" in scalars else {}
     if "arg_Q" in tensors and "arg_K" in tensors:
         out.update(_attention(tensors))
     elif "arg_A" in tensors and "arg_B" in tensors and output is not None:
-        out.update(_gemm(tensors["arg_A"], output, kind, tf32))
+        out.update(_gemm(tensors["arg_A"], output, kind, tf32), **tile)
     elif "arg_X" in tensors and "arg_W" in tensors and output is not None:
-        out.update(_convolution(tensors["arg_X"], tensors["arg_W"], output, tf32))
+        out.update(_convolution(tensors["arg_X"], tensors["arg_W"], output, tf32), **tile)
     elif all(isinstance(scalars.get(c), (int, float)) for c in "MNK") and not lower.startswith("triton_"):
         m, n, k = (float(scalars[c]) for c in "MNK")
         out.update(family="gemm", op="mm", batch=1.0, m=m, n=n, k=k, flops=2.0 * m * n * k)
@@ -134,7 +137,7 @@ def describe(kernel: str, text: str) -> dict:
     return out
 
 
-FRAME_COLUMNS = ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops")
+FRAME_COLUMNS = ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops", "tile_m", "tile_n")
 
 
 def fill(calls: pd.DataFrame, kernel_names: np.ndarray, family: np.ndarray, op: np.ndarray, dtype: np.ndarray,

@@ -1,5 +1,6 @@
 """What each device call does, in the estimators' call-frame vocabulary (`family`, `op`, `dtype`,
-`batch`, `m`, `n`, `k`, `numel`, `flops`, and `work_bytes` for their `bytes`; NaN where unknown), plus
+`batch`, `m`, `n`, `k`, `numel`, `flops`, and `work_bytes` for their `bytes`; NaN where unknown), a Triton
+GEMM template's output tile (`tile_m`, `tile_n`: `launch_shape.py`), plus
 the collective columns (`collective`, `comm_bytes`: nccl-tests message size). Built from the call's own columns, its kernel's family and, for
 kernels without shapes of their own, the input shapes of the enclosing framework op; Triton kernels from the
 arguments of their launch (`triton_work`)."""
@@ -98,7 +99,8 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
     family = np.full(n, None, dtype=object)
     op = np.full(n, "", dtype=object)
     dtype = np.full(n, "fp32", dtype=object)
-    num = {c: np.full(n, np.nan) for c in ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops")}
+    num = {c: np.full(n, np.nan) for c in ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops",
+                                           "tile_m", "tile_n")}
     not_coll = opcodes != COLL
     # kernels: family by kernel id, shape from the enclosing op
     launched = calls["kernel_id"].notna().to_numpy() & not_coll
