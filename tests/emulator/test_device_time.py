@@ -30,7 +30,8 @@ def test_event_timings_read_the_oracles_estimate_of_the_timed_stream(tmp_path):
     run, log = emulate(tmp_path, "roofline", "event_timing.py")
     ms = {int(n): float(v) for n, v in re.findall(r"mm x(\d): ([0-9.]+) ms", log)}
     gemm = pd.DataFrame({"opcode": [WORK], "dtype": ["bf16"], "flops": [2.0 * 1024**3], "numel": [np.nan],
-                         "work_bytes": [2.0 * 3 * 1024**2], "op": ["mm"]})
+                         "work_bytes": [2.0 * 3 * 1024**2], "op": ["mm"], "comm_size": [np.nan],
+                         "comm_nodes": [np.nan], "comm_bytes": [np.nan], "collective": [None]})
     one = RooflineDurations().device_ns(gemm, catalog.get("h100-sxm"))[0] / 1e6
     assert ms[1] == pytest.approx(one, rel=1e-6)  # the GEMM on the other stream is not timed
     assert ms[2] == pytest.approx(2 * one, rel=1e-6) and ms[4] == pytest.approx(4 * one, rel=1e-6)

@@ -711,7 +711,7 @@ MAYA_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaE
   if (maya_timing_elapsed(s->mark, e->mark, s->stream, e->stream, &ns) == 0) { /* the oracle's estimate */
     *ms = (float)(ns / 1e6);
     r->a[1] = 1;
-    r->a[2] = (int64_t)ns;
+    r->a[2] = (int64_t)(ns + 0.5);
   } else {
     *ms = (float)(e->recorded_ns - s->recorded_ns) / 1e6f;
   }
