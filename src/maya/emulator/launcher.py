@@ -1,6 +1,7 @@
 """`maya emulate`: run a training script on virtual GPUs, one isolated process per captured rank."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -105,6 +106,10 @@ def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology
         env.pop("MAYA_EMU_ITERATIONS", None)
     if device_time:
         env[ORACLE_ENV] = device_time
+        # Inductor keeps autotuning results on disk: choices made by another oracle (or host time) must not
+        # be reused, so each oracle gets its own cache unless the user named one
+        digest = hashlib.sha256(device_time.encode()).hexdigest()[:16]
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(lib_dir.parent / "inductor" / digest))
     else:
         env.pop(ORACLE_ENV, None)
     return env

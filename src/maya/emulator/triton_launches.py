@@ -30,16 +30,21 @@ class LaunchNotes:
     """Ids for distinct launch descriptions (kernel, constants, argument shapes and values), written once each."""
 
     def __init__(self, out: Path, note: Callable[[int], None]):
+        import torch
+
         self._path = out / NOTES_FILE
         self._ids: dict[tuple, int] = {}
         self._note = note
+        self._tensor = torch.Tensor
 
     def launch(self, kernel: str, names: list[str], args: tuple, constants: tuple = (),
                num_stages: int | None = None) -> None:
         """Describe the launch that follows on this thread (`constants`: the kernel's constexprs as
         `constant_items` gives them). Never fails the launch: what cannot be described goes undescribed."""
         try:
-            key = (kernel, constants, *map(_key, args[:len(names)]))
+            tensor = self._tensor
+            key = (kernel, constants, *[(a.shape, a.dtype) if isinstance(a, tensor) else _key(a)
+                                        for a in args[:len(names)]])
             note = self._ids.get(key)
             if note is None:
                 entry = {"id": len(self._ids) + 1, "kernel": kernel,
@@ -70,10 +75,11 @@ def _tensor(a: Any):
 
 
 def _key(a: Any) -> Any:
+    """What identifies a non-tensor argument's description."""
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return a
     t = _tensor(a)
-    if t is not None:
-        return (tuple(t.shape), t.dtype)
-    return a if a is None or isinstance(a, (bool, int, float, str)) else type(a).__name__
+    return (t.shape, t.dtype) if t is not None else type(a).__name__
 
 
 def _describe(name: str, a: Any) -> dict:
