@@ -152,25 +152,47 @@ def _wrap_static_launcher(module: ModuleType, notes: LaunchNotes) -> None:
     cls.run = run_described
 
 
+def _config_constants(result) -> dict[str, Any]:
+    """The constexprs of an Inductor compile result: its compile constants, a template's config (`config_args`,
+    which the template's code holds as constants, not arguments) and the autotuning config's kwargs."""
+    return {**(result.compile_meta.get("constants") or {}), **(result.inductor_meta.get("config_args") or {}),
+            **result.config.kwargs}
+
+
 def _wrap_inductor(module: ModuleType, notes: LaunchNotes) -> None:
-    """Inductor's static kernels learn their config's constexprs (`XBLOCK`, `BLOCK_M`, ...) when their launcher
-    is made; and Inductor swaps a static kernel's launcher for a C one (`_FastCudaLauncher`) after its first
-    launch: the swapped-in runner is described as the static kernel it stands for."""
+    """Inductor's kernels learn their config's constexprs (`XBLOCK`, a template's `BLOCK_M`, ...) when their
+    launcher is made; and Inductor swaps a static kernel's launcher for a C one (`_FastCudaLauncher`) after its
+    first launch: the swapped-in runner is described as the static kernel it stands for."""
     static = getattr(module, "StaticTritonCompileResult", None)
     if static is not None:
-        make = static.make_launcher
+        make_static = static.make_launcher
 
-        def make_launcher(self):
-            launcher = make(self)
+        def make_static_launcher(self):
+            launcher = make_static(self)
             try:
-                self.kernel._maya_constants = constant_items({**(self.compile_meta.get("constants") or {}),
-                                                              **self.config.kwargs})
+                self.kernel._maya_constants = constant_items(_config_constants(self))
                 self.kernel._maya_stages = self.config.num_stages
             except Exception:  # described without its constants
                 pass
             return launcher
 
-        static.make_launcher = make_launcher
+        static.make_launcher = make_static_launcher
+    compiled = getattr(module, "TritonCompileResult", None)
+    if compiled is not None:
+        make_triton = compiled.make_launcher
+
+        def make_triton_launcher(self):
+            launcher = make_triton(self)
+            try:
+                runner = self.kernel.run  # Triton's CudaLauncher of this kernel
+                kernel, names, constants, stages = runner._maya_launch
+                runner._maya_launch = (kernel, names, constant_items({**dict(constants), **_config_constants(self)}),
+                                       stages)
+            except Exception:  # described with Triton's own constants
+                pass
+            return launcher
+
+        compiled.make_launcher = make_triton_launcher
     cls = module.CachingAutotuner
     build = getattr(cls, "_build_fast_launcher", None)
     if build is None:
