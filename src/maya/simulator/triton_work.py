@@ -25,8 +25,7 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import dtype_name
 
-ATTENTION_BACKWARD_FLOPS = 2.5
-"""Backward attention / forward FLOPs (dQ, dK, dV and the recomputed scores), as for cuDNN's SDPA."""
+from .attention_shapes import ATTENTION_BACKWARD_FLOPS
 NUMEL_ARGS = ("xnumel", "ynumel", "znumel")
 REDUCED_ARGS = ("r0_numel", "r1_numel", "rnumel")
 
