@@ -5,7 +5,8 @@
  * While an oracle is installed and a timing event is recorded, every device-work record (launches, GEMMs,
  * attention, copies, memsets, collectives, graph replays) is copied to a log; a recorded event marks its place
  * in the log; elapsed(start, end) hands the oracle the records between the two marks on the events' streams.
- * The log keeps only what the earliest live mark still needs. */
+ * The log keeps only what the earliest live mark still needs, and at most MAX_LOG records: a timing whose
+ * start was dropped reads host time. */
 #define _GNU_SOURCE
 #include "core.h"
 
@@ -13,6 +14,7 @@ typedef double (*maya_device_time_fn)(const maya_rec *recs, int64_t n);
 static maya_device_time_fn oracle;
 atomic_int timing_logging; /* an oracle is installed and a timing mark is live */
 
+#define MAX_LOG (1 << 20) /* records (136 MiB) kept for one mark at most */
 static maya_rec *log_recs;
 static int64_t log_base, log_n, log_cap; /* log_recs[i] is record number log_base + i */
 static int64_t *marks;                  /* live marks (a multiset of record numbers) */
@@ -76,6 +78,10 @@ void maya_timing_log(const maya_rec *r) {
   if (!(r->flags & F_GRAPH_REPLAY) && maya_capturing(r->stream)) return; /* captured, not run */
   pthread_mutex_lock(&lock);
   if (n_marks) {
+    if (log_n == MAX_LOG) { /* a mark kept live for a whole run: its timings fall back to host time */
+      log_base += log_n;
+      log_n = 0;
+    }
     if (log_n == log_cap) {
       log_cap = log_cap ? 2 * log_cap : 1024;
       log_recs = realloc(log_recs, (size_t)log_cap * sizeof *log_recs);
