@@ -8,7 +8,10 @@
    without spec-sheet identity features, which carries across GPUs; also a call whose kernel its segment
    never measured, priced from a segment that did relative to a kernel both measured
    (`KernelEstimator._price_unmeasured_kernels`);
-4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`.
+4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`;
+5. `composed` — instead of the roofline, for a family without a model that composes its time from
+   mechanisms (`FamilyPredictor.compose`: fused attention from the GEMM family's predictions of its
+   products, the special-function and FP32 rates of the spec sheet; `families/attention.py`).
 
 `duration_ns` is device time: how long the call keeps its stream busy. `isolated_ns` is what the call
 would read timed on its own around one eager call on the measured hosts (their dispatch, then the kernel or
@@ -40,7 +43,7 @@ from .launch_floor import DEVICE_FLOOR_S, POST_LAUNCH_S, LaunchFloors, isolated_
 from .lookup import MeasuredShapes, shape_keys
 from .segments import SEGMENT_DTYPES, WIDTH_FAMILIES, family_of, model_key, segment_codes
 
-METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline")
+METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline", "composed")
 PRICED: tuple[str, ...] = ("roofline_ns", "efficiency", "duration_ns", "duration_low_ns", "duration_high_ns")
 """The prediction columns besides `method`, in output order."""
 REFERENCE_FAMILY, REFERENCE_KERNEL = "elementwise", "add"
@@ -128,6 +131,15 @@ class KernelEstimator:
         high = np.full(len(calls), np.nan)
         method = np.full(len(calls), METHODS.index("roofline"), dtype="int8")
         dispatch, resolves_from = np.full(len(calls), np.nan), np.full(len(calls), np.nan)
+        if not any(family_of(k) == family for k in self.models):
+            composed = predictor.compose(calls, hw, self.predict)
+            if composed is not None:
+                duration = np.maximum(composed.seconds, DEVICE_FLOOR_S) * 1e9
+                return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
+                        "duration_low_ns": np.minimum(np.maximum(composed.low_s * 1e9, roofline), duration),
+                        "duration_high_ns": np.maximum(composed.high_s * 1e9, duration),
+                        "method": np.full(len(calls), METHODS.index("composed"), dtype="int8"),
+                        "dispatch_ns": dispatch, "resolves_from_ns": resolves_from}
         codes, names = segment_codes(family, calls, hw)
         features = None
         for code in np.flatnonzero(np.bincount(codes, minlength=len(names))):

@@ -2,6 +2,7 @@
 learned efficiency model. The learning itself is shared (`maya.estimators.efficiency_model`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,6 +28,21 @@ class Work:
         """The analytical lower bound: compute time or memory time, whichever is longer."""
         bandwidth = hw.bandwidth if self.bandwidth is None else self.bandwidth
         return np.maximum(np.maximum(self.flops / hw.peak_flops, self.bytes / bandwidth), MIN_ROOFLINE_S)
+
+
+PriceCalls = Callable[[pd.DataFrame], pd.DataFrame]
+"""Prices a call frame of other families: `KernelEstimator.predict` (columns `duration_ns`, `duration_low_ns`,
+`duration_high_ns`, ...)."""
+
+
+@dataclass(frozen=True)
+class Composed:
+    """Seconds per call composed from other families' predictions and spec-sheet rates, with the band those
+    predictions carry."""
+
+    seconds: np.ndarray
+    low_s: np.ndarray
+    high_s: np.ndarray
 
 
 class FamilyPredictor:
@@ -61,6 +77,11 @@ class FamilyPredictor:
         positions, names = pd.factorize(op)
         kernels = np.array([self.same_kernel.get(n, n) for n in names] + [""], dtype=object)
         return kernels[positions]
+
+    def compose(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed | None:
+        """Without a learned model of its own, the family's time composed from mechanisms (other families'
+        predictions via `price`, spec-sheet rates); None: the analytical roofline."""
+        return None
 
     def op_codes(self, calls: pd.DataFrame) -> np.ndarray:
         """Index in `ops` of the kernel each call's op runs (`same_kernel`: ops of one kernel share a code); NaN
