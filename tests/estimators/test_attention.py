@@ -23,9 +23,10 @@ def attention(op: str, hw: str = "a100-sxm-80gb", batch: int = 64, seq: int = 20
 
 
 def gemms(hw: str, products: list[tuple[int, int, int]], batch: int, seq: int, head_dim: int) -> pd.DataFrame:
-    """The fused kernel's products as GEMM calls, with the kernel's HBM traffic (two [seq x d] operands)."""
+    """The fused kernel's products (row-major rows, columns, reduction) as GEMM calls in cuBLAS's column-major
+    sizes (m = columns, n = rows), with the kernel's HBM traffic (two [seq x d] operands)."""
     return pd.DataFrame({"hardware": hw, "family": "gemm", "op": "bmm", "dtype": "bf16", "batch": float(batch),
-                         "m": [float(p[0]) for p in products], "n": [float(p[1]) for p in products],
+                         "m": [float(p[1]) for p in products], "n": [float(p[0]) for p in products],
                          "k": [float(p[2]) for p in products], "bytes": 2.0 * batch * 2 * seq * head_dim})
 
 

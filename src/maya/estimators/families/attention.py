@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..calls import element_bytes
+from ..calls import element_bytes, gemm_of_row_major
 from .base import Composed, FamilyPredictor, PriceCalls, Work, count_or_one, log2
 from ..hardware_table import HardwareArrays
 
@@ -180,15 +180,17 @@ def _tensor_core_seconds(price: PriceCalls, hardware: np.ndarray, dtype: np.ndar
     out = tuple(np.zeros(len(b)) for _ in range(3))
     if not len(rows):
         return out
-    # (m, n, k) of each product in units of (queries, keys, head dim); forward uses the first two
+    # row-major (rows, columns, reduction) of each product in units of (queries, keys, head dim), priced in the
+    # call frame's cuBLAS convention (`calls.gemm_of_row_major`); forward uses the first two
     products = (("q", "k", "d"), ("q", "d", "k"), ("q", "k", "d"), ("k", "d", "q"), ("k", "d", "q"))
     frames, owners = [], []
     for j, dims in enumerate(products):
         chosen = rows if j < FORWARD_PRODUCTS else rows[backward[rows]]
         size = {"q": m[chosen], "k": n[chosen], "d": d[chosen]}
+        batch, gm, gn, gk = gemm_of_row_major(b[chosen], *(size[dim] for dim in dims))
         frames.append(pd.DataFrame({
-            "hardware": hardware[chosen], "family": "gemm", "op": "bmm", "dtype": dtype[chosen], "batch": b[chosen],
-            "m": size[dims[0]], "n": size[dims[1]], "k": size[dims[2]],
+            "hardware": hardware[chosen], "family": "gemm", "op": "bmm", "dtype": dtype[chosen], "batch": batch,
+            "m": gm, "n": gn, "k": gk,
             # the fused kernel's HBM traffic: the two [length x d] operands; the scores never leave the SM
             "bytes": itemsize[chosen] * b[chosen] * (m[chosen] + n[chosen]) * d[chosen]}))
         owners.append(chosen)
