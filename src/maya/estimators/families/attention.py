@@ -29,6 +29,12 @@ rather than learned, unless a learned attention model exists:
   between the products: their times add. Hopper kernels built on asynchronous warpgroup MMA with
   warp specialisation (cuDNN's sm_90 SDPA engines, like CUTLASS's Hopper FMHA and FlashAttention-3)
   run the softmax of one tile while the tensor cores work on another: the longer of the two counts.
+- **synchronous MMA on Hopper**: the GEMM family learned cuBLAS's Hopper kernels, which reach the
+  tensor-core peak through warpgroup MMA (`wgmma`); FlashAttention-2-style kernels keep Ampere's
+  synchronous `mma.sync`, which on sm_90 reaches only `SYNCHRONOUS_MMA_SHARE` of that peak
+  (FlashAttention-3 paper, Shah et al. 2024, section 2: "mma.sync can only reach 2/3 of the peak
+  throughput of the Hopper Tensor Cores", from Luo et al.'s microbenchmarks of Hopper), so their products
+  take 1 / share the time cuBLAS would. Architectures not in the table are not slowed (no public figure).
 
 FlashAttention-2's backward also launches two memory passes (`flash_bwd_preprocess`: D = rowsum(dO * O)
 and the zeroed fp32 dQ accumulator; `flash_bwd_postprocess`: dQ converted from fp32), priced as the
@@ -71,6 +77,9 @@ Programming Guide's table of native arithmetic instruction throughput. Newer arc
 DEFAULT_SFU_OPS_PER_CLOCK = 16.0
 WARP_SPECIALISED_MIN_ARCHITECTURE = 90
 """cuDNN's SDPA engines from sm_90 on use asynchronous warpgroup MMA with warp specialisation."""
+SYNCHRONOUS_MMA_SHARE: dict[int, float] = {90: 2 / 3}
+"""Share of the tensor-core peak synchronous `mma.sync` reaches, by compute capability, where the peak needs
+warpgroup MMA (FlashAttention-3 paper, section 2, citing Luo et al.'s Hopper microbenchmarks)."""
 LSE_BYTES = 4
 """fp32 per query row: the log-sum-exp the forward saves (and the backward's D = rowsum(dO * O))."""
 ACCUMULATOR_BYTES = 4
@@ -113,9 +122,10 @@ class AttentionPredictor(FamilyPredictor):
         fp32_ops = np.where(backward, BACKWARD_FP32_OPS, FORWARD_FP32_OPS + d / TILE)
         softmax_s = elements * (EXP_PER_ELEMENT / sfu_rate + fp32_ops / (hw.fp32_flops / 2))
         overlapped = (np.char.startswith(op, "sdpa") & (hw.architecture >= WARP_SPECIALISED_MIN_ARCHITECTURE))
+        mma_share = np.where(overlapped, 1.0, synchronous_mma_share(hw.architecture))
 
         def total(tensor_s: np.ndarray) -> np.ndarray:
-            tensor_s = tensor_s * share
+            tensor_s = tensor_s * share / mma_share
             compute = np.where(overlapped, np.maximum(tensor_s, softmax_s), tensor_s + softmax_s)
             return np.maximum(compute, memory_s)
 
@@ -136,6 +146,10 @@ def causal_tile_share(m: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 def sfu_ops_per_clock(architecture: np.ndarray) -> np.ndarray:
     return np.array([SFU_OPS_PER_CLOCK.get(int(a), DEFAULT_SFU_OPS_PER_CLOCK) for a in architecture], dtype="float64")
+
+
+def synchronous_mma_share(architecture: np.ndarray) -> np.ndarray:
+    return np.array([SYNCHRONOUS_MMA_SHARE.get(int(a), 1.0) for a in architecture], dtype="float64")
 
 
 def _shape(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
