@@ -62,7 +62,7 @@ LIBS = (
     StubLib("libcusparseLt.so.0", (), None, 6, 10, ("cusparseLt",)),
     StubLib("libcufft.so.12", (), "libcufft.so.12", 6, 16),
     StubLib("libcusolver.so.12", (), "libcusolver.so.12", 6, 7),
-    StubLib("libnvrtc.so.13", (), "libnvrtc.so.13", 6, 11),
+    StubLib("libnvrtc.so.13", ("nvrtc.c",), "libnvrtc.so.13", 6, 11),
     StubLib("libcupti.so.13", (), "libcupti.so.13", 6, 27),
     StubLib("libcufile.so.0", (), None, 6, 5001, ("cuFile",)),
     StubLib("libnvshmem_host.so.3", (), "NVSHMEM", 6, 1, ("nvshmem",)),
@@ -89,8 +89,8 @@ TOOLS = ("nvidia-smi",)
 def _site_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise BuildError(f"package {package!r} is not installed: install Maya with its emulator extra "
-                         "(`pip install 'maya[emulator]'`, the registry's CUDA build of torch)")
+        raise BuildError(f"package {package!r} is not installed: the emulator needs a CUDA build of torch "
+                         "(`pip install 'maya[torch]'` installs the current one with its headers)")
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -277,6 +277,8 @@ def build(cache_root: Path) -> Path:
                   "-Wl,-soname," + lib.soname, "-Wl,--version-script=" + str(vs), f"-L{tmp}",
                   "-l:" + CORE, "-Wl,-rpath,$ORIGIN", "-ldl"])
         _write_tools(tmp / "bin")
+        # the development link a driver install has: Triton < 3.4 links its launcher with -lcuda
+        (tmp / "libcuda.so").symlink_to("libcuda.so.1")
         (tmp / PRELOAD).write_text("".join(f"{name}\n" for name in [CORE, *(lib.soname for lib in stubs)]))
         (tmp / ".complete").write_text(key)
         try:

@@ -20,10 +20,12 @@ HEADERS = {
     12: {"cuda_runtime_api.h": "nvidia-cuda-runtime-cu12", "cuda.h": "nvidia-cuda-runtime-cu12",
          "crt/host_defines.h": "nvidia-cuda-nvcc-cu12", "nv/target": "nvidia-cuda-cccl-cu12",
          "cublas_api.h": "nvidia-cublas-cu12", "cudnn.h": "nvidia-cudnn-cu12", "nccl.h": "nvidia-nccl-cu12",
+         "nvrtc.h": "nvidia-cuda-nvrtc-cu12",
          "nvml.h": "nvidia-nvml-dev-cu12"},
     13: {"cuda_runtime_api.h": "nvidia-cuda-runtime", "cuda.h": "nvidia-cuda-runtime",
          "crt/host_defines.h": "nvidia-cuda-crt", "nv/target": "nvidia-cuda-cccl",
          "cublas_api.h": "nvidia-cublas", "cudnn.h": "nvidia-cudnn-cu13", "nccl.h": "nvidia-nccl-cu13",
+         "nvrtc.h": "nvidia-cuda-nvrtc",
          "nvml.h": "nvidia-nvml-dev"},
 }
 """Per CUDA major the emulator supports: every header the stubs include -> the wheel that carries it."""
