@@ -75,6 +75,11 @@ def _env(version: str, envs: Path) -> Path | None:
     return target
 
 
+def _torch_version(python: Path) -> str:
+    code = "import importlib.metadata as m; print(m.version('torch').split('+')[0])"
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _build_seconds(python: Path, home: Path) -> tuple[float, str]:
     code = ("import sys, time; from pathlib import Path; from maya.emulator.build import build, cuda_release; "
             "t = time.perf_counter(); build(Path(sys.argv[1])); s = time.perf_counter() - t; "
@@ -118,6 +123,8 @@ def _case(python: Path, home: Path, name: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--torch", nargs="+", default=["2.5.1", "2.15.0"], help="torch versions from the registry")
+    ap.add_argument("--python", nargs="+", type=Path, default=[],
+                    help="existing environments' interpreters (Maya installed) to measure instead")
     ap.add_argument("--workloads", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--envs", type=Path, help="where the environments are created (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the environments and runs")
@@ -126,9 +133,10 @@ def main() -> None:
     envs = args.envs or Path(tempfile.mkdtemp(prefix="maya-torch-envs-"))
     envs.mkdir(parents=True, exist_ok=True)
     rows = []
+    existing = {_torch_version(p): p.absolute().parent.parent for p in args.python}
     try:
-        for version in args.torch:
-            env = _env(version, envs)
+        for version in existing or args.torch:
+            env = existing.get(version) or _env(version, envs)
             if env is None:
                 continue
             home = envs / f"home-{version}"
@@ -140,7 +148,7 @@ def main() -> None:
                 row = {"torch": version, "cuda": cuda, **_case(env / "bin" / "python", home, name)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-            if not args.keep:
+            if not args.keep and version not in existing:
                 shutil.rmtree(env, ignore_errors=True)
                 shutil.rmtree(home, ignore_errors=True)
     finally:
