@@ -81,9 +81,9 @@ def _torch_version(python: Path) -> str:
 
 
 def _build_seconds(python: Path, home: Path) -> tuple[float, str]:
-    code = ("import sys, time; from pathlib import Path; from maya.emulator.build import build, cuda_release; "
-            "t = time.perf_counter(); build(Path(sys.argv[1])); s = time.perf_counter() - t; "
-            "r = cuda_release(); print(s, f'CUDA {r.runtime_version // 1000}.{r.runtime_version % 1000 // 10}')")
+    code = ("import sys, time; from pathlib import Path; from maya.emulator.build import build, built_release; "
+            "t = time.perf_counter(); d = build(Path(sys.argv[1])); s = time.perf_counter() - t; "
+            "print(s, 'CUDA', built_release(d)['version'])")
     p = subprocess.run([str(python), "-c", code, str(home / "emulator")], capture_output=True, text=True)
     if p.returncode:
         return float("nan"), "build failed: " + (p.stderr.strip().splitlines() or ["?"])[-1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -22,7 +23,8 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .cuda_release import CudaRelease, ReleaseError, detect
+from . import cuda_release as release_module
+from .cuda_release import CudaRelease, ReleaseError, detect, installed_wheels
 
 NATIVE = Path(__file__).parent / "native"
 
@@ -76,6 +78,8 @@ DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
 """The driver's libraries: the same names for every CUDA release, found by name (dlopen) as often as linked."""
 PRELOAD = "preload.txt"
 """In a build: the stub libraries to LD_PRELOAD, core first, one a line."""
+RELEASE = "release.json"
+"""In a build: the CUDA release it stands in for (major, version, the SONAMEs and tags, the include folders)."""
 CORE_SOURCES = ("config.c", "record.c", "host_read.c", "memory.c", "kernels.c", "graphs.c", "lifecycle.c",
                 "device_attrs.c")
 CORE = "libmaya_emu.so"
@@ -224,10 +228,13 @@ def _version_script(lib: StubLib, names: set[str]) -> str:
 
 
 def build_key(cc: str, cxx: str) -> str:
-    h = hashlib.sha256(cuda_release().describe().encode())
+    """Sources, torch's libraries, the nvidia wheels (the CUDA release and its headers), the compilers and
+    this Python: cheap to compute (the release itself is read only to build)."""
+    h = hashlib.sha256("\n".join(installed_wheels()).encode())
     for p in sorted(NATIVE.glob("*")):
         h.update(p.name.encode() + p.read_bytes())
     h.update(Path(__file__).read_bytes())
+    h.update(Path(release_module.__file__).read_bytes())
     for lib in torch_libs():
         st = lib.stat()
         h.update(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}".encode())
@@ -280,6 +287,10 @@ def build(cache_root: Path) -> Path:
         # the development link a driver install has: Triton < 3.4 links its launcher with -lcuda
         (tmp / "libcuda.so").symlink_to("libcuda.so.1")
         (tmp / PRELOAD).write_text("".join(f"{name}\n" for name in [CORE, *(lib.soname for lib in stubs)]))
+        (tmp / RELEASE).write_text(json.dumps({
+            "major": release.major, "version": release.version, "runtime_version": release.runtime_version,
+            "linked": {s: t for s, t in release.linked.items() if s in {lib.soname for lib in stubs}},
+            "include_dirs": [str(d) for d in release.include_dirs]}, indent=1))
         (tmp / ".complete").write_text(key)
         try:
             tmp.rename(final)
@@ -298,6 +309,11 @@ def _write_tools(bin_dir: Path) -> None:
         path = bin_dir / tool
         path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m maya.emulator.{module} "$@"\n')
         path.chmod(0o755)
+
+
+def built_release(lib_dir: Path) -> dict:
+    """The CUDA release a build stands in for (its RELEASE file)."""
+    return json.loads((lib_dir / RELEASE).read_text())
 
 
 def preload_list(lib_dir: Path) -> list[str]:

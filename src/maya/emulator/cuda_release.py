@@ -9,8 +9,10 @@ wheels of the same CUDA major: `nvidia-*-cu12` for CUDA 12, the unsuffixed 13.x 
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import sys
 import subprocess
 from dataclasses import dataclass
 from importlib import metadata
@@ -58,10 +60,10 @@ class CudaRelease:
         """The path of one of `HEADERS` in this release."""
         return next(d / name for d in self.include_dirs if (d / name).exists())
 
-    def describe(self) -> str:
-        """What the stubs depend on, for the build cache's key."""
-        dirs = ",".join(f"{d}:{int((d).stat().st_mtime)}" for d in self.include_dirs)
-        return f"cuda {self.major} ({self.runtime_version}); {sorted(self.linked.items(), key=str)}; {dirs}"
+    @property
+    def version(self) -> str:
+        """"12.4", "13.2": the release of the headers (the runtime torch pulls)."""
+        return f"{self.runtime_version // 1000}.{self.runtime_version % 1000 // 10}"
 
 
 def _stem(soname: str) -> str:
@@ -105,11 +107,22 @@ def release_include_dirs(major: int) -> list[Path]:
     for dist in metadata.distributions():
         if _dist_major(dist) != major:
             continue
-        for f in dist.files or ():
-            parts = f.parts
-            if "include" in parts[:-1]:
-                dirs.add(Path(dist.locate_file(Path(*parts[:parts.index("include") + 1]))).resolve())
+        prefixes = {f.parts[:f.parts.index("include") + 1] for f in dist.files or () if "include" in f.parts[:-1]}
+        dirs.update(Path(dist.locate_file(Path(*p))).resolve() for p in prefixes)
     return sorted(d for d in dirs if d.is_dir())
+
+
+def installed_wheels() -> list[str]:
+    """The nvidia wheels installed (their dist-info folders' names: name and version), cheaply: what the
+    headers `detect` would find depend on."""
+    found = set()
+    for entry in sys.path:
+        try:
+            found.update(e.name for e in os.scandir(entry or ".") if e.name.startswith("nvidia_")
+                         and e.name.endswith(".dist-info"))
+        except OSError:
+            continue
+    return sorted(found)
 
 
 def _runtime_version(header: Path) -> int:

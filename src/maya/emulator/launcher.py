@@ -23,7 +23,7 @@ from maya.core.paths import maya_home
 from maya_trace_spec import RunWriter, read_table
 
 from . import forkserver
-from .build import build, cuda_release, preload_list
+from .build import build, built_release, preload_list
 from .convert import RankSummary, signature, write_rank
 from .dedup import stage_classes
 from .mailbox import Watcher, mark_ended
@@ -105,12 +105,6 @@ def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology
     return env
 
 
-def _cuda_version() -> str:
-    """The CUDA release the stubs stand in for (the headers torch's release ships: "12.4", "13.2")."""
-    v = cuda_release().runtime_version
-    return f"{v // 1000}.{v % 1000 // 10}"
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -170,7 +164,7 @@ class _Job:
             "run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "emulator",
             "command": json.dumps(["python", *argv]), "hardware": hw.name, "world_size": topology.world_size,
             "nnodes": topology.nnodes, "nproc_per_node": topology.nproc_per_node,
-            "producer_version": f"maya {__version__}", "cuda_version": _cuda_version()}
+            "producer_version": f"maya {__version__}", "cuda_version": built_release(lib_dir)["version"]}
         self.runs: dict[int, Future] = {}
         self.lock = threading.Lock()
 
