@@ -84,11 +84,12 @@ def test_method_tags(estimator, measured):
     seen = measured[measured["family"] == "gemm"].head(1).assign(m=lambda d: d["m"] + 7)  # shape never measured
     same_arch = seen.assign(hardware="NVIDIA A100 80GB PCIe")  # A100 40GB was trained on: same architecture
     new_arch = seen.assign(hardware="l4")  # Ada: no GPU of its architecture in the training data
-    unmodelled = gemm_call().assign(family="attention", op="sdpa_fwd")
+    unmodelled = gemm_call().assign(family="other", op="", numel=1e6)
+    composed = gemm_call().assign(family="attention", op="sdpa_fwd")  # no attention model: from its GEMMs
     seen = seen.assign(hardware="a100-pcie-40gb")
-    calls = pd.concat([measured.head(1), seen, same_arch, new_arch, unmodelled], ignore_index=True)
+    calls = pd.concat([measured.head(1), seen, same_arch, new_arch, unmodelled, composed], ignore_index=True)
     out = estimator.predict(calls)
-    assert out["method"].tolist() == ["lookup", "model", "model", "model_transfer", "roofline"]
+    assert out["method"].tolist() == ["lookup", "model", "model", "model_transfer", "roofline", "composed"]
     assert set(out["method"]) == set(METHODS)
     learned = out.iloc[1:4]
     assert (learned["duration_ns"] >= learned["roofline_ns"]).all()

@@ -35,6 +35,9 @@ class HardwareArrays:
     """Bytes of shared memory (carved out of L1) per SM."""
     l1_bytes: np.ndarray
     """Bytes of L1 data cache per SM (`L1_KIB_BY_ARCHITECTURE`)."""
+    boost_clock_hz: np.ndarray
+    fp32_flops: np.ndarray
+    """The spec sheet's FP32 (non-tensor) peak, FLOP/s: FP32 pipe instructions x 2 (an FMA is two FLOPs)."""
 
 
 def catalog_names(names: pd.Series) -> pd.Series:
@@ -67,6 +70,8 @@ def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
         shared_mem_per_sm=column([s.shared_mem_per_sm_bytes for s in specs]),
         l1_bytes=column([L1_KIB_BY_ARCHITECTURE.get(s.sm_major * 10 + s.sm_minor, s.shared_mem_per_sm_bytes / 1024) * 1024
                          for s in specs]),
+        boost_clock_hz=column([s.boost_clock_mhz * 1e6 for s in specs]),
+        fp32_flops=column([s.peak_flops("fp32") for s in specs]),
     )
 
 

@@ -6,7 +6,10 @@
    scale the larger of the device floor and the roofline (`maya.estimators.launch_floor`);
 3. `model_transfer` — hardware of an architecture never trained on: the family's model trained
    without spec-sheet identity features, which carries across GPUs;
-4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`.
+4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`;
+5. `composed` — instead of the roofline, for a family without a model that composes its time from
+   mechanisms (`FamilyPredictor.compose`: fused attention from the GEMM family's predictions of its
+   products, the special-function and FP32 rates of the spec sheet; `families/attention.py`).
 
 `duration_ns` is device time: how long the call keeps its stream busy. `isolated_ns` is what the call
 would read timed on its own around one eager call on the measured hosts (their dispatch, then the kernel or
@@ -35,7 +38,7 @@ from .launch_floor import DEVICE_FLOOR_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes, shape_keys
 from .segments import family_of, model_key, segments
 
-METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline")
+METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline", "composed")
 PRICED: tuple[str, ...] = ("roofline_ns", "efficiency", "duration_ns", "duration_low_ns", "duration_high_ns")
 """The prediction columns besides `method`, in output order."""
 CHUNK_ROWS = 1 << 16
@@ -111,6 +114,15 @@ class KernelEstimator:
         method = np.full(len(calls), METHODS.index("roofline"), dtype="int8")
         dispatch = np.full(len(calls), np.nan)
         segment = segments(family, calls, hw)
+        if not any(family_of(k) == family for k in self.models):
+            composed = predictor.compose(calls, hw, self.predict)
+            if composed is not None:
+                duration = np.maximum(composed.seconds, DEVICE_FLOOR_S) * 1e9
+                return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
+                        "duration_low_ns": np.minimum(np.maximum(composed.low_s * 1e9, roofline), duration),
+                        "duration_high_ns": np.maximum(composed.high_s * 1e9, duration),
+                        "method": np.full(len(calls), METHODS.index("composed"), dtype="int8"),
+                        "dispatch_ns": dispatch}
         features = None
         for name in np.unique(segment):
             here = segment == name
