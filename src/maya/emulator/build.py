@@ -65,7 +65,7 @@ LIBS = (
 CORE_SOURCES = ("config.c", "record.c", "host_read.c", "memory.c", "kernels.c", "graphs.c", "lifecycle.c",
                 "device_attrs.c")
 CORE = "libmaya_emu.so"
-OPS_SOURCE = "ops_observer.cpp"
+OPS_SOURCES = ("ops_observer.cpp", "host_values.cpp")
 OPS = "libmaya_ops.so"
 """The framework-context observer, built against torch's C++ headers; the runner loads it after torch."""
 TOOLS = ("nvidia-smi",)
@@ -177,7 +177,7 @@ def _build_ops_observer(out_dir: Path, cxx: str) -> None:
         raise BuildError(f"torch's C++ headers are missing under {torch_dir / 'include'}: reinstall torch")
     # -DNDEBUG as torch release builds: RecordFunction has debug-only members, so it changes the layout
     _run([cxx, "-O2", "-DNDEBUG", "-fPIC", "-std=c++20", "-fvisibility=hidden", "-w",
-          f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}", f"-I{torch_dir / 'include'}", "-shared", "-o", str(out_dir / OPS), str(NATIVE / OPS_SOURCE),
+          f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}", f"-I{torch_dir / 'include'}", "-shared", "-o", str(out_dir / OPS), *(str(NATIVE / src) for src in OPS_SOURCES),
           "-Wl,-soname," + OPS, f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}",
           f"-L{out_dir}", "-l:" + CORE, "-Wl,-rpath,$ORIGIN"])
 
