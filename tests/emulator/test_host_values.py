@@ -31,6 +31,7 @@ def test_bookkeeping_reads_are_computed(tmp_path):
     assert "histc [16, 16, 16, 16, 16, 16, 16, 16]" in output
     assert "expert 3 rows 8" in output  # first choices spread over all experts
     assert "offsets [16, 32, 48, 64, 80, 96, 112, 128]" in output
+    assert "doubling loop ended after 20 passes" in output  # 2**20 > 1e6: the real count, no stand-in
     reads = [json.loads(c["args"])["stand_in"] for c in Run(out).table("api_calls").to_pylist()
              if c["data_dependent"] and c["args"]]
     assert "computed" in reads and "routed" in reads

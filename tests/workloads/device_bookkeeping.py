@@ -19,4 +19,10 @@ print(f"bincount {torch.bincount(experts.view(-1), minlength=8).tolist()}")
 print(f"histc {torch.histc(experts.view(-1).float(), bins=8, min=0, max=8).int().tolist()}")
 print(f"expert 3 rows {torch.where(experts[:, 0] == 3)[0].numel()}")
 print(f"offsets {torch.cumsum(torch.bincount(experts.view(-1), minlength=8), 0).tolist()}")
+x = torch.ones(1024, device="cuda")  # a loop on values the host knows runs as on a GPU
+passes = 0
+while not (x > 1e6).all().item():
+    x = x * 2
+    passes += 1
+print(f"doubling loop ended after {passes} passes")
 dist.destroy_process_group()

@@ -53,7 +53,7 @@ LIBS = (
     StubLib("libcusparseLt.so.0", (), None, 6, 10, ("cusparseLt",)),
     StubLib("libcufft.so.12", (), "libcufft.so.12", 6, 16),
     StubLib("libcusolver.so.12", (), "libcusolver.so.12", 6, 7),
-    StubLib("libnvrtc.so.13", (), "libnvrtc.so.13", 6, 11),
+    StubLib("libnvrtc.so.13", ("nvrtc.c",), "libnvrtc.so.13", 6, 11),
     StubLib("libcupti.so.13", (), "libcupti.so.13", 6, 27),
     StubLib("libcufile.so.0", (), None, 6, 5001, ("cuFile",)),
     StubLib("libnvshmem_host.so.3", (), "NVSHMEM", 6, 1, ("nvshmem",)),
