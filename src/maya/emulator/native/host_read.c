@@ -19,6 +19,7 @@
  * read as it is, or as the op observer computed it (nonzero's own count), with no loop stand-in. */
 
 #define READ_HISTORY 8
+#define READ_UNKNOWN 5
 #define DEFAULT_LOOP_LIMIT 10000
 
 typedef struct {
@@ -34,7 +35,7 @@ static __thread unsigned char one_value[8];
 static __thread int one_size; /* the element size of the scalar being read (.item()), 0 if unknown */
 static const char *(*describe_ops)(void); /* the ops open on this thread (the op observer) */
 static __thread int known_size, known_code; /* the next read's value is known (maya_emu_read_value) */
-static __thread int known_given;
+static __thread int known_given, unknown_zero; /* unknown_zero: an unknown value, read from zero */
 static __thread unsigned char known_value[8];
 static char stop_reason[1024];
 static _Atomic int stopped;
@@ -51,8 +52,12 @@ MAYA_EXPORT void maya_emu_read_one(const void *one, int size) {
 
 /* The value the thread's next host reads of a scalar return, set by the op observer for the op it is in:
  * `bytes` (an integer, little-endian, cut or zero-extended to the read's size), or NULL: the device bytes
- * are known values, read as they are. `code` is recorded with the read; size 0 clears. */
+ * are known values, read as they are. `code` is recorded with the read; size 0 clears. Code READ_UNKNOWN:
+ * the value is one only a GPU computes; it reads as 0 (not the allocation's stale bytes), and as a loop's
+ * stand-in when repeated. */
 MAYA_EXPORT void maya_emu_read_value(const void *bytes, int size, int code) {
+  unknown_zero = code == READ_UNKNOWN && size > 0;
+  if (unknown_zero) size = 0;
   known_size = size > 0 && size <= 8 ? size : 0;
   known_code = code;
   known_given = bytes != NULL;
@@ -98,6 +103,10 @@ int maya_host_read(maya_rec *r, void *dst, const void *src, size_t n) {
     }
     r->a[3] = known_code;
     return 0;
+  }
+  if (unknown_zero && n > 0 && n <= 8 && dst) {
+    memset(dst, 0, n);
+    r->a[3] = READ_UNKNOWN;
   }
   if (n == 0 || n > 8 || !dst || !work) return 0;
   int64_t epoch = atomic_load_explicit(&progress_epoch, memory_order_relaxed);

@@ -17,7 +17,9 @@
  * *assumed*, and so is everything computed from them; the counts are summarised for `maya predict`.
  *
  * Host reads of known values are real: `.item()` reads the bytes as they are (no loop stand-in), and
- * `nonzero`, which reads its own count inside the op, gets the count of its known input. */
+ * `nonzero`, which reads its own count inside the op, gets the count of its known input. An `.item()` of a
+ * value only a GPU computes reads 0 (no overflow found, no NaN, a flag not set; not the stale bytes of
+ * whatever the allocation held), and a loop's stand-ins when repeated (host_read.c). */
 #include "host_values.h"
 
 #include <ATen/ATen.h>
@@ -47,7 +49,7 @@ namespace maya_values {
 namespace {
 
 enum : uint8_t { UNKNOWN = 0, REAL = 1, ASSUMED = 2 };
-enum : int { READ_COMPUTED = 3, READ_ASSUMED = 4 };
+enum : int { READ_COMPUTED = 3, READ_ASSUMED = 4, READ_UNKNOWN = 5 };
 constexpr int64_t kComputeBytes = 4 << 20;  // the most tensor bytes an op may have to be run on the host
 constexpr int64_t kCopyBytes = 1 << 20;     // copies and collectives move bytes up to this (MAYA_SMALL_COPY)
 
@@ -360,13 +362,17 @@ void on_enter(const at::RecordFunction& fn, OpValues& op) {
   if (n == "aten::_local_scalar_dense") {
     if (!plain_device(x)) return;
     uint8_t p = provenance(x);
-    if (p == UNKNOWN) return;
-    maya_emu_read_value(nullptr, static_cast<int>(x.element_size()), p == REAL ? READ_COMPUTED : READ_ASSUMED);
+    maya_emu_read_value(nullptr, static_cast<int>(x.element_size()),
+                        p == UNKNOWN ? READ_UNKNOWN : p == REAL ? READ_COMPUTED : READ_ASSUMED);
     op.read_set = true;
   } else if (n == "aten::nonzero") {  // reads its own count: the count of its known input
-    if (!plain_device(x) || static_cast<int64_t>(x.numel()) * x.element_size() > kComputeBytes) return;
+    if (!plain_device(x)) return;
     uint8_t p = provenance(x);
-    if (p == UNKNOWN) return;
+    if (p == UNKNOWN || static_cast<int64_t>(x.numel()) * x.element_size() > kComputeBytes) {
+      maya_emu_read_value(nullptr, 8, READ_UNKNOWN);  // no element is known to be non-zero
+      op.read_set = true;
+      return;
+    }
     try {
       HostGuards guards;
       int64_t count = at::count_nonzero(host_view(x)).item<int64_t>();
