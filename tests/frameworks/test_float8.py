@@ -1,5 +1,6 @@
-"""fp8 training with torchao: its GEMMs are recorded with their fp8 types and priced on the fp8 tensor-core
-peak (the tensor segment of the GEMM family), its scaling kernels as elementwise and reduction work."""
+"""fp8 training as torchao's tensorwise recipe runs it (`tests/workloads/float8_mlp.py`, in plain PyTorch): its
+GEMMs are recorded with their fp8 types and priced on the fp8 tensor-core peak (the tensor segment of the GEMM
+family), its scaling kernels (amax, scale, cast) as elementwise and reduction work."""
 import numpy as np
 import pytest
 
@@ -12,7 +13,6 @@ from maya.simulator.trace import load
 from maya.simulator.work import work_frame
 from paths import WORKLOADS
 
-pytest.importorskip("torchao")
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
