@@ -62,7 +62,7 @@ def test_a_cuda_12_torch_emulates_and_predicts(old_torch, tmp_path, emulator_cac
     assert any("layer_norm" in n for n in names) and any("elementwise" in n for n in names)
     gemms = calls.filter(pc.is_valid(calls.column("gemm_m")))
     assert set(gemms.column("gemm_dtype_a").to_pylist()) == {"bf16"}  # bf16 autocast
-    assert not any(a.startswith("nvrtc") and a != "nvrtcCompileProgram" for a in apis)
+    assert {a for a in apis if a.startswith("nvrtc")} <= {"nvrtcCreateProgram", "nvrtcCompileProgram"}
     p = _run([old_torch / "bin" / "maya", "predict", out, "--json"], env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     prediction = json.loads(p.stdout.strip().splitlines()[-1])

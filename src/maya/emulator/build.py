@@ -64,7 +64,7 @@ LIBS = (
     StubLib("libcusparseLt.so.0", (), None, 6, 10, ("cusparseLt",)),
     StubLib("libcufft.so.12", (), "libcufft.so.12", 6, 16),
     StubLib("libcusolver.so.12", (), "libcusolver.so.12", 6, 7),
-    StubLib("libnvrtc.so.13", ("nvrtc.c",), "libnvrtc.so.13", 6, 11),
+    StubLib("libnvrtc.so.13", ("nvrtc.c",), "libnvrtc.so.13", 6, 11, header="nvrtc.h"),
     StubLib("libcupti.so.13", (), "libcupti.so.13", 6, 27),
     StubLib("libcufile.so.0", (), None, 6, 5001, ("cuFile",)),
     StubLib("libnvshmem_host.so.3", (), "NVSHMEM", 6, 1, ("nvshmem",)),
@@ -83,7 +83,7 @@ RELEASE = "release.json"
 CORE_SOURCES = ("config.c", "record.c", "host_read.c", "memory.c", "kernels.c", "graphs.c", "lifecycle.c",
                 "device_attrs.c")
 CORE = "libmaya_emu.so"
-OPS_SOURCE = "ops_observer.cpp"
+OPS_SOURCES = ("ops_observer.cpp", "host_values.cpp")
 OPS = "libmaya_ops.so"
 """The framework-context observer, built against torch's C++ headers; the runner loads it after torch."""
 TOOLS = ("nvidia-smi",)
@@ -179,12 +179,13 @@ def referenced_symbols(libs: list[Path], stubs: list[StubLib]) -> dict[str, set[
 
 
 def header_functions(header: Path) -> set[str]:
-    """Functions a header declares (`CUresult CUDAAPI cuName(`, `nvmlReturn_t DECLDIR nvmlName(`), so that
-    entry-point lookups (`cudaGetDriverEntryPointByVersion`, Triton's dlsym, pynvml) resolve and calls
-    fail loudly, by name."""
+    """Functions a header declares (`CUresult CUDAAPI cuName(`, `nvmlReturn_t DECLDIR nvmlName(`,
+    `nvrtcResult nvrtcName(`), so that entry-point lookups (`cudaGetDriverEntryPointByVersion`, Triton's
+    dlsym, pynvml, torch's lazy NVRTC) resolve and calls fail loudly, by name."""
     text = header.read_text(errors="replace")
-    pattern = r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+))\s*\("
-    return {driver or nvml for driver, nvml in re.findall(pattern, text)}
+    pattern = (r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+)"
+               r"|nvrtcResult\s+(nvrtc\w+))\s*\(")
+    return {name for names in re.findall(pattern, text) for name in names if name}
 
 
 def _defined(obj: Path) -> set[str]:
@@ -216,7 +217,7 @@ def _build_ops_observer(out_dir: Path, cxx: str) -> None:
         raise BuildError(f"torch's C++ headers are missing under {torch_dir / 'include'}: reinstall torch")
     # -DNDEBUG as torch release builds: RecordFunction has debug-only members, so it changes the layout
     _run([cxx, "-O2", "-DNDEBUG", "-fPIC", "-std=c++20", "-fvisibility=hidden", "-w",
-          f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}", f"-I{torch_dir / 'include'}", "-shared", "-o", str(out_dir / OPS), str(NATIVE / OPS_SOURCE),
+          f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}", f"-I{torch_dir / 'include'}", "-shared", "-o", str(out_dir / OPS), *(str(NATIVE / src) for src in OPS_SOURCES),
           "-Wl,-soname," + OPS, f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}",
           f"-L{out_dir}", "-l:" + CORE, "-Wl,-rpath,$ORIGIN"])
 

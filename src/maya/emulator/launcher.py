@@ -237,7 +237,9 @@ class _Job:
                   else "failed" if any(r.status == "failed" for r in results) else "complete")
         self.write_run(status, {"captured_ranks": sorted(captured), "represents": represents,
                                 "stopped_at_iteration": {r.rank: r.info.get("stopped_at_iteration")
-                                                         for r in results if r.info.get("stopped_at_iteration")}})
+                                                         for r in results if r.info.get("stopped_at_iteration")},
+                                "routing_stand_ins": {r.rank: r.info["host_values"]["routing"] for r in results
+                                                      if r.info.get("host_values", {}).get("routing")}})
         if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
             shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)
         cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None)
