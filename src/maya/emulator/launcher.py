@@ -91,6 +91,9 @@ def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "TORCHELASTIC_RUN_ID": "maya-emulate",
         "PYTHONUNBUFFERED": "1",
+        # torch's jiterator keeps NVRTC's output in ~/.cache/torch/kernels: the emulated NVRTC's placeholder
+        # images must not land there (a real GPU run would load them), and each run records its compilations
+        "USE_PYTORCH_KERNEL_CACHE": "0",
         # the runner is found as an installed module even when the working directory holds a
         # source tree whose folders would shadow it (as Maya's own checkout does)
         "PYTHONSAFEPATH": "1",
