@@ -4,7 +4,7 @@ and `maya predict`, one row per (framework, parallelism, precision).
 Each case runs the framework's own entry point on virtual H100s and records whether emulation completed,
 the emulation's wall time, the predicted iteration time and MFU, the APIs left unimplemented and the
 notes `maya predict` made (assumed routing, fp8 transfer, ...). torchtitan runs in a working directory of
-synthetic assets (`tests/frameworks/assets.py`). Results go to `benchmarks/results/frameworks.json`; the
+synthetic assets (`tests/framework_assets.py`). Results go to `benchmarks/results/frameworks.json`; the
 README's support matrix is this table (`--markdown` prints it).
 
 Usage: python benchmarks/frameworks.py [--only NAME,...] [--iterations N] [--markdown]
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "frameworks"))
-from assets import torchtitan_assets  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))
+from framework_assets import torchtitan_assets  # noqa: E402
 
 WORKLOADS = REPO / "tests" / "workloads"
 RESULTS = REPO / "benchmarks" / "results" / "frameworks.json"

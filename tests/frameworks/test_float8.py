@@ -4,7 +4,6 @@ family), its scaling kernels (amax, scale, cast) as elementwise and reduction wo
 import numpy as np
 import pytest
 
-from conftest import emulate_and_predict
 from maya.core.hardware import get
 from maya.estimators.hardware_table import hardware_arrays
 from maya.estimators.segments import segments
@@ -16,7 +15,7 @@ from paths import WORKLOADS
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_float8_gemms_priced_on_fp8_peak(tmp_path):
+def test_float8_gemms_priced_on_fp8_peak(tmp_path, emulate_and_predict):
     out = tmp_path / "run"
     emulate_and_predict(out, ["python", str(WORKLOADS / "float8_mlp.py")])
     trace = load(out).ranks[0]

@@ -3,7 +3,6 @@ DeepSpeed ZeRO-3 (its non-compiled paths: PyTorch's AdamW, no fused CUDA ops). F
 `benchmarks/frameworks.py`."""
 import pytest
 
-from conftest import emulate_and_predict
 from paths import WORKLOADS
 
 pytest.importorskip("transformers")
@@ -12,7 +11,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("mode", ["ddp", "zero3"])
-def test_trainer(mode, tmp_path):
+def test_trainer(mode, tmp_path, emulate_and_predict):
     options = ["--nproc-per-node", "2", "--iterations", "2"]
     if mode.startswith("zero"):
         pytest.importorskip("deepspeed")

@@ -6,21 +6,20 @@ import re
 
 import pytest
 
-from assets import torchtitan_assets
-from conftest import emulate_and_predict
+from framework_assets import torchtitan_assets
 
 pytest.importorskip("torchtitan")
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_debug_model_fsdp_tp_with_validation(tmp_path, monkeypatch):
+def test_debug_model_fsdp_tp_with_validation(tmp_path, emulate_and_predict):
     root = torchtitan_assets(tmp_path / "titan")
     argv = ["python", "-m", "torchtitan.train", "--module", "llama3", "--config", "llama3_debugmodel",
             "--training.steps", "10", "--parallelism.data_parallel_shard_degree", "4",
             "--parallelism.tensor_parallel_degree", "2", "--validator.enable", "--validator.freq", "1",
             "--validator.steps", "1", "--validator.dataloader.dataset", "c4_test"]
     output, prediction = emulate_and_predict(tmp_path / "run", argv, "--nproc-per-node", "8", "--iterations", "2",
-                                             cwd=root, monkeypatch=monkeypatch)
+                                             cwd=root)
     assert "stopped after 2 training iterations" in output
     assert re.search(r"validate step: 1 .*loss", output), output[-3000:]
     assert prediction["world_size"] == 8 and prediction["iteration_ns"] > 0
