@@ -109,9 +109,8 @@ void each_tensor(const c10::IValue& v, F&& f) {
     f(v.toTensor());
   } else if (v.isTensorList()) {
     for (const at::Tensor& t : v.toTensorList().vec()) f(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef())
-      if (e.isTensor()) f(e.toTensor());
+  } else if (v.isList()) {  // nested too: c10d's Tensor[][]
+    for (const c10::IValue& e : v.toListRef()) each_tensor(e, f);
   }
 }
 
@@ -332,18 +331,30 @@ void leaf_without_kernels(const at::RecordFunction& fn, const std::vector<c10::I
   }
 }
 
-/* A collective (SPMD: the rank's own data stands in for its peers') moves small buffers' bytes. */
+/* c10d's gathers, scatters and all-to-alls take their output tensors first (`allgather_(outputs, inputs,
+ * ...)`): those are filled, not read, so their provenance does not count. */
+bool outputs_first(std::string_view n) {
+  return n.starts_with("c10d::") && (n.find("gather") != std::string_view::npos ||
+                                     n.find("scatter") != std::string_view::npos ||
+                                     n.find("alltoall") != std::string_view::npos);
+}
+
+/* A collective (SPMD: the rank's own data stands in for its peers') moves small buffers' bytes: its outputs
+ * are known when the tensors it reads are (DDP's check that ranks hold as many parameters: an allgather of
+ * a count the host put on the device, read back with `.item()`). */
 void collective(const at::RecordFunction& fn, const std::vector<c10::IValue>& in) {
   uint8_t p = REAL;
   int64_t bytes = 0;
-  for (const c10::IValue& v : in)
-    each_tensor(v, [&](const at::Tensor& t) {
+  for (size_t i = outputs_first(fn.name()) ? 1 : 0; i < in.size(); i++)
+    each_tensor(in[i], [&](const at::Tensor& t) {
       if (!t.defined() || !t.is_cuda()) return;
       bytes += static_cast<int64_t>(t.numel()) * t.element_size();
       uint8_t q = plain_device(t) ? provenance(t) : UNKNOWN;
       p = q == UNKNOWN || p == UNKNOWN ? UNKNOWN : std::max(p, q);
     });
-  mark_outputs(fn, bytes <= kCopyBytes ? p : UNKNOWN);
+  p = bytes <= kCopyBytes ? p : UNKNOWN;
+  mark_outputs(fn, p);
+  if (outputs_first(fn.name()) && !in.empty()) each_tensor(in[0], [&](const at::Tensor& t) { mark(t, p); });
 }
 
 }  // namespace
