@@ -3,6 +3,7 @@ DeepSpeed ZeRO-3 (its non-compiled paths: PyTorch's AdamW, no fused CUDA ops). F
 `benchmarks/frameworks.py`."""
 import pytest
 
+from maya_trace_spec import Run
 from paths import WORKLOADS
 
 pytest.importorskip("transformers")
@@ -19,7 +20,12 @@ def test_trainer(mode, tmp_path, emulate_and_predict):
         # its own data: rank 0 is captured alone (README: Frameworks)
         options += ["--ranks", "0"]
     output, prediction = emulate_and_predict(
-        tmp_path / "run", ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", mode], *options)
+        tmp_path / "run", ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", mode], *options,
+        predict=mode == "ddp")  # rank 0 alone does not stand for rank 1: maya predict refuses it (README)
     assert "stopped after 2 training iterations" in output
     assert "OVERFLOW" not in output  # a value only a GPU computes reads 0: no overflow, the step is taken
-    assert prediction["world_size"] == 2 and prediction["iteration_ns"] > 0
+    if prediction is None:
+        run = Run(tmp_path / "run")
+        assert run.info["world_size"] == 2 and run.info["status"] == "complete"
+    else:
+        assert prediction["world_size"] == 2 and prediction["iteration_ns"] > 0
