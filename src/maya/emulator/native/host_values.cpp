@@ -171,7 +171,8 @@ const Info& info_of(const at::RecordFunction& fn) {
 
 /* The inputs' provenance if the op could run on the host (every device tensor plain and known, the
  * others host scalars, within the size bound), else UNKNOWN. */
-uint8_t inputs_known(const c10::ArrayRef<c10::IValue>& inputs, bool skip_first, int64_t* bytes) {
+template <typename Inputs>  // RecordFunction's inputs (ArrayRef of IValue, of const IValue before torch 2.6)
+uint8_t inputs_known(const Inputs& inputs, bool skip_first, int64_t* bytes) {
   uint8_t p = REAL;
   bool ok = true, first = true;
   auto check = [&](const at::Tensor& t) {
