@@ -152,16 +152,19 @@ def test_data_parallel_degree_retargets_the_ddp_all_reduces(ddp_run):
 
 
 @pytest.mark.parametrize("script, noted", [(WORKLOADS / "top1_routing.py", True), (EXAMPLE, False)])
-def test_predict_notes_shapes_decided_by_stand_in_values(script, noted, tmp_path):
-    """Routing reads its index counts from the device (emulated stand-ins): predict says so and names
-    the op; a script that only logs its loss with `.item()` gets no such note."""
+def test_predict_notes_assumed_routing(script, noted, tmp_path):
+    """A router's choices on scores only a GPU computes are a balanced router's under emulation: predict
+    says so and names the op; a script that only logs its loss with `.item()` gets no such note, and
+    neither gets a stand-in note (the MoE's `nonzero` counts follow from the assumed routing)."""
     out = tmp_path / "run"
     r = runner.invoke(app, ["emulate", "--out", str(out), "--", "python", str(script)])
     assert r.exit_code == 0, r.output
     assert any(load(out).ranks[0].calls["data_dependent"])  # both read device values
     p = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
     assert p.exit_code == 0, p.output
-    notes = [n for n in json.loads(p.stdout)["notes"] if "stand-ins" in n]
-    assert bool(notes) == noted
+    notes = json.loads(p.stdout)["notes"]
+    assert not [n for n in notes if "stand-ins" in n]
+    routing = [n for n in notes if "routing was assumed" in n]
+    assert bool(routing) == noted
     if noted:
-        assert "aten::nonzero" in notes[0] and "MoE routing" in notes[0]
+        assert "aten::argmax" in routing[0]

@@ -1,11 +1,12 @@
-"""Loops on values only a GPU computes: `while not done.item()`, `while flag.item()` on a flag whose
-bytes a copy put there (real bytes the loop's kernels never change), a convergence check with
-`torch.allclose`, and (`--endless`) one that no stand-in can end: `while x.sum().item() != 12345`."""
+"""Loops on values only a GPU computes (from random draws, which the emulator never computes on the host):
+`while not done.item()`, `while flag.item()` on a flag whose bytes a copy put there and a kernel then
+updates, a convergence check with `torch.allclose`, and (`--endless`) one that no stand-in can end:
+`while x.sum().item() != 12345`."""
 import sys
 
 import torch
 
-x = torch.ones(1024, device="cuda")
+x = torch.rand(1024, device="cuda") + 1
 done = torch.zeros((), dtype=torch.bool, device="cuda")
 passes = 0
 while not done.item():

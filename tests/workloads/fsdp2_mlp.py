@@ -1,6 +1,9 @@
 """Four blocks sharded with FSDP2 (fully_shard)."""
 import os, torch, torch.nn as nn, torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
+try:
+    from torch.distributed.fsdp import fully_shard
+except ImportError:  # torch < 2.6
+    from torch.distributed._composable.fsdp import fully_shard
 dist.init_process_group("nccl"); torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 model = nn.Sequential(*[nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)) for _ in range(4)]).cuda()
 for layer in model: fully_shard(layer)

@@ -1,7 +1,10 @@
 """FSDP2 over the data-parallel dim and tensor parallelism over the other dim of a 2-D DeviceMesh."""
 import os, torch, torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+try:
+    from torch.distributed.fsdp import fully_shard
+except ImportError:  # torch < 2.6
+    from torch.distributed._composable.fsdp import fully_shard
 from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("dp", "tp"))

@@ -1,22 +1,30 @@
 """Build the emulator's stub libraries with the system C compiler against the installed nvidia headers.
 
-One stub per SONAME that torch links (libcudart.so.13, libcublas.so.13, ...), carrying the symbol
-versions torch's references ask for (a version script per library). Every symbol torch references
-and Maya does not implement is generated as a stub that fails loudly, naming itself. The result is
-cached under `$MAYA_HOME/emulator/<hash>/`, keyed by the sources, torch's libraries and the compiler.
+One stub per CUDA library that the installed torch links, named by the SONAME torch asks for
+(libcudart.so.12 or libcudart.so.13, libcufft.so.11 or .so.12, ...) and carrying the symbol versions
+torch's references ask for (a version script per library), compiled against the headers of that CUDA
+release (cuda_release.py reads both from torch's libraries and the nvidia wheels). Every symbol torch
+references and Maya does not implement is generated as a stub that fails loudly, naming itself. The
+result is cached under `$MAYA_HOME/emulator/<hash>/`, keyed by the sources, torch's libraries, the
+CUDA release's headers and the compiler.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from . import cuda_release as release_module
+from .cuda_release import CudaRelease, ReleaseError, detect, installed_wheels
 
 NATIVE = Path(__file__).parent / "native"
 
@@ -40,9 +48,12 @@ class StubLib:
 # error codes: cudaErrorNotSupported 801, CUDA_ERROR_NOT_SUPPORTED 801, CUBLAS_STATUS_NOT_SUPPORTED 15,
 # CUDNN_STATUS_NOT_SUPPORTED 3000, ncclInvalidUsage 5, CUSPARSE_STATUS_NOT_SUPPORTED 10,
 # CUFFT_NOT_SUPPORTED 16, CUSOLVER_STATUS_NOT_SUPPORTED 7, NVRTC_ERROR_INTERNAL_ERROR 11,
-# CUPTI_ERROR_NOT_SUPPORTED 27, CU_FILE_DRIVER_NOT_INITIALIZED 5001, NVML_ERROR_NOT_SUPPORTED 3.
+# CUPTI_ERROR_NOT_SUPPORTED 27, CU_FILE_DRIVER_NOT_INITIALIZED 5001, NVML_ERROR_NOT_SUPPORTED 3,
+# CURAND_STATUS_ARCH_MISMATCH 204.
+# SONAMEs and version tags as CUDA 13 names them: `stub_libs` renames each library to the SONAME (and tag)
+# the installed torch links for its stem, and leaves out those it does not link (DRIVER_LIBS are always built).
 LIBS = (
-    StubLib("libcudart.so.13", ("cudart.c",), "libcudart.so.13", 0, 801),
+    StubLib("libcudart.so.13", ("cudart.c", "cudart12.c"), "libcudart.so.13", 0, 801),
     StubLib("libcuda.so.1", ("driver.c",), None, 1, 801, ("cu",), "cuda.h"),
     StubLib("libcublas.so.13", ("cublas.c",), "libcublas.so.13", 2, 15),
     StubLib("libcublasLt.so.13", ("cublaslt.c",), "libcublasLt.so.13", 3, 15),
@@ -53,19 +64,26 @@ LIBS = (
     StubLib("libcusparseLt.so.0", (), None, 6, 10, ("cusparseLt",)),
     StubLib("libcufft.so.12", (), "libcufft.so.12", 6, 16),
     StubLib("libcusolver.so.12", (), "libcusolver.so.12", 6, 7),
-    StubLib("libnvrtc.so.13", (), "libnvrtc.so.13", 6, 11),
+    StubLib("libnvrtc.so.13", ("nvrtc.c",), "libnvrtc.so.13", 6, 11, header="nvrtc.h"),
     StubLib("libcupti.so.13", (), "libcupti.so.13", 6, 27),
     StubLib("libcufile.so.0", (), None, 6, 5001, ("cuFile",)),
     StubLib("libnvshmem_host.so.3", (), "NVSHMEM", 6, 1, ("nvshmem",)),
+    StubLib("libcurand.so.10", (), "libcurand.so.10", 6, 204, ("curand",)),
     # torch, pynvml and nvidia-smi dlopen it by name: preloaded, the stub is the library they find. Both
     # the versioned (nvmlInit_v2) and the old names (nvmlInit) are exported.
     StubLib("libnvidia-ml.so.1", ("nvml.c",), None, 7, 3, ("nvml",), "nvml.h",
             ("-DNVML_NO_UNVERSIONED_FUNC_DEFS",)),
 )
+DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
+"""The driver's libraries: the same names for every CUDA release, found by name (dlopen) as often as linked."""
+PRELOAD = "preload.txt"
+"""In a build: the stub libraries to LD_PRELOAD, core first, one a line."""
+RELEASE = "release.json"
+"""In a build: the CUDA release it stands in for (major, version, the SONAMEs and tags, the include folders)."""
 CORE_SOURCES = ("config.c", "record.c", "host_read.c", "memory.c", "kernels.c", "graphs.c", "lifecycle.c",
                 "device_attrs.c", "device_time.c")
 CORE = "libmaya_emu.so"
-OPS_SOURCE = "ops_observer.cpp"
+OPS_SOURCES = ("ops_observer.cpp", "host_values.cpp")
 OPS = "libmaya_ops.so"
 """The framework-context observer, built against torch's C++ headers; the runner loads it after torch."""
 TOOLS = ("nvidia-smi",)
@@ -75,31 +93,49 @@ TOOLS = ("nvidia-smi",)
 def _site_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise BuildError(f"package {package!r} is not installed: install Maya with its emulator extra "
-                         "(`pip install 'maya[emulator]'`, the registry's CUDA build of torch)")
+        raise BuildError(f"package {package!r} is not installed: the emulator needs a CUDA build of torch "
+                         "(`pip install 'maya[torch]'` installs the current one with its headers)")
     return Path(list(spec.submodule_search_locations)[0])
-
-
-def include_dirs() -> list[Path]:
-    nvidia = _site_dir("nvidia")
-    dirs = [nvidia / "cu13" / "include", nvidia / "cudnn" / "include", nvidia / "nccl" / "include"]
-    for d, header in zip(dirs, ("cuda_runtime_api.h", "cudnn.h", "nccl.h")):
-        if not (d / header).exists():
-            raise BuildError(f"missing header {d / header}: the CUDA build of torch and its nvidia wheels "
-                             "are needed")
-    if not (dirs[0] / "nvml.h").exists():
-        raise BuildError("missing nvml.h: install the `nvidia-nvml-dev` package (part of Maya's emulator extra)")
-    if not (dirs[0] / "crt" / "host_defines.h").exists():
-        raise BuildError("missing crt/host_defines.h: install the `nvidia-cuda-crt` package "
-                         "(part of Maya's emulator extra)")
-    return dirs
 
 
 def torch_libs() -> list[Path]:
     libs = sorted((_site_dir("torch") / "lib").glob("*.so"))
     if not any(p.name == "libtorch_cuda.so" for p in libs):
         raise BuildError("torch has no libtorch_cuda.so: this is a CPU-only build of torch; the emulator "
-                         "needs the registry's CUDA build (`pip install torch==2.15.*`)")
+                         "needs a CUDA build (PyPI's torch on Linux, or `pip install 'maya[torch]'`)")
+    return libs
+
+
+@functools.cache
+def _release(libs: tuple[Path, ...], stamp: str) -> CudaRelease:
+    try:
+        return detect(list(libs))
+    except ReleaseError as e:
+        raise BuildError(str(e)) from None
+
+
+def cuda_release() -> CudaRelease:
+    """The CUDA release the installed torch links (read once per process and torch installation)."""
+    libs = tuple(torch_libs())
+    return _release(libs, ";".join(f"{p.name}:{p.stat().st_mtime_ns}" for p in libs))
+
+
+def include_dirs() -> list[Path]:
+    """The include folders of the CUDA release's headers the stubs build against (cuda_runtime_api.h's first)."""
+    return list(cuda_release().include_dirs)
+
+
+def stub_libs(release: CudaRelease) -> list[StubLib]:
+    """LIBS as the installed torch links them: each renamed to the SONAME and version tag torch asks for;
+    the ones it does not link left out, but for the driver's."""
+    libs = []
+    for lib in LIBS:
+        if lib.soname in DRIVER_LIBS:
+            libs.append(lib)
+            continue
+        soname = release.soname(lib.soname.split(".so")[0])
+        if soname:
+            libs.append(replace(lib, soname=soname, version_tag=release.linked[soname]))
     return libs
 
 
@@ -118,13 +154,13 @@ def _run(cmd: list[str]) -> str:
     return p.stdout
 
 
-def referenced_symbols(libs: list[Path]) -> dict[str, set[str]]:
+def referenced_symbols(libs: list[Path], stubs: list[StubLib]) -> dict[str, set[str]]:
     """soname -> the symbols torch's libraries reference from it."""
     nm = _tool("nm")
-    by_tag = {lib.version_tag: lib.soname for lib in LIBS if lib.version_tag}
-    wanted: dict[str, set[str]] = {lib.soname: set() for lib in LIBS}
+    by_tag = {lib.version_tag: lib.soname for lib in stubs if lib.version_tag}
+    wanted: dict[str, set[str]] = {lib.soname: set() for lib in stubs}
     # longest prefix first: cuFile* belongs to libcufile, not to the driver's cu*
-    prefixes = sorted(((p, lib.soname) for lib in LIBS for p in lib.prefixes), key=lambda x: -len(x[0]))
+    prefixes = sorted(((p, lib.soname) for lib in stubs for p in lib.prefixes), key=lambda x: -len(x[0]))
     out = _run([nm, "-D", "--undefined-only", *map(str, libs)])
     for line in out.splitlines():
         parts = line.split()
@@ -143,12 +179,13 @@ def referenced_symbols(libs: list[Path]) -> dict[str, set[str]]:
 
 
 def header_functions(header: Path) -> set[str]:
-    """Functions a header declares (`CUresult CUDAAPI cuName(`, `nvmlReturn_t DECLDIR nvmlName(`), so that
-    entry-point lookups (`cudaGetDriverEntryPointByVersion`, Triton's dlsym, pynvml) resolve and calls
-    fail loudly, by name."""
+    """Functions a header declares (`CUresult CUDAAPI cuName(`, `nvmlReturn_t DECLDIR nvmlName(`,
+    `nvrtcResult nvrtcName(`), so that entry-point lookups (`cudaGetDriverEntryPointByVersion`, Triton's
+    dlsym, pynvml, torch's lazy NVRTC) resolve and calls fail loudly, by name."""
     text = header.read_text(errors="replace")
-    pattern = r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+))\s*\("
-    return {driver or nvml for driver, nvml in re.findall(pattern, text)}
+    pattern = (r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+)"
+               r"|nvrtcResult\s+(nvrtc\w+))\s*\(")
+    return {name for names in re.findall(pattern, text) for name in names if name}
 
 
 def _defined(obj: Path) -> set[str]:
@@ -165,9 +202,12 @@ def _unimplemented_source(lib: StubLib, names: list[str]) -> str:
 
 
 def _cxx11_abi(torch_lib: Path) -> int:
-    """1 if torch's C++ libraries use the C++11 string ABI (their std::string symbols say `__cxx11`)."""
+    """1 if torch's C++ libraries use the C++11 string ABI: c10's own functions taking a std::string say
+    `__cxx11` (torch >= 2.7 from PyPI), not `Ss` (the old ABI of torch <= 2.6; libstdc++'s inline
+    functions carry `__cxx11` either way, so only c10's own symbols tell)."""
     out = _run([_tool("nm"), "-D", "--defined-only", str(torch_lib / "libc10.so")])
-    return int("__cxx11" in out)
+    own = [line.split()[-1] for line in out.splitlines() if line.split()[-1:] and line.split()[-1].startswith("_ZN3c10")]
+    return int(any("__cxx11" in name for name in own))
 
 
 def _build_ops_observer(out_dir: Path, cxx: str) -> None:
@@ -177,7 +217,7 @@ def _build_ops_observer(out_dir: Path, cxx: str) -> None:
         raise BuildError(f"torch's C++ headers are missing under {torch_dir / 'include'}: reinstall torch")
     # -DNDEBUG as torch release builds: RecordFunction has debug-only members, so it changes the layout
     _run([cxx, "-O2", "-DNDEBUG", "-fPIC", "-std=c++20", "-fvisibility=hidden", "-w",
-          f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}", f"-I{torch_dir / 'include'}", "-shared", "-o", str(out_dir / OPS), str(NATIVE / OPS_SOURCE),
+          f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}", f"-I{torch_dir / 'include'}", "-shared", "-o", str(out_dir / OPS), *(str(NATIVE / src) for src in OPS_SOURCES),
           "-Wl,-soname," + OPS, f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}",
           f"-L{out_dir}", "-l:" + CORE, "-Wl,-rpath,$ORIGIN"])
 
@@ -189,10 +229,13 @@ def _version_script(lib: StubLib, names: set[str]) -> str:
 
 
 def build_key(cc: str, cxx: str) -> str:
-    h = hashlib.sha256()
+    """Sources, torch's libraries, the nvidia wheels (the CUDA release and its headers), the compilers and
+    this Python: cheap to compute (the release itself is read only to build)."""
+    h = hashlib.sha256("\n".join(installed_wheels()).encode())
     for p in sorted(NATIVE.glob("*")):
         h.update(p.name.encode() + p.read_bytes())
     h.update(Path(__file__).read_bytes())
+    h.update(Path(release_module.__file__).read_bytes())
     for lib in torch_libs():
         st = lib.stat()
         h.update(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}".encode())
@@ -209,9 +252,11 @@ def build(cache_root: Path) -> Path:
     final = cache_root / key
     if (final / ".complete").exists():
         return final
-    incs = [f"-I{d}" for d in include_dirs()] + [f"-I{NATIVE}"]
+    release = cuda_release()
+    stubs = stub_libs(release)
+    incs = [f"-I{d}" for d in release.include_dirs] + [f"-I{NATIVE}"]
     cflags = ["-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter", "-std=gnu11"]
-    wanted = referenced_symbols(torch_libs())
+    wanted = referenced_symbols(torch_libs(), stubs)
     cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root))
     obj_dir = tmp / "obj"  # intermediates, kept for inspection beside the libraries
@@ -221,7 +266,7 @@ def build(cache_root: Path) -> Path:
         _run([cc, *core_flags, *incs, "-shared", "-o", str(tmp / CORE), "-Wl,-soname," + CORE,
               *(str(NATIVE / s) for s in CORE_SOURCES), "-lpthread", "-ldl"])
         _build_ops_observer(tmp, cxx)
-        for lib in LIBS:
+        for lib in stubs:
             objs = []
             for src in lib.sources:
                 obj = obj_dir / (Path(src).stem + ".o")
@@ -229,7 +274,7 @@ def build(cache_root: Path) -> Path:
                 objs.append(obj)
             implemented = set().union(*(_defined(o) for o in objs)) if objs else set()
             if lib.header:
-                wanted[lib.soname] |= header_functions(include_dirs()[0] / lib.header)
+                wanted[lib.soname] |= header_functions(release.header(lib.header))
             missing = sorted(wanted[lib.soname] - implemented)
             gen = obj_dir / f"unimplemented_{lib.soname}.c"
             gen.write_text(_unimplemented_source(lib, missing))
@@ -240,6 +285,13 @@ def build(cache_root: Path) -> Path:
                   "-Wl,-soname," + lib.soname, "-Wl,--version-script=" + str(vs), f"-L{tmp}",
                   "-l:" + CORE, "-Wl,-rpath,$ORIGIN", "-ldl"])
         _write_tools(tmp / "bin")
+        # the development link a driver install has: Triton < 3.4 links its launcher with -lcuda
+        (tmp / "libcuda.so").symlink_to("libcuda.so.1")
+        (tmp / PRELOAD).write_text("".join(f"{name}\n" for name in [CORE, *(lib.soname for lib in stubs)]))
+        (tmp / RELEASE).write_text(json.dumps({
+            "major": release.major, "version": release.version, "runtime_version": release.runtime_version,
+            "linked": {s: t for s, t in release.linked.items() if s in {lib.soname for lib in stubs}},
+            "include_dirs": [str(d) for d in release.include_dirs]}, indent=1))
         (tmp / ".complete").write_text(key)
         try:
             tmp.rename(final)
@@ -260,6 +312,11 @@ def _write_tools(bin_dir: Path) -> None:
         path.chmod(0o755)
 
 
+def built_release(lib_dir: Path) -> dict:
+    """The CUDA release a build stands in for (its RELEASE file)."""
+    return json.loads((lib_dir / RELEASE).read_text())
+
+
 def preload_list(lib_dir: Path) -> list[str]:
     """The stub libraries to LD_PRELOAD, core first."""
-    return [str(lib_dir / CORE)] + [str(lib_dir / lib.soname) for lib in LIBS]
+    return [str(lib_dir / name) for name in (lib_dir / PRELOAD).read_text().split()]

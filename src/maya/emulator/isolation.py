@@ -89,7 +89,9 @@ def _announce_split_colors() -> None:
 
     c10d._process_group_color = color
     expect = ctypes.CDLL(None).maya_nccl_expect_split
-    group_split = c10d.ProcessGroup.split_group
+    group_split = getattr(c10d.ProcessGroup, "split_group", None)  # torch >= 2.8
+    if group_split is None:
+        return
 
     def split_group(self, ranks, *args, **kwargs):
         expect(ctypes.c_int(len(ranks)))
@@ -110,7 +112,13 @@ def _announce_split_colors() -> None:
 def _gloo_without_peers() -> None:
     """A Gloo group connects to every peer when created; in isolation it is torch's FakeProcessGroup,
     whose collectives complete at once and leave buffers as they are (the rank's data stands in)."""
+    import inspect
+
     from torch._C._distributed_c10d import FakeProcessGroup
+
+    if "_backend_type" not in inspect.signature(dist.Backend.register_backend).parameters:
+        _gloo_as_fake_before_2_8(FakeProcessGroup)
+        return
 
     def create(opts, backend_options):
         return FakeProcessGroup._create_internal(opts.group_rank, opts.group_size, None)
@@ -118,6 +126,21 @@ def _gloo_without_peers() -> None:
     dist.Backend.register_backend(dist.Backend.GLOO, create, extended_api=True,
                                   devices=dist.Backend.backend_capability[dist.Backend.GLOO],
                                   _backend_type=dist.ProcessGroup.BackendType.GLOO)
+
+
+def _gloo_as_fake_before_2_8(fake) -> None:
+    """torch < 2.8 cannot register another Gloo backend: its group constructor (which c10d checks
+    with isinstance) is replaced by one making a FakeProcessGroup."""
+    import torch.distributed.distributed_c10d as c10d
+
+    class PeerlessGloo(fake):
+        def __init__(self, store, rank: int, size: int, *args, **kwargs):
+            super().__init__(rank, size)
+
+        def _set_sequence_number_for_group(self) -> None:  # numbers only peers would compare
+            pass
+
+    c10d.ProcessGroupGloo = PeerlessGloo
 
 
 def install() -> None:

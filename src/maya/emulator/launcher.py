@@ -24,7 +24,7 @@ from maya.core.paths import maya_home
 from maya_trace_spec import RunWriter, read_table
 
 from . import forkserver
-from .build import build, preload_list
+from .build import build, built_release, preload_list
 from .convert import RankSummary, signature, write_rank
 from .dedup import stage_classes
 from .device_time import ORACLE_ENV
@@ -93,6 +93,9 @@ def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "TORCHELASTIC_RUN_ID": "maya-emulate",
         "PYTHONUNBUFFERED": "1",
+        # torch's jiterator keeps NVRTC's output in ~/.cache/torch/kernels: the emulated NVRTC's placeholder
+        # images must not land there (a real GPU run would load them), and each run records its compilations
+        "USE_PYTORCH_KERNEL_CACHE": "0",
         # the runner is found as an installed module even when the working directory holds a
         # source tree whose folders would shadow it (as Maya's own checkout does)
         "PYTHONSAFEPATH": "1",
@@ -176,7 +179,7 @@ class _Job:
             "run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "emulator",
             "command": json.dumps(["python", *argv]), "hardware": hw.name, "world_size": topology.world_size,
             "nnodes": topology.nnodes, "nproc_per_node": topology.nproc_per_node,
-            "producer_version": f"maya {__version__}"}
+            "producer_version": f"maya {__version__}", "cuda_version": built_release(lib_dir)["version"]}
         self.runs: dict[int, Future] = {}
         self.lock = threading.Lock()
         self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
@@ -247,11 +250,15 @@ class _Job:
                 "represents": represents[rank], "hostname": socket.gethostname(),
                 "pid": result.info.get("pid")}.items()}, rank=rank)
         results = [captured[r][1] for r in sorted(captured)]
+        torch = next((r.info["torch"] for r in results if r.info.get("torch")), None)
+        self.run_row["framework"] = f"torch {torch}" if torch else None
         status = ("oom" if any(r.status == "oom" for r in results)
                   else "failed" if any(r.status == "failed" for r in results) else "complete")
         self.write_run(status, {"captured_ranks": sorted(captured), "represents": represents,
                                 "stopped_at_iteration": {r.rank: r.info.get("stopped_at_iteration")
                                                          for r in results if r.info.get("stopped_at_iteration")},
+                                "routing_stand_ins": {r.rank: r.info["host_values"]["routing"] for r in results
+                                                      if r.info.get("host_values", {}).get("routing")},
                                 **({"device_time_answers": {r.rank: r.info.get("device_time") for r in results}}
                                    if self.device_time else {})})
         if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):

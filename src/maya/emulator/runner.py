@@ -91,6 +91,11 @@ class _Observer:
     def finish(self) -> None:
         self.lib.maya_ops_finish()
 
+    def values(self) -> dict:
+        """Device values computed on the host and routing stand-ins (`host_values.cpp`)."""
+        self.lib.maya_ops_values_summary.restype = ctypes.c_char_p
+        return json.loads(self.lib.maya_ops_values_summary().decode())
+
 
 class _ProcessGroups:
     """Global ranks of every process group the script created, by group name, kept across
@@ -191,6 +196,7 @@ def main(argv: list[str]) -> int:
         (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
                                                      "pid": os.getpid(), "torch": torch.__version__,
                                                      "cpu_s": _cpu_seconds(), "stopped_at_iteration": stopped,
+                                                     "host_values": observer.values(),
                                                      "device_time": timings.report() if timings else None}))
         ctypes.CDLL(None).maya_emu_finish()
     return code

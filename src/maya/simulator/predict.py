@@ -2,6 +2,7 @@
 → compile → expand deduplicated ranks → price → replay → report (→ timeline, warehouse)."""
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,7 +161,7 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     notes = list(sim.notes) + ([retry_note] if retry_note else [])
     if traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
-    notes += stand_in_notes(traces)
+    notes += stand_in_notes(traces) + routing_notes(traces)
     notes += timing_notes(traces, hw.name)
     assumptions = [*(assumptions or []), *gpu_assumption(traces, hw, sim.provider)]
     measured = [measured_iteration(traces.ranks[rank], sim.iterations[rank]) for rank in sim.programs]
@@ -216,6 +217,9 @@ def out_of_memory(traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_me
                   "GPU, where each retry also synchronises the device (not priced)")
 
 
+KNOWN_READS = r'"stand_in": "(?:computed|routed)"'
+"""Host reads of values the emulator computed on the host (`host_values.cpp`): real given the inputs,
+or following an assumed routing (which `routing_notes` reports)."""
 SCALAR_READS = {"aten::_local_scalar_dense", "aten::item"}
 """Ops whose host reads of device values are scalars (`.item()`: loss logging), not shapes."""
 
@@ -230,8 +234,10 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
         if "data_dependent" not in calls or not calls["data_dependent"].fillna(False).any():
             continue
         names = dict(zip(trace.ops["op_id"], trace.ops["name"])) if len(trace.ops) else {}
-        reads = calls["data_dependent"].fillna(False).astype(bool) & (calls["api"] != TIMING_API)  # timings: own note
-        for op in calls.loc[reads, "op_id"]:
+        read = calls["data_dependent"].fillna(False).astype(bool) & (calls["api"] != TIMING_API)  # timings: own note
+        if "args" in calls:  # values the emulator computed on the host from values it knew are not stand-ins
+            read &= ~calls["args"].fillna("").str.contains(KNOWN_READS, regex=True)
+        for op in calls.loc[read, "op_id"]:
             name = names.get(op, "(no op)") if op == op else "(no op)"
             counts[name] = counts.get(name, 0) + 1
     if not set(counts) - SCALAR_READS:
@@ -239,6 +245,26 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
     top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
     return [f"{sum(counts.values())} host reads of device values got emulated stand-ins ({top}): shapes or "
             "control flow that depend on them (MoE routing, dynamic shapes) may differ from a real run"]
+
+
+def routing_notes(traces: TraceSet) -> list[str]:
+    """A note on routing the emulator assumed: routing decisions taken on scores only a GPU computes
+    (`topk`, `argmax`, ... of router logits) got the indices of a balanced router (run attrs
+    `routing_stand_ins`, from the emulator's `host_values.cpp`)."""
+    try:
+        per_rank = json.loads(traces.info.get("attrs") or "{}").get("routing_stand_ins") or {}
+    except (TypeError, ValueError):
+        return []
+    counts: dict[str, int] = {}
+    for ops in per_rank.values():
+        for name, n in ops.items():
+            counts[name] = counts.get(name, 0) + int(n)
+    if not counts:
+        return []
+    top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return [f"routing was assumed: {sum(counts.values())} routing decisions on device values ({top}) were given "
+            "a balanced router's choices (every expert its share of tokens), so expert GEMMs and all-to-alls "
+            "follow that routing, not a trained router's"]
 
 
 def predict(run_dir: str | Path, *, hardware: str | None = None, durations: DurationProvider | str = "auto",

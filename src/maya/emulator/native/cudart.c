@@ -1,4 +1,5 @@
-/* libcudart.so.13 stub: the CUDA runtime API of the virtual GPUs. */
+/* libcudart stub (libcudart.so.13 or .so.12, as torch links it): the CUDA runtime API of the virtual GPUs.
+ * Entry points CUDA 12 shapes differently are in cudart12.c. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -90,7 +91,7 @@ MAYA_EXPORT cudaError_t cudaDeviceSynchronize(void) {
 }
 
 MAYA_EXPORT cudaError_t cudaDriverGetVersion(int *v) { *v = 13000; return cudaSuccess; }
-MAYA_EXPORT cudaError_t cudaRuntimeGetVersion(int *v) { *v = 13000; return cudaSuccess; }
+MAYA_EXPORT cudaError_t cudaRuntimeGetVersion(int *v) { *v = CUDART_VERSION; return cudaSuccess; }
 
 MAYA_EXPORT cudaError_t cudaGetLastError(void) {
   cudaError_t e = last_error;
@@ -112,7 +113,6 @@ MAYA_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
   X(cudaErrorProfilerAlreadyStarted, "profiler already started") \
   X(cudaErrorProfilerAlreadyStopped, "profiler already stopped") \
   X(cudaErrorInvalidConfiguration, "invalid configuration argument") \
-  X(cudaErrorVersionTranslation, "version translation failed") \
   X(cudaErrorInvalidPitchValue, "invalid pitch argument") \
   X(cudaErrorInvalidSymbol, "invalid device symbol") \
   X(cudaErrorInvalidHostPointer, "invalid host pointer") \
@@ -175,7 +175,6 @@ MAYA_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
   X(cudaErrorJitCompilationDisabled, "PTX JIT compilation was disabled") \
   X(cudaErrorUnsupportedExecAffinity, "the provided execution affinity is not supported") \
   X(cudaErrorUnsupportedDevSideSync, "device-side synchronization is not supported") \
-  X(cudaErrorContained, "an exception occurred on the device that is now contained") \
   X(cudaErrorInvalidSource, "device kernel image is invalid") \
   X(cudaErrorFileNotFound, "file not found") \
   X(cudaErrorSharedObjectSymbolNotFound, "shared object symbol not found") \
@@ -205,7 +204,6 @@ MAYA_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
   X(cudaErrorInvalidPc, "invalid program counter") \
   X(cudaErrorLaunchFailure, "unspecified launch failure") \
   X(cudaErrorCooperativeLaunchTooLarge, "too many blocks in cooperative launch") \
-  X(cudaErrorTensorMemoryLeak, "tensor memory not completely freed") \
   X(cudaErrorNotPermitted, "operation not permitted") \
   X(cudaErrorNotSupported, "operation not supported (not emulated by Maya)") \
   X(cudaErrorSystemNotReady, "system not yet initialized") \
@@ -232,11 +230,32 @@ MAYA_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
   X(cudaErrorGraphExecUpdateFailure, "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update") \
   X(cudaErrorExternalDevice, "an async error has occurred in external entity outside of CUDA") \
   X(cudaErrorInvalidClusterSize, "a kernel launch error has occurred due to cluster misconfiguration") \
+  X(cudaErrorUnknown, "unknown error") \
+  CUDA_ERRORS_12_6(X) CUDA_ERRORS_12_8(X) CUDA_ERRORS_13(X)
+
+/* the codes later releases added (CUDA 12 torch builds against the headers of their own release) */
+#if CUDART_VERSION >= 12060
+#define CUDA_ERRORS_12_6(X) \
   X(cudaErrorFunctionNotLoaded, "the function handle is not loaded when calling an API that requires a loaded function") \
   X(cudaErrorInvalidResourceType, "one or more resources passed in are not valid resource types for the operation") \
-  X(cudaErrorInvalidResourceConfiguration, "one or more resources are insufficient or non-applicable for the operation") \
-  X(cudaErrorStreamDetached, "the stream is detached") \
-  X(cudaErrorUnknown, "unknown error")
+  X(cudaErrorInvalidResourceConfiguration, "one or more resources are insufficient or non-applicable for the operation")
+#else
+#define CUDA_ERRORS_12_6(X)
+#endif
+#if CUDART_VERSION >= 12080
+#define CUDA_ERRORS_12_8(X) \
+  X(cudaErrorContained, "an exception occurred on the device that is now contained") \
+  X(cudaErrorTensorMemoryLeak, "tensor memory not completely freed")
+#else
+#define CUDA_ERRORS_12_8(X)
+#endif
+#if CUDART_VERSION >= 13000
+#define CUDA_ERRORS_13(X) \
+  X(cudaErrorVersionTranslation, "version translation failed") \
+  X(cudaErrorStreamDetached, "the stream is detached")
+#else
+#define CUDA_ERRORS_13(X)
+#endif
 
 #define ERROR_NAME(code, text) case code: return #code;
 #define ERROR_TEXT(code, text) case code: return text;
@@ -540,6 +559,7 @@ MAYA_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCap
   return cudaSuccess;
 }
 
+#if CUDART_VERSION >= 13000 /* CUDA 12's forms: cudart12.c */
 MAYA_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCaptureStatus *status,
                                                  unsigned long long *id, cudaGraph_t *graph,
                                                  const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
@@ -559,6 +579,7 @@ MAYA_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t s, cuda
   (void)s; (void)deps; (void)edges; (void)n; (void)flags;
   return cudaSuccess; /* the replay keeps the captured order per stream */
 }
+#endif
 
 MAYA_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *n) {
   size_t size = maya_graph_size((maya_graph *)graph);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cudnn_compat.h"
 #include "gemm.h"
 #include "maya_emu.h"
 
@@ -14,7 +15,7 @@ typedef struct {
 } maya_cudnn;
 
 MAYA_EXPORT size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
-MAYA_EXPORT size_t cudnnGetCudartVersion(void) { return 13000; }
+MAYA_EXPORT size_t cudnnGetCudartVersion(void) { return CUDART_VERSION; }
 
 MAYA_EXPORT cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int *value) {
   switch (type) {

@@ -138,5 +138,11 @@ MAYA_EXPORT void maya_device_properties(void *prop, int device) {
   p->memoryPoolSupportedHandleTypes = 1;
   p->ipcEventSupported = 1;
   p->clusterLaunch = d->major >= 9;
+#if CUDART_VERSION >= 13000
   p->deviceNumaId = -1;
+#else /* CUDA 12's properties still carry what CUDA 13 moved to attributes only */
+  p->clockRate = d->clock_khz;
+  p->memoryClockRate = d->mem_clock_khz;
+  p->deviceOverlap = 1;
+#endif
 }

@@ -336,6 +336,7 @@ MAYA_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunct
   return CUDA_SUCCESS;
 }
 
+#if CUDA_VERSION >= 12090 /* driver logs came with CUDA 12.9 */
 /* torch registers a log callback when the driver offers one; there are no driver logs here */
 MAYA_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback cb, void *data, CUlogsCallbackHandle *handle) {
   (void)cb; (void)data;
@@ -347,3 +348,4 @@ MAYA_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle handle) {
   free(handle);
   return CUDA_SUCCESS;
 }
+#endif

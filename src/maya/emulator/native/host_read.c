@@ -14,9 +14,12 @@
  * returned last: zero for a non-zero value, one (of the element type, when the read is an .item()) for zero.
  * A loop whose condition a stand-in can decide therefore ends within two passes. One that goes on
  * for MAYA_EMU_LOOP_LIMIT repeated reads (default 10000) without a new read or progress is stopped:
- * its read fails with a message naming the ops it is in, which the script sees as a CUDA error. */
+ * its read fails with a message naming the ops it is in, which the script sees as a CUDA error.
+ * A value the host can know (host_values.cpp: computed on the host from values it put on the device) is
+ * read as it is, or as the op observer computed it (nonzero's own count), with no loop stand-in. */
 
 #define READ_HISTORY 8
+#define READ_UNKNOWN 5
 #define DEFAULT_LOOP_LIMIT 10000
 
 typedef struct {
@@ -31,6 +34,9 @@ static __thread int64_t history_epoch = -1, loop_reads;
 static __thread unsigned char one_value[8];
 static __thread int one_size; /* the element size of the scalar being read (.item()), 0 if unknown */
 static const char *(*describe_ops)(void); /* the ops open on this thread (the op observer) */
+static __thread int known_size, known_code; /* the next read's value is known (maya_emu_read_value) */
+static __thread int known_given, unknown_zero; /* unknown_zero: an unknown value, read from zero */
+static __thread unsigned char known_value[8];
 static char stop_reason[1024];
 static _Atomic int stopped;
 
@@ -42,6 +48,20 @@ MAYA_EXPORT void maya_emu_describe_ops(const char *(*fn)(void)) { describe_ops =
 MAYA_EXPORT void maya_emu_read_one(const void *one, int size) {
   one_size = size > 0 && size <= 8 ? size : 0;
   if (one_size) memcpy(one_value, one, (size_t)one_size);
+}
+
+/* The value the thread's next host reads of a scalar return, set by the op observer for the op it is in:
+ * `bytes` (an integer, little-endian, cut or zero-extended to the read's size), or NULL: the device bytes
+ * are known values, read as they are. `code` is recorded with the read; size 0 clears. Code READ_UNKNOWN:
+ * the value is one only a GPU computes; it reads as 0 (not the allocation's stale bytes), and as a loop's
+ * stand-in when repeated. */
+MAYA_EXPORT void maya_emu_read_value(const void *bytes, int size, int code) {
+  unknown_zero = code == READ_UNKNOWN && size > 0;
+  if (unknown_zero) size = 0;
+  known_size = size > 0 && size <= 8 ? size : 0;
+  known_code = code;
+  known_given = bytes != NULL;
+  if (known_given && known_size) memcpy(known_value, bytes, (size_t)known_size);
 }
 
 static long loop_limit(void) {
@@ -76,6 +96,18 @@ int maya_host_read(maya_rec *r, void *dst, const void *src, size_t n) {
   int work = window_work;
   window = WINDOW_SEED;
   window_work = 0;
+  if (known_size && n > 0 && n <= 8 && dst) {
+    if (known_given) {
+      memset(dst, 0, n);
+      memcpy(dst, known_value, n < (size_t)known_size ? n : (size_t)known_size);
+    }
+    r->a[3] = known_code;
+    return 0;
+  }
+  if (unknown_zero && n > 0 && n <= 8 && dst) {
+    memset(dst, 0, n);
+    r->a[3] = READ_UNKNOWN;
+  }
   if (n == 0 || n > 8 || !dst || !work) return 0;
   int64_t epoch = atomic_load_explicit(&progress_epoch, memory_order_relaxed);
   if (epoch != history_epoch) {

@@ -26,7 +26,9 @@ enum {
                     a7 elements (a library's own kernels), else 0 */
   K_GEMM,        /* a0 m, a1 n, a2 k, a3 batch, a4 transA|transB<<8, a5 dtypeA|B<<16|C<<32, a6 compute */
   K_COPY,        /* a0 bytes, a1 memcpy kind (0 HtoH 1 HtoD 2 DtoH 3 DtoD 4 default 5 PtoP), a2 synchronous,
-                    a3 stand-in a host read got to end a loop (0 the device bytes, 1 zero, 2 one) */
+                    a3 what a host read got (0 the device bytes, 1 zero and 2 one: a loop's stand-ins, 3 a value
+                    computed on the host, 4 one computed from an assumed routing, 5 zero: a value only a GPU
+                    computes) */
   K_MEMSET,      /* a0 bytes */
   K_COLL,        /* a0 comm id, a1 count, a2 op, a3 dtype, a4 root, a5 peer, a6 comm seq, a7 recv count */
   K_EVENT,       /* a0 event id; cudaEventElapsedTime: a1 1 when the device-time oracle answered, a2 its ns */

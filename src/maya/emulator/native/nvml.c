@@ -16,6 +16,10 @@
 
 #include "maya_emu.h"
 
+#ifndef NVML_DEVICE_ARCH_BLACKWELL /* older nvml.h (CUDA 12.4's): the driver's value */
+#define NVML_DEVICE_ARCH_BLACKWELL 10
+#endif
+
 #define DRIVER_VERSION "580.95.05"
 #define NVML_VERSION "13.580.95.05"
 #define IDLE_TEMPERATURE_C 32

@@ -10,6 +10,8 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 
+#include "host_values.h"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -31,6 +33,7 @@ int64_t maya_now(void);
 void maya_emu_progress(void);                       // training progressed (host reads, host_read.c)
 void maya_emu_read_one(const void* one, int size);  // the element type of the scalar read next
 void maya_emu_describe_ops(const char* (*fn)(void));
+int64_t maya_emu_kernel_work(void);  // kernels this thread has issued (record.c)
 }
 
 namespace {
@@ -235,8 +238,10 @@ int32_t inputs_id(const at::RecordFunction& fn, int32_t name) {
 struct OpContext : at::ObserverContext {
   int64_t op_id;
   bool scalar_read = false;  // aten::_local_scalar_dense: the element type was handed to libmaya_emu
+  maya_values::OpValues values;  // device values the host can know (host_values.cpp)
   explicit OpContext(int64_t id) : op_id(id) {}
 };
+thread_local std::vector<OpContext*> open_contexts;  // this thread's ops, innermost last
 
 /* The bytes of 1 in the element type of a scalar about to be read to the host (.item(), bool()), so
  * that a stand-in "one" reads as 1 in it; 0 bytes for a type without one here. */
@@ -310,6 +315,10 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   }
   auto ctx = std::make_unique<OpContext>(enter(state(), name, inputs_id(fn, name), static_cast<int32_t>(fn.scope()),
                                                fn.seqNr()));
+  if (!open_contexts.empty()) open_contexts.back()->values.children = true;
+  ctx->values.work_at_enter = maya_emu_kernel_work();
+  maya_values::on_enter(fn, ctx->values);
+  open_contexts.push_back(ctx.get());
   if (name == local_scalar_dense && !fn.inputs().empty() && fn.inputs()[0].isTensor()) {
     unsigned char one[8];
     int size = one_of(fn.inputs()[0].toTensor().scalar_type(), one);
@@ -321,10 +330,14 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   return ctx;
 }
 
-void on_exit(const at::RecordFunction&, at::ObserverContext* ctx) {
+void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!ctx) return;
   auto* op = static_cast<OpContext*>(ctx);
   if (op->scalar_read) maya_emu_read_one(nullptr, 0);
+  if (!open_contexts.empty() && open_contexts.back() == op) open_contexts.pop_back();
+  int64_t work = maya_emu_kernel_work() - op->values.work_at_enter;
+  maya_values::on_exit(fn, op->values, work - op->values.child_work);
+  if (!open_contexts.empty()) open_contexts.back()->values.child_work += work;
   leave(state(), op->op_id);
 }
 
@@ -340,7 +353,7 @@ __attribute__((visibility("default"))) int maya_ops_install(const char* dir) {
   out_dir = dir;
   local_scalar_dense = intern("aten::_local_scalar_dense");
   maya_emu_describe_ops(describe_open_ops);
-  handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit).needsInputs(true));
+  handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit).needsInputs(true).needsOutputs(true));
   pthread_atfork(nullptr, nullptr, [] { forked_child = true; });
   return 0;
 }
@@ -364,6 +377,13 @@ __attribute__((visibility("default"))) void maya_ops_set_iteration(int32_t n) {
 /* Backward ops autograd has run so far (the iteration clock tells iterations from extra optimizers). */
 __attribute__((visibility("default"))) int64_t maya_ops_backward_ops(void) {
   return backward_ops.load(std::memory_order_relaxed);
+}
+
+/* JSON summary of the device values computed on the host and the routing stand-ins (host_values.cpp). */
+__attribute__((visibility("default"))) const char* maya_ops_values_summary(void) {
+  static std::string text;
+  text = maya_values::summary_json();
+  return text.c_str();
 }
 
 /* Stop observing and flush every thread's records. */

@@ -84,6 +84,8 @@ maya_rec *maya_begin(int api, int domain, int kind) {
 
 __thread uint64_t window = WINDOW_SEED;
 __thread int window_work;
+static __thread int64_t kernel_work; /* kernels, GEMMs, attention and memsets this thread issued */
+MAYA_EXPORT int64_t maya_emu_kernel_work(void) { return kernel_work; }
 
 void maya_end(maya_rec *r, int status) {
   r->status = status;
@@ -92,6 +94,7 @@ void maya_end(maya_rec *r, int status) {
     window = mix(window, (uint64_t)r->api);
     if (r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_COPY || r->kind == K_MEMSET || r->kind == K_ATTN)
       for (int i = 0; i < 3; i++) window = mix(window, (uint64_t)r->a[i]);
+    kernel_work += r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN;
     window_work |= r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN ||
                    r->kind == K_COLL || (r->kind == K_COPY && r->a[1] != 2);
   }

@@ -136,7 +136,8 @@ class EstimatorDurations:
         self.name = f"estimators {record.version}"
         self.collectives = CollectiveDurations(cluster, fallback)
         self.host = estimators.HostOverheadModel()
-        self._learned_ns = self._unresolved_ns = 0.0
+        self._learned_ns = self._unresolved_ns = self._fp8_ns = 0.0
+        self._fp8_calls = 0
 
     @property
     def notes(self) -> list[str]:
@@ -148,6 +149,11 @@ class EstimatorDurations:
                          "predicted shorter than the measurements their model learned from resolve (calls timed one "
                          f"by one: under {POST_LAUNCH_S * 1e6:.0f} us; device-timed: under the shortest measured): "
                          "their device time is bounded, not fitted")
+        if self._fp8_calls:
+            notes.append(f"{self._fp8_calls} fp8 GEMM calls ({self._fp8_ns / 1e6:.2f} ms) are priced on the GPU's fp8 "
+                         "tensor-core peak with the efficiency the tensor-core GEMM model learned from fp16/bf16 "
+                         "measurements: a transfer, since no fp8 GEMM measurement is shipped; their scaling "
+                         "kernels (amax, scale, cast) are priced as the elementwise and reduction kernels they are")
         return notes
 
     def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
@@ -163,7 +169,15 @@ class EstimatorDurations:
             predicted = priced["duration_ns"].to_numpy(dtype="float64")
             out[kernels] = np.where(np.isfinite(predicted), predicted, out[kernels])
             self._count_unresolved(priced)
+            self._count_fp8(frame, priced)
         return out
+
+    def _count_fp8(self, frame: pd.DataFrame, priced: pd.DataFrame) -> None:
+        """fp8 GEMMs priced by a learned model: no fp8 measurement trained it (the note says so)."""
+        learned = priced["method"].isin(["model", "model_transfer"]).to_numpy()
+        fp8 = learned & (frame["family"] == "gemm").to_numpy() & (frame["dtype"] == "fp8").to_numpy()
+        self._fp8_calls += int(fp8.sum())
+        self._fp8_ns += float(np.nansum(priced["duration_ns"].to_numpy(dtype="float64")[fp8]))
 
     def _count_unresolved(self, priced: pd.DataFrame) -> None:
         """Add up the learned kernel time, and the part of it in kernels too short for the measurements their

@@ -1,0 +1,164 @@
+"""The framework support matrix: real training frameworks, unchanged, under `maya emulate --iterations`
+and `maya predict`, one row per (framework, parallelism, precision).
+
+Each case runs the framework's own entry point on virtual H100s and records whether emulation completed,
+the emulation's wall time, the predicted iteration time and MFU, the APIs left unimplemented and the
+notes `maya predict` made (assumed routing, fp8 transfer, ...). torchtitan runs in a working directory of
+synthetic assets (`tests/framework_assets.py`). Results go to `benchmarks/results/frameworks.json`; the
+README's support matrix is this table (`--markdown` prints it).
+
+Usage: python benchmarks/frameworks.py [--only NAME,...] [--iterations N] [--markdown]
+A case whose package is not installed is reported as skipped, naming the package.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from framework_assets import torchtitan_assets  # noqa: E402
+
+WORKLOADS = REPO / "tests" / "workloads"
+RESULTS = REPO / "benchmarks" / "results" / "frameworks.json"
+TITAN = ["python", "-m", "torchtitan.train", "--module"]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    framework: str
+    parallelism: str
+    precision: str
+    argv: list[str]
+    nproc: int = 1
+    needs: tuple[str, ...] = ()
+    titan: bool = False  # runs in torchtitan's asset directory
+    test: str = ""  # the test that backs the cell in CI, if any
+    extra: list[str] = field(default_factory=list)  # maya emulate options
+
+
+def titan(config: str, *flags: str) -> list[str]:
+    return [*TITAN, "llama3", "--config", config, "--training.steps", "10", *flags]
+
+
+FSDP4_TP2 = ["--parallelism.data_parallel_shard_degree", "4", "--parallelism.tensor_parallel_degree", "2"]
+CASES = [
+    Case("titan-debug-1gpu", "torchtitan 0.3.0", "1 GPU (defaults: CUDA graphs)", "bf16",
+         titan("llama3_debugmodel"), 1, ("torchtitan",), True),
+    Case("titan-debug-fsdp4-tp2", "torchtitan 0.3.0", "FSDP2 4 x TP 2", "bf16",
+         titan("llama3_debugmodel", *FSDP4_TP2), 8, ("torchtitan",), True,
+         ""),
+    Case("titan-debug-fsdp4-tp2-compile", "torchtitan 0.3.0", "FSDP2 4 x TP 2 + torch.compile", "bf16",
+         titan("llama3_debugmodel", *FSDP4_TP2, "--compile.enable"), 8, ("torchtitan",), True),
+    Case("titan-debug-validation", "torchtitan 0.3.0", "FSDP2 4 x TP 2, validation every step", "bf16",
+         titan("llama3_debugmodel", *FSDP4_TP2, "--validator.enable", "--validator.freq", "1", "--validator.steps",
+               "2", "--validator.dataloader.dataset", "c4_test"), 8, ("torchtitan",), True,
+         "tests/frameworks/test_torchtitan.py::test_debug_model_fsdp_tp_with_validation"),
+    Case("titan-debug-float8", "torchtitan 0.3.0 + torchao", "FSDP2 4 x TP 2", "fp8 (torchao float8, tensorwise)",
+         titan("llama3_debugmodel_float8", *FSDP4_TP2), 8, ("torchtitan", "torchao"), True),
+    Case("titan-llama3-8b-fsdp8", "torchtitan 0.3.0", "FSDP2 8", "bf16",
+         titan("llama3_8b", "--hf_assets_path", "./tests/assets/tokenizer", "--dataloader.dataset", "c4_test",
+               "--metrics.no-enable-tensorboard", "--profiler.no-enable-profiling",
+               "--parallelism.data_parallel_shard_degree", "8"), 8, ("torchtitan",), True),
+    Case("titan-moe-debug", "torchtitan 0.3.0", "1 GPU, MoE (DeepSeek-V3 debug)", "bf16",
+         [*TITAN, "deepseek_v3", "--config", "deepseek_v3_debugmodel", "--training.steps", "10"], 1,
+         ("torchtitan",), True),
+    Case("hf-trainer-ddp", "transformers Trainer + accelerate", "DDP 2", "bf16",
+         ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", "ddp"], 2, ("transformers", "accelerate"),
+         test="tests/frameworks/test_hf.py::test_trainer[ddp]"),
+    Case("hf-trainer-fsdp", "transformers Trainer + accelerate", "FSDP2 2", "bf16",
+         ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", "fsdp"], 2, ("transformers", "accelerate")),
+    *(Case(f"hf-deepspeed-zero{z}", "transformers Trainer + DeepSpeed", f"ZeRO-{z}, 2 GPUs", "bf16",
+           ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", f"zero{z}"], 2,
+           ("transformers", "accelerate", "deepspeed"),
+           test="tests/frameworks/test_hf.py::test_trainer[zero3]" if z == 3 else "",
+           extra=["--ranks", "0"] if z == 3 else []) for z in (1, 2, 3)),
+    Case("float8-mlp", "PyTorch `_scaled_mm` (torchao's tensorwise recipe)", "1 GPU", "fp8 e4m3/e5m2",
+         ["python", str(WORKLOADS / "float8_mlp.py")], 1,
+         test="tests/frameworks/test_float8.py::test_float8_gemms_priced_on_fp8_peak"),
+    Case("moe-top1", "plain PyTorch MoE", "1 GPU", "fp32", ["python", str(WORKLOADS / "top1_routing.py")], 1,
+         test="tests/emulator/test_host_values.py::test_moe_routes_tokens_to_every_expert"),
+]
+
+
+def maya(*args: str, cwd: Path | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "maya.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_case(case: Case, iterations: int, work: Path) -> dict:
+    missing = [p for p in case.needs if importlib.util.find_spec(p) is None]
+    row = {"name": case.name, "framework": case.framework, "parallelism": case.parallelism,
+           "precision": case.precision, "gpus": case.nproc, "test": case.test}
+    if missing:
+        return {**row, "status": f"skipped: {', '.join(missing)} not installed"}
+    cwd = torchtitan_assets(work / "titan") if case.titan else work
+    out = work / "runs" / case.name
+    start = time.monotonic()
+    try:
+        r = maya("emulate", "--out", str(out), "--iterations", str(iterations), "--nproc-per-node", str(case.nproc),
+                 *case.extra, "--", *case.argv, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        return {**row, "status": "emulation timed out"}
+    row["emulate_s"] = round(time.monotonic() - start, 1)
+    tail = (r.stdout + r.stderr).strip().splitlines()
+    if r.returncode != 0:
+        return {**row, "status": "emulation failed", "error": next((l for l in reversed(tail) if "rank " in l), tail[-1:])}
+    p = maya("predict", str(out), "--json", cwd=cwd)
+    if p.returncode != 0:
+        return {**row, "status": "predict failed", "error": (p.stdout + p.stderr).strip().splitlines()[-1:]}
+    pred = json.loads(p.stdout)
+    unimplemented = [l for l in tail if "unimplemented" in l.lower() and "-" not in l.split("│")[-2:-1]]
+    return {**row, "status": "ok", "iteration_ms": round(pred["iteration_ns"] / 1e6, 2),
+            "mfu": pred.get("mfu"), "durations": pred.get("durations"), "notes": pred.get("notes", []),
+            "unimplemented": unimplemented}
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| framework | parallelism | precision | GPUs | status | emulate s | iteration ms | backed by |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        backed = f"`{r['test']}`" if r.get("test") else f"benchmark `{r['name']}`"
+        lines.append(f"| {r['framework']} | {r['parallelism']} | {r['precision']} | {r['gpus']} | {r['status']} | "
+                     f"{r.get('emulate_s', '')} | {r.get('iteration_ms', '')} | {backed} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated case names")
+    ap.add_argument("--iterations", type=int, default=3)
+    ap.add_argument("--markdown", action="store_true", help="print the stored results as the README's table")
+    a = ap.parse_args()
+    if a.markdown:
+        print(markdown(json.loads(RESULTS.read_text())))
+        return
+    wanted = set(filter(None, a.only.split(",")))
+    stored = {r["name"]: r for r in json.loads(RESULTS.read_text())} if RESULTS.exists() else {}
+    with tempfile.TemporaryDirectory(prefix="maya-frameworks-") as tmp:
+        for case in CASES:
+            if wanted and case.name not in wanted:
+                continue
+            row = run_case(case, a.iterations, Path(tmp))
+            stored[case.name] = {**row, "measured": time.strftime("%Y-%m-%d")}
+            print(json.dumps(row), flush=True)
+    order = [c.name for c in CASES]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    tmp_file = RESULTS.with_suffix(".tmp")
+    tmp_file.write_text(json.dumps(sorted(stored.values(), key=lambda r: order.index(r["name"])
+                                          if r["name"] in order else len(order)), indent=1) + "\n")
+    os.replace(tmp_file, RESULTS)
+    print(markdown([stored[n] for n in order if n in stored]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,439 @@
+/* Device values the host can know, and stand-ins for routing decisions it cannot.
+ *
+ * Kernels write nothing under emulation, so a value only a GPU computes is stale bytes. But many values
+ * the host reads are bookkeeping over data the host itself put on the device: token counts of labels
+ * copied there (`(labels != -100).sum()`), expert counts of a routing (`bincount`, `histc`, one-hot
+ * sums), offsets (`cumsum`), indices (`nonzero`, `argsort` of expert ids). Such values are *known*:
+ * a storage is known when a copy or memset from the host filled it or when its op was computed here.
+ * An aten op that issued kernels itself and whose inputs are all known and small (up to 4 MiB of
+ * tensors, all on the device or host scalars) is run again on the host, on CPU views of the virtual
+ * device memory, and its outputs become known; any other op that issued kernels leaves its outputs
+ * unknown. Random ops (they would draw from the host's generator) and views are never run here.
+ *
+ * A routing decision taken on unknown scores (`topk`, `argmax`/`argmin` or `max`/`min` along a dim, `sort` of router logits)
+ * gets the indices a trained, balanced router would give: choice j of row r of a top-k over n takes
+ * (r + j) mod n (every expert gets its share of tokens in every slot, none over its capacity, as
+ * torchtitan's `_debug_force_load_balance` routes), a sort the identity permutation. Those indices are known but
+ * *assumed*, and so is everything computed from them; the counts are summarised for `maya predict`.
+ *
+ * Host reads of known values are real: `.item()` reads the bytes as they are (no loop stand-in), and
+ * `nonzero`, which reads its own count inside the op, gets the count of its known input. An `.item()` of a
+ * value only a GPU computes reads 0 (no overflow found, no NaN, a flag not set; not the stale bytes of
+ * whatever the allocation held), and a loop's stand-ins when repeated (host_read.c). */
+#include "host_values.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+extern "C" {
+/* libmaya_emu (host_read.c): the value the thread's next host read inside this op returns; NULL bytes:
+ * the device bytes as they are; size 0 clears. `code` is recorded with the read (3 computed, 4 assumed). */
+void maya_emu_read_value(const void* bytes, int size, int code);
+}
+
+namespace maya_values {
+namespace {
+
+enum : uint8_t { UNKNOWN = 0, REAL = 1, ASSUMED = 2 };
+enum : int { READ_COMPUTED = 3, READ_ASSUMED = 4, READ_UNKNOWN = 5 };
+constexpr int64_t kComputeBytes = 4 << 20;  // the most tensor bytes an op may have to be run on the host
+constexpr int64_t kCopyBytes = 1 << 20;     // copies and collectives move bytes up to this (MAYA_SMALL_COPY)
+
+std::mutex mu;
+std::unordered_map<const void*, uint8_t> known;  // storage base -> provenance
+std::map<std::string, int64_t> routing;          // routing stand-ins per op name
+std::atomic<int64_t> computed{0}, failed{0};
+
+/* MAYA_EMU_VALUES_DEBUG=1: say on stderr what each op that issued kernels did with its values. */
+void debug(const at::RecordFunction& fn, const char* what) {
+  static const bool on = [] { const char* v = std::getenv("MAYA_EMU_VALUES_DEBUG"); return v && *v == '1'; }();
+  if (on) std::fprintf(stderr, "maya values: %s %s\n", fn.name(), what);
+}
+
+struct Info {
+  std::optional<c10::OperatorHandle> handle;
+  bool runnable = false;  // not a view, not random, found in the dispatcher
+};
+
+bool plain_device(const at::Tensor& t) {
+  if (!t.defined() || !t.is_cuda() || t.layout() != at::kStrided || !t.has_storage()) return false;
+  auto keys = t.key_set();
+  return !keys.has(c10::DispatchKey::Python) && !keys.has(c10::DispatchKey::Functionalize) &&
+         t.storage().data() != nullptr;
+}
+
+const void* key_of(const at::Tensor& t) { return t.storage().data(); }
+
+uint8_t provenance(const at::Tensor& t) {
+  std::lock_guard<std::mutex> g(mu);
+  auto it = known.find(key_of(t));
+  return it == known.end() ? UNKNOWN : it->second;
+}
+
+bool covers_storage(const at::Tensor& t) {
+  return t.is_contiguous() && t.storage_offset() == 0 &&
+         static_cast<size_t>(t.numel()) * t.element_size() >= t.storage().nbytes();
+}
+
+/* A written output: known with `p` where it fills its storage or the storage was known; else unknown. */
+void mark(const at::Tensor& t, uint8_t p) {
+  if (!plain_device(t)) return;
+  std::lock_guard<std::mutex> g(mu);
+  auto it = known.find(key_of(t));
+  if (p == UNKNOWN) {
+    if (it != known.end()) known.erase(it);
+  } else if (it != known.end()) {
+    it->second = std::max(it->second, p);
+  } else if (covers_storage(t)) {
+    known.emplace(key_of(t), p);
+  }
+}
+
+template <typename F>
+void each_tensor(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) f(t);
+  } else if (v.isList()) {  // nested too: c10d's Tensor[][]
+    for (const c10::IValue& e : v.toListRef()) each_tensor(e, f);
+  }
+}
+
+void mark_outputs(const at::RecordFunction& fn, uint8_t p) {
+  for (const c10::IValue& v : fn.outputs()) each_tensor(v, [&](const at::Tensor& t) { mark(t, p); });
+}
+
+at::Tensor host_view(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU));
+}
+
+c10::IValue to_host(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    return t.defined() && t.is_cuda() ? c10::IValue(host_view(t)) : v;
+  }
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(t.is_cuda() ? host_view(t) : t);
+    return out;
+  }
+  if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& e : v.toListRef())
+      out.push_back(e.isTensor() ? std::optional<at::Tensor>(e.toTensor().is_cuda() ? host_view(e.toTensor()) : e.toTensor())
+                                 : std::nullopt);
+    return out;
+  }
+  if (v.isDevice() && v.toDevice().is_cuda()) return c10::Device(c10::kCPU);
+  return v;
+}
+
+const Info& info_of(const at::RecordFunction& fn) {
+  thread_local std::unordered_map<std::string, Info> cache;
+  auto name = fn.operator_name();
+  std::string key = name ? name->name + "." + name->overload_name : std::string(fn.name());
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  Info info;
+  if (name) {
+    info.handle = c10::Dispatcher::singleton().findOp(*name);
+    if (info.handle && info.handle->hasSchema()) {
+      const c10::FunctionSchema& s = info.handle->schema();
+      bool view = false, random = false;
+      for (const c10::Argument& r : s.returns())
+        if (r.alias_info() && !r.alias_info()->isWrite()) view = true;
+      for (const c10::Argument& a : s.arguments())
+        if (a.type()->str().find("Generator") != std::string::npos) random = true;
+      std::string_view n = name->name;
+      bool bookkeeping = n.starts_with("aten::empty") || n.starts_with("aten::new_empty") || n == "aten::resize_" ||
+                         n == "aten::set_" || n == "aten::_local_scalar_dense" || n == "aten::record_stream" ||
+                         n.starts_with("aten::_assert") || n == "aten::_foreach_copy_";
+      info.runnable = !view && !random && !bookkeeping && n.starts_with("aten::");
+    }
+  }
+  return cache.emplace(key, std::move(info)).first->second;
+}
+
+/* The inputs' provenance if the op could run on the host (every device tensor plain and known, the
+ * others host scalars, within the size bound), else UNKNOWN. */
+template <typename Inputs>  // RecordFunction's inputs (ArrayRef of IValue, of const IValue before torch 2.6)
+uint8_t inputs_known(const Inputs& inputs, bool skip_first, int64_t* bytes) {
+  uint8_t p = REAL;
+  bool ok = true, first = true;
+  auto check = [&](const at::Tensor& t) {
+    if (!ok || !t.defined()) return;
+    if (std::exchange(first, false) && skip_first) {  // only written: need not be known, only fit
+      *bytes += t.is_cuda() ? static_cast<int64_t>(t.numel()) * t.element_size() : 0;
+      return;
+    }
+    if (!t.is_cuda()) {
+      ok = t.device().is_cpu() && t.dim() == 0 && t.layout() == at::kStrided;  // host scalars only
+      return;
+    }
+    if (!plain_device(t)) { ok = false; return; }
+    *bytes += static_cast<int64_t>(t.numel()) * t.element_size();
+    if (*bytes > kComputeBytes) { ok = false; return; }
+    uint8_t q = provenance(t);
+    if (q == UNKNOWN) ok = false;
+    p = std::max(p, q);
+  };
+  for (const c10::IValue& v : inputs) each_tensor(v, check);
+  return ok ? p : UNKNOWN;
+}
+
+/* Whether the outputs can receive host results: plain device tensors, within the size bound. */
+bool outputs_fit(const at::RecordFunction& fn, int64_t bytes) {
+  bool ok = true, any_device = false;
+  for (const c10::IValue& v : fn.outputs())
+    each_tensor(v, [&](const at::Tensor& t) {
+      if (!ok || !t.defined()) return;
+      any_device |= t.is_cuda();
+      if (!plain_device(t)) { ok = false; return; }
+      bytes += static_cast<int64_t>(t.numel()) * t.element_size();
+      if (bytes > kComputeBytes) ok = false;
+    });
+  return ok && any_device;
+}
+
+/* Guards for running ops on the host from inside an observer callback: no observation, no autograd,
+ * no autocast, no Python modes (fake tensors, DTensor, flop counters) intercepting them. */
+struct HostGuards {
+  at::DisableRecordFunctionGuard no_observer;
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  c10::impl::ExcludeDispatchKeyGuard no_modes{c10::DispatchKeySet({c10::DispatchKey::Python,
+                                                                     c10::DispatchKey::PythonTLSSnapshot,
+                                                                     c10::DispatchKey::PreDispatch,
+                                                                     c10::DispatchKey::AutocastCPU,
+                                                                     c10::DispatchKey::AutocastCUDA})};
+};
+
+/* Run the op on CPU views of its device tensors; its device outputs receive the results. */
+bool run_on_host(const at::RecordFunction& fn, const std::vector<c10::IValue>& inputs, const Info& info) {
+  const auto& outs = fn.outputs();
+  try {
+    HostGuards guards;
+    torch::jit::Stack stack;
+    stack.reserve(inputs.size());
+    for (const c10::IValue& v : inputs) stack.push_back(to_host(v));
+    info.handle->callBoxed(stack);
+    if (stack.size() != outs.size()) return false;
+    for (size_t i = 0; i < outs.size(); i++) {
+      if (!outs[i].isTensor()) {
+        if (outs[i].isNone() || !outs[i].isTensorList()) continue;
+        return false;
+      }
+      const at::Tensor& dev = outs[i].toTensor();
+      if (!dev.defined() || !dev.is_cuda()) continue;
+      if (!stack[i].isTensor()) return false;
+      const at::Tensor& res = stack[i].toTensor();
+      if (res.data_ptr() == dev.data_ptr()) continue;  // in place or out=: written through the view
+      if (res.sizes() != dev.sizes()) return false;
+      host_view(dev).copy_(res);
+    }
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+int64_t arg_int(const std::vector<c10::IValue>& in, size_t i, int64_t fallback) {
+  return in.size() > i && in[i].isInt() ? in[i].toInt() : fallback;
+}
+
+/* The indices a balanced router gives (or, `identity`, a sort's): `idx` holds, along `dim`, `k` choices
+ * out of `n` per row (k = 1 with the dim reduced away when `kept` is false). */
+void write_indices(const at::Tensor& idx, int64_t dim, int64_t n, bool kept, bool identity) {
+  HostGuards guards;
+  at::Tensor out = host_view(idx);
+  auto opts = at::TensorOptions().dtype(out.scalar_type());
+  if (!kept) {
+    out.copy_((at::arange(out.numel(), opts.dtype(at::kLong)) % n).view(out.sizes()));
+    return;
+  }
+  at::Tensor moved = out.movedim(dim, -1);
+  int64_t k = moved.size(-1), rows = k ? moved.numel() / k : 0;
+  at::Tensor r = at::arange(rows, opts.dtype(at::kLong)).unsqueeze(1), j = at::arange(k, opts.dtype(at::kLong));
+  at::Tensor v = identity ? j.expand({rows, k}) : (r + j) % n;
+  moved.copy_(v.reshape(moved.sizes()));
+}
+
+/* Ops that write their first argument without reading it. */
+bool overwrites_first(std::string_view n) { return n == "aten::copy_" || n == "aten::fill_" || n == "aten::zero_"; }
+
+bool is_routing(std::string_view n) {
+  return n == "aten::topk" || n == "aten::sort" || n == "aten::max" || n == "aten::min" || n == "aten::argmax" ||
+         n == "aten::argmin";
+}
+
+/* A routing decision on unknown scores: balanced indices. Returns true if the op was one. */
+bool routing_stand_in(const at::RecordFunction& fn, const std::vector<c10::IValue>& in) {
+  std::string_view name = fn.name();
+  const auto& outs = fn.outputs();
+  bool arg = name == "aten::argmax" || name == "aten::argmin";  // indices only, as output 0
+  size_t at = arg ? 0 : 1;
+  if (in.empty() || !in[0].isTensor() || outs.size() <= at || !outs[at].isTensor()) return false;
+  const at::Tensor& x = in[0].toTensor();
+  const at::Tensor& idx = outs[at].toTensor();
+  if (!plain_device(x) || !plain_device(idx) || x.dim() == 0) return false;
+  bool identity = false, kept = true;
+  int64_t dim;
+  if (name == "aten::topk") {
+    dim = arg_int(in, 2, -1);
+  } else if (name == "aten::sort") {
+    dim = in.size() > 1 && in[1].isInt() ? in[1].toInt() : arg_int(in, 2, -1);  // sort(self, dim, ..) / sort.stable
+    identity = true;
+  } else {  // max.dim / min.dim (self, dim, keepdim), argmax / argmin (self, dim?, keepdim)
+    if (in.size() < 3 || !in[1].isInt()) return false;
+    dim = in[1].toInt();
+    kept = in[2].isBool() && in[2].toBool();
+  }
+  dim = c10::maybe_wrap_dim(dim, x.dim());
+  try {
+    write_indices(idx, dim, x.size(dim), kept, identity);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (!arg) mark(outs[0].toTensor(), UNKNOWN);
+  mark(idx, ASSUMED);
+  std::lock_guard<std::mutex> g(mu);
+  routing[std::string(name)]++;
+  return true;
+}
+
+bool is_collective(std::string_view n) { return n.starts_with("c10d::") || n.starts_with("_c10d_functional::"); }
+
+/* An op that issued no kernel and ran no nested op: a copy moves a small buffer's bytes; an allocation
+ * holds whatever was there. */
+void leaf_without_kernels(const at::RecordFunction& fn, const std::vector<c10::IValue>& in) {
+  std::string_view n = fn.name();
+  if (n == "aten::copy_" && in.size() >= 2 && in[0].isTensor() && in[1].isTensor()) {
+    const at::Tensor& dst = in[0].toTensor();
+    const at::Tensor& src = in[1].toTensor();
+    int64_t bytes = static_cast<int64_t>(dst.numel()) * dst.element_size();
+    uint8_t p = src.is_cuda() ? (plain_device(src) ? provenance(src) : UNKNOWN) : REAL;
+    mark(dst, bytes <= kCopyBytes ? p : UNKNOWN);
+  } else if (n.starts_with("aten::empty") || n.starts_with("aten::new_empty")) {
+    mark_outputs(fn, UNKNOWN);
+  }
+}
+
+/* c10d's gathers, scatters and all-to-alls take their output tensors first (`allgather_(outputs, inputs,
+ * ...)`): those are filled, not read, so their provenance does not count. */
+bool outputs_first(std::string_view n) {
+  return n.starts_with("c10d::") && (n.find("gather") != std::string_view::npos ||
+                                     n.find("scatter") != std::string_view::npos ||
+                                     n.find("alltoall") != std::string_view::npos);
+}
+
+/* A collective (SPMD: the rank's own data stands in for its peers') moves small buffers' bytes: its outputs
+ * are known when the tensors it reads are (DDP's check that ranks hold as many parameters: an allgather of
+ * a count the host put on the device, read back with `.item()`). */
+void collective(const at::RecordFunction& fn, const std::vector<c10::IValue>& in) {
+  uint8_t p = REAL;
+  int64_t bytes = 0;
+  for (size_t i = outputs_first(fn.name()) ? 1 : 0; i < in.size(); i++)
+    each_tensor(in[i], [&](const at::Tensor& t) {
+      if (!t.defined() || !t.is_cuda()) return;
+      bytes += static_cast<int64_t>(t.numel()) * t.element_size();
+      uint8_t q = plain_device(t) ? provenance(t) : UNKNOWN;
+      p = q == UNKNOWN || p == UNKNOWN ? UNKNOWN : std::max(p, q);
+    });
+  p = bytes <= kCopyBytes ? p : UNKNOWN;
+  mark_outputs(fn, p);
+  if (outputs_first(fn.name()) && !in.empty()) each_tensor(in[0], [&](const at::Tensor& t) { mark(t, p); });
+}
+
+}  // namespace
+
+void on_enter(const at::RecordFunction& fn, OpValues& op) {
+  std::string_view n = fn.name();
+  const auto& in = fn.inputs();
+  if (fn.scope() == at::RecordScope::FUNCTION) {
+    int64_t bytes = 0;
+    op.inputs_known = in.empty() ? UNKNOWN : inputs_known(in, overwrites_first(n), &bytes);
+    if (op.inputs_known != UNKNOWN || is_routing(n) || n == "aten::copy_" || is_collective(n))
+      op.inputs.assign(in.begin(), in.end());
+  }
+  if (in.empty() || !in[0].isTensor()) return;
+  const at::Tensor& x = in[0].toTensor();
+  if (n == "aten::_local_scalar_dense") {
+    if (!plain_device(x)) return;
+    uint8_t p = provenance(x);
+    maya_emu_read_value(nullptr, static_cast<int>(x.element_size()),
+                        p == UNKNOWN ? READ_UNKNOWN : p == REAL ? READ_COMPUTED : READ_ASSUMED);
+    op.read_set = true;
+  } else if (n == "aten::nonzero") {  // reads its own count: the count of its known input
+    if (!plain_device(x)) return;
+    uint8_t p = provenance(x);
+    if (p == UNKNOWN || static_cast<int64_t>(x.numel()) * x.element_size() > kComputeBytes) {
+      maya_emu_read_value(nullptr, 8, READ_UNKNOWN);  // no element is known to be non-zero
+      op.read_set = true;
+      return;
+    }
+    try {
+      HostGuards guards;
+      int64_t count = at::count_nonzero(host_view(x)).item<int64_t>();
+      maya_emu_read_value(&count, 8, p == REAL ? READ_COMPUTED : READ_ASSUMED);
+      op.read_set = true;
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void on_exit(const at::RecordFunction& fn, OpValues& op, int64_t own_work) {
+  if (op.read_set) maya_emu_read_value(nullptr, 0, 0);
+  if (fn.scope() != at::RecordScope::FUNCTION && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) return;
+  if (own_work <= 0) {
+    if (is_collective(fn.name())) collective(fn, op.inputs);
+    else if (!op.children) leaf_without_kernels(fn, op.inputs);
+    return;
+  }
+  uint8_t p = op.inputs_known;
+  int64_t bytes = 0;
+  if (p != UNKNOWN && !op.inputs.empty() && inputs_known(op.inputs, overwrites_first(fn.name()), &bytes) != UNKNOWN && outputs_fit(fn, bytes)) {
+    const Info& info = info_of(fn);
+    if (info.runnable && run_on_host(fn, op.inputs, info)) {
+      debug(fn, "computed on the host");
+      computed.fetch_add(1, std::memory_order_relaxed);
+      mark_outputs(fn, p);
+      return;
+    }
+    if (info.runnable) failed.fetch_add(1, std::memory_order_relaxed);
+    debug(fn, info.runnable ? "failed on the host: outputs unknown" : "not run on the host: outputs unknown");
+  } else if (!op.inputs.empty() && routing_stand_in(fn, op.inputs)) {
+    debug(fn, "balanced routing stand-in");
+    return;
+  } else {
+    debug(fn, "inputs unknown: outputs unknown");
+  }
+  mark_outputs(fn, UNKNOWN);
+}
+
+std::string summary_json() {
+  std::lock_guard<std::mutex> g(mu);
+  std::string s = "{\"computed\":" + std::to_string(computed.load()) + ",\"failed\":" + std::to_string(failed.load()) +
+                  ",\"routing\":{";
+  bool first = true;
+  for (const auto& [name, n] : routing) {
+    s += (first ? "\"" : ",\"") + name + "\":" + std::to_string(n);
+    first = false;
+  }
+  return s + "}}";
+}
+
+}  // namespace maya_values

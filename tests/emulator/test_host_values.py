@@ -1,0 +1,54 @@
+"""Device values the host can know (`native/host_values.cpp`): bookkeeping over values the host put on
+the device is computed on the host and read back as a real run reads it; routing on scores only a GPU
+computes gets a balanced router's choices, so a mixture of experts runs every expert and `maya predict`
+says the routing was assumed."""
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from maya.cli.app import app
+from maya.simulator.trace import load
+from maya_trace_spec import Run
+
+from paths import WORKLOADS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+runner = CliRunner()
+
+
+def emulate(tmp_path, script, *args):
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["emulate", "--out", str(out), *args, "--", "python", str(WORKLOADS / script)])
+    assert r.exit_code == 0, r.output
+    return r.output, out
+
+
+def test_bookkeeping_reads_are_computed(tmp_path):
+    output, out = emulate(tmp_path, "device_bookkeeping.py", "--nproc-per-node", "2")
+    assert "tokens 944 of 944" in output  # the count of the real labels (SPMD all-reduce: own data for peers')
+    assert "bincount [16, 16, 16, 16, 16, 16, 16, 16]" in output  # 64 tokens x top-2 over 8 experts
+    assert "histc [16, 16, 16, 16, 16, 16, 16, 16]" in output
+    assert "expert 3 rows 8" in output  # first choices spread over all experts
+    assert "offsets [16, 32, 48, 64, 80, 96, 112, 128]" in output
+    assert "doubling loop ended after 20 passes" in output  # 2**20 > 1e6: the real count, no stand-in
+    reads = [json.loads(c["args"])["stand_in"] for c in Run(out).table("api_calls").to_pylist()
+             if c["data_dependent"] and c["args"]]
+    assert "computed" in reads and "routed" in reads
+    attrs = json.loads(load(out).info["attrs"])
+    assert attrs["routing_stand_ins"]["0"] == {"aten::topk": 1}
+
+
+def test_moe_routes_tokens_to_every_expert(tmp_path):
+    _, out = emulate(tmp_path, "top1_routing.py", "--iterations", "2")
+    calls = load(out).ranks[0].calls
+    ops = load(out).ranks[0].ops.set_index("op_id")["module_path"]
+    gemms = calls[calls["gemm_m"].notna()]
+    modules = gemms["op_id"].map(ops).fillna("")
+    expert = modules.str.startswith("MoE.experts.")
+    assert set(modules[expert]) == {f"MoE.experts.{e}" for e in range(4)}  # every expert ran its GEMMs
+    assert set(gemms.loc[expert, "gemm_m"]) == {64}  # 256 tokens, top-1 over 4 experts: 64 each
+    p = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
+    assert p.exit_code == 0, p.output
+    notes = json.loads(p.stdout)["notes"]
+    assert any("routing was assumed" in n and "aten::argmax" in n for n in notes), notes

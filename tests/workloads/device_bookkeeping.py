@@ -1,0 +1,28 @@
+"""Bookkeeping over values the host put on the device, read back as a real run reads them: a token count
+of labels (`(labels != -100).sum()`, as validation loops divide by it), an all-reduced count, expert
+counts of a top-2 routing of router scores only a GPU computes (`bincount`, `histc`), the tokens of one
+expert (`nonzero`), offsets (`cumsum(...).tolist()`)."""
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+torch.cuda.set_device(dist.get_rank())
+labels = torch.randint(0, 100, (8, 128), generator=torch.Generator().manual_seed(0))
+labels[:, :10] = -100
+tokens = torch.tensor(0, dtype=torch.int64, device="cuda")
+tokens += (labels.cuda() != -100).sum()
+dist.all_reduce(tokens)
+print(f"tokens {tokens.item()} of {(labels != -100).sum().item()}")
+scores = torch.randn(64, 8, device="cuda").softmax(-1)
+_, experts = scores.topk(2, dim=-1)
+print(f"bincount {torch.bincount(experts.view(-1), minlength=8).tolist()}")
+print(f"histc {torch.histc(experts.view(-1).float(), bins=8, min=0, max=8).int().tolist()}")
+print(f"expert 3 rows {torch.where(experts[:, 0] == 3)[0].numel()}")
+print(f"offsets {torch.cumsum(torch.bincount(experts.view(-1), minlength=8), 0).tolist()}")
+x = torch.ones(1024, device="cuda")  # a loop on values the host knows runs as on a GPU
+passes = 0
+while not (x > 1e6).all().item():
+    x = x * 2
+    passes += 1
+print(f"doubling loop ended after {passes} passes")
+dist.destroy_process_group()
