@@ -107,13 +107,16 @@ def eval_cmd(dataset: Annotated[Path, typer.Option(help="Parquet of measured ker
 
     from maya.core import hardware
     from maya.estimators import Registry, RegistryError
-    from maya.estimators.neusight_data import DatasetError, to_calls
+    from maya.estimators import CallFrameError
+    from maya.estimators.neusight_data import DatasetError, check_complete, to_calls
     from maya.estimators.evaluation import comparable_ns, mape_table
 
     if not dataset.is_file():
         fail(f"{dataset}: no such file")
     try:
         calls = to_calls(pd.read_parquet(dataset))
+        if not calls.empty:
+            check_complete(calls)
     except (DatasetError, OSError, ValueError) as e:
         fail(f"{dataset}: {e}")
     if calls.empty:
@@ -128,7 +131,10 @@ def eval_cmd(dataset: Annotated[Path, typer.Option(help="Parquet of measured ker
         estimator = Registry(warehouse).load(version)
     except RegistryError as e:
         fail(str(e))
-    predicted = estimator.predict(calls)
+    try:
+        predicted = estimator.predict(calls)
+    except CallFrameError as e:
+        fail(f"{dataset}: {e}")
     predicted = predicted.assign(measured_ns=calls["measured_ns"].to_numpy(),
                                  predicted_ns=comparable_ns(predicted, calls["timing"]))
     table = mape_table(predicted, "op", predictions=("predicted_ns", "roofline_ns"))

@@ -49,14 +49,15 @@ def _neusight(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict
     here = raw[names.map({d: catalog_name(d) for d in names.unique()}) == partition.hardware]
     mine = here[here["op"].isin(list(FAMILY_OF_OP))]
     calls = to_calls(mine).assign(hardware=partition.hardware) if len(mine) else pd.DataFrame()
-    other_ops = len(here) - len(mine)
-    return _frame(calls, mine.index), {"rows of ops Maya does not model": other_ops} if other_ops else {}
+    left_out = {"rows of ops Maya does not model": len(here) - len(mine),
+                "rows without a device name (no partition's)": int(raw["device"].isna().sum())}
+    return _frame(calls, mine.index), {kind: n for kind, n in left_out.items() if n}
 
 
 def _measurements(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:
     version = (table.schema.metadata or {}).get(VERSION_KEY)
-    if version is not None and version.decode() != MEASUREMENTS_VERSION:
-        raise ProfileFileError(f"measurements version {version.decode()}; this Maya reads version "
+    if version is not None and version != MEASUREMENTS_VERSION.encode():
+        raise ProfileFileError(f"measurements version {version.decode(errors='replace')!r}; this Maya reads version "
                                f"{MEASUREMENTS_VERSION}")
     rows = table.to_pandas()
     missing = [c for c in MEASUREMENT_COLUMNS if c not in rows.columns]
@@ -74,8 +75,12 @@ def _measurements(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, 
 
 
 def _frame(calls: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
+    """The columns the profile schema reads, typed as it checks them whatever the file held (none: an empty
+    frame of those types)."""
     frame = calls.reindex(columns=["hardware", *CALL_COLUMNS, "measured_ns", "timing"])
     numeric = [*NUMERIC_COLUMNS, "measured_ns"]
     frame[numeric] = frame[numeric].astype("float64")
-    frame["row_index"] = index.to_numpy()
+    for text in ("hardware", "family", "op", "dtype", "timing"):
+        frame[text] = frame[text].astype("str")
+    frame["row_index"] = index.to_numpy(dtype="int64")
     return frame.reset_index(drop=True)

@@ -42,7 +42,10 @@ def neusight_train() -> Path:
 
 
 def catalog_name(device: str) -> str:
-    """The hardware catalog's name of a GPU (its reported name, slugged, when not in the catalog)."""
+    """The hardware catalog's name of a GPU (its reported name, slugged, when not in the catalog; "" for a
+    missing name)."""
+    if not isinstance(device, str):
+        return ""
     try:
         return hardware.get(device).name
     except hardware.UnknownHardware:
