@@ -15,6 +15,7 @@ from .durations import DurationProvider, MeasuredDurations, RooflineDurations, i
 from .engine import Engine, RankResult
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable
 from .iterations import Iterations, detect
+from .oom import check_stopped_by_oom, recorded_ooms
 from .opcodes import classify
 from .pricing import price
 from .program import Program, compile_rank
@@ -138,7 +139,8 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     peak_memory = max((m for m, _ in memory.values()), default=0)
     oom_reason = None
     if traces.info["status"] == "oom" or any(o for _, o in memory.values()):
-        oom_reason = "the trace records an out-of-memory failure"
+        ooms = recorded_ooms(traces)
+        oom_reason = ooms[0].describe() if ooms else "the trace records an out-of-memory failure"
     elif peak_memory > hw.memory_bytes:
         oom_reason = f"peak {peak_memory / 2**30:.2f} GiB exceeds {hw.memory_bytes / 2**30:.2f} GiB"
     first = sim.iterations[min(sim.iterations)]
@@ -198,6 +200,7 @@ def predict(run_dir: str | Path, *, hardware: str | None = None, durations: Dura
     traces = load(run_dir)
     if not traces.ranks:
         raise ValueError(f"{run_dir}: the run has no api_calls (nothing was captured)")
+    check_stopped_by_oom(traces)
     hw = resolve_hardware(traces, hardware)
     if dp is not None and dp == int(traces.info["world_size"]):
         dp = None
