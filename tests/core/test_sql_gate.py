@@ -26,6 +26,12 @@ def test_explain_analyze_and_explained_writes_are_refused(run_dir, maya_home, sq
     assert tree_digest(maya_home) == before and not (maya_home / "leak.csv").exists()
 
 
+def test_statements_duckdb_cannot_name_are_refused(run_dir):
+    """`UPDATE EXTENSIONS` made DuckDB's Python API raise ValueError("29 is not a valid StatementType")."""
+    with pytest.raises(QueryRefused, match="UPDATE EXTENSIONS"):
+        run_query("UPDATE EXTENSIONS", trace=run_dir)
+
+
 def test_plain_explain_still_runs(run_dir):
     assert run_query("EXPLAIN SELECT count(*) FROM api_calls", trace=run_dir).rows
     assert run_query("EXPLAIN (FORMAT json) SELECT 1").rows

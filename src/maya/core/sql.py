@@ -83,10 +83,15 @@ def _statements(sql: str) -> list:
 
 
 def _check_statement(st) -> None:
-    if st.type not in ALLOWED:
-        kind = "INSTALL/LOAD" if st.type == duckdb.StatementType.LOAD else st.type.name.replace("_", " ")
+    try:
+        statement_type = st.type
+    except ValueError:  # a type DuckDB's Python API has no name for (UPDATE EXTENSIONS)
+        raise QueryRefused(f"maya sql is read-only: {st.query.strip()[:60]!r} is refused (not a query)") from None
+    if statement_type not in ALLOWED:
+        kind = ("INSTALL/LOAD" if statement_type == duckdb.StatementType.LOAD
+                else statement_type.name.replace("_", " "))
         raise QueryRefused(f"maya sql is read-only: {kind} statements are refused ({st.query.strip()[:60]!r})")
-    if st.type == duckdb.StatementType.EXPLAIN:
+    if statement_type == duckdb.StatementType.EXPLAIN:
         _check_explain(st.query)
 
 
