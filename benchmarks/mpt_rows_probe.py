@@ -4,7 +4,7 @@ rank and one more to check it), predict the steady optimizer step on the row's G
 compare with the measured step (`step_time_s_derived`). Prints one line per row and, with `--json`,
 the rows as JSON. Nothing is tuned on the rows.
 
-    .venv/bin/python benchmarks/mpt_rows_probe.py --rows 20,33 [--keep runs/] [--json]
+    .venv/bin/python benchmarks/mpt_rows_probe.py --rows 20,33 [--keep runs/ [--reuse]] [--json]
     .venv/bin/python benchmarks/mpt_rows_probe.py --list            # the rows with their index
 
 Clusters: A100 rows on `data/clusters/a100-roce-1600g.json` (8 A100 SXM a node on NVLink, 1600 Gb/s
@@ -40,12 +40,14 @@ def maya(*args: str) -> list[str]:
     return ["nice", "-n", "10", str(REPO / ".venv" / "bin" / "maya"), *args]
 
 
-def probe(index: int, row: dict, work: Path, sdpa_a100: str) -> dict:
+def probe(index: int, row: dict, work: Path, sdpa_a100: str, reuse: bool = False, sdpa_h100: str = "auto") -> dict:
     gpus, gpu = int(row["# GPUs"]), row["GPU"]
     steps = 3 if int(row["GradAccum"]) <= 4 else 2
-    backend = sdpa_a100 if gpu.startswith("a100") else "auto"
-    out = work / f"row{index}"
-    shutil.rmtree(out, ignore_errors=True)
+    backend = sdpa_a100 if gpu.startswith("a100") else sdpa_h100
+    out = work / f"row{index}-{backend}"
+    reused = reuse and (out / "run.parquet").is_file()
+    if not reused:
+        shutil.rmtree(out, ignore_errors=True)
     result = {"row": index, "model": row["Model"], "seq": int(row["SeqLen (T)"]), "gpus": gpus, "gpu": gpu,
               "mbs": int(row["MicroBatchSize"]), "ga": int(row["GradAccum"]), "precision": row["Precision"],
               "sharding": row["Sharding Strategy"], "ckpt": row["Activation Checkpointing"] == "True",
@@ -54,8 +56,9 @@ def probe(index: int, row: dict, work: Path, sdpa_a100: str) -> dict:
                    "--hardware", HARDWARE[gpu], "--out", str(out), "--", "python", str(WORKLOAD),
                    *workload_args(row, steps=steps, sdpa_backend=backend))
     start = time.monotonic()
-    emulated = subprocess.run(command, capture_output=True, text=True)
-    result["emulate_s"] = round(time.monotonic() - start, 1)
+    emulated = (subprocess.CompletedProcess(command, 0, "", "") if reused
+                else subprocess.run(command, capture_output=True, text=True))
+    result["emulate_s"] = 0.0 if reused else round(time.monotonic() - start, 1)
     if emulated.returncode != 0:
         result["error"] = f"emulate exit {emulated.returncode}: {emulated.stdout[-600:]}{emulated.stderr[-600:]}"
         return result
@@ -107,9 +110,14 @@ def main() -> None:
     ap.add_argument("--rows", help="row indices of the table (0-based, data rows): 3,7,20-22")
     ap.add_argument("--table", type=Path, default=TABLE)
     ap.add_argument("--keep", type=Path, help="keep the emulated runs in this directory (default: a temporary one)")
-    ap.add_argument("--sdpa-a100", default="cudnn", choices=("auto", "cudnn", "flash"),
-                    help="SDPA backend on A100 rows (default cudnn: torch's own flash kernels carry no shapes in "
-                         "the trace and are priced at the launch floor; see data/workloads/README.md)")
+    ap.add_argument("--sdpa-a100", default="flash", choices=("auto", "cudnn", "flash"),
+                    help="SDPA backend on A100 rows (default flash: torch's FlashAttention-2 kernels, the kind the "
+                         "published runs had; see data/workloads/README.md)")
+    ap.add_argument("--sdpa-h100", default="flash", choices=("auto", "cudnn", "flash"),
+                    help="SDPA backend on H100 rows (default flash, as on A100; auto: torch picks cuDNN attention "
+                         "on sm_90, whose Hopper kernels overlap softmax and products)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --keep: predict on a row's kept run instead of emulating it again")
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -127,7 +135,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     results = []
     for index in parse_rows(args.rows, len(table)):
-        r = probe(index, table[index], work, args.sdpa_a100)
+        r = probe(index, table[index], work, args.sdpa_a100, args.reuse, args.sdpa_h100)
         results.append(r)
         print(line(r), flush=True)
     done = [r for r in results if "error" not in r]

@@ -22,6 +22,15 @@ def maya_home(tmp_path_factory, monkeypatch, emulator_cache):
     return home
 
 
+@pytest.fixture(autouse=True)
+def hardware_files(monkeypatch):
+    """Parts loaded from hardware files are registered for the process (`maya.core.hardware.load_file`):
+    each test starts with none, as a new `maya` process would."""
+    from maya.core import hardware
+
+    monkeypatch.setattr(hardware, "_registered", {})
+
+
 @pytest.fixture
 def run_dir(tmp_path) -> Path:
     return synthetic.write_run(tmp_path / "run", world_size=2, calls_per_rank=500, ops_per_rank=50)

@@ -9,6 +9,8 @@ from maya.cli import app
 from maya.estimators import Registry
 from maya.estimators.training_data import neusight_dir
 
+pytestmark = pytest.mark.slow  # trains estimator versions
+
 runner = CliRunner()
 TRAIN = ("estimators", "train", "--sample", "2000", "--trees", "10", "--depth", "3")
 
@@ -64,7 +66,7 @@ def test_eval_errors(trained, test_rows, tmp_path):
     missing = tmp_path / "missing.parquet"
     test_rows.head(2).drop(columns=["latency_ms"]).to_parquet(missing)
     r = maya("estimators", "eval", "--dataset", missing)
-    assert r.exit_code == 1 and "missing column(s) latency_ms" in r.stderr
+    assert r.exit_code == 1 and "missing column(s) latency_ms" in r.stderr  # the closest layout, NeuSight's
     good = tmp_path / "good.parquet"
     test_rows.head(2).to_parquet(good)
     r = maya("estimators", "eval", "--dataset", good, "--version", "v7")

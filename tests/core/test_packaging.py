@@ -5,6 +5,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from paths import REPO, SRC
 
 STAGES = ("core", "emulator", "profiler", "estimators", "simulator", "search", "pipelines", "cli")
@@ -22,6 +24,7 @@ def test_stages_are_packages_named_as_their_folders():
     assert (SRC / "maya_trace_spec" / "__init__.py").is_file()
 
 
+@pytest.mark.slow
 def test_plain_checkout_imports_with_src_on_the_path(tmp_path):
     """`python -c "import maya.estimators"` from a checkout: nothing installed, only `src/` on the path."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import maya.estimators, maya.simulator, maya.search, "

@@ -1,5 +1,6 @@
 """cuDNN's legacy API on virtual GPUs: RNNs (nn.LSTM / nn.GRU / nn.RNN), batch norm and CTC loss in
 ordinary training scripts, recorded as the GEMMs and kernels cuDNN runs for them."""
+import pytest
 import json
 from collections import Counter
 from pathlib import Path
@@ -13,6 +14,8 @@ from maya.simulator.trace import load
 from maya.simulator.work import work_frame
 from maya_trace_spec import Run
 from paths import WORKLOADS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1}
 

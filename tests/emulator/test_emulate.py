@@ -12,6 +12,8 @@ from maya_trace_spec import Run
 from maya_trace_spec.validation import validate_run
 from paths import WORKLOADS
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 runner = CliRunner()
 
 
@@ -53,6 +55,22 @@ def test_run_metadata_and_virtual_device(tmp_path):
     assert (device["device_name"], device["sm_major"], device["sm_count"], device["memory_bytes"]) == (
         hw.device_name, 8, 108, hw.memory_bytes)
     assert json.loads(run.info["command"])[-2:] == [str(WORKLOADS / "allocate.py"), "4096"]
+
+
+def test_a_part_described_in_a_file_is_emulated_and_predicted(tmp_path):
+    """An H100 with 96 GB of HBM2e at 500 W, described without editing Maya: the virtual device reports its
+    memory, the trace names it, and a prediction re-reads the same file."""
+    part = tmp_path / "h100-96gb.yaml"
+    part.write_text("name: h100-96gb-hbm2e\nbased_on: h100-sxm\nmemory_gb: 96\nmemory_bandwidth_gbs: 2400\n"
+                    "tdp_w: 500\n")
+    r, out = emulate(tmp_path, "--hardware", part, script="linear_bf16.py", script_args=["--tokens", 64])
+    assert r.exit_code == 0, r.output
+    run = Run(out)
+    device = run.table("devices").to_pylist()[0]
+    assert run.info["hardware"] == "h100-96gb-hbm2e" and device["memory_bytes"] == 96_000_000_000
+    predicted = runner.invoke(app, ["predict", str(out), "--hardware", str(part), "--durations", "roofline", "--json"])
+    assert predicted.exit_code == 0, predicted.output
+    assert json.loads(predicted.stdout)["hardware"] == "h100-96gb-hbm2e"
 
 
 def test_peak_memory_is_what_the_caching_allocator_reserved(tmp_path):
@@ -121,6 +139,7 @@ def test_capture_a_subset_of_a_large_world(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--hardware", "h300"], "unknown hardware 'h300'"),
+    (["--hardware", "absent.yaml"], "cannot read the hardware file"),
     (["--ranks", "3"], "outside the world of 1"),
     (["--ranks", "x-1"], "is not a rank or a range"),
     (["--nproc-per-node", "2", "--world-size", "4"], "not both"),

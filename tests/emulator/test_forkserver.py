@@ -9,6 +9,8 @@ from maya.emulator.launcher import Topology, emulate
 from maya.search.evaluate import trace_digest
 from paths import EXAMPLE, WORKLOADS
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,8 @@ from maya.cli import app
 from maya_trace_spec import Run
 from paths import WORKLOADS
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 runner = CliRunner()
 
 

@@ -21,6 +21,8 @@ from maya_trace_spec import Run, RunWriter, read_table
 from maya_trace_spec.validation import validate_run
 
 from paths import WORKLOADS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 runner = CliRunner()
 
 

@@ -74,15 +74,16 @@ def test_profile_runs_become_measured_calls(tmp_path):
     assert set(calls["hardware"]) == {"h100-sxm"}
 
 
+@pytest.mark.slow
 def test_shipped_measurements_include_profiles_and_train(tmp_path):
     for i in range(3):
         write_profile(tmp_path / "profiles" / f"run-{i}")
-    only_profiles = shipped_measurements(neusight=False, profiles=tmp_path / "profiles")
+    only_profiles = shipped_measurements(neusight=False, vidur=False, profiles=tmp_path / "profiles")
     assert len(only_profiles) == 12
     result = train(only_profiles, TrainConfig(params=ModelParams(n_estimators=5, max_depth=2), min_rows=3,
                                               validate=False))
-    assert result.metrics["hardware"] == ["h100-sxm"] and "gemm" in result.estimator.models
-    neusight_only = shipped_measurements(profiles=tmp_path / "none")
+    assert result.metrics["hardware"] == ["h100-sxm"] and "gemm@tensor" in result.estimator.models
+    neusight_only = shipped_measurements(vidur=False, profiles=tmp_path / "none")
     assert neusight_only.equals(load_kernels(neusight_dir() / "kernels_train.parquet"))
 
 

@@ -12,6 +12,9 @@ from maya.estimators.features import features_of
 from maya.estimators.hardware_table import catalog_names, hardware_arrays
 
 SMALL = TrainConfig(params=ModelParams(n_estimators=20, max_depth=4), validate=False)
+FP32_KEY = {"gemm": "gemm@cuda", "elementwise": "elementwise@wide", "normalization": "normalization@wide",
+            "softmax": "softmax@wide"}
+"""The model (segment) of each family that NeuSight's fp32 kernels train (`maya.estimators.segments`)."""
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +69,7 @@ def test_exact_lookup_hit(estimator, measured):
     """NeuSight timed each call on its own: a hit's device time is the measurement less its host's dispatch,
     and timed on its own it reads back as measured. Calls on their floor give no device time: not looked up."""
     rows = measured.head(60)
-    known = np.array([np.isnan(estimator.models[f].floors.device_time(np.array([h]), np.array([o]), np.array([t * 1e-9]),
+    known = np.array([np.isnan(estimator.models[FP32_KEY[f]].floors.device_time(np.array([h]), np.array([o]), np.array([t * 1e-9]),
                                                                        np.array([True]))[2][0])
                       for f, h, o, t in zip(rows["family"], catalog_names(rows["hardware"]), rows["op"],
                                             rows["measured_ns"])])
@@ -81,11 +84,12 @@ def test_method_tags(estimator, measured):
     seen = measured[measured["family"] == "gemm"].head(1).assign(m=lambda d: d["m"] + 7)  # shape never measured
     same_arch = seen.assign(hardware="NVIDIA A100 80GB PCIe")  # A100 40GB was trained on: same architecture
     new_arch = seen.assign(hardware="l4")  # Ada: no GPU of its architecture in the training data
-    unmodelled = gemm_call().assign(family="attention", op="sdpa_fwd")
+    unmodelled = gemm_call().assign(family="other", op="", numel=1e6)
+    composed = gemm_call().assign(family="attention", op="sdpa_fwd")  # no attention model: from its GEMMs
     seen = seen.assign(hardware="a100-pcie-40gb")
-    calls = pd.concat([measured.head(1), seen, same_arch, new_arch, unmodelled], ignore_index=True)
+    calls = pd.concat([measured.head(1), seen, same_arch, new_arch, unmodelled, composed], ignore_index=True)
     out = estimator.predict(calls)
-    assert out["method"].tolist() == ["lookup", "model", "model", "model_transfer", "roofline"]
+    assert out["method"].tolist() == ["lookup", "model", "model", "model_transfer", "roofline", "composed"]
     assert set(out["method"]) == set(METHODS)
     learned = out.iloc[1:4]
     assert (learned["duration_ns"] >= learned["roofline_ns"]).all()
@@ -112,10 +116,10 @@ def test_bad_call_frames():
 
 def test_training_metrics_and_bands(measured):
     result = train(measured[measured["family"] == "softmax"], TrainConfig(params=SMALL.params))
-    metrics = result.metrics["families"]["softmax"]
+    metrics = result.metrics["families"]["softmax@wide"]
     assert metrics["validation_mape"] < metrics["roofline_mape"]
     assert set(metrics["transfer_mape"]) <= set(metrics["hardware"])
-    models = result.estimator.models["softmax"]
+    models = result.estimator.models["softmax@wide"]
     assert models.seen.band.low < 0 < models.seen.band.high
     assert "sm_count" in models.seen.feature_names and "sm_count" not in models.transfer.feature_names
 
@@ -150,7 +154,7 @@ def test_learned_predictions_scale_device_floor_or_roofline(estimator, measured)
     out = estimator.predict(calls)
     post_ns = POST_LAUNCH_S * 1e9
     for family, rows in out.groupby("family"):
-        floors = estimator.models[family].floors
+        floors = estimator.models[FP32_KEY[family]].floors
         floor_ns = floors.seconds(rows["hardware"].to_numpy(), rows["op"].to_numpy()) * 1e9
         assert (floor_ns > post_ns).all()
         assert (rows["duration_ns"] >= np.maximum(rows["roofline_ns"], DEVICE_FLOOR_S * 1e9) - 1e-6).all()
@@ -235,5 +239,5 @@ def test_softmax_rereads_count_dram_traffic_only_when_resident_rows_exceed_l2():
 
 def test_transfer_only_training_prices_every_call_with_the_transfer_model(measured):
     gemm = measured[measured["family"] == "gemm"]
-    models = train(gemm, TrainConfig(params=SMALL.params, validate=False, seen_model=False)).estimator.models["gemm"]
+    models = train(gemm, TrainConfig(params=SMALL.params, validate=False, seen_model=False)).estimator.models["gemm@cuda"]
     assert models.seen is models.transfer and "sm_count" not in models.seen.feature_names

@@ -109,6 +109,7 @@ def test_artifact_round_trip_keeps_floors_and_predictions(measured):
     pd.testing.assert_frame_equal(loaded.predict(calls), estimator.predict(calls))
 
 
+@pytest.mark.slow
 def test_changed_estimator_code_trains_a_new_version(measured, monkeypatch):
     """Same data and configuration, other code (e.g. an upgraded Maya): the old version is not reused."""
     from maya.estimators import training

@@ -22,7 +22,7 @@ from maya.pipelines.partitions import partition_key
 from maya.pipelines.resources import DataSources, Warehouse
 from maya.pipelines.sources import NEUSIGHT_CAMPAIGN, Partition
 
-pytestmark = pytest.mark.filterwarnings("ignore::dagster.PreviewWarning", "ignore::dagster.BetaWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::dagster.PreviewWarning", "ignore::dagster.BetaWarning"), pytest.mark.slow]
 
 SERVE = "import typer; from maya.cli.dashboard import dashboard_cmd; typer.run(dashboard_cmd)"
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",

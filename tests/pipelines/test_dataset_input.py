@@ -41,7 +41,7 @@ def test_hardware_names_that_are_not_text_are_unknown():
 def test_neusight_rows_without_a_device_are_counted_not_crashed_on():
     raw = parquet({"op": ["bmm", "add"], "device": [None, "NVIDIA H100 80GB HBM3"], "latency_ms": [1.0, 0.1],
                    "b": [1, 8], "m": [64, None], "n": [64, None], "k": [64, None], "h": [None, 1024]})
-    frame, left_out = read_profile(raw, NEUSIGHT, H100)
+    frame, left_out, _ = read_profile(raw, NEUSIGHT, H100)
     assert len(frame) == 1 and left_out == {"rows without a device name (no partition's)": 1}
     valid, rejected = split_valid(frame, H100.hardware)
     assert len(valid) == 1 and rejected.empty
@@ -52,7 +52,7 @@ def test_a_file_with_no_row_for_the_partition_splits_into_nothing():
     `split_valid` re-raises as a reader's bug."""
     raw = parquet({"op": ["bmm"], "device": ["Tesla T4"], "latency_ms": [1.0], "b": [1], "m": [2], "n": [3], "k": [4],
                    "h": [None]})
-    frame, _ = read_profile(raw, NEUSIGHT, H100)
+    frame, _, _ = read_profile(raw, NEUSIGHT, H100)
     valid, rejected = split_valid(frame, H100.hardware)
     assert valid.empty and rejected.empty
 

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import dagster as dg
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pandas as pd
 import pytest
 
 from maya.profiler.kernels.configs import KernelConfig
@@ -23,14 +25,17 @@ from maya.profiler.kernels.results import Samples, Timing
 from maya.profiler.workloads.results import write_result
 from maya.estimators import KernelEstimator
 from maya.estimators.neusight_data import load_kernels, neusight_dir
+from maya.core.paths import data_dir
 from maya.pipelines import ground_truth
 from maya.pipelines.dashboard import PLOTS
 from maya.pipelines.measurement_calls import measurement_calls
 from maya.pipelines.definitions import defs
-from maya.pipelines.defs import campaign, dashboard, estimators, profiles, sensors, validation
-from maya.pipelines.partitions import partition_key
+from maya.estimators.vidur_data import load_compute
+from maya.pipelines.defs import campaign, collectives, dashboard, estimators, profiles, sensors, validation
+from maya.pipelines.partitions import network_partition_key, partition_key
 from maya.pipelines.resources import DataSources, Warehouse
-from maya.pipelines.sources import NEUSIGHT_CAMPAIGN, Partition, find_partitions
+from maya.pipelines.sources import (NEUSIGHT_CAMPAIGN, VIDUR_COLLECTIVES_CAMPAIGN, VIDUR_COMPUTE_CAMPAIGN,
+                                    NetworkPartition, Partition, find_network_partitions, find_partitions)
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.PreviewWarning", "ignore::dagster.BetaWarning")
 
@@ -83,9 +88,17 @@ def write_campaign(profiles_dir: Path) -> dict:
     return {"valid": len(GOOD_CONFIGS) + 2, "rejected_rows": 3, "rejected_files": 2}
 
 
-def register(instance: dg.DagsterInstance, partitions: list[Partition]) -> None:
+def register(instance: dg.DagsterInstance, partitions: list[Partition], networks: list[NetworkPartition] = ()) -> None:
     instance.add_dynamic_partitions("hardware", sorted({p.hardware for p in partitions}))
-    instance.add_dynamic_partitions("campaign", sorted({p.campaign for p in partitions}))
+    instance.add_dynamic_partitions("campaign", sorted({p.campaign for p in [*partitions, *networks]}))
+    instance.add_dynamic_partitions("network", sorted({p.network for p in networks}))
+
+
+def ingest_networks(instance: dg.DagsterInstance, resources: dict,
+                    networks: list[NetworkPartition]) -> list[dg.ExecuteInProcessResult]:
+    return [dg.materialize([collectives.raw_collective_measurements, collectives.validated_collective_measurements],
+                           instance=instance, resources=resources, partition_key=network_partition_key(p))
+            for p in networks]
 
 
 def ingest(instance: dg.DagsterInstance, resources: dict,
@@ -118,6 +131,7 @@ class Graph:
     instance: dg.DagsterInstance
     resources: dict
     partitions: list[Partition]
+    networks: list[NetworkPartition]
     expected: dict
     ingested: list[dg.ExecuteInProcessResult]
     result: dg.ExecuteInProcessResult
@@ -137,40 +151,57 @@ def graph(tmp_path_factory) -> Graph:
         env.delenv("MAYA_WAREHOUSE", raising=False)
         resources = {"warehouse": Warehouse(), "data": DataSources(profiles_dir=str(home / "profiles"),
                                                                    ground_truth_dir=str(home / "ground_truth"))}
-        partitions = find_partitions(resources["data"])
+        partitions, networks = find_partitions(resources["data"]), find_network_partitions(resources["data"])
         instance = dg.DagsterInstance.ephemeral()
-        register(instance, partitions)
-        ingested = ingest(instance, resources, partitions)
+        register(instance, partitions, networks)
+        ingested = ingest(instance, resources, partitions) + ingest_networks(instance, resources, networks)
         result = downstream(instance, resources)
     resources["warehouse"] = Warehouse(path=str(home / "warehouse.duckdb"))  # pinned: tests change MAYA_HOME
-    return Graph(home, instance, resources, partitions, expected, ingested, result)
+    return Graph(home, instance, resources, partitions, networks, expected, ingested, result)
 
 
 def test_definitions_load_from_the_defs_folder():
     assets = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert assets == {"raw_kernel_profiles", "validated_kernel_profiles", "kernel_estimators", "estimator_validation",
-                      "accuracy_dashboard"}
-    assert {j.name for j in defs.resolve_all_job_defs()} >= {"ingest_profiles", "profiling_campaign",
-                                                             "validate_estimators", "retrain_estimators"}
+                      "accuracy_dashboard", "raw_collective_measurements", "validated_collective_measurements"}
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {"ingest_profiles", "ingest_collectives",
+                                                             "profiling_campaign", "validate_estimators",
+                                                             "retrain_estimators"}
     assert {s.name for s in defs.schedules} == {"nightly_validation", "weekly_retrain", "nightly_profiling_campaign"}
     assert {s.name for s in defs.sensors} == {"profile_campaigns"}
     assert [k.name for k in defs.resolve_asset_graph().asset_check_keys] == ["end_to_end_error_within_5_percent"]
     assert set(defs.resources) == {"warehouse", "data"}
 
 
+@pytest.mark.slow
 def test_whole_graph_fills_the_warehouse(graph):
     assert all(r.success for r in graph.ingested) and graph.result.success
     neusight = sorted(p.hardware for p in graph.partitions if p.campaign == NEUSIGHT_CAMPAIGN)
     assert neusight == ["a100-pcie-40gb", "p100-pcie-16gb", "p4", "t4", "v100-pcie-32gb"]
+    vidur = sorted(p.hardware for p in graph.partitions if p.campaign == VIDUR_COMPUTE_CAMPAIGN)
+    assert vidur == ["a100-sxm-80gb", "a40", "h100-sxm"]  # every device of Vidur's data is in the catalog
     assert CAMPAIGN in graph.partitions
     train = load_kernels(neusight_dir() / "kernels_train.parquet")
+    compute = load_compute()
     rows = dict(query(graph.warehouse, "SELECT campaign, count(*) FROM kernel_profiles GROUP BY 1"))
-    assert rows == {NEUSIGHT_CAMPAIGN: len(train), CAMPAIGN.campaign: graph.expected["valid"]}
+    assert rows == {NEUSIGHT_CAMPAIGN: len(train), VIDUR_COMPUTE_CAMPAIGN: len(compute.calls),
+                    CAMPAIGN.campaign: graph.expected["valid"]}
     timings = dict(query(graph.warehouse, "SELECT campaign, string_agg(DISTINCT timing) FROM kernel_profiles GROUP BY 1"))
-    assert timings == {NEUSIGHT_CAMPAIGN: "isolated", CAMPAIGN.campaign: "device"}  # NeuSight timed calls alone
+    assert timings == {NEUSIGHT_CAMPAIGN: "isolated", VIDUR_COMPUTE_CAMPAIGN: "device",  # NeuSight timed calls alone
+                       CAMPAIGN.campaign: "device"}
     partitions = query(graph.warehouse, "SELECT count(*), sum(rows), sum(files) FROM profile_partitions")[0]
-    assert partitions == (6, len(train) + graph.expected["valid"], 5 + 4)
-    assert query(graph.warehouse, "SELECT count(*) FROM profile_files")[0][0] == 5 + 4
+    assert partitions == (9, len(train) + len(compute.calls) + graph.expected["valid"], 5 + 3 + 4)
+    assert query(graph.warehouse, "SELECT count(*) FROM profile_files")[0][0] == 5 + 3 + 4
+    vidur_left_out = sum(metadata(r, "validated_kernel_profiles")["left_out"].get(
+        "add of a parallel block (no post-attention norm): two add kernels in one measurement", 0)
+        for p, r in zip(graph.partitions, graph.ingested) if p.campaign == VIDUR_COMPUTE_CAMPAIGN)
+    assert vidur_left_out == sum(compute.left_out.values()) > 0  # phi-2's adds: counted, not silently dropped
+    assert sorted(p.network for p in graph.networks) == ["a100_dgx", "a100_pairwise_nvlink", "a40_pairwise_nvlink",
+                                                          "h100_pairwise_nvlink"]
+    collective_rows = dict(query(graph.warehouse, "SELECT network || '/' || collective, count(*) FROM "
+                                                  "collective_measurements GROUP BY 1"))
+    assert sum(collective_rows.values()) == len(pd.read_parquet(data_dir() / "vidur" / "collectives.parquet"))
+    assert collective_rows["a40_pairwise_nvlink/sendrecv"] == 1988 and "a100_dgx/allreduce" in collective_rows
 
     versions = query(graph.warehouse, "SELECT version, training_rows FROM estimator_versions")
     assert versions == [("v1", TRAINING["sample_rows"])]
@@ -190,6 +221,7 @@ def test_whole_graph_fills_the_warehouse(graph):
     assert "no ground truth available" in page and "<script src=" not in page  # plotly.js inlined
 
 
+@pytest.mark.slow
 def test_bad_files_and_rows_are_quarantined_and_the_rest_of_the_partition_goes_on(graph):
     campaign_result = graph.ingested[graph.partitions.index(CAMPAIGN)]
     assert metadata(campaign_result, "validated_kernel_profiles")["left_out"] == {"configs with status unsupported": 1}
@@ -226,7 +258,10 @@ def test_campaign_measurements_become_calls_the_estimators_price():
     assert by_op.loc["add", "operands"] == 2 and by_op.loc["adamw_fused", "numel"] == 12582912
     assert by_op.loc["memcpy_d2d", "bytes"] == 1 << 26 and (calls["measured_ns"] == 1_000).all()
     priced = KernelEstimator().predict(calls.assign(hardware="h100-sxm"))
-    assert (priced["roofline_ns"] > 1).all() and (priced["method"] == "roofline").all()
+    # With no model trained, attention is composed from its products and every other family is a roofline.
+    method = priced.set_index(calls["op"])["method"]
+    assert (priced["roofline_ns"] > 1).all() and method["sdpa_fwd"] == "composed"
+    assert (method.drop("sdpa_fwd") == "roofline").all()
 
 
 def test_rerunning_with_unchanged_inputs_changes_nothing(graph):
@@ -253,7 +288,7 @@ def small(tmp_path) -> tuple[dg.DagsterInstance, dict, Path]:
     """The campaign alone (no NeuSight) in its own warehouse."""
     write_campaign(tmp_path / "profiles")
     resources = {"warehouse": Warehouse(path=str(tmp_path / "w.duckdb")),
-                 "data": DataSources(profiles_dir=str(tmp_path / "profiles"), neusight=False)}
+                 "data": DataSources(profiles_dir=str(tmp_path / "profiles"), neusight=False, vidur=False)}
     instance = dg.DagsterInstance.ephemeral()
     register(instance, [CAMPAIGN])
     return instance, resources, tmp_path
@@ -284,6 +319,7 @@ dg.materialize([profiles.validated_kernel_profiles], instance=instance, partitio
 """
 
 
+@pytest.mark.slow
 def test_a_run_killed_midway_leaves_the_partition_as_it_was(small):
     instance, resources, root = small
     ingest(instance, resources, [CAMPAIGN])
@@ -343,7 +379,7 @@ def test_profiling_campaign_skips_with_a_clear_message_without_a_gpu(small):
 
 
 def gpt_like_trace(path: Path) -> Path:
-    from maya.simulator.synthetic import TraceBuilder
+    from maya.simulator.trace_builder import TraceBuilder
 
     builder = TraceBuilder(world_size=1)
     rank = builder.rank(0)
@@ -421,11 +457,13 @@ def test_warehouse_from_before_the_timing_column_is_migrated(tmp_path):
             ("c1", "device"), ("neusight-train", "isolated")]
 
 
+@pytest.mark.slow
 def test_maya_sql_reads_while_a_run_writes(tmp_path):
     """`maya sql` in another process, again and again while NeuSight's partitions are written: no error, and
     every answer is a committed state (the partitions table agrees with the rows) up to every row."""
     warehouse = tmp_path / "w.duckdb"
-    resources = {"warehouse": Warehouse(path=str(warehouse)), "data": DataSources(profiles_dir=str(tmp_path / "none"))}
+    resources = {"warehouse": Warehouse(path=str(warehouse)),
+                 "data": DataSources(profiles_dir=str(tmp_path / "none"), vidur=False)}
     partitions = find_partitions(resources["data"])
     with resources["warehouse"].connect():
         pass  # the tables exist before the first read
@@ -447,3 +485,77 @@ def test_maya_sql_reads_while_a_run_writes(tmp_path):
     total = len(load_kernels(neusight_dir() / "kernels_train.parquet"))
     assert query(warehouse, "SELECT count(*) FROM kernel_profiles")[0][0] == total
     assert [a["n"] for a in answers] == sorted(a["n"] for a in answers)  # commits only add rows
+
+
+def write_vidur(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Small Vidur files: a few real rows of each kind with bad ones among them."""
+    compute = pd.read_parquet(data_dir() / "vidur" / "compute.parquet")
+    compute = compute[compute["model"].str.contains("Llama-2-7b") & (compute["tp"] == 1) & (compute["device"] == "NVIDIA H100 80GB HBM3")
+                      & (compute["num_tokens"] == 512)].drop_duplicates("op").reset_index(drop=True)
+    compute = pd.concat([compute, compute.iloc[[0, 0, 0, 0, 0]].assign(num_tokens=1024)], ignore_index=True)
+    gemm = compute.index[compute["gemm_m"].notna()][0]
+    bad = {10: {"time_ms_median": -0.5}, 11: {"time_ms_median": np.nan}, 12: {"device": "NVIDIA H300"},
+           13: {"op": "attn_softmax"}}
+    for row, values in bad.items():
+        for column, value in values.items():
+            compute.loc[row, column] = value
+    compute.loc[gemm, "gemm_m"] = pd.NA
+    collective = pd.read_parquet(data_dir() / "vidur" / "collectives.parquet").groupby("network").head(3)
+    collective = collective.reset_index(drop=True)
+    collective.loc[0, "time_ms_median"] = 0.0
+    collective.loc[1, "collective"] = "all_to_some"
+    collective.loc[3, "devices_per_node"] = 16
+    root.mkdir()
+    compute.to_parquet(root / "compute.parquet")
+    collective.to_parquet(root / "collectives.parquet")
+    return compute, collective
+
+
+def test_vidur_sources_quarantine_bad_rows_with_the_reason_and_rerun_idempotently(tmp_path):
+    compute, collective = write_vidur(tmp_path / "vidur")
+    resources = {"warehouse": Warehouse(path=str(tmp_path / "w.duckdb")),
+                 "data": DataSources(profiles_dir=str(tmp_path / "none"), neusight=False,
+                                     vidur_dir=str(tmp_path / "vidur"))}
+    partitions, networks = find_partitions(resources["data"]), find_network_partitions(resources["data"])
+    assert partitions == [Partition("h100-sxm", VIDUR_COMPUTE_CAMPAIGN), Partition("nvidia-h300", VIDUR_COMPUTE_CAMPAIGN)]
+    assert [p.network for p in networks] == sorted(collective["network"].unique())
+    assert {p.campaign for p in networks} == {VIDUR_COLLECTIVES_CAMPAIGN}
+    instance = dg.DagsterInstance.ephemeral()
+    register(instance, partitions, networks)
+    first = ingest(instance, resources, partitions) + ingest_networks(instance, resources, networks)
+    assert all(r.success for r in first)
+    warehouse = tmp_path / "w.duckdb"
+    reasons = dict(query(warehouse, "SELECT row_index, reason FROM quarantine ORDER BY 1"))
+    assert reasons == {10: "time_ms_median: not positive (-0.5)", 11: "time_ms_median: required (missing)",
+                       12: "device: not in the hardware catalog ('NVIDIA H300')",
+                       13: "op: not a Vidur operator (attn_pre_proj, attn_post_proj, mlp_up_proj, mlp_down_proj, "
+                           "input_layernorm, post_attention_layernorm, attn_rope, mlp_act, add, emb) ('attn_softmax')",
+                       int(compute.index[compute["gemm_m"].isna() & compute["op"].str.contains("proj")][0]):
+                           "gemm_m, gemm_n, gemm_k: missing for a GEMM operator"}
+    assert query(warehouse, "SELECT count(*) FROM kernel_profiles")[0][0] == len(compute) - 5
+    assert query(warehouse, "SELECT DISTINCT timing, hardware FROM kernel_profiles") == [("device", "h100-sxm")]
+    collective_reasons = dict(query(warehouse, "SELECT row_index, reason FROM collective_quarantine"))
+    assert collective_reasons[0] == "time_ms_median: not positive (0.0)"
+    assert collective_reasons[1].startswith("collective: not a collective (allreduce")
+    assert "devices_per_node: more than the node's max_devices_per_node" in collective_reasons[3]
+    assert query(warehouse, "SELECT count(*) FROM collective_measurements")[0][0] == len(collective) - 3
+    again = ingest(instance, resources, partitions) + ingest_networks(instance, resources, networks)
+    assert all(metadata(r, asset)["changed"] is False for r in again
+               for asset in ("validated_kernel_profiles", "validated_collective_measurements")
+               if any(e.asset_key.to_user_string() == asset for e in r.get_asset_materialization_events()))
+
+
+def test_sensor_registers_vidur_devices_and_networks_and_requests_their_ingestion(tmp_path):
+    write_vidur(tmp_path / "vidur")
+    data = DataSources(profiles_dir=str(tmp_path / "none"), neusight=False, vidur_dir=str(tmp_path / "vidur"))
+    instance = dg.DagsterInstance.ephemeral()
+    first = sensors.profile_campaigns(dg.build_sensor_context(instance=instance, resources={"data": data}))
+    jobs = sorted((r.job_name, r.partition_key) for r in first.run_requests)
+    networks = find_network_partitions(data)
+    assert jobs == sorted([("ingest_profiles", str(partition_key(p))) for p in find_partitions(data)]
+                          + [("ingest_collectives", str(network_partition_key(p))) for p in networks])
+    added = {r.partitions_def_name: r.partition_keys for r in first.dynamic_partitions_requests}
+    assert added["network"] == [p.network for p in networks]
+    assert added["campaign"] == [VIDUR_COLLECTIVES_CAMPAIGN, VIDUR_COMPUTE_CAMPAIGN]
+    assert defs.resolve_job_def("ingest_collectives").partitions_def == \
+        collectives.validated_collective_measurements.partitions_def

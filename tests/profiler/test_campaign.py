@@ -106,6 +106,8 @@ def test_cuda_error_stops_the_session_and_is_not_retried(tmp_path):
     assert rows[-1]["config_key"] not in {c.key for c in again.timed}
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_small_campaign_end_to_end_on_cpu(tmp_path):
     configs = [
         KernelConfig.make("linear", "fp32", m=64, n=128, k=32),

@@ -19,6 +19,8 @@ from maya_trace_spec import Run
 from maya_trace_spec.validation import validate_run
 from paths import SHIPPED_WORKLOADS
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 WORKLOADS = SHIPPED_WORKLOADS
 TINY_GPT = [str(WORKLOADS / "gpt.py"), "--layers", "1", "--dim", "32", "--heads", "2", "--vocab", "64",
             "--seq", "8", "--batch", "2", "--steps", "100"]

@@ -15,6 +15,8 @@ from maya.profiler.workloads.suite import (ChildRun, SuiteConfig, SuiteSettings,
                                                      run_suite)
 from paths import PROFILER_RUNNER, SHIPPED_WORKLOADS
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 RUNNER = PROFILER_RUNNER
 
 

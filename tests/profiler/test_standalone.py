@@ -13,6 +13,8 @@ import pytest
 import torch
 from paths import PROFILER_RUNNER, SRC
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 ABSENT = ("duckdb", "pandera", "pandas", "typer", "rich", "dagster", "maya", "__editable__")
 
 

@@ -1,4 +1,5 @@
 """`maya profile workload` and `maya demo`: an unmodified script measured with torch.profiler (CPU here)."""
+import pytest
 import json
 
 import duckdb
@@ -9,6 +10,8 @@ from maya.core.paths import example_script
 from maya_trace_spec import Run
 from maya_trace_spec.duck import register_run
 from maya_trace_spec.validation import validate_run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 runner = CliRunner()
 

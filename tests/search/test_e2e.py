@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from maya.cli.search import search_cmd
 from paths import WORKLOADS
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 WORKLOAD = WORKLOADS / "search_mlp.py"
 
 

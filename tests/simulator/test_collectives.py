@@ -7,7 +7,7 @@ from maya.core import hardware
 from maya.estimators import CollectiveModel
 from maya.simulator import simulate
 from maya.simulator.durations.estimated import CollectiveDurations
-from maya.simulator.synthetic import TraceBuilder
+from maya.simulator.trace_builder import TraceBuilder
 from maya.simulator.trace import load
 
 PAIRS = "a100-pcie-nvlink-pairs-4gpu"

@@ -17,6 +17,8 @@ from maya.simulator.retarget import data_parallel, with_nodes
 from maya.simulator.trace import load
 from paths import EXAMPLE, WORKLOADS
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 runner = CliRunner()
 predict_app = typer.Typer()
 predict_app.command()(predict_cmd)

@@ -6,7 +6,7 @@ import pytest
 from maya.core import hardware
 from maya.simulator import Deadlock, MeasuredDurations, MissingRanks, RooflineDurations, simulate, summarize
 from maya.simulator.iterations import find_period
-from maya.simulator.synthetic import TraceBuilder
+from maya.simulator.trace_builder import TraceBuilder
 from maya.simulator.trace import load
 from paths import FIXTURES
 
@@ -478,3 +478,21 @@ def test_find_period_prefers_the_shortest_period_covering_as_much():
     unit = [5, 6, 7, 5, 8]
     seq = np.array([1, 2] + unit * 6 + [3])
     assert find_period(seq) == (2, 5, 6)
+
+
+def test_a_failed_allocation_the_script_survived_is_no_oom(tmp_path):
+    """The caching allocator frees its cache and retries after a failed cudaMalloc: only an OutOfMemoryError
+    that reached the script (status `oom`, or a failed run with the failed allocation) is out of memory."""
+    def build(status):
+        b = TraceBuilder(1)
+        b.rank(0).kernel(1 * US)
+        b.allocation(0, 30 << 30)
+        b.allocation(0, 30 << 30, kind="oom")
+        return summarize(simulate(load(b.write(tmp_path / status, status=status)), H100, MeasuredDurations()))
+
+    survived = build("complete")
+    assert not survived.oom and survived.oom_reason is None
+    assert any("1 device allocation(s) failed (rank 0: 1)" in n and "retried" in n for n in survived.notes)
+    for status in ("oom", "failed"):
+        failed = build(status)
+        assert failed.oom and failed.oom_reason == "the trace records an out-of-memory failure"

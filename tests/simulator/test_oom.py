@@ -34,7 +34,8 @@ def test_a_run_stopped_by_an_oom_reports_it(tmp_path):
                                "iteration 0: it requested 32.00 GiB with 60.00 GiB in use, 92.00 GiB in all of the "
                                "h100-sxm's 80.00 GiB")  # the captured device's capacity
     assert "rank(s) 1, 2, 3, 4, 5, 6, 7 were captured" in message and "neither captured" not in message
-    assert "at least 92.00 GiB per GPU (catalog GPUs with that much: h200 (140 GiB), b200 (179 GiB))" in message
+    assert ("at least 92.00 GiB per GPU (catalog GPUs with that much: h100-nvl (94 GiB), h20 (96 GiB), h200 (140 GiB), "
+            "b200 (179 GiB))") in message
     r = CliRunner().invoke(app, ["predict", str(run)])
     assert r.exit_code == 3 and "rank 0 ran out of device memory" in r.output
 

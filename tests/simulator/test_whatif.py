@@ -11,7 +11,7 @@ from maya.core import hardware
 from maya.cli.predict import predict_cmd
 from maya.simulator import MeasuredDurations, RooflineDurations, predict, simulate
 from maya.simulator.retarget import data_parallel, with_nodes
-from maya.simulator.synthetic import TraceBuilder
+from maya.simulator.trace_builder import TraceBuilder
 from maya.simulator.trace import load
 from maya_trace_spec.interop.kineto import import_kineto
 from paths import FIXTURES

@@ -222,6 +222,7 @@ def _columns(rows: list[dict], **extra) -> dict:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_rank, min_size=1, max_size=3))
+@pytest.mark.slow
 def test_any_run_exports_valid_json(ranks):
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"

@@ -152,6 +152,7 @@ def test_fp8_without_transformer_engine_says_so():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, reduce_dtype, attn_impl", [("DEFAULT", "fp32", "flash"), ("PURE", "bf16", "triton")])
+@pytest.mark.e2e
 def test_emulated_fsdp_run(tmp_path, mode, reduce_dtype, attn_impl):
     """Two virtual H100s, a 2-block MPT: bf16 all-gathers, reduce-scatters in the MP mode's dtype, one
     all-gather per unit per forward and backward, cuDNN attention, the optimizer's step read-backs."""
@@ -181,6 +182,8 @@ def test_emulated_fsdp_run(tmp_path, mode, reduce_dtype, attn_impl):
     assert json.loads(p.output)["steady_iterations"] == 1
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_fp8_under_the_emulator_fails_with_the_reason(tmp_path):
     """The script's `sys.exit(message)` reaches the user through `maya emulate`."""
     if importlib.util.find_spec("transformer_engine") is not None:

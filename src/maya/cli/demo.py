@@ -16,9 +16,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from maya.core.hardware import DEFAULT_HARDWARE
 from maya.core.paths import example_script, runs_dir, warehouse_path
 from maya.core.sql import run_query
-from maya.core.hardware import DEFAULT_HARDWARE
+
+from .common import out
 
 EXAMPLE_ARGS = ["--bf16", "--steps", "4", "--dim", "512", "--layers", "4", "--heads", "8", "--seq", "512",
                 "--batch", "8"]

@@ -25,7 +25,9 @@ def emulate_cmd(ctx: typer.Context,
                                                                              "--nproc-per-node).")] = None,
                 ranks: Annotated[Optional[str], typer.Option(help="Ranks to capture, e.g. 0,8-11 "
                                                                   "(default: all).")] = None,
-                hardware: Annotated[str, typer.Option(help="GPU model to emulate (see data/hardware).")] = DEFAULT_HARDWARE,
+                hardware: Annotated[str, typer.Option(help="GPU model to emulate: a catalog name (see "
+                                                           "data/hardware) or a .json/.yaml file describing one.")]
+                = DEFAULT_HARDWARE,
                 dedup: Annotated[bool, typer.Option(help="Capture equivalent ranks once (verified by "
                                                          "signature).")] = True,
                 iterations: Annotated[int, typer.Option(min=0, help=(
@@ -48,7 +50,7 @@ def emulate_cmd(ctx: typer.Context,
     topology = _topology(nnodes, nproc_per_node, world_size)
     try:
         hw = catalog.get(hardware)
-    except KeyError as e:
+    except (KeyError, catalog.HardwareFileError) as e:
         fail(str(e), 2)
     wanted = parse_ranks(ranks) if ranks else list(range(topology.world_size))
     target = out_dir or runs_dir() / time.strftime("emulate-%Y%m%d-%H%M%S")

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from .common import fail, out
+from .common import err, fail, out
 
 estimators_app = typer.Typer(help="Train, list, inspect and evaluate kernel runtime estimators.",
                              no_args_is_help=True)
@@ -23,22 +23,28 @@ def _pct(value) -> str:
 def train_cmd(profiles: Annotated[Optional[Path], typer.Option(help="Folder of measured runs "
                                                                    "(default data/profiles).")] = None,
               neusight: Annotated[bool, typer.Option(help="Include NeuSight's measured kernels.")] = True,
+              vidur: Annotated[bool, typer.Option(help="Include Vidur's measured operators.")] = True,
               sample: Annotated[Optional[int], typer.Option(help="Train on a random sample of this many rows.")] = None,
               trees: Annotated[Optional[int], typer.Option(help="Trees per model (default: the tuned "
                                                                 "setting).")] = None,
               depth: Annotated[Optional[int], typer.Option(help="Tree depth (default: the tuned setting).")] = None,
               warehouse: WarehouseOption = None):
-    """Train on the shipped measurements and register a version (an existing one when this data and
-    configuration were already trained on)."""
+    """Train on every shipped source (NeuSight, Vidur, measured runs; says which, with rows per source and
+    device) and register a version (an existing one when this data and configuration were already trained on)."""
+    import pandas as pd
+
     from maya.estimators import Registry, TrainConfig, train_version
     from maya.estimators.efficiency_model import ModelParams
-    from maya.estimators.training_data import shipped_measurements
+    from maya.estimators.training_data import rows_by_source, shipped_sources
 
     if profiles is not None and not profiles.is_dir():
         fail(f"{profiles}: no such directory")
-    measurements = shipped_measurements(neusight=neusight, profiles=profiles)
-    if measurements.empty:
-        fail("no measurements to train on (NeuSight excluded and no measured runs found)")
+    sources = shipped_sources(neusight=neusight, vidur=vidur, profiles=profiles)
+    frames = [s.calls if "source" in s.calls else s.calls.assign(source=s.name) for s in sources if len(s.calls)]
+    if not frames:
+        fail("no measurements to train on (every shipped source excluded and no measured runs found)")
+    out.print(_sources_table(sources, rows_by_source(sources)))
+    measurements = pd.concat(frames, ignore_index=True)
     if sample is not None and sample < len(measurements):
         measurements = measurements.sample(sample, random_state=0).reset_index(drop=True)
     chosen = {k: v for k, v in (("n_estimators", trees), ("max_depth", depth)) if v is not None}
@@ -50,6 +56,21 @@ def train_cmd(profiles: Annotated[Optional[Path], typer.Option(help="Folder of m
               f"hardware {', '.join(record.hardware)})"
     out.print(f"reused {summary}: same data and configuration" if registered.reused else f"registered {summary}")
     out.print(_family_table(record.metrics))
+
+
+def _sources_table(sources, rows) -> Table:
+    """Rows per source and device; rows quarantined (never trained on) and left out, with why."""
+    table = Table("source", "hardware", "rows", "quarantined (never trained on) / left out", title="training data")
+    for _, row in rows.iterrows():
+        table.add_row(row["source"], row["hardware"], f"{row['rows']:,}", f"{row['rejected']:,}" if row["rejected"]
+                      else "-")
+    for source in sources:
+        if len(source.rejected):
+            for reason, count in source.rejected["reason"].value_counts().head(5).items():
+                table.add_row(source.name, "", "", f"{count:,}: {reason}")
+        for kind, count in source.left_out.items():
+            table.add_row(source.name, "", "", f"{count:,} left out: {kind}")
+    return table
 
 
 @estimators_app.command("list")
@@ -97,58 +118,61 @@ def show_cmd(version: Annotated[str, typer.Argument(help="Version (e.g. v3) or `
 
 
 @estimators_app.command("eval")
-def eval_cmd(dataset: Annotated[Path, typer.Option(help="Parquet of measured kernels in NeuSight's columns "
-                                                        "(op, device, latency_ms, b, m, n, k / b, h).")],
-             version: Annotated[str, typer.Option(help="Version to evaluate.")] = "latest",
+def eval_cmd(dataset: Annotated[Path, typer.Option(help="Parquet of measurements in a layout Maya reads, told apart by "
+                                                        "its columns: NeuSight kernels (op, device, latency_ms, ...), "
+                                                        "Vidur compute (device, model, op, time_ms_median, ...) or "
+                                                        "Vidur collectives (network, collective, num_workers, ...).")],
+             version: Annotated[str, typer.Option(help="Kernel estimator version to evaluate.")] = "latest",
+             cluster: Annotated[Optional[str], typer.Option(help="Collectives: price every row on this cluster (name "
+                                                                 "or spec file) instead of each network's own.")]
+             = None,
+             as_json: Annotated[bool, typer.Option("--json", help="Print {op: {rows, mape (percent)}} as JSON.")]
+             = False,
              warehouse: WarehouseOption = None):
-    """MAPE of a version against measured kernels, per op and overall. NeuSight timed each call on its own
-    (CUDA events around one eager call), so predictions are compared as such: device time plus dispatch."""
-    import pandas as pd
+    """MAPE per op (per collective for NCCL data) against measurements. Kernels are compared as they were
+    timed: NeuSight's calls timed one by one (device time plus dispatch), Vidur's as device time; collectives
+    with the collective model of each network's cluster."""
+    import json
+    import sys
 
-    from maya.core import hardware
     from maya.estimators import Registry, RegistryError
-    from maya.estimators import CallFrameError
-    from maya.estimators.neusight_data import DatasetError, check_complete, to_calls
-    from maya.estimators.evaluation import comparable_ns, mape_table
+    from maya.estimators.dataset_eval import DatasetError, evaluate_file
 
     if not dataset.is_file():
         fail(f"{dataset}: no such file")
-    try:
-        calls = to_calls(pd.read_parquet(dataset))
-        if not calls.empty:
-            check_complete(calls)
-    except (DatasetError, OSError, ValueError) as e:
-        fail(f"{dataset}: {e}")
-    if calls.empty:
-        fail(f"{dataset}: no rows of a known op (bmm, linear, elementwise ops, ln, softmax)")
-    for device in calls["hardware"].unique():
+
+    def estimator():
         try:
-            hardware.get(device)
-        except hardware.UnknownHardware:
-            fail(f"{dataset}: unknown device {device!r} (not in the hardware catalog; known: "
-                  f"{', '.join(hardware.names())})")
+            return Registry(warehouse).load(version)
+        except RegistryError as e:
+            fail(str(e))
+
     try:
-        estimator = Registry(warehouse).load(version)
-    except RegistryError as e:
+        result = evaluate_file(dataset, estimator, cluster=cluster)
+    except DatasetError as e:
         fail(str(e))
-    try:
-        predicted = estimator.predict(calls)
-    except CallFrameError as e:
-        fail(f"{dataset}: {e}")
-    predicted = predicted.assign(measured_ns=calls["measured_ns"].to_numpy(),
-                                 predicted_ns=comparable_ns(predicted, calls["timing"]))
-    table = mape_table(predicted, "op", predictions=("predicted_ns", "roofline_ns"))
+    except ValueError as e:  # an unusable cluster spec file
+        fail(f"{cluster}: {e}")
+    for note in result.notes:
+        err.print(f"[yellow]note:[/] {note}")
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        return
+    table = result.table
     shares = [c for c in table.columns if c.startswith("share_")]
-    view = Table("op", "rows", "MAPE", "roofline MAPE", *[c.removeprefix("share_") for c in shares],
-                 title=f"{dataset.name} against estimator {version}")
-    for op, row in table.iterrows():
-        view.add_row(str(op), f"{int(row['rows']):,}", _pct(row["mape_predicted_ns"]), _pct(row["mape_roofline_ns"]),
-                     *[f"{row[c]:.0%}" for c in shares], end_section=op == table.index[-2])
+    extra = ["roofline MAPE"] if "roofline_mape" in table else []
+    view = Table("op", "rows", "MAPE", *extra, *[c.removeprefix("share_") for c in shares],
+                 title=f"{dataset.name} ({result.layout})" + ("" if result.layout == "vidur_collectives"
+                                                              else f" against estimator {version}"))
+    for op, row in [*table.iterrows(), ("overall", result.overall)]:
+        view.add_row(str(op), f"{int(row['rows']):,}", _pct(row["mape"]),
+                     *([_pct(row["roofline_mape"])] if extra else []), *[f"{row.get(c, 0.0):.0%}" for c in shares],
+                     end_section=op == table.index[-1])
     out.print(view)
 
 
 def _family_table(metrics: dict) -> Table:
-    table = Table("family", "rows", "GPUs", "validation MAPE", "unseen-architecture MAPE", "roofline MAPE",
+    table = Table("family (segment)", "rows", "GPUs", "validation MAPE", "unseen-architecture MAPE", "roofline MAPE",
                   title="per family (held-out training data)")
     for family, m in sorted(metrics.get("families", {}).items()):
         transfer = m.get("transfer_mape")

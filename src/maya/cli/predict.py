@@ -26,7 +26,8 @@ class Durations(str, Enum):
 
 
 def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emulated, imported or synthetic).")],
-                hardware: Annotated[Optional[str], typer.Option(help="GPU to predict for (default: the trace's); "
+                hardware: Annotated[Optional[str], typer.Option(help="GPU to predict for (default: the trace's): a "
+                                                                "catalog name or a .json/.yaml file describing one; "
                                                                 "measured kernel durations are re-priced for it.")]
                 = None,
                 dp: Annotated[Optional[int], typer.Option("--dp", min=1, help="Data-parallel degree to predict for "

@@ -1,9 +1,14 @@
-"""The hardware catalog (`data/hardware/catalog.json`): GPU spec-sheet figures selected by name."""
+"""The hardware catalog (`data/hardware/catalog.json`): GPU spec-sheet figures selected by name, and parts
+users describe in a file of their own (`load_file`; any `--hardware` option takes such a file's path)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
+
+import yaml
 
 from .paths import data_dir
 
@@ -46,7 +51,24 @@ class Hardware:
 
 class UnknownHardware(KeyError):
     def __str__(self) -> str:
-        return f"unknown hardware {self.args[0]!r}; known: {', '.join(names())}"
+        return (f"unknown hardware {self.args[0]!r}; known: {', '.join(names())} (or the path of a .json/.yaml "
+                "file describing a part: see data/hardware/README.md)")
+
+
+class HardwareFileError(ValueError):
+    """A user's hardware file that cannot be read or describes no usable part."""
+
+
+FILE_SUFFIXES = (".json", ".yaml", ".yml")
+PEAK_DTYPES = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+"""The `peak_tflops` keys a part may give (dense TFLOP/s); `fp32` is required."""
+CAPABILITY_FIELDS = ("shared_mem_per_sm_bytes", "shared_mem_per_block_optin_bytes", "max_threads_per_sm",
+                     "registers_per_sm")
+"""Fixed by the compute capability: a user's part without them takes a catalog part's of the same capability."""
+OPTIONAL_DEFAULTS = {"nvlink_gbs": 0.0, "pcie_gbs": 64.0}
+FIELDS = {f.name: f for f in dataclasses.fields(Hardware)}
+_registered: dict[str, tuple[Path, Hardware]] = {}
+"""Parts loaded from users' files in this process, by name."""
 
 
 class HardwareSpecError(ValueError):
@@ -120,17 +142,144 @@ def _positive(v, integer: bool = False) -> bool:
 
 
 def names() -> list[str]:
-    return sorted(_catalog())
+    """Catalog parts and the parts loaded from files in this process."""
+    return sorted({*_catalog(), *_registered})
+
+
+def is_file_reference(name: str) -> bool:
+    """Whether `--hardware` was given a file (by its suffix) rather than a name."""
+    return Path(name).suffix.lower() in FILE_SUFFIXES
 
 
 def get(name: str) -> Hardware:
-    """By catalog name (`h100-sxm`) or by the name the device reports (`NVIDIA H100 80GB HBM3`)."""
+    """By catalog name (`h100-sxm`), by the name the device reports (`NVIDIA H100 80GB HBM3`), by the name of
+    a part loaded from a file in this process, or by the path of such a file (`load_file`)."""
     if not isinstance(name, str):
         raise UnknownHardware(name)
+    if is_file_reference(name):
+        return load_file(name)
     catalog = _catalog()
     if name in catalog:
         return catalog[name]
-    for hw in catalog.values():
+    if name in _registered:
+        return _registered[name][1]
+    for hw in [*catalog.values(), *(hw for _, hw in _registered.values())]:
         if hw.device_name.lower() == name.lower():
             return hw
     raise UnknownHardware(name)
+
+
+def load_file(path: str | Path) -> Hardware:
+    """A part described in a JSON or YAML file, registered under its `name` for this process (so traces and
+    estimators that name it resolve). The fields are the catalog's (`data/hardware/catalog.json`); `based_on`
+    names a catalog part whose figures the file's replace, `memory_gb` (10^9 bytes) may stand for
+    `memory_bytes`. Without `based_on` every field is required except `device_name` (default: the name),
+    `source` (default: the file), `nvlink_gbs` (0), `pcie_gbs` (64) and the compute capability's SM resources
+    (`CAPABILITY_FIELDS`, from a catalog part of the same capability)."""
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise HardwareFileError(f"{path}: cannot read the hardware file ({e.strerror or e})") from None
+    try:
+        raw = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise HardwareFileError(f"{path}: not valid {path.suffix.lstrip('.').upper()} ({e})") from None
+    hw = _part(raw, path)
+    if hw.name in _catalog():
+        raise HardwareFileError(f"{path}: name {hw.name!r} is a catalog part; give your part a name of its own")
+    known = _registered.get(hw.name)
+    if known is not None and known[0] != path.resolve() and known[1] != hw:
+        raise HardwareFileError(f"{path}: name {hw.name!r} was already loaded from {known[0]} with other figures")
+    _registered[hw.name] = (path.resolve(), hw)
+    return hw
+
+
+def _part(raw: object, path: Path) -> Hardware:
+    if not isinstance(raw, dict):
+        raise HardwareFileError(f"{path}: expected a mapping of fields (name, sm_count, ...), got "
+                                f"{type(raw).__name__}")
+    raw = dict(raw)
+    unknown = sorted(set(raw) - set(FIELDS) - {"based_on", "memory_gb"})
+    if unknown:
+        raise HardwareFileError(f"{path}: unknown field(s) {', '.join(unknown)}; known: "
+                                f"{', '.join([*FIELDS, 'based_on', 'memory_gb'])}")
+    if "memory_gb" in raw:
+        if "memory_bytes" in raw:
+            raise HardwareFileError(f"{path}: give memory_gb or memory_bytes, not both")
+        raw["memory_bytes"] = _number(raw.pop("memory_gb"), "memory_gb", path) * 1e9
+    base = raw.pop("based_on", None)
+    if base is not None:
+        if base not in _catalog():
+            raise HardwareFileError(f"{path}: based_on {base!r} is not a catalog part; known: {', '.join(_catalog())}")
+        values = dataclasses.asdict(_catalog()[base])
+        values["peak_tflops"] = {**values["peak_tflops"], **(raw.pop("peak_tflops", None) or {})}
+        values.update(raw, source=raw.get("source", f"user file {path} (based on {base})"))
+    else:
+        values = {**OPTIONAL_DEFAULTS, "source": f"user file {path}", **raw}
+        values.setdefault("device_name", values.get("name"))
+        _capability_defaults(values, path)
+    missing = [name for name in FIELDS if name not in values]
+    if missing:
+        raise HardwareFileError(f"{path}: missing field(s) {', '.join(missing)} (or name a catalog part to start "
+                                "from with based_on)")
+    return Hardware(**{name: _field(name, values[name], path) for name in FIELDS})
+
+
+def _capability_defaults(values: dict, path: Path) -> None:
+    """Fill absent SM resources from a catalog part of the same compute capability."""
+    if all(name in values for name in CAPABILITY_FIELDS) or "sm_major" not in values or "sm_minor" not in values:
+        return
+    capability = (values["sm_major"], values["sm_minor"])
+    same = [hw for hw in _catalog().values() if (hw.sm_major, hw.sm_minor) == capability]
+    if not same:
+        absent = [name for name in CAPABILITY_FIELDS if name not in values]
+        raise HardwareFileError(f"{path}: no catalog part has compute capability {capability[0]}.{capability[1]} "
+                                f"to take {', '.join(absent)} from: give them")
+    for name in CAPABILITY_FIELDS:
+        values.setdefault(name, getattr(same[0], name))
+
+
+def _field(name: str, value: object, path: Path):
+    kind = FIELDS[name].type
+    if kind == "str":
+        if not isinstance(value, str) or not value.strip():
+            raise HardwareFileError(f"{path}: {name} must be a non-empty string, got {value!r}")
+        return value
+    if kind == "dict[str, float]":
+        return _peaks(value, path)
+    number = _number(value, name, path)
+    if name == "sm_minor" or name in OPTIONAL_DEFAULTS:
+        if number < 0:
+            raise HardwareFileError(f"{path}: {name} must not be negative, got {value!r}")
+    elif number <= 0:
+        raise HardwareFileError(f"{path}: {name} must be positive, got {value!r}")
+    if kind == "int":
+        if number != int(number):
+            raise HardwareFileError(f"{path}: {name} must be a whole number, got {value!r}")
+        return int(number)
+    return float(number)
+
+
+def _number(value: object, name: str, path: Path) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise HardwareFileError(f"{path}: {name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _peaks(value: object, path: Path) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise HardwareFileError(f"{path}: peak_tflops must be a mapping of dtype to dense TFLOP/s, got {value!r}")
+    unknown = sorted(set(value) - set(PEAK_DTYPES))
+    if unknown:
+        raise HardwareFileError(f"{path}: peak_tflops has unknown dtype(s) {', '.join(map(str, unknown))}; known: "
+                                f"{', '.join(PEAK_DTYPES)}")
+    if "fp32" not in value:
+        raise HardwareFileError(f"{path}: peak_tflops needs at least fp32")
+    peaks = {}
+    for dtype, tflops in value.items():
+        number = _number(tflops, f"peak_tflops.{dtype}", path)
+        if number <= 0:
+            raise HardwareFileError(f"{path}: peak_tflops.{dtype} must be positive, got {tflops!r}")
+        peaks[dtype] = number
+    return peaks

@@ -46,7 +46,8 @@ LIBS = (
     StubLib("libcuda.so.1", ("driver.c",), None, 1, 801, ("cu",), "cuda.h"),
     StubLib("libcublas.so.13", ("cublas.c",), "libcublas.so.13", 2, 15),
     StubLib("libcublasLt.so.13", ("cublaslt.c",), "libcublasLt.so.13", 3, 15),
-    StubLib("libcudnn.so.9", ("cudnn.c", "cudnn_legacy.c"), "libcudnn.so.9", 4, 3000),
+    StubLib("libcudnn.so.9", ("cudnn.c", "cudnn_legacy.c", "cudnn_rnn.c", "cudnn_batchnorm.c", "cudnn_ctc.c",
+                                      "cudnn_spatial.c"), "libcudnn.so.9", 4, 3000),
     StubLib("libnccl.so.2", ("nccl.c",), None, 5, 5, ("nccl",)),
     StubLib("libcusparse.so.12", (), "libcusparse.so.12", 6, 10),
     StubLib("libcusparseLt.so.0", (), None, 6, 10, ("cusparseLt",)),
@@ -61,7 +62,8 @@ LIBS = (
     StubLib("libnvidia-ml.so.1", ("nvml.c",), None, 7, 3, ("nvml",), "nvml.h",
             ("-DNVML_NO_UNVERSIONED_FUNC_DEFS",)),
 )
-CORE_SOURCES = ("core.c", "device_attrs.c")
+CORE_SOURCES = ("config.c", "record.c", "host_read.c", "memory.c", "kernels.c", "graphs.c", "lifecycle.c",
+                "device_attrs.c")
 CORE = "libmaya_emu.so"
 OPS_SOURCE = "ops_observer.cpp"
 OPS = "libmaya_ops.so"

@@ -47,7 +47,7 @@ DOMAINS = np.array(["runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", 
 DTYPES = np.array([None, "fp32", "fp16", "bf16", "fp64", "tf32", "int8", "int32", "fp8e4m3", "fp8e5m2", "int64",
                    "uint8"], dtype=object)
 MEMCPY_KINDS = np.array(["HtoH", "HtoD", "DtoH", "DtoD", "default", "PtoP"], dtype=object)
-STAND_INS = {1: "zero", 2: "one"}  # a[3] of a host read whose value Maya chose to end a loop (core.c)
+STAND_INS = {1: "zero", 2: "one"}  # a[3] of a host read whose value Maya chose to end a loop (host_read.c)
 K_PLAIN, K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT, K_ALLOC, K_SYNC, K_ATTN = range(10)
 F_DATA_DEPENDENT, F_UNIMPLEMENTED, F_GRAPH_REPLAY = 1, 2, 4
 ATTENTION_KERNELS = ("cudnn_sdpa_fwd", "cudnn_sdpa_bwd")  # named by Maya: cuDNN hides its kernels

@@ -133,90 +133,113 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDW
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir}: output exists and is not empty")
     lib_dir = build(Path(os.environ.get("MAYA_EMULATOR_CACHE") or maya_home() / "emulator"))
-    writer = RunWriter(out_dir)
-    run_row = {
-        "run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "emulator", "status": "running",
-        "command": json.dumps(["python", *argv]), "hardware": hw.name, "world_size": topology.world_size,
-        "nnodes": topology.nnodes, "nproc_per_node": topology.nproc_per_node,
-        "producer_version": f"maya {__version__}",
-        "attrs": json.dumps({"captured_ranks": wanted, "iterations_limit": iterations}),
-    }
-    writer.write("run", {k: [v] for k, v in run_row.items()})
-    port = _free_port()
+    job = _Job(list(argv), out_dir, hw, topology, lib_dir, iterations, on_output if wanted else None,
+               on_rank_done, wanted[0] if wanted else -1)
+    job.write_run("running", {"captured_ranks": wanted})
+    workers = parallel or os.cpu_count() or 1
+    with Watcher(job.mailbox, topology.world_size, job.start):
+        if dedup and ranks is None and topology.world_size > 1:
+            captured, represents = _deduplicated(job.capture, job.writer, topology.world_size, workers, on_rank_done)
+        else:
+            with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
+                captured = dict(zip(wanted, pool.map(job.capture, wanted)))
+            represents = {rank: [rank] for rank in wanted}
+        job.wait_for_all()
+    return job.finish(captured, represents)
 
-    runs: dict[int, Future] = {}
-    lock = threading.Lock()
 
-    def run_rank(rank: int) -> tuple[Path, RankResult]:
-        raw = out_dir / ".capture" / f"rank{rank}"
+class _Job:
+    """One `emulate` call: its ranks' processes, each started once, and the run directory they fill."""
+
+    def __init__(self, argv: list[str], out_dir: Path, hw: Hardware, topology: Topology, lib_dir: Path,
+                 iterations: int | None, on_output: Callable[[str], None] | None,
+                 on_rank_done: Callable[[RankResult], None] | None, echoed_rank: int):
+        self.argv, self.out_dir, self.hw, self.topology = argv, out_dir, hw, topology
+        self.lib_dir, self.iterations = lib_dir, iterations
+        self.on_output, self.on_rank_done, self.echoed_rank = on_output, on_rank_done, echoed_rank
+        self.writer = RunWriter(out_dir)
+        self.mailbox = out_dir / ".capture" / "mailbox"
+        self.port = _free_port()
+        self.run_row = {
+            "run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "emulator",
+            "command": json.dumps(["python", *argv]), "hardware": hw.name, "world_size": topology.world_size,
+            "nnodes": topology.nnodes, "nproc_per_node": topology.nproc_per_node,
+            "producer_version": f"maya {__version__}"}
+        self.runs: dict[int, Future] = {}
+        self.lock = threading.Lock()
+
+    def write_run(self, status: str, attrs: dict) -> None:
+        self.writer.write("run", {k: [v] for k, v in {**self.run_row, "status": status, "attrs": json.dumps(
+            {**attrs, "iterations_limit": self.iterations})}.items()})
+
+    def run_rank(self, rank: int) -> tuple[Path, RankResult]:
+        """Run one rank's process to its end and summarise its capture."""
+        raw = self.out_dir / ".capture" / f"rank{rank}"
         raw.mkdir(parents=True)
-        (raw / "config").write_text(_config(hw, raw, rank, topology.nproc_per_node))
+        (raw / "config").write_text(_config(self.hw, raw, rank, self.topology.nproc_per_node))
         t0 = time.monotonic()
+        env = _rank_env(self.lib_dir, raw, self.mailbox, rank, self.topology, self.port, self.iterations)
         try:
-            returncode = _run_rank(list(argv), _rank_env(lib_dir, raw, mailbox, rank, topology, port, iterations),
-                                   out_dir / "logs" / f"rank{rank}.txt", echo=on_output if rank == wanted[0] else None)
+            returncode = _run_rank(self.argv, env, self.out_dir / "logs" / f"rank{rank}.txt",
+                                   echo=self.on_output if rank == self.echoed_rank else None)
         finally:
-            mark_ended(mailbox, rank)
+            mark_ended(self.mailbox, rank)
         summary = RankSummary.scan(raw)
         return raw, RankResult(rank, summary.status["status"], returncode, summary.calls, summary.peak_bytes,
                                summary.unimplemented, summary.status.get("error"), time.monotonic() - t0,
                                summary.status.get("cpu_s", 0.0), summary.status)
 
-    def start(rank: int) -> Future:
+    def start(self, rank: int) -> Future:
         """The emulation of `rank`, started once (by a request or because a peer waits for it)."""
-        with lock:
-            if rank not in runs:
+        with self.lock:
+            if rank not in self.runs:
                 future: Future = Future()
-                runs[rank] = future
+                self.runs[rank] = future
+                threading.Thread(target=self._resolve, args=(future, rank), name=f"maya-rank{rank}",
+                                 daemon=True).start()
+            return self.runs[rank]
 
-                def target() -> None:
-                    try:
-                        future.set_result(run_rank(rank))
-                    except BaseException as e:
-                        future.set_exception(e)
+    def _resolve(self, future: Future, rank: int) -> None:
+        try:
+            future.set_result(self.run_rank(rank))
+        except BaseException as e:
+            future.set_exception(e)
 
-                threading.Thread(target=target, name=f"maya-rank{rank}", daemon=True).start()
-            return runs[rank]
-
-    def capture(rank: int, keep: bool = True) -> tuple[Path, RankResult]:
-        raw, result = start(rank).result()
+    def capture(self, rank: int, keep: bool = True) -> tuple[Path, RankResult]:
+        """`rank`'s capture (started if needed), written into the run unless `keep` is False (a probe)."""
+        raw, result = self.start(rank).result()
         if keep:
-            write_rank(raw, writer, rank)
-            if on_rank_done:
-                on_rank_done(result)
+            write_rank(raw, self.writer, rank)
+            if self.on_rank_done:
+                self.on_rank_done(result)
         return raw, result
 
-    workers = parallel or os.cpu_count() or 1
-    mailbox = out_dir / ".capture" / "mailbox"
-    with Watcher(mailbox, topology.world_size, start):
-        if dedup and ranks is None and topology.world_size > 1:
-            captured, represents = _deduplicated(capture, writer, topology.world_size, workers, on_rank_done)
-        else:
-            with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
-                captured = dict(zip(wanted, pool.map(capture, wanted)))
-            represents = {rank: [rank] for rank in wanted}
-        for future in list(runs.values()):  # ranks started only because a peer waited for them
+    def wait_for_all(self) -> None:
+        """Wait for ranks started only because a peer waited for them."""
+        for future in list(self.runs.values()):
             future.exception()
-    for rank, (_, result) in sorted(captured.items()):
-        local = rank % topology.nproc_per_node
-        writer.write("devices", {k: [v] for k, v in {
-            "local_rank": local, "node": rank // topology.nproc_per_node, "device_index": local,
-            "device_name": hw.device_name, "hardware": hw.name, "sm_major": hw.sm_major, "sm_minor": hw.sm_minor,
-            "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes, "represents": represents[rank],
-            "hostname": socket.gethostname(), "pid": result.info.get("pid")}.items()}, rank=rank)
-    results = [result for _, result in (captured[r] for r in sorted(captured))]
-    status = ("oom" if any(r.status == "oom" for r in results)
-              else "failed" if any(r.status == "failed" for r in results) else "complete")
-    run_row["status"] = status
-    run_row["attrs"] = json.dumps({"captured_ranks": sorted(captured), "represents": represents,
-                                   "iterations_limit": iterations,
-                                   "stopped_at_iteration": {r.rank: r.info.get("stopped_at_iteration")
-                                                            for r in results if r.info.get("stopped_at_iteration")}})
-    writer.write("run", {k: [v] for k, v in run_row.items()})
-    if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
-        shutil.rmtree(out_dir / ".capture", ignore_errors=True)
-    cpu = sum(f.result()[1].cpu_seconds for f in runs.values() if f.exception() is None)
-    return EmulationResult(out_dir, status, results, cpu)
+
+    def finish(self, captured: dict[int, tuple[Path, RankResult]], represents: dict[int, list[int]]) -> EmulationResult:
+        """The devices table, the run's final row and status, and the raw captures removed when complete."""
+        hw, topology = self.hw, self.topology
+        for rank, (_, result) in sorted(captured.items()):
+            local = rank % topology.nproc_per_node
+            self.writer.write("devices", {k: [v] for k, v in {
+                "local_rank": local, "node": rank // topology.nproc_per_node, "device_index": local,
+                "device_name": hw.device_name, "hardware": hw.name, "sm_major": hw.sm_major,
+                "sm_minor": hw.sm_minor, "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes,
+                "represents": represents[rank], "hostname": socket.gethostname(),
+                "pid": result.info.get("pid")}.items()}, rank=rank)
+        results = [captured[r][1] for r in sorted(captured)]
+        status = ("oom" if any(r.status == "oom" for r in results)
+                  else "failed" if any(r.status == "failed" for r in results) else "complete")
+        self.write_run(status, {"captured_ranks": sorted(captured), "represents": represents,
+                                "stopped_at_iteration": {r.rank: r.info.get("stopped_at_iteration")
+                                                         for r in results if r.info.get("stopped_at_iteration")}})
+        if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
+            shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)
+        cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None)
+        return EmulationResult(self.out_dir, status, results, cpu)
 
 
 def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done):

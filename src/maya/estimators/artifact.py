@@ -1,6 +1,8 @@
-"""A trained `KernelEstimator` as one file: a zip of `manifest.json` (format, per-family feature
-names, hardware, architectures, launch floors and bands), one XGBoost model per family and kind (`<family>.seen.ubj`,
-`<family>.transfer.ubj`, XGBoost's binary JSON) and the measured-shape table (`lookup.parquet`).
+"""A trained `KernelEstimator` as one file: a zip of `manifest.json` (format, per-family-segment feature
+names, hardware, architectures, launch floors and bands), one XGBoost model per family segment
+(`segments.model_key`: `gemm@tensor`, `copy`, ...) and kind (`<key>.seen.ubj`, `<key>.transfer.ubj`, XGBoost's
+binary JSON) and the measured-shape table (`lookup.parquet`). An artifact of one model per family (before
+segments) loads as it is: each family's model prices all its segments.
 Entries carry a fixed timestamp, so equal estimators give equal bytes."""
 from __future__ import annotations
 

@@ -69,12 +69,12 @@ def load_collectives(path: str | Path) -> pd.DataFrame:
     bad = ~(np.isfinite(frame["measured_us"]) & (frame["measured_us"] > 0) & (frame["bytes"] > 0))
     if bad.any():
         raise CollectiveDataError(f"{path}: {int(bad.sum())} row(s) with a missing or non-positive time or size")
-    frame["duplicate_of"] = _duplicates(frame)
+    frame["duplicate_of"] = duplicate_curves(frame)
     return frame.sort_values([*GROUP, "bytes"]).reset_index(drop=True)
 
 
-def _duplicates(frame: pd.DataFrame) -> pd.Series:
-    """Per row: the network whose curve of the same collective and layout this row's curve copies exactly
+def duplicate_curves(frame: pd.DataFrame) -> pd.Series:
+    """Per row of a frame with `GROUP`, `bytes` and `measured_us`: the network whose curve of the same collective and layout this row's curve copies exactly
     (the first in name order keeps its own), else None."""
     out = pd.Series(None, index=frame.index, dtype=object)
     curves = {key: rows.sort_values("bytes")[["bytes", "measured_us"]].to_numpy()

@@ -24,6 +24,8 @@ class HardwareArrays:
     architecture: np.ndarray
     """Compute capability as major * 10 + minor (GPUs of one architecture run the same kernels)."""
     peak_flops: np.ndarray
+    fp32_peak_flops: np.ndarray
+    """The fp32 (CUDA-core) peak: `peak_flops` over it is the tensor cores' speed-up for the call's dtype."""
     bandwidth: np.ndarray
     sm_count: np.ndarray
     l2_bytes: np.ndarray
@@ -33,6 +35,9 @@ class HardwareArrays:
     """Bytes of shared memory (carved out of L1) per SM."""
     l1_bytes: np.ndarray
     """Bytes of L1 data cache per SM (`L1_KIB_BY_ARCHITECTURE`)."""
+    boost_clock_hz: np.ndarray
+    fp32_flops: np.ndarray
+    """The spec sheet's FP32 (non-tensor) peak, FLOP/s: FP32 pipe instructions x 2 (an FMA is two FLOPs)."""
 
 
 def catalog_names(names: pd.Series) -> pd.Series:
@@ -56,6 +61,7 @@ def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
         name=np.array([s.name for s in specs], dtype=object)[codes],
         architecture=column([s.sm_major * 10 + s.sm_minor for s in specs]),
         peak_flops=_peak_flops(calls, codes, specs),
+        fp32_peak_flops=column([s.peak_flops("fp32") for s in specs]),
         bandwidth=column([s.memory_bandwidth for s in specs]),
         sm_count=column([s.sm_count for s in specs]),
         l2_bytes=column([s.l2_bytes for s in specs]),
@@ -64,6 +70,8 @@ def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
         shared_mem_per_sm=column([s.shared_mem_per_sm_bytes for s in specs]),
         l1_bytes=column([L1_KIB_BY_ARCHITECTURE.get(s.sm_major * 10 + s.sm_minor, s.shared_mem_per_sm_bytes / 1024) * 1024
                          for s in specs]),
+        boost_clock_hz=column([s.boost_clock_mhz * 1e6 for s in specs]),
+        fp32_flops=column([s.peak_flops("fp32") for s in specs]),
     )
 
 

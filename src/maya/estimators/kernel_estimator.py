@@ -6,7 +6,10 @@
    scale the larger of the device floor and the roofline (`maya.estimators.launch_floor`);
 3. `model_transfer` — hardware of an architecture never trained on: the family's model trained
    without spec-sheet identity features, which carries across GPUs;
-4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`.
+4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`;
+5. `composed` — instead of the roofline, for a family without a model that composes its time from
+   mechanisms (`FamilyPredictor.compose`: fused attention from the GEMM family's predictions of its
+   products, the special-function and FP32 rates of the spec sheet; `families/attention.py`).
 
 `duration_ns` is device time: how long the call keeps its stream busy. `isolated_ns` is what the call
 would read timed on its own around one eager call on the measured hosts (their dispatch, then the kernel or
@@ -33,8 +36,9 @@ from .features import features_of
 from .hardware_table import catalog_names, hardware_arrays
 from .launch_floor import DEVICE_FLOOR_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes, shape_keys
+from .segments import family_of, model_key, segments
 
-METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline")
+METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline", "composed")
 PRICED: tuple[str, ...] = ("roofline_ns", "efficiency", "duration_ns", "duration_low_ns", "duration_high_ns")
 """The prediction columns besides `method`, in output order."""
 CHUNK_ROWS = 1 << 16
@@ -56,9 +60,10 @@ class FamilyModels:
 @dataclass(frozen=True)
 class KernelEstimator:
     models: dict[str, FamilyModels] = field(default_factory=dict)
+    """Per family segment (`segments.model_key`: `gemm@tensor`, `copy`, ...)."""
     lookup: MeasuredShapes | None = None
     roofline_bands: dict[str, Band] = field(default_factory=dict)
-    """Per family, the spread of log(measured / roofline) in training."""
+    """Per family segment (`segments.model_key`), the spread of log(measured / roofline) in training."""
 
     def predict(self, calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
         """The normalised call frame with `roofline_ns`, `efficiency`, `duration_ns`, `duration_low_ns`,
@@ -99,31 +104,59 @@ class KernelEstimator:
         return priced
 
     def _price_family(self, family: str, calls: pd.DataFrame) -> dict[str, np.ndarray]:
-        """Prediction columns for calls of one family."""
+        """Prediction columns for calls of one family, each by its segment's model (`segments`), else by another
+        segment's of the family, else by the roofline."""
         predictor, hw = PREDICTORS[family], hardware_arrays(calls)
         work = predictor.work(calls, hw)
         roofline = base = work.roofline_s(hw) * 1e9
-        band = self.roofline_bands.get(family)
         slowdown, low = np.zeros(len(calls)), np.zeros(len(calls))
-        high = np.full(len(calls), np.nan if band is None else max(band.high, 0.0))
+        high = np.full(len(calls), np.nan)
         method = np.full(len(calls), METHODS.index("roofline"), dtype="int8")
         dispatch = np.full(len(calls), np.nan)
-        models = self.models.get(family)
-        if models is not None:
-            dispatch = models.floors.dispatch_seconds(calls["hardware"], calls["op"]) * 1e9
-            base = np.maximum(roofline, DEVICE_FLOOR_S * 1e9)
-            features = features_of(predictor, calls, hw, work, with_hardware=True)
-            seen = np.isin(hw.architecture, list(models.architectures))
+        segment = segments(family, calls, hw)
+        if not any(family_of(k) == family for k in self.models):
+            composed = predictor.compose(calls, hw, self.predict)
+            if composed is not None:
+                duration = np.maximum(composed.seconds, DEVICE_FLOOR_S) * 1e9
+                return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
+                        "duration_low_ns": np.minimum(np.maximum(composed.low_s * 1e9, roofline), duration),
+                        "duration_high_ns": np.maximum(composed.high_s * 1e9, duration),
+                        "method": np.full(len(calls), METHODS.index("composed"), dtype="int8"),
+                        "dispatch_ns": dispatch}
+        features = None
+        for name in np.unique(segment):
+            here = segment == name
+            key = self._model_key(family, str(name))
+            band = self.roofline_bands.get(key) or next(
+                (b for k, b in sorted(self.roofline_bands.items()) if family_of(k) == family), None)
+            high[here] = np.nan if band is None else max(band.high, 0.0)
+            models = self.models.get(key)
+            if models is None:
+                continue
+            if features is None:
+                base = np.maximum(roofline, DEVICE_FLOOR_S * 1e9)
+                features = features_of(predictor, calls, hw, work, with_hardware=True)
+            rows = np.flatnonzero(here)
+            dispatch[rows] = models.floors.dispatch_seconds(calls["hardware"].iloc[rows], calls["op"].iloc[rows]) * 1e9
+            seen = np.isin(hw.architecture[rows], list(models.architectures))
             for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
-                predicted = model.log_slowdown(features, np.flatnonzero(mask))
-                slowdown[mask] = predicted
-                low[mask] = np.maximum(predicted + model.band.low, 0.0)
-                high[mask] = predicted + model.band.high
-                method[mask] = METHODS.index(tag)
+                chosen = rows[mask]
+                predicted = model.log_slowdown(features, chosen)
+                slowdown[chosen] = predicted
+                low[chosen] = np.maximum(predicted + model.band.low, 0.0)
+                high[chosen] = predicted + model.band.high
+                method[chosen] = METHODS.index(tag)
         duration = base * np.exp(slowdown)
         return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
                 "duration_low_ns": base * np.exp(low), "duration_high_ns": base * np.exp(high), "method": method,
                 "dispatch_ns": dispatch}
+
+    def _model_key(self, family: str, segment: str) -> str:
+        """The segment's model, else the family's first segment with a model, else the segment's own key."""
+        key = model_key(family, segment)
+        if key in self.models:
+            return key
+        return next((k for k in sorted(self.models) if family_of(k) == family), key)
 
     def _use_measurements(self, priced: dict[str, np.ndarray], keys: np.ndarray) -> None:
         """Replace predictions by measurements where the exact shape was measured."""

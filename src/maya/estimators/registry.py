@@ -31,6 +31,7 @@ from maya.core.warehouse import connect
 
 from . import artifact
 from .kernel_estimator import KernelEstimator
+from .segments import family_of
 
 LATEST = "latest"
 ARTIFACT_NAME = "model.zip"
@@ -158,7 +159,8 @@ class Registry:
             version = f"v{number}"
             written = write_atomic(self.artifacts / version / ARTIFACT_NAME, raw)
             con.execute("INSERT INTO estimator_versions VALUES (?, now()::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-                version, data_hash, config_hash, metrics.get("hardware", []), sorted(metrics.get("families", {})),
+                version, data_hash, config_hash, metrics.get("hardware", []),
+                sorted({family_of(key) for key in metrics.get("families", {})}),
                 metrics.get("rows", 0), json.dumps(metrics, sort_keys=True), f"{version}/{ARTIFACT_NAME}",
                 hashlib.sha256(raw).hexdigest(), len(raw), __version__])
             con.execute("INSERT OR REPLACE INTO estimator_aliases VALUES (?, ?)", [LATEST, version])

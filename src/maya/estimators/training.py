@@ -34,6 +34,7 @@ from .hardware_table import catalog_names, hardware_arrays
 from .kernel_estimator import FamilyModels, KernelEstimator
 from .launch_floor import DEVICE, DEVICE_FLOOR_S, ISOLATED, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes
+from .segments import family_of, model_key, segments
 
 MEASURED = "measured_ns"
 TIMING = "timing"
@@ -102,15 +103,22 @@ def data_hash(measurements: pd.DataFrame) -> str:
 
 
 def train(measurements: pd.DataFrame, config: TrainConfig = TrainConfig()) -> TrainingResult:
+    """One model pair per family segment (`maya.estimators.segments`: `gemm@tensor`, `gemm@cuda`, ...)."""
     frame = measurements_frame(measurements)
-    models, bands, family_metrics = {}, {}, {}
+    keys = np.empty(len(frame), dtype=object)
     for family, rows in frame.groupby("family").groups.items():
+        at = frame.index.get_indexer(rows)
+        part = frame.iloc[at]
+        keys[at] = [model_key(family, s) for s in segments(family, part, hardware_arrays(part))]
+    models, bands, family_metrics = {}, {}, {}
+    for key, rows in frame.groupby(keys).groups.items():
+        family = family_of(key)
         learn = config.families is None or family in config.families
-        model, bands[family], family_metrics[family] = _train_family(
+        model, bands[key], family_metrics[key] = _train_family(
             family, frame.loc[rows].reset_index(drop=True), config, learn)
         if model is not None:
-            models[family] = model
-    device_ns, known = _device_ns(frame, models)
+            models[key] = model
+    device_ns, known = _device_ns(frame, keys, models)
     lookup = MeasuredShapes.from_measurements(frame[known], device_ns[known])
     estimator = KernelEstimator(models=models, lookup=lookup, roofline_bands=bands)
     return TrainingResult(estimator, {"rows": len(frame), "hardware": sorted(frame["hardware"].unique()),
@@ -198,15 +206,15 @@ class _Prepared:
     """Whether the measurement gives the device time (not an isolated call on its launch floor)."""
 
 
-def _device_ns(frame: pd.DataFrame, models: dict[str, FamilyModels]) -> tuple[np.ndarray, np.ndarray]:
+def _device_ns(frame: pd.DataFrame, keys: np.ndarray, models: dict[str, FamilyModels]) -> tuple[np.ndarray, np.ndarray]:
     """Measured device time of every row, and whether the measurement gives it: isolated measurements less
-    their hosts' dispatch by the floors of the family's model (unknown on the floor, and for families
+    their hosts' dispatch by the floors of their segment's model (unknown on the floor, and for segments
     without a model)."""
     device = frame[MEASURED].to_numpy(dtype="float64").copy()
     isolated = (frame[TIMING] == ISOLATED).to_numpy()
     known = ~isolated
-    for family, model in models.items():
-        rows = isolated & (frame["family"] == family).to_numpy()
+    for key, model in models.items():
+        rows = isolated & (keys == key)
         _, left_s, bound_s = model.floors.device_time(frame["hardware"][rows], frame["op"][rows], device[rows] * 1e-9,
                                                       np.ones(rows.sum(), dtype=bool))
         device[rows], known[rows] = left_s * 1e9, np.isnan(bound_s)

@@ -1,4 +1,4 @@
-"""Kernel-campaign measurements (`collectors/profiler`, one row per config) as measured calls in the
+"""Kernel-campaign measurements (`maya.profiler.kernels`, one row per config) as measured calls in the
 estimators' call frame: a config's median device time (CUDA events) is one call of its op."""
 from __future__ import annotations
 

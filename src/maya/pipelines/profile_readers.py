@@ -1,8 +1,9 @@
 """One raw profile file of a partition as measured calls: `hardware` (the GPU the rows say they were
 measured on), the call-frame columns, `measured_ns`, its `timing` (NeuSight timed calls one by one,
-`isolated`; Maya's campaigns time the device, `device`) and `row_index` (the row in the file). A file that
-cannot be read in its format raises `ProfileFileError` with the reason; nothing is dropped silently:
-rows the file holds but that are not measurements are counted by kind."""
+`isolated`; Maya's campaigns and Vidur time the device, `device`) and `row_index` (the row in the file). A
+file that cannot be read in its format raises `ProfileFileError` with the reason; nothing is dropped
+silently: rows the file holds but that are not measurements are counted by kind, and rows a source's own
+schema rejects (Vidur's, `maya.estimators.vidur_data`) come back with their reason for the quarantine."""
 from __future__ import annotations
 
 import io
@@ -15,9 +16,10 @@ from maya.profiler.kernels.measurements import MEASUREMENTS_VERSION, VERSION_KEY
 from maya.estimators.calls import NUMERIC_COLUMNS
 from maya.estimators.launch_floor import DEVICE
 from maya.estimators.neusight_data import FAMILY_OF_OP, to_calls
+from maya.estimators.vidur_data import check_compute
 
 from .measurement_calls import measurement_calls
-from .sources import NEUSIGHT, Partition, catalog_name
+from .sources import NEUSIGHT, VIDUR_COMPUTE, Partition, catalog_name
 from .tables import CALL_COLUMNS
 
 MEASUREMENT_COLUMNS = ("op", "dtype", "status", "median_ns")
@@ -28,17 +30,41 @@ class ProfileFileError(Exception):
     """The file is unreadable or not in its format."""
 
 
-def read_profile(data: bytes, file_format: str, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The partition's measured calls in the file's bytes, and the rows left out, by kind."""
+def read_profile(data: bytes, file_format: str,
+                 partition: Partition) -> tuple[pd.DataFrame, dict[str, int], pd.DataFrame]:
+    """The partition's measured calls in the file's bytes, the rows left out (by kind) and the rows rejected
+    before they became calls (`row_index`, `reason`, `record`)."""
     try:
         table = pq.read_table(io.BytesIO(data))
     except (pa.ArrowException, OSError) as e:
         raise ProfileFileError(f"not a readable Parquet file: {e}") from None
-    read = _neusight if file_format == NEUSIGHT else _measurements
+    read = {NEUSIGHT: _neusight, VIDUR_COMPUTE: _vidur_compute}.get(file_format, _measurements)
     try:
-        return read(table, partition)
+        result = read(table, partition)
     except (ValueError, TypeError) as e:  # a column that does not convert (DatasetError included)
         raise ProfileFileError(str(e)) from None
+    return result if len(result) == 3 else (*result, _NO_REJECTS)
+
+
+_NO_REJECTS = pd.DataFrame({"row_index": pd.Series(dtype="int64"), "reason": pd.Series(dtype="str"),
+                            "record": pd.Series(dtype="str")})
+
+
+def _vidur_compute(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int], pd.DataFrame]:
+    """The partition's device's rows of Vidur's compute profiles, checked by `vidur_data.COMPUTE_SCHEMA`."""
+    raw = table.to_pandas()
+    if "device" not in raw.columns:
+        raise ProfileFileError("missing column device: not Vidur's compute layout")
+    names = raw["device"].astype(str)
+    mine = raw[names.map({d: catalog_name(d) for d in names.unique()}) == partition.hardware]
+    checked = check_compute(mine.reset_index(drop=True))
+    in_file = mine.index.to_numpy()  # the checked frames count rows of `mine`; the quarantine counts the file's
+    calls = checked.calls.assign(hardware=partition.hardware)
+    rejected = checked.rejected
+    records = rejected.drop(columns=["reason", "row_index"]).to_json(orient="records", lines=True).split("\n")
+    quarantined = pd.DataFrame({"row_index": in_file[rejected["row_index"].to_numpy()].astype("int64"),
+                                "reason": rejected["reason"].to_numpy(), "record": records[:len(rejected)]})
+    return _frame(calls, pd.Index(in_file[checked.calls["row_index"].to_numpy()])), checked.left_out, quarantined
 
 
 def _neusight(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:

@@ -15,6 +15,7 @@ import pandera.pandas as pa
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, MATRIX_FAMILIES
 
 from maya.core import hardware
+from maya.estimators import row_validation
 from maya.estimators.calls import NUMERIC_COLUMNS
 from maya.estimators.launch_floor import DEVICE, ISOLATED
 
@@ -44,23 +45,4 @@ def profile_schema(partition_hardware: str) -> pa.DataFrameSchema:
 
 def split_valid(frame: pd.DataFrame, partition_hardware: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(valid rows, rejected rows with a `reason` column)."""
-    try:
-        profile_schema(partition_hardware).validate(frame, lazy=True)
-    except pa.errors.SchemaErrors as e:
-        if e.failure_cases["index"].isna().any():  # the frame's columns, not a row: a reader's bug
-            raise
-        reasons = _reasons(e.failure_cases)
-    else:
-        return frame, frame.iloc[:0].assign(reason=pd.Series(dtype="str"))
-    rejected = frame.index.isin(reasons.index)
-    return frame[~rejected].reset_index(drop=True), frame[rejected].join(reasons).reset_index(drop=True)
-
-
-def _reasons(failures: pd.DataFrame) -> pd.Series:
-    """One text per failing row: `column: check (value)` items, or the table check's message."""
-    check = failures["check"].astype(str).str.replace("not_nullable", "required")
-    value = failures["failure_case"].map(lambda v: "missing" if v is None or v != v else repr(v))
-    column_level = (failures["schema_context"] == "Column").to_numpy()
-    text = np.where(column_level, failures["column"].astype(str) + ": " + check + " (" + value + ")", check)
-    items = pd.DataFrame({"index": failures["index"].astype("int64"), "text": text}).drop_duplicates()
-    return items.groupby("index")["text"].agg("; ".join).rename("reason")
+    return row_validation.split_valid(frame, profile_schema(partition_hardware))

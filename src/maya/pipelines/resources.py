@@ -54,8 +54,8 @@ class Warehouse(dg.ConfigurableResource):
 
 
 class DataSources(dg.ConfigurableResource):
-    """Measured data: kernel profiling campaigns (`<profiles_dir>/<hardware>/<campaign>/`), NeuSight's
-    public kernels and ground-truth workloads (`<ground_truth_dir>/<hardware>/results/`)."""
+    """Measured data: kernel profiling campaigns (`<profiles_dir>/<hardware>/<campaign>/`), NeuSight's and
+    Vidur's public measurements and ground-truth workloads (`<ground_truth_dir>/<hardware>/results/`)."""
 
     profiles_dir: Optional[str] = Field(None, description="Campaigns as <hardware>/<campaign>/ (default: "
                                                           "data/profiles).")
@@ -63,10 +63,18 @@ class DataSources(dg.ConfigurableResource):
                                                               "data/ground_truth).")
     neusight: bool = Field(True, description="Ingest NeuSight's training split (one partition per GPU) and "
                                              "validate on its test split.")
+    vidur: bool = Field(True, description="Ingest Vidur's compute profiles (one partition per GPU) and collectives "
+                                          "(one partition per network).")
+    vidur_dir: Optional[str] = Field(None, description="Folder of Vidur's compute.parquet and collectives.parquet "
+                                                       "(default: data/vidur).")
 
     @property
     def profiles(self) -> Path:
         return Path(self.profiles_dir).expanduser() if self.profiles_dir else data_dir() / "profiles"
+
+    @property
+    def vidur_files(self) -> Path:
+        return Path(self.vidur_dir).expanduser() if self.vidur_dir else data_dir() / "vidur"
 
     @property
     def ground_truth(self) -> Path:

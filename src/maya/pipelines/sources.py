@@ -1,9 +1,14 @@
-"""Raw kernel profiles as (hardware, campaign) partitions and the files of each:
+"""Raw measurements as partitions and the files of each. Kernel profiles, by (hardware, campaign):
 
 - campaigns of `maya profile kernels`, published as `<profiles>/<hardware>/<campaign>/`: their
   `measurements/part-*.parquet` files (one row per kernel config);
 - NeuSight's training split: one partition per GPU, campaign `neusight-train`, all reading
-  `data/neusight/kernels_train.parquet`.
+  `data/neusight/kernels_train.parquet`;
+- Vidur's compute profiles: one partition per GPU, campaign `vidur-compute`, all reading
+  `data/vidur/compute.parquet`.
+
+Collective measurements, by (network, campaign): Vidur's, one partition per network, campaign
+`vidur-collectives`, all reading `data/vidur/collectives.parquet`.
 """
 from __future__ import annotations
 
@@ -21,13 +26,21 @@ from maya.estimators.neusight_data import FAMILY_OF_OP, neusight_dir
 from .resources import DataSources
 
 NEUSIGHT_CAMPAIGN = "neusight-train"
-NEUSIGHT, MEASUREMENTS = "neusight", "measurements"
+VIDUR_COMPUTE_CAMPAIGN, VIDUR_COLLECTIVES_CAMPAIGN = "vidur-compute", "vidur-collectives"
+NEUSIGHT, MEASUREMENTS, VIDUR_COMPUTE, VIDUR_COLLECTIVES = "neusight", "measurements", "vidur_compute", \
+    "vidur_collectives"
 """File formats."""
 
 
 @dataclass(frozen=True, order=True)
 class Partition:
     hardware: str
+    campaign: str
+
+
+@dataclass(frozen=True, order=True)
+class NetworkPartition:
+    network: str
     campaign: str
 
 
@@ -41,6 +54,14 @@ def neusight_train() -> Path:
     return neusight_dir() / "kernels_train.parquet"
 
 
+def vidur_compute(sources: DataSources) -> Path:
+    return sources.vidur_files / "compute.parquet"
+
+
+def vidur_collectives(sources: DataSources) -> Path:
+    return sources.vidur_files / "collectives.parquet"
+
+
 def catalog_name(device: str) -> str:
     """The hardware catalog's name of a GPU (its reported name, slugged, when not in the catalog; "" for a
     missing name)."""
@@ -48,7 +69,7 @@ def catalog_name(device: str) -> str:
         return ""
     try:
         return hardware.get(device).name
-    except hardware.UnknownHardware:
+    except (hardware.UnknownHardware, hardware.HardwareFileError):
         return "-".join(device.lower().split())
 
 
@@ -60,12 +81,31 @@ def find_partitions(sources: DataSources) -> list[Partition]:
         table = pq.read_table(neusight_train(), columns=["op", "device"]).to_pandas()
         devices = table.loc[table["op"].isin(list(FAMILY_OF_OP)), "device"].unique()
         found.update(Partition(catalog_name(d), NEUSIGHT_CAMPAIGN) for d in devices)
+    if sources.vidur:
+        devices = pq.read_table(vidur_compute(sources), columns=["device"]).column("device").unique().to_pylist()
+        found.update(Partition(catalog_name(str(d)), VIDUR_COMPUTE_CAMPAIGN) for d in devices)
     return sorted(found)
+
+
+def find_network_partitions(sources: DataSources) -> list[NetworkPartition]:
+    """Every collective-measurement partition the sources hold now."""
+    if not sources.vidur:
+        return []
+    networks = pq.read_table(vidur_collectives(sources), columns=["network"]).column("network").unique().to_pylist()
+    return sorted(NetworkPartition(str(n), VIDUR_COLLECTIVES_CAMPAIGN) for n in networks)
+
+
+def network_files(sources: DataSources, partition: NetworkPartition) -> list[ProfileFile]:
+    if partition.campaign == VIDUR_COLLECTIVES_CAMPAIGN and sources.vidur:
+        return [ProfileFile(vidur_collectives(sources), VIDUR_COLLECTIVES)]
+    return []
 
 
 def partition_files(sources: DataSources, partition: Partition) -> list[ProfileFile]:
     if partition.campaign == NEUSIGHT_CAMPAIGN and sources.neusight:
         return [ProfileFile(neusight_train(), NEUSIGHT)]
+    if partition.campaign == VIDUR_COMPUTE_CAMPAIGN and sources.vidur:
+        return [ProfileFile(vidur_compute(sources), VIDUR_COMPUTE)]
     parts = sources.profiles / partition.hardware / partition.campaign / "measurements"
     return [ProfileFile(p, MEASUREMENTS) for p in sorted(parts.glob("part-*.parquet"))]
 

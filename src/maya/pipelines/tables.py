@@ -6,6 +6,10 @@
 | `profile_partitions` | validated partition: the content hash it was validated at, row counts |
 | `kernel_profiles` | valid measured kernel call (call-frame columns, `timing`, `measured_ns`) |
 | `quarantine` | rejected row (`row_index`) or unreadable file (`row_index` NULL), with the reason |
+| `collective_files` | raw collective-measurement file of a (network, campaign) partition, with its SHA-256 |
+| `collective_partitions` | validated collective partition: the content hash it was validated at, row counts |
+| `collective_measurements` | valid measured collective (Maya's collective name, bytes per GPU, ranks, nodes, `measured_ns`) |
+| `collective_quarantine` | rejected collective row or unreadable file, with the reason |
 | `estimator_evaluations` | estimator version evaluated at an inputs hash: overall errors |
 | `kernel_errors` | version x hardware x family: held-out kernel MAPE (NeuSight's test split) |
 | `kernel_predictions` | version x held-out kernel: measured and predicted ns |
@@ -22,6 +26,7 @@ import pyarrow as pa
 from maya.estimators.calls import NUMERIC_COLUMNS
 
 PARTITION = "hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT NULL"
+NETWORK = "network VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT NULL"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS profile_files (
     {PARTITION}, format VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL,
@@ -35,6 +40,17 @@ CREATE TABLE IF NOT EXISTS kernel_profiles (
     flops DOUBLE, measured_ns DOUBLE NOT NULL, timing VARCHAR NOT NULL DEFAULT 'device');
 CREATE TABLE IF NOT EXISTS quarantine (
     {PARTITION}, row_index BIGINT, reason VARCHAR NOT NULL, record JSON);
+CREATE TABLE IF NOT EXISTS collective_files (
+    {NETWORK}, format VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL,
+    PRIMARY KEY (network, campaign, path));
+CREATE TABLE IF NOT EXISTS collective_partitions (
+    network VARCHAR NOT NULL, campaign VARCHAR NOT NULL, content_hash VARCHAR NOT NULL, files INTEGER NOT NULL,
+    rows BIGINT NOT NULL, quarantined BIGINT NOT NULL, PRIMARY KEY (network, campaign));
+CREATE TABLE IF NOT EXISTS collective_measurements (
+    {NETWORK}, row_index BIGINT NOT NULL, collective VARCHAR NOT NULL, bytes DOUBLE NOT NULL, ranks INTEGER NOT NULL,
+    nodes INTEGER NOT NULL, devices_per_node INTEGER NOT NULL, measured_ns DOUBLE NOT NULL);
+CREATE TABLE IF NOT EXISTS collective_quarantine (
+    {NETWORK}, row_index BIGINT, reason VARCHAR NOT NULL, record JSON);
 CREATE TABLE IF NOT EXISTS estimator_evaluations (
     version VARCHAR NOT NULL, inputs_hash VARCHAR NOT NULL, kernel_rows BIGINT NOT NULL, kernel_mape DOUBLE,
     workloads INTEGER NOT NULL, workload_failures INTEGER NOT NULL, workload_mape DOUBLE,
@@ -83,5 +99,7 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> N
         con.unregister("_incoming")
 
 
-def delete_partition(con: duckdb.DuckDBPyConnection, table: str, hardware: str, campaign: str) -> None:
-    con.execute(f"DELETE FROM {table} WHERE hardware = ? AND campaign = ?", [hardware, campaign])
+def delete_partition(con: duckdb.DuckDBPyConnection, table: str, hardware: str, campaign: str, *,
+                     key: str = "hardware") -> None:
+    """Delete a partition's rows; `key` names the first partition column (`network` for collectives)."""
+    con.execute(f"DELETE FROM {table} WHERE {key} = ? AND campaign = ?", [hardware, campaign])

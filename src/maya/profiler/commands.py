@@ -4,7 +4,7 @@
     python -m maya.profiler workload --out DIR [--measure] -- python SCRIPT ARGS
     python -m maya.profiler workload --out DIR --suite data/workloads/suite.py [--budget-min 8]
 
-From a source checkout without installation: `python collectors/profiler/run_on_device.py ...`.
+From a source checkout without installation: `python src/maya/profiler/run_on_device.py ...`.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from .expr import Expr, ExprError
 from .log import SearchLog, UnknownSearch
 from .objective import OBJECTIVES
 from .outcome import Outcome
-from .report import pareto_front, write_pareto_html
+from .pareto import pareto_front, write_pareto_html
 from .rules import Rules
 from .runner import Record, SearchResult, run_search, search_id
 from .space import Parameter, Space, SpaceError, load_space

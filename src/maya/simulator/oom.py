@@ -67,13 +67,14 @@ class OutOfMemory:
 
 
 def recorded_ooms(traces: TraceSet) -> list[OutOfMemory]:
-    """The first out-of-memory failure of every captured rank that has one, by rank."""
+    """The last out-of-memory failure of every captured rank that has one, by rank (the one that stopped it: an
+    earlier one the caching allocator may have survived by freeing its cache and retrying)."""
     out = []
     for rank, trace in sorted(traces.ranks.items()):
         memory = trace.memory
         if not len(memory) or not (memory["kind"] == "oom").any():
             continue
-        event = memory[memory["kind"] == "oom"].sort_values("seq").iloc[0]
+        event = memory[memory["kind"] == "oom"].sort_values("seq").iloc[-1]
         out.append(_describe(rank, trace, event, traces.hardware))
     return out
 

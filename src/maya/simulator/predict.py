@@ -13,7 +13,8 @@ from maya.core.hardware import Hardware
 
 from .durations import DurationProvider, MeasuredDurations, RooflineDurations, is_measured
 from .engine import Engine, RankResult
-from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable
+from .contention import contend
+from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable, cluster_spec
 from .iterations import Iterations, detect
 from .oom import check_stopped_by_oom, recorded_ooms
 from .opcodes import classify
@@ -42,7 +43,10 @@ class Simulation:
     devices: list[np.ndarray]
     results: list[RankResult]
     seconds: float
+    """Wall time of the replays (event loops)."""
     notes: list[str]
+    replays: int = 1
+    """Event-loop passes: 2 when the collectives' contention re-timed the kernels."""
 
     @property
     def calls(self) -> int:
@@ -59,7 +63,9 @@ def resolve_hardware(traces: TraceSet, name: str | None) -> Hardware:
         return catalog.get(name)
     source = source_hardware(traces)
     if source is None:
-        raise ValueError("the trace names no hardware: pass --hardware")
+        named = f"the trace's hardware {traces.hardware!r} is not in the catalog" if traces.hardware else \
+            "the trace names no hardware"
+        raise ValueError(f"{named}: pass --hardware (a catalog name, or the file describing the part)")
     return source
 
 
@@ -103,9 +109,12 @@ def make_provider(choice: str, traces: TraceSet, hardware: Hardware | None = Non
 
 def simulate(traces: TraceSet, hardware: Hardware, provider: DurationProvider | str = "auto", *,
              model_version: str = "latest", cluster: str | None = None, warehouse: str | Path | None = None,
-             reprice_collectives: bool = False) -> Simulation:
+             reprice_collectives: bool = False, contention: bool = True) -> Simulation:
     """Replay every rank of `traces` on `hardware` with `provider` (or a `--durations` choice; measured
-    collectives are re-priced with `reprice_collectives`, for a re-targeted degree or cluster)."""
+    collectives are re-priced with `reprice_collectives`, for a re-targeted degree or cluster). With
+    `contention`, kernels running beside a collective are slowed by the SMs and bandwidth NCCL takes
+    (`contention`: a second replay), unless the kernel durations were measured, as they are or scaled to
+    another GPU (they hold it already)."""
     programs = {rank: compile_rank(trace) for rank, trace in traces.ranks.items()}
     notes: list[str] = []
     if isinstance(provider, str):
@@ -118,8 +127,17 @@ def simulate(traces: TraceSet, hardware: Hardware, provider: DurationProvider | 
     engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
     t0 = time.perf_counter()
     results = engine.run()
+    seconds, replays = time.perf_counter() - t0, 1
+    if contention and not isinstance(provider, (MeasuredDurations, RepricedDurations)):
+        contended = contend(traces, replicas, comms, devices, results, hardware, cluster_spec(cluster, hardware))
+        if contended is not devices:
+            devices = contended
+            engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
+            t0 = time.perf_counter()
+            results = engine.run()
+            seconds, replays = seconds + time.perf_counter() - t0, 2
     return Simulation(traces, hardware, provider, programs, iterations, replicas, comms, devices, results,
-                      time.perf_counter() - t0, notes)
+                      seconds, notes, replays)
 
 
 def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, price_per_gpu_hour: float | None = None,
@@ -137,14 +155,9 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     job = job_figures(reports, int(traces.info["world_size"]), peak, tokens_per_iteration=tokens_per_iteration,
                       price_per_gpu_hour=price_per_gpu_hour)
     peak_memory = max((m for m, _ in memory.values()), default=0)
-    oom_reason = None
-    if traces.info["status"] == "oom" or any(o for _, o in memory.values()):
-        ooms = recorded_ooms(traces)
-        oom_reason = ooms[0].describe() if ooms else "the trace records an out-of-memory failure"
-    elif peak_memory > hw.memory_bytes:
-        oom_reason = f"peak {peak_memory / 2**30:.2f} GiB exceeds {hw.memory_bytes / 2**30:.2f} GiB"
+    oom_reason, retry_note = out_of_memory(traces, memory, peak_memory, hw)
     first = sim.iterations[min(sim.iterations)]
-    notes = list(sim.notes)
+    notes = list(sim.notes) + ([retry_note] if retry_note else [])
     if traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
     notes += stand_in_notes(traces)
@@ -163,6 +176,30 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
         price_per_gpu_hour=price_per_gpu_hour, simulated_calls=sim.calls, simulation_s=sim.seconds,
         ranks=reports, notes=notes, assumptions=assumptions, measured_iteration_ns=measured_ns,
         replay_error=replay_error, **job)
+
+
+def out_of_memory(traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_memory: int,
+                  hw: Hardware) -> tuple[str | None, str | None]:
+    """Why the job runs out of memory (None: it does not), and a note on failed allocations it survived.
+
+    A failed device allocation is not an out-of-memory failure by itself: PyTorch's caching allocator then
+    frees its cached blocks and retries, as it does on a GPU. The script ran out only when the error reached
+    it: the capture's status is `oom`, or the run failed on a rank where an allocation failed. Otherwise the
+    peak must fit the GPU priced (another, smaller GPU than the one emulated may not hold it)."""
+    failed = sorted(rank for rank, (_, oom) in memory.items() if oom)
+    status = traces.info["status"]
+    if status == "oom" or (status == "failed" and failed):
+        ooms = recorded_ooms(traces)
+        return (ooms[0].describe() if ooms else "the trace records an out-of-memory failure"), None
+    if peak_memory > hw.memory_bytes:
+        return f"peak {peak_memory / 2**30:.2f} GiB exceeds {hw.memory_bytes / 2**30:.2f} GiB", None
+    if not failed:
+        return None, None
+    counts = {rank: int((traces.ranks[rank].memory["kind"] == "oom").sum()) for rank in failed}
+    shown = ", ".join(f"rank {rank}: {n}" for rank, n in list(counts.items())[:4])
+    return None, (f"{sum(counts.values())} device allocation(s) failed ({shown}{' ...' if len(counts) > 4 else ''}) "
+                  "and the script went on: PyTorch's caching allocator freed its cached blocks and retried, as on a "
+                  "GPU, where each retry also synchronises the device (not priced)")
 
 
 SCALAR_READS = {"aten::_local_scalar_dense", "aten::item"}
@@ -192,11 +229,11 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
 def predict(run_dir: str | Path, *, hardware: str | None = None, durations: DurationProvider | str = "auto",
             price_per_gpu_hour: float | None = None, tokens_per_iteration: float | None = None,
             timeline: str | Path | None = None, model_version: str = "latest", cluster: str | None = None,
-            dp: int | None = None, store: bool = True,
-            warehouse: str | Path | None = None) -> tuple[Prediction, str | None]:
+            dp: int | None = None, store: bool = True, warehouse: str | Path | None = None,
+            contention: bool = True) -> tuple[Prediction, str | None]:
     """Predict a run, optionally re-targeted to another GPU (`hardware`), data-parallel degree (`dp`) or
     cluster; returns the prediction and its warehouse id (None with `store=False`). The timeline shows every
-    rank of jobs up to `TIMELINE_RANKS` ranks, else the captured ones."""
+    rank of jobs up to `TIMELINE_RANKS` ranks, else the captured ones. `contention`: see `simulate`."""
     traces = load(run_dir)
     if not traces.ranks:
         raise ValueError(f"{run_dir}: the run has no api_calls (nothing was captured)")
@@ -206,7 +243,7 @@ def predict(run_dir: str | Path, *, hardware: str | None = None, durations: Dura
         dp = None
     traces, assumptions = retarget(traces, hw, dp=dp, cluster=cluster)
     sim = simulate(traces, hw, durations, model_version=model_version, cluster=cluster, warehouse=warehouse,
-                   reprice_collectives=bool(assumptions))
+                   reprice_collectives=bool(assumptions), contention=contention)
     prediction = summarize(sim, tokens_per_iteration=tokens_per_iteration, price_per_gpu_hour=price_per_gpu_hour,
                            assumptions=assumptions)
     if timeline is not None:

@@ -1,7 +1,8 @@
 """What each device call does, in the estimators' call-frame vocabulary (`family`, `op`, `dtype`,
 `batch`, `m`, `n`, `k`, `numel`, `flops`, and `work_bytes` for their `bytes`; NaN where unknown), plus
 the collective columns (`collective`, `comm_bytes`: nccl-tests message size). Built from the call's own columns, its kernel's family and, for
-kernels without shapes of their own, the input shapes of the enclosing framework op."""
+kernels without shapes of their own, the input shapes of the enclosing framework op (attention kernels:
+`attention_shapes`)."""
 from __future__ import annotations
 
 import json
@@ -11,12 +12,10 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_bytes, dtype_name
 
+from .attention_shapes import shape_attention
 from .opcodes import COLL
+from .split_kernels import share_split_pieces
 from .trace import RankTrace
-
-ATTENTION_BACKWARD_FLOPS = 2.5
-"""Backward attention recomputes QK^T and runs four more products: 2.5 times the forward's FLOPs."""
-
 
 def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
     """Per op: its name without the `aten::` prefix, and the element count, last dimension (`row`) and
@@ -110,6 +109,8 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         num["numel"][launched] = op_rows["numel"].to_numpy()[launched]
         num["row"][launched] = op_rows["row"].to_numpy()[launched]
         _own_sizes(calls, launched, num["numel"])
+        names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])) if len(trace.kernels) else {}
+        share_split_pieces(calls, names, launched, num["numel"])
         known = launched & op_rows["dtype"].notna().to_numpy()
         dtype[known] = op_rows["dtype"].to_numpy()[known]
         unshaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy()  # measured traces' GEMMs
@@ -136,27 +137,10 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         family[gemm], dtype[gemm] = "gemm", kind
         _set_gemms(gemm, *(g[c].to_numpy(dtype="float64", na_value=1.0)
                            for c in ("gemm_batch", "gemm_m", "gemm_n", "gemm_k")), kind, op, num)
-    _attention(calls, family, op, dtype, num)
+    shape_attention(trace, family, op, dtype, num)
     collective, comm_bytes = _collectives(calls, opcodes)
     return pd.DataFrame({"family": family, "op": op, "dtype": dtype, **num, "collective": collective,
                          "comm_bytes": comm_bytes})
-
-
-def _attention(calls: pd.DataFrame, family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
-               num: dict[str, np.ndarray]) -> None:
-    """Attention graphs (cuDNN SDPA) carry their shape in `args` (in place)."""
-    args = calls["args"]
-    rows = args.notna() & args.astype(str).str.contains('"attention"', regex=False)
-    for i in np.flatnonzero(rows.to_numpy()):
-        a = json.loads(args.iat[i])["attention"]
-        backward = bool(a.get("backward"))
-        b, m, nn, d = a["batch"] * a["heads"], a["seq_q"], a["seq_kv"], a["head_dim"]
-        kind = dtype_name(a.get("dtype")) or "bf16"
-        family[i], op[i], dtype[i] = "attention", "sdpa_bwd" if backward else "sdpa_fwd", kind
-        num["batch"][i], num["m"][i], num["n"][i], num["k"][i] = b, m, nn, d
-        num["flops"][i] = (4.0 * b * m * nn * d * (ATTENTION_BACKWARD_FLOPS if backward else 1.0)
-                           * (0.5 if a.get("causal") else 1.0))
-        num["work_bytes"][i] = DTYPE_BYTES[kind] * b * (m + nn) * d * (4.0 if backward else 2.0)
 
 
 def _collectives(calls: pd.DataFrame, opcodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

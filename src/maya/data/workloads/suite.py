@@ -1,7 +1,7 @@
 """The ground-truth suite: the reference workloads (gpt.py, llama.py) over sizes, sequence lengths,
 micro-batches, bf16 autocast or fp32, with or without activation checkpointing, on one 80 GB GPU.
 
-`CONFIGS` is the suite (see collectors/profiler/workload_suite.py for the format). Each config carries
+`CONFIGS` is the suite (see maya/profiler/workloads/suite.py for the format). Each config carries
 rough analytic estimates, recorded with its results: `estimate_gib`, the allocator's peak (AdamW
 training state plus saved activations plus logits), and `estimate_s`, the whole config on an H100
 (process start, CUDA initialisation, trace export and import, plus 20 iteration-times: 5 warm-up,

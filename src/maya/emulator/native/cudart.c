@@ -509,7 +509,7 @@ MAYA_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   return cudaSuccess;
 }
 
-/* CUDA graphs: capture diverts a stream's device work into the graph (core.c); each launch replays it. */
+/* CUDA graphs: capture diverts a stream's device work into the graph (graphs.c); each launch replays it. */
 MAYA_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
   (void)mode;
   int64_t stream = maya_stream_id(s);

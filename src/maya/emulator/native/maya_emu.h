@@ -2,7 +2,7 @@
  *
  * Every intercepted call becomes one fixed-size binary record in a per-thread buffer, flushed to
  * `<out>/calls-<tid>.bin`; kernel names and communicators go to small text side files. The Python
- * side (collectors/emulator/convert.py) turns them into maya_trace_spec tables. The record layout
+ * side (maya/emulator/convert.py) turns them into maya_trace_spec tables. The record layout
  * here and RECORD_DTYPE in convert.py must agree.
  */
 #ifndef MAYA_EMU_H
@@ -153,7 +153,7 @@ int maya_graph_unhold(maya_graph *g, maya_user_object *o, unsigned n); /* -1 if 
 /* side files */
 void maya_side_write(const char *file, const char *line);
 
-/* Host reads of device memory (device-to-host copies): the value the host gets (see core.c, "host
+/* Host reads of device memory (device-to-host copies): the value the host gets (see host_read.c, "host
  * reads"). Copies the bytes and marks the record data-dependent; returns -1 when the rank must stop
  * (a loop that makes no progress), the record then carrying the failure. */
 int maya_host_read(maya_rec *r, void *dst, const void *src, size_t n);

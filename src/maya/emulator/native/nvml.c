@@ -3,7 +3,7 @@
  * not here fail loudly with NVML_ERROR_NOT_SUPPORTED (generated from nvml.h by build.py).
  *
  * Memory used is what the rank has allocated on the device (a process the rank starts, such as
- * nvidia-smi, reads it from the rank: core.c publishes it). Utilization reads 0 (no kernel runs);
+ * nvidia-smi, reads it from the rank: memory.c publishes it). Utilization reads 0 (no kernel runs);
  * temperature, power and clocks are a GPU at rest: idle temperature, 10% of its power limit,
  * boost clocks (as the device properties say). */
 #define _GNU_SOURCE

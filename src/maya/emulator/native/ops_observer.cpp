@@ -28,7 +28,7 @@
 extern "C" {
 void maya_emu_set_op(int64_t op);  // libmaya_emu: the op later records on this thread belong to
 int64_t maya_now(void);
-void maya_emu_progress(void);                       // training progressed (host reads, core.c)
+void maya_emu_progress(void);                       // training progressed (host reads, host_read.c)
 void maya_emu_read_one(const void* one, int size);  // the element type of the scalar read next
 void maya_emu_describe_ops(const char* (*fn)(void));
 }

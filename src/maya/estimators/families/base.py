@@ -2,6 +2,7 @@
 learned efficiency model. The learning itself is shared (`maya.estimators.efficiency_model`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -29,6 +30,21 @@ class Work:
         return np.maximum(np.maximum(self.flops / hw.peak_flops, self.bytes / bandwidth), MIN_ROOFLINE_S)
 
 
+PriceCalls = Callable[[pd.DataFrame], pd.DataFrame]
+"""Prices a call frame of other families: `KernelEstimator.predict` (columns `duration_ns`, `duration_low_ns`,
+`duration_high_ns`, ...)."""
+
+
+@dataclass(frozen=True)
+class Composed:
+    """Seconds per call composed from other families' predictions and spec-sheet rates, with the band those
+    predictions carry."""
+
+    seconds: np.ndarray
+    low_s: np.ndarray
+    high_s: np.ndarray
+
+
 class FamilyPredictor:
     """One kernel family. Subclasses define `family`, `ops` (the op vocabulary the model sees as a
     category), `count` (work from the shape) and `shape_features`."""
@@ -52,6 +68,11 @@ class FamilyPredictor:
         return Work(flops=np.where(np.isnan(given_flops), counted.flops, given_flops),
                     bytes=np.where(np.isnan(given_bytes), counted.bytes, given_bytes),
                     bandwidth=counted.bandwidth)
+
+    def compose(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed | None:
+        """Without a learned model of its own, the family's time composed from mechanisms (other families'
+        predictions via `price`, spec-sheet rates); None: the analytical roofline."""
+        return None
 
     def op_codes(self, calls: pd.DataFrame) -> np.ndarray:
         """Index of each call's op in `ops`; NaN (missing, for the model) when not in the vocabulary."""

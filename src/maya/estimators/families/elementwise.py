@@ -12,7 +12,9 @@ from ..hardware_table import HardwareArrays
 class ElementwisePredictor(FamilyPredictor):
     family = "elementwise"
     ops = ("add", "addu", "sub", "mul", "mulu", "div", "divu", "pow", "powu", "relu", "gelu", "tanh", "silu",
-           "gelu_fwd", "gelu_bwd", "silu_fwd", "silu_bwd", "dropout_fwd", "dropout_bwd", "fill", "cast")
+           "gelu_fwd", "gelu_bwd", "silu_fwd", "silu_bwd", "dropout_fwd", "dropout_bwd", "fill", "cast",
+           "silu_and_mul", "rotary_embedding")
+    """`silu_and_mul` and `rotary_embedding` are vLLM's fused kernels, measured by Vidur (`vidur_data`)."""
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         numel = calls["numel"].to_numpy()

@@ -17,7 +17,9 @@ STATS_BYTES = 8
 class NormalizationPredictor(FamilyPredictor):
     family = "normalization"
     ops = ("ln", "layer_norm", "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd", "batch_norm",
-           "group_norm")
+           "group_norm", "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm",
+           "_fused_rms_norm_backward")
+    """Profiler and NeuSight names, then the aten ops traced kernels carry (`maya.simulator.work`)."""
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         numel, row = calls["numel"].to_numpy(), calls["row"].fillna(calls["numel"]).to_numpy()

@@ -86,7 +86,7 @@ def _validate_file(file: ProfileFile, raw: bytes,
     quarantine row without `row_index`."""
     path = str(file.path)
     try:
-        frame, skipped = read_profile(raw, file.format, partition)
+        frame, skipped, refused = read_profile(raw, file.format, partition)
     except ProfileFileError as e:
         return None, pd.DataFrame({"path": [path], "row_index": [None], "reason": [f"file rejected: {e}"],
                                    "record": [None]}), {}
@@ -94,7 +94,7 @@ def _validate_file(file: ProfileFile, raw: bytes,
     records = rejected.drop(columns=["reason", "row_index"]).to_json(orient="records", lines=True).split("\n")
     quarantined = pd.DataFrame({"path": path, "row_index": rejected["row_index"], "reason": rejected["reason"],
                                 "record": records[:len(rejected)]})  # one JSON line per row
-    return valid.assign(path=path), quarantined, skipped
+    return valid.assign(path=path), _concat([refused.assign(path=path), quarantined]), skipped
 
 
 def _concat(frames: list[pd.DataFrame | None]) -> pd.DataFrame:

@@ -1,0 +1,155 @@
+/* Recording: per-thread buffers of fixed-size records flushed to calls-<tid>.bin, side files, API ids,
+ * unimplemented APIs, and the device and framework op of each thread. */
+#define _GNU_SOURCE
+#include "core.h"
+
+thread_buf *all_bufs;
+__thread thread_buf *my_buf;
+__thread int current_device;
+static __thread int64_t current_op = -1;
+pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+_Atomic int64_t seq_counter;
+static _Atomic int64_t id_counter = 16; /* small ids are reserved (0 = default stream) */
+int forked_child; /* not the emulated process itself (a DataLoader fork, a worker it started): no trace */
+
+int64_t maya_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+int64_t maya_next_seq(void) { return atomic_fetch_add_explicit(&seq_counter, 1, memory_order_relaxed); }
+int64_t maya_stream_id(const void *s) {
+  /* NULL, cudaStreamLegacy (0x1) and cudaStreamPerThread (0x2) are the default stream */
+  return (uintptr_t)s <= 2 ? 0 : ((const maya_stream *)s)->id;
+}
+
+int64_t maya_new_id(void) { return atomic_fetch_add_explicit(&id_counter, 1, memory_order_relaxed); }
+
+static void write_all(int fd, const void *data, size_t n) {
+  const char *p = data;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fprintf(stderr, "maya emulator: writing the trace failed: %s\n", strerror(errno));
+      return;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void flush_buf(thread_buf *b) {
+  if (forked_child) b->n = 0;
+  if (!b->n) return;
+  if (b->fd < 0) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/calls-%ld.bin", out_dir, (long)b->tid);
+    b->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (b->fd < 0) { fprintf(stderr, "maya emulator: cannot open %s: %s\n", path, strerror(errno)); b->n = 0; return; }
+  }
+  write_all(b->fd, b->recs, sizeof(maya_rec) * (size_t)b->n);
+  b->n = 0;
+}
+
+static thread_buf *get_buf(void) {
+  if (my_buf) return my_buf;
+  thread_buf *b = calloc(1, sizeof *b);
+  b->fd = -1;
+  b->tid = syscall(SYS_gettid);
+  pthread_mutex_lock(&lock);
+  b->next = all_bufs;
+  all_bufs = b;
+  pthread_mutex_unlock(&lock);
+  my_buf = b;
+  return b;
+}
+
+maya_rec *maya_begin(int api, int domain, int kind) {
+  thread_buf *b = get_buf();
+  if (b->n == BUF_RECORDS) flush_buf(b);
+  maya_rec *r = &b->recs[b->n++];
+  memset(r, 0, sizeof *r);
+  r->seq = maya_next_seq();
+  r->tid = b->tid;
+  r->api = api;
+  r->domain = domain;
+  r->kind = kind;
+  r->device = current_device;
+  r->op = current_op;
+  r->start_ns = maya_now();
+  return r;
+}
+
+__thread uint64_t window = WINDOW_SEED;
+__thread int window_work;
+
+void maya_end(maya_rec *r, int status) {
+  r->status = status;
+  r->dur_ns = maya_now() - r->start_ns;
+  if (r->kind != K_ALLOC) {
+    window = mix(window, (uint64_t)r->api);
+    if (r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_COPY || r->kind == K_MEMSET || r->kind == K_ATTN)
+      for (int i = 0; i < 3; i++) window = mix(window, (uint64_t)r->a[i]);
+    window_work |= r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN ||
+                   r->kind == K_COLL || (r->kind == K_COPY && r->a[1] != 2);
+  }
+  if (__builtin_expect(atomic_load_explicit(&captures_active, memory_order_relaxed) > 0, 0)) divert_to_graph(r);
+}
+
+void maya_flush_all(void) {
+  pthread_mutex_lock(&lock);
+  for (thread_buf *b = all_bufs; b; b = b->next) {
+    flush_buf(b);
+    if (b->fd >= 0) fsync(b->fd);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+void maya_side_write(const char *file, const char *line) {
+  if (forked_child) return;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", out_dir, file);
+  pthread_mutex_lock(&lock);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    write_all(fd, line, strlen(line));
+    close(fd);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+/* API names -> ids, so records stay fixed-size; apis.tsv maps them back. */
+#define MAX_APIS 4096
+static const char *api_names[MAX_APIS];
+int n_apis;
+
+int maya_api_id(const char *name) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < n_apis; i++)
+    if (!strcmp(api_names[i], name)) { pthread_mutex_unlock(&lock); return i; }
+  int id = n_apis < MAX_APIS ? n_apis++ : MAX_APIS - 1;
+  api_names[id] = strdup(name);
+  pthread_mutex_unlock(&lock);
+  char line[512];
+  snprintf(line, sizeof line, "%d\t%s\n", id, name);
+  maya_side_write("apis.tsv", line);
+  return id;
+}
+
+void maya_unimplemented(const char *name, int domain) {
+  maya_rec *r = maya_begin(maya_api_id(name), domain, K_PLAIN);
+  r->flags |= F_UNIMPLEMENTED;
+  maya_end(r, -1);
+  static __thread int depth;
+  if (depth++ == 0) {
+    fprintf(stderr, "maya emulator: unimplemented CUDA API %s called; it fails (see the trace's "
+                    "unimplemented count)\n", name);
+  }
+  depth--;
+}
+
+void maya_emu_set_op(int64_t op) { current_op = op; }
+int maya_current_device(void) { return current_device; }
+void maya_set_current_device(int d) { current_device = d; }

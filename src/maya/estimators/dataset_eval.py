@@ -1,0 +1,136 @@
+"""Accuracy on a measurement file of any shipped layout, told apart by its columns (`vidur_data.detect_layout`):
+NeuSight kernels and Vidur compute against a kernel estimator, Vidur collectives against the collective model
+of each network's cluster (`CollectiveModel(cluster).predict`, so it follows the model as it improves)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from maya.core import hardware
+from maya.core.clusters import UnknownCluster, load_cluster
+
+from .calls import CallFrameError
+from .collective_data import VIDUR_CLUSTERS
+from .collectives import CollectiveModel
+from .evaluation import comparable_ns, mape
+from .kernel_estimator import KernelEstimator
+from .neusight_data import DatasetError as NeuSightFormatError
+from .neusight_data import check_complete, to_calls
+from .vidur_data import VidurFormatError, check_collectives, check_compute, detect_layout
+
+
+
+class DatasetError(ValueError):
+    """The file cannot be evaluated: unreadable, of no known layout, or with nothing to compare."""
+
+
+@dataclass(frozen=True)
+class DatasetEvaluation:
+    layout: str
+    table: pd.DataFrame
+    """Per op (per collective for NCCL data): `rows`, `mape` (fraction) and, for kernels, `roofline_mape` and
+    the share of each pricing method; indexed by the op."""
+    overall: dict
+    notes: list[str] = field(default_factory=list)
+    """Rows not evaluated and why."""
+
+    def to_json(self) -> dict:
+        """`{op: {"rows": N, "mape": percent}}`."""
+        return {str(op): {"rows": int(row["rows"]), "mape": round(float(row["mape"]) * 100, 3)}
+                for op, row in self.table.iterrows()}
+
+
+def evaluate_file(path: str | Path, estimator: Callable[[], KernelEstimator], *,
+                  cluster: str | None = None) -> DatasetEvaluation:
+    """Evaluate `path`; `estimator` is called only for kernel layouts; `cluster` (a name or spec file) prices
+    every collective row instead of each network's own cluster."""
+    try:
+        raw = pd.read_parquet(path)
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{path}: not a readable Parquet file ({e})") from None
+    try:
+        layout = detect_layout(raw.columns)
+        if layout == "vidur_collectives":
+            return _collectives(raw, cluster)
+        if layout == "vidur_compute":
+            checked = check_compute(raw)
+            notes = _rejections(checked.rejected) + [f"{n:,} rows left out: {kind}" for kind, n in checked.left_out.items()]
+            return _kernels(layout, checked.calls, "vidur_op", estimator, notes)
+        calls = to_calls(raw)
+        if len(calls):
+            check_complete(calls)
+        _known_devices(calls["hardware"] if len(calls) else pd.Series(dtype="str"))
+        return _kernels(layout, calls, "op", estimator, [])
+    except (VidurFormatError, NeuSightFormatError, CallFrameError) as e:
+        raise DatasetError(f"{path}: {e}") from None
+
+
+def _known_devices(devices: pd.Series) -> None:
+    for device in devices.unique():
+        try:
+            hardware.get(device)
+        except hardware.UnknownHardware as e:
+            raise DatasetError(f"unknown device {device!r}: not in the hardware catalog (known: "
+                               f"{', '.join(hardware.names())})") from None
+
+
+def _kernels(layout: str, calls: pd.DataFrame, by: str, estimator: Callable[[], KernelEstimator],
+             notes: list[str]) -> DatasetEvaluation:
+    if calls.empty:
+        raise DatasetError("no rows to evaluate" + (f" ({'; '.join(notes)})" if notes else ""))
+    predicted = estimator().predict(calls)
+    frame = pd.DataFrame({"op": calls[by].to_numpy(), "measured": calls["measured_ns"].to_numpy(),
+                          "predicted": comparable_ns(predicted, calls["timing"]),
+                          "roofline": predicted["roofline_ns"].to_numpy(), "method": predicted["method"].to_numpy()})
+    rows = {}
+    for op, group in frame.groupby("op", sort=True):
+        rows[op] = {"rows": len(group), "mape": mape(group["measured"].to_numpy(), group["predicted"].to_numpy()),
+                    "roofline_mape": mape(group["measured"].to_numpy(), group["roofline"].to_numpy()),
+                    **group["method"].value_counts(normalize=True).add_prefix("share_").to_dict()}
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    overall = {"rows": len(frame), "mape": mape(frame["measured"].to_numpy(), frame["predicted"].to_numpy()),
+               "roofline_mape": mape(frame["measured"].to_numpy(), frame["roofline"].to_numpy()),
+               **frame["method"].value_counts(normalize=True).add_prefix("share_").to_dict()}
+    return DatasetEvaluation(layout, table.fillna({c: 0.0 for c in table.columns if c.startswith("share_")}),
+                             overall, notes)
+
+
+def _collectives(raw: pd.DataFrame, cluster: str | None) -> DatasetEvaluation:
+    checked = check_collectives(raw)
+    calls, notes = checked.calls, _rejections(checked.rejected)
+    names = raw["collective"].astype(str).to_numpy()[calls["row_index"].to_numpy()]
+    predicted = np.full(len(calls), np.nan)
+    for network, rows in calls.groupby("network").groups.items():
+        spec = cluster or VIDUR_CLUSTERS.get(str(network))
+        try:
+            model = CollectiveModel(load_cluster(spec)) if spec else None
+        except UnknownCluster:
+            model = None
+        if model is None:
+            notes.append(f"{len(rows):,} rows of network {network!r} not evaluated: no cluster spec "
+                         f"({spec or 'none known'}; pass --cluster NAME_OR_FILE)")
+            continue
+        frame = calls.loc[rows, ["collective", "bytes", "ranks", "nodes"]]
+        predicted[calls.index.get_indexer(rows)] = model.predict(frame)["duration_ns"].to_numpy(dtype="float64")
+    done = ~np.isnan(predicted)
+    if not done.any():
+        raise DatasetError("no rows to evaluate" + (f" ({'; '.join(notes)})" if notes else ""))
+    frame = pd.DataFrame({"op": names[done], "measured": calls["measured_ns"].to_numpy()[done],
+                          "predicted": predicted[done]})
+    table = pd.DataFrame.from_dict(
+        {op: {"rows": len(g), "mape": mape(g["measured"].to_numpy(), g["predicted"].to_numpy())}
+         for op, g in frame.groupby("op", sort=True)}, orient="index")
+    overall = {"rows": len(frame), "mape": mape(frame["measured"].to_numpy(), frame["predicted"].to_numpy())}
+    return DatasetEvaluation("vidur_collectives", table, overall, notes)
+
+
+def _rejections(rejected: pd.DataFrame) -> list[str]:
+    if rejected.empty:
+        return []
+    counts = rejected["reason"].value_counts()
+    return [f"{n:,} rows rejected (not evaluated): {reason}" for reason, n in counts.head(5).items()] + \
+        ([f"... and {counts.iloc[5:].sum():,} more rejected rows"] if len(counts) > 5 else [])

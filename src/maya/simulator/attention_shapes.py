@@ -1,0 +1,156 @@
+"""Attention shapes of fused-attention kernels, in the call-frame vocabulary of the attention family
+(`maya.estimators.families.attention`): `batch` = batch x heads, `m` queries, `n` keys, `k` head dimension,
+op `<sdpa|flash>_<fwd|bwd>[_causal]` or `flash_bwd_preprocess` / `flash_bwd_postprocess`.
+
+- cuDNN attention graphs carry their shape and mask in `args.attention` (the emulator records them).
+- Kernels torch launches itself (its FlashAttention-2 port `pytorch_flash::flash_*_kernel`, the
+  memory-efficient `fmha_cutlass*` kernels) carry no shape: it comes from the enclosing attention op's
+  input shapes (`ATTENTION_OPS`), and the causal flag from the kernel's own template arguments
+  (FlashAttention-2 instantiates `flash_fwd_kernel<Traits, Is_dropout, Is_causal, ...>` and
+  `flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Traits, Is_dropout, Is_causal, ...>`): the op's `is_causal`
+  is a scalar, which the ops table does not keep. A kernel whose flag cannot be read (the memory-efficient
+  kernels take it at run time) is priced without a mask, i.e. for the full work.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from maya_trace_spec.vocabulary import DTYPE_BYTES, dtype_name
+
+from .trace import RankTrace
+
+ATTENTION_BACKWARD_FLOPS = 2.5
+"""Backward attention recomputes QK^T and runs four more products: 2.5 times the forward's FLOPs."""
+
+ATTENTION_OPS: dict[str, tuple[int, int, bool]] = {
+    "aten::_flash_attention_forward": (0, 1, False),
+    "aten::_flash_attention_backward": (1, 2, False),
+    "aten::_efficient_attention_forward": (0, 1, False),
+    "aten::_efficient_attention_backward": (1, 2, False),
+    "aten::_scaled_dot_product_flash_attention": (0, 1, True),
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 2, True),
+    "aten::_scaled_dot_product_efficient_attention": (0, 1, True),
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 2, True),
+}
+"""Attention ops whose kernels carry no shape: positions of the query and key among their inputs, and whether
+their layout is [batch, heads, sequence, head dim] (else [batch, sequence, heads, head dim])."""
+
+_MANGLED_BOOLS = re.compile(r"((?:Lb[01]E){2,})E+v")
+_DEMANGLED_BOOLS = re.compile(r"traits<.*>\s*,\s*(true|false)\s*,\s*(true|false)")
+
+
+def kernel_role(name: str) -> str | None:
+    """What a fused-attention kernel does, from its name: `fwd`, `bwd` (the fused kernels), `preprocess`
+    (FlashAttention-2's D = rowsum(dO * O)), `postprocess` (dQ, dK/dV converted from fp32); None: unknown."""
+    lower = name.lower()
+    if "dot_do_o" in lower:
+        return "preprocess"
+    if "convert_dq" in lower or "convert_dkv" in lower:
+        return "postprocess"
+    if "flash_bwd" in lower or "cutlassb" in lower:
+        return "bwd"
+    if "flash_fwd" in lower or "cutlassf" in lower:
+        return "fwd"
+    return None
+
+
+def kernel_causal(name: str) -> bool | None:
+    """Is_causal of a FlashAttention-2 kernel (the second boolean template argument after its traits), mangled
+    or demangled; None when the name does not say."""
+    lower = name.lower()
+    if "flash_fwd" not in lower and "flash_bwd" not in lower:
+        return None
+    mangled = _MANGLED_BOOLS.findall(name)
+    if mangled:
+        return mangled[-1].split("E")[1] == "Lb1"
+    demangled = _DEMANGLED_BOOLS.search(name)
+    return demangled.group(2) == "true" if demangled else None
+
+
+def op_attention_shapes(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per attention op of `ATTENTION_OPS`: batch x heads, queries, keys, head dim, whether it is a backward, and
+    its dtype (indexed by op_id)."""
+    rows = {}
+    for op_id, name, shapes, dtypes in zip(ops["op_id"], ops["name"].astype(str), ops["input_shapes"],
+                                           ops["input_dtypes"]):
+        spec = ATTENTION_OPS.get(name)
+        if spec is None or shapes is None or len(shapes) <= spec[1]:
+            continue
+        q_at, k_at, heads_first = spec
+        q, k = shapes[q_at], shapes[k_at]
+        if q is None or k is None or len(q) != 4 or len(k) != 4:
+            continue
+        batch, heads = (q[0], q[1]) if heads_first else (q[0], q[2])
+        seq_q, seq_k = (q[2], k[2]) if heads_first else (q[1], k[1])
+        dtype = dtype_name(dtypes[q_at]) if dtypes is not None and q_at < len(dtypes) else None
+        rows[op_id] = (float(batch * heads), float(seq_q), float(seq_k), float(q[3]), name.endswith("backward"),
+                       dtype or "bf16")
+    return pd.DataFrame.from_dict(rows, orient="index",
+                                  columns=["batch", "m", "n", "k", "backward", "dtype"])
+
+
+def attention_ancestors(ops: pd.DataFrame, op_ids: np.ndarray) -> dict[int, int]:
+    """For each of `op_ids`: the op id of its nearest enclosing op (itself included) of `ATTENTION_OPS`, where
+    there is one."""
+    parent = dict(zip(ops["op_id"], ops["parent_op_id"]))
+    named = set(ops.loc[ops["name"].isin(list(ATTENTION_OPS)), "op_id"])
+    found: dict[int, int] = {}
+    for op_id in pd.unique(op_ids):
+        current, depth = op_id, 0
+        while current == current and current is not None and current not in named and depth < len(parent):
+            current, depth = parent.get(current), depth + 1
+        if current in named:
+            found[op_id] = current
+    return found
+
+
+def shape_attention(trace: RankTrace, family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
+                    num: dict[str, np.ndarray]) -> None:
+    """Attention shape, op, dtype, FLOPs and traffic of every attention call of `trace` (in place): cuDNN graphs
+    from their `args`, torch's own kernels from their enclosing op."""
+    calls = trace.calls
+    args = calls["args"]
+    graphs = (args.notna() & args.astype(str).str.contains('"attention"', regex=False)).to_numpy()
+    for i in np.flatnonzero(graphs):
+        a = json.loads(args.iat[i])["attention"]
+        kind = dtype_name(a.get("dtype")) or "bf16"
+        _set(i, "sdpa", "bwd" if a.get("backward") else "fwd", bool(a.get("causal")), a["batch"] * a["heads"],
+             a["seq_q"], a["seq_kv"], a["head_dim"], kind, family, op, dtype, num)
+    launched = (family == "attention") & ~graphs & calls["kernel_id"].notna().to_numpy() & calls["op_id"].notna().to_numpy()
+    if not launched.any() or not len(trace.ops):
+        return
+    ops = trace.ops.drop_duplicates("op_id")
+    shapes = op_attention_shapes(ops)
+    if not len(shapes):
+        return
+    ancestor = attention_ancestors(ops, calls["op_id"].to_numpy()[launched])
+    names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"].astype(str)))
+    for i in np.flatnonzero(launched):
+        owner = ancestor.get(calls["op_id"].iat[i])
+        if owner is None or owner not in shapes.index:
+            continue
+        s = shapes.loc[owner]
+        name = names.get(calls["kernel_id"].iat[i], "")
+        role = kernel_role(name) or ("bwd" if s["backward"] else "fwd")
+        _set(i, "flash", role, bool(kernel_causal(name)), s["batch"], s["m"], s["n"], s["k"], s["dtype"], family, op,
+             dtype, num)
+
+
+def _set(i: int, kernel: str, role: str, causal: bool, b: float, m: float, n: float, d: float, kind: str,
+         family: np.ndarray, op: np.ndarray, dtype: np.ndarray, num: dict[str, np.ndarray]) -> None:
+    family[i], dtype[i] = "attention", kind
+    num["batch"][i], num["m"][i], num["n"][i], num["k"][i] = b, m, n, d
+    itemsize = DTYPE_BYTES[kind]
+    if role in ("preprocess", "postprocess"):
+        op[i] = f"flash_bwd_{role}"
+        num["flops"][i] = 0.0
+        num["work_bytes"][i] = np.nan  # the family counts its traffic
+        return
+    backward = role == "bwd"
+    op[i] = f"{kernel}_{role}{'_causal' if causal else ''}"
+    num["flops"][i] = 4.0 * b * m * n * d * (ATTENTION_BACKWARD_FLOPS if backward else 1.0) * (0.5 if causal else 1.0)
+    num["work_bytes"][i] = itemsize * b * (m + n) * d * (4.0 if backward else 2.0)

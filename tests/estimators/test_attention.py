@@ -1,0 +1,123 @@
+"""The attention family's composed estimate: the GEMM family's predictions of the fused kernel's products, one
+exp2 per score element on the special-function units, the softmax bookkeeping on the FP32 pipes, causal
+tiles, the backward's five products and the overlap of each kernel generation."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from maya.core import hardware
+from maya.estimators import KernelEstimator, TrainConfig, train
+from maya.estimators.efficiency_model import ModelParams
+from maya.estimators.families.attention import (BACKWARD_FP32_OPS, FORWARD_FP32_OPS, TILE, causal_tile_share,
+                                                sfu_ops_per_clock)
+from maya.estimators.training_data import load_kernels, neusight_dir
+
+A100, H100 = hardware.get("a100-sxm-80gb"), hardware.get("h100-sxm")
+
+
+def attention(op: str, hw: str = "a100-sxm-80gb", batch: int = 64, seq: int = 2048, head_dim: int = 128,
+              keys: int | None = None) -> pd.DataFrame:
+    return pd.DataFrame({"hardware": [hw], "family": ["attention"], "op": [op], "dtype": ["bf16"],
+                         "batch": [float(batch)], "m": [float(seq)], "n": [float(keys or seq)],
+                         "k": [float(head_dim)]})
+
+
+def gemms(hw: str, products: list[tuple[int, int, int]], batch: int, seq: int, head_dim: int) -> pd.DataFrame:
+    """The fused kernel's products as GEMM calls, with the kernel's HBM traffic (two [seq x d] operands)."""
+    return pd.DataFrame({"hardware": hw, "family": "gemm", "op": "bmm", "dtype": "bf16", "batch": float(batch),
+                         "m": [float(p[0]) for p in products], "n": [float(p[1]) for p in products],
+                         "k": [float(p[2]) for p in products], "bytes": 2.0 * batch * 2 * seq * head_dim})
+
+
+def softmax_seconds(hw: hardware.Hardware, elements: float, fp32_ops: float) -> float:
+    sfu = hw.sm_count * sfu_ops_per_clock(np.array([hw.sm_major * 10 + hw.sm_minor]))[0] * hw.boost_clock_mhz * 1e6
+    return elements * (1 / sfu + fp32_ops / (hw.peak_flops("fp32") / 2))
+
+
+@pytest.fixture(scope="module")
+def estimator():
+    """GEMM and elementwise models trained on a sample of NeuSight's kernels (A100 among them)."""
+    measured = load_kernels(neusight_dir() / "kernels_train.parquet")
+    measured = measured[measured["family"].isin(["gemm", "elementwise"])].sample(4000, random_state=0)
+    return train(measured.reset_index(drop=True), TrainConfig(params=ModelParams(n_estimators=20, max_depth=4),
+                                                              validate=False)).estimator
+
+
+@pytest.mark.slow
+def test_forward_is_its_two_products_then_the_softmax_on_ampere(estimator):
+    b, s, d = 64, 2048, 128
+    out = estimator.predict(attention("flash_fwd", batch=b, seq=s, head_dim=d))
+    products = estimator.predict(gemms("a100-sxm-80gb", [(s, s, d), (s, d, s)], b, s, d))
+    assert (products["method"] == "model").all()  # the GEMM family's learned model prices them
+    expected = products["duration_ns"].sum() * 1e-9 + softmax_seconds(A100, b * s * s, FORWARD_FP32_OPS + d / TILE)
+    assert out["method"].tolist() == ["composed"]
+    assert out["duration_ns"][0] * 1e-9 == pytest.approx(expected, rel=1e-9)
+    assert out["duration_low_ns"][0] <= out["duration_ns"][0] <= out["duration_high_ns"][0]
+    # a better GEMM model makes a faster attention: with only the roofline the products run at peak
+    peak = KernelEstimator().predict(attention("flash_fwd", batch=b, seq=s, head_dim=d))
+    assert peak["duration_ns"][0] * 1e-9 == pytest.approx(
+        2 * 2 * b * s * s * d / A100.peak_flops("bf16") + softmax_seconds(A100, b * s * s, FORWARD_FP32_OPS + 1), rel=1e-9)
+    assert peak["duration_ns"][0] < out["duration_ns"][0]
+
+
+def test_backward_has_five_products_and_recomputes_the_exponentials():
+    b, s, d = 32, 1024, 64
+    out = KernelEstimator().predict(attention("flash_bwd", batch=b, seq=s, head_dim=d))
+    expected = 5 * 2 * b * s * s * d / A100.peak_flops("bf16") + softmax_seconds(A100, b * s * s, BACKWARD_FP32_OPS)
+    assert out["duration_ns"][0] * 1e-9 == pytest.approx(expected, rel=1e-9)
+
+
+def test_causal_masks_skip_the_tiles_above_the_diagonal():
+    assert causal_tile_share(np.array([2048.0]), np.array([2048.0]))[0] == pytest.approx(17 / 32)  # 16 tiles: 136/256
+    assert causal_tile_share(np.array([128.0]), np.array([128.0]))[0] == 1.0
+    assert causal_tile_share(np.array([65536.0]), np.array([65536.0]))[0] == pytest.approx(513 / 1024)
+    # more queries than keys (top-left alignment): the rows below the square see every key
+    assert causal_tile_share(np.array([512.0]), np.array([256.0]))[0] == pytest.approx((1 + 2 + 2 + 2) / 8)
+    full = KernelEstimator().predict(attention("flash_fwd"))["duration_ns"][0]
+    causal = KernelEstimator().predict(attention("flash_fwd_causal"))["duration_ns"][0]
+    assert causal == pytest.approx(full * 17 / 32, rel=1e-9)
+
+
+def test_overlap_depends_on_the_kernel_generation():
+    """On an H100 cuDNN's warp-specialised kernels hide the softmax under the products; FlashAttention-2's do
+    not; on an A100 both run them one after the other."""
+    b, s, d = 64, 4096, 64  # small head dim: the exponentials are a large share
+    tensor = 2 * 2 * b * s * s * d / H100.peak_flops("bf16")
+    softmax = softmax_seconds(H100, b * s * s, FORWARD_FP32_OPS + d / TILE)
+    est = KernelEstimator()
+    cudnn = est.predict(attention("sdpa_fwd", "h100-sxm", b, s, d))["duration_ns"][0] * 1e-9
+    flash = est.predict(attention("flash_fwd", "h100-sxm", b, s, d))["duration_ns"][0] * 1e-9
+    assert cudnn == pytest.approx(max(tensor, softmax), rel=1e-9)
+    assert flash == pytest.approx(tensor + softmax, rel=1e-9)
+    on_a100 = [est.predict(attention(op, "a100-sxm-80gb", b, s, d))["duration_ns"][0] for op in ("sdpa_fwd", "flash_fwd")]
+    assert on_a100[0] == on_a100[1]
+
+
+def test_exponentials_follow_the_special_function_rate_of_each_architecture():
+    assert sfu_ops_per_clock(np.array([80, 90, 70, 61, 120])).tolist() == [16, 16, 16, 32, 16]
+    # an H100 SXM: 132 SMs x 16 x 1.98 GHz = 4.18 T exp2/s, 237x fewer than its bf16 FLOP/s
+    b, s, d = 64, 2048, 64
+    est = KernelEstimator()
+    flash = est.predict(attention("flash_fwd", "h100-sxm", b, s, d))["duration_ns"][0] * 1e-9
+    tensor = 2 * 2 * b * s * s * d / H100.peak_flops("bf16")
+    fp32 = b * s * s * (FORWARD_FP32_OPS + d / TILE) / (H100.peak_flops("fp32") / 2)
+    assert flash - tensor - fp32 == pytest.approx(b * s * s / (132 * 16 * 1.98e9), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_backward_memory_passes_price_as_elementwise_passes(estimator):
+    b, s, d = 64, 2048, 128
+    pre = estimator.predict(attention("flash_bwd_preprocess", batch=b, seq=s, head_dim=d))
+    post = estimator.predict(attention("flash_bwd_postprocess", batch=b, seq=s, head_dim=d))
+    assert pre["method"].tolist() == post["method"].tolist() == ["composed"]
+    # preprocess reads dO and O (bf16), writes D and zeroes the fp32 accumulator; postprocess reads it, writes dQ
+    numel = b * s * d
+    assert pre["roofline_ns"][0] == pytest.approx((2 * 2 * numel + 4 * b * s + 4 * numel) / A100.memory_bandwidth * 1e9)
+    assert post["roofline_ns"][0] == pytest.approx((4 * numel + 2 * numel) / A100.memory_bandwidth * 1e9)
+    assert pre["duration_ns"][0] >= pre["roofline_ns"][0] and post["duration_ns"][0] >= post["roofline_ns"][0]
+
+
+def test_long_sequences_are_compute_bound_and_scale_quadratically():
+    est = KernelEstimator()
+    short, long = (est.predict(attention("flash_fwd_causal", batch=16, seq=s))["duration_ns"][0] for s in (8192, 65536))
+    assert long / short == pytest.approx(64 * (513 / 1024) / (65 / 128), rel=1e-6)

@@ -1,0 +1,100 @@
+"""NCCL's share of a GPU while a collective runs: channels from NCCL's defaults, kernels beside a collective
+slowed by the SMs its channels hold and (memory-bound ones) by the bandwidth its copies take."""
+import numpy as np
+import pytest
+
+from maya.core import hardware
+from maya.core.clusters import load_cluster
+from maya.simulator import MeasuredDurations, RooflineDurations, simulate, summarize
+from maya.simulator.contention import footprints, ring_channels, slowdowns
+from maya.simulator.trace_builder import TraceBuilder
+from maya.simulator.trace import load
+
+H100, A100 = hardware.get("h100-sxm"), hardware.get("a100-sxm-80gb")
+
+
+def test_channels_follow_nccls_search_on_each_fabric():
+    # NVSwitch nodes: 6 search channels (A100: 240 GB/s of NVLink at 40; H100: 370.8 at 60), doubled twice
+    assert ring_channels(A100, load_cluster("dgx-a100"), 1) == 24
+    assert ring_channels(H100, load_cluster("dgx-h100"), 1) == 24
+    # across nodes, one search channel per NIC (200 Gb/s RoCE at 24 GB/s; 400 Gb/s InfiniBand at 45), doubled once
+    assert ring_channels(A100, load_cluster("a100-roce-1600g"), 4) == 16
+    assert ring_channels(H100, load_cluster("dgx-h100"), 2) == 16
+    # PCIe only: Gen5 x16 at NCCL's 48 GB/s, two channels of 24, doubled once
+    assert ring_channels(H100, load_cluster("pcie-gen5-8gpu"), 1) == 4
+
+
+def test_footprint_of_a_collective():
+    names = np.array(["allgather", "allgather", "reducescatter", "allgather"])
+    nbytes = np.array([512e6, 512e6, 512e6, 64 * 1024.0])
+    ranks, nodes = np.array([8, 1, 8, 8]), np.array([1.0, 1.0, 1.0, 1.0])
+    duration = np.array([2e6, 2e6, 2e6, 20e3])  # ns
+    sm, hbm = footprints(names, nbytes, ranks, nodes, duration, H100, load_cluster("dgx-h100"))
+    assert sm[0] == pytest.approx(24 / 132) and sm[1] == 0 and hbm[1] == 0  # one rank: no collective
+    bus = 512e6 * 7 / 8
+    assert hbm[0] == pytest.approx(2 * bus / 2e-3 / H100.memory_bandwidth)  # read what it sends, write what it gets
+    assert hbm[2] == pytest.approx(3 * bus / 2e-3 / H100.memory_bandwidth)  # and read the operand it reduces
+    assert sm[3] == pytest.approx(2 / 132)  # 64 KiB: under 3 x 512 threads x 64 B, NCCL keeps two channels
+
+
+def test_slowdown_by_what_bounds_the_kernel():
+    family = np.array(["gemm", "gemm", "elementwise", "other"])
+    compute = np.array([1.0, 0.1, 0.0, 0.0])
+    memory = np.array([0.2, 1.0, 0.0, 0.0])
+    factor = slowdowns(family, compute, memory, sm_share=0.2, hbm_share=0.5)
+    assert factor[0] == pytest.approx(1 / 0.8)  # compute-bound: the SMs it loses
+    assert factor[1] == pytest.approx(2.0)  # memory-bound GEMM: the bandwidth it loses
+    assert factor[2] == pytest.approx(2.0)  # memory-bound family
+    assert factor[3] == pytest.approx(1 / 0.8)  # unknown work: SMs
+
+
+def overlapping(tmp_path, name="run"):
+    """Two ranks: an all-gather on stream 1 beside a large GEMM on stream 0."""
+    b = TraceBuilder(2)
+    b.communicator("dp", [0, 1])
+    for r in (0, 1):
+        k = b.rank(r)
+        k.collective("allgather", "dp", 500_000, stream=1, nelems=1 << 28)
+        k.gemm(8192, 8192, 8192, 1_000_000)
+        k.device_sync()
+    return load(b.write(tmp_path / name))
+
+
+def test_a_kernel_beside_a_collective_runs_on_fewer_sms(tmp_path):
+    traces = overlapping(tmp_path)
+    free = simulate(traces, H100, RooflineDurations(), contention=False)
+    contended = simulate(traces, H100, RooflineDurations())
+    gemm_free, coll = free.devices[0][1], free.devices[0][0]
+    end = free.result(0).end
+    overlap = min(end[0], end[1]) - max(end[0] - coll, end[1] - gemm_free)
+    assert overlap > 0.9 * coll  # the all-gather runs beside the GEMM
+    sm_share = 24 / 132  # dgx-h100, the H100's default cluster, one node
+    expected = gemm_free + overlap * (1 / (1 - sm_share) - 1)
+    assert contended.devices[0][1] == pytest.approx(expected, abs=1)
+    assert contended.devices[0][0] == coll  # the collective itself is not slowed
+    assert summarize(contended).iteration_ns > summarize(free).iteration_ns
+
+
+def test_measured_durations_already_hold_the_contention(tmp_path):
+    traces = overlapping(tmp_path)
+    measured = simulate(traces, H100, MeasuredDurations())
+    assert measured.devices[0][1] == 1_000_000
+
+
+def test_grouped_transfers_contend_too(tmp_path):
+    """A send/recv pair launched as one NCCL group (pipeline stages exchanging activations) beside a GEMM."""
+    b = TraceBuilder(2)
+    b.communicator("pp", [0, 1])
+    for r in (0, 1):
+        k = b.rank(r)
+        k.group_start()
+        k.send("pp", 1 - r, 0, stream=1)
+        k.recv("pp", 1 - r, 0, stream=1)
+        k.group_end()
+        k.gemm(8192, 8192, 8192, 0)
+        k.device_sync()
+    traces = load(b.write(tmp_path / "run"))
+    free = simulate(traces, H100, RooflineDurations(), contention=False)
+    contended = simulate(traces, H100, RooflineDurations())
+    gemm = 4  # group start, send, recv, group end, then the GEMM
+    assert contended.devices[0][gemm] > free.devices[0][gemm]
