@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SPEC_VERSION = "1.1.0"
-"""Semantic version of the schema. Minor versions only add nullable columns and allowed values
-(1.1: phase `eval`, domain `nvml`)."""
+SPEC_VERSION = "1.2.0"
+"""Semantic version of the schema. Minor versions only add nullable columns, allowed values and `args` entries
+(1.1: phase `eval`, domain `nvml`; 1.2: `args.triton`, a Triton launch's arguments)."""
 
 TIME_SOURCES = ("emulated", "measured", "predicted")
 PHASES = ("forward", "backward", "optimizer", "eval", "other")
@@ -163,7 +163,11 @@ API_CALLS = Table(
            "compute (e.g. `.item()`): the value returned was a stand-in."),
         _c("args", s, "Other arguments as a JSON object (e.g. `attention` shapes of a cuDNN graph; "
            "`cuda_graph_replay`: device work issued by a CUDA graph launch, as captured; `elements`: the "
-           "element count of a library kernel, e.g. one time step of a cuDNN RNN)."),
+           "element count of a library kernel, e.g. one time step of a cuDNN RNN; `triton` (1.2): the arguments of "
+           "a Triton kernel's launch (Inductor's generated kernels, user kernels) — `args`, each argument by name in "
+           "the kernel's order, a tensor with its `dtype`, `shape` and `bytes` (elements x element size), a scalar "
+           "(`xnumel`, `r0_numel`, ...) with its `value`; `constexprs`, the compile-time constants by name where the "
+           "launcher knows them; `num_stages`)."),
     ),
     unique=("seq",),
 )

@@ -30,9 +30,10 @@ predicted traces share it, so they can be joined call by call.
 
 ## Versioning
 
-- Minor versions only add nullable columns and allowed values (1.1: `ops.phase` `eval`,
-  `api_calls.domain` `nvml`): readers fill a column missing from an older minor
-  with nulls and ignore unknown columns of a newer minor.
+- Minor versions only add nullable columns, allowed values and `args` entries (1.1: `ops.phase`
+  `eval`, `api_calls.domain` `nvml`; 1.2: `api_calls.args.triton`, a Triton launch's arguments):
+  readers fill a column missing from an older minor with nulls and ignore unknown columns and
+  `args` entries of a newer minor.
 - A file of an older major is upgraded by the registered migrations (`maya trace migrate` rewrites
   a run in place); a newer major, a missing or malformed version is rejected with an error naming
   the file.

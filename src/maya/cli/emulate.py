@@ -36,6 +36,13 @@ def emulate_cmd(ctx: typer.Context,
                     f"start of the next; 0 runs it to its end. Default {DEFAULT_ITERATIONS}: a steady state "
                     "for the prediction, without running a script written to train for thousands of steps."
                 ))] = DEFAULT_ITERATIONS,
+                device_time: Annotated[str, typer.Option(help=(
+                    "What CUDA-event timings read (autotuners timing candidate kernels: Inductor max-autotune, "
+                    "Triton @autotune, cudnn.benchmark): 'estimators' (Maya's estimate on the emulated GPU by "
+                    "the --estimator-version; the roofline when none is registered), 'roofline', or 'host' "
+                    "(host time between the records)."))] = "estimators",
+                estimator_version: Annotated[str, typer.Option(help="Estimator version (or alias) of "
+                                                                    "--device-time estimators.")] = "latest",
                 out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None):
     """Run `-- python SCRIPT ARGS` unchanged on virtual GPUs, each rank in isolation, and store the
     device-API trace (maya_trace_spec). Exit code 3 when the script runs out of device memory."""
@@ -52,6 +59,7 @@ def emulate_cmd(ctx: typer.Context,
         hw = catalog.get(hardware)
     except (KeyError, catalog.HardwareFileError) as e:
         fail(str(e), 2)
+    oracle = _device_time(device_time, estimator_version, hw.name)
     wanted = parse_ranks(ranks) if ranks else list(range(topology.world_size))
     target = out_dir or runs_dir() / time.strftime("emulate-%Y%m%d-%H%M%S")
     columns = (SpinnerColumn(), TextColumn("[bold]emulating[/] {task.description}"), BarColumn(),
@@ -61,7 +69,7 @@ def emulate_cmd(ctx: typer.Context,
                                  total=len(wanted) if ranks or not dedup else None)
         try:
             result = emulate(argv, target, hardware=hw.name, topology=topology, ranks=wanted if ranks else None,
-                             dedup=dedup, iterations=iterations or None,
+                             dedup=dedup, iterations=iterations or None, device_time=oracle,
                              on_rank_done=lambda _: progress.advance(task),
                              on_output=lambda line: progress.console.print(line, end="", markup=False,
                                                                            highlight=False))
@@ -77,6 +85,19 @@ def emulate_cmd(ctx: typer.Context,
         raise typer.Exit(EXIT_OOM)
     if result.status != "complete":
         raise typer.Exit(1)
+
+
+def _device_time(choice: str, version: str, hardware: str) -> str | None:
+    """The device-time oracle the ranks install (`maya.emulator.device_time`), told to the user; None: host time."""
+    from maya.emulator.device_time import spec
+    from maya.simulator.device_time import FACTORY, resolve
+
+    try:
+        options, described = resolve(choice, version)
+    except ValueError as e:
+        fail(str(e), 2)
+    err.print(f"CUDA-event timings: {described}", highlight=False)
+    return None if options is None else spec(FACTORY, hardware=hardware, **options)
 
 
 def _topology(nnodes: int, nproc_per_node: int | None, world_size: int | None):

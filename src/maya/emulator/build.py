@@ -63,7 +63,7 @@ LIBS = (
             ("-DNVML_NO_UNVERSIONED_FUNC_DEFS",)),
 )
 CORE_SOURCES = ("config.c", "record.c", "host_read.c", "memory.c", "kernels.c", "graphs.c", "lifecycle.c",
-                "device_attrs.c")
+                "device_attrs.c", "device_time.c")
 CORE = "libmaya_emu.so"
 OPS_SOURCE = "ops_observer.cpp"
 OPS = "libmaya_ops.so"

@@ -21,10 +21,11 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from maya_trace_spec import RunWriter
+from maya_trace_spec import RunWriter, conform
 from maya_trace_spec.vocabulary import NCCL_API_COLLECTIVES, classify_kernel
 
 from .runner import EVAL_RANGE, MODULE_PREFIX
+from .triton_launches import NOTES_FILE
 
 # must match maya_rec in native/maya_emu.h
 RECORD_DTYPE = np.dtype([
@@ -70,6 +71,15 @@ def _tsv(path: Path) -> dict[int, str]:
         key, _, value = line.partition("\t")
         out[int(key)] = value
     return out
+
+
+def read_launch_notes(raw: Path) -> dict[int, dict]:
+    """The runner's descriptions of Triton launches by id (triton_launches.py), without their id."""
+    notes = {}
+    for line in _lines(raw / NOTES_FILE):
+        entry = json.loads(line)
+        notes[int(entry.pop("id"))] = entry
+    return notes
 
 
 def read_status(raw: Path) -> dict:
@@ -209,6 +219,24 @@ class _Parts:
         self.tables, self.rows = [], 0
 
 
+@dataclass
+class _NoOps:
+    """No framework ops: the calls of a capture still being written, out of their op context."""
+    known: _Bits
+    pg_of: dict[int, str]
+
+
+def call_rows(raw: Path, records: np.ndarray) -> tuple[pa.Table, pa.Table]:
+    """`api_calls` rows of some call records of a capture still being written (the device-time oracle's view:
+    no op context, collectives on their NCCL communicators) and the `kernels` dictionary they refer to."""
+    calls = _CallsPass(raw, 0, _NoOps(_Bits(), {}), {})
+    table = calls._calls(records)
+    names = list(calls.kernels.values())
+    kernels = {"kernel_id": list(calls.kernels), "name": names,
+               **{k: [classify_kernel(n)[k] for n in names] for k in ("family", "library")}}
+    return conform("api_calls", table), conform("kernels", kernels)
+
+
 OP_COLUMNS = ("op_id", "parent_op_id", "name", "thread_id", "start_ns", "end_ns", "input_shapes", "input_dtypes",
               "module_path", "phase", "iteration", "seq_nr")
 
@@ -322,19 +350,23 @@ def _named(names: np.ndarray, codes: np.ndarray, mask: np.ndarray) -> pa.Array:
 
 
 class _CallsPass:
-    """Streams the merged call records into `api_calls` and `memory_events`."""
+    """Streams the merged call records into `api_calls` and `memory_events` (`write`); `_calls` turns records into
+    `api_calls` rows."""
 
-    def __init__(self, raw: Path, writer: RunWriter, rank: int, ops: _OpsPass, members: dict[str, list[int]]):
+    def __init__(self, raw: Path, rank: int, ops: _OpsPass | _NoOps, members: dict[str, list[int]]):
         self.apis = _tsv(raw / "apis.tsv")
         self.kernels = _tsv(raw / "kernels.tsv")
+        self.launch_notes = read_launch_notes(raw)
         self.rank, self.ops, self.members = rank, ops, members
         self.groups: dict[str, dict] = {}
         self.used_comms: set[str] = set()
         names = [self.apis.get(i, f"api#{i}") for i in range(max(self.apis, default=-1) + 1)] or [""]
         self.api_names = np.array(names, dtype=object)
         self.collective_names = np.array([NCCL_API_COLLECTIVES.get(n, n) for n in names], dtype=object)
-        calls, memory = _Parts(writer, "api_calls", rank), _Parts(writer, "memory_events", rank)
         self.next_call = self.next_event = 0
+
+    def write(self, raw: Path, writer: RunWriter) -> None:
+        calls, memory = _Parts(writer, "api_calls", self.rank), _Parts(writer, "memory_events", self.rank)
         for r in merged_records(raw):
             alloc = r["kind"] == K_ALLOC
             calls.add(self._calls(r[~alloc]))
@@ -367,6 +399,12 @@ class _CallsPass:
                                      "kv_heads": int(x[7])}}
         for i in np.flatnonzero((kind == K_LAUNCH) & (a[:, 7] > 0)):
             args[i] = {"elements": int(a[i, 7])}  # a library kernel's own size
+        for i in np.flatnonzero((kind == K_LAUNCH) & (a[:, 6] > 0)):
+            note = self.launch_notes.get(int(a[i, 6]))
+            if note is not None and note["kernel"] == self.kernels.get(int(a[i, 0])):  # Triton's arguments
+                args[i] = {"triton": {k: v for k, v in note.items() if k != "kernel"}}
+        for i in np.flatnonzero((kind == K_EVENT) & (a[:, 1] == 1)):  # an event timing the oracle answered
+            args[i] = {"device_time_ns": int(a[i, 2])}
         for i in np.flatnonzero((kind == K_COPY) & (a[:, 3] > 0)):
             args[i] = {"stand_in": STAND_INS.get(int(a[i, 3]), "other")}
         for i in np.flatnonzero(r["flags"] & F_GRAPH_REPLAY):  # device work a cudaGraphLaunch replayed
@@ -473,7 +511,8 @@ def write_rank(raw: Path, writer: RunWriter, rank: int) -> None:
     ops_parts = _Parts(writer, "ops", rank)
     ops = _OpsPass(raw, ops_parts)
     ops_parts.flush()
-    calls = _CallsPass(raw, writer, rank, ops, members)
+    calls = _CallsPass(raw, rank, ops, members)
+    calls.write(raw, writer)
     if calls.kernels:
         names = list(calls.kernels.values())
         writer.write("kernels", {"kernel_id": list(calls.kernels), "name": names,

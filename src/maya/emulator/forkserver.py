@@ -30,7 +30,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 PER_RANK = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
             "ROLE_WORLD_SIZE", "MASTER_PORT", "MAYA_EMU_CONFIG", "MAYA_EMU_OUT", "MAYA_EMU_MAILBOX",
-            "MAYA_EMU_ITERATIONS")
+            "MAYA_EMU_ITERATIONS", "MAYA_EMU_DEVICE_TIME")
 """Variables that differ between the ranks of one zygote (read lazily, after the fork)."""
 IMPORT_TIME = ("TORCH", "PYTORCH", "CUDA", "NCCL", "CUBLAS", "CUDNN", "NVIDIA", "TRITON", "OMP", "KMP", "GOMP",
                "MKL", "OPENBLAS", "LD_", "PYTHON", "MAYA_EMU", "LANG", "LC_", "TZ")

@@ -1,6 +1,7 @@
 """`maya emulate`: run a training script on virtual GPUs, one isolated process per captured rank."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from . import forkserver
 from .build import build, preload_list
 from .convert import RankSummary, signature, write_rank
 from .dedup import stage_classes
+from .device_time import ORACLE_ENV
 from .mailbox import Watcher, mark_ended
 
 
@@ -75,7 +77,7 @@ def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
 
 
 def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology, port: int,
-              iterations: int | None) -> dict[str, str]:
+              iterations: int | None, device_time: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
         "LD_PRELOAD": ":".join(preload_list(lib_dir)),
@@ -102,6 +104,14 @@ def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology
         env["MAYA_EMU_ITERATIONS"] = str(iterations)
     else:
         env.pop("MAYA_EMU_ITERATIONS", None)
+    if device_time:
+        env[ORACLE_ENV] = device_time
+        # Inductor keeps autotuning results on disk: choices made by another oracle (or host time) must not
+        # be reused, so each oracle gets its own cache unless the user named one
+        digest = hashlib.sha256(device_time.encode()).hexdigest()[:16]
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(lib_dir.parent / "inductor" / digest))
+    else:
+        env.pop(ORACLE_ENV, None)
     return env
 
 
@@ -115,11 +125,12 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDW
             ranks: Sequence[int] | None = None, parallel: int | None = None,
             on_rank_done: Callable[[RankResult], None] | None = None,
             on_output: Callable[[str], None] | None = None, dedup: bool = True,
-            iterations: int | None = None) -> EmulationResult:
+            iterations: int | None = None, device_time: str | None = None) -> EmulationResult:
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
 
     With `iterations`, every rank stops cleanly once that many training iterations (optimizer steps)
-    are done, at the start of the next one (iteration_clock.py).
+    are done, at the start of the next one (iteration_clock.py). `device_time` names the oracle that answers
+    CUDA-event timings (`device_time.spec`; None: host time).
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
     passed to `on_output` as they come. With `dedup` and no explicit `ranks`, equivalent ranks are
@@ -135,6 +146,7 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDW
     lib_dir = build(Path(os.environ.get("MAYA_EMULATOR_CACHE") or maya_home() / "emulator"))
     job = _Job(list(argv), out_dir, hw, topology, lib_dir, iterations, on_output if wanted else None,
                on_rank_done, wanted[0] if wanted else -1)
+    job.device_time = device_time
     job.write_run("running", {"captured_ranks": wanted})
     workers = parallel or os.cpu_count() or 1
     with Watcher(job.mailbox, topology.world_size, job.start):
@@ -167,8 +179,11 @@ class _Job:
             "producer_version": f"maya {__version__}"}
         self.runs: dict[int, Future] = {}
         self.lock = threading.Lock()
+        self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
 
     def write_run(self, status: str, attrs: dict) -> None:
+        if self.device_time:
+            attrs = {**attrs, "device_time": json.loads(self.device_time)}
         self.writer.write("run", {k: [v] for k, v in {**self.run_row, "status": status, "attrs": json.dumps(
             {**attrs, "iterations_limit": self.iterations})}.items()})
 
@@ -178,7 +193,8 @@ class _Job:
         raw.mkdir(parents=True)
         (raw / "config").write_text(_config(self.hw, raw, rank, self.topology.nproc_per_node))
         t0 = time.monotonic()
-        env = _rank_env(self.lib_dir, raw, self.mailbox, rank, self.topology, self.port, self.iterations)
+        env = _rank_env(self.lib_dir, raw, self.mailbox, rank, self.topology, self.port, self.iterations,
+                        self.device_time)
         try:
             returncode = _run_rank(self.argv, env, self.out_dir / "logs" / f"rank{rank}.txt",
                                    echo=self.on_output if rank == self.echoed_rank else None)
@@ -235,7 +251,9 @@ class _Job:
                   else "failed" if any(r.status == "failed" for r in results) else "complete")
         self.write_run(status, {"captured_ranks": sorted(captured), "represents": represents,
                                 "stopped_at_iteration": {r.rank: r.info.get("stopped_at_iteration")
-                                                         for r in results if r.info.get("stopped_at_iteration")}})
+                                                         for r in results if r.info.get("stopped_at_iteration")},
+                                **({"device_time_answers": {r.rank: r.info.get("device_time") for r in results}}
+                                   if self.device_time else {})})
         if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
             shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)
         cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None)

@@ -5,7 +5,9 @@ libraries preloaded. Context comes from Maya's RecordFunction observer (libmaya_
 op, autograd node and record_function range with its input shapes, tagged onto the CUDA calls it
 makes), module hooks that open a range per module (`nn.Module: GPT.blocks.0.mlp`) and, around a
 model called in eval mode or under inference mode, a `maya::eval` range (its ops are phase `eval`),
-and the iteration clock (iteration_clock.py: optimizer steps, `--iterations`). At exit the script's
+the iteration clock (iteration_clock.py: optimizer steps, `--iterations`), the arguments of Triton
+launches (triton_launches.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
+timings (device_time.py). At exit the script's
 outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
 """
 from __future__ import annotations
@@ -151,8 +153,12 @@ def main(argv: list[str]) -> int:
 
     from .isolation import install as isolate_ranks
     from .iteration_clock import ITERATIONS_ENV, IterationLimitReached, native_clock
+    from .device_time import install as answer_event_timings
+    from .triton_launches import install as describe_triton_launches
 
     isolate_ranks()
+    describe_triton_launches(out)
+    timings = answer_event_timings(out)
     status, error, code, stopped = "complete", None, 0, None
     observer = _Observer(Path(os.environ["MAYA_EMU_LIBS"]), out)
     clock = native_clock(observer.lib, ctypes.CDLL(None), int(os.environ.get(ITERATIONS_ENV) or 0))
@@ -184,7 +190,8 @@ def main(argv: list[str]) -> int:
         (out / "process_groups.json").write_text(json.dumps(groups.snapshot()))
         (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
                                                      "pid": os.getpid(), "torch": torch.__version__,
-                                                     "cpu_s": _cpu_seconds(), "stopped_at_iteration": stopped}))
+                                                     "cpu_s": _cpu_seconds(), "stopped_at_iteration": stopped,
+                                                     "device_time": timings.report() if timings else None}))
         ctypes.CDLL(None).maya_emu_finish()
     return code
 

@@ -11,6 +11,7 @@ import numpy as np
 from maya.core import hardware as catalog
 from maya.core.hardware import Hardware
 
+from .device_time import TIMING_API, timing_notes
 from .durations import DurationProvider, MeasuredDurations, RooflineDurations, is_measured
 from .engine import Engine, RankResult
 from .contention import contend
@@ -161,6 +162,7 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     if traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
     notes += stand_in_notes(traces)
+    notes += timing_notes(traces, hw.name)
     assumptions = [*(assumptions or []), *gpu_assumption(traces, hw, sim.provider)]
     measured = [measured_iteration(traces.ranks[rank], sim.iterations[rank]) for rank in sim.programs]
     measured_ns = max(measured) if measured and None not in measured else None
@@ -216,7 +218,8 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
         if "data_dependent" not in calls or not calls["data_dependent"].fillna(False).any():
             continue
         names = dict(zip(trace.ops["op_id"], trace.ops["name"])) if len(trace.ops) else {}
-        for op in calls.loc[calls["data_dependent"].fillna(False).astype(bool), "op_id"]:
+        reads = calls["data_dependent"].fillna(False).astype(bool) & (calls["api"] != TIMING_API)  # timings: own note
+        for op in calls.loc[reads, "op_id"]:
             name = names.get(op, "(no op)") if op == op else "(no op)"
             counts[name] = counts.get(name, 0) + 1
     if not set(counts) - SCALAR_READS:

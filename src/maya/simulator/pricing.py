@@ -1,4 +1,5 @@
-"""Price every program with a `DurationProvider`: kernels and host time once per program, collectives
+"""Price every program with a `DurationProvider` (Triton GEMM templates slowed by their tile's fit,
+`launch_shape`): kernels and host time once per program, collectives
 once per distinct layout (a deduplicated copy whose groups span other nodes or GPUs, or whose sends and
 receives cross other links, gets its own collective times)."""
 from __future__ import annotations
@@ -9,6 +10,7 @@ import pandas as pd
 from maya.core.hardware import Hardware
 
 from .durations import DurationProvider
+from .launch_shape import launch_factor
 from .opcodes import COLL, NOP
 from .program import Program
 from .topology import GlobalComm, Replica
@@ -87,7 +89,7 @@ def price(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], pr
                 for column in LAYOUT_COLUMNS:
                     frame.loc[coll.index, column] = coll[column]
                 launch = getattr(provider, "launch_ns", None)
-                program.price(provider.device_ns(frame, hardware), provider.host_ns(frame),
+                program.price(provider.device_ns(frame, hardware) * launch_factor(frame, hardware), provider.host_ns(frame),
                               launch(frame) if launch is not None else None)
                 by_layout[layout] = program.device
             else:

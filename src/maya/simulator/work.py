@@ -1,8 +1,9 @@
 """What each device call does, in the estimators' call-frame vocabulary (`family`, `op`, `dtype`,
-`batch`, `m`, `n`, `k`, `numel`, `flops`, and `work_bytes` for their `bytes`; NaN where unknown), plus
+`batch`, `m`, `n`, `k`, `numel`, `flops`, and `work_bytes` for their `bytes`; NaN where unknown), a Triton
+GEMM template's output tile (`tile_m`, `tile_n`: `launch_shape.py`), plus
 the collective columns (`collective`, `comm_bytes`: nccl-tests message size). Built from the call's own columns, its kernel's family and, for
 kernels without shapes of their own, the input shapes of the enclosing framework op (attention kernels:
-`attention_shapes`)."""
+`attention_shapes`); Triton kernels from the arguments of their launch (`triton_work`)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_bytes, dtype_name
 
+from . import triton_work
 from .attention_shapes import shape_attention
 from .opcodes import COLL
 from .split_kernels import share_split_pieces
@@ -95,7 +97,8 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
     family = np.full(n, None, dtype=object)
     op = np.full(n, "", dtype=object)
     dtype = np.full(n, "fp32", dtype=object)
-    num = {c: np.full(n, np.nan) for c in ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops")}
+    num = {c: np.full(n, np.nan) for c in ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops",
+                                           "tile_m", "tile_n")}
     not_coll = opcodes != COLL
     # kernels: family by kernel id, shape from the enclosing op
     launched = calls["kernel_id"].notna().to_numpy() & not_coll
@@ -138,6 +141,9 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         _set_gemms(gemm, *(g[c].to_numpy(dtype="float64", na_value=1.0)
                            for c in ("gemm_batch", "gemm_m", "gemm_n", "gemm_k")), kind, op, num)
     shape_attention(trace, family, op, dtype, num)
+    if launched.any() and len(trace.kernels):  # a Triton launch's own arguments over its enclosing op's shapes
+        names = _codes_map(calls["kernel_id"], dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])), "")
+        triton_work.fill(calls, names, family, op, dtype, num)
     collective, comm_bytes = _collectives(calls, opcodes)
     return pd.DataFrame({"family": family, "op": op, "dtype": dtype, **num, "collective": collective,
                          "comm_bytes": comm_bytes})

@@ -1,8 +1,8 @@
 /* libmaya_emu.so's own shared state and helpers, hidden from the stub libraries (which see maya_emu.h):
  * config.c (the virtual devices), record.c (per-thread record buffers, API ids, the op and device of
  * each thread), host_read.c (stand-ins for device values the host reads), memory.c (virtual device
- * memory), kernels.c (kernel registry), graphs.c (CUDA graphs and user objects), lifecycle.c (start,
- * exit, fork, restart in a zygote's child). */
+ * memory), kernels.c (kernel registry), graphs.c (CUDA graphs and user objects), device_time.c (event timings
+ * from the device-time oracle), lifecycle.c (start, exit, fork, restart in a zygote's child). */
 #ifndef MAYA_CORE_H
 #define MAYA_CORE_H
 #include "maya_emu.h"
@@ -60,6 +60,10 @@ void publish_memory(void);
 
 /* kernels.c */
 extern int64_t next_kernel_id;
+
+/* device_time.c: while a timing mark is live, device work is logged for the oracle */
+extern atomic_int timing_logging;
+void maya_timing_log(const maya_rec *r);
 
 /* graphs.c */
 extern atomic_int captures_active;

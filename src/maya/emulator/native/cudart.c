@@ -18,6 +18,7 @@ typedef struct {
   int64_t recorded_ns; /* host time of the last record (a stand-in for device time) */
   int64_t stream;
   maya_graph *graph; /* the capture the last record was made in: a stream waiting on it joins */
+  int64_t mark;      /* its place among the device work, for the device-time oracle (-1: none) */
 } maya_event;
 
 static __thread cudaError_t last_error = cudaSuccess;
@@ -653,6 +654,7 @@ static cudaError_t new_event(cudaEvent_t *out, unsigned flags) {
   e->id = maya_new_id();
   e->device = maya_current_device();
   e->flags = flags;
+  e->mark = -1;
   *out = (cudaEvent_t)e;
   return cudaSuccess;
 }
@@ -661,6 +663,7 @@ MAYA_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *e) { return new_event(e, 0)
 MAYA_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) { return new_event(e, f); }
 
 MAYA_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (e) maya_timing_release(((maya_event *)e)->mark);
   free(e);
   return cudaSuccess;
 }
@@ -674,6 +677,7 @@ static cudaError_t event_record(int api, cudaEvent_t ev, cudaStream_t s) {
   e->stream = r->stream;
   e->graph = maya_capturing(r->stream);
   maya_end(r, 0);
+  e->mark = maya_timing_mark(e->mark, !(e->flags & cudaEventDisableTiming) && !e->graph);
   return cudaSuccess;
 }
 
@@ -700,9 +704,17 @@ MAYA_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
 
 MAYA_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
   maya_rec *r = maya_begin(API("cudaEventElapsedTime"), D_RUNTIME, K_EVENT);
-  r->flags |= F_DATA_DEPENDENT; /* emulated: host time between the records, not GPU time */
-  r->a[0] = ((maya_event *)end)->id;
-  *ms = (float)(((maya_event *)end)->recorded_ns - ((maya_event *)start)->recorded_ns) / 1e6f;
+  r->flags |= F_DATA_DEPENDENT; /* emulated: the device-time oracle's estimate, else host time between the records */
+  maya_event *s = (maya_event *)start, *e = (maya_event *)end;
+  r->a[0] = e->id;
+  double ns;
+  if (maya_timing_elapsed(s->mark, e->mark, s->stream, e->stream, &ns) == 0) { /* the oracle's estimate */
+    *ms = (float)(ns / 1e6);
+    r->a[1] = 1;
+    r->a[2] = (int64_t)(ns + 0.5);
+  } else {
+    *ms = (float)(e->recorded_ns - s->recorded_ns) / 1e6f;
+  }
   maya_end(r, 0);
   return cudaSuccess;
 }

@@ -317,6 +317,7 @@ MAYA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsi
   r->a[3] = (int64_t)bx | ((int64_t)by << 32);
   r->a[4] = bz;
   r->a[5] = smem;
+  r->a[6] = maya_take_launch_note();
   maya_end(r, 0);
   return CUDA_SUCCESS;
 }

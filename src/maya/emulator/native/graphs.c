@@ -157,6 +157,7 @@ void maya_graph_launch(const maya_graph *g, int api, int64_t stream) {
     r->dur_ns = 0;
     if (r->stream == g->origin) r->stream = stream;
     r->flags |= F_GRAPH_REPLAY;
+    if (atomic_load_explicit(&timing_logging, memory_order_relaxed)) maya_timing_log(r);
   }
 }
 

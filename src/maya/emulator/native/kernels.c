@@ -1,5 +1,5 @@
-/* The kernel registry: host functions and library kernel names to ids (kernels.tsv), and the fat binary
- * each kernel came from. */
+/* The kernel registry: host functions and library kernel names to ids (kernels.tsv), the fat binary
+ * each kernel came from, and the notes the runner leaves for a thread's next launch. */
 #define _GNU_SOURCE
 #include "core.h"
 
@@ -81,5 +81,15 @@ int64_t maya_kernel_id_by_name(const char *name) {
   }
   int64_t id = k->id >= 0 ? k->id : assign_id(k);
   pthread_mutex_unlock(&lock);
+  return id;
+}
+
+/* A launch described by the runner (Triton's arguments, triton_launches.py): the id of its description,
+ * taken by the thread's next cuLaunchKernel. */
+static __thread int64_t launch_note;
+MAYA_EXPORT void maya_emu_launch_note(int64_t id) { launch_note = id; }
+int64_t maya_take_launch_note(void) {
+  int64_t id = launch_note;
+  launch_note = 0;
   return id;
 }

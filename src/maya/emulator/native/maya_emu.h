@@ -22,13 +22,14 @@ enum { D_RUNTIME = 0, D_DRIVER, D_CUBLAS, D_CUBLASLT, D_CUDNN, D_NCCL, D_OTHER, 
 enum {
   K_PLAIN = 0,   /* nothing */
   K_LAUNCH,      /* a0 kernel_id, a1 grid x|y<<32, a2 grid z, a3 block x|y<<32, a4 block z, a5 smem,
+                    a6 launch note (Triton arguments described by the runner, triton_launches.py), else 0,
                     a7 elements (a library's own kernels), else 0 */
   K_GEMM,        /* a0 m, a1 n, a2 k, a3 batch, a4 transA|transB<<8, a5 dtypeA|B<<16|C<<32, a6 compute */
   K_COPY,        /* a0 bytes, a1 memcpy kind (0 HtoH 1 HtoD 2 DtoH 3 DtoD 4 default 5 PtoP), a2 synchronous,
                     a3 stand-in a host read got to end a loop (0 the device bytes, 1 zero, 2 one) */
   K_MEMSET,      /* a0 bytes */
   K_COLL,        /* a0 comm id, a1 count, a2 op, a3 dtype, a4 root, a5 peer, a6 comm seq, a7 recv count */
-  K_EVENT,       /* a0 event id */
+  K_EVENT,       /* a0 event id; cudaEventElapsedTime: a1 1 when the device-time oracle answered, a2 its ns */
   K_ALLOC,       /* a0 address, a1 bytes, a2 allocated after, a3 0 alloc / 1 free / 2 oom, a4 space */
   K_SYNC,        /* a0 event id or -1 */
   K_ATTN,        /* a0 b, a1 h, a2 s_q, a3 s_kv, a4 d, a5 causal|bwd<<1, a6 dtype, a7 h_kv */
@@ -114,6 +115,8 @@ void maya_register_kernel(const void *host_fun, const char *name, const void *mo
 const void *maya_kernel_module(const void *host_fun); /* NULL if never registered */
 int64_t maya_kernel_id(const void *host_fun);
 int64_t maya_kernel_id_by_name(const char *name); /* library kernels with no host stub */
+/* The note the runner left for this thread's next launch (maya_emu_launch_note), taken: 0 if none. */
+int64_t maya_take_launch_note(void);
 
 /* ids for streams, events, communicators */
 int64_t maya_new_id(void);
@@ -149,6 +152,12 @@ void maya_user_object_retain(maya_user_object *o, unsigned n);
 void maya_user_object_release(maya_user_object *o, unsigned n); /* the last one runs the destructor */
 void maya_graph_hold(maya_graph *g, maya_user_object *o, unsigned n);
 int maya_graph_unhold(maya_graph *g, maya_user_object *o, unsigned n); /* -1 if it holds fewer */
+
+/* Device time between timing events (device_time.c): a recorded timing event marks its place among the
+ * device work (-1: no oracle, or not a timing record); the oracle prices the work between two marks. */
+int64_t maya_timing_mark(int64_t previous, int timing); /* releases `previous`, returns the new mark */
+void maya_timing_release(int64_t mark);
+int maya_timing_elapsed(int64_t from, int64_t to, int64_t stream_a, int64_t stream_b, double *ns); /* 0 ok */
 
 /* side files */
 void maya_side_write(const char *file, const char *line);

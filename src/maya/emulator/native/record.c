@@ -96,6 +96,7 @@ void maya_end(maya_rec *r, int status) {
                    r->kind == K_COLL || (r->kind == K_COPY && r->a[1] != 2);
   }
   if (__builtin_expect(atomic_load_explicit(&captures_active, memory_order_relaxed) > 0, 0)) divert_to_graph(r);
+  if (__builtin_expect(atomic_load_explicit(&timing_logging, memory_order_relaxed), 0)) maya_timing_log(r);
 }
 
 void maya_flush_all(void) {

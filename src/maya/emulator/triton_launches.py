@@ -1,0 +1,266 @@
+"""Triton launches described for the trace: the arguments each launch passes (tensors' shapes, dtypes and
+sizes, scalars such as `xnumel`, the kernel's constexprs), so its work is known without the kernel's code.
+
+Runs inside each emulated rank. Triton kernels reach the stubs through two launchers: Triton's own
+(`CudaLauncher`: user kernels and Inductor's kernels when its static launcher is off) and Inductor's static
+launcher (`StaticallyLaunchedTritonKernel.run`, and the C launcher Inductor swaps in after a kernel's first
+launch, `_FastCudaLauncher`). They are wrapped once their module is imported (importing
+them eagerly would cost ~8 s per rank for scripts that never use them). Before a launch the wrapper tells
+the native recorder the id of the launch's description (`maya_emu_launch_note`); the next `cuLaunchKernel`
+of the thread carries it (record field a6), and the descriptions go, once each, to `triton_launches.jsonl`
+in the capture (`convert.py` puts them in `api_calls.args` under `triton`).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.abc
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+NOTES_FILE = "triton_launches.jsonl"
+TRITON_LAUNCHER = "triton.backends.nvidia.driver"
+STATIC_LAUNCHER = "torch._inductor.runtime.static_triton_launcher"
+INDUCTOR_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+
+
+class LaunchNotes:
+    """Ids for distinct launch descriptions (kernel, constants, argument shapes and values), written once each."""
+
+    def __init__(self, out: Path, note: Callable[[int], None]):
+        import torch
+
+        self._path = out / NOTES_FILE
+        self._ids: dict[tuple, int] = {}
+        self._note = note
+        self._tensor = torch.Tensor
+
+    def launch(self, kernel: str, names: list[str], args: tuple, constants: tuple = (),
+               num_stages: int | None = None) -> None:
+        """Describe the launch that follows on this thread (`constants`: the kernel's constexprs as
+        `constant_items` gives them). Never fails the launch: what cannot be described goes undescribed."""
+        try:
+            tensor = self._tensor
+            key = (kernel, constants, *[(a.shape, a.dtype) if isinstance(a, tensor) else _key(a)
+                                        for a in args[:len(names)]])
+            note = self._ids.get(key)
+            if note is None:
+                entry = {"id": len(self._ids) + 1, "kernel": kernel,
+                         "args": [_describe(n, a) for n, a in zip(names, args)], "constexprs": dict(constants)}
+                if num_stages is not None:
+                    entry["num_stages"] = num_stages
+                with self._path.open("a") as f:
+                    f.write(json.dumps(entry) + "\n")
+                note = self._ids[key] = entry["id"]
+        except Exception:
+            note = 0
+        self._note(note)
+
+
+def constant_items(constants: dict[str, Any]) -> tuple:
+    """A kernel's numeric constexprs as sorted (name, value) pairs (hashable, JSON-ready)."""
+    return tuple(sorted((k, v) for k, v in constants.items() if type(v) in (bool, int, float)))
+
+
+def _tensor(a: Any):
+    """The tensor behind an argument (a tensor, or a TMA descriptor's base), else None."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return a
+    base = getattr(a, "base", None)
+    return base if isinstance(base, torch.Tensor) else None
+
+
+def _key(a: Any) -> Any:
+    """What identifies a non-tensor argument's description."""
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return a
+    t = _tensor(a)
+    return (t.shape, t.dtype) if t is not None else type(a).__name__
+
+
+def _describe(name: str, a: Any) -> dict:
+    t = _tensor(a)
+    if t is not None:
+        return {"name": name, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                "bytes": t.numel() * t.element_size()}
+    if isinstance(a, (bool, int, float)):
+        return {"name": name, "value": a}
+    return {"name": name}
+
+
+# ------------------------------------------------------------------ the launchers
+
+def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
+    cls = module.CudaLauncher
+    init, call = cls.__init__, cls.__call__
+
+    def __init__(self, src, metadata):
+        init(self, src, metadata)
+        try:
+            self._maya_launch = _triton_description(src, metadata)
+        except Exception:  # a source this code does not know: its launches go undescribed
+            pass
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_,
+                 *args):
+        described = getattr(self, "_maya_launch", None)
+        if described is not None:
+            kernel, names, constants, stages = described
+            notes.launch(kernel, names, args, constants, stages)
+        return call(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_,
+                    *args)
+
+    cls.__init__, cls.__call__ = __init__, __call__
+
+
+def _triton_description(src, metadata) -> tuple:
+    """Kernel name, argument names (in launch order), constexprs and stages of a kernel Triton compiled."""
+    fn = getattr(src, "fn", None)
+    arg_names = list(getattr(fn, "arg_names", ()))
+    keys = list(src.signature) if isinstance(getattr(src, "signature", None), dict) else []
+    names = [arg_names[k] if isinstance(k, int) and k < len(arg_names) else str(k) for k in keys]
+    constants = {}
+    for k, v in (getattr(src, "constants", None) or {}).items():
+        i = k[0] if isinstance(k, tuple) else k
+        constants[arg_names[i] if isinstance(i, int) and i < len(arg_names) else str(i)] = v
+    return (getattr(src, "name", None) or getattr(metadata, "name", ""), names, constant_items(constants),
+            getattr(metadata, "num_stages", None))
+
+
+def _static_names(kernel) -> list[str]:
+    """The launch arguments of an Inductor static kernel: its arguments less its constants."""
+    names = getattr(kernel, "_maya_names", None)
+    if names is None:
+        constants = set(getattr(kernel, "full_constexprs", ()))
+        names = kernel._maya_names = [n for i, n in enumerate(kernel.arg_names) if i not in constants]
+    return names
+
+
+def _wrap_static_launcher(module: ModuleType, notes: LaunchNotes) -> None:
+    cls = module.StaticallyLaunchedTritonKernel
+    run = cls.run
+
+    def run_described(self, grid_x, grid_y, grid_z, stream, *args):
+        notes.launch(self.name, _static_names(self), args, getattr(self, "_maya_constants", ()),
+                     getattr(self, "_maya_stages", None))
+        return run(self, grid_x, grid_y, grid_z, stream, *args)
+
+    cls.run = run_described
+
+
+def _config_constants(result) -> dict[str, Any]:
+    """The constexprs of an Inductor compile result: its compile constants, a template's config (`config_args`,
+    which the template's code holds as constants, not arguments) and the autotuning config's kwargs."""
+    return {**(result.compile_meta.get("constants") or {}), **(result.inductor_meta.get("config_args") or {}),
+            **result.config.kwargs}
+
+
+def _wrap_inductor(module: ModuleType, notes: LaunchNotes) -> None:
+    """Inductor's kernels learn their config's constexprs (`XBLOCK`, a template's `BLOCK_M`, ...) when their
+    launcher is made; and Inductor swaps a static kernel's launcher for a C one (`_FastCudaLauncher`) after its
+    first launch: the swapped-in runner is described as the static kernel it stands for."""
+    static = getattr(module, "StaticTritonCompileResult", None)
+    if static is not None:
+        make_static = static.make_launcher
+
+        def make_static_launcher(self):
+            launcher = make_static(self)
+            try:
+                self.kernel._maya_constants = constant_items(_config_constants(self))
+                self.kernel._maya_stages = self.config.num_stages
+            except Exception:  # described without its constants
+                pass
+            return launcher
+
+        static.make_launcher = make_static_launcher
+    compiled = getattr(module, "TritonCompileResult", None)
+    if compiled is not None:
+        make_triton = compiled.make_launcher
+
+        def make_triton_launcher(self):
+            launcher = make_triton(self)
+            try:
+                runner = self.kernel.run  # Triton's CudaLauncher of this kernel
+                kernel, names, constants, stages = runner._maya_launch
+                runner._maya_launch = (kernel, names, constant_items({**dict(constants), **_config_constants(self)}),
+                                       stages)
+            except Exception:  # described with Triton's own constants
+                pass
+            return launcher
+
+        compiled.make_launcher = make_triton_launcher
+    cls = module.CachingAutotuner
+    build = getattr(cls, "_build_fast_launcher", None)
+    if build is None:
+        return
+
+    def build_described(self, launcher):
+        fast = build(self, launcher)
+        kernel = getattr(getattr(launcher, "__globals__", {}).get("runner"), "__self__", None)
+        runner = getattr(fast, "__globals__", {}).get("runner")
+        if fast is None or kernel is None or runner is None or not hasattr(kernel, "arg_names"):
+            return fast
+        name, names = kernel.name, _static_names(kernel)
+        constants, stages = getattr(kernel, "_maya_constants", ()), getattr(kernel, "_maya_stages", None)
+
+        def runner_described(grid_x, grid_y, grid_z, stream, *args):
+            notes.launch(name, names, args, constants, stages)
+            return runner(grid_x, grid_y, grid_z, stream, *args)
+
+        fast.__globals__["runner"] = runner_described
+        return fast
+
+    cls._build_fast_launcher = build_described
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a function on a module right after its first import."""
+
+    def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]):
+        self.hooks = hooks
+
+    def find_spec(self, name, path, target=None):
+        hook = self.hooks.get(name)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                break
+        else:
+            return None
+        loader, hooks = spec.loader, self.hooks
+        exec_module = loader.exec_module
+
+        def exec_and_hook(module):
+            exec_module(module)
+            hooks.pop(name, None)
+            hook(module)
+
+        loader.exec_module = exec_and_hook  # the module's own loader instance
+        return spec
+
+
+def install(out: Path) -> LaunchNotes:
+    """Describe every Triton launch of this process from now on (the launchers are wrapped at once if already
+    imported, else right after their import)."""
+    native = ctypes.CDLL(None).maya_emu_launch_note
+    native.argtypes = [ctypes.c_int64]
+    notes = LaunchNotes(out, native)
+    hooks: dict[str, Callable[[ModuleType], None]] = {
+        TRITON_LAUNCHER: lambda m: _wrap_triton_launcher(m, notes),
+        STATIC_LAUNCHER: lambda m: _wrap_static_launcher(m, notes),
+        INDUCTOR_HEURISTICS: lambda m: _wrap_inductor(m, notes),
+    }
+    for name in list(hooks):
+        if name in sys.modules:
+            hooks.pop(name)(sys.modules[name])
+    if hooks:
+        sys.meta_path.insert(0, _AfterImport(hooks))
+    return notes

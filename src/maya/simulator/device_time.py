@@ -1,0 +1,117 @@
+"""The device-time oracle `maya emulate` installs in its ranks (`maya.emulator.device_time`): CUDA-event timings
+read Maya's own estimate of the work between the events on the target GPU, so autotuners keep the kernels Maya
+ranks fastest, as a real GPU's timings would make them keep the fastest there.
+
+The oracle prices calls as `maya predict` does: the work frame (`work.py`: GEMM and attention records, Triton
+launches' arguments, copies) priced by the estimators (a registered version) or the analytical roofline, and
+Triton GEMM templates slowed by their tile's fit (`launch_shape.py`). Calls carry no op context inside the
+emulator, so a kernel sized only by its enclosing aten op is priced as unknown work.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from maya.core import hardware as catalog
+
+from .durations import DurationProvider, RooflineDurations
+from .launch_shape import launch_factor
+from .opcodes import classify
+from .trace import RankTrace
+from .work import work_frame
+
+FACTORY = "maya.simulator.device_time:oracle"
+"""What `maya emulate` names in `MAYA_EMU_DEVICE_TIME` (`maya.emulator.device_time.spec`)."""
+CHOICES = ("estimators", "roofline", "host")
+"""`maya emulate --device-time`: the estimators (a registered version, else the roofline), the roofline, or
+host time (no oracle)."""
+
+
+class EstimatedDeviceTime:
+    """Device time of api_calls rows on one catalog GPU by a `DurationProvider`."""
+
+    def __init__(self, hardware: str, provider: DurationProvider):
+        self.hardware = catalog.get(hardware)
+        self.provider = provider
+        self.name = f"{provider.name} on {self.hardware.name}"
+
+    def device_ns(self, calls: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
+        empty = pd.DataFrame(columns=["op_id", "name", "input_shapes", "input_dtypes"])
+        opcodes = classify(calls)
+        frame = work_frame(RankTrace(0, calls, empty, kernels, pd.DataFrame(), pd.DataFrame()), opcodes)
+        frame = pd.concat([calls, frame], axis=1)
+        frame["opcode"] = opcodes
+        frame["comm_size"] = frame["comm_nodes"] = np.nan
+        frame["comm_gpus"] = None
+        return self.provider.device_ns(frame, self.hardware) * launch_factor(frame, self.hardware)
+
+
+def provider(durations: str, version: str = "latest", warehouse: str | None = None) -> DurationProvider:
+    """The provider an oracle prices with: `estimators` (the registered version; none registered: an error
+    naming it) or `roofline`."""
+    if durations == "roofline":
+        return RooflineDurations()
+    if durations == "estimators":
+        from .durations.estimated import EstimatorDurations
+
+        return EstimatorDurations(version, warehouse=warehouse)
+    raise ValueError(f"unknown device-time oracle {durations!r}; choose from {', '.join(CHOICES[:2])}")
+
+
+def oracle(hardware: str, durations: str = "estimators", version: str = "latest",
+           warehouse: str | None = None) -> EstimatedDeviceTime:
+    """The oracle a rank loads (`maya.emulator.device_time.load`)."""
+    return EstimatedDeviceTime(hardware, provider(durations, version, warehouse))
+
+
+def resolve(choice: str, version: str = "latest", warehouse: str | None = None) -> tuple[dict | None, str]:
+    """`maya emulate --device-time CHOICE`: the oracle's options (None for host time) and what it is, e.g.
+    `estimators v3`. `estimators` with no version registered falls back to the roofline and says so."""
+    if choice not in CHOICES:
+        raise ValueError(f"unknown --device-time {choice!r}; choose from {', '.join(CHOICES)}")
+    if choice == "host":
+        return None, "host time (no device-time oracle)"
+    if choice == "estimators":
+        from .durations.estimated import EstimatorsUnavailable
+
+        try:
+            chosen = provider("estimators", version, warehouse)
+        except EstimatorsUnavailable as e:
+            return {"durations": "roofline"}, f"roofline ({e})"
+        return {"durations": "estimators", "version": chosen.version,
+                **({"warehouse": str(warehouse)} if warehouse else {})}, chosen.name
+    return {"durations": "roofline"}, "roofline"
+
+
+TIMING_API = "cudaEventElapsedTime"
+
+
+def timing_notes(traces, hardware: str) -> list[str]:
+    """What `maya predict` says about the run's CUDA-event timings: which oracle answered them (so which
+    estimate chose the kernels autotuners kept), or that they read host time."""
+    import json
+
+    timings = answered = 0
+    for trace in traces.ranks.values():
+        rows = trace.calls["api"] == TIMING_API
+        timings += int(rows.sum())
+        answered += int(trace.calls.loc[rows, "args"].fillna("").str.contains("device_time_ns", regex=False).sum())
+    if not timings:
+        return []
+    attrs = traces.info.get("attrs")
+    attrs = json.loads(attrs) if isinstance(attrs, str) and attrs else {}
+    options = (attrs.get("device_time") or {}).get("options") or {}
+    answers = [a for a in (attrs.get("device_time_answers") or {}).values() if a]
+    if not answered:
+        failed = next((a["error"] for a in answers if a.get("error")), None)
+        why = f"the device-time oracle failed ({failed})" if failed else "emulated without a device-time oracle"
+        return [f"{timings} CUDA-event timings read host time ({why}): kernels chosen by timing them "
+                "(autotuning) are not the ones a GPU would pick"]
+    oracle = next((a["oracle"] for a in answers if a.get("oracle")), None) or options.get("durations", "an oracle")
+    note = (f"{answered} of {timings} CUDA-event timings read Maya's estimate ({oracle}), not host time: "
+            "autotuned choices (Inductor max-autotune and config tuning, Triton @autotune, cudnn.benchmark) are "
+            "the ones that estimate ranks fastest")
+    target = options.get("hardware")
+    if target and target != hardware:
+        note += f"; they were made for {target}, not the {hardware} predicted here"
+    return [note]

@@ -1,0 +1,156 @@
+"""The work of Triton kernels, from the launch arguments the emulator recorded (`api_calls.args.triton`).
+
+Inductor names its kernels by kind and its templates' tensors by role, so:
+- pointwise (`triton_poi_*`): `numel` = the product of the `*numel` scalars (`xnumel`, `ynumel`, ...);
+- reductions (`triton_red_*`, `triton_per_*`): `numel` = kept x reduced elements, `row` = the reduced
+  elements (`r0_numel` x `r1_numel`);
+- matmul templates (tensors `arg_A`, `arg_B`): `m`, `n` and `batch` from the output, `k` from A's size;
+  convolution templates (`arg_X`, `arg_W`): the implicit GEMM; both with `flops` = 2 batch m n k and their
+  config's output tile (`tile_m`, `tile_n` from `BLOCK_M`, `BLOCK_N`: `launch_shape.py`);
+- flex-attention templates (`arg_Q`, `arg_K`, `arg_V`; backward with `arg_DO`): the attention shape and
+  FLOPs of a dense mask (block sparsity is a device value the emulator does not compute);
+- any other kernel (user kernels, foreach kernels): `numel` = the largest tensor's elements; a kernel with
+  integer arguments `M`, `N`, `K` (the Triton tutorials' convention) is a GEMM.
+Every kernel's memory traffic (`work_bytes`) is the bytes of its tensor arguments, read or written once
+(`in_out_ptr*`: both); `dtype` is the element type holding most of those bytes.
+"""
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from maya_trace_spec.vocabulary import dtype_name
+
+from .attention_shapes import ATTENTION_BACKWARD_FLOPS
+NUMEL_ARGS = ("xnumel", "ynumel", "znumel")
+REDUCED_ARGS = ("r0_numel", "r1_numel", "rnumel")
+
+
+def _tensors(args: list[dict]) -> dict[str, dict]:
+    return {a["name"]: a for a in args if "shape" in a}
+
+
+def _scalars(note: dict) -> dict[str, float]:
+    values = {k: v for k, v in note.get("constexprs", {}).items() if isinstance(v, (int, float))}
+    values.update({a["name"]: a["value"] for a in note.get("args", ()) if isinstance(a.get("value"), (int, float))
+                   and not isinstance(a.get("value"), bool)})
+    return values
+
+
+def _numel(shape: list[int]) -> float:
+    return float(math.prod(shape))
+
+
+def _traffic(tensors: dict[str, dict]) -> tuple[float, str | None]:
+    """Bytes of the tensor arguments (in-place ones twice) and the dtype holding most of them."""
+    per_dtype: dict[str, float] = {}
+    for name, t in tensors.items():
+        size = float(t.get("bytes", 0)) * (2.0 if name.startswith("in_out_ptr") else 1.0)
+        kind = dtype_name(t.get("dtype")) or "u8"
+        per_dtype[kind] = per_dtype.get(kind, 0.0) + size
+    if not per_dtype:
+        return np.nan, None
+    return sum(per_dtype.values()), max(per_dtype, key=per_dtype.get)
+
+
+def _output(tensors: dict[str, dict]) -> dict | None:
+    outs = [t for name, t in tensors.items() if name.startswith(("out_ptr", "in_out_ptr"))]
+    return outs[0] if outs else (list(tensors.values())[-1] if tensors else None)
+
+
+def _gemm(a: dict, out: dict, flops_dtype: str | None, tf32: bool) -> dict:
+    """A matmul template: batch and m, n from the output, k from A's elements."""
+    shape = out["shape"]
+    m, n = (float(shape[-2]), float(shape[-1])) if len(shape) >= 2 else (1.0, float(shape[-1]) if shape else 1.0)
+    batch = _numel(shape[:-2]) if len(shape) > 2 else 1.0
+    a_batch = _numel(a["shape"][:-2]) if len(a["shape"]) > 2 else 1.0
+    k = _numel(a["shape"]) / (a_batch * m) if m else np.nan
+    kind = dtype_name(a.get("dtype")) or flops_dtype or "fp32"
+    return {"family": "gemm", "op": "bmm" if batch > 1 else "mm", "dtype": "tf32" if kind == "fp32" and tf32 else kind,
+            "batch": batch, "m": m, "n": n, "k": k, "flops": 2.0 * batch * m * n * k}
+
+
+def _convolution(x: dict, w: dict, out: dict, tf32: bool) -> dict:
+    """A convolution template as its implicit GEMM: m = output pixels, n = output channels, k = C_in/groups x
+    kernel size."""
+    channels = float(w["shape"][0]) if w["shape"] else 1.0
+    m, k = _numel(out["shape"]) / channels, _numel(w["shape"]) / channels
+    kind = dtype_name(x.get("dtype")) or "fp32"
+    return {"family": "gemm", "op": "mm", "dtype": "tf32" if kind == "fp32" and tf32 else kind, "batch": 1.0,
+            "m": m, "n": channels, "k": k, "flops": 2.0 * m * channels * k}
+
+
+def _attention(tensors: dict[str, dict]) -> dict:
+    q, key = tensors["arg_Q"]["shape"], tensors["arg_K"]["shape"]
+    backward = "arg_DO" in tensors
+    batch = _numel(q[:-2])
+    m, n, d = float(q[-2]), float(key[-2]), float(q[-1])
+    return {"family": "attention", "op": "flex_bwd" if backward else "flex_fwd",
+            "dtype": dtype_name(tensors["arg_Q"].get("dtype")) or "bf16", "batch": batch, "m": m, "n": n, "k": d,
+            "flops": 4.0 * batch * m * n * d * (ATTENTION_BACKWARD_FLOPS if backward else 1.0)}
+
+
+@lru_cache(maxsize=4096)
+def describe(kernel: str, text: str) -> dict:
+    """Call-frame values (family, op, dtype, numel, row, operands, batch, m, n, k, flops, work_bytes) of one
+    Triton launch: `kernel` its name, `text` its `args` JSON. Keys it cannot tell are absent."""
+    note = json.loads(text)["triton"]
+    args = note.get("args", [])
+    tensors = _tensors(args)
+    scalars = _scalars(note)
+    traffic, kind = _traffic(tensors)
+    out: dict = {"work_bytes": traffic, "op": "triton"}
+    if kind is not None:
+        out["dtype"] = kind
+    tf32 = bool(note.get("constexprs", {}).get("ALLOW_TF32"))
+    output = _output(tensors)
+    lower = kernel.lower()
+    tile = {"tile_m": float(scalars["BLOCK_M"]), "tile_n": float(scalars["BLOCK_N"])} \
+        if "BLOCK_M" in scalars and "BLOCK_N" in scalars else {}
+    if "arg_Q" in tensors and "arg_K" in tensors:
+        out.update(_attention(tensors))
+    elif "arg_A" in tensors and "arg_B" in tensors and output is not None:
+        out.update(_gemm(tensors["arg_A"], output, kind, tf32), **tile)
+    elif "arg_X" in tensors and "arg_W" in tensors and output is not None:
+        out.update(_convolution(tensors["arg_X"], tensors["arg_W"], output, tf32), **tile)
+    elif all(isinstance(scalars.get(c), (int, float)) for c in "MNK") and not lower.startswith("triton_"):
+        m, n, k = (float(scalars[c]) for c in "MNK")
+        out.update(family="gemm", op="mm", batch=1.0, m=m, n=n, k=k, flops=2.0 * m * n * k)
+    else:
+        kept = math.prod(float(scalars[c]) for c in NUMEL_ARGS if c in scalars)
+        reduced = math.prod(float(scalars[c]) for c in REDUCED_ARGS if c in scalars)
+        has_numel = any(c in scalars for c in NUMEL_ARGS)
+        if any(c in scalars for c in REDUCED_ARGS):
+            out.update(numel=kept * reduced, row=reduced)
+        elif has_numel:
+            out["numel"] = kept
+        elif tensors:
+            out["numel"] = max(_numel(t["shape"]) for t in tensors.values())
+        inputs = [name for name in tensors if name.startswith(("in_ptr", "in_out_ptr"))]
+        if inputs:
+            out["operands"] = float(len(inputs))
+    return out
+
+
+FRAME_COLUMNS = ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops", "tile_m", "tile_n")
+
+
+def fill(calls: pd.DataFrame, kernel_names: np.ndarray, family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
+         num: dict[str, np.ndarray]) -> np.ndarray:
+    """Fill the work of every call whose `args` hold a Triton launch (in place); returns which rows."""
+    args = calls["args"]
+    rows = (args.notna() & args.astype(str).str.contains('"triton"', regex=False)).to_numpy()
+    for i in np.flatnonzero(rows):
+        work = describe(str(kernel_names[i]), args.iat[i])
+        if "family" in work:
+            family[i] = work["family"]
+        op[i] = work["op"]
+        if "dtype" in work:
+            dtype[i] = work["dtype"]
+        for column in FRAME_COLUMNS:
+            num[column][i] = work.get(column, np.nan)
+    return rows
