@@ -44,8 +44,10 @@ def test_metadata_that_is_not_utf8_is_a_schema_error(small_run):
         read_file(path)
 
 
+@pytest.mark.slow
 def test_every_arrow_error_of_a_damaged_footer_is_a_corrupt_file(small_run):
-    """A flipped footer byte made pyarrow raise ArrowNotImplementedError ("Integers with less than 8 bits")."""
+    """A flipped footer byte made pyarrow raise ArrowNotImplementedError ("Integers with less than 8 bits").
+    Every footer byte is flipped (~10-30 s here)."""
     path = table_files(small_run, "api_calls")[0][1]
     data = path.read_bytes()
     footer = len(data) - int.from_bytes(data[-8:-4], "little") - 8
