@@ -2,6 +2,7 @@
 `ProfileFileError` naming the problem, or split into valid and rejected rows — never another exception — and
 `maya estimators eval` refuses datasets it cannot compare with one error line."""
 import io
+import json
 
 import numpy as np
 import pandas as pd
@@ -24,9 +25,9 @@ from maya.profiler.kernels.measurements import VERSION_KEY
 H100 = Partition("h100-sxm", "fuzz")
 
 
-def parquet(table: dict, metadata: dict | None = None) -> bytes:
+def parquet(table: dict | pa.Table, metadata: dict | None = None) -> bytes:
     sink = io.BytesIO()
-    t = pa.table(table)
+    t = table if isinstance(table, pa.Table) else pa.table(table)
     pq.write_table(t.replace_schema_metadata(metadata) if metadata else t, sink)
     return sink.getvalue()
 
@@ -101,3 +102,41 @@ def test_eval_cli_refuses_incomplete_rows_and_bad_devices(tmp_path):
         r = CliRunner().invoke(app, ["estimators", "eval", "--dataset", str(path), "--warehouse", str(warehouse)])
         assert r.exit_code == 1, r.output
         assert message in r.output.replace("\n", " "), r.output
+
+
+def damaged(flip_footer: bool = False) -> bytes:
+    """A NeuSight file whose pandas metadata lacks `index_columns`, or whose footer has a byte flipped so that
+    pyarrow raises ArrowNotImplementedError ("Integers with more than 64 bits")."""
+    table = pa.Table.from_pandas(pd.DataFrame({"op": ["bmm"], "device": ["Tesla T4"], "latency_ms": [1.0],
+                                               "b": [2], "m": [64], "n": [64], "k": [64]}))
+    if not flip_footer:
+        meta = json.loads(table.schema.metadata[b"pandas"])
+        del meta["index_columns"]
+        return parquet(table, {**table.schema.metadata, b"pandas": json.dumps(meta).encode()})
+    data = parquet(table)
+    footer = len(data) - int.from_bytes(data[-8:-4], "little") - 8
+    for i in range(footer, len(data) - 8):
+        for bit in range(8):
+            flipped = bytearray(data)
+            flipped[i] ^= 1 << bit
+            try:
+                pq.read_table(io.BytesIO(bytes(flipped)))
+            except pa.ArrowNotImplementedError:
+                return bytes(flipped)
+            except Exception:  # noqa: BLE001 - looking for one kind of damage
+                continue
+    raise AssertionError("no footer flip makes pyarrow raise ArrowNotImplementedError")
+
+
+@pytest.mark.parametrize("flip_footer", [False, True], ids=["pandas-metadata", "footer"])
+def test_damaged_files_are_refused_by_the_pipelines_and_eval(flip_footer, tmp_path):
+    """Found by fuzzing `maya estimators eval`: ArrowNotImplementedError and pandas' KeyError('index_columns')
+    escaped as tracebacks."""
+    data = damaged(flip_footer)
+    with pytest.raises(ProfileFileError):
+        read_profile(data, NEUSIGHT, H100)
+    path = tmp_path / "kernels.parquet"
+    path.write_bytes(data)
+    r = CliRunner().invoke(app, ["estimators", "eval", "--dataset", str(path)])
+    assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
+    assert "kernels.parquet" in r.output

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from maya.core import hardware
 from maya.core.clusters import UnknownCluster, load_cluster
@@ -50,7 +51,7 @@ def evaluate_file(path: str | Path, estimator: Callable[[], KernelEstimator], *,
     every collective row instead of each network's own cluster."""
     try:
         raw = pd.read_parquet(path)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:  # damaged footer or pandas metadata
         raise DatasetError(f"{path}: not a readable Parquet file ({e})") from None
     try:
         layout = detect_layout(raw.columns)

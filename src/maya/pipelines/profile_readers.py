@@ -46,13 +46,21 @@ def read_profile(data: bytes, file_format: str,
     return result if len(result) == 3 else (*result, _NO_REJECTS)
 
 
+def _pandas(table: pa.Table) -> pd.DataFrame:
+    """The table as a frame; damaged pandas metadata (pandas raises KeyError or TypeError) is a bad file."""
+    try:
+        return table.to_pandas()
+    except (KeyError, TypeError, ValueError) as e:
+        raise ProfileFileError(f"damaged pandas metadata ({type(e).__name__}: {e})") from None
+
+
 _NO_REJECTS = pd.DataFrame({"row_index": pd.Series(dtype="int64"), "reason": pd.Series(dtype="str"),
                             "record": pd.Series(dtype="str")})
 
 
 def _vidur_compute(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int], pd.DataFrame]:
     """The partition's device's rows of Vidur's compute profiles, checked by `vidur_data.COMPUTE_SCHEMA`."""
-    raw = table.to_pandas()
+    raw = _pandas(table)
     if "device" not in raw.columns:
         raise ProfileFileError("missing column device: not Vidur's compute layout")
     names = raw["device"].astype(str)
@@ -68,7 +76,7 @@ def _vidur_compute(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame,
 
 
 def _neusight(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:
-    raw = table.to_pandas()
+    raw = _pandas(table)
     if "device" not in raw.columns or "op" not in raw.columns:
         raise ProfileFileError("missing column(s) op, device: not NeuSight's kernel format")
     names = raw["device"].astype(str)
@@ -85,7 +93,7 @@ def _measurements(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, 
     if version is not None and version != MEASUREMENTS_VERSION.encode():
         raise ProfileFileError(f"measurements version {version.decode(errors='replace')!r}; this Maya reads version "
                                f"{MEASUREMENTS_VERSION}")
-    rows = table.to_pandas()
+    rows = _pandas(table)
     missing = [c for c in MEASUREMENT_COLUMNS if c not in rows.columns]
     if missing:
         raise ProfileFileError(f"missing column(s) {', '.join(missing)}: not a kernel-campaign measurements file")
