@@ -260,6 +260,11 @@ def _profiles(root: Path, configs: int) -> Path:
     return parts
 
 
+_QUIET = logging.getLogger("maya.reliability.crash")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False  # the quarantine warnings each trial logs are expected
+
+
 def _validate_partition(root: Path) -> None:
     from maya.pipelines.defs import profiles
     from maya.pipelines.partitions import partition_key
@@ -267,7 +272,7 @@ def _validate_partition(root: Path) -> None:
     from maya.pipelines.sources import Partition
 
     context = SimpleNamespace(partition_key=partition_key(Partition("h100-sxm", "kernels-crash")),
-                              log=logging.getLogger("crash"))
+                              log=_QUIET)
     profiles.validated_kernel_profiles.op.compute_fn.decorated_fn(
         context, Warehouse(path=str(root / "warehouse.duckdb")),
         DataSources(profiles_dir=str(root / "profiles"), neusight=False))
