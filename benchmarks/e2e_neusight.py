@@ -1,29 +1,26 @@
-"""End-to-end accuracy of `maya emulate` + `maya predict` against NeuSight's measured training latencies.
+"""End-to-end accuracy of `maya emulate` + `maya predict` against NeuSight's measured training latencies: the
+report of `maya validate neusight` (the runner: `maya.validation.neusight`).
 
 Every single-GPU training row of one device (`--device`, default the A100 80GB PCIe that the target is set
-on) in NeuSight's `e2e_labels.parquet` (Hugging Face models
-built from `model_configs/`, fp32, forward + backward) is emulated with `neusight_train.py` (NeuSight's
-measurement loop, unchanged in spirit: CUDA events around the forward and around `loss.backward()`),
-priced by the registered kernel estimators (trained on the shipped measurements first if the warehouse
-has none) and replayed by the simulator. The predicted forward and backward times are what the
-script's CUDA events would read on the simulated schedule: the span between the simulated completions
-of the event records around each phase (steady iterations, the first one excluded).
+on) in NeuSight's `e2e_labels.parquet` (Hugging Face models built from `model_configs/`, fp32, forward +
+backward) is run through the validation suite (emulated with `data/workloads/neusight_train.py`, NeuSight's
+measurement loop: CUDA events around the forward and around `loss.backward()`; priced by the registered
+kernel estimators, trained on the shipped measurements first if the warehouse has none; replayed by the
+simulator; stored in the warehouse's `validation_rows`, so a re-run only reports). The predicted forward and
+backward times are what the script's CUDA events would read on the simulated schedule.
 
 Prints and writes (`--doc`) every row's measured and predicted times and error, the mean absolute error
 and the largest one, and where the predicted time goes: device time per kernel family in the forward and
 backward windows, and the part of each window with no kernel running.
 Targets: mean absolute error <= 5%, no row above 10%.
 
-Usage: python benchmarks/e2e_neusight.py [--runs DIR] [--models bert_large,...] [--doc docs/e2e_neusight.md]
+Usage: python benchmarks/e2e_neusight.py [--device NAME] [--models bert_large,...] [--doc docs/e2e_neusight.md]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import shutil
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,76 +28,39 @@ import numpy as np
 import pandas as pd
 
 from maya.core import hardware as catalog
-from maya.simulator import EstimatorDurations, EstimatorsUnavailable, simulate, summarize
-from maya.simulator.opcodes import DEVICE_OPS, RECORD
-from maya.simulator.trace import load
 
 DEVICE = "NVIDIA A100 80GB PCIe"
 MAE_TARGET, MAX_TARGET = 5.0, 10.0
 CONSISTENT_SHARE = 0.75
-SCRIPT = Path(__file__).with_name("neusight_train.py")
 IDLE = "(no kernel running)"
-RECORDS_PER_ITERATION = 4
-"""The script records its two events around the forward and around the backward."""
 
 
-def labels(path: Path, device: str, models: list[str] | None) -> pd.DataFrame:
-    frame = pd.read_parquet(path)
-    rows = frame[(frame["device"] == device) & (frame["mode"] == "train") & (frame["parallel"] == "single")]
-    if models:
-        rows = rows[rows["model"].isin(models)]
-    return rows.sort_values(["model", "batch"]).reset_index(drop=True)
-
-
-def estimator_provider(version: str, train_sample: int | None) -> EstimatorDurations:
-    """The registered estimators, trained on the shipped measurements if the warehouse has no version."""
-    try:
-        return EstimatorDurations(version)
-    except EstimatorsUnavailable:
-        if version != "latest":
-            raise
-    from maya.estimators import Registry, TrainConfig, train_version
+def ensure_version(version: str, train_sample: int | None) -> None:
+    """Train and register estimators on the shipped measurements when the warehouse has no version."""
+    from maya.estimators import Registry, RegistryError, TrainConfig, train_version
     from maya.estimators.training_data import shipped_measurements
 
+    try:
+        Registry().get(version)
+        return
+    except RegistryError:
+        if version != "latest":
+            raise
     measurements = shipped_measurements()
     if train_sample is not None and train_sample < len(measurements):
         measurements = measurements.sample(train_sample, random_state=0).reset_index(drop=True)
     print(f"no estimator version registered: training one on {len(measurements):,} shipped measurements",
           file=sys.stderr)
     train_version(measurements, TrainConfig(), Registry())
-    return EstimatorDurations(version)
-
-
-def emulate_row(config: Path, batch: int, seq: int, run_dir: Path, iterations: int, hardware: str) -> float:
-    """Emulate one row into `run_dir` (kept when it is already complete on `hardware`); returns the seconds taken."""
-    from maya.emulator.launcher import emulate
-    from maya_trace_spec import Run
-
-    if run_dir.exists():
-        try:
-            info = Run(run_dir).info
-            if info["status"] == "complete" and info["hardware"] == hardware:
-                return 0.0
-        except Exception:  # an unreadable or partial run: emulate again
-            pass
-        shutil.rmtree(run_dir)
-    t = time.perf_counter()
-    result = emulate([str(SCRIPT), str(config), "--batch", str(batch), "--seq", str(seq), "--iterations",
-                      str(iterations), "--sample", "1"], run_dir, hardware=hardware)
-    if result.status != "complete":
-        raise RuntimeError(f"{run_dir.name}: emulation {result.status}; see {run_dir}/logs")
-    return time.perf_counter() - t
-
-
-def timed_windows(sim) -> tuple[np.ndarray, np.ndarray]:
-    """The call index of each event record of rank 0 and its simulated completion time (ns)."""
-    program, result = sim.programs[0], sim.result(0)
-    calls = np.flatnonzero(program.opcodes == RECORD)
-    return calls, result.records[program.arg[calls]]
 
 
 @dataclass
-class Predicted:
+class Row:
+    model: str
+    batch: int
+    seq: int
+    measured_fw_ms: float
+    measured_bw_ms: float
     fw_ms: float
     bw_ms: float
     iteration_ms: float
@@ -113,16 +73,13 @@ class Predicted:
     data_dependent: int
     """Calls in the timed windows whose result depends on values only a GPU computes (emulated stand-ins)."""
 
-
-@dataclass
-class Row(Predicted):
-    model: str
-    batch: int
-    seq: int
-    measured_fw_ms: float
-    measured_bw_ms: float
-    emulate_s: float
-    predict_s: float
+    @classmethod
+    def of(cls, result, label: pd.Series) -> "Row":
+        """A stored suite row (`maya.validation.RowResult`) of a NeuSight label."""
+        d = result.details
+        return cls(str(label["model"]), int(label["batch"]), int(label["seqlen"]), float(label["fw_ms"]),
+                   float(label["bw_ms"]), d["fw_ms"], d["bw_ms"], d["iteration_ms"],
+                   pd.DataFrame(d["families_ms"]).fillna(0.0), d["fw_flops"], d["bw_flops"], d["data_dependent"])
 
     @property
     def measured_ms(self) -> float:
@@ -135,33 +92,6 @@ class Row(Predicted):
     @property
     def error(self) -> float:
         return 100.0 * (self.predicted_ms - self.measured_ms) / self.measured_ms
-
-
-def predict_row(run_dir: Path, provider: EstimatorDurations, hw) -> Predicted:
-    """Forward and backward ms (median over the steady iterations), the simulator's whole iteration, and, in
-    the last iteration's forward and backward windows, device ms per kernel family and the FLOPs."""
-    sim = simulate(load(run_dir), hw, provider)
-    calls, times = timed_windows(sim)
-    if len(calls) < 2 * RECORDS_PER_ITERATION or len(calls) % RECORDS_PER_ITERATION:
-        raise RuntimeError(f"{run_dir.name}: {len(calls)} event records; expected {RECORDS_PER_ITERATION} "
-                           "per iteration and at least two iterations")
-    spans = (times[1::2] - times[::2]).reshape(-1, 2)[1:] / 1e6  # per steady iteration: forward, backward
-    fw, bw = np.median(spans, axis=0)
-    frame, device = sim.programs[0].frame, sim.devices[0]
-    work = np.isin(sim.programs[0].opcodes, DEVICE_OPS) & (device > 0)
-    last = calls[-RECORDS_PER_ITERATION:]
-    families, flops = {}, {}
-    for phase, (a, b), span in (("forward", last[:2], spans[-1, 0]), ("backward", last[2:], spans[-1, 1])):
-        window = np.zeros(len(work), dtype=bool)
-        window[a:b] = work[a:b]
-        per_family = pd.Series(device[window] / 1e6, index=frame["family"].to_numpy()[window]).groupby(level=0).sum()
-        per_family[IDLE] = max(span - per_family.sum(), 0.0)
-        families[phase] = per_family
-        flops[phase] = float(np.nansum(frame["flops"].to_numpy(dtype="float64")[a:b]))
-    dependent = (frame["data_dependent"].fillna(False).to_numpy(dtype=bool)
-                 & (frame["api"] != "cudaEventElapsedTime").to_numpy())  # the script's own timing reads
-    return Predicted(float(fw), float(bw), summarize(sim).iteration_ns / 1e6, pd.DataFrame(families).fillna(0.0),
-                     flops["forward"], flops["backward"], int(dependent[last[0]:last[-1]].sum()))
 
 
 def table(rows: list[Row]) -> list[str]:
@@ -226,11 +156,11 @@ def findings(rows: list[Row]) -> list[str]:
             f"- {len(slow)} of {len(rows)} measured forwards run the traced work at {min(ratio):.0%}-{max(ratio):.0%} "
             f"of the throughput of their own measured backward (the same layers; below {CONSISTENT_SHARE:.0%} "
             f"here): {', '.join(f'{r.model} b{r.batch}' for r in slow)}. Their forward errors are "
-            f"{', '.join(f'{e:+.0f}%' for e in phase_errors(slow, 'fw'))}; the other rows' forwards "
-            f"{', '.join(f'{e:+.0f}%' for e in phase_errors(rest, 'fw'))}. Both phases are priced from the same "
-            "kinds of kernels (the backward's GEMMs are the forward's, transposed, twice over): what slows these "
-            "measured forwards does not show in the traced work. The e2e error of the other rows alone is "
-            f"{mean_abs([r.error for r in rest]):.1f}%.")
+            f"{', '.join(f'{e:+.0f}%' for e in phase_errors(slow, 'fw'))}"
+            + (f"; the other rows' forwards {', '.join(f'{e:+.0f}%' for e in phase_errors(rest, 'fw'))}" if rest else "")
+            + ". Both phases are priced from the same kinds of kernels (the backward's GEMMs are the forward's, "
+            "transposed, twice over): what slows these measured forwards does not show in the traced work."
+            + (f" The e2e error of the other rows alone is {mean_abs([r.error for r in rest]):.1f}%." if rest else ""))
     if dependent:
         out.append(
             f"- {', '.join(f'{r.model} b{r.batch}' for r in dependent)}: the forward reads device values on the "
@@ -266,9 +196,9 @@ def document(rows: list[Row], version: str, hw, elsewhere: list[str]) -> str:
     return "\n".join([
         f"# End-to-end accuracy: NeuSight's {hw.device_name} training rows",
         "",
-        f"Generated by `benchmarks/e2e_neusight.py` on {datetime.date.today().isoformat()} with estimator "
+        f"Generated by `benchmarks/e2e_neusight.py` (`maya validate neusight`'s rows) on {datetime.date.today().isoformat()} with estimator "
         f"version {version}. Each row of NeuSight's `e2e_labels.parquet` (device {hw.device_name}, mode train, "
-        f"single GPU) is emulated unchanged on a virtual {hw.device_name} (`benchmarks/neusight_train.py`: the "
+        f"single GPU) is emulated unchanged on a virtual {hw.device_name} (`data/workloads/neusight_train.py`: the "
         "Hugging Face model built from its config, fp32, TF32 off, eager attention, inputs all ones, CUDA "
         "events around the forward and around `loss.backward()`, as NeuSight measured), priced by the "
         "estimators and replayed by the simulator. Predicted = the simulated span between the event records "
@@ -307,47 +237,42 @@ def describe(version: str) -> str:
 
 
 def main() -> None:
-    from maya.estimators.neusight_data import neusight_dir
+    from maya.validation import load_suite, run_suite
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=DEVICE, help="the labels' device (its name as the GPU reports it)")
-    parser.add_argument("--labels", type=Path, default=neusight_dir() / "e2e_labels.parquet")
-    parser.add_argument("--configs", type=Path, default=neusight_dir() / "model_configs")
-    parser.add_argument("--runs", type=Path, default=None, help="keep the emulated runs here (reused when complete)")
     parser.add_argument("--models", default=None, help="comma-separated model names (default: every row)")
-    parser.add_argument("--iterations", type=int, default=3, help="emulated iterations per row (the first is warm-up)")
     parser.add_argument("--model-version", default="latest")
     parser.add_argument("--train-sample", type=int, default=None,
-                   help="if no version is registered, train on this many shipped measurements (default: all)")
-    parser.add_argument("--doc", type=Path, default=None, help="write the table as markdown here")
+                        help="if no version is registered, train on this many shipped measurements (default: all)")
+    parser.add_argument("--doc", default=None, help="write the report as markdown here")
     args = parser.parse_args()
-    wanted = labels(args.labels, args.device, args.models.split(",") if args.models else None)
+    suite = load_suite("neusight")
+    wanted = suite.table[suite.table["device"] == args.device]
+    if args.models:
+        wanted = wanted[wanted["model"].isin(args.models.split(","))]
     if wanted.empty:
-        raise SystemExit(f"no single-GPU training rows for device {args.device!r} in {args.labels}")
+        raise SystemExit(f"no single-GPU training rows for device {args.device!r} in {suite.path}")
     hw = catalog.get(args.device)
-    provider = estimator_provider(args.model_version, args.train_sample)
-    runs = args.runs or Path(tempfile.mkdtemp(prefix="e2e-neusight-"))
-    rows = []
-    for label in wanted.itertuples(index=False):
-        run_dir = runs / f"{label.model}-b{label.batch}-s{label.seqlen}"
-        emulate_s = emulate_row(args.configs / f"{label.model}.json", int(label.batch), int(label.seqlen), run_dir,
-                                args.iterations, hw.name)
-        t = time.perf_counter()
-        predicted = predict_row(run_dir, provider, hw)
-        row = Row(**vars(predicted), model=label.model, batch=int(label.batch), seq=int(label.seqlen),
-                  measured_fw_ms=float(label.fw_ms), measured_bw_ms=float(label.bw_ms), emulate_s=emulate_s,
-                  predict_s=time.perf_counter() - t)
-        rows.append(row)
-        print(f"{row.model:>11} b{row.batch} s{row.seq}: measured {row.measured_ms:8.1f} ms, predicted "
-              f"{row.predicted_ms:8.1f} ms ({row.error:+5.1f}%; fw {row.fw_ms:.1f} / {row.measured_fw_ms:.1f}, bw "
-              f"{row.bw_ms:.1f} / {row.measured_bw_ms:.1f}; whole iteration {row.iteration_ms:.1f} ms); "
-              f"{f'emulated in {emulate_s:.0f} s' if emulate_s else 'run reused'}, predicted in {row.predict_s:.1f} s",
-              flush=True)
-    text = document(rows, describe(provider.version), hw, other_gpus(args.labels, args.device, wanted))
+    ensure_version(args.model_version, args.train_sample)
+
+    def progress(r) -> None:
+        how = "stored earlier" if r.resumed else f"emulated in {r.emulate_s:.0f} s" if r.emulate_s else "run"
+        figure = f"{r.error_pct:+5.1f}%" if r.error_pct is not None else f"{r.status}: {r.reason}"
+        print(f"row {r.row} {r.label}: measured {1e3 * r.measured_s:8.1f} ms, predicted "
+              f"{1e3 * (r.predicted_s or float('nan')):8.1f} ms ({figure}); {how}", flush=True)
+
+    run = run_suite(suite, wanted, version=args.model_version, on_row=progress)
+    done = [r for r in run.results if r.status == "ok"]
+    if not done:
+        raise SystemExit("no row could be predicted")
+    rows = [Row.of(r, suite.table.loc[r.row]) for r in sorted(done, key=lambda r: (r.label, r.row))]
+    wanted_labels = suite.table.loc[[r.row for r in done]]
+    text = document(rows, describe(run.version), hw, other_gpus(suite.path, args.device, wanted_labels))
     print("\n" + text)
     if args.doc:
-        args.doc.parent.mkdir(parents=True, exist_ok=True)
-        args.doc.write_text(text)
+        Path(args.doc).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.doc).write_text(text)
         print(f"written to {args.doc}")
 
 

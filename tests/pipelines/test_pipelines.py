@@ -163,7 +163,8 @@ def graph(tmp_path_factory) -> Graph:
 def test_definitions_load_from_the_defs_folder():
     assets = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert assets == {"raw_kernel_profiles", "validated_kernel_profiles", "kernel_estimators", "estimator_validation",
-                      "accuracy_dashboard", "raw_collective_measurements", "validated_collective_measurements"}
+                      "validation_suite", "accuracy_dashboard", "raw_collective_measurements",
+                      "validated_collective_measurements"}
     assert {j.name for j in defs.resolve_all_job_defs()} >= {"ingest_profiles", "ingest_collectives",
                                                              "profiling_campaign", "validate_estimators",
                                                              "retrain_estimators"}
@@ -218,7 +219,7 @@ def test_whole_graph_fills_the_warehouse(graph):
     assert check.metadata["status"].value == "no ground truth available"
     page = (graph.home / "dashboard" / "accuracy.html").read_text(encoding="utf-8")
     assert all(f'id="{plot}"' in page for plot in PLOTS) and page.count('class="plotly-graph-div"') == len(PLOTS)
-    assert "no ground truth available" in page and "<script src=" not in page  # plotly.js inlined
+    assert "no validation suite has been run for this version" in page and "<script src=" not in page  # plotly.js inlined
 
 
 @pytest.mark.slow
@@ -420,6 +421,32 @@ def test_end_to_end_check_against_ground_truth(graph, tmp_path, ratios, passed):
     worst = max(errors, key=errors.get)
     assert check.metadata["worst_workload"].value.startswith(f"{worst} on h100-sxm")
     assert query(warehouse, "SELECT count(*) FROM workload_predictions WHERE version = 'v1'")[0][0] == 2
+
+
+@pytest.mark.parametrize("errors, passed", [((2.0, -3.0), True), ((2.0, -30.0), False)])
+def test_end_to_end_check_judges_the_validation_suites(graph, tmp_path, errors, passed):
+    """Suite rows stored by `maya validate` are the end-to-end ground truth the 5% check judges."""
+    from maya.validation import load_suite, store
+    from maya.validation.plan import predictor_digest
+
+    home = tmp_path / "home"
+    shutil.copytree(graph.home, home, ignore=shutil.ignore_patterns("profiles", "dashboard"))
+    warehouse = home / "warehouse.duckdb"
+    suite = load_suite("llm-foundry-smoke")
+    for row, error in zip((20, 81), errors):
+        measured = float(suite.table.loc[row, "step_time_s_derived"])
+        store.save(store.RowResult(suite.name, suite.digest, suite.kind, row, f"row {row}", "h100_80gb", "1b", 8,
+                                   measured, "v1", predictor_digest(), status="ok", hardware="h100-sxm",
+                                   predicted_s=measured * (1 + error / 100), error_pct=error), warehouse)
+    resources = {"warehouse": Warehouse(path=str(warehouse)),
+                 "data": DataSources(profiles_dir=str(tmp_path / "none"), ground_truth_dir=str(tmp_path / "gt"))}
+    result = dg.materialize(DOWNSTREAM[1:3], instance=graph.instance, resources=resources)
+    (check,) = result.get_asset_check_evaluations()
+    assert check.passed is passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert (check.metadata["workloads"].value, check.metadata["suite_rows"].value) == (0, 2)
+    assert check.metadata["mean_error"].value == pytest.approx(sum(map(abs, errors)) / 200, rel=1e-6)
+    assert check.metadata["worst_workload"].value.startswith("row 81 (row 81) on h100-sxm")
+    assert metadata(result, "estimator_validation")["suite_rows"] == 2
 
 
 READER = """

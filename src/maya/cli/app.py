@@ -17,6 +17,7 @@ from .profile import profile_app
 from .search import search_cmd
 from .sql import sql_cmd
 from .trace import trace_app
+from .validate import validate_cmd
 
 app = typer.Typer(help="Maya: predict training time, memory and cost on virtual GPUs.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -26,6 +27,7 @@ app.command("predict")(predict_cmd)
 app.command("search", context_settings=SCRIPT_COMMAND)(search_cmd)
 app.command("sql")(sql_cmd)
 app.command("dashboard")(dashboard_cmd)
+app.command("validate")(validate_cmd)
 app.add_typer(trace_app, name="trace")
 app.add_typer(profile_app, name="profile")
 app.add_typer(estimators_app, name="estimators")

@@ -49,7 +49,8 @@ def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emu
                 as_json: Annotated[bool, typer.Option("--json", help="Print the prediction as JSON.")] = False):
     """Predict iteration time, its breakdown, MFU, peak memory (and OOM) and cost of a traced run by
     replaying every rank on the event-driven simulator, optionally re-targeted to another GPU, data-parallel
-    degree or cluster (the changed assumptions are listed). A measured trace replayed unchanged reports the
+    degree or cluster (the changed assumptions are listed). Estimated durations come with a 10-90% band
+    of the iteration time, from the kernel and collective models' held-out residuals. A measured trace replayed unchanged reports the
     replay's error against its measured iteration time. The prediction is stored in the warehouse."""
     from maya.core.hardware import UnknownHardware
     from maya.simulator import (Deadlock, EstimatorsUnavailable, MissingDurations, MissingRanks, predict)
@@ -60,7 +61,7 @@ def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emu
         prediction, prediction_id = predict(
             run_dir, hardware=hardware, durations=durations.value, price_per_gpu_hour=price_per_gpu_hour,
             tokens_per_iteration=tokens_per_iteration, timeline=timeline, model_version=model_version,
-            cluster=cluster, dp=dp)
+            cluster=cluster, dp=dp, band=True)
     except RecordedOutOfMemory as e:
         fail(str(e), EXIT_OOM)
     except (TraceError, MissingRanks, Deadlock, EstimatorsUnavailable, MissingDurations, UnknownHardware,
@@ -86,6 +87,8 @@ def _print(p, prediction_id: str, timeline: Optional[Path]) -> None:
     t.add_column(style="bold")
     t.add_column(justify="right")
     t.add_row("iteration time", _ms(p.iteration_ns))
+    if p.band is not None:
+        t.add_row("  10-90% band", f"{_ms(p.band['low_ns'])} … {_ms(p.band['high_ns'])}")
     if p.measured_iteration_ns is not None:
         t.add_row("measured iteration time", _ms(p.measured_iteration_ns))
     if p.replay_error is not None:

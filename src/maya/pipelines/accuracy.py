@@ -72,6 +72,40 @@ def store(con: duckdb.DuckDBPyConnection, evaluation: Evaluation, inputs_digest:
     insert(con, "workload_predictions", evaluation.workload_predictions)
 
 
+def suite_rows(warehouse: Path, version: str) -> pd.DataFrame:
+    """The validation suites' latest result per row for `version` (`maya.validation.latest`) as end-to-end rows:
+    `source` (the suite), `workload` (its row), `hardware`, `measured_ns`, `predicted_ns` (NaN where the row
+    failed or ran out of memory under emulation), `failure`."""
+    from maya.validation import latest
+
+    rows = latest(warehouse)
+    rows = rows[rows["estimator_version"] == version]
+    return pd.DataFrame({"source": rows["suite"], "workload": "row " + rows["row"].astype(str) + " (" + rows["label"] + ")",
+                         "hardware": rows["hardware"].fillna(rows["gpu"]), "measured_ns": rows["measured_s"] * 1e9,
+                         "predicted_ns": rows["predicted_s"].astype("float64") * 1e9,
+                         "failure": rows["reason"].where(rows["status"] != "ok")}).reset_index(drop=True)
+
+
+def end_to_end(warehouse: Path, version: str) -> pd.DataFrame:
+    """Every end-to-end comparison of `version`: ground-truth workloads, then suite rows (`suite_rows`)."""
+    con = wait_for_lock(lambda: duckdb.connect(str(warehouse), read_only=True))
+    try:
+        workloads = con.execute("SELECT 'ground truth' AS source, workload, hardware, measured_ns, predicted_ns, "
+                                "error AS failure FROM workload_predictions WHERE version = ?", [version]).df()
+    finally:
+        con.close()
+    parts = [p for p in (workloads, suite_rows(warehouse, version)) if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else workloads
+
+
+def mean_abs_error(rows: pd.DataFrame) -> float | None:
+    """Mean |predicted - measured| / measured over the rows with a prediction."""
+    done = rows.dropna(subset=["predicted_ns"])
+    if done.empty:
+        return None
+    return float(((done["predicted_ns"] - done["measured_ns"]).abs() / done["measured_ns"]).mean())
+
+
 def _kernel_predictions(registry: Registry, version: str, kernels: pd.DataFrame) -> pd.DataFrame:
     columns = ["version", "hardware", "family", "op", "method", "measured_ns", "predicted_ns"]
     if kernels.empty:

@@ -1,8 +1,12 @@
 """The accuracy dashboard: one static HTML file (plotly, inlined: it works offline) built from the
-warehouse's evaluation tables, next to the warehouse at `dashboard/accuracy.html`.
+warehouse's evaluation tables and validation suites' rows, next to the warehouse at
+`dashboard/accuracy.html`.
 
-Plots: predicted vs measured per hardware, error distribution per kernel family, error over estimator
-versions against the 5% target, and a table of the latest version's predictions.
+At the top, the headline figures of the latest estimator version (per suite: rows, mean and max |error|,
+band coverage; kernels: held-out MAPE). Plots: predicted vs measured end to end per suite and estimator
+version (with each row's 10-90% band), the suite's worst rows, kernels predicted vs measured per
+hardware, error distribution per kernel family, error over estimator versions against the 5% target, and
+a table of the latest version's predictions.
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ from maya.core.warehouse import wait_for_lock
 TARGET = 0.05
 SCATTER_POINTS = 1500
 """Held-out kernels drawn per hardware (a deterministic sample)."""
-PLOTS = ("predicted-vs-measured", "error-by-family", "error-over-versions", "latest-predictions")
+PLOTS = ("suite-predicted-vs-measured", "suite-worst-rows", "predicted-vs-measured", "error-by-family",
+         "error-over-versions", "latest-predictions")
 """The plots' div ids."""
 
 
@@ -39,6 +44,9 @@ class AccuracyData:
     versions: pd.DataFrame
     version_families: pd.DataFrame
     kernel_summary: pd.DataFrame
+    suites: pd.DataFrame
+    """Validation suites' rows, the latest result per suite, row and estimator version
+    (`maya.validation.latest`)."""
 
 
 def dashboard_path(warehouse: Path) -> Path:
@@ -56,8 +64,9 @@ def build(warehouse: Path) -> tuple[Path, bool]:
 
 
 def read(warehouse: Path) -> AccuracyData:
-    missing = NoAccuracyData(f"no estimator version has been evaluated in {warehouse} yet: run the pipeline's "
-                             "estimator_validation (dagster dev -m maya.pipelines.definitions)")
+    missing = NoAccuracyData(f"no estimator version has been evaluated in {warehouse} yet: run `maya dashboard` "
+                             "(it evaluates the latest version) or the pipeline's estimator_validation (dagster dev "
+                             "-m maya.pipelines.definitions)")
     if not warehouse.is_file():
         raise missing
     con = wait_for_lock(lambda: duckdb.connect(str(warehouse), read_only=True))
@@ -89,29 +98,123 @@ def read(warehouse: Path) -> AccuracyData:
             kernel_summary=con.execute(
                 f"SELECT hardware, family, count(*) AS rows, median(measured_ns) AS measured_ns, "
                 f"median(predicted_ns) AS predicted_ns, avg({ape}) AS error FROM kernel_predictions "
-                "WHERE version = ? GROUP BY ALL ORDER BY hardware, family", [version]).df())
+                "WHERE version = ? GROUP BY ALL ORDER BY hardware, family", [version]).df(),
+            suites=_suite_rows(con))
     except duckdb.CatalogException:  # the evaluation tables do not exist yet
         raise missing from None
     finally:
         con.close()
 
 
+def _suite_rows(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    columns = ('suite, "row", label, gpu, size, gpus, status, reason, measured_s, predicted_s, error_pct, band_low_s, '
+               "band_high_s, in_band, oom, oom_reason, estimator_version")
+    try:
+        return con.execute(f"SELECT {columns} FROM (SELECT *, row_number() OVER (PARTITION BY suite, \"row\", "
+                           "estimator_version ORDER BY recorded_at DESC) AS n FROM validation_rows) WHERE n = 1 "
+                           "ORDER BY suite, estimator_version, \"row\"").df()
+    except duckdb.CatalogException:  # no suite has been run
+        return pd.DataFrame(columns=[c.strip().strip('"') for c in columns.split(",")])
+
+
 def render(data: AccuracyData) -> str:
-    figures = dict(zip(PLOTS, (_scatter(data), _family_errors(data), _over_versions(data), _table(data))))
+    figures = dict(zip(PLOTS, (_suite_scatter(data), _worst_rows(data), _scatter(data), _family_errors(data),
+                               _over_versions(data), _table(data))))
     plots = "\n".join(_section(name, fig) for name, fig in figures.items())
-    measured = data.workloads["failure"].isna().sum()
-    ground_truth = (f"{measured} ground-truth workload(s) predicted" if len(data.workloads) else
-                    "no ground truth available: end-to-end error not measured")
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Maya estimator accuracy</title>
+<html lang="en"><head><meta charset="utf-8"><title>Maya accuracy</title>
 <script type="text/javascript">{get_plotlyjs()}</script>
-<style>body {{ font-family: sans-serif; margin: 2em; }} section {{ margin-bottom: 2em; }}</style></head>
-<body><h1>Maya estimator accuracy</h1>
-<p>Latest estimator version <b>{html.escape(data.version)}</b>; {len(data.versions)} version(s) evaluated;
-{html.escape(ground_truth)}. Kernel errors are on NeuSight's held-out test split.</p>
+<style>body {{ font-family: sans-serif; margin: 2em; }} section {{ margin-bottom: 2em; }}
+table.headline {{ border-collapse: collapse; margin: 1em 0; }}
+table.headline td, table.headline th {{ border: 1px solid #ccc; padding: 0.4em 0.9em; text-align: right; }}
+table.headline th {{ background: #f3f3f3; }} table.headline td:first-child {{ text-align: left; }}
+.miss {{ color: #b00020; font-weight: bold; }} .met {{ color: #1b7a1b; font-weight: bold; }}</style></head>
+<body><h1>How well Maya predicts</h1>
+{_headline(data)}
 {plots}
 </body></html>
 """
+
+
+def _headline(data: AccuracyData) -> str:
+    """The latest version's figures at a glance: one line per suite, then the kernels."""
+    rows = []
+    latest = data.suites[data.suites["estimator_version"] == data.version]
+    for suite, part in latest.groupby("suite", sort=True):
+        ok = part[part["status"] == "ok"]
+        errors = ok["error_pct"].astype("float64").abs()
+        banded = ok["in_band"].dropna()
+        mean, worst = (errors.mean(), errors.max()) if len(ok) else (float("nan"), float("nan"))
+        verdict = "met" if len(ok) and mean <= 100 * TARGET and len(ok) == len(part) else "miss"
+        rows.append(f"<tr><td>{html.escape(suite)} (end to end)</td><td>{len(ok)} of {len(part)}</td>"
+                    f'<td class="{verdict}">{_pct(mean)}</td><td>{_pct(worst)}</td>'
+                    f"<td>{_pct(100 * banded.astype(bool).mean()) if len(banded) else '-'}</td></tr>")
+    if not rows:
+        rows.append('<tr><td>end to end</td><td colspan="4">no validation suite has been run for this version: '
+                    "<code>maya validate llm-foundry</code></td></tr>")
+    kernel = data.versions.set_index("version").loc[data.version, "kernel_mape"]
+    rows.append(f"<tr><td>kernels (NeuSight's held-out test split)</td><td>{int(data.families['rows'].sum()):,}</td>"
+                f"<td>{_pct(100 * kernel) if kernel == kernel else '-'}</td><td>-</td><td>-</td></tr>")
+    workloads = data.workloads.dropna(subset=["predicted_ns"])
+    if len(workloads):
+        ape = 100 * ((workloads["predicted_ns"] - workloads["measured_ns"]).abs() / workloads["measured_ns"])
+        rows.append(f"<tr><td>ground-truth workloads</td><td>{len(workloads)} of {len(data.workloads)}</td>"
+                    f"<td>{_pct(ape.mean())}</td><td>{_pct(ape.max())}</td><td>-</td></tr>")
+    return (f"<p>Estimator version <b>{html.escape(data.version)}</b> (latest of {len(data.versions)} evaluated). "
+            f"Target: mean |error| &le; {100 * TARGET:.0f}% end to end; a calibrated 10-90% band covers about 80% "
+            "of rows.</p>\n<table class=\"headline\"><tr><th></th><th>rows predicted</th><th>mean |error|</th>"
+            "<th>max |error|</th><th>band coverage</th></tr>" + "".join(rows) + "</table>")
+
+
+def _pct(value: float) -> str:
+    return "-" if value != value else f"{value:.1f}%"
+
+
+def _suite_scatter(data: AccuracyData) -> go.Figure:
+    fig = go.Figure()
+    done = data.suites[data.suites["status"] == "ok"]
+    for (suite, version), rows in done.groupby(["suite", "estimator_version"], sort=True):
+        predicted = rows["predicted_s"].astype("float64")
+        low, high = rows["band_low_s"].astype("float64"), rows["band_high_s"].astype("float64")
+        fig.add_trace(go.Scatter(
+            x=rows["measured_s"], y=predicted, mode="markers", name=f"{suite} ({version})",
+            text=("row " + rows["row"].astype(str) + ": " + rows["label"] + " "
+                  + rows["error_pct"].map(lambda e: f"{e:+.1f}%")),
+            error_y={"type": "data", "symmetric": False, "array": (high - predicted).fillna(0).clip(lower=0),
+                     "arrayminus": (predicted - low).fillna(0).clip(lower=0), "thickness": 1},
+            marker={"size": 8, "opacity": 0.8 if version == data.version else 0.35}))
+    if len(done):
+        low = min(done["measured_s"].min(), done["predicted_s"].astype("float64").min()) / 1.2
+        high = max(done["measured_s"].max(), done["predicted_s"].astype("float64").max()) * 1.2
+        for ratio, dash, name in ((1.0, "dot", "predicted = measured"), (1.1, "dash", "±10%"), (0.9, "dash", None)):
+            fig.add_trace(go.Scatter(x=[low, high], y=[low * ratio, high * ratio], mode="lines", name=name,
+                                     showlegend=name is not None, line={"dash": dash, "color": "grey", "width": 1}))
+    else:
+        fig.add_annotation(text="no validation suite results: run `maya validate llm-foundry`", showarrow=False)
+    fig.update_layout(title="End to end: predicted vs measured time per suite row (error bars: the 10-90% band)",
+                      height=600)
+    fig.update_xaxes(type="log", title="measured (s)")
+    fig.update_yaxes(type="log", title="predicted (s)")
+    return fig
+
+
+def _worst_rows(data: AccuracyData) -> go.Figure:
+    """The latest version's suite rows, worst |error| first, failures with their reason."""
+    rows = data.suites[data.suites["estimator_version"] == data.version].copy()
+    rows["order"] = rows["error_pct"].astype("float64").abs().fillna(float("inf"))
+    rows = rows.sort_values("order", ascending=False).head(25)
+    notes = [(r.reason if isinstance(r.reason, str) else "") if r.status != "ok"
+             else (f"predicted OOM: {r.oom_reason}" if pd.notna(r.oom) and r.oom else "") for r in rows.itertuples()]
+    cells = [rows["suite"], rows["row"].astype(str), rows["label"], _formatted(rows["measured_s"], "{:,.3f}"),
+             _formatted(rows["predicted_s"].astype("float64"), "{:,.3f}"),
+             _formatted(rows["error_pct"].astype("float64"), "{:+.1f}%"),
+             [("-" if pd.isna(lo) else f"{lo:,.3f} … {hi:,.3f}") for lo, hi in zip(rows["band_low_s"], rows["band_high_s"])],
+             rows["status"], notes]
+    header = ["suite", "row", "run", "measured (s)", "predicted (s)", "error", "10-90% band (s)", "status", "note"]
+    fig = go.Figure(go.Table(header={"values": header}, cells={"values": cells},
+                             columnwidth=[1.2, 0.5, 3.2, 1, 1, 0.8, 1.6, 0.7, 3]))
+    fig.update_layout(title=f"Suite rows, worst first ({data.version})", height=max(300, 30 * len(rows) + 140))
+    return fig
 
 
 def _section(div_id: str, fig: go.Figure) -> str:
@@ -134,7 +237,7 @@ def _scatter(data: AccuracyData) -> go.Figure:
         low, high = values.min().min() / 1e3, values.max().max() / 1e3
         fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", name="predicted = measured",
                                  line={"dash": "dot", "color": "grey"}))
-    fig.update_layout(title=f"Predicted vs measured, per hardware ({data.version})", height=550)
+    fig.update_layout(title=f"Kernels: predicted vs measured, per hardware ({data.version})", height=550)
     fig.update_xaxes(type="log", title="measured (µs)")
     fig.update_yaxes(type="log", title="predicted (µs)")
     return fig

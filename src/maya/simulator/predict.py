@@ -180,6 +180,20 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
         replay_error=replay_error, **job)
 
 
+def add_band(sim: Simulation, prediction: Prediction) -> None:
+    """Set the prediction's 10–90% band (`band.iteration_band`), or note why it has none."""
+    from .band import iteration_band
+
+    found = iteration_band(sim, prediction)
+    if found is None:
+        prediction.notes.append(f"no 10-90% band: durations from {sim.provider.name} carry no held-out residuals")
+        return
+    prediction.band = found.to_dict()
+    if found.unmodelled_share >= 0.1:
+        prediction.notes.append(f"{found.unmodelled_share:.0%} of the iteration is outside the band's error model "
+                                "(host time, kernels priced with no held-out residuals): held fixed in it")
+
+
 def out_of_memory(traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_memory: int,
                   hw: Hardware) -> tuple[str | None, str | None]:
     """Why the job runs out of memory (None: it does not), and a note on failed allocations it survived.
@@ -233,9 +247,10 @@ def predict(run_dir: str | Path, *, hardware: str | None = None, durations: Dura
             price_per_gpu_hour: float | None = None, tokens_per_iteration: float | None = None,
             timeline: str | Path | None = None, model_version: str = "latest", cluster: str | None = None,
             dp: int | None = None, store: bool = True, warehouse: str | Path | None = None,
-            contention: bool = True) -> tuple[Prediction, str | None]:
+            band: bool = False, contention: bool = True) -> tuple[Prediction, str | None]:
     """Predict a run, optionally re-targeted to another GPU (`hardware`), data-parallel degree (`dp`) or
-    cluster; returns the prediction and its warehouse id (None with `store=False`). The timeline shows every
+    cluster; returns the prediction and its warehouse id (None with `store=False`). With `band`, it carries the
+    10–90% band of its iteration time (`band.iteration_band`: two more replays). The timeline shows every
     rank of jobs up to `TIMELINE_RANKS` ranks, else the captured ones. `contention`: see `simulate`."""
     traces = load(run_dir)
     if not traces.ranks:
@@ -249,6 +264,8 @@ def predict(run_dir: str | Path, *, hardware: str | None = None, durations: Dura
                    reprice_collectives=bool(assumptions), contention=contention)
     prediction = summarize(sim, tokens_per_iteration=tokens_per_iteration, price_per_gpu_hour=price_per_gpu_hour,
                            assumptions=assumptions)
+    if band:
+        add_band(sim, prediction)
     if timeline is not None:
         captured = {r.rank for r in sim.replicas if r.captured}
         write_timeline(timeline, sim.replicas, sim.results, sim.devices, traces,

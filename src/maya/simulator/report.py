@@ -87,6 +87,8 @@ class Prediction:
     replay_error: float | None = None
     """(predicted - measured) / measured iteration time when the trace's measured durations are replayed
     unchanged: the simulator's own fidelity."""
+    band: dict | None = None
+    """10–90% band of the iteration time from the estimators' held-out residuals (`band.IterationBand`)."""
 
     def to_dict(self, *, per_rank: bool = True) -> dict:
         """JSON-ready: times also in milliseconds (`iteration_ms`, ...)."""

@@ -1,0 +1,251 @@
+"""A 10–90% band for the predicted iteration time, from the estimators' own held-out residuals.
+
+Where the errors come from (never from end-to-end measurements):
+
+- kernels: each call's band from the kernel estimator (`duration_low_ns`, `duration_high_ns`: the 10th and
+  90th percentiles of measured / predicted on held-out shapes of its family and method; measured repeats
+  for exact lookups);
+- collectives: the 10th, 50th and 90th percentiles of measured / predicted NCCL times on networks the
+  collective fit never saw, per scope (intra-, inter-node) and message size
+  (`maya.estimators.collective_residuals`);
+- host overhead: its per-API costs are engineering defaults with no measurement to hold out, so host time
+  is not varied (the band says which share of the iteration is outside it).
+
+Errors within a kernel family, or within a collective scope, are taken as fully correlated (one error
+draw moves every call of the family: its shapes share kernels and the model's bias) and independent
+across families and scopes. A draw is a standard normal `z` per group; each call's log factor follows its
+own quantiles through `z` (10th percentile at z = -1.28, median at 0 (the prediction itself for kernels),
+90th at +1.28, linear beyond).
+
+Propagation: the iteration time is approximated as its idle and host-bound parts plus each group's
+share of the critical rank's compute time (by device time in the steady iterations) and exposed
+communication, each scaled by its group's factor; Monte Carlo draws of that sum (Latin hypercube) give its
+10th and 90th percentiles. Along the gradient of the sum, the draws reaching those percentiles (its most likely ones)
+are then re-priced and replayed by the simulator, so overlap that a slower collective stops hiding
+counts: the band is the two replays' iteration times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from .engine import Engine
+from .opcodes import COLL, DEVICE_OPS
+from .report import rank_report
+
+if TYPE_CHECKING:
+    from .predict import Simulation
+    from .report import Prediction
+
+Z90 = 1.2815515655446004
+"""The standard normal's 90th percentile."""
+SAMPLES = 4000
+SEED = 0
+UNMODELLED = np.array([0.0, 0.0, 0.0])
+
+
+@dataclass
+class IterationBand:
+    low_ns: float
+    high_ns: float
+    """The 10th and 90th percentile of the iteration time."""
+    shares: dict[str, float]
+    """Share of the predicted iteration time in each error group (kernel family, collective scope)."""
+    unmodelled_share: float
+    """Share of the iteration time no held-out residual covers (host time, kernels priced without a band),
+    held fixed."""
+    simulations: tuple = field(default=(), repr=False, compare=False)
+    """The low and high replays (`Simulation`), for figures other than the iteration time."""
+
+    def to_dict(self) -> dict:
+        return {"low_ns": self.low_ns, "high_ns": self.high_ns, "low_ms": self.low_ns / 1e6,
+                "high_ms": self.high_ns / 1e6, "shares": self.shares, "unmodelled_share": self.unmodelled_share}
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """Per call of one program: its error group (-1: none) and log quantiles (10th, 50th, 90th)."""
+
+    group: np.ndarray
+    quantiles: np.ndarray
+
+
+def call_groups(sim: Simulation) -> tuple[list[str], dict[int, _Groups]] | None:
+    """The error groups and each program's per-call quantiles; None when the kernels are not priced by a
+    kernel estimator (measured or roofline durations carry no residuals)."""
+    from maya.estimators import KernelEstimator
+    from maya.estimators.collective_residuals import shipped_residuals
+
+    if not isinstance(getattr(sim.provider, "kernels", None), KernelEstimator):
+        return None
+
+    residuals = shipped_residuals()
+    names: list[str] = []
+    per_program: dict[int, _Groups] = {}
+    for rank, program in sim.programs.items():
+        frame = program.frame
+        ops = program.opcodes if frame is None else frame["opcode"].to_numpy()
+        group = np.full(program.n, -1)
+        quantiles = np.zeros((program.n, 3))
+        kernels = np.isin(ops, DEVICE_OPS) & (ops != COLL)
+        if kernels.any():
+            family, q = _kernel_quantiles(sim, frame.loc[kernels])
+            quantiles[kernels] = q
+            group[kernels] = _codes(names, np.char.add("kernels: ", family.astype(str)))
+        coll = ops == COLL
+        if coll.any():
+            c = frame.loc[coll]
+            scope = np.where(c["comm_nodes"].fillna(1).to_numpy(dtype="float64") > 1, "inter-node", "intra-node")
+            quantiles[coll] = residuals.of(scope, c["comm_bytes"].fillna(0.0).to_numpy(dtype="float64"))
+            group[coll] = _codes(names, np.char.add("collectives: ", scope.astype(str)))
+        unmodelled = ~np.isfinite(quantiles).all(axis=1)
+        quantiles[unmodelled] = UNMODELLED
+        per_program[rank] = _Groups(np.where(unmodelled, -1, group), quantiles)
+    return names, per_program
+
+
+def _kernel_quantiles(sim: Simulation, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel family and log quantiles of measured / predicted per call (NaN: no band)."""
+    from .durations.estimated import CALL_FRAME_COLUMNS
+
+    frame = calls[list(CALL_FRAME_COLUMNS)].copy()
+    frame["family"] = frame["family"].fillna("other")
+    frame["bytes"] = calls["work_bytes"]
+    frame["hardware"] = sim.hardware.name
+    priced = sim.provider.kernels.predict(frame)
+    duration = priced["duration_ns"].to_numpy(dtype="float64")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.minimum(np.log(priced["duration_low_ns"].to_numpy(dtype="float64") / duration), 0.0)
+        high = np.maximum(np.log(priced["duration_high_ns"].to_numpy(dtype="float64") / duration), 0.0)
+    return frame["family"].astype(str).to_numpy(), np.column_stack([low, np.zeros(len(low)), high])
+
+
+def _codes(names: list[str], labels) -> np.ndarray:
+    labels = np.asarray(labels, dtype=object)
+    for label in pd.unique(labels):
+        if label not in names:
+            names.append(label)
+    index = {name: i for i, name in enumerate(names)}
+    return np.array([index[x] for x in labels], dtype=np.int64)
+
+
+def log_factor(quantiles: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Per call, log(measured / predicted) at standard-normal draw `z` (of its group): through the call's
+    10th, 50th and 90th percentiles, linear beyond."""
+    q10, q50, q90 = quantiles[..., 0], quantiles[..., 1], quantiles[..., 2]
+    return q50 + z / Z90 * np.where(z < 0, q50 - q10, q90 - q50)
+
+
+def iteration_band(sim: Simulation, prediction: Prediction, *, samples: int = SAMPLES,
+                   seed: int = SEED) -> IterationBand | None:
+    """The 10–90% band of the prediction's iteration time (None without estimator durations)."""
+    grouped = call_groups(sim)
+    if grouped is None:
+        return None
+    names, per_program = grouped
+    critical = next(i for i, r in enumerate(sim.replicas) if r.rank == prediction.critical_rank)
+    replica = sim.replicas[critical]
+    groups = per_program[replica.program.rank]
+    steady = _steady_calls(sim, replica.program.rank, replica.program.n)
+    device = sim.devices[critical].astype("float64") * steady
+    ops = replica.program.opcodes if replica.program.frame is None else replica.program.frame["opcode"].to_numpy()
+    compute_calls, comm_calls = np.isin(ops, DEVICE_OPS) & (ops != COLL), ops == COLL
+    total = prediction.iteration_ns
+    terms = []  # (share of the iteration, device-time weights of its calls, their quantiles) per group
+    shares: dict[str, float] = {}
+    for calls, part in ((compute_calls, prediction.compute_ns), (comm_calls, prediction.exposed_comm_ns)):
+        weight = device[calls].sum()
+        if not weight:
+            continue
+        for g in np.unique(groups.group[calls]):
+            mine = calls & (groups.group == g)
+            share = part * device[mine].sum() / weight
+            if g >= 0:
+                shares[names[g]] = share / total
+                terms.append((g, share, *_distinct(device[mine], groups.quantiles[mine])))
+    modelled = sum(t[1] for t in terms)
+    if not terms or not total:
+        return IterationBand(total, total, shares, 1.0)
+    fixed = total - modelled
+    draws = _normal_draws(samples, len(names), seed)
+    linear = fixed + sum(_group_time(share, w, q, draws[:, g]) for g, share, w, q in terms)
+    q_low, q_high = np.quantile(linear, [0.1, 0.9])
+    points = [_design_point(terms, len(names), fixed, target, side) for target, side in ((q_low, 0), (q_high, 2))]
+    replays = [_replay(sim, per_program, z) for z in points]
+    low, high = sorted(_iteration_ns(r) for r in replays)
+    return IterationBand(low, high, shares, 1.0 - modelled / total, tuple(replays))
+
+
+def _normal_draws(samples: int, groups: int, seed: int) -> np.ndarray:
+    """Standard normal draws, Latin-hypercube stratified: each group's marginal quantiles are (nearly) exact,
+    so the band does not wander with the sampling."""
+    from scipy.stats import norm, qmc
+
+    return norm.ppf(qmc.LatinHypercube(d=groups, seed=seed).random(samples))
+
+
+def _steady_calls(sim: Simulation, rank: int, n: int) -> np.ndarray:
+    """1.0 for calls in the rank's steady iterations, else 0.0."""
+    iterations = sim.iterations[rank]
+    mask = np.zeros(n)
+    for k in iterations.steady:
+        mask[iterations.bounds[k]:iterations.bounds[k + 1]] = 1.0
+    return mask
+
+
+def _distinct(weights: np.ndarray, quantiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A group's calls as its distinct quantile rows and the device time of each."""
+    unique, inverse = np.unique(np.round(quantiles, 6), axis=0, return_inverse=True)
+    return np.bincount(inverse.ravel(), weights=weights, minlength=len(unique)), unique
+
+
+def _group_time(share: float, weights: np.ndarray, quantiles: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """The group's part of the iteration time at each draw `z`: its share times the device-time weighted
+    mean factor of its calls (`weights` per distinct row of `quantiles`)."""
+    factors = np.exp(log_factor(quantiles[None, :, :], np.asarray(z, dtype="float64")[..., None]))
+    return share * (factors @ weights) / weights.sum()
+
+
+def _design_point(terms: list, groups: int, fixed: float, target: float, side: int) -> np.ndarray:
+    """The draw on the gradient of the linear sum (on the `side` of the quantiles: 0 low, 2 high) at which
+    the sum reaches `target`."""
+    gradient = np.zeros(groups)
+    for g, share, w, q in terms:
+        gradient[g] = share * float(w @ np.abs(q[:, side] - q[:, 1])) / w.sum() / Z90
+    norm = np.linalg.norm(gradient)
+    if not norm:
+        return np.zeros(groups)
+    direction = gradient / norm
+
+    def at(t: float) -> float:
+        z = t * direction
+        return fixed + sum(float(_group_time(share, w, q, z[g]).sum()) for g, share, w, q in terms)
+
+    lo, hi = -12.0, 12.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if at(mid) < target else (lo, mid)
+    return (lo + hi) / 2 * direction
+
+
+def _replay(sim: Simulation, per_program: dict, z: np.ndarray) -> Simulation:
+    """The simulation re-priced at draw `z` (every call's device time times its factor) and replayed."""
+    factors = {rank: np.where(g.group >= 0, np.exp(log_factor(g.quantiles, z[np.maximum(g.group, 0)])), 1.0)
+               for rank, g in per_program.items()}
+    scaled: dict[int, np.ndarray] = {}
+    devices = []
+    for replica, device in zip(sim.replicas, sim.devices):
+        if id(device) not in scaled:
+            scaled[id(device)] = np.rint(device * factors[replica.program.rank]).astype(np.int64)
+        devices.append(scaled[id(device)])
+    engine = Engine(sim.replicas, devices, sim.comms, shortest_collective=sim.provider.collective_includes_wait)
+    return replace(sim, devices=devices, results=engine.run())
+
+
+def _iteration_ns(sim: Simulation) -> float:
+    """The job's steady iteration time of a replay: its slowest rank's."""
+    return max(rank_report(res, rep.program, dev, sim.iterations[rep.program.rank], 1.0, 0).iteration_ns
+               for rep, res, dev in zip(sim.replicas, sim.results, sim.devices))

@@ -1,0 +1,100 @@
+"""The llm-foundry suite kind: a row of MosaicML's MPT throughput tables as `data/workloads/mpt.py` run on
+its GPUs, and its predicted optimizer step against the measured one (`step_time_s_derived`).
+
+Each row is emulated on whole nodes of 8 virtual GPUs (deduplicated: FSDP's ranks are alike, so a
+representative and one more rank to check it are captured), `STEPS` optimizer steps of its micro-batch and
+gradient accumulation; the steady step (GradAccum micro-batches, the optimizer, the step's collectives)
+is predicted on the row's GPU and cluster:
+
+- A100 rows: `a100-roce-1600g` (8 A100 SXM a node on NVSwitch, 1600 Gb/s RoCE between nodes, as the
+  tables say);
+- H100 rows: `dgx-h100`. The tables name no network; as the data's README says, this assumes
+  DGX-H100-class nodes (8 H100 SXM on NVSwitch, 8 x 400 Gb/s InfiniBand).
+
+SDPA runs torch's FlashAttention-2 kernels on every GPU (`--sdpa-backend flash`): the kernel generation the
+published runs used, shaped by the simulator from their aten op (see `data/workloads/README.md`).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+
+import pandas as pd
+
+from maya.core.paths import data_dir
+
+from .plan import GPUS_PER_NODE, Predicted, RowPlan
+
+CLUSTERS = {"a100_40gb": "a100-roce-1600g", "a100_80gb": "a100-roce-1600g", "h100_80gb": "dgx-h100"}
+ASSUMPTIONS = {
+    "h100_80gb": "H100 rows: the tables name no inter-node network; assumed DGX-H100-class nodes (8 H100 SXM on "
+                 "NVSwitch, 8 x 400 Gb/s InfiniBand): cluster dgx-h100",
+    "a100_40gb": "A100 rows: 8 A100 SXM a node on NVSwitch, 1600 Gb/s RoCE between nodes (the tables): cluster "
+                 "a100-roce-1600g",
+}
+ASSUMPTIONS["a100_80gb"] = ASSUMPTIONS["a100_40gb"]
+STEPS = 2
+"""Optimizer steps emulated: the first is the warm-up, the second the steady step predicted."""
+SDPA_BACKEND = "flash"
+
+
+def workload_script() -> Path:
+    return data_dir() / "workloads" / "mpt.py"
+
+
+@lru_cache(maxsize=1)
+def mpt_rows() -> ModuleType:
+    """`data/workloads/mpt_rows.py` (a row's columns -> `mpt.py` arguments; package data, not a package)."""
+    path = data_dir() / "workloads" / "mpt_rows.py"
+    spec = importlib.util.spec_from_file_location("maya_workload_mpt_rows", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def measured_s(values: pd.Series) -> float:
+    """The measured optimizer step: GlobalBatchSize (T) / Throughput (T/s), as the data derives it."""
+    return float(values["step_time_s_derived"])
+
+
+def plan(row: int, values: pd.Series) -> RowPlan:
+    """The row as an emulation and prediction; ValueError names what the row asks that cannot be run."""
+    columns = {k: str(v) for k, v in values.items()}
+    gpu, gpus = columns["GPU"], int(values["# GPUs"])
+    rows = mpt_rows()
+    if gpu not in rows.HARDWARE:
+        raise ValueError(f"GPU {gpu!r} is not one of {', '.join(rows.HARDWARE)}")
+    if gpus < 1 or (gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE):
+        raise ValueError(f"{gpus} GPUs do not fill nodes of {GPUS_PER_NODE}")
+    columns.setdefault("table", "")
+    args = rows.workload_args(columns, steps=STEPS, sdpa_backend=SDPA_BACKEND)
+    label = (f"{columns['Model']} s{columns['SeqLen (T)']} {gpus}×{gpu} mbs {columns['MicroBatchSize']} "
+             f"ga {columns['GradAccum']} {columns['Precision']} {columns['Sharding Strategy']}"
+             f"{' ckpt' if columns['Activation Checkpointing'].lower() == 'true' else ''}")
+    per_node = min(gpus, GPUS_PER_NODE)
+    return RowPlan(row=row, label=label, gpu=gpu, size=columns["Model"], gpus=gpus,
+                   measured_s=measured_s(values), script=workload_script(), args=tuple(args),
+                   hardware=rows.HARDWARE[gpu], cluster=CLUSTERS[gpu], nnodes=math.ceil(gpus / per_node),
+                   per_node=per_node, iterations=STEPS, assumptions=(ASSUMPTIONS[gpu],))
+
+
+def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
+    """The steady optimizer step of the row's trace on its GPU and cluster, with its 10-90% band."""
+    from maya.simulator import predict as simulate_run
+
+    p, _ = simulate_run(run_dir, hardware=plan.hardware, durations="estimators", model_version=version,
+                        cluster=plan.cluster, store=False, warehouse=warehouse, band=True)
+    band = p.band or {}
+    return Predicted(
+        predicted_s=p.iteration_ns / 1e9, band_low_s=band["low_ns"] / 1e9 if band else None,
+        band_high_s=band["high_ns"] / 1e9 if band else None, oom=p.oom, oom_reason=p.oom_reason,
+        peak_memory_bytes=p.peak_memory_bytes, memory_capacity_bytes=p.memory_capacity_bytes, mfu=p.mfu,
+        details={"breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()},
+                 "steady_iterations": p.steady_iterations, "captured_ranks": p.captured_ranks,
+                 "simulated_ranks": p.simulated_ranks, "notes": p.notes, "assumptions": p.assumptions,
+                 "band": {k: v for k, v in band.items() if k in ("shares", "unmodelled_share")}})

@@ -1,0 +1,85 @@
+"""What one suite row asks for (`RowPlan`), what predicting it gave (`Predicted`), and the digests that
+decide when a stored result or a cached trace still holds."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import maya
+from maya.core.paths import data_dir
+
+GPUS_PER_NODE = 8
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """One row as something to emulate and predict."""
+
+    row: int
+    label: str
+    """Short description (`7b s2048 512×h100_80gb mbs 6 ga 1 amp_bf16 FULL_SHARD`)."""
+    gpu: str
+    size: str
+    """Model (size) the row trains."""
+    gpus: int
+    measured_s: float
+    script: Path
+    args: tuple[str, ...]
+    hardware: str
+    """Maya hardware catalog name."""
+    cluster: str | None
+    nnodes: int = 1
+    per_node: int = 1
+    iterations: int = 2
+    """Training iterations emulated (`maya emulate --iterations`): the first holds the warm-up."""
+    assumptions: tuple[str, ...] = ()
+    """What the row does not say and the prediction assumes (printed by `maya validate`)."""
+
+    def command_hash(self) -> str:
+        """Identifies the emulation: the script's content, its arguments, the virtual GPUs and the emulator."""
+        blob = json.dumps([hashlib.sha256(self.script.read_bytes()).hexdigest(), self.args, self.hardware,
+                           self.nnodes, self.per_node, self.iterations, emulator_digest()])
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Predicted:
+    """What the simulator made of a row's trace."""
+
+    predicted_s: float
+    band_low_s: float | None
+    band_high_s: float | None
+    oom: bool
+    oom_reason: str | None
+    peak_memory_bytes: int
+    memory_capacity_bytes: int
+    mfu: float | None
+    details: dict = field(default_factory=dict)
+    """Breakdown, notes, assumptions and kind-specific figures (stored as JSON)."""
+
+
+@lru_cache(maxsize=1)
+def emulator_digest() -> str:
+    """Of the emulator's source and Maya's version: a changed emulator captures anew."""
+    root = Path(maya.__file__).parent / "emulator"
+    return _digest([*sorted(root.rglob("*.py")), *sorted((root / "native").glob("*.[ch]*"))], maya.__version__)
+
+
+@lru_cache(maxsize=1)
+def predictor_digest() -> str:
+    """Of what turns a trace and an estimator version into a prediction: the simulator, estimators and
+    validation sources, the hardware, cluster and collective data. A changed one re-predicts every row."""
+    root = Path(maya.__file__).parent
+    files = [p for package in ("simulator", "estimators", "validation") for p in sorted((root / package).rglob("*.py"))]
+    files += [p for folder in ("hardware", "clusters", "collectives") for p in sorted((data_dir() / folder).glob("*.json"))]
+    return _digest(files, maya.__version__)
+
+
+def _digest(files: list[Path], salt: str) -> str:
+    h = hashlib.sha256(salt.encode())
+    for path in files:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]

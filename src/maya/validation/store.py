@@ -1,0 +1,175 @@
+"""Suite results in the warehouse: table `validation_rows`, one row per (suite content, row, estimator
+version, predictor digest). Writing a row replaces the one with the same key in one transaction, so a
+re-run is idempotent and an interrupted run leaves every finished row stored and no partial one."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from maya.core.warehouse import connect, wait_for_lock
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS validation_rows (
+    suite                 VARCHAR NOT NULL,
+    suite_digest          VARCHAR NOT NULL,
+    kind                  VARCHAR NOT NULL,
+    "row"                 INTEGER NOT NULL,
+    label                 VARCHAR NOT NULL,
+    gpu                   VARCHAR NOT NULL,
+    size                  VARCHAR NOT NULL,
+    gpus                  INTEGER NOT NULL,
+    hardware              VARCHAR,
+    cluster               VARCHAR,
+    status                VARCHAR NOT NULL,
+    reason                VARCHAR,
+    measured_s            DOUBLE NOT NULL,
+    predicted_s           DOUBLE,
+    error_pct             DOUBLE,
+    band_low_s            DOUBLE,
+    band_high_s           DOUBLE,
+    in_band               BOOLEAN,
+    oom                   BOOLEAN,
+    oom_reason            VARCHAR,
+    peak_memory_bytes     BIGINT,
+    memory_capacity_bytes BIGINT,
+    mfu                   DOUBLE,
+    estimator_version     VARCHAR NOT NULL,
+    predictor_digest      VARCHAR NOT NULL,
+    command_hash          VARCHAR,
+    trace_digest          VARCHAR,
+    trace_reused          BOOLEAN,
+    emulate_s             DOUBLE,
+    predict_s             DOUBLE,
+    details               JSON,
+    recorded_at           TIMESTAMP NOT NULL,
+    PRIMARY KEY (suite_digest, "row", estimator_version, predictor_digest)
+);
+"""
+STATUSES = ("ok", "oom", "failed")
+"""ok: predicted (it may still predict an out-of-memory); oom: the emulated script ran out of memory, so
+no time is predicted; failed: the row could not be emulated or predicted (`reason`)."""
+
+
+@dataclass
+class RowResult:
+    suite: str
+    suite_digest: str
+    kind: str
+    row: int
+    label: str
+    gpu: str
+    size: str
+    gpus: int
+    measured_s: float
+    estimator_version: str
+    predictor_digest: str
+    status: str = "failed"
+    reason: str | None = None
+    hardware: str | None = None
+    cluster: str | None = None
+    predicted_s: float | None = None
+    error_pct: float | None = None
+    band_low_s: float | None = None
+    band_high_s: float | None = None
+    in_band: bool | None = None
+    oom: bool | None = None
+    oom_reason: str | None = None
+    peak_memory_bytes: int | None = None
+    memory_capacity_bytes: int | None = None
+    mfu: float | None = None
+    command_hash: str | None = None
+    trace_digest: str | None = None
+    trace_reused: bool | None = None
+    emulate_s: float | None = None
+    predict_s: float | None = None
+    details: dict = field(default_factory=dict)
+    resumed: bool = False
+    """Read back from the warehouse (an earlier run's result), not computed by this run."""
+
+    def record(self) -> dict:
+        """The warehouse row."""
+        row = {k: v for k, v in asdict(self).items() if k != "resumed"}
+        row["details"] = json.dumps(self.details, default=str)
+        row["recorded_at"] = datetime.now(timezone.utc)
+        return row
+
+
+COLUMNS = tuple(f.name for f in fields(RowResult) if f.name != "resumed")
+
+
+def save(result: RowResult, warehouse: str | Path | None = None) -> None:
+    """Store one row's result, replacing an earlier one with the same key (one transaction)."""
+    row = result.record()
+    names = ", ".join(f'"{k}"' for k in row)
+    con = connect(warehouse)
+    try:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(SCHEMA)
+            con.execute(f"INSERT OR REPLACE INTO validation_rows ({names}) VALUES ({', '.join('?' * len(row))})",
+                        list(row.values()))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        con.close()
+
+
+def stored(warehouse: str | Path | None, suite_digest: str, version: str, predictor: str) -> dict[int, RowResult]:
+    """The results stored for a suite's rows with this estimator version and predictor digest."""
+    frame = _query(warehouse, 'SELECT * FROM validation_rows WHERE suite_digest = ? AND estimator_version = ? '
+                              'AND predictor_digest = ? ORDER BY "row"', [suite_digest, version, predictor])
+    return {r.row: r for r in _results(frame)}
+
+
+def find_prediction(warehouse: str | Path | None, trace_digest: str, hardware: str, cluster: str | None,
+                    kind: str, version: str, predictor: str) -> RowResult | None:
+    """A stored result of any suite for the same trace, target and predictor: its prediction holds."""
+    frame = _query(warehouse, "SELECT * FROM validation_rows WHERE trace_digest = ? AND hardware = ? AND "
+                              "cluster IS NOT DISTINCT FROM ? AND kind = ? AND estimator_version = ? AND "
+                              "predictor_digest = ? AND status = 'ok' ORDER BY recorded_at DESC LIMIT 1",
+                   [trace_digest, hardware, cluster, kind, version, predictor])
+    found = _results(frame)
+    return found[0] if found else None
+
+
+def latest(warehouse: str | Path | None) -> pd.DataFrame:
+    """Every suite row's most recent result per estimator version (whatever the predictor digest):
+    what the pipelines judge and the dashboard plots."""
+    return _query(warehouse, 'SELECT * EXCLUDE (n) FROM (SELECT *, row_number() OVER (PARTITION BY suite, "row", '
+                             'estimator_version ORDER BY recorded_at DESC) AS n FROM validation_rows) WHERE n = 1 '
+                             'ORDER BY suite, estimator_version, "row"', [])
+
+
+def _query(warehouse: str | Path | None, sql: str, params: list) -> pd.DataFrame:
+    from maya.core.paths import warehouse_path
+
+    path = Path(warehouse) if warehouse else warehouse_path()
+    if not path.is_file():
+        return pd.DataFrame(columns=[*COLUMNS, "recorded_at"])
+    con = wait_for_lock(lambda: duckdb.connect(str(path), read_only=True))
+    try:
+        return con.execute(sql, params).df()
+    except duckdb.CatalogException:  # no suite has been run in this warehouse
+        return pd.DataFrame(columns=[*COLUMNS, "recorded_at"])
+    finally:
+        con.close()
+
+
+def _results(frame: pd.DataFrame) -> list[RowResult]:
+    out = []
+    for record in frame.to_dict("records"):
+        values = {k: (None if _missing(v) else v) for k, v in record.items() if k in COLUMNS}
+        values["details"] = json.loads(values["details"]) if values.get("details") else {}
+        out.append(RowResult(**values, resumed=True))
+    return out
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and value != value) or value is pd.NaT or value is pd.NA

@@ -1,0 +1,168 @@
+"""Validation suites: files of measured training runs that Maya predicts and is judged against.
+
+Two kinds, told apart by their columns:
+
+- `llm-foundry`: rows in the layout of `data/published/llm_foundry_mpt.csv` (MosaicML's published MPT
+  throughput tables: `Model`, `SeqLen (T)`, `# GPUs`, `GPU`, `MicroBatchSize`, `GradAccum`, `Precision`,
+  `MP Mode`, `Sharding Strategy`, `Activation Checkpointing`, ... and the measured `step_time_s_derived`);
+  any MPT size of `mpt.py`, any GPU count (whole nodes of 8), precision `amp_bf16`, `bf16` or `amp_fp8`, GPU
+  `a100_40gb`, `a100_80gb` or `h100_80gb`;
+- `neusight`: rows of NeuSight's `e2e_labels.parquet` (single-GPU training of Hugging Face models; `device`,
+  `model`, `batch`, `seqlen`, `fw_ms`, `bw_ms`).
+
+Built-in names: `llm-foundry` (the 162 published rows), `llm-foundry-smoke` (three cheap rows of them:
+what `maya dashboard` validates on its own), `neusight` (NeuSight's single-GPU training rows on GPUs of
+the hardware catalog: A100 80GB PCIe, L4, V100). Any other SUITE is a file path (`.csv` or `.parquet`).
+
+`--rows` picks rows: a list of row numbers (`3,7,20-22`: a row's number is its position among the file's
+data rows, from 0), or a pandas `DataFrame.query` expression over the file's columns (names with spaces in
+backticks: `` `# GPUs` >= 64 ``) and these aliases: `row`, and for llm-foundry suites `model`, `seq`,
+`gpus`, `gpu`, `mbs`, `ga`, `precision`, `sharding`, `ckpt` (bool); e.g.
+`gpu == "h100_80gb" and model in ["1b", "7b"]`.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from maya.core.paths import data_dir
+
+KINDS = ("llm-foundry", "neusight")
+LLM_FOUNDRY_COLUMNS = ("Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
+                       "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing",
+                       "Activation CPUOffload", "step_time_s_derived")
+NEUSIGHT_COLUMNS = ("device", "model", "mode", "seqlen", "batch", "parallel", "fw_ms", "bw_ms")
+LLM_FOUNDRY_ALIASES = {"model": "Model", "seq": "SeqLen (T)", "gpus": "# GPUs", "gpu": "GPU", "mbs": "MicroBatchSize",
+                       "ga": "GradAccum", "precision": "Precision", "sharding": "Sharding Strategy"}
+SMOKE_ROWS = (81, 159, 20)
+"""`llm-foundry-smoke`: 125M on 8 A100 80GB and on 8 A100 40GB (the one with a false OOM when this was
+written), 1B on 8 H100: the cheapest row of each GPU, a few minutes in all."""
+NEUSIGHT_DEVICES = ("NVIDIA A100 80GB PCIe", "NVIDIA L4", "Tesla V100-PCIE-32GB")
+"""NeuSight's NVIDIA GPUs with single-GPU training rows that the hardware catalog has."""
+
+
+class SuiteError(ValueError):
+    """A suite that cannot be read, or a row selection that cannot be applied."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    kind: str
+    path: Path
+    table: pd.DataFrame
+    """Every row of the suite, indexed by row number, with the aliases added."""
+    digest: str
+    """SHA-256 of the suite's rows (the file's content, narrowed to the built-in's rows)."""
+
+    def select(self, expr: str | None) -> pd.DataFrame:
+        """The rows `expr` picks (all without one); see the module docstring."""
+        if expr is None or not expr.strip():
+            return self.table
+        if re.fullmatch(r"[\d\s,\-]+", expr):
+            wanted = _row_numbers(expr)
+            missing = sorted(set(wanted) - set(self.table.index))
+            if missing:
+                raise SuiteError(f"--rows: row(s) {', '.join(map(str, missing))} are not in suite {self.name} "
+                                 f"(rows {_ranges(self.table.index)})")
+            return self.table.loc[wanted]
+        try:
+            mask = self.table.eval(expr)
+        except Exception as e:  # noqa: BLE001 - pandas raises many kinds; all are a bad expression
+            columns = ", ".join(c if c.isidentifier() else f"`{c}`" for c in self.table.columns)
+            raise SuiteError(f"--rows: cannot evaluate {expr!r} ({type(e).__name__}: {e}); it is a pandas query "
+                             f"over the columns {columns}") from None
+        if not (isinstance(mask, pd.Series) and pd.api.types.is_bool_dtype(mask)):
+            raise SuiteError(f"--rows: {expr!r} is not a condition on the rows (a query like 'gpus >= 64')")
+        picked = self.table[mask]
+        if picked.empty:
+            raise SuiteError(f"--rows: {expr!r} selects no row of suite {self.name}")
+        return picked
+
+
+def load_suite(spec: str) -> Suite:
+    """A built-in suite by name, or a suite file (`.csv`: llm-foundry layout; `.parquet`: NeuSight's)."""
+    if spec in ("llm-foundry", "llm-foundry-smoke"):
+        path = data_dir() / "published" / "llm_foundry_mpt.csv"
+        suite = _llm_foundry(spec, path)
+        if spec == "llm-foundry-smoke":
+            table = suite.table.loc[list(SMOKE_ROWS)]
+            return Suite(spec, suite.kind, path, table, _digest(table))
+        return suite
+    if spec == "neusight":
+        from maya.estimators.neusight_data import neusight_dir
+
+        path = neusight_dir() / "e2e_labels.parquet"
+        suite = _neusight(spec, path)
+        table = suite.table[(suite.table["mode"] == "train") & (suite.table["parallel"] == "single")
+                            & suite.table["device"].isin(NEUSIGHT_DEVICES)]
+        return Suite(spec, suite.kind, path, table, _digest(table))
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise SuiteError(f"{spec}: neither a built-in suite (llm-foundry, llm-foundry-smoke, neusight) nor a file")
+    if path.suffix == ".csv":
+        return _llm_foundry(path.stem, path)
+    if path.suffix == ".parquet":
+        return _neusight(path.stem, path)
+    raise SuiteError(f"{path}: a suite file is a .csv (llm-foundry layout) or a .parquet (NeuSight's e2e labels)")
+
+
+def _llm_foundry(name: str, path: Path) -> Suite:
+    try:
+        table = pd.read_csv(path, dtype={"Activation Checkpointing": str, "Activation CPUOffload": str})
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise SuiteError(f"{path}: not a CSV file ({e})") from None
+    _require(path, table, LLM_FOUNDRY_COLUMNS, "llm-foundry")
+    table = table.assign(**{alias: table[column] for alias, column in LLM_FOUNDRY_ALIASES.items()},
+                         ckpt=table["Activation Checkpointing"].astype(str).str.lower() == "true")
+    table.index.name = "row"
+    return Suite(name, "llm-foundry", path, table, _digest(table))
+
+
+def _neusight(name: str, path: Path) -> Suite:
+    try:
+        table = pd.read_parquet(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow's errors on a bad file vary
+        raise SuiteError(f"{path}: not a Parquet file ({e})") from None
+    _require(path, table, NEUSIGHT_COLUMNS, "neusight")
+    table = table.reset_index(drop=True)
+    table.index.name = "row"
+    return Suite(name, "neusight", path, table, _digest(table))
+
+
+def _require(path: Path, table: pd.DataFrame, columns: tuple[str, ...], kind: str) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise SuiteError(f"{path}: not a {kind} suite: missing column(s) {', '.join(repr(c) for c in missing)}")
+
+
+def _digest(table: pd.DataFrame) -> str:
+    hashed = pd.util.hash_pandas_object(table.reset_index(), index=False).to_numpy()
+    return hashlib.sha256(hashed.tobytes()).hexdigest()[:16]
+
+
+def _row_numbers(text: str) -> list[int]:
+    rows: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, sep, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise SuiteError(f"--rows: {part!r} is not a row number or a range like 20-22") from None
+        if last < first:
+            raise SuiteError(f"--rows: {part!r} is an empty range")
+        rows += range(first, last + 1)
+    return list(dict.fromkeys(rows))
+
+
+def _ranges(index: pd.Index) -> str:
+    values = sorted(int(i) for i in index)
+    if not values:
+        return "none"
+    if values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    return ", ".join(map(str, values))

@@ -1,0 +1,97 @@
+"""The 10-90% band of `maya predict` on synthetic traces priced by a kernel estimator whose held-out
+residual bands are known: the quantile mapping, full correlation within a family, independence across
+families, collectives from the shipped held-out NCCL residuals, and no band without residuals."""
+import math
+
+import numpy as np
+import pytest
+
+from maya.estimators import KernelEstimator, Registry
+from maya.estimators.efficiency_model import Band
+from maya.simulator import predict
+from maya.simulator.band import Z90, log_factor
+from maya.simulator.trace_builder import TraceBuilder
+
+HIGH = 0.4
+"""log(measured / roofline) at the 90th percentile of the stub families; the 10th is the roofline itself."""
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    """A registered version that prices GEMMs and copies at their roofline, with a known band."""
+    path = tmp_path / "warehouse.duckdb"
+    estimator = KernelEstimator(roofline_bands={"gemm": Band(0.0, HIGH), "copy": Band(0.0, HIGH)})
+    Registry(path).register(estimator, data_hash="stub", config_hash="stub", metrics={})
+    return path
+
+
+def trace(path, *, gemms: int = 3, copies: int = 0, size: int = 8192, ranks: int = 1, allreduce: int = 0):
+    b = TraceBuilder(world_size=ranks, nproc_per_node=ranks)
+    if ranks > 1:
+        b.communicator("dp", list(range(ranks)))
+    for r in range(ranks):
+        k = b.rank(r)
+        for iteration in range(4):
+            k.iteration = iteration
+            for _ in range(gemms):
+                k.gemm(size, size, size // gemms, 1)
+            for _ in range(copies):
+                k.memcpy(1 << 30, "DtoD", 1)
+            if allreduce:
+                k.allreduce("dp", 1, nelems=allreduce)
+            k.stream_sync()
+    return b.write(path)
+
+
+def band_of(path, warehouse, **kw):
+    p, _ = predict(path, durations="estimators", store=False, warehouse=warehouse, band=True, **kw)
+    return p, p.band
+
+
+def test_quantile_mapping():
+    q = np.array([-0.2, 0.1, 0.5])
+    assert log_factor(q, np.array(-Z90)) == pytest.approx(-0.2)
+    assert log_factor(q, np.array(0.0)) == pytest.approx(0.1)
+    assert log_factor(q, np.array(Z90)) == pytest.approx(0.5)
+    assert log_factor(q, np.array(2 * Z90)) == pytest.approx(0.9)  # linear beyond the 90th percentile
+
+
+def test_one_family_moves_together_whatever_its_number_of_calls(tmp_path, warehouse):
+    """Errors within a family are one draw: the band of 1 GEMM and of 12 GEMMs of the same total work are
+    the same share of the iteration, the family's own [roofline, roofline x e^0.4]."""
+    ratios = []
+    for gemms in (1, 12):
+        p, band = band_of(trace(tmp_path / f"g{gemms}", gemms=gemms), warehouse)
+        (share,) = band["shares"].values()
+        assert list(band["shares"]) == ["kernels: gemm"] and share > 0.98  # the rest: host time, not varied
+        assert band["low_ns"] == pytest.approx(p.iteration_ns, rel=1e-6)
+        ratios.append(band["high_ns"] / p.iteration_ns)
+        assert 1 + share * (math.exp(HIGH) - 1) - 1e-3 < ratios[-1] <= math.exp(HIGH) + 1e-6
+    assert ratios[1] == pytest.approx(ratios[0], rel=0.01)
+
+
+def test_families_are_independent(tmp_path, warehouse):
+    """Two families of about equal time, each with the same band: their errors are drawn apart, so the
+    iteration's 90th percentile lies strictly between no error and both at their 90th percentile."""
+    p, band = band_of(trace(tmp_path / "mixed", gemms=2, copies=2), warehouse)
+    shares = band["shares"]
+    assert set(shares) == {"kernels: gemm", "kernels: copy"} and 0.3 < shares["kernels: gemm"] < 0.7
+    high = band["high_ns"] / p.iteration_ns
+    assert 1.05 < high < math.exp(HIGH) - 0.05
+    assert band["low_ns"] == pytest.approx(p.iteration_ns, rel=1e-6)
+
+
+def test_collectives_take_the_held_out_nccl_residuals(tmp_path, warehouse):
+    from maya.estimators.collective_residuals import shipped_residuals
+
+    p, band = band_of(trace(tmp_path / "dp", gemms=1, size=512, ranks=2, allreduce=1 << 28), warehouse)
+    assert p.exposed_comm_ns > 0.5 * p.iteration_ns
+    assert band["shares"]["collectives: intra-node"] > 0.5
+    q10, q50, q90 = shipped_residuals().quantiles["intra-node"][">=16MB"]
+    assert band["low_ns"] < p.iteration_ns * math.exp(q50) < band["high_ns"]
+    assert math.exp(q10) * 0.999 < band["low_ns"] / p.iteration_ns < band["high_ns"] / p.iteration_ns < math.exp(q90) * 1.003
+
+
+def test_no_band_without_residuals(tmp_path, warehouse):
+    p, _ = predict(trace(tmp_path / "r"), durations="roofline", store=False, warehouse=warehouse, band=True)
+    assert p.band is None and any("no 10-90% band" in n for n in p.notes)

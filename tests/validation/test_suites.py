@@ -1,0 +1,92 @@
+"""Suites and their rows: the built-ins, `--rows` (numbers and pandas queries) and its errors, and every
+published row planned as an emulation on its GPUs and cluster (fp8 and other rows of the same layout too)."""
+import pandas as pd
+import pytest
+
+from maya.validation import SuiteError, load_suite
+from maya.validation import llm_foundry, neusight
+from maya.validation.suites import SMOKE_ROWS
+
+
+def test_builtin_suites():
+    full, smoke, ns = load_suite("llm-foundry"), load_suite("llm-foundry-smoke"), load_suite("neusight")
+    assert (full.kind, len(full.table)) == ("llm-foundry", 162)
+    assert list(smoke.table.index) == list(SMOKE_ROWS) and smoke.digest != full.digest
+    assert ns.kind == "neusight" and len(ns.table) == 16
+    assert set(ns.table["device"]) == {"NVIDIA A100 80GB PCIe", "NVIDIA L4", "Tesla V100-PCIE-32GB"}
+
+
+def test_rows_by_number_and_by_query():
+    suite = load_suite("llm-foundry")
+    assert list(suite.select("3,7,20-22").index) == [3, 7, 20, 21, 22]
+    h100 = suite.select('gpu == "h100_80gb" and gpus <= 64')
+    assert len(h100) == 17 and (h100["GPU"] == "h100_80gb").all() and (h100["# GPUs"] <= 64).all()
+    assert len(suite.select("`# GPUs` >= 128 and ckpt == False")) == len(
+        suite.table[(suite.table["# GPUs"] >= 128) & (suite.table["Activation Checkpointing"] != "True")])
+    assert list(suite.select("row < 3").index) == [0, 1, 2]
+    assert len(suite.select(None)) == 162
+
+
+@pytest.mark.parametrize("expr, message", [
+    ('gpu == "h100_80gb" and', "cannot evaluate"),
+    ("no_such_column > 3", "no_such_column"),
+    ('gpu == "v100"', "selects no row"),
+    ("160-170", "row(s) 162, 163"),
+    ("5-3", "empty range"),
+    ("Model", "not a condition"),
+])
+def test_bad_row_selections_say_what_is_wrong(expr, message):
+    with pytest.raises(SuiteError, match="--rows") as e:
+        load_suite("llm-foundry").select(expr)
+    assert message in str(e.value)
+
+
+def test_bad_suites_say_what_is_wrong(tmp_path):
+    with pytest.raises(SuiteError, match="neither a built-in suite"):
+        load_suite("llm-foundary")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("Model,GPU\n1b,h100_80gb\n")
+    with pytest.raises(SuiteError, match="missing column.*'SeqLen \\(T\\)'"):
+        load_suite(str(bad))
+    other = tmp_path / "rows.txt"
+    other.write_text("x")
+    with pytest.raises(SuiteError, match=r"\.csv .* \.parquet"):
+        load_suite(str(other))
+
+
+def test_every_published_row_plans_on_its_gpus_and_cluster():
+    suite = load_suite("llm-foundry")
+    plans = [llm_foundry.plan(n, v) for n, v in suite.table.iterrows()]
+    for plan, (_, row) in zip(plans, suite.table.iterrows()):
+        assert plan.measured_s == row["step_time_s_derived"] and plan.gpus == row["# GPUs"]
+        assert plan.nnodes * plan.per_node == plan.gpus and plan.per_node == min(plan.gpus, 8)
+        assert plan.cluster == ("dgx-h100" if row["GPU"] == "h100_80gb" else "a100-roce-1600g")
+        backend = plan.args[plan.args.index("--sdpa-backend") + 1]
+        assert backend == "flash"
+        assert "--steps" in plan.args and plan.iterations == llm_foundry.STEPS
+    h100 = next(p for p in plans if p.gpu == "h100_80gb")
+    assert "8 x 400 Gb/s InfiniBand" in h100.assumptions[0]
+    assert len({p.command_hash() for p in plans}) == len(plans)
+
+
+def test_other_rows_of_the_layout_plan_too():
+    """fp8 rows, other sizes and GPU counts are accepted; what cannot run names itself."""
+    row = load_suite("llm-foundry").table.loc[20].copy()
+    row[["Model", "Precision", "# GPUs", "GlobalBatchSize", "GPU"]] = ["13b", "amp_fp8", 16, 16 * 14, "a100_80gb"]
+    plan = llm_foundry.plan(0, row)
+    assert ("--precision", "amp_fp8") in zip(plan.args, plan.args[1:]) and (plan.nnodes, plan.hardware) == (
+        2, "a100-sxm-80gb")
+    with pytest.raises(ValueError, match="'v100'"):
+        llm_foundry.plan(0, row.replace({"a100_80gb": "v100"}))
+    with pytest.raises(ValueError, match="12 GPUs do not fill nodes of 8"):
+        llm_foundry.plan(0, pd.Series({**row.to_dict(), "# GPUs": 12}))
+
+
+def test_neusight_rows_plan_on_their_gpu():
+    suite = load_suite("neusight")
+    plans = [neusight.plan(n, v) for n, v in suite.table.iterrows()]
+    assert {p.hardware for p in plans} == {"a100-pcie-80gb", "l4", "v100-pcie-32gb"}
+    row = suite.table.iloc[0]
+    assert plans[0].measured_s == pytest.approx((row["fw_ms"] + row["bw_ms"]) / 1e3)
+    with pytest.raises(ValueError, match="single-GPU training"):
+        neusight.plan(0, row.replace({"single": "dp4"}))
