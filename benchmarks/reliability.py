@@ -9,10 +9,10 @@ when killed — the way DuckDB and SQLite publish their fuzzing and crash testin
    surface's time limit) and wrong answers returned or stored: all must be 0.
 2. Crash safety: every writer of `tests/reliability/crash_scenarios.py` (trace files rewritten in place,
    a Kineto import, the warehouse's run catalog, the estimator registry, the search log, the predictions
-   store, a pipeline partition) is SIGKILLed `--kills` times at random points, forked from this preloaded
-   process. Per writer: kills that landed, stored states neither old nor new (data lost or corrupted),
-   resumed runs that differ from an uninterrupted one, hangs — all must be 0 — and temporary files a kill
-   left behind (ignored by readers).
+   store, `maya validate`'s results, a pipeline partition) is SIGKILLed `--kills` times at random points,
+   forked from this preloaded process. Per writer: kills that landed, stored states neither old nor new
+   (data lost or corrupted), resumed runs that differ from an uninterrupted one, hangs — all must be 0 —
+   and temporary files a kill left behind (ignored by readers).
 
 Each surface runs in a forked child with a wall limit, so a surface that hangs in C code is counted, not
 waited for. Usage:

@@ -14,8 +14,7 @@ Every step runs in a child forked from this (preloaded) process, so a trial cost
 interpreter start. Kill points are drawn two ways: `event` — SIGKILL at the k-th Python call/return (C calls
 included) of the write, k uniform over an uninterrupted write's count; `timer` — SIGKILL from the parent after
 a random delay up to an uninterrupted write's wall time, which lands inside C code (a Parquet write, a DuckDB
-commit). To cover another writer (`maya validate` results, say), add a `Scenario` to `scenarios()` and the
-test and benchmark pick it up.
+commit). To cover another writer, add a `Scenario` to `scenarios()`: the test and the benchmark pick it up.
 """
 from __future__ import annotations
 

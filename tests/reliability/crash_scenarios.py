@@ -1,6 +1,7 @@
 """The writers `crash.kill_trials` kills: the trace writer (files rewritten in place by `migrate_run`, a run
 imported whole by `import_kineto`), the warehouse's run catalog, the estimator registry, the search log,
-the predictions store and the pipelines' validated partition. Each function runs in a forked child."""
+the predictions store, `maya validate`'s results and the pipelines' validated partition. Each function runs
+in a forked child."""
 from __future__ import annotations
 
 import hashlib
@@ -238,6 +239,41 @@ def _predictions(root: Path) -> list:
     return rows
 
 
+# ------------------------------------------------------------------ `maya validate` results
+
+
+def _validation_row(row: int):
+    from maya.validation.store import RowResult
+
+    return RowResult(suite="crash", suite_digest="s1", kind="e2e", row=row, label=f"row {row}", gpu="h100",
+                     size="1b", gpus=8, measured_s=1.0 + row, estimator_version="v1", predictor_digest="p1",
+                     status="ok", hardware="h100-sxm", predicted_s=1.1 + row, error_pct=10.0, mfu=0.4,
+                     details={"iterations": list(range(row * 50))})
+
+
+def _prepare_validation(root: Path) -> None:
+    from maya.validation.store import save
+
+    save(_validation_row(0), root / "warehouse.duckdb")
+
+
+def _validate_rows(root: Path) -> None:
+    """Rows 1-6 saved one by one as `maya validate` does; a resumed run skips the rows already stored."""
+    from maya.validation.store import save, stored
+
+    done = stored(root / "warehouse.duckdb", "s1", "v1", "p1")
+    for row in range(1, 7):
+        if row not in done:
+            save(_validation_row(row), root / "warehouse.duckdb")
+
+
+def _validation_rows(root: Path) -> dict:
+    rows = _rows(root / "warehouse.duckdb", 'SELECT * EXCLUDE (recorded_at) FROM validation_rows')
+    for row in rows:
+        json.loads(row[-1])  # details are whole JSON
+    return {row[3]: row for row in rows}  # by "row"
+
+
 # ------------------------------------------------------------------ the pipelines' validated partition
 
 
@@ -305,6 +341,8 @@ def scenarios() -> list[Scenario]:
         Scenario("search log", _prepare_search, _search, _points, _logged_prefix, modules=(*warehouse, "maya.search")),
         Scenario("predictions store", _prepare_predictions, _store, _predictions,
                  modules=(*warehouse, "maya.simulator.predict")),
+        Scenario("maya validate results", _prepare_validation, _validate_rows, _validation_rows, _logged_prefix,
+                 modules=(*warehouse, "maya.validation.store")),
         Scenario("pipeline partition", _prepare_partition, _validate_partition, _partition,
                  modules=(*warehouse, "maya.pipelines.defs.profiles", "maya.profiler.kernels.measurements")),
     ]
