@@ -84,7 +84,7 @@ _KERNEL_PATTERNS = (
     ("softmax", re.compile(r"softmax")),
     ("normalization", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm")),
     ("optimizer", re.compile(r"adam|multi_tensor_apply")),
-    ("embedding", re.compile(r"embedding|indexselect")),
+    ("embedding", re.compile(r"embedding|indexselect|gather_kernel")),  # torch's index_select runs a gather kernel
     ("reduction", re.compile(r"reduce|triton_red|triton_per")),
     ("copy", re.compile(r"copy")),
     ("elementwise", re.compile(r"elementwise|vectorized|triton_poi")),

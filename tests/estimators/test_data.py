@@ -17,8 +17,9 @@ def test_neusight_columns_map_to_call_frames():
     assert len(calls) == len(raw)  # the test split has no convolutions
     bmm = raw[raw["op"] == "bmm"].iloc[0]
     row = calls[calls["op"] == "bmm"].iloc[0]
-    # NeuSight multiplies [b, m, n] x [b, n, k]: n is the reduction, the output is m x k
-    assert (row["batch"], row["m"], row["n"], row["k"]) == (bmm["b"], bmm["m"], bmm["k"], bmm["n"])
+    # NeuSight multiplies [b, m, n] x [b, n, k]: n is the reduction, the row-major output is m x k, which cuBLAS
+    # computes column-major as k x m (`calls.gemm_of_row_major`)
+    assert (row["batch"], row["m"], row["n"], row["k"]) == (bmm["b"], bmm["k"], bmm["m"], bmm["n"])
     add = calls[calls["op"] == "add"].iloc[0]
     raw_add = raw[raw["op"] == "add"].iloc[0]
     assert add["numel"] == raw_add["b"] * raw_add["h"] and add["row"] == raw_add["h"] and add["operands"] == 2

@@ -50,7 +50,7 @@ def test_every_operator_maps_to_the_call_traced_kernels_are_priced_as(compute):
     assert calls.loc["mlp_up_proj", "measured_ns"] == pytest.approx(up["time_ms_median"] * 1e6)
     assert (calls["timing"] == "device").all() and (calls["source"] == "vidur").all()
     expected = {  # vidur op: family, op, numel, row, operands
-        "input_layernorm": ("normalization", "_fused_rms_norm", 512 * 8192, 8192),
+        "input_layernorm": ("normalization", "vllm_rms_norm", 512 * 8192, 8192),
         "attn_rope": ("elementwise", "rotary_embedding", 512 * (64 + 8) // 2 * 128, 128, 1),
         "mlp_act": ("elementwise", "silu_and_mul", 512 * 28672 // 2, 28672 // 2, 2),
         "add": ("elementwise", "add", 512 * 8192, 8192, 2),

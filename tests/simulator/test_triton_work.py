@@ -50,11 +50,13 @@ def test_reduction_counts_kept_times_reduced_elements_and_the_row():
 
 @pytest.mark.parametrize("b_shape", [(256, 512), (512, 256)])  # B passed as [K, N] or as the transposed [N, K]
 def test_matmul_template_takes_m_n_k_from_its_tensors(b_shape):
+    """Sizes in the call frame's (cuBLAS) convention: m = the output's columns, n = its rows, tiles likewise."""
     work = describe("triton_tem_fused_mm_3", note(
         tensor("arg_A", (128, 256)), tensor("arg_B", b_shape), tensor("out_ptr0", (128, 512)),
-        BLOCK_M=64, BLOCK_N=64))
+        BLOCK_M=64, BLOCK_N=32))
     assert (work["family"], work["op"], work["dtype"]) == ("gemm", "mm", "bf16")
-    assert (work["batch"], work["m"], work["n"], work["k"]) == (1, 128, 512, 256)
+    assert (work["batch"], work["m"], work["n"], work["k"]) == (1, 512, 128, 256)
+    assert (work["tile_m"], work["tile_n"]) == (32, 64)
     assert work["flops"] == 2 * 128 * 512 * 256
 
 
@@ -62,13 +64,13 @@ def test_batched_matmul_template_and_tf32():
     work = describe("triton_tem_fused_bmm_4", note(
         tensor("arg_A", (8, 64, 32), "float32", 4), tensor("arg_B", (8, 32, 16), "float32", 4),
         tensor("out_ptr0", (8, 64, 16), "float32", 4), ALLOW_TF32=True))
-    assert (work["op"], work["dtype"], work["batch"], work["m"], work["n"], work["k"]) == ("bmm", "tf32", 8, 64, 16, 32)
+    assert (work["op"], work["dtype"], work["batch"], work["m"], work["n"], work["k"]) == ("bmm", "tf32", 8, 16, 64, 32)
 
 
 def test_convolution_template_is_its_implicit_gemm():
     work = describe("triton_tem_fused_convolution_5", note(
         tensor("arg_X", (2, 16, 32, 32)), tensor("arg_W", (64, 16, 3, 3)), tensor("out_ptr0", (2, 64, 30, 30))))
-    assert (work["m"], work["n"], work["k"]) == (2 * 30 * 30, 64, 16 * 9)
+    assert (work["m"], work["n"], work["k"]) == (64, 2 * 30 * 30, 16 * 9)
 
 
 @pytest.mark.parametrize("backward", [False, True])
@@ -85,7 +87,7 @@ def test_user_kernels():
     matmul = describe("matmul_kernel", note(tensor("a_ptr", (64, 32)), tensor("b_ptr", (32, 16)),
                                             tensor("c_ptr", (64, 16)), scalar("M", 64), scalar("N", 16),
                                             scalar("K", 32), BLOCK_SIZE_M=32))
-    assert (matmul["family"], matmul["m"], matmul["n"], matmul["k"]) == ("gemm", 64, 16, 32)
+    assert (matmul["family"], matmul["m"], matmul["n"], matmul["k"]) == ("gemm", 16, 64, 32)
     add = describe("add_kernel", note(tensor("x_ptr", (1000,)), tensor("y_ptr", (10,)), tensor("out", (1000,)),
                                       scalar("n", 1000), scalar("alpha", 0.5), BLOCK=128))
     assert add["numel"] == 1000 and add["work_bytes"] == 2 * 2010 and "family" not in add

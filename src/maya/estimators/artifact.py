@@ -1,5 +1,6 @@
 """A trained `KernelEstimator` as one file: a zip of `manifest.json` (format, per-family-segment feature
-names, hardware, architectures, launch floors and bands), one XGBoost model per family segment
+names, hardware, architectures, launch floors, the kernels measured, the shortest device time the measurements resolve (absent in
+older artifacts: the post-launch time) and bands), one XGBoost model per family segment
 (`segments.model_key`: `gemm@tensor`, `copy`, ...) and kind (`<key>.seen.ubj`, `<key>.transfer.ubj`, XGBoost's
 binary JSON) and the measured-shape table (`lookup.parquet`). An artifact of one model per family (before
 segments) loads as it is: each family's model prices all its segments.
@@ -12,7 +13,7 @@ import zipfile
 
 from .efficiency_model import Band, EfficiencyModel
 from .kernel_estimator import FamilyModels, KernelEstimator
-from .launch_floor import LaunchFloors
+from .launch_floor import POST_LAUNCH_S, LaunchFloors
 from .lookup import MeasuredShapes
 
 FORMAT = "maya-kernel-estimator/3"
@@ -29,7 +30,8 @@ def dumps(estimator: KernelEstimator) -> bytes:
     files: dict[str, bytes] = {}
     for family, models in sorted(estimator.models.items()):
         entry = {"hardware": sorted(models.hardware), "architectures": sorted(models.architectures),
-                 "floors": models.floors.to_json()}
+                 "floors": models.floors.to_json(), "kernels": sorted(models.kernels),
+                 "resolves_from_s": models.resolves_from_s}
         for kind, model in (("seen", models.seen), ("transfer", models.transfer)):
             entry[kind] = {"features": list(model.feature_names), "band": [model.band.low, model.band.high]}
             files[f"{family}.{kind}.ubj"] = model.to_bytes()
@@ -69,4 +71,6 @@ def _family_models(archive: zipfile.ZipFile, family: str, entry: dict) -> Family
                                           Band(*spec["band"]))
 
     return FamilyModels(seen=model("seen"), transfer=model("transfer"), hardware=frozenset(entry["hardware"]),
-                        architectures=frozenset(entry["architectures"]), floors=LaunchFloors.from_json(entry["floors"]))
+                        architectures=frozenset(entry["architectures"]), floors=LaunchFloors.from_json(entry["floors"]),
+                        kernels=frozenset(entry.get("kernels", ())),
+                        resolves_from_s=entry.get("resolves_from_s", POST_LAUNCH_S))

@@ -6,15 +6,25 @@
 | `family` | kernel family (`maya_trace_spec.vocabulary.KERNEL_FAMILIES`) |
 | `op` | operation within the family (`bmm`, `linear`, `add`, `layer_norm_fwd`, ...); may be empty |
 | `dtype` | element type (`vocabulary.DTYPE_BYTES`); for GEMMs `tf32` selects the TF32 tensor-core peak |
-| `batch`, `m`, `n`, `k` | GEMM: `batch` products of [m, k] x [k, n] (k is the reduction); attention: |
-| | `batch` = batch x heads, `m` query length, `n` key length, `k` head dimension |
-| `numel` | elements processed: a reduction's input, otherwise the output (parameters for optimizers) |
+| `batch`, `m`, `n`, `k` | GEMM: `batch` products, cuBLAS's column-major sizes (`GEMM convention` below); |
+| | attention: `batch` = batch x heads, `m` query length, `n` key length, `k` head dimension |
+| `numel` | elements processed: a reduction's input, otherwise the output (parameters for optimizers; a gather's |
+| | output, not its table: `gathered_size`) |
 | `row` | length of the normalised / reduced / softmax dimension |
 | `operands` | tensor inputs read per output element (elementwise; default 1) |
 | `bytes` | copies and memsets: the payload; other families: memory traffic replacing the formula |
 | `flops` | FLOPs replacing the family's formula (custom kernels) |
 
 Absent shape columns are NaN. `normalize` fills defaults and checks what is there.
+
+GEMM convention: the sizes cuBLAS is called with, as the emulator records them (`api_calls.gemm_m`, ...).
+PyTorch computes a row-major product out[rows, cols] = A[rows, k] · B[k, cols] as the column-major
+product outᵀ = Bᵀ · Aᵀ, so `m` = cols (the output's last dimension: a linear layer's output features),
+`n` = rows (its leading dimensions: tokens) and `k` = the reduction. A linear layer x[T, in] · W[out, in]ᵀ
+is m = out, n = T, k = in; its input gradient dY[T, out] · W[out, in] is m = in, n = T, k = out; its weight
+gradient dY[T, out]ᵀ · X[T, in] is m = in, n = out, k = T. Every builder of GEMM calls from row-major
+shapes (aten op inputs, NeuSight's and the profiler's configurations) goes through `gemm_of_row_major`;
+Vidur's `gemm_m`/`gemm_n` are row-major (tokens, output features) and are swapped the same way.
 """
 from __future__ import annotations
 
@@ -96,6 +106,32 @@ def _number(v) -> bool:
 def coded(frame: pd.DataFrame) -> pd.DataFrame:
     """A normalised frame with its text columns as categoricals: cheap to take rows of and to factorize."""
     return frame.astype({name: "category" for name in TEXT_COLUMNS})
+
+
+def gemm_of_row_major(batch, rows, cols, reduction):
+    """(batch, m, n, k) in the call frame's convention (cuBLAS column-major) of `batch` row-major products
+    out[rows, cols] = A[rows, reduction] · B[reduction, cols]: m = cols, n = rows (scalars or arrays)."""
+    return batch, cols, rows, reduction
+
+
+GATHER_OPS = {"embedding": (0, 1), "index_select": (0, 2), "gather": (0, 2)}
+"""Aten ops that gather rows of a table, with the positions of the table and of the indices among their inputs.
+Their kernel's work is what they gather (`numel` of the output), not the table, which is their largest input."""
+
+
+def gathered_size(op: str, shapes, numel: float = np.nan, row: float = np.nan) -> tuple[float, float]:
+    """`numel` and `row` of a gather's output from its op's input shapes: `gather`'s output has its index's
+    shape; `index_select` (along dimension 0, as embeddings use it) and `embedding` take one table row per
+    index. The given `numel`, `row` where the shapes do not say."""
+    table_at, index_at = GATHER_OPS[op]
+    if shapes is None or len(shapes) <= index_at or shapes[table_at] is None or shapes[index_at] is None:
+        return numel, row
+    table, index = list(shapes[table_at]), list(shapes[index_at])
+    if not table or not index:
+        return numel, row
+    if op == "gather":
+        return float(np.prod(index)), float(index[-1])
+    return float(np.prod(index)) * float(np.prod(table[1:])), float(table[-1])
 
 
 def element_bytes(dtype: pd.Series) -> np.ndarray:

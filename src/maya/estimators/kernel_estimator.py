@@ -5,7 +5,9 @@
    architecture (compute capability: the same kernels, so spec-sheet features place it); learned models
    scale the larger of the device floor and the roofline (`maya.estimators.launch_floor`);
 3. `model_transfer` — hardware of an architecture never trained on: the family's model trained
-   without spec-sheet identity features, which carries across GPUs;
+   without spec-sheet identity features, which carries across GPUs; also a call whose kernel its segment
+   never measured, priced from a segment that did relative to a kernel both measured
+   (`KernelEstimator._price_unmeasured_kernels`);
 4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`;
 5. `composed` — instead of the roofline, for a family without a model that composes its time from
    mechanisms (`FamilyPredictor.compose`: fused attention from the GEMM family's predictions of its
@@ -15,6 +17,9 @@
 would read timed on its own around one eager call on the measured hosts (their dispatch, then the kernel or
 the host's post-launch time, the longer; `maya.estimators.launch_floor`), to compare with measurements
 taken that way; for families without a model it is the device time.
+
+`below_measured` marks learned predictions shorter than the measurements their model learned from resolve
+(`FamilyModels.resolves_from_s`): their device time is bounded, not fitted.
 
 Every prediction carries its method and a band (`duration_low_ns`, `duration_high_ns`: the 10th and
 90th percentiles of measured / predicted seen on held-out training data for that family and method).
@@ -29,18 +34,21 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .calls import coded, normalize
+from .calls import coded, element_bytes, normalize
 from .efficiency_model import Band, EfficiencyModel
-from .families import PREDICTORS
+from .families import PREDICTORS, Work
 from .features import features_of
 from .hardware_table import catalog_names, hardware_arrays
-from .launch_floor import DEVICE_FLOOR_S, LaunchFloors, isolated_seconds
+from .launch_floor import DEVICE_FLOOR_S, POST_LAUNCH_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes, shape_keys
-from .segments import family_of, model_key, segments
+from .segments import SEGMENT_DTYPES, WIDTH_FAMILIES, family_of, model_key, segment_codes
 
 METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline", "composed")
 PRICED: tuple[str, ...] = ("roofline_ns", "efficiency", "duration_ns", "duration_low_ns", "duration_high_ns")
 """The prediction columns besides `method`, in output order."""
+REFERENCE_FAMILY, REFERENCE_KERNEL = "elementwise", "add"
+"""The kernel every width segment measures (torch's vectorized add: Vidur's residual adds, NeuSight's adds), to which
+kernels a segment never measured are related."""
 CHUNK_ROWS = 1 << 16
 """Calls of one family priced at a time: their intermediate arrays stay in cache."""
 
@@ -55,6 +63,12 @@ class FamilyModels:
     hardware: frozenset[str]
     architectures: frozenset[int]
     floors: LaunchFloors = field(default_factory=LaunchFloors)
+    kernels: frozenset[str] = frozenset()
+    """The kernels measured (`FamilyPredictor.kernel_names` of the ops trained on; empty in older artifacts)."""
+    resolves_from_s: float = POST_LAUNCH_S
+    """The shortest device time the training measurements resolve: their shortest device-timed measurement
+    (Vidur's kernels, Maya's profiles), else the post-launch host time of calls timed one by one (NeuSight's),
+    below which those only bound it (`launch_floor`)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +81,7 @@ class KernelEstimator:
 
     def predict(self, calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
         """The normalised call frame with `roofline_ns`, `efficiency`, `duration_ns`, `duration_low_ns`,
-        `duration_high_ns`, `isolated_ns` (nanoseconds) and `method` added.
+        `duration_high_ns`, `isolated_ns` (nanoseconds), `method` and `below_measured` added.
         Repeated shapes (the same call in every layer and iteration) are priced once."""
         frame = normalize(calls)
         frame["hardware"] = catalog_names(frame["hardware"])
@@ -81,7 +95,8 @@ class KernelEstimator:
             first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1))
             priced = {name: values[codes] for name, values in self._price(table.iloc[first], distinct_keys).items()}
         method = pa.array(METHODS, type=pa.large_string()).take(priced.pop("method"))
-        return frame.assign(**priced, method=pd.Series(method, index=frame.index, dtype="str"))
+        below = priced.pop("below_measured")
+        return frame.assign(**priced, method=pd.Series(method, index=frame.index, dtype="str"), below_measured=below)
 
     def _price(self, calls: pd.DataFrame, keys: np.ndarray) -> dict[str, np.ndarray]:
         """Prediction columns for calls of distinct shapes (text columns as categoricals, `coded`);
@@ -89,6 +104,7 @@ class KernelEstimator:
         priced = {name: np.empty(len(calls)) for name in PRICED}
         priced["method"] = np.empty(len(calls), dtype="int8")
         priced["dispatch_ns"] = np.empty(len(calls))
+        priced["resolves_from_ns"] = np.empty(len(calls))
         codes, families = pd.factorize(calls["family"])
         for i, family in enumerate(families):
             family_rows = np.flatnonzero(codes == i)
@@ -99,6 +115,8 @@ class KernelEstimator:
         if self.lookup is not None:
             self._use_measurements(priced, keys)
         dispatch = priced.pop("dispatch_ns")
+        learned = (priced["method"] == METHODS.index("model")) | (priced["method"] == METHODS.index("model_transfer"))
+        priced["below_measured"] = learned & (priced["duration_ns"] < priced.pop("resolves_from_ns"))
         priced["isolated_ns"] = np.where(np.isnan(dispatch), priced["duration_ns"],
                                          isolated_seconds(dispatch * 1e-9, priced["duration_ns"] * 1e-9) * 1e9)
         return priced
@@ -112,8 +130,7 @@ class KernelEstimator:
         slowdown, low = np.zeros(len(calls)), np.zeros(len(calls))
         high = np.full(len(calls), np.nan)
         method = np.full(len(calls), METHODS.index("roofline"), dtype="int8")
-        dispatch = np.full(len(calls), np.nan)
-        segment = segments(family, calls, hw)
+        dispatch, resolves_from = np.full(len(calls), np.nan), np.full(len(calls), np.nan)
         if not any(family_of(k) == family for k in self.models):
             composed = predictor.compose(calls, hw, self.predict)
             if composed is not None:
@@ -122,11 +139,12 @@ class KernelEstimator:
                         "duration_low_ns": np.minimum(np.maximum(composed.low_s * 1e9, roofline), duration),
                         "duration_high_ns": np.maximum(composed.high_s * 1e9, duration),
                         "method": np.full(len(calls), METHODS.index("composed"), dtype="int8"),
-                        "dispatch_ns": dispatch}
+                        "dispatch_ns": dispatch, "resolves_from_ns": resolves_from}
+        codes, names = segment_codes(family, calls, hw)
         features = None
-        for name in np.unique(segment):
-            here = segment == name
-            key = self._model_key(family, str(name))
+        for code in np.flatnonzero(np.bincount(codes, minlength=len(names))):
+            here, name = codes == code, names[code]
+            key = self._model_key(family, name)
             band = self.roofline_bands.get(key) or next(
                 (b for k, b in sorted(self.roofline_bands.items()) if family_of(k) == family), None)
             high[here] = np.nan if band is None else max(band.high, 0.0)
@@ -138,6 +156,7 @@ class KernelEstimator:
                 features = features_of(predictor, calls, hw, work, with_hardware=True)
             rows = np.flatnonzero(here)
             dispatch[rows] = models.floors.dispatch_seconds(calls["hardware"].iloc[rows], calls["op"].iloc[rows]) * 1e9
+            resolves_from[rows] = models.resolves_from_s * 1e9
             seen = np.isin(hw.architecture[rows], list(models.architectures))
             for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
                 chosen = rows[mask]
@@ -146,10 +165,59 @@ class KernelEstimator:
                 low[chosen] = np.maximum(predicted + model.band.low, 0.0)
                 high[chosen] = predicted + model.band.high
                 method[chosen] = METHODS.index(tag)
+        if features is not None and family in WIDTH_FAMILIES and len(names) > 1:
+            transferred, log_slowdown = self._price_unmeasured_kernels(family, calls, work, base, codes, names)
+            shift = log_slowdown - slowdown[transferred]
+            slowdown[transferred] = log_slowdown
+            low[transferred] = np.maximum(low[transferred] + shift, 0.0)
+            high[transferred] += shift
+            method[transferred] = METHODS.index("model_transfer")
         duration = base * np.exp(slowdown)
         return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
                 "duration_low_ns": base * np.exp(low), "duration_high_ns": base * np.exp(high), "method": method,
-                "dispatch_ns": dispatch}
+                "dispatch_ns": dispatch, "resolves_from_ns": resolves_from}
+
+    def _price_unmeasured_kernels(self, family: str, calls: pd.DataFrame, work: Work, base: np.ndarray,
+                                  codes: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Rows whose kernel their segment's model never measured but another segment's did (torch's layer norm
+        and GELU kernels: fp32 from NeuSight, 16-bit only from one Vidur model), with their log slowdown priced as
+        t_other(kernel) / t_other(add) x t_own(add). The other segment prices the call at its own element type
+        (`SEGMENT_DTYPES`), the add (`REFERENCE_KERNEL`: two tensors read and one written) moves the same bytes as
+        the call in each: what the kernel costs relative to the add is a property of the kernel, which the other
+        segment measured; how fast the add runs at the call's element width on its GPU is what the call's own
+        segment measured. Only where the other segment's measurements resolve both of its times
+        (`FamilyModels.resolves_from_s`)."""
+        kernels = None
+        out_rows, out_values = [], []
+        for code, name in enumerate(names):
+            own, own_reference = (self.models.get(model_key(f, name)) for f in (family, REFERENCE_FAMILY))
+            if own is None or not own.kernels or own_reference is None or REFERENCE_KERNEL not in own_reference.kernels:
+                continue
+            kernels = PREDICTORS[family].kernel_names(calls["op"]) if kernels is None else kernels
+            rows = np.flatnonzero((codes == code) & ~np.isin(kernels, list(own.kernels)))
+            for other_name in names:
+                other, other_reference = (self.models.get(model_key(f, other_name)) for f in (family, REFERENCE_FAMILY))
+                if (other_name == name or other is None or other_reference is None or not len(rows)
+                        or REFERENCE_KERNEL not in other_reference.kernels):
+                    continue
+                chosen = rows[np.isin(kernels[rows], list(other.kernels))]
+                if not len(chosen):
+                    continue
+                there = calls.iloc[chosen].assign(dtype=SEGMENT_DTYPES[other_name])
+                other_ns, other_bytes = _learned_ns(other, family, there)
+                other_reference_ns, _ = _learned_ns(other_reference, REFERENCE_FAMILY, _reference_calls(there, other_bytes))
+                own_reference_ns, _ = _learned_ns(own_reference, REFERENCE_FAMILY,
+                                                  _reference_calls(calls.iloc[chosen], work.bytes[chosen]))
+                resolved = ((other_ns >= other.resolves_from_s * 1e9)
+                            & (other_reference_ns >= other_reference.resolves_from_s * 1e9))
+                at = chosen[resolved]
+                priced_ns = (other_ns / other_reference_ns * own_reference_ns)[resolved]
+                out_rows.append(at)
+                out_values.append(np.log(np.maximum(priced_ns, base[at]) / base[at]))  # no call beats its baseline
+                rows = np.setdiff1d(rows, chosen)
+        if not out_rows:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return np.concatenate(out_rows), np.concatenate(out_values)
 
     def _model_key(self, family: str, segment: str) -> str:
         """The segment's model, else the family's first segment with a model, else the segment's own key."""
@@ -166,3 +234,25 @@ class KernelEstimator:
         priced["duration_high_ns"][hit] = p90[hit]
         priced["efficiency"][hit] = np.minimum(priced["roofline_ns"][hit] / median[hit], 1.0)
         priced["method"][hit] = METHODS.index("lookup")
+
+
+def _learned_ns(models: FamilyModels, family: str, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Device time (ns) the family's models predict for `calls` (the seen model on architectures it was trained on,
+    else the transfer model), and the bytes each call moves."""
+    predictor = PREDICTORS[family]
+    hw = hardware_arrays(calls)
+    work = predictor.work(calls, hw)
+    features = features_of(predictor, calls, hw, work, with_hardware=True)
+    seen = np.isin(hw.architecture, list(models.architectures))
+    slowdown = np.empty(len(calls))
+    for model, mask in ((models.seen, seen), (models.transfer, ~seen)):
+        slowdown[mask] = model.log_slowdown(features, np.flatnonzero(mask))
+    return np.maximum(work.roofline_s(hw), DEVICE_FLOOR_S) * 1e9 * np.exp(slowdown), work.bytes
+
+
+def _reference_calls(calls: pd.DataFrame, moved_bytes: np.ndarray) -> pd.DataFrame:
+    """The reference kernel's calls moving `moved_bytes` each (same hardware, element type and row)."""
+    itemsize = element_bytes(calls["dtype"])
+    return calls.assign(family=REFERENCE_FAMILY, op=REFERENCE_KERNEL, operands=2.0,
+                        numel=np.maximum(np.round(moved_bytes / (3 * itemsize)), 1.0),
+                        batch=np.nan, m=np.nan, n=np.nan, k=np.nan, bytes=np.nan, flops=np.nan)

@@ -1,7 +1,8 @@
 """NeuSight's measured kernels (`data/neusight/`, MIT) as measured call frames.
 
 NeuSight's columns: `op`, `device` (the name the GPU reports), `latency_ms`, and the op's sizes —
-`b, m, n, k` for bmm / linear (b products of [m, n] x [n, k]: NeuSight's reduction dimension is `n`)
+`b, m, n, k` for bmm / linear (b row-major products [m, n] x [n, k]: NeuSight's reduction dimension is `n`;
+in the call frame m = NeuSight's k, n = its m, k = its n, `calls.gemm_of_row_major`)
 and `b, h` for vector ops (b rows of h elements). All fp32 with TF32 off. Convolutions are not
 loaded (no conv family here).
 """
@@ -14,6 +15,7 @@ import pandas as pd
 
 from maya.core.paths import data_dir
 
+from .calls import gemm_of_row_major
 from .launch_floor import ISOLATED
 
 GEMM_OPS = ("bmm", "linear")
@@ -91,10 +93,8 @@ def to_calls(raw: pd.DataFrame) -> pd.DataFrame:
         "family": family.to_numpy(),
         "op": rows["op"].to_numpy(),
         "dtype": "fp32",
-        "batch": np.where(gemm, b, np.nan),
-        "m": np.where(gemm, size["m"], np.nan),
-        "n": np.where(gemm, size["k"], np.nan),
-        "k": np.where(gemm, size["n"], np.nan),
+        **{name: np.where(gemm, value, np.nan) for name, value in
+           zip(("batch", "m", "n", "k"), gemm_of_row_major(b, size["m"], size["k"], size["n"]))},
         "numel": np.where(vector, b * size["h"], np.nan),
         "row": np.where(vector, size["h"], np.nan),
         "operands": np.where(rows["op"].isin(BINARY_OPS), 2.0, 1.0),

@@ -4,7 +4,7 @@ A measured call is the device work of one framework op of one family: the measur
 op (`api_calls.op_id`) are summed per family, as one cuBLAS call or one PyTorch kernel is priced.
 Work launched outside any op counts kernel by kernel. Shapes come from the `gemm_*` columns when the
 trace has them, else from the op's inputs (`ops.input_shapes`): GEMMs from the last two matrices
-(`linear`: input [..., k] and weight [n, k]), other families from the largest input (`numel`, its
+(`linear`: input [..., in] and weight [out, in]) in the call frame's convention (`calls.gemm_of_row_major`), other families from the largest input (`numel`, its
 last dimension `row`, the inputs of that size `operands`). Copies and memsets keep their `bytes`.
 Collectives are left to the collective model.
 """
@@ -18,6 +18,7 @@ import pandas as pd
 from maya_trace_spec import Run
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_name
 
+from .calls import GATHER_OPS, gathered_size, gemm_of_row_major
 from .launch_floor import DEVICE
 
 SHAPE_COLUMNS = ("batch", "m", "n", "k", "numel", "row", "operands")
@@ -91,20 +92,23 @@ def _op_shapes(run: Run) -> pd.DataFrame:
 
 
 def _shape(op: str, inputs) -> tuple[float, ...]:
-    """(batch, m, n, k) of the op as a matrix product and (numel, row, operands) of its largest input."""
+    """(batch, m, n, k) of the op as a matrix product and (numel, row, operands) of its largest input (of a
+    gather, its output: `calls.gathered_size`)."""
     tensors = [[int(x) for x in s] for s in (inputs if inputs is not None else []) if s is not None and len(s)]
     if not tensors:
         return (np.nan,) * len(SHAPE_COLUMNS)
     sizes = [float(np.prod(s)) for s in tensors]
     largest = tensors[int(np.argmax(sizes))]
     vector = (max(sizes), float(largest[-1]), float(sizes.count(max(sizes))))
+    if op in GATHER_OPS:
+        vector = (*gathered_size(op, inputs, vector[0], vector[1]), 1.0)
     matrices = [s for s in tensors if len(s) >= 2]
     if len(matrices) < 2:
         return (np.nan,) * 4 + vector
     a, b = matrices[-2], matrices[-1]
     if op == "linear":
-        return (1.0, float(np.prod(a[:-1])), float(b[0]), float(a[-1])) + vector
-    return (float(np.prod(a[:-2])), float(a[-2]), float(b[-1]), float(a[-1])) + vector
+        return gemm_of_row_major(1.0, float(np.prod(a[:-1])), float(b[0]), float(a[-1])) + vector
+    return gemm_of_row_major(float(np.prod(a[:-2])), float(a[-2]), float(b[-1]), float(a[-1])) + vector
 
 
 def _hardware_by_rank(run: Run) -> dict[int, str | None]:

@@ -16,16 +16,24 @@ from .hardware_table import HardwareArrays
 
 WIDTH_FAMILIES = ("elementwise", "normalization", "embedding", "softmax", "reduction")
 """Segmented by element width: `narrow` (under 4 bytes) or `wide`."""
+SEGMENT_DTYPES = {"narrow": "fp16", "wide": "fp32"}
+"""The element type another segment's model prices a call at (`KernelEstimator._price_unmeasured_kernels`)."""
 SEPARATOR = "@"
 
 
 def segments(family: str, calls: pd.DataFrame, hw: HardwareArrays) -> np.ndarray:
     """Each call's segment within `family` ("" for families that are not segmented)."""
+    codes, names = segment_codes(family, calls, hw)
+    return np.asarray(names, dtype=object)[codes]
+
+
+def segment_codes(family: str, calls: pd.DataFrame, hw: HardwareArrays) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each call's segment as an index into the family's segment names (cheaper to group by than the names)."""
     if family in MATRIX_FAMILIES:  # by the unit that runs them: `tensor` (the dtype's peak is above fp32's) or `cuda`
-        return np.where(hw.peak_flops > hw.fp32_peak_flops, "tensor", "cuda")
+        return (hw.peak_flops <= hw.fp32_peak_flops).astype("int8"), ("tensor", "cuda")
     if family in WIDTH_FAMILIES:
-        return np.where(element_bytes(calls["dtype"]) < 4, "narrow", "wide")
-    return np.full(len(calls), "", dtype=object)
+        return (element_bytes(calls["dtype"]) >= 4).astype("int8"), ("narrow", "wide")
+    return np.zeros(len(calls), dtype="int8"), ("",)
 
 
 def model_key(family: str, segment: str) -> str:

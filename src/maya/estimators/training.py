@@ -32,7 +32,7 @@ from .families import PREDICTORS, FamilyPredictor
 from .features import features_of, hardware_features
 from .hardware_table import catalog_names, hardware_arrays
 from .kernel_estimator import FamilyModels, KernelEstimator
-from .launch_floor import DEVICE, DEVICE_FLOOR_S, ISOLATED, LaunchFloors, isolated_seconds
+from .launch_floor import DEVICE, DEVICE_FLOOR_S, ISOLATED, POST_LAUNCH_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes
 from .segments import family_of, model_key, segments
 
@@ -161,7 +161,8 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
         if config.seen_model else transfer,
         transfer=transfer,
         hardware=frozenset(data.hw.name), architectures=frozenset(data.hw.architecture.astype(int).tolist()),
-        floors=prepared.floors)
+        floors=prepared.floors, kernels=frozenset(predictor.kernel_names(calls["op"]).tolist()),
+        resolves_from_s=data.resolves_from_s())
     return models, roofline_band, metrics
 
 
@@ -177,6 +178,11 @@ class _FamilyData:
         self.isolated = (calls[TIMING] == ISOLATED).to_numpy()
         self.baseline_s = np.maximum(self.roofline_s, DEVICE_FLOOR_S)
         self.features = features_of(predictor, calls, self.hw, work, with_hardware=True)
+
+    def resolves_from_s(self) -> float:
+        """The shortest device time these measurements resolve (`FamilyModels.resolves_from_s`)."""
+        device = self.measured_s[~self.isolated]
+        return float(min(device.min() if len(device) else np.inf, POST_LAUNCH_S if self.isolated.any() else np.inf))
 
     def prepared(self, fit_rows: np.ndarray) -> _Prepared:
         """Launch floors measured on the isolated `fit_rows`, then every row's device time and dispatch."""

@@ -13,15 +13,15 @@ simulator fills from a trace, `maya.simulator.work`), and what a training step l
 
 | Vidur op | kernel(s) measured | call | eager training step | where it does not match |
 |---|---|---|---|---|
-| `attn_pre_proj`, `attn_post_proj`, `mlp_up_proj`, `mlp_down_proj` | one cuBLAS GEMM (`F.linear`; with its bias epilogue where the model has a bias) | gemm / `mm`, cuBLAS's column-major sizes as the emulator records them: m = output features (`gemm_n`), n = tokens (`gemm_m`), k = `gemm_k` | the same forward GEMM (bf16 or fp16); its backward runs two more GEMMs per linear (input gradient: m = input features, n = tokens, k = output features; weight gradient: m = input features, n = output features, k = tokens) | backward shapes are priced by the same model from their own sizes; no backward GEMM was measured |
-| `input_layernorm`, `post_attention_layernorm` (RMSNorm) | vLLM's fused `rms_norm` kernel | normalization / `_fused_rms_norm` (numel = tokens x hidden, row = hidden) | `nn.RMSNorm` runs torch's fused kernel (`aten::_fused_rms_norm`, one kernel: one read, one write, a reduction per row) | a different kernel for the same work; under autocast training normalises fp32 activations, Vidur fp16 ones; the backward (`_fused_rms_norm_backward`: two kernels) is not measured |
+| `attn_pre_proj`, `attn_post_proj`, `mlp_up_proj`, `mlp_down_proj` | one cuBLAS GEMM (`F.linear`; with its bias epilogue where the model has a bias) | gemm / `mm` in the call frame's convention (`calls.gemm_of_row_major`, as the emulator records cuBLAS): m = output features (`gemm_n`), n = tokens (`gemm_m`), k = `gemm_k` | the same forward GEMM (bf16 or fp16); its backward runs two more GEMMs per linear (input gradient: m = input features, n = tokens, k = output features; weight gradient: m = input features, n = output features, k = tokens) | backward shapes are priced by the same model from their own sizes; no backward GEMM was measured |
+| `input_layernorm`, `post_attention_layernorm` (RMSNorm) | vLLM's fused `rms_norm` kernel (one block per token, the row read twice) | normalization / `vllm_rms_norm` (numel = tokens x hidden, row = hidden): no traced op runs this kernel | `nn.RMSNorm` runs torch's fused kernel (`aten::_fused_rms_norm`), torch's vectorized layer-norm kernel with the mean left out, which the family prices as `native_layer_norm` (`NormalizationPredictor.same_kernel`) | a different kernel for the same work: vLLM's reaches 33% of the H100's bandwidth (1,100 GB/s at 2,048+ tokens), torch's layer norm 59% (phi-2), 34% / 47% on the A100, 60% / 61% on the A40; the rows teach the family how row kernels scale, not torch's RMSNorm; the backward is not measured |
 | `input_layernorm` (LayerNorm: `LAYER_NORM_MODELS`) | torch's `native_layer_norm` | normalization / `native_layer_norm` | the same kernel | backward not measured |
 | `attn_rope` | vLLM's `rotary_embedding`: one kernel rotating q and k in place | elementwise / `rotary_embedding` (numel = tokens x (q + kv heads) x head_dim, read and written once) | Llama-style eager code runs 4-6 kernels per tensor (`mul`, `neg`, `cat`, `mul`, `add`), which are priced as those ops; Inductor fuses them into one or two Triton kernels like this one | no traced op carries this name: the rows teach the elementwise family's bandwidth efficiency only |
 | `mlp_act` (gated MLP) | vLLM's `silu_and_mul`: one kernel, reads 2 x ffn, writes ffn per token | elementwise / `silu_and_mul` (numel = tokens x ffn / tp, two operands) | eager runs two kernels, `silu` (one operand) then `mul` (two), and three in the backward; Inductor fuses `silu(a) * b` into one kernel like this one | as for `attn_rope`: not the eager kernels, one op of the family's efficiency |
 | `mlp_act` (GELU MLP) | torch's `gelu` kernel | elementwise / `gelu` (numel = tokens x ffn / tp) | the same kernel | backward (`gelu_backward`) not measured |
 | `add` (models with a post-attention norm) | torch's `add`: the residual add | elementwise / `add` (numel = tokens x hidden, two operands) | the same kernel (residual adds, forward and backward gradient sums) | - |
 | `add` (models without one, phi-2's parallel block) | two `add` kernels in one range (`attn + mlp + residual`) | left out | - | two kernels' time in one measurement: not one call |
-| `emb` | `F.embedding`: one gather of `num_tokens` rows of the vocab-parallel table | embedding / `embedding` (numel = tokens x hidden, row = hidden) | torch's forward embedding | the emulated trace records the forward gather as `aten::gather` (classified elementwise by its kernel name, sized by the whole table), so these rows do not price it today; the table size (vocabulary / tp) is not a call-frame column; the backward (`embedding_dense_backward`) is not measured |
+| `emb` | `F.embedding`: one gather of `num_tokens` rows of the vocab-parallel table | embedding / `embedding` (numel = tokens x hidden, row = hidden) | torch's forward embedding: `aten::embedding` → `index_select` → `gather`, one `vectorized_gather_kernel`, an embedding call sized by the rows it gathers (`calls.gathered_size`), as these rows | the table size (vocabulary / tp) is not a call-frame column; the backward (`embedding_dense_backward`) is not measured |
 
 Collectives (`collectives.parquet`) are loaded as data for the collective model (`collective_frame`): one
 row per measurement with the collective's Maya name, bytes per GPU, GPUs and nodes taking part.
@@ -40,6 +40,7 @@ from maya_trace_spec.vocabulary import DTYPE_BYTES
 from maya.core import hardware
 from maya.core.paths import data_dir
 
+from .calls import gemm_of_row_major
 from .collective_data import duplicate_curves
 from .collectives import PRICED_COLLECTIVES, priced_name
 from .launch_floor import DEVICE
@@ -172,16 +173,16 @@ def _compute_calls(rows: pd.DataFrame) -> pd.DataFrame:
     family = np.select([gemm, norm, op == "emb"], ["gemm", "normalization", "embedding"], "elementwise")
     name = np.select(
         [gemm, norm & layer_norm, norm, op == "attn_rope", (op == "mlp_act") & gated, op == "mlp_act", op == "add"],
-        ["mm", "native_layer_norm", "_fused_rms_norm", "rotary_embedding", "silu_and_mul", "gelu", "add"], "embedding")
+        ["mm", "native_layer_norm", "vllm_rms_norm", "rotary_embedding", "silu_and_mul", "gelu", "add"], "embedding")
     row = np.select([op == "mlp_act", op == "attn_rope"], [ffn, head_dim], embd)
     numel = np.select([op == "mlp_act", op == "attn_rope"], [tokens * ffn, tokens * rotated], tokens * embd)
     operands = np.where((op == "add") | ((op == "mlp_act") & gated), 2.0, 1.0)
+    # Vidur's gemm_m, gemm_n are the row-major output's [tokens, output features]
+    batch, m, n, k = gemm_of_row_major(1.0, *(rows[c].to_numpy(dtype="float64") for c in ("gemm_m", "gemm_n", "gemm_k")))
     return pd.DataFrame({
         "hardware": rows["device"].to_numpy(), "family": family, "op": name, "dtype": rows["dtype"].to_numpy(),
-        "batch": np.where(gemm, 1.0, np.nan),
-        "m": np.where(gemm, rows["gemm_n"].to_numpy(), np.nan),  # cuBLAS column-major, as traced
-        "n": np.where(gemm, rows["gemm_m"].to_numpy(), np.nan),
-        "k": np.where(gemm, rows["gemm_k"].to_numpy(), np.nan),
+        "batch": np.where(gemm, batch, np.nan), "m": np.where(gemm, m, np.nan), "n": np.where(gemm, n, np.nan),
+        "k": np.where(gemm, k, np.nan),
         "numel": np.where(gemm, np.nan, numel), "row": np.where(gemm, np.nan, row),
         "operands": np.where(gemm, np.nan, operands),
         "measured_ns": rows["time_ms_median"].to_numpy() * 1e6,

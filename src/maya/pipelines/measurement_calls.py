@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from maya.profiler.kernels.configs import KERNEL_FAMILY, OP_FAMILY
-from maya.estimators.calls import NUMERIC_COLUMNS
+from maya.estimators.calls import NUMERIC_COLUMNS, gemm_of_row_major
 
 TWO_INPUTS = ("add", "mul", "gelu_bwd", "silu_bwd", "dropout_bwd")
 """Elementwise ops reading two tensors per output element (backward: the gradient and the input)."""
@@ -24,7 +24,8 @@ def measurement_calls(rows: pd.DataFrame) -> pd.DataFrame:
 
     tokens, hidden = param("tokens"), param("hidden")
     shapes = {
-        "gemm": {"batch": param("batch"), "m": param("m"), "n": param("n"), "k": param("k")},
+        "gemm": dict(zip(("batch", "m", "n", "k"),  # configs are row-major: output [m, n]
+                         gemm_of_row_major(param("batch"), param("m"), param("n"), param("k")))),
         "attention": {"batch": param("batch") * param("heads"), "m": param("seq"), "n": param("seq"),
                       "k": param("head_dim")},
         "softmax": {"numel": param("rows") * param("cols"), "row": param("cols")},

@@ -4,7 +4,8 @@ Inductor names its kernels by kind and its templates' tensors by role, so:
 - pointwise (`triton_poi_*`): `numel` = the product of the `*numel` scalars (`xnumel`, `ynumel`, ...);
 - reductions (`triton_red_*`, `triton_per_*`): `numel` = kept x reduced elements, `row` = the reduced
   elements (`r0_numel` x `r1_numel`);
-- matmul templates (tensors `arg_A`, `arg_B`): `m`, `n` and `batch` from the output, `k` from A's size;
+- matmul templates (tensors `arg_A`, `arg_B`): `batch` and the output's rows and columns from the output,
+  the reduction from A's size, in the call frame's (cuBLAS) convention (`gemm_of_row_major`);
   convolution templates (`arg_X`, `arg_W`): the implicit GEMM; both with `flops` = 2 batch m n k and their
   config's output tile (`tile_m`, `tile_n` from `BLOCK_M`, `BLOCK_N`: `launch_shape.py`);
 - flex-attention templates (`arg_Q`, `arg_K`, `arg_V`; backward with `arg_DO`): the attention shape and
@@ -24,6 +25,8 @@ import numpy as np
 import pandas as pd
 
 from maya_trace_spec.vocabulary import dtype_name
+
+from maya.estimators.calls import gemm_of_row_major
 
 from .attention_shapes import ATTENTION_BACKWARD_FLOPS
 NUMEL_ARGS = ("xnumel", "ynumel", "znumel")
@@ -70,6 +73,7 @@ def _gemm(a: dict, out: dict, flops_dtype: str | None, tf32: bool) -> dict:
     a_batch = _numel(a["shape"][:-2]) if len(a["shape"]) > 2 else 1.0
     k = _numel(a["shape"]) / (a_batch * m) if m else np.nan
     kind = dtype_name(a.get("dtype")) or flops_dtype or "fp32"
+    batch, m, n, k = gemm_of_row_major(batch, m, n, k)
     return {"family": "gemm", "op": "bmm" if batch > 1 else "mm", "dtype": "tf32" if kind == "fp32" and tf32 else kind,
             "batch": batch, "m": m, "n": n, "k": k, "flops": 2.0 * batch * m * n * k}
 
@@ -80,8 +84,9 @@ def _convolution(x: dict, w: dict, out: dict, tf32: bool) -> dict:
     channels = float(w["shape"][0]) if w["shape"] else 1.0
     m, k = _numel(out["shape"]) / channels, _numel(w["shape"]) / channels
     kind = dtype_name(x.get("dtype")) or "fp32"
+    _, m, n, k = gemm_of_row_major(1.0, m, channels, k)
     return {"family": "gemm", "op": "mm", "dtype": "tf32" if kind == "fp32" and tf32 else kind, "batch": 1.0,
-            "m": m, "n": channels, "k": k, "flops": 2.0 * m * channels * k}
+            "m": m, "n": n, "k": k, "flops": 2.0 * m * n * k}
 
 
 def _attention(tensors: dict[str, dict]) -> dict:
@@ -109,7 +114,8 @@ def describe(kernel: str, text: str) -> dict:
     tf32 = bool(note.get("constexprs", {}).get("ALLOW_TF32"))
     output = _output(tensors)
     lower = kernel.lower()
-    tile = {"tile_m": float(scalars["BLOCK_M"]), "tile_n": float(scalars["BLOCK_N"])} \
+    # BLOCK_M tiles the output's rows and BLOCK_N its columns: the call frame's n and m (`gemm_of_row_major`).
+    tile = {"tile_m": float(scalars["BLOCK_N"]), "tile_n": float(scalars["BLOCK_M"])} \
         if "BLOCK_M" in scalars and "BLOCK_N" in scalars else {}
     if "arg_Q" in tensors and "arg_K" in tensors:
         out.update(_attention(tensors))
@@ -118,7 +124,7 @@ def describe(kernel: str, text: str) -> dict:
     elif "arg_X" in tensors and "arg_W" in tensors and output is not None:
         out.update(_convolution(tensors["arg_X"], tensors["arg_W"], output, tf32), **tile)
     elif all(isinstance(scalars.get(c), (int, float)) for c in "MNK") and not lower.startswith("triton_"):
-        m, n, k = (float(scalars[c]) for c in "MNK")
+        _, m, n, k = gemm_of_row_major(1.0, *(float(scalars[c]) for c in "MNK"))
         out.update(family="gemm", op="mm", batch=1.0, m=m, n=n, k=k, flops=2.0 * m * n * k)
     else:
         kept = math.prod(float(scalars[c]) for c in NUMEL_ARGS if c in scalars)

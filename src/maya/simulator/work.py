@@ -13,6 +13,8 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_bytes, dtype_name
 
+from maya.estimators.calls import GATHER_OPS, gathered_size, gemm_of_row_major
+
 from . import triton_work
 from .attention_shapes import shape_attention
 from .opcodes import COLL
@@ -36,6 +38,8 @@ def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
         row.append(best_row)
         dtype.append(best_dtype)
     names = ops["name"].astype(str).str.replace(r"^aten::", "", regex=True).str.rstrip("_")
+    for i in np.flatnonzero(names.isin(list(GATHER_OPS)).to_numpy()):  # sized by what they gather, not the table
+        numel[i], row[i] = gathered_size(names.iat[i], ops["input_shapes"].iat[i], numel[i], row[i])
     return pd.DataFrame({"op_name": names.to_numpy(), "numel": numel, "row": row, "dtype": dtype},
                         index=ops["op_id"].to_numpy())
 
@@ -45,9 +49,10 @@ GEMM_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)
 
 
 def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per op that is a GEMM (`GEMM_OPERANDS`): batch, m, n, k from its input shapes (linear: the weight is
-    [n, k] and leading dimensions of the input fold into m). Kernels of a measured trace carry no GEMM
-    shapes of their own; these price them."""
+    """Per op that is a GEMM (`GEMM_OPERANDS`): batch, m, n, k from its input shapes, in the call frame's
+    (cuBLAS column-major) convention, `gemm_of_row_major` (linear: the weight is [out, in] and leading
+    dimensions of the input fold into the output's rows). Kernels of a measured trace carry no GEMM shapes
+    of their own; these price them."""
     rows = {}
     for op_id, name, shapes in zip(ops["op_id"], ops["name"].astype(str), ops["input_shapes"]):
         positions = GEMM_OPERANDS.get(name.removeprefix("aten::"))
@@ -55,11 +60,11 @@ def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
             continue
         a, b = (list(shapes[i]) if shapes[i] is not None else [] for i in positions)
         if name.endswith("linear") and len(a) >= 1 and len(b) == 2 and a[-1] == b[1]:
-            rows[op_id] = (1.0, float(np.prod(a[:-1])), float(b[0]), float(b[1]))
+            rows[op_id] = gemm_of_row_major(1.0, float(np.prod(a[:-1])), float(b[0]), float(b[1]))
         elif len(a) == len(b) == 2 and a[1] == b[0]:
-            rows[op_id] = (1.0, float(a[0]), float(b[1]), float(a[1]))
+            rows[op_id] = gemm_of_row_major(1.0, float(a[0]), float(b[1]), float(a[1]))
         elif len(a) == len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
-            rows[op_id] = (float(a[0]), float(a[1]), float(b[2]), float(a[2]))
+            rows[op_id] = gemm_of_row_major(float(a[0]), float(a[1]), float(b[2]), float(a[2]))
     return pd.DataFrame.from_dict(rows, orient="index", columns=["batch", "m", "n", "k"])
 
 
@@ -109,6 +114,8 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         ops = trace.ops.drop_duplicates("op_id")
         op_rows = _op_shapes(ops).reindex(calls["op_id"].to_numpy())
         op[launched] = op_rows["op_name"].fillna("").to_numpy()[launched]
+        # traces captured before gather kernels were classified as embedding lookups (`vocabulary`)
+        family[launched & np.isin(op, list(GATHER_OPS)) & (family == "elementwise")] = "embedding"
         num["numel"][launched] = op_rows["numel"].to_numpy()[launched]
         num["row"][launched] = op_rows["row"].to_numpy()[launched]
         _own_sizes(calls, launched, num["numel"])

@@ -29,6 +29,12 @@ rather than learned, unless a learned attention model exists:
   between the products: their times add. Hopper kernels built on asynchronous warpgroup MMA with
   warp specialisation (cuDNN's sm_90 SDPA engines, like CUTLASS's Hopper FMHA and FlashAttention-3)
   run the softmax of one tile while the tensor cores work on another: the longer of the two counts.
+- **synchronous MMA on Hopper**: the GEMM family learned cuBLAS's Hopper kernels, which reach the
+  tensor-core peak through warpgroup MMA (`wgmma`); FlashAttention-2-style kernels keep Ampere's
+  synchronous `mma.sync`, which on sm_90 reaches only `SYNCHRONOUS_MMA_SHARE` of that peak
+  (FlashAttention-3 paper, Shah et al. 2024, section 2: "mma.sync can only reach 2/3 of the peak
+  throughput of the Hopper Tensor Cores", from Luo et al.'s microbenchmarks of Hopper), so their products
+  take 1 / share the time cuBLAS would. Architectures not in the table are not slowed (no public figure).
 
 FlashAttention-2's backward also launches two memory passes (`flash_bwd_preprocess`: D = rowsum(dO * O)
 and the zeroed fp32 dQ accumulator; `flash_bwd_postprocess`: dQ converted from fp32), priced as the
@@ -42,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..calls import element_bytes
+from ..calls import element_bytes, gemm_of_row_major
 from .base import Composed, FamilyPredictor, PriceCalls, Work, count_or_one, log2
 from ..hardware_table import HardwareArrays
 
@@ -71,6 +77,9 @@ Programming Guide's table of native arithmetic instruction throughput. Newer arc
 DEFAULT_SFU_OPS_PER_CLOCK = 16.0
 WARP_SPECIALISED_MIN_ARCHITECTURE = 90
 """cuDNN's SDPA engines from sm_90 on use asynchronous warpgroup MMA with warp specialisation."""
+SYNCHRONOUS_MMA_SHARE: dict[int, float] = {90: 2 / 3}
+"""Share of the tensor-core peak synchronous `mma.sync` reaches, by compute capability, where the peak needs
+warpgroup MMA (FlashAttention-3 paper, section 2, citing Luo et al.'s Hopper microbenchmarks)."""
 LSE_BYTES = 4
 """fp32 per query row: the log-sum-exp the forward saves (and the backward's D = rowsum(dO * O))."""
 ACCUMULATOR_BYTES = 4
@@ -113,9 +122,10 @@ class AttentionPredictor(FamilyPredictor):
         fp32_ops = np.where(backward, BACKWARD_FP32_OPS, FORWARD_FP32_OPS + d / TILE)
         softmax_s = elements * (EXP_PER_ELEMENT / sfu_rate + fp32_ops / (hw.fp32_flops / 2))
         overlapped = (np.char.startswith(op, "sdpa") & (hw.architecture >= WARP_SPECIALISED_MIN_ARCHITECTURE))
+        mma_share = np.where(overlapped, 1.0, synchronous_mma_share(hw.architecture))
 
         def total(tensor_s: np.ndarray) -> np.ndarray:
-            tensor_s = tensor_s * share
+            tensor_s = tensor_s * share / mma_share
             compute = np.where(overlapped, np.maximum(tensor_s, softmax_s), tensor_s + softmax_s)
             return np.maximum(compute, memory_s)
 
@@ -136,6 +146,10 @@ def causal_tile_share(m: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 def sfu_ops_per_clock(architecture: np.ndarray) -> np.ndarray:
     return np.array([SFU_OPS_PER_CLOCK.get(int(a), DEFAULT_SFU_OPS_PER_CLOCK) for a in architecture], dtype="float64")
+
+
+def synchronous_mma_share(architecture: np.ndarray) -> np.ndarray:
+    return np.array([SYNCHRONOUS_MMA_SHARE.get(int(a), 1.0) for a in architecture], dtype="float64")
 
 
 def _shape(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -180,15 +194,17 @@ def _tensor_core_seconds(price: PriceCalls, hardware: np.ndarray, dtype: np.ndar
     out = tuple(np.zeros(len(b)) for _ in range(3))
     if not len(rows):
         return out
-    # (m, n, k) of each product in units of (queries, keys, head dim); forward uses the first two
+    # row-major (rows, columns, reduction) of each product in units of (queries, keys, head dim), priced in the
+    # call frame's cuBLAS convention (`calls.gemm_of_row_major`); forward uses the first two
     products = (("q", "k", "d"), ("q", "d", "k"), ("q", "k", "d"), ("k", "d", "q"), ("k", "d", "q"))
     frames, owners = [], []
     for j, dims in enumerate(products):
         chosen = rows if j < FORWARD_PRODUCTS else rows[backward[rows]]
         size = {"q": m[chosen], "k": n[chosen], "d": d[chosen]}
+        batch, gm, gn, gk = gemm_of_row_major(b[chosen], *(size[dim] for dim in dims))
         frames.append(pd.DataFrame({
-            "hardware": hardware[chosen], "family": "gemm", "op": "bmm", "dtype": dtype[chosen], "batch": b[chosen],
-            "m": size[dims[0]], "n": size[dims[1]], "k": size[dims[2]],
+            "hardware": hardware[chosen], "family": "gemm", "op": "bmm", "dtype": dtype[chosen], "batch": batch,
+            "m": gm, "n": gn, "k": gk,
             # the fused kernel's HBM traffic: the two [length x d] operands; the scores never leave the SM
             "bytes": itemsize[chosen] * b[chosen] * (m[chosen] + n[chosen]) * d[chosen]}))
         owners.append(chosen)

@@ -51,6 +51,9 @@ class FamilyPredictor:
 
     family: ClassVar[str]
     ops: ClassVar[tuple[str, ...]] = ()
+    same_kernel: ClassVar[dict[str, str]] = {}
+    """Op names of one source that run the kernel another name stands for (NeuSight's `ln` is torch's
+    `native_layer_norm`): `kernel_names` maps them so."""
     explicit_work: ClassVar[bool] = True
     """Whether the call frame's `bytes`/`flops` columns replace the counted work."""
 
@@ -69,16 +72,25 @@ class FamilyPredictor:
                     bytes=np.where(np.isnan(given_bytes), counted.bytes, given_bytes),
                     bandwidth=counted.bandwidth)
 
+    def kernel_names(self, op: pd.Series) -> np.ndarray:
+        """Each call's op as the kernel it runs (`same_kernel`), as an object array."""
+        positions, names = pd.factorize(op)
+        kernels = np.array([self.same_kernel.get(n, n) for n in names] + [""], dtype=object)
+        return kernels[positions]
+
     def compose(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed | None:
         """Without a learned model of its own, the family's time composed from mechanisms (other families'
         predictions via `price`, spec-sheet rates); None: the analytical roofline."""
         return None
 
     def op_codes(self, calls: pd.DataFrame) -> np.ndarray:
-        """Index of each call's op in `ops`; NaN (missing, for the model) when not in the vocabulary."""
-        codes = pd.Index(self.ops).get_indexer(np.asarray(calls["op"], dtype=object)).astype("float64")
-        codes[codes < 0] = np.nan
-        return codes
+        """Index in `ops` of the kernel each call's op runs (`same_kernel`: ops of one kernel share a code); NaN
+        (missing, for the model) when not in the vocabulary. Looked up once per distinct op."""
+        positions, names = pd.factorize(calls["op"])
+        kernels = [self.same_kernel.get(n, n) for n in names]
+        table = np.append(pd.Index(self.ops).get_indexer(np.asarray(kernels, dtype=object)).astype("float64"), -1.0)
+        table[table < 0] = np.nan
+        return table[positions]  # position -1 (a missing op) takes the last entry, NaN
 
 
 def log2(values: np.ndarray) -> np.ndarray:

@@ -15,6 +15,8 @@ class ElementwisePredictor(FamilyPredictor):
            "gelu_fwd", "gelu_bwd", "silu_fwd", "silu_bwd", "dropout_fwd", "dropout_bwd", "fill", "cast",
            "silu_and_mul", "rotary_embedding")
     """`silu_and_mul` and `rotary_embedding` are vLLM's fused kernels, measured by Vidur (`vidur_data`)."""
+    same_kernel = {"gelu_fwd": "gelu", "gelu_bwd": "gelu_backward", "silu_fwd": "silu", "silu_bwd": "silu_backward"}
+    """The profiler's names for torch's activation kernels."""
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         numel = calls["numel"].to_numpy()

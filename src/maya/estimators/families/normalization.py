@@ -18,8 +18,16 @@ class NormalizationPredictor(FamilyPredictor):
     family = "normalization"
     ops = ("ln", "layer_norm", "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd", "batch_norm",
            "group_norm", "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm",
-           "_fused_rms_norm_backward")
-    """Profiler and NeuSight names, then the aten ops traced kernels carry (`maya.simulator.work`)."""
+           "_fused_rms_norm_backward", "vllm_rms_norm")
+    """Profiler and NeuSight names, then the aten ops traced kernels carry (`maya.simulator.work`), then vLLM's
+    RMSNorm kernel (Vidur's rows, `vidur_data`)."""
+    same_kernel = {"ln": "native_layer_norm", "layer_norm": "native_layer_norm", "layer_norm_fwd": "native_layer_norm",
+                   "layer_norm_bwd": "native_layer_norm_backward", "rms_norm_fwd": "native_layer_norm",
+                   "rms_norm_bwd": "native_layer_norm_backward", "_fused_rms_norm": "native_layer_norm",
+                   "_fused_rms_norm_backward": "native_layer_norm_backward"}
+    """NeuSight's `ln` times `F.layer_norm`, torch's layer-norm kernel; torch's fused RMSNorm
+    (`aten::_fused_rms_norm`, `F.rms_norm`) runs the same vectorized kernel with the mean left out; the profiler's
+    names are its configs'."""
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         numel, row = calls["numel"].to_numpy(), calls["row"].fillna(calls["numel"]).to_numpy()

@@ -145,8 +145,9 @@ class EstimatorDurations:
         notes = list(self.collectives.notes)
         if self._learned_ns and self._unresolved_ns >= UNRESOLVED_NOTE_SHARE * self._learned_ns:
             notes.append(f"{self._unresolved_ns / self._learned_ns:.0%} of the learned kernel time is in kernels "
-                         f"predicted under {POST_LAUNCH_S * 1e6:.0f} us, shorter than the measurements (calls timed "
-                         "one by one) resolve: their device time is bounded, not fitted")
+                         "predicted shorter than the measurements their model learned from resolve (calls timed one "
+                         f"by one: under {POST_LAUNCH_S * 1e6:.0f} us; device-timed: under the shortest measured): "
+                         "their device time is bounded, not fitted")
         return notes
 
     def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
@@ -165,13 +166,12 @@ class EstimatorDurations:
         return out
 
     def _count_unresolved(self, priced: pd.DataFrame) -> None:
-        """Add up the learned kernel time, and the part of it in kernels too short for the measurements."""
-        from maya.estimators.launch_floor import POST_LAUNCH_S
-
+        """Add up the learned kernel time, and the part of it in kernels too short for the measurements their
+        model learned from (`below_measured`)."""
         duration = priced["duration_ns"].to_numpy(dtype="float64")
         learned = priced["method"].isin(["model", "model_transfer"]).to_numpy() & np.isfinite(duration)
         self._learned_ns += float(duration[learned].sum())
-        self._unresolved_ns += float(duration[learned & (duration < POST_LAUNCH_S * 1e9)].sum())
+        self._unresolved_ns += float(duration[learned & priced["below_measured"].to_numpy(dtype=bool)].sum())
 
     def host_ns(self, calls: pd.DataFrame) -> np.ndarray:
         host = self.host.predict(calls["api"].astype(str))
