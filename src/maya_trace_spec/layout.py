@@ -15,8 +15,9 @@ from pathlib import Path
 from .columns import TABLES
 from .errors import TraceError
 
-PART_RE = re.compile(r"^part-(\d{5,})\.parquet$")
-RANK_RE = re.compile(r"^rank=(\d+)$")
+PART_RE = re.compile(r"^part-([0-9]{5,})\.parquet$")
+RANK_RE = re.compile(r"^rank=([0-9]+)$")
+MAX_RANK = 2**31 - 1
 
 
 def whole_table_path(run_dir: Path, name: str) -> Path:
@@ -57,6 +58,8 @@ def table_files(run_dir: str | Path, name: str) -> list[tuple[int | None, Path]]
         m = RANK_RE.match(d.name)
         if not m or not d.is_dir():
             raise TraceError(d, "unexpected entry in a per-rank table directory (expected rank=N/)")
+        if int(m.group(1)) > MAX_RANK:
+            raise TraceError(d, f"rank {m.group(1)} is beyond the largest rank, {MAX_RANK} (`rank` is an int32)")
         parts = sorted((p for p in d.iterdir() if PART_RE.match(p.name)), key=lambda p: p.name)
         out.extend((int(m.group(1)), p) for p in parts)
     return sorted(out, key=lambda rp: (rp[0], rp[1].name))

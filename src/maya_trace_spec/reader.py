@@ -45,14 +45,16 @@ def inspect_file(path: str | Path, expect_table: str | None = None) -> FileInfo:
         schema = meta.schema.to_arrow_schema()
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+    except (pa.ArrowException, OSError) as e:
         raise TraceCorruptError(path, f"not a readable Parquet file (truncated or not Parquet): {e}") from None
     md = schema.metadata or {}
     if VERSION_KEY not in md or TABLE_KEY not in md:
         raise TraceSchemaError(path, "Parquet file without maya_trace_spec metadata: not a Maya trace table")
-    version = md[VERSION_KEY].decode()
-    table = md[TABLE_KEY].decode()
-    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+    try:
+        version, table = md[VERSION_KEY].decode(), md[TABLE_KEY].decode()
+    except UnicodeDecodeError:
+        raise TraceSchemaError(path, "maya_trace_spec metadata that is not UTF-8 text: a damaged file") from None
+    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", version):
         raise TraceVersionError(path, f"malformed spec version {version!r}")
     if expect_table is not None and table != expect_table:
         raise TraceSchemaError(path, f"holds table {table!r}, expected {expect_table!r}")
@@ -72,9 +74,12 @@ def read_file(path: str | Path, expect_table: str | None = None) -> pa.Table:
     """Read one table file, migrated and conformed to the current spec (without `rank`)."""
     info = inspect_file(path, expect_table)
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as e:
         raise TraceCorruptError(path, f"damaged Parquet data: {e}") from None
+    if table.num_rows != info.num_rows:
+        raise TraceCorruptError(path, f"damaged Parquet footer: it counts {info.num_rows} rows, its row groups "
+                                      f"{table.num_rows}")
     table = table.replace_schema_metadata(None)
     if info.major < CURRENT_MAJOR:
         table = migrations.migrate(info.table, table, info.major, CURRENT_MAJOR)
@@ -98,6 +103,8 @@ def _conform_checked(path: Path, name: str, table: pa.Table, *, newer_minor: boo
         col = table.column(fld.name)
         if col.type != fld.type:
             raise TraceSchemaError(path, f"column {fld.name!r} has type {col.type}, expected {fld.type}")
+        if not fld.nullable and col.null_count:
+            raise TraceSchemaError(path, f"required column {fld.name!r} holds {col.null_count} null value(s)")
         arrays.append(col)
     return pa.Table.from_arrays(arrays, schema=expected)
 

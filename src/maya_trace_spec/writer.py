@@ -112,7 +112,7 @@ def atomic_path(final: Path, *, replace: bool = True) -> Iterator[Path]:
 def atomic_write(table: pa.Table, final: Path, *, replace: bool) -> Path:
     """Write `table` as a zstd Parquet file at `final`, atomically (see `atomic_path`)."""
     with atomic_path(final, replace=replace) as tmp:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS,
+        pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS, write_page_checksum=True,
                        **_encoding_options(table.schema))
     return final
 

@@ -495,4 +495,5 @@ def test_a_failed_allocation_the_script_survived_is_no_oom(tmp_path):
     assert any("1 device allocation(s) failed (rank 0: 1)" in n and "retried" in n for n in survived.notes)
     for status in ("oom", "failed"):
         failed = build(status)
-        assert failed.oom and failed.oom_reason == "the trace records an out-of-memory failure"
+        assert failed.oom and failed.oom_reason.startswith(  # the recorded failure named (tests/simulator/test_oom.py)
+            "rank 0 ran out of device memory outside any recorded op: it requested 30.00 GiB with 30.00 GiB in use")

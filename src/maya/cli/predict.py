@@ -12,6 +12,8 @@ from rich.table import Table
 
 from .common import fail, out
 
+EXIT_OOM = 3
+"""As `maya emulate`: the run stopped on an out-of-memory failure."""
 PER_RANK_ROWS = 16
 """Ranks listed one by one up to this many; beyond, their spread."""
 
@@ -52,6 +54,7 @@ def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emu
     replay's error against its measured iteration time. The prediction is stored in the warehouse."""
     from maya.core.hardware import UnknownHardware
     from maya.simulator import (Deadlock, EstimatorsUnavailable, MissingDurations, MissingRanks, predict)
+    from maya.simulator.oom import RecordedOutOfMemory
     from maya_trace_spec import TraceError
 
     try:
@@ -59,6 +62,8 @@ def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emu
             run_dir, hardware=hardware, durations=durations.value, price_per_gpu_hour=price_per_gpu_hour,
             tokens_per_iteration=tokens_per_iteration, timeline=timeline, model_version=model_version,
             cluster=cluster, dp=dp, band=True)
+    except RecordedOutOfMemory as e:
+        fail(str(e), EXIT_OOM)
     except (TraceError, MissingRanks, Deadlock, EstimatorsUnavailable, MissingDurations, UnknownHardware,
             ValueError) as e:
         fail(str(e))

@@ -130,51 +130,114 @@ def cluster_names() -> list[str]:
     return sorted(p.stem for p in clusters_dir().glob("*.json"))
 
 
+MAX_GPUS_PER_NODE = 4096
+"""More GPUs than any NVLink domain holds: beyond it a spec is a typo."""
+MAX_GBS = 1e6
+"""GB/s beyond any link (a petabyte per second): beyond it a spec is a typo."""
+
+
 def load_cluster(name_or_path: str | Path) -> ClusterSpec:
-    """A shipped cluster by name (`dgx-h100`) or a spec file of the same form."""
+    """A shipped cluster by name (`dgx-h100`) or a spec file of the same form. Raises `UnknownCluster` for an
+    unknown name and `ClusterSpecError` (a ValueError) naming the file and the field for a file that cannot be
+    read or does not describe a cluster."""
     path = Path(name_or_path)
     if path.suffix != ".json":
         path = clusters_dir() / f"{name_or_path}.json"
         if not path.is_file():
             raise UnknownCluster(str(name_or_path))
     try:
-        return parse_cluster(json.loads(path.read_text()))
-    except (KeyError, TypeError, ValueError) as e:
+        raw = json.loads(path.read_bytes())
+    except OSError as e:
+        raise ClusterSpecError(f"{path}: cannot be read ({e.strerror or e})") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ClusterSpecError(f"{path}: not JSON ({e})") from None
+    try:
+        return parse_cluster(raw)
+    except ClusterSpecError as e:
         raise ClusterSpecError(f"{path}: {e}") from None
 
 
 def parse_cluster(raw: dict) -> ClusterSpec:
-    """A `ClusterSpec` from the JSON form of `data/clusters/README.md`."""
+    """A `ClusterSpec` from the JSON form of `data/clusters/README.md`; `ClusterSpecError` names the field that
+    is missing or wrong."""
+    if not isinstance(raw, dict):
+        raise ClusterSpecError(f"a cluster spec is a JSON object, not {type(raw).__name__}")
     if "intra_node" in raw:
-        raise ValueError("the `intra_node`/`inter_node` bus-bandwidth form is gone: describe the links by their spec "
-                         "sheets (`nvlink`, `pcie`, `network`, see data/clusters/README.md)")
-    gpus = int(raw["gpus_per_node"])
-    if gpus < 1:
-        raise ValueError(f"gpus_per_node must be at least 1, not {gpus}")
-    pcie = raw["pcie"]
-    if pcie["generation"] not in PCIE_GBS_PER_LANE:
-        raise ValueError(f"PCIe generation {pcie['generation']!r} unknown; known: {sorted(PCIE_GBS_PER_LANE)}")
-    nvlink = _nvlink(raw["nvlink"], gpus) if raw.get("nvlink") else None
-    net = raw.get("network")
+        raise ClusterSpecError("the `intra_node`/`inter_node` bus-bandwidth form is gone: describe the links by "
+                               "their spec sheets (`nvlink`, `pcie`, `network`, see data/clusters/README.md)")
+    name = _get(raw, "name", str)
+    gpus = _count(raw, "gpus_per_node", MAX_GPUS_PER_NODE)
+    pcie = _get(raw, "pcie", dict)
+    generation = _get(pcie, "generation", int, "pcie.")
+    if generation not in PCIE_GBS_PER_LANE:
+        raise ClusterSpecError(f"PCIe generation {generation!r} unknown; known: {sorted(PCIE_GBS_PER_LANE)}")
+    lanes = _count(pcie, "lanes", 32, "pcie.", default=16)
+    nvlink = _nvlink(_get(raw, "nvlink", dict), gpus) if raw.get("nvlink") else None
     network = None
-    if net:
-        if net["link"] not in NETWORK_LINKS:
-            raise ValueError(f"network link {net['link']!r}; expected one of {NETWORK_LINKS}")
-        network = NetworkSpec(net["link"], int(net["nics_per_node"]), float(net["nic_gbps"]) / 8)
-    return ClusterSpec(name=raw["name"], gpus_per_node=gpus,
-                       pcie_gbs=PCIE_GBS_PER_LANE[pcie["generation"]] * int(pcie.get("lanes", 16)),
-                       nvlink=nvlink, network=network, p2p=bool(raw.get("p2p", True)), hardware=raw.get("hardware"),
-                       description=raw.get("description", ""))
+    if raw.get("network"):
+        net = _get(raw, "network", dict)
+        link = _get(net, "link", str, "network.")
+        if link not in NETWORK_LINKS:
+            raise ClusterSpecError(f"network link {link!r}; expected one of {NETWORK_LINKS}")
+        network = NetworkSpec(link, _count(net, "nics_per_node", 64, "network."), _rate(net, "nic_gbps", "network.") / 8)
+    hardware = raw.get("hardware")
+    if hardware is not None and not isinstance(hardware, str):
+        raise ClusterSpecError(f"hardware must be a hardware catalog name, not {hardware!r:.40}")
+    return ClusterSpec(name=name, gpus_per_node=gpus, pcie_gbs=PCIE_GBS_PER_LANE[generation] * lanes,
+                       nvlink=nvlink, network=network, p2p=_flag(raw, "p2p", True), hardware=hardware,
+                       description=_get(raw, "description", str, default=""))
 
 
 def _nvlink(raw: dict, gpus: int) -> NVLinkSpec:
-    fabric = raw["fabric"]
+    fabric = _get(raw, "fabric", str, "nvlink.")
     if fabric not in FABRICS:
-        raise ValueError(f"NVLink fabric {fabric!r}; expected one of {FABRICS}")
-    groups = tuple(tuple(int(g) for g in group) for group in raw.get("groups", ()))
+        raise ClusterSpecError(f"NVLink fabric {fabric!r}; expected one of {FABRICS}")
+    groups = _get(raw, "groups", list, "nvlink.", default=[])
+    if not all(isinstance(group, list) and all(_is_int(g) for g in group) for group in groups):
+        raise ClusterSpecError("nvlink.groups must be lists of GPU indices")
+    groups = tuple(tuple(group) for group in groups)
     if fabric == "bridge":
         members = [g for group in groups for g in group]
         if not groups or len(members) != len(set(members)) or not all(0 <= g < gpus for g in members):
-            raise ValueError(f"bridged NVLink needs `groups`: disjoint lists of GPUs 0..{gpus - 1}")
-    return NVLinkSpec(gbs=float(raw["bidirectional_gbs"]) / 2, fabric=fabric, groups=groups,
-                      nvls=bool(raw.get("nvls", False)))
+            raise ClusterSpecError(f"bridged NVLink needs `groups`: disjoint lists of GPUs 0..{gpus - 1}")
+    return NVLinkSpec(gbs=_rate(raw, "bidirectional_gbs", "nvlink.") / 2, fabric=fabric, groups=groups,
+                      nvls=_flag(raw, "nvls", False, "nvlink."))
+
+
+_REQUIRED = object()
+
+
+def _get(raw: dict, key: str, kind: type, where: str = "", default=_REQUIRED):
+    if key not in raw:
+        if default is _REQUIRED:
+            raise ClusterSpecError(f"{where}{key} is missing")
+        return default
+    value = raw[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ClusterSpecError(f"{where}{key} must be {_KINDS[kind]}, not {value!r:.40}")
+    return value
+
+
+_KINDS = {str: "a string", int: "an integer", dict: "an object", list: "a list", bool: "true or false"}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _count(raw: dict, key: str, maximum: int, where: str = "", default=_REQUIRED) -> int:
+    value = _get(raw, key, int, where, default)
+    if not 1 <= value <= maximum:
+        raise ClusterSpecError(f"{where}{key} must be between 1 and {maximum}, not {value}")
+    return value
+
+
+def _rate(raw: dict, key: str, where: str = "") -> float:
+    value = raw.get(key)
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_GBS):
+        raise ClusterSpecError(f"{where}{key} must be a rate above 0 and at most {MAX_GBS:g}, not {value!r:.40}")
+    return float(value)
+
+
+def _flag(raw: dict, key: str, default: bool, where: str = "") -> bool:
+    return _get(raw, key, bool, where, default)

@@ -44,20 +44,63 @@ class CallFrameError(ValueError):
     """The frame cannot be priced: a required column is missing or a value is not understood."""
 
 
+MAX_SIZE = 2.0**63
+"""Sizes are below 2^63 (no tensor holds more elements or bytes): products of them stay finite."""
+
+
 def normalize(calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
-    """A copy with every call-frame column, defaults filled, numeric columns as float64."""
-    frame = calls.to_pandas() if isinstance(calls, pa.Table) else calls
+    """A copy with every call-frame column, defaults filled, numeric columns as float64.
+
+    Raises `CallFrameError` naming the column and a row when `calls` is not a frame, lacks `hardware` or
+    `family`, repeats a column, holds sizes that are not numbers, negative, infinite or 2^63 and above, or
+    families and dtypes outside the vocabulary."""
+    if isinstance(calls, pa.Table):
+        frame = calls.to_pandas()
+    elif isinstance(calls, pd.DataFrame):
+        frame = calls
+    else:
+        raise CallFrameError(f"a call frame is a pandas DataFrame or a pyarrow Table, not {type(calls).__name__}")
     missing = [c for c in ("hardware", "family") if c not in frame.columns]
     if missing:
         raise CallFrameError(f"missing column(s) {', '.join(missing)}; a call frame needs hardware and family")
+    repeated = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]} & set(KEY_COLUMNS))
+    if repeated:
+        raise CallFrameError(f"column(s) {', '.join(repeated)} given more than once")
     out = pd.DataFrame({"hardware": _text(frame, "hardware", ""), "family": _text(frame, "family", ""),
                         "op": _text(frame, "op", ""), "dtype": _text(frame, "dtype", "fp32")}, index=frame.index)
     for name in NUMERIC_COLUMNS:
-        out[name] = frame[name].astype("float64") if name in frame.columns else np.nan
+        out[name] = _sizes(frame, name) if name in frame.columns else np.nan
     out["operands"] = out["operands"].fillna(1.0)
     _check_values(out, "family", KERNEL_FAMILIES)
     _check_values(out, "dtype", tuple(DTYPE_BYTES))
     return out
+
+
+def _sizes(frame: pd.DataFrame, name: str) -> pd.Series:
+    """Column `name` as float64 sizes (NaN: absent), checked."""
+    column = frame[name]
+    try:
+        values = column.astype("float64")
+    except (ValueError, TypeError):
+        bad = next(((i, v) for i, v in column.items() if not _number(v)), (None, None))
+        raise CallFrameError(f"column {name!r} holds values that are not numbers (row {bad[0]!r}: {bad[1]!r:.40})") \
+            from None
+    array = values.to_numpy()
+    with np.errstate(invalid="ignore"):
+        wrong = ~np.isnan(array) & ((array < 0) | (array >= MAX_SIZE))
+    if wrong.any():
+        row = int(np.flatnonzero(wrong)[0])
+        raise CallFrameError(f"column {name!r} holds {int(wrong.sum())} size(s) that are negative, infinite or 2^63 "
+                             f"and above (row {frame.index[row]!r}: {array[row]})")
+    return values
+
+
+def _number(v) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def coded(frame: pd.DataFrame) -> pd.DataFrame:

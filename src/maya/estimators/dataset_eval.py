@@ -9,16 +9,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from maya.core import hardware
 from maya.core.clusters import UnknownCluster, load_cluster
 
+from .calls import CallFrameError
 from .collective_data import VIDUR_CLUSTERS
 from .collectives import CollectiveModel
 from .evaluation import comparable_ns, mape
 from .kernel_estimator import KernelEstimator
 from .neusight_data import DatasetError as NeuSightFormatError
-from .neusight_data import to_calls
+from .neusight_data import check_complete, to_calls
 from .vidur_data import VidurFormatError, check_collectives, check_compute, detect_layout
 
 
@@ -49,7 +51,7 @@ def evaluate_file(path: str | Path, estimator: Callable[[], KernelEstimator], *,
     every collective row instead of each network's own cluster."""
     try:
         raw = pd.read_parquet(path)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:  # damaged footer or pandas metadata
         raise DatasetError(f"{path}: not a readable Parquet file ({e})") from None
     try:
         layout = detect_layout(raw.columns)
@@ -60,9 +62,11 @@ def evaluate_file(path: str | Path, estimator: Callable[[], KernelEstimator], *,
             notes = _rejections(checked.rejected) + [f"{n:,} rows left out: {kind}" for kind, n in checked.left_out.items()]
             return _kernels(layout, checked.calls, "vidur_op", estimator, notes)
         calls = to_calls(raw)
+        if len(calls):
+            check_complete(calls)
         _known_devices(calls["hardware"] if len(calls) else pd.Series(dtype="str"))
         return _kernels(layout, calls, "op", estimator, [])
-    except (VidurFormatError, NeuSightFormatError) as e:
+    except (VidurFormatError, NeuSightFormatError, CallFrameError) as e:
         raise DatasetError(f"{path}: {e}") from None
 
 

@@ -39,6 +39,38 @@ def load_kernels(path: str | Path) -> pd.DataFrame:
     return to_calls(pd.read_parquet(path))
 
 
+def check_complete(calls: pd.DataFrame) -> None:
+    """Raise `DatasetError` naming the first bad row unless every call of `to_calls(...)` has its sizes (finite,
+    positive) and a finite positive latency: what a comparison with predictions needs."""
+    sizes = {"gemm": ("batch", "m", "n", "k"), "vector": ("numel", "row")}
+    for label, columns, rows in (("latency_ms", ("measured_ns",), np.ones(len(calls), bool)),
+                                 ("b, m, n, k", sizes["gemm"], (calls["family"] == "gemm").to_numpy()),
+                                 ("b, h", sizes["vector"], (calls["family"] != "gemm").to_numpy())):
+        values = calls.loc[rows, list(columns)].to_numpy(dtype="float64")
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.isfinite(values) & (values > 0)).all(axis=1)
+        if bad.any():
+            first = calls.index[rows][np.flatnonzero(bad)[0]]
+            raise DatasetError(f"{int(bad.sum())} row(s) without a finite positive {label} (first: the row of "
+                               f"{calls.loc[first, 'op']!r} at position {calls.index.get_loc(first)})")
+
+
+def _numbers(rows: pd.DataFrame, column: str) -> np.ndarray:
+    try:
+        return rows[column].astype("float64").to_numpy()
+    except (ValueError, TypeError):
+        bad = next(v for v in rows[column] if not _is_number(v))
+        raise DatasetError(f"column {column!r} holds values that are not numbers (e.g. {bad!r:.40})") from None
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def to_calls(raw: pd.DataFrame) -> pd.DataFrame:
     """NeuSight rows (ops this module knows) as measured calls; other ops are left out."""
     missing = sorted({"op", "device", "latency_ms"} - set(raw.columns))
@@ -53,8 +85,8 @@ def to_calls(raw: pd.DataFrame) -> pd.DataFrame:
     missing = sorted(needed - set(raw.columns))
     if missing:
         raise DatasetError(f"missing column(s) {', '.join(missing)} for the ops present")
-    b = rows["b"].astype("float64").to_numpy()
-    size = {c: rows[c].astype("float64").to_numpy() if c in rows else np.full(len(rows), np.nan) for c in "mnkh"}
+    b = _numbers(rows, "b")
+    size = {c: _numbers(rows, c) if c in rows else np.full(len(rows), np.nan) for c in "mnkh"}
     vector = ~gemm
     return pd.DataFrame({
         "hardware": rows["device"].to_numpy(),
@@ -66,7 +98,7 @@ def to_calls(raw: pd.DataFrame) -> pd.DataFrame:
         "numel": np.where(vector, b * size["h"], np.nan),
         "row": np.where(vector, size["h"], np.nan),
         "operands": np.where(rows["op"].isin(BINARY_OPS), 2.0, 1.0),
-        "measured_ns": rows["latency_ms"].astype("float64").to_numpy() * 1e6,
+        "measured_ns": _numbers(rows, "latency_ms") * 1e6,
         "source": "neusight",
         "timing": ISOLATED,  # CUDA events around one eager call each (NeuSight's measure_cuda_kernel)
     })

@@ -15,7 +15,12 @@ TWO_INPUTS = ("add", "mul", "gelu_bwd", "silu_bwd", "dropout_bwd")
 def measurement_calls(rows: pd.DataFrame) -> pd.DataFrame:
     """Call-frame columns (`family`, `op`, `dtype`, shapes) and `measured_ns` of measured configs."""
     def param(name: str) -> pd.Series:
-        return rows[name].astype("float64") if name in rows.columns else pd.Series(np.nan, index=rows.index)
+        if name not in rows.columns:
+            return pd.Series(np.nan, index=rows.index)
+        try:
+            return rows[name].astype("float64")
+        except (ValueError, TypeError):
+            raise ValueError(f"column {name!r} holds values that are not numbers") from None
 
     tokens, hidden = param("tokens"), param("hidden")
     shapes = {
@@ -42,5 +47,5 @@ def measurement_calls(rows: pd.DataFrame) -> pd.DataFrame:
     out.insert(0, "family", profiler_family.map(KERNEL_FAMILY).fillna(""))
     out.insert(1, "op", rows["op"])
     out.insert(2, "dtype", dtype)
-    out["measured_ns"] = rows["median_ns"].astype("float64")
+    out["measured_ns"] = param("median_ns")
     return out

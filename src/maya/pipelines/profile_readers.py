@@ -46,13 +46,21 @@ def read_profile(data: bytes, file_format: str,
     return result if len(result) == 3 else (*result, _NO_REJECTS)
 
 
+def _pandas(table: pa.Table) -> pd.DataFrame:
+    """The table as a frame; damaged pandas metadata (pandas raises KeyError or TypeError) is a bad file."""
+    try:
+        return table.to_pandas()
+    except (KeyError, TypeError, ValueError) as e:
+        raise ProfileFileError(f"damaged pandas metadata ({type(e).__name__}: {e})") from None
+
+
 _NO_REJECTS = pd.DataFrame({"row_index": pd.Series(dtype="int64"), "reason": pd.Series(dtype="str"),
                             "record": pd.Series(dtype="str")})
 
 
 def _vidur_compute(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int], pd.DataFrame]:
     """The partition's device's rows of Vidur's compute profiles, checked by `vidur_data.COMPUTE_SCHEMA`."""
-    raw = table.to_pandas()
+    raw = _pandas(table)
     if "device" not in raw.columns:
         raise ProfileFileError("missing column device: not Vidur's compute layout")
     names = raw["device"].astype(str)
@@ -68,23 +76,24 @@ def _vidur_compute(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame,
 
 
 def _neusight(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:
-    raw = table.to_pandas()
+    raw = _pandas(table)
     if "device" not in raw.columns or "op" not in raw.columns:
         raise ProfileFileError("missing column(s) op, device: not NeuSight's kernel format")
     names = raw["device"].astype(str)
     here = raw[names.map({d: catalog_name(d) for d in names.unique()}) == partition.hardware]
     mine = here[here["op"].isin(list(FAMILY_OF_OP))]
     calls = to_calls(mine).assign(hardware=partition.hardware) if len(mine) else pd.DataFrame()
-    other_ops = len(here) - len(mine)
-    return _frame(calls, mine.index), {"rows of ops Maya does not model": other_ops} if other_ops else {}
+    left_out = {"rows of ops Maya does not model": len(here) - len(mine),
+                "rows without a device name (no partition's)": int(raw["device"].isna().sum())}
+    return _frame(calls, mine.index), {kind: n for kind, n in left_out.items() if n}
 
 
 def _measurements(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:
     version = (table.schema.metadata or {}).get(VERSION_KEY)
-    if version is not None and version.decode() != MEASUREMENTS_VERSION:
-        raise ProfileFileError(f"measurements version {version.decode()}; this Maya reads version "
+    if version is not None and version != MEASUREMENTS_VERSION.encode():
+        raise ProfileFileError(f"measurements version {version.decode(errors='replace')!r}; this Maya reads version "
                                f"{MEASUREMENTS_VERSION}")
-    rows = table.to_pandas()
+    rows = _pandas(table)
     missing = [c for c in MEASUREMENT_COLUMNS if c not in rows.columns]
     if missing:
         raise ProfileFileError(f"missing column(s) {', '.join(missing)}: not a kernel-campaign measurements file")
@@ -100,10 +109,12 @@ def _measurements(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, 
 
 
 def _frame(calls: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
+    """The columns the profile schema reads, typed as it checks them whatever the file held (none: an empty
+    frame of those types)."""
     frame = calls.reindex(columns=["hardware", *CALL_COLUMNS, "measured_ns", "timing"])
     numeric = [*NUMERIC_COLUMNS, "measured_ns"]
     frame[numeric] = frame[numeric].astype("float64")
-    if frame.empty:  # no rows: the text columns typed as the schema wants them
-        frame = frame.astype({c: "str" for c in ("hardware", "family", "op", "dtype", "timing")})
-    frame["row_index"] = index.to_numpy()
+    for text in ("hardware", "family", "op", "dtype", "timing"):
+        frame[text] = frame[text].astype("str")
+    frame["row_index"] = index.to_numpy(dtype="int64")
     return frame.reset_index(drop=True)

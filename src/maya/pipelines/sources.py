@@ -63,7 +63,10 @@ def vidur_collectives(sources: DataSources) -> Path:
 
 
 def catalog_name(device: str) -> str:
-    """The hardware catalog's name of a GPU (its reported name, slugged, when not in the catalog)."""
+    """The hardware catalog's name of a GPU (its reported name, slugged, when not in the catalog; "" for a
+    missing name)."""
+    if not isinstance(device, str):
+        return ""
     try:
         return hardware.get(device).name
     except (hardware.UnknownHardware, hardware.HardwareFileError):

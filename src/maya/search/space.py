@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import keyword
+import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +16,12 @@ from typing import Any, Iterator, Mapping, Sequence
 from .expr import Expr, ExprError
 
 ROLES = ("recompute", "sequence_parallel", "distributed_optimizer", "microbatches", "pp", "tp")
+MAX_POINTS = 1_000_000
+"""Points a space may have (every point is checked against the constraints when it is loaded)."""
+MAX_VALUES = 100_000
+"""Values (scalars, lists, mappings) a space file may expand to: YAML aliases can make a short file huge."""
 OFF = {"off", "none", "false", "no", "0", ""}
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Point = tuple[int, ...]
 """A point of the space: one value index per parameter, in declaration order."""
 
@@ -76,7 +83,10 @@ class Space:
         return env
 
     def world_size(self, point: Point) -> int:
-        return int(self.assign(point)["gpus"])
+        gpus = self.assign(point)["gpus"]
+        if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus != int(gpus) or gpus < 1:
+            raise SpaceError(f"the number of GPUs at {self.params(point)} is {gpus!r}, not a positive integer")
+        return int(gpus)
 
     def violated(self, point: Point) -> str | None:
         """The first constraint the point breaks, else None."""
@@ -99,8 +109,13 @@ class Space:
         return argv, extra
 
     def tokens(self, point: Point) -> float | None:
-        return None if self.tokens_per_iteration is None else float(
-            _evaluate(self.tokens_per_iteration, self.assign(point), "tokens_per_iteration"))
+        if self.tokens_per_iteration is None:
+            return None
+        tokens = _evaluate(self.tokens_per_iteration, self.assign(point), "tokens_per_iteration")
+        if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or tokens < 0:
+            raise SpaceError(f"tokens_per_iteration {self.tokens_per_iteration.source!r} is {tokens!r} at "
+                             f"{self.params(point)}, not a non-negative number")
+        return float(tokens)
 
     def role(self, role: str) -> Parameter | None:
         return next((p for p in self.parameters if p.role == role), None)
@@ -113,38 +128,41 @@ class Space:
 def _evaluate(expr: Expr, env: Mapping[str, Any], what: str) -> Any:
     try:
         return expr(env)
-    except ZeroDivisionError:
-        raise SpaceError(f"{what} {expr.source!r} divides by zero at {dict(env)}") from None
+    except ExprError as e:
+        raise SpaceError(f"{what}: {e} at {dict(env)}") from None
 
 
 def load_space(spec: str | Path | Mapping[str, Any], command: Sequence[str], gpus: int | None = None) -> Space:
     """Read a space (a YAML file or its mapping) for `command` (with `{name}` placeholders) and check it."""
     if not isinstance(spec, Mapping):
-        import yaml
-
-        try:
-            spec = yaml.safe_load(Path(spec).read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise SpaceError(f"{spec}: {e}") from None
+        spec = _read(Path(spec))
     if not isinstance(spec, Mapping) or not isinstance(spec.get("parameters"), Mapping) or not spec["parameters"]:
         raise SpaceError("the space needs a `parameters:` mapping with at least one parameter")
+    _check_size(spec)
     unknown = set(spec) - {"parameters", "derived", "constraints", "gpus", "tokens_per_iteration"}
     if unknown:
-        raise SpaceError(f"unknown section(s) {sorted(unknown)}")
+        raise SpaceError(f"unknown section(s) {sorted(map(str, unknown))}")
     parameters = [_parameter(name, body) for name, body in spec["parameters"].items()]
     world = gpus if gpus is not None else spec.get("gpus")
     if any(p.name == "gpus" for p in parameters):
         world = None
-    elif not isinstance(world, int) or world < 1:
+    elif isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise SpaceError("give the number of GPUs (--gpus N, `gpus:` in the space or a `gpus` parameter)")
     names = {"gpus"} | {p.name for p in parameters}
     derived: dict[str, Expr] = {}
-    for name, source in (spec.get("derived") or {}).items():
+    sections = {key: spec.get(key) for key in ("derived", "constraints")}
+    if not isinstance(sections["derived"] or {}, Mapping):
+        raise SpaceError("`derived:` must map names to expressions")
+    if not isinstance(sections["constraints"] or [], list):
+        raise SpaceError("`constraints:` must be a list of expressions")
+    for name, source in (sections["derived"] or {}).items():
+        if not _is_name(name):
+            raise SpaceError(f"derived name {name!r} is not an identifier")
         if name in names:
             raise SpaceError(f"derived {name!r} is already a parameter")
         derived[name] = _expr(source, names, f"derived {name!r}")
         names.add(name)
-    constraints = [_expr(c, names, "constraint") for c in spec.get("constraints") or []]
+    constraints = [_expr(c, names, "constraint") for c in sections["constraints"] or []]
     tokens = spec.get("tokens_per_iteration")
     roles = [p.role for p in parameters if p.role]
     if len(roles) != len(set(roles)):
@@ -153,20 +171,59 @@ def load_space(spec: str | Path | Mapping[str, Any], command: Sequence[str], gpu
                   _expr(tokens, names, "tokens_per_iteration") if tokens is not None else None,
                   json.dumps(spec, sort_keys=True, default=str))
     _check_command(space, names)
-    if not space.valid_points():
+    if space.size > MAX_POINTS:
+        raise SpaceError(f"the space has {space.size:,} points; at most {MAX_POINTS:,} can be searched")
+    valid = space.valid_points()
+    if not valid:
         raise SpaceError("no point of the space satisfies the constraints")
+    for point in valid:  # every value a point reaches the script with can be had
+        space.world_size(point)
+        space.tokens(point)
     return space
 
 
+def _read(path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_bytes().decode())
+    except UnicodeDecodeError as e:
+        raise SpaceError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except (OSError, yaml.YAMLError) as e:
+        raise SpaceError(f"{path}: {e}") from None
+    except RecursionError:
+        raise SpaceError(f"{path}: nested too deeply") from None
+
+
+def _check_size(spec: Any) -> None:
+    """Refuse a space that refers to itself or expands (YAML aliases) to more than `MAX_VALUES` values."""
+    count, stack = 0, [(spec, frozenset())]
+    while stack:
+        value, above = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise SpaceError(f"the space expands to more than {MAX_VALUES:,} values (YAML aliases?)")
+        if isinstance(value, (Mapping, list, tuple)):
+            if id(value) in above:
+                raise SpaceError("the space contains itself (a YAML alias of an enclosing value)")
+            inner = above | {id(value)}
+            items = [*value.keys(), *value.values()] if isinstance(value, Mapping) else value
+            stack.extend((item, inner) for item in items)
+
+
+def _is_name(name: Any) -> bool:
+    return isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+
+
 def _parameter(name: str, body: Any) -> Parameter:
-    if not name.isidentifier():
+    if not _is_name(name):
         raise SpaceError(f"parameter name {name!r} is not an identifier")
     body = {"values": body} if isinstance(body, list) else body
     if not isinstance(body, Mapping):
         raise SpaceError(f"parameter {name!r}: give a list of values or a mapping with `values:`")
     extra = set(body) - {"values", "role", "env", "flag"}
     if extra:
-        raise SpaceError(f"parameter {name!r}: unknown key(s) {sorted(extra)}")
+        raise SpaceError(f"parameter {name!r}: unknown key(s) {sorted(map(str, extra))}")
     values = body.get("values")
     if not isinstance(values, list) or not values:
         raise SpaceError(f"parameter {name!r} has no values")
@@ -175,7 +232,12 @@ def _parameter(name: str, body: Any) -> Parameter:
     role = body.get("role")
     if role is not None and role not in ROLES:
         raise SpaceError(f"parameter {name!r}: unknown role {role!r} (roles: {', '.join(ROLES)})")
-    return Parameter(name, tuple(values), role, body.get("env"), body.get("flag"))
+    env, flag = body.get("env"), body.get("flag")
+    if env is not None and not (isinstance(env, str) and ENV_NAME.fullmatch(env)):
+        raise SpaceError(f"parameter {name!r}: env {env!r} is not an environment variable name")
+    if flag is not None and not isinstance(flag, str):
+        raise SpaceError(f"parameter {name!r}: flag {flag!r} is not a command-line argument")
+    return Parameter(name, tuple(values), role, env, flag)
 
 
 def _expr(source: Any, names: set[str], what: str) -> Expr:
@@ -193,10 +255,14 @@ def _check_command(space: Space, names: set[str]) -> None:
     used = set()
     for arg in space.command:
         try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(arg) if f is not None]
+            fields = [(f, spec, conversion) for _, f, spec, conversion in string.Formatter().parse(arg)
+                      if f is not None]
         except ValueError as e:
             raise SpaceError(f"command argument {arg!r}: {e}") from None
-        for f in fields:
+        for f, spec, conversion in fields:
+            if spec or conversion:
+                raise SpaceError(f"command argument {arg!r}: placeholders are plain {{name}}, without a format "
+                                 "or conversion")
             if f not in names:
                 raise SpaceError(f"the command's placeholder {{{f}}} names no parameter or derived value")
             used.add(f)

@@ -18,6 +18,7 @@ from .engine import Engine, RankResult
 from .contention import contend
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable, cluster_spec
 from .iterations import Iterations, detect
+from .oom import check_stopped_by_oom, recorded_ooms
 from .opcodes import classify
 from .pricing import price
 from .program import Program, compile_rank
@@ -205,7 +206,8 @@ def out_of_memory(traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_me
     failed = sorted(rank for rank, (_, oom) in memory.items() if oom)
     status = traces.info["status"]
     if status == "oom" or (status == "failed" and failed):
-        return "the trace records an out-of-memory failure", None
+        ooms = recorded_ooms(traces)
+        return (ooms[0].describe() if ooms else "the trace records an out-of-memory failure"), None
     if peak_memory > hw.memory_bytes:
         return f"peak {peak_memory / 2**30:.2f} GiB exceeds {hw.memory_bytes / 2**30:.2f} GiB", None
     if not failed:
@@ -279,6 +281,7 @@ def predict(run_dir: str | Path, *, hardware: str | None = None, durations: Dura
     traces = load(run_dir)
     if not traces.ranks:
         raise ValueError(f"{run_dir}: the run has no api_calls (nothing was captured)")
+    check_stopped_by_oom(traces)
     hw = resolve_hardware(traces, hardware)
     if dp is not None and dp == int(traces.info["world_size"]):
         dp = None

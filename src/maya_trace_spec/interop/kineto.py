@@ -101,15 +101,15 @@ def import_kineto(files: Sequence[str | Path], out_dir: str | Path, *,
     for i, (path, doc) in enumerate(zip(paths, docs)):
         info = doc.get("distributedInfo")
         info = info if isinstance(info, dict) else {}
-        rank = _int(info.get("rank"), 0)
+        rank = _int(info.get("rank"), 0, INT32_MAX - 1)  # world_size = rank + 1 is an int32 too
         if rank is None:
             rank = ranks[i] if ranks is not None else i
-            if _int(rank, 0) is None:
+            if _int(rank, 0, INT32_MAX - 1) is None:
                 raise ValueError(f"rank {rank!r} of {path} is not a non-negative integer")
         if rank in by_rank:
             raise KinetoFormatError(path, f"rank {rank} is also the rank of {by_rank[rank][0]}")
         by_rank[rank] = (path, doc)
-        if (ws := _int(info.get("world_size"), 1)) is not None:
+        if (ws := _int32(info.get("world_size"), 1)) is not None:
             world_sizes.append(ws)
     world_size = max(world_sizes, default=max(by_rank) + 1)
     for rank, (path, _) in by_rank.items():
@@ -158,9 +158,14 @@ def _load(path: Path) -> dict:
         for key in ("ph", "name"):
             if key not in event:
                 raise KinetoFormatError(path, f"traceEvents[{i}] has no {key!r}")
+        if not isinstance(event["ph"], str):
+            raise KinetoFormatError(path, f"traceEvents[{i}] has a ph that is not a string: {event['ph']!r:.80}")
         for key in ("ts", "dur"):
             if key in event and not _is_number(event[key]):
-                raise KinetoFormatError(path, f"traceEvents[{i}] has a non-numeric {key}: {event[key]!r}")
+                raise KinetoFormatError(path, f"traceEvents[{i}] has a non-numeric {key}: {event[key]!r:.80}")
+            if key in event and abs(event[key]) > MAX_US:
+                raise KinetoFormatError(path, f"traceEvents[{i}] has a {key} of {event[key]} us, outside the "
+                                              "int64 nanosecond range")
     return doc
 
 
@@ -168,11 +173,22 @@ def _is_number(v: Any) -> bool:
     return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, Decimal) and v.is_finite())
 
 
-def _int(v: Any, minimum: int | None = None) -> int | None:
-    """`v` if it is an integer (not a bool) of at least `minimum`, else None."""
-    if isinstance(v, int) and not isinstance(v, bool) and (minimum is None or v >= minimum):
+INT64_MAX, INT32_MAX = 2**63 - 1, 2**31 - 1
+MAX_US = Decimal(9 * 10**15)
+"""Largest |ts| or dur, in microseconds, whose nanoseconds (plus a base time) still fit an int64."""
+
+
+def _int(v: Any, minimum: int | None = None, maximum: int = INT64_MAX) -> int | None:
+    """`v` if it is an integer (not a bool) of at least `minimum` (default: the int64 range) and at most
+    `maximum`, else None: a value that does not fit its column is not recorded."""
+    if (isinstance(v, int) and not isinstance(v, bool) and (-maximum if minimum is None else minimum) <= v
+            and v <= maximum):
         return v
     return None
+
+
+def _int32(v: Any, minimum: int | None = None) -> int | None:
+    return _int(v, minimum, INT32_MAX)
 
 
 def _str(v: Any) -> str | None:
@@ -206,24 +222,38 @@ class _Event:
 
 def _event(path: Path, i: int, e: dict, base_ns: int) -> _Event:
     if "ts" not in e:
-        raise KinetoFormatError(path, f"traceEvents[{i}] ({e['name']!r}) has no ts")
+        raise KinetoFormatError(path, f"traceEvents[{i}] ({e['name']!r:.80}) has no ts")
     dur = _us_to_ns(e["dur"]) if "dur" in e else None
+    dur = dur if dur is None or dur >= 0 else None
+    start = base_ns + _us_to_ns(e["ts"])
+    if not -INT64_MAX <= start <= INT64_MAX - (dur or 0):
+        raise KinetoFormatError(path, f"traceEvents[{i}] ({e['name']!r:.80}) starts or ends outside the int64 "
+                                      "nanosecond range (baseTimeNanoseconds + ts)")
     args = e.get("args")
-    return _Event(str(e["name"]), e.get("cat"), (e.get("pid"), e.get("tid")),
-                  base_ns + _us_to_ns(e["ts"]), dur if dur is None or dur >= 0 else None,
-                  args if isinstance(args, dict) else {})
+    return _Event(str(e["name"]), _category(e), (_thread_key(e.get("pid")), _thread_key(e.get("tid"))),
+                  start, dur, args if isinstance(args, dict) else {})
+
+
+def _category(e: dict) -> str | None:
+    cat = e.get("cat")
+    return cat if isinstance(cat, str) else None
+
+
+def _thread_key(v: Any) -> int | str | None:
+    """A pid or tid as written when it is an integer or a string (anything else says nothing)."""
+    return v if isinstance(v, str) or _int(v) is not None else None
 
 
 def _convert(path: Path, doc: dict, rank: int, hardware: str | None) -> dict[str, list[dict]]:
     """The rows of every per-rank table for the trace `doc` of `rank`."""
-    base_ns = _int(doc.get("baseTimeNanoseconds")) or 0
+    base_ns = _int(doc.get("baseTimeNanoseconds"), 0) or 0
     ops: list[_Event] = []
     calls: list[_Event] = []
     work: list[_Event] = []
     memory: list[_Event] = []
     thread_names: dict[tuple[Any, Any], str] = {}
     for i, e in enumerate(doc["traceEvents"]):
-        ph, cat, name = e["ph"], e.get("cat"), e["name"]
+        ph, cat, name = e["ph"], _category(e), e["name"]
         if ph == "X" and cat in OP_CATEGORIES:
             ops.append(_event(path, i, e, base_ns))
         elif ph == "X" and cat in CALL_DOMAINS:
@@ -233,7 +263,7 @@ def _convert(path: Path, doc: dict, rank: int, hardware: str | None) -> dict[str
         elif ph == "i" and name in MEMORY_EVENTS:
             memory.append(_event(path, i, e, base_ns))
         elif ph == "M" and name == "thread_name" and isinstance(e.get("args"), dict):
-            thread_names[(e.get("pid"), e.get("tid"))] = str(e["args"].get("name", ""))
+            thread_names[(_thread_key(e.get("pid")), _thread_key(e.get("tid")))] = str(e["args"].get("name", ""))
 
     ops.sort(key=lambda o: (o.start, -o.end))  # stable: file order breaks ties, as in _nest
     for op_id, o in enumerate(ops):
@@ -367,16 +397,16 @@ def _api_calls(calls: list[_Event], work: list[_Event]) -> tuple[list[dict], dic
 
 def _work_fields(w: _Event, kernel_ids: dict[str, int]) -> dict:
     a = w.args
-    fields = {"device": _int(a.get("device"), 0), "stream_id": _int(a.get("stream")),
+    fields = {"device": _int32(a.get("device"), 0), "stream_id": _int(a.get("stream")),
               "device_start_ns": w.start, "device_duration_ns": w.dur}
     if w.cat == "kernel":
         fields["kernel_id"] = kernel_ids.setdefault(w.name, len(kernel_ids))
         for key in ("grid", "block"):
             dims = a.get(key)
             dims = dims if isinstance(dims, list) and len(dims) == 3 else [None] * 3
-            fields.update({f"{key}_{axis}": _int(d, 0) for axis, d in zip("xyz", dims)})
-        fields["shared_mem_bytes"] = _int(a.get("shared memory"), 0)
-        fields["registers_per_thread"] = _int(a.get("registers per thread"), 0)
+            fields.update({f"{key}_{axis}": _int32(d, 0) for axis, d in zip("xyz", dims)})
+        fields["shared_mem_bytes"] = _int32(a.get("shared memory"), 0)
+        fields["registers_per_thread"] = _int32(a.get("registers per thread"), 0)
     else:
         fields["bytes"] = _int(a.get("bytes"), 0)
         if w.cat == "gpu_memcpy":
@@ -400,7 +430,7 @@ def _collective_fields(a: dict) -> dict:
         "collective_name": name, "comm_id": f"pg:{pg}" if isinstance(pg, (str, int)) else None,
         "in_msg_nelems": _int(a.get("In msg nelems"), 0), "out_msg_nelems": _int(a.get("Out msg nelems"), 0),
         "comm_dtype": _str(a.get("dtype")), "comm_seq": _int(a.get("Seq", a.get("seq")), 0),
-        "peer_rank": _int(a.get(peer_key), 0) if peer_key else None,
+        "peer_rank": _int32(a.get(peer_key), 0) if peer_key else None,
     }
 
 
@@ -421,8 +451,8 @@ def _communicators(rank: int, ops: list[_Event], work: list[_Event], dist_info: 
         c = found.setdefault(f"pg:{pg}", {"pg_name": str(pg)})
         for key, value in (("pg_desc", _str(a.get("Process Group Description"))),
                            ("ranks", _ranks(a.get("Process Group Ranks"))),
-                           ("comm_size", _int(a.get("Group size"), 1)), ("comm_rank", _int(a.get("Rank"), 0)),
-                           ("device", _int(a.get("device"), 0))):
+                           ("comm_size", _int32(a.get("Group size"), 1)), ("comm_rank", _int32(a.get("Rank"), 0)),
+                           ("device", _int32(a.get("device"), 0))):
             if c.get(key) is None:
                 c[key] = value
     comms = {}
@@ -443,20 +473,20 @@ def _ranks(v: Any) -> list[int] | None:
             v = json.loads(v)
         except ValueError:
             return None
-    return v if isinstance(v, list) and all(_int(r, 0) is not None for r in v) else None
+    return v if isinstance(v, list) and all(_int32(r, 0) is not None for r in v) else None
 
 
 def _memory_events(memory: list[_Event]) -> list[dict]:
     rows = []
     for seq, m in enumerate(sorted(memory, key=lambda m: m.start)):
         a = m.args
-        size = _int(a.get("Bytes")) or 0
+        size = _int(a.get("Bytes"), -INT64_MAX) or 0
         device_type = _int(a.get("Device Type"))
         rows.append({
             "seq": seq, "ts_ns": m.start,
             "kind": "oom" if m.name == "[OutOfMemory]" else "free" if size < 0 else "alloc",
             "space": None if device_type is None else "host" if device_type == 0 else "device",
-            "address": _int(a.get("Addr")), "bytes": abs(size), "device": _int(a.get("Device Id"), 0),
+            "address": _int(a.get("Addr")), "bytes": abs(size), "device": _int32(a.get("Device Id"), 0),
             "allocated_bytes": _int(a.get("Total Allocated"), 0), "op_id": m.op.op_id if m.op else None,
         })
     return rows
@@ -464,15 +494,15 @@ def _memory_events(memory: list[_Event]) -> list[dict]:
 
 def _device(doc: dict, ops: list[_Event], work: list[_Event], hardware: str | None) -> dict:
     """The device the rank used (its most frequent device in the work), with its properties."""
-    used = Counter(d for w in work if (d := _int(w.args.get("device"), 0)) is not None)
+    used = Counter(d for w in work if (d := _int32(w.args.get("device"), 0)) is not None)
     index = used.most_common(1)[0][0] if used else 0
     props = doc.get("deviceProperties")
     p = next((p for p in props if isinstance(p, dict) and p.get("id") == index), {}) \
         if isinstance(props, list) else {}
     return {
         "device_index": index, "device_name": _str(p.get("name")), "hardware": hardware,
-        "sm_major": _int(p.get("computeMajor"), 0), "sm_minor": _int(p.get("computeMinor"), 0),
-        "sm_count": _int(p.get("numSms"), 0), "memory_bytes": _int(p.get("totalGlobalMem"), 0),
+        "sm_major": _int32(p.get("computeMajor"), 0), "sm_minor": _int32(p.get("computeMinor"), 0),
+        "sm_count": _int32(p.get("numSms"), 0), "memory_bytes": _int(p.get("totalGlobalMem"), 0),
         "hostname": _str(doc.get("host_name")),
         "pid": next((pid for o in ops if (pid := _int(o.thread[0], 0)) is not None), None),
     }
@@ -490,7 +520,7 @@ def _framework(docs: list[dict]) -> str | None:
 def _cuda_version(docs: list[dict]) -> str | None:
     """``cuda_runtime_version`` (e.g. 12040) as ``12.4``."""
     for doc in docs:
-        if (v := _int(doc.get("cuda_runtime_version"), 1)) is not None:
+        if (v := _int32(doc.get("cuda_runtime_version"), 1)) is not None:
             return f"{v // 1000}.{v % 1000 // 10}"
     return None
 
