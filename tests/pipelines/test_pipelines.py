@@ -235,7 +235,8 @@ def test_bad_files_and_rows_are_quarantined_and_the_rest_of_the_partition_goes_o
     assert by_file[("part-00001", 1)][0] == "measured_ns: greater_than(0) (-7.0)"
     assert by_file[("part-00001", 2)][0] == "measured_ns: required (missing)"
     assert "not the partition's h100-sxm ('a100-sxm-80gb')" in by_file[("part-00001", 3)][0]
-    assert json.loads(by_file[("part-00001", 1)][1])["m"] == 2048.0
+    # the record is the row as the estimators read it: linear's 2048 rows are the call frame's n (cuBLAS sizes)
+    assert json.loads(by_file[("part-00001", 1)][1])["n"] == 2048.0
     kept = query(graph.warehouse, "SELECT regexp_extract(path, 'part-\\d+'), row_index FROM kernel_profiles "
                                   "WHERE campaign = ? ORDER BY 1, 2", [CAMPAIGN.campaign])
     assert kept == [("part-00000", i) for i in range(len(GOOD_CONFIGS))] + [("part-00001", 0), ("part-00001", 4)]
