@@ -91,7 +91,7 @@ def test_an_interrupted_run_keeps_what_finished_and_the_next_one_completes(tiny,
 @pytest.mark.e2e
 def test_rows_run_in_worker_processes(tiny, warehouse):
     run = run_suite(tiny, tiny.table.loc[[0, 4]], warehouse=warehouse, jobs=2)
-    assert [(r.row, r.status) for r in run.results] == [(0, "ok"), (4, "ok")]
+    assert [(r.row, r.status) for r in run.results] == [(0, "ok"), (4, "ok")], [r.reason for r in run.results]
     assert run.results[0].trace_digest != run.results[1].trace_digest and all(r.predicted_s > 0 for r in run.results)
     assert [r[:2] for r in stored_rows(warehouse)] == [(0, "ok"), (4, "ok")]
 
