@@ -116,7 +116,14 @@ def _collectives(raw: pd.DataFrame, cluster: str | None) -> DatasetEvaluation:
                          f"({spec or 'none known'}; pass --cluster NAME_OR_FILE)")
             continue
         frame = calls.loc[rows, ["collective", "bytes", "ranks", "nodes"]]
-        predicted[calls.index.get_indexer(rows)] = model.predict(frame)["duration_ns"].to_numpy(dtype="float64")
+        for (collective, ranks, nodes), layout in frame.groupby(["collective", "ranks", "nodes"]).groups.items():
+            try:  # a layout the cluster cannot hold (16 ranks on 4-GPU nodes, send/recv over 3 nodes, ...)
+                priced = model.predict(frame.loc[layout])["duration_ns"].to_numpy(dtype="float64")
+            except ValueError as e:
+                notes.append(f"{len(layout):,} {collective} rows of network {network!r} ({ranks} ranks on {nodes} "
+                             f"node(s)) not evaluated: {e}")
+                continue
+            predicted[calls.index.get_indexer(layout)] = priced
     done = ~np.isnan(predicted)
     if not done.any():
         raise DatasetError("no rows to evaluate" + (f" ({'; '.join(notes)})" if notes else ""))
