@@ -1,14 +1,19 @@
 """Defects the fuzzing of Vidur's layouts found (tests/reliability/vidur_inputs.py), each pinned: counts that
-are not whole numbers, numeric columns of booleans, and collective rows a network's cluster cannot hold."""
+are not whole numbers, numeric columns of booleans, collective rows a network's cluster cannot hold, and text
+that is not UTF-8."""
 from __future__ import annotations
+
+import io
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from maya.cli import app
-from maya.estimators.dataset_eval import evaluate_file
+from maya.estimators.dataset_eval import DatasetError, evaluate_file
 from maya.estimators.vidur_data import VidurFormatError, check_collectives, check_compute, vidur_dir
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -82,3 +87,35 @@ def test_eval_notes_collective_rows_their_cluster_cannot_hold_and_evaluates_the_
                                  str(tmp_path / "warehouse.duckdb")])
     assert r.exit_code == 0, r.output  # it failed with "error: None: 16 ranks on 2 node(s) ..." before
     assert "not evaluated" in r.stderr
+
+
+def _not_utf8(rows: pd.DataFrame, column: str) -> bytes:
+    """`rows` as Parquet with `column` as text whose first value has a byte that is not UTF-8 (as a flipped
+    byte leaves it: pyarrow reads the file and fails only when the text is converted)."""
+    text = rows.astype({column: "str"})
+    text.loc[0, column] = "12345678"  # found in the file's bytes by this value
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(text, preserve_index=False), sink, compression="none", use_dictionary=False)
+    data = bytearray(sink.getvalue())
+    return bytes(data).replace(b"12345678", b"\xff2345678")  # in the page and its statistics
+
+
+@pytest.mark.parametrize("layout", ["compute", "collectives"])
+def test_text_that_is_not_utf8_is_a_damaged_file_for_every_reader(layout, compute, collectives, tmp_path):
+    from maya.pipelines.defs.collectives import _validate_file
+    from maya.pipelines.profile_readers import ProfileFileError, read_profile
+    from maya.pipelines.sources import VIDUR_COLLECTIVES, VIDUR_COMPUTE, NetworkPartition, Partition, ProfileFile
+
+    column = "tp" if layout == "compute" else "num_workers"  # read as numbers: pyarrow raised a bare ArrowException
+    data = _not_utf8(compute if layout == "compute" else collectives, column)
+    dataset = tmp_path / "damaged.parquet"
+    dataset.write_bytes(data)
+    with pytest.raises(DatasetError, match="not a readable Parquet file .*UTF8"):
+        evaluate_file(dataset, lambda: None)
+    if layout == "compute":
+        with pytest.raises(ProfileFileError, match="not a readable Parquet file: .*UTF8"):
+            read_profile(data, VIDUR_COMPUTE, Partition("h100-sxm", "c"))
+    else:
+        valid, quarantined = _validate_file(ProfileFile(dataset, VIDUR_COLLECTIVES), data,
+                                            NetworkPartition("a100_dgx", "c"))
+        assert valid.empty and quarantined["reason"].str.match("file rejected: not a readable Parquet file: .*UTF8").all()

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from maya.core import hardware
 from maya.core.clusters import UnknownCluster, load_cluster
@@ -50,7 +51,9 @@ def evaluate_file(path: str | Path, estimator: Callable[[], KernelEstimator], *,
     """Evaluate `path`; `estimator` is called only for kernel layouts; `cluster` (a name or spec file) prices
     every collective row instead of each network's own cluster."""
     try:
-        raw = pd.read_parquet(path)
+        table = pq.read_table(path)
+        table.validate(full=True)  # text that is not UTF-8 fails here, not later as a bare ArrowException
+        raw = table.to_pandas()
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:  # damaged footer or pandas metadata
         raise DatasetError(f"{path}: not a readable Parquet file ({e})") from None
     try:
