@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import tempfile
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +210,7 @@ def check_collectives_file(x: VidurInput) -> None:
     raw = x.parquet()
     valid, quarantined = _validate_file(ProfileFile(Path("fuzz.parquet"), VIDUR_COLLECTIVES), raw,
                                         NetworkPartition(x.partition, "fuzz"))
-    if not (quarantined["reason"].astype(str).str.len() > 0).all() if len(quarantined) else False:
+    if len(quarantined) and not (quarantined["reason"].astype(str).str.len() > 0).all():
         raise Corrupt("a quarantined row without a reason")
     if len(quarantined) == 1 and quarantined["row_index"].isna().all():
         if len(valid):
@@ -258,8 +259,10 @@ def check_eval(x: VidurInput) -> None:
     run_eval(x.parquet(), warehouse)
 
 
+@lru_cache(maxsize=1)
 def _empty_warehouse() -> Path:
-    return Path(tempfile.gettempdir()) / "maya-fuzz-no-estimator" / "warehouse.duckdb"
+    """A warehouse path with no estimator (collectives are priced without one)."""
+    return Path(tempfile.mkdtemp(prefix="maya-fuzz-no-estimator-")) / "warehouse.duckdb"
 
 
 def surfaces() -> list[Surface]:
