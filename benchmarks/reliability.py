@@ -3,11 +3,13 @@ when killed — the way DuckDB and SQLite publish their fuzzing and crash testin
 
 1. Fuzzing: every input surface of `tests/reliability/*_inputs.py` (trace files and `maya trace validate`,
    Kineto JSON, search spaces and expressions, estimator call frames, measured datasets and `maya
-   estimators eval`, cluster specs and the hardware catalog, the read-only SQL gate) gets `--inputs`
+   estimators eval` in NeuSight's and the kernel campaigns' layouts and in Vidur's compute and collectives
+   layouts, cluster specs and the hardware catalog, the read-only SQL gate) gets `--inputs`
    generated inputs (hypothesis, seeded). Per surface: inputs tried, accepted, refused with a documented
    error, statements the SQL gate refused, and the targets — crashes (another exception), hangs (past the
    surface's time limit) and wrong answers returned or stored: all must be 0.
-2. Crash safety: every writer of `tests/reliability/crash_scenarios.py` (trace files rewritten in place,
+2. Crash safety: every writer of `tests/reliability/crash_scenarios.py` (the trace writer writing a run
+   part by part, trace files rewritten in place,
    a Kineto import, the warehouse's run catalog, the estimator registry, the search log, the predictions
    store, `maya validate`'s results, a pipeline partition) is SIGKILLed `--kills` times at random points,
    forked from this preloaded process. Per writer: kills that landed, stored states neither old nor new

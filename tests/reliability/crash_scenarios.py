@@ -1,5 +1,5 @@
-"""The writers `crash.kill_trials` kills: the trace writer (files rewritten in place by `migrate_run`, a run
-imported whole by `import_kineto`), the warehouse's run catalog, the estimator registry, the search log,
+"""The writers `crash.kill_trials` kills: the trace writer (a run written part by part as `maya emulate`
+writes one, files rewritten in place by `migrate_run`, a run imported whole by `import_kineto`), the warehouse's run catalog, the estimator registry, the search log,
 the predictions store, `maya validate`'s results and the pipelines' validated partition. Each function runs
 in a forked child."""
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maya_trace_spec import TABLES, Run, migrations, synthetic, table_files
@@ -95,6 +96,84 @@ def _imported(root: Path) -> Any:
     tables = {name: run.table(name).to_pylist() for name in TABLES if name != "run"}
     return hashlib.sha256(repr(tables).encode()).hexdigest(), {k: v for k, v in run.info.items()
                                                               if k not in ("run_id", "created_at_ns")}
+
+
+# ------------------------------------------------------------------ a run written by the trace writer
+
+
+_WRITTEN = dict(world_size=2, parts=3, calls_per_part=400)
+"""The run `_write_trace` writes: 2 ranks, each table in 3 parts (the emulator flushes a part every
+`PART_ROWS` rows)."""
+
+
+def _write_trace(root: Path) -> None:
+    """The trace writer (`maya_trace_spec.writer.RunWriter`) writing a run as `maya emulate` does: `run` first
+    with status `running`, each rank's tables as parts, then `devices` and `run` rewritten as `complete`. A
+    run that is not complete is removed and written again (the resume of `maya search`'s evaluator); a
+    complete one is left as it is."""
+    from maya_trace_spec import RunWriter, read_table
+
+    out = root / "out"
+    if (out / "run.parquet").exists() and read_table(out, "run").column("status")[0].as_py() == "complete":
+        return
+    if out.exists():
+        shutil.rmtree(out)
+    w = RunWriter(out)
+    n, parts, per_part = _WRITTEN["world_size"], _WRITTEN["parts"], _WRITTEN["calls_per_part"]
+    run = {"run_id": ["r1"], "created_at_ns": [1], "source": ["emulator"], "command": [json.dumps(["train.py"])],
+           "hardware": ["h100-sxm"], "world_size": [n], "nnodes": [1], "nproc_per_node": [n],
+           "producer_version": ["crash test"]}
+    w.write("run", {**run, "status": ["running"]})
+    ops = 10
+    for rank in range(n):
+        w.write("kernels", {"kernel_id": list(range(len(synthetic.KERNEL_NAMES))),
+                            "name": [k for k, _, _ in synthetic.KERNEL_NAMES],
+                            "family": [f for _, f, _ in synthetic.KERNEL_NAMES],
+                            "library": [lib for _, _, lib in synthetic.KERNEL_NAMES]}, rank=rank)
+        w.write("communicators", {"comm_id": ["c0"], "comm_rank": [rank], "comm_size": [n], "pg_name": ["0"],
+                                  "ranks": [list(range(n))], "device": [rank]}, rank=rank)
+        w.write("ops", {"op_id": list(range(ops)), "name": ["aten::mm"] * ops, "start_ns": list(range(ops)),
+                        "end_ns": list(range(1, ops + 1)), "time_source": ["emulated"] * ops}, rank=rank)
+        for part in range(parts):
+            calls = synthetic.api_calls(per_part, seed=10 * rank + part, n_ops=ops, t0=part * 10**9)
+            w.write("api_calls", calls.set_column(0, "seq", pa.array(range(part * per_part, (part + 1) * per_part),
+                                                                     pa.int64())), rank=rank)
+            w.write("memory_events", {"seq": [2 * part, 2 * part + 1], "ts_ns": [part * 10**9, part * 10**9 + 5],
+                                      "kind": ["alloc", "free"], "space": ["device"] * 2,
+                                      "address": [1 << 40] * 2, "bytes": [2 << 20] * 2, "device": [rank] * 2,
+                                      "allocated_bytes": [2 << 20, 0]}, rank=rank)
+    for rank in range(n):
+        w.write("devices", {"local_rank": [rank], "node": [0], "device_index": [rank],
+                            "device_name": ["NVIDIA H100 80GB HBM3"], "hardware": ["h100-sxm"], "sm_major": [9],
+                            "sm_minor": [0], "sm_count": [132], "memory_bytes": [80 * 2**30],
+                            "represents": [[rank]]}, rank=rank)
+    w.write("run", {**run, "status": ["complete"]})
+
+
+def _written(root: Path) -> Any:
+    """None (no run yet), or the run's status and, per committed file, a digest of what it reads as (every
+    file must read; a complete run must validate)."""
+    from maya_trace_spec import read_file
+    from maya_trace_spec.validation import validate_run
+
+    out = root / "out"
+    if not (out / "run.parquet").exists():
+        return None
+    status = Run(out).info["status"]
+    if status == "complete" and (problems := validate_run(out)):
+        raise AssertionError(f"a complete run that does not validate: {problems[:3]}")
+    return status, {str(path.relative_to(out)): hashlib.sha256(repr(read_file(path, expect_table=name).to_pylist())
+                                                               .encode()).hexdigest()
+                    for name in TABLES for _, path in table_files(out, name) if name != "run"}
+
+
+def _running_or_done(state: Any, old: Any, new: Any) -> bool:
+    """Old (no run), new, or a run still marked `running` whose committed files are each one the uninterrupted
+    run wrote, whole (a reader sees the capture is incomplete, never a half-written file)."""
+    if state in (old, new):
+        return True
+    status, files = state
+    return status == "running" and all(new[1].get(name) == digest for name, digest in files.items())
 
 
 # ------------------------------------------------------------------ the warehouse's run catalog
@@ -333,6 +412,9 @@ def scenarios() -> list[Scenario]:
     return [
         Scenario("trace files migrated in place", _prepare_migration, _migrate, _files_state, _each_file_old_or_new,
                  _hidden, modules=trace),
+        Scenario("trace writer", lambda root: None, _write_trace, _written, _running_or_done,
+                 leftovers=lambda root: _hidden(root / "out") if (root / "out").exists() else 0,
+                 modules=(*trace, "maya_trace_spec.synthetic")),
         Scenario("kineto import", _prepare_kineto, _import, _imported, modules=(*trace, "maya_trace_spec.interop.kineto"),
                  leftovers=lambda root: sum(1 for p in root.iterdir() if p.name.startswith(".out."))),
         Scenario("warehouse run catalog", _prepare_runs, _register, _runs, modules=warehouse),

@@ -100,7 +100,7 @@ def check_profile(x: DatasetInput) -> None:
 
     partition = Partition(x.hardware, "fuzz")
     raw = x.parquet()
-    frame, left_out, _ = read_profile(raw, x.format, partition)
+    frame, left_out, refused = read_profile(raw, x.format, partition)  # refused: by a source's own schema
     valid, rejected = split_valid(frame, partition.hardware)
     if len(valid) + len(rejected) != len(frame):
         raise Corrupt(f"{len(frame)} rows split into {len(valid)} valid and {len(rejected)} rejected")
@@ -114,7 +114,7 @@ def check_profile(x: DatasetInput) -> None:
                 or not valid["family"].isin(KERNEL_FAMILIES).all() or not valid["dtype"].isin(list(DTYPE_BYTES)).all()):
             raise Corrupt(f"an invalid row passed validation: {valid.head(3).to_dict('records')}")
     ok, quarantined, _ = _validate_file(ProfileFile(Path("fuzz.parquet"), x.format), raw, partition)
-    if len(quarantined) != len(rejected) or (len(quarantined)  # none: a frame without columns (`_concat`)
+    if len(quarantined) != len(rejected) + len(refused) or (len(quarantined)  # none: a frame without columns (`_concat`)
                                              and not quarantined["record"].map(lambda r: isinstance(r, str)).all()):
         raise Corrupt("quarantine rows do not match the rejected rows")
 
@@ -136,22 +136,28 @@ class EvalFailed(Exception):
 
 
 def check_eval(x: DatasetInput) -> None:
+    if x.format == NEUSIGHT:
+        run_eval(x.parquet(), eval_warehouse())
+
+
+def run_eval(data: bytes, warehouse: Path) -> None:
+    """`maya estimators eval --dataset FILE` on `data`: its table printed (with finite errors), or `EvalFailed`
+    with its one error line."""
     from typer.testing import CliRunner
 
     from maya.cli import app
 
-    if x.format != NEUSIGHT:
-        return
     with tempfile.TemporaryDirectory(prefix="maya-fuzz-eval-") as tmp:
         dataset = Path(tmp) / "kernels.parquet"
-        dataset.write_bytes(x.parquet())
-        r = CliRunner().invoke(app, ["estimators", "eval", "--dataset", str(dataset), "--warehouse",
-                                     str(eval_warehouse())])
+        dataset.write_bytes(data)
+        r = CliRunner().invoke(app, ["estimators", "eval", "--dataset", str(dataset), "--warehouse", str(warehouse)])
     if r.exception is not None and not isinstance(r.exception, SystemExit):
         raise r.exception
     if r.exit_code != 0:
-        raise EvalFailed(r.output.strip().splitlines()[-1] if r.output.strip() else "")
-    if "nan" in r.output.lower() or "inf" in r.output.replace("info", "").lower():
+        output = r.output.strip()
+        raise EvalFailed(output[output.rfind("error:"):] if "error:" in output else output)  # rich wraps it
+    table = "\n".join(line for line in r.output.splitlines() if "│" in line).lower()  # not the notes' values
+    if "nan" in table or "inf" in table:
         raise Corrupt(f"eval printed a non-finite error: {r.output[-500:]}")
 
 

@@ -31,6 +31,8 @@ SURFACES = {
     "search space": ("space_inputs", 300), "space expression": ("space_inputs", 300),
     "estimator call frame": ("estimator_inputs", 150),
     "measurement datasets": ("dataset_inputs", 120), "estimators eval": ("dataset_inputs", 100),
+    "vidur datasets": ("vidur_inputs", 200), "vidur collectives eval": ("vidur_inputs", 100),
+    "vidur compute eval": ("vidur_inputs", 100),
     "cluster spec": ("spec_inputs", 200), "hardware catalog": ("spec_inputs", 300),
     "sql gate": ("sql_inputs", 120),
 }

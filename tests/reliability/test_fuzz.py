@@ -11,7 +11,7 @@ import pytest
 
 from reliability.harness import FAST, SURFACES, fuzz, load
 
-TRAINED = {"estimator call frame", "measurement datasets", "estimators eval"}
+TRAINED = {"estimator call frame", "measurement datasets", "estimators eval", "vidur compute eval"}
 """Surfaces whose setup trains a small estimator (over 10 s with the machine loaded): the full suite only."""
 CASES = [pytest.param(name, FAST, id=f"{name}-fast") for name in SURFACES if name not in TRAINED] + [
     pytest.param(name, budget, id=f"{name}-full", marks=pytest.mark.slow) for name, (_, budget) in SURFACES.items()]

@@ -152,7 +152,7 @@ def eval_cmd(dataset: Annotated[Path, typer.Option(help="Parquet of measurements
     except DatasetError as e:
         fail(str(e))
     except ValueError as e:  # an unusable cluster spec file
-        fail(f"{cluster}: {e}")
+        fail(f"{cluster}: {e}" if cluster else str(e))
     for note in result.notes:
         err.print(f"[yellow]note:[/] {note}")
     if as_json:

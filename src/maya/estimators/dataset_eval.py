@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from maya.core import hardware
 from maya.core.clusters import UnknownCluster, load_cluster
@@ -50,7 +51,9 @@ def evaluate_file(path: str | Path, estimator: Callable[[], KernelEstimator], *,
     """Evaluate `path`; `estimator` is called only for kernel layouts; `cluster` (a name or spec file) prices
     every collective row instead of each network's own cluster."""
     try:
-        raw = pd.read_parquet(path)
+        table = pq.read_table(path)
+        table.validate(full=True)  # text that is not UTF-8 fails here, not later as a bare ArrowException
+        raw = table.to_pandas()
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:  # damaged footer or pandas metadata
         raise DatasetError(f"{path}: not a readable Parquet file ({e})") from None
     try:
@@ -116,7 +119,14 @@ def _collectives(raw: pd.DataFrame, cluster: str | None) -> DatasetEvaluation:
                          f"({spec or 'none known'}; pass --cluster NAME_OR_FILE)")
             continue
         frame = calls.loc[rows, ["collective", "bytes", "ranks", "nodes"]]
-        predicted[calls.index.get_indexer(rows)] = model.predict(frame)["duration_ns"].to_numpy(dtype="float64")
+        for (collective, ranks, nodes), layout in frame.groupby(["collective", "ranks", "nodes"]).groups.items():
+            try:  # a layout the cluster cannot hold (16 ranks on 4-GPU nodes, send/recv over 3 nodes, ...)
+                priced = model.predict(frame.loc[layout])["duration_ns"].to_numpy(dtype="float64")
+            except ValueError as e:
+                notes.append(f"{len(layout):,} {collective} rows of network {network!r} ({ranks} ranks on {nodes} "
+                             f"node(s)) not evaluated: {e}")
+                continue
+            predicted[calls.index.get_indexer(layout)] = priced
     done = ~np.isnan(predicted)
     if not done.any():
         raise DatasetError("no rows to evaluate" + (f" ({'; '.join(notes)})" if notes else ""))

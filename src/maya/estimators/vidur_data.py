@@ -99,6 +99,18 @@ def _positive(name: str, nullable: bool = False) -> pa.Column:
     return pa.Column("float64", checks, nullable=nullable, coerce=False)
 
 
+WHOLE_LIMIT = 2.0**53
+"""Counts and sizes are whole numbers below this (exact in float64, and in int64 once stored)."""
+
+
+def _count(name: str, nullable: bool = False) -> pa.Column:
+    """A positive whole number: tokens, heads, GPUs, sizes (2.5 GPUs or 1e300 tokens are not measurements)."""
+    whole = pa.Check(lambda s: (s == np.floor(s)) & (s < WHOLE_LIMIT), element_wise=False,
+                     error="not a whole number below 2**53")
+    column = _positive(name, nullable)
+    return column.set_checks([*column.checks, whole])
+
+
 def _gemm_sizes_given(frame: pd.DataFrame) -> pd.Series:
     return ~frame["op"].isin(GEMM_OPS) | frame[["gemm_m", "gemm_n", "gemm_k"]].notna().all(axis=1)
 
@@ -109,13 +121,13 @@ COMPUTE_SCHEMA = pa.DataFrameSchema({
     "model": pa.Column(str),
     "op": pa.Column(str, pa.Check.isin(OPS, error=f"not a Vidur operator ({', '.join(OPS)})")),
     "time_ms_median": _positive("time_ms_median"),
-    **{name: _positive(name) for name in SIZE_COLUMNS},
+    **{name: _count(name) for name in SIZE_COLUMNS},
     "use_gated_mlp": pa.Column(bool),
-    **{name: _positive(name, nullable=True) for name in ("gemm_m", "gemm_n", "gemm_k")},
+    **{name: _count(name, nullable=True) for name in ("gemm_m", "gemm_n", "gemm_k")},
     "dtype": pa.Column(str, pa.Check.isin(list(DTYPE_BYTES), error="not a known dtype")),
 }, checks=[pa.Check(_gemm_sizes_given, error="gemm_m, gemm_n, gemm_k: missing for a GEMM operator")])
 """A compute row the estimators can use: its device in the catalog, a known operator and dtype, a finite
-positive median time and positive sizes (GEMMs with their m, n, k)."""
+positive median time and positive whole sizes (GEMMs with their m, n, k)."""
 
 
 
@@ -123,15 +135,15 @@ COLLECTIVE_SCHEMA = pa.DataFrameSchema({
     "network": pa.Column(str, pa.Check.str_length(min_value=1, error="empty")),
     "collective": pa.Column(str, pa.Check(lambda s: s.map(priced_name).notna(),
                                           error=f"not a collective ({', '.join(PRICED_COLLECTIVES)})")),
-    **{name: _positive(name) for name in ("num_workers", "devices_per_node", "max_devices_per_node",
-                                          "size_elements", "time_ms_median")},
+    **{name: _count(name) for name in ("num_workers", "devices_per_node", "max_devices_per_node", "size_elements")},
+    "time_ms_median": _positive("time_ms_median"),
     "dtype": pa.Column(str, pa.Check.isin(list(DTYPE_BYTES), error="not a known dtype")),
 }, checks=[pa.Check(lambda f: f["devices_per_node"] <= f["max_devices_per_node"],
                     error="devices_per_node: more than the node's max_devices_per_node"),
            pa.Check(lambda f: f["devices_per_node"] <= f["num_workers"],
                     error="devices_per_node: more than num_workers")])
-"""A collective row: a known collective and dtype, a finite positive median time, positive counts that fit
-the node."""
+"""A collective row: a known collective and dtype, a finite positive median time, positive whole counts and
+size that fit the node."""
 
 
 def detect_layout(columns) -> str:
@@ -231,6 +243,8 @@ def _typed(raw: pd.DataFrame, needed: tuple[str, ...], numeric: tuple[str, ...])
     for name in needed:
         column = raw[name].reset_index(drop=True)
         if name in numeric:
+            if pd.api.types.is_bool_dtype(column):
+                raise VidurFormatError(f"column {name} is boolean, not a number")
             frame[name] = pd.to_numeric(column, errors="coerce").astype("float64")
         elif name == "use_gated_mlp":
             if not pd.api.types.is_bool_dtype(column):

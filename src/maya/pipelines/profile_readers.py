@@ -36,6 +36,7 @@ def read_profile(data: bytes, file_format: str,
     before they became calls (`row_index`, `reason`, `record`)."""
     try:
         table = pq.read_table(io.BytesIO(data))
+        table.validate(full=True)  # text that is not UTF-8 fails here, not later as a bare ArrowException
     except (pa.ArrowException, OSError) as e:
         raise ProfileFileError(f"not a readable Parquet file: {e}") from None
     read = {NEUSIGHT: _neusight, VIDUR_COMPUTE: _vidur_compute}.get(file_format, _measurements)

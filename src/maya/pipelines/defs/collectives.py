@@ -10,6 +10,8 @@ import io
 
 import dagster as dg
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from maya.estimators.vidur_data import VidurFormatError, check_collectives
 
@@ -83,12 +85,17 @@ def _validate_file(file: ProfileFile, raw: bytes, partition: NetworkPartition) -
     quarantine row without `row_index`."""
     path = str(file.path)
     try:
-        table = pd.read_parquet(io.BytesIO(raw))
+        try:
+            arrow = pq.read_table(io.BytesIO(raw))
+            arrow.validate(full=True)  # text that is not UTF-8 fails here, not later as a bare ArrowException
+            table = arrow.to_pandas()
+        except (pa.ArrowException, OSError, KeyError, TypeError) as e:  # a damaged file or pandas metadata
+            raise VidurFormatError(f"not a readable Parquet file: {e}") from None
         if "network" not in table.columns:
             raise VidurFormatError("missing column network: not Vidur's collectives layout")
         mine = table[table["network"].astype(str) == partition.network]
         checked = check_collectives(mine.reset_index(drop=True))
-    except (VidurFormatError, ValueError, OSError) as e:
+    except (VidurFormatError, ValueError) as e:
         return pd.DataFrame(), pd.DataFrame({"path": [path], "row_index": [None], "reason": [f"file rejected: {e}"],
                                              "record": [None]})
     in_file = mine.index.to_numpy()  # row positions in the file
