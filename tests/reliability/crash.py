@@ -216,3 +216,21 @@ def _rooted(value: Any, *roots: Path) -> Any:
 
 def _diff(state: Any, old: Any, new: Any) -> str:
     return f"{state!r:.150} (old {old!r:.100}, new {new!r:.100})"
+
+
+def kill_trials_fresh(name: str, trials: int, seed: int = 0, workdir: Path | None = None) -> CrashTally:
+    """`kill_trials` of the scenario named `name`, forking from a fresh interpreter rather than this process:
+    after a process has run OpenMP (XGBoost) or torch threads, a forked child that uses them again can crash
+    (libgomp is not fork-safe), so a long-lived test process must not be the parent."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_named_trials, name, trials, seed, workdir).result()
+
+
+def _named_trials(name: str, trials: int, seed: int, workdir: Path | None) -> CrashTally:
+    from .crash_scenarios import scenarios
+
+    return kill_trials(next(s for s in scenarios() if s.name == name), trials, seed, workdir)
+
