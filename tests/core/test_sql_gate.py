@@ -50,6 +50,7 @@ def test_errors_are_query_errors(run_dir):
     assert issubclass(QueryRefused, QueryError) and issubclass(QueryLimit, QueryError)
 
 
+@pytest.mark.slow  # waits out the timeout: ~6 s
 def test_a_statement_that_ignores_the_interrupt_is_stopped(run_dir):
     t0 = time.monotonic()
     with pytest.raises(QueryLimit, match="longer than 1 s"):

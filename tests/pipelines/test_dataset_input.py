@@ -128,7 +128,8 @@ def damaged(flip_footer: bool = False) -> bytes:
     raise AssertionError("no footer flip makes pyarrow raise ArrowNotImplementedError")
 
 
-@pytest.mark.parametrize("flip_footer", [False, True], ids=["pandas-metadata", "footer"])
+@pytest.mark.parametrize("flip_footer", [False, pytest.param(True, marks=pytest.mark.slow)],  # the footer search: ~10 s
+                         ids=["pandas-metadata", "footer"])
 def test_damaged_files_are_refused_by_the_pipelines_and_eval(flip_footer, tmp_path):
     """Found by fuzzing `maya estimators eval`: ArrowNotImplementedError and pandas' KeyError('index_columns')
     escaped as tracebacks."""

@@ -266,6 +266,7 @@ def test_campaign_measurements_become_calls_the_estimators_price():
     assert (method.drop("sdpa_fwd") == "roofline").all()
 
 
+@pytest.mark.slow  # the whole graph's first materialisation: ~7 s
 def test_rerunning_with_unchanged_inputs_changes_nothing(graph):
     names = ("profile_files", "profile_partitions", "kernel_profiles", "quarantine", "estimator_versions",
              "estimator_aliases", "estimator_evaluations", "kernel_errors", "kernel_predictions")
@@ -406,6 +407,7 @@ def write_ground_truth(root: Path, ratios: dict[str, float], version: str, wareh
 
 @pytest.mark.parametrize("ratios, passed", [({"gpt-a": 1.02, "gpt-b": 0.97}, True),
                                             ({"gpt-a": 1.02, "gpt-c": 1.5}, False)])
+@pytest.mark.slow
 def test_end_to_end_check_against_ground_truth(graph, tmp_path, ratios, passed):
     home = tmp_path / "home"
     shutil.copytree(graph.home, home, ignore=shutil.ignore_patterns("profiles", "dashboard"))
@@ -425,6 +427,7 @@ def test_end_to_end_check_against_ground_truth(graph, tmp_path, ratios, passed):
 
 
 @pytest.mark.parametrize("errors, passed", [((2.0, -3.0), True), ((2.0, -30.0), False)])
+@pytest.mark.slow
 def test_end_to_end_check_judges_the_validation_suites(graph, tmp_path, errors, passed):
     """Suite rows stored by `maya validate` are the end-to-end ground truth the 5% check judges."""
     from maya.validation import load_suite, store
