@@ -53,21 +53,31 @@ class DatasetInput:
     hardware: str
 
     def parquet(self) -> bytes:
-        columns = {}
-        for name, values in self.table.items():
-            try:
-                columns[name] = pa.array(list(values))
-            except (pa.ArrowException, OverflowError, TypeError, ValueError):
-                columns[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
-        table = pa.table(columns) if columns else pa.table({"x": pa.array([], pa.int64())})
+        table = arrow_table(self.table)
         if self.version is not None:
             table = table.replace_schema_metadata({VERSION_KEY: self.version})
-        sink = io.BytesIO()
-        pq.write_table(table, sink)
-        data = bytearray(sink.getvalue())
-        for pos, byte in self.flips:
-            data[pos % len(data)] = byte
-        return bytes(data)
+        return flipped_parquet(table, self.flips)
+
+
+def arrow_table(columns: dict[str, tuple[Any, ...]]) -> pa.Table:
+    """The generated columns as an Arrow table: a column Arrow cannot type as it is becomes text."""
+    arrays = {}
+    for name, values in columns.items():
+        try:
+            arrays[name] = pa.array(list(values))
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            arrays[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
+    return pa.table(arrays) if arrays else pa.table({"x": pa.array([], pa.int64())})
+
+
+def flipped_parquet(table: pa.Table, flips: tuple[tuple[int, int], ...]) -> bytes:
+    """`table` as Parquet bytes with the bytes at `flips`' positions (modulo the length) replaced."""
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    data = bytearray(sink.getvalue())
+    for pos, byte in flips:
+        data[pos % len(data)] = byte
+    return bytes(data)
 
 
 @st.composite

@@ -34,7 +34,7 @@ from maya.pipelines.profile_readers import ProfileFileError
 from maya.pipelines.sources import VIDUR_COLLECTIVES, VIDUR_COMPUTE, NetworkPartition, Partition, catalog_name
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES
 
-from reliability.dataset_inputs import EvalFailed, check_profile, run_eval
+from reliability.dataset_inputs import EvalFailed, arrow_table, check_profile, flipped_parquet, run_eval
 from reliability.harness import Corrupt, Surface
 
 DEVICES = ["NVIDIA A100-SXM4-80GB", "NVIDIA A40", "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "Tesla T4",
@@ -79,21 +79,10 @@ class VidurInput:
     """The partition's hardware (compute) or network (collectives)."""
 
     def parquet(self) -> bytes:
-        columns = {}
-        for name, values in self.table.items():
-            try:
-                columns[name] = pa.array(list(values))
-            except (pa.ArrowException, OverflowError, TypeError, ValueError):
-                columns[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
-        table = pa.table(columns) if columns else pa.table({"x": pa.array([], pa.int64())})
+        table = arrow_table(self.table)
         if self.pandas:
             table = pa.Table.from_pandas(table.to_pandas(), preserve_index=True)
-        sink = io.BytesIO()
-        pq.write_table(table, sink)
-        data = bytearray(sink.getvalue())
-        for pos, byte in self.flips:
-            data[pos % len(data)] = byte
-        return bytes(data)
+        return flipped_parquet(table, self.flips)
 
 
 @st.composite
