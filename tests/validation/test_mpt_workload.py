@@ -193,3 +193,58 @@ def test_fp8_under_the_emulator_fails_with_the_reason(tmp_path):
                                  "--grad-accum", "1", "--precision", "amp_fp8"])
     assert r.exit_code != 0
     assert "needs NVIDIA Transformer Engine" in r.output
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 28, 3 * 37 * 4])
+def test_fused_cross_entropy_is_torchs_value_and_gradient(monkeypatch, chunk_bytes):
+    """flash-attn's fused loss: the mean over scored tokens, ignored targets contributing nothing, whether the
+    logits are taken whole or in row chunks."""
+    monkeypatch.setattr(mpt, "CE_CHUNK_BYTES", chunk_bytes)
+    torch.manual_seed(0)
+    logits = torch.randn(10, 37, requires_grad=True)
+    target = torch.randint(0, 37, (10,))
+    target[[3, 9]] = mpt.IGNORE_INDEX
+    fused = mpt.cross_entropy(logits, target, "fused_crossentropy")
+    (fused_grad,) = torch.autograd.grad(fused, logits)
+    ref = torch.nn.functional.cross_entropy(logits, target, ignore_index=mpt.IGNORE_INDEX)
+    (ref_grad,) = torch.autograd.grad(ref, logits)
+    torch.testing.assert_close(fused, ref)
+    torch.testing.assert_close(fused_grad, ref_grad)
+    assert not fused_grad[[3, 9]].any()
+
+
+@pytest.mark.parametrize("loss_fn, extra", [("fused_crossentropy", 0), ("torch_crossentropy", 1)])
+def test_only_torchs_cross_entropy_keeps_log_probabilities(loss_fn, extra):
+    """What the loss saves for backward beyond the logits: nothing logits-sized for the fused kernel (as
+    flash-attn's: the logits, the targets, per-token numbers), the log-probabilities for torch's."""
+    logits = torch.randn(16, 50, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, 50, (16,))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        mpt.cross_entropy(logits, target, loss_fn)
+    big = {t.data_ptr() for t in saved if t.numel() == logits.numel()} - {logits.data_ptr()}
+    assert len(big) == extra
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_emulated_step_allocates_the_logits_and_their_gradient_once(tmp_path):
+    """On a virtual A100 the fused loss's step allocates two logits-sized blocks (N x V bf16: the logits, their
+    gradient; later micro-batches reuse them), torch's cross-entropy at least four (also the log-probabilities
+    and their gradient): the two blocks that let the published 350m/760m `bf16` rows with large micro-batches
+    fit a 40 GB A100 (docs/mpt_mechanisms.md, section 8)."""
+    from maya.emulator.launcher import emulate
+
+    logits = 8 * 512 * 50368 * 2
+    blocks = {}
+    for loss_fn in mpt.LOSS_FNS:
+        out = tmp_path / loss_fn
+        result = emulate([str(WORKLOADS / "mpt.py"), "--model", "125m", "--layers", "1", "--seq-len", "512",
+                          "--micro-batch", "8", "--grad-accum", "2", "--precision", "bf16", "--mp-mode", "PURE",
+                          "--no-use-orig-params", "--no-train-metrics", "--loss-fn", loss_fn, "--steps", "2"],
+                         out, hardware="a100-sxm-40gb")
+        assert result.status == "complete", result
+        events = Run(out).table("memory_events").to_pylist()
+        blocks[loss_fn] = sum(1 for e in events if e["kind"] == "alloc" and e["space"] == "device"
+                              and e["bytes"] >= logits)
+    assert blocks["fused_crossentropy"] == 2 and blocks["torch_crossentropy"] >= 4, blocks

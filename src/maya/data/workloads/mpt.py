@@ -12,8 +12,9 @@ embeddings, biases on every linear layer, low-precision LayerNorm (computed in t
 fused QKV projection, GELU (exact) MLP of 4·d_model, embedding tied to the output projection (the
 embedding module is called a second time to unembed), no dropout, vocabulary 50368.
 Training (Composer's per-step work): the batch copied to the GPU, gradients set to None, per
-micro-batch a copy of it, the forward under autocast, a cross-entropy on the bf16 logits, the
-backward; the two training metrics (cross-entropy, perplexity: each a full cross-entropy of the
+micro-batch a copy of it, the forward under autocast, flash-attn's fused cross-entropy on the bf16 logits
+(llm-foundry's default `loss_fn`), the backward, the logits kept until the next forward returns
+(Composer's `state.outputs`); the two training metrics (cross-entropy, perplexity: each a full cross-entropy of the
 logits under autocast, no grad); gradient clipping at norm 1 (FSDP's `clip_grad_norm_`); Composer's
 DecoupledAdamW (or DecoupledLionW), one parameter at a time with its step counter read back; then
 the loss and the step's timing all-reduced and the metrics gathered across ranks.
@@ -53,6 +54,7 @@ SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NONE")
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
 IGNORE_INDEX = -100
+LOSS_FNS = ("fused_crossentropy", "torch_crossentropy")
 
 
 @dataclass(frozen=True)
@@ -395,6 +397,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--limit-all-gathers", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--use-orig-params", action=argparse.BooleanOptionalAction, default=True,
                    help="FSDP use_orig_params (Composer >= 0.16: on; torch 1.13 had flat parameters only)")
+    p.add_argument("--loss-fn", default="fused_crossentropy", choices=LOSS_FNS,
+                   help="llm-foundry's loss_fn: fused_crossentropy (flash-attn's fused kernel: no log-probabilities\n"
+                        "kept; llm-foundry's default) or torch_crossentropy (default fused_crossentropy)")
     p.add_argument("--optimizer", default="decoupled_adamw", choices=("decoupled_adamw", "decoupled_lionw"))
     p.add_argument("--lr", type=float, default=2.0e-4)
     p.add_argument("--weight-decay", type=float, default=0.0)
@@ -491,6 +496,62 @@ def shard(model: MPTForCausalLM, args: argparse.Namespace) -> nn.Module:
     return wrapped
 
 
+# ---- loss (llm-foundry's `loss_fn`) -------------------------------------------------------------------
+
+CE_CHUNK_BYTES = 1 << 28
+"""Row chunks of the fused cross-entropy's logits: a chunk's softmax is its only temporary."""
+
+
+def _row_chunks(logits: torch.Tensor) -> list[slice]:
+    rows = max(1, CE_CHUNK_BYTES // max(1, logits.shape[1] * logits.element_size()))
+    return [slice(i, min(i + rows, logits.shape[0])) for i in range(0, logits.shape[0], rows)]
+
+
+class FusedCrossEntropy(torch.autograd.Function):
+    """flash-attn's fused cross-entropy (`flash_attn.losses.cross_entropy.CrossEntropyLoss`, llm-foundry's
+    default `loss_fn: fused_crossentropy` since March 2023) as its memory behaves: per-token fp32 losses of
+    the logits as they are (no fp32 copy, no log-probabilities kept), the logits themselves saved for
+    backward, which writes the gradient into one new logits-sized tensor (`inplace_backward` off, as
+    llm-foundry builds it). The kernel holds a row in registers; here torch ops run over row chunks of at
+    most `CE_CHUNK_BYTES`, whose softmax is the only temporary. Ignored targets get loss and gradient 0."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> torch.Tensor:
+        losses = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        index = target.clamp(min=0)[:, None]  # ignored rows read entry 0; their loss is zeroed below
+        with torch.autocast(logits.device.type, enabled=False):  # the kernel reads the logits' own dtype
+            for rows in _row_chunks(logits):
+                log_probs = torch.log_softmax(logits[rows], dim=-1)
+                losses[rows] = log_probs.gather(1, index[rows]).squeeze(1).neg()
+        losses.masked_fill_(target == ignore_index, 0.0)
+        ctx.save_for_backward(logits, target)
+        ctx.ignore_index = ignore_index
+        return losses
+
+    @staticmethod
+    def backward(ctx, grad_losses: torch.Tensor):
+        logits, target = ctx.saved_tensors
+        scale = grad_losses.masked_fill(target == ctx.ignore_index, 0.0).to(logits.dtype)[:, None]
+        index = target.clamp(min=0)[:, None]
+        grad = torch.empty_like(logits)
+        with torch.autocast(logits.device.type, enabled=False):
+            for rows in _row_chunks(logits):
+                part = grad[rows]
+                torch.softmax(logits[rows], dim=-1, out=part)  # d loss / d logits = softmax - one-hot
+                part.scatter_add_(1, index[rows], torch.full_like(index[rows], -1, dtype=part.dtype))
+                part.mul_(scale[rows])
+        return grad, None, None
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, loss_fn: str) -> torch.Tensor:
+    """Mean cross-entropy over the non-ignored targets: `loss_fn` as llm-foundry's (`fused_crossentropy`:
+    flash-attn's, its losses summed over the count of scored tokens; `torch_crossentropy`: torch's, which
+    keeps the log-probabilities for backward)."""
+    if loss_fn == "torch_crossentropy":
+        return F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX)
+    return FusedCrossEntropy.apply(logits, target, IGNORE_INDEX).sum() / (target != IGNORE_INDEX).sum()
+
+
 # ---- training -------------------------------------------------------------------------------------
 
 def targets_of(labels: torch.Tensor) -> torch.Tensor:
@@ -572,15 +633,15 @@ def train(args: argparse.Namespace) -> None:
             copy = {k: v.clone() for k, v in micro.items()}  # Composer's deepcopy of the micro-batch
             with precision_context(args.precision):
                 logits = model(micro["input_ids"])
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets_of(micro["labels"]).view(-1),
-                                   ignore_index=IGNORE_INDEX)
+            loss = cross_entropy(logits.view(-1, logits.shape[-1]), targets_of(micro["labels"]).view(-1),
+                                 args.loss_fn)
             micro_loss = torch.zeros(1, device="cuda").add_(loss.mean())
             total += micro_loss.detach().clone().mean() * (size / per_rank)
             micro_loss.mul_(size / per_rank)
             micro_loss.backward()
             if args.train_metrics:
                 update_metrics(logits.detach(), copy["labels"], states)
-            del logits, loss, micro_loss
+            del loss, micro_loss  # the logits stay until the next forward returns (Composer's state.outputs)
         if args.clip_norm:
             model.clip_grad_norm_(args.clip_norm)
         opt.step()
