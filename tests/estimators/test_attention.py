@@ -179,3 +179,20 @@ def test_hopper_backward_products_run_at_the_shared_memory_rate():
     cudnn = est.predict(attention("sdpa_bwd", "h100-sxm", b, s, d))["duration_ns"][0] * 1e-9
     products = 5 * 2 * b * s * s * d / H100.peak_flops("bf16")
     assert cudnn == pytest.approx(max(products, softmax_seconds(H100, b * s * s, BACKWARD_FP32_OPS)), rel=1e-9)
+
+
+def test_breakdown_parts_add_up_to_the_prediction():
+    """`AttentionPredictor.breakdown` (benchmarks/attention_breakdown.py) shows the parts `compose` adds."""
+    from maya.estimators.families.attention import AttentionPredictor
+    from maya.estimators.hardware_table import hardware_arrays
+
+    est = KernelEstimator()
+    calls = pd.concat([attention(op, hw, 16, 8192, 128) for hw in ("a100-sxm-80gb", "h100-sxm")
+                       for op in ("flash_fwd_causal", "flash_bwd_causal", "sdpa_fwd_causal")], ignore_index=True)
+    parts = AttentionPredictor().breakdown(calls, hardware_arrays(calls), est.predict)
+    predicted = est.predict(calls)["duration_ns"].to_numpy() * 1e-9
+    assert parts["seconds"].to_numpy() == pytest.approx(predicted, rel=1e-9)
+    serial = parts["products_s"] + parts["exp2_s"] + parts["fp32_s"]
+    overlapped = np.maximum(parts["products_s"], parts["exp2_s"] + parts["fp32_s"])
+    assert parts["seconds"].to_numpy() == pytest.approx(np.where(parts["overlapped"], overlapped, serial), rel=1e-9)
+    assert parts["slowdown"].tolist() == [1.0, 1.0, 1.0, 1.5, 2.0, 1.0]

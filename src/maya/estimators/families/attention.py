@@ -55,6 +55,8 @@ Call frame: `batch` = batch x heads, `m` query length, `n` key length, `k` head 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -137,6 +139,19 @@ class AttentionPredictor(FamilyPredictor):
                 "causal": _causal(_ops(calls)).astype("float64")}
 
     def compose(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed:
+        return self._parts(calls, hw, price).composed()
+
+    def breakdown(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> pd.DataFrame:
+        """Per call, the parts `compose` adds up (seconds; the GEMM family's central estimates): `gemm_s` the
+        products as cuBLAS would run them (causal share applied), `slowdown` what the fused kernel's MMA and
+        shared memory make of them (`products_s` = gemm_s x slowdown), `exp2_s`, `fp32_s`, `memory_s`."""
+        parts = self._parts(calls, hw, price)
+        gemm_s = parts.tensor[0] * parts.share
+        return pd.DataFrame({"gemm_s": gemm_s, "slowdown": parts.slowdown, "products_s": gemm_s * parts.slowdown,
+                             "exp2_s": parts.exp2_s, "fp32_s": parts.fp32_s, "memory_s": parts.memory_s,
+                             "overlapped": parts.overlapped, "seconds": parts.composed().seconds})
+
+    def _parts(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> _Parts:
         b, m, n, d = _shape(calls)
         op = _ops(calls)
         itemsize = element_bytes(calls["dtype"])
@@ -145,27 +160,46 @@ class AttentionPredictor(FamilyPredictor):
         backward = np.char.find(op, "bwd") >= 0
         passes = _pass(op)
         share = np.where(_causal(op), causal_tile_share(m, n), 1.0)
-        memory_s = _traffic(op, b, m, n, d, itemsize) / hw.bandwidth
-        tensor = _tensor_core_seconds(price, hardware, dtype, b, m, n, d, itemsize, backward, ~passes)
         elements = b * m * n * share
         sfu_rate = hw.sm_count * sfu_ops_per_clock(hw.architecture) * hw.boost_clock_hz
         flash = np.char.startswith(op, "flash")
         key_tile = np.where(flash, flash_forward_key_tile(d), TILE)
         fp32_ops = np.where(backward, BACKWARD_FP32_OPS, FORWARD_FP32_OPS + d / key_tile)
-        softmax_s = elements * (EXP_PER_ELEMENT / sfu_rate + fp32_ops / (hw.fp32_flops / 2))
         overlapped = (np.char.startswith(op, "sdpa") & (hw.architecture >= WARP_SPECIALISED_MIN_ARCHITECTURE))
         slowdown = np.where(overlapped, 1.0, 1.0 / synchronous_mma_share(hw.architecture))
-        tensor_per_clock = tensor_flops_per_clock(hw)
-        slowdown = np.where(flash, np.maximum(slowdown, flash_smem_ratio(d, backward, tensor_per_clock)), slowdown)
+        slowdown = np.where(flash, np.maximum(slowdown, flash_smem_ratio(d, backward, tensor_flops_per_clock(hw))),
+                            slowdown)
+        return _Parts(
+            tensor=_tensor_core_seconds(price, hardware, dtype, b, m, n, d, itemsize, backward, ~passes),
+            share=share, slowdown=slowdown, exp2_s=elements * EXP_PER_ELEMENT / sfu_rate,
+            fp32_s=elements * fp32_ops / (hw.fp32_flops / 2), memory_s=_traffic(op, b, m, n, d, itemsize) / hw.bandwidth,
+            overlapped=overlapped, passes=passes,
+            memory_pass=_memory_pass_seconds(price, hardware, dtype, op, b, m, d, itemsize, passes))
 
+
+@dataclass(frozen=True)
+class _Parts:
+    tensor: tuple[np.ndarray, np.ndarray, np.ndarray]
+    """The GEMM family's time for the products, unmasked (central, low, high)."""
+    share: np.ndarray
+    slowdown: np.ndarray
+    exp2_s: np.ndarray
+    fp32_s: np.ndarray
+    memory_s: np.ndarray
+    overlapped: np.ndarray
+    passes: np.ndarray
+    memory_pass: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+    def composed(self) -> Composed:
+        """Products (masked share, slowed) then softmax in order, or overlapped; never under the HBM time."""
         def total(tensor_s: np.ndarray) -> np.ndarray:
-            tensor_s = tensor_s * share * slowdown
-            compute = np.where(overlapped, np.maximum(tensor_s, softmax_s), tensor_s + softmax_s)
-            return np.maximum(compute, memory_s)
+            tensor_s = tensor_s * self.share * self.slowdown
+            softmax_s = self.exp2_s + self.fp32_s
+            compute = np.where(self.overlapped, np.maximum(tensor_s, softmax_s), tensor_s + softmax_s)
+            return np.maximum(compute, self.memory_s)
 
-        fused = [total(t) for t in tensor]
-        memory_pass = _memory_pass_seconds(price, hardware, dtype, op, b, m, d, itemsize, passes)
-        return Composed(*(np.where(passes, p, f) for f, p in zip(fused, memory_pass)))
+        fused = [total(t) for t in self.tensor]
+        return Composed(*(np.where(self.passes, p, f) for f, p in zip(fused, self.memory_pass)))
 
 
 def causal_tile_share(m: np.ndarray, n: np.ndarray) -> np.ndarray:
