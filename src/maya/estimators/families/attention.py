@@ -43,8 +43,8 @@ rather than learned, unless a learned attention model exists:
   documented 128 B per clock per SM (32 banks of 32 bits: CUDA C++ Programming Guide, shared memory of
   compute capability 5.x and later). Where those reads take longer than the products at the tensor-core
   peak (`TENSOR_FLOPS_PER_CLOCK`), the products run at the shared-memory rate instead: their time is the
-  GEMM family's times the larger of 1 / `SYNCHRONOUS_MMA_SHARE` and that ratio (H100 backward, head dim
-  128: 2.0 instead of 1.5; every A100 case and the H100 forward: unchanged).
+  GEMM family's times the larger of 1 / `SYNCHRONOUS_MMA_SHARE` and that ratio (head dim 128: H100 backward
+  2.0 instead of 1.5; A100 forward and backward and H100 forward unchanged).
 
 FlashAttention-2's backward also launches two memory passes (`flash_bwd_preprocess`: D = rowsum(dO * O)
 and the zeroed fp32 dQ accumulator; `flash_bwd_postprocess`: dQ converted from fp32), priced as the
@@ -111,7 +111,8 @@ FLASH_BACKWARD_TILES: dict[int, tuple[int, int, int, int, int, int]] = {64: (128
 """FlashAttention-2's backward tiles by head dimension for GPUs with >= 144 KB of shared memory per block
 (A100, H100): `kBlockM`, `kBlockN`, warps, and the warps along the rows of S/dP (`AtomLayoutMSdP`), of
 dK/dV (`AtomLayoutNdKV`) and of dQ (`AtomLayoutMdQ`) (flash_bwd_launch_template.h, `run_mha_bwd_hdim64/128`).
-Other head dimensions' kernels (32, 96, above 128) use other tiles: not modelled (only the synchronous-MMA share applies)."""
+Other head dimensions' kernels (32, 96, above 128) use other tiles: not modelled (only the synchronous-MMA
+share applies)."""
 LSE_BYTES = 4
 """fp32 per query row: the log-sum-exp the forward saves (and the backward's D = rowsum(dO * O))."""
 ACCUMULATOR_BYTES = 4
@@ -172,7 +173,8 @@ class AttentionPredictor(FamilyPredictor):
         return _Parts(
             tensor=_tensor_core_seconds(price, hardware, dtype, b, m, n, d, itemsize, backward, ~passes),
             share=share, slowdown=slowdown, exp2_s=elements * EXP_PER_ELEMENT / sfu_rate,
-            fp32_s=elements * fp32_ops / (hw.fp32_flops / 2), memory_s=_traffic(op, b, m, n, d, itemsize) / hw.bandwidth,
+            fp32_s=elements * fp32_ops / (hw.fp32_flops / 2),
+            memory_s=_traffic(op, b, m, n, d, itemsize) / hw.bandwidth,
             overlapped=overlapped, passes=passes,
             memory_pass=_memory_pass_seconds(price, hardware, dtype, op, b, m, d, itemsize, passes))
 
@@ -213,7 +215,8 @@ def causal_tile_share(m: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 
 def flash_forward_key_tile(d: np.ndarray) -> np.ndarray:
-    """FlashAttention-2's forward key tile (`kBlockN`) for head dimension `d` (`TILE` above 128)."""
+    """FlashAttention-2's forward key tile (`kBlockN`) for head dimension `d` (`TILE` where its tiles are not
+    modelled)."""
     return np.array([FLASH_FORWARD_TILES[t][1] if t else TILE for t in _template_head_dims(d)], dtype="float64")
 
 
@@ -264,6 +267,7 @@ def _template_head_dims(d: np.ndarray) -> list[int]:
 
 
 def tensor_flops_per_clock(hw: HardwareArrays) -> np.ndarray:
+    """Per call, dense tensor-core FLOPs per clock per SM (`TENSOR_FLOPS_PER_CLOCK`, else from the catalog)."""
     derived = hw.peak_flops / (hw.sm_count * hw.boost_clock_hz)
     return np.array([TENSOR_FLOPS_PER_CLOCK.get(int(a), x) for a, x in zip(hw.architecture, derived)], dtype="float64")
 
