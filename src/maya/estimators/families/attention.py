@@ -35,6 +35,16 @@ rather than learned, unless a learned attention model exists:
   (FlashAttention-3 paper, Shah et al. 2024, section 2: "mma.sync can only reach 2/3 of the peak
   throughput of the Hopper Tensor Cores", from Luo et al.'s microbenchmarks of Hopper), so their products
   take 1 / share the time cuBLAS would. Architectures not in the table are not slowed (no public figure).
+- **shared-memory operands** (`flash_*` ops, `flash_smem_ratio`): `mma.sync` takes its operands from
+  registers, which FlashAttention-2 fills from shared memory with `ldmatrix` before every product, each
+  warp loading the rows and columns of its own warp tile. With FlashAttention-2's tiles and warp layouts
+  (`FLASH_FORWARD_TILES`, `FLASH_BACKWARD_TILES`, its launch templates for A100/H100-class shared memory)
+  the backward's small warp tiles (32 x 32 for S, dP, dQ) read 16 B of shared memory per 16 FLOPs, at the
+  documented 128 B per clock per SM (32 banks of 32 bits: CUDA C++ Programming Guide, shared memory of
+  compute capability 5.x and later). Where those reads take longer than the products at the tensor-core
+  peak (`TENSOR_FLOPS_PER_CLOCK`), the products run at the shared-memory rate instead: their time is the
+  GEMM family's times the larger of 1 / `SYNCHRONOUS_MMA_SHARE` and that ratio (head dim 128: H100 backward
+  2.0 instead of 1.5; A100 forward and backward and H100 forward unchanged).
 
 FlashAttention-2's backward also launches two memory passes (`flash_bwd_preprocess`: D = rowsum(dO * O)
 and the zeroed fp32 dQ accumulator; `flash_bwd_postprocess`: dQ converted from fp32), priced as the
@@ -44,6 +54,8 @@ Call frame: `batch` = batch x heads, `m` query length, `n` key length, `k` head 
 `<kernel>_<fwd|bwd>[_causal]` with kernel `sdpa` (cuDNN) or `flash`.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -63,8 +75,10 @@ BACKWARD_FLOPS = BACKWARD_PRODUCTS / FORWARD_PRODUCTS
 FORWARD_FP32_OPS = 3.5
 """FP32-pipe instructions per score element in the forward beyond the exponential: the row maximum, the
 fused scale-and-subtract feeding exp2, the row sum, and half a conversion to 16 bits (P is packed in pairs
-for the PV product). The rescaling of the output accumulator adds `k / TILE` (d multiplies per query row and
-key tile)."""
+for the PV product; on Ampere the ALU pipe does the packed FP32-to-16-bit conversion, Nsight Compute's
+kernel profiling guide, "alu" pipeline: not the CUDA guide's 16-per-clock conversion units). The rescaling
+of the output accumulator adds `k / key tile` (d multiplies per query row and key tile: FlashAttention-2's
+`kBlockN`, `FLASH_FORWARD_TILES`; `TILE` for other kernels)."""
 BACKWARD_FP32_OPS = 4.0
 """Per score element in the backward beyond the exponential: the scale-and-subtract recomputing P,
 dS = P * (dP - D) (a subtract and a multiply), and the 16-bit conversions of P and dS (half each)."""
@@ -80,6 +94,25 @@ WARP_SPECIALISED_MIN_ARCHITECTURE = 90
 SYNCHRONOUS_MMA_SHARE: dict[int, float] = {90: 2 / 3}
 """Share of the tensor-core peak synchronous `mma.sync` reaches, by compute capability, where the peak needs
 warpgroup MMA (FlashAttention-3 paper, section 2, citing Luo et al.'s Hopper microbenchmarks)."""
+SMEM_BYTES_PER_CLOCK = 128.0
+"""Shared-memory bandwidth per SM: 32 banks of 32 bits per clock (CUDA C++ Programming Guide, shared memory of
+compute capability 5.x, kept by every later architecture)."""
+TENSOR_FLOPS_PER_CLOCK: dict[int, float] = {80: 2048.0, 90: 4096.0}
+"""Dense 16-bit tensor-core FLOPs per clock per SM: A100 whitepaper (1,024 FP16 FMA per clock per SM), H100
+whitepaper (twice A100's per SM, clock for clock). Other architectures: the catalog's peak / (SMs x clock)."""
+FLASH_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
+"""Head dimensions FlashAttention-2 compiles kernels for; a call runs the smallest that holds its own."""
+FLASH_FORWARD_TILES: dict[int, tuple[int, int, int]] = {64: (128, 128, 4), 128: (128, 64, 4)}
+"""FlashAttention-2's forward tiles by head dimension (the kernel's template head dimension): queries
+(`kBlockM`), keys (`kBlockN`) and warps, the warps splitting the queries (flash_fwd_launch_template.h,
+`run_mha_fwd_hdim64/128`, sm80/sm90; torch 2.1's copy is the same)."""
+FLASH_BACKWARD_TILES: dict[int, tuple[int, int, int, int, int, int]] = {64: (128, 128, 8, 4, 4, 4),
+                                                                       128: (64, 128, 8, 2, 4, 2)}
+"""FlashAttention-2's backward tiles by head dimension for GPUs with >= 144 KB of shared memory per block
+(A100, H100): `kBlockM`, `kBlockN`, warps, and the warps along the rows of S/dP (`AtomLayoutMSdP`), of
+dK/dV (`AtomLayoutNdKV`) and of dQ (`AtomLayoutMdQ`) (flash_bwd_launch_template.h, `run_mha_bwd_hdim64/128`).
+Other head dimensions' kernels (32, 96, above 128) use other tiles: not modelled (only the synchronous-MMA
+share applies)."""
 LSE_BYTES = 4
 """fp32 per query row: the log-sum-exp the forward saves (and the backward's D = rowsum(dO * O))."""
 ACCUMULATOR_BYTES = 4
@@ -107,6 +140,19 @@ class AttentionPredictor(FamilyPredictor):
                 "causal": _causal(_ops(calls)).astype("float64")}
 
     def compose(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed:
+        return self._parts(calls, hw, price).composed()
+
+    def breakdown(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> pd.DataFrame:
+        """Per call, the parts `compose` adds up (seconds; the GEMM family's central estimates): `gemm_s` the
+        products as cuBLAS would run them (causal share applied), `slowdown` what the fused kernel's MMA and
+        shared memory make of them (`products_s` = gemm_s x slowdown), `exp2_s`, `fp32_s`, `memory_s`."""
+        parts = self._parts(calls, hw, price)
+        gemm_s = parts.tensor[0] * parts.share
+        return pd.DataFrame({"gemm_s": gemm_s, "slowdown": parts.slowdown, "products_s": gemm_s * parts.slowdown,
+                             "exp2_s": parts.exp2_s, "fp32_s": parts.fp32_s, "memory_s": parts.memory_s,
+                             "overlapped": parts.overlapped, "seconds": parts.composed().seconds})
+
+    def _parts(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> _Parts:
         b, m, n, d = _shape(calls)
         op = _ops(calls)
         itemsize = element_bytes(calls["dtype"])
@@ -115,23 +161,47 @@ class AttentionPredictor(FamilyPredictor):
         backward = np.char.find(op, "bwd") >= 0
         passes = _pass(op)
         share = np.where(_causal(op), causal_tile_share(m, n), 1.0)
-        memory_s = _traffic(op, b, m, n, d, itemsize) / hw.bandwidth
-        tensor = _tensor_core_seconds(price, hardware, dtype, b, m, n, d, itemsize, backward, ~passes)
         elements = b * m * n * share
         sfu_rate = hw.sm_count * sfu_ops_per_clock(hw.architecture) * hw.boost_clock_hz
-        fp32_ops = np.where(backward, BACKWARD_FP32_OPS, FORWARD_FP32_OPS + d / TILE)
-        softmax_s = elements * (EXP_PER_ELEMENT / sfu_rate + fp32_ops / (hw.fp32_flops / 2))
+        flash = np.char.startswith(op, "flash")
+        key_tile = np.where(flash, flash_forward_key_tile(d), TILE)
+        fp32_ops = np.where(backward, BACKWARD_FP32_OPS, FORWARD_FP32_OPS + d / key_tile)
         overlapped = (np.char.startswith(op, "sdpa") & (hw.architecture >= WARP_SPECIALISED_MIN_ARCHITECTURE))
-        mma_share = np.where(overlapped, 1.0, synchronous_mma_share(hw.architecture))
+        slowdown = np.where(overlapped, 1.0, 1.0 / synchronous_mma_share(hw.architecture))
+        slowdown = np.where(flash, np.maximum(slowdown, flash_smem_ratio(d, backward, tensor_flops_per_clock(hw))),
+                            slowdown)
+        return _Parts(
+            tensor=_tensor_core_seconds(price, hardware, dtype, b, m, n, d, itemsize, backward, ~passes),
+            share=share, slowdown=slowdown, exp2_s=elements * EXP_PER_ELEMENT / sfu_rate,
+            fp32_s=elements * fp32_ops / (hw.fp32_flops / 2),
+            memory_s=_traffic(op, b, m, n, d, itemsize) / hw.bandwidth,
+            overlapped=overlapped, passes=passes,
+            memory_pass=_memory_pass_seconds(price, hardware, dtype, op, b, m, d, itemsize, passes))
 
+
+@dataclass(frozen=True)
+class _Parts:
+    tensor: tuple[np.ndarray, np.ndarray, np.ndarray]
+    """The GEMM family's time for the products, unmasked (central, low, high)."""
+    share: np.ndarray
+    slowdown: np.ndarray
+    exp2_s: np.ndarray
+    fp32_s: np.ndarray
+    memory_s: np.ndarray
+    overlapped: np.ndarray
+    passes: np.ndarray
+    memory_pass: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+    def composed(self) -> Composed:
+        """Products (masked share, slowed) then softmax in order, or overlapped; never under the HBM time."""
         def total(tensor_s: np.ndarray) -> np.ndarray:
-            tensor_s = tensor_s * share / mma_share
-            compute = np.where(overlapped, np.maximum(tensor_s, softmax_s), tensor_s + softmax_s)
-            return np.maximum(compute, memory_s)
+            tensor_s = tensor_s * self.share * self.slowdown
+            softmax_s = self.exp2_s + self.fp32_s
+            compute = np.where(self.overlapped, np.maximum(tensor_s, softmax_s), tensor_s + softmax_s)
+            return np.maximum(compute, self.memory_s)
 
-        fused = [total(t) for t in tensor]
-        memory_pass = _memory_pass_seconds(price, hardware, dtype, op, b, m, d, itemsize, passes)
-        return Composed(*(np.where(passes, p, f) for f, p in zip(fused, memory_pass)))
+        fused = [total(t) for t in self.tensor]
+        return Composed(*(np.where(self.passes, p, f) for f, p in zip(fused, self.memory_pass)))
 
 
 def causal_tile_share(m: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -142,6 +212,64 @@ def causal_tile_share(m: np.ndarray, n: np.ndarray) -> np.ndarray:
     kept = square * (square + 1) / 2 + np.maximum(q_tiles - k_tiles, 0) * k_tiles
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(q_tiles * k_tiles > 0, kept / (q_tiles * k_tiles), 1.0)
+
+
+def flash_forward_key_tile(d: np.ndarray) -> np.ndarray:
+    """FlashAttention-2's forward key tile (`kBlockN`) for head dimension `d` (`TILE` where its tiles are not
+    modelled)."""
+    return np.array([FLASH_FORWARD_TILES[t][1] if t else TILE for t in _template_head_dims(d)], dtype="float64")
+
+
+def flash_smem_ratio(d: np.ndarray, backward: np.ndarray, tensor_per_clock: np.ndarray) -> np.ndarray:
+    """Per call, the time FlashAttention-2's shared-memory operand traffic takes over the time its products take
+    at the tensor-core peak, for one tile pair of the kernel's tiles (0 where the head dimension's tiles are
+    not modelled)."""
+    out = np.zeros(len(d))
+    for i, (t, bwd) in enumerate(zip(_template_head_dims(d), backward)):
+        if t:
+            smem_bytes, flops = (flash_backward_tile_traffic if bwd else flash_forward_tile_traffic)(t)
+            out[i] = (smem_bytes / SMEM_BYTES_PER_CLOCK) / (flops / tensor_per_clock[i])
+    return out
+
+
+def flash_forward_tile_traffic(d: int) -> tuple[float, float]:
+    """Shared-memory bytes (read by `ldmatrix`, written by the tile copies) and FLOPs per forward tile pair.
+    Each of the `warps` warps owns `queries / warps` query rows: for S = Q K^T it reads its Q rows and the
+    whole K tile, for O += P V (P from its registers) the whole V tile; the K and V tiles are copied in."""
+    queries, keys, warps = FLASH_FORWARD_TILES[d]
+    reads = 2 * d * (queries + warps * keys) + 2 * warps * keys * d
+    writes = 2 * 2 * keys * d
+    return float(reads + writes), float(4 * queries * keys * d)
+
+
+def flash_backward_tile_traffic(d: int) -> tuple[float, float]:
+    """Shared-memory bytes and FLOPs per backward tile pair (`kBlockM` queries x `kBlockN` keys). A product of
+    an [r x c] output with reduction `depth`, its warps in a `along_rows` x (warps / along_rows) grid, reads
+    each warp's A rows and B columns: 2 * depth * (warps * r / along_rows + c * along_rows) bytes. S = Q K^T
+    and dP = dO V^T ([M x N], depth d), dV = P^T dO and dK = dS^T Q ([N x d], depth M), dQ = dS K ([M x d],
+    depth N); P and dS are written to shared memory (the dV and dK products read them transposed) and the
+    next Q and dO tiles copied in. dQ's fp32 atomic adds go from registers to L2."""
+    m, n, warps, s_dp, d_kv, d_q = FLASH_BACKWARD_TILES[d]
+
+    def reads(r: int, c: int, depth: int, along_rows: int) -> int:
+        return 2 * depth * (warps * r // along_rows + c * along_rows)
+
+    total = 2 * reads(m, n, d, s_dp) + 2 * reads(n, d, m, d_kv) + reads(m, d, n, d_q)
+    total += 2 * 2 * m * n + 2 * 2 * m * d
+    return float(total), float(5 * 2 * m * n * d)
+
+
+def _template_head_dims(d: np.ndarray) -> list[int]:
+    """The head dimension of the FlashAttention-2 kernel that runs `d` (it pads up to the next of
+    `FLASH_HEAD_DIMS`); 0 where that kernel's tiles are not modelled."""
+    templates = [next((t for t in FLASH_HEAD_DIMS if v <= t), 0) for v in np.asarray(d, "float64")]
+    return [t if t in FLASH_BACKWARD_TILES else 0 for t in templates]
+
+
+def tensor_flops_per_clock(hw: HardwareArrays) -> np.ndarray:
+    """Per call, dense tensor-core FLOPs per clock per SM (`TENSOR_FLOPS_PER_CLOCK`, else from the catalog)."""
+    derived = hw.peak_flops / (hw.sm_count * hw.boost_clock_hz)
+    return np.array([TENSOR_FLOPS_PER_CLOCK.get(int(a), x) for a, x in zip(hw.architecture, derived)], dtype="float64")
 
 
 def sfu_ops_per_clock(architecture: np.ndarray) -> np.ndarray:
