@@ -157,6 +157,9 @@ def test_fit_recovers_known_parameters_and_is_reproducible(tmp_path):
     frame = _measured(truth, np.random.default_rng(0), tmp_path)
     first, second = fit(frame), fit(frame)
     assert first.params == second.params
+    assert first.params.base_us == {"LL": 6.6, "LL128": 14.0, "simple": 8.4}  # NCCL's tuning model, not fitted
+    assert {k: v.hop_us for k, v in first.params.links.items()} == {"nvlink": 3.4, "nvswitch": 3.4, "pcie": 5.7,
+                                                                     "shm": 5.7}
     error = np.abs(predict(frame, first.params) / frame["measured_us"] - 1)
     assert error.mean() < 0.03
     for cluster, ranks, gpus in [("dgx-a100", 8, None), (PAIRS, 2, None), (PAIRS, 2, [0, 2]),
@@ -211,3 +214,25 @@ def test_shipped_parameters_were_fitted_on_the_shipped_measurements():
     digest = hashlib.sha256(shipped_dataset().read_bytes()).hexdigest()
     assert shipped_params().provenance["sha256"] == digest, (
         "data/collectives/nccl.json was fitted on other measurements: rerun python -m maya.estimators.collective_fit")
+
+
+def test_a_send_timed_on_the_sender_ends_one_fifo_early_where_nccls_p2p_transport_reads():
+    from maya.estimators.collectives import P2P_READ_FIFO_BYTES
+
+    sizes = np.array([64.0, 128.0]) * 2**20
+    a100 = CollectiveModel(PAIRS)  # A100 (sm_80) pairs on NVLink: the receiver reads from the sender's FIFO
+    transfer = a100.time("send", sizes, ranks=2)
+    sender = a100.time("send", sizes, ranks=2, sender=True)
+    assert list(transfer.protocol) == list(sender.protocol) == ["simple", "simple"]
+    seconds_per_byte = (transfer.seconds[1] - transfer.seconds[0]) / (sizes[1] - sizes[0])
+    early = transfer.seconds - sender.seconds
+    assert early == pytest.approx([P2P_READ_FIFO_BYTES * seconds_per_byte] * 2, rel=1e-6)  # one FIFO's worth
+    assert a100.time("send", 2**20, ranks=2, sender=True).seconds[0] > 0  # below a FIFO: the latency remains
+    assert (a100.time("allreduce", sizes, ranks=2, sender=True).seconds
+            == a100.time("allreduce", sizes, ranks=2).seconds).all()
+    for model, kwargs in [(a100, {"gpus": [1, 2]}),  # PCIe between the pairs: written, not read
+                          (a100, {"nodes": 2}),  # across nodes
+                          (CollectiveModel("h100-nvl-nvlink-pairs-4gpu"), {}),  # Hopper: NCCL writes by default
+                          (CollectiveModel("a40-nvlink-pairs-8gpu"), {})]:  # host memory
+        assert (model.time("send", sizes, ranks=2, sender=True, **kwargs).seconds
+                == model.time("send", sizes, ranks=2, **kwargs).seconds).all()

@@ -27,7 +27,7 @@ class LinkParams:
     efficiency: float
     """Ring bus bandwidth with the Simple protocol over the link's spec line rate per direction."""
     hop_us: float
-    """Latency of one ring step across the link with the Simple protocol."""
+    """Latency of one ring step across the link with the Simple protocol (NCCL's tuning model, not fitted)."""
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,9 @@ class NetworkParams:
 class CollectiveParams:
     links: dict[str, LinkParams]
     base_us: dict[str, float]
-    """Fixed cost of a collective per protocol."""
+    """Fixed cost of a collective per protocol (NCCL's tuning model, not fitted)."""
     hop_ratio: dict[str, float]
-    """Per-hop latency of each protocol relative to Simple's."""
+    """Per-hop latency of each protocol relative to Simple's (NCCL's tuning model, not fitted)."""
     bandwidth_ratio: dict[str, float]
     """Bandwidth of each protocol relative to Simple's (LL: flags in every 8 bytes; LL128: in every 128)."""
     p2p_gain: float

@@ -8,9 +8,16 @@ gathered output; reduce-scatter: the input; all-to-all: the bytes each rank send
 bus-bandwidth factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter (n-1)/n; others 1). The bus bandwidth
 is that of the ring's slowest hop: a link's spec line rate (`ClusterSpec`) times the share NCCL reaches on
 that kind of link, and across nodes what the node's network carries. On nodes whose NVLink joins pairs,
-the ring crosses PCIe between pairs, so PCIe sets its bandwidth. Shares, latencies and protocol ratios are
-learned from measurements (`CollectiveParams`); NVLS (in-switch reduction) moves S each way per GPU,
-a tree all-reduce runs at 0.92 x half the ring's bus bandwidth (NCCL's own tree model).
+the ring crosses PCIe between pairs, so PCIe sets its bandwidth. Shares and protocol bandwidth ratios are
+learned from measurements (`CollectiveParams`), latencies inside a node are NCCL's tuning model's; NVLS
+(in-switch reduction) moves S each way per GPU, a tree all-reduce runs at 0.92 x half the ring's bus
+bandwidth (NCCL's own tree model).
+
+A send/recv is priced as the transfer the receiver waits for. Timed on the sender (`sender=True`, as Vidur
+measured), a Simple-protocol send between Ampere GPUs on NVLink ends one FIFO earlier: there NCCL's P2P
+transport reads (the receiver pulls from the sender's FIFO, `ncclTopoCheckP2p`: "P2P Read for Ampere/NVLink
+only"), so the sender's kernel returns once its last chunk is in its own FIFO of `NCCL_BUFFSIZE` (4 MiB by
+default, NCCL's environment documentation) while the receiver still pulls up to that much.
 """
 from __future__ import annotations
 
@@ -24,7 +31,8 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import collective_name
 
-from maya.core.clusters import NETWORK, NVSWITCH, PCIE, SHM, ClusterSpec, load_cluster
+from maya.core import hardware
+from maya.core.clusters import NETWORK, NVLINK, NVSWITCH, PCIE, SHM, ClusterSpec, load_cluster
 
 from .collective_params import CollectiveParams, NetworkParams, shipped_params
 
@@ -38,6 +46,12 @@ def priced_name(collective: str) -> str | None:
     name = "sendrecv" if name in ("send", "recv") else name
     return name if name in PRICED_COLLECTIVES else None
 
+
+P2P_READ_FIFO_BYTES = 4 * 2**20
+"""Simple protocol's FIFO per peer (`NCCL_BUFFSIZE` default): what a reading receiver may still pull when the
+sender returns."""
+P2P_READ_CAPABILITY = (8, 0)
+"""Compute capability NCCL enables P2P reads for over NVLink by default (Ampere sm_80)."""
 
 TREE_BANDWIDTH = 0.92
 """Tree all-reduce bus bandwidth relative to the ring's, per NCCL's tuning model."""
@@ -71,18 +85,22 @@ class CollectiveModel:
         if network is not None and network not in self.params.networks:
             raise ValueError(f"no measured network {network!r}; known: {', '.join(sorted(self.params.networks))}")
         self._network = self._network_of(network)
+        self._ampere = self._is_ampere()
 
     def time(self, collective: str, nbytes: float | np.ndarray, ranks: int, nodes: int | None = None, *,
-             algorithm: str | None = None, gpus: Sequence[int] | None = None) -> CollectiveTime:
+             algorithm: str | None = None, gpus: Sequence[int] | None = None,
+             sender: bool = False) -> CollectiveTime:
         """Fastest (or the named `algorithm`'s) time of `collective` over `ranks` GPUs on `nodes` nodes (default:
         packed, `gpus_per_node` per node) for each size in `nbytes`. `gpus`: the local indices of the GPUs each
-        node contributes (for send/recv inside a node, the two ends; default the first ones)."""
+        node contributes (for send/recv inside a node, the two ends; default the first ones). `sender`: a
+        send/recv as timed on the sender (see the module's docstring) instead of the whole transfer."""
         name = priced_name(collective)
         if name is None:
             raise ValueError(f"unknown collective {collective!r}; known: {', '.join(PRICED_COLLECTIVES)}")
         size = np.atleast_1d(np.asarray(nbytes, dtype="float64"))
         nodes, gpus = self._layout(name, ranks, nodes, gpus)
-        candidates = [c for c in self._candidates(name, size, ranks, nodes, gpus) if algorithm in (None, c[0])]
+        candidates = [c for c in self._candidates(name, size, ranks, nodes, gpus, sender)
+                      if algorithm in (None, c[0])]
         if not candidates:
             raise ValueError(f"{algorithm!r} does not run {name} on {ranks} ranks over {nodes} node(s)")
         times = np.stack([c[2] for c in candidates])
@@ -91,9 +109,9 @@ class CollectiveModel:
                               algorithm=np.array([c[0] for c in candidates], dtype=object)[best],
                               protocol=np.array([c[1] for c in candidates], dtype=object)[best])
 
-    def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
+    def predict(self, frame: pd.DataFrame, *, sender: bool = False) -> pd.DataFrame:
         """`frame` (columns `collective`, `bytes`, `ranks`, optional `nodes` and `gpus`: tuples of local GPU
-        indices) with `duration_ns`, `algorithm` and `protocol` added."""
+        indices) with `duration_ns`, `algorithm` and `protocol` added; `sender` as in `time`."""
         out = frame.copy()
         nodes = frame["nodes"] if "nodes" in frame else pd.Series(0, index=frame.index)
         gpus = frame["gpus"] if "gpus" in frame else pd.Series([()] * len(frame), index=frame.index, dtype=object)
@@ -102,7 +120,7 @@ class CollectiveModel:
         keys = [frame["collective"], frame["ranks"], nodes, gpus]
         for (collective, ranks, n, local), rows in frame.groupby(keys, sort=False).groups.items():
             result = self.time(collective, frame.loc[rows, "bytes"].to_numpy(), int(ranks), int(n) or None,
-                               gpus=local or None)
+                               gpus=local or None, sender=sender)
             out.loc[rows, "duration_ns"] = result.seconds * 1e9
             out.loc[rows, "algorithm"], out.loc[rows, "protocol"] = result.algorithm, result.protocol
         return out
@@ -149,8 +167,19 @@ class CollectiveModel:
         """Bytes per microsecond."""
         return gbs * 1e3 * (1.0 if protocol == "simple" else self.params.bandwidth_ratio[protocol])
 
-    def _candidates(self, name: str, size: np.ndarray, ranks: int, nodes: int,
-                    gpus: tuple[int, ...]) -> Iterator[tuple[str, str, np.ndarray]]:
+    def _reads_peer(self, link: str) -> bool:
+        """Whether NCCL's P2P transport reads from the peer on `link` (NVLink between Ampere sm_80 GPUs)."""
+        return link in (NVLINK, NVSWITCH) and self._ampere
+
+    def _is_ampere(self) -> bool:
+        try:
+            part = hardware.get(self.cluster.hardware) if self.cluster.hardware else None
+        except hardware.UnknownHardware:
+            return False
+        return part is not None and (part.sm_major, part.sm_minor) == P2P_READ_CAPABILITY
+
+    def _candidates(self, name: str, size: np.ndarray, ranks: int, nodes: int, gpus: tuple[int, ...],
+                    sender: bool = False) -> Iterator[tuple[str, str, np.ndarray]]:
         """(algorithm, protocol, microseconds) of every way NCCL could run the collective."""
         if ranks <= 1:
             yield "local", "none", np.zeros_like(size)
@@ -159,9 +188,11 @@ class CollectiveModel:
         if name == "sendrecv":
             link = self.cluster.link_between(*gpus[:2]) if nodes == 1 else NETWORK
             gbs = (self._link_gbs(link) if nodes == 1 else self._network.gpu_gbs) * p.p2p_gain
+            ahead = P2P_READ_FIFO_BYTES if sender and nodes == 1 and self._reads_peer(link) else 0.0
             for protocol in self._protocols([link]):
                 latency = p.base_us[protocol] + self._hop_us(link, protocol)
-                yield "p2p", protocol, latency + size / self._bandwidth(protocol, gbs)
+                wire = np.maximum(size - ahead, 0.0) if protocol == "simple" else size  # LL, LL128 write
+                yield "p2p", protocol, latency + wire / self._bandwidth(protocol, gbs)
             return
         per_node = -(-ranks // nodes)
         ring = self.cluster.ring(gpus)
