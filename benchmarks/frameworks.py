@@ -91,7 +91,7 @@ CASES = [
 
 
 def maya(*args: str, cwd: Path | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "maya.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "maya", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
 
 
