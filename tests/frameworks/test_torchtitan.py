@@ -24,3 +24,4 @@ def test_debug_model_fsdp_tp_with_validation(tmp_path, emulate_and_predict):
     assert "stopped after 2 training iterations" in output
     assert re.search(r"validate step:\s+1\s.*loss", output), output[-3000:]
     assert prediction["world_size"] == 8 and prediction["iteration_ns"] > 0
+    assert prediction["mfu"] > 0  # the steady iteration is a training step, not the stopped one's start
