@@ -91,7 +91,7 @@ CASES = [
 
 
 def maya(*args: str, cwd: Path | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "maya.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "maya", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -117,7 +117,8 @@ def run_case(case: Case, iterations: int, work: Path) -> dict:
     if p.returncode != 0:
         return {**row, "status": "predict failed", "error": (p.stdout + p.stderr).strip().splitlines()[-1:]}
     pred = json.loads(p.stdout)
-    unimplemented = [l for l in tail if "unimplemented" in l.lower() and "-" not in l.split("│")[-2:-1]]
+    # the last column of emulate's per-rank table rows ("│ 0 │ complete │ ... │ - │")
+    unimplemented = [l for l in tail if l.startswith("│") and l.split("│")[-2].strip() not in ("", "-")]
     return {**row, "status": "ok", "iteration_ms": round(pred["iteration_ns"] / 1e6, 2),
             "mfu": pred.get("mfu"), "durations": pred.get("durations"), "notes": pred.get("notes", []),
             "unimplemented": unimplemented}

@@ -27,6 +27,7 @@ def emulate(tmp_path, script, *args):
 def test_bookkeeping_reads_are_computed(tmp_path):
     output, out = emulate(tmp_path, "device_bookkeeping.py", "--nproc-per-node", "2")
     assert "tokens 944 of 944" in output  # the count of the real labels (SPMD all-reduce: own data for peers')
+    assert "functional all-reduce tokens 944" in output  # waited through an AsyncCollectiveTensor
     assert "bincount [16, 16, 16, 16, 16, 16, 16, 16]" in output  # 64 tokens x top-2 over 8 experts
     assert "histc [16, 16, 16, 16, 16, 16, 16, 16]" in output
     assert "expert 3 rows 8" in output  # first choices spread over all experts

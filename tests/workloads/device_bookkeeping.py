@@ -1,9 +1,11 @@
 """Bookkeeping over values the host put on the device, read back as a real run reads them: a token count
-of labels (`(labels != -100).sum()`, as validation loops divide by it), an all-reduced count, expert
+of labels (`(labels != -100).sum()`, as validation loops divide by it), an all-reduced count (with
+`dist.all_reduce` and with functional collectives, whose `wait_tensor` goes through a tensor subclass), expert
 counts of a top-2 routing of router scores only a GPU computes (`bincount`, `histc`), the tokens of one
 expert (`nonzero`), offsets (`cumsum(...).tolist()`)."""
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 
 dist.init_process_group("nccl")
 torch.cuda.set_device(dist.get_rank())
@@ -13,6 +15,9 @@ tokens = torch.tensor(0, dtype=torch.int64, device="cuda")
 tokens += (labels.cuda() != -100).sum()
 dist.all_reduce(tokens)
 print(f"tokens {tokens.item()} of {(labels != -100).sum().item()}")
+total = torch.zeros((), dtype=torch.int64, device="cuda")  # torchtitan's validation: a functional all-reduce
+total.add_(funcol.wait_tensor(funcol.all_reduce(tokens, "SUM", group=dist.group.WORLD)))
+print(f"functional all-reduce tokens {total.item()}")
 scores = torch.randn(64, 8, device="cuda").softmax(-1)
 _, experts = scores.topk(2, dim=-1)
 print(f"bincount {torch.bincount(experts.view(-1), minlength=8).tolist()}")

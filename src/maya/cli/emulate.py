@@ -23,8 +23,9 @@ def emulate_cmd(ctx: typer.Context,
                 nproc_per_node: Annotated[Optional[int], typer.Option(min=1, help="GPUs (ranks) per node.")] = None,
                 world_size: Annotated[Optional[int], typer.Option(min=1, help="Total ranks (alternative to "
                                                                              "--nproc-per-node).")] = None,
-                ranks: Annotated[Optional[str], typer.Option(help="Ranks to capture, e.g. 0,8-11 "
-                                                                  "(default: all).")] = None,
+                ranks: Annotated[Optional[str], typer.Option(help=(
+                    "Ranks to capture, e.g. 0,8-11 (default: all); the uncaptured ranks replay the capture of "
+                    "their pipeline stage (an SPMD job assumed, and maya predict says so)."))] = None,
                 hardware: Annotated[str, typer.Option(help="GPU model to emulate: a catalog name (see "
                                                            "data/hardware) or a .json/.yaml file describing one.")]
                 = DEFAULT_HARDWARE,

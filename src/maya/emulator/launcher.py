@@ -29,6 +29,7 @@ from .convert import RankSummary, signature, write_rank
 from .dedup import stage_classes
 from .device_time import ORACLE_ENV
 from .mailbox import Watcher, mark_ended
+from .subset import subset_represents
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,24 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDW
             with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
                 captured = dict(zip(wanted, pool.map(job.capture, wanted)))
             represents = {rank: [rank] for rank in wanted}
+            if ranks is not None and len(wanted) < topology.world_size:
+                represents, job.assumed = _subset(job.writer, topology.world_size, captured)
         job.wait_for_all()
     return job.finish(captured, represents)
+
+
+def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, RankResult]]):
+    """Which uncaptured ranks the captured subset stands for (subset.py), read from the first complete
+    capture's tables; none when no capture completed or its pipeline groups are not evenly strided."""
+    done = [rank for rank, (_, result) in sorted(captured.items()) if result.status == "complete"]
+    alone = {rank: [rank] for rank in captured}
+    if not done:
+        return alone, {}
+    try:
+        return subset_represents(world_size, sorted(captured), read_table(writer.run_dir, "api_calls", [done[0]]),
+                                 read_table(writer.run_dir, "communicators", [done[0]]))
+    except ValueError:
+        return alone, {}
 
 
 class _Job:
@@ -183,6 +200,7 @@ class _Job:
         self.runs: dict[int, Future] = {}
         self.lock = threading.Lock()
         self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
+        self.assumed: dict[int, list[int]] = {}  # uncaptured ranks a subset's capture stands for (subset.py)
 
     def write_run(self, status: str, attrs: dict) -> None:
         if self.device_time:
@@ -255,6 +273,7 @@ class _Job:
         status = ("oom" if any(r.status == "oom" for r in results)
                   else "failed" if any(r.status == "failed" for r in results) else "complete")
         self.write_run(status, {"captured_ranks": sorted(captured), "represents": represents,
+                                **({"represents_assumed": self.assumed} if self.assumed else {}),
                                 "stopped_at_iteration": {r.rank: r.info.get("stopped_at_iteration")
                                                          for r in results if r.info.get("stopped_at_iteration")},
                                 "routing_stand_ins": {r.rank: r.info["host_values"]["routing"] for r in results

@@ -96,11 +96,13 @@ def _steady(bounds: np.ndarray, opcodes: np.ndarray, source: str, evaluating: np
         return Iterations(bounds, np.array([0]), source)
     device = np.add.reduceat(np.isin(opcodes, DEVICE_OPS).astype(np.int64), bounds[:-1])
     steady = list(range(1, count))
+    # a partial last iteration is dropped first: left alone after the evaluating ones, it would be taken for
+    # the steady state (a run stopped just after a validation pass)
+    if len(steady) > 1 and device[steady[-1]] < PARTIAL_SHARE * np.median(device[steady[:-1]]):
+        steady.pop()
     if evaluating is not None and evaluating.any():
         training = [k for k in steady if not evaluating[bounds[k]:bounds[k + 1]].any()]
         steady = training or steady
-    if len(steady) > 1 and device[steady[-1]] < PARTIAL_SHARE * np.median(device[steady[:-1]]):
-        steady.pop()
     return Iterations(bounds, np.array(steady or [count - 1]), source)
 
 

@@ -162,7 +162,7 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     notes = list(sim.notes) + ([retry_note] if retry_note else [])
     if traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
-    notes += stand_in_notes(traces) + routing_notes(traces)
+    notes += stand_in_notes(traces) + routing_notes(traces) + subset_notes(traces)
     notes += timing_notes(traces, hw.name)
     assumptions = [*(assumptions or []), *gpu_assumption(traces, hw, sim.provider)]
     measured = [measured_iteration(traces.ranks[rank], sim.iterations[rank]) for rank in sim.programs]
@@ -267,6 +267,33 @@ def routing_notes(traces: TraceSet) -> list[str]:
     return [f"routing was assumed: {sum(counts.values())} routing decisions on device values ({top}) were given "
             "a balanced router's choices (every expert its share of tokens), so expert GEMMs and all-to-alls "
             "follow that routing, not a trained router's"]
+
+
+def subset_notes(traces: TraceSet) -> list[str]:
+    """A note on ranks `maya emulate --ranks` did not capture and a captured rank of their pipeline stage stands
+    for (run attrs `represents_assumed`, from the emulator's `subset.py`): an SPMD job is assumed, unverified."""
+    try:
+        assumed = json.loads(traces.info.get("attrs") or "{}").get("represents_assumed") or {}
+    except (TypeError, ValueError):
+        return []
+    if not assumed:
+        return []
+    parts = "; ".join(f"rank {rep} for {_ranges(ranks)}"
+                      for rep, ranks in sorted(assumed.items(), key=lambda kv: int(kv[0])))
+    return [f"SPMD assumed: {sum(map(len, assumed.values()))} rank(s) were not captured (--ranks) and replay the "
+            f"capture of a rank of their pipeline stage ({parts}), unverified: work only those ranks do differently "
+            "(rank-specific logging, uneven shards) is not in the prediction"]
+
+
+def _ranges(ranks: list[int]) -> str:
+    """`[1, 2, 3, 7]` -> `1-3, 7`."""
+    out: list[list[int]] = []
+    for r in sorted(ranks):
+        if out and out[-1][1] == r - 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
 
 
 def predict(run_dir: str | Path, *, hardware: str | None = None, durations: DurationProvider | str = "auto",

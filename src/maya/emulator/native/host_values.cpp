@@ -78,6 +78,15 @@ bool plain_device(const at::Tensor& t) {
 
 const void* key_of(const at::Tensor& t) { return t.storage().data(); }
 
+/* A tensor subclass (DTensor, AsyncCollectiveTensor) or functional wrapper: an op on it runs its inner ops on
+ * the plain tensors it wraps, which are observed themselves; the outer op may return such a plain tensor
+ * (`wait_tensor` of an AsyncCollectiveTensor returns the waited one) and must leave what they made of it. */
+bool wrapped(const at::Tensor& t) {
+  if (!t.defined()) return false;
+  auto keys = t.key_set();
+  return keys.has(c10::DispatchKey::Python) || keys.has(c10::DispatchKey::Functionalize);
+}
+
 uint8_t provenance(const at::Tensor& t) {
   std::lock_guard<std::mutex> g(mu);
   auto it = known.find(key_of(t));
@@ -344,6 +353,12 @@ bool outputs_first(std::string_view n) {
  * are known when the tensors it reads are (DDP's check that ranks hold as many parameters: an allgather of
  * a count the host put on the device, read back with `.item()`). */
 void collective(const at::RecordFunction& fn, const std::vector<c10::IValue>& in) {
+  bool subclass = false;
+  for (const c10::IValue& v : in) each_tensor(v, [&](const at::Tensor& t) { subclass |= wrapped(t); });
+  if (subclass) {  // e.g. `wait_tensor` of an AsyncCollectiveTensor: the inner op on the plain tensor marks it
+    debug(fn, "collective on a tensor subclass: left to its inner op");
+    return;
+  }
   uint8_t p = REAL;
   int64_t bytes = 0;
   for (size_t i = outputs_first(fn.name()) ? 1 : 0; i < in.size(); i++)
@@ -354,6 +369,7 @@ void collective(const at::RecordFunction& fn, const std::vector<c10::IValue>& in
       p = q == UNKNOWN || p == UNKNOWN ? UNKNOWN : std::max(p, q);
     });
   p = bytes <= kCopyBytes ? p : UNKNOWN;
+  debug(fn, p == UNKNOWN ? "collective: outputs unknown" : "collective: outputs known");
   mark_outputs(fn, p);
   if (outputs_first(fn.name()) && !in.empty()) each_tensor(in[0], [&](const at::Tensor& t) { mark(t, p); });
 }
@@ -398,9 +414,12 @@ void on_enter(const at::RecordFunction& fn, OpValues& op) {
 void on_exit(const at::RecordFunction& fn, OpValues& op, int64_t own_work) {
   if (op.read_set) maya_emu_read_value(nullptr, 0, 0);
   if (fn.scope() != at::RecordScope::FUNCTION && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) return;
+  if (is_collective(fn.name())) {  // whether or not its kernels are counted as its own work
+    collective(fn, op.inputs);
+    return;
+  }
   if (own_work <= 0) {
-    if (is_collective(fn.name())) collective(fn, op.inputs);
-    else if (!op.children) leaf_without_kernels(fn, op.inputs);
+    if (!op.children) leaf_without_kernels(fn, op.inputs);
     return;
   }
   uint8_t p = op.inputs_known;
