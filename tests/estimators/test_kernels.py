@@ -53,27 +53,6 @@ def test_gemm_flops_bytes_and_features():
     assert row["sm_count"] == 132
 
 
-def test_gemm_whole_waves_last_wave_and_padding_features():
-    """Llama-2-70b's up projection at tp 8 on an H100 (m = 7168, k = 8192): 504 tokens fill one wave of 128x256
-    tiles (56 x 2 = 112 tiles on 132 SMs), 520 tokens need a second wave (168 tiles); Vidur measured 91 us and
-    182 us."""
-    from maya.estimators.calls import normalize
-    frame = normalize(pd.concat([gemm_call(m=7168.0, n=504.0, k=8192.0, dtype="fp16"),
-                                 gemm_call(m=7168.0, n=520.0, k=8192.0, dtype="fp16")], ignore_index=True))
-    hw = hardware_arrays(frame)
-    features = PREDICTORS["gemm"].shape_features(frame, hw)
-    assert features["whole_waves_128x256"].tolist() == [1.0, 2.0]
-    assert features["last_wave_128x256"] == pytest.approx([112 / 132, 168 / 132 / 2])
-    assert features["whole_waves_256x128"].tolist() == [1.0, 2.0]  # 28 x 4 = 112, 28 x 5 = 140 tiles
-    assert features["n_padding_256"] == pytest.approx([504 / 512, 520 / 768])
-    assert features["m_padding_128"] == pytest.approx([1.0, 1.0])
-    assert features["log2_k_steps"] == pytest.approx([7.0, 7.0])  # 8192 / 64 main-loop steps
-    assert features["log2_split_k_room"] == pytest.approx([0.0, 0.0])  # 224 / 280 128x128 tiles: no idle SMs
-    skinny = normalize(gemm_call(m=4096.0, n=16.0, k=4096.0, dtype="fp16"))
-    room = PREDICTORS["gemm"].shape_features(skinny, hardware_arrays(skinny))["log2_split_k_room"]
-    assert room == pytest.approx([np.log2(132 / 32)])  # 32 x 1 tiles leave 100 of 132 SMs idle
-
-
 def test_roofline_fallback_without_models():
     out = KernelEstimator().predict(gemm_call())
     h100 = hardware.get("h100-sxm")

@@ -14,15 +14,6 @@ UTILISATION_TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 
                                                   (64, 64), (32, 32))
 """Candidate tiles whose utilisation (padding x tail-wave fill) is described; the kernel cuBLAS picks
 tends to be the one that keeps the GPU busiest, hence also the best of them."""
-WAVE_TILES: tuple[tuple[int, int], ...] = ((128, 256), (256, 128), (128, 128), (64, 128), (128, 64), (64, 256))
-"""Tiles (m x n, cuBLAS's sizes) whose whole waves and last-wave occupancy are described: the 128x256 / 256x128
-tiles of Hopper's and Ampere's large tensor-core kernels, 128-wide ones and the 64-wide ones of skinny GEMMs.
-A kernel's time grows by a wave when its tile grid passes a multiple of the SM count (one resident tile per SM),
-and the last wave's occupancy is what the GPU gets of it."""
-PADDING_TILES = (64, 128, 256)
-"""Tile widths whose padding along m and along n (share of the last tile used) is described separately."""
-K_STEP = 64
-"""Elements of k per main-loop iteration of a tensor-core tile (CUTLASS's 128x256x64 / 256x128x64 shapes)."""
 
 
 class GemmPredictor(FamilyPredictor):
@@ -57,16 +48,4 @@ class GemmPredictor(FamilyPredictor):
         features["log2_output"] = log2(b * m * n)
         features["log2_operands_over_l2"] = log2(element_bytes(calls["dtype"]) * (m * k + k * n) / hw.l2_bytes)
         features["threads_per_sm"] = hw.max_threads_per_sm
-        for rows, cols in WAVE_TILES:
-            waves = b * np.ceil(m / rows) * np.ceil(n / cols) / hw.sm_count
-            whole = np.ceil(waves)
-            features[f"whole_waves_{rows}x{cols}"] = whole
-            with np.errstate(divide="ignore", invalid="ignore"):
-                features[f"last_wave_{rows}x{cols}"] = waves / whole
-        for width in PADDING_TILES:
-            features[f"m_padding_{width}"] = m / (np.ceil(m / width) * width)
-            features[f"n_padding_{width}"] = n / (np.ceil(n / width) * width)
-        features["log2_k_steps"] = log2(k / K_STEP)
-        # SMs left idle by a grid of 128x128 tiles: room for cuBLAS to split k across them
-        features["log2_split_k_room"] = np.log2(np.maximum(hw.sm_count / (b * np.ceil(m / 128) * np.ceil(n / 128)), 1))
         return features
