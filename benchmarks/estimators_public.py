@@ -6,10 +6,11 @@ Sections (each prints its figures and the ratio to its target):
 2. MAPE per source, device and op on a random 10% of the shipped rows held out of training;
 3. leave-one-model-out on Vidur's H100 rows: for each model measured on the H100, train without that model
    (on every device) and test on its H100 rows — GEMM MAPE (target <= 5%) and row-wise / elementwise MAPE on
-   rows of at least 20 us (target <= 10%; the data's 1 us resolution rules below that);
+   rows of at least 20 us (target <= 10%; the data's 1 us resolution rules below that), the GEMMs also per
+   operator and token-count regime (`--lomo-only` runs this section alone);
 4. leave-one-GPU-out: no H100 row in training, test on Vidur's H100 rows (spec sheet only);
 5. NeuSight's held-out test split per op on the GPUs seen in training, trained on everything shipped (target:
-   no worse than the README's figures by more than a point);
+   no worse than the README's figures by more than a point), with each GPU's figure;
 6. prediction throughput with every call distinct (target >= 200,000 calls/s), with the machine's load;
 7. collectives: every function in `COLLECTIVE_SECTIONS` (the NCCL model's leave-one-network-out goes there);
 8. what bounds the GEMM figure of section 3: repeats of one shape in different models' sweeps, the error of
