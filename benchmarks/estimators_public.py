@@ -6,10 +6,11 @@ Sections (each prints its figures and the ratio to its target):
 2. MAPE per source, device and op on a random 10% of the shipped rows held out of training;
 3. leave-one-model-out on Vidur's H100 rows: for each model measured on the H100, train without that model
    (on every device) and test on its H100 rows — GEMM MAPE (target <= 5%) and row-wise / elementwise MAPE on
-   rows of at least 20 us (target <= 10%; the data's 1 us resolution rules below that);
+   rows of at least 20 us (target <= 10%; the data's 1 us resolution rules below that), the GEMMs also per
+   operator and token-count regime (`--lomo-only` runs this section alone);
 4. leave-one-GPU-out: no H100 row in training, test on Vidur's H100 rows (spec sheet only);
 5. NeuSight's held-out test split per op on the GPUs seen in training, trained on everything shipped (target:
-   no worse than the README's figures by more than a point);
+   no worse than the README's figures by more than a point), with each GPU's figure;
 6. prediction throughput with every call distinct (target >= 200,000 calls/s), with the machine's load;
 7. collectives: every function in `COLLECTIVE_SECTIONS` (the NCCL model's leave-one-network-out goes there);
 8. what bounds the GEMM figure of section 3: repeats of one shape in different models' sweeps, the error of
@@ -19,7 +20,7 @@ Sections (each prints its figures and the ratio to its target):
 Vidur's times are device time and are compared with `duration_ns`; NeuSight's calls were timed one by one and
 are compared with `isolated_ns` (`maya.estimators.evaluation.comparable_ns`).
 Usage: python benchmarks/estimators_public.py [--skip-lomo] [--skip-logo] [--skip-split] [--calls N]
-       [--learning-curve]
+       [--learning-curve] [--lomo-only]
 """
 from __future__ import annotations
 
@@ -63,9 +64,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1_000_000, help="Batch size for the throughput run.")
     parser.add_argument("--learning-curve", action="store_true",
                         help="Section 8: A100 leave-one-model-out GEMMs with 7 vs 3 other models in training (slow).")
+    parser.add_argument("--lomo-only", action="store_true", help="Run section 3 (leave-one-model-out) alone.")
     args = parser.parse_args()
     shipped = shipped_measurements()
     vidur = shipped[shipped["source"] == "vidur"].reset_index(drop=True)
+    if args.lomo_only:
+        _leave_one_model_out(shipped, vidur)
+        return
 
     started = time.perf_counter()
     everything = train(shipped).estimator
@@ -93,7 +98,8 @@ def _compared(estimator: KernelEstimator, calls: pd.DataFrame) -> pd.DataFrame:
     predicted = estimator.predict(calls)
     return predicted.assign(measured_ns=calls["measured_ns"].to_numpy(), source=calls["source"].to_numpy(),
                             predicted_ns=comparable_ns(predicted, calls["timing"]),
-                            vidur_op=calls["vidur_op"].to_numpy() if "vidur_op" in calls else None)
+                            vidur_op=calls["vidur_op"].to_numpy() if "vidur_op" in calls else None,
+                            num_tokens=calls["num_tokens"].to_numpy() if "num_tokens" in calls else None)
 
 
 def _mape(frame: pd.DataFrame) -> float:
@@ -149,6 +155,22 @@ def _leave_one_model_out(shipped: pd.DataFrame, vidur: pd.DataFrame) -> None:
           f"row-wise / elementwise >= 20 us {_mape(long):.1%} (ratio {_mape(long) / ROW_TARGET:.2f})")
     for op, (all_rows, n, at_least, n_long) in _row_table(row).items():
         print(f"    {op:<26}{all_rows:>7.1%} ({n:,} rows){at_least:>8.1%} ({n_long:,} rows >= 20 us)")
+    _gemm_regimes(gemm)
+
+
+TOKEN_REGIMES = (1, 64, 256, 1024, 2048, 4097)
+"""Token-count bins of section 3's GEMM breakdown: skinny (memory bound), the range where the tile grid crosses
+the first waves of SMs, and large GEMMs."""
+
+
+def _gemm_regimes(gemm: pd.DataFrame) -> None:
+    """Held-out GEMM MAPE per operator and per token-count regime, with the median predicted / measured."""
+    print("    GEMM per operator: " + ", ".join(f"{op} {_mape(g):.1%}" for op, g in gemm.groupby("vidur_op")))
+    bins = pd.cut(gemm["num_tokens"], TOKEN_REGIMES, right=False)
+    for regime, group in gemm.groupby(bins, observed=True):
+        ratio = (group["predicted_ns"] / group["measured_ns"]).median()
+        print(f"    GEMM tokens in {regime}: {_mape(group):6.1%} ({len(group):,} rows, median predicted / measured "
+              f"{ratio:.2f})")
 
 
 def _leave_one_gpu_out(shipped: pd.DataFrame, vidur: pd.DataFrame) -> None:
@@ -177,7 +199,8 @@ def _neusight_test(estimator: KernelEstimator) -> None:
         rows = seen[seen["op"].isin(ops)]
         value = _mape(rows)
         print(f"  {group:<12}{len(rows):>7}{value:>8.1%}{NEUSIGHT_README[group]:>8.1%}"
-              f"{'yes' if value <= NEUSIGHT_README[group] + NEUSIGHT_SLACK else 'no':>8}")
+              f"{'yes' if value <= NEUSIGHT_README[group] + NEUSIGHT_SLACK else 'no':>8}  "
+              + " / ".join(f"{hw} {_mape(g):.1%}" for hw, g in rows.groupby("hardware", sort=True)))
 
 
 def _throughput(estimator: KernelEstimator, calls: int) -> None:
