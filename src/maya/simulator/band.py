@@ -3,8 +3,11 @@
 Where the errors come from (never from end-to-end measurements):
 
 - kernels: each call's band from the kernel estimator (`duration_low_ns`, `duration_high_ns`: the 10th and
-  90th percentiles of measured / predicted on held-out shapes of its family and method; measured repeats
-  for exact lookups);
+  90th percentiles of measured / predicted held out as the call's situation is new: whole workloads held out
+  on a GPU measured, whole GPUs on a GPU never measured of an architecture trained on, whole architectures for
+  `model_transfer`; measured repeats for exact lookups; `maya.estimators.training`). A composed call (fused
+  attention) carries the band of the models it is composed from, and its errors are drawn with that family's
+  (its products are GEMMs: one draw moves the GEMMs and the attention's products alike);
 - collectives: the 10th, 50th and 90th percentiles of measured / predicted NCCL times on networks the
   collective fit never saw, per scope (intra-, inter-node) and message size
   (`maya.estimators.collective_residuals`);
@@ -120,7 +123,21 @@ def _kernel_quantiles(sim: Simulation, calls: pd.DataFrame) -> tuple[np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         low = np.minimum(np.log(priced["duration_low_ns"].to_numpy(dtype="float64") / duration), 0.0)
         high = np.maximum(np.log(priced["duration_high_ns"].to_numpy(dtype="float64") / duration), 0.0)
-    return frame["family"].astype(str).to_numpy(), np.column_stack([low, np.zeros(len(low)), high])
+    return _error_family(frame["family"].astype(str).to_numpy(), priced["method"].to_numpy()), \
+        np.column_stack([low, np.zeros(len(low)), high])
+
+
+def _error_family(family: np.ndarray, method: np.ndarray) -> np.ndarray:
+    """The family whose model's errors a call carries: its own, or for a composed call the family its products
+    are priced by (`FamilyPredictor.composed_from`: fused attention's are GEMMs)."""
+    from maya.estimators.families import PREDICTORS
+
+    out = family.astype(object)
+    composed = method == "composed"
+    for name in pd.unique(family[composed]):
+        here = composed & (family == name)
+        out[here] = PREDICTORS[name].composed_from or name
+    return out
 
 
 def _codes(names: list[str], labels) -> np.ndarray:
