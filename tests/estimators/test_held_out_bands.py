@@ -23,7 +23,8 @@ def gemms(hardware: str, rng: np.random.Generator, with_workload: bool = True) -
         slowdown = rng.uniform(1.1, 2.2)
         m = np.round(2 ** rng.uniform(10, 13, 80))
         parts.append(pd.DataFrame({"hardware": hardware, "family": "gemm", "op": "mm", "dtype": "fp16", "batch": 1.0,
-                                   "m": m, "n": float(n), "k": float(k), "model": f"model-{w}" if with_workload else None,
+                                   "m": m, "n": float(n), "k": float(k),
+                                   "model": f"model-{w}" if with_workload else None,
                                    "slowdown": slowdown * np.exp(rng.normal(0, 0.02, len(m)))}))
     frame = pd.concat(parts, ignore_index=True)
     roofline = KernelEstimator().predict(frame.drop(columns=["model", "slowdown"]))["roofline_ns"].to_numpy()

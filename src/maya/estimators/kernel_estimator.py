@@ -81,7 +81,8 @@ class FamilyModels:
         log residual: held-out workloads on a GPU measured, held-out GPUs on one that was not."""
         measured = np.isin(np.asarray(hardware, dtype=object), list(self.hardware))
         unseen = self.unseen_gpu_band or self.seen.band
-        return (np.where(measured, self.seen.band.low, unseen.low), np.where(measured, self.seen.band.high, unseen.high))
+        return (np.where(measured, self.seen.band.low, unseen.low),
+                np.where(measured, self.seen.band.high, unseen.high))
 
 
 @dataclass(frozen=True)
