@@ -95,3 +95,13 @@ def test_collectives_take_the_held_out_nccl_residuals(tmp_path, warehouse):
 def test_no_band_without_residuals(tmp_path, warehouse):
     p, _ = predict(trace(tmp_path / "r"), durations="roofline", store=False, warehouse=warehouse, band=True)
     assert p.band is None and any("no 10-90% band" in n for n in p.notes)
+
+
+def test_composed_calls_draw_their_errors_with_the_family_they_are_composed_from():
+    """Fused attention's products are GEMMs priced by the GEMM model: one draw moves both (not an independent
+    `attention` group that would average the same model's error away)."""
+    from maya.simulator.band import _error_family
+
+    family = np.array(["attention", "attention", "gemm", "copy"], dtype=object)
+    method = np.array(["composed", "roofline", "model", "roofline"], dtype=object)
+    assert _error_family(family, method).tolist() == ["gemm", "attention", "gemm", "copy"]

@@ -172,12 +172,19 @@ def eval_cmd(dataset: Annotated[Path, typer.Option(help="Parquet of measurements
 
 
 def _family_table(metrics: dict) -> Table:
-    table = Table("family (segment)", "rows", "GPUs", "validation MAPE", "unseen-architecture MAPE", "roofline MAPE",
-                  title="per family (held-out training data)")
+    table = Table("family (segment)", "rows", "GPUs", "validation MAPE (held out)", "unseen-GPU MAPE",
+                  "unseen-architecture MAPE", "roofline MAPE", title="per family (held-out training data)")
     for family, m in sorted(metrics.get("families", {}).items()):
-        transfer = m.get("transfer_mape")
-        if isinstance(transfer, dict):
-            transfer = sum(transfer.values()) / len(transfer) if transfer else None
-        table.add_row(family, f"{m['rows']:,}", str(len(m["hardware"])), _pct(m.get("validation_mape")),
-                      _pct(transfer), _pct(m.get("roofline_mape")))
+        split = m.get("validation_split")
+        table.add_row(family, f"{m['rows']:,}", str(len(m["hardware"])),
+                      _pct(m.get("validation_mape")) + (f" ({split})" if split and "validation_mape" in m else ""),
+                      _pct(_mean(m.get("unseen_gpu_mape"))), _pct(_mean(m.get("transfer_mape"))),
+                      _pct(m.get("roofline_mape")))
     return table
+
+
+def _mean(per_gpu: float | dict | None) -> float | None:
+    """A per-GPU MAPE's mean over the GPUs held out."""
+    if isinstance(per_gpu, dict):
+        return sum(per_gpu.values()) / len(per_gpu) if per_gpu else None
+    return per_gpu

@@ -1,6 +1,7 @@
 """A trained `KernelEstimator` as one file: a zip of `manifest.json` (format, per-family-segment feature
 names, hardware, architectures, launch floors, the kernels measured, the shortest device time the measurements resolve (absent in
-older artifacts: the post-launch time) and bands), one XGBoost model per family segment
+older artifacts: the post-launch time), bands and the seen model's band on unmeasured GPUs (absent in older
+artifacts)), one XGBoost model per family segment
 (`segments.model_key`: `gemm@tensor`, `copy`, ...) and kind (`<key>.seen.ubj`, `<key>.transfer.ubj`, XGBoost's
 binary JSON) and the measured-shape table (`lookup.parquet`). An artifact of one model per family (before
 segments) loads as it is: each family's model prices all its segments.
@@ -32,6 +33,8 @@ def dumps(estimator: KernelEstimator) -> bytes:
         entry = {"hardware": sorted(models.hardware), "architectures": sorted(models.architectures),
                  "floors": models.floors.to_json(), "kernels": sorted(models.kernels),
                  "resolves_from_s": models.resolves_from_s}
+        if models.unseen_gpu_band is not None:
+            entry["unseen_gpu_band"] = [models.unseen_gpu_band.low, models.unseen_gpu_band.high]
         for kind, model in (("seen", models.seen), ("transfer", models.transfer)):
             entry[kind] = {"features": list(model.feature_names), "band": [model.band.low, model.band.high]}
             files[f"{family}.{kind}.ubj"] = model.to_bytes()
@@ -73,4 +76,5 @@ def _family_models(archive: zipfile.ZipFile, family: str, entry: dict) -> Family
     return FamilyModels(seen=model("seen"), transfer=model("transfer"), hardware=frozenset(entry["hardware"]),
                         architectures=frozenset(entry["architectures"]), floors=LaunchFloors.from_json(entry["floors"]),
                         kernels=frozenset(entry.get("kernels", ())),
-                        resolves_from_s=entry.get("resolves_from_s", POST_LAUNCH_S))
+                        resolves_from_s=entry.get("resolves_from_s", POST_LAUNCH_S),
+                        unseen_gpu_band=Band(*entry["unseen_gpu_band"]) if "unseen_gpu_band" in entry else None)

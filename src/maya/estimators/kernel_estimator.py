@@ -22,7 +22,9 @@ taken that way; for families without a model it is the device time.
 (`FamilyModels.resolves_from_s`): their device time is bounded, not fitted.
 
 Every prediction carries its method and a band (`duration_low_ns`, `duration_high_ns`: the 10th and
-90th percentiles of measured / predicted seen on held-out training data for that family and method).
+90th percentiles of measured / predicted seen on held-out training data for that family and method, held out
+as the call's situation is new: `model` on a measured GPU, workloads held out; `model` on a GPU of a trained
+architecture never measured itself, GPUs held out; `model_transfer`, architectures held out; see `training`).
 The roofline is a true lower bound, so its band starts at the roofline; its upper end is the spread
 of measured / roofline in training (NaN when the family was never measured).
 """
@@ -69,6 +71,18 @@ class FamilyModels:
     """The shortest device time the training measurements resolve: their shortest device-timed measurement
     (Vidur's kernels, Maya's profiles), else the post-launch host time of calls timed one by one (NeuSight's),
     below which those only bound it (`launch_floor`)."""
+    unseen_gpu_band: Band | None = None
+    """The seen model's residuals with whole GPUs held out: the band of its calls on hardware of an architecture
+    trained on that was not measured itself (None: a single GPU was measured, or an older artifact; the seen
+    model's own band then applies)."""
+
+    def seen_band(self, hardware: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per call on `hardware` (catalog names) priced by the seen model, the (10th, 90th) percentiles of its
+        log residual: held-out workloads on a GPU measured, held-out GPUs on one that was not."""
+        measured = np.isin(np.asarray(hardware, dtype=object), list(self.hardware))
+        unseen = self.unseen_gpu_band or self.seen.band
+        return (np.where(measured, self.seen.band.low, unseen.low),
+                np.where(measured, self.seen.band.high, unseen.high))
 
 
 @dataclass(frozen=True)
@@ -161,9 +175,11 @@ class KernelEstimator:
             for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
                 chosen = rows[mask]
                 predicted = model.log_slowdown(features, chosen)
+                band_low, band_high = (models.seen_band(hw.name[chosen]) if tag == "model"
+                                       else (model.band.low, model.band.high))
                 slowdown[chosen] = predicted
-                low[chosen] = np.maximum(predicted + model.band.low, 0.0)
-                high[chosen] = predicted + model.band.high
+                low[chosen] = np.maximum(predicted + band_low, 0.0)
+                high[chosen] = predicted + band_high
                 method[chosen] = METHODS.index(tag)
         if features is not None and family in WIDTH_FAMILIES and len(names) > 1:
             transferred, log_slowdown = self._price_unmeasured_kernels(family, calls, work, base, codes, names)

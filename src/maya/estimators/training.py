@@ -1,7 +1,13 @@
 """Training a `KernelEstimator` from measured calls (a call frame plus `measured_ns`).
 
 Per family with measurements:
-- the `model` (spec-sheet features included) is validated on a random held-out share of the shapes;
+- the `model` (spec-sheet features included) is validated with whole workloads held out (the `model` column
+  of Vidur's rows: every shape one model's layers run, over up to `transfer_folds` folds), since a prediction
+  is for a workload whose shapes were never measured; rows without a workload (NeuSight's random shape grids)
+  are split at random among the folds, and a segment with fewer than two workloads takes a random held-out
+  share of the shapes;
+- the same model is validated with whole GPUs held out (`unseen_gpu_band`): the band of a call on a GPU of an
+  architecture trained on that was never measured itself (an A100 40GB priced from an A100 80GB's data);
 - the `model_transfer` (no hardware identity) is validated with whole architectures held out, over
   up to `transfer_folds` folds (a random split when only one architecture was measured);
 - both are then refitted on all rows; the held-out residuals give each its uncertainty band.
@@ -38,6 +44,8 @@ from .segments import family_of, model_key, segments
 
 MEASURED = "measured_ns"
 TIMING = "timing"
+WORKLOAD = "model"
+"""The column naming the workload a measured call came from (Vidur's model), for the held-out-workload split."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,7 @@ def measurements_frame(measurements: pd.DataFrame) -> pd.DataFrame:
     frame["hardware"] = catalog_names(frame["hardware"])
     frame[MEASURED] = measurements[MEASURED].astype("float64").to_numpy()
     frame[TIMING] = measurements[TIMING].to_numpy() if TIMING in measurements.columns else DEVICE
+    frame[WORKLOAD] = measurements[WORKLOAD].to_numpy() if WORKLOAD in measurements.columns else None
     unknown = sorted(set(frame[TIMING].astype(str)) - {DEVICE, ISOLATED})
     if unknown:
         raise ValueError(f"unknown {TIMING} value(s) {', '.join(map(repr, unknown))}; expected {DEVICE!r} or "
@@ -147,9 +156,14 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
     seen_names = features.names
     transfer_names = features.without(list(hardware_features(data.hw)))
     seen_band = transfer_band = Band(0.0, 0.0)
+    unseen_gpu_band = None
     if config.validate and config.seen_model:
-        seen_band, metrics["validation_mape"] = _validate(
-            data, seen_names, _random_split(len(calls), config), config.params)
+        folds, metrics["validation_split"] = _workload_folds(calls[WORKLOAD], config)
+        seen_band, metrics["validation_mape"] = _validate(data, seen_names, folds, config.params)
+        gpu_folds = _gpu_folds(data.hw.name, config)
+        if gpu_folds:
+            unseen_gpu_band, metrics["unseen_gpu_mape"] = _validate(data, seen_names, gpu_folds, config.params,
+                                                                    data.hw.name)
     if config.validate:
         folds, by_gpu = _transfer_folds(data.hw.architecture, config)
         transfer_band, metrics["transfer_mape"] = _validate(
@@ -162,7 +176,7 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
         transfer=transfer,
         hardware=frozenset(data.hw.name), architectures=frozenset(data.hw.architecture.astype(int).tolist()),
         floors=prepared.floors, kernels=frozenset(predictor.kernel_names(calls["op"]).tolist()),
-        resolves_from_s=data.resolves_from_s())
+        resolves_from_s=data.resolves_from_s(), unseen_gpu_band=unseen_gpu_band)
     return models, roofline_band, metrics
 
 
@@ -230,6 +244,30 @@ def _device_ns(frame: pd.DataFrame, keys: np.ndarray, models: dict[str, FamilyMo
 def _random_split(size: int, config: TrainConfig) -> list[tuple[np.ndarray, np.ndarray]]:
     split = ShuffleSplit(n_splits=1, test_size=config.validation_fraction, random_state=config.params.seed)
     return list(split.split(np.zeros(size)))
+
+
+def _workload_folds(workload: pd.Series, config: TrainConfig) -> tuple[list, str]:
+    """Folds that hold out whole workloads (rows without one go to random folds), and the split's name; a random
+    split of the shapes when fewer than two workloads were measured."""
+    labels = workload.astype("object").where(workload.notna(), None).to_numpy()
+    known = np.array([x is not None for x in labels], dtype=bool)
+    names = pd.unique(labels[known])
+    if len(names) < 2:
+        return _random_split(len(labels), config), "random shapes"
+    folds = min(config.transfer_folds, len(names))
+    groups = np.empty(len(labels), dtype=np.int64)
+    groups[known] = pd.factorize(labels[known])[0]
+    rng = np.random.default_rng(config.params.seed)
+    groups[~known] = len(names) + rng.integers(0, folds, int((~known).sum()))
+    return list(GroupKFold(n_splits=folds).split(groups, groups=groups)), "workloads held out"
+
+
+def _gpu_folds(hardware: np.ndarray, config: TrainConfig) -> list:
+    """Folds that hold out whole GPUs (none with a single one)."""
+    groups = pd.factorize(hardware)[0]
+    if groups.max() < 1:
+        return []
+    return list(GroupKFold(n_splits=min(config.transfer_folds, groups.max() + 1)).split(groups, groups=groups))
 
 
 def _transfer_folds(architecture: np.ndarray, config: TrainConfig) -> tuple[list, bool]:

@@ -3,8 +3,11 @@
 Where the errors come from (never from end-to-end measurements):
 
 - kernels: each call's band from the kernel estimator (`duration_low_ns`, `duration_high_ns`: the 10th and
-  90th percentiles of measured / predicted on held-out shapes of its family and method; measured repeats
-  for exact lookups);
+  90th percentiles of measured / predicted held out as the call's situation is new: whole workloads held out
+  on a GPU measured, whole GPUs on a GPU never measured of an architecture trained on, whole architectures for
+  `model_transfer`; measured repeats for exact lookups; `maya.estimators.training`). A composed call (fused
+  attention) carries the band of the models it is composed from, and its errors are drawn with that family's
+  (its products are GEMMs: one draw moves the GEMMs and the attention's products alike);
 - collectives: the 10th, 50th and 90th percentiles of measured / predicted NCCL times on networks the
   collective fit never saw, per scope (intra-, inter-node) and message size
   (`maya.estimators.collective_residuals`);
@@ -57,20 +60,26 @@ class IterationBand:
     unmodelled_share: float
     """Share of the iteration time no held-out residual covers (host time, kernels priced without a band),
     held fixed."""
+    composed_share: float = 0.0
+    """Share of the iteration time in composed kernels (fused attention): varied by the residuals of the models
+    they are composed from; the composition itself was never measured, so its own error is not in the band."""
     simulations: tuple = field(default=(), repr=False, compare=False)
     """The low and high replays (`Simulation`), for figures other than the iteration time."""
 
     def to_dict(self) -> dict:
         return {"low_ns": self.low_ns, "high_ns": self.high_ns, "low_ms": self.low_ns / 1e6,
-                "high_ms": self.high_ns / 1e6, "shares": self.shares, "unmodelled_share": self.unmodelled_share}
+                "high_ms": self.high_ns / 1e6, "shares": self.shares, "unmodelled_share": self.unmodelled_share,
+                "composed_share": self.composed_share}
 
 
 @dataclass(frozen=True)
 class _Groups:
-    """Per call of one program: its error group (-1: none) and log quantiles (10th, 50th, 90th)."""
+    """Per call of one program: its error group (-1: none), log quantiles (10th, 50th, 90th) and whether it is
+    composed."""
 
     group: np.ndarray
     quantiles: np.ndarray
+    composed: np.ndarray
 
 
 def call_groups(sim: Simulation) -> tuple[list[str], dict[int, _Groups]] | None:
@@ -90,9 +99,10 @@ def call_groups(sim: Simulation) -> tuple[list[str], dict[int, _Groups]] | None:
         ops = program.opcodes if frame is None else frame["opcode"].to_numpy()
         group = np.full(program.n, -1)
         quantiles = np.zeros((program.n, 3))
+        composed = np.zeros(program.n, dtype=bool)
         kernels = np.isin(ops, DEVICE_OPS) & (ops != COLL)
         if kernels.any():
-            family, q = _kernel_quantiles(sim, frame.loc[kernels])
+            family, q, composed[kernels] = _kernel_quantiles(sim, frame.loc[kernels])
             quantiles[kernels] = q
             group[kernels] = _codes(names, np.char.add("kernels: ", family.astype(str)))
         coll = ops == COLL
@@ -103,12 +113,13 @@ def call_groups(sim: Simulation) -> tuple[list[str], dict[int, _Groups]] | None:
             group[coll] = _codes(names, np.char.add("collectives: ", scope.astype(str)))
         unmodelled = ~np.isfinite(quantiles).all(axis=1)
         quantiles[unmodelled] = UNMODELLED
-        per_program[rank] = _Groups(np.where(unmodelled, -1, group), quantiles)
+        per_program[rank] = _Groups(np.where(unmodelled, -1, group), quantiles, composed)
     return names, per_program
 
 
-def _kernel_quantiles(sim: Simulation, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel family and log quantiles of measured / predicted per call (NaN: no band)."""
+def _kernel_quantiles(sim: Simulation, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per call, the family whose errors it carries (`_error_family`), log quantiles of measured / predicted (NaN:
+    no band) and whether it is composed."""
     from .durations.estimated import CALL_FRAME_COLUMNS
 
     frame = calls[list(CALL_FRAME_COLUMNS)].copy()
@@ -120,7 +131,22 @@ def _kernel_quantiles(sim: Simulation, calls: pd.DataFrame) -> tuple[np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         low = np.minimum(np.log(priced["duration_low_ns"].to_numpy(dtype="float64") / duration), 0.0)
         high = np.maximum(np.log(priced["duration_high_ns"].to_numpy(dtype="float64") / duration), 0.0)
-    return frame["family"].astype(str).to_numpy(), np.column_stack([low, np.zeros(len(low)), high])
+    method = priced["method"].to_numpy()
+    return (_error_family(frame["family"].astype(str).to_numpy(), method),
+            np.column_stack([low, np.zeros(len(low)), high]), method == "composed")
+
+
+def _error_family(family: np.ndarray, method: np.ndarray) -> np.ndarray:
+    """The family whose model's errors a call carries: its own, or for a composed call the family its products
+    are priced by (`FamilyPredictor.composed_from`: fused attention's are GEMMs)."""
+    from maya.estimators.families import PREDICTORS
+
+    out = family.astype(object)
+    composed = method == "composed"
+    for name in pd.unique(family[composed]):
+        here = composed & (family == name)
+        out[here] = PREDICTORS[name].composed_from or name
+    return out
 
 
 def _codes(names: list[str], labels) -> np.ndarray:
@@ -167,8 +193,11 @@ def iteration_band(sim: Simulation, prediction: Prediction, *, samples: int = SA
                 shares[names[g]] = share / total
                 terms.append((g, share, *_distinct(device[mine], groups.quantiles[mine])))
     modelled = sum(t[1] for t in terms)
+    compute_weight = device[compute_calls].sum()
+    composed = (prediction.compute_ns * device[compute_calls & groups.composed].sum() / compute_weight / total
+                if compute_weight and total else 0.0)
     if not terms or not total:
-        return IterationBand(total, total, shares, 1.0)
+        return IterationBand(total, total, shares, 1.0, composed)
     fixed = total - modelled
     draws = _normal_draws(samples, len(names), seed)
     linear = fixed + sum(_group_time(share, w, q, draws[:, g]) for g, share, w, q in terms)
@@ -176,7 +205,7 @@ def iteration_band(sim: Simulation, prediction: Prediction, *, samples: int = SA
     points = [_design_point(terms, len(names), fixed, target, side) for target, side in ((q_low, 0), (q_high, 2))]
     replays = [_replay(sim, per_program, z) for z in points]
     low, high = sorted(_iteration_ns(r) for r in replays)
-    return IterationBand(low, high, shares, 1.0 - modelled / total, tuple(replays))
+    return IterationBand(low, high, shares, 1.0 - modelled / total, composed, tuple(replays))
 
 
 def _normal_draws(samples: int, groups: int, seed: int) -> np.ndarray:

@@ -193,6 +193,10 @@ def add_band(sim: Simulation, prediction: Prediction) -> None:
     if found.unmodelled_share >= 0.1:
         prediction.notes.append(f"{found.unmodelled_share:.0%} of the iteration is outside the band's error model "
                                 "(host time, kernels priced with no held-out residuals): held fixed in it")
+    if found.composed_share >= 0.1:
+        prediction.notes.append(f"{found.composed_share:.0%} of the iteration is in composed kernels (fused "
+                                "attention): the band varies the GEMMs they are priced from; the composition itself "
+                                "was never measured, so its own error is not in the band")
 
 
 def out_of_memory(traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_memory: int,

@@ -97,4 +97,4 @@ def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) 
         details={"breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()},
                  "steady_iterations": p.steady_iterations, "captured_ranks": p.captured_ranks,
                  "simulated_ranks": p.simulated_ranks, "notes": p.notes, "assumptions": p.assumptions,
-                 "band": {k: v for k, v in band.items() if k in ("shares", "unmodelled_share")}})
+                 "band": {k: v for k, v in band.items() if k in ("shares", "unmodelled_share", "composed_share")}})

@@ -121,6 +121,7 @@ ACCUMULATOR_BYTES = 4
 
 class AttentionPredictor(FamilyPredictor):
     family = "attention"
+    composed_from = "gemm"
     ops = ("sdpa_fwd", "sdpa_bwd", "sdpa_fwd_causal", "sdpa_bwd_causal", "flash_fwd", "flash_bwd",
            "flash_fwd_causal", "flash_bwd_causal", "flash_bwd_preprocess", "flash_bwd_postprocess")
 

@@ -56,6 +56,9 @@ class FamilyPredictor:
     `native_layer_norm`): `kernel_names` maps them so."""
     explicit_work: ClassVar[bool] = True
     """Whether the call frame's `bytes`/`flops` columns replace the counted work."""
+    composed_from: ClassVar[str | None] = None
+    """The family whose learned model prices most of a `compose`d call (its errors are that model's: the
+    iteration band draws them with that family's)."""
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         raise NotImplementedError
