@@ -54,7 +54,7 @@ class StubLib:
 # the installed torch links for its stem, and leaves out those it does not link (DRIVER_LIBS are always built).
 LIBS = (
     StubLib("libcudart.so.13", ("cudart.c", "cudart12.c"), "libcudart.so.13", 0, 801),
-    StubLib("libcuda.so.1", ("driver.c",), None, 1, 801, ("cu",), "cuda.h"),
+    StubLib("libcuda.so.1", ("driver.c", "tensor_map.c"), None, 1, 801, ("cu",), "cuda.h"),
     StubLib("libcublas.so.13", ("cublas.c",), "libcublas.so.13", 2, 15),
     StubLib("libcublasLt.so.13", ("cublaslt.c",), "libcublasLt.so.13", 3, 15),
     StubLib("libcudnn.so.9", ("cudnn.c", "cudnn_legacy.c", "cudnn_rnn.c", "cudnn_batchnorm.c", "cudnn_ctc.c",
