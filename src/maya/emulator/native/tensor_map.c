@@ -1,5 +1,5 @@
-/* libcuda.so.1 stub: TMA tensor maps (cuTensorMapEncodeTiled, cuTensorMapReplaceAddress), which Triton's
- * launcher and CUTLASS kernels build on the host before launching a kernel that takes one by value.
+/* libcuda.so.1 stub: TMA tensor maps (cuTensorMapEncodeTiled), which Triton's launcher and CUTLASS kernels
+ * (torch's grouped GEMM) build on the host before launching a kernel that takes one by value.
  *
  * The arguments are checked as the CUDA driver API documents them (cuda.h, cuTensorMapEncodeTiled): a
  * violation returns CUDA_ERROR_INVALID_VALUE, as the driver does, with a line on stderr naming it. A valid
@@ -117,22 +117,6 @@ MAYA_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataTyp
       q[13] |= (cuuint64_t)elem_strides[i] << (16 + 4 * i);
     }
     q[14] = element_bytes((int)type);
-  }
-  maya_end(r, (int)e);
-  return e;
-}
-
-MAYA_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *map, void *address) {
-  maya_rec *r = maya_begin(API("cuTensorMapReplaceAddress"), D_DRIVER, K_PLAIN);
-  CUresult e = CUDA_SUCCESS;
-  const char *api = "cuTensorMapReplaceAddress";
-  if (!map || map->opaque[0] != MAYA_TMA_MAGIC) e = invalid(api, "tensorMap was not made by cuTensorMapEncodeTiled");
-  else if (!address) e = invalid(api, "globalAddress is NULL");
-  else {
-    int type = (int)(map->opaque[2] & 0xff), interleave = (int)(map->opaque[2] >> 16 & 0xff);
-    unsigned align = interleave == INTERLEAVE_32B || type == T_16U4_ALIGN16B || type == T_16U6_ALIGN16B ? 32 : 16;
-    if ((uintptr_t)address % align) e = invalid(api, "globalAddress %p is not aligned to %u bytes", address, align);
-    else map->opaque[1] = (cuuint64_t)(uintptr_t)address;
   }
   maya_end(r, (int)e);
   return e;
