@@ -1,5 +1,7 @@
 """TMA descriptors (cuTensorMapEncodeTiled): emulated, argument checks as the CUDA
 driver API documents them, a deterministic map, recorded like every driver call."""
+import json
+
 import pyarrow.compute as pc
 import pytest
 from typer.testing import CliRunner
@@ -36,3 +38,17 @@ def test_tensor_maps_are_encoded_and_bad_arguments_rejected(tmp_path):
     assert len(encodes) == 1 + len(CASES)
     assert sorted(c["status"] for c in encodes) == [0] + [INVALID_VALUE] * len(CASES)
     assert "unimplemented CUDA API" not in r.output
+
+
+def test_triton_kernel_taking_descriptors_by_value_keeps_their_bytes(tmp_path):
+    """Triton's launcher encodes a host `TensorDescriptor` per argument; the launch's description sizes each by
+    the tensor behind it, so the kernel's traffic is known although it takes no pointer."""
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["emulate", "--out", str(out), "--", "python", str(WORKLOADS / "triton_tma.py")])
+    assert r.exit_code == 0, r.output
+    assert "triton tma ok" in r.output and "unimplemented CUDA API" not in r.output
+    calls = Run(out).table("api_calls")
+    assert calls.filter(pc.equal(calls.column("api"), "cuTensorMapEncodeTiled")).column("status").to_pylist() == [0, 0]
+    launch = calls.filter(pc.equal(calls.column("api"), "cuLaunchKernel")).column("args").to_pylist()
+    args = json.loads(launch[0])["triton"]["args"]
+    assert [(a["name"], a.get("bytes")) for a in args[:2]] == [("in_desc", 1024 * 2048 * 2), ("out_desc", 1024 * 2048 * 2)]
