@@ -74,7 +74,9 @@ def read_file(path: str | Path, expect_table: str | None = None) -> pa.Table:
     """Read one table file, migrated and conformed to the current spec (without `rank`)."""
     info = inspect_file(path, expect_table)
     try:
-        table = pq.read_table(path, page_checksum_verification=True)
+        # partitioning=None: pyarrow 19 (as in an llm-foundry environment) infers a `rank` column from the `rank=N`
+        # directory of the path (hive partitioning), which no trace file holds
+        table = pq.read_table(path, partitioning=None, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
         raise TraceCorruptError(path, f"damaged Parquet data: {e}") from None
     if table.num_rows != info.num_rows:

@@ -292,3 +292,22 @@ def test_migration_hook_upgrades_v0(run_dir, monkeypatch):
     assert [k for k in after if before[k] != after[k]] == [str(f.relative_to(run_dir))]
     assert pq.read_schema(f).metadata[VERSION_KEY] == SPEC_VERSION.encode()
     assert migrate_run(run_dir) == 0  # idempotent
+
+
+def test_rank_directory_is_not_read_as_a_column(run_dir, monkeypatch):
+    """pyarrow 19's `read_table` infers hive partitions from the path (`rank=0` -> a `rank` column) unless told
+    not to; the reader must not let that column in (an llm-foundry environment's pyarrow failed `maya predict`)."""
+    hive_read = pq.read_table
+
+    def pyarrow19(path, *args, partitioning="hive", **kwargs):
+        table = hive_read(path, *args, **kwargs)
+        if partitioning == "hive" and "rank=" in str(path):
+            rank = int(str(path).split("rank=")[1].split("/")[0])
+            table = table.append_column("rank", pa.array([rank] * table.num_rows, pa.int32()))
+        return table
+
+    monkeypatch.setattr(pq, "read_table", pyarrow19)
+    f = _one_file(run_dir)
+    assert "rank=" in str(f)
+    assert "rank" not in read_file(f).column_names
+    assert read_table(run_dir, "api_calls", [0]).num_rows > 0
