@@ -47,11 +47,6 @@ def foundry(tmp_path_factory) -> tuple[Path, Path]:
     return env, checkout
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "stand-ins for device values: MPT's left-padding check (`attention_mask[:, 0].sum() != batch`, a bool "
-    "read as the device's stale bytes) raises, and past it the token-accuracy metric's two boolean-mask "
-    "selections with one mask (`preds[mask]`, `target[mask]`) get different counts (the second read is "
-    "taken for a loop coming around and gets the opposite stand-in)"))
 def test_llm_foundry_mpt_pretraining_emulates_and_predicts(foundry, tmp_path):
     env, checkout = foundry
     python, maya = env / "bin" / "python", env / "bin" / "maya"
