@@ -89,8 +89,6 @@ TIMING_API = "cudaEventElapsedTime"
 def timing_notes(traces, hardware: str) -> list[str]:
     """What `maya predict` says about the run's CUDA-event timings: which oracle answered them (so which
     estimate chose the kernels autotuners kept), or that they read host time."""
-    import json
-
     timings = answered = 0
     for trace in traces.ranks.values():
         rows = trace.calls["api"] == TIMING_API
@@ -98,8 +96,7 @@ def timing_notes(traces, hardware: str) -> list[str]:
         answered += int(trace.calls.loc[rows, "args"].fillna("").str.contains("device_time_ns", regex=False).sum())
     if not timings:
         return []
-    attrs = traces.info.get("attrs")
-    attrs = json.loads(attrs) if isinstance(attrs, str) and attrs else {}
+    attrs = traces.attrs
     options = (attrs.get("device_time") or {}).get("options") or {}
     answers = [a for a in (attrs.get("device_time_answers") or {}).values() if a]
     if not answered:

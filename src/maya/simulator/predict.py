@@ -2,7 +2,6 @@
 → compile → expand deduplicated ranks → price → replay → report (→ timeline, warehouse)."""
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,10 +256,7 @@ def routing_notes(traces: TraceSet) -> list[str]:
     """A note on routing the emulator assumed: routing decisions taken on scores only a GPU computes
     (`topk`, `argmax`, ... of router logits) got the indices of a balanced router (run attrs
     `routing_stand_ins`, from the emulator's `host_values.cpp`)."""
-    try:
-        per_rank = json.loads(traces.info.get("attrs") or "{}").get("routing_stand_ins") or {}
-    except (TypeError, ValueError):
-        return []
+    per_rank = traces.attrs.get("routing_stand_ins") or {}
     counts: dict[str, int] = {}
     for ops in per_rank.values():
         for name, n in ops.items():
@@ -276,10 +272,7 @@ def routing_notes(traces: TraceSet) -> list[str]:
 def subset_notes(traces: TraceSet) -> list[str]:
     """A note on ranks `maya emulate --ranks` did not capture and a captured rank of their pipeline stage stands
     for (run attrs `represents_assumed`, from the emulator's `subset.py`): an SPMD job is assumed, unverified."""
-    try:
-        assumed = json.loads(traces.info.get("attrs") or "{}").get("represents_assumed") or {}
-    except (TypeError, ValueError):
-        return []
+    assumed = traces.attrs.get("represents_assumed") or {}
     if not assumed:
         return []
     parts = "; ".join(f"rank {rep} for {_ranges(ranks)}"

@@ -1,6 +1,8 @@
 """A run's tables as the simulator reads them: one `RankTrace` per captured rank."""
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +48,16 @@ class TraceSet:
     @property
     def nproc_per_node(self) -> int | None:
         return self.info.get("nproc_per_node")
+
+    @property
+    def attrs(self) -> dict:
+        """The run's free-form attributes (the `run` table's JSON `attrs`); empty when absent or unreadable."""
+        text = self.info.get("attrs")
+        try:
+            attrs = json.loads(text) if isinstance(text, str) and text else {}
+        except ValueError:
+            return {}
+        return attrs if isinstance(attrs, dict) else {}
 
     def local_of(self, rank: int) -> int:
         """Index of a global rank's GPU within its node: from the run's ranks per node, else the captured device
