@@ -398,8 +398,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--use-orig-params", action=argparse.BooleanOptionalAction, default=True,
                    help="FSDP use_orig_params (Composer >= 0.16: on; torch 1.13 had flat parameters only)")
     p.add_argument("--loss-fn", default="fused_crossentropy", choices=LOSS_FNS,
-                   help="llm-foundry's loss_fn: fused_crossentropy (flash-attn's fused kernel: no log-probabilities\n"
-                        "kept; llm-foundry's default) or torch_crossentropy (default fused_crossentropy)")
+                   help="llm-foundry's loss_fn: fused_crossentropy (its default: flash-attn's fused kernel, which "
+                        "keeps no log-probabilities) or torch_crossentropy")
     p.add_argument("--optimizer", default="decoupled_adamw", choices=("decoupled_adamw", "decoupled_lionw"))
     p.add_argument("--lr", type=float, default=2.0e-4)
     p.add_argument("--weight-decay", type=float, default=0.0)
