@@ -3,12 +3,13 @@ and `maya predict`, one row per (framework, parallelism, precision).
 
 Each case runs the framework's own entry point on virtual H100s and records whether emulation completed,
 the emulation's wall time, the predicted iteration time and MFU, the APIs left unimplemented and the
-notes `maya predict` made (assumed routing, fp8 transfer, ...). torchtitan runs in a working directory of
-synthetic assets (`tests/framework_assets.py`). Results go to `benchmarks/results/frameworks.json`; the
-README's support matrix is this table (`--markdown` prints it).
+notes `maya predict` made (assumed routing, fp8 transfer, ...). torchtitan and the speed-run script run in
+a working directory of synthetic assets (`tests/framework_assets.py`). Results go to
+`benchmarks/results/frameworks.json`; the README's support matrix is this table (`--markdown` prints it).
 
 Usage: python benchmarks/frameworks.py [--only NAME,...] [--iterations N] [--markdown]
-A case whose package is not installed is reported as skipped, naming the package.
+A case whose package is not installed is reported as skipped, naming the package; so is one whose script
+lives in a repository (MAYA_MODDED_NANOGPT_REPO: a checkout of KellerJordan/modded-nanogpt) not set.
 """
 from __future__ import annotations
 
@@ -22,14 +23,18 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from framework_assets import torchtitan_assets  # noqa: E402
+from framework_assets import torchtitan_assets, write_fineweb_shards  # noqa: E402
 
 WORKLOADS = REPO / "tests" / "workloads"
 RESULTS = REPO / "benchmarks" / "results" / "frameworks.json"
 TITAN = ["python", "-m", "torchtitan.train", "--module"]
+SPEEDRUN_ENV = "MAYA_MODDED_NANOGPT_REPO"
+ASSETS: dict[str, Callable[[Path], Path]] = {"titan": torchtitan_assets, "fineweb": write_fineweb_shards}
+"""Working directories of synthetic assets, by name: each function fills a folder and returns it."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,8 @@ class Case:
     argv: list[str]
     nproc: int = 1
     needs: tuple[str, ...] = ()
-    titan: bool = False  # runs in torchtitan's asset directory
+    assets: str = ""  # runs in a working directory of ASSETS[assets]
+    repo_env: str = ""  # an environment variable naming the checkout `{repo}` in argv stands for
     test: str = ""  # the test that backs the cell in CI, if any
     extra: list[str] = field(default_factory=list)  # maya emulate options
 
@@ -53,25 +59,29 @@ def titan(config: str, *flags: str) -> list[str]:
 FSDP4_TP2 = ["--parallelism.data_parallel_shard_degree", "4", "--parallelism.tensor_parallel_degree", "2"]
 CASES = [
     Case("titan-debug-1gpu", "torchtitan 0.3.0", "1 GPU (defaults: CUDA graphs)", "bf16",
-         titan("llama3_debugmodel"), 1, ("torchtitan",), True),
+         titan("llama3_debugmodel"), 1, ("torchtitan",), "titan"),
     Case("titan-debug-fsdp4-tp2", "torchtitan 0.3.0", "FSDP2 4 x TP 2", "bf16",
-         titan("llama3_debugmodel", *FSDP4_TP2), 8, ("torchtitan",), True,
+         titan("llama3_debugmodel", *FSDP4_TP2), 8, ("torchtitan",), "titan",
          ""),
     Case("titan-debug-fsdp4-tp2-compile", "torchtitan 0.3.0", "FSDP2 4 x TP 2 + torch.compile", "bf16",
-         titan("llama3_debugmodel", *FSDP4_TP2, "--compile.enable"), 8, ("torchtitan",), True),
+         titan("llama3_debugmodel", *FSDP4_TP2, "--compile.enable"), 8, ("torchtitan",), "titan"),
     Case("titan-debug-validation", "torchtitan 0.3.0", "FSDP2 4 x TP 2, validation every step", "bf16",
          titan("llama3_debugmodel", *FSDP4_TP2, "--validator.enable", "--validator.freq", "1", "--validator.steps",
-               "2", "--validator.dataloader.dataset", "c4_test"), 8, ("torchtitan",), True,
+               "2", "--validator.dataloader.dataset", "c4_test"), 8, ("torchtitan",), "titan",
          "tests/frameworks/test_torchtitan.py::test_debug_model_fsdp_tp_with_validation"),
     Case("titan-debug-float8", "torchtitan 0.3.0 + torchao", "FSDP2 4 x TP 2", "fp8 (torchao float8, tensorwise)",
-         titan("llama3_debugmodel_float8", *FSDP4_TP2), 8, ("torchtitan", "torchao"), True),
+         titan("llama3_debugmodel_float8", *FSDP4_TP2), 8, ("torchtitan", "torchao"), "titan"),
     Case("titan-llama3-8b-fsdp8", "torchtitan 0.3.0", "FSDP2 8", "bf16",
          titan("llama3_8b", "--hf_assets_path", "./tests/assets/tokenizer", "--dataloader.dataset", "c4_test",
                "--metrics.no-enable-tensorboard", "--profiler.no-enable-profiling",
-               "--parallelism.data_parallel_shard_degree", "8"), 8, ("torchtitan",), True),
+               "--parallelism.data_parallel_shard_degree", "8"), 8, ("torchtitan",), "titan"),
     Case("titan-moe-debug", "torchtitan 0.3.0", "1 GPU, MoE (DeepSeek-V3 debug)", "bf16",
          [*TITAN, "deepseek_v3", "--config", "deepseek_v3_debugmodel", "--training.steps", "10"], 1,
-         ("torchtitan",), True),
+         ("torchtitan",), "titan"),
+    Case("speedrun-modernarch", "modded-nanogpt speed-run (2024-10-14 record)", "DDP 8 + torch.compile, Muon",
+         "bf16 autocast", ["python", "{repo}/records/track_1_short/2024-10-14_ModernArch/train_gpt2.py"], 8,
+         assets="fineweb", repo_env=SPEEDRUN_ENV,
+         test="tests/frameworks/test_speedrun.py::test_speedrun_runs_unchanged_on_eight_h100s"),
     Case("hf-trainer-ddp", "transformers Trainer + accelerate", "DDP 2", "bf16",
          ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", "ddp"], 2, ("transformers", "accelerate"),
          test="tests/frameworks/test_hf.py::test_trainer[ddp]"),
@@ -101,12 +111,16 @@ def run_case(case: Case, iterations: int, work: Path) -> dict:
            "precision": case.precision, "gpus": case.nproc, "test": case.test}
     if missing:
         return {**row, "status": f"skipped: {', '.join(missing)} not installed"}
-    cwd = torchtitan_assets(work / "titan") if case.titan else work
+    checkout = os.environ.get(case.repo_env, "") if case.repo_env else ""
+    if case.repo_env and not Path(checkout).is_dir():
+        return {**row, "status": f"skipped: {case.repo_env} not set to a checkout"}
+    argv = [a.replace("{repo}", checkout) for a in case.argv]
+    cwd = ASSETS[case.assets](work / case.assets) if case.assets else work
     out = work / "runs" / case.name
     start = time.monotonic()
     try:
         r = maya("emulate", "--out", str(out), "--iterations", str(iterations), "--nproc-per-node", str(case.nproc),
-                 *case.extra, "--", *case.argv, cwd=cwd)
+                 *case.extra, "--", *argv, cwd=cwd)
     except subprocess.TimeoutExpired:
         return {**row, "status": "emulation timed out"}
     row["emulate_s"] = round(time.monotonic() - start, 1)

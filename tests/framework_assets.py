@@ -1,10 +1,13 @@
 """Offline assets the framework runs need, made here rather than downloaded: a synthetic `c4_test`
-dataset (torchtitan's test dataset, which its snapshot lacks) and a small byte-level BPE tokenizer
-trained on it with Hugging Face `tokenizers` (the shape of torchtitan's `tests/assets/tokenizer`:
-under 2,048 tokens, with `<|begin_of_text|>` / `<|end_of_text|>`)."""
+dataset (torchtitan's test dataset, which its snapshot lacks), a small byte-level BPE tokenizer trained
+on it with Hugging Face `tokenizers` (the shape of torchtitan's `tests/assets/tokenizer`: under 2,048
+tokens, with `<|begin_of_text|>` / `<|end_of_text|>`), and random token shards in llm.c's format where
+the modded-nanogpt speed-run scripts read FineWeb."""
 import json
 import random
 from pathlib import Path
+
+import numpy as np
 
 WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at which but have an "
          "they you were her she there one all we their been has when who will more if no out so said what up its "
@@ -51,4 +54,22 @@ def torchtitan_assets(root: Path) -> Path:
     `./tests/assets/tokenizer`; returns `root`."""
     data = write_c4_test(root)
     write_tokenizer(root / "tests" / "assets" / "tokenizer", data / "data.json")
+    return root
+
+
+FINEWEB_MAGIC, FINEWEB_VERSION = 20240520, 1
+"""The header of llm.c's token shards (`fineweb_train_*.bin`): 256 int32 (magic, version, token count, ...)."""
+
+
+def write_fineweb_shards(root: Path, train_tokens: int = 2_000_000, val_tokens: int = 1_000_000,
+                         vocab: int = 50257, seed: int = 0) -> Path:
+    """`root/data/fineweb10B/fineweb_{train_000001,val_000000}.bin`: random GPT-2 token ids in llm.c's shard
+    format, which the speed-run scripts read from there; returns `root`."""
+    rng = np.random.default_rng(seed)
+    folder = root / "data" / "fineweb10B"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, count in (("fineweb_train_000001.bin", train_tokens), ("fineweb_val_000000.bin", val_tokens)):
+        header = np.zeros(256, dtype=np.int32)
+        header[:3] = FINEWEB_MAGIC, FINEWEB_VERSION, count
+        (folder / name).write_bytes(header.tobytes() + rng.integers(0, vocab, count, dtype=np.uint16).tobytes())
     return root

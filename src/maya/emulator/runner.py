@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import traceback
+import warnings
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,6 +87,10 @@ class _Observer:
                     leave(op)
 
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        # torch warns at every call of a compiled module that global hooks exist: these are Maya's, not the
+        # script's, and fold away inside the compiled region, so the warning would only be noise to its user
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks",
+                                category=UserWarning)
         return [register_module_forward_pre_hook(pre), register_module_forward_hook(post, always_call=True)]
 
     def finish(self) -> None:

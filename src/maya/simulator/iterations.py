@@ -4,8 +4,9 @@ Sources, first that applies: the ops' `iteration` column (emulator, Kineto impor
 op spans; otherwise the longest run of a repeated call sequence (benchmark loops without an optimizer),
 its boundaries moved to just after a host synchronisation where the repeated unit has one; else the
 whole trace is one iteration. The first iteration (it holds initialisation), a short trailing one
-(teardown) and those holding an evaluation pass (ops of phase `eval`: a validation every k steps)
-are not steady.
+(teardown), those holding an evaluation pass (ops of phase `eval`: a validation every k steps) and those
+with many more device calls than the leanest of the others (work that only adds calls: a function compiled
+lazily at its first call, autotuning benchmarks, a checkpoint save) are not steady.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from .trace import RankTrace
 
 PARTIAL_SHARE = 0.5
 """A last iteration with fewer device calls than this share of the median is a partial one."""
+EXTRA_WORK_SHARE = 1.25
+"""An iteration with more device calls than this multiple of the leanest candidate's does extra work."""
 SIGNATURE_COLUMNS = ("api", "stream_id", "kernel_id", "gemm_m", "gemm_n", "gemm_k", "bytes", "collective_name",
                      "in_msg_nelems")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -103,6 +106,9 @@ def _steady(bounds: np.ndarray, opcodes: np.ndarray, source: str, evaluating: np
     if evaluating is not None and evaluating.any():
         training = [k for k in steady if not evaluating[bounds[k]:bounds[k + 1]].any()]
         steady = training or steady
+    if len(steady) > 1:
+        leanest = device[steady].min()
+        steady = [k for k in steady if device[k] <= EXTRA_WORK_SHARE * leanest]
     return Iterations(bounds, np.array(steady or [count - 1]), source)
 
 
