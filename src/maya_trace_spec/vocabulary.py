@@ -80,6 +80,7 @@ def collective_name(raw: object) -> str | None:
 _KERNEL_PATTERNS = (
     (COLLECTIVE_FAMILY, re.compile(r"nccl")),
     ("attention", re.compile(r"flash|fmha|sdpa|attention")),
+    ("other", re.compile(r"prepare_grouped_gemm")),  # a grouped GEMM's one-block setup (per-group pointers)
     ("gemm", re.compile(r"gemm|gemv|cutlass|nvjet")),
     ("softmax", re.compile(r"softmax")),
     ("normalization", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm")),

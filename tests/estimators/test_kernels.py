@@ -10,6 +10,7 @@ from maya.estimators.efficiency_model import ModelParams
 from maya.estimators.families import PREDICTORS
 from maya.estimators.features import features_of
 from maya.estimators.hardware_table import catalog_names, hardware_arrays
+from maya.estimators.launch_floor import DEVICE_FLOOR_S
 
 SMALL = TrainConfig(params=ModelParams(n_estimators=20, max_depth=4), validate=False)
 FP32_KEY = {"gemm": "gemm@cuda", "elementwise": "elementwise@wide", "normalization": "normalization@wide",
@@ -63,6 +64,10 @@ def test_roofline_fallback_without_models():
     # memory bound: a copy of 1 GiB on the device reads and writes it once
     copy = pd.DataFrame({"hardware": ["NVIDIA H100 80GB HBM3"], "family": ["copy"], "op": ["DtoD"], "bytes": [2.0**30]})
     assert KernelEstimator().predict(copy)["duration_ns"][0] == pytest.approx(2 * 2**30 / 3350e9 * 1e9)
+    # a kernel of almost no work (a grouped GEMM's one-block setup over 8 offsets) still takes the device floor
+    setup = pd.DataFrame({"hardware": ["h100-sxm"], "family": ["other"], "op": ["_grouped_mm"], "numel": [8.0]})
+    priced = KernelEstimator().predict(setup)
+    assert priced["roofline_ns"][0] <= 1 and priced["duration_ns"][0] == pytest.approx(DEVICE_FLOOR_S * 1e9)
 
 
 def test_exact_lookup_hit(estimator, measured):
@@ -148,7 +153,7 @@ def test_launch_floors_measured_on_fixed_cost_dominated_calls():
 def test_learned_predictions_scale_device_floor_or_roofline(estimator, measured):
     """Device time is at least the device floor and the roofline; timed on its own, a call reads its host's
     dispatch (launch floor less the post-launch host time), then the kernel or that host time, the longer."""
-    from maya.estimators.launch_floor import DEVICE_FLOOR_S, POST_LAUNCH_S
+    from maya.estimators.launch_floor import POST_LAUNCH_S
     calls = measured.head(200).assign(m=lambda d: d["m"] + 3, row=lambda d: d["row"] + 3,
                                       numel=lambda d: d["numel"] + 3 * d["numel"] / d["row"])
     out = estimator.predict(calls)

@@ -1,6 +1,7 @@
 """What the simulator prices each kernel as (`work_frame`) on small synthetic traces: torch's FlashAttention-2
 kernels shaped from their attention op (causal flag from the kernel's template arguments), and the pieces of an
-op TensorIterator split at 32-bit offsets each given their share."""
+op TensorIterator split at 32-bit offsets each given their share, and `torch._grouped_mm`'s CUTLASS grouped GEMMs
+shaped from their op (an MoE's experts) with their one-block setup kernel sized by the group offsets."""
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from maya.simulator.opcodes import classify
 from maya.simulator.trace import load
 from maya.simulator.work import work_frame
 from maya_trace_spec import RunWriter
+from maya_trace_spec.vocabulary import classify_kernel
 
 FWD = ("_ZN13pytorch_flash16flash_fwd_kernelI23Flash_fwd_kernel_traitsILi64ELi128ELi128ELi4ELb0ELb0EN7cutlass10bfloat16"
        "_tE19Flash_kernel_traitsILi64ELi128ELi128ELi4ES3_EELb0ELb{causal}ELb0ELb0ELb1ELb1ELb0ELb0EEEvNS_16Flash_fwd_paramsE")
@@ -25,16 +27,17 @@ COPY = "_ZN2at6native29vectorized_elementwise_kernelILi4EZNS0_27direct_copy_kern
 SORT = "_ZN3cub18DeviceRadixSortOnesweepKernelI"
 
 
-def write_trace(tmp_path: Path, kernels: list[str], ops: list[dict], launches: list[dict]) -> Path:
-    """One rank: `kernels` (kernel_id = index), `ops` (op_id, name, parent_op_id, input_shapes, input_dtypes) and
-    kernel launches (kernel_id, op_id, grid_x)."""
+def write_trace(tmp_path: Path, kernels: list[str], ops: list[dict], launches: list[dict],
+                families: list[str] | None = None) -> Path:
+    """One rank: `kernels` (kernel_id = index; `families`, else attention, elementwise or other by name), `ops`
+    (op_id, name, parent_op_id, input_shapes, input_dtypes) and kernel launches (kernel_id, op_id, grid_x)."""
     w = RunWriter(tmp_path / "run")
     w.write("run", {"run_id": ["r"], "created_at_ns": [0], "source": ["synthetic"], "status": ["complete"],
                     "hardware": ["a100-sxm-80gb"], "world_size": [1], "nnodes": [1], "nproc_per_node": [1]})
     w.write("devices", {"local_rank": [0], "node": [0], "device_index": [0], "hardware": ["a100-sxm-80gb"]}, rank=0)
     w.write("kernels", {"kernel_id": list(range(len(kernels))), "name": kernels,
-                        "family": ["attention" if "flash" in k else "elementwise" if "elementwise" in k else "other"
-                                   for k in kernels]}, rank=0)
+                        "family": families or ["attention" if "flash" in k else "elementwise" if "elementwise" in k
+                                               else "other" for k in kernels]}, rank=0)
     w.write("ops", {"op_id": [o["op_id"] for o in ops], "name": [o["name"] for o in ops],
                     "parent_op_id": [o.get("parent_op_id") for o in ops], "start_ns": [0] * len(ops),
                     "input_shapes": [o.get("input_shapes") for o in ops],
@@ -110,3 +113,30 @@ def test_an_op_split_at_32_bit_offsets_gives_each_piece_its_share(tmp_path):
     assert numel[4:6].tolist() == [1024.0, 1024.0]
     assert numel[6:].tolist() == [2.0**30] * 3
     assert np.all(work["family"].to_numpy()[:4] == "elementwise")
+
+
+GROUPED = ("_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6kernel13GemmUniversalINS5_17"
+           "GroupProblemShapeIN4cute5tupleIJiiiEEEEENS5_10collective13CollectiveMmaEEEEEvNT_6ParamsE")
+SETUP = "_ZN2at4cuda6detail25prepare_grouped_gemm_dataIN7cutlass10bfloat16_tES4_S4_fN4cute5tupleIJiiiEEEEEvPT_"
+
+
+def test_grouped_gemms_take_their_shape_from_the_grouped_mm_op(tmp_path):
+    """An MoE layer's experts (8 groups, 4,096 routed tokens, 1,024 -> 2,048): forward and input gradient
+    ([T, K] by [G, K, N]) and weight gradient ([K, T] by [T, N] into [G, K, N]) are each 2·T·K·N FLOPs, as 8
+    equal products; the setup kernel is no GEMM and reads the 8 offsets, not the weights."""
+    bf16 = ["c10::BFloat16", "c10::BFloat16", "int", "", ""]
+    ops = [{"op_id": 1, "name": "aten::_grouped_mm", "input_shapes": [[4096, 1024], [8, 1024, 2048], [8], [], []],
+            "input_dtypes": bf16},
+           {"op_id": 2, "name": "aten::_grouped_mm", "input_shapes": [[4096, 2048], [8, 2048, 1024], [8], [], []],
+            "input_dtypes": bf16},
+           {"op_id": 3, "name": "aten::_grouped_mm", "input_shapes": [[1024, 4096], [4096, 2048], [8], [], []],
+            "input_dtypes": bf16}]
+    launches = [{"kernel_id": k, "op_id": op} for op in (1, 2, 3) for k in (1, 0)]
+    f = frame(write_trace(tmp_path, [GROUPED, SETUP], ops, launches,
+                          families=[classify_kernel(k)["family"] for k in (GROUPED, SETUP)]))
+    gemms, setups = f.iloc[1::2], f.iloc[0::2]
+    assert (gemms["family"] == "gemm").all() and (gemms["dtype"] == "bf16").all()
+    assert gemms["flops"].tolist() == [2.0 * 4096 * 1024 * 2048] * 3 and (gemms["batch"] == 8).all()
+    assert sorted(gemms[["m", "n", "k"]].iloc[0]) == [512, 1024, 2048]  # each group: 512 tokens
+    assert sorted(gemms[["m", "n", "k"]].iloc[2]) == [512, 1024, 2048]  # each group: 512 tokens reduced
+    assert (setups["family"] == "other").all() and (setups["numel"] == 8).all()

@@ -140,7 +140,8 @@ class KernelEstimator:
         segment's of the family, else by the roofline."""
         predictor, hw = PREDICTORS[family], hardware_arrays(calls)
         work = predictor.work(calls, hw)
-        roofline = base = work.roofline_s(hw) * 1e9
+        roofline = work.roofline_s(hw) * 1e9
+        base = np.maximum(roofline, DEVICE_FLOOR_S * 1e9)  # no kernel takes less, priced by a model or not
         slowdown, low = np.zeros(len(calls)), np.zeros(len(calls))
         high = np.full(len(calls), np.nan)
         method = np.full(len(calls), METHODS.index("roofline"), dtype="int8")
@@ -166,7 +167,6 @@ class KernelEstimator:
             if models is None:
                 continue
             if features is None:
-                base = np.maximum(roofline, DEVICE_FLOOR_S * 1e9)
                 features = features_of(predictor, calls, hw, work, with_hardware=True)
             rows = np.flatnonzero(here)
             dispatch[rows] = models.floors.dispatch_seconds(calls["hardware"].iloc[rows], calls["op"].iloc[rows]) * 1e9

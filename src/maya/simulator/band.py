@@ -189,7 +189,7 @@ def iteration_band(sim: Simulation, prediction: Prediction, *, samples: int = SA
         for g in np.unique(groups.group[calls]):
             mine = calls & (groups.group == g)
             share = part * device[mine].sum() / weight
-            if g >= 0:
+            if g >= 0 and share > 0:  # a group priced at no time (memsets) has no factor to weigh
                 shares[names[g]] = share / total
                 terms.append((g, share, *_distinct(device[mine], groups.quantiles[mine])))
     modelled = sum(t[1] for t in terms)

@@ -33,7 +33,7 @@ def call_labels(program: Program, traces: TraceSet) -> np.ndarray:
     gemm = family == "gemm"
     shape = ("gemm " + frame["m"].astype("Int64").astype(str) + "x" + frame["n"].astype("Int64").astype(str) + "x"
              + frame["k"].astype("Int64").astype(str) + " " + frame["dtype"].astype(str))
-    labels = np.where(gemm, shape, labels)
+    labels = np.where(gemm & frame["m"].notna().to_numpy(), shape, labels)  # a GEMM with no shape keeps its name
     labels = np.where(family == "attention", frame["op"].astype(str), labels)
     copy = family == "copy"
     labels = np.where(copy, np.where(frame["op"] == "memset", "memset", "memcpy " + frame["op"].astype(str)), labels)

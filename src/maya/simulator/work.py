@@ -40,12 +40,32 @@ def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
     names = ops["name"].astype(str).str.replace(r"^aten::", "", regex=True).str.rstrip("_")
     for i in np.flatnonzero(names.isin(list(GATHER_OPS)).to_numpy()):  # sized by what they gather, not the table
         numel[i], row[i] = gathered_size(names.iat[i], ops["input_shapes"].iat[i], numel[i], row[i])
+    for i in np.flatnonzero((names == "_grouped_mm").to_numpy()):  # its kernel besides the GEMM (a one-block
+        offsets = ops["input_shapes"].iat[i]                       # setup) reads the group offsets
+        if offsets is not None and len(offsets) > 2 and offsets[2] is not None and len(offsets[2]):
+            numel[i] = row[i] = float(np.prod(offsets[2]))
     return pd.DataFrame({"op_name": names.to_numpy(), "numel": numel, "row": row, "dtype": dtype},
                         index=ops["op_id"].to_numpy())
 
 
-GEMM_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "linear": (0, 1)}
+GEMM_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "linear": (0, 1),
+                 "_grouped_mm": (0, 1)}
 """Positions of the two GEMM operands among the inputs of the aten ops whose kernels are GEMMs."""
+
+
+def grouped_gemm(a: list, b: list, offsets: list | None) -> tuple[float, float, float, float] | None:
+    """(groups, rows, cols, reduction) per group of `torch._grouped_mm(a, b, offs)` from its input shapes,
+    the groups' sizes taken equal (offsets are device values; the emulator's routing stand-ins balance them):
+    a [T, K] by b [G, K, N] (experts' forward and input gradient: each group T/G of the rows), a [K, T] by
+    b [T, N] (weight gradient: each group a T/G slice of the reduction), or a [G, M, K] by b [G, K, N]."""
+    groups = float(offsets[0]) if offsets else np.nan
+    if len(a) == 2 and len(b) == 3 and a[1] == b[1]:
+        return float(b[0]), a[0] / b[0], float(b[2]), float(a[1])
+    if len(a) == 2 and len(b) == 2 and a[1] == b[0] and groups > 0:
+        return groups, float(a[0]), float(b[1]), a[1] / groups
+    if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
+        return float(a[0]), float(a[1]), float(b[2]), float(a[2])
+    return None
 
 
 def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
@@ -59,7 +79,12 @@ def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
         if positions is None or shapes is None or len(shapes) <= max(positions):
             continue
         a, b = (list(shapes[i]) if shapes[i] is not None else [] for i in positions)
-        if name.endswith("linear") and len(a) >= 1 and len(b) == 2 and a[-1] == b[1]:
+        if name.endswith("_grouped_mm"):
+            offsets = list(shapes[2]) if len(shapes) > 2 and shapes[2] is not None else None
+            grouped = grouped_gemm(a, b, offsets)
+            if grouped is not None:
+                rows[op_id] = gemm_of_row_major(*grouped)
+        elif name.endswith("linear") and len(a) >= 1 and len(b) == 2 and a[-1] == b[1]:
             rows[op_id] = gemm_of_row_major(1.0, float(np.prod(a[:-1])), float(b[0]), float(b[1]))
         elif len(a) == len(b) == 2 and a[1] == b[0]:
             rows[op_id] = gemm_of_row_major(1.0, float(a[0]), float(b[1]), float(a[1]))
