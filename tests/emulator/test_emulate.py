@@ -127,6 +127,17 @@ def test_ddp_two_isolated_ranks(tmp_path):
         (0, "pg:0", 0, 2), (1, "pg:0", 1, 2)}
 
 
+def test_ranks_checking_agreement_fail_in_isolation_and_say_what_to_do(tmp_path):
+    """An isolated rank receives its own buffer where rank 0 broadcast one: the check fails on rank 1; the
+    report gives the exception's whole message and the way out, capturing rank 0 for the SPMD job."""
+    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--no-dedup", script="rank_agreement.py")
+    assert r.exit_code == 1
+    assert "rank 1: RuntimeError: ranks disagree: rank0: -1 rank1: 7" in " ".join(r.stderr.split())
+    assert "--ranks 0" in r.stderr
+    r, out = emulate(tmp_path / "subset", "--nproc-per-node", "2", "--ranks", "0", script="rank_agreement.py")
+    assert r.exit_code == 0, r.output
+
+
 def test_capture_a_subset_of_a_large_world(tmp_path):
     r, out = emulate(tmp_path, "--world-size", "4096", "--nnodes", "512", "--ranks", "4095", script="ddp_mlp.py")
     assert r.exit_code == 0, r.output

@@ -1,6 +1,7 @@
 """`maya emulate -- python train.py ARGS`: run a training script on virtual GPUs and keep its trace."""
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -124,10 +125,27 @@ def _report(result, hw) -> None:
     out.print(table)
     for r in result.ranks:
         if r.error:
-            where = r.error.strip().splitlines()[-1]
-            err.print(f"[red]rank {r.rank}:[/] {where}", highlight=False)
+            err.print(f"[red]rank {r.rank}:[/] {exception_message(r.error)}", highlight=False)
         if r.status == "oom":
             err.print(f"[red]rank {r.rank} ran out of memory[/] {_oom_site(result.run_dir, r.rank)}", highlight=False)
+    failed = [r.rank for r in result.ranks if r.status == "failed"]
+    if failed and any(r.status == "complete" for r in result.ranks):
+        err.print(f"note: rank(s) {', '.join(map(str, failed))} failed where others completed. Each rank runs in "
+                  "isolation and receives its own data where a peer's was sent (broadcasts, receives): a script "
+                  "that checks that ranks agree through one fails on the ranks that are not its source. For an SPMD "
+                  "job, capture one rank with --ranks 0 (the others replay it, and maya predict says so).",
+                  highlight=False)
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+def exception_message(error: str) -> str:
+    """A failed rank's exception, type and whole message (which may span lines), from its traceback; else
+    the traceback's last line."""
+    lines = error.strip().splitlines()
+    start = next((i for i in range(len(lines) - 1, -1, -1) if _EXCEPTION_LINE.match(lines[i])), len(lines) - 1)
+    return " ".join(line.strip() for line in lines[start:])[:500]
 
 
 def _oom_site(run_dir: Path, rank: int) -> str:
