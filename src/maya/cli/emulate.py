@@ -145,7 +145,7 @@ def exception_message(error: str) -> str:
     the traceback's last line."""
     lines = error.strip().splitlines()
     start = next((i for i in range(len(lines) - 1, -1, -1) if _EXCEPTION_LINE.match(lines[i])), len(lines) - 1)
-    return " ".join(line.strip() for line in lines[start:])[:500]
+    return " ".join(line.strip() for line in lines[start:])[:2000]
 
 
 def _oom_site(run_dir: Path, rank: int) -> str:

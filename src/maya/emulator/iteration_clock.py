@@ -3,8 +3,9 @@
 An iteration ends at an optimizer step (a global optimizer-step post-hook). A step only starts a new
 iteration if the model computed something since the last one began (a module was called, autograd ran
 a backward op, or a CUDA graph was launched): a script stepping several optimizers per iteration
-(Muon and AdamW, say) counts one iteration, not one per optimizer. GradScaler's skipped steps never
-reach the hook.
+(Muon and AdamW, say) counts one iteration, not one per optimizer, and the later optimizers' ops are
+labelled with the iteration the first one ended (the pre-hook). GradScaler's skipped steps never reach
+the hooks.
 
 With a limit of N, the rank stops once N iterations are done, at the first sign of the next one:
 the next call of a module (an evaluation pass after step N included), or a step that would end
@@ -29,11 +30,12 @@ class IterationLimitReached(StopScript):
 
 
 class IterationClock:
-    """Counts iterations; `set_iteration(n)` labels the ops entered from then on (the observer)."""
+    """Counts iterations; `set_iteration(n)` labels the ops entered from then on and `relabel_open(n)` the
+    innermost op open (the observer)."""
 
-    def __init__(self, set_iteration: Callable[[int], None], backward_ops: Callable[[], int],
-                 graph_launches: Callable[[], int], limit: int = 0):
-        self.set_iteration, self.limit = set_iteration, limit
+    def __init__(self, set_iteration: Callable[[int], None], relabel_open: Callable[[int], None],
+                 backward_ops: Callable[[], int], graph_launches: Callable[[], int], limit: int = 0):
+        self.set_iteration, self.limit, self.relabel_open = set_iteration, limit, relabel_open
         self.backward_ops, self.graph_launches = backward_ops, graph_launches
         self.iteration = 0
         self.stepped = False
@@ -49,11 +51,19 @@ class IterationClock:
         if self.limit and self.iteration >= self.limit:
             self._stop()
 
+    def optimizer_stepping(self, *_) -> None:
+        """An optimizer step starts (the global optimizer-step pre-hook): with no model computation since the
+        last step, it is another optimizer of the iteration that step ended, and its ops are labelled so."""
+        if self.stepped and self._marks() == self.marks:
+            self.set_iteration(self.iteration - 1)
+            self.relabel_open(self.iteration - 1)  # the step's own range, entered before this hook
+
     def optimizer_stepped(self, *_) -> None:
         """An optimizer step ended (the global optimizer-step post-hook)."""
         marks = self._marks()
         if self.stepped and marks == self.marks:
-            return  # another optimizer of the iteration that just ended
+            self.set_iteration(self.iteration)  # another optimizer of the iteration that just ended
+            return
         self.stepped, self.marks = True, marks
         if self.limit and self.iteration >= self.limit:
             self._stop()
@@ -70,7 +80,8 @@ def native_clock(observer: ctypes.CDLL, emulator: ctypes.CDLL, limit: int) -> It
     """The clock of a rank: labels go to the op observer (libmaya_ops), backward ops are counted there,
     CUDA graph launches by the stubs (libmaya_emu)."""
     observer.maya_ops_set_iteration.argtypes = [ctypes.c_int32]
+    observer.maya_ops_relabel_open.argtypes = [ctypes.c_int32]
     observer.maya_ops_backward_ops.restype = ctypes.c_int64
     emulator.maya_emu_graph_launches.restype = ctypes.c_int64
-    return IterationClock(observer.maya_ops_set_iteration, observer.maya_ops_backward_ops,
-                          emulator.maya_emu_graph_launches, limit)
+    return IterationClock(observer.maya_ops_set_iteration, observer.maya_ops_relabel_open,
+                          observer.maya_ops_backward_ops, emulator.maya_emu_graph_launches, limit)

@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
     out = Path(os.environ["MAYA_EMU_OUT"])
     os.environ[RANK_PID_ENV] = str(os.getpid())
     import torch
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     from maya.core.script_runner import run_script
 
@@ -173,7 +173,8 @@ def main(argv: list[str]) -> int:
     observer = _Observer(Path(os.environ["MAYA_EMU_LIBS"]), out)
     clock = native_clock(observer.lib, ctypes.CDLL(None), int(os.environ.get(ITERATIONS_ENV) or 0))
     groups = _ProcessGroups()
-    handles = [register_optimizer_step_post_hook(clock.optimizer_stepped), *observer.module_hooks(torch, clock)]
+    handles = [register_optimizer_step_pre_hook(clock.optimizer_stepping),
+               register_optimizer_step_post_hook(clock.optimizer_stepped), *observer.module_hooks(torch, clock)]
     try:
         run_script(argv)
     except IterationLimitReached as e:

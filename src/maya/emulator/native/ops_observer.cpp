@@ -374,6 +374,14 @@ __attribute__((visibility("default"))) void maya_ops_set_iteration(int32_t n) {
   maya_emu_progress();
 }
 
+/* The innermost op open on this thread belongs to iteration `n`: an optimizer's step range, entered before the
+ * pre-hook that tells it is another optimizer of the iteration the last step ended. */
+__attribute__((visibility("default"))) void maya_ops_relabel_open(int32_t n) {
+  if (forked_child) return;
+  ThreadState& s = state();
+  if (!s.open.empty() && s.open.back().index >= 0) s.buf[s.open.back().index].iteration = n;
+}
+
 /* Backward ops autograd has run so far (the iteration clock tells iterations from extra optimizers). */
 __attribute__((visibility("default"))) int64_t maya_ops_backward_ops(void) {
   return backward_ops.load(std::memory_order_relaxed);
