@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -49,7 +49,6 @@ class Case:
     assets: str = ""  # runs in a working directory of ASSETS[assets]
     repo_env: str = ""  # an environment variable naming the checkout `{repo}` in argv stands for
     test: str = ""  # the test that backs the cell in CI, if any
-    extra: list[str] = field(default_factory=list)  # maya emulate options
 
 
 def titan(config: str, *flags: str) -> list[str]:
@@ -90,8 +89,7 @@ CASES = [
     *(Case(f"hf-deepspeed-zero{z}", "transformers Trainer + DeepSpeed", f"ZeRO-{z}, 2 GPUs", "bf16",
            ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", f"zero{z}"], 2,
            ("transformers", "accelerate", "deepspeed"),
-           test="tests/frameworks/test_hf.py::test_trainer[zero3]" if z == 3 else "",
-           extra=["--ranks", "0"] if z == 3 else []) for z in (1, 2, 3)),
+           test="tests/frameworks/test_hf.py::test_trainer[zero3]" if z == 3 else "") for z in (1, 2, 3)),
     Case("float8-mlp", "PyTorch `_scaled_mm` (torchao's tensorwise recipe)", "1 GPU", "fp8 e4m3/e5m2",
          ["python", str(WORKLOADS / "float8_mlp.py")], 1,
          test="tests/frameworks/test_float8.py::test_float8_gemms_priced_on_fp8_peak"),
@@ -120,7 +118,7 @@ def run_case(case: Case, iterations: int, work: Path) -> dict:
     start = time.monotonic()
     try:
         r = maya("emulate", "--out", str(out), "--iterations", str(iterations), "--nproc-per-node", str(case.nproc),
-                 *case.extra, "--", *argv, cwd=cwd)
+                 "--", *argv, cwd=cwd)
     except subprocess.TimeoutExpired:
         return {**row, "status": "emulation timed out"}
     row["emulate_s"] = round(time.monotonic() - start, 1)

@@ -127,15 +127,24 @@ def test_ddp_two_isolated_ranks(tmp_path):
         (0, "pg:0", 0, 2), (1, "pg:0", 1, 2)}
 
 
-def test_ranks_checking_agreement_fail_in_isolation_and_say_what_to_do(tmp_path):
-    """An isolated rank receives its own buffer where rank 0 broadcast one: the check fails on rank 1; the
-    report gives the exception's whole message and the way out, capturing rank 0 for the SPMD job."""
-    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--no-dedup", script="rank_agreement.py")
-    assert r.exit_code == 1
-    assert "rank 1: RuntimeError: ranks disagree: rank0: -1 rank1: 7" in " ".join(r.stderr.split())
-    assert "--ranks 0" in r.stderr
-    r, out = emulate(tmp_path / "subset", "--nproc-per-node", "2", "--ranks", "0", script="rank_agreement.py")
+@pytest.mark.parametrize("dedup", ["--dedup", "--no-dedup"])
+def test_ranks_checking_agreement_receive_what_the_source_broadcast(tmp_path, dedup):
+    """Rank 0 broadcasts a value the other ranks compare with their own (as DeepSpeed ZeRO-3 does), their
+    buffers holding -1 until it arrives: the source's bytes reach them through the mailbox, whether the ranks
+    run together or rank 0 alone first (dedup), and every rank passes the check."""
+    r, out = emulate(tmp_path, "--nproc-per-node", "4", dedup, script="rank_agreement.py")
     assert r.exit_code == 0, r.output
+    assert Run(out).info["status"] == "complete"
+
+
+def test_a_rank_failing_where_others_complete_gets_its_whole_message_and_a_way_out(tmp_path):
+    """A rank that fails alone (here it raises on purpose) reports its exception, whole, and the note that
+    isolated ranks receive their own data where a peer's was sent, with the way out: capture rank 0."""
+    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--no-dedup", script="rank_agreement.py",
+                     script_args=["--fail-rank", "1"])
+    assert r.exit_code == 1
+    assert "rank 1: RuntimeError: rank 1 fails: on purpose" in " ".join(r.stderr.split())
+    assert "--ranks 0" in r.stderr
 
 
 def test_capture_a_subset_of_a_large_world(tmp_path):

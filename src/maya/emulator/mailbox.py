@@ -6,12 +6,17 @@ object cannot be: its bytes would be garbage. So in an emulated rank:
   way) and `broadcast_object_list`/`scatter_object_list` deliver the sender's real objects through
   `$MAYA_EMU_MAILBOX`: the sender writes a file, the receiver waits for it and asks the launcher
   (`want-<src>`) to emulate the sender if it is not running yet;
-- `all_gather_object`/`gather_object` are SPMD: every peer's object is a copy of this rank's.
-None of them touches NCCL, so the trace holds no one-sided call. A sender that ended
+- `all_gather_object`/`gather_object` are SPMD: every peer's object is a copy of this rank's;
+- a `broadcast` of a small tensor (up to `SMALL_BROADCAST_BYTES`: a count, a flag, ids that ranks check
+  they agree on, as DeepSpeed ZeRO-3 does) is recorded as the NCCL call it is, and the source's bytes are
+  delivered through the mailbox into the receivers' buffers (emulated device memory is host memory), so
+  what the receivers read is what the source sent, not their own data.
+The object collectives touch no NCCL, so the trace holds no one-sided call. A sender that ended
 (`ended-<rank>`) without sending, or a wait past the timeout, fails with an error naming both ranks.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import threading
@@ -22,6 +27,8 @@ from typing import Callable
 
 TIMEOUT_S = float(os.environ.get("MAYA_EMU_MAILBOX_TIMEOUT", "600"))
 POLL_S = 0.01
+SMALL_BROADCAST_BYTES = 4096
+"""Broadcasts of tensors up to this size deliver the source's bytes; larger ones stay SPMD (own data)."""
 
 
 def mark_ended(mailbox: Path, rank: int) -> None:
@@ -112,6 +119,23 @@ def install(mailbox: Path, rank: int) -> None:
         if object_gather_list is not None:
             object_gather_list[:] = copies(obj, len(object_gather_list))
 
+    nccl_broadcast = dist.broadcast
+
+    def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+        work = nccl_broadcast(tensor, src=src, group=group, async_op=async_op, group_src=group_src)
+        size = tensor.numel() * tensor.element_size()
+        if (not tensor.is_cuda or not tensor.is_contiguous() or not 0 < size <= SMALL_BROADCAST_BYTES
+                or dist.distributed_c10d._rank_not_in_group(group) or dist.get_world_size(group) == 1):
+            return work
+        src = global_rank(group, src, group_src, "broadcast")
+        path = next_path("tensor-bcast", group_name(group), src)
+        if rank == src:
+            _deliver(path, [ctypes.string_at(tensor.data_ptr(), size)])
+        else:
+            ctypes.memmove(tensor.data_ptr(), _receive(mailbox, path, rank, src, "broadcast")[0], size)
+        return work
+
+    dist.broadcast = dist.distributed_c10d.broadcast = broadcast
     dist.send_object_list, dist.recv_object_list = send_object_list, recv_object_list
     dist.broadcast_object_list, dist.scatter_object_list = broadcast_object_list, scatter_object_list
     dist.all_gather_object, dist.gather_object = all_gather_object, gather_object
