@@ -213,6 +213,7 @@ def test_support_matrix(tmp_path, script, ranks, expect):
     if "library" in expect:
         libraries = set(run.table("kernels").column("library").to_pylist())
         assert expect["library"] in libraries
+        assert "global hooks" not in r.output  # Maya's module hooks make torch warn at compiled calls: filtered
     if "collectives" in expect:
         names = set(calls.column("collective_name").drop_null().to_pylist())
         assert expect["collectives"] <= names
