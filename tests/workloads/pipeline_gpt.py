@@ -1,4 +1,6 @@
-"""A small GPT split into one pipeline stage per rank with torch.distributed.pipelining (1F1B)."""
+"""A small GPT split into one pipeline stage per rank with torch.distributed.pipelining (1F1B); `--steps N`
+training steps (2)."""
+import argparse
 import os
 
 import torch
@@ -25,6 +27,9 @@ class Stage(nn.Module):
         return self.head(x) if self.head is not None else x
 
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=2)
+args = parser.parse_args()
 dist.init_process_group("nccl")
 rank, world = dist.get_rank(), dist.get_world_size()
 device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
@@ -35,7 +40,7 @@ schedule_class = Schedule1F1B if os.environ.get("SCHEDULE", "1f1b") == "1f1b" el
 schedule = schedule_class(stage, n_microbatches=MICROBATCHES,
                           loss_fn=lambda out, y: nn.functional.cross_entropy(out.flatten(0, 1), y.flatten()))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for step in range(2):
+for step in range(args.steps):
     tokens = torch.randint(0, VOCAB, (BATCH, SEQ), device=device)
     if rank == 0:
         schedule.step(tokens)

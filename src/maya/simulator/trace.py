@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -112,4 +112,21 @@ def load(run_dir: str | Path) -> TraceSet:
         ranks[rank] = RankTrace(rank=rank, calls=frame, ops=get("ops"), kernels=get("kernels"),
                                 communicators=get("communicators"), memory=get("memory_events"),
                                 device=devices.iloc[0].to_dict() if len(devices) else {})
-    return TraceSet(run_id=run.info["run_id"], path=Path(run_dir), info=run.info, ranks=ranks)
+    traces = TraceSet(run_id=run.info["run_id"], path=Path(run_dir), info=run.info, ranks=ranks)
+    stopped = traces.attrs.get("stopped_at_iteration") or {}
+    for rank, trace in ranks.items():
+        if stopped.get(str(rank)) is not None:
+            trace.calls = _before_iteration(trace, int(stopped[str(rank)]))
+    return traces
+
+
+def _before_iteration(trace: RankTrace, stop: int) -> pd.DataFrame:
+    """The rank's calls before iteration `stop` began, where `maya emulate --iterations` stopped it: what the
+    next iteration had started is left out, since it started on some ranks only (a pipeline stage posts its
+    first receive before its first module call) and its halves would not match."""
+    ops = trace.ops.drop_duplicates("op_id") if len(trace.ops) else trace.ops
+    if not len(ops) or "iteration" not in ops or trace.calls["op_id"].isna().all():
+        return trace.calls
+    label = trace.calls["op_id"].map(pd.Series(ops["iteration"].to_numpy(), index=ops["op_id"].to_numpy()))
+    begun = np.flatnonzero(np.maximum.accumulate(label.ffill().fillna(0).to_numpy(dtype="float64")) >= stop)
+    return trace.calls.iloc[:begun[0]].reset_index(drop=True) if len(begun) else trace.calls
