@@ -253,8 +253,8 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
 
 
 def routing_notes(traces: TraceSet) -> list[str]:
-    """A note on routing the emulator assumed: routing decisions taken on scores only a GPU computes
-    (`topk`, `argmax`, ... of router logits) got the indices of a balanced router (run attrs
+    """A note on routing the emulator assumed: index choices on values only a GPU computes (`topk`, `argmax`,
+    `sort`, ... of router logits, or of anything else) got the indices of a balanced router (run attrs
     `routing_stand_ins`, from the emulator's `host_values.cpp`)."""
     per_rank = traces.attrs.get("routing_stand_ins") or {}
     counts: dict[str, int] = {}
@@ -264,9 +264,10 @@ def routing_notes(traces: TraceSet) -> list[str]:
     if not counts:
         return []
     top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return [f"routing was assumed: {sum(counts.values())} routing decisions on device values ({top}) were given "
-            "a balanced router's choices (every expert its share of tokens), so expert GEMMs and all-to-alls "
-            "follow that routing, not a trained router's"]
+    return [f"routing was assumed: {sum(counts.values())} index choices on values only a GPU computes ({top}) were "
+            "given a balanced router's choices (every expert or index its share): an MoE's expert GEMMs and "
+            "all-to-alls follow that routing, not a trained router's; indices chosen for anything else (a sort "
+            "building flex attention's block mask) are stand-ins too"]
 
 
 def subset_notes(traces: TraceSet) -> list[str]:
