@@ -267,7 +267,7 @@ def routing_notes(traces: TraceSet) -> list[str]:
     return [f"routing was assumed: {sum(counts.values())} index choices on values only a GPU computes ({top}) were "
             "given a balanced router's choices (every expert or index its share): an MoE's expert GEMMs and "
             "all-to-alls follow that routing, not a trained router's; indices chosen for anything else (a sort "
-            "building flex attention's block mask) are stand-ins too"]
+            "building flex attention's block mask) are assumed the same way"]
 
 
 def subset_notes(traces: TraceSet) -> list[str]:
