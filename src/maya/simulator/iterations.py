@@ -13,12 +13,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from .opcodes import DEVICE_OPS, HOST_SYNC_OPS
-from .trace import RankTrace
+
+if TYPE_CHECKING:
+    from .trace import RankTrace
 
 PARTIAL_SHARE = 0.5
 """A last iteration with fewer device calls than this share of the median is a partial one."""
@@ -44,7 +47,7 @@ class Iterations:
 
 def detect(trace: RankTrace, opcodes: np.ndarray) -> Iterations:
     n = len(opcodes)
-    for source, labels_of in (("ops", _from_ops), ("profiler-step", _from_profiler_steps)):
+    for source, labels_of in (("ops", call_iterations), ("profiler-step", _from_profiler_steps)):
         labels = labels_of(trace)
         if labels is not None and len(labels) and labels[0] != labels[-1]:
             bounds = np.concatenate([[0], np.flatnonzero(np.diff(labels)) + 1, [n]])
@@ -60,7 +63,9 @@ def _monotone(labels: pd.Series) -> np.ndarray:
     return np.maximum.accumulate(filled)
 
 
-def _from_ops(trace: RankTrace) -> np.ndarray | None:
+def call_iterations(trace: RankTrace) -> np.ndarray | None:
+    """Per call, the iteration of its op (the ops' `iteration` column), carried over calls without an op and
+    never decreasing; None when the ops hold no iteration."""
     ops = trace.ops
     if not len(ops) or ops["iteration"].isna().all() or trace.calls["op_id"].isna().all():
         return None

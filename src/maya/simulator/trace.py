@@ -12,6 +12,8 @@ import pyarrow.compute as pc
 
 from maya_trace_spec import Run
 
+from .iterations import call_iterations
+
 
 @dataclass
 class RankTrace:
@@ -124,9 +126,6 @@ def _before_iteration(trace: RankTrace, stop: int) -> pd.DataFrame:
     """The rank's calls before iteration `stop` began, where `maya emulate --iterations` stopped it: what the
     next iteration had started is left out, since it started on some ranks only (a pipeline stage posts its
     first receive before its first module call) and its halves would not match."""
-    ops = trace.ops.drop_duplicates("op_id") if len(trace.ops) else trace.ops
-    if not len(ops) or "iteration" not in ops or trace.calls["op_id"].isna().all():
-        return trace.calls
-    label = trace.calls["op_id"].map(pd.Series(ops["iteration"].to_numpy(), index=ops["op_id"].to_numpy()))
-    begun = np.flatnonzero(np.maximum.accumulate(label.ffill().fillna(0).to_numpy(dtype="float64")) >= stop)
+    labels = call_iterations(trace)
+    begun = np.flatnonzero(labels >= stop) if labels is not None else []
     return trace.calls.iloc[:begun[0]].reset_index(drop=True) if len(begun) else trace.calls
