@@ -1,4 +1,7 @@
 """The estimator registry: versions in the DuckDB warehouse, artifacts checked on load, idempotent training."""
+import subprocess
+import sys
+
 import duckdb
 import pandas as pd
 import pytest
@@ -118,3 +121,18 @@ def test_changed_estimator_code_trains_a_new_version(measured, monkeypatch):
     monkeypatch.setattr(training, "code_digest", lambda: "other code")
     again = train_version(measured, SMALL)
     assert not again.reused and again.record.version == "v2" and again.record.config_hash != first.record.config_hash
+
+
+def test_reads_wait_for_another_process_writing(measured, tmp_path):
+    """A reader (a validation worker's `maya predict`) waits while another process holds the warehouse's
+    write lock (the suite storing a row) instead of failing."""
+    registry = Registry(tmp_path / "w.duckdb")
+    train_version(measured.head(200), SMALL, registry)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); print('held', flush=True); "
+        "time.sleep(1.5); con.close()"), str(registry.warehouse)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert registry.latest() == "v1"
+    finally:
+        holder.wait(timeout=30)

@@ -27,7 +27,7 @@ import duckdb
 
 from maya import __version__
 from maya.core.paths import warehouse_path
-from maya.core.warehouse import connect
+from maya.core.warehouse import connect, wait_for_lock
 
 from . import artifact
 from .kernel_estimator import KernelEstimator
@@ -181,7 +181,7 @@ class Registry:
         """Rows of a read-only query; none when the warehouse or the registry tables do not exist."""
         if not self.warehouse.is_file():
             return []
-        con = duckdb.connect(str(self.warehouse), read_only=True)
+        con = wait_for_lock(lambda: duckdb.connect(str(self.warehouse), read_only=True))
         try:
             return con.execute(sql, params or []).fetchall()
         except duckdb.CatalogException:

@@ -110,7 +110,7 @@ def _kernel_predictions(registry: Registry, version: str, kernels: pd.DataFrame)
     columns = ["version", "hardware", "family", "op", "method", "measured_ns", "predicted_ns"]
     if kernels.empty:
         return pd.DataFrame(columns=columns)
-    predicted = wait_for_lock(lambda: registry.load(version)).predict(kernels)
+    predicted = registry.load(version).predict(kernels)
     return predicted.assign(version=version, measured_ns=kernels["measured_ns"].to_numpy(),
                             predicted_ns=comparable_ns(predicted, kernels["timing"]))[columns]
 
@@ -119,7 +119,7 @@ def _workload_prediction(workload: ground_truth.Workload, version: str, warehous
     row = {"hardware": workload.hardware, "workload": workload.name, "measured_ns": workload.measured_ns,
            "predicted_ns": None, "error": None}
     try:
-        row["predicted_ns"] = wait_for_lock(lambda: ground_truth.predict_iteration_ns(workload, version, warehouse))
+        row["predicted_ns"] = ground_truth.predict_iteration_ns(workload, version, warehouse)
     except Exception as e:  # one workload the simulator cannot replay does not hide the others
         row["error"] = f"{type(e).__name__}: {e}"
     return row

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from maya.core.warehouse import wait_for_lock
 from maya.estimators import Registry, RegistryError
 
 from . import accuracy
@@ -27,7 +26,7 @@ def prepare(warehouse: Path, *, suite: str | None = DEFAULT_SUITE, on_step: Call
     none) for it; returns the version. `on_step` hears each step, `on_start` / `on_row` the suite's progress."""
     registry = Registry(warehouse)
     try:
-        version = wait_for_lock(lambda: registry.get("latest")).version
+        version = registry.get("latest").version
     except RegistryError:
         raise NothingToShow(f"no estimator version is registered in {warehouse}: run `maya demo` or "
                             "`maya estimators train` first") from None

@@ -7,7 +7,6 @@ from pydantic import Field
 
 from maya.estimators import Registry, TrainConfig, train_version
 from maya.estimators.efficiency_model import ModelParams
-from maya.core.warehouse import wait_for_lock
 
 from ..resources import Warehouse
 from ..tables import CALL_COLUMNS
@@ -38,7 +37,7 @@ def kernel_estimators(context: dg.AssetExecutionContext, config: TrainingConfig,
     params = {k: v for k, v in (("n_estimators", config.trees), ("max_depth", config.depth)) if v is not None}
     train_config = TrainConfig(params=ModelParams(**params), validate=config.holdout)
     registry = Registry(warehouse.file)
-    registered = wait_for_lock(lambda: train_version(measurements, train_config, registry))
+    registered = train_version(measurements, train_config, registry)
     record = registered.record
     context.log.info(f"{'reused' if registered.reused else 'registered'} estimator version {record.version}")
     families = {family: m.get("validation_mape") for family, m in record.metrics.get("families", {}).items()}

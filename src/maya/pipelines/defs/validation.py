@@ -7,7 +7,6 @@ import dagster as dg
 from pydantic import Field
 
 from maya.estimators import Registry, RegistryError
-from maya.core.warehouse import wait_for_lock
 
 from .. import accuracy
 from ..resources import DataSources, Warehouse
@@ -47,7 +46,7 @@ def estimator_validation(context: dg.AssetExecutionContext, warehouse: Warehouse
     """Every registered version evaluated once per set of inputs (NeuSight's test split, ground truth):
     re-running with unchanged inputs evaluates nothing."""
     registry = Registry(warehouse.file)
-    versions = [r.version for r in wait_for_lock(registry.versions)]
+    versions = [r.version for r in registry.versions()]
     if not versions:
         raise dg.Failure("no estimator version is registered: materialize kernel_estimators first")
     inputs = accuracy.load_inputs(data)
@@ -66,7 +65,7 @@ def estimator_validation(context: dg.AssetExecutionContext, warehouse: Warehouse
         with warehouse.transaction() as con:
             accuracy.store(con, evaluation, inputs.digest)
         evaluated.append(version)
-    latest = wait_for_lock(registry.latest)
+    latest = registry.latest()
     with warehouse.connect() as con:
         families = con.execute("SELECT family, sum(rows * mape) / sum(rows) FROM kernel_errors WHERE version = ? "
                                "GROUP BY family ORDER BY family", [latest]).fetchall()
@@ -81,7 +80,7 @@ def estimator_validation(context: dg.AssetExecutionContext, warehouse: Warehouse
                                                         "times within 5% (mean absolute error): the validation "
                                                         "suites' rows and the ground-truth workloads.")
 def end_to_end_error_within_5_percent(warehouse: Warehouse, data: DataSources) -> dg.AssetCheckResult:
-    latest = wait_for_lock(Registry(warehouse.file).latest)
+    latest = Registry(warehouse.file).latest()
     with warehouse.connect() as con:
         row = con.execute("SELECT workloads FROM estimator_evaluations WHERE version = ?", [latest]).fetchone()
     if row is None:
