@@ -15,12 +15,15 @@ Sections (each prints its figures and the ratio to its target):
 7. collectives: every function in `COLLECTIVE_SECTIONS` (the NCCL model's leave-one-network-out goes there);
 8. what bounds the GEMM figure of section 3: repeats of one shape in different models' sweeps, the error of
    interpolating a held-out token count between its measured neighbours, and (`--learning-curve`, slow) the
-   leave-one-model-out error on the A100 with every other A100 model in training vs three of them.
+   leave-one-model-out error on the A100 with every other A100 model in training vs three of them;
+9. (`--token-extrapolation` runs this section alone) GEMMs beyond the token counts measured: Vidur measured the H100 and A40 up
+   to 4,096 tokens and the A100 up to 32,768, so training runs of 8k-60k tokens a micro-batch are priced
+   beyond the H100's range; trained with the A100's GEMMs of more than 4,096 tokens held out, tested on them.
 
 Vidur's times are device time and are compared with `duration_ns`; NeuSight's calls were timed one by one and
 are compared with `isolated_ns` (`maya.estimators.evaluation.comparable_ns`).
 Usage: python benchmarks/estimators_public.py [--skip-lomo] [--skip-logo] [--skip-split] [--calls N]
-       [--learning-curve] [--lomo-only]
+       [--learning-curve] [--lomo-only] [--token-extrapolation]
 """
 from __future__ import annotations
 
@@ -65,11 +68,16 @@ def main() -> None:
     parser.add_argument("--learning-curve", action="store_true",
                         help="Section 8: A100 leave-one-model-out GEMMs with 7 vs 3 other models in training (slow).")
     parser.add_argument("--lomo-only", action="store_true", help="Run section 3 (leave-one-model-out) alone.")
+    parser.add_argument("--token-extrapolation", action="store_true",
+                        help="Run section 9 alone: A100 GEMMs of more than 4,096 tokens held out.")
     args = parser.parse_args()
     shipped = shipped_measurements()
     vidur = shipped[shipped["source"] == "vidur"].reset_index(drop=True)
     if args.lomo_only:
         _leave_one_model_out(shipped, vidur)
+        return
+    if args.token_extrapolation:
+        _token_extrapolation(shipped)
         return
 
     started = time.perf_counter()
@@ -264,6 +272,26 @@ def _gemm_floor(shipped: pd.DataFrame, vidur: pd.DataFrame, learning_curve: bool
             # A100 models share shapes (Llama-3-8B's attention output GEMM is Llama-2-7b's), the H100's do not
             print(f"  A100, {model} held out, {len(keep)} other A100 models in training: GEMM model "
                   f"{_mape(_compared(fitted, test)):.1%} ({', '.join(k.split('/')[1] for k in keep)})", flush=True)
+
+
+MEASURED_TOKENS = 4096
+"""The most tokens Vidur measured a GEMM at on the H100 and the A40."""
+
+
+def _token_extrapolation(shipped: pd.DataFrame) -> None:
+    """GEMMs priced beyond the token counts measured on their GPU, judged where it can be: the A100's."""
+    learned = shipped[shipped["family"].isin(LEARNED_FAMILIES)]
+    beyond = (learned["source"] == "vidur") & (learned["family"] == "gemm") & \
+        learned["hardware"].astype(str).str.contains("A100") & (learned["num_tokens"] > MEASURED_TOKENS)
+    fitted = train(learned[~beyond].reset_index(drop=True), TrainConfig(validate=False)).estimator
+    predicted = _compared(fitted, learned[beyond].reset_index(drop=True))
+    print(f"\n9. GEMMs beyond the token counts measured: the A100's {len(predicted):,} GEMM rows of more than "
+          f"{MEASURED_TOKENS:,} tokens held out (as the H100's are unmeasured): MAPE {_mape(predicted):.1%}, median "
+          f"predicted / measured {(predicted['predicted_ns'] / predicted['measured_ns']).median():.3f}")
+    bins = pd.cut(predicted["num_tokens"], [MEASURED_TOKENS, 8192, 16384, 32768], right=True)
+    for regime, group in predicted.groupby(bins, observed=True):
+        print(f"    tokens in {regime}: {_mape(group):.1%} ({len(group):,} rows, median predicted / measured "
+              f"{(group['predicted_ns'] / group['measured_ns']).median():.3f})")
 
 
 if __name__ == "__main__":

@@ -97,12 +97,12 @@ def test_rows_run_in_worker_processes(tiny, warehouse):
 
 
 def result(row: int, error: float | None, *, version: str = "v1", suite: Suite | None = None, band=(0.9, 1.1),
-           oom: bool = False, status: str = "ok") -> store.RowResult:
+           oom: bool = False, status: str = "ok", seq: int | None = 2048) -> store.RowResult:
     suite = suite or load_suite("llm-foundry-smoke")
     measured = 1.0 + row
     r = store.RowResult(suite.name, suite.digest, suite.kind, row, f"row {row}", "h100_80gb" if row % 2 else "a100_80gb",
                         "1b" if row < 100 else "125m", 8, measured, version, predictor_digest(), status=status,
-                        hardware="h100-sxm", cluster="dgx-h100", oom=oom)
+                        hardware="h100-sxm", cluster="dgx-h100", oom=oom, seq=seq)
     if error is not None:
         r.predicted_s, r.error_pct = measured * (1 + error / 100), error
         r.band_low_s, r.band_high_s = r.predicted_s * band[0], r.predicted_s * band[1]
@@ -122,15 +122,37 @@ def test_saving_a_row_twice_keeps_one(tmp_path):
     assert store.stored(path, suite.digest, "v1", "other code") == {}
 
 
-def test_summary_by_gpu_size_and_gpu_count():
-    results = [result(20, -10.0, band=(0.8, 1.2)), result(81, 20.0, band=(1.0, 1.1)), result(159, 4.0, oom=True),
-               result(3, None, status="failed")]
+def test_summary_by_gpu_size_gpu_count_and_sequence():
+    results = [result(20, -10.0, band=(0.8, 1.2)), result(81, 20.0, band=(1.0, 1.1), seq=65536),
+               result(159, 4.0, oom=True, seq=None), result(3, None, status="failed")]
     s = summarize(results)
     assert (s.rows, s.predicted, s.failed, s.out_of_memory) == (4, 3, 1, 1)
     assert s.mean_abs_error_pct == pytest.approx(34 / 3) and s.max_abs_error_pct == 20.0 and s.worst_row == 81
     assert s.coverage_pct == pytest.approx(100 * 2 / 3) and s.banded == 3
     assert s.by["GPU"].loc["h100_80gb", "rows"] == 2 and s.by["GPU"].loc["h100_80gb", "mean_error_pct"] == 12.0
     assert list(s.by["size"].index) == ["125m", "1b"] and s.by["GPUs"].loc[8, "max_abs_error_pct"] == 20.0
+    # a row stored before the sequence length was (159) is left out of that group only
+    assert list(s.by["sequence"].index) == [2048, 65536] and list(s.by["sequence"]["rows"]) == [1, 1]
+    assert s.by["sequence"].loc[65536, "mean_error_pct"] == 20.0
+
+
+def test_a_warehouse_from_before_the_sequence_column_takes_new_rows(tmp_path):
+    path = tmp_path / "w.duckdb"
+    old_schema = store.SCHEMA.replace("    seq                   INTEGER,\n", "")
+    assert old_schema != store.SCHEMA
+    con = duckdb.connect(str(path))
+    con.execute(old_schema)
+    row = {k: v for k, v in result(20, 5.0).record().items() if k != "seq"}
+    names = ", ".join(f'"{k}"' for k in row)
+    con.execute(f"INSERT INTO validation_rows ({names}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    con.close()
+    assert store.latest(path)["row"].tolist() == [20]
+    store.save(result(81, 7.0, seq=8192), path)
+    latest = store.latest(path)
+    assert latest["row"].tolist() == [20, 81] and latest["seq"].isna().tolist() == [True, False]
+    suite = load_suite("llm-foundry-smoke")
+    assert {r.row: r.seq for r in store.stored(path, suite.digest, "v1", predictor_digest()).values()} == {20: None,
+                                                                                                             81: 8192}
 
 
 def test_validate_json_resumes_stored_rows(warehouse, monkeypatch):
@@ -147,7 +169,9 @@ def test_validate_json_resumes_stored_rows(warehouse, monkeypatch):
     assert doc["rows"][1]["error_pct"] == 12.0 and doc["rows"][0]["predicted_s"] is None
     assert doc["mean_abs_error_pct"] == pytest.approx(7.5) and doc["max_abs_error_pct"] == 12.0
     assert doc["estimator_version"] == "v1" and doc["by"]["GPU"][0]["key"] == "h100_80gb"
-    assert math.isclose(doc["rows"][1]["measured_s"], 82.0)
+    assert math.isclose(doc["rows"][1]["measured_s"], 82.0) and doc["rows"][1]["seq"] == 2048
+    assert doc["by"]["sequence"] == [{"key": 2048, "rows": 2, "mean_abs_error_pct": 7.5, "max_abs_error_pct": 12.0,
+                                      "mean_error_pct": 4.5, "coverage_pct": 50.0}]
 
     table = CliRunner().invoke(app, ["validate", "llm-foundry-smoke", "--rows", "81"])
     assert table.exit_code == 0 and "+12.0%" in table.stdout and "1 row(s) resumed" in table.stdout

@@ -80,7 +80,8 @@ def plan(row: int, values: pd.Series) -> RowPlan:
     return RowPlan(row=row, label=label, gpu=gpu, size=columns["Model"], gpus=gpus,
                    measured_s=measured_s(values), script=workload_script(), args=tuple(args),
                    hardware=rows.HARDWARE[gpu], cluster=CLUSTERS[gpu], nnodes=math.ceil(gpus / per_node),
-                   per_node=per_node, iterations=STEPS, assumptions=(ASSUMPTIONS[gpu],))
+                   per_node=per_node, iterations=STEPS, assumptions=(ASSUMPTIONS[gpu],),
+                   seq=int(values["SeqLen (T)"]))
 
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:

@@ -37,6 +37,8 @@ class RowPlan:
     """Training iterations emulated (`maya emulate --iterations`): the first holds the warm-up."""
     assumptions: tuple[str, ...] = ()
     """What the row does not say and the prediction assumes (printed by `maya validate`)."""
+    seq: int | None = None
+    """Tokens a sequence (the summary groups rows by it)."""
 
     def command_hash(self) -> str:
         """Identifies the emulation: the script's content, its arguments, the virtual GPUs and the emulator."""

@@ -112,7 +112,7 @@ def _task(suite: Suite, number: int, values: pd.Series, version: str, digest: st
         plan = kind.plan(number, values)
         base = RowResult(suite.name, suite.digest, suite.kind, number, plan.label, plan.gpu, plan.size, plan.gpus,
                          plan.measured_s, version, digest, hardware=plan.hardware, cluster=plan.cluster,
-                         details={"row_assumptions": list(plan.assumptions)})
+                         details={"row_assumptions": list(plan.assumptions)}, seq=plan.seq)
     except (ValueError, KeyError) as e:  # a row the kind cannot run: stored as failed, with the reason
         plan = None
         try:

@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS validation_rows (
     gpu                   VARCHAR NOT NULL,
     size                  VARCHAR NOT NULL,
     gpus                  INTEGER NOT NULL,
+    seq                   INTEGER,
     hardware              VARCHAR,
     cluster               VARCHAR,
     status                VARCHAR NOT NULL,
@@ -50,6 +51,8 @@ CREATE TABLE IF NOT EXISTS validation_rows (
     PRIMARY KEY (suite_digest, "row", estimator_version, predictor_digest)
 );
 """
+MIGRATION = "ALTER TABLE validation_rows ADD COLUMN IF NOT EXISTS seq INTEGER"
+"""Warehouses written before the `seq` column (2026-11-25) gain it, empty for their rows."""
 STATUSES = ("ok", "oom", "failed")
 """ok: predicted (it may still predict an out-of-memory); oom: the emulated script ran out of memory, so
 no time is predicted; failed: the row could not be emulated or predicted (`reason`)."""
@@ -88,6 +91,8 @@ class RowResult:
     emulate_s: float | None = None
     predict_s: float | None = None
     details: dict = field(default_factory=dict)
+    seq: int | None = None
+    """Tokens a sequence."""
     resumed: bool = False
     """Read back from the warehouse (an earlier run's result), not computed by this run."""
 
@@ -111,6 +116,7 @@ def save(result: RowResult, warehouse: str | Path | None = None) -> None:
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(SCHEMA)
+            con.execute(MIGRATION)
             con.execute(f"INSERT OR REPLACE INTO validation_rows ({names}) VALUES ({', '.join('?' * len(row))})",
                         list(row.values()))
             con.execute("COMMIT")

@@ -1,4 +1,4 @@
-"""The figures of a suite's results: mean and max |error|, by GPU, model size and GPU count, band
+"""The figures of a suite's results: mean and max |error|, by GPU, model size, GPU count and sequence length, band
 coverage, failures and false out-of-memory predictions; and the `--json` document."""
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ MAE_TARGET, MAX_TARGET = 5.0, 10.0
 """Targets of issue 19: mean |error| <= 5%, max <= 10%."""
 COVERAGE_TARGET = (70.0, 90.0)
 """The share of rows whose measured time falls in the 10-90% band, when the band is calibrated (~80%)."""
+GROUPS = (("GPU", "gpu"), ("size", "size"), ("GPUs", "gpus"), ("sequence", "seq"))
+"""The summary's breakdowns: (name, result column); rows with no value in the column (stored before it) are left
+out of its group."""
 SIZE_ORDER = ("125m", "350m", "760m", "1b", "3b", "7b", "13b", "30b", "70b")
 
 
@@ -30,7 +33,7 @@ class Summary:
     """Share of predicted rows with a band whose measured time lies inside it."""
     banded: int
     by: dict[str, pd.DataFrame]
-    """Per GPU, size and GPU count: rows, mean and max |error|, signed mean, coverage."""
+    """Per GPU, size, GPU count and sequence length: rows, mean and max |error|, signed mean, coverage."""
 
 
 def frame(results: list[RowResult]) -> pd.DataFrame:
@@ -45,7 +48,7 @@ def summarize(results: list[RowResult]) -> Summary:
     errors = ok["error_pct"].abs()
     banded = ok[ok["in_band"].notna()]
     oom = int((table["status"] == "oom").sum() + ok["oom"].fillna(False).astype(bool).sum())
-    by = {name: _group(ok, column) for name, column in (("GPU", "gpu"), ("size", "size"), ("GPUs", "gpus"))}
+    by = {name: _group(ok, column) for name, column in GROUPS}
     return Summary(
         rows=len(table), predicted=len(ok), failed=int((table["status"] == "failed").sum()), out_of_memory=oom,
         mean_abs_error_pct=float(errors.mean()) if len(ok) else None,
@@ -59,7 +62,7 @@ def _group(ok: pd.DataFrame, column: str) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame(columns=["rows", "mean_abs_error_pct", "max_abs_error_pct", "mean_error_pct",
                                      "coverage_pct"])
-    grouped = ok.assign(abs_error=ok["error_pct"].abs(),
+    grouped = ok.assign(abs_error=ok["error_pct"].abs(), seq=pd.to_numeric(ok["seq"]).astype("Int64"),
                         covered=ok["in_band"].map(lambda v: np.nan if v is None or v != v else float(bool(v))))
     out = grouped.groupby(column).agg(rows=("row", "size"), mean_abs_error_pct=("abs_error", "mean"),
                                       max_abs_error_pct=("abs_error", "max"), mean_error_pct=("error_pct", "mean"),
@@ -72,7 +75,7 @@ def _group(ok: pd.DataFrame, column: str) -> pd.DataFrame:
 
 def to_json(results: list[RowResult], summary: Summary, *, suite: str, version: str) -> dict:
     """The `maya validate --json` document."""
-    rows = [{"row": r.row, "label": r.label, "status": r.status, "predicted_s": r.predicted_s,
+    rows = [{"row": r.row, "label": r.label, "seq": r.seq, "status": r.status, "predicted_s": r.predicted_s,
              "measured_s": r.measured_s, "error_pct": r.error_pct, "band_low_s": r.band_low_s,
              "band_high_s": r.band_high_s, "in_band": r.in_band, "oom": r.oom, "reason": r.reason,
              "trace_digest": r.trace_digest, "emulate_s": r.emulate_s, "predict_s": r.predict_s}
