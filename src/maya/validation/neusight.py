@@ -54,7 +54,7 @@ def plan(row: int, values: pd.Series) -> RowPlan:
                    size=str(values["model"]), gpus=1, measured_s=measured_s(values),
                    script=workload_script(), args=(str(config), "--batch", str(batch), "--seq", str(seq),
                                                    "--iterations", str(ITERATIONS), "--sample", "1"),
-                   hardware=hw.name, cluster=None, iterations=0, seq=int(seq))
+                   hardware=hw.name, cluster=None, iterations=0, seq=seq)
 
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:

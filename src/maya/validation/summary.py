@@ -45,6 +45,7 @@ def summarize(results: list[RowResult]) -> Summary:
     if table.empty:
         return Summary(0, 0, 0, 0, None, None, None, None, 0, {})
     ok = table[table["status"] == "ok"]
+    ok = ok.assign(seq=pd.to_numeric(ok["seq"]).astype("Int64"))  # None in rows stored before the column
     errors = ok["error_pct"].abs()
     banded = ok[ok["in_band"].notna()]
     oom = int((table["status"] == "oom").sum() + ok["oom"].fillna(False).astype(bool).sum())
@@ -62,7 +63,7 @@ def _group(ok: pd.DataFrame, column: str) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame(columns=["rows", "mean_abs_error_pct", "max_abs_error_pct", "mean_error_pct",
                                      "coverage_pct"])
-    grouped = ok.assign(abs_error=ok["error_pct"].abs(), seq=pd.to_numeric(ok["seq"]).astype("Int64"),
+    grouped = ok.assign(abs_error=ok["error_pct"].abs(),
                         covered=ok["in_band"].map(lambda v: np.nan if v is None or v != v else float(bool(v))))
     out = grouped.groupby(column).agg(rows=("row", "size"), mean_abs_error_pct=("abs_error", "mean"),
                                       max_abs_error_pct=("abs_error", "max"), mean_error_pct=("error_pct", "mean"),
