@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from maya.estimators import RegistryError
 from maya.validation import load_suite, run_suite, summarize
 from maya.validation.summary import COVERAGE_TARGET, MAE_TARGET, MAX_TARGET, SIZE_ORDER
 
@@ -88,8 +89,11 @@ def main() -> None:
     rows = suite.select(args.rows)
     scratch = tempfile.TemporaryDirectory(prefix="validate_mpt_") if args.cold else None
     started = time.monotonic()
-    run = run_suite(suite, rows, version=args.model_version, jobs=args.jobs, resume=not args.cold,
-                    traces=Path(scratch.name) if scratch else None, on_row=lambda r: print(line(r), flush=True))
+    try:
+        run = run_suite(suite, rows, version=args.model_version, jobs=args.jobs, resume=not args.cold,
+                        traces=Path(scratch.name) if scratch else None, on_row=lambda r: print(line(r), flush=True))
+    except RegistryError as e:
+        raise SystemExit(f"validate_mpt.py: {e}") from None
     wall = time.monotonic() - started
     s = summarize(run.results)
     print(f"\nllm-foundry suite: {s.rows} rows ({'subset ' + repr(args.rows) if args.rows else 'all'}), estimator "
