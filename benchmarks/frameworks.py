@@ -105,6 +105,8 @@ CASES = [
            ["python", str(WORKLOADS / "lightning_lm.py"), "--strategy", strategy], 2, ("lightning",), "wikitext",
            test="tests/frameworks/test_lightning.py::test_lightning_trainer_ddp_bf16" if strategy == "ddp" else "")
       for strategy, label in (("ddp", "DDP"), ("fsdp", "FSDP"))),
+    Case("accelerate-loop-ddp", "accelerate 1.15 custom loop", "DDP 2, gradient accumulation 2", "bf16",
+         ["python", str(WORKLOADS / "accelerate_loop.py")], 2, ("accelerate",)),
     Case("hf-trainer-ddp", "transformers Trainer + accelerate", "DDP 2", "bf16",
          ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", "ddp"], 2, ("transformers", "accelerate"),
          test="tests/frameworks/test_hf.py::test_trainer[ddp]"),
