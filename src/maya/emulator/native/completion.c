@@ -9,24 +9,30 @@
  * all-reduced.
  *
  * So work behind a collective (an event recorded after it on its stream, a stream with one queued) is found
- * running by the first poll a thread that issues device work makes after it was issued, and complete by the
- * next: the process group's queue, which polls only its oldest work at each enqueue, drains as fast as it
- * fills, as on a GPU where a collective ends about as fast as the host issues the next. Threads that issue
- * no device work (the process group's watchdog, polling its queue once a second) find it running until it
- * is IDLE_POLL_NS old: their polls, whose number and place depend on host time, change nothing, so a capture
- * stays the same from run to run. A host synchronization covering the work (its event's, its stream's, the
- * device's) completes it at once. */
+ * running until
+ * - a thread that issues device work has polled it once (the next poll finds it complete: the process
+ *   group's queue, which polls only its oldest work at each enqueue, drains as fast as it fills), or
+ * - the rank has issued SETTLE_WORK more device calls, or SETTLE_NS of host time has passed since (a GPU would
+ *   have finished it by then), or
+ * - the host synchronizes with it (its event, its stream, the device).
+ * Polls by threads that issue no device work (a process group's watchdog, polling its queue on a timer) count
+ * for nothing else: their number and place depend on host time, and by the rules above their answers do not
+ * (except past SETTLE_NS or IDLE_POLLS of them), so a capture stays the same from run to run; a watchdog that
+ * spins until its queue drains (torch 2.5's, at shutdown) finds the work complete after IDLE_POLLS polls. */
 #include "core.h"
 
-#define COLLECTIVE_POLLS 1         /* polls by a thread that issues device work that find the work running */
-#define IDLE_POLL_NS 60000000000ll /* how long polls by other threads find it running */
+#define COLLECTIVE_POLLS 1        /* polls by a thread that issues device work that find the work running */
+#define SETTLE_WORK 32            /* device calls after which it is complete */
+#define SETTLE_NS 2000000000ll    /* host time after which it is complete */
+#define IDLE_POLLS 64             /* polls by threads that issue no device work after which it is complete */
 
 typedef struct {
   int64_t stream;
-  int64_t issued;    /* the last collective issued on the stream (a count over the rank; 0: none) */
-  int64_t issued_ns; /* when */
-  int64_t done;      /* collectives up to this one are complete */
-  int polls;         /* polls of the stream itself since its last collective */
+  int64_t issued;      /* the last collective issued on the stream (a count over the rank; 0: none) */
+  int64_t issued_ns;   /* when */
+  int64_t issued_work; /* the device work the rank had issued then */
+  int64_t done;        /* collectives up to this one are complete */
+  int polls[2];        /* polls of the stream itself since its last collective (working threads, others) */
 } stream_state;
 
 static stream_state *states;
@@ -41,7 +47,7 @@ static stream_state *state_of(int64_t stream) {
     cap_states = cap_states ? 2 * cap_states : 64;
     states = realloc(states, cap_states * sizeof *states);
   }
-  states[n_states] = (stream_state){stream, 0, 0, 0, 0};
+  states[n_states] = (stream_state){stream, 0, 0, 0, 0, {0, 0}};
   return &states[n_states++];
 }
 
@@ -51,7 +57,8 @@ void maya_collective_issued(int64_t stream) {
   stream_state *s = state_of(stream);
   s->issued = ++collectives;
   s->issued_ns = maya_now();
-  s->polls = 0;
+  s->issued_work = maya_device_work_issued();
+  s->polls[0] = s->polls[1] = 0;
   pthread_mutex_unlock(&lock);
 }
 
@@ -64,23 +71,27 @@ int64_t maya_behind_collective(int64_t stream) {
   return behind;
 }
 
-/* One poll of work behind collective `behind` on `s`, issued at `since_ns`: 1 if it is found running. */
-static int poll_locked(stream_state *s, int64_t behind, int64_t since_ns, int *polls) {
+/* One poll of work behind collective `behind` on `s`, issued at `since_ns` after `since_work` device calls: 1 if it
+ * is found running. `polls`: the polls that found it running so far, by threads that issue device work and by
+ * others. */
+static int poll_locked(stream_state *s, int64_t behind, int64_t since_ns, int64_t since_work, int polls[2]) {
   if (behind <= s->done) return 0;
-  if (!thread_issued_device_work()) {
-    if (maya_now() - since_ns < IDLE_POLL_NS) return 1;
-  } else if (*polls < COLLECTIVE_POLLS) {
-    ++*polls;
-    return 1;
+  int settled = maya_device_work_issued() - since_work >= SETTLE_WORK || maya_now() - since_ns >= SETTLE_NS;
+  if (!settled) {
+    int idle = !thread_issued_device_work();
+    if (polls[idle] < (idle ? IDLE_POLLS : COLLECTIVE_POLLS)) {
+      polls[idle]++;
+      return 1;
+    }
   }
   s->done = behind;
   return 0;
 }
 
-int maya_still_running(int64_t stream, int64_t behind, int64_t recorded_ns, int *polls) {
+int maya_still_running(int64_t stream, int64_t behind, int64_t since_ns, int64_t since_work, int polls[2]) {
   if (behind <= 0) return 0;
   pthread_mutex_lock(&lock);
-  int running = poll_locked(state_of(stream), behind, recorded_ns, polls);
+  int running = poll_locked(state_of(stream), behind, since_ns, since_work, polls);
   pthread_mutex_unlock(&lock);
   return running;
 }
@@ -88,7 +99,7 @@ int maya_still_running(int64_t stream, int64_t behind, int64_t recorded_ns, int 
 int maya_stream_still_running(int64_t stream) {
   pthread_mutex_lock(&lock);
   stream_state *s = state_of(stream);
-  int running = poll_locked(s, s->issued, s->issued_ns, &s->polls);
+  int running = poll_locked(s, s->issued, s->issued_ns, s->issued_work, s->polls);
   pthread_mutex_unlock(&lock);
   return running;
 }

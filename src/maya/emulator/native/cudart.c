@@ -21,7 +21,8 @@ typedef struct {
   maya_graph *graph; /* the capture the last record was made in: a stream waiting on it joins */
   int64_t mark;      /* its place among the device work, for the device-time oracle (-1: none) */
   int64_t behind;    /* the collective its last record follows on its stream (completion.c; 0: none) */
-  int polls;         /* polls answered "not ready" since that record */
+  int64_t work;      /* device work the rank had issued at that record */
+  int polls[2];      /* polls answered "not ready" since that record (completion.c) */
 } maya_event;
 
 static __thread cudaError_t last_error = cudaSuccess;
@@ -705,7 +706,8 @@ static cudaError_t event_record(int api, cudaEvent_t ev, cudaStream_t s) {
   e->stream = r->stream;
   e->graph = maya_capturing(r->stream);
   e->behind = e->graph ? 0 : maya_behind_collective(r->stream);
-  e->polls = 0;
+  e->work = maya_device_work_issued();
+  e->polls[0] = e->polls[1] = 0;
   maya_end(r, 0);
   e->mark = maya_timing_mark(e->mark, !(e->flags & cudaEventDisableTiming) && !e->graph);
   return cudaSuccess;
@@ -722,7 +724,7 @@ MAYA_EXPORT cudaError_t cudaEventQuery(cudaEvent_t ev) {
   maya_event *e = (maya_event *)ev;
   maya_rec *r = maya_begin(API("cudaEventQuery"), D_RUNTIME, K_EVENT);
   r->a[0] = e->id;
-  cudaError_t status = maya_still_running(e->stream, e->behind, e->recorded_ns, &e->polls) ? cudaErrorNotReady : cudaSuccess;
+  cudaError_t status = maya_still_running(e->stream, e->behind, e->recorded_ns, e->work, e->polls) ? cudaErrorNotReady : cudaSuccess;
   maya_end(r, status);
   return status;
 }
