@@ -9,7 +9,8 @@ a working directory of synthetic assets (`tests/framework_assets.py`). Results g
 
 Usage: python benchmarks/frameworks.py [--only NAME,...] [--iterations N] [--markdown]
 A case whose package is not installed is reported as skipped, naming the package; so is one whose script
-lives in a repository (MAYA_MODDED_NANOGPT_REPO: a checkout of KellerJordan/modded-nanogpt) not set.
+lives in a repository (MAYA_MODDED_NANOGPT_REPO: a checkout of KellerJordan/modded-nanogpt; MAYA_NANOGPT_REPO:
+one of karpathy/nanoGPT) not set.
 """
 from __future__ import annotations
 
@@ -27,13 +28,14 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from framework_assets import torchtitan_assets, write_fineweb_shards  # noqa: E402
+from framework_assets import NANOGPT_ENV, nanogpt_assets, torchtitan_assets, write_fineweb_shards, write_wikitext  # noqa: E402,E501
 
 WORKLOADS = REPO / "tests" / "workloads"
 RESULTS = REPO / "benchmarks" / "results" / "frameworks.json"
 TITAN = ["python", "-m", "torchtitan.train", "--module"]
 SPEEDRUN_ENV = "MAYA_MODDED_NANOGPT_REPO"
-ASSETS: dict[str, Callable[[Path], Path]] = {"titan": torchtitan_assets, "fineweb": write_fineweb_shards}
+ASSETS: dict[str, Callable[[Path], Path]] = {"titan": torchtitan_assets, "fineweb": write_fineweb_shards,
+                                             "nanogpt": nanogpt_assets, "wikitext": write_wikitext}
 """Working directories of synthetic assets, by name: each function fills a folder and returns it."""
 
 
@@ -85,6 +87,26 @@ CASES = [
          "bf16 autocast", ["python", "{repo}/records/track_1_short/2024-10-14_ModernArch/train_gpt2.py"], 8,
          assets="fineweb", repo_env=SPEEDRUN_ENV,
          test="tests/frameworks/test_speedrun.py::test_speedrun_runs_unchanged_on_eight_h100s"),
+    *(Case(f"nanogpt-{name}", "nanoGPT `train.py` (karpathy, 3adf61e1)", shape, "bf16 autocast",
+           ["python", "train.py", f"config/train_{config}.py", *flags], gpus, assets="nanogpt", repo_env=NANOGPT_ENV,
+           test="tests/frameworks/test_nanogpt.py::test_nanogpt_ddp_on_four_gpus" if name == "char-ddp4" else "")
+      for name, config, shape, gpus, flags in (
+          ("char-1gpu", "shakespeare_char", "1 GPU (one-rank DDP), shakespeare_char", 1, ["--compile=False"]),
+          ("char-1gpu-compile", "shakespeare_char", "1 GPU (one-rank DDP) + torch.compile, shakespeare_char", 1, []),
+          ("char-ddp4", "shakespeare_char", "DDP 4, shakespeare_char", 4,
+           ["--compile=False", "--gradient_accumulation_steps=4"]),
+          ("gpt2-1gpu", "gpt2", "1 GPU (one-rank DDP), GPT-2 124M, 40 micro-steps", 1,
+           ["--wandb_log=False", "--compile=False"]),
+          ("gpt2-1gpu-compile", "gpt2", "1 GPU (one-rank DDP) + torch.compile, GPT-2 124M", 1, ["--wandb_log=False"]),
+          ("gpt2-ddp4", "gpt2", "DDP 4, GPT-2 124M, 10 micro-steps per rank", 4,
+           ["--wandb_log=False", "--compile=False"]),
+          ("gpt2-ddp4-compile", "gpt2", "DDP 4 + torch.compile, GPT-2 124M", 4, ["--wandb_log=False"]))),
+    *(Case(f"lightning-{strategy}", "PyTorch Lightning 2.6 Trainer", f"{label} 2", "bf16-mixed",
+           ["python", str(WORKLOADS / "lightning_lm.py"), "--strategy", strategy], 2, ("lightning",), "wikitext",
+           test="tests/frameworks/test_lightning.py::test_lightning_trainer_ddp_bf16" if strategy == "ddp" else "")
+      for strategy, label in (("ddp", "DDP"), ("fsdp", "FSDP"))),
+    Case("accelerate-loop-ddp", "accelerate 1.15 custom loop", "DDP 2, gradient accumulation 2", "bf16",
+         ["python", str(WORKLOADS / "accelerate_loop.py")], 2, ("accelerate",)),
     Case("hf-trainer-ddp", "transformers Trainer + accelerate", "DDP 2", "bf16",
          ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", "ddp"], 2, ("transformers", "accelerate"),
          test="tests/frameworks/test_hf.py::test_trainer[ddp]"),

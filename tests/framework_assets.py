@@ -73,3 +73,49 @@ def write_fineweb_shards(root: Path, train_tokens: int = 2_000_000, val_tokens: 
         header[:3] = FINEWEB_MAGIC, FINEWEB_VERSION, count
         (folder / name).write_bytes(header.tobytes() + rng.integers(0, vocab, count, dtype=np.uint16).tobytes())
     return root
+
+
+NANOGPT_ENV = "MAYA_NANOGPT_REPO"
+"""A checkout of karpathy/nanoGPT (tests/frameworks/test_nanogpt.py and benchmarks/frameworks.py read it)."""
+NANOGPT_FILES = ("train.py", "model.py", "configurator.py", "config")
+
+
+def nanogpt_assets(root: Path, checkout: Path | None = None, seed: int = 0) -> Path:
+    """A nanoGPT working directory in `root`: the checkout's `train.py`, `model.py`, `configurator.py` and
+    `config/` (copied, unchanged: train.py reads its config and data relative to the working directory), and the
+    data its `prepare.py` scripts would download, stood in for by random tokens: `data/shakespeare_char/`
+    (65 characters, with its `meta.pkl`) and `data/openwebtext/` (GPT-2 token ids) as uint16 `train.bin` /
+    `val.bin`. `checkout` defaults to $MAYA_NANOGPT_REPO; returns `root`."""
+    import os
+    import pickle
+    import shutil
+
+    checkout = Path(checkout or os.environ[NANOGPT_ENV])
+    root.mkdir(parents=True, exist_ok=True)
+    for name in NANOGPT_FILES:
+        source = checkout / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, dirs_exist_ok=True)
+        else:
+            shutil.copy(source, root / name)
+    rng = np.random.default_rng(seed)
+    for dataset, vocab, tokens in (("shakespeare_char", 65, 1_000_000), ("openwebtext", 50257, 2_000_000)):
+        folder = root / "data" / dataset
+        folder.mkdir(parents=True, exist_ok=True)
+        for split, count in (("train", tokens), ("val", tokens // 10)):
+            rng.integers(0, vocab, count, dtype=np.uint16).tofile(folder / f"{split}.bin")
+    chars = [chr(c) for c in range(32, 32 + 65)]
+    meta = {"vocab_size": 65, "itos": dict(enumerate(chars)), "stoi": {c: i for i, c in enumerate(chars)}}
+    (root / "data" / "shakespeare_char" / "meta.pkl").write_bytes(pickle.dumps(meta))
+    return root
+
+
+def write_wikitext(root: Path, lines: int = 20000, seed: int = 0) -> Path:
+    """`root/data/wikitext-2.txt`, where Lightning's demo `WikiText2` dataset looks before downloading it: lines
+    of random words (the English ones and 5,000 made-up ones: a vocabulary of about 5,200); returns `root`."""
+    rng = random.Random(seed)
+    words = [*WORDS, *(f"w{i}" for i in range(5000))]
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    (root / "data" / "wikitext-2.txt").write_text(
+        "".join(" ".join(rng.choice(words) for _ in range(20)) + "\n" for _ in range(lines)))
+    return root

@@ -100,3 +100,30 @@ def test_trace_migrate_current_run_is_a_no_op(run_dir):
     r = maya("trace", "migrate", run_dir)
     assert r.exit_code == 0 and "nothing to migrate" in r.stdout
     assert tree_digest(run_dir) == before
+
+
+@pytest.mark.parametrize("command, expected", [
+    (["torchrun", "--standalone", "--nproc_per_node=4", "train.py", "config/x.py", "--compile=False"],
+     (["train.py", "config/x.py", "--compile=False"], (1, 4))),
+    (["/usr/bin/torchrun", "--nnodes", "1:2", "--nproc-per-node", "8", "-m", "torchtitan.train", "--x"],
+     (["-m", "torchtitan.train", "--x"], (2, 8))),
+    (["python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"], (["train.py"], (1, 2))),
+    (["python", "train.py", "--nproc_per_node", "2"], (["python", "train.py", "--nproc_per_node", "2"], None)),
+])
+def test_torchrun_commands_give_the_script_and_the_jobs_shape(command, expected):
+    """`maya emulate -- torchrun ...` as training READMEs write the launch (nanoGPT's `torchrun --standalone
+    --nproc_per_node=4 train.py`): torchrun's own parser reads it."""
+    from maya.cli.common import torchrun_command
+
+    assert torchrun_command(command) == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nproc-per-node", "4", "--", "torchrun", "--nproc_per_node=2", "x.py"], "give the job's shape once"),
+    (["--", "torchrun", "--nproc_per_node=gpu", "x.py"], "give the number of GPUs per node"),
+    (["--", "torchrun", "--no-python", "x.py"], "runs Python scripts"),
+    (["--", "accelerate", "launch", "--num_processes", "2", "x.py"], "a launcher, which maya does not run"),
+])
+def test_torchrun_commands_maya_cannot_take_are_refused(args, message):
+    r = maya("emulate", *args)
+    assert r.exit_code == 2 and message in r.stderr

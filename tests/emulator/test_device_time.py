@@ -42,7 +42,9 @@ def test_event_timings_read_the_oracles_estimate_of_the_timed_stream(tmp_path):
     assert attrs["device_time"]["options"] == {"hardware": "h100-sxm", "durations": "roofline"}
     assert attrs["device_time_answers"]["0"]["oracle"] == "roofline on h100-sxm"
     predicted = CliRunner().invoke(app, ["predict", run, "--durations", "roofline"])
-    assert "3 of 3 CUDA-event timings read Maya's estimate (roofline on h100-sxm)" in " ".join(predicted.output.split())
+    said = " ".join(predicted.output.split())
+    assert "3 of 3 CUDA-event timings read Maya's estimate (roofline on h100-sxm)" in said
+    assert "not host time (timed in (no op) 3)" in said  # where the timings were made: the script, outside any op
 
 
 def test_host_time_without_an_oracle_and_predict_says_so(tmp_path):

@@ -127,6 +127,18 @@ def test_ddp_two_isolated_ranks(tmp_path):
         (0, "pg:0", 0, 2), (1, "pg:0", 1, 2)}
 
 
+def test_a_torchrun_command_sets_the_job_shape(tmp_path):
+    """The launch as a README writes it (nanoGPT: `torchrun --standalone --nproc_per_node=4 train.py`) runs
+    without rewriting it for maya: torchrun's --nproc-per-node is the job's GPUs."""
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["emulate", "--out", str(out), "--iterations", "2", "--", "torchrun", "--standalone",
+                            "--nproc_per_node=2", str(WORKLOADS / "ddp_mlp.py")])
+    assert r.exit_code == 0, r.output
+    run = Run(out)
+    assert run.info["world_size"] == 2
+    assert {c["comm_size"] for c in run.table("communicators").to_pylist()} == {2}
+
+
 @pytest.mark.parametrize("dedup", ["--dedup", "--no-dedup"])
 def test_ranks_checking_agreement_receive_what_the_source_broadcast(tmp_path, dedup):
     """Rank 0 broadcasts a value the other ranks compare with their own (as DeepSpeed ZeRO-3 does), their

@@ -10,9 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from maya.cli.app import app
+from maya.core import hardware
 from maya.emulator import convert
 from maya.emulator.launcher import emulate as emulate_run
 from maya.emulator.nvidia_smi import main as nvidia_smi
+from maya.simulator import simulate, summarize
 from maya.simulator.iterations import detect
 from maya.simulator.program import compile_rank
 from maya.simulator.report import memory_peak
@@ -95,6 +97,11 @@ def test_iterations_bound_a_long_script(tmp_path):
     iterations = detect(trace, compile_rank(trace).opcodes)
     assert iterations.source == "ops" and iterations.count == 4  # the trace ends with iteration 3 whole
     assert iterations.steady.tolist() == [1, 2]  # 0 holds init, 3 a validation
+    # the prediction says what the validation passes it leaves out took, so a user can spread them over k steps
+    traces = load(out)
+    notes = summarize(simulate(traces, hardware.get("h100-sxm"), "roofline")).notes
+    note = next(n for n in notes if n.startswith("evaluation passes are not in the steady state"))
+    assert re.findall(r"rank 0, iteration (\d): [\d.,]+ ms \(1 model call\)", note) == ["0", "3"], note
 
 
 def test_iterations_stop_every_rank_at_the_same_one(tmp_path):

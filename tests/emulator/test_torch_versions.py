@@ -68,3 +68,20 @@ def test_a_cuda_12_torch_emulates_and_predicts(old_torch, tmp_path, emulator_cac
     prediction = json.loads(p.stdout.strip().splitlines()[-1])
     assert prediction["iteration_ms"] > 0 and prediction["steady_iterations"] >= 1
     assert prediction["peak_memory_bytes"] > 0
+
+
+def test_a_cuda_12_torch_ddp_shuts_down_without_its_watchdog_spinning(old_torch, tmp_path, emulator_cache):
+    """torch 2.5's NCCL process group polls its works from a watchdog thread and, at shutdown, spins until they
+    are complete. Polls find work behind a collective running (native/completion.c), but polls by a thread that
+    issues no device work stop doing so after a few dozen: without that bound the watchdog spun for the 2 s the
+    work took to settle, 100,000 polls a rank, and flushing its records at exit raced the spin (a corrupt
+    capture)."""
+    out = tmp_path / "run"
+    env = {**os.environ, "MAYA_HOME": str(tmp_path / "home"), "MAYA_EMULATOR_CACHE": str(emulator_cache)}
+    p = _run([old_torch / "bin" / "maya", "emulate", "--out", out, "--nproc-per-node", "2", "--no-dedup",
+              "--iterations", "0", "--", "python", REPO / "tests" / "workloads" / "ddp_mlp.py"], env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    calls = Run(out).table("api_calls").to_pandas()
+    polls = calls[calls["api"] == "cudaEventQuery"]
+    assert (polls["status"] != 0).sum() < 1000, polls.groupby(["rank", "thread_id", "status"]).size()
+    assert (calls["api"] == "cudaStreamWaitEvent").groupby(calls["rank"]).sum().tolist() == [20, 20]

@@ -13,6 +13,7 @@ from maya.core import hardware
 from maya.cli import app
 from maya.cli.predict import predict_cmd
 from maya.simulator import simulate, summarize
+from maya.simulator.opcodes import COLL
 from maya.simulator.retarget import data_parallel, with_nodes
 from maya.simulator.trace import load
 from paths import EXAMPLE, WORKLOADS
@@ -89,6 +90,28 @@ def test_both_ranks_allreduces_are_aligned(ddp_run):
     assert (a.launch_start <= a.launch_end).all()
     prediction = summarize(sim)
     assert prediction.ranks[0].iteration_ns == prediction.ranks[1].iteration_ns
+
+
+def test_the_optimizer_step_waits_for_the_gradients_all_reduce(ddp_run):
+    """DDP's `Work.wait()` makes the compute stream wait for each bucket's all-reduce. torch's NCCL process group
+    (torch 2.15's nccl2) polls the work's end event when it enqueues it and skips that wait if the event says
+    complete: polls of work behind a collective must find it running (the emulator's completion.c), else the
+    dependency is gone from the trace and the replay runs the optimizer's kernels while the gradients are still
+    being reduced (a slow rank's peers then showed no compute at all, only exposed communication)."""
+    sim = simulate(load(ddp_run), hardware.get("h100-sxm"), "roofline")
+    for rank, program in sim.programs.items():
+        result, device = sim.result(rank), sim.devices[[r.rank for r in sim.replicas].index(rank)]
+        frame = program.frame
+        coll = np.flatnonzero(program.opcodes == COLL)
+        adam = np.flatnonzero(frame["op"].fillna("").str.contains("fused_adam").to_numpy() & (device > 0))
+        assert len(adam) >= 3, "one fused AdamW step per iteration"
+        for call in adam:
+            reduces = [program.arg[c] for c in coll if c < call and frame["collective"].iat[c] == "allreduce"]
+            start = result.end[call] - device[call]
+            assert not reduces or start >= result.launch_end[reduces].max(), (rank, call)
+    names = sim.programs[0].frame["api"]
+    waits = sim.programs[0].frame[(names == "cudaStreamWaitEvent") & (sim.programs[0].frame["stream_id"] == 0)]
+    assert len(waits) >= 2  # the compute stream waits for the last bucket's all-reduce in steps 2 and 3
 
 
 def test_deduplicated_capture_predicts_like_the_full_one(ddp_run, tmp_path_factory, emulator_cache):

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import err, fail, out, parse_ranks, script_argv
+from .common import err, fail, out, parse_ranks, script_argv, torchrun_command
 from maya.core.hardware import DEFAULT_HARDWARE
 
 EXIT_OOM = 3
@@ -46,8 +46,9 @@ def emulate_cmd(ctx: typer.Context,
                 estimator_version: Annotated[str, typer.Option(help="Estimator version (or alias) of "
                                                                     "--device-time estimators.")] = "latest",
                 out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None):
-    """Run `-- python SCRIPT ARGS` unchanged on virtual GPUs, each rank in isolation, and store the
-    device-API trace (maya_trace_spec). Exit code 3 when the script runs out of device memory."""
+    """Run `-- python SCRIPT ARGS` (or `-- torchrun --nproc-per-node N SCRIPT ARGS`) unchanged on virtual GPUs,
+    each rank in isolation, and store the device-API trace (maya_trace_spec). Exit code 3 when the script runs
+    out of device memory."""
     from maya.emulator.build import BuildError
     from maya.emulator.launcher import emulate
     from maya.core import hardware as catalog
@@ -55,7 +56,13 @@ def emulate_cmd(ctx: typer.Context,
     from maya.core.paths import runs_dir
     from maya.core.warehouse import register_run
 
-    argv = script_argv(ctx.args)
+    command, launched = torchrun_command(ctx.args)
+    if launched:  # torchrun's --nnodes and --nproc-per-node say the job's shape, unless ours say it already
+        if world_size or (nproc_per_node and nproc_per_node != launched[1]) or nnodes not in (1, launched[0]):
+            fail(f"torchrun launches {launched[0]} x {launched[1]} ranks: give the job's shape once, to torchrun or "
+                 "to maya emulate", 2)
+        nnodes, nproc_per_node = launched
+    argv = script_argv(command)
     topology = _topology(nnodes, nproc_per_node, world_size)
     try:
         hw = catalog.get(hardware)

@@ -81,7 +81,7 @@ PRELOAD = "preload.txt"
 RELEASE = "release.json"
 """In a build: the CUDA release it stands in for (major, version, the SONAMEs and tags, the include folders)."""
 CORE_SOURCES = ("config.c", "record.c", "host_read.c", "memory.c", "kernels.c", "graphs.c", "lifecycle.c",
-                "device_attrs.c", "device_time.c")
+                "device_attrs.c", "device_time.c", "completion.c")
 CORE = "libmaya_emu.so"
 OPS_SOURCES = ("ops_observer.cpp", "host_values.cpp")
 OPS = "libmaya_ops.so"

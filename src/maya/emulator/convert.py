@@ -155,12 +155,18 @@ class RankSummary:
         return cls(read_status(raw), calls, peak, dict(unimplemented))
 
 
+POLLS = frozenset({"cudaEventQuery", "cudaStreamQuery", "cuEventQuery", "cuStreamQuery"})
+
+
 def signature(raw: Path) -> str:
-    """Hash of what a rank asks of its GPUs, independent of times, addresses and communicator ids."""
+    """Hash of what a rank asks of its GPUs, independent of times, addresses and communicator ids. Polls
+    (`cudaEventQuery`, `cudaStreamQuery`) ask nothing of them and are left out: a watchdog thread polls once a
+    second, so how many a capture holds depends on how long it ran (native/completion.c)."""
     apis, kernels = _tsv(raw / "apis.tsv"), _tsv(raw / "kernels.tsv")
+    polls = np.array([i for i, name in apis.items() if name in POLLS], dtype=np.int64)
     names, kernel_names, kinds, payload = (hashlib.sha256() for _ in range(4))
     for r in merged_records(raw):
-        r = r[r["kind"] != K_ALLOC]
+        r = r[(r["kind"] != K_ALLOC) & ~np.isin(r["api"], polls)]
         a, kind = r["a"], r["kind"]
         names.update("".join(apis.get(int(i), "") + "\n" for i in r["api"]).encode())
         kernel_names.update("".join((kernels.get(int(k), "") if kd == K_LAUNCH else "") + "\n"

@@ -90,22 +90,30 @@ def timing_notes(traces, hardware: str) -> list[str]:
     """What `maya predict` says about the run's CUDA-event timings: which oracle answered them (so which
     estimate chose the kernels autotuners kept), or that they read host time."""
     timings = answered = 0
+    sites: dict[str, int] = {}
     for trace in traces.ranks.values():
         rows = trace.calls["api"] == TIMING_API
         timings += int(rows.sum())
         answered += int(trace.calls.loc[rows, "args"].fillna("").str.contains("device_time_ns", regex=False).sum())
+        names = dict(zip(trace.ops["op_id"], trace.ops["name"])) if rows.any() and len(trace.ops) else {}
+        for op in trace.calls.loc[rows, "op_id"]:
+            name = names.get(op, "(no op)") if op == op else "(no op)"
+            sites[name] = sites.get(name, 0) + 1
     if not timings:
         return []
+    # who timed: an autotuner, or a framework's own statistics (DDP times its forward and backward passes)
+    where = " (timed in " + ", ".join(f"{name} {n}" for name, n in sorted(sites.items(), key=lambda kv: -kv[1])[:3]) \
+        + (", ..." if len(sites) > 3 else "") + ")"
     attrs = traces.attrs
     options = (attrs.get("device_time") or {}).get("options") or {}
     answers = [a for a in (attrs.get("device_time_answers") or {}).values() if a]
     if not answered:
         failed = next((a["error"] for a in answers if a.get("error")), None)
         why = f"the device-time oracle failed ({failed})" if failed else "emulated without a device-time oracle"
-        return [f"{timings} CUDA-event timings read host time ({why}): kernels chosen by timing them "
+        return [f"{timings} CUDA-event timings read host time ({why}){where}: kernels chosen by timing them "
                 "(autotuning) are not the ones a GPU would pick"]
     oracle = next((a["oracle"] for a in answers if a.get("oracle")), None) or options.get("durations", "an oracle")
-    note = (f"{answered} of {timings} CUDA-event timings read Maya's estimate ({oracle}), not host time: "
+    note = (f"{answered} of {timings} CUDA-event timings read Maya's estimate ({oracle}), not host time{where}: "
             "autotuned choices (Inductor max-autotune and config tuning, Triton @autotune, cudnn.benchmark) are "
             "the ones that estimate ranks fastest")
     target = options.get("hardware")

@@ -51,7 +51,7 @@ def detect(trace: RankTrace, opcodes: np.ndarray) -> Iterations:
         labels = labels_of(trace)
         if labels is not None and len(labels) and labels[0] != labels[-1]:
             bounds = np.concatenate([[0], np.flatnonzero(np.diff(labels)) + 1, [n]])
-            return _steady(bounds, opcodes, source, _evaluating(trace))
+            return _steady(bounds, opcodes, source, evaluating(trace))
     found = _from_repetition(trace, opcodes)
     if found is not None:
         return found
@@ -74,7 +74,7 @@ def call_iterations(trace: RankTrace) -> np.ndarray | None:
     return _monotone(trace.calls["op_id"].map(iteration))
 
 
-def _evaluating(trace: RankTrace) -> np.ndarray:
+def evaluating(trace: RankTrace) -> np.ndarray:
     """Per call, whether it belongs to an evaluation pass (its op's phase is `eval`)."""
     ops = trace.ops
     if not len(ops) or "phase" not in ops or not (ops["phase"] == "eval").any():

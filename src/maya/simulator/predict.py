@@ -16,7 +16,7 @@ from .durations import DurationProvider, MeasuredDurations, RooflineDurations, i
 from .engine import Engine, RankResult
 from .contention import contend
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable, cluster_spec
-from .iterations import Iterations, detect
+from .iterations import Iterations, detect, evaluating
 from .oom import check_stopped_by_oom, recorded_ooms
 from .opcodes import classify
 from .pricing import price
@@ -161,7 +161,7 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     notes = list(sim.notes) + ([retry_note] if retry_note else [])
     if traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
-    notes += stand_in_notes(traces) + routing_notes(traces) + subset_notes(traces)
+    notes += stand_in_notes(traces) + routing_notes(traces) + subset_notes(traces) + evaluation_notes(sim)
     notes += timing_notes(traces, hw.name)
     assumptions = [*(assumptions or []), *gpu_assumption(traces, hw, sim.provider)]
     measured = [measured_iteration(traces.ranks[rank], sim.iterations[rank]) for rank in sim.programs]
@@ -250,6 +250,43 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
     top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
     return [f"{sum(counts.values())} host reads of device values got emulated stand-ins ({top}): shapes or "
             "control flow that depend on them (MoE routing, dynamic shapes) may differ from a real run"]
+
+
+def evaluation_notes(sim: Simulation) -> list[str]:
+    """A note on the evaluation passes (the model called in eval mode or under inference mode) that the steady
+    state leaves out: how long each took in the replay, so that a script that validates every k iterations
+    (nanoGPT's `estimate_loss`, a Trainer's validation loop) can add it, spread over those k."""
+    passes = []
+    for rep, result in zip(sim.replicas, sim.results):
+        program = rep.program
+        if not rep.captured:
+            continue
+        trace = sim.traces.ranks[program.rank]
+        mask = evaluating(trace)
+        if not mask.any():
+            continue
+        ops = trace.ops
+        calls_per_iteration = (ops.loc[ops["name"] == "maya::eval"].drop_duplicates("op_id")
+                               .groupby("iteration").size() if len(ops) else {})
+        bounds = sim.iterations[program.rank].bounds
+        for k in range(len(bounds) - 1):
+            idx = np.flatnonzero(mask[bounds[k]:bounds[k + 1]]) + bounds[k]
+            if not len(idx):
+                continue
+            start = float((result.issue[idx] - program.host[idx]).min())
+            end = float(max((result.issue[idx] + result.wait[idx]).max(), result.end[idx].max()))
+            # a compiled model's first pass in eval mode compiles and autotunes: its timed candidates are in it
+            timed = int((trace.calls["api"].iloc[idx.min():idx.max() + 1] == TIMING_API).sum())
+            passes.append((program.rank, k, int(calls_per_iteration.get(k, 0)), end - start, timed))
+    if not passes:
+        return []
+    shown = "; ".join(f"rank {rank}, iteration {k}: {span / 1e6:,.1f} ms"
+                      + (f" ({calls} model call{'s' * (calls > 1)})" if calls else "")
+                      + (f", with autotuning ({timed} timed candidates)" if timed else "")
+                      for rank, k, calls, span, timed in passes[:3])
+    more = f" and {len(passes) - 3} more" if len(passes) > 3 else ""
+    return [f"evaluation passes are not in the steady state ({shown}{more}): a script that evaluates every k "
+            "iterations spends that much more every k"]
 
 
 def routing_notes(traces: TraceSet) -> list[str]:

@@ -49,6 +49,7 @@ extern int n_apis;
 #define WINDOW_SEED 1469598103934665603ull
 extern __thread uint64_t window;
 extern __thread int window_work;
+int thread_issued_device_work(void); /* 0 for a thread that only watches (a watchdog polling events) */
 static inline uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h * 0xff51afd7ed558ccdull;

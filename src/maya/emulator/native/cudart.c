@@ -20,6 +20,9 @@ typedef struct {
   int64_t stream;
   maya_graph *graph; /* the capture the last record was made in: a stream waiting on it joins */
   int64_t mark;      /* its place among the device work, for the device-time oracle (-1: none) */
+  int64_t behind;    /* the collective its last record follows on its stream (completion.c; 0: none) */
+  int64_t work;      /* device work the rank had issued at that record */
+  int polls[2];      /* polls answered "not ready" since that record (completion.c) */
 } maya_event;
 
 static __thread cudaError_t last_error = cudaSuccess;
@@ -87,6 +90,7 @@ MAYA_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   maya_rec *r = maya_begin(API("cudaDeviceSynchronize"), D_RUNTIME, K_SYNC);
   r->a[0] = -1;
   maya_end(r, 0);
+  maya_collectives_done(-1, -1);
   return cudaSuccess;
 }
 
@@ -514,11 +518,14 @@ MAYA_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t s, int *priority) {
   return cudaSuccess;
 }
 
+/* Kernels are complete as soon as they are issued; a collective is found running by the first polls
+ * (completion.c). */
 MAYA_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s) {
   maya_rec *r = maya_begin(API("cudaStreamQuery"), D_RUNTIME, K_PLAIN);
   r->stream = maya_stream_id(s);
-  maya_end(r, 0);
-  return cudaSuccess; /* all work is complete as soon as it is issued */
+  cudaError_t status = maya_stream_still_running(r->stream) ? cudaErrorNotReady : cudaSuccess;
+  maya_end(r, status);
+  return status;
 }
 
 MAYA_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
@@ -526,6 +533,7 @@ MAYA_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   r->stream = maya_stream_id(s);
   r->a[0] = -1;
   maya_end(r, 0);
+  maya_collectives_done(r->stream, -1);
   return cudaSuccess;
 }
 
@@ -697,6 +705,9 @@ static cudaError_t event_record(int api, cudaEvent_t ev, cudaStream_t s) {
   e->recorded_ns = r->start_ns;
   e->stream = r->stream;
   e->graph = maya_capturing(r->stream);
+  e->behind = e->graph ? 0 : maya_behind_collective(r->stream);
+  e->work = maya_device_work_issued();
+  e->polls[0] = e->polls[1] = 0;
   maya_end(r, 0);
   e->mark = maya_timing_mark(e->mark, !(e->flags & cudaEventDisableTiming) && !e->graph);
   return cudaSuccess;
@@ -710,16 +721,20 @@ MAYA_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, 
 }
 
 MAYA_EXPORT cudaError_t cudaEventQuery(cudaEvent_t ev) {
+  maya_event *e = (maya_event *)ev;
   maya_rec *r = maya_begin(API("cudaEventQuery"), D_RUNTIME, K_EVENT);
-  r->a[0] = ((maya_event *)ev)->id;
-  maya_end(r, 0);
-  return cudaSuccess;
+  r->a[0] = e->id;
+  cudaError_t status = maya_still_running(e->stream, e->behind, e->recorded_ns, e->work, e->polls) ? cudaErrorNotReady : cudaSuccess;
+  maya_end(r, status);
+  return status;
 }
 
 MAYA_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+  maya_event *e = (maya_event *)ev;
   maya_rec *r = maya_begin(API("cudaEventSynchronize"), D_RUNTIME, K_SYNC);
-  r->a[0] = ((maya_event *)ev)->id;
+  r->a[0] = e->id;
   maya_end(r, 0);
+  maya_collectives_done(e->stream, e->behind);
   return cudaSuccess;
 }
 

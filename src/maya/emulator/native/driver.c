@@ -87,6 +87,7 @@ MAYA_EXPORT CUresult cuCtxSynchronize(void) {
   maya_rec *r = maya_begin(API("cuCtxSynchronize"), D_DRIVER, K_SYNC);
   r->a[0] = -1;
   maya_end(r, 0);
+  maya_collectives_done(-1, -1);
   return CUDA_SUCCESS;
 }
 

@@ -161,6 +161,19 @@ int64_t maya_timing_mark(int64_t previous, int timing); /* releases `previous`, 
 void maya_timing_release(int64_t mark);
 int maya_timing_elapsed(int64_t from, int64_t to, int64_t stream_a, int64_t stream_b, double *ns); /* 0 ok */
 
+/* Work behind collectives (completion.c): a poll made right after a collective was issued finds it running,
+ * as on a GPU, where it waits for its peers. An event recorded behind one, and a stream with one queued,
+ * answer "not ready" until a thread that issues device work has polled them once, the rank has issued more
+ * device work or time has passed, or a host synchronization covers them. */
+int64_t maya_device_work_issued(void); /* device calls the rank has issued so far (record.c) */
+void maya_collective_issued(int64_t stream);
+int64_t maya_behind_collective(int64_t stream); /* the collective an event recorded now follows (0: none) */
+/* 1: the poll answers "not ready" (counted in `polls`, the record's polls so far by threads that issue device work
+ * and by others); `since_ns` and `since_work`: the record's host time and the device work issued before it */
+int maya_still_running(int64_t stream, int64_t behind, int64_t since_ns, int64_t since_work, int polls[2]);
+int maya_stream_still_running(int64_t stream);
+void maya_collectives_done(int64_t stream, int64_t upto); /* stream -1: every stream; upto -1: all issued */
+
 /* side files */
 void maya_side_write(const char *file, const char *line);
 

@@ -224,8 +224,9 @@ MAYA_EXPORT ncclResult_t ncclGroupEnd(void) {
 
 static void record(int api, maya_comm *c, size_t in_count, size_t out_count, ncclDataType_t t, int op, int root,
                    int peer, cudaStream_t s) {
+  int64_t stream = maya_stream_id(s);
   maya_rec *r = maya_begin(api, D_NCCL, K_COLL);
-  r->stream = maya_stream_id(s);
+  r->stream = stream;
   r->device = c->device;
   r->a[0] = c->id;
   r->a[1] = (int64_t)in_count;
@@ -236,6 +237,7 @@ static void record(int api, maya_comm *c, size_t in_count, size_t out_count, ncc
   r->a[6] = c->seq++;
   r->a[7] = (int64_t)out_count;
   maya_end(r, 0);
+  maya_collective_issued(stream); /* polls find it running for a while (completion.c) */
 }
 
 MAYA_EXPORT ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,

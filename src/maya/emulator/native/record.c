@@ -86,6 +86,10 @@ __thread uint64_t window = WINDOW_SEED;
 __thread int window_work;
 static __thread int64_t kernel_work; /* kernels, GEMMs, attention and memsets this thread issued */
 MAYA_EXPORT int64_t maya_emu_kernel_work(void) { return kernel_work; }
+static __thread int issued_device_work; /* the thread has issued device work (a watchdog never does) */
+int thread_issued_device_work(void) { return issued_device_work; }
+static _Atomic int64_t device_work; /* device work the rank has issued (every thread) */
+int64_t maya_device_work_issued(void) { return atomic_load_explicit(&device_work, memory_order_relaxed); }
 
 void maya_end(maya_rec *r, int status) {
   r->status = status;
@@ -97,6 +101,11 @@ void maya_end(maya_rec *r, int status) {
     kernel_work += r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN;
     window_work |= r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN ||
                    r->kind == K_COLL || (r->kind == K_COPY && r->a[1] != 2);
+    if (r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN || r->kind == K_COLL ||
+        r->kind == K_COPY) {
+      issued_device_work = 1;
+      atomic_fetch_add_explicit(&device_work, 1, memory_order_relaxed);
+    }
   }
   if (__builtin_expect(atomic_load_explicit(&captures_active, memory_order_relaxed) > 0, 0)) divert_to_graph(r);
   if (__builtin_expect(atomic_load_explicit(&timing_logging, memory_order_relaxed), 0)) maya_timing_log(r);
