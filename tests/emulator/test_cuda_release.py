@@ -1,4 +1,6 @@
 """The CUDA release the stubs are built for: read from torch's libraries and the nvidia wheels."""
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,22 @@ TORCH_2_5_CU124 = {  # what readelf reports for torch 2.5.1's libraries (PyPI, C
     "libcupti.so.12": "libcupti.so.12", "libcuda.so.1": None, "libcusparseLt-294d6944.so.0": None,
     "libc10.so": None, "libstdc++.so.6": None,
 }
+
+
+TORCH_PULLS = {"nvidia-cuda-runtime", "nvidia-cublas", "nvidia-cudnn", "nvidia-nccl", "nvidia-cuda-nvrtc"}
+"""Header wheels every torch from PyPI requires itself (directly for CUDA 12, through cuda-toolkit's cudart,
+cublas and nvrtc extras for CUDA 13), whatever its release."""
+
+
+def test_the_extras_install_every_header_wheel_torch_does_not_require():
+    """torch 2.11 (CUDA 13.0) pulls no nvidia-cuda-cccl: torch 2.15 had it only through nvshmem 3.7, so the
+    stubs could not be built for 2.11 until `cu13` named it."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    for major, headers in cuda_release.HEADERS.items():
+        named = {re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in extras[cuda_release.EXTRA[major]]}
+        needed = {w for w in headers.values() if re.sub(r"-cu\d+$", "", w) not in TORCH_PULLS}
+        assert needed <= named, f"cu{major} misses {sorted(needed - named)}"
 
 
 def _installed_release() -> CudaRelease:
