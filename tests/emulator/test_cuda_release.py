@@ -1,5 +1,6 @@
 """The CUDA release the stubs are built for: read from torch's libraries and the nvidia wheels."""
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -63,6 +64,31 @@ def test_stubs_take_the_names_and_tags_torch_links():
     assert {"libcuda.so.1", "libnvidia-ml.so.1"} <= set(libs)  # the driver's, whatever the release
     # what this torch does not link gets no stub
     assert not any(name.startswith(("libcufile", "libnvshmem", "libcudart.so.13")) for name in libs)
+
+
+def test_the_runtime_stub_compiles_against_the_headers_of_cuda_13_0(tmp_path):
+    """torch 2.11 links CUDA 13.0, whose driver_types.h lacks cudaErrorStreamDetached (13.1) and
+    cudaErrorVersionTranslation (13.2): the installed 13.x headers, those two taken out and CUDART_VERSION set to
+    13000, compile cudart.c (its error table guards them by CUDART_VERSION)."""
+    release = _installed_release()
+    if release.major != 13:
+        pytest.skip(f"the installed torch links CUDA {release.major}")
+    original = release.header("cuda_runtime_api.h").parent
+    older = tmp_path / "include"
+    older.mkdir()
+    for entry in original.iterdir():  # the rest of the folder as it is ("driver_types.h" is included by quotes)
+        if entry.name not in ("cuda_runtime_api.h", "driver_types.h"):
+            (older / entry.name).symlink_to(entry)
+    (older / "cuda_runtime_api.h").write_text(re.sub(r"(#define\s+CUDART_VERSION\s+)\d+", r"\g<1>13000",
+                                                     (original / "cuda_runtime_api.h").read_text()))
+    (older / "driver_types.h").write_text(re.sub(r"\n\s*cudaError(StreamDetached|VersionTranslation)\s*=\s*\d+,", "",
+                                                 (original / "driver_types.h").read_text()))
+    assert "cudaErrorStreamDetached" not in (older / "driver_types.h").read_text()
+    includes = [f"-I{older}", *(f"-I{d}" for d in release.include_dirs if d != original), f"-I{build.NATIVE}"]
+    for source in ("cudart.c", "cudart12.c"):
+        p = subprocess.run(["gcc", "-fsyntax-only", "-std=gnu11", *includes, str(build.NATIVE / source)],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr[-2000:]
 
 
 def test_the_installed_release_builds_every_library_torch_links():
