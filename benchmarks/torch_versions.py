@@ -96,8 +96,9 @@ def _build_seconds(python: Path, home: Path) -> tuple[float, str]:
             "t = time.perf_counter(); d = build(Path(sys.argv[1])); s = time.perf_counter() - t; "
             "print(s, 'CUDA', built_release(d)['version'])")
     p = subprocess.run([str(python), "-c", code, str(home / "emulator")], capture_output=True, text=True)
-    if p.returncode:
-        return float("nan"), "build failed: " + (p.stderr.strip().splitlines() or ["?"])[-1]
+    if p.returncode:  # the first compiler error names the cause; the traceback's last line is often a caret
+        lines = p.stderr.strip().splitlines() or ["?"]
+        return float("nan"), "build failed: " + next((x.strip() for x in lines if "error:" in x), lines[-1])
     seconds, cuda = p.stdout.split(maxsplit=1)
     return float(seconds), cuda.strip()
 
@@ -138,7 +139,7 @@ def _store(version: str, cuda: str, build_s: float, rows: list[dict]) -> None:
     kept = [r for r in entry["rows"] if r["workload"] not in {r["workload"] for r in rows}]
     order = list(CASES)
     merged = sorted(kept + rows, key=lambda r: order.index(r["workload"]) if r["workload"] in order else len(order))
-    stored[version] = {"torch": version, "cuda": cuda, "build_s": round(build_s, 1),
+    stored[version] = {"torch": version, "cuda": cuda, "build_s": round(build_s, 1) if build_s == build_s else None,
                        "measured": time.strftime("%Y-%m-%d"), "rows": merged}
     ordered = dict(sorted(stored.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(".") if x.isdigit())))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +192,10 @@ def main() -> None:
             print(f"torch {version} ({cuda}): stubs built in {seconds:.1f} s", flush=True)
             rows = []
             for name in args.workloads:
-                row = _case(env / "bin" / "python", home, name)
+                if cuda.startswith("build failed"):  # every workload would build again and fail the same way
+                    row = {"workload": name, "seconds": 0.0, "outcome": "not run", "error": cuda}
+                else:
+                    row = _case(env / "bin" / "python", home, name)
                 rows.append(row)
                 print(json.dumps({"torch": version, "cuda": cuda, **row}), flush=True)
             if not args.no_store:
