@@ -108,7 +108,10 @@ def _case(python: Path, home: Path, name: str) -> dict:
     nproc = int(options[options.index("--nproc-per-node") + 1]) if "--nproc-per-node" in options else 1
     iterations = int(options[options.index("--iterations") + 1]) if "--iterations" in options else 20
     out = home / "runs" / name
-    env = {**os.environ, "MAYA_HOME": str(home), "MAYA_EMULATOR_CACHE": str(home / "emulator")}
+    # Inductor's and Triton's caches in the release's home: compiled_mlp autotunes afresh on every run (a cache
+    # left by an earlier run of the same torch answers instead: 138 calls, not 149,360, under torch 2.6.0)
+    env = {**os.environ, "MAYA_HOME": str(home), "MAYA_EMULATOR_CACHE": str(home / "emulator"),
+           "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"), "TRITON_CACHE_DIR": str(home / "triton")}
     t = time.perf_counter()
     p = subprocess.run([str(python), "-c", EMULATE, json.dumps([[str(script), *args], str(out), nproc, iterations])],
                        capture_output=True, text=True, env=env, cwd=home)
