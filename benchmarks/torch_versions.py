@@ -4,8 +4,9 @@ For every torch version asked for, a virtual environment with that torch from th
 checkout of Maya installed beside it (`scripts/torch_env`, which keeps that torch), a fresh build of
 the emulator's stubs (timed), then each workload emulated (`maya emulate`, with `--iterations`) and
 predicted (`maya predict`) in that environment. Prints one row per (torch, workload): the outcome,
-calls, APIs that were not emulated, and the first line of any error; `--markdown` prints the table
-for the README.
+calls, APIs that were not emulated, and the last line of any error, and records them in
+`benchmarks/results/torch_versions.json` (a release run again replaces its rows); `--markdown` prints the
+stored matrix as the README's table.
 
     .venv/bin/python benchmarks/torch_versions.py --torch 2.5.1 2.7.1 2.15.0
     .venv/bin/python benchmarks/torch_versions.py --torch 2.6.0 --workloads train_gpt ddp_mlp --keep
@@ -28,6 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = REPO / "tests" / "workloads"
 EXAMPLE = REPO / "src" / "maya" / "examples" / "train_gpt.py"
+RESULTS = REPO / "benchmarks" / "results" / "torch_versions.json"
+"""The measured matrix: torch release -> its CUDA, the stub build's seconds, the date and one row per workload."""
 
 CASES = {  # name -> (maya emulate options, script, script arguments)
     "train_gpt": ([], EXAMPLE, []),
@@ -49,6 +52,9 @@ CASES = {  # name -> (maya emulate options, script, script arguments)
     "nccl_in_cuda_graph": (["--nproc-per-node", "2"], WORKLOADS / "nccl_in_cuda_graph.py", []),
     "pipeline_gpt": (["--nproc-per-node", "2"], WORKLOADS / "pipeline_gpt.py", []),
 }
+REQUIREMENTS = {"gpu_tools": ["nvidia-ml-py"]}
+"""What a workload imports beyond torch and Maya (the `test` extra has them): installed into the environments
+this script creates, as the script's user would have them."""
 
 EMULATE = """
 import json, sys
@@ -63,8 +69,9 @@ print("MAYA_RESULT " + json.dumps({"status": r.status, "ranks": [
 """
 
 
-def _env(version: str, envs: Path) -> Path | None:
-    """The environment's directory, created by scripts/torch_env; None if the wheel cannot be fetched."""
+def _env(version: str, envs: Path, workloads: list[str]) -> Path | None:
+    """The environment's directory, created by scripts/torch_env, with the workloads' REQUIREMENTS; None if
+    the wheel cannot be fetched."""
     target = envs / f"torch-{version}"
     p = subprocess.run([str(REPO / "scripts" / "torch_env"), version, str(target)], capture_output=True, text=True)
     if p.returncode == 3:
@@ -72,6 +79,10 @@ def _env(version: str, envs: Path) -> Path | None:
         return None
     if p.returncode:
         raise SystemExit(f"torch {version}: scripts/torch_env failed:\n{p.stderr}")
+    extra = sorted({r for name in workloads for r in REQUIREMENTS.get(name, ())})
+    if extra:
+        subprocess.run([str(REPO / ".venv" / "bin" / "uv"), "pip", "install", "--quiet", "--python",
+                        str(target / "bin" / "python"), *extra], check=True)
     return target
 
 
@@ -85,8 +96,9 @@ def _build_seconds(python: Path, home: Path) -> tuple[float, str]:
             "t = time.perf_counter(); d = build(Path(sys.argv[1])); s = time.perf_counter() - t; "
             "print(s, 'CUDA', built_release(d)['version'])")
     p = subprocess.run([str(python), "-c", code, str(home / "emulator")], capture_output=True, text=True)
-    if p.returncode:
-        return float("nan"), "build failed: " + (p.stderr.strip().splitlines() or ["?"])[-1]
+    if p.returncode:  # the first compiler error names the cause; the traceback's last line is often a caret
+        lines = p.stderr.strip().splitlines() or ["?"]
+        return float("nan"), "build failed: " + next((x.strip() for x in lines if "error:" in x), lines[-1])
     seconds, cuda = p.stdout.split(maxsplit=1)
     return float(seconds), cuda.strip()
 
@@ -96,7 +108,10 @@ def _case(python: Path, home: Path, name: str) -> dict:
     nproc = int(options[options.index("--nproc-per-node") + 1]) if "--nproc-per-node" in options else 1
     iterations = int(options[options.index("--iterations") + 1]) if "--iterations" in options else 20
     out = home / "runs" / name
-    env = {**os.environ, "MAYA_HOME": str(home), "MAYA_EMULATOR_CACHE": str(home / "emulator")}
+    # Inductor's and Triton's caches in the release's home: compiled_mlp autotunes afresh on every run (a cache
+    # left by an earlier run of the same torch answers instead: 138 calls, not 149,360, under torch 2.6.0)
+    env = {**os.environ, "MAYA_HOME": str(home), "MAYA_EMULATOR_CACHE": str(home / "emulator"),
+           "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"), "TRITON_CACHE_DIR": str(home / "triton")}
     t = time.perf_counter()
     p = subprocess.run([str(python), "-c", EMULATE, json.dumps([[str(script), *args], str(out), nproc, iterations])],
                        capture_output=True, text=True, env=env, cwd=home)
@@ -120,6 +135,37 @@ def _case(python: Path, home: Path, name: str) -> dict:
     return {**row, "outcome": "ok", "iteration_ms": ms}
 
 
+def _store(version: str, cuda: str, build_s: float, rows: list[dict]) -> None:
+    """Record one release's rows in RESULTS (a workload run again replaces its row; the others stay)."""
+    stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    entry = stored.get(version, {"rows": []})
+    kept = [r for r in entry["rows"] if r["workload"] not in {r["workload"] for r in rows}]
+    order = list(CASES)
+    merged = sorted(kept + rows, key=lambda r: order.index(r["workload"]) if r["workload"] in order else len(order))
+    stored[version] = {"torch": version, "cuda": cuda, "build_s": round(build_s, 1) if build_s == build_s else None,
+                       "measured": time.strftime("%Y-%m-%d"), "rows": merged}
+    ordered = dict(sorted(stored.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(".") if x.isdigit())))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(ordered, indent=1) + "\n")
+    os.replace(tmp, RESULTS)
+
+
+def markdown(stored: dict) -> str:
+    """The README's table: one line per release (workloads ok / failed, the stub build), then each failure."""
+    lines = ["| torch | CUDA | workloads ok | failed | stub build s | measured |", "|---|---|---|---|---|---|"]
+    failures = []
+    for entry in stored.values():
+        ok = [r for r in entry["rows"] if r["outcome"] == "ok"]
+        bad = [r for r in entry["rows"] if r["outcome"] != "ok"]
+        lines.append(f"| {entry['torch']} | {entry['cuda'].removeprefix('CUDA ')} | {len(ok)} / {len(entry['rows'])} | "
+                     f"{', '.join(r['workload'] for r in bad) or '-'} | {entry['build_s']} | {entry['measured']} |")
+        failures += [f"- torch {entry['torch']}, {r['workload']}: {r['outcome']}"
+                     + (f" (not emulated: {', '.join(r['unimplemented'])})" if r.get("unimplemented") else "")
+                     + (f": {r['error'][:160]}" if r.get("error") else "") for r in bad]
+    return "\n".join(lines + ([""] + failures if failures else []))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--torch", nargs="+", default=["2.5.1", "2.15.0"], help="torch versions from the registry")
@@ -128,15 +174,18 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--envs", type=Path, help="where the environments are created (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the environments and runs")
-    ap.add_argument("--markdown", action="store_true", help="print the matrix as a Markdown table")
+    ap.add_argument("--no-store", action="store_true", help=f"do not record the rows in {RESULTS.relative_to(REPO)}")
+    ap.add_argument("--markdown", action="store_true", help="print the stored matrix as the README's table and exit")
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(RESULTS.read_text())))
+        return
     envs = args.envs or Path(tempfile.mkdtemp(prefix="maya-torch-envs-"))
     envs.mkdir(parents=True, exist_ok=True)
-    rows = []
     existing = {_torch_version(p): p.absolute().parent.parent for p in args.python}
     try:
         for version in existing or args.torch:
-            env = existing.get(version) or _env(version, envs)
+            env = existing.get(version) or _env(version, envs, args.workloads)
             if env is None:
                 continue
             home = envs / f"home-{version}"
@@ -144,21 +193,22 @@ def main() -> None:
             home.mkdir()
             seconds, cuda = _build_seconds(env / "bin" / "python", home)
             print(f"torch {version} ({cuda}): stubs built in {seconds:.1f} s", flush=True)
+            rows = []
             for name in args.workloads:
-                row = {"torch": version, "cuda": cuda, **_case(env / "bin" / "python", home, name)}
+                if cuda.startswith("build failed"):  # every workload would build again and fail the same way
+                    row = {"workload": name, "seconds": 0.0, "outcome": "not run", "error": cuda}
+                else:
+                    row = _case(env / "bin" / "python", home, name)
                 rows.append(row)
-                print(json.dumps(row), flush=True)
+                print(json.dumps({"torch": version, "cuda": cuda, **row}), flush=True)
+            if not args.no_store:
+                _store(version, cuda, seconds, rows)
             if not args.keep and version not in existing:
                 shutil.rmtree(env, ignore_errors=True)
                 shutil.rmtree(home, ignore_errors=True)
     finally:
         if not args.keep and not args.envs:
             shutil.rmtree(envs, ignore_errors=True)
-    if args.markdown:
-        print("| torch | CUDA | workload | outcome | calls | not emulated | error |\n|---|---|---|---|---|---|---|")
-        for r in rows:
-            print(f"| {r['torch']} | {r['cuda']} | {r['workload']} | {r['outcome']} | {r.get('calls', '')} | "
-                  f"{', '.join(r.get('unimplemented', [])) or '-'} | {r.get('error', '')[:120]} |")
 
 
 if __name__ == "__main__":

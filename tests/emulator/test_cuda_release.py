@@ -1,4 +1,7 @@
 """The CUDA release the stubs are built for: read from torch's libraries and the nvidia wheels."""
+import re
+import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,22 @@ TORCH_2_5_CU124 = {  # what readelf reports for torch 2.5.1's libraries (PyPI, C
     "libcupti.so.12": "libcupti.so.12", "libcuda.so.1": None, "libcusparseLt-294d6944.so.0": None,
     "libc10.so": None, "libstdc++.so.6": None,
 }
+
+
+TORCH_PULLS = {"nvidia-cuda-runtime", "nvidia-cublas", "nvidia-cudnn", "nvidia-nccl", "nvidia-cuda-nvrtc"}
+"""Header wheels every torch from PyPI requires itself (directly for CUDA 12, through cuda-toolkit's cudart,
+cublas and nvrtc extras for CUDA 13), whatever its release."""
+
+
+def test_the_extras_install_every_header_wheel_torch_does_not_require():
+    """torch 2.11 (CUDA 13.0) pulls no nvidia-cuda-cccl: torch 2.15 had it only through nvshmem 3.7, so the
+    stubs could not be built for 2.11 until `cu13` named it."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    for major, headers in cuda_release.HEADERS.items():
+        named = {re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in extras[cuda_release.EXTRA[major]]}
+        needed = {w for w in headers.values() if re.sub(r"-cu\d+$", "", w) not in TORCH_PULLS}
+        assert needed <= named, f"cu{major} misses {sorted(needed - named)}"
 
 
 def _installed_release() -> CudaRelease:
@@ -45,6 +64,31 @@ def test_stubs_take_the_names_and_tags_torch_links():
     assert {"libcuda.so.1", "libnvidia-ml.so.1"} <= set(libs)  # the driver's, whatever the release
     # what this torch does not link gets no stub
     assert not any(name.startswith(("libcufile", "libnvshmem", "libcudart.so.13")) for name in libs)
+
+
+def test_the_runtime_stub_compiles_against_the_headers_of_cuda_13_0(tmp_path):
+    """torch 2.11 links CUDA 13.0, whose driver_types.h lacks cudaErrorStreamDetached (13.1) and
+    cudaErrorVersionTranslation (13.2): the installed 13.x headers, those two taken out and CUDART_VERSION set to
+    13000, compile cudart.c (its error table guards them by CUDART_VERSION)."""
+    release = _installed_release()
+    if release.major != 13:
+        pytest.skip(f"the installed torch links CUDA {release.major}")
+    original = release.header("cuda_runtime_api.h").parent
+    older = tmp_path / "include"
+    older.mkdir()
+    for entry in original.iterdir():  # the rest of the folder as it is ("driver_types.h" is included by quotes)
+        if entry.name not in ("cuda_runtime_api.h", "driver_types.h"):
+            (older / entry.name).symlink_to(entry)
+    (older / "cuda_runtime_api.h").write_text(re.sub(r"(#define\s+CUDART_VERSION\s+)\d+", r"\g<1>13000",
+                                                     (original / "cuda_runtime_api.h").read_text()))
+    (older / "driver_types.h").write_text(re.sub(r"\n\s*cudaError(StreamDetached|VersionTranslation)\s*=\s*\d+,", "",
+                                                 (original / "driver_types.h").read_text()))
+    assert "cudaErrorStreamDetached" not in (older / "driver_types.h").read_text()
+    includes = [f"-I{older}", *(f"-I{d}" for d in release.include_dirs if d != original), f"-I{build.NATIVE}"]
+    for source in ("cudart.c", "cudart12.c"):
+        p = subprocess.run(["gcc", "-fsyntax-only", "-std=gnu11", *includes, str(build.NATIVE / source)],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr[-2000:]
 
 
 def test_the_installed_release_builds_every_library_torch_links():

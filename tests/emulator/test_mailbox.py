@@ -69,3 +69,22 @@ def test_watcher_starts_each_wanted_rank_once_and_ends_unknown_ones(tmp_path):
             deadline.wait(0.05)
     assert started == [2]
     assert (tmp_path / "ended-9").exists()
+
+
+def test_broadcast_calls_a_torch_without_group_src_as_it_is_called(as_rank, monkeypatch):
+    """torch 2.5's broadcast takes no `group_src` (2.6 added it): the wrapper passed it always, so every
+    broadcast failed under torch 2.5 (tensor_parallel_mlp, fsdp_tp_mesh: DTensor's mesh broadcasts)."""
+    import torch
+
+    calls = []
+
+    def broadcast_2_5(tensor, src, group=None, async_op=False):  # torch 2.5.1's signature
+        calls.append((src, group, async_op))
+
+    monkeypatch.setattr(dist, "broadcast", broadcast_2_5)
+    as_rank(0)
+    dist.broadcast(torch.zeros(4), src=0)
+    dist.broadcast(torch.zeros(4), 0, None, True)
+    assert calls == [(0, None, False), (0, None, True)]
+    with pytest.raises(TypeError, match="group_src"):  # as torch 2.5 itself answers
+        dist.broadcast(torch.zeros(4), group_src=0)

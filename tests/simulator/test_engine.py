@@ -382,6 +382,32 @@ def test_find_period():
     assert find_period(np.arange(10)) is None
 
 
+def test_find_period_counts_only_units_with_eligible_values():
+    host = [1, 2] * 6  # a host-only pair repeated most: torch 2.6 asks NVML for the device count before CUDA starts
+    seq = np.array(host + [7, 8, 9, 7, 8, 9, 5])
+    assert find_period(seq) == (0, 2, 6)
+    eligible = np.array([False] * len(host) + [True] * 7)
+    assert find_period(seq, eligible=eligible) == (12, 3, 2)
+    assert find_period(np.array(host), eligible=np.zeros(len(host), dtype=bool)) is None
+
+
+def test_a_repeated_host_query_is_no_iteration(tmp_path):
+    """One training step (no loop, no ops): torch 2.6 counts devices through NVML six times before CUDA starts.
+    Those repeated pairs were taken for six iterations of no device work (0.001 ms predicted)."""
+    b = TraceBuilder(1, host_ns=1 * US)
+    k = b.rank(0)
+    for _ in range(6):
+        k.host("nvmlInit")
+        k.host("nvmlDeviceGetCount_v2")
+    k.gemm(4096, 4096, 4096, 200 * US)
+    k.kernel(20 * US)
+    k.memcpy(4, "DtoH", 1 * US)
+    sim = run(b, tmp_path)
+    it = sim.iterations[0]
+    assert it.source == "whole"
+    assert summarize(sim).iteration_ns > 200 * US
+
+
 def test_roofline_prices_gemms_by_flops_and_collectives_by_bytes(tmp_path):
     b = TraceBuilder(2)
     b.communicator("dp", [0, 1])

@@ -17,8 +17,8 @@ handle = pynvml.nvmlDeviceGetHandleByIndex(0)
 memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
 print(f"pynvml: {pynvml.nvmlDeviceGetName(handle)} used={memory.used} total={memory.total}"
       f" util={pynvml.nvmlDeviceGetUtilizationRates(handle).gpu}")
-print(f"torch: used={torch.cuda.device_memory_used()} utilization={torch.cuda.utilization()}"
-      f" memory_usage={torch.cuda.memory_usage()}")
+used = torch.cuda.device_memory_used() if hasattr(torch.cuda, "device_memory_used") else "-"  # torch >= 2.6
+print(f"torch: used={used} utilization={torch.cuda.utilization()} memory_usage={torch.cuda.memory_usage()}")
 try:
     pynvml.nvmlDeviceGetEncoderUtilization(handle)
 except pynvml.NVMLError as e:

@@ -1,6 +1,7 @@
 """A small GPT split into one pipeline stage per rank with torch.distributed.pipelining (1F1B); `--steps N`
 training steps (2)."""
 import argparse
+import inspect
 import os
 
 import torch
@@ -35,7 +36,12 @@ rank, world = dist.get_rank(), dist.get_world_size()
 device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
 torch.cuda.set_device(device)
 model = Stage(rank == 0, rank == world - 1, LAYERS // world).to(device)
-stage = PipelineStage(model, rank, world, device)
+example = {}
+if inspect.signature(PipelineStage).parameters["input_args"].default is inspect.Parameter.empty:
+    # torch < 2.6 needs the stage's example input (later releases learn its shape from the previous stage)
+    example["input_args"] = (torch.randint(0, VOCAB, (BATCH // MICROBATCHES, SEQ), device=device) if rank == 0
+                             else torch.empty(BATCH // MICROBATCHES, SEQ, DIM, device=device),)
+stage = PipelineStage(model, rank, world, device, **example)
 schedule_class = Schedule1F1B if os.environ.get("SCHEDULE", "1f1b") == "1f1b" else ScheduleGPipe
 schedule = schedule_class(stage, n_microbatches=MICROBATCHES,
                           loss_fn=lambda out, y: nn.functional.cross_entropy(out.flatten(0, 1), y.flatten()))

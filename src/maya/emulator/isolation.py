@@ -5,7 +5,10 @@ answers as if all peers had done what this rank does, so no rank ever waits for 
   placeholder (e.g. the NCCL unique id rank 0 publishes);
 - `add(key, n)` counts this rank's increment once per rank of the world (counters and store-based
   barriers reach their targets);
-- `wait`/`check` succeed at once.
+- `wait` succeeds at once; `check` (does a key exist now?) answers for the keys this rank set or read, so
+  a key a peer sets only when it fails does not exist: NCCL's heartbeat monitor polls for `exception_dump`
+  (a peer's collective timed out) and, told it was there, dumped its flight recorder and held the rank's
+  exit for TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC (8 minutes; torch 2.7).
 
 Gloo groups complete locally; object collectives go through `mailbox.py`.
 """
@@ -54,7 +57,7 @@ class IsolatedStore(dist.Store):
         return None
 
     def check(self, keys) -> bool:
-        return True
+        return all(key in self.data for key in keys)
 
     def delete_key(self, key: str) -> bool:
         return self.data.pop(key, None) is not None

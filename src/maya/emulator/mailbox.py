@@ -122,7 +122,9 @@ def install(mailbox: Path, rank: int) -> None:
     nccl_broadcast = dist.broadcast
 
     def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
-        work = nccl_broadcast(tensor, src=src, group=group, async_op=async_op, group_src=group_src)
+        # group_src only when given: torch < 2.6's broadcast has no such argument
+        given = {"group_src": group_src} if group_src is not None else {}
+        work = nccl_broadcast(tensor, src=src, group=group, async_op=async_op, **given)
         size = tensor.numel() * tensor.element_size()
         if (not tensor.is_cuda or not tensor.is_contiguous() or not 0 < size <= SMALL_BROADCAST_BYTES
                 or dist.distributed_c10d._rank_not_in_group(group) or dist.get_world_size(group) == 1):

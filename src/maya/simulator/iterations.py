@@ -1,12 +1,13 @@
 """Where each training iteration starts in a rank's calls, and which iterations are steady state.
 
 Sources, first that applies: the ops' `iteration` column (emulator, Kineto import); `ProfilerStep#N`
-op spans; otherwise the longest run of a repeated call sequence (benchmark loops without an optimizer),
-its boundaries moved to just after a host synchronisation where the repeated unit has one; else the
-whole trace is one iteration. The first iteration (it holds initialisation), a short trailing one
-(teardown), those holding an evaluation pass (ops of phase `eval`: a validation every k steps) and those
-with many more device calls than the leanest of the others (work that only adds calls: a function compiled
-lazily at its first call, autotuning benchmarks, a checkpoint save) are not steady.
+op spans; otherwise the longest run of a repeated call sequence that does device work (benchmark loops
+without an optimizer; not host-only queries, as torch 2.6's NVML device counts before CUDA starts), its
+boundaries moved to just after a host synchronisation where the repeated unit has one; else the whole trace
+is one iteration. The first iteration (it holds initialisation), a short trailing one (teardown), those
+holding an evaluation pass (ops of phase `eval`: a validation every k steps) and those with many more device
+calls than the leanest of the others (work that only adds calls: a function compiled lazily at its first
+call, autotuning benchmarks, a checkpoint save) are not steady.
 """
 from __future__ import annotations
 
@@ -122,12 +123,15 @@ def call_signatures(calls: pd.DataFrame) -> np.ndarray:
     return pd.util.hash_pandas_object(calls[list(SIGNATURE_COLUMNS)], index=False).to_numpy()
 
 
-def find_period(values: np.ndarray, max_candidates: int = 64, rare_values: int = 16) -> tuple[int, int, int] | None:
+def find_period(values: np.ndarray, max_candidates: int = 64, rare_values: int = 16,
+                eligible: np.ndarray | None = None) -> tuple[int, int, int] | None:
     """(start, period, repetitions) of the longest exactly repeated run of `values`, at least two
     repetitions; None if nothing repeats. Candidate periods are the gaps between occurrences of the
     rarest repeated values (a call made once per iteration repeats at the iteration's length), the
-    most frequent gaps first."""
+    most frequent gaps first. With `eligible` (a mask over `values`), only a run whose repeated unit holds
+    an eligible value counts (an iteration does device work: a repeated host-only query is none)."""
     n = len(values)
+    counted = np.concatenate([[0], np.cumsum(eligible, dtype=np.int64)]) if eligible is not None else None
     _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
     repeated = np.flatnonzero(counts >= 2)
     if not len(repeated):
@@ -147,6 +151,8 @@ def find_period(values: np.ndarray, max_candidates: int = 64, rare_values: int =
         if not len(runs):
             continue
         lengths = runs[:, 1] - runs[:, 0]
+        if counted is not None:  # a run's unit is values[start:start + p]
+            lengths = np.where(counted[runs[:, 0] + p] > counted[runs[:, 0]], lengths, -1)
         k = int(np.argmax(lengths))
         reps = (int(lengths[k]) + p) // p
         if reps >= 2 and (reps * p > best_cover or (reps * p == best_cover and p < best[1])):
@@ -156,7 +162,7 @@ def find_period(values: np.ndarray, max_candidates: int = 64, rare_values: int =
 
 def _from_repetition(trace: RankTrace, opcodes: np.ndarray) -> Iterations | None:
     n = len(opcodes)
-    found = find_period(call_signatures(trace.calls))
+    found = find_period(call_signatures(trace.calls), eligible=np.isin(opcodes, DEVICE_OPS))
     if found is None:
         return None
     start, period, reps = found

@@ -235,9 +235,9 @@ MAYA_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
   X(cudaErrorExternalDevice, "an async error has occurred in external entity outside of CUDA") \
   X(cudaErrorInvalidClusterSize, "a kernel launch error has occurred due to cluster misconfiguration") \
   X(cudaErrorUnknown, "unknown error") \
-  CUDA_ERRORS_12_6(X) CUDA_ERRORS_12_8(X) CUDA_ERRORS_13(X)
+  CUDA_ERRORS_12_6(X) CUDA_ERRORS_12_8(X) CUDA_ERRORS_13_1(X) CUDA_ERRORS_13_2(X)
 
-/* the codes later releases added (CUDA 12 torch builds against the headers of their own release) */
+/* the codes later releases added (torch builds against the headers of its own release) */
 #if CUDART_VERSION >= 12060
 #define CUDA_ERRORS_12_6(X) \
   X(cudaErrorFunctionNotLoaded, "the function handle is not loaded when calling an API that requires a loaded function") \
@@ -253,12 +253,15 @@ MAYA_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
 #else
 #define CUDA_ERRORS_12_8(X)
 #endif
-#if CUDART_VERSION >= 13000
-#define CUDA_ERRORS_13(X) \
-  X(cudaErrorVersionTranslation, "version translation failed") \
-  X(cudaErrorStreamDetached, "the stream is detached")
+#if CUDART_VERSION >= 13010 /* not in 13.0 (torch 2.11) */
+#define CUDA_ERRORS_13_1(X) X(cudaErrorStreamDetached, "the stream is detached")
 #else
-#define CUDA_ERRORS_13(X)
+#define CUDA_ERRORS_13_1(X)
+#endif
+#if CUDART_VERSION >= 13020
+#define CUDA_ERRORS_13_2(X) X(cudaErrorVersionTranslation, "version translation failed")
+#else
+#define CUDA_ERRORS_13_2(X)
 #endif
 
 #define ERROR_NAME(code, text) case code: return #code;
