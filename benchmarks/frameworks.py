@@ -62,19 +62,18 @@ CASES = [
     Case("titan-debug-1gpu", "torchtitan 0.3.0", "1 GPU (defaults: CUDA graphs)", "bf16",
          titan("llama3_debugmodel"), 1, ("torchtitan",), "titan"),
     Case("titan-debug-fsdp4-tp2", "torchtitan 0.3.0", "FSDP2 4 x TP 2", "bf16",
-         titan("llama3_debugmodel", *FSDP4_TP2), 8, ("torchtitan",), "titan",
-         ""),
+         titan("llama3_debugmodel", *FSDP4_TP2), 8, ("torchtitan",), "titan"),
     Case("titan-debug-fsdp4-tp2-compile", "torchtitan 0.3.0", "FSDP2 4 x TP 2 + torch.compile", "bf16",
          titan("llama3_debugmodel", *FSDP4_TP2, "--compile.enable"), 8, ("torchtitan",), "titan"),
     Case("titan-debug-validation", "torchtitan 0.3.0", "FSDP2 4 x TP 2, validation every step", "bf16",
          titan("llama3_debugmodel", *FSDP4_TP2, "--validator.enable", "--validator.freq", "1", "--validator.steps",
                "2", "--validator.dataloader.dataset", "c4_test"), 8, ("torchtitan",), "titan",
-         "tests/frameworks/test_torchtitan.py::test_debug_model_fsdp_tp_with_validation"),
+         test="tests/frameworks/test_torchtitan.py::test_debug_model_fsdp_tp_with_validation"),
     Case("titan-debug-pp2-fsdp4", "torchtitan 0.3.0", "PP 2 (1F1B) x FSDP2 4", "bf16",
          titan("llama3_debugmodel", "--parallelism.pipeline_parallel_degree", "2",
                "--parallelism.data_parallel_shard_degree", "4", "--training.disable_cuda_graphs"), 8, ("torchtitan",),
          "titan", test="tests/emulator/test_emulate.py::test_a_pipeline_stopped_by_iterations_predicts"),
-    Case("titan-debug-float8", "torchtitan 0.3.0 + torchao", "FSDP2 4 x TP 2", "fp8 (torchao float8, tensorwise)",
+    Case("titan-debug-float8", "torchtitan 0.3.0 + torchao 0.18 (Triton 3.8)", "FSDP2 4 x TP 2", "fp8 (torchao float8, tensorwise)",
          titan("llama3_debugmodel_float8", *FSDP4_TP2), 8, ("torchtitan", "torchao"), "titan"),
     Case("titan-llama3-8b-fsdp8", "torchtitan 0.3.0", "FSDP2 8", "bf16",
          titan("llama3_8b", "--hf_assets_path", "./tests/assets/tokenizer", "--dataloader.dataset", "c4_test",
@@ -101,11 +100,11 @@ CASES = [
           ("gpt2-ddp4", "gpt2", "DDP 4, GPT-2 124M, 10 micro-steps per rank", 4,
            ["--wandb_log=False", "--compile=False"]),
           ("gpt2-ddp4-compile", "gpt2", "DDP 4 + torch.compile, GPT-2 124M", 4, ["--wandb_log=False"]))),
-    *(Case(f"lightning-{strategy}", "PyTorch Lightning 2.6 Trainer", f"{label} 2", "bf16-mixed",
+    *(Case(f"lightning-{strategy}", "PyTorch Lightning 2.6.6 Trainer", f"{label} 2", "bf16-mixed",
            ["python", str(WORKLOADS / "lightning_lm.py"), "--strategy", strategy], 2, ("lightning",), "wikitext",
            test="tests/frameworks/test_lightning.py::test_lightning_trainer_ddp_bf16" if strategy == "ddp" else "")
       for strategy, label in (("ddp", "DDP"), ("fsdp", "FSDP"))),
-    Case("accelerate-loop-ddp", "accelerate 1.15 custom loop", "DDP 2, gradient accumulation 2", "bf16",
+    Case("accelerate-loop-ddp", "accelerate 1.15 custom loop (`Accelerator(mixed_precision=\"bf16\")`)", "DDP 2, gradient accumulation 2", "bf16",
          ["python", str(WORKLOADS / "accelerate_loop.py")], 2, ("accelerate",)),
     Case("hf-trainer-ddp", "transformers Trainer + accelerate", "DDP 2", "bf16",
          ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", "ddp"], 2, ("transformers", "accelerate"),
@@ -127,6 +126,21 @@ CASES = [
 def maya(*args: str, cwd: Path | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "maya", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def unimplemented_apis(lines: list[str]) -> list[str]:
+    """The last column of emulate's per-rank table ("│ 0 │ complete │ ... │ - │"), read under its header only: a
+    script's own tables (Lightning's model summary) are drawn with the same characters."""
+    found, inside = [], False
+    for line in lines:
+        if "unimplemented APIs" in line:
+            inside = True
+        elif inside and line.startswith("│"):
+            if (cell := line.split("│")[-2].strip()) not in ("", "-"):
+                found.append(cell)
+        elif inside and line.startswith("└"):
+            inside = False
+    return found
 
 
 def run_case(case: Case, iterations: int, work: Path) -> dict:
@@ -155,14 +169,17 @@ def run_case(case: Case, iterations: int, work: Path) -> dict:
     if p.returncode != 0:
         return {**row, "status": "predict failed", "error": (p.stdout + p.stderr).strip().splitlines()[-1:]}
     pred = json.loads(p.stdout)
-    # the last column of emulate's per-rank table rows ("│ 0 │ complete │ ... │ - │")
-    unimplemented = [l for l in tail if l.startswith("│") and l.split("│")[-2].strip() not in ("", "-")]
+    unimplemented = unimplemented_apis(tail)
     return {**row, "status": "ok", "iteration_ms": round(pred["iteration_ns"] / 1e6, 2),
             "mfu": pred.get("mfu"), "durations": pred.get("durations"), "notes": pred.get("notes", []),
             "unimplemented": unimplemented}
 
 
 def markdown(rows: list[dict]) -> str:
+    """The stored measurements under the cases' current descriptions (a row keeps its own where its case is gone)."""
+    cases = {c.name: c for c in CASES}
+    rows = [{**r, **({k: getattr(cases[r["name"]], k) for k in ("framework", "parallelism", "precision", "test")}
+                     if r["name"] in cases else {})} for r in rows]
     lines = ["| framework | parallelism | precision | GPUs | status | emulate s | iteration ms | backed by |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
