@@ -110,6 +110,40 @@ def test_iterations_stop_every_rank_at_the_same_one(tmp_path):
     assert json.loads(Run(out).info["attrs"])["stopped_at_iteration"] == {"0": 2, "1": 2}
 
 
+def test_iterations_say_when_they_cannot_bound_a_script(tmp_path):
+    """--iterations counts optimizer steps: a script that updates its weights by hand (as pytorch/examples'
+    word_language_model does) runs to its end, and emulate says so rather than nothing."""
+    script = tmp_path / "manual_sgd.py"
+    script.write_text("import torch\n"
+                      "model = torch.nn.Linear(64, 64).cuda()\n"
+                      "x = torch.randn(8, 64, device='cuda')\n"
+                      "for step in range(5):\n"
+                      "    model.zero_grad()\n"
+                      "    model(x).square().mean().backward()\n"
+                      "    with torch.no_grad():\n"
+                      "        for p in model.parameters():\n"
+                      "            p.add_(p.grad, alpha=-0.1)\n"
+                      "print('all 5 steps done')\n")
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["emulate", "--out", str(out), "--iterations", "2", "--", "python", str(script)],
+                      terminal_width=400)
+    assert r.exit_code == 0, r.output
+    assert "all 5 steps done" in r.output
+    assert "--iterations 2 did not bound this run" in r.output and "made none" in r.output
+    assert "stopped after" not in r.output
+    # with an optimizer the same bound stops it, and the note is not printed
+    optimized = script.read_text().replace("model = torch.nn.Linear(64, 64).cuda()\n",
+                                           "model = torch.nn.Linear(64, 64).cuda()\n"
+                                           "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
+    optimized = optimized.replace("    with torch.no_grad():\n        for p in model.parameters():\n"
+                                  "            p.add_(p.grad, alpha=-0.1)\n", "    opt.step()\n")
+    script.write_text(optimized)
+    r = runner.invoke(app, ["emulate", "--out", str(tmp_path / "run2"), "--iterations", "2", "--", "python",
+                            str(script)], terminal_width=400)
+    assert r.exit_code == 0, r.output
+    assert "stopped after 2 training iterations" in r.output and "did not bound" not in r.output
+
+
 def test_iterations_default_is_stated():
     r = runner.invoke(app, ["emulate", "--help"], terminal_width=200)
     assert "--iterations" in r.output and "Default 20" in r.output

@@ -88,6 +88,11 @@ def emulate_cmd(ctx: typer.Context,
     stopped = {r.info.get("stopped_at_iteration") for r in result.ranks} - {None}
     if stopped:
         out.print(f"stopped after {', '.join(map(str, sorted(stopped)))} training iterations (--iterations {iterations})")
+    elif iterations and result.status == "complete" and not any(r.info.get("optimizer_iterations")
+                                                                  for r in result.ranks):
+        out.print(f"note: --iterations {iterations} did not bound this run: it counts optimizer steps (torch.optim), "
+                  "and the script made none (it updates its weights itself), so it ran to its end; `maya predict` "
+                  "finds its iterations by repetition")
     run_id = register_run(result.run_dir)
     out.print(f"trace: [cyan]{result.run_dir}[/] (run {run_id})")
     if result.status == "oom":

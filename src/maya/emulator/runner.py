@@ -202,6 +202,7 @@ def main(argv: list[str]) -> int:
         (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
                                                      "pid": os.getpid(), "torch": torch.__version__,
                                                      "cpu_s": _cpu_seconds(), "stopped_at_iteration": stopped,
+                                                     "optimizer_iterations": clock.iteration,
                                                      "host_values": observer.values(),
                                                      "device_time": timings.report() if timings else None}))
         ctypes.CDLL(None).maya_emu_finish()
