@@ -37,7 +37,7 @@ typedef struct {
 
 static stream_state *states;
 static size_t n_states, cap_states;
-static int64_t collectives;
+static _Atomic int64_t collectives; /* issued so far: while none is, polls and event records skip the lock */
 
 /* The stream's state (created on first use); called with `lock` held. */
 static stream_state *state_of(int64_t stream) {
@@ -63,6 +63,7 @@ void maya_collective_issued(int64_t stream) {
 }
 
 int64_t maya_behind_collective(int64_t stream) {
+  if (!atomic_load_explicit(&collectives, memory_order_relaxed)) return 0;
   pthread_mutex_lock(&lock);
   int64_t behind = 0;
   for (size_t i = 0; i < n_states; i++)
@@ -97,6 +98,7 @@ int maya_still_running(int64_t stream, int64_t behind, int64_t since_ns, int64_t
 }
 
 int maya_stream_still_running(int64_t stream) {
+  if (!atomic_load_explicit(&collectives, memory_order_relaxed)) return 0;
   pthread_mutex_lock(&lock);
   stream_state *s = state_of(stream);
   int running = poll_locked(s, s->issued, s->issued_ns, s->issued_work, s->polls);
@@ -105,6 +107,7 @@ int maya_stream_still_running(int64_t stream) {
 }
 
 void maya_collectives_done(int64_t stream, int64_t upto) {
+  if (!atomic_load_explicit(&collectives, memory_order_relaxed)) return;
   pthread_mutex_lock(&lock);
   for (size_t i = 0; i < n_states; i++) {
     stream_state *s = &states[i];

@@ -95,14 +95,14 @@ void maya_end(maya_rec *r, int status) {
   r->status = status;
   r->dur_ns = maya_now() - r->start_ns;
   if (r->kind != K_ALLOC) {
+    int kernel = r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN;
+    int device = kernel || r->kind == K_COLL || r->kind == K_COPY; /* work on the device */
     window = mix(window, (uint64_t)r->api);
-    if (r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_COPY || r->kind == K_MEMSET || r->kind == K_ATTN)
+    if (kernel || r->kind == K_COPY)
       for (int i = 0; i < 3; i++) window = mix(window, (uint64_t)r->a[i]);
-    kernel_work += r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN;
-    window_work |= r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN ||
-                   r->kind == K_COLL || (r->kind == K_COPY && r->a[1] != 2);
-    if (r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN || r->kind == K_COLL ||
-        r->kind == K_COPY) {
+    kernel_work += kernel;
+    window_work |= device && !(r->kind == K_COPY && r->a[1] == 2);
+    if (device) {
       issued_device_work = 1;
       atomic_fetch_add_explicit(&device_work, 1, memory_order_relaxed);
     }
