@@ -61,3 +61,10 @@ def test_demo_runs_end_to_end(tmp_path, maya_home):
     (durations, iteration_ms), = con.execute("SELECT durations, iteration_ms FROM predictions").fetchall()
     assert durations.startswith("estimators") and iteration_ms > 0
     assert "bounded, not fitted" in " ".join(r.output.split())  # the small GPT's kernels are that short
+    con.close()
+    # run again, as a user does: the registered version is used, not trained again
+    again = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo2"), "--training-sample", "3000"])
+    assert again.exit_code == 0, again.output
+    assert "using registered version" in again.output
+    with duckdb.connect(str(maya_home / "warehouse.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM estimator_versions").fetchone() == (1,)

@@ -81,7 +81,8 @@ def _estimator_version(console: Console, sample: int) -> str:
 
     registry = Registry()
     try:
-        version = registry.load("latest").record.version
+        version = registry.get("latest").version
+        registry.load(version)  # its artifact is there and intact, or a version is trained below
         console.print(f"2. kernel estimators: using registered version [cyan]{version}[/]")
         return version
     except RegistryError:
