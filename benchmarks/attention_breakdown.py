@@ -6,6 +6,7 @@ diagnostic of the mechanisms (docs/mpt_mechanisms.md, sections 1, 7, 8), not a m
 
     MAYA_HOME=... .venv/bin/python benchmarks/attention_breakdown.py [--batch 16 --seq 65536 --head-dim 128]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,21 +31,43 @@ def main() -> None:
     estimator = Registry().load(args.model_version)
     ops = [f"{args.kernel}_fwd_causal", f"{args.kernel}_bwd_causal"]
     names = args.hardware.split(",")
-    calls = pd.DataFrame([{"hardware": hw, "family": "attention", "op": op, "dtype": "bf16", "batch": args.batch,
-                           "m": args.seq, "n": args.seq, "k": args.head_dim} for hw in names for op in ops])
+    calls = pd.DataFrame(
+        [
+            {
+                "hardware": hw,
+                "family": "attention",
+                "op": op,
+                "dtype": "bf16",
+                "batch": args.batch,
+                "m": args.seq,
+                "n": args.seq,
+                "k": args.head_dim,
+            }
+            for hw in names
+            for op in ops
+        ]
+    )
     parts = AttentionPredictor().breakdown(calls, hardware_arrays(calls), estimator.predict)
     share = causal_tile_share(calls["m"].to_numpy(), calls["n"].to_numpy())
     flops = 4 * calls["batch"] * calls["m"] * calls["n"] * calls["k"] * share
     flops = flops * calls["op"].str.contains("bwd").map({True: 2.5, False: 1.0})
     peak = calls["hardware"].map(lambda h: hardware.get(h).peak_flops("bf16"))
     ms = parts[["seconds", "gemm_s", "products_s", "exp2_s", "fp32_s", "memory_s"]] * 1e3
-    table = pd.concat([calls[["hardware", "op"]], ms.round(1).rename(columns=lambda c: c.replace("_s", "_ms")),
-                       parts["slowdown"].round(3)], axis=1)
+    table = pd.concat(
+        [
+            calls[["hardware", "op"]],
+            ms.round(1).rename(columns=lambda c: c.replace("_s", "_ms")),
+            parts["slowdown"].round(3),
+        ],
+        axis=1,
+    )
     table["tflop_s"] = (flops / parts["seconds"] / 1e12).round(0)
     table["share_of_peak"] = (flops / parts["seconds"] / peak).map("{:.1%}".format)
     table = table.rename(columns={"seconds": "total_ms"})
-    print(f"batch x heads {args.batch:g}, {args.seq:g} tokens, head dim {args.head_dim:g}, causal, bf16; "
-          f"estimator {args.model_version}")
+    print(
+        f"batch x heads {args.batch:g}, {args.seq:g} tokens, head dim {args.head_dim:g}, causal, bf16; "
+        f"estimator {args.model_version}"
+    )
     print(table.to_string(index=False))
 
 

@@ -9,6 +9,7 @@ analytical estimate (model FLOPs / (dense bf16 peak x an assumed MFU)), labelled
 by the MFU a real H100 would have to exceed for the target to fail.
 Usage: python benchmarks/emulator.py [--skip-gpt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from maya.emulator.build import build, include_dirs
 from maya.core.hardware import get as get_hardware
 from maya.core.paths import example_script
+from maya.emulator.build import build, include_dirs
 from maya_trace_spec import Run
 
 CALLS = 2_000_000
@@ -52,8 +53,21 @@ int main(int argc, char **argv) {
 def micro(lib_dir: Path, work: Path) -> tuple[float, float]:
     src, exe = work / "micro.c", work / "micro"
     src.write_text(MICRO.replace("#include <time.h>", "#include <time.h>\n#include <stdlib.h>"))
-    subprocess.run(["gcc", "-O2", f"-I{include_dirs()[0]}", "-o", str(exe), str(src), f"-L{lib_dir}",
-                    "-l:libcudart.so.13", "-l:libmaya_emu.so", f"-Wl,-rpath,{lib_dir}"], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            f"-I{include_dirs()[0]}",
+            "-o",
+            str(exe),
+            str(src),
+            f"-L{lib_dir}",
+            "-l:libcudart.so.13",
+            "-l:libmaya_emu.so",
+            f"-Wl,-rpath,{lib_dir}",
+        ],
+        check=True,
+    )
     raw = work / "raw"
     raw.mkdir()
     (raw / "config").write_text(f"out_dir={raw}\ndevices=1\n")
@@ -69,14 +83,43 @@ def gpt_step(work: Path, lib_cache: Path, steps: int) -> tuple[float, list[float
     dim, layers, heads, seq, batch, vocab = 2048, 24, 16, 2048, 4, 50304
     script = example_script()
     out = work / f"gpt{steps}"
-    cmd = [sys.executable, "-m", "maya", "emulate", "--out", str(out), "--", "python", str(script), "--bf16",
-           "--steps", str(steps), "--dim", str(dim), "--layers", str(layers), "--heads", str(heads), "--seq", str(seq),
-           "--batch", str(batch), "--vocab", str(vocab)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "maya",
+        "emulate",
+        "--out",
+        str(out),
+        "--",
+        "python",
+        str(script),
+        "--bf16",
+        "--steps",
+        str(steps),
+        "--dim",
+        str(dim),
+        "--layers",
+        str(layers),
+        "--heads",
+        str(heads),
+        "--seq",
+        str(seq),
+        "--batch",
+        str(batch),
+        "--vocab",
+        str(vocab),
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "MAYA_EMULATOR_CACHE": str(lib_cache)})
     wall = time.perf_counter() - t0
-    ops = Run(out).table("ops").select(["start_ns", "iteration"]).group_by("iteration").aggregate(
-        [("start_ns", "min")]).sort_by("iteration")
+    ops = (
+        Run(out)
+        .table("ops")
+        .select(["start_ns", "iteration"])
+        .group_by("iteration")
+        .aggregate([("start_ns", "min")])
+        .sort_by("iteration")
+    )
     starts = ops.column("start_ns_min").to_pylist()
     steady = [(b - a) / 1e6 for a, b in zip(starts[1:], starts[2:])]
     tokens = batch * (seq - 1)
@@ -95,19 +138,25 @@ def main() -> None:
     try:
         lib_dir = build(work / "build")  # built before timing: `maya emulate` below reuses it
         launch_ns, memset_ns = micro(lib_dir, work)
-        print(f"recording cost per call: cudaLaunchKernel {launch_ns:.0f} ns, cudaMemsetAsync {memset_ns:.0f} ns "
-              f"(target < 2000 ns: ratio {max(launch_ns, memset_ns) / 2000:.2f})")
+        print(
+            f"recording cost per call: cudaLaunchKernel {launch_ns:.0f} ns, cudaMemsetAsync {memset_ns:.0f} ns "
+            f"(target < 2000 ns: ratio {max(launch_ns, memset_ns) / 2000:.2f})"
+        )
         if not args.skip_gpt:
             wall, _, flops = gpt_step(work, work / "build", 3)
             _, steady, _ = gpt_step(work, work / "build", 10)  # 8 steady steps: one is too noisy to report
             step_ms = statistics.median(steady)
             h100 = get_hardware("h100-sxm")
             h100_ms = flops / (h100.peak_flops("bf16") * args.assumed_mfu) * 1e3
-            print(f"1.3B GPT (bf16, seq 2048, mbs 4, fused AdamW): emulated step {step_ms:.1f} ms (median of "
-                  f"{len(steady)}, {min(steady):.1f}-{max(steady):.1f}); `maya emulate` of 3 steps {wall:.1f} s "
-                  f"(target < 15 s: ratio {wall / 15:.2f})")
-            print(f"H100 step, ESTIMATED (not measured): {flops / 1e12:.1f} TFLOP at {args.assumed_mfu:.0%} MFU = "
-                  f"{h100_ms:.0f} ms; emulated/H100 = {step_ms / h100_ms:.2f} (target < 0.20)")
+            print(
+                f"1.3B GPT (bf16, seq 2048, mbs 4, fused AdamW): emulated step {step_ms:.1f} ms (median of "
+                f"{len(steady)}, {min(steady):.1f}-{max(steady):.1f}); `maya emulate` of 3 steps {wall:.1f} s "
+                f"(target < 15 s: ratio {wall / 15:.2f})"
+            )
+            print(
+                f"H100 step, ESTIMATED (not measured): {flops / 1e12:.1f} TFLOP at {args.assumed_mfu:.0%} MFU = "
+                f"{h100_ms:.0f} ms; emulated/H100 = {step_ms / h100_ms:.2f} (target < 0.20)"
+            )
             # the target holds for every H100 step of at least 5 emulated steps, i.e. up to this MFU
             bound = flops / (h100.peak_flops("bf16") * 5 * step_ms / 1e3)
             print(f"the target holds unless a real H100 runs this step above {bound:.0%} MFU")

@@ -7,6 +7,7 @@ module ranges, as the emulator writes them) of growing size, converts each in a 
 that only imports it) and the time.
 Usage: python benchmarks/emulator_convert.py [--records 1000000 4000000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,12 +44,16 @@ def synthesize(raw: Path, records: int, threads: int = 2, block: int = 1 << 20) 
     raw.mkdir(parents=True)
     (raw / "apis.tsv").write_text("0\tcudaLaunchKernel\n1\t<memory>\n")
     (raw / "kernels.tsv").write_text("".join(f"{k}\tkernel_{k}\n" for k in range(32)))
-    (raw / "op_strings.tsv").write_text('0\tnn.Module: Model.layer\n1\taten::mm\n'
-                                        '2\t{"s":[[64,64],[64,64]],"t":["float","float"]}\n')
+    (raw / "op_strings.tsv").write_text(
+        '0\tnn.Module: Model.layer\n1\taten::mm\n2\t{"s":[[64,64],[64,64]],"t":["float","float"]}\n'
+    )
     (raw / "status.json").write_text(json.dumps({"status": "complete", "exit_code": 0}))
     per_thread = records // threads
     for t in range(threads):
-        with open(raw / f"calls-{1000 + t}.bin", "ab") as calls_file, open(raw / f"ops-{1000 + t}.bin", "ab") as ops_file:
+        with (
+            open(raw / f"calls-{1000 + t}.bin", "ab") as calls_file,
+            open(raw / f"ops-{1000 + t}.bin", "ab") as ops_file,
+        ):
             for start in range(0, per_thread, block):
                 index = np.arange(start, min(start + block, per_thread))
                 calls = np.zeros(len(index), RECORD_DTYPE)

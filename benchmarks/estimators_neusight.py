@@ -9,6 +9,7 @@ NeuSight timed each call on its own, so the predictions compared are what such a
 the measured hosts' dispatch, then the kernel or the post-launch host time; `maya.estimators.launch_floor`).
 Usage: python benchmarks/estimators_neusight.py [--skip-logo] [--calls N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,13 @@ NEAR = 0.1
 """Shapes count as near-identical when every size is within this many octaves (log2) of each other."""
 NEUSIGHT_PUBLISHED = {"bmm": 0.138, "linear": 0.139, "elementwise": 0.193, "softmax": 0.139, "ln": 0.567}
 """NeuSight's own errors on this split (NeuSight, ASPLOS 2025, as quoted in Maya issue 5)."""
-OP_GROUPS = {"bmm": ("bmm",), "linear": ("linear",),
-             "elementwise": ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "gelu", "relu", "tanh"),
-             "ln": ("ln",), "softmax": ("softmax",)}
+OP_GROUPS = {
+    "bmm": ("bmm",),
+    "linear": ("linear",),
+    "elementwise": ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "gelu", "relu", "tanh"),
+    "ln": ("ln",),
+    "softmax": ("softmax",),
+}
 
 
 def main() -> None:
@@ -49,12 +54,16 @@ def main() -> None:
 
     print("\nHeld-out test shapes, GPUs seen in training (MAPE; target <= 10%):")
     _op_table(predicted[seen], with_published=True)
-    print("\nHeld-out test shapes, GPUs never trained on (spec sheet only; the A100 80GB shares the trained "
-          "A100 40GB's architecture, the L4's Ada architecture takes the transfer model):")
+    print(
+        "\nHeld-out test shapes, GPUs never trained on (spec sheet only; the A100 80GB shares the trained "
+        "A100 40GB's architecture, the L4's Ada architecture takes the transfer model):"
+    )
     _op_table(predicted[~seen], with_published=False)
     print("\nMethods used on the test set:", predicted["method"].value_counts().to_dict())
-    print("Validation on held-out training data (MAPE):", {f: round(m["validation_mape"], 3)
-          for f, m in result.metrics["families"].items() if "validation_mape" in m})
+    print(
+        "Validation on held-out training data (MAPE):",
+        {f: round(m["validation_mape"], 3) for f, m in result.metrics["families"].items() if "validation_mape" in m},
+    )
     _measurement_shift(train_set, test_set)
     if not args.skip_logo:
         _leave_one_gpu_out(train_set, test_set)
@@ -72,16 +81,18 @@ def _op_table(frame: pd.DataFrame, *, with_published: bool) -> None:
         model, roofline = _mape(rows, "predicted_ns"), _mape(rows, "roofline_ns")
         published = f"  {NEUSIGHT_PUBLISHED[group]:>8.1%}" if with_published else ""
         per_gpu = "".join(f"{_mape(rows[rows['hardware'] == g], 'predicted_ns'):>16.1%}" for g in gpus)
-        print(f"  {group:<12}{len(rows):>7}{model:>9.1%}{roofline:>10.1%}{model / SEEN_TARGET:>8.2f}"
-              f"{published}{per_gpu}")
+        print(
+            f"  {group:<12}{len(rows):>7}{model:>9.1%}{roofline:>10.1%}{model / SEEN_TARGET:>8.2f}{published}{per_gpu}"
+        )
     print(f"  {'all':<12}{len(frame):>7}{_mape(frame, 'predicted_ns'):>9.1%}{_mape(frame, 'roofline_ns'):>10.1%}")
 
 
 def _compared(estimator, calls: pd.DataFrame) -> pd.DataFrame:
     """Predictions with the measurement and the prediction comparable with it (`predicted_ns`)."""
     predicted = estimator.predict(calls)
-    return predicted.assign(measured_ns=calls["measured_ns"].to_numpy(),
-                            predicted_ns=comparable_ns(predicted, calls["timing"]))
+    return predicted.assign(
+        measured_ns=calls["measured_ns"].to_numpy(), predicted_ns=comparable_ns(predicted, calls["timing"])
+    )
 
 
 def _mape(frame: pd.DataFrame, column: str) -> float:
@@ -91,15 +102,16 @@ def _mape(frame: pd.DataFrame, column: str) -> float:
 def _measurement_shift(train_set: pd.DataFrame, test_set: pd.DataFrame) -> None:
     """How much faster the test split ran than the training split on near-identical GEMM shapes: error no
     model of the training data can remove."""
-    print(f"\nGEMM test shapes with a near-identical training shape (every size within {NEAR} octaves): "
-          "median test / training throughput")
+    print(
+        f"\nGEMM test shapes with a near-identical training shape (every size within {NEAR} octaves): "
+        "median test / training throughput"
+    )
     sizes = ["batch", "m", "n", "k"]
     for (name, op), test in test_set[test_set["family"] == "gemm"].groupby(["hardware", "op"]):
         train = train_set[(train_set["hardware"] == name) & (train_set["op"] == op)]
         if train.empty:
             continue
-        distance, nearest = cKDTree(np.log2(train[sizes].to_numpy())).query(
-            np.log2(test[sizes].to_numpy()), p=np.inf)
+        distance, nearest = cKDTree(np.log2(train[sizes].to_numpy())).query(np.log2(test[sizes].to_numpy()), p=np.inf)
         near = distance <= NEAR
         ratio = _throughput_of(test)[near] / _throughput_of(train)[nearest[near]]
         shift = f"{np.median(ratio):.2f}x" if near.any() else "-"
@@ -122,8 +134,10 @@ def _leave_one_gpu_out(train_set: pd.DataFrame, test_set: pd.DataFrame) -> None:
         by_op = {op: _mape(g, "predicted_ns") for op, g in predicted.groupby("op")}
         overall = _mape(predicted, "predicted_ns")
         errors.append(overall)
-        print(f"  {hardware.get(held_out).name:<18}{by_op.get('bmm', np.nan):>8.1%}{by_op.get('linear', np.nan):>9.1%}"
-              f"{overall:>8.1%}{overall / LOGO_TARGET:>8.2f}")
+        print(
+            f"  {hardware.get(held_out).name:<18}{by_op.get('bmm', np.nan):>8.1%}{by_op.get('linear', np.nan):>9.1%}"
+            f"{overall:>8.1%}{overall / LOGO_TARGET:>8.2f}"
+        )
     print(f"  mean over held-out GPUs: {np.mean(errors):.1%}")
 
 

@@ -25,6 +25,7 @@ are compared with `isolated_ns` (`maya.estimators.evaluation.comparable_ns`).
 Usage: python benchmarks/estimators_public.py [--skip-lomo] [--skip-logo] [--skip-split] [--calls N]
        [--learning-curve] [--lomo-only] [--token-extrapolation]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,9 +48,13 @@ ROW_MIN_NS = 20_000
 several percent)."""
 NEUSIGHT_README = {"bmm": 0.146, "linear": 0.435, "elementwise": 0.011, "ln": 0.059, "softmax": 0.092}
 """NeuSight's held-out test MAPE per op on the GPUs seen in training, before Vidur's data (README, 2026-11-21)."""
-NEUSIGHT_GROUPS = {"bmm": ("bmm",), "linear": ("linear",),
-                   "elementwise": ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "gelu", "relu", "tanh"),
-                   "ln": ("ln",), "softmax": ("softmax",)}
+NEUSIGHT_GROUPS = {
+    "bmm": ("bmm",),
+    "linear": ("linear",),
+    "elementwise": ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "gelu", "relu", "tanh"),
+    "ln": ("ln",),
+    "softmax": ("softmax",),
+}
 NEUSIGHT_SEEN = ("a100-pcie-40gb", "p100-pcie-16gb", "p4", "t4", "v100-pcie-32gb")
 """The GPUs of NeuSight's training split."""
 LEARNED_FAMILIES = ("gemm", "elementwise", "normalization", "embedding")
@@ -65,11 +70,17 @@ def main() -> None:
     parser.add_argument("--skip-lomo", action="store_true", help="Skip leave-one-model-out (section 3).")
     parser.add_argument("--skip-logo", action="store_true", help="Skip leave-one-GPU-out (section 4).")
     parser.add_argument("--calls", type=int, default=1_000_000, help="Batch size for the throughput run.")
-    parser.add_argument("--learning-curve", action="store_true",
-                        help="Section 8: A100 leave-one-model-out GEMMs with 7 vs 3 other models in training (slow).")
+    parser.add_argument(
+        "--learning-curve",
+        action="store_true",
+        help="Section 8: A100 leave-one-model-out GEMMs with 7 vs 3 other models in training (slow).",
+    )
     parser.add_argument("--lomo-only", action="store_true", help="Run section 3 (leave-one-model-out) alone.")
-    parser.add_argument("--token-extrapolation", action="store_true",
-                        help="Run section 9 alone: A100 GEMMs of more than 4,096 tokens held out.")
+    parser.add_argument(
+        "--token-extrapolation",
+        action="store_true",
+        help="Run section 9 alone: A100 GEMMs of more than 4,096 tokens held out.",
+    )
     args = parser.parse_args()
     shipped = shipped_measurements()
     vidur = shipped[shipped["source"] == "vidur"].reset_index(drop=True)
@@ -83,9 +94,11 @@ def main() -> None:
     started = time.perf_counter()
     everything = train(shipped).estimator
     elapsed = time.perf_counter() - started
-    print(f"1. trained on everything shipped ({len(shipped):,} rows: "
-          f"{', '.join(f'{s} {n:,}' for s, n in shipped['source'].value_counts().items())}) in {elapsed:.0f} s "
-          f"({elapsed / 60:.1f} min, validation included)")
+    print(
+        f"1. trained on everything shipped ({len(shipped):,} rows: "
+        f"{', '.join(f'{s} {n:,}' for s, n in shipped['source'].value_counts().items())}) in {elapsed:.0f} s "
+        f"({elapsed / 60:.1f} min, validation included)"
+    )
     if not args.skip_split:
         _random_split(shipped)
     if not args.skip_lomo:
@@ -97,17 +110,22 @@ def main() -> None:
     for section in COLLECTIVE_SECTIONS:
         section(args)
     if not COLLECTIVE_SECTIONS:
-        print("\n7. collectives: no section registered (the NCCL model's leave-one-network-out goes in "
-              "COLLECTIVE_SECTIONS)")
+        print(
+            "\n7. collectives: no section registered (the NCCL model's leave-one-network-out goes in "
+            "COLLECTIVE_SECTIONS)"
+        )
     _gemm_floor(shipped, vidur, args.learning_curve)
 
 
 def _compared(estimator: KernelEstimator, calls: pd.DataFrame) -> pd.DataFrame:
     predicted = estimator.predict(calls)
-    return predicted.assign(measured_ns=calls["measured_ns"].to_numpy(), source=calls["source"].to_numpy(),
-                            predicted_ns=comparable_ns(predicted, calls["timing"]),
-                            vidur_op=calls["vidur_op"].to_numpy() if "vidur_op" in calls else None,
-                            num_tokens=calls["num_tokens"].to_numpy() if "num_tokens" in calls else None)
+    return predicted.assign(
+        measured_ns=calls["measured_ns"].to_numpy(),
+        source=calls["source"].to_numpy(),
+        predicted_ns=comparable_ns(predicted, calls["timing"]),
+        vidur_op=calls["vidur_op"].to_numpy() if "vidur_op" in calls else None,
+        num_tokens=calls["num_tokens"].to_numpy() if "num_tokens" in calls else None,
+    )
 
 
 def _mape(frame: pd.DataFrame) -> float:
@@ -142,8 +160,10 @@ def _family_split(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _leave_one_model_out(shipped: pd.DataFrame, vidur: pd.DataFrame) -> None:
     learned = shipped[shipped["family"].isin(LEARNED_FAMILIES)]
     h100 = vidur[vidur["hardware"].astype(str).str.contains("H100")]
-    print(f"\n3. leave-one-model-out on Vidur's H100 rows (the model held out of every device); GEMM target <= "
-          f"{GEMM_TARGET:.0%}, row-wise / elementwise <= {ROW_TARGET:.0%} on rows >= {ROW_MIN_NS / 1e3:.0f} us")
+    print(
+        f"\n3. leave-one-model-out on Vidur's H100 rows (the model held out of every device); GEMM target <= "
+        f"{GEMM_TARGET:.0%}, row-wise / elementwise <= {ROW_TARGET:.0%} on rows >= {ROW_MIN_NS / 1e3:.0f} us"
+    )
     gemms, rows = [], []
     for model in sorted(h100["model"].unique()):
         started = time.perf_counter()
@@ -153,14 +173,25 @@ def _leave_one_model_out(shipped: pd.DataFrame, vidur: pd.DataFrame) -> None:
         gemms.append(gemm)
         rows.append(row)
         long = row[row["measured_ns"] >= ROW_MIN_NS]
-        print(f"  {model:<38} GEMM {_mape(gemm):6.1%} ({len(gemm):,})  row-wise >= 20 us {_mape(long):6.1%} "
-              f"({len(long):,})  [{time.perf_counter() - started:.0f} s]")
-        print("      " + ", ".join(f"{op} {a:.1%}/{b:.1%}" for op, (a, _, b, _) in _row_table(row).items()
-                                   if op in row["vidur_op"].unique()) + "  (all rows / >= 20 us)")
+        print(
+            f"  {model:<38} GEMM {_mape(gemm):6.1%} ({len(gemm):,})  row-wise >= 20 us {_mape(long):6.1%} "
+            f"({len(long):,})  [{time.perf_counter() - started:.0f} s]"
+        )
+        print(
+            "      "
+            + ", ".join(
+                f"{op} {a:.1%}/{b:.1%}"
+                for op, (a, _, b, _) in _row_table(row).items()
+                if op in row["vidur_op"].unique()
+            )
+            + "  (all rows / >= 20 us)"
+        )
     gemm, row = pd.concat(gemms), pd.concat(rows)
     long = row[row["measured_ns"] >= ROW_MIN_NS]
-    print(f"  all held-out models: GEMM {_mape(gemm):.1%} (ratio {_mape(gemm) / GEMM_TARGET:.2f}), "
-          f"row-wise / elementwise >= 20 us {_mape(long):.1%} (ratio {_mape(long) / ROW_TARGET:.2f})")
+    print(
+        f"  all held-out models: GEMM {_mape(gemm):.1%} (ratio {_mape(gemm) / GEMM_TARGET:.2f}), "
+        f"row-wise / elementwise >= 20 us {_mape(long):.1%} (ratio {_mape(long) / ROW_TARGET:.2f})"
+    )
     for op, (all_rows, n, at_least, n_long) in _row_table(row).items():
         print(f"    {op:<26}{all_rows:>7.1%} ({n:,} rows){at_least:>8.1%} ({n_long:,} rows >= 20 us)")
     _gemm_regimes(gemm)
@@ -177,8 +208,10 @@ def _gemm_regimes(gemm: pd.DataFrame) -> None:
     bins = pd.cut(gemm["num_tokens"], TOKEN_REGIMES, right=False)
     for regime, group in gemm.groupby(bins, observed=True):
         ratio = (group["predicted_ns"] / group["measured_ns"]).median()
-        print(f"    GEMM tokens in {regime}: {_mape(group):6.1%} ({len(group):,} rows, median predicted / measured "
-              f"{ratio:.2f})")
+        print(
+            f"    GEMM tokens in {regime}: {_mape(group):6.1%} ({len(group):,} rows, median predicted / measured "
+            f"{ratio:.2f})"
+        )
 
 
 def _leave_one_gpu_out(shipped: pd.DataFrame, vidur: pd.DataFrame) -> None:
@@ -189,9 +222,11 @@ def _leave_one_gpu_out(shipped: pd.DataFrame, vidur: pd.DataFrame) -> None:
     predicted = _compared(fitted, test)
     gemm, row = _family_split(predicted)
     long = row[row["measured_ns"] >= ROW_MIN_NS]
-    print(f"\n4. leave-one-GPU-out: no H100 row in training, tested on Vidur's H100 rows (methods "
-          f"{predicted['method'].value_counts().to_dict()}): GEMM {_mape(gemm):.1%}, row-wise / elementwise >= 20 us "
-          f"{_mape(long):.1%}")
+    print(
+        f"\n4. leave-one-GPU-out: no H100 row in training, tested on Vidur's H100 rows (methods "
+        f"{predicted['method'].value_counts().to_dict()}): GEMM {_mape(gemm):.1%}, row-wise / elementwise >= 20 us "
+        f"{_mape(long):.1%}"
+    )
     for op, (all_rows, n, at_least, n_long) in _row_table(predicted).items():
         print(f"    {op:<26}{all_rows:>7.1%} ({n:,} rows){at_least:>8.1%} ({n_long:,} rows >= 20 us)")
 
@@ -200,22 +235,27 @@ def _neusight_test(estimator: KernelEstimator) -> None:
     test = load_kernels(neusight_dir() / "kernels_test.parquet")
     predicted = _compared(estimator, test)
     seen = predicted[predicted["hardware"].isin(NEUSIGHT_SEEN)]
-    print(f"\n5. NeuSight's held-out test split, GPUs seen in training, trained on everything shipped (target: "
-          f"README figure + {NEUSIGHT_SLACK:.0%})")
+    print(
+        f"\n5. NeuSight's held-out test split, GPUs seen in training, trained on everything shipped (target: "
+        f"README figure + {NEUSIGHT_SLACK:.0%})"
+    )
     print(f"  {'op':<12}{'rows':>7}{'MAPE':>8}{'README':>8}{'within':>8}")
     for group, ops in NEUSIGHT_GROUPS.items():
         rows = seen[seen["op"].isin(ops)]
         value = _mape(rows)
-        print(f"  {group:<12}{len(rows):>7}{value:>8.1%}{NEUSIGHT_README[group]:>8.1%}"
-              f"{'yes' if value <= NEUSIGHT_README[group] + NEUSIGHT_SLACK else 'no':>8}  "
-              + " / ".join(f"{hw} {_mape(g):.1%}" for hw, g in rows.groupby("hardware", sort=True)))
+        print(
+            f"  {group:<12}{len(rows):>7}{value:>8.1%}{NEUSIGHT_README[group]:>8.1%}"
+            f"{'yes' if value <= NEUSIGHT_README[group] + NEUSIGHT_SLACK else 'no':>8}  "
+            + " / ".join(f"{hw} {_mape(g):.1%}" for hw, g in rows.groupby("hardware", sort=True))
+        )
 
 
 def _throughput(estimator: KernelEstimator, calls: int) -> None:
     """Every call distinct: shipped shapes with every size perturbed."""
     rng = np.random.default_rng(0)
-    pool = pd.concat([load_kernels(neusight_dir() / "kernels_test.parquet"),
-                      shipped_measurements(neusight=False)], ignore_index=True)
+    pool = pd.concat(
+        [load_kernels(neusight_dir() / "kernels_test.parquet"), shipped_measurements(neusight=False)], ignore_index=True
+    )
     batch = pool.sample(calls, replace=True, random_state=0).reset_index(drop=True)
     for column in ("batch", "m", "n", "k", "numel", "row"):
         batch[column] = np.round(batch[column] * rng.uniform(0.5, 2.0, len(batch)))
@@ -228,9 +268,11 @@ def _throughput(estimator: KernelEstimator, calls: int) -> None:
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
         rates.append((len(batch) / wall, len(batch) / cpu, load))
     best = max(rates)
-    print(f"\n6. prediction throughput, {len(batch):,} distinct calls (NeuSight and Vidur shapes), three runs: "
-          + ", ".join(f"{r:,.0f} calls/s ({c:,.0f} per CPU-second, load {l:.1f})" for r, c, l in rates)
-          + f"; best ratio {best[0] / THROUGHPUT_TARGET:.2f} (the machine has {os.cpu_count()} cores)")
+    print(
+        f"\n6. prediction throughput, {len(batch):,} distinct calls (NeuSight and Vidur shapes), three runs: "
+        + ", ".join(f"{r:,.0f} calls/s ({c:,.0f} per CPU-second, load {load:.1f})" for r, c, load in rates)
+        + f"; best ratio {best[0] / THROUGHPUT_TARGET:.2f} (the machine has {os.cpu_count()} cores)"
+    )
 
 
 def _gemm_floor(shipped: pd.DataFrame, vidur: pd.DataFrame, learning_curve: bool) -> None:
@@ -243,8 +285,10 @@ def _gemm_floor(shipped: pd.DataFrame, vidur: pd.DataFrame, learning_curve: bool
     repeated = per_model[groups.transform("size") > 1]
     spread = (repeated["measured_ns"] / repeated.groupby(shape)["measured_ns"].transform("median") - 1).abs()
     for hw, values in spread.groupby(repeated["hardware"]):
-        print(f"  {hw}: one shape in {values.size:,} sweeps of different models or operators reads "
-              f"{values.mean():.1%} from their median on average (measurement repeatability)")
+        print(
+            f"  {hw}: one shape in {values.size:,} sweeps of different models or operators reads "
+            f"{values.mean():.1%} from their median on average (measurement repeatability)"
+        )
     for hw, device in gemm.groupby("hardware"):
         errors = []
         for _, curve in device.groupby(["model", "vidur_op", "tp"]):
@@ -252,15 +296,21 @@ def _gemm_floor(shipped: pd.DataFrame, vidur: pd.DataFrame, learning_curve: bool
             tokens, log_t = np.log(times.index.to_numpy(dtype=float)), np.log(times.to_numpy())
             share = (tokens[1:-1] - tokens[:-2]) / (tokens[2:] - tokens[:-2])
             errors.append(np.abs(np.exp(log_t[:-2] + share * (log_t[2:] - log_t[:-2]) - log_t[1:-1]) - 1))
-        print(f"  {hw}: a token count predicted from its two measured neighbours of the same GEMM: MAPE "
-              f"{np.concatenate(errors).mean():.1%} (cuBLAS's kernel choice changes between neighbouring sizes)")
+        print(
+            f"  {hw}: a token count predicted from its two measured neighbours of the same GEMM: MAPE "
+            f"{np.concatenate(errors).mean():.1%} (cuBLAS's kernel choice changes between neighbouring sizes)"
+        )
     if not learning_curve:
         print("  (--learning-curve: A100 leave-one-model-out with 7 vs 3 other models in training)")
         return
     learned = shipped[shipped["family"] == "gemm"]
     a100 = learned["hardware"].astype(str).str.contains("A100")
-    held_out = ("meta-llama/Llama-2-7b-hf", "internlm/internlm-20b", "codellama/CodeLlama-34b-Instruct-hf",
-                "Qwen/Qwen-72B")
+    held_out = (
+        "meta-llama/Llama-2-7b-hf",
+        "internlm/internlm-20b",
+        "codellama/CodeLlama-34b-Instruct-hf",
+        "Qwen/Qwen-72B",
+    )
     rng = np.random.default_rng(0)
     for model in held_out:
         test = learned[a100 & (learned["model"] == model)].reset_index(drop=True)
@@ -270,8 +320,11 @@ def _gemm_floor(shipped: pd.DataFrame, vidur: pd.DataFrame, learning_curve: bool
             fitted = train(learned[rows].reset_index(drop=True), TrainConfig(validate=False)).estimator
             fitted = KernelEstimator(models=fitted.models, roofline_bands=fitted.roofline_bands)  # no exact lookup:
             # A100 models share shapes (Llama-3-8B's attention output GEMM is Llama-2-7b's), the H100's do not
-            print(f"  A100, {model} held out, {len(keep)} other A100 models in training: GEMM model "
-                  f"{_mape(_compared(fitted, test)):.1%} ({', '.join(k.split('/')[1] for k in keep)})", flush=True)
+            print(
+                f"  A100, {model} held out, {len(keep)} other A100 models in training: GEMM model "
+                f"{_mape(_compared(fitted, test)):.1%} ({', '.join(k.split('/')[1] for k in keep)})",
+                flush=True,
+            )
 
 
 MEASURED_TOKENS = 4096
@@ -281,17 +334,25 @@ MEASURED_TOKENS = 4096
 def _token_extrapolation(shipped: pd.DataFrame) -> None:
     """GEMMs priced beyond the token counts measured on their GPU, judged where it can be: the A100's."""
     learned = shipped[shipped["family"].isin(LEARNED_FAMILIES)]
-    beyond = (learned["source"] == "vidur") & (learned["family"] == "gemm") & \
-        learned["hardware"].astype(str).str.contains("A100") & (learned["num_tokens"] > MEASURED_TOKENS)
+    beyond = (
+        (learned["source"] == "vidur")
+        & (learned["family"] == "gemm")
+        & learned["hardware"].astype(str).str.contains("A100")
+        & (learned["num_tokens"] > MEASURED_TOKENS)
+    )
     fitted = train(learned[~beyond].reset_index(drop=True), TrainConfig(validate=False)).estimator
     predicted = _compared(fitted, learned[beyond].reset_index(drop=True))
-    print(f"\n9. GEMMs beyond the token counts measured: the A100's {len(predicted):,} GEMM rows of more than "
-          f"{MEASURED_TOKENS:,} tokens held out (as the H100's are unmeasured): MAPE {_mape(predicted):.1%}, median "
-          f"predicted / measured {(predicted['predicted_ns'] / predicted['measured_ns']).median():.3f}")
+    print(
+        f"\n9. GEMMs beyond the token counts measured: the A100's {len(predicted):,} GEMM rows of more than "
+        f"{MEASURED_TOKENS:,} tokens held out (as the H100's are unmeasured): MAPE {_mape(predicted):.1%}, median "
+        f"predicted / measured {(predicted['predicted_ns'] / predicted['measured_ns']).median():.3f}"
+    )
     bins = pd.cut(predicted["num_tokens"], [MEASURED_TOKENS, 8192, 16384, 32768], right=True)
     for regime, group in predicted.groupby(bins, observed=True):
-        print(f"    tokens in {regime}: {_mape(group):.1%} ({len(group):,} rows, median predicted / measured "
-              f"{(group['predicted_ns'] / group['measured_ns']).median():.3f})")
+        print(
+            f"    tokens in {regime}: {_mape(group):.1%} ({len(group):,} rows, median predicted / measured "
+            f"{(group['predicted_ns'] / group['measured_ns']).median():.3f})"
+        )
 
 
 if __name__ == "__main__":

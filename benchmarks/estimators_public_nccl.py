@@ -13,6 +13,7 @@ collective, ranks, GPUs per node and size band, plus `all` rows per network and 
 Usage: python benchmarks/estimators_public_nccl.py [--dataset PATH] [--no-lono]
 (before data/vidur/ ships: --dataset /work/shared/datasets/vidur/collectives.parquet)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,12 @@ def nccl_report(dataset_path: str | Path | None = None, *, lono: bool = True) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", type=Path, default=shipped_dataset(),
-                        help="Vidur collectives Parquet (default: the shipped data/vidur/collectives.parquet)")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        default=shipped_dataset(),
+        help="Vidur collectives Parquet (default: the shipped data/vidur/collectives.parquet)",
+    )
     parser.add_argument("--no-lono", action="store_true", help="in-sample only (one fit instead of five)")
     args = parser.parse_args()
     copies = load_collectives(args.dataset)
@@ -78,15 +83,21 @@ def main() -> None:
     print(bands.pivot_table(index=["split", "network"], columns="regime", values="mape").to_string(), "\n")
     print("MAPE % per network, collective, ranks (GPUs per node) and size band:")
     detail = table[(table["collective"] != "all")]
-    print(detail.pivot_table(index=["split", "network", "collective", "ranks", "per_node"], columns="regime",
-                             values="mape").to_string(), "\n")
+    print(
+        detail.pivot_table(
+            index=["split", "network", "collective", "ranks", "per_node"], columns="regime", values="mape"
+        ).to_string(),
+        "\n",
+    )
     held = overall[overall["split"] == "held-out"].set_index(["network", "scope"])["mape"]
     for network in PAIRWISE:
         if (network, "all") in held:
             verdict = "meets" if held[network, "all"] <= 100 * TARGET else "misses"
             intra = held.get((network, "intra-node"), float("nan"))
-            print(f"held-out {network}: {held[network, 'all']:.1f}% ({verdict} the {100 * TARGET:.0f}% target); "
-                  f"its intra-node rows (the node its cluster spec describes) {intra:.1f}%")
+            print(
+                f"held-out {network}: {held[network, 'all']:.1f}% ({verdict} the {100 * TARGET:.0f}% target); "
+                f"its intra-node rows (the node its cluster spec describes) {intra:.1f}%"
+            )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ Each surface runs in a forked child with a wall limit, so a surface that hangs i
 waited for. Usage:
     python benchmarks/reliability.py [--inputs 2000] [--kills 50] [--seed 0] [--only NAME,...] [--no-crash]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,10 @@ def fuzz_figures(inputs: int, seed: int, only: set[str] | None) -> list:
 
 
 def _fuzz_line(t) -> str:
-    return (f"{t.surface:<22} {t.tried:>6} {t.accepted:>8} {t.refused:>7} {t.gate_refusals:>8} {t.crashes:>7} "
-            f"{t.hangs:>5} {t.corrupt:>7} {t.seconds:>7.0f} s")
+    return (
+        f"{t.surface:<22} {t.tried:>6} {t.accepted:>8} {t.refused:>7} {t.gate_refusals:>8} {t.crashes:>7} "
+        f"{t.hangs:>5} {t.corrupt:>7} {t.seconds:>7.0f} s"
+    )
 
 
 def crash_figures(kills: int, seed: int, only: set[str] | None) -> list:
@@ -73,8 +76,11 @@ def crash_figures(kills: int, seed: int, only: set[str] | None) -> list:
             continue
         t = kill_trials(scenario, kills, seed)
         rows.append(t)
-        print(f"{t.scenario:<30} {t.trials:>6} {t.killed:>6} {t.corrupt:>13} {t.not_resumed:>11} {t.hangs:>5} "
-              f"{t.leftovers:>9} {t.seconds:>7.0f} s", flush=True)
+        print(
+            f"{t.scenario:<30} {t.trials:>6} {t.killed:>6} {t.corrupt:>13} {t.not_resumed:>11} {t.hangs:>5} "
+            f"{t.leftovers:>9} {t.seconds:>7.0f} s",
+            flush=True,
+        )
         for example in t.examples:
             print(f"    {example[:400]}", flush=True)
     return rows
@@ -94,30 +100,44 @@ def main() -> None:
     print(f"maya reliability: seed {args.seed}, load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d')}")
     if not args.no_fuzz:
         print(f"\nfuzzing, {args.inputs} generated inputs per surface (targets: crashes, hangs, corrupt = 0)")
-        print(f"{'surface':<22} {'tried':>6} {'accepted':>8} {'refused':>7} {'stmts':>8} {'crashes':>7} {'hangs':>5} "
-              f"{'corrupt':>7} {'time':>9}")
+        print(
+            f"{'surface':<22} {'tried':>6} {'accepted':>8} {'refused':>7} {'stmts':>8} {'crashes':>7} {'hangs':>5} "
+            f"{'corrupt':>7} {'time':>9}"
+        )
         rows = fuzz_figures(args.inputs, args.seed, only)
         total = sum(r.tried for r in rows)
         bad = sum(r.crashes + r.hangs + r.corrupt for r in rows)
-        print(f"{'total':<22} {total:>6} {sum(r.accepted for r in rows):>8} {sum(r.refused for r in rows):>7} "
-              f"{sum(r.gate_refusals for r in rows):>8} {sum(r.crashes for r in rows):>7} "
-              f"{sum(r.hangs for r in rows):>5} {sum(r.corrupt for r in rows):>7}   "
-              f"({'met' if bad == 0 else 'NOT met'}: {bad} finding(s))")
-        print("refused: a documented error naming the problem; stmts: statements the SQL gate refused "
-              "(QueryRefused); corrupt: a wrong answer returned or stored")
+        print(
+            f"{'total':<22} {total:>6} {sum(r.accepted for r in rows):>8} {sum(r.refused for r in rows):>7} "
+            f"{sum(r.gate_refusals for r in rows):>8} {sum(r.crashes for r in rows):>7} "
+            f"{sum(r.hangs for r in rows):>5} {sum(r.corrupt for r in rows):>7}   "
+            f"({'met' if bad == 0 else 'NOT met'}: {bad} finding(s))"
+        )
+        print(
+            "refused: a documented error naming the problem; stmts: statements the SQL gate refused "
+            "(QueryRefused); corrupt: a wrong answer returned or stored"
+        )
     if not args.no_crash:
-        print(f"\ncrash safety, {args.kills} SIGKILLs per writer at random points (targets: corrupt, not resumed, "
-              "hangs = 0)")
-        print(f"{'writer':<30} {'trials':>6} {'killed':>6} {'lost/corrupt':>13} {'not resumed':>11} {'hangs':>5} "
-              f"{'leftovers':>9} {'time':>9}")
+        print(
+            f"\ncrash safety, {args.kills} SIGKILLs per writer at random points (targets: corrupt, not resumed, "
+            "hangs = 0)"
+        )
+        print(
+            f"{'writer':<30} {'trials':>6} {'killed':>6} {'lost/corrupt':>13} {'not resumed':>11} {'hangs':>5} "
+            f"{'leftovers':>9} {'time':>9}"
+        )
         rows = crash_figures(args.kills, args.seed, only)
         bad = sum(r.corrupt + r.not_resumed + r.hangs for r in rows)
-        print(f"{'total':<30} {sum(r.trials for r in rows):>6} {sum(r.killed for r in rows):>6} "
-              f"{sum(r.corrupt for r in rows):>13} {sum(r.not_resumed for r in rows):>11} "
-              f"{sum(r.hangs for r in rows):>5} {sum(r.leftovers for r in rows):>9}   "
-              f"({'met' if bad == 0 else 'NOT met'})")
-        print("killed: trials whose writer died before finishing (the rest finished before the kill point); "
-              "leftovers: temporary files a kill left (readers skip them)")
+        print(
+            f"{'total':<30} {sum(r.trials for r in rows):>6} {sum(r.killed for r in rows):>6} "
+            f"{sum(r.corrupt for r in rows):>13} {sum(r.not_resumed for r in rows):>11} "
+            f"{sum(r.hangs for r in rows):>5} {sum(r.leftovers for r in rows):>9}   "
+            f"({'met' if bad == 0 else 'NOT met'})"
+        )
+        print(
+            "killed: trials whose writer died before finishing (the rest finished before the kill point); "
+            "leftovers: temporary files a kill left (readers skip them)"
+        )
 
 
 if __name__ == "__main__":

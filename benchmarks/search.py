@@ -18,6 +18,7 @@ counts when it was emulated; points a pruning rule decides do not), the whole se
 The grid is stored in benchmarks/results/search_fsdp_tp_grid.parquet (one row per point, the grid's
 wall time in its metadata) and reused unless --regrid is given; its live log resumes after interruption.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,17 +28,29 @@ import tempfile
 import time
 from pathlib import Path
 
-from maya.core.paths import maya_home
-from maya.search import (LocalExecutor, MayaEvaluator, Outcome, SearchLog, load_space, run_search,
-                                   search_id)
 from maya.core.hardware import DEFAULT_HARDWARE
+from maya.core.paths import maya_home
+from maya.search import LocalExecutor, MayaEvaluator, Outcome, SearchLog, load_space, run_search, search_id
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workloads" / "fsdp_tp_gpt.py"
 SPACE_FILE = HERE / "workloads" / "fsdp_tp_gpt_space.yaml"
 GRID_FILE = HERE / "results" / "search_fsdp_tp_grid.parquet"
-COMMAND = [str(WORKLOAD), "--tp", "{tp}", "--mbs", "{mbs}", "--recompute", "{recompute}", "{sp}", "{reshard}",
-           "--params", "{params}", "--reduce", "{reduce}"]
+COMMAND = [
+    str(WORKLOAD),
+    "--tp",
+    "{tp}",
+    "--mbs",
+    "{mbs}",
+    "--recompute",
+    "{recompute}",
+    "{sp}",
+    "{reshard}",
+    "--params",
+    "{params}",
+    "--reduce",
+    "{reduce}",
+]
 DURATIONS = "roofline"
 GAP, SHARE, SECONDS = 0.02, 0.30, 600.0
 
@@ -66,23 +79,38 @@ def regrid(parallel: int) -> None:
     def show(record, result) -> None:
         clock.write_text(str(before + time.monotonic() - t0))
         o = record.outcome
-        print(f"[{len(result.records)}/{result.valid_points}] {o.status:7} {o.source:13} {o.seconds:6.1f} s  "
-              f"{record.params}", flush=True)
+        print(
+            f"[{len(result.records)}/{result.valid_points}] {o.status:7} {o.source:13} {o.seconds:6.1f} s  "
+            f"{record.params}",
+            flush=True,
+        )
 
-    result = run_search(sp, ev, algorithm="grid", log=log, parallel=parallel,
-                        executor=LocalExecutor(parallel), on_record=show)
+    result = run_search(
+        sp, ev, algorithm="grid", log=log, parallel=parallel, executor=LocalExecutor(parallel), on_record=show
+    )
     wall = before + time.monotonic() - t0
-    rows = [{"point": json.dumps(r.params, sort_keys=True, default=str), **r.outcome.to_dict(),
-             "objective": r.objective} for r in result.records]
+    rows = [
+        {"point": json.dumps(r.params, sort_keys=True, default=str), **r.outcome.to_dict(), "objective": r.objective}
+        for r in result.records
+    ]
     for row in rows:
         row["extra"] = json.dumps(row["extra"])
     table = pa.Table.from_pylist(rows)
-    meta = {"wall_s": str(wall), "evaluations": str(sum(r.outcome.counts for r in result.records)),
-            "space_size": str(sp.size), "valid_points": str(result.valid_points), "durations": DURATIONS,
-            "parallel": str(parallel)}
+    meta = {
+        "wall_s": str(wall),
+        "evaluations": str(sum(r.outcome.counts for r in result.records)),
+        "space_size": str(sp.size),
+        "valid_points": str(result.valid_points),
+        "durations": DURATIONS,
+        "parallel": str(parallel),
+    }
     GRID_FILE.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), **{
-        k.encode(): v.encode() for k, v in meta.items()}}), GRID_FILE)
+    pq.write_table(
+        table.replace_schema_metadata(
+            {**(table.schema.metadata or {}), **{k.encode(): v.encode() for k, v in meta.items()}}
+        ),
+        GRID_FILE,
+    )
     print(f"grid stored in {GRID_FILE}: {len(rows)} points, wall {wall:.0f} s")
 
 
@@ -99,8 +127,11 @@ def load_grid() -> tuple[dict[str, Outcome], dict[str, float], dict[str, str]]:
         outcomes[row["point"]] = Outcome.from_dict(row)
         if row["objective"] is not None:
             objectives[row["point"]] = row["objective"]
-    return outcomes, objectives, {k.decode(): v.decode() for k, v in table.schema.metadata.items()
-                                  if not k.startswith(b"ARROW")}
+    return (
+        outcomes,
+        objectives,
+        {k.decode(): v.decode() for k, v in table.schema.metadata.items() if not k.startswith(b"ARROW")},
+    )
 
 
 class Replay:
@@ -113,8 +144,15 @@ class Replay:
     def __call__(self, task, known) -> Outcome:
         o = self.outcomes[task.key]
         status = "oom" if o.status == "pruned" else o.status
-        return Outcome(status, o.iteration_ns, o.peak_memory_bytes, o.mfu, world_size=o.world_size,
-                       reason=o.reason, seconds=o.seconds if o.source == "evaluated" else 0.0)
+        return Outcome(
+            status,
+            o.iteration_ns,
+            o.peak_memory_bytes,
+            o.mfu,
+            world_size=o.world_size,
+            reason=o.reason,
+            seconds=o.seconds if o.source == "evaluated" else 0.0,
+        )
 
 
 def cmaes(seeds: int, replay: bool, parallel: int) -> None:
@@ -125,9 +163,11 @@ def cmaes(seeds: int, replay: bool, parallel: int) -> None:
     valid = len(sp.valid_points())
     evaluated = [o.seconds for o in outcomes.values() if o.source == "evaluated" and o.status != "pruned"]
     print(f"space: {sp.size} points, {valid} valid; 64 GPUs; {WORKLOAD.name}, durations {DURATIONS}")
-    print(f"grid (stored): best {best * 1e3:.1f} ms/iter {best_key}; {meta['evaluations']} emulated, wall "
-          f"{float(meta['wall_s']):.0f} s; emulate+predict per point: mean {statistics.mean(evaluated):.1f} s, "
-          f"median {statistics.median(evaluated):.1f} s")
+    print(
+        f"grid (stored): best {best * 1e3:.1f} ms/iter {best_key}; {meta['evaluations']} emulated, wall "
+        f"{float(meta['wall_s']):.0f} s; emulate+predict per point: mean {statistics.mean(evaluated):.1f} s, "
+        f"median {statistics.median(evaluated):.1f} s"
+    )
     passed = 0
     for seed in range(seeds):
         with tempfile.TemporaryDirectory() as tmp:
@@ -144,12 +184,14 @@ def cmaes(seeds: int, replay: bool, parallel: int) -> None:
         share = result.evaluations / valid
         ok = gap <= GAP and share <= SHARE and wall <= SECONDS
         passed += ok
-        print(f"cmaes seed {seed}: best {result.best.objective * 1e3:.1f} ms/iter ({gap:+.2%} vs grid); "
-              f"{result.evaluations}/{valid} evaluated ({share:.0%}), {_count(result, 'pruned')} pruned; "
-              f"{'emulation time replayed from the grid' if replay else 'wall'} {wall:.0f} s; "
-              f"{'PASS' if ok else 'FAIL'}", flush=True)
-    print(f"{passed}/{seeds} seeds meet all targets (<= {GAP:.0%} gap, <= {SHARE:.0%} evaluated, "
-          f"<= {SECONDS:.0f} s)")
+        print(
+            f"cmaes seed {seed}: best {result.best.objective * 1e3:.1f} ms/iter ({gap:+.2%} vs grid); "
+            f"{result.evaluations}/{valid} evaluated ({share:.0%}), {_count(result, 'pruned')} pruned; "
+            f"{'emulation time replayed from the grid' if replay else 'wall'} {wall:.0f} s; "
+            f"{'PASS' if ok else 'FAIL'}",
+            flush=True,
+        )
+    print(f"{passed}/{seeds} seeds meet all targets (<= {GAP:.0%} gap, <= {SHARE:.0%} evaluated, <= {SECONDS:.0f} s)")
 
 
 def time_point() -> None:
@@ -168,18 +210,25 @@ def time_point() -> None:
         return r.ru_utime + r.ru_stime
 
     sp = space()
-    point = sp.point({"tp": 4, "mbs": 2, "recompute": "mlp", "sp": True, "reshard": False, "params": "bf16",
-                      "reduce": "fp32"})
+    point = sp.point(
+        {"tp": 4, "mbs": 2, "recompute": "mlp", "sp": True, "reshard": False, "params": "bf16", "reduce": "fp32"}
+    )
     argv, _ = sp.render(point)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, cmd in (("startup only", [str(HERE / "workloads" / "startup.py")]), ("point", argv),
-                          ("point again", argv)):
+        for name, cmd in (
+            ("startup only", [str(HERE / "workloads" / "startup.py")]),
+            ("point", argv),
+            ("point again", argv),
+        ):
             ranks, c0, t0 = [], cpu(), time.monotonic()
             run_dir = Path(tmp) / name.replace(" ", "_")
             r = emulate(cmd, run_dir, topology=Topology(8, 8), on_rank_done=ranks.append)
-            line = (f"{name}: {r.status}; emulate {time.monotonic() - t0:.1f} s wall, rank processes "
-                    f"{r.capture_cpu_seconds:.1f} s CPU, launcher {cpu() - c0:.1f} s CPU (kept: "
-                    + ", ".join(f"rank {x.rank} {x.seconds:.1f} s wall, {x.calls} calls" for x in ranks) + ")")
+            line = (
+                f"{name}: {r.status}; emulate {time.monotonic() - t0:.1f} s wall, rank processes "
+                f"{r.capture_cpu_seconds:.1f} s CPU, launcher {cpu() - c0:.1f} s CPU (kept: "
+                + ", ".join(f"rank {x.rank} {x.seconds:.1f} s wall, {x.calls} calls" for x in ranks)
+                + ")"
+            )
             if name != "startup only":
                 c1, t1 = cpu(), time.monotonic()
                 predict(run_dir, hardware=DEFAULT_HARDWARE, durations=DURATIONS, store=False)
@@ -191,7 +240,8 @@ def analytical(seeds: int) -> None:
     import sys
 
     sys.path.insert(0, str(HERE))
-    from search_analytical import COMMAND as CMD, GPUS, SPACE, model
+    from search_analytical import COMMAND as CMD
+    from search_analytical import GPUS, SPACE, model
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -201,19 +251,25 @@ def analytical(seeds: int) -> None:
             log = SearchLog(search_id(sp, algorithm, "time", seed, "", None), Path(tmp) / f"{algorithm}{seed}.duckdb")
             log.open(sp.digest(), CMD, {})
             t0 = time.monotonic()
-            results[algorithm, seed] = run_search(sp, model, algorithm=algorithm, seed=seed, log=log), \
-                time.monotonic() - t0
+            results[algorithm, seed] = (
+                run_search(sp, model, algorithm=algorithm, seed=seed, log=log),
+                time.monotonic() - t0,
+            )
     grid, grid_s = results["grid", 0]
     valid = grid.valid_points
-    print(f"ALGORITHM ONLY (analytical 7B model, no emulation): {load_space(SPACE, CMD, gpus=GPUS).size} points, "
-          f"{valid} valid; grid best {grid.best.objective * 1e3:.1f} ms/iter, {grid.evaluations} evaluated, "
-          f"{grid_s:.1f} s")
+    print(
+        f"ALGORITHM ONLY (analytical 7B model, no emulation): {load_space(SPACE, CMD, gpus=GPUS).size} points, "
+        f"{valid} valid; grid best {grid.best.objective * 1e3:.1f} ms/iter, {grid.evaluations} evaluated, "
+        f"{grid_s:.1f} s"
+    )
     for seed in range(seeds):
         r, s = results["cmaes", seed]
         gap = r.best.objective / grid.best.objective - 1
-        print(f"cmaes seed {seed}: {gap:+.2%} vs grid; {r.evaluations}/{valid} evaluated "
-              f"({r.evaluations / valid:.0%}), {_count(r, 'pruned')} pruned; {s:.1f} s; "
-              f"{'PASS' if gap <= GAP and r.evaluations <= SHARE * valid else 'FAIL'}")
+        print(
+            f"cmaes seed {seed}: {gap:+.2%} vs grid; {r.evaluations}/{valid} evaluated "
+            f"({r.evaluations / valid:.0%}), {_count(r, 'pruned')} pruned; {s:.1f} s; "
+            f"{'PASS' if gap <= GAP and r.evaluations <= SHARE * valid else 'FAIL'}"
+        )
 
 
 def _count(result, status: str) -> int:

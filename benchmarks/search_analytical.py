@@ -2,6 +2,7 @@
 priced by an analytical model (compute, TP/DP communication, pipeline bubble, memory of weights,
 optimizer state and activations). No script is emulated: this measures the search (algorithm, rules,
 log), never the emulator."""
+
 from __future__ import annotations
 
 from maya.search import Outcome
@@ -22,16 +23,31 @@ SPACE = {
     "constraints": ["gpus % (tp * pp) == 0", "not sp or tp > 1", "mbs * microbatches * dp >= 128"],
     "tokens_per_iteration": f"mbs * microbatches * dp * {SEQ}",
 }
-COMMAND = ["pretrain_gpt.py", "--tp", "{tp}", "--pp", "{pp}", "--mbs", "{mbs}", "--microbatches", "{microbatches}",
-           "{recompute}", "{sp}", "{zero}"]
+COMMAND = [
+    "pretrain_gpt.py",
+    "--tp",
+    "{tp}",
+    "--pp",
+    "{pp}",
+    "--mbs",
+    "{mbs}",
+    "--microbatches",
+    "{microbatches}",
+    "{recompute}",
+    "{sp}",
+    "{zero}",
+]
 
 
 def model(task, known) -> Outcome:
     """Iteration time and peak memory of one point, from the command line."""
     a = task.argv
     tp, pp, mbs, m = (int(a[a.index(f) + 1]) for f in ("--tp", "--pp", "--mbs", "--microbatches"))
-    recompute, sp, zero = ("--recompute-activations" in a, "--sequence-parallel" in a,
-                           "--use-distributed-optimizer" in a)
+    recompute, sp, zero = (
+        "--recompute-activations" in a,
+        "--sequence-parallel" in a,
+        "--use-distributed-optimizer" in a,
+    )
     dp = GPUS // (tp * pp)
     tokens = mbs * SEQ
     flops = 6 * PARAMS * tokens / (tp * pp) * (4 / 3 if recompute else 1)
@@ -46,5 +62,11 @@ def model(task, known) -> Outcome:
     acts = (2 * SEQ * mbs * HIDDEN * LAYERS / pp if recompute else act_layer * LAYERS / pp) * min(m, pp)
     memory = weights + acts
     oom = memory > HBM
-    return Outcome("oom" if oom else "ok", (pipe + grads * (1.05 if zero else 1.0)) * 1e9, int(memory), None,
-                   world_size=GPUS, reason="analytical memory exceeds 80 GiB" if oom else None)
+    return Outcome(
+        "oom" if oom else "ok",
+        (pipe + grads * (1.05 if zero else 1.0)) * 1e9,
+        int(memory),
+        None,
+        world_size=GPUS,
+        reason="analytical memory exceeds 80 GiB" if oom else None,
+    )

@@ -13,6 +13,7 @@ Durations: the analytical roofline (nothing trained is needed). Figures are the 
    pass (the hot loop is the same code) and the whole simulation's time.
 Usage: python benchmarks/simulator.py [--repeat N] [--microbatches M] [--dir DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,13 +45,19 @@ def _best_predict(run_dir: Path, repeat: int):
 def _report(title: str, run_dir: Path, gen_s: float, repeat: int) -> tuple[float, float]:
     prediction, total = _best_predict(run_dir, repeat)
     rate = prediction.simulated_calls / prediction.simulation_s
-    print(f"{title}: {prediction.simulated_ranks} simulated ranks ({prediction.captured_ranks} captured), "
-          f"{prediction.simulated_calls:,} calls (trace written in {gen_s:.1f} s)")
-    print(f"  event loop     {prediction.simulation_s:7.2f} s  {rate / 1e6:6.2f} M calls/s  "
-          f"({rate / CALLS_PER_S_TARGET:.2f}x the 1 M/s target)")
+    print(
+        f"{title}: {prediction.simulated_ranks} simulated ranks ({prediction.captured_ranks} captured), "
+        f"{prediction.simulated_calls:,} calls (trace written in {gen_s:.1f} s)"
+    )
+    print(
+        f"  event loop     {prediction.simulation_s:7.2f} s  {rate / 1e6:6.2f} M calls/s  "
+        f"({rate / CALLS_PER_S_TARGET:.2f}x the 1 M/s target)"
+    )
     print(f"  whole predict  {total:7.2f} s  {prediction.simulated_calls / total / 1e6:6.2f} M calls/s")
-    print(f"  predicted iteration {prediction.iteration_ns / 1e6:.1f} ms, MFU {prediction.mfu:.1%}, exposed "
-          f"communication {prediction.exposed_comm_ns / prediction.iteration_ns:.0%} (roofline durations)")
+    print(
+        f"  predicted iteration {prediction.iteration_ns / 1e6:.1f} ms, MFU {prediction.mfu:.1%}, exposed "
+        f"communication {prediction.exposed_comm_ns / prediction.iteration_ns:.0%} (roofline durations)"
+    )
     return rate, total
 
 
@@ -68,11 +75,15 @@ def contention_ab(title: str, run_dir: Path, repeat: int) -> None:
                 best[contention] = (sim.seconds, sim.calls, sim.replays, total)
     print(f"contention A/B ({title}, interleaved, best of each):")
     for contention, (seconds, calls, replays, total) in best.items():
-        print(f"  contention {'on ' if contention else 'off'}  {replays} replay(s) {seconds:6.2f} s  "
-              f"{calls * replays / seconds / 1e6:5.2f} M calls/s per pass  (simulate {total:5.2f} s)")
+        print(
+            f"  contention {'on ' if contention else 'off'}  {replays} replay(s) {seconds:6.2f} s  "
+            f"{calls * replays / seconds / 1e6:5.2f} M calls/s per pass  (simulate {total:5.2f} s)"
+        )
     off, on = best[False], best[True]
-    print(f"  per-pass rate on / off: {(on[1] * on[2] / on[0]) / (off[1] * off[2] / off[0]):.3f}; "
-          f"simulate on / off: {on[3] / off[3]:.2f}x")
+    print(
+        f"  per-pass rate on / off: {(on[1] * on[2] / on[0]) / (off[1] * off[2] / off[0]):.3f}; "
+        f"simulate on / off: {on[3] / off[3]:.2f}x"
+    )
 
 
 def main() -> None:
@@ -90,11 +101,16 @@ def main() -> None:
         t = time.perf_counter()
         gpt_3d(8, 8, 16, microbatches=args.microbatches).write(base / "tp8pp8dp16")
         job_rate, job_s = _report("TP8 x PP8 x DP16", base / "tp8pp8dp16", time.perf_counter() - t, args.repeat)
-        print(f"1024-GPU prediction: {job_s:.1f} s ({JOB_SECONDS_TARGET / job_s:.1f}x under the "
-              f"{JOB_SECONDS_TARGET:.0f} s target)" if job_s < JOB_SECONDS_TARGET else
-              f"1024-GPU prediction: {job_s:.1f} s, over the {JOB_SECONDS_TARGET:.0f} s target")
-        print(f"event loop: {min(rate, job_rate) / 1e6:.2f}-{max(rate, job_rate) / 1e6:.2f} M calls/s "
-              f"(target {CALLS_PER_S_TARGET / 1e6:.0f} M/s)")
+        print(
+            f"1024-GPU prediction: {job_s:.1f} s ({JOB_SECONDS_TARGET / job_s:.1f}x under the "
+            f"{JOB_SECONDS_TARGET:.0f} s target)"
+            if job_s < JOB_SECONDS_TARGET
+            else f"1024-GPU prediction: {job_s:.1f} s, over the {JOB_SECONDS_TARGET:.0f} s target"
+        )
+        print(
+            f"event loop: {min(rate, job_rate) / 1e6:.2f}-{max(rate, job_rate) / 1e6:.2f} M calls/s "
+            f"(target {CALLS_PER_S_TARGET / 1e6:.0f} M/s)"
+        )
         contention_ab("TP8 x PP8", base / "tp8pp8", args.repeat)
         contention_ab("TP8 x PP8 x DP16", base / "tp8pp8dp16", args.repeat)
     finally:

@@ -3,6 +3,7 @@ the simulator priced it (for finding the mechanism behind a prediction's error, 
 
     .venv/bin/python benchmarks/step_families.py RUN_DIR --hardware h100-sxm --cluster dgx-h100
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,12 @@ def step_families(run_dir: str, hardware: str | None = None, cluster: str | None
     frame = program.frame
     steady = np.zeros(program.n, dtype=bool)
     for i in its.steady:
-        steady[its.bounds[i]:its.bounds[i + 1]] = True
+        steady[its.bounds[i] : its.bounds[i + 1]] = True
     collective = frame["collective"].notna().to_numpy()
     kind = np.where(collective, "collective", "kernel")
-    name = np.where(collective, frame["collective"].astype(str) + " " + frame["comm_dtype"].astype(str),
-                    frame["family"].astype(str))
+    name = np.where(
+        collective, frame["collective"].astype(str) + " " + frame["comm_dtype"].astype(str), frame["family"].astype(str)
+    )
     rows = pd.DataFrame({"kind": kind, "name": name, "device_s": program.device / 1e9, "calls": 1})
     rows = rows[steady & (program.device > 0)]
     table = rows.groupby(["kind", "name"], as_index=False)[["device_s", "calls"]].sum()

@@ -14,6 +14,7 @@ stored matrix as the README's table.
 Environments are created under `--envs` (default a temporary folder, removed afterwards unless
 `--keep`): each takes ~6 GB (hard links into uv's cache where the file system allows).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,8 +82,18 @@ def _env(version: str, envs: Path, workloads: list[str]) -> Path | None:
         raise SystemExit(f"torch {version}: scripts/torch_env failed:\n{p.stderr}")
     extra = sorted({r for name in workloads for r in REQUIREMENTS.get(name, ())})
     if extra:
-        subprocess.run([str(REPO / ".venv" / "bin" / "uv"), "pip", "install", "--quiet", "--python",
-                        str(target / "bin" / "python"), *extra], check=True)
+        subprocess.run(
+            [
+                str(REPO / ".venv" / "bin" / "uv"),
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                str(target / "bin" / "python"),
+                *extra,
+            ],
+            check=True,
+        )
     return target
 
 
@@ -92,9 +103,11 @@ def _torch_version(python: Path) -> str:
 
 
 def _build_seconds(python: Path, home: Path) -> tuple[float, str]:
-    code = ("import sys, time; from pathlib import Path; from maya.emulator.build import build, built_release; "
-            "t = time.perf_counter(); d = build(Path(sys.argv[1])); s = time.perf_counter() - t; "
-            "print(s, 'CUDA', built_release(d)['version'])")
+    code = (
+        "import sys, time; from pathlib import Path; from maya.emulator.build import build, built_release; "
+        "t = time.perf_counter(); d = build(Path(sys.argv[1])); s = time.perf_counter() - t; "
+        "print(s, 'CUDA', built_release(d)['version'])"
+    )
     p = subprocess.run([str(python), "-c", code, str(home / "emulator")], capture_output=True, text=True)
     if p.returncode:  # the first compiler error names the cause; the traceback's last line is often a caret
         lines = p.stderr.strip().splitlines() or ["?"]
@@ -110,11 +123,21 @@ def _case(python: Path, home: Path, name: str) -> dict:
     out = home / "runs" / name
     # Inductor's and Triton's caches in the release's home: compiled_mlp autotunes afresh on every run (a cache
     # left by an earlier run of the same torch answers instead: 138 calls, not 149,360, under torch 2.6.0)
-    env = {**os.environ, "MAYA_HOME": str(home), "MAYA_EMULATOR_CACHE": str(home / "emulator"),
-           "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"), "TRITON_CACHE_DIR": str(home / "triton")}
+    env = {
+        **os.environ,
+        "MAYA_HOME": str(home),
+        "MAYA_EMULATOR_CACHE": str(home / "emulator"),
+        "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"),
+        "TRITON_CACHE_DIR": str(home / "triton"),
+    }
     t = time.perf_counter()
-    p = subprocess.run([str(python), "-c", EMULATE, json.dumps([[str(script), *args], str(out), nproc, iterations])],
-                       capture_output=True, text=True, env=env, cwd=home)
+    p = subprocess.run(
+        [str(python), "-c", EMULATE, json.dumps([[str(script), *args], str(out), nproc, iterations])],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=home,
+    )
     row = {"workload": name, "seconds": round(time.perf_counter() - t, 1)}
     line = next((x for x in p.stdout.splitlines() if x.startswith("MAYA_RESULT ")), None)
     if line is None:
@@ -122,8 +145,9 @@ def _case(python: Path, home: Path, name: str) -> dict:
     result = json.loads(line.removeprefix("MAYA_RESULT "))
     unimplemented = sorted({k for r in result["ranks"] for k in r["unimplemented"]})
     errors = [e for r in result["ranks"] for e in r["error"]]
-    row.update(calls=sum(r["calls"] for r in result["ranks"]), unimplemented=unimplemented,
-               error=errors[0] if errors else "")
+    row.update(
+        calls=sum(r["calls"] for r in result["ranks"]), unimplemented=unimplemented, error=errors[0] if errors else ""
+    )
     if result["status"] != "complete":
         return {**row, "outcome": f"emulate {result['status']}"}
     maya = python.parent / "maya"
@@ -142,8 +166,13 @@ def _store(version: str, cuda: str, build_s: float, rows: list[dict]) -> None:
     kept = [r for r in entry["rows"] if r["workload"] not in {r["workload"] for r in rows}]
     order = list(CASES)
     merged = sorted(kept + rows, key=lambda r: order.index(r["workload"]) if r["workload"] in order else len(order))
-    stored[version] = {"torch": version, "cuda": cuda, "build_s": round(build_s, 1) if build_s == build_s else None,
-                       "measured": time.strftime("%Y-%m-%d"), "rows": merged}
+    stored[version] = {
+        "torch": version,
+        "cuda": cuda,
+        "build_s": round(build_s, 1) if build_s == build_s else None,
+        "measured": time.strftime("%Y-%m-%d"),
+        "rows": merged,
+    }
     ordered = dict(sorted(stored.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(".") if x.isdigit())))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS.with_suffix(".tmp")
@@ -158,19 +187,29 @@ def markdown(stored: dict) -> str:
     for entry in stored.values():
         ok = [r for r in entry["rows"] if r["outcome"] == "ok"]
         bad = [r for r in entry["rows"] if r["outcome"] != "ok"]
-        lines.append(f"| {entry['torch']} | {entry['cuda'].removeprefix('CUDA ')} | {len(ok)} / {len(entry['rows'])} | "
-                     f"{', '.join(r['workload'] for r in bad) or '-'} | {entry['build_s']} | {entry['measured']} |")
-        failures += [f"- torch {entry['torch']}, {r['workload']}: {r['outcome']}"
-                     + (f" (not emulated: {', '.join(r['unimplemented'])})" if r.get("unimplemented") else "")
-                     + (f": {r['error'][:160]}" if r.get("error") else "") for r in bad]
+        lines.append(
+            f"| {entry['torch']} | {entry['cuda'].removeprefix('CUDA ')} | {len(ok)} / {len(entry['rows'])} | "
+            f"{', '.join(r['workload'] for r in bad) or '-'} | {entry['build_s']} | {entry['measured']} |"
+        )
+        failures += [
+            f"- torch {entry['torch']}, {r['workload']}: {r['outcome']}"
+            + (f" (not emulated: {', '.join(r['unimplemented'])})" if r.get("unimplemented") else "")
+            + (f": {r['error'][:160]}" if r.get("error") else "")
+            for r in bad
+        ]
     return "\n".join(lines + ([""] + failures if failures else []))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--torch", nargs="+", default=["2.5.1", "2.15.0"], help="torch versions from the registry")
-    ap.add_argument("--python", nargs="+", type=Path, default=[],
-                    help="existing environments' interpreters (Maya installed) to measure instead")
+    ap.add_argument(
+        "--python",
+        nargs="+",
+        type=Path,
+        default=[],
+        help="existing environments' interpreters (Maya installed) to measure instead",
+    )
     ap.add_argument("--workloads", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--envs", type=Path, help="where the environments are created (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the environments and runs")

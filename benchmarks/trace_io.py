@@ -5,6 +5,7 @@ Targets on a 2-core machine: >= 5 M rows/s write, >= 20 M rows/s DuckDB scan. Ea
 threads) and the load average, since other work on the machine moves the wall figures.
 Usage: python benchmarks/trace_io.py [--rows N] [--ranks R] [--repeat K] [--dir DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,9 +14,9 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import duckdb
 
@@ -38,8 +39,10 @@ def _timed(fn: Callable[[int], object], repeat: int) -> tuple[list[float], list[
 
 def _line(label: str, n: int, walls: list[float], cpus: list[float], note: str) -> str:
     best, med = n / min(walls), n / statistics.median(walls)
-    return (f"{label:<5}  best {best / 1e6:6.1f}  median {med / 1e6:6.1f} M rows/s  "
-            f"cpu {min(cpus) / n * 1e9:4.0f} ns/row  {note}")
+    return (
+        f"{label:<5}  best {best / 1e6:6.1f}  median {med / 1e6:6.1f} M rows/s  "
+        f"cpu {min(cpus) / n * 1e9:4.0f} ns/row  {note}"
+    )
 
 
 def main() -> None:
@@ -59,8 +62,16 @@ def main() -> None:
 
         def write(i: int) -> None:
             writer = RunWriter(base / f"run{i}")
-            writer.write("run", {"run_id": ["bench"], "created_at_ns": [0], "source": ["synthetic"],
-                                 "status": ["complete"], "world_size": [args.ranks]})
+            writer.write(
+                "run",
+                {
+                    "run_id": ["bench"],
+                    "created_at_ns": [0],
+                    "source": ["synthetic"],
+                    "status": ["complete"],
+                    "world_size": [args.ranks],
+                },
+            )
             with ThreadPoolExecutor(workers) as pool:  # one writer per rank, as rank processes would
                 list(pool.map(lambda r: writer.write("api_calls", tables[r], rank=r), range(args.ranks)))
 
@@ -76,19 +87,26 @@ def main() -> None:
 
         con = duckdb.connect()
         register_run(con, run)
-        sql = ("SELECT rank, api, count(*), sum(duration_ns), avg(grid_x * block_x) FROM api_calls "
-               "GROUP BY ALL")
+        sql = "SELECT rank, api, count(*), sum(duration_ns), avg(grid_x * block_x) FROM api_calls GROUP BY ALL"
         con.execute(sql).fetchall()  # warm the OS cache as a repeated query would find it
         scan_t = _timed(lambda i: con.execute(sql).fetchall(), args.repeat)
 
-        print(f"rows: {n:,} in {args.ranks} rank partitions ({workers} writer threads), "
-              f"{size / 2**20:.0f} MiB on disk ({size / n:.1f} B/row, zstd); "
-              f"load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end, {args.repeat} runs each")
-        print(_line("write", n, *write_t, f"target 5 M rows/s: best/target "
-                                          f"{n / min(write_t[0]) / WRITE_TARGET:.2f}"))
+        print(
+            f"rows: {n:,} in {args.ranks} rank partitions ({workers} writer threads), "
+            f"{size / 2**20:.0f} MiB on disk ({size / n:.1f} B/row, zstd); "
+            f"load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end, {args.repeat} runs each"
+        )
+        print(_line("write", n, *write_t, f"target 5 M rows/s: best/target {n / min(write_t[0]) / WRITE_TARGET:.2f}"))
         print(_line("read", n, *read_t, "pyarrow, validated schema"))
-        print(_line("scan", n, *scan_t, f"target 20 M rows/s: best/target "
-                                        f"{n / min(scan_t[0]) / SCAN_TARGET:.2f} (DuckDB GROUP BY over the views)"))
+        print(
+            _line(
+                "scan",
+                n,
+                *scan_t,
+                f"target 20 M rows/s: best/target "
+                f"{n / min(scan_t[0]) / SCAN_TARGET:.2f} (DuckDB GROUP BY over the views)",
+            )
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -11,6 +11,7 @@ Every device call's work comes from one of:
 
     .venv/bin/python benchmarks/triton_work.py RUN_DIR [--durations estimators|roofline] [--hardware NAME]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,15 +34,20 @@ def source_of(trace: RankTrace) -> np.ndarray:
     """Where each call's work comes from (`SOURCES`)."""
     calls = trace.calls
     args = calls["args"].fillna("")
-    own = (calls["gemm_m"].notna() | calls["bytes"].notna()
-           | args.str.contains('"attention"|"elements"|"triton"', regex=True)).to_numpy()
+    own = (
+        calls["gemm_m"].notna()
+        | calls["bytes"].notna()
+        | args.str.contains('"attention"|"elements"|"triton"', regex=True)
+    ).to_numpy()
     ops = trace.ops.drop_duplicates("op_id").set_index("op_id") if len(trace.ops) else None
     aten = np.zeros(len(calls), dtype=bool)
     if ops is not None:
         names = ops["name"].reindex(calls["op_id"].to_numpy()).astype(str)
         shapes = ops["input_shapes"].reindex(calls["op_id"].to_numpy())
-        aten = (names.str.startswith("aten::").to_numpy()
-                & shapes.map(lambda s: hasattr(s, "__len__") and len(s) > 0).to_numpy())
+        aten = (
+            names.str.startswith("aten::").to_numpy()
+            & shapes.map(lambda s: hasattr(s, "__len__") and len(s) > 0).to_numpy()
+        )
     return np.where(own, SOURCES[0], np.where(aten, SOURCES[1], SOURCES[2]))
 
 
@@ -52,9 +58,14 @@ def priced(trace: RankTrace, provider, hw) -> pd.DataFrame:
     kernels = np.isin(opcodes, DEVICE_OPS) & (opcodes != COLL)
     device = provider.device_ns(frame, hw) * launch_factor(frame, hw)
     names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"]))
-    return pd.DataFrame({"ns": device, "source": source_of(trace),
-                         "triton": trace.calls["kernel_id"].map(names).fillna("").str.startswith("triton").to_numpy(),
-                         "flops": frame["flops"].to_numpy()})[kernels]
+    return pd.DataFrame(
+        {
+            "ns": device,
+            "source": source_of(trace),
+            "triton": trace.calls["kernel_id"].map(names).fillna("").str.startswith("triton").to_numpy(),
+            "flops": frame["flops"].to_numpy(),
+        }
+    )[kernels]
 
 
 def without_triton(trace: RankTrace) -> RankTrace:
@@ -67,11 +78,16 @@ def report(name: str, table: pd.DataFrame) -> dict:
     total = table["ns"].sum()
     shares = {s: float(table.loc[table["source"] == s, "ns"].sum() / total) for s in SOURCES}
     triton = table[table["triton"]]
-    return {"case": name, "kernel_ms": round(total / 1e6, 3), **{f"share {s}": round(v, 4) for s, v in shares.items()},
-            "triton_ms": round(triton["ns"].sum() / 1e6, 3),
-            "triton share known": round(float(triton.loc[triton["source"] != "unknown", "ns"].sum()
-                                              / max(triton["ns"].sum(), 1e-9)), 4),
-            "model GFLOP": round(float(np.nansum(table["flops"])) / 1e9, 2)}
+    return {
+        "case": name,
+        "kernel_ms": round(total / 1e6, 3),
+        **{f"share {s}": round(v, 4) for s, v in shares.items()},
+        "triton_ms": round(triton["ns"].sum() / 1e6, 3),
+        "triton share known": round(
+            float(triton.loc[triton["source"] != "unknown", "ns"].sum() / max(triton["ns"].sum(), 1e-9)), 4
+        ),
+        "model GFLOP": round(float(np.nansum(table["flops"])) / 1e9, 2),
+    }
 
 
 def main() -> None:
@@ -87,6 +103,7 @@ def main() -> None:
         provider = RooflineDurations()
     else:
         from maya.simulator.durations.estimated import EstimatorDurations
+
         provider = EstimatorDurations(a.version)
     rows = []
     for rank, trace in traces.ranks.items():

@@ -15,6 +15,7 @@ rows.
 wall time is the suite's from scratch; without it, rows stored for this estimator version and code are
 reported as they are (a re-run resumes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,11 +39,16 @@ def line(r) -> str:
     head = f"row {r.row:>3} {r.label:<62}"
     if r.status != "ok":
         return f"{head} {r.status.upper()}: {r.reason}"
-    band = (f" band {r.band_low_s:8.3f}-{r.band_high_s:8.3f}{'' if r.in_band else ' (out)'}"
-            if r.band_low_s is not None else "")
+    band = (
+        f" band {r.band_low_s:8.3f}-{r.band_high_s:8.3f}{'' if r.in_band else ' (out)'}"
+        if r.band_low_s is not None
+        else ""
+    )
     taken = "stored" if r.resumed else f"{(r.emulate_s or 0) + (r.predict_s or 0):5.0f} s"
-    return (f"{head} measured {r.measured_s:8.3f} s predicted {r.predicted_s:8.3f} s {r.error_pct:+6.1f}%{band}"
-            f"{' OOM' if r.oom else ''} ({taken})")
+    return (
+        f"{head} measured {r.measured_s:8.3f} s predicted {r.predicted_s:8.3f} s {r.error_pct:+6.1f}%{band}"
+        f"{' OOM' if r.oom else ''} ({taken})"
+    )
 
 
 def why(r) -> str:
@@ -73,8 +79,10 @@ def attention_diagnostic(done: list) -> None:
     frame = pd.DataFrame(rows, columns=["GPU", "model", "factor"])
     frame["model"] = pd.Categorical(frame["model"], [s for s in SIZE_ORDER if s in set(frame["model"])])
     table = frame.groupby(["GPU", "model"], sort=True, observed=True)["factor"]
-    print(f"\ncomposed attention on the {len(rows)} rows with >= {ATTENTION_BOUND:.0%} of the step in it: the factor "
-          f"its time would need if the rest of the step were exact (a diagnostic, not a calibration)")
+    print(
+        f"\ncomposed attention on the {len(rows)} rows with >= {ATTENTION_BOUND:.0%} of the step in it: the factor "
+        f"its time would need if the rest of the step were exact (a diagnostic, not a calibration)"
+    )
     print(table.agg(rows="size", median="median", low="min", high="max").round(2).to_string())
 
 
@@ -90,22 +98,35 @@ def main() -> None:
     scratch = tempfile.TemporaryDirectory(prefix="validate_mpt_") if args.cold else None
     started = time.monotonic()
     try:
-        run = run_suite(suite, rows, version=args.model_version, jobs=args.jobs, resume=not args.cold,
-                        traces=Path(scratch.name) if scratch else None, on_row=lambda r: print(line(r), flush=True))
+        run = run_suite(
+            suite,
+            rows,
+            version=args.model_version,
+            jobs=args.jobs,
+            resume=not args.cold,
+            traces=Path(scratch.name) if scratch else None,
+            on_row=lambda r: print(line(r), flush=True),
+        )
     except RegistryError as e:
         raise SystemExit(f"validate_mpt.py: {e}") from None
     wall = time.monotonic() - started
     s = summarize(run.results)
-    print(f"\nllm-foundry suite: {s.rows} rows ({'subset ' + repr(args.rows) if args.rows else 'all'}), estimator "
-          f"version {run.version}")
+    print(
+        f"\nllm-foundry suite: {s.rows} rows ({'subset ' + repr(args.rows) if args.rows else 'all'}), estimator "
+        f"version {run.version}"
+    )
     for assumption in run.assumptions:
         print(f"assumed: {assumption}")
     if s.predicted:
-        print(f"mean |error| {s.mean_abs_error_pct:.1f}% (target {MAE_TARGET:.0f}%), max {s.max_abs_error_pct:.1f}% "
-              f"(row {s.worst_row}; target {MAX_TARGET:.0f}%) over {s.predicted} predicted rows")
+        print(
+            f"mean |error| {s.mean_abs_error_pct:.1f}% (target {MAE_TARGET:.0f}%), max {s.max_abs_error_pct:.1f}% "
+            f"(row {s.worst_row}; target {MAX_TARGET:.0f}%) over {s.predicted} predicted rows"
+        )
     if s.coverage_pct is not None:
-        print(f"10-90% band covers {s.coverage_pct:.0f}% of {s.banded} rows (target {COVERAGE_TARGET[0]:.0f}-"
-              f"{COVERAGE_TARGET[1]:.0f}%)")
+        print(
+            f"10-90% band covers {s.coverage_pct:.0f}% of {s.banded} rows (target {COVERAGE_TARGET[0]:.0f}-"
+            f"{COVERAGE_TARGET[1]:.0f}%)"
+        )
     print(f"failed {s.failed}; predicted or emulated out of memory {s.out_of_memory} (every published row completed)")
     for name, table in s.by.items():
         print(f"\nby {name}:\n{table.round(1).to_string()}")
@@ -118,12 +139,16 @@ def main() -> None:
     attention_diagnostic(done)
     computed = [r for r in run.results if not r.resumed]
     row_s = [(r.emulate_s or 0) + (r.predict_s or 0) for r in computed]
-    print(f"\nwall time {wall:.0f} s for {len(computed)} rows computed ({len(run.results) - len(computed)} stored "
-          f"earlier); target {SUITE_TARGET_S} s for the whole suite ({wall / SUITE_TARGET_S:.2f}x)")
+    print(
+        f"\nwall time {wall:.0f} s for {len(computed)} rows computed ({len(run.results) - len(computed)} stored "
+        f"earlier); target {SUITE_TARGET_S} s for the whole suite ({wall / SUITE_TARGET_S:.2f}x)"
+    )
     if row_s:
         slowest = computed[max(range(len(row_s)), key=row_s.__getitem__)]
-        print(f"slowest row {slowest.row} ({slowest.label}): {max(row_s):.0f} s (emulate {slowest.emulate_s or 0:.0f} s,"
-              f" predict {slowest.predict_s or 0:.0f} s); target {ROW_TARGET_S} s ({max(row_s) / ROW_TARGET_S:.2f}x)")
+        print(
+            f"slowest row {slowest.row} ({slowest.label}): {max(row_s):.0f} s (emulate {slowest.emulate_s or 0:.0f} s,"
+            f" predict {slowest.predict_s or 0:.0f} s); target {ROW_TARGET_S} s ({max(row_s) / ROW_TARGET_S:.2f}x)"
+        )
     if scratch:
         scratch.cleanup()
 

@@ -3,19 +3,22 @@ dataset (torchtitan's test dataset, which its snapshot lacks), a small byte-leve
 on it with Hugging Face `tokenizers` (the shape of torchtitan's `tests/assets/tokenizer`: under 2,048
 tokens, with `<|begin_of_text|>` / `<|end_of_text|>`), and random token shards in llm.c's format where
 the modded-nanogpt speed-run scripts read FineWeb."""
+
 import json
 import random
 from pathlib import Path
 
 import numpy as np
 
-WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at which but have an "
-         "they you were her she there one all we their been has when who will more if no out so said what up its "
-         "about into than them can only other new some could time these two may then do first any my now such like "
-         "our over man me even most made after also did many before must through back years where much your way "
-         "well down should because each just those people how too little state good very make world still own see "
-         "men work long get here between both life being under never day same another know while last might us "
-         "great old year off come since against go came right used take three").split()
+WORDS = (
+    "the of and to in a is that for it as was with be by on not he this are or his from at which but have an "
+    "they you were her she there one all we their been has when who will more if no out so said what up its "
+    "about into than them can only other new some could time these two may then do first any my now such like "
+    "our over man me even most made after also did many before must through back years where much your way "
+    "well down should because each just those people how too little state good very make world still own see "
+    "men work long get here between both life being under never day same another know while last might us "
+    "great old year off come since against go came right used take three"
+).split()
 SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"]
 
 
@@ -24,8 +27,9 @@ def write_c4_test(root: Path, documents: int = 2000, seed: int = 0) -> Path:
     rng = random.Random(seed)
     folder = root / "tests" / "assets" / "c4_test"
     folder.mkdir(parents=True, exist_ok=True)
-    lines = (json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(80, 400)))})
-             for _ in range(documents))
+    lines = (
+        json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(80, 400)))}) for _ in range(documents)
+    )
     (folder / "data.json").write_text("\n".join(lines) + "\n")
     return folder
 
@@ -37,15 +41,24 @@ def write_tokenizer(folder: Path, corpus: Path, vocab_size: int = 2000) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     texts = [json.loads(line)["text"] for line in corpus.read_text().splitlines()]
     tok.train_from_iterator(texts, trainer)
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": SPECIAL[0], "eos_token": SPECIAL[1], "pad_token": SPECIAL[2],
-        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 131072}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": SPECIAL[0],
+                "eos_token": SPECIAL[1],
+                "pad_token": SPECIAL[2],
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "model_max_length": 131072,
+            }
+        )
+    )
     return folder
 
 
@@ -61,8 +74,9 @@ FINEWEB_MAGIC, FINEWEB_VERSION = 20240520, 1
 """The header of llm.c's token shards (`fineweb_train_*.bin`): 256 int32 (magic, version, token count, ...)."""
 
 
-def write_fineweb_shards(root: Path, train_tokens: int = 2_000_000, val_tokens: int = 1_000_000,
-                         vocab: int = 50257, seed: int = 0) -> Path:
+def write_fineweb_shards(
+    root: Path, train_tokens: int = 2_000_000, val_tokens: int = 1_000_000, vocab: int = 50257, seed: int = 0
+) -> Path:
     """`root/data/fineweb10B/fineweb_{train_000001,val_000000}.bin`: random GPT-2 token ids in llm.c's shard
     format, which the speed-run scripts read from there; returns `root`."""
     rng = np.random.default_rng(seed)
@@ -117,5 +131,6 @@ def write_wikitext(root: Path, lines: int = 20000, seed: int = 0) -> Path:
     words = [*WORDS, *(f"w{i}" for i in range(5000))]
     (root / "data").mkdir(parents=True, exist_ok=True)
     (root / "data" / "wikitext-2.txt").write_text(
-        "".join(" ".join(rng.choice(words) for _ in range(20)) + "\n" for _ in range(lines)))
+        "".join(" ".join(rng.choice(words) for _ in range(20)) + "\n" for _ in range(lines))
+    )
     return root

@@ -1,4 +1,5 @@
 """Paths the tests share: the checkout, the test workloads and fixtures, shipped data and the example."""
+
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent

@@ -1,5 +1,6 @@
 """The architecture holds: the stages are layers (import-linter contracts in pyproject.toml), and the
 vocabulary is the only home of the names every stage shares."""
+
 import os
 import re
 import shutil
@@ -21,12 +22,21 @@ def test_import_layers_hold():
 
 def test_shared_vocabulary_is_not_copied():
     """Kernel-family, dtype-size and collective-name tables are defined in maya_trace_spec.vocabulary only."""
-    definitions = re.compile(r"^\s*_?(DTYPE_BYTES|KERNEL_FAMILIES|MATRIX_FAMILIES|COLLECTIVES|NCCL_API_COLLECTIVES)"
-                             r"(\s*:\s*[^=]+)?\s*=", re.M)
-    copies = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
-              if definitions.search(p.read_text()) and p.name != "vocabulary.py"]
+    definitions = re.compile(
+        r"^\s*_?(DTYPE_BYTES|KERNEL_FAMILIES|MATRIX_FAMILIES|COLLECTIVES|NCCL_API_COLLECTIVES)"
+        r"(\s*:\s*[^=]+)?\s*=",
+        re.M,
+    )
+    copies = [
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if definitions.search(p.read_text()) and p.name != "vocabulary.py"
+    ]
     assert copies == []
     spellings = re.compile(r'("c10::(?i:bfloat16)"|"ncclAllReduce"|"all_reduce")\s*:|:\s*"ncclAllReduce"')
-    copies = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
-              if spellings.search(p.read_text()) and p.name != "vocabulary.py"]
+    copies = [
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if spellings.search(p.read_text()) and p.name != "vocabulary.py"
+    ]
     assert copies == []

@@ -6,6 +6,7 @@ model. The global batch is fixed; micro-batches = global batch / (micro-batch si
 
     torchrun --nproc-per-node 8 fsdp_tp_gpt.py --tp 2 --mbs 2 --recompute mlp --sequence-parallel
 """
+
 import argparse
 import os
 
@@ -16,8 +17,13 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                               SequenceParallel, parallelize_module)
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
 from torch.utils.checkpoint import checkpoint
 
 p = argparse.ArgumentParser()
@@ -98,18 +104,28 @@ with torch.device("meta"):
     model = GPT()
 if args.tp > 1:
     seq_out = Shard(1) if sp else Replicate()
-    block_plan = {"attn.wq": ColwiseParallel(), "attn.wk": ColwiseParallel(), "attn.wv": ColwiseParallel(),
-                  "attn.wo": RowwiseParallel(output_layouts=seq_out),
-                  "mlp.w1": ColwiseParallel(), "mlp.w2": RowwiseParallel(output_layouts=seq_out)}
+    block_plan = {
+        "attn.wq": ColwiseParallel(),
+        "attn.wk": ColwiseParallel(),
+        "attn.wv": ColwiseParallel(),
+        "attn.wo": RowwiseParallel(output_layouts=seq_out),
+        "mlp.w1": ColwiseParallel(),
+        "mlp.w2": RowwiseParallel(output_layouts=seq_out),
+    }
     if sp:
         gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
         block_plan |= {"attn_norm": SequenceParallel(), "attn": gather, "mlp_norm": SequenceParallel(), "mlp": gather}
     for block in model.blocks:
         parallelize_module(block, mesh["tp"], block_plan)
-    parallelize_module(model, mesh["tp"], {
-        "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq_out),
-        **({"norm": SequenceParallel()} if sp else {}),
-        "head": ColwiseParallel(input_layouts=seq_out, output_layouts=Replicate())})
+    parallelize_module(
+        model,
+        mesh["tp"],
+        {
+            "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq_out),
+            **({"norm": SequenceParallel()} if sp else {}),
+            "head": ColwiseParallel(input_layouts=seq_out, output_layouts=Replicate()),
+        },
+    )
 dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}
 policy = MixedPrecisionPolicy(param_dtype=dtype[args.params], reduce_dtype=dtype[args.reduce])
 for block in model.blocks:

@@ -1,5 +1,6 @@
 """Only what every rank of a script pays before its first step: import torch, join the process group on
 the rank's device, leave (benchmarks/search.py --time-point)."""
+
 import os
 
 import torch

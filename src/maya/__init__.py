@@ -1,4 +1,5 @@
 """Maya: how fast, how much memory, how much money, and which training configuration is best."""
+
 from importlib.metadata import PackageNotFoundError, version
 
 try:

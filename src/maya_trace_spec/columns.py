@@ -4,6 +4,7 @@ The pyarrow schemas (`schema.py`), the pandera validation (`validation.py`) and 
 generated `SPEC.md` (`spec_doc.py`) are all derived from the `TABLES` defined here.
 This module imports only pyarrow, so GPU hosts can write traces without extra packages.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -62,10 +63,20 @@ RUN = Table(
     (
         _c("run_id", s, "Unique id of the run.", nullable=False),
         _c("created_at_ns", i64, "Creation time, Unix epoch nanoseconds.", nullable=False, minimum=0),
-        _c("source", s, "What produced the trace.", nullable=False,
-           allowed=("emulator", "profiler", "kineto-import", "synthetic")),
-        _c("status", s, "Capture state: `running` until the producer finishes.", nullable=False,
-           allowed=("running", "complete", "failed", "oom")),
+        _c(
+            "source",
+            s,
+            "What produced the trace.",
+            nullable=False,
+            allowed=("emulator", "profiler", "kineto-import", "synthetic"),
+        ),
+        _c(
+            "status",
+            s,
+            "Capture state: `running` until the producer finishes.",
+            nullable=False,
+            allowed=("running", "complete", "failed", "oom"),
+        ),
         _c("command", s, "Command line of the traced program (JSON list of strings)."),
         _c("hardware", s, "Hardware catalog name of the (virtual or real) GPUs, e.g. `h100-sxm`."),
         _c("world_size", i32, "Number of ranks of the job.", nullable=False, minimum=1),
@@ -93,8 +104,7 @@ DEVICES = Table(
         _c("sm_minor", i32, "Compute capability minor.", minimum=0),
         _c("sm_count", i32, "Number of streaming multiprocessors.", minimum=0),
         _c("memory_bytes", i64, "Device memory capacity.", minimum=0),
-        _c("represents", pa.list_(i32), "Ranks this captured rank stands for (deduplication); "
-           "null means only itself."),
+        _c("represents", pa.list_(i32), "Ranks this captured rank stands for (deduplication); null means only itself."),
         _c("hostname", s, "Host the rank ran on."),
         _c("pid", i64, "Process id.", minimum=0),
     ),
@@ -107,13 +117,22 @@ API_CALLS = Table(
     "enqueues device work (kernel, copy, collective) also carries that work's device interval.",
     (
         RANK,
-        _c("seq", i64, "Position of the call in the rank's stream of calls (0-based).", nullable=False,
-           minimum=0),
+        _c("seq", i64, "Position of the call in the rank's stream of calls (0-based).", nullable=False, minimum=0),
         _c("thread_id", i64, "Host thread that made the call."),
-        _c("api", s, "API function, e.g. `cudaLaunchKernel`, `cublasGemmEx`, `ncclAllReduce`; "
-           "`kernel`, `memcpy` or `memset` for device work with no host call.", nullable=False),
-        _c("domain", s, "Library the API belongs to.", nullable=False,
-           allowed=("runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "nvml", "device", "other")),
+        _c(
+            "api",
+            s,
+            "API function, e.g. `cudaLaunchKernel`, `cublasGemmEx`, `ncclAllReduce`; "
+            "`kernel`, `memcpy` or `memset` for device work with no host call.",
+            nullable=False,
+        ),
+        _c(
+            "domain",
+            s,
+            "Library the API belongs to.",
+            nullable=False,
+            allowed=("runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "nvml", "device", "other"),
+        ),
         _c("status", i32, "Return code (0 = success)."),
         _c("start_ns", i64, "Host start time, ns.", nullable=False),
         _c("duration_ns", i64, "Host duration, ns.", minimum=0),
@@ -121,8 +140,7 @@ API_CALLS = Table(
         _c("correlation_id", i64, "Links the host call to its device work.", cuda_name="correlation"),
         _c("op_id", i64, "Enclosing framework op (`ops.op_id`)."),
         _c("device", i32, "Device ordinal the call targets.", minimum=0),
-        _c("stream_id", i64, "Stream the work is enqueued on (0 = legacy default stream).",
-           cuda_name="stream"),
+        _c("stream_id", i64, "Stream the work is enqueued on (0 = legacy default stream).", cuda_name="stream"),
         _c("device_start_ns", i64, "Start of the device work, ns (measured or predicted)."),
         _c("device_duration_ns", i64, "Duration of the device work, ns.", minimum=0),
         _c("kernel_id", i64, "Launched kernel (`kernels.kernel_id`)."),
@@ -132,8 +150,7 @@ API_CALLS = Table(
         _c("block_x", i32, "Block size x.", minimum=0),
         _c("block_y", i32, "Block size y.", minimum=0),
         _c("block_z", i32, "Block size z.", minimum=0),
-        _c("shared_mem_bytes", i32, "Dynamic shared memory per block.", minimum=0,
-           cuda_name="shared memory"),
+        _c("shared_mem_bytes", i32, "Dynamic shared memory per block.", minimum=0, cuda_name="shared memory"),
         _c("registers_per_thread", i32, "Registers per thread (measured traces).", minimum=0),
         _c("gemm_m", i64, "GEMM m (cuBLAS column-major convention).", minimum=0),
         _c("gemm_n", i64, "GEMM n.", minimum=0),
@@ -146,28 +163,35 @@ API_CALLS = Table(
         _c("gemm_dtype_c", s, "Element type of C/D."),
         _c("gemm_compute_type", s, "Compute type, e.g. `fp32`, `tf32`."),
         _c("bytes", i64, "Bytes moved or set (memcpy/memset) or requested (allocation).", minimum=0),
-        _c("memcpy_kind", s, "Copy direction.",
-           allowed=("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "default")),
+        _c("memcpy_kind", s, "Copy direction.", allowed=("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "default")),
         _c("comm_id", s, "Communicator (`communicators.comm_id`)."),
         _c("collective_name", s, "Collective or p2p operation, e.g. `allreduce`, `send`."),
         _c("in_msg_nelems", i64, "Input element count.", minimum=0),
         _c("out_msg_nelems", i64, "Output element count.", minimum=0),
         _c("comm_dtype", s, "Element type of the collective."),
         _c("root_rank", i32, "Root rank within the communicator (broadcast/reduce).", minimum=0),
-        _c("peer_rank", i32, "Peer rank within the communicator (send/recv).", minimum=0,
-           cuda_name="src_rank/dst_rank"),
-        _c("comm_seq", i64, "Sequence number of the call on its communicator.", minimum=0,
-           cuda_name="seq"),
+        _c(
+            "peer_rank", i32, "Peer rank within the communicator (send/recv).", minimum=0, cuda_name="src_rank/dst_rank"
+        ),
+        _c("comm_seq", i64, "Sequence number of the call on its communicator.", minimum=0, cuda_name="seq"),
         _c("event_id", i64, "CUDA event recorded, waited on or synchronised."),
-        _c("data_dependent", b, "The call's result depends on device data the emulator does not "
-           "compute (e.g. `.item()`): the value returned was a stand-in."),
-        _c("args", s, "Other arguments as a JSON object (e.g. `attention` shapes of a cuDNN graph; "
-           "`cuda_graph_replay`: device work issued by a CUDA graph launch, as captured; `elements`: the "
-           "element count of a library kernel, e.g. one time step of a cuDNN RNN; `triton` (1.2): the arguments of "
-           "a Triton kernel's launch (Inductor's generated kernels, user kernels) — `args`, each argument by name in "
-           "the kernel's order, a tensor with its `dtype`, `shape` and `bytes` (elements x element size), a scalar "
-           "(`xnumel`, `r0_numel`, ...) with its `value`; `constexprs`, the compile-time constants by name where the "
-           "launcher knows them; `num_stages`)."),
+        _c(
+            "data_dependent",
+            b,
+            "The call's result depends on device data the emulator does not "
+            "compute (e.g. `.item()`): the value returned was a stand-in.",
+        ),
+        _c(
+            "args",
+            s,
+            "Other arguments as a JSON object (e.g. `attention` shapes of a cuDNN graph; "
+            "`cuda_graph_replay`: device work issued by a CUDA graph launch, as captured; `elements`: the "
+            "element count of a library kernel, e.g. one time step of a cuDNN RNN; `triton` (1.2): the arguments of "
+            "a Triton kernel's launch (Inductor's generated kernels, user kernels) — `args`, each argument by name in "
+            "the kernel's order, a tensor with its `dtype`, `shape` and `bytes` (elements x element size), a scalar "
+            "(`xnumel`, `r0_numel`, ...) with its `value`; `constexprs`, the compile-time constants by name where the "
+            "launcher knows them; `num_stages`).",
+        ),
     ),
     unique=("seq",),
 )
@@ -184,15 +208,28 @@ OPS = Table(
         _c("start_ns", i64, "Start, ns.", nullable=False),
         _c("end_ns", i64, "End, ns."),
         _c("time_source", s, "Where the times come from.", allowed=TIME_SOURCES),
-        _c("input_shapes", pa.list_(pa.list_(i64)), "Shape of each input (empty list: not a "
-           "tensor).", cuda_name="Input Dims"),
+        _c(
+            "input_shapes",
+            pa.list_(pa.list_(i64)),
+            "Shape of each input (empty list: not a tensor).",
+            cuda_name="Input Dims",
+        ),
         _c("input_dtypes", pa.list_(s), "Element type of each input.", cuda_name="Input type"),
         _c("module_path", s, "Dotted path of the enclosing nn.Module, e.g. `model.layers.3.mlp`."),
-        _c("phase", s, "Training phase; `eval`: a validation or evaluation forward pass (a model called in "
-           "eval mode or under inference mode), not part of a training iteration.", allowed=PHASES),
+        _c(
+            "phase",
+            s,
+            "Training phase; `eval`: a validation or evaluation forward pass (a model called in "
+            "eval mode or under inference mode), not part of a training iteration.",
+            allowed=PHASES,
+        ),
         _c("iteration", i32, "Training iteration (optimizer steps so far).", minimum=0),
-        _c("seq_nr", i64, "Autograd sequence number linking a backward op to its forward op.",
-           cuda_name="Sequence number"),
+        _c(
+            "seq_nr",
+            i64,
+            "Autograd sequence number linking a backward op to its forward op.",
+            cuda_name="Sequence number",
+        ),
     ),
     unique=("op_id",),
 )
@@ -205,9 +242,24 @@ KERNELS = Table(
         _c("kernel_id", i64, "Id referenced by `api_calls.kernel_id`.", nullable=False, minimum=0),
         _c("name", s, "Kernel name as registered (mangled where available).", nullable=False),
         _c("demangled", s, "Demangled name."),
-        _c("family", s, "Kernel family used by the estimators.",
-           allowed=("gemm", "attention", "elementwise", "reduction", "normalization", "softmax",
-                    "embedding", "optimizer", "copy", "collective", "other")),
+        _c(
+            "family",
+            s,
+            "Kernel family used by the estimators.",
+            allowed=(
+                "gemm",
+                "attention",
+                "elementwise",
+                "reduction",
+                "normalization",
+                "softmax",
+                "embedding",
+                "optimizer",
+                "copy",
+                "collective",
+                "other",
+            ),
+        ),
         _c("library", s, "Library that owns the kernel, e.g. `torch`, `cublas`, `nccl`, `triton`."),
     ),
     unique=("kernel_id",),
@@ -223,8 +275,12 @@ COMMUNICATORS = Table(
         _c("comm_size", i32, "Number of members.", nullable=False, minimum=1),
         _c("pg_name", s, "Process-group name.", cuda_name="Process Group Name"),
         _c("pg_desc", s, "Process-group description.", cuda_name="Process Group Description"),
-        _c("ranks", pa.list_(i32), "Global ranks of the members, by comm_rank (when known).",
-           cuda_name="Process Group Ranks"),
+        _c(
+            "ranks",
+            pa.list_(i32),
+            "Global ranks of the members, by comm_rank (when known).",
+            cuda_name="Process Group Ranks",
+        ),
         _c("device", i32, "Device ordinal.", minimum=0),
     ),
     unique=("comm_id",),
@@ -243,14 +299,11 @@ MEMORY_EVENTS = Table(
         _c("bytes", i64, "Size (requested size for `oom`).", nullable=False, minimum=0),
         _c("device", i32, "Device ordinal.", minimum=0),
         _c("stream_id", i64, "Stream for stream-ordered allocations."),
-        _c("allocated_bytes", i64, "Device bytes allocated after the event.", minimum=0,
-           cuda_name="Total Allocated"),
+        _c("allocated_bytes", i64, "Device bytes allocated after the event.", minimum=0, cuda_name="Total Allocated"),
         _c("api_seq", i64, "The `api_calls.seq` of the call behind the event."),
         _c("op_id", i64, "Enclosing framework op."),
     ),
     unique=("seq",),
 )
 
-TABLES: dict[str, Table] = {
-    t.name: t for t in (RUN, DEVICES, API_CALLS, OPS, KERNELS, COMMUNICATORS, MEMORY_EVENTS)
-}
+TABLES: dict[str, Table] = {t.name: t for t in (RUN, DEVICES, API_CALLS, OPS, KERNELS, COMMUNICATORS, MEMORY_EVENTS)}

@@ -1,4 +1,5 @@
 """DuckDB views over a run directory: `api_calls`, `kernels`, ... queryable by name."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,12 +40,18 @@ def register_run(con, run_dir: str | Path, *, validate: bool = True, prefix: str
             names.append(view)
             continue
         present = {n for f in files for n in pq.read_schema(f).names}
-        cols = ", ".join(f'"{c.name}"' if c.name in present or (spec.per_rank and c.name == "rank")
-                         else f'CAST(NULL AS {_duckdb_type(c.type)}) AS "{c.name}"' for c in spec.columns)
+        cols = ", ".join(
+            f'"{c.name}"'
+            if c.name in present or (spec.per_rank and c.name == "rank")
+            else f'CAST(NULL AS {_duckdb_type(c.type)}) AS "{c.name}"'
+            for c in spec.columns
+        )
         listed = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
         hive = ", hive_partitioning = true, hive_types = {'rank': INTEGER}" if spec.per_rank else ""
-        con.execute(f'CREATE OR REPLACE TEMP VIEW "{view}" AS SELECT {cols} FROM read_parquet('
-                    f"{listed}, union_by_name = true{hive})")
+        con.execute(
+            f'CREATE OR REPLACE TEMP VIEW "{view}" AS SELECT {cols} FROM read_parquet('
+            f"{listed}, union_by_name = true{hive})"
+        )
         names.append(view)
     return names
 

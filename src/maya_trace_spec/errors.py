@@ -1,4 +1,5 @@
 """Errors raised when a trace cannot be read or is not valid. Each names the file and the problem."""
+
 from __future__ import annotations
 
 from pathlib import Path

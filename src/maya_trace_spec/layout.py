@@ -7,6 +7,7 @@
 
 Hidden names (a leading dot) are writers' temporary files: readers never pick them up.
 """
+
 from __future__ import annotations
 
 import re

@@ -4,9 +4,10 @@ A migration upgrades one table from major `N` to `N + 1`. Readers apply the chai
 registered migrations to files of older majors; with no path to the current major the file
 is rejected with a clear error. `maya trace migrate` rewrites a run in place (atomically).
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 

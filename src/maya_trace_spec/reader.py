@@ -1,11 +1,12 @@
 """Reading trace runs: each file's identity and version checked, older versions migrated, every table
 conformed to the current spec; `migrate_run` rewrites a run's older files in place."""
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -62,11 +63,17 @@ def inspect_file(path: str | Path, expect_table: str | None = None) -> FileInfo:
         raise TraceSchemaError(path, f"unknown table {table!r}")
     info = FileInfo(path, table, version, meta.num_rows)
     if info.major > CURRENT_MAJOR:
-        raise TraceVersionError(path, f"written with maya_trace_spec {version}, a newer major version "
-                                      f"than this reader's {SPEC_VERSION}: upgrade Maya to read it")
+        raise TraceVersionError(
+            path,
+            f"written with maya_trace_spec {version}, a newer major version "
+            f"than this reader's {SPEC_VERSION}: upgrade Maya to read it",
+        )
     if info.major < CURRENT_MAJOR and not migrations.can_migrate(info.major, CURRENT_MAJOR):
-        raise TraceVersionError(path, f"written with maya_trace_spec {version}; no migration from "
-                                      f"major {info.major} to {CURRENT_MAJOR} is available")
+        raise TraceVersionError(
+            path,
+            f"written with maya_trace_spec {version}; no migration from "
+            f"major {info.major} to {CURRENT_MAJOR} is available",
+        )
     return info
 
 
@@ -80,14 +87,16 @@ def read_file(path: str | Path, expect_table: str | None = None) -> pa.Table:
     except (pa.ArrowException, OSError) as e:
         raise TraceCorruptError(path, f"damaged Parquet data: {e}") from None
     if table.num_rows != info.num_rows:
-        raise TraceCorruptError(path, f"damaged Parquet footer: it counts {info.num_rows} rows, its row groups "
-                                      f"{table.num_rows}")
+        raise TraceCorruptError(
+            path, f"damaged Parquet footer: it counts {info.num_rows} rows, its row groups {table.num_rows}"
+        )
     table = table.replace_schema_metadata(None)
     if info.major < CURRENT_MAJOR:
         table = migrations.migrate(info.table, table, info.major, CURRENT_MAJOR)
         return _conform_checked(path, info.table, table, newer_minor=False, older_minor=True)
-    return _conform_checked(path, info.table, table, newer_minor=info.minor > CURRENT_MINOR,
-                            older_minor=info.minor < CURRENT_MINOR)
+    return _conform_checked(
+        path, info.table, table, newer_minor=info.minor > CURRENT_MINOR, older_minor=info.minor < CURRENT_MINOR
+    )
 
 
 def _conform_checked(path: Path, name: str, table: pa.Table, *, newer_minor: bool, older_minor: bool) -> pa.Table:
@@ -123,8 +132,9 @@ def read_table(run_dir: str | Path, name: str, ranks: Iterable[int] | None = Non
             continue
         t = read_file(path, expect_table=name)
         if rank is not None:
-            t = t.add_column(0, pa.field("rank", pa.int32(), nullable=False),
-                             pa.repeat(pa.scalar(rank, pa.int32()), t.num_rows))
+            t = t.add_column(
+                0, pa.field("rank", pa.int32(), nullable=False), pa.repeat(pa.scalar(rank, pa.int32()), t.num_rows)
+            )
         pieces.append(t.cast(arrow_schema(name)))
     if not pieces:
         return empty_table(name)
@@ -145,8 +155,7 @@ class Run:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted({r for name, spec in TABLES.items() if spec.per_rank
-                       for r, _ in table_files(self.path, name)})
+        return sorted({r for name, spec in TABLES.items() if spec.per_rank for r, _ in table_files(self.path, name)})
 
     def table(self, name: str, ranks: Iterable[int] | None = None) -> pa.Table:
         return read_table(self.path, name, ranks)

@@ -1,4 +1,5 @@
 """pyarrow schemas derived from `columns.TABLES`, with the spec version in their metadata."""
+
 from __future__ import annotations
 
 import pyarrow as pa

@@ -1,4 +1,5 @@
 """Generates SPEC.md from `columns.TABLES`: `python -m maya_trace_spec.spec_doc > maya_trace_spec/SPEC.md`."""
+
 from __future__ import annotations
 
 from .columns import SPEC_VERSION, TABLES
@@ -59,8 +60,7 @@ def render() -> str:
             if c.allowed:
                 cons.append("one of " + ", ".join(f"`{a}`" for a in c.allowed))
             doc = c.doc + (f" (CUPTI/Kineto: `{c.cuda_name}`)" if c.cuda_name else "")
-            out.append(f"| `{c.name}` | `{c.type}` | {'yes' if not c.nullable else ''} | "
-                       f"{'; '.join(cons)} | {doc} |\n")
+            out.append(f"| `{c.name}` | `{c.type}` | {'yes' if not c.nullable else ''} | {'; '.join(cons)} | {doc} |\n")
         out.append("\n")
     return "".join(out).rstrip() + "\n"
 

@@ -1,8 +1,9 @@
 """Row-level validation of a run with pandera, derived from `columns.TABLES`, plus cross-table checks."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pandera.pandas as pa
@@ -22,7 +23,7 @@ class Problem:
         return f"{self.path}: {self.problem}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def dataframe_schema(name: str) -> pa.DataFrameSchema:
     """The pandera schema of one file of table `name` (per-rank files have no `rank` column)."""
     table = TABLES[name]
@@ -55,6 +56,7 @@ def validate_file(path: Path, name: str) -> list[Problem]:
 def _nullable_types(arrow_type):
     import pandas as pd
     import pyarrow as pyarrow
+
     if pyarrow.types.is_integer(arrow_type) or pyarrow.types.is_boolean(arrow_type):
         return pd.ArrowDtype(arrow_type)
     return None
@@ -106,16 +108,19 @@ def _reference_problems(run: Run) -> list[Problem]:
     for src, col, dst, key in checks:
         n, example = con.execute(
             f"SELECT count(*), any_value(s.{col}) FROM {src} s ANTI JOIN {dst} d "
-            f"ON s.rank = d.rank AND s.{col} = d.{key} WHERE s.{col} IS NOT NULL").fetchone()
+            f"ON s.rank = d.rank AND s.{col} = d.{key} WHERE s.{col} IS NOT NULL"
+        ).fetchone()
         if n:
-            out.append(Problem(str(run.path / src), f"{n} row(s) reference a missing {dst}.{key} "
-                                                    f"(e.g. {col}={example!r})"))
+            out.append(
+                Problem(str(run.path / src), f"{n} row(s) reference a missing {dst}.{key} (e.g. {col}={example!r})")
+            )
     for name in TABLES:
         spec = TABLES[name]
         if spec.per_rank and len(spec.unique) == 1:
             key = spec.unique[0]
-            n = con.execute(f"SELECT count(*) FROM (SELECT rank, {key} FROM {name} GROUP BY ALL "
-                            f"HAVING count(*) > 1)").fetchone()[0]
+            n = con.execute(
+                f"SELECT count(*) FROM (SELECT rank, {key} FROM {name} GROUP BY ALL HAVING count(*) > 1)"
+            ).fetchone()[0]
             if n:
                 out.append(Problem(str(run.path / name), f"{n} duplicate {key} value(s) within a rank"))
     con.close()

@@ -4,12 +4,23 @@ their sizes, collective names, and the classification of kernels by name.
 Pure Python (the standard library only), so GPU hosts and the trace core can use it with nothing else
 installed. Every other module takes these names from here instead of keeping a copy.
 """
+
 from __future__ import annotations
 
 import re
 
-KERNEL_FAMILIES: tuple[str, ...] = ("gemm", "attention", "elementwise", "reduction", "normalization", "softmax",
-                                    "embedding", "optimizer", "copy", "other")
+KERNEL_FAMILIES: tuple[str, ...] = (
+    "gemm",
+    "attention",
+    "elementwise",
+    "reduction",
+    "normalization",
+    "softmax",
+    "embedding",
+    "optimizer",
+    "copy",
+    "other",
+)
 """Families of device work the estimators price, one predictor each (`kernels.family` adds `collective`)."""
 COLLECTIVE_FAMILY = "collective"
 """`kernels.family` of NCCL's kernels: priced by the collective model, not as kernel work."""
@@ -17,8 +28,19 @@ MATRIX_FAMILIES: tuple[str, ...] = ("gemm", "attention")
 """Families whose work is matrix products: shaped by `m`, `n`, `k`, and run on the tensor cores (the
 dtype's tensor-core peak applies; the other families run on the fp32 pipes)."""
 
-DTYPE_BYTES: dict[str, int] = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1,
-                               "u8": 1, "int32": 4, "int64": 8, "bool": 1}
+DTYPE_BYTES: dict[str, int] = {
+    "fp64": 8,
+    "fp32": 4,
+    "tf32": 4,
+    "bf16": 2,
+    "fp16": 2,
+    "fp8": 1,
+    "int8": 1,
+    "u8": 1,
+    "int32": 4,
+    "int64": 8,
+    "bool": 1,
+}
 """Element size of every dtype name Maya uses (`tf32`: fp32 storage on the TF32 tensor-core path; `u8`: raw bytes)."""
 
 _DTYPE_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -27,8 +49,18 @@ _DTYPE_SPELLINGS: dict[str, tuple[str, ...]] = {
     "tf32": ("tf32",),
     "fp16": ("fp16", "f16", "float16", "half"),
     "bf16": ("bf16", "bfloat16"),
-    "fp8": ("fp8", "float8", "fp8e4m3", "fp8e5m2", "float8e4m3", "float8e5m2", "float8e4m3fn", "float8e5m2fn",
-            "float8e4m3fnuz", "float8e5m2fnuz"),
+    "fp8": (
+        "fp8",
+        "float8",
+        "fp8e4m3",
+        "fp8e5m2",
+        "float8e4m3",
+        "float8e5m2",
+        "float8e4m3fn",
+        "float8e5m2fn",
+        "float8e4m3fnuz",
+        "float8e5m2fnuz",
+    ),
     "int8": ("int8", "i8", "char", "signedchar"),
     "u8": ("u8", "uint8", "unsignedchar", "byte"),
     "int32": ("int32", "i32", "int", "uint32", "u32"),
@@ -57,15 +89,33 @@ def dtype_bytes(raw: object, default: int | None = None) -> int | None:
 
 
 NCCL_API_COLLECTIVES: dict[str, str] = {
-    "ncclAllReduce": "allreduce", "ncclReduce": "reduce", "ncclBroadcast": "broadcast",
-    "ncclAllGather": "allgather", "ncclReduceScatter": "reducescatter", "ncclAlltoAll": "alltoall",
-    "ncclGather": "gather", "ncclScatter": "scatter", "ncclSend": "send", "ncclRecv": "recv"}
+    "ncclAllReduce": "allreduce",
+    "ncclReduce": "reduce",
+    "ncclBroadcast": "broadcast",
+    "ncclAllGather": "allgather",
+    "ncclReduceScatter": "reducescatter",
+    "ncclAlltoAll": "alltoall",
+    "ncclGather": "gather",
+    "ncclScatter": "scatter",
+    "ncclSend": "send",
+    "ncclRecv": "recv",
+}
 """NCCL API -> `api_calls.collective_name`."""
-COLLECTIVES: tuple[str, ...] = ("allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "reduce",
-                                "gather", "scatter", "barrier", "send", "recv")
+COLLECTIVES: tuple[str, ...] = (
+    "allreduce",
+    "reducescatter",
+    "allgather",
+    "alltoall",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "barrier",
+    "send",
+    "recv",
+)
 """Trace collective names, in the order `collective_name` matches them (longer names first)."""
-_COLLECTIVE_FRAGMENTS = (*((c, c) for c in COLLECTIVES[:5]), ("bcast", "broadcast"),
-                         *((c, c) for c in COLLECTIVES[5:]))
+_COLLECTIVE_FRAGMENTS = (*((c, c) for c in COLLECTIVES[:5]), ("bcast", "broadcast"), *((c, c) for c in COLLECTIVES[5:]))
 
 
 def collective_name(raw: object) -> str | None:
@@ -98,7 +148,13 @@ def classify_kernel(name: str) -> dict[str, str]:
     """Kernel family and library (`nccl`, `cublas`, `triton`, `torch`) guessed from a kernel's name."""
     lower = name.lower()
     family = next((f for f, pattern in _KERNEL_PATTERNS if pattern.search(lower)), "other")
-    library = ("nccl" if family == COLLECTIVE_FAMILY
-               else "cublas" if family == "gemm" and _CUBLAS.search(lower)
-               else "triton" if lower.startswith("triton") else "torch")
+    library = (
+        "nccl"
+        if family == COLLECTIVE_FAMILY
+        else "cublas"
+        if family == "gemm" and _CUBLAS.search(lower)
+        else "triton"
+        if lower.startswith("triton")
+        else "torch"
+    )
     return {"family": family, "library": library}

@@ -2,14 +2,15 @@
 atomically (a hidden temporary name renamed into place), so a crash never leaves a half-written file
 under a name that readers pick up. Every file carries the spec version and its table name in the
 Parquet key-value metadata."""
+
 from __future__ import annotations
 
 import inspect
 import os
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,11 +43,11 @@ def conform(name: str, data: pa.Table | Mapping[str, Iterable], *, with_rank: bo
                 try:
                     col = col.cast(fld.type, safe=True)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise TraceSchemaError(name, f"column {fld.name!r} of type {col.type} does not "
-                                                 f"convert to {fld.type}: {e}") from None
+                    raise TraceSchemaError(
+                        name, f"column {fld.name!r} of type {col.type} does not convert to {fld.type}: {e}"
+                    ) from None
             if not fld.nullable and col.null_count:
-                raise TraceSchemaError(name, f"column {fld.name!r} is required but has "
-                                             f"{col.null_count} null value(s)")
+                raise TraceSchemaError(name, f"column {fld.name!r} is required but has {col.null_count} null value(s)")
         else:
             if not fld.nullable:
                 raise TraceSchemaError(name, f"required column {fld.name!r} is missing")
@@ -56,8 +57,11 @@ def conform(name: str, data: pa.Table | Mapping[str, Iterable], *, with_rank: bo
 
 
 _KEYED = ("start_ns", "ts_ns", "correlation_id")
-_PAGE_ROWS = ({"max_rows_per_page": ROW_GROUP_ROWS}
-              if "max_rows_per_page" in inspect.signature(pq.ParquetWriter).parameters else {})
+_PAGE_ROWS = (
+    {"max_rows_per_page": ROW_GROUP_ROWS}
+    if "max_rows_per_page" in inspect.signature(pq.ParquetWriter).parameters
+    else {}
+)
 """One data page per column chunk (up to the 1 MiB page size), where this pyarrow has the setting."""
 
 
@@ -82,8 +86,7 @@ def _encoding_options(schema: pa.Schema) -> dict:
     enums = {c.name for c in spec.columns if c.allowed} if spec else set()
     keyed = set(_KEYED) | set(spec.unique if spec else ())
     return {
-        "use_dictionary": [f.name for f in schema
-                           if _is_string(f.type) and (not f.nullable or f.name in enums)],
+        "use_dictionary": [f.name for f in schema if _is_string(f.type) and (not f.nullable or f.name in enums)],
         "column_encoding": {f.name: "DELTA_BINARY_PACKED" for f in schema if pa.types.is_integer(f.type)},
         "write_statistics": [f.name for f in schema if f.name in keyed],
         **_PAGE_ROWS,
@@ -112,8 +115,14 @@ def atomic_path(final: Path, *, replace: bool = True) -> Iterator[Path]:
 def atomic_write(table: pa.Table, final: Path, *, replace: bool) -> Path:
     """Write `table` as a zstd Parquet file at `final`, atomically (see `atomic_path`)."""
     with atomic_path(final, replace=replace) as tmp:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS, write_page_checksum=True,
-                       **_encoding_options(table.schema))
+        pq.write_table(
+            table,
+            tmp,
+            compression="zstd",
+            row_group_size=ROW_GROUP_ROWS,
+            write_page_checksum=True,
+            **_encoding_options(table.schema),
+        )
     return final
 
 

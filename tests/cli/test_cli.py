@@ -1,10 +1,11 @@
 """The `maya` CLI: version, read-only SQL, trace validation and migration, the demo."""
+
 import json
 
 import pytest
+from conftest import tree_digest
 from typer.testing import CliRunner
 
-from conftest import tree_digest
 from maya import __version__
 from maya.cli import app
 from maya.core.warehouse import register_run
@@ -23,14 +24,27 @@ def test_version():
 
 
 def test_sql_over_trace_views(run_dir):
-    r = maya("sql", "SELECT rank, count(*) AS n FROM api_calls GROUP BY rank ORDER BY rank",
-             "--trace", run_dir, "--format", "json")
+    r = maya(
+        "sql",
+        "SELECT rank, count(*) AS n FROM api_calls GROUP BY rank ORDER BY rank",
+        "--trace",
+        run_dir,
+        "--format",
+        "json",
+    )
     assert r.exit_code == 0, r.output
     expected = read_table(run_dir, "api_calls").group_by("rank").aggregate([("seq", "count")])
-    assert json.loads(r.stdout) == [{"rank": rk, "n": n} for rk, n in
-                                    sorted(zip(*expected.to_pydict().values()), key=lambda x: x[0])]
-    r = maya("sql", "SELECT name, family FROM kernels WHERE rank = 0 ORDER BY kernel_id LIMIT 2",
-             "--trace", run_dir, "--format", "csv")
+    assert json.loads(r.stdout) == [
+        {"rank": rk, "n": n} for rk, n in sorted(zip(*expected.to_pydict().values()), key=lambda x: x[0])
+    ]
+    r = maya(
+        "sql",
+        "SELECT name, family FROM kernels WHERE rank = 0 ORDER BY kernel_id LIMIT 2",
+        "--trace",
+        run_dir,
+        "--format",
+        "csv",
+    )
     assert r.exit_code == 0 and r.stdout.splitlines()[0] == "name,family"
     assert r.stdout.splitlines()[1].endswith(",gemm")
     r = maya("sql", "SELECT count(*) FROM memory_events", "--trace", run_dir)
@@ -45,18 +59,21 @@ def test_sql_over_warehouse(run_dir, maya_home):
     assert json.loads(r.stdout) == [{"source": "synthetic", "ranks": 2, "api_calls": 1000}]
 
 
-@pytest.mark.parametrize("query, refused", [
-    ("INSERT INTO runs VALUES (1)", "INSERT statements are refused"),
-    ("COPY (SELECT * FROM api_calls) TO '{run}/leak.csv'", "COPY statements are refused"),
-    ("ATTACH '{run}/other.duckdb' AS o", "ATTACH statements are refused"),
-    ("INSTALL httpfs", "INSTALL/LOAD statements are refused"),
-    ("CREATE TABLE t AS SELECT 1", "CREATE statements are refused"),
-    ("SELECT 1; DELETE FROM runs", "DELETE statements are refused"),
-    ("SET enable_external_access = true", "SET statements are refused"),
-    ("EXPLAIN ANALYZE SELECT 1", "EXPLAIN ANALYZE"),
-    ("SELECT * FROM read_csv('{outside}')", "only reads Maya's data directories"),
-    ("SELECT * FROM glob('{outside_dir}/*')", "only reads Maya's data directories"),
-])
+@pytest.mark.parametrize(
+    "query, refused",
+    [
+        ("INSERT INTO runs VALUES (1)", "INSERT statements are refused"),
+        ("COPY (SELECT * FROM api_calls) TO '{run}/leak.csv'", "COPY statements are refused"),
+        ("ATTACH '{run}/other.duckdb' AS o", "ATTACH statements are refused"),
+        ("INSTALL httpfs", "INSTALL/LOAD statements are refused"),
+        ("CREATE TABLE t AS SELECT 1", "CREATE statements are refused"),
+        ("SELECT 1; DELETE FROM runs", "DELETE statements are refused"),
+        ("SET enable_external_access = true", "SET statements are refused"),
+        ("EXPLAIN ANALYZE SELECT 1", "EXPLAIN ANALYZE"),
+        ("SELECT * FROM read_csv('{outside}')", "only reads Maya's data directories"),
+        ("SELECT * FROM glob('{outside_dir}/*')", "only reads Maya's data directories"),
+    ],
+)
 def test_sql_refuses_writes_and_outside_files(run_dir, maya_home, tmp_path_factory, query, refused):
     register_run(run_dir)
     outside_dir = tmp_path_factory.mktemp("outside")
@@ -102,14 +119,21 @@ def test_trace_migrate_current_run_is_a_no_op(run_dir):
     assert tree_digest(run_dir) == before
 
 
-@pytest.mark.parametrize("command, expected", [
-    (["torchrun", "--standalone", "--nproc_per_node=4", "train.py", "config/x.py", "--compile=False"],
-     (["train.py", "config/x.py", "--compile=False"], (1, 4))),
-    (["/usr/bin/torchrun", "--nnodes", "1:2", "--nproc-per-node", "8", "-m", "torchtitan.train", "--x"],
-     (["-m", "torchtitan.train", "--x"], (2, 8))),
-    (["python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"], (["train.py"], (1, 2))),
-    (["python", "train.py", "--nproc_per_node", "2"], (["python", "train.py", "--nproc_per_node", "2"], None)),
-])
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        (
+            ["torchrun", "--standalone", "--nproc_per_node=4", "train.py", "config/x.py", "--compile=False"],
+            (["train.py", "config/x.py", "--compile=False"], (1, 4)),
+        ),
+        (
+            ["/usr/bin/torchrun", "--nnodes", "1:2", "--nproc-per-node", "8", "-m", "torchtitan.train", "--x"],
+            (["-m", "torchtitan.train", "--x"], (2, 8)),
+        ),
+        (["python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"], (["train.py"], (1, 2))),
+        (["python", "train.py", "--nproc_per_node", "2"], (["python", "train.py", "--nproc_per_node", "2"], None)),
+    ],
+)
 def test_torchrun_commands_give_the_script_and_the_jobs_shape(command, expected):
     """`maya emulate -- torchrun ...` as training READMEs write the launch (nanoGPT's `torchrun --standalone
     --nproc_per_node=4 train.py`): torchrun's own parser reads it."""
@@ -118,12 +142,15 @@ def test_torchrun_commands_give_the_script_and_the_jobs_shape(command, expected)
     assert torchrun_command(command) == expected
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--nproc-per-node", "4", "--", "torchrun", "--nproc_per_node=2", "x.py"], "give the job's shape once"),
-    (["--", "torchrun", "--nproc_per_node=gpu", "x.py"], "give the number of GPUs per node"),
-    (["--", "torchrun", "--no-python", "x.py"], "runs Python scripts"),
-    (["--", "accelerate", "launch", "--num_processes", "2", "x.py"], "a launcher, which maya does not run"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--nproc-per-node", "4", "--", "torchrun", "--nproc_per_node=2", "x.py"], "give the job's shape once"),
+        (["--", "torchrun", "--nproc_per_node=gpu", "x.py"], "give the number of GPUs per node"),
+        (["--", "torchrun", "--no-python", "x.py"], "runs Python scripts"),
+        (["--", "accelerate", "launch", "--num_processes", "2", "x.py"], "a launcher, which maya does not run"),
+    ],
+)
 def test_torchrun_commands_maya_cannot_take_are_refused(args, message):
     r = maya("emulate", *args)
     assert r.exit_code == 2 and message in r.stderr

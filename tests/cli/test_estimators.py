@@ -1,4 +1,5 @@
 """`maya estimators`: train, list, show, eval (MAPE checked by hand) and clear errors."""
+
 import re
 
 import pandas as pd
@@ -49,8 +50,18 @@ def test_eval_mape_matches_a_hand_computation(trained, test_rows, tmp_path):
     r = maya("estimators", "eval", "--dataset", dataset, "--version", "v1")
     assert r.exit_code == 0, r.output
     # NeuSight's bmm is [m, n] x [n, k] row-major: in the call frame's (cuBLAS) sizes m = its k, n = its m
-    calls = pd.DataFrame({"hardware": rows["device"], "family": "gemm", "op": "bmm", "dtype": "fp32",
-                          "batch": rows["b"], "m": rows["k"], "n": rows["m"], "k": rows["n"]})
+    calls = pd.DataFrame(
+        {
+            "hardware": rows["device"],
+            "family": "gemm",
+            "op": "bmm",
+            "dtype": "fp32",
+            "batch": rows["b"],
+            "m": rows["k"],
+            "n": rows["m"],
+            "k": rows["n"],
+        }
+    )
     predicted = Registry().load("v1").predict(calls)["isolated_ns"].to_numpy()  # NeuSight timed calls alone
     measured = rows["latency_ms"].to_numpy() * 1e6
     by_hand = sum(abs(p - m) / m for p, m in zip(predicted, measured)) / 3

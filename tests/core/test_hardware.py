@@ -1,4 +1,5 @@
 """The hardware catalog: complete, consistent, and addressable by catalog or device name."""
+
 import json
 import re
 
@@ -8,8 +9,18 @@ import pytest
 from maya.core import hardware
 from maya.core.paths import data_dir
 
-REQUIRED = {"h100-sxm", "h100-pcie", "h200", "a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-80gb",
-            "a100-pcie-40gb", "v100-sxm-32gb", "l4", "b200"}
+REQUIRED = {
+    "h100-sxm",
+    "h100-pcie",
+    "h200",
+    "a100-sxm-80gb",
+    "a100-sxm-40gb",
+    "a100-pcie-80gb",
+    "a100-pcie-40gb",
+    "v100-sxm-32gb",
+    "l4",
+    "b200",
+}
 
 
 def test_catalog_covers_required_gpus_with_sources():
@@ -31,8 +42,24 @@ def test_lookup_by_device_name_and_unknown():
         hardware.get("h300")
 
 
-RENTED = {"a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "a800-sxm-80gb", "a10", "a40", "l4",
-          "l40s", "h100-sxm", "h100-pcie", "h100-nvl", "h800", "h20", "h200", "b200"}
+RENTED = {
+    "a100-sxm-40gb",
+    "a100-sxm-80gb",
+    "a100-pcie-40gb",
+    "a100-pcie-80gb",
+    "a800-sxm-80gb",
+    "a10",
+    "a40",
+    "l4",
+    "l40s",
+    "h100-sxm",
+    "h100-pcie",
+    "h100-nvl",
+    "h800",
+    "h20",
+    "h200",
+    "b200",
+}
 
 
 def test_catalog_covers_the_rented_data_centre_parts_and_every_device_in_the_shipped_data():
@@ -55,20 +82,44 @@ def _write(tmp_path, name: str, text: str):
 
 
 def test_a_part_of_ones_own_from_a_yaml_file_based_on_a_catalog_part(tmp_path):
-    path = _write(tmp_path, "h100-96.yaml", "name: h100-96gb-hbm2e\nbased_on: h100-sxm\nmemory_gb: 96\n"
-                                             "memory_bandwidth_gbs: 2400\ntdp_w: 500\npeak_tflops: {fp8: 1500}\n")
+    path = _write(
+        tmp_path,
+        "h100-96.yaml",
+        "name: h100-96gb-hbm2e\nbased_on: h100-sxm\nmemory_gb: 96\n"
+        "memory_bandwidth_gbs: 2400\ntdp_w: 500\npeak_tflops: {fp8: 1500}\n",
+    )
     hw = hardware.get(path)
     h100 = hardware.get("h100-sxm")
     assert (hw.name, hw.memory_bytes, hw.memory_bandwidth_gbs, hw.tdp_w) == ("h100-96gb-hbm2e", 96e9, 2400, 500)
-    assert (hw.sm_count, hw.peak_flops("bf16"), hw.peak_flops("fp8")) == (h100.sm_count, h100.peak_flops("bf16"), 1.5e15)
+    assert (hw.sm_count, hw.peak_flops("bf16"), hw.peak_flops("fp8")) == (
+        h100.sm_count,
+        h100.peak_flops("bf16"),
+        1.5e15,
+    )
     assert hardware.get("h100-96gb-hbm2e") == hw and "h100-96gb-hbm2e" in hardware.names()  # known by name now
 
 
 def test_a_part_of_ones_own_from_a_json_file_with_every_field(tmp_path):
-    path = _write(tmp_path, "x.json", json.dumps({
-        "name": "x1000", "sm_major": 8, "sm_minor": 0, "sm_count": 100, "memory_bytes": 4e10,
-        "memory_bandwidth_gbs": 1500, "memory_bus_width_bits": 5120, "memory_clock_mhz": 1200, "l2_bytes": 4e7,
-        "boost_clock_mhz": 1400, "tdp_w": 300, "peak_tflops": {"fp32": 19.5, "bf16": 300}}))
+    path = _write(
+        tmp_path,
+        "x.json",
+        json.dumps(
+            {
+                "name": "x1000",
+                "sm_major": 8,
+                "sm_minor": 0,
+                "sm_count": 100,
+                "memory_bytes": 4e10,
+                "memory_bandwidth_gbs": 1500,
+                "memory_bus_width_bits": 5120,
+                "memory_clock_mhz": 1200,
+                "l2_bytes": 4e7,
+                "boost_clock_mhz": 1400,
+                "tdp_w": 300,
+                "peak_tflops": {"fp32": 19.5, "bf16": 300},
+            }
+        ),
+    )
     hw = hardware.get(path)
     a100 = hardware.get("a100-sxm-80gb")
     assert (hw.device_name, hw.nvlink_gbs, hw.memory_bytes) == ("x1000", 0.0, 40_000_000_000)
@@ -76,18 +127,21 @@ def test_a_part_of_ones_own_from_a_json_file_with_every_field(tmp_path):
     assert "x.json" in hw.source
 
 
-@pytest.mark.parametrize("text, message", [
-    ("name: a\nsm_major: 9\nsm_minor: 0\n", "missing field(s) sm_count, memory_bytes"),
-    ("name: a\nbased_on: h100-sxm\nsm_count: -4\n", "sm_count must be positive, got -4"),
-    ("name: a\nbased_on: h100-sxm\nsm_count: many\n", "sm_count must be a number, got 'many'"),
-    ("name: a\nbased_on: h100-sxm\nsm_count: 10.5\n", "sm_count must be a whole number"),
-    ("name: a\nbased_on: h100-sxm\nmemory: 80\n", "unknown field(s) memory; known: name"),
-    ("name: a\nbased_on: h100-sxm\npeak_tflops: {fp17: 3}\n", "peak_tflops has unknown dtype(s) fp17"),
-    ("name: a\nbased_on: h300\n", "based_on 'h300' is not a catalog part"),
-    ("name: h100-sxm\nbased_on: h100-sxm\n", "name 'h100-sxm' is a catalog part"),
-    ("- just\n- a list\n", "expected a mapping of fields"),
-    ("name: [unclosed\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("name: a\nsm_major: 9\nsm_minor: 0\n", "missing field(s) sm_count, memory_bytes"),
+        ("name: a\nbased_on: h100-sxm\nsm_count: -4\n", "sm_count must be positive, got -4"),
+        ("name: a\nbased_on: h100-sxm\nsm_count: many\n", "sm_count must be a number, got 'many'"),
+        ("name: a\nbased_on: h100-sxm\nsm_count: 10.5\n", "sm_count must be a whole number"),
+        ("name: a\nbased_on: h100-sxm\nmemory: 80\n", "unknown field(s) memory; known: name"),
+        ("name: a\nbased_on: h100-sxm\npeak_tflops: {fp17: 3}\n", "peak_tflops has unknown dtype(s) fp17"),
+        ("name: a\nbased_on: h300\n", "based_on 'h300' is not a catalog part"),
+        ("name: h100-sxm\nbased_on: h100-sxm\n", "name 'h100-sxm' is a catalog part"),
+        ("- just\n- a list\n", "expected a mapping of fields"),
+        ("name: [unclosed\n", "not valid YAML"),
+    ],
+)
 def test_a_bad_hardware_file_gets_an_error_naming_the_problem(tmp_path, text, message):
     with pytest.raises(hardware.HardwareFileError, match=re.escape(message)):
         hardware.get(_write(tmp_path, "part.yaml", text))
@@ -101,9 +155,12 @@ def test_a_missing_hardware_file_is_a_clear_error(tmp_path):
 def test_estimators_price_calls_on_a_part_of_ones_own(tmp_path):
     from maya.estimators import KernelEstimator
 
-    hardware.get(_write(tmp_path, "slow.yaml", "name: h100-slow-memory\nbased_on: h100-sxm\n"
-                                               "memory_bandwidth_gbs: 1675\n"))
+    hardware.get(
+        _write(tmp_path, "slow.yaml", "name: h100-slow-memory\nbased_on: h100-sxm\nmemory_bandwidth_gbs: 1675\n")
+    )
     calls = {"family": ["elementwise"], "op": ["add"], "dtype": ["bf16"], "numel": [2.0**28], "operands": [2.0]}
-    fast, slow = (KernelEstimator().predict(pd.DataFrame({"hardware": [name], **calls}))["roofline_ns"].iloc[0]
-                  for name in ("h100-sxm", "h100-slow-memory"))
+    fast, slow = (
+        KernelEstimator().predict(pd.DataFrame({"hardware": [name], **calls}))["roofline_ns"].iloc[0]
+        for name in ("h100-sxm", "h100-slow-memory")
+    )
     assert slow == pytest.approx(2 * fast)  # a bandwidth-bound call at half the bandwidth

@@ -1,24 +1,28 @@
 """Regressions found by fuzzing (tests/reliability): the read-only SQL gate refuses EXPLAIN ANALYZE in every
 spelling (it wrote files into Maya's home), bounds memory (a billion-element list killed the process) and
 time (an EXPLAIN that plans for minutes ignored DuckDB's interrupt), with documented errors only."""
+
 import os
 import subprocess
 import sys
 import time
 
 import pytest
-
 from conftest import tree_digest
+
 from maya.core.sql import QueryError, QueryLimit, QueryRefused, run_query
 
 
-@pytest.mark.parametrize("sql", [
-    "EXPLAIN /* x */ ANALYZE COPY (SELECT 42) TO '{home}/leak.csv'",   # wrote leak.csv: the regex missed the comment
-    "EXPLAIN (ANALYZE) COPY (SELECT 42) TO '{home}/leak.csv'",
-    "explain\n-- c\nanalyse SELECT 1",
-    "EXPLAIN COPY (SELECT 42) TO '{home}/leak.csv'",                  # EXPLAIN of a write
-    "SELECT 1; EXPLAIN/**/ANALYZE SELECT 1",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "EXPLAIN /* x */ ANALYZE COPY (SELECT 42) TO '{home}/leak.csv'",  # wrote leak.csv: the regex missed the comment
+        "EXPLAIN (ANALYZE) COPY (SELECT 42) TO '{home}/leak.csv'",
+        "explain\n-- c\nanalyse SELECT 1",
+        "EXPLAIN COPY (SELECT 42) TO '{home}/leak.csv'",  # EXPLAIN of a write
+        "SELECT 1; EXPLAIN/**/ANALYZE SELECT 1",
+    ],
+)
 def test_explain_analyze_and_explained_writes_are_refused(run_dir, maya_home, sql):
     before = tree_digest(maya_home)
     with pytest.raises(QueryRefused, match="read-only"):
@@ -79,8 +83,7 @@ print(run_query("SELECT 42").rows)
 
 
 def test_memory_exhaustion_is_a_query_limit_and_the_process_lives():
-    r = subprocess.run([sys.executable, "-c", MEMORY], capture_output=True, text=True, timeout=300,
-                       env={**os.environ})
+    r = subprocess.run([sys.executable, "-c", MEMORY], capture_output=True, text=True, timeout=300, env={**os.environ})
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("limit: the query needs more memory than maya sql allows (0.5 GiB") == 2, r.stdout
     assert r.stdout.strip().endswith("[(42,)]")

@@ -1,4 +1,5 @@
 """The CUDA release the stubs are built for: read from torch's libraries and the nvidia wheels."""
+
 import re
 import subprocess
 import tomllib
@@ -10,12 +11,21 @@ from maya.emulator import build, cuda_release
 from maya.emulator.cuda_release import CudaRelease, ReleaseError
 
 TORCH_2_5_CU124 = {  # what readelf reports for torch 2.5.1's libraries (PyPI, CUDA 12.4), CUDA part
-    "libcudart.so.12": "libcudart.so.12", "libcublas.so.12": "libcublas.so.12",
-    "libcublasLt.so.12": "libcublasLt.so.12", "libcudnn.so.9": "libcudnn.so.9", "libnccl.so.2": None,
-    "libcusparse.so.12": "libcusparse.so.12", "libcufft.so.11": "libcufft.so.11",
-    "libcusolver.so.11": "libcusolver.so.11", "libcurand.so.10": None, "libnvrtc.so.12": "libnvrtc.so.12",
-    "libcupti.so.12": "libcupti.so.12", "libcuda.so.1": None, "libcusparseLt-294d6944.so.0": None,
-    "libc10.so": None, "libstdc++.so.6": None,
+    "libcudart.so.12": "libcudart.so.12",
+    "libcublas.so.12": "libcublas.so.12",
+    "libcublasLt.so.12": "libcublasLt.so.12",
+    "libcudnn.so.9": "libcudnn.so.9",
+    "libnccl.so.2": None,
+    "libcusparse.so.12": "libcusparse.so.12",
+    "libcufft.so.11": "libcufft.so.11",
+    "libcusolver.so.11": "libcusolver.so.11",
+    "libcurand.so.10": None,
+    "libnvrtc.so.12": "libnvrtc.so.12",
+    "libcupti.so.12": "libcupti.so.12",
+    "libcuda.so.1": None,
+    "libcusparseLt-294d6944.so.0": None,
+    "libc10.so": None,
+    "libstdc++.so.6": None,
 }
 
 
@@ -79,15 +89,24 @@ def test_the_runtime_stub_compiles_against_the_headers_of_cuda_13_0(tmp_path):
     for entry in original.iterdir():  # the rest of the folder as it is ("driver_types.h" is included by quotes)
         if entry.name not in ("cuda_runtime_api.h", "driver_types.h"):
             (older / entry.name).symlink_to(entry)
-    (older / "cuda_runtime_api.h").write_text(re.sub(r"(#define\s+CUDART_VERSION\s+)\d+", r"\g<1>13000",
-                                                     (original / "cuda_runtime_api.h").read_text()))
-    (older / "driver_types.h").write_text(re.sub(r"\n\s*cudaError(StreamDetached|VersionTranslation)\s*=\s*\d+,", "",
-                                                 (original / "driver_types.h").read_text()))
+    (older / "cuda_runtime_api.h").write_text(
+        re.sub(r"(#define\s+CUDART_VERSION\s+)\d+", r"\g<1>13000", (original / "cuda_runtime_api.h").read_text())
+    )
+    (older / "driver_types.h").write_text(
+        re.sub(
+            r"\n\s*cudaError(StreamDetached|VersionTranslation)\s*=\s*\d+,",
+            "",
+            (original / "driver_types.h").read_text(),
+        )
+    )
     assert "cudaErrorStreamDetached" not in (older / "driver_types.h").read_text()
     includes = [f"-I{older}", *(f"-I{d}" for d in release.include_dirs if d != original), f"-I{build.NATIVE}"]
     for source in ("cudart.c", "cudart12.c"):
-        p = subprocess.run(["gcc", "-fsyntax-only", "-std=gnu11", *includes, str(build.NATIVE / source)],
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            ["gcc", "-fsyntax-only", "-std=gnu11", *includes, str(build.NATIVE / source)],
+            capture_output=True,
+            text=True,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
 
 
@@ -110,17 +129,27 @@ def test_a_missing_header_names_the_wheel_to_install(tmp_path, monkeypatch):
     (include / "cuda_runtime_api.h").write_text("#define CUDART_VERSION 12040\n")
     (include / "cuda.h").write_text("")
     _fake_release(monkeypatch, TORCH_2_5_CU124, [include])
-    with pytest.raises(ReleaseError, match=r"crt/host_defines.h for torch's CUDA 12 .*`nvidia-cuda-nvcc-cu12`"
-                                           r".*maya\[cu12\]"):
+    with pytest.raises(
+        ReleaseError,
+        match=r"crt/host_defines.h for torch's CUDA 12 .*`nvidia-cuda-nvcc-cu12`"
+        r".*maya\[cu12\]",
+    ):
         cuda_release.detect([])
 
 
 def test_the_headers_of_the_release_are_found(tmp_path, monkeypatch):
     dirs = []
-    for package, headers in {"cuda_runtime": ["cuda_runtime_api.h", "cuda.h"], "cuda_nvcc": ["crt/host_defines.h"],
-                             "cuda_cccl": ["nv/target"], "cublas": ["cublas_api.h"], "cudnn": ["cudnn.h"],
-                             "nccl": ["nccl.h"], "cuda_nvrtc": ["nvrtc.h"], "nvml_dev": ["nvml.h"],
-                             "cufft": ["cufft.h"]}.items():
+    for package, headers in {
+        "cuda_runtime": ["cuda_runtime_api.h", "cuda.h"],
+        "cuda_nvcc": ["crt/host_defines.h"],
+        "cuda_cccl": ["nv/target"],
+        "cublas": ["cublas_api.h"],
+        "cudnn": ["cudnn.h"],
+        "nccl": ["nccl.h"],
+        "cuda_nvrtc": ["nvrtc.h"],
+        "nvml_dev": ["nvml.h"],
+        "cufft": ["cufft.h"],
+    }.items():
         include = tmp_path / package / "include"
         for header in headers:
             (include / header).parent.mkdir(parents=True, exist_ok=True)
@@ -133,10 +162,13 @@ def test_the_headers_of_the_release_are_found(tmp_path, monkeypatch):
     assert tmp_path / "cufft" / "include" not in release.include_dirs  # only the folders of needed headers
 
 
-@pytest.mark.parametrize("linked, message", [
-    ({"libcudart.so.11.0": "libcudart.so.11.0"}, r"built for CUDA 11; .* CUDA 12 or 13"),
-    ({"libc10.so": None}, r"links no libcudart"),
-])
+@pytest.mark.parametrize(
+    "linked, message",
+    [
+        ({"libcudart.so.11.0": "libcudart.so.11.0"}, r"built for CUDA 11; .* CUDA 12 or 13"),
+        ({"libc10.so": None}, r"links no libcudart"),
+    ],
+)
 def test_releases_that_cannot_be_emulated_say_why(monkeypatch, linked, message):
     _fake_release(monkeypatch, linked, [])
     with pytest.raises(ReleaseError, match=message):

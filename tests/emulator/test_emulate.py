@@ -1,16 +1,16 @@
 """`maya emulate`: unmodified scripts on virtual GPUs; what the trace must say about them."""
+
 import json
-from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli import app
 from maya.core.hardware import get as get_hardware
 from maya_trace_spec import Run
 from maya_trace_spec.validation import validate_run
-from paths import WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -19,8 +19,9 @@ runner = CliRunner()
 
 def emulate(tmp_path, *args, script, script_args=()):
     out = tmp_path / "run"
-    r = runner.invoke(app, ["emulate", "--out", str(out), *args, "--", "python", str(WORKLOADS / script),
-                            *map(str, script_args)])
+    r = runner.invoke(
+        app, ["emulate", "--out", str(out), *args, "--", "python", str(WORKLOADS / script), *map(str, script_args)]
+    )
     return r, out
 
 
@@ -31,11 +32,14 @@ def test_linear_bf16_gemms_match_the_layer(tmp_path):
     assert r.exit_code == 0, r.output
     assert validate_run(out) == []
     calls = Run(out).table("api_calls")
-    gemms = calls.filter(pc.is_valid(calls.column("gemm_m"))).select(
-        ["gemm_m", "gemm_n", "gemm_k", "gemm_trans_a", "gemm_trans_b", "gemm_dtype_a"]).to_pylist()
+    gemms = (
+        calls.filter(pc.is_valid(calls.column("gemm_m")))
+        .select(["gemm_m", "gemm_n", "gemm_k", "gemm_trans_a", "gemm_trans_b", "gemm_dtype_a"])
+        .to_pylist()
+    )
     assert [tuple(g.values()) for g in gemms] == [
-        (11008, 2048, 4096, True, False, "bf16"),   # y = x W^T
-        (4096, 11008, 2048, False, True, "bf16"),   # dW = dy^T x
+        (11008, 2048, 4096, True, False, "bf16"),  # y = x W^T
+        (4096, 11008, 2048, False, True, "bf16"),  # dW = dy^T x
         (4096, 2048, 11008, False, False, "bf16"),  # dx = dy W
     ]
     ops = Run(out).table("ops")
@@ -53,7 +57,11 @@ def test_run_metadata_and_virtual_device(tmp_path):
     device = run.table("devices").to_pylist()[0]
     hw = get_hardware("a100-sxm-80gb")
     assert (device["device_name"], device["sm_major"], device["sm_count"], device["memory_bytes"]) == (
-        hw.device_name, 8, 108, hw.memory_bytes)
+        hw.device_name,
+        8,
+        108,
+        hw.memory_bytes,
+    )
     assert json.loads(run.info["command"])[-2:] == [str(WORKLOADS / "allocate.py"), "4096"]
 
 
@@ -61,8 +69,9 @@ def test_a_part_described_in_a_file_is_emulated_and_predicted(tmp_path):
     """An H100 with 96 GB of HBM2e at 500 W, described without editing Maya: the virtual device reports its
     memory, the trace names it, and a prediction re-reads the same file."""
     part = tmp_path / "h100-96gb.yaml"
-    part.write_text("name: h100-96gb-hbm2e\nbased_on: h100-sxm\nmemory_gb: 96\nmemory_bandwidth_gbs: 2400\n"
-                    "tdp_w: 500\n")
+    part.write_text(
+        "name: h100-96gb-hbm2e\nbased_on: h100-sxm\nmemory_gb: 96\nmemory_bandwidth_gbs: 2400\ntdp_w: 500\n"
+    )
     r, out = emulate(tmp_path, "--hardware", part, script="linear_bf16.py", script_args=["--tokens", 64])
     assert r.exit_code == 0, r.output
     run = Run(out)
@@ -116,23 +125,43 @@ def test_ddp_two_isolated_ranks(tmp_path):
     calls = run.table("api_calls")
     allreduce = calls.filter(pc.equal(pc.field("collective_name"), "allreduce"))
     params = 1024 * 4096 + 4096 + 4096 * 1024 + 1024
-    per_rank = {rank: sum(n for rk, n in zip(allreduce.column("rank").to_pylist(),
-                                           allreduce.column("in_msg_nelems").to_pylist()) if rk == rank)
-                for rank in (0, 1)}
+    per_rank = {
+        rank: sum(
+            n
+            for rk, n in zip(allreduce.column("rank").to_pylist(), allreduce.column("in_msg_nelems").to_pylist())
+            if rk == rank
+        )
+        for rank in (0, 1)
+    }
     # three steps, every gradient reduced once per step (DDP buckets), on the default process group
     assert per_rank == {0: 3 * params, 1: 3 * params}
     assert set(allreduce.column("comm_id").to_pylist()) == {"pg:0"}
     comms = run.table("communicators").to_pylist()
     assert {(c["rank"], c["comm_id"], c["comm_rank"], c["comm_size"]) for c in comms} == {
-        (0, "pg:0", 0, 2), (1, "pg:0", 1, 2)}
+        (0, "pg:0", 0, 2),
+        (1, "pg:0", 1, 2),
+    }
 
 
 def test_a_torchrun_command_sets_the_job_shape(tmp_path):
     """The launch as a README writes it (nanoGPT: `torchrun --standalone --nproc_per_node=4 train.py`) runs
     without rewriting it for maya: torchrun's --nproc-per-node is the job's GPUs."""
     out = tmp_path / "run"
-    r = runner.invoke(app, ["emulate", "--out", str(out), "--iterations", "2", "--", "torchrun", "--standalone",
-                            "--nproc_per_node=2", str(WORKLOADS / "ddp_mlp.py")])
+    r = runner.invoke(
+        app,
+        [
+            "emulate",
+            "--out",
+            str(out),
+            "--iterations",
+            "2",
+            "--",
+            "torchrun",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(WORKLOADS / "ddp_mlp.py"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     run = Run(out)
     assert run.info["world_size"] == 2
@@ -152,8 +181,9 @@ def test_ranks_checking_agreement_receive_what_the_source_broadcast(tmp_path, de
 def test_a_rank_failing_where_others_complete_gets_its_whole_message_and_a_way_out(tmp_path):
     """A rank that fails alone (here it raises on purpose) reports its exception, whole, and the note that
     isolated ranks receive their own data where a peer's was sent, with the way out: capture rank 0."""
-    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--no-dedup", script="rank_agreement.py",
-                     script_args=["--fail-rank", "1"])
+    r, out = emulate(
+        tmp_path, "--nproc-per-node", "2", "--no-dedup", script="rank_agreement.py", script_args=["--fail-rank", "1"]
+    )
     assert r.exit_code == 1
     assert "rank 1: RuntimeError: rank 1 fails: on purpose" in " ".join(r.stderr.split())
     assert "--ranks 0" in r.stderr
@@ -169,13 +199,16 @@ def test_capture_a_subset_of_a_large_world(tmp_path):
     assert run.table("communicators").to_pylist()[0]["comm_rank"] == 4095
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--hardware", "h300"], "unknown hardware 'h300'"),
-    (["--hardware", "absent.yaml"], "cannot read the hardware file"),
-    (["--ranks", "3"], "outside the world of 1"),
-    (["--ranks", "x-1"], "is not a rank or a range"),
-    (["--nproc-per-node", "2", "--world-size", "4"], "not both"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--hardware", "h300"], "unknown hardware 'h300'"),
+        (["--hardware", "absent.yaml"], "cannot read the hardware file"),
+        (["--ranks", "3"], "outside the world of 1"),
+        (["--ranks", "x-1"], "is not a rank or a range"),
+        (["--nproc-per-node", "2", "--world-size", "4"], "not both"),
+    ],
+)
 def test_bad_arguments(tmp_path, args, message):
     r, out = emulate(tmp_path, *args, script="allocate.py")
     assert r.exit_code != 0 and message in r.stderr
@@ -195,18 +228,29 @@ def test_sdpa_uses_the_backend_an_h100_picks(tmp_path, causal):
     assert {kernels[c["kernel_id"]]["family"] for c in calls} == {"attention"}
     for call, backward in zip(calls, (False, True)):
         assert json.loads(call["args"])["attention"] == {
-            "batch": 2, "heads": 8, "seq_q": 256, "seq_kv": 256, "head_dim": 64, "causal": causal,
-            "backward": backward, "dtype": "bf16", "kv_heads": 8}
+            "batch": 2,
+            "heads": 8,
+            "seq_q": 256,
+            "seq_kv": 256,
+            "head_dim": 64,
+            "causal": causal,
+            "backward": backward,
+            "dtype": "bf16",
+            "kv_heads": 8,
+        }
 
 
-@pytest.mark.parametrize("script, ranks, expect", [
-    ("fp16_grad_scaler.py", 1, {"gemm_dtype": "fp16"}),
-    ("checkpointing.py", 1, {"recompute": True}),
-    ("compiled_mlp.py", 1, {"library": "triton"}),
-    ("fsdp2_mlp.py", 2, {"collectives": {"allgather", "reducescatter"}}),
-    ("tensor_parallel_mlp.py", 2, {"collectives": {"allreduce"}}),
-    ("fsdp_tp_mesh.py", 4, {"collectives": {"allgather", "reducescatter", "allreduce"}}),
-])
+@pytest.mark.parametrize(
+    "script, ranks, expect",
+    [
+        ("fp16_grad_scaler.py", 1, {"gemm_dtype": "fp16"}),
+        ("checkpointing.py", 1, {"recompute": True}),
+        ("compiled_mlp.py", 1, {"library": "triton"}),
+        ("fsdp2_mlp.py", 2, {"collectives": {"allgather", "reducescatter"}}),
+        ("tensor_parallel_mlp.py", 2, {"collectives": {"allreduce"}}),
+        ("fsdp_tp_mesh.py", 4, {"collectives": {"allgather", "reducescatter", "allreduce"}}),
+    ],
+)
 def test_support_matrix(tmp_path, script, ranks, expect):
     """Ordinary training scripts run unchanged, and their trace shows what makes them what they are."""
     r, out = emulate(tmp_path, "--nproc-per-node", str(ranks), script=script)
@@ -245,12 +289,14 @@ def test_hugging_face_llama_from_config(tmp_path):
 
 @pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)])
 def test_megatron_core_gpt(tmp_path, tp, pp):
-    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--no-dedup", script="megatron_gpt.py",
-                     script_args=["--tp", tp, "--pp", pp])
+    r, out = emulate(
+        tmp_path, "--nproc-per-node", "2", "--no-dedup", script="megatron_gpt.py", script_args=["--tp", tp, "--pp", pp]
+    )
     assert r.exit_code == 0, r.output
     calls = Run(out).table("api_calls").to_pylist()
-    by_rank = {rank: [c["collective_name"] for c in calls if c["rank"] == rank and c["collective_name"]]
-               for rank in (0, 1)}
+    by_rank = {
+        rank: [c["collective_name"] for c in calls if c["rank"] == rank and c["collective_name"]] for rank in (0, 1)
+    }
     if pp == 2:  # activations forward, gradients back: every send has its receive on the other stage
         assert by_rank[0].count("send") == by_rank[1].count("recv") > 0
         assert by_rank[1].count("send") == by_rank[0].count("recv") > 0
@@ -299,8 +345,17 @@ def test_dedup_keeps_rank_0_for_its_class_when_the_class_shares_tensor_parallel_
 
 def test_one_rank_of_a_4096_rank_megatron_job(tmp_path):
     """TP8 x PP8 x DP64: rank 9 alone, its tensor- and pipeline-parallel groups as Megatron lays them out."""
-    r, out = emulate(tmp_path, "--world-size", "4096", "--nnodes", "512", "--ranks", "9", script="megatron_gpt.py",
-                     script_args=["--tp", 8, "--pp", 8])
+    r, out = emulate(
+        tmp_path,
+        "--world-size",
+        "4096",
+        "--nnodes",
+        "512",
+        "--ranks",
+        "9",
+        script="megatron_gpt.py",
+        script_args=["--tp", 8, "--pp", 8],
+    )
     assert r.exit_code == 0, r.output
     groups = sorted(tuple(g["ranks"]) for g in Run(out).table("communicators").to_pylist())
     assert groups == [tuple(range(8, 16)), tuple(range(9, 4096, 512))]
@@ -327,11 +382,15 @@ def test_a_pipeline_stopped_by_iterations_predicts(tmp_path):
     """Stopped by `--iterations 2`, the last stage has already posted the next step's first receive (before any
     module call), which the first stage, stopped at its first module call, never sends: the simulator leaves
     out what the stopped iteration had started, and the stages' exchanges match."""
-    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--iterations", "2", script="pipeline_gpt.py",
-                     script_args=["--steps", "6"])
+    r, out = emulate(
+        tmp_path, "--nproc-per-node", "2", "--iterations", "2", script="pipeline_gpt.py", script_args=["--steps", "6"]
+    )
     assert r.exit_code == 0, r.output
     calls = Run(out).table("api_calls").filter(pc.field("collective_name").isin(["send", "recv"])).to_pylist()
-    count = lambda rank, name: sum(1 for c in calls if (c["rank"], c["collective_name"]) == (rank, name))
+
+    def count(rank, name):
+        return sum(1 for c in calls if (c["rank"], c["collective_name"]) == (rank, name))
+
     assert count(1, "recv") > count(0, "send")  # the dangling receive is in the trace
     p = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
     assert p.exit_code == 0, p.output
@@ -358,11 +417,11 @@ def test_convolutions_are_recorded_as_their_implicit_gemms(tmp_path):
     calls = Run(out).table("api_calls").filter(pc.field("domain") == "cudnn")
     shapes = {(c["gemm_m"], c["gemm_n"], c["gemm_k"], c["gemm_batch"], c["gemm_dtype_a"]) for c in calls.to_pylist()}
     assert shapes == {
-        (8 * 32 * 32, 64, 3 * 9, 1, "bf16"),       # conv1 forward
-        (64, 3 * 9, 8 * 32 * 32, 1, "bf16"),       # conv1 filter gradient (the input needs none)
-        (8 * 16 * 16, 64, 32 * 9, 2, "bf16"),      # conv2 forward, per group: 64 outputs from 32 x 3 x 3
-        (8 * 32 * 32, 32, 64 * 9, 2, "bf16"),      # conv2 data gradient
-        (64, 32 * 9, 8 * 16 * 16, 2, "bf16"),      # conv2 filter gradient
+        (8 * 32 * 32, 64, 3 * 9, 1, "bf16"),  # conv1 forward
+        (64, 3 * 9, 8 * 32 * 32, 1, "bf16"),  # conv1 filter gradient (the input needs none)
+        (8 * 16 * 16, 64, 32 * 9, 2, "bf16"),  # conv2 forward, per group: 64 outputs from 32 x 3 x 3
+        (8 * 32 * 32, 32, 64 * 9, 2, "bf16"),  # conv2 data gradient
+        (64, 32 * 9, 8 * 16 * 16, 2, "bf16"),  # conv2 filter gradient
     }
 
 

@@ -1,16 +1,16 @@
 """The zygote that forks emulated ranks (collectors/emulator/forkserver.py)."""
+
 import re
 from pathlib import Path
 
 import pytest
+from paths import EXAMPLE, WORKLOADS
 
 from maya.emulator import forkserver
 from maya.emulator.launcher import Topology, emulate
 from maya.search.evaluate import trace_digest
-from paths import EXAMPLE, WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 
 
 @pytest.fixture(autouse=True)

@@ -2,16 +2,16 @@
 the device is computed on the host and read back as a real run reads it; routing on scores only a GPU
 computes gets a balanced router's choices, so a mixture of experts runs every expert and `maya predict`
 says the routing was assumed."""
+
 import json
 
 import pytest
+from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli.app import app
 from maya.simulator.trace import load
 from maya_trace_spec import Run
-
-from paths import WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 runner = CliRunner()
@@ -33,8 +33,11 @@ def test_bookkeeping_reads_are_computed(tmp_path):
     assert "expert 3 rows 8" in output  # first choices spread over all experts
     assert "offsets [16, 32, 48, 64, 80, 96, 112, 128]" in output
     assert "doubling loop ended after 20 passes" in output  # 2**20 > 1e6: the real count, no stand-in
-    reads = [json.loads(c["args"])["stand_in"] for c in Run(out).table("api_calls").to_pylist()
-             if c["data_dependent"] and c["args"]]
+    reads = [
+        json.loads(c["args"])["stand_in"]
+        for c in Run(out).table("api_calls").to_pylist()
+        if c["data_dependent"] and c["args"]
+    ]
     assert "computed" in reads and "routed" in reads
     attrs = json.loads(load(out).info["attrs"])
     assert attrs["routing_stand_ins"]["0"] == {"aten::topk": 1}

@@ -1,5 +1,6 @@
 """The rendezvous store of an isolated rank (emulator/isolation.py): it answers as if every peer did what this
 rank does, so no rank waits, and a key only a failing peer would set does not exist."""
+
 from datetime import timedelta
 
 import torch.distributed as dist

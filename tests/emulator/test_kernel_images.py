@@ -3,14 +3,15 @@ binary the device would load (an L4, sm_89, runs torch's sm_86 cubins), not the 
 CUB dispatches on that PTX version and fails with cudaErrorInvalidDeviceFunction when it names no
 architecture the code was compiled for: BERT-large's backward on a virtual L4 died that way, as "CUDA error:
 unknown error", since the runtime stub had no name for code 98."""
+
 from pathlib import Path
 
 import pytest
+from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli import app
 from maya_trace_spec import Run
-from paths import WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -18,8 +19,9 @@ runner = CliRunner()
 
 
 def emulate(out: Path, hardware: str):
-    return runner.invoke(app, ["emulate", "--out", str(out), "--hardware", hardware, "--",
-                               "python", str(WORKLOADS / "cub_sort.py")])
+    return runner.invoke(
+        app, ["emulate", "--out", str(out), "--hardware", hardware, "--", "python", str(WORKLOADS / "cub_sort.py")]
+    )
 
 
 ERROR_NAMES = {  # code: "cudaGetErrorName | cudaGetErrorString", as the workload prints them
@@ -32,11 +34,14 @@ ERROR_NAMES = {  # code: "cudaGetErrorName | cudaGetErrorString", as the workloa
 FALLBACK_NOTICE = "maya emulator: the CUDA code has no kernel image for sm_"
 
 
-@pytest.mark.parametrize("hardware", [
-    "l4",              # sm_89: no sm_89 image in torch's wheels; the sm_86 one runs
-    "a100-pcie-80gb",  # sm_80: an exact image
-    "v100-sxm-32gb",   # sm_70: older than every image (a real one would fail); emulated with the nearest
-])
+@pytest.mark.parametrize(
+    "hardware",
+    [
+        "l4",  # sm_89: no sm_89 image in torch's wheels; the sm_86 one runs
+        "a100-pcie-80gb",  # sm_80: an exact image
+        "v100-sxm-32gb",  # sm_70: older than every image (a real one would fail); emulated with the nearest
+    ],
+)
 def test_cub_dispatch_finds_the_image_the_device_runs(tmp_path, hardware):
     out = tmp_path / hardware
     r = emulate(out, hardware)

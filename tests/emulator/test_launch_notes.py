@@ -1,4 +1,5 @@
 """Launch descriptions (`maya.emulator.triton_launches`) without a GPU: keys, files and Inductor's wrappers."""
+
 import json
 from types import SimpleNamespace
 
@@ -22,8 +23,16 @@ def test_distinct_launches_are_written_once_and_noted_by_id(tmp_path):
     n.launch("k", ["in_ptr0", "xnumel"], (y, 16), (("XBLOCK", 64),), 3)
     assert told == [1, 1, 2, 3]
     entries = [json.loads(line) for line in (tmp_path / NOTES_FILE).read_text().splitlines()]
-    assert entries[0] == {"id": 1, "kernel": "k", "constexprs": {"XBLOCK": 64}, "num_stages": 3, "args": [
-        {"name": "in_ptr0", "dtype": "bfloat16", "shape": [4, 8], "bytes": 64}, {"name": "xnumel", "value": 32}]}
+    assert entries[0] == {
+        "id": 1,
+        "kernel": "k",
+        "constexprs": {"XBLOCK": 64},
+        "num_stages": 3,
+        "args": [
+            {"name": "in_ptr0", "dtype": "bfloat16", "shape": [4, 8], "bytes": 64},
+            {"name": "xnumel", "value": 32},
+        ],
+    }
     assert [e["id"] for e in entries] == [1, 2, 3]
 
 
@@ -43,8 +52,9 @@ def test_an_argument_that_cannot_be_described_leaves_the_launch_undescribed(tmp_
 def test_inductor_results_describe_their_config_and_template_constants(tmp_path):
     class StaticTritonCompileResult:
         def __init__(self):
-            self.kernel = SimpleNamespace(name="triton_mm", arg_names=["arg_A", "arg_B", "out_ptr0"],
-                                          full_constexprs=[])
+            self.kernel = SimpleNamespace(
+                name="triton_mm", arg_names=["arg_A", "arg_B", "out_ptr0"], full_constexprs=[]
+            )
             self.compile_meta = {"constants": {"EVEN_K": True}}
             self.inductor_meta = {"config_args": {"BLOCK_M": 64, "BLOCK_N": 32, "ACC_TYPE": "tl.float32"}}
             self.config = SimpleNamespace(kwargs={}, num_stages=4)
@@ -58,8 +68,11 @@ def test_inductor_results_describe_their_config_and_template_constants(tmp_path)
     class CachingAutotuner:
         pass
 
-    module = SimpleNamespace(StaticTritonCompileResult=StaticTritonCompileResult,
-                             TritonCompileResult=TritonCompileResult, CachingAutotuner=CachingAutotuner)
+    module = SimpleNamespace(
+        StaticTritonCompileResult=StaticTritonCompileResult,
+        TritonCompileResult=TritonCompileResult,
+        CachingAutotuner=CachingAutotuner,
+    )
     n, _ = notes(tmp_path)
     triton_launches._wrap_inductor(module, n)
     static = StaticTritonCompileResult()

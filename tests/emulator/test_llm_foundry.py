@@ -7,15 +7,16 @@ overrides (`variables.data_local=`, `tokenizer.name=`).
 The scripts and yamls live in llm-foundry's repository, not in its package: set MAYA_LLM_FOUNDRY_REPO to a
 checkout of mosaicml/llm-foundry (tested at its 0.22 development head) to run this test; it skips otherwise.
 """
+
 import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from paths import REPO, WORKLOADS
 
 from maya_trace_spec import Run
-from paths import REPO, WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -37,12 +38,16 @@ def foundry(tmp_path_factory) -> tuple[Path, Path]:
     assert p.returncode == 0, p.stderr
     uv = REPO / ".venv" / "bin" / "uv"
     # llm-foundry imports pkg_resources, which setuptools 81 dropped
-    p = subprocess.run([str(uv), "pip", "install", "--quiet", "--python", str(env / "bin" / "python"), LLM_FOUNDRY,
-                        "setuptools<81"], capture_output=True, text=True)
+    p = subprocess.run(
+        [str(uv), "pip", "install", "--quiet", "--python", str(env / "bin" / "python"), LLM_FOUNDRY, "setuptools<81"],
+        capture_output=True,
+        text=True,
+    )
     if p.returncode:
         pytest.skip(f"{LLM_FOUNDRY} cannot be installed here: {p.stderr.strip()[-500:]}")
-    version = subprocess.run([str(env / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
-                             capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [str(env / "bin" / "python"), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+    ).stdout.strip()
     assert version.startswith(TORCH), f"installing llm-foundry changed torch to {version}"
     return env, checkout
 
@@ -55,14 +60,31 @@ def test_llm_foundry_mpt_pretraining_emulates_and_predicts(foundry, tmp_path):
     train = checkout / "scripts" / "train"
     out = tmp_path / "run"
     run_env = {**os.environ, "MAYA_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
-    p = subprocess.run([str(maya), "emulate", "--iterations", "3", "--out", str(out), "--", "python",
-                        str(train / "train.py"), str(train / "yamls" / "pretrain" / "testing.yaml"),
-                        f"variables.data_local={assets / 'data'}", f"tokenizer.name={assets / 'tokenizer'}"],
-                       capture_output=True, text=True, env=run_env, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            str(maya),
+            "emulate",
+            "--iterations",
+            "3",
+            "--out",
+            str(out),
+            "--",
+            "python",
+            str(train / "train.py"),
+            str(train / "yamls" / "pretrain" / "testing.yaml"),
+            f"variables.data_local={assets / 'data'}",
+            f"tokenizer.name={assets / 'tokenizer'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert Run(out).info["framework"].startswith(f"torch {TORCH}")
-    p = subprocess.run([str(maya), "predict", str(out), "--json"], capture_output=True, text=True, env=run_env,
-                       cwd=tmp_path)
+    p = subprocess.run(
+        [str(maya), "predict", str(out), "--json"], capture_output=True, text=True, env=run_env, cwd=tmp_path
+    )
     assert p.returncode == 0, p.stderr
     prediction = json.loads(p.stdout.strip().splitlines()[-1])
     assert prediction["steady_iterations"] >= 1 and prediction["iteration_ms"] > 0

@@ -1,4 +1,5 @@
 """Objects exchanged between isolated ranks through the launcher's mailbox (no emulator needed)."""
+
 import threading
 
 import pytest
@@ -10,14 +11,22 @@ from maya.emulator import mailbox
 @pytest.fixture
 def as_rank(monkeypatch, tmp_path):
     """Install the mailbox as rank `rank`; torch.distributed is restored after the test."""
-    for name in ("send_object_list", "recv_object_list", "broadcast_object_list", "scatter_object_list",
-                 "all_gather_object", "gather_object", "broadcast"):  # everything mailbox.install replaces
+    for name in (
+        "send_object_list",
+        "recv_object_list",
+        "broadcast_object_list",
+        "scatter_object_list",
+        "all_gather_object",
+        "gather_object",
+        "broadcast",
+    ):  # everything mailbox.install replaces
         monkeypatch.setattr(dist, name, getattr(dist, name))
     monkeypatch.setattr(dist.distributed_c10d, "broadcast", dist.distributed_c10d.broadcast)
 
     def install(rank: int):
         mailbox.install(tmp_path, rank)
         return dist.send_object_list, dist.recv_object_list
+
     return install
 
 

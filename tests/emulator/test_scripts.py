@@ -1,12 +1,13 @@
 """`maya emulate` on scripts as they are written: loops on device values, bounded runs, the GPU tools
 scripts call, NCCL inside CUDA graphs, the peak memory it reports, and conversion of captures."""
+
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli.app import app
@@ -22,16 +23,15 @@ from maya.simulator.trace import load
 from maya_trace_spec import Run, RunWriter, read_table
 from maya_trace_spec.validation import validate_run
 
-from paths import WORKLOADS
-
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 runner = CliRunner()
 
 
 def emulate(tmp_path, *args, script, script_args=()):
     out = tmp_path / "run"
-    r = runner.invoke(app, ["emulate", "--out", str(out), *args, "--", "python", str(WORKLOADS / script),
-                            *map(str, script_args)])
+    r = runner.invoke(
+        app, ["emulate", "--out", str(out), *args, "--", "python", str(WORKLOADS / script), *map(str, script_args)]
+    )
     return r, out
 
 
@@ -114,32 +114,41 @@ def test_iterations_say_when_they_cannot_bound_a_script(tmp_path):
     """--iterations counts optimizer steps: a script that updates its weights by hand (as pytorch/examples'
     word_language_model does) runs to its end, and emulate says so rather than nothing."""
     script = tmp_path / "manual_sgd.py"
-    script.write_text("import torch\n"
-                      "model = torch.nn.Linear(64, 64).cuda()\n"
-                      "x = torch.randn(8, 64, device='cuda')\n"
-                      "for step in range(5):\n"
-                      "    model.zero_grad()\n"
-                      "    model(x).square().mean().backward()\n"
-                      "    with torch.no_grad():\n"
-                      "        for p in model.parameters():\n"
-                      "            p.add_(p.grad, alpha=-0.1)\n"
-                      "print('all 5 steps done')\n")
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(64, 64).cuda()\n"
+        "x = torch.randn(8, 64, device='cuda')\n"
+        "for step in range(5):\n"
+        "    model.zero_grad()\n"
+        "    model(x).square().mean().backward()\n"
+        "    with torch.no_grad():\n"
+        "        for p in model.parameters():\n"
+        "            p.add_(p.grad, alpha=-0.1)\n"
+        "print('all 5 steps done')\n"
+    )
     out = tmp_path / "run"
-    r = runner.invoke(app, ["emulate", "--out", str(out), "--iterations", "2", "--", "python", str(script)],
-                      terminal_width=400)
+    r = runner.invoke(
+        app, ["emulate", "--out", str(out), "--iterations", "2", "--", "python", str(script)], terminal_width=400
+    )
     assert r.exit_code == 0, r.output
     assert "all 5 steps done" in r.output
     assert "--iterations 2 did not bound this run" in r.output and "made none" in r.output
     assert "stopped after" not in r.output
     # with an optimizer the same bound stops it, and the note is not printed
-    optimized = script.read_text().replace("model = torch.nn.Linear(64, 64).cuda()\n",
-                                           "model = torch.nn.Linear(64, 64).cuda()\n"
-                                           "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
-    optimized = optimized.replace("    with torch.no_grad():\n        for p in model.parameters():\n"
-                                  "            p.add_(p.grad, alpha=-0.1)\n", "    opt.step()\n")
+    optimized = script.read_text().replace(
+        "model = torch.nn.Linear(64, 64).cuda()\n",
+        "model = torch.nn.Linear(64, 64).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+    )
+    optimized = optimized.replace(
+        "    with torch.no_grad():\n        for p in model.parameters():\n            p.add_(p.grad, alpha=-0.1)\n",
+        "    opt.step()\n",
+    )
     script.write_text(optimized)
-    r = runner.invoke(app, ["emulate", "--out", str(tmp_path / "run2"), "--iterations", "2", "--", "python",
-                            str(script)], terminal_width=400)
+    r = runner.invoke(
+        app,
+        ["emulate", "--out", str(tmp_path / "run2"), "--iterations", "2", "--", "python", str(script)],
+        terminal_width=400,
+    )
     assert r.exit_code == 0, r.output
     assert "stopped after 2 training iterations" in r.output and "did not bound" not in r.output
 
@@ -153,8 +162,9 @@ def test_nvidia_smi_and_nvml(tmp_path):
     r, out = emulate(tmp_path, script="gpu_tools.py")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    gpu_row = next(line for line in lines if "NVIDIA H100 80GB HBM3" in line and "Persistence" not in line
-                   and line.startswith("|"))
+    gpu_row = next(
+        line for line in lines if "NVIDIA H100 80GB HBM3" in line and "Persistence" not in line and line.startswith("|")
+    )
     assert len(gpu_row) == 91 and "00000000:01:00.0" in gpu_row
     assert any("1024MiB /  81559MiB" in line for line in lines)
     assert any(re.fullmatch(r"GPU 0: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]{36}\)", line) for line in lines)
@@ -165,16 +175,18 @@ def test_nvidia_smi_and_nvml(tmp_path):
     assert "unimplemented CUDA API nvmlDeviceGetEncoderUtilization" in r.output
     calls = Run(out).table("api_calls")
     nvml = calls.filter(pc.field("domain") == "nvml").to_pylist()
-    assert {"nvmlInitWithFlags", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates"} <= {
-        c["api"] for c in nvml}
+    assert {"nvmlInitWithFlags", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates"} <= {c["api"] for c in nvml}
     assert [c["status"] for c in nvml if c["api"] == "nvmlDeviceGetEncoderUtilization"] == [-1]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--query-gpu=name"], "--query-gpu requires --format=csv"),
-    (["--query-gpu=name,bogus", "--format=csv"], 'Field "bogus" is not a valid field to query.'),
-    (["-q"], "option '-q' is not emulated"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--query-gpu=name"], "--query-gpu requires --format=csv"),
+        (["--query-gpu=name,bogus", "--format=csv"], 'Field "bogus" is not a valid field to query.'),
+        (["-q"], "option '-q' is not emulated"),
+    ],
+)
 def test_nvidia_smi_refuses_what_it_does_not_answer(capsys, args, message):
     assert nvidia_smi(args) == 2
     assert message in capsys.readouterr().err

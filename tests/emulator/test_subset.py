@@ -1,27 +1,33 @@
 """Which ranks a subset's captures stand for (`maya emulate --ranks`, `emulator/subset.py`): an SPMD job's
 uncaptured ranks replay the capture of their pipeline stage; a stage none of whose ranks was captured stays
 unrepresented, so `maya predict` refuses it instead of replaying another stage's program."""
+
 import json
 
 import pyarrow as pa
 import pytest
+from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli import app
 from maya.emulator.subset import subset_represents
 from maya_trace_spec import Run
-from paths import WORKLOADS
 
 runner = CliRunner()
 
 
 def tables(p2p_group=None):
     """A rank's api_calls and communicators: one all-reduce on the world, and sends on `p2p_group`."""
-    calls = pa.table({"collective_name": ["all_reduce"] + (["send"] if p2p_group else []),
-                      "comm_id": ["pg:0"] + (["pg:1"] if p2p_group else [])})
-    comms = pa.table({"comm_id": ["pg:0"] + (["pg:1"] if p2p_group else []),
-                      "ranks": [None] + ([p2p_group] if p2p_group else [])},
-                     schema=pa.schema([("comm_id", pa.string()), ("ranks", pa.list_(pa.int64()))]))
+    calls = pa.table(
+        {
+            "collective_name": ["all_reduce"] + (["send"] if p2p_group else []),
+            "comm_id": ["pg:0"] + (["pg:1"] if p2p_group else []),
+        }
+    )
+    comms = pa.table(
+        {"comm_id": ["pg:0"] + (["pg:1"] if p2p_group else []), "ranks": [None] + ([p2p_group] if p2p_group else [])},
+        schema=pa.schema([("comm_id", pa.string()), ("ranks", pa.list_(pa.int64()))]),
+    )
     return calls, comms
 
 
@@ -47,8 +53,21 @@ def test_an_uncaptured_pipeline_stage_stays_unrepresented():
 @pytest.mark.slow
 def test_a_subset_of_a_data_parallel_job_is_predicted_with_a_note(tmp_path):
     out = tmp_path / "run"
-    r = runner.invoke(app, ["emulate", "--out", str(out), "--nproc-per-node", "2", "--ranks", "1", "--",
-                            "python", str(WORKLOADS / "ddp_mlp.py")])
+    r = runner.invoke(
+        app,
+        [
+            "emulate",
+            "--out",
+            str(out),
+            "--nproc-per-node",
+            "2",
+            "--ranks",
+            "1",
+            "--",
+            "python",
+            str(WORKLOADS / "ddp_mlp.py"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert {d["rank"]: d["represents"] for d in Run(out).table("devices").to_pylist()} == {1: [1, 0]}
     p = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
@@ -64,8 +83,21 @@ def test_a_pipeline_stage_alone_is_not_predicted(tmp_path):
     """Rank 0 of two pipeline stages: rank 1 runs (rank 0 waits for its metadata) but is not captured, and no
     capture stands for it."""
     out = tmp_path / "run"
-    r = runner.invoke(app, ["emulate", "--out", str(out), "--nproc-per-node", "2", "--ranks", "0", "--",
-                            "python", str(WORKLOADS / "pipeline_gpt.py")])
+    r = runner.invoke(
+        app,
+        [
+            "emulate",
+            "--out",
+            str(out),
+            "--nproc-per-node",
+            "2",
+            "--ranks",
+            "0",
+            "--",
+            "python",
+            str(WORKLOADS / "pipeline_gpt.py"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert {d["rank"]: d["represents"] for d in Run(out).table("devices").to_pylist()} == {0: [0]}
     p = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])

@@ -1,21 +1,38 @@
 """TMA descriptors (cuTensorMapEncodeTiled): emulated, argument checks as the CUDA
 driver API documents them, a deterministic map, recorded like every driver call."""
+
 import json
 
 import pyarrow.compute as pc
 import pytest
+from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli import app
 from maya_trace_spec import Run
-from paths import WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 INVALID_VALUE = 1
-CASES = ["rank0", "rank6", "misaligned_address", "interleave32_address", "stride_not_16", "stride_2_40", "box_0",
-         "box_257", "elem_stride_9", "dtype_16", "swizzle_7", "interleave_3", "l2_4", "oob_2", "oob_nan_integer",
-         "box_exceeds_swizzle", "map_misaligned"]
+CASES = [
+    "rank0",
+    "rank6",
+    "misaligned_address",
+    "interleave32_address",
+    "stride_not_16",
+    "stride_2_40",
+    "box_0",
+    "box_257",
+    "elem_stride_9",
+    "dtype_16",
+    "swizzle_7",
+    "interleave_3",
+    "l2_4",
+    "oob_2",
+    "oob_nan_integer",
+    "box_exceeds_swizzle",
+    "map_misaligned",
+]
 
 
 def test_tensor_maps_are_encoded_and_bad_arguments_rejected(tmp_path):
@@ -24,7 +41,7 @@ def test_tensor_maps_are_encoded_and_bad_arguments_rejected(tmp_path):
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert "valid 0" in lines
-    words = next(l for l in lines if l.startswith("map ")).split()[1:]
+    words = next(line for line in lines if line.startswith("map ")).split()[1:]
     q = [int(w) for w in words]
     bf16, rank = 9, 2
     assert q[2] & 0xFF == bf16 and q[2] >> 8 & 0xFF == rank and q[2] >> 24 & 0xFF == 3  # swizzle 128B
@@ -51,4 +68,7 @@ def test_triton_kernel_taking_descriptors_by_value_keeps_their_bytes(tmp_path):
     assert calls.filter(pc.equal(calls.column("api"), "cuTensorMapEncodeTiled")).column("status").to_pylist() == [0, 0]
     launch = calls.filter(pc.equal(calls.column("api"), "cuLaunchKernel")).column("args").to_pylist()
     args = json.loads(launch[0])["triton"]["args"]
-    assert [(a["name"], a.get("bytes")) for a in args[:2]] == [("in_desc", 1024 * 2048 * 2), ("out_desc", 1024 * 2048 * 2)]
+    assert [(a["name"], a.get("bytes")) for a in args[:2]] == [
+        ("in_desc", 1024 * 2048 * 2),
+        ("out_desc", 1024 * 2048 * 2),
+    ]

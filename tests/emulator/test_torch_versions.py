@@ -5,6 +5,7 @@ the CUDA 12 libraries that torch links.
 The environment is made by scripts/torch_env (uv: the wheels are downloaded once, later runs link them
 from uv's cache in seconds). The test skips, saying why, only when the torch wheel cannot be fetched.
 """
+
 import json
 import os
 import subprocess
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from paths import EXAMPLE, REPO
 
 from maya_trace_spec import Run
 from maya_trace_spec.validation import validate_run
-from paths import EXAMPLE, REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -45,14 +46,21 @@ def test_installing_maya_keeps_the_environments_torch(old_torch):
 def test_a_cuda_12_torch_emulates_and_predicts(old_torch, tmp_path, emulator_cache):
     out = tmp_path / "run"
     env = {**os.environ, "MAYA_HOME": str(tmp_path / "home"), "MAYA_EMULATOR_CACHE": str(emulator_cache)}
-    p = _run([old_torch / "bin" / "maya", "emulate", "--out", out, "--", "python", EXAMPLE, "--bf16"], env=env, cwd=tmp_path)
+    p = _run(
+        [old_torch / "bin" / "maya", "emulate", "--out", out, "--", "python", EXAMPLE, "--bf16"], env=env, cwd=tmp_path
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert validate_run(out) == []
     run = Run(out)
     assert (run.info["status"], run.info["framework"], run.info["cuda_version"]) == (
-        "complete", f"torch {OLD_TORCH}+cu124", "12.4")
+        "complete",
+        f"torch {OLD_TORCH}+cu124",
+        "12.4",
+    )
     # the stubs stood in for torch's CUDA 12 libraries
-    preload = [(d / "preload.txt").read_text().split() for d in emulator_cache.iterdir() if (d / "preload.txt").exists()]
+    preload = [
+        (d / "preload.txt").read_text().split() for d in emulator_cache.iterdir() if (d / "preload.txt").exists()
+    ]
     assert any({"libcudart.so.12", "libcublas.so.12", "libcufft.so.11"} <= set(names) for names in preload)
     assert "unimplemented CUDA API" not in p.stdout + p.stderr  # every call this torch made is emulated
     calls, kernels = run.table("api_calls"), run.table("kernels")
@@ -78,8 +86,24 @@ def test_a_cuda_12_torch_ddp_shuts_down_without_its_watchdog_spinning(old_torch,
     capture)."""
     out = tmp_path / "run"
     env = {**os.environ, "MAYA_HOME": str(tmp_path / "home"), "MAYA_EMULATOR_CACHE": str(emulator_cache)}
-    p = _run([old_torch / "bin" / "maya", "emulate", "--out", out, "--nproc-per-node", "2", "--no-dedup",
-              "--iterations", "0", "--", "python", REPO / "tests" / "workloads" / "ddp_mlp.py"], env=env, cwd=tmp_path)
+    p = _run(
+        [
+            old_torch / "bin" / "maya",
+            "emulate",
+            "--out",
+            out,
+            "--nproc-per-node",
+            "2",
+            "--no-dedup",
+            "--iterations",
+            "0",
+            "--",
+            "python",
+            REPO / "tests" / "workloads" / "ddp_mlp.py",
+        ],
+        env=env,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     calls = Run(out).table("api_calls").to_pandas()
     polls = calls[calls["api"] == "cudaEventQuery"]

@@ -1,15 +1,15 @@
 """Triton launches carry their arguments into the trace (`api_calls.args.triton`) and are priced from them."""
+
 import json
 
 import numpy as np
 import pytest
+from paths import WORKLOADS
 
 from maya.emulator.launcher import emulate
 from maya.simulator.opcodes import classify
 from maya.simulator.trace import load
 from maya.simulator.work import work_frame
-
-from paths import WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -41,7 +41,13 @@ def test_user_kernels_are_described_with_their_scalars_and_constexprs(tmp_path):
     assert calls["args"].notna().all()
     add = json.loads(calls[calls["kernel"] == "scaled_add"]["args"].iloc[0])["triton"]
     assert {a["name"]: a.get("value", a.get("shape")) for a in add["args"]} == {
-        "x_ptr": [1 << 20], "y_ptr": [1 << 20], "out_ptr": [1 << 20], "n": 1 << 20, "alpha": 0.5, "BLOCK": 1024}
+        "x_ptr": [1 << 20],
+        "y_ptr": [1 << 20],
+        "out_ptr": [1 << 20],
+        "n": 1 << 20,
+        "alpha": 0.5,
+        "BLOCK": 1024,
+    }
     assert add["constexprs"] == {"BLOCK": 1024}
     tuned = calls[calls["kernel"] == "tuned_scale"]
     blocks = {json.loads(a)["triton"]["constexprs"]["BLOCK"] for a in tuned["args"]}

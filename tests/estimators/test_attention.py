@@ -2,6 +2,7 @@
 exp2 per score element on the special-function units, the softmax bookkeeping on the FP32 pipes, causal
 tiles, the backward's five products, the overlap of each kernel generation and FlashAttention-2's
 shared-memory operand traffic."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,27 +10,55 @@ import pytest
 from maya.core import hardware
 from maya.estimators import KernelEstimator, TrainConfig, train
 from maya.estimators.efficiency_model import ModelParams
-from maya.estimators.families.attention import (BACKWARD_FP32_OPS, FORWARD_FP32_OPS, SYNCHRONOUS_MMA_SHARE, TILE,
-                                                causal_tile_share, flash_backward_tile_traffic,
-                                                flash_forward_tile_traffic, flash_smem_ratio, sfu_ops_per_clock)
+from maya.estimators.families.attention import (
+    BACKWARD_FP32_OPS,
+    FORWARD_FP32_OPS,
+    SYNCHRONOUS_MMA_SHARE,
+    TILE,
+    causal_tile_share,
+    flash_backward_tile_traffic,
+    flash_forward_tile_traffic,
+    flash_smem_ratio,
+    sfu_ops_per_clock,
+)
 from maya.estimators.training_data import load_kernels, neusight_dir
 
 A100, H100 = hardware.get("a100-sxm-80gb"), hardware.get("h100-sxm")
 
 
-def attention(op: str, hw: str = "a100-sxm-80gb", batch: int = 64, seq: int = 2048, head_dim: int = 128,
-              keys: int | None = None) -> pd.DataFrame:
-    return pd.DataFrame({"hardware": [hw], "family": ["attention"], "op": [op], "dtype": ["bf16"],
-                         "batch": [float(batch)], "m": [float(seq)], "n": [float(keys or seq)],
-                         "k": [float(head_dim)]})
+def attention(
+    op: str, hw: str = "a100-sxm-80gb", batch: int = 64, seq: int = 2048, head_dim: int = 128, keys: int | None = None
+) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "hardware": [hw],
+            "family": ["attention"],
+            "op": [op],
+            "dtype": ["bf16"],
+            "batch": [float(batch)],
+            "m": [float(seq)],
+            "n": [float(keys or seq)],
+            "k": [float(head_dim)],
+        }
+    )
 
 
 def gemms(hw: str, products: list[tuple[int, int, int]], batch: int, seq: int, head_dim: int) -> pd.DataFrame:
     """The fused kernel's products (row-major rows, columns, reduction) as GEMM calls in cuBLAS's column-major
     sizes (m = columns, n = rows), with the kernel's HBM traffic (two [seq x d] operands)."""
-    return pd.DataFrame({"hardware": hw, "family": "gemm", "op": "bmm", "dtype": "bf16", "batch": float(batch),
-                         "m": [float(p[1]) for p in products], "n": [float(p[0]) for p in products],
-                         "k": [float(p[2]) for p in products], "bytes": 2.0 * batch * 2 * seq * head_dim})
+    return pd.DataFrame(
+        {
+            "hardware": hw,
+            "family": "gemm",
+            "op": "bmm",
+            "dtype": "bf16",
+            "batch": float(batch),
+            "m": [float(p[1]) for p in products],
+            "n": [float(p[0]) for p in products],
+            "k": [float(p[2]) for p in products],
+            "bytes": 2.0 * batch * 2 * seq * head_dim,
+        }
+    )
 
 
 def softmax_seconds(hw: hardware.Hardware, elements: float, fp32_ops: float) -> float:
@@ -42,8 +71,9 @@ def estimator():
     """GEMM and elementwise models trained on a sample of NeuSight's kernels (A100 among them)."""
     measured = load_kernels(neusight_dir() / "kernels_train.parquet")
     measured = measured[measured["family"].isin(["gemm", "elementwise"])].sample(4000, random_state=0)
-    return train(measured.reset_index(drop=True), TrainConfig(params=ModelParams(n_estimators=20, max_depth=4),
-                                                              validate=False)).estimator
+    return train(
+        measured.reset_index(drop=True), TrainConfig(params=ModelParams(n_estimators=20, max_depth=4), validate=False)
+    ).estimator
 
 
 @pytest.mark.slow
@@ -60,7 +90,9 @@ def test_forward_is_its_two_products_then_the_softmax_on_ampere(estimator):
     # a better GEMM model makes a faster attention: with only the roofline the products run at peak
     peak = KernelEstimator().predict(attention("flash_fwd", batch=b, seq=s, head_dim=d))
     assert peak["duration_ns"][0] * 1e-9 == pytest.approx(
-        2 * 2 * b * s * s * d / A100.peak_flops("bf16") + softmax_seconds(A100, b * s * s, FORWARD_FP32_OPS + 2), rel=1e-9)
+        2 * 2 * b * s * s * d / A100.peak_flops("bf16") + softmax_seconds(A100, b * s * s, FORWARD_FP32_OPS + 2),
+        rel=1e-9,
+    )
     assert peak["duration_ns"][0] < out["duration_ns"][0]
 
 
@@ -69,8 +101,9 @@ def test_backward_has_five_products_and_recomputes_the_exponentials():
     out = KernelEstimator().predict(attention("flash_bwd", batch=b, seq=s, head_dim=d))
     # head dim 64's 128 x 128 backward tiles read 672 KB of shared memory per 10.5 MFLOP: 5% over the A100's
     # tensor-core time (5,376 against 5,120 clocks)
-    expected = (5 * 2 * b * s * s * d / A100.peak_flops("bf16") * 5376 / 5120
-                + softmax_seconds(A100, b * s * s, BACKWARD_FP32_OPS))
+    expected = 5 * 2 * b * s * s * d / A100.peak_flops("bf16") * 5376 / 5120 + softmax_seconds(
+        A100, b * s * s, BACKWARD_FP32_OPS
+    )
     assert out["duration_ns"][0] * 1e-9 == pytest.approx(expected, rel=1e-9)
 
 
@@ -96,7 +129,9 @@ def test_overlap_depends_on_the_kernel_generation():
     flash = est.predict(attention("flash_fwd", "h100-sxm", b, s, d))["duration_ns"][0] * 1e-9
     assert cudnn == pytest.approx(max(tensor, softmax), rel=1e-9)
     assert flash == pytest.approx(tensor / SYNCHRONOUS_MMA_SHARE[90] + softmax, rel=1e-9)
-    on_a100 = [est.predict(attention(op, "a100-sxm-80gb", b, s, d))["duration_ns"][0] for op in ("sdpa_fwd", "flash_fwd")]
+    on_a100 = [
+        est.predict(attention(op, "a100-sxm-80gb", b, s, d))["duration_ns"][0] for op in ("sdpa_fwd", "flash_fwd")
+    ]
     assert on_a100[0] == on_a100[1]
 
 
@@ -187,8 +222,14 @@ def test_breakdown_parts_add_up_to_the_prediction():
     from maya.estimators.hardware_table import hardware_arrays
 
     est = KernelEstimator()
-    calls = pd.concat([attention(op, hw, 16, 8192, 128) for hw in ("a100-sxm-80gb", "h100-sxm")
-                       for op in ("flash_fwd_causal", "flash_bwd_causal", "sdpa_fwd_causal")], ignore_index=True)
+    calls = pd.concat(
+        [
+            attention(op, hw, 16, 8192, 128)
+            for hw in ("a100-sxm-80gb", "h100-sxm")
+            for op in ("flash_fwd_causal", "flash_bwd_causal", "sdpa_fwd_causal")
+        ],
+        ignore_index=True,
+    )
     parts = AttentionPredictor().breakdown(calls, hardware_arrays(calls), est.predict)
     predicted = est.predict(calls)["duration_ns"].to_numpy() * 1e-9
     assert parts["seconds"].to_numpy() == pytest.approx(predicted, rel=1e-9)

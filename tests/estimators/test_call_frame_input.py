@@ -1,5 +1,6 @@
 """Regressions found by fuzzing (tests/reliability): call frames the estimators cannot price are refused with a
 `CallFrameError` naming the column and row, never another exception or an infinite, negative or absurd duration."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,13 +13,16 @@ def frame(**columns):
     return pd.DataFrame({"hardware": ["h100-sxm"] * 2, "family": ["gemm", "elementwise"], **columns})
 
 
-@pytest.mark.parametrize("columns, message", [
-    ({"m": [1024, -5]}, r"column 'm' holds 1 size\(s\) that are negative"),      # priced as a positive time
-    ({"numel": [np.inf, 1.0]}, r"column 'numel' .* infinite .*row 0"),            # priced as an infinite time
-    ({"k": [2.0**63, 1]}, "2\\^63 and above"),
-    ({"bytes": ["12", "abc"]}, r"column 'bytes' holds values that are not numbers \(row 1: 'abc'\)"),  # ValueError
-    ({"n": [[1], [2]]}, "not numbers"),
-])
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ({"m": [1024, -5]}, r"column 'm' holds 1 size\(s\) that are negative"),  # priced as a positive time
+        ({"numel": [np.inf, 1.0]}, r"column 'numel' .* infinite .*row 0"),  # priced as an infinite time
+        ({"k": [2.0**63, 1]}, "2\\^63 and above"),
+        ({"bytes": ["12", "abc"]}, r"column 'bytes' holds values that are not numbers \(row 1: 'abc'\)"),  # ValueError
+        ({"n": [[1], [2]]}, "not numbers"),
+    ],
+)
 def test_sizes_that_are_not_sizes_are_refused(columns, message):
     with pytest.raises(CallFrameError, match=message):
         KernelEstimator().predict(frame(**columns))

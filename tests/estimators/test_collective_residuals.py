@@ -1,6 +1,7 @@
 """The collective model's held-out residuals (`data/collectives/residuals.json`): quantiles per scope and
 message size, an empty size band falling back to its scope, lookups per call, and the shipped file naming
 the dataset it was computed from."""
+
 import hashlib
 
 import numpy as np
@@ -12,9 +13,13 @@ from maya.estimators.collective_residuals import REGIMES, SCOPES, CollectiveResi
 
 def test_quantiles_per_scope_and_size():
     rng = np.random.default_rng(0)
-    rows = pd.DataFrame({"scope": ["intra-node"] * 1000 + ["inter-node"] * 1000,
-                         "regime": [">=16MB"] * 1500 + ["<64KB"] * 500,
-                         "log_ratio": np.concatenate([rng.normal(0.0, 0.1, 1000), rng.normal(-0.5, 0.3, 1000)])})
+    rows = pd.DataFrame(
+        {
+            "scope": ["intra-node"] * 1000 + ["inter-node"] * 1000,
+            "regime": [">=16MB"] * 1500 + ["<64KB"] * 500,
+            "log_ratio": np.concatenate([rng.normal(0.0, 0.1, 1000), rng.normal(-0.5, 0.3, 1000)]),
+        }
+    )
     r = summarize(rows, {"dataset": "synthetic"})
     q10, q50, q90 = r.quantiles["intra-node"][">=16MB"]
     assert q10 == pytest.approx(-0.128, abs=0.02) and q50 == pytest.approx(0.0, abs=0.02) and q90 > 0.1

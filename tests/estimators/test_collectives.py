@@ -1,5 +1,6 @@
 """Collective model: cluster topologies, the algorithm and protocol choice, the fit to measured NCCL times
 and the Vidur collectives reader."""
+
 import json
 from dataclasses import replace
 
@@ -7,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from maya.estimators import CollectiveModel, load_cluster
 from maya.core.clusters import ClusterSpecError, UnknownCluster, cluster_names
+from maya.estimators import CollectiveModel, load_cluster
 from maya.estimators.collective_data import CollectiveDataError, load_collectives
 from maya.estimators.collective_fit import fit, predict
 from maya.estimators.collective_params import CollectiveParams, shipped_params
@@ -90,9 +91,14 @@ def test_bad_requests_name_the_problem():
 
 
 def test_predict_frame_with_local_gpus():
-    frame = pd.DataFrame({"collective": ["allreduce", "allreduce", "sendrecv", "allgather"],
-                          "bytes": [GiB, GiB, GiB, GiB], "ranks": [2, 2, 2, 4],
-                          "gpus": [(0, 1), (1, 2), None, ()]})
+    frame = pd.DataFrame(
+        {
+            "collective": ["allreduce", "allreduce", "sendrecv", "allgather"],
+            "bytes": [GiB, GiB, GiB, GiB],
+            "ranks": [2, 2, 2, 4],
+            "gpus": [(0, 1), (1, 2), None, ()],
+        }
+    )
     out = CollectiveModel(PAIRS).predict(frame)
     assert (out["duration_ns"] > 0).all()
     assert out.loc[1, "duration_ns"] > 3 * out.loc[0, "duration_ns"]
@@ -100,52 +106,107 @@ def test_predict_frame_with_local_gpus():
 
 
 def test_cluster_specs(tmp_path):
-    assert {"dgx-h100", "dgx-a100", "dgx-b200", "hgx-h200", "pcie-gen5-8gpu", PAIRS, "h100-nvl-nvlink-pairs-4gpu",
-            "a40-nvlink-pairs-8gpu"} <= set(cluster_names())
+    assert {
+        "dgx-h100",
+        "dgx-a100",
+        "dgx-b200",
+        "hgx-h200",
+        "pcie-gen5-8gpu",
+        PAIRS,
+        "h100-nvl-nvlink-pairs-4gpu",
+        "a40-nvlink-pairs-8gpu",
+    } <= set(cluster_names())
     h100 = load_cluster("dgx-h100")
     assert h100.gpus_per_node == 8 and h100.nvlink.gbs == 450 and h100.network.nic_gbs == 50
     assert load_cluster(PAIRS).pcie_gbs == pytest.approx(31.5, abs=0.1)
     with pytest.raises(UnknownCluster, match="unknown cluster 'dgx-z'"):
         load_cluster("dgx-z")
     custom = tmp_path / "mine.json"
-    custom.write_text(json.dumps({"name": "mine", "gpus_per_node": 2, "pcie": {"generation": 5},
-                                  "nvlink": {"fabric": "bridge", "bidirectional_gbs": 100, "groups": [[0, 1]]},
-                                  "network": {"link": "roce", "nics_per_node": 2, "nic_gbps": 200}}))
+    custom.write_text(
+        json.dumps(
+            {
+                "name": "mine",
+                "gpus_per_node": 2,
+                "pcie": {"generation": 5},
+                "nvlink": {"fabric": "bridge", "bidirectional_gbs": 100, "groups": [[0, 1]]},
+                "network": {"link": "roce", "nics_per_node": 2, "nic_gbps": 200},
+            }
+        )
+    )
     mine = load_cluster(custom)
     assert mine.network.nic_gbs == 25 and mine.ring([0, 1]) == ["nvlink", "nvlink"]
     assert CollectiveModel(mine).time("allreduce", GiB, ranks=4, nodes=2).seconds[0] > 0
     old = tmp_path / "old.json"
-    old.write_text(json.dumps({"name": "old", "gpus_per_node": 4, "intra_node": {"link": "nvlink", "busbw_gbs": 1},
-                               "inter_node": {"link": "roce", "nics_per_node": 1, "nic_busbw_gbs": 1}}))
+    old.write_text(
+        json.dumps(
+            {
+                "name": "old",
+                "gpus_per_node": 4,
+                "intra_node": {"link": "nvlink", "busbw_gbs": 1},
+                "inter_node": {"link": "roce", "nics_per_node": 1, "nic_busbw_gbs": 1},
+            }
+        )
+    )
     with pytest.raises(ClusterSpecError, match="describe the links by their spec sheets"):
         load_cluster(old)
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"name": "bad", "gpus_per_node": 4, "pcie": {"generation": 4},
-                               "nvlink": {"fabric": "bridge", "bidirectional_gbs": 100, "groups": [[0, 4]]}}))
+    bad.write_text(
+        json.dumps(
+            {
+                "name": "bad",
+                "gpus_per_node": 4,
+                "pcie": {"generation": 4},
+                "nvlink": {"fabric": "bridge", "bidirectional_gbs": 100, "groups": [[0, 4]]},
+            }
+        )
+    )
     with pytest.raises(ClusterSpecError, match="disjoint lists of GPUs 0..3"):
         load_cluster(bad)
 
 
 # The fit, on measurements made from known parameters: it must find them again, and do so every time.
 
+
 def _measured(params: CollectiveParams, rng: np.random.Generator, tmp_path) -> pd.DataFrame:
-    curves = [("a100_dgx", "all_reduce", 8, 8), ("a100_dgx", "all_reduce", 4, 4), ("a100_dgx", "all_reduce", 2, 1),
-              ("a100_dgx", "all_reduce", 16, 8), ("a100_dgx", "send_recv", 2, 2),
-              ("a100_pairwise_nvlink", "all_reduce", 2, 2), ("a100_pairwise_nvlink", "all_reduce", 4, 4),
-              ("a100_pairwise_nvlink", "send_recv", 2, 1), ("h100_pairwise_nvlink", "all_reduce", 4, 4),
-              ("a40_pairwise_nvlink", "send_recv", 2, 2)]
+    curves = [
+        ("a100_dgx", "all_reduce", 8, 8),
+        ("a100_dgx", "all_reduce", 4, 4),
+        ("a100_dgx", "all_reduce", 2, 1),
+        ("a100_dgx", "all_reduce", 16, 8),
+        ("a100_dgx", "send_recv", 2, 2),
+        ("a100_pairwise_nvlink", "all_reduce", 2, 2),
+        ("a100_pairwise_nvlink", "all_reduce", 4, 4),
+        ("a100_pairwise_nvlink", "send_recv", 2, 1),
+        ("h100_pairwise_nvlink", "all_reduce", 4, 4),
+        ("a40_pairwise_nvlink", "send_recv", 2, 2),
+    ]
     sizes = np.unique(np.geomspace(2048, 2**29, 40).astype(int))
     rows = []
     for network, collective, ranks, per_node in curves:
-        rows.append(pd.DataFrame({"network": network, "collective": collective, "num_workers": ranks,
-                                  "devices_per_node": per_node, "size_bytes": sizes, "time_ms_median": 1.0}))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "network": network,
+                    "collective": collective,
+                    "num_workers": ranks,
+                    "devices_per_node": per_node,
+                    "size_bytes": sizes,
+                    "time_ms_median": 1.0,
+                }
+            )
+        )
     raw, path = pd.concat(rows, ignore_index=True), tmp_path / "measured.parquet"
     raw.to_parquet(path)
     shape = load_collectives(path)  # rows in the reader's order, to price them
     key = ["network", "collective", "ranks", "per_node", "bytes"]
     priced = shape.assign(us=predict(shape, params)).set_index(key)["us"]
-    keys = zip(raw["network"], raw["collective"].str.replace("_", ""), raw["num_workers"],
-               raw["devices_per_node"].clip(upper=raw["num_workers"]), raw["size_bytes"].astype(float))
+    keys = zip(
+        raw["network"],
+        raw["collective"].str.replace("_", ""),
+        raw["num_workers"],
+        raw["devices_per_node"].clip(upper=raw["num_workers"]),
+        raw["size_bytes"].astype(float),
+    )
     raw["time_ms_median"] = priced.loc[list(keys)].to_numpy() / 1e3
     raw["time_ms_median"] *= rng.lognormal(0.0, 0.02, len(raw))
     raw.to_parquet(path)
@@ -158,14 +219,24 @@ def test_fit_recovers_known_parameters_and_is_reproducible(tmp_path):
     first, second = fit(frame), fit(frame)
     assert first.params == second.params
     assert first.params.base_us == {"LL": 6.6, "LL128": 14.0, "simple": 8.4}  # NCCL's tuning model, not fitted
-    assert {k: v.hop_us for k, v in first.params.links.items()} == {"nvlink": 3.4, "nvswitch": 3.4, "pcie": 5.7,
-                                                                     "shm": 5.7}
+    assert {k: v.hop_us for k, v in first.params.links.items()} == {
+        "nvlink": 3.4,
+        "nvswitch": 3.4,
+        "pcie": 5.7,
+        "shm": 5.7,
+    }
     error = np.abs(predict(frame, first.params) / frame["measured_us"] - 1)
     assert error.mean() < 0.03
-    for cluster, ranks, gpus in [("dgx-a100", 8, None), (PAIRS, 2, None), (PAIRS, 2, [0, 2]),
-                                 ("a40-nvlink-pairs-8gpu", 2, None)]:  # NVSwitch, bridge, PCIe, host memory
-        fitted, true = (CollectiveModel(cluster, p).time("allreduce", 16 * GiB, ranks, gpus=gpus).seconds[0]
-                        for p in (first.params, truth))
+    for cluster, ranks, gpus in [
+        ("dgx-a100", 8, None),
+        (PAIRS, 2, None),
+        (PAIRS, 2, [0, 2]),
+        ("a40-nvlink-pairs-8gpu", 2, None),
+    ]:  # NVSwitch, bridge, PCIe, host memory
+        fitted, true = (
+            CollectiveModel(cluster, p).time("allreduce", 16 * GiB, ranks, gpus=gpus).seconds[0]
+            for p in (first.params, truth)
+        )
         assert fitted == pytest.approx(true, rel=0.03)
 
 
@@ -178,9 +249,16 @@ def test_held_out_network_is_priced_on_the_default_network(tmp_path):
 
 
 def test_reader_checks_columns_sizes_and_copies(tmp_path):
-    raw = pd.DataFrame({"network": ["a100_dgx"] * 2 + ["h100_pairwise_nvlink"] * 2, "collective": "send_recv",
-                        "num_workers": 2, "devices_per_node": 2, "size_elements": [2048, 4096] * 2,
-                        "time_ms_median": [0.01, 0.02] * 2})
+    raw = pd.DataFrame(
+        {
+            "network": ["a100_dgx"] * 2 + ["h100_pairwise_nvlink"] * 2,
+            "collective": "send_recv",
+            "num_workers": 2,
+            "devices_per_node": 2,
+            "size_elements": [2048, 4096] * 2,
+            "time_ms_median": [0.01, 0.02] * 2,
+        }
+    )
     path = tmp_path / "c.parquet"
     raw.to_parquet(path)
     frame = load_collectives(path)
@@ -213,7 +291,8 @@ def test_shipped_parameters_were_fitted_on_the_shipped_measurements():
         pytest.skip("data/vidur/collectives.parquet is not shipped in this checkout")
     digest = hashlib.sha256(shipped_dataset().read_bytes()).hexdigest()
     assert shipped_params().provenance["sha256"] == digest, (
-        "data/collectives/nccl.json was fitted on other measurements: rerun python -m maya.estimators.collective_fit")
+        "data/collectives/nccl.json was fitted on other measurements: rerun python -m maya.estimators.collective_fit"
+    )
 
 
 def test_a_send_timed_on_the_sender_ends_one_fifo_early_where_nccls_p2p_transport_reads():
@@ -228,11 +307,16 @@ def test_a_send_timed_on_the_sender_ends_one_fifo_early_where_nccls_p2p_transpor
     early = transfer.seconds - sender.seconds
     assert early == pytest.approx([P2P_READ_FIFO_BYTES * seconds_per_byte] * 2, rel=1e-6)  # one FIFO's worth
     assert a100.time("send", 2**20, ranks=2, sender=True).seconds[0] > 0  # below a FIFO: the latency remains
-    assert (a100.time("allreduce", sizes, ranks=2, sender=True).seconds
-            == a100.time("allreduce", sizes, ranks=2).seconds).all()
-    for model, kwargs in [(a100, {"gpus": [1, 2]}),  # PCIe between the pairs: written, not read
-                          (a100, {"nodes": 2}),  # across nodes
-                          (CollectiveModel("h100-nvl-nvlink-pairs-4gpu"), {}),  # Hopper: NCCL writes by default
-                          (CollectiveModel("a40-nvlink-pairs-8gpu"), {})]:  # host memory
-        assert (model.time("send", sizes, ranks=2, sender=True, **kwargs).seconds
-                == model.time("send", sizes, ranks=2, **kwargs).seconds).all()
+    assert (
+        a100.time("allreduce", sizes, ranks=2, sender=True).seconds == a100.time("allreduce", sizes, ranks=2).seconds
+    ).all()
+    for model, kwargs in [
+        (a100, {"gpus": [1, 2]}),  # PCIe between the pairs: written, not read
+        (a100, {"nodes": 2}),  # across nodes
+        (CollectiveModel("h100-nvl-nvlink-pairs-4gpu"), {}),  # Hopper: NCCL writes by default
+        (CollectiveModel("a40-nvlink-pairs-8gpu"), {}),
+    ]:  # host memory
+        assert (
+            model.time("send", sizes, ranks=2, sender=True, **kwargs).seconds
+            == model.time("send", sizes, ranks=2, **kwargs).seconds
+        ).all()

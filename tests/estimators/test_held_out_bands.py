@@ -1,6 +1,7 @@
 """Which held-out residuals each prediction's band takes: the seen model's from whole workloads held out (a
 workload's shapes were never measured), from whole GPUs held out on a GPU never measured of an architecture
 trained on, the transfer model's from whole architectures held out; a composed call carries its products' band."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,10 +23,22 @@ def gemms(hardware: str, rng: np.random.Generator, with_workload: bool = True) -
         n, k = 1024 * (w + 2), 1024 * (w + 3)
         slowdown = rng.uniform(1.1, 2.2)
         m = np.round(2 ** rng.uniform(10, 13, 80))
-        parts.append(pd.DataFrame({"hardware": hardware, "family": "gemm", "op": "mm", "dtype": "fp16", "batch": 1.0,
-                                   "m": m, "n": float(n), "k": float(k),
-                                   "model": f"model-{w}" if with_workload else None,
-                                   "slowdown": slowdown * np.exp(rng.normal(0, 0.02, len(m)))}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "hardware": hardware,
+                    "family": "gemm",
+                    "op": "mm",
+                    "dtype": "fp16",
+                    "batch": 1.0,
+                    "m": m,
+                    "n": float(n),
+                    "k": float(k),
+                    "model": f"model-{w}" if with_workload else None,
+                    "slowdown": slowdown * np.exp(rng.normal(0, 0.02, len(m))),
+                }
+            )
+        )
     frame = pd.concat(parts, ignore_index=True)
     roofline = KernelEstimator().predict(frame.drop(columns=["model", "slowdown"]))["roofline_ns"].to_numpy()
     return frame.assign(measured_ns=roofline * frame.pop("slowdown").to_numpy())
@@ -55,21 +68,38 @@ def test_seen_band_holds_out_whole_workloads(measurements, trained):
 
 
 def log_band(estimator: KernelEstimator, hardware: str) -> tuple[str, float, float]:
-    call = pd.DataFrame({"hardware": [hardware], "family": ["gemm"], "op": ["mm"], "dtype": ["bf16"], "batch": [1.0],
-                         "m": [3000.0], "n": [5120.0], "k": [4096.0]})
+    call = pd.DataFrame(
+        {
+            "hardware": [hardware],
+            "family": ["gemm"],
+            "op": ["mm"],
+            "dtype": ["bf16"],
+            "batch": [1.0],
+            "m": [3000.0],
+            "n": [5120.0],
+            "k": [4096.0],
+        }
+    )
     out = estimator.predict(call).iloc[0]
-    return (out["method"], float(np.log(out["duration_low_ns"] / out["duration_ns"])),
-            float(np.log(out["duration_high_ns"] / out["duration_ns"])))
+    return (
+        out["method"],
+        float(np.log(out["duration_low_ns"] / out["duration_ns"])),
+        float(np.log(out["duration_high_ns"] / out["duration_ns"])),
+    )
 
 
 def test_each_situation_takes_its_own_held_out_residuals(trained):
     models = trained.estimator.models["gemm@tensor"]
     gpu = models.unseen_gpu_band
     assert gpu is not None and set(trained.metrics["families"]["gemm@tensor"]["unseen_gpu_mape"]) == {
-        "a100-sxm-80gb", "h100-sxm"}
-    for hardware, method, band in (("a100-sxm-80gb", "model", models.seen.band),  # measured GPU: new workload
-                                   ("a100-sxm-40gb", "model", gpu),  # an A100 never measured: GPUs held out
-                                   ("v100-sxm-32gb", "model_transfer", models.transfer.band)):  # new architecture
+        "a100-sxm-80gb",
+        "h100-sxm",
+    }
+    for hardware, method, band in (
+        ("a100-sxm-80gb", "model", models.seen.band),  # measured GPU: new workload
+        ("a100-sxm-40gb", "model", gpu),  # an A100 never measured: GPUs held out
+        ("v100-sxm-32gb", "model_transfer", models.transfer.band),
+    ):  # new architecture
         got_method, low, high = log_band(trained.estimator, hardware)
         assert got_method == method
         assert high == pytest.approx(band.high, abs=1e-6)  # XGBoost predicts in float32
@@ -84,8 +114,18 @@ def test_artifact_keeps_the_unseen_gpu_band(trained):
 
 def test_composed_attention_carries_its_products_band():
     """Fused attention is composed from GEMM-priced products: with a GEMM band it has one, without none."""
-    call = pd.DataFrame({"hardware": ["h100-sxm"], "family": ["attention"], "op": ["flash_fwd_causal"],
-                         "dtype": ["bf16"], "batch": [32.0], "m": [8192.0], "n": [8192.0], "k": [128.0]})
+    call = pd.DataFrame(
+        {
+            "hardware": ["h100-sxm"],
+            "family": ["attention"],
+            "op": ["flash_fwd_causal"],
+            "dtype": ["bf16"],
+            "batch": [32.0],
+            "m": [8192.0],
+            "n": [8192.0],
+            "k": [128.0],
+        }
+    )
     banded = KernelEstimator(roofline_bands={"gemm@tensor": Band(0.0, 0.4)}).predict(call).iloc[0]
     assert banded["method"] == "composed"
     assert banded["duration_ns"] < banded["duration_high_ns"] < banded["duration_ns"] * np.exp(0.4) * 1.001

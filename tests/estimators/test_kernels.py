@@ -1,20 +1,25 @@
 """Kernel estimators: work counting, roofline fallback, exact lookup, learned models and method tags."""
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from maya.core import hardware
 from maya.estimators import METHODS, CallFrameError, KernelEstimator, TrainConfig, train
-from maya.estimators.training_data import load_kernels, neusight_dir
 from maya.estimators.efficiency_model import ModelParams
 from maya.estimators.families import PREDICTORS
 from maya.estimators.features import features_of
 from maya.estimators.hardware_table import catalog_names, hardware_arrays
 from maya.estimators.launch_floor import DEVICE_FLOOR_S
+from maya.estimators.training_data import load_kernels, neusight_dir
 
 SMALL = TrainConfig(params=ModelParams(n_estimators=20, max_depth=4), validate=False)
-FP32_KEY = {"gemm": "gemm@cuda", "elementwise": "elementwise@wide", "normalization": "normalization@wide",
-            "softmax": "softmax@wide"}
+FP32_KEY = {
+    "gemm": "gemm@cuda",
+    "elementwise": "elementwise@wide",
+    "normalization": "normalization@wide",
+    "softmax": "softmax@wide",
+}
 """The model (segment) of each family that NeuSight's fp32 kernels train (`maya.estimators.segments`)."""
 
 
@@ -30,13 +35,24 @@ def estimator(measured):
 
 
 def gemm_call(hw="h100-sxm", m=4096.0, n=2048.0, k=1024.0, batch=1.0, dtype="bf16"):
-    return pd.DataFrame({"hardware": [hw], "family": ["gemm"], "op": ["mm"], "dtype": [dtype],
-                         "batch": [batch], "m": [m], "n": [n], "k": [k]})
+    return pd.DataFrame(
+        {
+            "hardware": [hw],
+            "family": ["gemm"],
+            "op": ["mm"],
+            "dtype": [dtype],
+            "batch": [batch],
+            "m": [m],
+            "n": [n],
+            "k": [k],
+        }
+    )
 
 
 def test_gemm_flops_bytes_and_features():
     calls = gemm_call(batch=2.0)
     from maya.estimators.calls import normalize
+
     frame = normalize(calls)
     hw = hardware_arrays(frame)
     work = PREDICTORS["gemm"].work(frame, hw)
@@ -74,10 +90,16 @@ def test_exact_lookup_hit(estimator, measured):
     """NeuSight timed each call on its own: a hit's device time is the measurement less its host's dispatch,
     and timed on its own it reads back as measured. Calls on their floor give no device time: not looked up."""
     rows = measured.head(60)
-    known = np.array([np.isnan(estimator.models[FP32_KEY[f]].floors.device_time(np.array([h]), np.array([o]), np.array([t * 1e-9]),
-                                                                       np.array([True]))[2][0])
-                      for f, h, o, t in zip(rows["family"], catalog_names(rows["hardware"]), rows["op"],
-                                            rows["measured_ns"])])
+    known = np.array(
+        [
+            np.isnan(
+                estimator.models[FP32_KEY[f]].floors.device_time(
+                    np.array([h]), np.array([o]), np.array([t * 1e-9]), np.array([True])
+                )[2][0]
+            )
+            for f, h, o, t in zip(rows["family"], catalog_names(rows["hardware"]), rows["op"], rows["measured_ns"])
+        ]
+    )
     assert 20 <= known.sum() < len(rows)
     out = estimator.predict(rows)
     assert (out["method"][known] == "lookup").all() and (out["method"][~known] != "lookup").all()
@@ -131,18 +153,21 @@ def test_training_metrics_and_bands(measured):
 
 def test_launch_floors_measured_on_fixed_cost_dominated_calls():
     from maya.estimators.launch_floor import MIN_ROWS, LaunchFloors
+
     n = MIN_ROWS
     hardware = np.array(["a100-pcie-40gb"] * n + ["t4"] * n + ["v100-pcie-32gb"] * n, dtype=object)
     op = np.array(["bmm"] * (3 * n), dtype=object)
     roofline = np.tile(np.geomspace(1e-7, 1e-3, n), 3)
     fixed = np.repeat([20e-6, 30e-6, 0.0], n)
     measured = roofline * 1.25 + fixed
-    measured[2 * n:] = roofline[2 * n:] * 1.1  # the V100 rows: no call dominated by fixed time
+    measured[2 * n :] = roofline[2 * n :] * 1.1  # the V100 rows: no call dominated by fixed time
     floors = LaunchFloors.measure(hardware, op, measured, roofline)
     assert floors.by_op["a100-pcie-40gb"]["bmm"] == pytest.approx(20e-6 + 1.25e-7)
     assert floors.by_op["t4"]["bmm"] == pytest.approx(30e-6 + 1.25e-7)
     assert "v100-pcie-32gb" not in floors.by_op and "v100-pcie-32gb" not in floors.by_hardware
-    seconds = floors.seconds(np.array(["t4", "t4", "l4"], dtype=object), np.array(["bmm", "linear", "bmm"], dtype=object))
+    seconds = floors.seconds(
+        np.array(["t4", "t4", "l4"], dtype=object), np.array(["bmm", "linear", "bmm"], dtype=object)
+    )
     assert seconds[0] == floors.by_op["t4"]["bmm"]
     assert seconds[1] == floors.by_hardware["t4"]  # op never measured on the T4: the T4's family floor
     assert seconds[2] == pytest.approx(np.median([floors.by_op["a100-pcie-40gb"]["bmm"], floors.by_op["t4"]["bmm"]]))
@@ -154,8 +179,10 @@ def test_learned_predictions_scale_device_floor_or_roofline(estimator, measured)
     """Device time is at least the device floor and the roofline; timed on its own, a call reads its host's
     dispatch (launch floor less the post-launch host time), then the kernel or that host time, the longer."""
     from maya.estimators.launch_floor import POST_LAUNCH_S
-    calls = measured.head(200).assign(m=lambda d: d["m"] + 3, row=lambda d: d["row"] + 3,
-                                      numel=lambda d: d["numel"] + 3 * d["numel"] / d["row"])
+
+    calls = measured.head(200).assign(
+        m=lambda d: d["m"] + 3, row=lambda d: d["row"] + 3, numel=lambda d: d["numel"] + 3 * d["numel"] / d["row"]
+    )
     out = estimator.predict(calls)
     post_ns = POST_LAUNCH_S * 1e9
     for family, rows in out.groupby("family"):
@@ -171,10 +198,19 @@ def test_isolated_measurements_train_device_time():
     """Calls timed on their own read the host's dispatch, then the kernel or the host's post-launch time: the
     model learns the device time under them, as from device timings of the same kernels."""
     from maya.estimators.launch_floor import POST_LAUNCH_S
+
     rng = np.random.default_rng(0)
     numel = np.round(2.0 ** rng.uniform(10, 28, 600))
-    calls = pd.DataFrame({"hardware": "a100-pcie-40gb", "family": "elementwise", "op": "add", "dtype": "fp32",
-                          "numel": numel, "operands": 2.0})
+    calls = pd.DataFrame(
+        {
+            "hardware": "a100-pcie-40gb",
+            "family": "elementwise",
+            "op": "add",
+            "dtype": "fp32",
+            "numel": numel,
+            "operands": 2.0,
+        }
+    )
     device_ns = 2_000.0 + 12 * numel / 1555e9 * 1e9 * 1.3  # 3 x 4 bytes per element at 77% of the bandwidth
     jitter = 1 + rng.uniform(0, 0.01, len(numel))  # the host's dispatch varies from call to call
     isolated_ns = (20_000.0 + np.maximum(device_ns, POST_LAUNCH_S * 1e9)) * jitter
@@ -187,8 +223,9 @@ def test_isolated_measurements_train_device_time():
     np.testing.assert_allclose(out["isolated_ns"], isolated_ns[::7], rtol=0.06)  # kernels hidden in the jitter
     hidden = device_ns[::7] < POST_LAUNCH_S * 1e9 / 2  # under the post-launch host time: only bounded
     assert hidden.sum() >= 10
-    assert ((out["duration_ns"][hidden] >= out["roofline_ns"][hidden])
-            & (out["duration_ns"][hidden] <= POST_LAUNCH_S * 1e9)).all()
+    assert (
+        (out["duration_ns"][hidden] >= out["roofline_ns"][hidden]) & (out["duration_ns"][hidden] <= POST_LAUNCH_S * 1e9)
+    ).all()
     as_device = train(calls.assign(measured_ns=device_ns, timing="device"), config).estimator
     np.testing.assert_allclose(as_device.predict(probe)["duration_ns"][timed], out["duration_ns"][timed], rtol=0.1)
     with pytest.raises(ValueError, match="unknown timing value"):
@@ -199,6 +236,7 @@ def test_post_launch_time_matches_neusight_elementwise_sweeps():
     """POST_LAUNCH_S is what NeuSight's elementwise sweeps show: the floor less the intercept of the
     bandwidth-bound regime, per GPU and op."""
     from maya.estimators.launch_floor import POST_LAUNCH_S
+
     kernels = load_kernels(neusight_dir() / "kernels_train.parquet")
     post = []
     for _, group in kernels[kernels["family"] == "elementwise"].groupby(["hardware", "op"]):
@@ -213,11 +251,21 @@ def test_post_launch_time_matches_neusight_elementwise_sweeps():
 
 def test_softmax_block_size_follows_pytorch():
     from maya.estimators.families.softmax import block_threads
+
     rows = np.array([1280.0, 2048.0, 2049.0, 4096.0, 16384.0, 100.0])
     np.testing.assert_array_equal(block_threads(rows, np.full(6, 4.0)), [256, 256, 512, 512, 512, 32])
-    calls = pd.DataFrame({"hardware": "a100-pcie-40gb", "family": "softmax", "op": "softmax", "dtype": "fp32",
-                          "numel": [8192 * 4096.0, 8192 * 2560.0, 8192 * 512.0], "row": [4096.0, 2560.0, 512.0]})
+    calls = pd.DataFrame(
+        {
+            "hardware": "a100-pcie-40gb",
+            "family": "softmax",
+            "op": "softmax",
+            "dtype": "fp32",
+            "numel": [8192 * 4096.0, 8192 * 2560.0, 8192 * 512.0],
+            "row": [4096.0, 2560.0, 512.0],
+        }
+    )
     from maya.estimators.calls import normalize
+
     frame = normalize(calls)
     hw = hardware_arrays(frame)
     features = PREDICTORS["softmax"].shape_features(frame, hw)
@@ -231,10 +279,20 @@ def test_softmax_block_size_follows_pytorch():
 
 def test_softmax_rereads_count_dram_traffic_only_when_resident_rows_exceed_l2():
     from maya.estimators.calls import normalize
+
     rows = [512.0, 4096.0, 16384.0]  # warp kernel; block kernels with 16 KiB and 64 KiB rows
-    calls = normalize(pd.DataFrame({"hardware": ["p4", "p4", "p4", "a100-pcie-40gb"], "family": "softmax",
-                                    "op": "softmax", "dtype": "fp32", "numel": [2.0**24] * 4,
-                                    "row": [*rows, 16384.0]}))
+    calls = normalize(
+        pd.DataFrame(
+            {
+                "hardware": ["p4", "p4", "p4", "a100-pcie-40gb"],
+                "family": "softmax",
+                "op": "softmax",
+                "dtype": "fp32",
+                "numel": [2.0**24] * 4,
+                "row": [*rows, 16384.0],
+            }
+        )
+    )
     hw = hardware_arrays(calls)
     per_element = PREDICTORS["softmax"].count(calls, np.full(4, 4.0), hw).bytes / 2.0**24
     # P4: 20 SMs x four 512-thread blocks; 16 KiB rows (1.25 MiB) fit its 2 MiB L2, 64 KiB rows (5 MiB) do not
@@ -244,5 +302,7 @@ def test_softmax_rereads_count_dram_traffic_only_when_resident_rows_exceed_l2():
 
 def test_transfer_only_training_prices_every_call_with_the_transfer_model(measured):
     gemm = measured[measured["family"] == "gemm"]
-    models = train(gemm, TrainConfig(params=SMALL.params, validate=False, seen_model=False)).estimator.models["gemm@cuda"]
+    models = train(gemm, TrainConfig(params=SMALL.params, validate=False, seen_model=False)).estimator.models[
+        "gemm@cuda"
+    ]
     assert models.seen is models.transfer and "sm_count" not in models.seen.feature_names

@@ -1,4 +1,5 @@
 """The estimator registry: versions in the DuckDB warehouse, artifacts checked on load, idempotent training."""
+
 import subprocess
 import sys
 
@@ -7,8 +8,8 @@ import pandas as pd
 import pytest
 
 from maya.estimators import ArtifactError, Registry, TrainConfig, UnknownVersion, train_version
-from maya.estimators.training_data import load_kernels, neusight_dir
 from maya.estimators.efficiency_model import ModelParams
+from maya.estimators.training_data import load_kernels, neusight_dir
 
 SMALL = TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=False)
 
@@ -22,8 +23,10 @@ def measured():
 def registry_rows(registry):
     con = duckdb.connect(str(registry.warehouse), read_only=True)
     try:
-        return (con.execute("SELECT * FROM estimator_versions ORDER BY version").fetchall(),
-                con.execute("SELECT * FROM estimator_aliases").fetchall())
+        return (
+            con.execute("SELECT * FROM estimator_versions ORDER BY version").fetchall(),
+            con.execute("SELECT * FROM estimator_aliases").fetchall(),
+        )
     finally:
         con.close()
 
@@ -32,9 +35,19 @@ def test_train_list_show_load(measured, maya_home):
     registry = Registry()
     first = train_version(measured, SMALL)
     assert not first.reused and first.record.version == "v1"
-    assert first.record.hardware == sorted(set(measured["hardware"].map(
-        {"NVIDIA A100-PCIE-40GB": "a100-pcie-40gb", "Tesla V100-PCIE-32GB": "v100-pcie-32gb", "Tesla T4": "t4",
-         "Tesla P100-PCIE-16GB": "p100-pcie-16gb", "Tesla P4": "p4"})))
+    assert first.record.hardware == sorted(
+        set(
+            measured["hardware"].map(
+                {
+                    "NVIDIA A100-PCIE-40GB": "a100-pcie-40gb",
+                    "Tesla V100-PCIE-32GB": "v100-pcie-32gb",
+                    "Tesla T4": "t4",
+                    "Tesla P100-PCIE-16GB": "p100-pcie-16gb",
+                    "Tesla P4": "p4",
+                }
+            )
+        )
+    )
     assert first.record.families == ["gemm", "softmax"] and first.record.training_rows == 1500
     assert (maya_home / "estimators" / "v1" / "model.zip").is_file()
     second = train_version(measured.head(1000), SMALL)
@@ -102,8 +115,9 @@ def test_explicit_warehouse_path(measured, tmp_path):
 
 
 def test_artifact_round_trip_keeps_floors_and_predictions(measured):
-    from maya.estimators.artifact import dumps, loads
     from maya.estimators import train
+    from maya.estimators.artifact import dumps, loads
+
     estimator = train(measured, SMALL).estimator
     loaded = loads(dumps(estimator))
     for family, models in estimator.models.items():
@@ -128,9 +142,19 @@ def test_reads_wait_for_another_process_writing(measured, tmp_path):
     write lock (the suite storing a row) instead of failing."""
     registry = Registry(tmp_path / "w.duckdb")
     train_version(measured.head(200), SMALL, registry)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); print('held', flush=True); "
-        "time.sleep(1.5); con.close()"), str(registry.warehouse)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); print('held', flush=True); "
+                "time.sleep(1.5); con.close()"
+            ),
+            str(registry.warehouse),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert registry.latest() == "v1"

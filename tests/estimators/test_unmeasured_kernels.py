@@ -1,6 +1,7 @@
 """What the learned models know and say they do not: a kernel its segment never measured is priced from a
 segment that did, relative to the add both measured; predictions shorter than a model's measurements resolve
 are marked (`below_measured`)."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,8 +19,17 @@ SHARE = {("add", "fp32"): 0.8, ("gelu", "fp32"): 0.5, ("add", "fp16"): 0.95}
 
 def calls(op: str, dtype: str, numel: np.ndarray) -> pd.DataFrame:
     operands = 2.0 if op == "add" else 1.0
-    return pd.DataFrame({"hardware": "h100-sxm", "family": "elementwise", "op": op, "dtype": dtype,
-                         "numel": numel, "row": 4096.0, "operands": operands})
+    return pd.DataFrame(
+        {
+            "hardware": "h100-sxm",
+            "family": "elementwise",
+            "op": op,
+            "dtype": dtype,
+            "numel": numel,
+            "row": 4096.0,
+            "operands": operands,
+        }
+    )
 
 
 def measured(op: str, dtype: str, numel: np.ndarray) -> pd.DataFrame:
@@ -31,8 +41,13 @@ def measured(op: str, dtype: str, numel: np.ndarray) -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def estimator():
     numel = np.round(np.geomspace(2**22, 2**28, 60))
-    return train(pd.concat([measured("add", "fp32", numel), measured("gelu", "fp32", numel),
-                            measured("add", "fp16", numel)], ignore_index=True), CONFIG).estimator
+    return train(
+        pd.concat(
+            [measured("add", "fp32", numel), measured("gelu", "fp32", numel), measured("add", "fp16", numel)],
+            ignore_index=True,
+        ),
+        CONFIG,
+    ).estimator
 
 
 def test_a_kernel_measured_only_in_another_width_is_priced_relative_to_the_add(estimator):
@@ -46,8 +61,10 @@ def test_a_kernel_measured_only_in_another_width_is_priced_relative_to_the_add(e
     add = estimator.predict(calls("add", "fp16", numel * 2 / 3))  # the same bytes moved
     assert (out["duration_ns"] > 1.4 * add["duration_ns"]).all()
     assert estimator.models["elementwise@narrow"].kernels == frozenset({"add"})
-    assert loads(dumps(estimator)).predict(calls("gelu", "fp16", numel))["duration_ns"].tolist() == \
-        out["duration_ns"].tolist()
+    assert (
+        loads(dumps(estimator)).predict(calls("gelu", "fp16", numel))["duration_ns"].tolist()
+        == out["duration_ns"].tolist()
+    )
 
 
 def test_predictions_shorter_than_the_measurements_are_marked(estimator):
@@ -55,8 +72,9 @@ def test_predictions_shorter_than_the_measurements_are_marked(estimator):
     assert shortest == pytest.approx(2 * 3 * 2**22 / (0.95 * BANDWIDTH))  # the quickest fp16 add measured
     out = estimator.predict(calls("add", "fp16", np.array([2.0**12, 2.0**26])))
     assert out["below_measured"].tolist() == [True, False]
-    isolated = train(measured("add", "fp32", np.round(np.geomspace(2**12, 2**26, 60))).assign(timing="isolated"),
-                     CONFIG).estimator
+    isolated = train(
+        measured("add", "fp32", np.round(np.geomspace(2**12, 2**26, 60))).assign(timing="isolated"), CONFIG
+    ).estimator
     assert isolated.models["elementwise@wide"].resolves_from_s == pytest.approx(12e-6)  # the post-launch time
     assert loads(dumps(isolated)).models["elementwise@wide"].resolves_from_s == pytest.approx(12e-6)
 

@@ -1,5 +1,6 @@
 """Vidur's measurements: the mapping of its operators to priced calls, the row schemas and quarantine, layout
 detection, the training sources, and `maya estimators eval` on every layout (MAPE checked by hand)."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,15 @@ from maya.estimators import CollectiveModel, Registry, TrainConfig, train_versio
 from maya.estimators.efficiency_model import ModelParams
 from maya.estimators.families import PREDICTORS
 from maya.estimators.training_data import rows_by_source, shipped_sources
-from maya.estimators.vidur_data import (OPS, TWO_KERNEL_ADD, VidurFormatError, check_collectives, check_compute,
-                                        detect_layout, vidur_dir)
+from maya.estimators.vidur_data import (
+    OPS,
+    TWO_KERNEL_ADD,
+    VidurFormatError,
+    check_collectives,
+    check_compute,
+    detect_layout,
+    vidur_dir,
+)
 from maya_trace_spec.interop.kineto import classify_kernel
 
 runner = CliRunner()
@@ -34,15 +42,21 @@ def collectives() -> pd.DataFrame:
 
 
 def one(compute: pd.DataFrame, model: str, op: str, tp: int = 2, tokens: int = 512) -> pd.DataFrame:
-    rows = compute[(compute["device"] == H100) & (compute["model"] == model) & (compute["op"] == op)
-                   & (compute["tp"] == tp) & (compute["num_tokens"] == tokens)]
+    rows = compute[
+        (compute["device"] == H100)
+        & (compute["model"] == model)
+        & (compute["op"] == op)
+        & (compute["tp"] == tp)
+        & (compute["num_tokens"] == tokens)
+    ]
     return rows.head(1).reset_index(drop=True)
 
 
 def test_every_operator_maps_to_the_call_traced_kernels_are_priced_as(compute):
     llama = "meta-llama/Llama-2-70b-hf"  # 64 heads, 8 kv heads, hidden 8192, ffn 28672, gated
     calls = check_compute(pd.concat([one(compute, llama, op) for op in OPS], ignore_index=True)).calls.set_index(
-        "vidur_op")
+        "vidur_op"
+    )
     up = one(compute, llama, "mlp_up_proj").iloc[0]
     gemm = calls.loc["mlp_up_proj"]  # cuBLAS's column-major sizes, as the emulator records F.linear
     assert (gemm["family"], gemm["op"], gemm["dtype"]) == ("gemm", "mm", "fp16")
@@ -76,9 +90,11 @@ def test_layer_norm_gelu_and_the_two_kernel_add_of_a_parallel_block(compute):
 
 def test_the_families_match_how_traced_kernels_are_classified():
     """The kernels a training step launches for these ops land in the families the Vidur rows train."""
-    names = {"normalization": "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, true>",
-             "elementwise": "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>",
-             "gemm": "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64_cgasize1x2x1_warpgroupsize2x1x1"}
+    names = {
+        "normalization": "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, true>",
+        "elementwise": "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>>",
+        "gemm": "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64_cgasize1x2x1_warpgroupsize2x1x1",
+    }
     assert {family: classify_kernel(name)["family"] for family, name in names.items()} == {f: f for f in names}
 
 
@@ -93,8 +109,9 @@ def test_repeat_measurements_of_one_shape_are_kept_as_repeats(compute):
 
 
 def test_bad_compute_rows_are_rejected_with_the_reason(compute):
-    rows = pd.concat([one(compute, "meta-llama/Llama-2-7b-hf", op) for op in ("add", "mlp_up_proj")] * 3,
-                     ignore_index=True)
+    rows = pd.concat(
+        [one(compute, "meta-llama/Llama-2-7b-hf", op) for op in ("add", "mlp_up_proj")] * 3, ignore_index=True
+    )
     rows.loc[0, "time_ms_median"] = -1.0
     rows.loc[1, "time_ms_median"] = np.nan
     rows.loc[2, "device"] = "NVIDIA H300"
@@ -124,8 +141,11 @@ def test_collectives_become_the_collective_model_frame_and_bad_rows_are_rejected
     bad = rows.assign(time_ms_median=[0.1, -0.1, 0.1, 0.1], dtype=["fp16", "fp16", "fp13", "fp16"])
     bad.loc[3, "devices_per_node"] = 4
     reasons = dict(zip(*check_collectives(bad).rejected[["row_index", "reason"]].to_numpy().T))
-    assert reasons == {1: "time_ms_median: not positive (-0.1)", 2: "dtype: not a known dtype ('fp13')",
-                       3: "devices_per_node: more than num_workers"}
+    assert reasons == {
+        1: "time_ms_median: not positive (-0.1)",
+        2: "dtype: not a known dtype ('fp13')",
+        3: "devices_per_node: more than num_workers",
+    }
 
 
 def test_a_curve_copying_another_networks_measurements_is_quarantined(collectives):
@@ -135,7 +155,9 @@ def test_a_curve_copying_another_networks_measurements_is_quarantined(collective
     rejected = checked.rejected.set_index("row_index")["reason"]
     assert copied.sum() > 0 and set(np.flatnonzero(copied)) <= set(rejected.index)
     assert rejected[np.flatnonzero(copied)].str.contains("network a100_pairwise_nvlink value for value").all()
-    assert not ((checked.calls["network"] == "h100_pairwise_nvlink") & (checked.calls["collective"] == "sendrecv")).any()
+    assert not (
+        (checked.calls["network"] == "h100_pairwise_nvlink") & (checked.calls["collective"] == "sendrecv")
+    ).any()
 
 
 def test_layouts_are_told_apart_by_their_columns(compute, collectives):
@@ -143,7 +165,10 @@ def test_layouts_are_told_apart_by_their_columns(compute, collectives):
 
     neusight = pd.read_parquet(neusight_dir() / "kernels_test.parquet").head(1)
     assert [detect_layout(f.columns) for f in (neusight, compute, collectives)] == [
-        "neusight", "vidur_compute", "vidur_collectives"]
+        "neusight",
+        "vidur_compute",
+        "vidur_collectives",
+    ]
     with pytest.raises(VidurFormatError, match=r"closest is vidur_compute, missing column\(s\) time_ms_median"):
         detect_layout(compute.drop(columns=["time_ms_median"]).columns)
     with pytest.raises(VidurFormatError, match="not a measurement layout Maya reads"):
@@ -167,8 +192,7 @@ def version(tmp_path_factory, compute) -> str:
     calls = check_compute(rows.sample(3000, random_state=0)).calls
     with pytest.MonkeyPatch.context() as env:
         env.setenv("MAYA_HOME", str(home))
-        train_version(calls, TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=False),
-                      Registry())
+        train_version(calls, TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=False), Registry())
     return str(home)
 
 
@@ -177,8 +201,15 @@ def maya(home: str, *args):
 
 
 def test_eval_of_vidur_compute_per_op_and_as_json(version, compute, tmp_path):
-    rows = compute[(compute["device"] == H100) & (compute["model"] == "microsoft/phi-2")
-                   & compute["op"].isin(["mlp_up_proj", "add", "input_layernorm"])].groupby("op").head(15)
+    rows = (
+        compute[
+            (compute["device"] == H100)
+            & (compute["model"] == "microsoft/phi-2")
+            & compute["op"].isin(["mlp_up_proj", "add", "input_layernorm"])
+        ]
+        .groupby("op")
+        .head(15)
+    )
     dataset = tmp_path / "phi.parquet"
     rows.to_parquet(dataset)
     r = maya(version, "estimators", "eval", "--dataset", dataset, "--json")

@@ -1,6 +1,7 @@
 """Defects the fuzzing of Vidur's layouts found (tests/reliability/vidur_inputs.py), each pinned: counts that
 are not whole numbers, numeric columns of booleans, collective rows a network's cluster cannot hold, and text
 that is not UTF-8."""
+
 from __future__ import annotations
 
 import io
@@ -22,8 +23,11 @@ H100 = "NVIDIA H100 80GB HBM3"
 @pytest.fixture(scope="module")
 def compute() -> pd.DataFrame:
     rows = pd.read_parquet(vidur_dir() / "compute.parquet")
-    return rows[(rows["device"] == H100) & (rows["model"] == "meta-llama/Llama-2-7b-hf")
-                & (rows["op"] == "mlp_up_proj")].head(4).reset_index(drop=True)
+    return (
+        rows[(rows["device"] == H100) & (rows["model"] == "meta-llama/Llama-2-7b-hf") & (rows["op"] == "mlp_up_proj")]
+        .head(4)
+        .reset_index(drop=True)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +43,11 @@ def test_compute_sizes_that_are_not_whole_numbers_are_rejected(compute):
     rows.loc[2, "gemm_k"] = 4096.5
     checked = check_compute(rows)
     reasons = dict(zip(checked.rejected["row_index"], checked.rejected["reason"]))
-    assert reasons == {0: "num_tokens: not a whole number below 2**53 (2.5)",
-                       1: "tp: not a whole number below 2**53 (1e+300)",
-                       2: "gemm_k: not a whole number below 2**53 (4096.5)"}
+    assert reasons == {
+        0: "num_tokens: not a whole number below 2**53 (2.5)",
+        1: "tp: not a whole number below 2**53 (1e+300)",
+        2: "gemm_k: not a whole number below 2**53 (4096.5)",
+    }
     assert checked.calls["row_index"].tolist() == [3]
 
 
@@ -81,10 +87,14 @@ def test_eval_notes_collective_rows_their_cluster_cannot_hold_and_evaluates_the_
     result = evaluate_file(dataset, no_estimator)  # raised ValueError for the whole file before
     assert result.to_json()["all_reduce"]["rows"] == 5
     assert np.isfinite(result.overall["mape"])
-    assert any("1 allreduce rows of network 'a100_pairwise_nvlink' (16 ranks on 2 node(s)) not evaluated" in note
-               and "put 8 on a node of 4 GPUs" in note for note in result.notes)
-    r = CliRunner().invoke(app, ["estimators", "eval", "--dataset", str(dataset), "--warehouse",
-                                 str(tmp_path / "warehouse.duckdb")])
+    assert any(
+        "1 allreduce rows of network 'a100_pairwise_nvlink' (16 ranks on 2 node(s)) not evaluated" in note
+        and "put 8 on a node of 4 GPUs" in note
+        for note in result.notes
+    )
+    r = CliRunner().invoke(
+        app, ["estimators", "eval", "--dataset", str(dataset), "--warehouse", str(tmp_path / "warehouse.duckdb")]
+    )
     assert r.exit_code == 0, r.output  # it failed with "error: None: 16 ranks on 2 node(s) ..." before
     assert "not evaluated" in r.stderr
 
@@ -116,6 +126,9 @@ def test_text_that_is_not_utf8_is_a_damaged_file_for_every_reader(layout, comput
         with pytest.raises(ProfileFileError, match="not a readable Parquet file: .*UTF8"):
             read_profile(data, VIDUR_COMPUTE, Partition("h100-sxm", "c"))
     else:
-        valid, quarantined = _validate_file(ProfileFile(dataset, VIDUR_COLLECTIVES), data,
-                                            NetworkPartition("a100_dgx", "c"))
-        assert valid.empty and quarantined["reason"].str.match("file rejected: not a readable Parquet file: .*UTF8").all()
+        valid, quarantined = _validate_file(
+            ProfileFile(dataset, VIDUR_COLLECTIVES), data, NetworkPartition("a100_dgx", "c")
+        )
+        assert (
+            valid.empty and quarantined["reason"].str.match("file rejected: not a readable Parquet file: .*UTF8").all()
+        )

@@ -1,4 +1,5 @@
 """Framework runs: each test emulates a real framework's own entry point, unchanged."""
+
 import json
 
 import pytest

@@ -1,8 +1,10 @@
 """fp8 training as torchao's tensorwise recipe runs it (`tests/workloads/float8_mlp.py`, in plain PyTorch): its
 GEMMs are recorded with their fp8 types and priced on the fp8 tensor-core peak (the tensor segment of the GEMM
 family), its scaling kernels (amax, scale, cast) as elementwise and reduction work."""
+
 import numpy as np
 import pytest
+from paths import WORKLOADS
 
 from maya.core.hardware import get
 from maya.estimators.hardware_table import hardware_arrays
@@ -10,7 +12,6 @@ from maya.estimators.segments import segments
 from maya.simulator.opcodes import classify
 from maya.simulator.trace import load
 from maya.simulator.work import work_frame
-from paths import WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -1,10 +1,11 @@
 """Hugging Face `Trainer` as users run it, under torchrun on 2 virtual H100s: DDP through accelerate and
 DeepSpeed ZeRO-3 (its non-compiled paths: PyTorch's AdamW, no fused CUDA ops). FSDP and ZeRO-1/2 are rows of
 `benchmarks/frameworks.py`."""
+
 import pytest
+from paths import WORKLOADS
 
 from maya_trace_spec import Run
-from paths import WORKLOADS
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -19,7 +20,8 @@ def test_trainer(mode, tmp_path, emulate_and_predict):
         # rank 1 receives rank 0's bytes through the emulator's mailbox, and passes
         pytest.importorskip("deepspeed")
     output, prediction = emulate_and_predict(
-        tmp_path / "run", ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", mode], *options)
+        tmp_path / "run", ["python", str(WORKLOADS / "hf_trainer.py"), "--mode", mode], *options
+    )
     assert "stopped after 2 training iterations" in output
     assert "OVERFLOW" not in output  # a value only a GPU computes reads 0: no overflow, the step is taken
     assert prediction["world_size"] == 2 and prediction["iteration_ns"] > 0

@@ -10,11 +10,11 @@ replay ran ranks 1-3's optimizer steps before their gradients were reduced, and 
 nanoGPT is a repository, not a package: set MAYA_NANOGPT_REPO to a checkout of karpathy/nanoGPT (tested at
 3adf61e1) to run this test; it skips otherwise. Its datasets are stood in for by random tokens
 (`framework_assets.nanogpt_assets`)."""
+
 import os
 from pathlib import Path
 
 import pytest
-
 from framework_assets import NANOGPT_ENV, nanogpt_assets
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -26,9 +26,21 @@ def test_nanogpt_ddp_on_four_gpus(tmp_path, emulate_and_predict):
         pytest.skip(f"set {NANOGPT_ENV} to a checkout of karpathy/nanoGPT")
     root = nanogpt_assets(tmp_path / "nanogpt", checkout)
     output, prediction = emulate_and_predict(
-        tmp_path / "run", ["torchrun", "--standalone", "--nproc_per_node=4", "train.py",
-                           "config/train_shakespeare_char.py", "--compile=False", "--gradient_accumulation_steps=4",
-                           "--eval_iters=20"], "--iterations", "3", cwd=root)
+        tmp_path / "run",
+        [
+            "torchrun",
+            "--standalone",
+            "--nproc_per_node=4",
+            "train.py",
+            "config/train_shakespeare_char.py",
+            "--compile=False",
+            "--gradient_accumulation_steps=4",
+            "--eval_iters=20",
+        ],
+        "--iterations",
+        "3",
+        cwd=root,
+    )
     assert "stopped after 3 training iterations" in output and "step 0: train loss" in output
     assert prediction["world_size"] == 4 and prediction["steady_iterations"] == 2
     for rank in prediction["ranks"]:  # every rank computes; communication is the all-reduce's, not a whole step

@@ -9,11 +9,11 @@ The script lives in the speed-run's repository, not a package: set MAYA_MODDED_N
 of KellerJordan/modded-nanogpt (tested at f411b3d3, 2026-08-01) to run this test; it skips otherwise. Its
 FineWeb shards are stood in for by random tokens in llm.c's format (`framework_assets.py`).
 """
+
 import os
 from pathlib import Path
 
 import pytest
-
 from framework_assets import write_fineweb_shards
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -27,8 +27,9 @@ def test_speedrun_runs_unchanged_on_eight_h100s(tmp_path, emulate_and_predict):
     if not script.is_file():
         pytest.skip(f"set {REPO_ENV} to a checkout of KellerJordan/modded-nanogpt (its {SCRIPT})")
     root = write_fineweb_shards(tmp_path / "speedrun")
-    output, prediction = emulate_and_predict(tmp_path / "run", ["python", str(script)], "--nproc-per-node", "8",
-                                             "--iterations", "3", cwd=root)
+    output, prediction = emulate_and_predict(
+        tmp_path / "run", ["python", str(script)], "--nproc-per-node", "8", "--iterations", "3", cwd=root
+    )
     assert "stopped after 3 training iterations" in output
     assert "step:0/5100 val_loss" in output and "step:3/5100 train_loss" in output
     log = next((root / "logs").glob("*.txt")).read_text()

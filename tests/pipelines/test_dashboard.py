@@ -1,5 +1,6 @@
 """`maya dashboard`: the accuracy dashboard built by the pipelines (one NeuSight GPU, training subsampled),
 served on local HTTP and rendered by headless Chromium with no console message."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,8 +11,8 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import dagster as dg
 import pytest
@@ -22,28 +23,51 @@ from maya.pipelines.partitions import partition_key
 from maya.pipelines.resources import DataSources, Warehouse
 from maya.pipelines.sources import NEUSIGHT_CAMPAIGN, Partition
 
-pytestmark = [pytest.mark.filterwarnings("ignore::dagster.PreviewWarning", "ignore::dagster.BetaWarning"), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::dagster.PreviewWarning", "ignore::dagster.BetaWarning"),
+    pytest.mark.slow,
+]
 
 SERVE = "import typer; from maya.cli.dashboard import dashboard_cmd; typer.run(dashboard_cmd)"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-                  "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--dump-dom")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=10000",
+    "--dump-dom",
+)
 
 
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory) -> Path:
     """A warehouse with one evaluated estimator version (trained on NeuSight's P4) and its dashboard."""
     root = tmp_path_factory.mktemp("dashboard")
-    resources = {"warehouse": Warehouse(path=str(root / "warehouse.duckdb")),
-                 "data": DataSources(profiles_dir=str(root / "profiles"), ground_truth_dir=str(root / "gt"))}
+    resources = {
+        "warehouse": Warehouse(path=str(root / "warehouse.duckdb")),
+        "data": DataSources(profiles_dir=str(root / "profiles"), ground_truth_dir=str(root / "gt")),
+    }
     p4 = Partition("p4", NEUSIGHT_CAMPAIGN)
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("hardware", [p4.hardware])
     instance.add_dynamic_partitions("campaign", [p4.campaign])
-    dg.materialize([profiles.raw_kernel_profiles, profiles.validated_kernel_profiles], instance=instance,
-                   resources=resources, partition_key=partition_key(p4))
-    dg.materialize([estimators.kernel_estimators, validation.estimator_validation, dashboard.accuracy_dashboard],
-                   instance=instance, resources=resources, run_config={"ops": {"kernel_estimators": {"config": {
-                       "sample_rows": 2000, "trees": 10, "depth": 3, "holdout": False}}}})
+    dg.materialize(
+        [profiles.raw_kernel_profiles, profiles.validated_kernel_profiles],
+        instance=instance,
+        resources=resources,
+        partition_key=partition_key(p4),
+    )
+    dg.materialize(
+        [estimators.kernel_estimators, validation.estimator_validation, dashboard.accuracy_dashboard],
+        instance=instance,
+        resources=resources,
+        run_config={
+            "ops": {"kernel_estimators": {"config": {"sample_rows": 2000, "trees": 10, "depth": 3, "holdout": False}}}
+        },
+    )
     return root / "warehouse.duckdb"
 
 
@@ -60,8 +84,13 @@ def chromium() -> str:
 def serving(warehouse: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
     """`maya dashboard --port 0` in another process: its URL and the lines it printed before serving."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "500"}
-    server = subprocess.Popen([sys.executable, "-c", SERVE, "--port", "0", "--warehouse", str(warehouse), *args], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVE, "--port", "0", "--warehouse", str(warehouse), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         lines = []
         for line in server.stdout:
@@ -77,8 +106,9 @@ def serving(warehouse: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
 
 def render(chromium: str, url: str, profile: Path) -> tuple[str, list[str]]:
     """The DOM after the page ran, and the console messages it logged."""
-    done = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", url], capture_output=True,
-                          text=True, timeout=180)
+    done = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", url], capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout, [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
 
@@ -118,8 +148,13 @@ def test_serves_the_page_and_builds_it_when_missing(warehouse, tmp_path):
 
 
 def test_without_an_estimator_version_it_says_what_to_run(tmp_path):
-    done = subprocess.run([sys.executable, "-c", SERVE, "--warehouse", str(tmp_path / "empty.duckdb")],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "500"}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE, "--warehouse", str(tmp_path / "empty.duckdb")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "500"},
+        timeout=120,
+    )
     assert done.returncode == 1
     assert "no estimator version is registered" in done.stderr and "maya demo" in done.stderr
 
@@ -133,8 +168,7 @@ def fresh(tmp_path) -> Path:
 
     path = tmp_path / "warehouse.duckdb"
     sample = shipped_measurements().sample(2000, random_state=0)
-    train_version(sample, TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=False),
-                  Registry(path))
+    train_version(sample, TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=False), Registry(path))
     return path
 
 
@@ -163,12 +197,46 @@ def test_the_dashboard_shows_suite_rows_at_a_glance(fresh):
     for row, error in ((20, -12.0), (81, 4.0)):
         measured = float(suite.table.loc[row, "step_time_s_derived"])
         predicted = measured * (1 + error / 100)
-        store.save(store.RowResult(suite.name, suite.digest, suite.kind, row, f"label {row}", "h100_80gb", "1b", 8,
-                                   measured, "v1", predictor_digest(), status="ok", predicted_s=predicted,
-                                   error_pct=error, band_low_s=predicted * 0.9, band_high_s=predicted * 1.1,
-                                   in_band=row == 81), fresh)
-    store.save(store.RowResult(suite.name, suite.digest, suite.kind, 159, "label 159", "a100_40gb", "125m", 8, 1.0,
-                               "v1", predictor_digest(), status="failed", reason="emulation failed: boom"), fresh)
+        store.save(
+            store.RowResult(
+                suite.name,
+                suite.digest,
+                suite.kind,
+                row,
+                f"label {row}",
+                "h100_80gb",
+                "1b",
+                8,
+                measured,
+                "v1",
+                predictor_digest(),
+                status="ok",
+                predicted_s=predicted,
+                error_pct=error,
+                band_low_s=predicted * 0.9,
+                band_high_s=predicted * 1.1,
+                in_band=row == 81,
+            ),
+            fresh,
+        )
+    store.save(
+        store.RowResult(
+            suite.name,
+            suite.digest,
+            suite.kind,
+            159,
+            "label 159",
+            "a100_40gb",
+            "125m",
+            8,
+            1.0,
+            "v1",
+            predictor_digest(),
+            status="failed",
+            reason="emulation failed: boom",
+        ),
+        fresh,
+    )
     prepare(fresh, suite=None, on_step=lambda _: None)
     text = build(fresh)[0].read_text(encoding="utf-8")
     assert "llm-foundry-smoke (end to end)</td><td>2 of 3</td>" in text
@@ -184,8 +252,9 @@ def test_a_new_user_opens_the_dashboard_after_the_demo(fresh, tmp_path):
     from maya.validation import load_suite
 
     rows = tmp_path / "one_row.csv"
-    load_suite("llm-foundry").table.loc[[81]].drop(columns=["model", "seq", "gpus", "gpu", "mbs", "ga", "precision",
-                                                            "sharding", "ckpt"]).to_csv(rows, index=False)
+    load_suite("llm-foundry").table.loc[[81]].drop(
+        columns=["model", "seq", "gpus", "gpu", "mbs", "ga", "precision", "sharding", "ckpt"]
+    ).to_csv(rows, index=False)
     with serving(fresh, "--suite", str(rows)) as (url, printed):
         body = urllib.request.urlopen(url, timeout=30).read().decode()
     assert any("evaluating estimator version v1" in line for line in printed)

@@ -1,6 +1,7 @@
 """Regressions found by fuzzing (tests/reliability): measured-kernel files the pipelines read are refused with a
 `ProfileFileError` naming the problem, or split into valid and rejected rows — never another exception — and
 `maya estimators eval` refuses datasets it cannot compare with one error line."""
+
 import io
 import json
 
@@ -40,8 +41,18 @@ def test_hardware_names_that_are_not_text_are_unknown():
 
 
 def test_neusight_rows_without_a_device_are_counted_not_crashed_on():
-    raw = parquet({"op": ["bmm", "add"], "device": [None, "NVIDIA H100 80GB HBM3"], "latency_ms": [1.0, 0.1],
-                   "b": [1, 8], "m": [64, None], "n": [64, None], "k": [64, None], "h": [None, 1024]})
+    raw = parquet(
+        {
+            "op": ["bmm", "add"],
+            "device": [None, "NVIDIA H100 80GB HBM3"],
+            "latency_ms": [1.0, 0.1],
+            "b": [1, 8],
+            "m": [64, None],
+            "n": [64, None],
+            "k": [64, None],
+            "h": [None, 1024],
+        }
+    )
     frame, left_out, _ = read_profile(raw, NEUSIGHT, H100)
     assert len(frame) == 1 and left_out == {"rows without a device name (no partition's)": 1}
     valid, rejected = split_valid(frame, H100.hardware)
@@ -51,8 +62,18 @@ def test_neusight_rows_without_a_device_are_counted_not_crashed_on():
 def test_a_file_with_no_row_for_the_partition_splits_into_nothing():
     """An empty frame had untyped columns: pandera failed the schema itself (WRONG_DATATYPE), which
     `split_valid` re-raises as a reader's bug."""
-    raw = parquet({"op": ["bmm"], "device": ["Tesla T4"], "latency_ms": [1.0], "b": [1], "m": [2], "n": [3], "k": [4],
-                   "h": [None]})
+    raw = parquet(
+        {
+            "op": ["bmm"],
+            "device": ["Tesla T4"],
+            "latency_ms": [1.0],
+            "b": [1],
+            "m": [2],
+            "n": [3],
+            "k": [4],
+            "h": [None],
+        }
+    )
     frame, _, _ = read_profile(raw, NEUSIGHT, H100)
     valid, rejected = split_valid(frame, H100.hardware)
     assert valid.empty and rejected.empty
@@ -75,11 +96,21 @@ def test_neusight_columns_that_are_not_numbers_are_named():
         to_calls(pd.DataFrame({"op": ["add"], "device": ["Tesla T4"], "latency_ms": ["fast"], "b": [1], "h": [2]}))
 
 
-@pytest.mark.parametrize("column, value", [("latency_ms", np.nan), ("latency_ms", 0.0), ("latency_ms", -1.0),
-                                           ("m", np.nan), ("b", 0), ("h", np.inf)])
+@pytest.mark.parametrize(
+    "column, value",
+    [("latency_ms", np.nan), ("latency_ms", 0.0), ("latency_ms", -1.0), ("m", np.nan), ("b", 0), ("h", np.inf)],
+)
 def test_eval_needs_every_size_and_a_positive_latency(column, value):
-    row = {"op": "bmm" if column in "bmnk" else "add", "device": "Tesla T4", "latency_ms": 1.0, "b": 2, "m": 64,
-           "n": 64, "k": 64, "h": 128}
+    row = {
+        "op": "bmm" if column in "bmnk" else "add",
+        "device": "Tesla T4",
+        "latency_ms": 1.0,
+        "b": 2,
+        "m": 64,
+        "n": 64,
+        "k": 64,
+        "h": 128,
+    }
     with pytest.raises(DatasetError, match="without a finite positive"):
         check_complete(to_calls(pd.DataFrame([{**row, column: value}])))
 
@@ -88,14 +119,17 @@ def test_eval_cli_refuses_incomplete_rows_and_bad_devices(tmp_path):
     """A NaN latency made sklearn raise "Input contains NaN"; a missing device crashed `hardware.get`."""
     test_rows = pd.read_parquet(neusight_dir() / "kernels_test.parquet")
     measurements = to_calls(test_rows.sample(400, random_state=0)).assign(timing="isolated")
-    estimator = train(measurements, TrainConfig(params=ModelParams(n_estimators=5, max_depth=2), validate=False,
-                                                min_rows=5)).estimator
+    estimator = train(
+        measurements, TrainConfig(params=ModelParams(n_estimators=5, max_depth=2), validate=False, min_rows=5)
+    ).estimator
     warehouse = tmp_path / "w.duckdb"
     Registry(warehouse).register(estimator, data_hash="d", config_hash="c", metrics={})
     rows = test_rows[test_rows["op"] == "bmm"].head(3).copy()
-    for label, change, message in [("nan", {"latency_ms": np.nan}, "without a finite positive latency_ms"),
-                                   ("nodevice", {"device": None}, "unknown device"),
-                                   ("huge", {"m": 2.0**64}, "2^63 and above")]:
+    for label, change, message in [
+        ("nan", {"latency_ms": np.nan}, "without a finite positive latency_ms"),
+        ("nodevice", {"device": None}, "unknown device"),
+        ("huge", {"m": 2.0**64}, "2^63 and above"),
+    ]:
         bad = rows.assign(**change)
         path = tmp_path / f"{label}.parquet"
         bad.to_parquet(path)
@@ -107,8 +141,11 @@ def test_eval_cli_refuses_incomplete_rows_and_bad_devices(tmp_path):
 def damaged(flip_footer: bool = False) -> bytes:
     """A NeuSight file whose pandas metadata lacks `index_columns`, or whose footer has a byte flipped so that
     pyarrow raises ArrowNotImplementedError ("Integers with more than 64 bits")."""
-    table = pa.Table.from_pandas(pd.DataFrame({"op": ["bmm"], "device": ["Tesla T4"], "latency_ms": [1.0],
-                                               "b": [2], "m": [64], "n": [64], "k": [64]}))
+    table = pa.Table.from_pandas(
+        pd.DataFrame(
+            {"op": ["bmm"], "device": ["Tesla T4"], "latency_ms": [1.0], "b": [2], "m": [64], "n": [64], "k": [64]}
+        )
+    )
     if not flip_footer:
         meta = json.loads(table.schema.metadata[b"pandas"])
         del meta["index_columns"]
@@ -128,8 +165,11 @@ def damaged(flip_footer: bool = False) -> bytes:
     raise AssertionError("no footer flip makes pyarrow raise ArrowNotImplementedError")
 
 
-@pytest.mark.parametrize("flip_footer", [False, pytest.param(True, marks=pytest.mark.slow)],  # the footer search: ~10 s
-                         ids=["pandas-metadata", "footer"])
+@pytest.mark.parametrize(
+    "flip_footer",
+    [False, pytest.param(True, marks=pytest.mark.slow)],  # the footer search: ~10 s
+    ids=["pandas-metadata", "footer"],
+)
 def test_damaged_files_are_refused_by_the_pipelines_and_eval(flip_footer, tmp_path):
     """Found by fuzzing `maya estimators eval`: ArrowNotImplementedError and pandas' KeyError('index_columns')
     escaped as tracebacks."""

@@ -2,6 +2,7 @@
 kernel campaign with bad files: warehouse tables, the registered version, the end-to-end check, the
 dashboard, idempotent re-runs, quarantine, transactions, the campaign sensor and job, and `maya sql`
 reading while a run writes."""
+
 from __future__ import annotations
 
 import json
@@ -14,48 +15,59 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pandas as pd
 import pytest
 
+from maya.core.paths import data_dir
+from maya.estimators import KernelEstimator
+from maya.estimators.neusight_data import load_kernels, neusight_dir
+from maya.estimators.vidur_data import load_compute
+from maya.pipelines import ground_truth
+from maya.pipelines.dashboard import PLOTS
+from maya.pipelines.definitions import defs
+from maya.pipelines.defs import campaign, collectives, dashboard, estimators, profiles, sensors, validation
+from maya.pipelines.measurement_calls import measurement_calls
+from maya.pipelines.partitions import network_partition_key, partition_key
+from maya.pipelines.resources import DataSources, Warehouse
+from maya.pipelines.sources import (
+    NEUSIGHT_CAMPAIGN,
+    VIDUR_COLLECTIVES_CAMPAIGN,
+    VIDUR_COMPUTE_CAMPAIGN,
+    NetworkPartition,
+    Partition,
+    find_network_partitions,
+    find_partitions,
+)
 from maya.profiler.kernels.configs import KernelConfig
 from maya.profiler.kernels.measurements import measurement_row, to_table
 from maya.profiler.kernels.results import Samples, Timing
 from maya.profiler.workloads.results import write_result
-from maya.estimators import KernelEstimator
-from maya.estimators.neusight_data import load_kernels, neusight_dir
-from maya.core.paths import data_dir
-from maya.pipelines import ground_truth
-from maya.pipelines.dashboard import PLOTS
-from maya.pipelines.measurement_calls import measurement_calls
-from maya.pipelines.definitions import defs
-from maya.estimators.vidur_data import load_compute
-from maya.pipelines.defs import campaign, collectives, dashboard, estimators, profiles, sensors, validation
-from maya.pipelines.partitions import network_partition_key, partition_key
-from maya.pipelines.resources import DataSources, Warehouse
-from maya.pipelines.sources import (NEUSIGHT_CAMPAIGN, VIDUR_COLLECTIVES_CAMPAIGN, VIDUR_COMPUTE_CAMPAIGN,
-                                    NetworkPartition, Partition, find_network_partitions, find_partitions)
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.PreviewWarning", "ignore::dagster.BetaWarning")
 
 CAMPAIGN = Partition("h100-sxm", "kernels-2026-01")
 TRAINING = {"sample_rows": 3000, "trees": 20, "depth": 4, "holdout": False}
-DOWNSTREAM = [estimators.kernel_estimators, validation.estimator_validation,
-              validation.end_to_end_error_within_5_percent, dashboard.accuracy_dashboard]
+DOWNSTREAM = [
+    estimators.kernel_estimators,
+    validation.estimator_validation,
+    validation.end_to_end_error_within_5_percent,
+    dashboard.accuracy_dashboard,
+]
 GOOD_CONFIGS = [
     KernelConfig.make("linear", "bf16", m=4096, n=4096, k=4096),
     KernelConfig.make("bmm", "fp16", batch=32, m=512, n=512, k=64),
     KernelConfig.make("mm", "fp32", tf32=True, m=2048, n=2048, k=2048),
-    KernelConfig.make("sdpa_fwd", "bf16", batch=4, seq=2048, heads=16, kv_heads=16, head_dim=128, causal=1,
-                      backend="flash"),
+    KernelConfig.make(
+        "sdpa_fwd", "bf16", batch=4, seq=2048, heads=16, kv_heads=16, head_dim=128, causal=1, backend="flash"
+    ),
     KernelConfig.make("layer_norm_fwd", "bf16", tokens=8192, hidden=4096),
     KernelConfig.make("softmax_fwd", "fp32", rows=8192, cols=50304),
     KernelConfig.make("add", "bf16", tokens=8192, hidden=4096),
     KernelConfig.make("cross_entropy_fwd", "bf16", tokens=8192, vocab=50304),
     KernelConfig.make("embedding_fwd", "bf16", tokens=8192, hidden=4096, vocab=50304),
-    KernelConfig.make("adamw_fused", "fp32", hidden=1024, ffn="gelu", tp=1, layers=1, n_tensors=12,
-                      n_params=12582912),
+    KernelConfig.make("adamw_fused", "fp32", hidden=1024, ffn="gelu", tp=1, layers=1, n_tensors=12, n_params=12582912),
     KernelConfig.make("memcpy_d2d", "u8", bytes=1 << 26),
     KernelConfig.make("copy_cast", "fp32", tokens=8192, hidden=4096, dst_dtype="bf16"),
 ]
@@ -64,8 +76,14 @@ GOOD_CONFIGS = [
 def measurement(config: KernelConfig, median_ns: int | None, status: str = "ok", hardware: str = "h100-sxm") -> dict:
     """A measurements row as the profiler writes it."""
     samples = Samples([median_ns or 1] * 3, [5_000] * 3, gpu_bound=True) if status == "ok" else None
-    row = measurement_row(Timing(config, status, 1 << 20, 2, samples), None, hardware=hardware,
-                          device_name="NVIDIA H100 80GB HBM3", session_id="s1", measured_at_ns=0)
+    row = measurement_row(
+        Timing(config, status, 1 << 20, 2, samples),
+        None,
+        hardware=hardware,
+        device_name="NVIDIA H100 80GB HBM3",
+        session_id="s1",
+        measured_at_ns=0,
+    )
     return {**row, "median_ns": median_ns} if status == "ok" else row
 
 
@@ -77,11 +95,13 @@ def write_campaign(profiles_dir: Path) -> dict:
     good = [measurement(c, 10_000 + 1_000 * i) for i, c in enumerate(GOOD_CONFIGS)]
     good.append(measurement(KernelConfig.make("memcpy_h2d", "u8", bytes=4096, pinned=1), None, status="unsupported"))
     pq.write_table(to_table(good), parts / "part-00000.parquet")
-    mixed = [measurement(KernelConfig.make("linear", "bf16", m=1024, n=1024, k=1024), 50_000),
-             measurement(KernelConfig.make("linear", "bf16", m=2048, n=1024, k=1024), -7),  # negative duration
-             measurement(KernelConfig.make("linear", "bf16", m=4096, n=1024, k=1024), None),  # NaN duration
-             measurement(KernelConfig.make("linear", "bf16", m=8192, n=1024, k=1024), 90_000, hardware="a100-sxm-80gb"),
-             measurement(KernelConfig.make("add", "fp32", tokens=1024, hidden=1024), 9_000)]
+    mixed = [
+        measurement(KernelConfig.make("linear", "bf16", m=1024, n=1024, k=1024), 50_000),
+        measurement(KernelConfig.make("linear", "bf16", m=2048, n=1024, k=1024), -7),  # negative duration
+        measurement(KernelConfig.make("linear", "bf16", m=4096, n=1024, k=1024), None),  # NaN duration
+        measurement(KernelConfig.make("linear", "bf16", m=8192, n=1024, k=1024), 90_000, hardware="a100-sxm-80gb"),
+        measurement(KernelConfig.make("add", "fp32", tokens=1024, hidden=1024), 9_000),
+    ]
     pq.write_table(to_table(mixed), parts / "part-00001.parquet")
     pq.write_table(pa.table({"kernel": ["x"], "time_ms": [1.0]}), parts / "part-00002.parquet")
     (parts / "part-00003.parquet").write_bytes(b"not a parquet file")
@@ -94,22 +114,41 @@ def register(instance: dg.DagsterInstance, partitions: list[Partition], networks
     instance.add_dynamic_partitions("network", sorted({p.network for p in networks}))
 
 
-def ingest_networks(instance: dg.DagsterInstance, resources: dict,
-                    networks: list[NetworkPartition]) -> list[dg.ExecuteInProcessResult]:
-    return [dg.materialize([collectives.raw_collective_measurements, collectives.validated_collective_measurements],
-                           instance=instance, resources=resources, partition_key=network_partition_key(p))
-            for p in networks]
+def ingest_networks(
+    instance: dg.DagsterInstance, resources: dict, networks: list[NetworkPartition]
+) -> list[dg.ExecuteInProcessResult]:
+    return [
+        dg.materialize(
+            [collectives.raw_collective_measurements, collectives.validated_collective_measurements],
+            instance=instance,
+            resources=resources,
+            partition_key=network_partition_key(p),
+        )
+        for p in networks
+    ]
 
 
-def ingest(instance: dg.DagsterInstance, resources: dict,
-           partitions: list[Partition]) -> list[dg.ExecuteInProcessResult]:
-    return [dg.materialize([profiles.raw_kernel_profiles, profiles.validated_kernel_profiles], instance=instance,
-                           resources=resources, partition_key=partition_key(p)) for p in partitions]
+def ingest(
+    instance: dg.DagsterInstance, resources: dict, partitions: list[Partition]
+) -> list[dg.ExecuteInProcessResult]:
+    return [
+        dg.materialize(
+            [profiles.raw_kernel_profiles, profiles.validated_kernel_profiles],
+            instance=instance,
+            resources=resources,
+            partition_key=partition_key(p),
+        )
+        for p in partitions
+    ]
 
 
 def downstream(instance: dg.DagsterInstance, resources: dict) -> dg.ExecuteInProcessResult:
-    return dg.materialize(DOWNSTREAM, instance=instance, resources=resources,
-                          run_config={"ops": {"kernel_estimators": {"config": TRAINING}}})
+    return dg.materialize(
+        DOWNSTREAM,
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {"kernel_estimators": {"config": TRAINING}}},
+    )
 
 
 def query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
@@ -149,8 +188,10 @@ def graph(tmp_path_factory) -> Graph:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("MAYA_HOME", str(home))
         env.delenv("MAYA_WAREHOUSE", raising=False)
-        resources = {"warehouse": Warehouse(), "data": DataSources(profiles_dir=str(home / "profiles"),
-                                                                   ground_truth_dir=str(home / "ground_truth"))}
+        resources = {
+            "warehouse": Warehouse(),
+            "data": DataSources(profiles_dir=str(home / "profiles"), ground_truth_dir=str(home / "ground_truth")),
+        }
         partitions, networks = find_partitions(resources["data"]), find_network_partitions(resources["data"])
         instance = dg.DagsterInstance.ephemeral()
         register(instance, partitions, networks)
@@ -162,12 +203,23 @@ def graph(tmp_path_factory) -> Graph:
 
 def test_definitions_load_from_the_defs_folder():
     assets = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert assets == {"raw_kernel_profiles", "validated_kernel_profiles", "kernel_estimators", "estimator_validation",
-                      "validation_suite", "accuracy_dashboard", "raw_collective_measurements",
-                      "validated_collective_measurements"}
-    assert {j.name for j in defs.resolve_all_job_defs()} >= {"ingest_profiles", "ingest_collectives",
-                                                             "profiling_campaign", "validate_estimators",
-                                                             "retrain_estimators"}
+    assert assets == {
+        "raw_kernel_profiles",
+        "validated_kernel_profiles",
+        "kernel_estimators",
+        "estimator_validation",
+        "validation_suite",
+        "accuracy_dashboard",
+        "raw_collective_measurements",
+        "validated_collective_measurements",
+    }
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {
+        "ingest_profiles",
+        "ingest_collectives",
+        "profiling_campaign",
+        "validate_estimators",
+        "retrain_estimators",
+    }
     assert {s.name for s in defs.schedules} == {"nightly_validation", "weekly_retrain", "nightly_profiling_campaign"}
     assert {s.name for s in defs.sensors} == {"profile_campaigns"}
     assert [k.name for k in defs.resolve_asset_graph().asset_check_keys] == ["end_to_end_error_within_5_percent"]
@@ -185,22 +237,39 @@ def test_whole_graph_fills_the_warehouse(graph):
     train = load_kernels(neusight_dir() / "kernels_train.parquet")
     compute = load_compute()
     rows = dict(query(graph.warehouse, "SELECT campaign, count(*) FROM kernel_profiles GROUP BY 1"))
-    assert rows == {NEUSIGHT_CAMPAIGN: len(train), VIDUR_COMPUTE_CAMPAIGN: len(compute.calls),
-                    CAMPAIGN.campaign: graph.expected["valid"]}
-    timings = dict(query(graph.warehouse, "SELECT campaign, string_agg(DISTINCT timing) FROM kernel_profiles GROUP BY 1"))
-    assert timings == {NEUSIGHT_CAMPAIGN: "isolated", VIDUR_COMPUTE_CAMPAIGN: "device",  # NeuSight timed calls alone
-                       CAMPAIGN.campaign: "device"}
+    assert rows == {
+        NEUSIGHT_CAMPAIGN: len(train),
+        VIDUR_COMPUTE_CAMPAIGN: len(compute.calls),
+        CAMPAIGN.campaign: graph.expected["valid"],
+    }
+    timings = dict(
+        query(graph.warehouse, "SELECT campaign, string_agg(DISTINCT timing) FROM kernel_profiles GROUP BY 1")
+    )
+    assert timings == {
+        NEUSIGHT_CAMPAIGN: "isolated",
+        VIDUR_COMPUTE_CAMPAIGN: "device",  # NeuSight timed calls alone
+        CAMPAIGN.campaign: "device",
+    }
     partitions = query(graph.warehouse, "SELECT count(*), sum(rows), sum(files) FROM profile_partitions")[0]
     assert partitions == (9, len(train) + len(compute.calls) + graph.expected["valid"], 5 + 3 + 4)
     assert query(graph.warehouse, "SELECT count(*) FROM profile_files")[0][0] == 5 + 3 + 4
-    vidur_left_out = sum(metadata(r, "validated_kernel_profiles")["left_out"].get(
-        "add of a parallel block (no post-attention norm): two add kernels in one measurement", 0)
-        for p, r in zip(graph.partitions, graph.ingested) if p.campaign == VIDUR_COMPUTE_CAMPAIGN)
+    vidur_left_out = sum(
+        metadata(r, "validated_kernel_profiles")["left_out"].get(
+            "add of a parallel block (no post-attention norm): two add kernels in one measurement", 0
+        )
+        for p, r in zip(graph.partitions, graph.ingested)
+        if p.campaign == VIDUR_COMPUTE_CAMPAIGN
+    )
     assert vidur_left_out == sum(compute.left_out.values()) > 0  # phi-2's adds: counted, not silently dropped
-    assert sorted(p.network for p in graph.networks) == ["a100_dgx", "a100_pairwise_nvlink", "a40_pairwise_nvlink",
-                                                          "h100_pairwise_nvlink"]
-    collective_rows = dict(query(graph.warehouse, "SELECT network || '/' || collective, count(*) FROM "
-                                                  "collective_measurements GROUP BY 1"))
+    assert sorted(p.network for p in graph.networks) == [
+        "a100_dgx",
+        "a100_pairwise_nvlink",
+        "a40_pairwise_nvlink",
+        "h100_pairwise_nvlink",
+    ]
+    collective_rows = dict(
+        query(graph.warehouse, "SELECT network || '/' || collective, count(*) FROM collective_measurements GROUP BY 1")
+    )
     assert sum(collective_rows.values()) == len(pd.read_parquet(data_dir() / "vidur" / "collectives.parquet"))
     assert collective_rows["a40_pairwise_nvlink/sendrecv"] == 1988 and "a100_dgx/allreduce" in collective_rows
 
@@ -208,8 +277,9 @@ def test_whole_graph_fills_the_warehouse(graph):
     assert versions == [("v1", TRAINING["sample_rows"])]
     assert metadata(graph.result, "kernel_estimators")["reused"] is False
     test = load_kernels(neusight_dir() / "kernels_test.parquet")
-    kernel_rows, kernel_mape, workloads = query(graph.warehouse, "SELECT kernel_rows, kernel_mape, workloads "
-                                                                 "FROM estimator_evaluations WHERE version = 'v1'")[0]
+    kernel_rows, kernel_mape, workloads = query(
+        graph.warehouse, "SELECT kernel_rows, kernel_mape, workloads FROM estimator_evaluations WHERE version = 'v1'"
+    )[0]
     assert (kernel_rows, workloads) == (len(test), 0) and 0 < kernel_mape < 1
     families = dict(query(graph.warehouse, "SELECT family, sum(rows) FROM kernel_errors GROUP BY 1"))
     assert families == test.groupby("family").size().to_dict()
@@ -219,15 +289,19 @@ def test_whole_graph_fills_the_warehouse(graph):
     assert check.metadata["status"].value == "no ground truth available"
     page = (graph.home / "dashboard" / "accuracy.html").read_text(encoding="utf-8")
     assert all(f'id="{plot}"' in page for plot in PLOTS) and page.count('class="plotly-graph-div"') == len(PLOTS)
-    assert "no validation suite has been run for this version" in page and "<script src=" not in page  # plotly.js inlined
+    assert (
+        "no validation suite has been run for this version" in page and "<script src=" not in page
+    )  # plotly.js inlined
 
 
 @pytest.mark.slow
 def test_bad_files_and_rows_are_quarantined_and_the_rest_of_the_partition_goes_on(graph):
     campaign_result = graph.ingested[graph.partitions.index(CAMPAIGN)]
     assert metadata(campaign_result, "validated_kernel_profiles")["left_out"] == {"configs with status unsupported": 1}
-    rows = query(graph.warehouse, "SELECT regexp_extract(path, 'part-\\d+'), row_index, reason, record FROM quarantine "
-                                  "ORDER BY path, row_index")
+    rows = query(
+        graph.warehouse,
+        "SELECT regexp_extract(path, 'part-\\d+'), row_index, reason, record FROM quarantine ORDER BY path, row_index",
+    )
     by_file = {(part, index): (reason, record) for part, index, reason, record in rows}
     assert len(rows) == graph.expected["rejected_rows"] + graph.expected["rejected_files"]
     assert "missing column(s) op, dtype, status, median_ns" in by_file[("part-00002", None)][0]
@@ -237,15 +311,29 @@ def test_bad_files_and_rows_are_quarantined_and_the_rest_of_the_partition_goes_o
     assert "not the partition's h100-sxm ('a100-sxm-80gb')" in by_file[("part-00001", 3)][0]
     # the record is the row as the estimators read it: linear's 2048 rows are the call frame's n (cuBLAS sizes)
     assert json.loads(by_file[("part-00001", 1)][1])["n"] == 2048.0
-    kept = query(graph.warehouse, "SELECT regexp_extract(path, 'part-\\d+'), row_index FROM kernel_profiles "
-                                  "WHERE campaign = ? ORDER BY 1, 2", [CAMPAIGN.campaign])
+    kept = query(
+        graph.warehouse,
+        "SELECT regexp_extract(path, 'part-\\d+'), row_index FROM kernel_profiles WHERE campaign = ? ORDER BY 1, 2",
+        [CAMPAIGN.campaign],
+    )
     assert kept == [("part-00000", i) for i in range(len(GOOD_CONFIGS))] + [("part-00001", 0), ("part-00001", 4)]
-    families = dict(query(graph.warehouse, "SELECT op, family FROM kernel_profiles WHERE campaign = ?",
-                          [CAMPAIGN.campaign]))
-    assert families == {"linear": "gemm", "bmm": "gemm", "mm": "gemm", "sdpa_fwd": "attention",
-                        "layer_norm_fwd": "normalization", "softmax_fwd": "softmax", "add": "elementwise",
-                        "cross_entropy_fwd": "reduction", "embedding_fwd": "embedding", "adamw_fused": "optimizer",
-                        "memcpy_d2d": "copy", "copy_cast": "copy"}
+    families = dict(
+        query(graph.warehouse, "SELECT op, family FROM kernel_profiles WHERE campaign = ?", [CAMPAIGN.campaign])
+    )
+    assert families == {
+        "linear": "gemm",
+        "bmm": "gemm",
+        "mm": "gemm",
+        "sdpa_fwd": "attention",
+        "layer_norm_fwd": "normalization",
+        "softmax_fwd": "softmax",
+        "add": "elementwise",
+        "cross_entropy_fwd": "reduction",
+        "embedding_fwd": "embedding",
+        "adamw_fused": "optimizer",
+        "memcpy_d2d": "copy",
+        "copy_cast": "copy",
+    }
 
 
 def test_campaign_measurements_become_calls_the_estimators_price():
@@ -268,8 +356,17 @@ def test_campaign_measurements_become_calls_the_estimators_price():
 
 @pytest.mark.slow  # the whole graph's first materialisation: ~7 s
 def test_rerunning_with_unchanged_inputs_changes_nothing(graph):
-    names = ("profile_files", "profile_partitions", "kernel_profiles", "quarantine", "estimator_versions",
-             "estimator_aliases", "estimator_evaluations", "kernel_errors", "kernel_predictions")
+    names = (
+        "profile_files",
+        "profile_partitions",
+        "kernel_profiles",
+        "quarantine",
+        "estimator_versions",
+        "estimator_aliases",
+        "estimator_evaluations",
+        "kernel_errors",
+        "kernel_predictions",
+    )
 
     def contents() -> dict:
         return {t: query(graph.warehouse, f"SELECT count(*), sum(hash(t)::HUGEINT) FROM {t} t") for t in names}
@@ -290,8 +387,10 @@ def test_rerunning_with_unchanged_inputs_changes_nothing(graph):
 def small(tmp_path) -> tuple[dg.DagsterInstance, dict, Path]:
     """The campaign alone (no NeuSight) in its own warehouse."""
     write_campaign(tmp_path / "profiles")
-    resources = {"warehouse": Warehouse(path=str(tmp_path / "w.duckdb")),
-                 "data": DataSources(profiles_dir=str(tmp_path / "profiles"), neusight=False, vidur=False)}
+    resources = {
+        "warehouse": Warehouse(path=str(tmp_path / "w.duckdb")),
+        "data": DataSources(profiles_dir=str(tmp_path / "profiles"), neusight=False, vidur=False),
+    }
     instance = dg.DagsterInstance.ephemeral()
     register(instance, [CAMPAIGN])
     return instance, resources, tmp_path
@@ -327,12 +426,18 @@ def test_a_run_killed_midway_leaves_the_partition_as_it_was(small):
     instance, resources, root = small
     ingest(instance, resources, [CAMPAIGN])
     warehouse = root / "w.duckdb"
-    state = "SELECT (SELECT count(*) FROM kernel_profiles), (SELECT count(*) FROM quarantine), " \
-            "(SELECT content_hash FROM profile_partitions)"
+    state = (
+        "SELECT (SELECT count(*) FROM kernel_profiles), (SELECT count(*) FROM quarantine), "
+        "(SELECT content_hash FROM profile_partitions)"
+    )
     before = query(warehouse, state)
     (root / "profiles" / CAMPAIGN.hardware / CAMPAIGN.campaign / "measurements" / "part-00002.parquet").unlink()
-    killed = subprocess.run([sys.executable, "-c", KILLED_MIDWAY, CAMPAIGN.hardware, CAMPAIGN.campaign, str(root)],
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_MIDWAY, CAMPAIGN.hardware, CAMPAIGN.campaign, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert query(warehouse, state) == before
     ingest(instance, resources, [CAMPAIGN])  # the next run applies the change
@@ -348,20 +453,25 @@ def test_sensor_registers_new_campaigns_and_requests_changed_partitions(small):
     first = sensors.profile_campaigns(dg.build_sensor_context(instance=instance, resources={"data": data}))
     assert [r.partition_key for r in first.run_requests] == [str(partition_key(CAMPAIGN))]
     assert sorted((r.partitions_def_name, r.partition_keys) for r in first.dynamic_partitions_requests) == [
-        ("campaign", [CAMPAIGN.campaign]), ("hardware", [CAMPAIGN.hardware])]
+        ("campaign", [CAMPAIGN.campaign]),
+        ("hardware", [CAMPAIGN.hardware]),
+    ]
     register(instance, [CAMPAIGN])
-    again = sensors.profile_campaigns(dg.build_sensor_context(instance=instance, cursor=first.cursor,
-                                                              resources={"data": data}))
+    again = sensors.profile_campaigns(
+        dg.build_sensor_context(instance=instance, cursor=first.cursor, resources={"data": data})
+    )
     assert again.run_requests == [] and again.dynamic_partitions_requests == []
     new = Partition(CAMPAIGN.hardware, "kernels-2026-02")
     parts = root / "profiles" / new.hardware / new.campaign / "measurements"
     parts.mkdir(parents=True)
     pq.write_table(to_table([measurement(GOOD_CONFIGS[0], 12_345)]), parts / "part-00000.parquet")
-    grown = sensors.profile_campaigns(dg.build_sensor_context(instance=instance, cursor=again.cursor,
-                                                              resources={"data": data}))
+    grown = sensors.profile_campaigns(
+        dg.build_sensor_context(instance=instance, cursor=again.cursor, resources={"data": data})
+    )
     assert [r.partition_key for r in grown.run_requests] == [str(partition_key(new))]
     assert [(r.partitions_def_name, r.partition_keys) for r in grown.dynamic_partitions_requests] == [
-        ("campaign", [new.campaign])]
+        ("campaign", [new.campaign])
+    ]
     job = defs.resolve_job_def("ingest_profiles")
     assert job.partitions_def == profiles.validated_kernel_profiles.partitions_def
 
@@ -375,7 +485,8 @@ def test_profiling_campaign_skips_with_a_clear_message_without_a_gpu(small):
     result = campaign.profiling_campaign.execute_in_process(instance=instance, resources={"data": resources["data"]})
     assert result.success
     assert result.output_for_node("profile_kernels") == (
-        "skipped: no CUDA device on this code location's host (torch.cuda.is_available() is False)")
+        "skipped: no CUDA device on this code location's host (torch.cuda.is_available() is False)"
+    )
     skipped = campaign.nightly_profiling_campaign(dg.build_schedule_context(instance=instance))
     assert isinstance(skipped, dg.SkipReason) and "no CUDA device" in skipped.skip_message
     assert sorted(p.name for p in (root / "profiles" / CAMPAIGN.hardware).iterdir()) == [CAMPAIGN.campaign]
@@ -398,23 +509,36 @@ def write_ground_truth(root: Path, ratios: dict[str, float], version: str, wareh
     """Workloads whose measured iteration time is `ratio` x what `version` predicts."""
     for name, ratio in ratios.items():
         trace = gpt_like_trace(root / "h100-sxm" / "traces" / name)
-        predicted = ground_truth.predict_iteration_ns(ground_truth.Workload("h100-sxm", name, 0.0, trace),
-                                                      version, warehouse)
-        write_result(root / "h100-sxm", {"name": name, "workload": "gpt", "config": "{}", "status": "ok",
-                                         "hardware": "h100-sxm", "median_ns": round(predicted * ratio),
-                                         "trace_path": f"traces/{name}"})
+        predicted = ground_truth.predict_iteration_ns(
+            ground_truth.Workload("h100-sxm", name, 0.0, trace), version, warehouse
+        )
+        write_result(
+            root / "h100-sxm",
+            {
+                "name": name,
+                "workload": "gpt",
+                "config": "{}",
+                "status": "ok",
+                "hardware": "h100-sxm",
+                "median_ns": round(predicted * ratio),
+                "trace_path": f"traces/{name}",
+            },
+        )
 
 
-@pytest.mark.parametrize("ratios, passed", [({"gpt-a": 1.02, "gpt-b": 0.97}, True),
-                                            ({"gpt-a": 1.02, "gpt-c": 1.5}, False)])
+@pytest.mark.parametrize(
+    "ratios, passed", [({"gpt-a": 1.02, "gpt-b": 0.97}, True), ({"gpt-a": 1.02, "gpt-c": 1.5}, False)]
+)
 @pytest.mark.slow
 def test_end_to_end_check_against_ground_truth(graph, tmp_path, ratios, passed):
     home = tmp_path / "home"
     shutil.copytree(graph.home, home, ignore=shutil.ignore_patterns("profiles", "dashboard"))
     warehouse = home / "warehouse.duckdb"
     write_ground_truth(tmp_path / "gt", ratios, "v1", warehouse)
-    resources = {"warehouse": Warehouse(path=str(warehouse)),
-                 "data": DataSources(profiles_dir=str(tmp_path / "none"), ground_truth_dir=str(tmp_path / "gt"))}
+    resources = {
+        "warehouse": Warehouse(path=str(warehouse)),
+        "data": DataSources(profiles_dir=str(tmp_path / "none"), ground_truth_dir=str(tmp_path / "gt")),
+    }
     result = dg.materialize(DOWNSTREAM[1:3], instance=graph.instance, resources=resources)
     (check,) = result.get_asset_check_evaluations()
     assert check.passed is passed and check.severity == dg.AssetCheckSeverity.ERROR
@@ -439,11 +563,30 @@ def test_end_to_end_check_judges_the_validation_suites(graph, tmp_path, errors, 
     suite = load_suite("llm-foundry-smoke")
     for row, error in zip((20, 81), errors):
         measured = float(suite.table.loc[row, "step_time_s_derived"])
-        store.save(store.RowResult(suite.name, suite.digest, suite.kind, row, f"row {row}", "h100_80gb", "1b", 8,
-                                   measured, "v1", predictor_digest(), status="ok", hardware="h100-sxm",
-                                   predicted_s=measured * (1 + error / 100), error_pct=error), warehouse)
-    resources = {"warehouse": Warehouse(path=str(warehouse)),
-                 "data": DataSources(profiles_dir=str(tmp_path / "none"), ground_truth_dir=str(tmp_path / "gt"))}
+        store.save(
+            store.RowResult(
+                suite.name,
+                suite.digest,
+                suite.kind,
+                row,
+                f"row {row}",
+                "h100_80gb",
+                "1b",
+                8,
+                measured,
+                "v1",
+                predictor_digest(),
+                status="ok",
+                hardware="h100-sxm",
+                predicted_s=measured * (1 + error / 100),
+                error_pct=error,
+            ),
+            warehouse,
+        )
+    resources = {
+        "warehouse": Warehouse(path=str(warehouse)),
+        "data": DataSources(profiles_dir=str(tmp_path / "none"), ground_truth_dir=str(tmp_path / "gt")),
+    }
     result = dg.materialize(DOWNSTREAM[1:3], instance=graph.instance, resources=resources)
     (check,) = result.get_asset_check_evaluations()
     assert check.passed is passed and check.severity == dg.AssetCheckSeverity.ERROR
@@ -470,22 +613,33 @@ def test_warehouse_from_before_the_timing_column_is_migrated(tmp_path):
     """kernel_profiles without `timing`: the column is added, NeuSight's rows marked as timed call by call."""
     warehouse = tmp_path / "old.duckdb"
     con = duckdb.connect(str(warehouse))
-    con.execute("CREATE TABLE profile_files (hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT "
-                "NULL, format VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL)")
-    con.execute("CREATE TABLE kernel_profiles (hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT "
-                "NULL, row_index BIGINT NOT NULL, family VARCHAR NOT NULL, op VARCHAR NOT NULL, dtype VARCHAR NOT NULL, "
-                'batch DOUBLE, m DOUBLE, n DOUBLE, k DOUBLE, numel DOUBLE, "row" DOUBLE, operands DOUBLE, bytes DOUBLE, '
-                "flops DOUBLE, measured_ns DOUBLE NOT NULL)")
-    con.execute("INSERT INTO profile_files VALUES ('t4', 'neusight-train', 'n.parquet', 'neusight', 'x', 1), "
-                "('t4', 'c1', 'm.parquet', 'measurements', 'y', 1)")
-    con.execute("INSERT INTO kernel_profiles (hardware, campaign, path, row_index, family, op, dtype, measured_ns) "
-                "VALUES ('t4', 'neusight-train', 'n.parquet', 0, 'gemm', 'bmm', 'fp32', 1e5), "
-                "('t4', 'c1', 'm.parquet', 0, 'gemm', 'mm', 'fp32', 1e5)")
+    con.execute(
+        "CREATE TABLE profile_files (hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT "
+        "NULL, format VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL)"
+    )
+    con.execute(
+        "CREATE TABLE kernel_profiles (hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT "
+        "NULL, row_index BIGINT NOT NULL, family VARCHAR NOT NULL, op VARCHAR NOT NULL, dtype VARCHAR NOT NULL, "
+        'batch DOUBLE, m DOUBLE, n DOUBLE, k DOUBLE, numel DOUBLE, "row" DOUBLE, operands DOUBLE, bytes DOUBLE, '
+        "flops DOUBLE, measured_ns DOUBLE NOT NULL)"
+    )
+    con.execute(
+        "INSERT INTO profile_files VALUES ('t4', 'neusight-train', 'n.parquet', 'neusight', 'x', 1), "
+        "('t4', 'c1', 'm.parquet', 'measurements', 'y', 1)"
+    )
+    con.execute(
+        "INSERT INTO kernel_profiles (hardware, campaign, path, row_index, family, op, dtype, measured_ns) "
+        "VALUES ('t4', 'neusight-train', 'n.parquet', 0, 'gemm', 'bmm', 'fp32', 1e5), "
+        "('t4', 'c1', 'm.parquet', 0, 'gemm', 'mm', 'fp32', 1e5)"
+    )
     con.close()
     from maya.pipelines.resources import Warehouse
+
     with Warehouse(path=str(warehouse)).connect() as con:
         assert con.execute("SELECT campaign, timing FROM kernel_profiles ORDER BY 1").fetchall() == [
-            ("c1", "device"), ("neusight-train", "isolated")]
+            ("c1", "device"),
+            ("neusight-train", "isolated"),
+        ]
 
 
 @pytest.mark.slow
@@ -493,18 +647,26 @@ def test_maya_sql_reads_while_a_run_writes(tmp_path):
     """`maya sql` in another process, again and again while NeuSight's partitions are written: no error, and
     every answer is a committed state (the partitions table agrees with the rows) up to every row."""
     warehouse = tmp_path / "w.duckdb"
-    resources = {"warehouse": Warehouse(path=str(warehouse)),
-                 "data": DataSources(profiles_dir=str(tmp_path / "none"), vidur=False)}
+    resources = {
+        "warehouse": Warehouse(path=str(warehouse)),
+        "data": DataSources(profiles_dir=str(tmp_path / "none"), vidur=False),
+    }
     partitions = find_partitions(resources["data"])
     with resources["warehouse"].connect():
         pass  # the tables exist before the first read
     instance = dg.DagsterInstance.ephemeral()
     register(instance, partitions)
-    sql = ("SELECT (SELECT count(*) FROM kernel_profiles) AS n, (SELECT coalesce(sum(rows), 0) FROM "
-           "profile_partitions) AS committed")
+    sql = (
+        "SELECT (SELECT count(*) FROM kernel_profiles) AS n, (SELECT coalesce(sum(rows), 0) FROM "
+        "profile_partitions) AS committed"
+    )
     stop = tmp_path / "stop"
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(stop), "sql", sql, "--format", "json", "--warehouse",
-                               str(warehouse)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(stop), "sql", sql, "--format", "json", "--warehouse", str(warehouse)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert all(r.success for r in ingest(instance, resources, partitions))
     finally:
@@ -521,12 +683,24 @@ def test_maya_sql_reads_while_a_run_writes(tmp_path):
 def write_vidur(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Small Vidur files: a few real rows of each kind with bad ones among them."""
     compute = pd.read_parquet(data_dir() / "vidur" / "compute.parquet")
-    compute = compute[compute["model"].str.contains("Llama-2-7b") & (compute["tp"] == 1) & (compute["device"] == "NVIDIA H100 80GB HBM3")
-                      & (compute["num_tokens"] == 512)].drop_duplicates("op").reset_index(drop=True)
+    compute = (
+        compute[
+            compute["model"].str.contains("Llama-2-7b")
+            & (compute["tp"] == 1)
+            & (compute["device"] == "NVIDIA H100 80GB HBM3")
+            & (compute["num_tokens"] == 512)
+        ]
+        .drop_duplicates("op")
+        .reset_index(drop=True)
+    )
     compute = pd.concat([compute, compute.iloc[[0, 0, 0, 0, 0]].assign(num_tokens=1024)], ignore_index=True)
     gemm = compute.index[compute["gemm_m"].notna()][0]
-    bad = {10: {"time_ms_median": -0.5}, 11: {"time_ms_median": np.nan}, 12: {"device": "NVIDIA H300"},
-           13: {"op": "attn_softmax"}}
+    bad = {
+        10: {"time_ms_median": -0.5},
+        11: {"time_ms_median": np.nan},
+        12: {"device": "NVIDIA H300"},
+        13: {"op": "attn_softmax"},
+    }
     for row, values in bad.items():
         for column, value in values.items():
             compute.loc[row, column] = value
@@ -544,11 +718,15 @@ def write_vidur(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_vidur_sources_quarantine_bad_rows_with_the_reason_and_rerun_idempotently(tmp_path):
     compute, collective = write_vidur(tmp_path / "vidur")
-    resources = {"warehouse": Warehouse(path=str(tmp_path / "w.duckdb")),
-                 "data": DataSources(profiles_dir=str(tmp_path / "none"), neusight=False,
-                                     vidur_dir=str(tmp_path / "vidur"))}
+    resources = {
+        "warehouse": Warehouse(path=str(tmp_path / "w.duckdb")),
+        "data": DataSources(profiles_dir=str(tmp_path / "none"), neusight=False, vidur_dir=str(tmp_path / "vidur")),
+    }
     partitions, networks = find_partitions(resources["data"]), find_network_partitions(resources["data"])
-    assert partitions == [Partition("h100-sxm", VIDUR_COMPUTE_CAMPAIGN), Partition("nvidia-h300", VIDUR_COMPUTE_CAMPAIGN)]
+    assert partitions == [
+        Partition("h100-sxm", VIDUR_COMPUTE_CAMPAIGN),
+        Partition("nvidia-h300", VIDUR_COMPUTE_CAMPAIGN),
+    ]
     assert [p.network for p in networks] == sorted(collective["network"].unique())
     assert {p.campaign for p in networks} == {VIDUR_COLLECTIVES_CAMPAIGN}
     instance = dg.DagsterInstance.ephemeral()
@@ -557,12 +735,16 @@ def test_vidur_sources_quarantine_bad_rows_with_the_reason_and_rerun_idempotentl
     assert all(r.success for r in first)
     warehouse = tmp_path / "w.duckdb"
     reasons = dict(query(warehouse, "SELECT row_index, reason FROM quarantine ORDER BY 1"))
-    assert reasons == {10: "time_ms_median: not positive (-0.5)", 11: "time_ms_median: required (missing)",
-                       12: "device: not in the hardware catalog ('NVIDIA H300')",
-                       13: "op: not a Vidur operator (attn_pre_proj, attn_post_proj, mlp_up_proj, mlp_down_proj, "
-                           "input_layernorm, post_attention_layernorm, attn_rope, mlp_act, add, emb) ('attn_softmax')",
-                       int(compute.index[compute["gemm_m"].isna() & compute["op"].str.contains("proj")][0]):
-                           "gemm_m, gemm_n, gemm_k: missing for a GEMM operator"}
+    assert reasons == {
+        10: "time_ms_median: not positive (-0.5)",
+        11: "time_ms_median: required (missing)",
+        12: "device: not in the hardware catalog ('NVIDIA H300')",
+        13: "op: not a Vidur operator (attn_pre_proj, attn_post_proj, mlp_up_proj, mlp_down_proj, "
+        "input_layernorm, post_attention_layernorm, attn_rope, mlp_act, add, emb) ('attn_softmax')",
+        int(
+            compute.index[compute["gemm_m"].isna() & compute["op"].str.contains("proj")][0]
+        ): "gemm_m, gemm_n, gemm_k: missing for a GEMM operator",
+    }
     assert query(warehouse, "SELECT count(*) FROM kernel_profiles")[0][0] == len(compute) - 5
     assert query(warehouse, "SELECT DISTINCT timing, hardware FROM kernel_profiles") == [("device", "h100-sxm")]
     collective_reasons = dict(query(warehouse, "SELECT row_index, reason FROM collective_quarantine"))
@@ -571,9 +753,12 @@ def test_vidur_sources_quarantine_bad_rows_with_the_reason_and_rerun_idempotentl
     assert "devices_per_node: more than the node's max_devices_per_node" in collective_reasons[3]
     assert query(warehouse, "SELECT count(*) FROM collective_measurements")[0][0] == len(collective) - 3
     again = ingest(instance, resources, partitions) + ingest_networks(instance, resources, networks)
-    assert all(metadata(r, asset)["changed"] is False for r in again
-               for asset in ("validated_kernel_profiles", "validated_collective_measurements")
-               if any(e.asset_key.to_user_string() == asset for e in r.get_asset_materialization_events()))
+    assert all(
+        metadata(r, asset)["changed"] is False
+        for r in again
+        for asset in ("validated_kernel_profiles", "validated_collective_measurements")
+        if any(e.asset_key.to_user_string() == asset for e in r.get_asset_materialization_events())
+    )
 
 
 def test_sensor_registers_vidur_devices_and_networks_and_requests_their_ingestion(tmp_path):
@@ -583,10 +768,14 @@ def test_sensor_registers_vidur_devices_and_networks_and_requests_their_ingestio
     first = sensors.profile_campaigns(dg.build_sensor_context(instance=instance, resources={"data": data}))
     jobs = sorted((r.job_name, r.partition_key) for r in first.run_requests)
     networks = find_network_partitions(data)
-    assert jobs == sorted([("ingest_profiles", str(partition_key(p))) for p in find_partitions(data)]
-                          + [("ingest_collectives", str(network_partition_key(p))) for p in networks])
+    assert jobs == sorted(
+        [("ingest_profiles", str(partition_key(p))) for p in find_partitions(data)]
+        + [("ingest_collectives", str(network_partition_key(p))) for p in networks]
+    )
     added = {r.partitions_def_name: r.partition_keys for r in first.dynamic_partitions_requests}
     assert added["network"] == [p.network for p in networks]
     assert added["campaign"] == [VIDUR_COLLECTIVES_CAMPAIGN, VIDUR_COMPUTE_CAMPAIGN]
-    assert defs.resolve_job_def("ingest_collectives").partitions_def == \
-        collectives.validated_collective_measurements.partitions_def
+    assert (
+        defs.resolve_job_def("ingest_collectives").partitions_def
+        == collectives.validated_collective_measurements.partitions_def
+    )

@@ -1,5 +1,6 @@
 """Campaigns: the time budget (fake clock), resuming, stopping on a CUDA error, and one small campaign
 measured end to end on CPU tensors (the loop and the files, not GPU numbers)."""
+
 import json
 from pathlib import Path
 
@@ -61,14 +62,14 @@ def test_stops_before_the_budget_and_resumes_where_it_stopped(tmp_path):
     assert result.stop_reason == "budget"
     assert clock.now - start <= 40
     assert 20 <= len(first.timed) < len(order)
-    assert [c.key for c in first.timed] == order[:len(first.timed)]  # priority order
+    assert [c.key for c in first.timed] == order[: len(first.timed)]  # priority order
     done = read_measurements(tmp_path / "c").column("config_key").to_pylist()
-    assert sorted(done) == sorted(order[:len(first.timed)])
+    assert sorted(done) == sorted(order[: len(first.timed)])
 
     second = FakeMeasurer(clock)
     result = campaign(tmp_path, clock, second, budget_s=600)
     assert result.stop_reason == "complete" and result.done == result.total == len(order)
-    assert [c.key for c in second.timed] == order[len(first.timed):]  # done configs are skipped
+    assert [c.key for c in second.timed] == order[len(first.timed) :]  # done configs are skipped
     assert sorted(read_measurements(tmp_path / "c").column("config_key").to_pylist()) == sorted(order)
     sessions = json.loads(Run(tmp_path / "c" / "trace").info["attrs"])["sessions"]
     assert [s["stop_reason"] for s in sessions] == ["budget", "complete"]
@@ -112,13 +113,17 @@ def test_small_campaign_end_to_end_on_cpu(tmp_path):
     configs = [
         KernelConfig.make("linear", "fp32", m=64, n=128, k=32),
         KernelConfig.make("layer_norm_bwd", "bf16", tokens=16, hidden=64),
-        KernelConfig.make("sdpa_bwd", "fp32", batch=1, seq=32, heads=2, kv_heads=2, head_dim=16, causal=1,
-                          backend="flash"),
+        KernelConfig.make(
+            "sdpa_bwd", "fp32", batch=1, seq=32, heads=2, kv_heads=2, head_dim=16, causal=1, backend="flash"
+        ),
         KernelConfig.make("memcpy_h2d", "u8", bytes=4096, pinned=1),
     ]
-    settings = CampaignSettings(families=("gemm",), budget_s=120, hardware="cpu-test",
-                                timing=TimingSettings(warmup=1, min_repeats=3, max_repeats=4, target_s=1e-3,
-                                                      profiled_repeats=2))
+    settings = CampaignSettings(
+        families=("gemm",),
+        budget_s=120,
+        hardware="cpu-test",
+        timing=TimingSettings(warmup=1, min_repeats=3, max_repeats=4, target_s=1e-3, profiled_repeats=2),
+    )
     lines = []
     result = run_campaign(tmp_path / "c", settings, device="cpu", sweep=configs, log=lines.append)
     assert result.stop_reason == "complete" and result.done == 4
@@ -147,6 +152,7 @@ def test_cli_needs_a_gpu_and_known_families(tmp_path):
     assert r.exit_code == 2 and "unknown family nope" in r.stderr
     r = runner.invoke(app, ["profile", "kernels", "--out", str(tmp_path / "c"), "--budget-min", "1"])
     import torch
+
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     assert r.exit_code == 1 and "no CUDA device" in r.stderr

@@ -1,6 +1,7 @@
 """Ground truth of one script on the CPU (`workload_measure`): tiny configs of the reference
 workloads, iteration statistics on a fake clock, out-of-memory and other failures as results,
 iterations marked without an optimizer, and the `--measure` command."""
+
 import json
 import textwrap
 from itertools import accumulate
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from paths import SHIPPED_WORKLOADS
 from torch.optim.optimizer import _global_optimizer_post_hooks
 from typer.testing import CliRunner
 
@@ -17,15 +19,49 @@ from maya.profiler.workloads.results import read_result, read_results
 from maya.profiler.workloads.timing import IterationStats, IterationTimer, WallClock
 from maya_trace_spec import Run
 from maya_trace_spec.validation import validate_run
-from paths import SHIPPED_WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 WORKLOADS = SHIPPED_WORKLOADS
-TINY_GPT = [str(WORKLOADS / "gpt.py"), "--layers", "1", "--dim", "32", "--heads", "2", "--vocab", "64",
-            "--seq", "8", "--batch", "2", "--steps", "100"]
-TINY_LLAMA = [str(WORKLOADS / "llama.py"), "--layers", "1", "--dim", "32", "--heads", "4", "--kv-heads", "2",
-              "--ffn", "64", "--vocab", "64", "--seq", "8", "--batch", "2", "--steps", "100", "--bf16"]
+TINY_GPT = [
+    str(WORKLOADS / "gpt.py"),
+    "--layers",
+    "1",
+    "--dim",
+    "32",
+    "--heads",
+    "2",
+    "--vocab",
+    "64",
+    "--seq",
+    "8",
+    "--batch",
+    "2",
+    "--steps",
+    "100",
+]
+TINY_LLAMA = [
+    str(WORKLOADS / "llama.py"),
+    "--layers",
+    "1",
+    "--dim",
+    "32",
+    "--heads",
+    "4",
+    "--kv-heads",
+    "2",
+    "--ffn",
+    "64",
+    "--vocab",
+    "64",
+    "--seq",
+    "8",
+    "--batch",
+    "2",
+    "--steps",
+    "100",
+    "--bf16",
+]
 QUICK = MeasureSettings(warmup=2, iterations=10)
 
 
@@ -56,8 +92,14 @@ def test_reference_workload_measured_on_cpu(tmp_path, argv):
     assert row["max_memory_allocated_bytes"] is None  # no CUDA allocator on the CPU
     assert row["workload"] == Path(argv[0]).stem and row["hardware"] == "cpu-test"
     config = json.loads(row["config"])
-    assert config == {"script": argv[0], "args": argv[1:], "warmup": 2, "iterations": 10,
-                      "iterations_by": "optimizer", "expect": "ok"}
+    assert config == {
+        "script": argv[0],
+        "args": argv[1:],
+        "warmup": 2,
+        "iterations": 10,
+        "iterations_by": "optimizer",
+        "expect": "ok",
+    }
     assert read_result(tmp_path, "tiny") == row
     # the trace holds the two profiled iterations, after 2 warm-up, 10 measured and 1 profiler warm-up
     trace = tmp_path / row["trace_path"]
@@ -73,8 +115,9 @@ def test_iteration_stats_on_a_fake_clock(tmp_path):
     measured_ms = [30, 10, 100, 50, 20, 90, 40, 80, 60, 70]
     durations = [5, 7] + measured_ms + [1, 1, 1]  # warm-up 0 and 1 (0 has no start), measured, profiled
     ends = iter(accumulate(int(ms * 1e6) for ms in durations))
-    row = measure_workload([script(tmp_path, SGD_STEPS.format(steps=100))], tmp_path, "fake",
-                           QUICK, clock=WallClock(lambda: next(ends)))
+    row = measure_workload(
+        [script(tmp_path, SGD_STEPS.format(steps=100))], tmp_path, "fake", QUICK, clock=WallClock(lambda: next(ends))
+    )
     assert row["iteration_ns"] == [int(ms * 1e6) for ms in durations[2:12]]
     # sorted 10..100 ms: median 55; p10 at rank 0.9 -> 19; p90 at rank 8.1 -> 91; mean 55
     assert (row["median_ns"], row["p10_ns"], row["p90_ns"], row["mean_ns"]) == (55e6, 19e6, 91e6, 55e6)
@@ -93,10 +136,14 @@ def test_timer_shares_one_path_for_both_clocks():
 
 
 def test_out_of_memory_is_a_result_not_a_crash(tmp_path):
-    argv = script(tmp_path, SGD_STEPS.format(steps=3) + """
+    argv = script(
+        tmp_path,
+        SGD_STEPS.format(steps=3)
+        + """
     raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total "
                                  "capacity of 79.11 GiB of which 1.02 GiB is free.")
-    """)
+    """,
+    )
     row = measure_workload([argv], tmp_path, "oom", QUICK)
     assert row["status"] == "oom" and row["oom"] and row["oom_requested_bytes"] == int(2.5 * 2**30)
     assert "Tried to allocate 2.50 GiB" in row["error"]
@@ -107,10 +154,13 @@ def test_out_of_memory_is_a_result_not_a_crash(tmp_path):
     assert oom_requested_bytes("out of memory") is None
 
 
-@pytest.mark.parametrize("body, expected", [
-    ("    raise ValueError('bad batch')", "ValueError: bad batch"),
-    ("    raise SystemExit(3)", "SystemExit: 3"),
-])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("    raise ValueError('bad batch')", "ValueError: bad batch"),
+        ("    raise SystemExit(3)", "SystemExit: 3"),
+    ],
+)
 def test_script_exceptions_are_results(tmp_path, body, expected):
     row = measure_workload([script(tmp_path, SGD_STEPS.format(steps=4) + body)], tmp_path, "broken", QUICK)
     assert row["status"] == "error" and expected in row["error"] and row["median_ns"] is None
@@ -123,14 +173,19 @@ def test_script_too_short_says_how_many_iterations_it_needs(tmp_path):
 
 
 def test_iterations_by_marks_scripts_without_an_optimizer(tmp_path):
-    argv = [script(tmp_path, """
+    argv = [
+        script(
+            tmp_path,
+            """
         w = torch.randn(4, 4, requires_grad=True)
         for step in range(100):
             (torch.randn(2, 4) @ w).square().sum().backward()
             with torch.no_grad():
                 w -= 0.01 * w.grad
                 w.grad = None
-    """)]
+    """,
+        )
+    ]
     row = measure_workload(argv, tmp_path, "plain", QUICK)
     assert row["status"] == "error" and "ended after 0 iterations" in row["error"]
     assert "--iterations-by" in row["error"]
@@ -155,8 +210,25 @@ def test_measured_config_is_not_measured_twice(tmp_path):
 def test_measure_command(tmp_path):
     runner = CliRunner()
     out = tmp_path / "gt"
-    r = runner.invoke(app, ["profile", "workload", "--out", str(out), "--measure", "--name", "tiny-gpt",
-                            "--warmup", "1", "--iterations", "3", "--", "python", *TINY_GPT])
+    r = runner.invoke(
+        app,
+        [
+            "profile",
+            "workload",
+            "--out",
+            str(out),
+            "--measure",
+            "--name",
+            "tiny-gpt",
+            "--warmup",
+            "1",
+            "--iterations",
+            "3",
+            "--",
+            "python",
+            *TINY_GPT,
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "tiny-gpt: ok, median" in r.output and "over 3 iterations (wall_clock)" in r.output
     assert read_result(out, "tiny-gpt")["trace_iterations"] == [5, 6]

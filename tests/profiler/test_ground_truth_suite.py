@@ -1,6 +1,7 @@
 """Suites of workload configs (`workload_suite`): loading suite files, skipping configs already done,
 stopping within the time budget (fake clock and fake config runs), rows for configs whose process
 died or hung, and one real suite run through run_on_device.py, each config in a fresh process."""
+
 import json
 import subprocess
 import sys
@@ -8,12 +9,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from paths import PROFILER_RUNNER, SHIPPED_WORKLOADS
 
 from maya.profiler.workloads.measure import MeasureSettings
 from maya.profiler.workloads.results import config_columns, read_result, read_results, write_result
-from maya.profiler.workloads.suite import (ChildRun, SuiteConfig, SuiteSettings, load_suite,
-                                                     run_suite)
-from paths import PROFILER_RUNNER, SHIPPED_WORKLOADS
+from maya.profiler.workloads.suite import ChildRun, SuiteConfig, SuiteSettings, load_suite, run_suite
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -52,6 +52,7 @@ class FakeDevice:
                 return ChildRun(-11, "Segmentation fault")
             write_result(root, {**config_columns(config.name, config.argv, {}), "status": "ok", "oom": False})
             return ChildRun(0, "")
+
         return run
 
 
@@ -98,30 +99,45 @@ def test_hung_and_crashed_configs_are_recorded(tmp_path):
     assert "step 3: loss 9.1" in hung["error"] and hung["wall_s"] == 60
     assert crashed["status"] == "error" and crashed["error"].endswith("exited with code -11 without a results row")
     assert "Segmentation fault" in crashed["error"]
-    assert json.loads(crashed["config"]) == {"script": str(tmp_path / "train.py"), "args": ["--i", "1"],
-                                             "warmup": 2, "iterations": 10, "iterations_by": "optimizer",
-                                             "suite": str(suite)}
+    assert json.loads(crashed["config"]) == {
+        "script": str(tmp_path / "train.py"),
+        "args": ["--i", "1"],
+        "warmup": 2,
+        "iterations": 10,
+        "iterations_by": "optimizer",
+        "suite": str(suite),
+    }
 
 
 @pytest.mark.parametrize("suffix", [".json", ".py"])
 def test_suite_files(tmp_path, suffix):
-    suite = write_suite(tmp_path, [{"name": "a", "script": "a.py", "args": ["--n", 3], "estimate_s": 7,
-                                    "expect": "oom"},
-                                   {"name": "b", "script": "b.py", "iterations_by": "torch.Tensor.backward"}],
-                        suffix)
+    suite = write_suite(
+        tmp_path,
+        [
+            {"name": "a", "script": "a.py", "args": ["--n", 3], "estimate_s": 7, "expect": "oom"},
+            {"name": "b", "script": "b.py", "iterations_by": "torch.Tensor.backward"},
+        ],
+        suffix,
+    )
     a, b = load_suite(suite)
     assert (a.name, a.argv, a.estimate_s, a.iterations_by) == ("a", [str(tmp_path / "a.py"), "--n", "3"], 7, None)
     assert a.recorded_attrs == {"estimate_s": 7, "expect": "oom", "suite": str(suite)}
-    assert (b.args, b.estimate_s, b.measure_settings(MeasureSettings()).iterations_by) == ((), None,
-                                                                                          "torch.Tensor.backward")
+    assert (b.args, b.estimate_s, b.measure_settings(MeasureSettings()).iterations_by) == (
+        (),
+        None,
+        "torch.Tensor.backward",
+    )
 
 
-@pytest.mark.parametrize("bad, message", [
-    ([{"name": "a", "script": "t.py"}, {"name": "a", "script": "t.py"}], "appears twice"),
-    ([{"name": "a b", "script": "t.py"}], "letters, digits"),
-    ([{"name": "a", "script": "missing.py"}], "no script"),
-    ({"name": "a"}, "is a list of configs"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([{"name": "a", "script": "t.py"}, {"name": "a", "script": "t.py"}], "appears twice"),
+        ([{"name": "a b", "script": "t.py"}], "letters, digits"),
+        ([{"name": "a", "script": "missing.py"}], "no script"),
+        ({"name": "a"}, "is a list of configs"),
+    ],
+)
 def test_bad_suite_files(tmp_path, bad, message):
     (tmp_path / "t.py").touch()
     path = tmp_path / "suite.json"
@@ -133,19 +149,56 @@ def test_bad_suite_files(tmp_path, bad, message):
 def test_suite_runs_each_config_in_a_fresh_process_from_the_source_checkout(tmp_path):
     """run_on_device.py workload --suite: a tiny GPT, an out-of-memory script, a crash; run again, nothing to do."""
     workloads = SHIPPED_WORKLOADS
-    (tmp_path / "oom.py").write_text(textwrap.dedent("""
+    (tmp_path / "oom.py").write_text(
+        textwrap.dedent("""
         import torch
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")
-    """))
+    """)
+    )
     (tmp_path / "crash.py").write_text("import os\nos._exit(7)\n")
     suite = tmp_path / "suite.json"
-    suite.write_text(json.dumps([
-        {"name": "gpt-tiny", "script": str(workloads / "gpt.py"), "estimate_s": 5,
-         "args": ["--layers", "1", "--dim", "16", "--heads", "2", "--vocab", "32", "--seq", "8", "--batch", "1"]},
-        {"name": "oom", "script": "oom.py", "expect": "oom"},
-        {"name": "crash", "script": "crash.py"}]))
-    command = [sys.executable, str(RUNNER), "workload", "--out", "gt", "--suite", str(suite), "--warmup", "1",
-               "--iterations", "2", "--hardware", "cpu-test"]
+    suite.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "gpt-tiny",
+                    "script": str(workloads / "gpt.py"),
+                    "estimate_s": 5,
+                    "args": [
+                        "--layers",
+                        "1",
+                        "--dim",
+                        "16",
+                        "--heads",
+                        "2",
+                        "--vocab",
+                        "32",
+                        "--seq",
+                        "8",
+                        "--batch",
+                        "1",
+                    ],
+                },
+                {"name": "oom", "script": "oom.py", "expect": "oom"},
+                {"name": "crash", "script": "crash.py"},
+            ]
+        )
+    )
+    command = [
+        sys.executable,
+        str(RUNNER),
+        "workload",
+        "--out",
+        "gt",
+        "--suite",
+        str(suite),
+        "--warmup",
+        "1",
+        "--iterations",
+        "2",
+        "--hardware",
+        "cpu-test",
+    ]
     out = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "gpt-tiny: ok, median" in out.stdout and "oom: oom, out of memory asking for 1.00 GiB" in out.stdout

@@ -1,15 +1,15 @@
 """The reference workloads (data/workloads): GPT sizes match their names, Llama's grouped-query
 attention has the right shapes, and the suite's configs are valid and chosen as data/workloads/README.md
 says (estimates checked against the models' real parameter counts)."""
+
 import importlib
 import runpy
-from pathlib import Path
 
 import pytest
 import torch
+from paths import SHIPPED_WORKLOADS
 
 from maya.profiler.workloads.suite import load_suite
-from paths import SHIPPED_WORKLOADS
 
 WORKLOADS = SHIPPED_WORKLOADS
 
@@ -54,8 +54,24 @@ def test_llama_sizes(llama, suite_ns, size, published):
 
 
 def test_llama_grouped_query_attention_shapes(llama):
-    args = llama.parse_args(["--layers", "2", "--dim", "64", "--heads", "8", "--kv-heads", "2", "--ffn", "96",
-                             "--vocab", "50", "--seq", "12"])
+    args = llama.parse_args(
+        [
+            "--layers",
+            "2",
+            "--dim",
+            "64",
+            "--heads",
+            "8",
+            "--kv-heads",
+            "2",
+            "--ffn",
+            "96",
+            "--vocab",
+            "50",
+            "--seq",
+            "12",
+        ]
+    )
     model = llama.build(args)
     attn = model.blocks[0].attn
     assert attn.q_proj.weight.shape == (64, 64) and attn.o_proj.weight.shape == (64, 64)
@@ -92,7 +108,13 @@ def test_suite_configs_are_valid_and_fit_the_plan(suite_ns, gpt, llama):
     assert any(c.attrs["estimate_gib"] < 1.2 * suite_ns["H100_GIB"] and "fp32" in c.name for c in ooms)
     assert sum(c.estimate_s for c in configs) < 20 * 60
     variety = {(c.script.name, "--bf16" in c.args, "--checkpoint" in c.args) for c in configs}
-    assert variety >= {("gpt.py", True, False), ("gpt.py", False, False), ("gpt.py", True, True),
-                       ("llama.py", True, False), ("llama.py", False, False), ("llama.py", True, True)}
+    assert variety >= {
+        ("gpt.py", True, False),
+        ("gpt.py", False, False),
+        ("gpt.py", True, True),
+        ("llama.py", True, False),
+        ("llama.py", False, False),
+        ("llama.py", True, True),
+    }
     sizes = {scripts[c.script.name].parse_args(list(c.args)).size for c in configs if c.script.name == "gpt.py"}
     assert sizes == set(gpt.SIZES)

@@ -1,5 +1,6 @@
 """Measuring one config: memory-guard estimates, every op's builder and the timing loop (on CPU tensors:
 this exercises the code path, it measures no GPU), op settings, result summaries."""
+
 import pytest
 import torch
 
@@ -15,21 +16,30 @@ FAST = TimingSettings(warmup=1, min_repeats=3, max_repeats=5, target_s=0.001, pr
 CUDA_ONLY = {"memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "cuda_memset"}
 
 TINY = {
-    "mm": dict(m=8, n=16, k=4), "linear": dict(m=8, n=16, k=4), "addmm": dict(m=8, n=16, k=4),
-    "linear_grad_input": dict(m=8, n=16, k=4), "linear_grad_weight": dict(m=8, n=16, k=4),
+    "mm": dict(m=8, n=16, k=4),
+    "linear": dict(m=8, n=16, k=4),
+    "addmm": dict(m=8, n=16, k=4),
+    "linear_grad_input": dict(m=8, n=16, k=4),
+    "linear_grad_weight": dict(m=8, n=16, k=4),
     "bmm": dict(batch=2, m=8, n=16, k=4),
     "sdpa_fwd": dict(batch=1, seq=16, heads=4, kv_heads=2, head_dim=16, causal=1, backend="flash"),
     "sdpa_bwd": dict(batch=1, seq=16, heads=4, kv_heads=4, head_dim=16, causal=0, backend="flash"),
-    "softmax_fwd": dict(rows=8, cols=32), "softmax_bwd": dict(rows=8, cols=32),
+    "softmax_fwd": dict(rows=8, cols=32),
+    "softmax_bwd": dict(rows=8, cols=32),
     "gelu_fwd": dict(tokens=8, hidden=32, approximate="tanh"),
     "gelu_bwd": dict(tokens=8, hidden=32, approximate="none"),
-    "cross_entropy_fwd": dict(tokens=8, vocab=64), "cross_entropy_bwd": dict(tokens=8, vocab=64),
-    "embedding_fwd": dict(tokens=8, vocab=64, hidden=32), "embedding_bwd": dict(tokens=8, vocab=64, hidden=32),
+    "cross_entropy_fwd": dict(tokens=8, vocab=64),
+    "cross_entropy_bwd": dict(tokens=8, vocab=64),
+    "embedding_fwd": dict(tokens=8, vocab=64, hidden=32),
+    "embedding_bwd": dict(tokens=8, vocab=64, hidden=32),
     "adamw_fused": dict(hidden=512, ffn="swiglu", tp=8, layers=1, n_tensors=6, n_params=393216),
     "adamw_foreach": dict(hidden=512, ffn="gelu", tp=8, layers=1, n_tensors=12, n_params=400000),
     "copy_cast": dict(tokens=8, hidden=32, dst_dtype="bf16"),
-    "memcpy_h2d": dict(bytes=4096, pinned=1), "memcpy_d2h": dict(bytes=4096, pinned=0),
-    "memcpy_d2d": dict(bytes=4096), "cuda_memset": dict(bytes=4096), "fill_zero": dict(bytes=4096),
+    "memcpy_h2d": dict(bytes=4096, pinned=1),
+    "memcpy_d2h": dict(bytes=4096, pinned=0),
+    "memcpy_d2d": dict(bytes=4096),
+    "cuda_memset": dict(bytes=4096),
+    "fill_zero": dict(bytes=4096),
 }
 
 
@@ -88,8 +98,9 @@ def test_footprint_estimates():
     q = 2 * 1024 * 16 * 128 * e
     assert fwd.rotated_bytes == q + 2 * q // 4  # grouped-query k and v are a quarter of q each
     assert bwd.total(1) > fwd.total(1)
-    adam = footprint(KernelConfig.make("adamw_fused", "fp32", hidden=512, ffn="gelu", tp=1, layers=1,
-                                       n_tensors=12, n_params=1000))
+    adam = footprint(
+        KernelConfig.make("adamw_fused", "fp32", hidden=512, ffn="gelu", tp=1, layers=1, n_tensors=12, n_params=1000)
+    )
     assert adam.rotated_bytes >= 4 * 1000 * 4  # parameters, gradients and two moments
     d2d = footprint(KernelConfig.make("memcpy_d2d", "u8", bytes=1 << 20))
     assert d2d.total(1) == 2 << 20
@@ -97,10 +108,10 @@ def test_footprint_estimates():
 
 def test_buffer_rotation_spans_the_l2_cache():
     l2 = 50 << 20
-    assert buffer_count(1 << 30, l2) == 1              # one set already dwarfs the cache
-    assert buffer_count(20 << 20, l2) == 5             # 5 × 20 MiB >= 2 × 50 MiB
-    assert buffer_count(1024, l2) == MAX_BUFFERS       # tiny inputs: capped
-    assert buffer_count(1024, 0) == 2                  # unknown cache (CPU)
+    assert buffer_count(1 << 30, l2) == 1  # one set already dwarfs the cache
+    assert buffer_count(20 << 20, l2) == 5  # 5 × 20 MiB >= 2 × 50 MiB
+    assert buffer_count(1024, l2) == MAX_BUFFERS  # tiny inputs: capped
+    assert buffer_count(1024, 0) == 2  # unknown cache (CPU)
     assert fits(70, 100) and not fits(71, 100)
 
 

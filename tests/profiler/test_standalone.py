@@ -2,6 +2,7 @@
 torch, numpy and pyarrow. Simulated by subprocesses that run without site processing (so no .pth
 file installs Maya's editable package mapping) on a copy of site-packages, made of symbolic links,
 that lacks Maya and the CLI's and pipelines' dependencies."""
+
 import json
 import os
 import subprocess
@@ -31,29 +32,45 @@ def bare_site(tmp_path_factory) -> Path:
 
 def bare_host(code: str, cwd: Path, site: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path.append({str(site)!r})\n"
-                           + textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-S", "-c", f"import sys; sys.path.append({str(site)!r})\n" + textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_runner_script_plans_a_campaign_on_a_bare_host(tmp_path, bare_site):
-    out = bare_host(f"""
+    out = bare_host(
+        f"""
         import runpy
         sys.argv = [{str(PROFILER_RUNNER)!r}, "kernels", "--plan", "--out", "campaign", "--families", "memcpy,memset"]
         runpy.run_path({str(PROFILER_RUNNER)!r}, run_name="__main__")
-    """, tmp_path, bare_site)
+    """,
+        tmp_path,
+        bare_site,
+    )
     assert out.returncode == 0, out.stderr
     assert "88 configs to measure, 0 done" in out.stdout
     assert "memcpy" in out.stdout and "memset" in out.stdout
 
 
 def test_runner_script_rejects_unknown_families(tmp_path):
-    out = subprocess.run([sys.executable, str(PROFILER_RUNNER), "kernels", "--out", "c", "--families", "gemm,nope"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(PROFILER_RUNNER), "kernels", "--out", "c", "--families", "gemm,nope"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2 and "unknown family nope" in out.stderr
 
 
 def test_campaign_runs_from_the_source_checkout_with_only_torch_numpy_pyarrow(tmp_path, bare_site):
-    out = bare_host(f"""
+    out = bare_host(
+        f"""
         import json, runpy
         for name in {ABSENT!r}[:6]:
             try:
@@ -79,7 +96,10 @@ def test_campaign_runs_from_the_source_checkout_with_only_torch_numpy_pyarrow(tm
             "files": {{name: sys.modules[name].__file__ for name in
                       ("maya", "maya.profiler.kernels.campaign", "maya_trace_spec")}},
         }}))
-    """, tmp_path, bare_site)
+    """,
+        tmp_path,
+        bare_site,
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["stop"] == "complete" and report["statuses"] == ["ok", "ok"]
@@ -87,11 +107,17 @@ def test_campaign_runs_from_the_source_checkout_with_only_torch_numpy_pyarrow(tm
     assert report["files"] == {
         "maya": str(SRC / "maya" / "__init__.py"),
         "maya.profiler.kernels.campaign": str(SRC / "maya" / "profiler" / "kernels" / "campaign.py"),
-        "maya_trace_spec": str(SRC / "maya_trace_spec" / "__init__.py")}
+        "maya_trace_spec": str(SRC / "maya_trace_spec" / "__init__.py"),
+    }
 
 
 def test_module_entry_point_when_installed(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "maya.profiler", "kernels", "--plan", "--out", "c",
-                          "--families", "memset"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "maya.profiler", "kernels", "--plan", "--out", "c", "--families", "memset"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert "33 configs to measure, 0 done" in out.stdout

@@ -1,4 +1,5 @@
 """The kernel sweep: coverage, determinism, dedup, TP splits, priority order; config identity."""
+
 from collections import defaultdict
 
 import pytest
@@ -42,8 +43,9 @@ def test_every_family_op_and_dtype_is_covered(full_sweep):
 
 def test_every_sdpa_backend_both_directions_causal_and_not(full_sweep):
     variants = {(c.shape["backend"], c.op, c.shape["causal"]) for c in full_sweep if c.family == "attention"}
-    assert variants == {(b, op, causal) for b in ("flash", "cudnn", "efficient")
-                        for op in ("sdpa_fwd", "sdpa_bwd") for causal in (0, 1)}
+    assert variants == {
+        (b, op, causal) for b in ("flash", "cudnn", "efficient") for op in ("sdpa_fwd", "sdpa_bwd") for causal in (0, 1)
+    }
     assert any(c.shape["kv_heads"] < c.shape["heads"] for c in full_sweep if c.family == "attention")
 
 
@@ -67,19 +69,19 @@ def test_tensor_parallel_splits_are_present(full_sweep):
     gemm = {(c.op, c.shape.get("k"), c.shape.get("n")) for c in full_sweep if c.family == "gemm"}
     h = 8192
     for tp in (2, 4, 8):
-        assert ("linear", h, 3 * h // tp) in gemm                  # column-parallel QKV
-        assert ("linear", h // tp, h) in gemm                      # row-parallel attention output
+        assert ("linear", h, 3 * h // tp) in gemm  # column-parallel QKV
+        assert ("linear", h // tp, h) in gemm  # row-parallel attention output
         assert ("linear", h, 2 * shapes.ffn_size(h, "swiglu") // tp) in gemm  # SwiGLU gate+up
-        assert ("linear", h, shapes.padded_vocab(128256, tp)) in gemm        # vocab-parallel LM head
+        assert ("linear", h, shapes.padded_vocab(128256, tp)) in gemm  # vocab-parallel LM head
     heads = {(c.shape["heads"], c.shape["head_dim"]) for c in full_sweep if c.family == "attention"}
-    assert {(64 // tp, 128) for tp in (1, 2, 4, 8)} <= heads        # 8192 / 128 = 64 heads split over TP
+    assert {(64 // tp, 128) for tp in (1, 2, 4, 8)} <= heads  # 8192 / 128 = 64 heads split over TP
     tokens = {c.shape["tokens"] for c in full_sweep if c.family == "normalization"}
-    assert {4096 // tp for tp in (1, 2, 4, 8)} <= tokens           # sequence-parallel norms
+    assert {4096 // tp for tp in (1, 2, 4, 8)} <= tokens  # sequence-parallel norms
 
 
 def test_realistic_dimensions():
-    assert shapes.ffn_size(4096, "swiglu") == 11008                 # Llama-2 7B
-    assert shapes.ffn_size(768, "gelu") == 3072                     # GPT-2 small
+    assert shapes.ffn_size(4096, "swiglu") == 11008  # Llama-2 7B
+    assert shapes.ffn_size(768, "gelu") == 3072  # GPT-2 small
     assert shapes.padded_vocab(50257, 1) == 50304
     assert shapes.token_counts()[0] == 128 and shapes.token_counts()[-1] == shapes.MAX_TOKENS
     assert [lin.name for lin in shapes.linear_layers(4096, "swiglu", 8)] == ["qkv", "attn_out", "ffn_up", "ffn_down"]
@@ -98,7 +100,7 @@ def test_priority_order_spans_ops_dtypes_and_sizes_early(full_sweep):
     for family in ("gemm", "normalization", "optimizer"):
         ordered = [c for c in full_sweep if c.family == family]
         strata = {(sweep.size_bucket(c), c.op, c.dtype, c.tf32) for c in ordered}
-        first_round = ordered[:len(strata)]
+        first_round = ordered[: len(strata)]
         assert {(c.op, _dtype(c)) for c in first_round} == {(c.op, _dtype(c)) for c in ordered}
         buckets = [sweep.size_bucket(c) for c in ordered]
         assert {min(buckets), max(buckets)} <= {sweep.size_bucket(c) for c in first_round}
@@ -116,8 +118,9 @@ def test_family_subset_and_unknown_family():
 def test_config_identity_is_stable_and_checked():
     c = KernelConfig.make("linear", "bf16", m=256, k=512, n=1024)
     assert c.key == "02846a8cdc6adb48"  # keys name done configs on disk: they must never change
-    assert c.to_json() == ('{"dtype":"bf16","family":"gemm","op":"linear","params":{"k":512,"m":256,"n":1024},'
-                           '"tf32":false}')
+    assert c.to_json() == (
+        '{"dtype":"bf16","family":"gemm","op":"linear","params":{"k":512,"m":256,"n":1024},"tf32":false}'
+    )
     assert c.label() == "gemm/linear bf16 k=512 m=256 n=1024"
     with pytest.raises(ValueError, match="unknown parameter"):
         KernelConfig.make("mm", "bf16", bogus=1)

@@ -1,20 +1,20 @@
 """Kineto -> campaign trace: a recorded-style CUDA Kineto trace of a profiled chunk (fixture shaped like
 torch 2.x output on an H100: cuBLASLt launches through the driver API, backward ops on autograd's
 device thread, a pinned host-to-device copy, warm-up and set-up work outside the annotations)."""
+
 import json
-from pathlib import Path
 
 import pytest
+from paths import FIXTURES
 
+from maya.profiler.device_info import DeviceInfo
 from maya.profiler.kernels.campaign_store import CampaignStore, read_measurements
 from maya.profiler.kernels.configs import KernelConfig
-from maya.profiler.device_info import DeviceInfo
 from maya.profiler.kernels.measurements import measurement_row
 from maya.profiler.kernels.results import Samples, Timing
 from maya.profiler.kernels.trace_merge import IdCounters, convert_chunk
 from maya_trace_spec import Run
 from maya_trace_spec.validation import validate_run
-from paths import FIXTURES
 
 FIXTURE = FIXTURES / "profiler" / "kineto_chunk_h100.json"
 LINEAR = KernelConfig.make("linear", "bf16", m=256, k=512, n=1024)
@@ -38,16 +38,27 @@ def test_calls_and_kernels_are_cut_into_configs_and_repeats():
     chunk = convert()
     calls = chunk.tables["api_calls"]
     assert [(c["api"], json.loads(c["args"])["config_key"], json.loads(c["args"])["repeat"]) for c in calls] == [
-        ("cuLaunchKernelEx", LINEAR.key, 0), ("cuLaunchKernelEx", LINEAR.key, 1),
-        ("cudaLaunchKernel", LAYER_NORM_BWD.key, 0), ("cudaLaunchKernel", LAYER_NORM_BWD.key, 0),
-        ("cudaLaunchKernel", LAYER_NORM_BWD.key, 1), ("cudaLaunchKernel", LAYER_NORM_BWD.key, 1),
-        ("cudaMemcpyAsync", COPY.key, 0), ("cudaMemcpyAsync", COPY.key, 1)]
+        ("cuLaunchKernelEx", LINEAR.key, 0),
+        ("cuLaunchKernelEx", LINEAR.key, 1),
+        ("cudaLaunchKernel", LAYER_NORM_BWD.key, 0),
+        ("cudaLaunchKernel", LAYER_NORM_BWD.key, 0),
+        ("cudaLaunchKernel", LAYER_NORM_BWD.key, 1),
+        ("cudaLaunchKernel", LAYER_NORM_BWD.key, 1),
+        ("cudaMemcpyAsync", COPY.key, 0),
+        ("cudaMemcpyAsync", COPY.key, 1),
+    ]
     # warm-up launches, set-up forward passes and synchronisations outside the annotations are gone
     assert all(c["api"] != "cudaDeviceSynchronize" for c in calls)
     assert json.loads(calls[0]["args"])["config"] == json.loads(LINEAR.to_json())
     first = calls[0]
-    assert (first["device_duration_ns"], first["grid_x"], first["block_x"], first["registers_per_thread"],
-            first["shared_mem_bytes"], first["time_source"]) == (4448, 16, 384, 168, 133120, "measured")
+    assert (
+        first["device_duration_ns"],
+        first["grid_x"],
+        first["block_x"],
+        first["registers_per_thread"],
+        first["shared_mem_bytes"],
+        first["time_source"],
+    ) == (4448, 16, 384, 168, 133120, "measured")
     assert [c["memcpy_kind"] for c in calls[-2:]] == ["HtoD", "HtoD"]
     assert [c["bytes"] for c in calls[-2:]] == [4096, 4096]
 
@@ -71,12 +82,13 @@ def test_ops_keep_shapes_and_nest_under_the_annotations():
 
 def test_kernel_stats_per_config():
     stats = convert().stats
-    assert stats[LINEAR.key].kernel_ns == 4480                       # median of 4448 and 4512
+    assert stats[LINEAR.key].kernel_ns == 4480  # median of 4448 and 4512
     assert stats[LINEAR.key].kernel_names == [NVJET]
-    assert stats[LAYER_NORM_BWD.key].kernel_ns == 8750               # median of 3200+5600, 3300+5400
+    assert stats[LAYER_NORM_BWD.key].kernel_ns == 8750  # median of 3200+5600, 3300+5400
     assert [n.split("<")[0] for n in stats[LAYER_NORM_BWD.key].kernel_names] == [
         "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized",
-        "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate"]
+        "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate",
+    ]
     assert (stats[COPY.key].kernel_ns, stats[COPY.key].kernel_names) == (1200, ["Memcpy HtoD"])
 
 
@@ -89,21 +101,33 @@ def test_ids_continue_the_campaign():
     assert all(o["parent_op_id"] in op_ids for o in ops if o["parent_op_id"] is not None)
     assert all(c["op_id"] in op_ids for c in calls)
     assert [c["kernel_id"] for c in calls[:6]] == [7, 7, 9, 10, 9, 10]  # known name keeps its id
-    assert [(k["kernel_id"], k["family"]) for k in chunk.tables["kernels"]] == [(9, "normalization"),
-                                                                               (10, "normalization")]
+    assert [(k["kernel_id"], k["family"]) for k in chunk.tables["kernels"]] == [
+        (9, "normalization"),
+        (10, "normalization"),
+    ]
     assert (chunk.ids.next_seq, chunk.ids.next_op_id, chunk.ids.kernel_ids[NVJET]) == (108, 77, 7)
 
 
 def _rows(chunk, session="s1"):
     samples = Samples([1000, 1100, 1200], [30000, 31000, 32000], gpu_bound=True)
-    return [measurement_row(Timing(c, "ok", 1 << 20, 4, samples), chunk.stats.get(c.key), hardware="h100-sxm",
-                            device_name=H100.name, session_id=session, measured_at_ns=1) for c in CONFIGS]
+    return [
+        measurement_row(
+            Timing(c, "ok", 1 << 20, 4, samples),
+            chunk.stats.get(c.key),
+            hardware="h100-sxm",
+            device_name=H100.name,
+            session_id=session,
+            measured_at_ns=1,
+        )
+        for c in CONFIGS
+    ]
 
 
 def test_chunks_append_to_a_valid_measured_run(tmp_path):
     store = CampaignStore(tmp_path / "campaign")
-    store.start_session(H100, "h100-sxm", {"id": "s1", "pid": 1, "command": ["test"]},
-                        framework="torch 2.11.0", cuda_version="13.0")
+    store.start_session(
+        H100, "h100-sxm", {"id": "s1", "pid": 1, "command": ["test"]}, framework="torch 2.11.0", cuda_version="13.0"
+    )
     first = convert(store.ids)
     store.append(first, _rows(first))
     second = convert(store.ids)  # the same kernels measured again in a later chunk
@@ -116,15 +140,28 @@ def test_chunks_append_to_a_valid_measured_run(tmp_path):
     assert run.table("kernels").num_rows == 3  # names are registered once
     assert run.table("api_calls").column("seq").to_pylist() == list(range(16))
     devices = run.table("devices").to_pylist()
-    assert (devices[0]["device_name"], devices[0]["sm_count"], devices[0]["memory_bytes"]) == \
-        (H100.name, 132, 85029158912)
+    assert (devices[0]["device_name"], devices[0]["sm_count"], devices[0]["memory_bytes"]) == (
+        H100.name,
+        132,
+        85029158912,
+    )
     rows = read_measurements(tmp_path / "campaign").to_pylist()
     assert len(rows) == 6
     linear = next(r for r in rows if r["config_key"] == LINEAR.key)
-    assert (linear["family"], linear["op"], linear["m"], linear["n"], linear["k"], linear["tokens"]) == \
-        ("gemm", "linear", 256, 1024, 512, None)
-    assert (linear["median_ns"], linear["p10_ns"], linear["p90_ns"], linear["host_median_ns"]) == \
-        (1100, 1020, 1180, 31000)
+    assert (linear["family"], linear["op"], linear["m"], linear["n"], linear["k"], linear["tokens"]) == (
+        "gemm",
+        "linear",
+        256,
+        1024,
+        512,
+        None,
+    )
+    assert (linear["median_ns"], linear["p10_ns"], linear["p90_ns"], linear["host_median_ns"]) == (
+        1100,
+        1020,
+        1180,
+        31000,
+    )
     assert (linear["kernel_ns"], linear["n_kernels"], linear["kernel_names"]) == (4480, 1, [NVJET])
     # a resumed store continues the ids where the files end
     resumed = CampaignStore(tmp_path / "campaign")

@@ -1,8 +1,9 @@
 """`maya profile workload` and `maya demo`: an unmodified script measured with torch.profiler (CPU here)."""
-import pytest
+
 import json
 
 import duckdb
+import pytest
 from typer.testing import CliRunner
 
 from maya.cli import app
@@ -58,7 +59,7 @@ def test_demo_runs_end_to_end(tmp_path, maya_home):
     assert (tmp_path / "demo.timeline.json").stat().st_size > 0
     con = duckdb.connect(str(maya_home / "warehouse.duckdb"), read_only=True)
     assert con.execute("SELECT source, path FROM runs").fetchall() == [("emulator", str(out.resolve()))]
-    (durations, iteration_ms), = con.execute("SELECT durations, iteration_ms FROM predictions").fetchall()
+    ((durations, iteration_ms),) = con.execute("SELECT durations, iteration_ms FROM predictions").fetchall()
     assert durations.startswith("estimators") and iteration_ms > 0
     assert "bounded, not fitted" in " ".join(r.output.split())  # the small GPT's kernels are that short
     con.close()

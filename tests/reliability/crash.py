@@ -16,6 +16,7 @@ included) of the write, k uniform over an uninterrupted write's count; `timer` â
 a random delay up to an uninterrupted write's wall time, which lands inside C code (a Parquet write, a DuckDB
 commit). To cover another writer, add a `Scenario` to `scenarios()`: the test and the benchmark pick it up.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -30,9 +31,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 CHILD_TIMEOUT_S = 120.0
 
@@ -75,8 +77,14 @@ class CrashTally:
             self.examples.append(f"{what}: {detail}"[:500])
 
 
-def in_child(fn: Callable[[], Any], *, kill_at_event: int | None = None, kill_after_s: float | None = None,
-             count_events: bool = False, timeout_s: float = CHILD_TIMEOUT_S) -> tuple[str, Any]:
+def in_child(
+    fn: Callable[[], Any],
+    *,
+    kill_at_event: int | None = None,
+    kill_after_s: float | None = None,
+    count_events: bool = False,
+    timeout_s: float = CHILD_TIMEOUT_S,
+) -> tuple[str, Any]:
     """Run `fn()` in a forked child: ("ok", value), ("killed", None), ("error", message) or ("hang", None).
     `count_events`: the value is (fn's value, Python call events during it)."""
     read, write = os.pipe()
@@ -88,10 +96,12 @@ def in_child(fn: Callable[[], Any], *, kill_at_event: int | None = None, kill_af
             faulthandler.dump_traceback_later(max(1.0, timeout_s - 2), file=sys.stderr)  # where a hang is
             events = [0]
             if kill_at_event is not None or count_events:
+
                 def profile(frame, event, arg):
                     events[0] += 1
                     if events[0] == kill_at_event:
                         os.kill(os.getpid(), signal.SIGKILL)
+
                 threading.setprofile(profile)
                 sys.setprofile(profile)
             try:
@@ -183,8 +193,10 @@ def kill_trials(scenario: Scenario, trials: int, seed: int = 0, workdir: Path | 
             if kind != "ok":
                 tally.problem("corrupt", f"trial {i}: what is stored cannot be read after the kill: {kind} {state}")
             elif not scenario.allowed(state, old, new):
-                tally.problem("corrupt", f"trial {i}: stored state after the kill is neither old nor new: "
-                                         f"{_diff(state, old, new)}")
+                tally.problem(
+                    "corrupt",
+                    f"trial {i}: stored state after the kill is neither old nor new: {_diff(state, old, new)}",
+                )
             tally.leftovers += scenario.leftovers(trial)
             kind, err = in_child(lambda: scenario.write(trial))
             if kind != "ok":
@@ -233,4 +245,3 @@ def _named_trials(name: str, trials: int, seed: int, workdir: Path | None) -> Cr
     from .crash_scenarios import scenarios
 
     return kill_trials(next(s for s in scenarios() if s.name == name), trials, seed, workdir)
-

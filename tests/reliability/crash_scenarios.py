@@ -2,6 +2,7 @@
 writes one, files rewritten in place by `migrate_run`, a run imported whole by `import_kineto`), the warehouse's run catalog, the estimator registry, the search log,
 the predictions store, `maya validate`'s results and the pipelines' validated partition. Each function runs
 in a forked child."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,12 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from paths import FIXTURES
+from reliability.crash import Scenario
 
 from maya_trace_spec import TABLES, Run, migrations, synthetic, table_files
 from maya_trace_spec.schema import VERSION_KEY
-
-from paths import FIXTURES
-from reliability.crash import Scenario
 
 # ------------------------------------------------------------------ trace files rewritten in place
 
@@ -56,8 +56,10 @@ def _files_state(root: Path) -> dict:
     for name in TABLES:
         for _, path in table_files(run, name):
             data = read_file(path, expect_table=name).to_pylist()
-            out[str(path.relative_to(run))] = (inspect_file(path).major,
-                                               hashlib.sha256(repr(data).encode()).hexdigest())
+            out[str(path.relative_to(run))] = (
+                inspect_file(path).major,
+                hashlib.sha256(repr(data).encode()).hexdigest(),
+            )
     return out
 
 
@@ -94,8 +96,9 @@ def _imported(root: Path) -> Any:
         raise AssertionError(f"the imported run does not validate: {problems[:3]}")
     run = Run(out)
     tables = {name: run.table(name).to_pylist() for name in TABLES if name != "run"}
-    return hashlib.sha256(repr(tables).encode()).hexdigest(), {k: v for k, v in run.info.items()
-                                                              if k not in ("run_id", "created_at_ns")}
+    return hashlib.sha256(repr(tables).encode()).hexdigest(), {
+        k: v for k, v in run.info.items() if k not in ("run_id", "created_at_ns")
+    }
 
 
 # ------------------------------------------------------------------ a run written by the trace writer
@@ -120,33 +123,91 @@ def _write_trace(root: Path) -> None:
         shutil.rmtree(out)
     w = RunWriter(out)
     n, parts, per_part = _WRITTEN["world_size"], _WRITTEN["parts"], _WRITTEN["calls_per_part"]
-    run = {"run_id": ["r1"], "created_at_ns": [1], "source": ["emulator"], "command": [json.dumps(["train.py"])],
-           "hardware": ["h100-sxm"], "world_size": [n], "nnodes": [1], "nproc_per_node": [n],
-           "producer_version": ["crash test"]}
+    run = {
+        "run_id": ["r1"],
+        "created_at_ns": [1],
+        "source": ["emulator"],
+        "command": [json.dumps(["train.py"])],
+        "hardware": ["h100-sxm"],
+        "world_size": [n],
+        "nnodes": [1],
+        "nproc_per_node": [n],
+        "producer_version": ["crash test"],
+    }
     w.write("run", {**run, "status": ["running"]})
     ops = 10
     for rank in range(n):
-        w.write("kernels", {"kernel_id": list(range(len(synthetic.KERNEL_NAMES))),
-                            "name": [k for k, _, _ in synthetic.KERNEL_NAMES],
-                            "family": [f for _, f, _ in synthetic.KERNEL_NAMES],
-                            "library": [lib for _, _, lib in synthetic.KERNEL_NAMES]}, rank=rank)
-        w.write("communicators", {"comm_id": ["c0"], "comm_rank": [rank], "comm_size": [n], "pg_name": ["0"],
-                                  "ranks": [list(range(n))], "device": [rank]}, rank=rank)
-        w.write("ops", {"op_id": list(range(ops)), "name": ["aten::mm"] * ops, "start_ns": list(range(ops)),
-                        "end_ns": list(range(1, ops + 1)), "time_source": ["emulated"] * ops}, rank=rank)
+        w.write(
+            "kernels",
+            {
+                "kernel_id": list(range(len(synthetic.KERNEL_NAMES))),
+                "name": [k for k, _, _ in synthetic.KERNEL_NAMES],
+                "family": [f for _, f, _ in synthetic.KERNEL_NAMES],
+                "library": [lib for _, _, lib in synthetic.KERNEL_NAMES],
+            },
+            rank=rank,
+        )
+        w.write(
+            "communicators",
+            {
+                "comm_id": ["c0"],
+                "comm_rank": [rank],
+                "comm_size": [n],
+                "pg_name": ["0"],
+                "ranks": [list(range(n))],
+                "device": [rank],
+            },
+            rank=rank,
+        )
+        w.write(
+            "ops",
+            {
+                "op_id": list(range(ops)),
+                "name": ["aten::mm"] * ops,
+                "start_ns": list(range(ops)),
+                "end_ns": list(range(1, ops + 1)),
+                "time_source": ["emulated"] * ops,
+            },
+            rank=rank,
+        )
         for part in range(parts):
             calls = synthetic.api_calls(per_part, seed=10 * rank + part, n_ops=ops, t0=part * 10**9)
-            w.write("api_calls", calls.set_column(0, "seq", pa.array(range(part * per_part, (part + 1) * per_part),
-                                                                     pa.int64())), rank=rank)
-            w.write("memory_events", {"seq": [2 * part, 2 * part + 1], "ts_ns": [part * 10**9, part * 10**9 + 5],
-                                      "kind": ["alloc", "free"], "space": ["device"] * 2,
-                                      "address": [1 << 40] * 2, "bytes": [2 << 20] * 2, "device": [rank] * 2,
-                                      "allocated_bytes": [2 << 20, 0]}, rank=rank)
+            w.write(
+                "api_calls",
+                calls.set_column(0, "seq", pa.array(range(part * per_part, (part + 1) * per_part), pa.int64())),
+                rank=rank,
+            )
+            w.write(
+                "memory_events",
+                {
+                    "seq": [2 * part, 2 * part + 1],
+                    "ts_ns": [part * 10**9, part * 10**9 + 5],
+                    "kind": ["alloc", "free"],
+                    "space": ["device"] * 2,
+                    "address": [1 << 40] * 2,
+                    "bytes": [2 << 20] * 2,
+                    "device": [rank] * 2,
+                    "allocated_bytes": [2 << 20, 0],
+                },
+                rank=rank,
+            )
     for rank in range(n):
-        w.write("devices", {"local_rank": [rank], "node": [0], "device_index": [rank],
-                            "device_name": ["NVIDIA H100 80GB HBM3"], "hardware": ["h100-sxm"], "sm_major": [9],
-                            "sm_minor": [0], "sm_count": [132], "memory_bytes": [80 * 2**30],
-                            "represents": [[rank]]}, rank=rank)
+        w.write(
+            "devices",
+            {
+                "local_rank": [rank],
+                "node": [0],
+                "device_index": [rank],
+                "device_name": ["NVIDIA H100 80GB HBM3"],
+                "hardware": ["h100-sxm"],
+                "sm_major": [9],
+                "sm_minor": [0],
+                "sm_count": [132],
+                "memory_bytes": [80 * 2**30],
+                "represents": [[rank]],
+            },
+            rank=rank,
+        )
     w.write("run", {**run, "status": ["complete"]})
 
 
@@ -162,9 +223,14 @@ def _written(root: Path) -> Any:
     status = Run(out).info["status"]
     if status == "complete" and (problems := validate_run(out)):
         raise AssertionError(f"a complete run that does not validate: {problems[:3]}")
-    return status, {str(path.relative_to(out)): hashlib.sha256(repr(read_file(path, expect_table=name).to_pylist())
-                                                               .encode()).hexdigest()
-                    for name in TABLES for _, path in table_files(out, name) if name != "run"}
+    return status, {
+        str(path.relative_to(out)): hashlib.sha256(
+            repr(read_file(path, expect_table=name).to_pylist()).encode()
+        ).hexdigest()
+        for name in TABLES
+        for _, path in table_files(out, name)
+        if name != "run"
+    }
 
 
 def _running_or_done(state: Any, old: Any, new: Any) -> bool:
@@ -206,8 +272,9 @@ def _rows(warehouse: Path, sql: str) -> list:
 
 
 def _runs(root: Path) -> list:
-    return _rows(root / "warehouse.duckdb", "SELECT run_id, path, source, status, world_size, ranks, api_calls, ops "
-                                            "FROM runs")
+    return _rows(
+        root / "warehouse.duckdb", "SELECT run_id, path, source, status, world_size, ranks, api_calls, ops FROM runs"
+    )
 
 
 # ------------------------------------------------------------------ the estimator registry
@@ -250,8 +317,9 @@ def _orphans(root: Path) -> int:
 def _space():
     from maya.search import load_space
 
-    return load_space({"parameters": {"tp": [1, 2, 4], "mbs": [1, 2, 4, 8]}},
-                      ["train.py", "--tp", "{tp}", "--mbs", "{mbs}"], gpus=8)
+    return load_space(
+        {"parameters": {"tp": [1, 2, 4], "mbs": [1, 2, 4, 8]}}, ["train.py", "--tp", "{tp}", "--mbs", "{mbs}"], gpus=8
+    )
 
 
 def _evaluate(task, known):
@@ -259,8 +327,9 @@ def _evaluate(task, known):
 
     values = dict(zip(task.argv[1::2], task.argv[2::2]))
     tp, mbs = int(values["--tp"]), int(values["--mbs"])
-    return Outcome("oom" if tp * mbs > 16 else "ok", 1e6 * (10 * tp + mbs), 2**30 * tp * mbs, 0.4,
-                   world_size=task.world_size)
+    return Outcome(
+        "oom" if tp * mbs > 16 else "ok", 1e6 * (10 * tp + mbs), 2**30 * tp * mbs, 0.4, world_size=task.world_size
+    )
 
 
 def _prepare_search(root: Path) -> None:
@@ -279,8 +348,10 @@ def _search(root: Path) -> None:
 def _points(root: Path) -> dict:
     from maya.search import SearchLog
 
-    return {k: (o.status, o.iteration_ns, o.peak_memory_bytes, o.source)
-            for k, o in SearchLog("crash", root / "warehouse.duckdb").points().items()}
+    return {
+        k: (o.status, o.iteration_ns, o.peak_memory_bytes, o.source)
+        for k, o in SearchLog("crash", root / "warehouse.duckdb").points().items()
+    }
 
 
 def _logged_prefix(state: dict, old: dict, new: dict) -> bool:
@@ -324,10 +395,25 @@ def _predictions(root: Path) -> list:
 def _validation_row(row: int):
     from maya.validation.store import RowResult
 
-    return RowResult(suite="crash", suite_digest="s1", kind="e2e", row=row, label=f"row {row}", gpu="h100",
-                     size="1b", gpus=8, measured_s=1.0 + row, estimator_version="v1", predictor_digest="p1",
-                     status="ok", hardware="h100-sxm", predicted_s=1.1 + row, error_pct=10.0, mfu=0.4,
-                     details={"iterations": list(range(row * 50))})
+    return RowResult(
+        suite="crash",
+        suite_digest="s1",
+        kind="e2e",
+        row=row,
+        label=f"row {row}",
+        gpu="h100",
+        size="1b",
+        gpus=8,
+        measured_s=1.0 + row,
+        estimator_version="v1",
+        predictor_digest="p1",
+        status="ok",
+        hardware="h100-sxm",
+        predicted_s=1.1 + row,
+        error_pct=10.0,
+        mfu=0.4,
+        details={"iterations": list(range(row * 50))},
+    )
 
 
 def _prepare_validation(root: Path) -> None:
@@ -347,7 +433,7 @@ def _validate_rows(root: Path) -> None:
 
 
 def _validation_rows(root: Path) -> dict:
-    rows = _rows(root / "warehouse.duckdb", 'SELECT * EXCLUDE (recorded_at) FROM validation_rows')
+    rows = _rows(root / "warehouse.duckdb", "SELECT * EXCLUDE (recorded_at) FROM validation_rows")
     for row in rows:
         json.loads(row[-1])  # details are whole JSON
     return {row[3]: row for row in rows}  # by "row"
@@ -366,10 +452,16 @@ def _profiles(root: Path, configs: int) -> Path:
     rows = []
     for i in range(configs):
         config = KernelConfig.make("linear", "bf16", m=256 * (i + 1), n=1024, k=1024)
-        rows.append(measurement_row(Timing(config, "ok", 1 << 20, 2, Samples([10_000 + i] * 3, [5_000] * 3,
-                                                                             gpu_bound=True)),
-                                    None, hardware="h100-sxm", device_name="NVIDIA H100 80GB HBM3",
-                                    session_id="s", measured_at_ns=0))
+        rows.append(
+            measurement_row(
+                Timing(config, "ok", 1 << 20, 2, Samples([10_000 + i] * 3, [5_000] * 3, gpu_bound=True)),
+                None,
+                hardware="h100-sxm",
+                device_name="NVIDIA H100 80GB HBM3",
+                session_id="s",
+                measured_at_ns=0,
+            )
+        )
     rows[-1]["median_ns"] = -1  # one row to quarantine
     pq.write_table(to_table(rows), parts / f"part-{configs:05d}.parquet")
     return parts
@@ -386,11 +478,12 @@ def _validate_partition(root: Path) -> None:
     from maya.pipelines.resources import DataSources, Warehouse
     from maya.pipelines.sources import Partition
 
-    context = SimpleNamespace(partition_key=partition_key(Partition("h100-sxm", "kernels-crash")),
-                              log=_QUIET)
+    context = SimpleNamespace(partition_key=partition_key(Partition("h100-sxm", "kernels-crash")), log=_QUIET)
     profiles.validated_kernel_profiles.op.compute_fn.decorated_fn(
-        context, Warehouse(path=str(root / "warehouse.duckdb")),
-        DataSources(profiles_dir=str(root / "profiles"), neusight=False))
+        context,
+        Warehouse(path=str(root / "warehouse.duckdb")),
+        DataSources(profiles_dir=str(root / "profiles"), neusight=False),
+    )
 
 
 def _prepare_partition(root: Path) -> None:
@@ -401,30 +494,73 @@ def _prepare_partition(root: Path) -> None:
 
 def _partition(root: Path) -> Any:
     wh = root / "warehouse.duckdb"
-    return (_rows(wh, "SELECT files, rows, quarantined FROM profile_partitions"),  # content_hash hashes paths
-            _rows(wh, "SELECT path, row_index, m, measured_ns FROM kernel_profiles"),
-            _rows(wh, "SELECT path, row_index, reason FROM quarantine"))
+    return (
+        _rows(wh, "SELECT files, rows, quarantined FROM profile_partitions"),  # content_hash hashes paths
+        _rows(wh, "SELECT path, row_index, m, measured_ns FROM kernel_profiles"),
+        _rows(wh, "SELECT path, row_index, reason FROM quarantine"),
+    )
 
 
 def scenarios() -> list[Scenario]:
     trace = ("maya_trace_spec.reader", "maya_trace_spec.validation")
     warehouse = ("duckdb", "maya.core.warehouse")
     return [
-        Scenario("trace files migrated in place", _prepare_migration, _migrate, _files_state, _each_file_old_or_new,
-                 _hidden, modules=trace),
-        Scenario("trace writer", lambda root: None, _write_trace, _written, _running_or_done,
-                 leftovers=lambda root: _hidden(root / "out") if (root / "out").exists() else 0,
-                 modules=(*trace, "maya_trace_spec.synthetic")),
-        Scenario("kineto import", _prepare_kineto, _import, _imported, modules=(*trace, "maya_trace_spec.interop.kineto"),
-                 leftovers=lambda root: sum(1 for p in root.iterdir() if p.name.startswith(".out."))),
+        Scenario(
+            "trace files migrated in place",
+            _prepare_migration,
+            _migrate,
+            _files_state,
+            _each_file_old_or_new,
+            _hidden,
+            modules=trace,
+        ),
+        Scenario(
+            "trace writer",
+            lambda root: None,
+            _write_trace,
+            _written,
+            _running_or_done,
+            leftovers=lambda root: _hidden(root / "out") if (root / "out").exists() else 0,
+            modules=(*trace, "maya_trace_spec.synthetic"),
+        ),
+        Scenario(
+            "kineto import",
+            _prepare_kineto,
+            _import,
+            _imported,
+            modules=(*trace, "maya_trace_spec.interop.kineto"),
+            leftovers=lambda root: sum(1 for p in root.iterdir() if p.name.startswith(".out.")),
+        ),
         Scenario("warehouse run catalog", _prepare_runs, _register, _runs, modules=warehouse),
-        Scenario("estimator registry", _prepare_registry, _register_version, _versions, leftovers=_orphans,
-                 modules=(*warehouse, "maya.estimators")),
+        Scenario(
+            "estimator registry",
+            _prepare_registry,
+            _register_version,
+            _versions,
+            leftovers=_orphans,
+            modules=(*warehouse, "maya.estimators"),
+        ),
         Scenario("search log", _prepare_search, _search, _points, _logged_prefix, modules=(*warehouse, "maya.search")),
-        Scenario("predictions store", _prepare_predictions, _store, _predictions,
-                 modules=(*warehouse, "maya.simulator.predict")),
-        Scenario("maya validate results", _prepare_validation, _validate_rows, _validation_rows, _logged_prefix,
-                 modules=(*warehouse, "maya.validation.store")),
-        Scenario("pipeline partition", _prepare_partition, _validate_partition, _partition,
-                 modules=(*warehouse, "maya.pipelines.defs.profiles", "maya.profiler.kernels.measurements")),
+        Scenario(
+            "predictions store",
+            _prepare_predictions,
+            _store,
+            _predictions,
+            modules=(*warehouse, "maya.simulator.predict"),
+        ),
+        Scenario(
+            "maya validate results",
+            _prepare_validation,
+            _validate_rows,
+            _validation_rows,
+            _logged_prefix,
+            modules=(*warehouse, "maya.validation.store"),
+        ),
+        Scenario(
+            "pipeline partition",
+            _prepare_partition,
+            _validate_partition,
+            _partition,
+            modules=(*warehouse, "maya.pipelines.defs.profiles", "maya.profiler.kernels.measurements"),
+        ),
     ]

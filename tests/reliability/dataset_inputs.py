@@ -4,6 +4,7 @@ Parquet files in the kernel-campaign and NeuSight formats — columns missing or
 outside every range, other format versions, bytes flipped. A file is refused with a `ProfileFileError` (one
 quarantine row) or split into valid rows (which satisfy the schema) and rejected rows with a reason; `maya
 estimators eval` prints its table or one error line."""
+
 from __future__ import annotations
 
 import io
@@ -14,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import strategies as st
+from reliability.harness import Corrupt, Surface
 
 from maya.core.hardware import names
 from maya.estimators.neusight_data import FAMILY_OF_OP
@@ -28,19 +29,57 @@ from maya.profiler.kernels.configs import OP_FAMILY
 from maya.profiler.kernels.measurements import VERSION_KEY
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES
 
-from reliability.harness import Corrupt, Surface
-
-DEVICES = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "Tesla T4", "Tesla V100-SXM2-32GB", "NVIDIA L4",
-           "h100-sxm", "Some GPU", ""]
-MEASUREMENT_COLUMNS = {"op": list(OP_FAMILY), "dtype": ["bf16", "fp16", "fp32", "u8"], "status": ["ok", "ok", "failed",
-                       "oom", "unsupported"], "median_ns": None, "tf32": [True, False], "hardware": names()[:6],
-                       "device_name": DEVICES, **{p: None for p in ("m", "n", "k", "batch", "seq", "heads",
-                                                                     "head_dim", "tokens", "hidden", "rows", "cols",
-                                                                     "vocab", "n_params", "bytes")}}
-NEUSIGHT_COLUMNS = {"op": list(FAMILY_OF_OP), "device": DEVICES, "latency_ms": None,
-                    **{c: None for c in ("b", "m", "n", "k", "h")}}
-numbers = st.one_of(st.integers(1, 1 << 14), st.integers(1, 1 << 14), st.integers(-(1 << 62), 1 << 62),
-                    st.floats(allow_nan=True, allow_infinity=True), st.just(0))
+DEVICES = [
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA A100-SXM4-40GB",
+    "Tesla T4",
+    "Tesla V100-SXM2-32GB",
+    "NVIDIA L4",
+    "h100-sxm",
+    "Some GPU",
+    "",
+]
+MEASUREMENT_COLUMNS = {
+    "op": list(OP_FAMILY),
+    "dtype": ["bf16", "fp16", "fp32", "u8"],
+    "status": ["ok", "ok", "failed", "oom", "unsupported"],
+    "median_ns": None,
+    "tf32": [True, False],
+    "hardware": names()[:6],
+    "device_name": DEVICES,
+    **{
+        p: None
+        for p in (
+            "m",
+            "n",
+            "k",
+            "batch",
+            "seq",
+            "heads",
+            "head_dim",
+            "tokens",
+            "hidden",
+            "rows",
+            "cols",
+            "vocab",
+            "n_params",
+            "bytes",
+        )
+    },
+}
+NEUSIGHT_COLUMNS = {
+    "op": list(FAMILY_OF_OP),
+    "device": DEVICES,
+    "latency_ms": None,
+    **{c: None for c in ("b", "m", "n", "k", "h")},
+}
+numbers = st.one_of(
+    st.integers(1, 1 << 14),
+    st.integers(1, 1 << 14),
+    st.integers(-(1 << 62), 1 << 62),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.just(0),
+)
 junk = st.one_of(st.text(max_size=5), numbers, st.booleans(), st.none())
 
 
@@ -93,13 +132,17 @@ def dataset_inputs(draw, fmt: str | None = None) -> DatasetInput:
             continue  # a missing column
         good = st.sampled_from(vocabulary) if vocabulary else st.integers(1, 1 << 14)
         odds = 12 if plain and draw(st.integers(0, 3)) else 1  # good cells per odd one
-        table[name] = tuple(draw(good) if draw(st.integers(0, odds)) else draw(st.one_of(junk, numbers))
-                            for _ in range(rows))
+        table[name] = tuple(
+            draw(good) if draw(st.integers(0, odds)) else draw(st.one_of(junk, numbers)) for _ in range(rows)
+        )
     if draw(st.integers(0, 5)) == 0:
         table[draw(st.text(max_size=4))] = tuple(draw(st.lists(junk, min_size=rows, max_size=rows)))
     version = draw(st.sampled_from([None, b"1", b"1", b"1", b"1", b"2", b"\xff", b""]))
-    flips = tuple(draw(st.lists(st.tuples(st.integers(0, 1 << 14), st.integers(0, 255)), max_size=2))
-                  if draw(st.integers(0, 7)) == 0 else ())
+    flips = tuple(
+        draw(st.lists(st.tuples(st.integers(0, 1 << 14), st.integers(0, 255)), max_size=2))
+        if draw(st.integers(0, 7)) == 0
+        else ()
+    )
     hardware = draw(st.sampled_from(["h100-sxm", "a100-sxm-40gb", "t4", "some-gpu"]))
     return DatasetInput(fmt, table, version, flips, hardware)
 
@@ -119,22 +162,28 @@ def check_profile(x: DatasetInput) -> None:
     if len(valid):
         measured = valid["measured_ns"].to_numpy(dtype="float64")
         sizes = valid[["batch", "m", "n", "k", "numel", "row", "bytes"]].to_numpy(dtype="float64")
-        if (not (np.isfinite(measured) & (measured > 0)).all() or (sizes[~np.isnan(sizes)] <= 0).any()
-                or not (valid["hardware"] == partition.hardware).all()
-                or not valid["family"].isin(KERNEL_FAMILIES).all() or not valid["dtype"].isin(list(DTYPE_BYTES)).all()):
+        if (
+            not (np.isfinite(measured) & (measured > 0)).all()
+            or (sizes[~np.isnan(sizes)] <= 0).any()
+            or not (valid["hardware"] == partition.hardware).all()
+            or not valid["family"].isin(KERNEL_FAMILIES).all()
+            or not valid["dtype"].isin(list(DTYPE_BYTES)).all()
+        ):
             raise Corrupt(f"an invalid row passed validation: {valid.head(3).to_dict('records')}")
     ok, quarantined, _ = _validate_file(ProfileFile(Path("fuzz.parquet"), x.format), raw, partition)
-    if len(quarantined) != len(rejected) + len(refused) or (len(quarantined)  # none: a frame without columns (`_concat`)
-                                             and not quarantined["record"].map(lambda r: isinstance(r, str)).all()):
+    if len(quarantined) != len(rejected) + len(refused) or (
+        len(quarantined)  # none: a frame without columns (`_concat`)
+        and not quarantined["record"].map(lambda r: isinstance(r, str)).all()
+    ):
         raise Corrupt("quarantine rows do not match the rejected rows")
 
 
 @lru_cache(maxsize=1)
 def eval_warehouse() -> Path:
     """A warehouse with the small trained estimator registered as `latest`."""
-    from maya.estimators import Registry
-
     from reliability.estimator_inputs import trained
+
+    from maya.estimators import Registry
 
     warehouse = Path(tempfile.mkdtemp(prefix="maya-fuzz-eval-")) / "warehouse.duckdb"
     Registry(warehouse).register(trained(), data_hash="fuzz", config_hash="fuzz", metrics={})
@@ -165,7 +214,7 @@ def run_eval(data: bytes, warehouse: Path) -> None:
         raise r.exception
     if r.exit_code != 0:
         output = r.output.strip()
-        raise EvalFailed(output[output.rfind("error:"):] if "error:" in output else output)  # rich wraps it
+        raise EvalFailed(output[output.rfind("error:") :] if "error:" in output else output)  # rich wraps it
     table = "\n".join(line for line in r.output.splitlines() if "│" in line).lower()  # not the notes' values
     if "nan" in table or "inf" in table:
         raise Corrupt(f"eval printed a non-finite error: {r.output[-500:]}")
@@ -173,6 +222,7 @@ def run_eval(data: bytes, warehouse: Path) -> None:
 
 def surfaces() -> list[Surface]:
     eval_warehouse()
-    return [Surface("measurement datasets", dataset_inputs(), check_profile, errors=(ProfileFileError,)),
-            Surface("estimators eval", dataset_inputs(NEUSIGHT), check_eval,
-                    errors=(EvalFailed,), timeout_s=30)]
+    return [
+        Surface("measurement datasets", dataset_inputs(), check_profile, errors=(ProfileFileError,)),
+        Surface("estimators eval", dataset_inputs(NEUSIGHT), check_eval, errors=(EvalFailed,), timeout_s=30),
+    ]

@@ -9,6 +9,7 @@ documented error types (whose message must name the problem); anything else is a
 The same surfaces run in the tests (`fuzz`: fixed seed, a few hundred inputs, the first finding fails the
 test and is shrunk) and in `benchmarks/reliability.py` (`tally`: thousands of inputs, every finding counted).
 """
+
 from __future__ import annotations
 
 import re
@@ -16,9 +17,10 @@ import signal
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
@@ -26,14 +28,19 @@ from hypothesis import strategies as st
 FAST = 15
 """Inputs per surface in the fast path (`-m "not slow"`)."""
 SURFACES = {
-    "trace validate": ("trace_inputs", 120), "trace read": ("trace_inputs", 150),
+    "trace validate": ("trace_inputs", 120),
+    "trace read": ("trace_inputs", 150),
     "kineto import": ("kineto_inputs", 150),
-    "search space": ("space_inputs", 300), "space expression": ("space_inputs", 300),
+    "search space": ("space_inputs", 300),
+    "space expression": ("space_inputs", 300),
     "estimator call frame": ("estimator_inputs", 150),
-    "measurement datasets": ("dataset_inputs", 120), "estimators eval": ("dataset_inputs", 100),
-    "vidur datasets": ("vidur_inputs", 200), "vidur collectives eval": ("vidur_inputs", 100),
+    "measurement datasets": ("dataset_inputs", 120),
+    "estimators eval": ("dataset_inputs", 100),
+    "vidur datasets": ("vidur_inputs", 200),
+    "vidur collectives eval": ("vidur_inputs", 100),
     "vidur compute eval": ("vidur_inputs", 100),
-    "cluster spec": ("spec_inputs", 200), "hardware catalog": ("spec_inputs", 300),
+    "cluster spec": ("spec_inputs", 200),
+    "hardware catalog": ("spec_inputs", 300),
     "sql gate": ("sql_inputs", 120),
 }
 """Every surface: the module of `tests/reliability` defining it and its inputs in the full test suite (sized
@@ -104,6 +111,7 @@ class Tally:
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
     """Raise `Hang` in this (main) thread once `seconds` of wall time have passed."""
+
     def expired(signum, frame):
         raise Hang(f"still running after {seconds:g} s")
 
@@ -139,17 +147,20 @@ def attempt(surface: Surface, value: Any) -> tuple[str, str, bool]:
         return "refused", f"{type(e).__name__}\t{message}", surface.refusal(e)
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
-        return "crashes", (f"{type(e).__name__}: {str(e)[:200]} at {where.filename}:{where.lineno}: "
-                           f"{value!r:.300}"), False
+        return (
+            "crashes",
+            (f"{type(e).__name__}: {str(e)[:200]} at {where.filename}:{where.lineno}: {value!r:.300}"),
+            False,
+        )
     return "accepted", "", False
 
 
-SETTINGS = dict(deadline=None, database=None, print_blob=False,
-                suppress_health_check=list(HealthCheck))
+SETTINGS = dict(deadline=None, database=None, print_blob=False, suppress_health_check=list(HealthCheck))
 
 
 def fuzz(surface: Surface, examples: int) -> None:
     """Test: `examples` inputs with a fixed seed; the first crash, hang or corruption fails (shrunk)."""
+
     @settings(max_examples=examples, derandomize=True, **SETTINGS)
     @given(surface.inputs)
     def property_holds(value):

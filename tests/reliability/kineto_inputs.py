@@ -2,6 +2,7 @@
 other JSON, keys removed, events added with the fields the importer reads set to anything, ranks clashing,
 bytes flipped or cut, gzip — then imported (`import_kineto`). An import either refuses the input with a
 documented error, leaving no output, or writes a run that validates."""
+
 from __future__ import annotations
 
 import copy
@@ -15,39 +16,96 @@ from typing import Any
 
 import pyarrow as pa
 from hypothesis import strategies as st
+from paths import FIXTURES
+from reliability.harness import Corrupt, Surface
 
 from maya_trace_spec import Run
 from maya_trace_spec.interop.kineto import KinetoFormatError, import_kineto
 from maya_trace_spec.validation import validate_run
 
-from paths import FIXTURES
-from reliability.harness import Corrupt, Surface
+ARG_KEYS = [
+    "External id",
+    "correlation",
+    "device",
+    "stream",
+    "grid",
+    "block",
+    "shared memory",
+    "registers per thread",
+    "bytes",
+    "Collective name",
+    "Process Group Name",
+    "Process Group Description",
+    "Process Group Ranks",
+    "Group size",
+    "Rank",
+    "In msg nelems",
+    "Out msg nelems",
+    "dtype",
+    "Seq",
+    "Dst Rank",
+    "Src Rank",
+    "Input Dims",
+    "Input type",
+    "Sequence number",
+    "Bytes",
+    "Addr",
+    "Total Allocated",
+    "Device Type",
+    "Device Id",
+    "name",
+]
+CATS = [
+    "cpu_op",
+    "user_annotation",
+    "cuda_runtime",
+    "cuda_driver",
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "python_function",
+    "ac2g",
+]
+NAMES = [
+    "ProfilerStep#1",
+    "aten::mm",
+    "Optimizer.step#AdamW.step",
+    "autograd::engine::evaluate_function: MmBackward0",
+    "record_param_comms",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+    "Memcpy HtoD (Pageable -> Device)",
+    "[memory]",
+    "[OutOfMemory]",
+    "thread_name",
+    "cudaLaunchKernel",
+    "nccl:all_reduce",
+]
 
-ARG_KEYS = ["External id", "correlation", "device", "stream", "grid", "block", "shared memory",
-            "registers per thread", "bytes", "Collective name", "Process Group Name", "Process Group Description",
-            "Process Group Ranks", "Group size", "Rank", "In msg nelems", "Out msg nelems", "dtype", "Seq",
-            "Dst Rank", "Src Rank", "Input Dims", "Input type", "Sequence number", "Bytes", "Addr",
-            "Total Allocated", "Device Type", "Device Id", "name"]
-CATS = ["cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset",
-        "python_function", "ac2g"]
-NAMES = ["ProfilerStep#1", "aten::mm", "Optimizer.step#AdamW.step", "autograd::engine::evaluate_function: MmBackward0",
-         "record_param_comms", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "Memcpy HtoD (Pageable -> Device)",
-         "[memory]", "[OutOfMemory]", "thread_name", "cudaLaunchKernel", "nccl:all_reduce"]
-
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.integers(-3, 3),
-                      st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=10),
-                      st.sampled_from(NAMES + CATS))
-json_value = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                             st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                          max_leaves=10)
+json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(1 << 70), 1 << 70),
+    st.integers(-3, 3),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=10),
+    st.sampled_from(NAMES + CATS),
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=10,
+)
 event = st.fixed_dictionaries(
     {"ph": st.sampled_from(["X", "i", "M", "B", "s", "f"]), "name": st.one_of(st.sampled_from(NAMES), json_value)},
-    optional={"cat": st.one_of(st.sampled_from(CATS), json_value),
-              "ts": st.one_of(st.integers(-(1 << 66), 1 << 66), st.floats(-1e20, 1e20), json_value),
-              "dur": st.one_of(st.integers(-10, 1 << 66), st.floats(-10, 1e20), json_value),
-              "pid": st.one_of(st.integers(-(1 << 66), 1 << 66), st.text(max_size=5)),
-              "tid": st.one_of(st.integers(-(1 << 66), 1 << 66), st.text(max_size=5)),
-              "args": st.one_of(st.dictionaries(st.sampled_from(ARG_KEYS), json_value, max_size=5), json_value)})
+    optional={
+        "cat": st.one_of(st.sampled_from(CATS), json_value),
+        "ts": st.one_of(st.integers(-(1 << 66), 1 << 66), st.floats(-1e20, 1e20), json_value),
+        "dur": st.one_of(st.integers(-10, 1 << 66), st.floats(-10, 1e20), json_value),
+        "pid": st.one_of(st.integers(-(1 << 66), 1 << 66), st.text(max_size=5)),
+        "tid": st.one_of(st.integers(-(1 << 66), 1 << 66), st.text(max_size=5)),
+        "args": st.one_of(st.dictionaries(st.sampled_from(ARG_KEYS), json_value, max_size=5), json_value),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -59,15 +117,39 @@ class Edit:
 
 
 edit = st.one_of(
-    st.builds(Edit, st.just("set"), st.integers(0, 999), st.sampled_from(["ph", "cat", "name", "ts", "dur", "pid",
-                                                                          "tid", "args"]), json_value),
+    st.builds(
+        Edit,
+        st.just("set"),
+        st.integers(0, 999),
+        st.sampled_from(["ph", "cat", "name", "ts", "dur", "pid", "tid", "args"]),
+        json_value,
+    ),
     st.builds(Edit, st.just("arg"), st.integers(0, 999), st.sampled_from(ARG_KEYS), json_value),
-    st.builds(Edit, st.just("delete"), st.integers(0, 999), st.sampled_from(["ph", "name", "ts", "dur", "args",
-                                                                             "cat"]), st.none()),
+    st.builds(
+        Edit,
+        st.just("delete"),
+        st.integers(0, 999),
+        st.sampled_from(["ph", "name", "ts", "dur", "args", "cat"]),
+        st.none(),
+    ),
     st.builds(Edit, st.just("add_event"), st.integers(0, 999), st.just(""), event),
-    st.builds(Edit, st.just("top"), st.just(0),
-              st.sampled_from(["distributedInfo", "baseTimeNanoseconds", "deviceProperties", "traceEvents",
-                               "cuda_runtime_version", "torch_version", "host_name"]), json_value),
+    st.builds(
+        Edit,
+        st.just("top"),
+        st.just(0),
+        st.sampled_from(
+            [
+                "distributedInfo",
+                "baseTimeNanoseconds",
+                "deviceProperties",
+                "traceEvents",
+                "cuda_runtime_version",
+                "torch_version",
+                "host_name",
+            ]
+        ),
+        json_value,
+    ),
     st.builds(Edit, st.just("dist"), st.just(0), st.sampled_from(["rank", "world_size", "pg_config"]), json_value),
 )
 
@@ -131,7 +213,7 @@ def check(x: KinetoInput) -> None:
         for rank, edits in enumerate(x.edits):
             data = json.dumps(_document(rank, edits)).encode()
             if rank == 0:
-                data = bytearray(data[:max(0, int(len(data) * x.cut))])
+                data = bytearray(data[: max(0, int(len(data) * x.cut))])
                 for pos, value in x.raw:
                     if data:
                         data[pos % len(data)] = value
@@ -155,5 +237,12 @@ def check(x: KinetoInput) -> None:
 
 
 def surfaces() -> list[Surface]:
-    return [Surface("kineto import", inputs, check, errors=(KinetoFormatError, ValueError, FileExistsError),
-                    not_errors=(pa.ArrowException, UnicodeError))]
+    return [
+        Surface(
+            "kineto import",
+            inputs,
+            check,
+            errors=(KinetoFormatError, ValueError, FileExistsError),
+            not_errors=(pa.ArrowException, UnicodeError),
+        )
+    ]

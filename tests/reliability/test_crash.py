@@ -1,10 +1,10 @@
 """Crash safety (tests/reliability/crash.py): every writer killed at random points leaves what it stores old
 or new and readable, and the next run resumes to the uninterrupted result. The fast path kills four writers
 once each, the full suite every writer eight times (`benchmarks/reliability.py` hundreds of times)."""
+
 from __future__ import annotations
 
 import pytest
-
 from reliability.crash import kill_trials_fresh
 from reliability.crash_scenarios import scenarios
 
@@ -13,7 +13,8 @@ FAST = ("estimator registry", "predictions store", "maya validate results", "tra
 """The writers the fast path kills (once each): the cheapest to set up (each under 10 s on a loaded machine; the
 trace writer about 3 s)."""
 CASES = [pytest.param(name, 1, id=f"{name}-fast") for name in FAST] + [
-    pytest.param(name, 8, id=f"{name}-full", marks=pytest.mark.slow) for name in NAMES]
+    pytest.param(name, 8, id=f"{name}-full", marks=pytest.mark.slow) for name in NAMES
+]
 
 
 @pytest.mark.filterwarnings("ignore")

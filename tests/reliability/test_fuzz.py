@@ -3,21 +3,22 @@ path tries a few inputs per surface (those that train an estimator only in the f
 few hundred (`benchmarks/reliability.py` tries thousands and prints the figures). Any input that is neither
 accepted nor refused with a documented, clear error — a crash, a hang, a wrong answer stored — fails the
 test, shrunk to a minimal example."""
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
-
 from reliability.harness import FAST, SURFACES, fuzz, load
 
 TRAINED = {"estimator call frame", "measurement datasets", "estimators eval", "vidur compute eval"}
 """Surfaces whose setup trains a small estimator (over 10 s with the machine loaded): the full suite only."""
 CASES = [pytest.param(name, FAST, id=f"{name}-fast") for name in SURFACES if name not in TRAINED] + [
-    pytest.param(name, budget, id=f"{name}-full", marks=pytest.mark.slow) for name, (_, budget) in SURFACES.items()]
+    pytest.param(name, budget, id=f"{name}-full", marks=pytest.mark.slow) for name, (_, budget) in SURFACES.items()
+]
 
 
-@lru_cache(maxsize=None)
+@cache
 def surface(name: str):
     return load(name)
 

@@ -2,6 +2,7 @@
 dropped, renamed, retyped or added, metadata versions and table names changed, rows breaking the spec's
 constraints or pointing at rows that do not exist, stray entries in the layout — then read
 (`Run`, `read_table`) and validated (`validate_run`, `maya trace validate`)."""
+
 from __future__ import annotations
 
 import os
@@ -13,23 +14,47 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from hypothesis import strategies as st
+from reliability.harness import Corrupt, Surface
 
 from maya_trace_spec import TABLES, Run, RunWriter, TraceError, synthetic, table_files
 from maya_trace_spec.columns import SPEC_VERSION
 from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
 from maya_trace_spec.validation import validate_run
 
-from reliability.harness import Corrupt, Surface
-
-REFERENCES = {("api_calls", "kernel_id"), ("api_calls", "op_id"), ("api_calls", "comm_id"),
-              ("memory_events", "op_id"), ("ops", "parent_op_id")}
-VERSIONS = ["2.0.0", "0.9.0", "1.0.0", "1.2.0", "1.1", "", "x.y.z", "1.1.0.0", "99999999999999999999.0.0",
-            "-1.0.0", "１.1.0"]
-TYPES = [pa.int8(), pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_(), pa.binary(),
-         pa.list_(pa.int64()), pa.timestamp("ns"), pa.null()]
+REFERENCES = {
+    ("api_calls", "kernel_id"),
+    ("api_calls", "op_id"),
+    ("api_calls", "comm_id"),
+    ("memory_events", "op_id"),
+    ("ops", "parent_op_id"),
+}
+VERSIONS = [
+    "2.0.0",
+    "0.9.0",
+    "1.0.0",
+    "1.2.0",
+    "1.1",
+    "",
+    "x.y.z",
+    "1.1.0.0",
+    "99999999999999999999.0.0",
+    "-1.0.0",
+    "１.1.0",
+]
+TYPES = [
+    pa.int8(),
+    pa.int32(),
+    pa.int64(),
+    pa.float64(),
+    pa.string(),
+    pa.bool_(),
+    pa.binary(),
+    pa.list_(pa.int64()),
+    pa.timestamp("ns"),
+    pa.null(),
+]
 
 
 class Undocumented(Exception):
@@ -70,6 +95,7 @@ class Mutation:
 @dataclass(frozen=True)
 class Damage:
     """Mutations applied in turn to a copy of the base run; `cli`: also run `maya trace validate`."""
+
     mutations: tuple[Mutation, ...]
     cli: bool = False
 
@@ -79,23 +105,59 @@ text = st.text(max_size=12)
 mutation = st.one_of(
     st.builds(Mutation, st.just("bytes"), st.integers(0, 99), edits),
     st.builds(Mutation, st.just("truncate"), st.integers(0, 99), st.floats(0, 1)),
-    st.builds(Mutation, st.just("columns"), st.integers(0, 99),
-              st.tuples(st.sampled_from(["drop", "rename", "retype", "add"]), st.integers(0, 99),
-                        st.sampled_from(TYPES), text)),
-    st.builds(Mutation, st.just("metadata"), st.integers(0, 99),
-              st.tuples(st.one_of(st.sampled_from(VERSIONS), text, st.none()),
-                        st.one_of(st.sampled_from([*TABLES, "nope"]), text, st.none()))),
+    st.builds(
+        Mutation,
+        st.just("columns"),
+        st.integers(0, 99),
+        st.tuples(
+            st.sampled_from(["drop", "rename", "retype", "add"]), st.integers(0, 99), st.sampled_from(TYPES), text
+        ),
+    ),
+    st.builds(
+        Mutation,
+        st.just("metadata"),
+        st.integers(0, 99),
+        st.tuples(
+            st.one_of(st.sampled_from(VERSIONS), text, st.none()),
+            st.one_of(st.sampled_from([*TABLES, "nope"]), text, st.none()),
+        ),
+    ),
     st.builds(Mutation, st.just("older_minor"), st.integers(0, 99), st.lists(st.integers(0, 99), max_size=4)),
-    st.builds(Mutation, st.just("rows"), st.integers(0, 99),
-              st.tuples(st.sampled_from(["null", "negative", "not_allowed", "dangling", "duplicate", "empty",
-                                         "extra_run_row"]), st.integers(0, 99), st.integers(0, 1 << 40))),
-    st.builds(Mutation, st.just("layout"), st.integers(0, 99),
-              st.sampled_from(["no_run", "bad_rank_dir", "stray_file", "part_is_dir", "empty_part",
-                               "run_is_dir", "table_is_file", "hidden_part", "symlink_loop", "unreadable",
-                               "huge_rank", "rank_leading_zero"])),
+    st.builds(
+        Mutation,
+        st.just("rows"),
+        st.integers(0, 99),
+        st.tuples(
+            st.sampled_from(["null", "negative", "not_allowed", "dangling", "duplicate", "empty", "extra_run_row"]),
+            st.integers(0, 99),
+            st.integers(0, 1 << 40),
+        ),
+    ),
+    st.builds(
+        Mutation,
+        st.just("layout"),
+        st.integers(0, 99),
+        st.sampled_from(
+            [
+                "no_run",
+                "bad_rank_dir",
+                "stray_file",
+                "part_is_dir",
+                "empty_part",
+                "run_is_dir",
+                "table_is_file",
+                "hidden_part",
+                "symlink_loop",
+                "unreadable",
+                "huge_rank",
+                "rank_leading_zero",
+            ]
+        ),
+    ),
 )
-damages = st.builds(Damage, st.lists(mutation, min_size=1, max_size=3).map(tuple),
-                    st.sampled_from([False] * 7 + [True]))
+damages = st.builds(
+    Damage, st.lists(mutation, min_size=1, max_size=3).map(tuple), st.sampled_from([False] * 7 + [True])
+)
 
 
 def _rewrite(path: Path, table: pa.Table, metadata: dict | None) -> None:
@@ -129,7 +191,7 @@ def _apply(mutation: Mutation, run: Path) -> bool:
         return False
     if kind == "truncate":
         data = path.read_bytes()
-        path.write_bytes(data[:int(len(data) * p)])
+        path.write_bytes(data[: int(len(data) * p)])
         return int(len(data) * p) < len(data)
     try:
         table = pq.read_table(path)
@@ -173,8 +235,13 @@ def _apply(mutation: Mutation, run: Path) -> bool:
             else:
                 metadata[key] = value.encode()
         _rewrite(path, table, metadata)
-        return (version is None or table_name is None or table_name != name
-                or not version.isascii() or version.split(".")[0] != SPEC_VERSION.split(".")[0])
+        return (
+            version is None
+            or table_name is None
+            or table_name != name
+            or not version.isascii()
+            or version.split(".")[0] != SPEC_VERSION.split(".")[0]
+        )
     return _rows(path, name, table, metadata, p)
 
 
@@ -201,7 +268,9 @@ def _rows(path: Path, name: str, table: pa.Table, metadata: dict, p: tuple) -> b
         array[row] = None
         i = table.column_names.index(c.name)
         # written as nullable: a file that claims a required column may hold nulls
-        table = table.set_column(i, pa.field(c.name, table.schema.field(i).type), pa.array(array, table.schema.field(i).type))
+        table = table.set_column(
+            i, pa.field(c.name, table.schema.field(i).type), pa.array(array, table.schema.field(i).type)
+        )
     elif op == "negative":
         bounded = [c for c in columns if c.minimum is not None]
         if not bounded:
@@ -302,7 +371,7 @@ def check(damage: Damage) -> None:
             if problems:
                 return
             if invalid:
-                raise Corrupt(f"validation passed a run the mutation made invalid")
+                raise Corrupt("validation passed a run the mutation made invalid")
             if all(m.kind == "bytes" for m in damage.mutations) and not _same_as_base(run):
                 raise Corrupt("a damaged run validated and read back different data")
         finally:
@@ -348,6 +417,13 @@ def _cli(run: Path, problems: list) -> None:
 
 
 def surfaces() -> list[Surface]:
-    return [Surface("trace validate", damages, check, errors=()),
-            Surface("trace read", damages, check_read, errors=(TraceError,),
-                    describe=lambda e: f"{e}" if isinstance(e, TraceError) and e.path else "")]
+    return [
+        Surface("trace validate", damages, check, errors=()),
+        Surface(
+            "trace read",
+            damages,
+            check_read,
+            errors=(TraceError,),
+            describe=lambda e: f"{e}" if isinstance(e, TraceError) and e.path else "",
+        ),
+    ]

@@ -13,6 +13,7 @@ metadata, bytes flipped.
   every valid row's counts whole numbers as the file holds them.
 - `maya estimators eval --dataset` prints its table or one error line (compute rows against a small trained
   estimator; collective rows against each network's cluster, no estimator needed)."""
+
 from __future__ import annotations
 
 import io
@@ -27,6 +28,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import strategies as st
+from reliability.dataset_inputs import EvalFailed, arrow_table, check_profile, flipped_parquet, run_eval
+from reliability.harness import Corrupt, Surface
 
 from maya.estimators.collectives import PRICED_COLLECTIVES
 from maya.estimators.vidur_data import OPS
@@ -34,36 +37,68 @@ from maya.pipelines.profile_readers import ProfileFileError
 from maya.pipelines.sources import VIDUR_COLLECTIVES, VIDUR_COMPUTE, NetworkPartition, Partition, catalog_name
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES
 
-from reliability.dataset_inputs import EvalFailed, arrow_table, check_profile, flipped_parquet, run_eval
-from reliability.harness import Corrupt, Surface
-
-DEVICES = ["NVIDIA A100-SXM4-80GB", "NVIDIA A40", "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "Tesla T4",
-           "h100-sxm", "Some GPU", ""]
+DEVICES = [
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA A40",
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA H100 80GB HBM3",
+    "Tesla T4",
+    "h100-sxm",
+    "Some GPU",
+    "",
+]
 MODELS = ["meta-llama/Llama-2-7b-hf", "meta-llama/Meta-Llama-3-70B", "microsoft/phi-2", "Qwen/Qwen-72B", "x"]
-NETWORKS = ["a100_dgx", "a100_pairwise_nvlink", "a40_pairwise_nvlink", "h100_pairwise_nvlink", "h100_pairwise_nvlink",
-            "tpu_pod", ""]
+NETWORKS = [
+    "a100_dgx",
+    "a100_pairwise_nvlink",
+    "a40_pairwise_nvlink",
+    "h100_pairwise_nvlink",
+    "h100_pairwise_nvlink",
+    "tpu_pod",
+    "",
+]
 DTYPES = ["fp16", "fp16", "bf16", "fp32", "u8"]
 counts = st.sampled_from([1, 2, 4, 8, 16, 32])
 sizes = st.one_of(counts, st.integers(1, 1 << 16), st.sampled_from([128, 4096, 8192, 11008, 28672]))
 times = st.one_of(st.floats(1e-4, 100.0), st.sampled_from([0.012, 0.1, 1.5]))
-COMPUTE_COLUMNS = {"device": st.sampled_from(DEVICES), "model": st.sampled_from(MODELS),
-                   "op": st.sampled_from([*OPS, *OPS[:4], "mlp_gate", ""]),
-                   "time_ms_median": times, "num_tokens": sizes, "tp": st.sampled_from([1, 1, 2, 4, 8]),
-                   "n_head": st.sampled_from([32, 64, 8]), "n_kv_head": st.sampled_from([8, 32, 64]),
-                   "n_embd": st.sampled_from([2560, 4096, 8192]), "n_expanded_embd": st.sampled_from([10240, 11008, 28672]),
-                   "use_gated_mlp": st.booleans(), "gemm_m": st.one_of(sizes, st.none()),
-                   "gemm_n": st.one_of(sizes, st.none()), "gemm_k": st.one_of(sizes, st.none()),
-                   "dtype": st.sampled_from(DTYPES), "time_ms_min": times, "vocab_size": st.sampled_from([32000, 152064]),
-                   "source": st.just("vidur")}
-COLLECTIVE_COLUMNS = {"network": st.sampled_from(NETWORKS),
-                      "collective": st.sampled_from(["all_reduce", "all_reduce", "send_recv", "allgather",
-                                                     "reduce_scatter", "broadcast", "gossip", ""]),
-                      "num_workers": st.sampled_from([1, 2, 2, 4, 4, 8, 16, 64]),
-                      "devices_per_node": st.sampled_from([1, 2, 4, 8]), "max_devices_per_node": st.sampled_from([8, 4, 2]),
-                      "size_elements": st.one_of(sizes, st.integers(1, 1 << 30)), "dtype": st.sampled_from(DTYPES),
-                      "time_ms_median": times, "time_ms_mean": times}
-odd_numbers = st.one_of(st.integers(-(1 << 62), 1 << 62), st.sampled_from([0, -1, 0.5, 1.5, 2.5, 1e300, 2.0**63]),
-                        st.floats(allow_nan=True, allow_infinity=True))
+COMPUTE_COLUMNS = {
+    "device": st.sampled_from(DEVICES),
+    "model": st.sampled_from(MODELS),
+    "op": st.sampled_from([*OPS, *OPS[:4], "mlp_gate", ""]),
+    "time_ms_median": times,
+    "num_tokens": sizes,
+    "tp": st.sampled_from([1, 1, 2, 4, 8]),
+    "n_head": st.sampled_from([32, 64, 8]),
+    "n_kv_head": st.sampled_from([8, 32, 64]),
+    "n_embd": st.sampled_from([2560, 4096, 8192]),
+    "n_expanded_embd": st.sampled_from([10240, 11008, 28672]),
+    "use_gated_mlp": st.booleans(),
+    "gemm_m": st.one_of(sizes, st.none()),
+    "gemm_n": st.one_of(sizes, st.none()),
+    "gemm_k": st.one_of(sizes, st.none()),
+    "dtype": st.sampled_from(DTYPES),
+    "time_ms_min": times,
+    "vocab_size": st.sampled_from([32000, 152064]),
+    "source": st.just("vidur"),
+}
+COLLECTIVE_COLUMNS = {
+    "network": st.sampled_from(NETWORKS),
+    "collective": st.sampled_from(
+        ["all_reduce", "all_reduce", "send_recv", "allgather", "reduce_scatter", "broadcast", "gossip", ""]
+    ),
+    "num_workers": st.sampled_from([1, 2, 2, 4, 4, 8, 16, 64]),
+    "devices_per_node": st.sampled_from([1, 2, 4, 8]),
+    "max_devices_per_node": st.sampled_from([8, 4, 2]),
+    "size_elements": st.one_of(sizes, st.integers(1, 1 << 30)),
+    "dtype": st.sampled_from(DTYPES),
+    "time_ms_median": times,
+    "time_ms_mean": times,
+}
+odd_numbers = st.one_of(
+    st.integers(-(1 << 62), 1 << 62),
+    st.sampled_from([0, -1, 0.5, 1.5, 2.5, 1e300, 2.0**63]),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
 junk = st.one_of(st.text(max_size=5), odd_numbers, st.booleans(), st.none())
 LAYOUTS = {VIDUR_COMPUTE: COMPUTE_COLUMNS, VIDUR_COLLECTIVES: COLLECTIVE_COLUMNS}
 
@@ -118,8 +153,11 @@ def vidur_inputs(draw, fmt: str | None = None) -> VidurInput:
         table[name] = tuple(row[name] if draw(st.integers(0, odds)) else draw(junk) for row in rows)
     if draw(st.integers(0, 5)) == 0:
         table[draw(st.text(max_size=4))] = tuple(draw(st.lists(junk, min_size=len(rows), max_size=len(rows))))
-    flips = tuple(draw(st.lists(st.tuples(st.integers(0, 1 << 14), st.integers(0, 255)), min_size=1, max_size=2))
-                  if draw(st.integers(0, 7)) == 0 else ())
+    flips = tuple(
+        draw(st.lists(st.tuples(st.integers(0, 1 << 14), st.integers(0, 255)), min_size=1, max_size=2))
+        if draw(st.integers(0, 7)) == 0
+        else ()
+    )
     key = "device" if fmt == VIDUR_COMPUTE else "network"
     named = [catalog_name(r[key]) if fmt == VIDUR_COMPUTE else r[key] for r in rows]
     others = ["a100-sxm-80gb", "a40", "h100-sxm", "t4"] if fmt == VIDUR_COMPUTE else NETWORKS
@@ -151,8 +189,10 @@ def check_compute_file(x: VidurInput) -> None:
     mine = rows["device"].astype(str).map(catalog_name) == x.partition
     accounted = len(frame) + len(refused) + sum(left_out.values())
     if accounted != int(mine.sum()):
-        raise Corrupt(f"{int(mine.sum())} rows of {x.partition} in the file, {accounted} accounted for "
-                      f"({len(frame)} calls, {len(refused)} rejected, left out {left_out})")
+        raise Corrupt(
+            f"{int(mine.sum())} rows of {x.partition} in the file, {accounted} accounted for "
+            f"({len(frame)} calls, {len(refused)} rejected, left out {left_out})"
+        )
     if not (refused["reason"].astype(str).str.len() > 0).all():
         raise Corrupt("a rejected row without a reason")
     if len(frame):
@@ -175,6 +215,7 @@ def check_compute_file(x: VidurInput) -> None:
 @dataclass(frozen=True)
 class _Profile:
     """A `VidurInput` as `dataset_inputs.check_profile` reads its inputs."""
+
     x: VidurInput
 
     @property
@@ -197,8 +238,9 @@ def check_collectives_file(x: VidurInput) -> None:
     from maya.pipelines.sources import ProfileFile
 
     raw = x.parquet()
-    valid, quarantined = _validate_file(ProfileFile(Path("fuzz.parquet"), VIDUR_COLLECTIVES), raw,
-                                        NetworkPartition(x.partition, "fuzz"))
+    valid, quarantined = _validate_file(
+        ProfileFile(Path("fuzz.parquet"), VIDUR_COLLECTIVES), raw, NetworkPartition(x.partition, "fuzz")
+    )
     if len(quarantined) and not (quarantined["reason"].astype(str).str.len() > 0).all():
         raise Corrupt("a quarantined row without a reason")
     if len(quarantined) == 1 and quarantined["row_index"].isna().all():
@@ -219,20 +261,29 @@ def check_collectives_file(x: VidurInput) -> None:
     at = valid["row_index"].to_numpy()
     if not mine[at].all():
         raise Corrupt("valid rows name rows of another network")
-    numbers = {c: pd.to_numeric(rows[c], errors="coerce").to_numpy(dtype="float64")[at]
-               for c in ("num_workers", "devices_per_node", "max_devices_per_node", "size_elements", "time_ms_median")}
+    numbers = {
+        c: pd.to_numeric(rows[c], errors="coerce").to_numpy(dtype="float64")[at]
+        for c in ("num_workers", "devices_per_node", "max_devices_per_node", "size_elements", "time_ms_median")
+    }
     for column in ("num_workers", "devices_per_node", "max_devices_per_node"):
         if not _whole(pd.Series(numbers[column])):
             raise Corrupt(f"a valid row whose {column} is not a whole positive count: {numbers[column]}")
-    if not ((valid["ranks"].to_numpy() == numbers["num_workers"]).all()
-            and (valid["devices_per_node"].to_numpy() == numbers["devices_per_node"]).all()
-            and (valid["devices_per_node"].to_numpy() <= numbers["max_devices_per_node"]).all()
-            and (valid["nodes"].to_numpy() * valid["devices_per_node"].to_numpy() >= valid["ranks"].to_numpy()).all()
-            and valid["collective"].isin(PRICED_COLLECTIVES).all()):
+    if not (
+        (valid["ranks"].to_numpy() == numbers["num_workers"]).all()
+        and (valid["devices_per_node"].to_numpy() == numbers["devices_per_node"]).all()
+        and (valid["devices_per_node"].to_numpy() <= numbers["max_devices_per_node"]).all()
+        and (valid["nodes"].to_numpy() * valid["devices_per_node"].to_numpy() >= valid["ranks"].to_numpy()).all()
+        and valid["collective"].isin(PRICED_COLLECTIVES).all()
+    ):
         raise Corrupt(f"valid rows stored other counts than the file's: {valid.head(3).to_dict('records')}")
     measured, size = valid["measured_ns"].to_numpy(dtype="float64"), valid["bytes"].to_numpy(dtype="float64")
-    if not (np.isfinite(measured).all() and (measured > 0).all() and np.isfinite(size).all() and (size > 0).all()
-            and np.allclose(measured, numbers["time_ms_median"] * 1e6, rtol=1e-9)):
+    if not (
+        np.isfinite(measured).all()
+        and (measured > 0).all()
+        and np.isfinite(size).all()
+        and (size > 0).all()
+        and np.allclose(measured, numbers["time_ms_median"] * 1e6, rtol=1e-9)
+    ):
         raise Corrupt(f"valid rows with other times or sizes than the file's: {valid.head(3).to_dict('records')}")
 
 
@@ -255,8 +306,10 @@ def _empty_warehouse() -> Path:
 
 
 def surfaces() -> list[Surface]:
-    return [Surface("vidur datasets", vidur_inputs(), check_vidur_file, errors=(ProfileFileError,)),
-            Surface("vidur collectives eval", vidur_inputs(VIDUR_COLLECTIVES), check_eval, errors=(EvalFailed,),
-                    timeout_s=30),
-            Surface("vidur compute eval", vidur_inputs(VIDUR_COMPUTE), check_eval, errors=(EvalFailed,),
-                    timeout_s=30)]
+    return [
+        Surface("vidur datasets", vidur_inputs(), check_vidur_file, errors=(ProfileFileError,)),
+        Surface(
+            "vidur collectives eval", vidur_inputs(VIDUR_COLLECTIVES), check_eval, errors=(EvalFailed,), timeout_s=30
+        ),
+        Surface("vidur compute eval", vidur_inputs(VIDUR_COMPUTE), check_eval, errors=(EvalFailed,), timeout_s=30),
+    ]

@@ -1,14 +1,14 @@
 """`maya search` end to end: a tiny DDP script through emulate + predict, and the Ray executor."""
+
 import json
-from pathlib import Path
 
 import duckdb
 import pytest
 import typer
+from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli.search import search_cmd
-from paths import WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -27,15 +27,32 @@ def test_search_emulates_predicts_logs_and_resumes(cli, tmp_path, maya_home):
     space = tmp_path / "space.yaml"
     space.write_text("gpus: 1\nparameters:\n  batch: [16, 64]\n  width: {values: [256, 512], env: MLP_WIDTH}\n")
     out = tmp_path / "out"
-    args = ["search", "--space", str(space), "--algorithm", "grid", "--durations", "roofline",
-            "--price-per-gpu-hour", "2", "--out", str(out), "--", "python", str(WORKLOAD), "--batch", "{batch}"]
+    args = [
+        "search",
+        "--space",
+        str(space),
+        "--algorithm",
+        "grid",
+        "--durations",
+        "roofline",
+        "--price-per-gpu-hour",
+        "2",
+        "--out",
+        str(out),
+        "--",
+        "python",
+        str(WORKLOAD),
+        "--batch",
+        "{batch}",
+    ]
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     assert "best command:" in r.output and "4 of 4 valid points evaluated" in r.output
     assert (out / "pareto.html").read_text().count("plotly") > 10
     con = duckdb.connect(str(maya_home / "warehouse.duckdb"), read_only=True)
-    rows = con.execute("SELECT params, status, source, iteration_ns, peak_memory_bytes, cost_per_iteration "
-                       "FROM search_points").fetchall()
+    rows = con.execute(
+        "SELECT params, status, source, iteration_ns, peak_memory_bytes, cost_per_iteration FROM search_points"
+    ).fetchall()
     con.close()
     assert len(rows) == 4 and all(r[1] == "ok" and r[2] == "evaluated" and r[3] > 0 and r[4] > 0 for r in rows)
     memory = {json.loads(r[0])["width"]: r[4] for r in rows if json.loads(r[0])["batch"] == 16}
@@ -47,8 +64,9 @@ def test_search_emulates_predicts_logs_and_resumes(cli, tmp_path, maya_home):
 def test_bad_space_fails_before_anything_runs(cli, tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("parameters:\n  batch: [16]\nconstraints: ['batch < tp']\n")
-    r = CliRunner().invoke(cli, ["search", "--space", str(space), "--gpus", "1", "--", "python", str(WORKLOAD),
-                                 "--batch", "{batch}"])
+    r = CliRunner().invoke(
+        cli, ["search", "--space", str(space), "--gpus", "1", "--", "python", str(WORKLOAD), "--batch", "{batch}"]
+    )
     assert r.exit_code == 2 and "unknown name(s) ['tp']" in r.output
 
 

@@ -1,10 +1,10 @@
 """`maya search` on fake evaluators: expressions, space files, pruning rules, resume, algorithms."""
+
 import json
 
 import pytest
 
-from maya.search import (Expr, ExprError, Outcome, SearchLog, SpaceError, load_space, run_search,
-                                   search_id)
+from maya.search import Expr, ExprError, Outcome, SearchLog, SpaceError, load_space, run_search, search_id
 
 
 class Fake:
@@ -35,6 +35,7 @@ def evaluated(fake):
 
 # expressions ------------------------------------------------------------------------------------------
 
+
 def test_expressions_compute_and_compare():
     assert Expr("gpus // (tp * pp)")({"gpus": 64, "tp": 4, "pp": 2}) == 8
     assert Expr("gpus % (tp * pp) == 0 and not mbs > 4")({"gpus": 8, "tp": 2, "pp": 2, "mbs": 2}) is True
@@ -42,8 +43,20 @@ def test_expressions_compute_and_compare():
     assert Expr("a - -b + c * 2")({"a": 1, "b": 2, "c": 3}) == 9
 
 
-@pytest.mark.parametrize("source", ["__import__('os').system('true')", "tp.__class__", "x[0]", "open('f')",
-                                    "lambda: 1", "2 ** 100", "a / b", "[1, 2]", "(x := 3)"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "__import__('os').system('true')",
+        "tp.__class__",
+        "x[0]",
+        "open('f')",
+        "lambda: 1",
+        "2 ** 100",
+        "a / b",
+        "[1, 2]",
+        "(x := 3)",
+    ],
+)
 def test_expressions_refuse_calls_attributes_and_the_rest(source):
     with pytest.raises(ExprError):
         Expr(source)
@@ -56,19 +69,27 @@ def test_expression_syntax_errors_are_expr_errors():
 
 # space files ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec, command, message", [
-    ({"parameters": {"tp": [1, 2]}, "constraints": ["tp * pp <= 8"]}, ["t.py", "{tp}"], r"unknown name\(s\) \['pp'\]"),
-    ({"parameters": {"tp": [1, 2]}, "derived": {"dp": "gpus // zz"}}, ["t.py", "{tp}"], "unknown name"),
-    ({"parameters": {"tp": []}}, ["t.py", "{tp}"], "'tp' has no values"),
-    ({"parameters": {"tp": [1, 2]}, "constraints": ["tp <"]}, ["t.py", "{tp}"], "invalid syntax"),
-    ({"parameters": {"tp": [1, 2]}, "constraints": ["tp.real > 0"]}, ["t.py", "{tp}"], "not allowed"),
-    ({"parameters": {"tp": [1, 2]}}, ["t.py", "{tp}", "--pp", "{pp}"], r"placeholder \{pp\}"),
-    ({"parameters": {"tp": [1, 2]}}, ["t.py"], "neither by a {tp} placeholder"),
-    ({"parameters": {"tp": {"values": [1], "role": "wizard"}}}, ["t.py", "{tp}"], "unknown role"),
-    ({"parameters": {"tp": [1, 2]}, "constraints": ["tp > 8"]}, ["t.py", "{tp}"], "no point"),
-    ({"parameters": {}}, ["t.py"], "at least one parameter"),
-    ({"parameters": {"tp": [1, 2]}, "bogus": 1}, ["t.py", "{tp}"], "unknown section"),
-])
+
+@pytest.mark.parametrize(
+    "spec, command, message",
+    [
+        (
+            {"parameters": {"tp": [1, 2]}, "constraints": ["tp * pp <= 8"]},
+            ["t.py", "{tp}"],
+            r"unknown name\(s\) \['pp'\]",
+        ),
+        ({"parameters": {"tp": [1, 2]}, "derived": {"dp": "gpus // zz"}}, ["t.py", "{tp}"], "unknown name"),
+        ({"parameters": {"tp": []}}, ["t.py", "{tp}"], "'tp' has no values"),
+        ({"parameters": {"tp": [1, 2]}, "constraints": ["tp <"]}, ["t.py", "{tp}"], "invalid syntax"),
+        ({"parameters": {"tp": [1, 2]}, "constraints": ["tp.real > 0"]}, ["t.py", "{tp}"], "not allowed"),
+        ({"parameters": {"tp": [1, 2]}}, ["t.py", "{tp}", "--pp", "{pp}"], r"placeholder \{pp\}"),
+        ({"parameters": {"tp": [1, 2]}}, ["t.py"], "neither by a {tp} placeholder"),
+        ({"parameters": {"tp": {"values": [1], "role": "wizard"}}}, ["t.py", "{tp}"], "unknown role"),
+        ({"parameters": {"tp": [1, 2]}, "constraints": ["tp > 8"]}, ["t.py", "{tp}"], "no point"),
+        ({"parameters": {}}, ["t.py"], "at least one parameter"),
+        ({"parameters": {"tp": [1, 2]}, "bogus": 1}, ["t.py", "{tp}"], "unknown section"),
+    ],
+)
 def test_bad_space_files_fail_with_one_clear_error(spec, command, message):
     with pytest.raises(SpaceError, match=message):
         load_space(spec, command, gpus=8)
@@ -76,10 +97,12 @@ def test_bad_space_files_fail_with_one_clear_error(spec, command, message):
 
 def test_space_file_from_yaml_renders_placeholders_flags_and_env(tmp_path):
     path = tmp_path / "space.yaml"
-    path.write_text("gpus: 16\nparameters:\n  tp: [1, 2, 4]\n  pp: {values: [1, 2], role: pp}\n"
-                    "  recompute: {values: [false, true], role: recompute, flag: --recompute}\n"
-                    "  zero: {values: [0, 1], env: ZERO}\n"
-                    "derived:\n  dp: gpus // (tp * pp)\nconstraints: ['dp >= 4']\n")
+    path.write_text(
+        "gpus: 16\nparameters:\n  tp: [1, 2, 4]\n  pp: {values: [1, 2], role: pp}\n"
+        "  recompute: {values: [false, true], role: recompute, flag: --recompute}\n"
+        "  zero: {values: [0, 1], env: ZERO}\n"
+        "derived:\n  dp: gpus // (tp * pp)\nconstraints: ['dp >= 4']\n"
+    )
     s = load_space(path, ["train.py", "--tp={tp}", "--pp", "{pp}", "--dp", "{dp}", "{recompute}"])
     assert s.size == 24 and len(s.valid_points()) == 20
     argv, env = s.render(s.point({"tp": 2, "pp": 2, "recompute": True, "zero": 1}))
@@ -89,6 +112,7 @@ def test_space_file_from_yaml_renders_placeholders_flags_and_env(tmp_path):
 
 
 # pruning rules ----------------------------------------------------------------------------------------
+
 
 def test_oom_with_recompute_skips_the_point_without_it():
     s = space({"mbs": [1, 2, 4], "recompute": {"values": [False, True], "role": "recompute"}})
@@ -129,6 +153,7 @@ def test_without_pipelining_larger_microbatch_counts_are_skipped_once_one_fits()
 
 
 # resume -----------------------------------------------------------------------------------------------
+
 
 def test_an_interrupted_search_resumes_with_only_the_rest(tmp_path):
     s = space({"tp": [1, 2, 4], "mbs": [1, 2, 4, 8]})
@@ -174,6 +199,7 @@ def test_evaluators_are_told_the_traces_already_predicted():
 
 # algorithms -------------------------------------------------------------------------------------------
 
+
 def synthetic_space():
     """8 × 8 × 6 × 4 = 1536 points, a constraint, a unique optimum at a=5, b=2, c=3, d=1."""
     parameters = {"a": list(range(8)), "b": list(range(8)), "c": list(range(6)), "d": list(range(4))}
@@ -218,8 +244,9 @@ def ridge(v):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_cmaes_follows_a_constraint_that_couples_two_parameters(seed):
-    s = space({"a": list(range(12)), "b": list(range(12)), "c": list(range(6)), "d": list(range(8))},
-              constraints=["a == b"])
+    s = space(
+        {"a": list(range(12)), "b": list(range(12)), "c": list(range(6)), "d": list(range(8))}, constraints=["a == b"]
+    )
     fake = Fake(ridge)
     result = run_search(s, fake, algorithm="cmaes", seed=seed)
     assert result.best.params == {"a": 8, "b": 8, "c": 2, "d": 6}
@@ -246,8 +273,9 @@ def test_random_search_respects_its_budget():
 
 
 def test_objectives_use_gpus_price_and_tokens():
-    s = space({"gpus": [8, 16], "mbs": [1, 2]}, command=["t.py", "--mbs", "{mbs}"],
-              tokens_per_iteration="gpus * mbs * 1000")
+    s = space(
+        {"gpus": [8, 16], "mbs": [1, 2]}, command=["t.py", "--mbs", "{mbs}"], tokens_per_iteration="gpus * mbs * 1000"
+    )
     fake = Fake(lambda v: (3.6e12 / int(v["mbs"]), 10))  # one hour per iteration at mbs=1
     result = run_search(s, fake, algorithm="grid", objective="tokens-per-dollar", price_per_gpu_hour=2.0)
     best = result.best

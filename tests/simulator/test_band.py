@@ -1,6 +1,7 @@
 """The 10-90% band of `maya predict` on synthetic traces priced by a kernel estimator whose held-out
 residual bands are known: the quantile mapping, full correlation within a family, independence across
 families, collectives from the shipped held-out NCCL residuals, and no band without residuals."""
+
 import math
 
 import numpy as np
@@ -89,7 +90,12 @@ def test_collectives_take_the_held_out_nccl_residuals(tmp_path, warehouse):
     assert band["shares"]["collectives: intra-node"] > 0.5
     q10, q50, q90 = shipped_residuals().quantiles["intra-node"][">=16MB"]
     assert band["low_ns"] < p.iteration_ns * math.exp(q50) < band["high_ns"]
-    assert math.exp(q10) * 0.999 < band["low_ns"] / p.iteration_ns < band["high_ns"] / p.iteration_ns < math.exp(q90) * 1.003
+    assert (
+        math.exp(q10) * 0.999
+        < band["low_ns"] / p.iteration_ns
+        < band["high_ns"] / p.iteration_ns
+        < math.exp(q90) * 1.003
+    )
 
 
 def test_no_band_without_residuals(tmp_path, warehouse):

@@ -1,5 +1,6 @@
 """The simulator prices every collective and send/recv with the collective model on the links its members
 use: a pair joined by NVLink, GPUs across the PCIe hop of a pairwise node, ranks on two nodes."""
+
 import numpy as np
 import pytest
 
@@ -7,8 +8,8 @@ from maya.core import hardware
 from maya.estimators import CollectiveModel
 from maya.simulator import simulate
 from maya.simulator.durations.estimated import CollectiveDurations
-from maya.simulator.trace_builder import TraceBuilder
 from maya.simulator.trace import load
+from maya.simulator.trace_builder import TraceBuilder
 
 PAIRS = "a100-pcie-nvlink-pairs-4gpu"
 NELEMS = 64 << 20  # bf16: 128 MiB
@@ -27,9 +28,9 @@ def _coll_seqs(sim, rank: int) -> list[int]:
 def test_send_recv_priced_on_the_link_between_its_ends(tmp_path):
     b = TraceBuilder(4, hardware="a100-pcie-80gb", nproc_per_node=4)
     b.communicator("pp", [0, 1, 2, 3])
-    b.rank(0).collective("send", "pp", US, nelems=NELEMS, peer=1)      # NVLink bridge
+    b.rank(0).collective("send", "pp", US, nelems=NELEMS, peer=1)  # NVLink bridge
     b.rank(1).collective("recv", "pp", US, nelems=NELEMS, peer=0)
-    b.rank(1).collective("send", "pp", US, nelems=NELEMS, peer=2)      # across the pairs: PCIe
+    b.rank(1).collective("send", "pp", US, nelems=NELEMS, peer=2)  # across the pairs: PCIe
     b.rank(2).collective("recv", "pp", US, nelems=NELEMS, peer=1)
     b.rank(3).kernel(US)
     sim = simulate(load(b.write(tmp_path / "run")), hardware.get("a100-pcie-80gb"), CollectiveDurations(PAIRS))
@@ -48,7 +49,7 @@ def test_collectives_priced_on_their_members_gpus_and_nodes(tmp_path):
     b.communicator("pp", [0, 1, 2, 3])
     b.rank(0).allreduce("tp", US, nelems=NELEMS)
     b.rank(1).allreduce("tp", US, nelems=NELEMS)
-    b.rank(1).collective("send", "pp", US, nelems=NELEMS, peer=2)      # rank 2 is on the other node
+    b.rank(1).collective("send", "pp", US, nelems=NELEMS, peer=2)  # rank 2 is on the other node
     b.rank(2).collective("recv", "pp", US, nelems=NELEMS, peer=1)
     b.rank(3).kernel(US)
     sim = simulate(load(b.write(tmp_path / "run")), hardware.get("a100-pcie-80gb"), CollectiveDurations(PAIRS))

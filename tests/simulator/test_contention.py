@@ -1,5 +1,6 @@
 """NCCL's share of a GPU while a collective runs: channels from NCCL's defaults, kernels beside a collective
 slowed by the SMs its channels hold and (memory-bound ones) by the bandwidth its copies take."""
+
 import numpy as np
 import pytest
 
@@ -7,8 +8,8 @@ from maya.core import hardware
 from maya.core.clusters import load_cluster
 from maya.simulator import MeasuredDurations, RooflineDurations, simulate, summarize
 from maya.simulator.contention import footprints, ring_channels, slowdowns
-from maya.simulator.trace_builder import TraceBuilder
 from maya.simulator.trace import load
+from maya.simulator.trace_builder import TraceBuilder
 
 H100, A100 = hardware.get("h100-sxm"), hardware.get("a100-sxm-80gb")
 

@@ -1,4 +1,5 @@
 """The device-time oracle's pricing (`maya.simulator.device_time`) and the template tile factor."""
+
 import json
 
 import numpy as np
@@ -22,8 +23,13 @@ def busiest(tiles, tm, tn):
 
 
 def test_tile_factor_is_the_busiest_sms_time_against_the_best_candidate_tile():
-    f = frame(batch=[1, 1, 1, 1], m=[4096, 4096, 32, 4096], n=[4096, 4096, 1024, 4096],
-              tile_m=[128, 64, 128, np.nan], tile_n=[128, 32, 128, np.nan])
+    f = frame(
+        batch=[1, 1, 1, 1],
+        m=[4096, 4096, 32, 4096],
+        n=[4096, 4096, 1024, 4096],
+        tile_m=[128, 64, 128, np.nan],
+        tile_n=[128, 32, 128, np.nan],
+    )
     factor = launch_factor(f, H100)
     best = min(busiest(1024, 128, 128), busiest(512, 256, 128))  # 4096^2: 8 waves of 128x128 or 4 of 256x128
     assert factor[0] == pytest.approx(busiest(1024, 128, 128) / best)
@@ -39,17 +45,37 @@ def test_tile_factor_never_speeds_up_a_call():
 
 
 def test_oracle_prices_a_templates_configs_apart_and_a_cublas_gemm_as_the_best_tile():
-    note = lambda bm, bn: json.dumps({"triton": {"args": [
-        {"name": "arg_A", "dtype": "bfloat16", "shape": [2048, 1024], "bytes": 2048 * 1024 * 2},
-        {"name": "arg_B", "dtype": "bfloat16", "shape": [1024, 4096], "bytes": 1024 * 4096 * 2},
-        {"name": "out_ptr0", "dtype": "bfloat16", "shape": [2048, 4096], "bytes": 2048 * 4096 * 2}],
-        "constexprs": {"BLOCK_M": bm, "BLOCK_N": bn}}})
-    calls = conform("api_calls", {
-        "seq": [0, 1, 2], "api": ["cuLaunchKernel", "cuLaunchKernel", "cublasGemmEx"],
-        "domain": ["driver", "driver", "cublas"], "start_ns": [0, 0, 0], "time_source": ["emulated"] * 3,
-        "kernel_id": [0, 0, None], "gemm_m": [None, None, 4096], "gemm_n": [None, None, 2048],
-        "gemm_k": [None, None, 1024], "gemm_batch": [None, None, 1], "gemm_dtype_a": [None, None, "bf16"],
-        "args": [note(128, 128), note(32, 32), None]}).to_pandas()
+    def note(bm, bn):
+        return json.dumps(
+            {
+                "triton": {
+                    "args": [
+                        {"name": "arg_A", "dtype": "bfloat16", "shape": [2048, 1024], "bytes": 2048 * 1024 * 2},
+                        {"name": "arg_B", "dtype": "bfloat16", "shape": [1024, 4096], "bytes": 1024 * 4096 * 2},
+                        {"name": "out_ptr0", "dtype": "bfloat16", "shape": [2048, 4096], "bytes": 2048 * 4096 * 2},
+                    ],
+                    "constexprs": {"BLOCK_M": bm, "BLOCK_N": bn},
+                }
+            }
+        )
+
+    calls = conform(
+        "api_calls",
+        {
+            "seq": [0, 1, 2],
+            "api": ["cuLaunchKernel", "cuLaunchKernel", "cublasGemmEx"],
+            "domain": ["driver", "driver", "cublas"],
+            "start_ns": [0, 0, 0],
+            "time_source": ["emulated"] * 3,
+            "kernel_id": [0, 0, None],
+            "gemm_m": [None, None, 4096],
+            "gemm_n": [None, None, 2048],
+            "gemm_k": [None, None, 1024],
+            "gemm_batch": [None, None, 1],
+            "gemm_dtype_a": [None, None, "bf16"],
+            "args": [note(128, 128), note(32, 32), None],
+        },
+    ).to_pandas()
     kernels = conform("kernels", {"kernel_id": [0], "name": ["triton_tem_fused_mm_0"], "family": ["other"]}).to_pandas()
     ns = oracle("h100-sxm", "roofline").device_ns(calls, kernels)
     assert ns[0] == pytest.approx(ns[2])  # 512 128x128 tiles in 4 waves: as good as the best candidate

@@ -1,4 +1,5 @@
 """`maya predict` end to end on a real emulated trace: DistributedDataParallel MLP on 2 ranks."""
+
 import json
 import shutil
 from pathlib import Path
@@ -7,16 +8,16 @@ import duckdb
 import numpy as np
 import pytest
 import typer
+from paths import EXAMPLE, WORKLOADS
 from typer.testing import CliRunner
 
-from maya.core import hardware
 from maya.cli import app
 from maya.cli.predict import predict_cmd
+from maya.core import hardware
 from maya.simulator import simulate, summarize
 from maya.simulator.opcodes import COLL
 from maya.simulator.retarget import data_parallel, with_nodes
 from maya.simulator.trace import load
-from paths import EXAMPLE, WORKLOADS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -30,8 +31,20 @@ def emulate_ddp(tmp_path_factory, emulator_cache, *flags) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MAYA_HOME", str(tmp_path_factory.mktemp("home")))
         mp.setenv("MAYA_EMULATOR_CACHE", str(emulator_cache))
-        r = runner.invoke(app, ["emulate", "--nproc-per-node", "2", *flags, "--out", str(out), "--", "python",
-                                str(WORKLOADS / "ddp_mlp.py")])
+        r = runner.invoke(
+            app,
+            [
+                "emulate",
+                "--nproc-per-node",
+                "2",
+                *flags,
+                "--out",
+                str(out),
+                "--",
+                "python",
+                str(WORKLOADS / "ddp_mlp.py"),
+            ],
+        )
     assert r.exit_code == 0, r.output
     return out
 
@@ -50,12 +63,23 @@ def predict_json(*args):
 
 def test_predict_ddp_structure(ddp_run, tmp_path, maya_home):
     timeline = tmp_path / "timeline.json"
-    p = predict_json(ddp_run, "--durations", "roofline", "--price-per-gpu-hour", 3.0, "--tokens-per-iteration", 64,
-                     "--timeline", timeline)
+    p = predict_json(
+        ddp_run,
+        "--durations",
+        "roofline",
+        "--price-per-gpu-hour",
+        3.0,
+        "--tokens-per-iteration",
+        64,
+        "--timeline",
+        timeline,
+    )
     assert p["iterations"] == 3 and p["steady_iterations"] == 2 and p["iteration_source"] == "ops"
     assert p["iteration_ms"] > 0 and 0 < p["mfu"] < 1 and p["oom"] is False
-    assert p["peak_memory_bytes"] > 0 and p["headroom_bytes"] == hardware.get("h100-sxm").memory_bytes - p[
-        "peak_memory_bytes"]
+    assert (
+        p["peak_memory_bytes"] > 0
+        and p["headroom_bytes"] == hardware.get("h100-sxm").memory_bytes - p["peak_memory_bytes"]
+    )
     assert p["cost_per_iteration"] == pytest.approx(p["iteration_ms"] / 1e3 * 2 * 3.0 / 3600)
     assert p["tokens_per_s"] == pytest.approx(64 / (p["iteration_ms"] / 1e3))
     assert [r["rank"] for r in p["ranks"]] == [0, 1]
@@ -76,8 +100,15 @@ def test_predict_ddp_structure(ddp_run, tmp_path, maya_home):
 def test_predict_prints_a_report(ddp_run):
     r = runner.invoke(predict_app, [str(ddp_run), "--durations", "roofline", "--price-per-gpu-hour", "2"])
     assert r.exit_code == 0, r.output
-    for label in ("iteration time", "exposed communication", "MFU", "peak memory", "predicted OOM",
-                  "cost per iteration", "2 steady of 3 (ops)"):
+    for label in (
+        "iteration time",
+        "exposed communication",
+        "MFU",
+        "peak memory",
+        "predicted OOM",
+        "cost per iteration",
+        "2 steady of 3 (ops)",
+    ):
         assert label in r.output
 
 
@@ -142,8 +173,9 @@ def test_estimator_durations_need_a_version_then_use_it(ddp_run):
 
     measured = load_kernels(neusight_dir() / "kernels_train.parquet")
     measured = measured[measured["family"].isin(["gemm", "elementwise"])].sample(1500, random_state=1)
-    train_version(measured.reset_index(drop=True), TrainConfig(params=ModelParams(n_estimators=10, max_depth=3),
-                                                               validate=False))
+    train_version(
+        measured.reset_index(drop=True), TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=False)
+    )
     p = predict_json(ddp_run, "--durations", "estimators")
     assert p["durations"] == "estimators v1" and p["iteration_ms"] > 0
     auto = predict_json(ddp_run)
@@ -151,6 +183,7 @@ def test_estimator_durations_need_a_version_then_use_it(ddp_run):
     # the tiny DDP model's kernels are shorter than NeuSight's call-by-call timings resolve: said so
     assert any("bounded, not fitted" in note for note in p["notes"])
     from maya.simulator import EstimatorDurations
+
     frame = simulate(load(ddp_run), hardware.get("h100-sxm"), "roofline").programs[0].frame
     gemms = frame[frame["family"] == "gemm"].assign(m=8192.0, n=8192.0, k=8192.0, batch=1.0, flops=np.nan)
     large = EstimatorDurations()  # the same model on GEMMs far above the floor: no note
@@ -165,13 +198,13 @@ def test_data_parallel_degree_retargets_the_ddp_all_reduces(ddp_run):
     assert (sixteen["world_size"], sixteen["simulated_ranks"], sixteen["captured_ranks"]) == (16, 16, 2)
     assert sixteen["assumptions"][0].startswith("ranks laid out 8 per node instead of 2")
     assert sixteen["assumptions"][1].startswith("data-parallel degree 16 instead of 2 (2 node(s) of 8 GPUs)")
-    sim2, sim16 = (simulate(load(ddp_run), hardware.get("h100-sxm"), "roofline"),
-                   simulate(data_parallel(with_nodes(load(ddp_run), 8), 16), hardware.get("h100-sxm"), "roofline"))
+    sim2, sim16 = (
+        simulate(load(ddp_run), hardware.get("h100-sxm"), "roofline"),
+        simulate(data_parallel(with_nodes(load(ddp_run), 8), 16), hardware.get("h100-sxm"), "roofline"),
+    )
     coll = sim2.programs[0].launch_ops
     assert len(coll) and (sim16.devices[0][coll] > sim2.devices[0][coll]).all()
     assert sixteen["iteration_ms"] >= two["iteration_ms"]
-
-
 
 
 @pytest.mark.parametrize("script, noted", [(WORKLOADS / "top1_routing.py", True), (EXAMPLE, False)])

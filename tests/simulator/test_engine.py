@@ -1,14 +1,15 @@
 """Simulator semantics on small synthetic traces: streams, event versions, host synchronisation,
 collectives (stragglers, p2p pairing, groups), deduplicated ranks, pipeline bubbles, iterations."""
+
 import numpy as np
 import pytest
+from paths import FIXTURES
 
 from maya.core import hardware
 from maya.simulator import Deadlock, MeasuredDurations, MissingRanks, RooflineDurations, simulate, summarize
 from maya.simulator.iterations import find_period
-from maya.simulator.trace_builder import TraceBuilder
 from maya.simulator.trace import load
-from paths import FIXTURES
+from maya.simulator.trace_builder import TraceBuilder
 
 H100 = hardware.get("h100-sxm")
 US = 1_000
@@ -40,10 +41,10 @@ def test_streams_overlap_unless_an_event_orders_them(tmp_path):
     b = TraceBuilder(1)
     k = b.rank(0)
     k.kernel(50 * US, stream=7)  # 0
-    k.kernel(5 * US, stream=0)   # 1: independent, overlaps
-    k.record(1, stream=7)        # 2
-    k.wait(0, 1)                 # 3: stream 0 waits for stream 7's work so far
-    k.kernel(5 * US, stream=0)   # 4
+    k.kernel(5 * US, stream=0)  # 1: independent, overlaps
+    k.record(1, stream=7)  # 2
+    k.wait(0, 1)  # 3: stream 0 waits for stream 7's work so far
+    k.kernel(5 * US, stream=0)  # 4
     sim = run(b, tmp_path)
     assert device_interval(sim, 0, 1) == (0, 5 * US)
     assert device_interval(sim, 0, 4) == (50 * US, 55 * US)
@@ -52,16 +53,16 @@ def test_streams_overlap_unless_an_event_orders_them(tmp_path):
 def test_a_wait_targets_the_event_version_recorded_before_it(tmp_path):
     b = TraceBuilder(1)
     k = b.rank(0)
-    k.kernel(10 * US, stream=1)   # 0
-    k.record(9, stream=1)         # 1: version 0 completes at 10 us
-    k.wait(0, 9)                  # 2: waits for version 0 only
-    k.kernel(1 * US, stream=0)    # 3
+    k.kernel(10 * US, stream=1)  # 0
+    k.record(9, stream=1)  # 1: version 0 completes at 10 us
+    k.wait(0, 9)  # 2: waits for version 0 only
+    k.kernel(1 * US, stream=0)  # 3
     k.kernel(100 * US, stream=1)  # 4
-    k.record(9, stream=1)         # 5: version 1 completes at 110 us (event reused)
-    k.wait(0, 9)                  # 6
-    k.kernel(1 * US, stream=0)    # 7
-    k.event_sync(9)               # 8: the host waits for version 1
-    k.host()                      # 9
+    k.record(9, stream=1)  # 5: version 1 completes at 110 us (event reused)
+    k.wait(0, 9)  # 6
+    k.kernel(1 * US, stream=0)  # 7
+    k.event_sync(9)  # 8: the host waits for version 1
+    k.host()  # 9
     sim = run(b, tmp_path)
     assert device_interval(sim, 0, 3) == (10 * US, 11 * US)
     assert device_interval(sim, 0, 7) == (110 * US, 111 * US)
@@ -143,9 +144,9 @@ def test_p2p_send_recv_pair_in_order(tmp_path):
     b.communicator("pp", [0, 1])
     s, r = b.rank(0), b.rank(1)
     s.kernel(10 * US)
-    s.send("pp", 1, 3 * US)      # pairs with the first recv
+    s.send("pp", 1, 3 * US)  # pairs with the first recv
     s.kernel(40 * US)
-    s.send("pp", 1, 3 * US)      # pairs with the second
+    s.send("pp", 1, 3 * US)  # pairs with the second
     r.recv("pp", 0, 3 * US)
     r.recv("pp", 0, 3 * US)
     r.kernel(1 * US)
@@ -418,7 +419,7 @@ def test_roofline_prices_gemms_by_flops_and_collectives_by_bytes(tmp_path):
         k.allreduce("dp", 0, nelems=1 << 10)
     sim = simulate(load(b.write(tmp_path / "r")), H100, RooflineDurations())
     device = sim.devices[0]
-    flops = 2 * 8192 ** 3
+    flops = 2 * 8192**3
     assert device[0] == pytest.approx(flops / (H100.peak_flops("bf16") * 0.7) * 1e9 + 2_000, rel=1e-3)
     assert device[1] > 100 * device[2] > 0
 
@@ -437,7 +438,6 @@ def test_memory_peak_headroom_and_oom(tmp_path):
 def test_measured_kineto_trace_replays_its_own_durations(tmp_path):
     """Two ranks imported from torch.profiler: auto picks the measured durations."""
     import json as js
-    from pathlib import Path
 
     from maya_trace_spec.interop.kineto import import_kineto
 
@@ -509,6 +509,7 @@ def test_find_period_prefers_the_shortest_period_covering_as_much():
 def test_a_failed_allocation_the_script_survived_is_no_oom(tmp_path):
     """The caching allocator frees its cache and retries after a failed cudaMalloc: only an OutOfMemoryError
     that reached the script (status `oom`, or a failed run with the failed allocation) is out of memory."""
+
     def build(status):
         b = TraceBuilder(1)
         b.rank(0).kernel(1 * US)
@@ -522,4 +523,5 @@ def test_a_failed_allocation_the_script_survived_is_no_oom(tmp_path):
     for status in ("oom", "failed"):
         failed = build(status)
         assert failed.oom and failed.oom_reason.startswith(  # the recorded failure named (tests/simulator/test_oom.py)
-            "rank 0 ran out of device memory outside any recorded op: it requested 30.00 GiB with 30.00 GiB in use")
+            "rank 0 ran out of device memory outside any recorded op: it requested 30.00 GiB with 30.00 GiB in use"
+        )

@@ -1,5 +1,6 @@
 """Which iterations are steady state (`simulator/iterations.py`): a partial last iteration is never the steady
 one, even when every full iteration holds an evaluation pass (a validation every step)."""
+
 import numpy as np
 
 from maya.simulator.iterations import _steady

@@ -1,4 +1,5 @@
 """Triton kernels' work from their recorded launch arguments (`api_calls.args.triton`)."""
+
 import json
 
 import numpy as np
@@ -23,9 +24,15 @@ def note(*args, **constexprs) -> str:
 
 
 def test_pointwise_counts_xnumel_and_the_bytes_of_its_tensors():
-    work = describe("triton_poi_fused_add_gelu_0", note(
-        tensor("in_out_ptr0", (32, 1024)), tensor("in_ptr0", (1024,)), tensor("in_ptr1", (32, 1024), "float32", 4),
-        scalar("xnumel", 32768)))
+    work = describe(
+        "triton_poi_fused_add_gelu_0",
+        note(
+            tensor("in_out_ptr0", (32, 1024)),
+            tensor("in_ptr0", (1024,)),
+            tensor("in_ptr1", (32, 1024), "float32", 4),
+            scalar("xnumel", 32768),
+        ),
+    )
     assert work["numel"] == 32768
     assert work["work_bytes"] == 2 * 65536 + 2048 + 131072  # the in-place buffer is read and written
     assert work["dtype"] == "bf16"  # most of the bytes
@@ -34,15 +41,23 @@ def test_pointwise_counts_xnumel_and_the_bytes_of_its_tensors():
 
 
 def test_two_dimensional_pointwise_multiplies_its_extents():
-    work = describe("triton_poi_fused_transpose_1", note(
-        tensor("in_ptr0", (64, 512)), tensor("out_ptr0", (512, 64)), scalar("ynumel", 64), scalar("xnumel", 512)))
+    work = describe(
+        "triton_poi_fused_transpose_1",
+        note(tensor("in_ptr0", (64, 512)), tensor("out_ptr0", (512, 64)), scalar("ynumel", 64), scalar("xnumel", 512)),
+    )
     assert work["numel"] == 64 * 512
 
 
 def test_reduction_counts_kept_times_reduced_elements_and_the_row():
-    work = describe("triton_red_fused_sum_2", note(
-        tensor("in_ptr0", (4096, 50304), "float32", 4), tensor("out_ptr0", (4096,), "float32", 4),
-        scalar("xnumel", 4096), scalar("r0_numel", 50304)))
+    work = describe(
+        "triton_red_fused_sum_2",
+        note(
+            tensor("in_ptr0", (4096, 50304), "float32", 4),
+            tensor("out_ptr0", (4096,), "float32", 4),
+            scalar("xnumel", 4096),
+            scalar("r0_numel", 50304),
+        ),
+    )
     assert work["numel"] == 4096 * 50304
     assert work["row"] == 50304
     assert work["dtype"] == "fp32"
@@ -51,9 +66,16 @@ def test_reduction_counts_kept_times_reduced_elements_and_the_row():
 @pytest.mark.parametrize("b_shape", [(256, 512), (512, 256)])  # B passed as [K, N] or as the transposed [N, K]
 def test_matmul_template_takes_m_n_k_from_its_tensors(b_shape):
     """Sizes in the call frame's (cuBLAS) convention: m = the output's columns, n = its rows, tiles likewise."""
-    work = describe("triton_tem_fused_mm_3", note(
-        tensor("arg_A", (128, 256)), tensor("arg_B", b_shape), tensor("out_ptr0", (128, 512)),
-        BLOCK_M=64, BLOCK_N=32))
+    work = describe(
+        "triton_tem_fused_mm_3",
+        note(
+            tensor("arg_A", (128, 256)),
+            tensor("arg_B", b_shape),
+            tensor("out_ptr0", (128, 512)),
+            BLOCK_M=64,
+            BLOCK_N=32,
+        ),
+    )
     assert (work["family"], work["op"], work["dtype"]) == ("gemm", "mm", "bf16")
     assert (work["batch"], work["m"], work["n"], work["k"]) == (1, 512, 128, 256)
     assert (work["tile_m"], work["tile_n"]) == (32, 64)
@@ -61,15 +83,23 @@ def test_matmul_template_takes_m_n_k_from_its_tensors(b_shape):
 
 
 def test_batched_matmul_template_and_tf32():
-    work = describe("triton_tem_fused_bmm_4", note(
-        tensor("arg_A", (8, 64, 32), "float32", 4), tensor("arg_B", (8, 32, 16), "float32", 4),
-        tensor("out_ptr0", (8, 64, 16), "float32", 4), ALLOW_TF32=True))
+    work = describe(
+        "triton_tem_fused_bmm_4",
+        note(
+            tensor("arg_A", (8, 64, 32), "float32", 4),
+            tensor("arg_B", (8, 32, 16), "float32", 4),
+            tensor("out_ptr0", (8, 64, 16), "float32", 4),
+            ALLOW_TF32=True,
+        ),
+    )
     assert (work["op"], work["dtype"], work["batch"], work["m"], work["n"], work["k"]) == ("bmm", "tf32", 8, 16, 64, 32)
 
 
 def test_convolution_template_is_its_implicit_gemm():
-    work = describe("triton_tem_fused_convolution_5", note(
-        tensor("arg_X", (2, 16, 32, 32)), tensor("arg_W", (64, 16, 3, 3)), tensor("out_ptr0", (2, 64, 30, 30))))
+    work = describe(
+        "triton_tem_fused_convolution_5",
+        note(tensor("arg_X", (2, 16, 32, 32)), tensor("arg_W", (64, 16, 3, 3)), tensor("out_ptr0", (2, 64, 30, 30))),
+    )
     assert (work["m"], work["n"], work["k"]) == (64, 2 * 30 * 30, 16 * 9)
 
 
@@ -84,27 +114,71 @@ def test_flex_attention_templates(backward):
 
 
 def test_user_kernels():
-    matmul = describe("matmul_kernel", note(tensor("a_ptr", (64, 32)), tensor("b_ptr", (32, 16)),
-                                            tensor("c_ptr", (64, 16)), scalar("M", 64), scalar("N", 16),
-                                            scalar("K", 32), BLOCK_SIZE_M=32))
+    matmul = describe(
+        "matmul_kernel",
+        note(
+            tensor("a_ptr", (64, 32)),
+            tensor("b_ptr", (32, 16)),
+            tensor("c_ptr", (64, 16)),
+            scalar("M", 64),
+            scalar("N", 16),
+            scalar("K", 32),
+            BLOCK_SIZE_M=32,
+        ),
+    )
     assert (matmul["family"], matmul["m"], matmul["n"], matmul["k"]) == ("gemm", 16, 64, 32)
-    add = describe("add_kernel", note(tensor("x_ptr", (1000,)), tensor("y_ptr", (10,)), tensor("out", (1000,)),
-                                      scalar("n", 1000), scalar("alpha", 0.5), BLOCK=128))
+    add = describe(
+        "add_kernel",
+        note(
+            tensor("x_ptr", (1000,)),
+            tensor("y_ptr", (10,)),
+            tensor("out", (1000,)),
+            scalar("n", 1000),
+            scalar("alpha", 0.5),
+            BLOCK=128,
+        ),
+    )
     assert add["numel"] == 1000 and add["work_bytes"] == 2 * 2010 and "family" not in add
 
 
 def test_work_frame_prices_triton_launches_from_their_arguments_not_the_enclosing_op():
-    kernels = pd.DataFrame({"kernel_id": [0, 1], "name": ["triton_poi_fused_gelu_0", "triton_tem_fused_mm_1"],
-                            "family": ["elementwise", "other"]})
-    calls = pd.DataFrame({
-        "kernel_id": [0, 1, 0], "op_id": [7, 7, 7], "api": ["cuLaunchKernel"] * 3,
-        "args": [note(tensor("in_ptr0", (8, 8)), tensor("out_ptr0", (8, 8)), scalar("xnumel", 64)),
-                 note(tensor("arg_A", (8, 4)), tensor("arg_B", (4, 8)), tensor("out_ptr0", (8, 8))), None]})
-    for column in ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "bytes", "memcpy_kind", "gemm_dtype_a",
-                   "gemm_compute_type", "collective_name", "in_msg_nelems", "out_msg_nelems", "comm_dtype"):
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": [0, 1],
+            "name": ["triton_poi_fused_gelu_0", "triton_tem_fused_mm_1"],
+            "family": ["elementwise", "other"],
+        }
+    )
+    calls = pd.DataFrame(
+        {
+            "kernel_id": [0, 1, 0],
+            "op_id": [7, 7, 7],
+            "api": ["cuLaunchKernel"] * 3,
+            "args": [
+                note(tensor("in_ptr0", (8, 8)), tensor("out_ptr0", (8, 8)), scalar("xnumel", 64)),
+                note(tensor("arg_A", (8, 4)), tensor("arg_B", (4, 8)), tensor("out_ptr0", (8, 8))),
+                None,
+            ],
+        }
+    )
+    for column in (
+        "gemm_m",
+        "gemm_n",
+        "gemm_k",
+        "gemm_batch",
+        "bytes",
+        "memcpy_kind",
+        "gemm_dtype_a",
+        "gemm_compute_type",
+        "collective_name",
+        "in_msg_nelems",
+        "out_msg_nelems",
+        "comm_dtype",
+    ):
         calls[column] = None
-    ops = pd.DataFrame({"op_id": [7], "name": ["CompiledFunction"], "input_shapes": [[[1000, 1000]]],
-                        "input_dtypes": [["float"]]})
+    ops = pd.DataFrame(
+        {"op_id": [7], "name": ["CompiledFunction"], "input_shapes": [[[1000, 1000]]], "input_dtypes": [["float"]]}
+    )
     trace = RankTrace(0, calls, ops, kernels, pd.DataFrame(), pd.DataFrame())
     frame = work_frame(trace, np.zeros(len(calls), dtype=np.int64))
     assert frame.loc[0, "numel"] == 64 and frame.loc[0, "work_bytes"] == 256

@@ -1,20 +1,21 @@
 """Trace-driven replay of measured traces and what-if re-targeting: the replay's error against the measured
 iteration time, another GPU (kernels re-priced), another data-parallel degree and another cluster."""
+
 import json
 from pathlib import Path
 
 import pytest
 import typer
+from paths import FIXTURES
 from typer.testing import CliRunner
 
-from maya.core import hardware
 from maya.cli.predict import predict_cmd
+from maya.core import hardware
 from maya.simulator import MeasuredDurations, RooflineDurations, predict, simulate
 from maya.simulator.retarget import data_parallel, with_nodes
-from maya.simulator.trace_builder import TraceBuilder
 from maya.simulator.trace import load
+from maya.simulator.trace_builder import TraceBuilder
 from maya_trace_spec.interop.kineto import import_kineto
-from paths import FIXTURES
 
 FIXTURE = FIXTURES / "kineto_gpu_small.json"
 US = 1_000
@@ -55,11 +56,17 @@ def test_queued_work_gets_the_typical_launch_delay():
 
     from maya.simulator.opcodes import NOP, WORK
 
-    calls = pd.DataFrame({
-        "opcode": [WORK, WORK, WORK, WORK, NOP], "domain": ["runtime"] * 5, "stream_id": [7, 7, 7, 8, 7],
-        "start_ns": [0, 10, 20, 30, 40], "duration_ns": [5, 5, 5, 5, 5],
-        "device_start_ns": pd.array([8, 100, 200, 45, None], dtype="Int64"),
-        "device_duration_ns": [92, 100, 10, 10, None]})
+    calls = pd.DataFrame(
+        {
+            "opcode": [WORK, WORK, WORK, WORK, NOP],
+            "domain": ["runtime"] * 5,
+            "stream_id": [7, 7, 7, 8, 7],
+            "start_ns": [0, 10, 20, 30, 40],
+            "duration_ns": [5, 5, 5, 5, 5],
+            "device_start_ns": pd.array([8, 100, 200, 45, None], dtype="Int64"),
+            "device_duration_ns": [92, 100, 10, 10, None],
+        }
+    )
     # idle starts: 8 - 5 = 3 (stream 7), 45 - 35 = 10 (stream 8); queued: the 2nd and 3rd on stream 7
     assert MeasuredDurations().launch_ns(calls).tolist() == [3, 6.5, 6.5, 10, 0]
 
@@ -72,8 +79,14 @@ def test_another_gpu_scales_measured_kernels_by_the_estimates(measured_run):
     flops, traffic = 2 * 128 * 512 * 256, 4 * (128 * 256 + 256 * 512 + 128 * 512)
 
     def gemm_ns(hw):
-        return max(flops / (hw.peak_flops("fp32") * roofline.compute_efficiency),
-                   traffic / (hw.memory_bandwidth * roofline.memory_efficiency)) * 1e9 + roofline.kernel_overhead_ns
+        return (
+            max(
+                flops / (hw.peak_flops("fp32") * roofline.compute_efficiency),
+                traffic / (hw.memory_bandwidth * roofline.memory_efficiency),
+            )
+            * 1e9
+            + roofline.kernel_overhead_ns
+        )
 
     traces = load(measured_run)
     from maya.simulator.predict import make_provider
@@ -107,7 +120,8 @@ def test_data_parallel_degree_spans_every_rank_and_reprices_the_collective(tmp_p
     assert prediction.assumptions == [  # laid out on the nodes of the H100's cluster, dgx-h100
         "ranks laid out 8 per node instead of 2",
         "data-parallel degree 16 instead of 2 (2 node(s) of 8 GPUs): same per-GPU batch and work, each rank "
-        "replays the program of a traced rank; the job-wide collectives span 16 ranks and are re-priced"]
+        "replays the program of a traced rank; the job-wide collectives span 16 ranks and are re-priced",
+    ]
     traces = data_parallel(with_nodes(load(run), 8), 16)
     assert {r: t.represents for r, t in traces.ranks.items()} == {0: list(range(0, 16, 2)), 1: list(range(1, 16, 2))}
     sim = simulate(traces, hardware.get("h100-sxm"), RooflineDurations())

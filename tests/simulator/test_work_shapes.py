@@ -2,6 +2,7 @@
 kernels shaped from their attention op (causal flag from the kernel's template arguments), and the pieces of an
 op TensorIterator split at 32-bit offsets each given their share, and `torch._grouped_mm`'s CUTLASS grouped GEMMs
 shaped from their op (an MoE's experts) with their one-block setup kernel sized by the group offsets."""
+
 from pathlib import Path
 
 import numpy as np
@@ -14,39 +15,84 @@ from maya.simulator.work import work_frame
 from maya_trace_spec import RunWriter
 from maya_trace_spec.vocabulary import classify_kernel
 
-FWD = ("_ZN13pytorch_flash16flash_fwd_kernelI23Flash_fwd_kernel_traitsILi64ELi128ELi128ELi4ELb0ELb0EN7cutlass10bfloat16"
-       "_tE19Flash_kernel_traitsILi64ELi128ELi128ELi4ES3_EELb0ELb{causal}ELb0ELb0ELb1ELb1ELb0ELb0EEEvNS_16Flash_fwd_paramsE")
-BWD = ("_ZN13pytorch_flash44flash_bwd_dq_dk_dv_loop_seqk_parallel_kernelI23Flash_bwd_kernel_traitsILi64ELi128ELi128ELi8ELi4"
-       "ELi4ELi4ELb0ELb0EN7cutlass10bfloat16_tE19Flash_kernel_traitsILi64ELi128ELi128ELi8ES3_EELb0ELb{causal}ELb0ELb0ELb1"
-       "ELb1ELb0EEEvNS_16Flash_bwd_paramsE")
-PRE = ("_ZN13pytorch_flash25flash_bwd_dot_do_o_kernelILb1E23Flash_bwd_kernel_traitsILi64ELi128ELi128ELi8ELi4ELi4ELi4ELb0"
-       "ELb0EN7cutlass10bfloat16_tE19Flash_kernel_traitsILi64ELi128ELi128ELi8ES3_EEEEvNS_16Flash_bwd_paramsE")
-POST = ("_ZN13pytorch_flash27flash_bwd_convert_dq_kernelI23Flash_bwd_kernel_traitsILi64ELi128ELi128ELi8ELi4ELi4ELi4ELb0"
-        "ELb0EN7cutlass10bfloat16_tE19Flash_kernel_traitsILi64ELi128ELi128ELi8ES3_EEEEvNS_16Flash_bwd_paramsEi")
+FWD = (
+    "_ZN13pytorch_flash16flash_fwd_kernelI23Flash_fwd_kernel_traitsILi64ELi128ELi128ELi4ELb0ELb0EN7cutlass10bfloat16"
+    "_tE19Flash_kernel_traitsILi64ELi128ELi128ELi4ES3_EELb0ELb{causal}ELb0ELb0ELb1ELb1ELb0ELb0EEEvNS_16Flash_fwd_paramsE"
+)
+BWD = (
+    "_ZN13pytorch_flash44flash_bwd_dq_dk_dv_loop_seqk_parallel_kernelI23Flash_bwd_kernel_traitsILi64ELi128ELi128ELi8ELi4"
+    "ELi4ELi4ELb0ELb0EN7cutlass10bfloat16_tE19Flash_kernel_traitsILi64ELi128ELi128ELi8ES3_EELb0ELb{causal}ELb0ELb0ELb1"
+    "ELb1ELb0EEEvNS_16Flash_bwd_paramsE"
+)
+PRE = (
+    "_ZN13pytorch_flash25flash_bwd_dot_do_o_kernelILb1E23Flash_bwd_kernel_traitsILi64ELi128ELi128ELi8ELi4ELi4ELi4ELb0"
+    "ELb0EN7cutlass10bfloat16_tE19Flash_kernel_traitsILi64ELi128ELi128ELi8ES3_EEEEvNS_16Flash_bwd_paramsE"
+)
+POST = (
+    "_ZN13pytorch_flash27flash_bwd_convert_dq_kernelI23Flash_bwd_kernel_traitsILi64ELi128ELi128ELi8ELi4ELi4ELi4ELb0"
+    "ELb0EN7cutlass10bfloat16_tE19Flash_kernel_traitsILi64ELi128ELi128ELi8ES3_EEEEvNS_16Flash_bwd_paramsEi"
+)
 COPY = "_ZN2at6native29vectorized_elementwise_kernelILi4EZNS0_27direct_copy_kernel_cudaERNS_18TensorIteratorBaseEE"
 SORT = "_ZN3cub18DeviceRadixSortOnesweepKernelI"
 
 
-def write_trace(tmp_path: Path, kernels: list[str], ops: list[dict], launches: list[dict],
-                families: list[str] | None = None) -> Path:
+def write_trace(
+    tmp_path: Path, kernels: list[str], ops: list[dict], launches: list[dict], families: list[str] | None = None
+) -> Path:
     """One rank: `kernels` (kernel_id = index; `families`, else attention, elementwise or other by name), `ops`
     (op_id, name, parent_op_id, input_shapes, input_dtypes) and kernel launches (kernel_id, op_id, grid_x)."""
     w = RunWriter(tmp_path / "run")
-    w.write("run", {"run_id": ["r"], "created_at_ns": [0], "source": ["synthetic"], "status": ["complete"],
-                    "hardware": ["a100-sxm-80gb"], "world_size": [1], "nnodes": [1], "nproc_per_node": [1]})
+    w.write(
+        "run",
+        {
+            "run_id": ["r"],
+            "created_at_ns": [0],
+            "source": ["synthetic"],
+            "status": ["complete"],
+            "hardware": ["a100-sxm-80gb"],
+            "world_size": [1],
+            "nnodes": [1],
+            "nproc_per_node": [1],
+        },
+    )
     w.write("devices", {"local_rank": [0], "node": [0], "device_index": [0], "hardware": ["a100-sxm-80gb"]}, rank=0)
-    w.write("kernels", {"kernel_id": list(range(len(kernels))), "name": kernels,
-                        "family": families or ["attention" if "flash" in k else "elementwise" if "elementwise" in k
-                                               else "other" for k in kernels]}, rank=0)
-    w.write("ops", {"op_id": [o["op_id"] for o in ops], "name": [o["name"] for o in ops],
-                    "parent_op_id": [o.get("parent_op_id") for o in ops], "start_ns": [0] * len(ops),
-                    "input_shapes": [o.get("input_shapes") for o in ops],
-                    "input_dtypes": [o.get("input_dtypes") for o in ops]}, rank=0)
-    w.write("api_calls", {"seq": list(range(len(launches))), "api": ["cudaLaunchKernel"] * len(launches),
-                          "domain": ["runtime"] * len(launches), "start_ns": list(range(len(launches))),
-                          "time_source": ["emulated"] * len(launches), "stream_id": [0] * len(launches),
-                          "kernel_id": [c["kernel_id"] for c in launches], "op_id": [c["op_id"] for c in launches],
-                          "grid_x": [c.get("grid_x", 1) for c in launches]}, rank=0)
+    w.write(
+        "kernels",
+        {
+            "kernel_id": list(range(len(kernels))),
+            "name": kernels,
+            "family": families
+            or ["attention" if "flash" in k else "elementwise" if "elementwise" in k else "other" for k in kernels],
+        },
+        rank=0,
+    )
+    w.write(
+        "ops",
+        {
+            "op_id": [o["op_id"] for o in ops],
+            "name": [o["name"] for o in ops],
+            "parent_op_id": [o.get("parent_op_id") for o in ops],
+            "start_ns": [0] * len(ops),
+            "input_shapes": [o.get("input_shapes") for o in ops],
+            "input_dtypes": [o.get("input_dtypes") for o in ops],
+        },
+        rank=0,
+    )
+    w.write(
+        "api_calls",
+        {
+            "seq": list(range(len(launches))),
+            "api": ["cudaLaunchKernel"] * len(launches),
+            "domain": ["runtime"] * len(launches),
+            "start_ns": list(range(len(launches))),
+            "time_source": ["emulated"] * len(launches),
+            "stream_id": [0] * len(launches),
+            "kernel_id": [c["kernel_id"] for c in launches],
+            "op_id": [c["op_id"] for c in launches],
+            "grid_x": [c.get("grid_x", 1) for c in launches],
+        },
+        rank=0,
+    )
     return tmp_path / "run"
 
 
@@ -59,25 +105,53 @@ def sdpa_ops(causal_layout_bhsd: bool = False) -> list[dict]:
     """SDPA -> its flash op -> _flash_attention_forward/backward, q/k/v of [batch 2, seq 1024, heads 8, dim 64]."""
     q = [2, 1024, 8, 64]
     inner = [q, q, q] + [[]] * 6
-    return [{"op_id": 1, "name": "aten::scaled_dot_product_attention", "input_shapes": [[2, 8, 1024, 64]] * 3},
-            {"op_id": 2, "name": "aten::_scaled_dot_product_flash_attention", "parent_op_id": 1,
-             "input_shapes": [[2, 8, 1024, 64]] * 3, "input_dtypes": ["c10::BFloat16"] * 3},
-            {"op_id": 3, "name": "aten::_flash_attention_forward", "parent_op_id": 2, "input_shapes": inner,
-             "input_dtypes": ["c10::BFloat16"] * 3 + [""] * 6},
-            {"op_id": 4, "name": "aten::_flash_attention_backward",
-             "input_shapes": [q, q, q, q, q, [2, 8, 1024]] + [[]] * 6,
-             "input_dtypes": ["c10::BFloat16"] * 5 + ["float"] + [""] * 6}]
+    return [
+        {"op_id": 1, "name": "aten::scaled_dot_product_attention", "input_shapes": [[2, 8, 1024, 64]] * 3},
+        {
+            "op_id": 2,
+            "name": "aten::_scaled_dot_product_flash_attention",
+            "parent_op_id": 1,
+            "input_shapes": [[2, 8, 1024, 64]] * 3,
+            "input_dtypes": ["c10::BFloat16"] * 3,
+        },
+        {
+            "op_id": 3,
+            "name": "aten::_flash_attention_forward",
+            "parent_op_id": 2,
+            "input_shapes": inner,
+            "input_dtypes": ["c10::BFloat16"] * 3 + [""] * 6,
+        },
+        {
+            "op_id": 4,
+            "name": "aten::_flash_attention_backward",
+            "input_shapes": [q, q, q, q, q, [2, 8, 1024]] + [[]] * 6,
+            "input_dtypes": ["c10::BFloat16"] * 5 + ["float"] + [""] * 6,
+        },
+    ]
 
 
 @pytest.mark.parametrize("causal", [0, 1])
 def test_torch_flash_kernels_take_their_shape_from_the_attention_op(tmp_path, causal):
     kernels = [FWD.format(causal=causal), PRE, BWD.format(causal=causal), POST]
-    run = write_trace(tmp_path, kernels, sdpa_ops(), [{"kernel_id": 0, "op_id": 3}, {"kernel_id": 1, "op_id": 4},
-                                                      {"kernel_id": 2, "op_id": 4}, {"kernel_id": 3, "op_id": 4}])
+    run = write_trace(
+        tmp_path,
+        kernels,
+        sdpa_ops(),
+        [
+            {"kernel_id": 0, "op_id": 3},
+            {"kernel_id": 1, "op_id": 4},
+            {"kernel_id": 2, "op_id": 4},
+            {"kernel_id": 3, "op_id": 4},
+        ],
+    )
     work = frame(run)
     suffix = "_causal" if causal else ""
-    assert work["op"].tolist() == [f"flash_fwd{suffix}", "flash_bwd_preprocess", f"flash_bwd{suffix}",
-                                   "flash_bwd_postprocess"]
+    assert work["op"].tolist() == [
+        f"flash_fwd{suffix}",
+        "flash_bwd_preprocess",
+        f"flash_bwd{suffix}",
+        "flash_bwd_postprocess",
+    ]
     assert (work["family"] == "attention").all() and (work["dtype"] == "bf16").all()
     assert work[["batch", "m", "n", "k"]].to_numpy().tolist() == [[16.0, 1024.0, 1024.0, 64.0]] * 4
     share = 0.5 if causal else 1.0
@@ -87,25 +161,38 @@ def test_torch_flash_kernels_take_their_shape_from_the_attention_op(tmp_path, ca
 def test_kernel_roles_and_causal_flags_from_names():
     assert kernel_causal(FWD.format(causal=1)) is True and kernel_causal(FWD.format(causal=0)) is False
     assert kernel_causal(BWD.format(causal=1)) is True
-    demangled = ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
-                 "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, "
-                 "false, true, true, false, false>(pytorch_flash::Flash_fwd_params)")
+    demangled = (
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+        "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, "
+        "false, true, true, false, false>(pytorch_flash::Flash_fwd_params)"
+    )
     assert kernel_causal(demangled) is True
     assert kernel_causal(PRE) is None or kernel_role(PRE) == "preprocess"
     assert kernel_causal("fmha_cutlassF_bf16_aligned_64x64_rf_sm80") is None  # the flag is a run-time argument
     assert [kernel_role(n) for n in (FWD, BWD, PRE, POST, "fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "x")] == [
-        "fwd", "bwd", "preprocess", "postprocess", "bwd", None]
+        "fwd",
+        "bwd",
+        "preprocess",
+        "postprocess",
+        "bwd",
+        None,
+    ]
 
 
 def test_an_op_split_at_32_bit_offsets_gives_each_piece_its_share(tmp_path):
     """A bf16 -> fp32 copy of 2^30 elements (4 GiB out) runs as 4 pieces; a small op launching a kernel twice and a
     sort's passes over the whole input keep the op's size."""
     big, small = [2**15, 2**15], [1024]
-    ops = [{"op_id": 1, "name": "aten::copy_", "input_shapes": [big, big], "input_dtypes": ["float", "c10::BFloat16"]},
-           {"op_id": 2, "name": "aten::copy_", "input_shapes": [small, small], "input_dtypes": ["float", "float"]},
-           {"op_id": 3, "name": "aten::sort", "input_shapes": [big], "input_dtypes": ["float"]}]
-    launches = ([{"kernel_id": 0, "op_id": 1, "grid_x": g} for g in (3, 1, 2, 2)]
-                + [{"kernel_id": 0, "op_id": 2, "grid_x": 1}] * 2 + [{"kernel_id": 1, "op_id": 3, "grid_x": 4}] * 3)
+    ops = [
+        {"op_id": 1, "name": "aten::copy_", "input_shapes": [big, big], "input_dtypes": ["float", "c10::BFloat16"]},
+        {"op_id": 2, "name": "aten::copy_", "input_shapes": [small, small], "input_dtypes": ["float", "float"]},
+        {"op_id": 3, "name": "aten::sort", "input_shapes": [big], "input_dtypes": ["float"]},
+    ]
+    launches = (
+        [{"kernel_id": 0, "op_id": 1, "grid_x": g} for g in (3, 1, 2, 2)]
+        + [{"kernel_id": 0, "op_id": 2, "grid_x": 1}] * 2
+        + [{"kernel_id": 1, "op_id": 3, "grid_x": 4}] * 3
+    )
     work = frame(write_trace(tmp_path, [COPY, SORT], ops, launches))
     numel = work["numel"].to_numpy()
     assert numel[:4].tolist() == [2**30 * 3 / 8, 2**30 / 8, 2**30 / 4, 2**30 / 4]
@@ -115,8 +202,10 @@ def test_an_op_split_at_32_bit_offsets_gives_each_piece_its_share(tmp_path):
     assert np.all(work["family"].to_numpy()[:4] == "elementwise")
 
 
-GROUPED = ("_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6kernel13GemmUniversalINS5_17"
-           "GroupProblemShapeIN4cute5tupleIJiiiEEEEENS5_10collective13CollectiveMmaEEEEEvNT_6ParamsE")
+GROUPED = (
+    "_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6kernel13GemmUniversalINS5_17"
+    "GroupProblemShapeIN4cute5tupleIJiiiEEEEENS5_10collective13CollectiveMmaEEEEEvNT_6ParamsE"
+)
 SETUP = "_ZN2at4cuda6detail25prepare_grouped_gemm_dataIN7cutlass10bfloat16_tES4_S4_fN4cute5tupleIJiiiEEEEEvPT_"
 
 
@@ -125,15 +214,32 @@ def test_grouped_gemms_take_their_shape_from_the_grouped_mm_op(tmp_path):
     ([T, K] by [G, K, N]) and weight gradient ([K, T] by [T, N] into [G, K, N]) are each 2·T·K·N FLOPs, as 8
     equal products; the setup kernel is no GEMM and reads the 8 offsets, not the weights."""
     bf16 = ["c10::BFloat16", "c10::BFloat16", "int", "", ""]
-    ops = [{"op_id": 1, "name": "aten::_grouped_mm", "input_shapes": [[4096, 1024], [8, 1024, 2048], [8], [], []],
-            "input_dtypes": bf16},
-           {"op_id": 2, "name": "aten::_grouped_mm", "input_shapes": [[4096, 2048], [8, 2048, 1024], [8], [], []],
-            "input_dtypes": bf16},
-           {"op_id": 3, "name": "aten::_grouped_mm", "input_shapes": [[1024, 4096], [4096, 2048], [8], [], []],
-            "input_dtypes": bf16}]
+    ops = [
+        {
+            "op_id": 1,
+            "name": "aten::_grouped_mm",
+            "input_shapes": [[4096, 1024], [8, 1024, 2048], [8], [], []],
+            "input_dtypes": bf16,
+        },
+        {
+            "op_id": 2,
+            "name": "aten::_grouped_mm",
+            "input_shapes": [[4096, 2048], [8, 2048, 1024], [8], [], []],
+            "input_dtypes": bf16,
+        },
+        {
+            "op_id": 3,
+            "name": "aten::_grouped_mm",
+            "input_shapes": [[1024, 4096], [4096, 2048], [8], [], []],
+            "input_dtypes": bf16,
+        },
+    ]
     launches = [{"kernel_id": k, "op_id": op} for op in (1, 2, 3) for k in (1, 0)]
-    f = frame(write_trace(tmp_path, [GROUPED, SETUP], ops, launches,
-                          families=[classify_kernel(k)["family"] for k in (GROUPED, SETUP)]))
+    f = frame(
+        write_trace(
+            tmp_path, [GROUPED, SETUP], ops, launches, families=[classify_kernel(k)["family"] for k in (GROUPED, SETUP)]
+        )
+    )
     gemms, setups = f.iloc[1::2], f.iloc[0::2]
     assert (gemms["family"] == "gemm").all() and (gemms["dtype"] == "bf16").all()
     assert gemms["flops"].tolist() == [2.0 * 4096 * 1024 * 2048] * 3 and (gemms["batch"] == 8).all()

@@ -1,4 +1,5 @@
 """Chakra execution-trace export (maya_trace_spec.interop.chakra)."""
+
 from collections import defaultdict
 from pathlib import Path
 
@@ -10,11 +11,25 @@ from maya_trace_spec.interop.chakra import COLLECTIVE_COMM_TYPES, export_chakra,
 
 # Field numbers of mlcommons/chakra schema/protobuf/et_def.proto
 ET_DEF = {
-    "ChakraProtoMsg.Node": {"id": 1, "name": 2, "type": 3, "ctrl_deps": 4, "data_deps": 5,
-                            "start_time_micros": 6, "duration_micros": 7, "attr": 10},
+    "ChakraProtoMsg.Node": {
+        "id": 1,
+        "name": 2,
+        "type": 3,
+        "ctrl_deps": 4,
+        "data_deps": 5,
+        "start_time_micros": 6,
+        "duration_micros": 7,
+        "attr": 10,
+    },
     "ChakraProtoMsg.GlobalMetadata": {"version": 1, "attr": 2},
-    "ChakraProtoMsg.AttributeProto": {"name": 1, "int32_val": 7, "int64_val": 9, "uint64_val": 13,
-                                      "bool_val": 27, "string_val": 29},
+    "ChakraProtoMsg.AttributeProto": {
+        "name": 1,
+        "int32_val": 7,
+        "int64_val": 9,
+        "uint64_val": 13,
+        "bool_val": 27,
+        "string_val": 29,
+    },
 }
 
 
@@ -79,14 +94,14 @@ def test_varint_framing(run_dir, tmp_path):
     size, pos = read_varint(data, 0)
     expected = (data[0] & 0x7F) | (data[1] << 7) if data[0] & 0x80 else data[0]  # 1- or 2-byte prefix
     assert size == expected and pos == 1 + (data[0] >> 7)
-    assert chakra.GlobalMetadata.FromString(data[pos:pos + size]).version == "0.0.4"
+    assert chakra.GlobalMetadata.FromString(data[pos : pos + size]).version == "0.0.4"
     count, multibyte = 0, 0
     pos = 0
     while pos < len(data):
         start = pos
         size, pos = read_varint(data, pos)
         multibyte += pos - start > 1
-        msg = data[pos:pos + size]
+        msg = data[pos : pos + size]
         assert len(msg) == size
         if count:
             chakra.Node.FromString(msg)
@@ -100,36 +115,106 @@ def test_varint_framing(run_dir, tmp_path):
 def write_comm_run(run_dir: Path) -> Path:
     """Two ranks: streams with an event dependency, collectives of every kind, send/recv pairs."""
     w = RunWriter(run_dir)
-    w.write("run", {"run_id": ["c"], "created_at_ns": [0], "source": ["profiler"], "status": ["complete"],
-                    "world_size": [2]})
+    w.write(
+        "run",
+        {"run_id": ["c"], "created_at_ns": [0], "source": ["profiler"], "status": ["complete"], "world_size": [2]},
+    )
     for rank in (0, 1):
         peer = 1 - rank
         w.write("kernels", {"kernel_id": [0], "name": ["_Z4gemm"], "demangled": ["gemm"]}, rank=rank)
-        w.write("communicators", {"comm_id": ["world", "pair"], "comm_rank": [rank, 0],
-                                  "comm_size": [2, 2], "pg_name": ["0", None],
-                                  "ranks": [[0, 1], [rank, peer]]}, rank=rank)
+        w.write(
+            "communicators",
+            {
+                "comm_id": ["world", "pair"],
+                "comm_rank": [rank, 0],
+                "comm_size": [2, 2],
+                "pg_name": ["0", None],
+                "ranks": [[0, 1], [rank, peer]],
+            },
+            rank=rank,
+        )
         rows = [
             # seq 0: GEMM on stream 7, then event 3 recorded on stream 7
-            dict(api="cublasGemmEx", domain="cublas", stream_id=7, kernel_id=0, gemm_m=64, gemm_n=32,
-                 gemm_k=16, gemm_batch=4, device_start_ns=10_000, device_duration_ns=2_499),
+            dict(
+                api="cublasGemmEx",
+                domain="cublas",
+                stream_id=7,
+                kernel_id=0,
+                gemm_m=64,
+                gemm_n=32,
+                gemm_k=16,
+                gemm_batch=4,
+                device_start_ns=10_000,
+                device_duration_ns=2_499,
+            ),
             dict(api="cudaEventRecord", domain="runtime", stream_id=7, event_id=3),
             dict(api="cudaLaunchKernel", domain="runtime", stream_id=7, kernel_id=0),  # after the record
             dict(api="cudaStreamWaitEvent", domain="runtime", stream_id=13, event_id=3),
-            dict(api="ncclAllReduce", domain="nccl", stream_id=13, comm_id="world", collective_name="allreduce",
-                 in_msg_nelems=1000, comm_dtype="bf16", duration_ns=7_600),
-            dict(api="ncclAllGather", domain="nccl", stream_id=13, comm_id="world", in_msg_nelems=10,
-                 comm_dtype="float32"),
-            dict(api="ncclReduceScatter", domain="nccl", stream_id=13, comm_id="world",
-                 collective_name="_reduce_scatter_base", in_msg_nelems=8, comm_dtype="fp64"),
-            dict(api="ncclBroadcast", domain="nccl", stream_id=13, comm_id="world", collective_name="broadcast",
-                 in_msg_nelems=3, comm_dtype="int8", root_rank=0),
-            dict(api="ncclAllToAll", domain="nccl", stream_id=13, comm_id="world", collective_name="all_to_all",
-                 in_msg_nelems=5, comm_dtype="ncclFloat16"),
+            dict(
+                api="ncclAllReduce",
+                domain="nccl",
+                stream_id=13,
+                comm_id="world",
+                collective_name="allreduce",
+                in_msg_nelems=1000,
+                comm_dtype="bf16",
+                duration_ns=7_600,
+            ),
+            dict(
+                api="ncclAllGather",
+                domain="nccl",
+                stream_id=13,
+                comm_id="world",
+                in_msg_nelems=10,
+                comm_dtype="float32",
+            ),
+            dict(
+                api="ncclReduceScatter",
+                domain="nccl",
+                stream_id=13,
+                comm_id="world",
+                collective_name="_reduce_scatter_base",
+                in_msg_nelems=8,
+                comm_dtype="fp64",
+            ),
+            dict(
+                api="ncclBroadcast",
+                domain="nccl",
+                stream_id=13,
+                comm_id="world",
+                collective_name="broadcast",
+                in_msg_nelems=3,
+                comm_dtype="int8",
+                root_rank=0,
+            ),
+            dict(
+                api="ncclAllToAll",
+                domain="nccl",
+                stream_id=13,
+                comm_id="world",
+                collective_name="all_to_all",
+                in_msg_nelems=5,
+                comm_dtype="ncclFloat16",
+            ),
             dict(api="ncclGroupStart", domain="nccl"),
-            dict(api="ncclSend" if rank == 0 else "ncclRecv", domain="nccl", stream_id=13, comm_id="pair",
-                 peer_rank=1, in_msg_nelems=4, comm_dtype="fp32"),
-            dict(api="ncclSend" if rank == 0 else "ncclRecv", domain="nccl", stream_id=13, comm_id="pair",
-                 collective_name="send" if rank == 0 else "recv", peer_rank=1, bytes=99),
+            dict(
+                api="ncclSend" if rank == 0 else "ncclRecv",
+                domain="nccl",
+                stream_id=13,
+                comm_id="pair",
+                peer_rank=1,
+                in_msg_nelems=4,
+                comm_dtype="fp32",
+            ),
+            dict(
+                api="ncclSend" if rank == 0 else "ncclRecv",
+                domain="nccl",
+                stream_id=13,
+                comm_id="pair",
+                collective_name="send" if rank == 0 else "recv",
+                peer_rank=1,
+                bytes=99,
+            ),
             dict(api="ncclGroupEnd", domain="nccl"),
             dict(api="cudaMalloc", domain="runtime", bytes=1 << 20),
             dict(api="cudaMemsetAsync", domain="runtime", bytes=256),  # null stream: default stream 0
@@ -138,8 +223,7 @@ def write_comm_run(run_dir: Path) -> Path:
         cols = sorted({k for r in rows for k in r})
         table = {k: [r.get(k) for r in rows] for k in cols}
         n = len(rows)
-        table.update(seq=list(range(n)), start_ns=[1_000 * i for i in range(n)],
-                     time_source=["measured"] * n)
+        table.update(seq=list(range(n)), start_ns=[1_000 * i for i in range(n)], time_source=["measured"] * n)
         w.write("api_calls", table, rank=rank)
     return run_dir
 
@@ -148,7 +232,7 @@ def test_collectives_p2p_and_events(tmp_path):
     run_dir = write_comm_run(tmp_path / "run")
     paths = export_chakra(run_dir, tmp_path / "et")
     decoded = [{n["id"]: n for n in read_chakra(p)[1]} for p in paths]
-    for rank, nodes in enumerate(decoded):
+    for _rank, nodes in enumerate(decoded):
         assert sorted(nodes) == [0, 2, 4, 5, 6, 7, 8, 10, 11, 14, 15]  # no events, group calls, malloc
         gemm = nodes[0]
         assert (gemm["name"], gemm["type"], gemm["attr"]["num_ops"]) == ("gemm", "COMP_NODE", 2 * 64 * 32 * 16 * 4)
@@ -157,8 +241,13 @@ def test_collectives_p2p_and_events(tmp_path):
         # the wait on event 3 ties stream 13's first node to the GEMM (recorded before seq 2)
         assert nodes[4]["ctrl_deps"] == nodes[4]["data_deps"] == [0]
         assert nodes[5]["ctrl_deps"] == [4]
-        expected = {4: ("ALL_REDUCE", 2000), 5: ("ALL_GATHER", 40), 6: ("REDUCE_SCATTER", 64),
-                    7: ("BROADCAST", 3), 8: ("ALL_TO_ALL", 10)}
+        expected = {
+            4: ("ALL_REDUCE", 2000),
+            5: ("ALL_GATHER", 40),
+            6: ("REDUCE_SCATTER", 64),
+            7: ("BROADCAST", 3),
+            8: ("ALL_TO_ALL", 10),
+        }
         for seq, (kind, size) in expected.items():
             node = nodes[seq]
             assert node["type"] == "COMM_COLL_NODE"
@@ -207,8 +296,10 @@ def test_read_rejects_truncated(run_dir, tmp_path):
 
 def test_emulated_rank_without_calls(tmp_path):
     w = RunWriter(tmp_path / "run")
-    w.write("run", {"run_id": ["e"], "created_at_ns": [0], "source": ["emulator"], "status": ["complete"],
-                    "world_size": [1]})
+    w.write(
+        "run",
+        {"run_id": ["e"], "created_at_ns": [0], "source": ["emulator"], "status": ["complete"], "world_size": [1]},
+    )
     w.write("devices", {"device_index": [0]}, rank=0)
     (path,) = export_chakra(tmp_path / "run", tmp_path / "out")
     meta, nodes = read_chakra(path)

@@ -1,18 +1,27 @@
 """Regressions found by fuzzing (tests/reliability): damaged or unusual trace files and Kineto JSON get a
 clear `TraceError` (or validation problem), never another exception or silently different data."""
+
 import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from paths import FIXTURES
 
-from maya_trace_spec import (Run, RunWriter, TraceCorruptError, TraceError, TraceSchemaError, read_file, read_table,
-                             synthetic, table_files)
+from maya_trace_spec import (
+    Run,
+    TraceCorruptError,
+    TraceError,
+    TraceSchemaError,
+    read_file,
+    read_table,
+    synthetic,
+    table_files,
+)
 from maya_trace_spec.duck import register_run
 from maya_trace_spec.interop.kineto import KinetoFormatError, import_kineto
 from maya_trace_spec.schema import VERSION_KEY
 from maya_trace_spec.validation import validate_run
-from paths import FIXTURES
 
 
 @pytest.fixture
@@ -91,7 +100,7 @@ def test_rows_lost_to_a_damaged_footer_are_detected(small_run):
     # a footer whose row group counts fewer rows than the file: rewrite the row group's count (thrift i64, zigzag)
     data = bytearray(path.read_bytes())
     needle = bytes([0x16, 8 << 1])  # field "num_rows" of the row group: zigzag varint 16
-    hits = [i for i in range(len(data) - 8) if data[i:i + 2] == needle]
+    hits = [i for i in range(len(data) - 8) if data[i : i + 2] == needle]
     for i in hits:
         damaged = bytearray(data)
         damaged[i + 1] = 5 << 1
@@ -120,15 +129,18 @@ def test_files_of_an_older_minor_without_nullable_columns_validate_and_query(sma
     assert validate_run(small_run) == []
     con = duckdb.connect()
     register_run(con, small_run)
-    assert con.execute("SELECT count(*), count(demangled) FROM kernels").fetchone() == (Run(small_run).table(
-        "kernels").num_rows, 0)
+    assert con.execute("SELECT count(*), count(demangled) FROM kernels").fetchone() == (
+        Run(small_run).table("kernels").num_rows,
+        0,
+    )
 
 
 def test_views_read_only_the_runs_files(small_run):
     """`part-1.parquet` is not a part (five digits at least): the views read the files readers take, where
     their glob (`part-*.parquet`) counted its rows too."""
-    import duckdb
     import shutil
+
+    import duckdb
 
     shutil.copy(table_files(small_run, "ops")[0][1], small_run / "ops" / "rank=0" / "part-1.parquet")
     con = duckdb.connect()
@@ -137,6 +149,7 @@ def test_views_read_only_the_runs_files(small_run):
 
 
 # ------------------------------------------------------------------ Kineto JSON
+
 
 def _fixture() -> dict:
     return json.loads((FIXTURES / "kineto_gpu_small.json").read_text())
@@ -148,8 +161,9 @@ def _import(tmp_path, doc):
     return import_kineto([path], tmp_path / "out")
 
 
-@pytest.mark.parametrize("field, value", [("cat", {"a": 1}), ("cat", [1]), ("pid", [1, 2]), ("tid", {"x": 1}),
-                                          ("pid", 1 << 70)])
+@pytest.mark.parametrize(
+    "field, value", [("cat", {"a": 1}), ("cat", [1]), ("pid", [1, 2]), ("tid", {"x": 1}), ("pid", 1 << 70)]
+)
 def test_kineto_odd_categories_and_threads_are_ignored(tmp_path, field, value):
     doc = _fixture()
     for e in doc["traceEvents"][::3]:
@@ -183,9 +197,18 @@ def test_kineto_huge_exponent_is_refused(tmp_path):
         import_kineto([path], tmp_path / "out")
 
 
-@pytest.mark.parametrize("arg, value", [("device", 1 << 40), ("grid", [1 << 33, 1, 1]), ("shared memory", 1 << 31),
-                                        ("Process Group Ranks", [0, 1 << 31]), ("Addr", 1 << 64),
-                                        ("Bytes", -(1 << 63)), ("External id", 1 << 64)])
+@pytest.mark.parametrize(
+    "arg, value",
+    [
+        ("device", 1 << 40),
+        ("grid", [1 << 33, 1, 1]),
+        ("shared memory", 1 << 31),
+        ("Process Group Ranks", [0, 1 << 31]),
+        ("Addr", 1 << 64),
+        ("Bytes", -(1 << 63)),
+        ("External id", 1 << 64),
+    ],
+)
 def test_kineto_integers_that_do_not_fit_their_column_are_not_recorded(tmp_path, arg, value):
     doc = _fixture()
     for e in doc["traceEvents"]:

@@ -1,4 +1,5 @@
 """Chrome Trace Event JSON export (maya_trace_spec.interop.perfetto)."""
+
 import json
 import re
 import tempfile
@@ -17,8 +18,11 @@ from maya_trace_spec.interop.perfetto import STREAM_TID_BASE, export_perfetto
 
 def expected_x(run_dir: Path) -> int:
     calls = read_table(run_dir, "api_calls")
-    return (calls.num_rows + (pc.sum(pc.is_valid(calls["device_start_ns"])).as_py() or 0)
-            + read_table(run_dir, "ops").num_rows)
+    return (
+        calls.num_rows
+        + (pc.sum(pc.is_valid(calls["device_start_ns"])).as_py() or 0)
+        + read_table(run_dir, "ops").num_rows
+    )
 
 
 def events(out: Path, ph: str) -> list[dict]:
@@ -38,54 +42,106 @@ def test_synthetic_run(run_dir, tmp_path):
     assert stats.slices == len(events(out, "X")) == expected_x(run_dir) == 2 * 500 + 2 * 50
     assert (stats.api_slices, stats.device_slices, stats.op_slices, stats.flows) == (1000, 0, 100, 0)
     assert stats.counters == len(events(out, "C")) == 4  # emulated: host tracks and memory only
-    assert meta(out, "process_name") == {(0, 0): "rank 0 (NVIDIA H100 80GB HBM3)",
-                                         (1, 0): "rank 1 (NVIDIA H100 80GB HBM3)"}
-    assert meta(out, "thread_name") == {(0, 1000): "thread 1000", (1, 1001): "thread 1001",
-                                        (0, 0): "thread 0", (1, 0): "thread 0"}  # ops: no thread_id
+    assert meta(out, "process_name") == {
+        (0, 0): "rank 0 (NVIDIA H100 80GB HBM3)",
+        (1, 0): "rank 1 (NVIDIA H100 80GB HBM3)",
+    }
+    assert meta(out, "thread_name") == {
+        (0, 1000): "thread 1000",
+        (1, 1001): "thread 1001",
+        (0, 0): "thread 0",
+        (1, 0): "thread 0",
+    }  # ops: no thread_id
     assert Counter((e["pid"], e["tid"], e["cat"]) for e in events(out, "X")) == {
-        (0, 1000, "api"): 500, (1, 1001, "api"): 500, (0, 0, "op"): 50, (1, 0, "op"): 50}
+        (0, 1000, "api"): 500,
+        (1, 1001, "api"): 500,
+        (0, 0, "op"): 50,
+        (1, 0, "op"): 50,
+    }
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "trace.json"]  # no temporary left
 
 
 def write_device_run(run_dir: Path) -> Path:
     w = RunWriter(run_dir)
-    w.write("run", {"run_id": ["r1"], "created_at_ns": [1], "source": ["profiler"], "status": ["complete"],
-                    "world_size": [2]})
+    w.write(
+        "run",
+        {"run_id": ["r1"], "created_at_ns": [1], "source": ["profiler"], "status": ["complete"], "world_size": [2]},
+    )
     w.write("devices", {"device_index": [0], "device_name": ["NVIDIA H100"]}, rank=0)
     w.write("devices", {"device_index": [1]}, rank=1)
-    w.write("kernels", {"kernel_id": [0, 1], "name": ["_Z4gemmv", "_Z3addv"], "demangled": ["gemm()", None]},
-            rank=0)
+    w.write("kernels", {"kernel_id": [0, 1], "name": ["_Z4gemmv", "_Z3addv"], "demangled": ["gemm()", None]}, rank=0)
     big = 1_700_000_000_123_456_789  # epoch ns: written exactly even beyond double precision
-    w.write("api_calls", {
-        "seq": [0, 1, 2, 3, 4, 5],
-        "thread_id": [11, 11, 12, None, 11, 11],
-        "api": ["cublasGemmEx", "cudaLaunchKernel", "cudaMemcpyAsync", "kernel", "cudaMalloc", "ncclAllReduce"],
-        "domain": ["cublas", "runtime", "runtime", "device", "runtime", "nccl"],
-        "start_ns": [1_234_567, 2_000_000, 3_000_001, 4_000_000, 5_000_000, big],
-        "duration_ns": [5_000, 4_000, None, 100, 900, 2_000],
-        "time_source": ["measured"] * 6,
-        "stream_id": [7, 7, None, 13, None, 13],
-        "device_start_ns": [1_300_000, 2_100_000, 3_100_000, 4_000_000, None, big + 10_000],
-        "device_duration_ns": [70_001, 5, 20_000, None, None, 123_456],
-        "kernel_id": [0, 1, None, 1, None, None],
-        "grid_x": [132, 8, None, None, None, None], "grid_y": [1, 1, None, None, None, None],
-        "grid_z": [1, 1, None, None, None, None], "block_x": [256, 128, None, None, None, None],
-        "block_y": [1, 1, None, None, None, None], "block_z": [1, 1, None, None, None, None],
-        "gemm_m": [4096, None, None, None, None, None], "gemm_n": [1024, None, None, None, None, None],
-        "gemm_k": [512, None, None, None, None, None],
-        "bytes": [None, None, 1 << 20, None, 1 << 30, None],
-        "memcpy_kind": [None, None, "HtoD", None, None, None],
-        "collective_name": [None] * 5 + ["allreduce"], "comm_dtype": [None] * 5 + ["bf16"],
-        "in_msg_nelems": [None] * 5 + [1 << 20],
-    }, rank=0)
-    w.write("ops", {"op_id": [0, 1], "parent_op_id": [None, 0], "name": ["aten::linear", "aten::mm"],
-                    "thread_id": [11, 11], "start_ns": [1_000_000, 1_100_000], "end_ns": [9_000_000, 8_000_000],
-                    "module_path": ["model.fc", "model.fc"]}, rank=0)
-    w.write("memory_events", {"seq": [0, 1, 2], "ts_ns": [10, 20, 30], "kind": ["alloc", "alloc", "free"],
-                              "bytes": [512, 512, 512], "allocated_bytes": [512, None, 0]}, rank=0)
-    w.write("api_calls", {"seq": [0], "api": ["cudaLaunchKernel"], "domain": ["runtime"], "start_ns": [0],
-                          "duration_ns": [1_000], "time_source": ["measured"], "thread_id": [5],
-                          "stream_id": [0], "device_start_ns": [3_000], "device_duration_ns": [1_500]}, rank=1)
+    w.write(
+        "api_calls",
+        {
+            "seq": [0, 1, 2, 3, 4, 5],
+            "thread_id": [11, 11, 12, None, 11, 11],
+            "api": ["cublasGemmEx", "cudaLaunchKernel", "cudaMemcpyAsync", "kernel", "cudaMalloc", "ncclAllReduce"],
+            "domain": ["cublas", "runtime", "runtime", "device", "runtime", "nccl"],
+            "start_ns": [1_234_567, 2_000_000, 3_000_001, 4_000_000, 5_000_000, big],
+            "duration_ns": [5_000, 4_000, None, 100, 900, 2_000],
+            "time_source": ["measured"] * 6,
+            "stream_id": [7, 7, None, 13, None, 13],
+            "device_start_ns": [1_300_000, 2_100_000, 3_100_000, 4_000_000, None, big + 10_000],
+            "device_duration_ns": [70_001, 5, 20_000, None, None, 123_456],
+            "kernel_id": [0, 1, None, 1, None, None],
+            "grid_x": [132, 8, None, None, None, None],
+            "grid_y": [1, 1, None, None, None, None],
+            "grid_z": [1, 1, None, None, None, None],
+            "block_x": [256, 128, None, None, None, None],
+            "block_y": [1, 1, None, None, None, None],
+            "block_z": [1, 1, None, None, None, None],
+            "gemm_m": [4096, None, None, None, None, None],
+            "gemm_n": [1024, None, None, None, None, None],
+            "gemm_k": [512, None, None, None, None, None],
+            "bytes": [None, None, 1 << 20, None, 1 << 30, None],
+            "memcpy_kind": [None, None, "HtoD", None, None, None],
+            "collective_name": [None] * 5 + ["allreduce"],
+            "comm_dtype": [None] * 5 + ["bf16"],
+            "in_msg_nelems": [None] * 5 + [1 << 20],
+        },
+        rank=0,
+    )
+    w.write(
+        "ops",
+        {
+            "op_id": [0, 1],
+            "parent_op_id": [None, 0],
+            "name": ["aten::linear", "aten::mm"],
+            "thread_id": [11, 11],
+            "start_ns": [1_000_000, 1_100_000],
+            "end_ns": [9_000_000, 8_000_000],
+            "module_path": ["model.fc", "model.fc"],
+        },
+        rank=0,
+    )
+    w.write(
+        "memory_events",
+        {
+            "seq": [0, 1, 2],
+            "ts_ns": [10, 20, 30],
+            "kind": ["alloc", "alloc", "free"],
+            "bytes": [512, 512, 512],
+            "allocated_bytes": [512, None, 0],
+        },
+        rank=0,
+    )
+    w.write(
+        "api_calls",
+        {
+            "seq": [0],
+            "api": ["cudaLaunchKernel"],
+            "domain": ["runtime"],
+            "start_ns": [0],
+            "duration_ns": [1_000],
+            "time_source": ["measured"],
+            "thread_id": [5],
+            "stream_id": [0],
+            "device_start_ns": [3_000],
+            "device_duration_ns": [1_500],
+        },
+        rank=1,
+    )
     return run_dir
 
 
@@ -99,11 +155,20 @@ def test_device_run(tmp_path):
 
     s7, s13, s0 = STREAM_TID_BASE + 7, STREAM_TID_BASE + 13, STREAM_TID_BASE
     names = meta(out, "thread_name")
-    assert names == {(0, 11): "thread 11", (0, 12): "thread 12", (0, 0): "thread 0", (0, s7): "stream 7",
-                     (0, s0): "stream 0", (0, s13): "stream 13", (1, 5): "thread 5", (1, s0): "stream 0"}
+    assert names == {
+        (0, 11): "thread 11",
+        (0, 12): "thread 12",
+        (0, 0): "thread 0",
+        (0, s7): "stream 7",
+        (0, s0): "stream 0",
+        (0, s13): "stream 13",
+        (1, 5): "thread 5",
+        (1, s0): "stream 0",
+    }
     sort = meta(out, "thread_sort_index")
     assert max(v for (p, t), v in sort.items() if t < STREAM_TID_BASE) < min(
-        v for (p, t), v in sort.items() if t >= STREAM_TID_BASE)  # streams after host threads
+        v for (p, t), v in sort.items() if t >= STREAM_TID_BASE
+    )  # streams after host threads
     assert meta(out, "process_name") == {(0, 0): "rank 0 (NVIDIA H100)", (1, 0): "rank 1"}
 
     api = {(e["pid"], e["args"]["seq"]): e for e in xs if e["cat"] == "api"}
@@ -117,7 +182,11 @@ def test_device_run(tmp_path):
     assert dev[0, 1]["name"] == "_Z3addv" and dev[0, 1]["dur"] == 0.005
     copy = dev[0, 2]
     assert (copy["name"], copy["tid"], copy["args"]["bytes"], copy["args"]["memcpy_kind"]) == (
-        "cudaMemcpyAsync", s0, 1 << 20, "HtoD")
+        "cudaMemcpyAsync",
+        s0,
+        1 << 20,
+        "HtoD",
+    )
     assert "grid" not in copy["args"] and "gemm_m" not in copy["args"]
     nccl = dev[0, 5]
     assert (nccl["tid"], nccl["args"]["collective_name"], nccl["args"]["in_msg_nelems"]) == (s13, "allreduce", 1 << 20)
@@ -139,7 +208,9 @@ def test_device_run(tmp_path):
         f = ends[fid]
         assert f["bp"] == "e" and s["pid"] == f["pid"] and s["tid"] < STREAM_TID_BASE <= f["tid"]
     assert {(e["pid"], e["ts"], e["args"]["allocated_bytes"]) for e in events(out, "C")} == {
-        (0, 0.01, 512), (0, 0.03, 0)}
+        (0, 0.01, 512),
+        (0, 0.03, 0),
+    }
 
 
 def test_overwrites_atomically(run_dir, tmp_path):
@@ -167,11 +238,22 @@ def test_failed_export_keeps_the_old_file(run_dir, tmp_path, monkeypatch):
 
 def test_microseconds_are_exact_decimals(tmp_path):
     w = RunWriter(tmp_path / "run")
-    w.write("run", {"run_id": ["r"], "created_at_ns": [0], "source": ["emulator"], "status": ["complete"],
-                    "world_size": [1]})
-    w.write("api_calls", {"seq": [0, 1], "api": ["cudaMalloc"] * 2, "domain": ["runtime"] * 2,
-                          "start_ns": [-1_500, 7], "duration_ns": [1, 999_999_999_999],
-                          "time_source": ["emulated"] * 2}, rank=0)
+    w.write(
+        "run",
+        {"run_id": ["r"], "created_at_ns": [0], "source": ["emulator"], "status": ["complete"], "world_size": [1]},
+    )
+    w.write(
+        "api_calls",
+        {
+            "seq": [0, 1],
+            "api": ["cudaMalloc"] * 2,
+            "domain": ["runtime"] * 2,
+            "start_ns": [-1_500, 7],
+            "duration_ns": [1, 999_999_999_999],
+            "time_source": ["emulated"] * 2,
+        },
+        rank=0,
+    )
     out = tmp_path / "t.json"
     export_perfetto(tmp_path / "run", out)
     stamps = re.findall(r'"ts":([-0-9.]+),"dur":([0-9.]+)', out.read_text())
@@ -181,37 +263,46 @@ def test_microseconds_are_exact_decimals(tmp_path):
 # ------------------------------------------------------------------ property: any valid run
 
 _opt = lambda s: st.one_of(st.none(), s)  # noqa: E731
-_api_row = st.fixed_dictionaries({
-    "thread_id": _opt(st.integers(0, 2**22)),
-    "api": st.sampled_from(["cudaLaunchKernel", "cublasGemmEx", "ncclAllReduce", "kernel", "cudaMalloc"]),
-    "domain": st.sampled_from(["runtime", "cublas", "nccl", "device", "other"]),
-    "start_ns": st.integers(-2**62, 2**62),
-    "duration_ns": _opt(st.integers(0, 2**40)),
-    "time_source": st.sampled_from(["emulated", "measured", "predicted"]),
-    "stream_id": _opt(st.integers(0, 2**20)),
-    "device_start_ns": _opt(st.integers(-2**62, 2**62)),
-    "device_duration_ns": _opt(st.integers(0, 2**40)),
-    "kernel_id": _opt(st.integers(0, 3)),
-    "grid_x": _opt(st.integers(0, 2**31 - 1)),
-    "gemm_m": _opt(st.integers(0, 2**40)),
-    "collective_name": _opt(st.text(max_size=12)),
-    "args": _opt(st.text(max_size=20)),
-})
-_op_row = st.fixed_dictionaries({
-    "parent_op_id": _opt(st.integers(0, 100)),
-    "name": st.text(min_size=1, max_size=20),
-    "thread_id": _opt(st.integers(0, 2**22)),
-    "start_ns": st.integers(0, 2**50),
-    "end_ns": _opt(st.integers(0, 2**51)),
-    "input_shapes": _opt(st.lists(st.lists(st.integers(0, 2**20), max_size=3), max_size=3)),
-    "phase": _opt(st.sampled_from(["forward", "backward", "optimizer", "other"])),
-})
-_mem_row = st.fixed_dictionaries({
-    "ts_ns": st.integers(0, 2**50), "kind": st.sampled_from(["alloc", "free", "oom"]),
-    "bytes": st.integers(0, 2**40), "allocated_bytes": _opt(st.integers(0, 2**40)),
-})
-_rank = st.tuples(st.lists(_api_row, max_size=15), st.lists(_op_row, max_size=6),
-                  st.lists(_mem_row, max_size=4), st.booleans())
+_api_row = st.fixed_dictionaries(
+    {
+        "thread_id": _opt(st.integers(0, 2**22)),
+        "api": st.sampled_from(["cudaLaunchKernel", "cublasGemmEx", "ncclAllReduce", "kernel", "cudaMalloc"]),
+        "domain": st.sampled_from(["runtime", "cublas", "nccl", "device", "other"]),
+        "start_ns": st.integers(-(2**62), 2**62),
+        "duration_ns": _opt(st.integers(0, 2**40)),
+        "time_source": st.sampled_from(["emulated", "measured", "predicted"]),
+        "stream_id": _opt(st.integers(0, 2**20)),
+        "device_start_ns": _opt(st.integers(-(2**62), 2**62)),
+        "device_duration_ns": _opt(st.integers(0, 2**40)),
+        "kernel_id": _opt(st.integers(0, 3)),
+        "grid_x": _opt(st.integers(0, 2**31 - 1)),
+        "gemm_m": _opt(st.integers(0, 2**40)),
+        "collective_name": _opt(st.text(max_size=12)),
+        "args": _opt(st.text(max_size=20)),
+    }
+)
+_op_row = st.fixed_dictionaries(
+    {
+        "parent_op_id": _opt(st.integers(0, 100)),
+        "name": st.text(min_size=1, max_size=20),
+        "thread_id": _opt(st.integers(0, 2**22)),
+        "start_ns": st.integers(0, 2**50),
+        "end_ns": _opt(st.integers(0, 2**51)),
+        "input_shapes": _opt(st.lists(st.lists(st.integers(0, 2**20), max_size=3), max_size=3)),
+        "phase": _opt(st.sampled_from(["forward", "backward", "optimizer", "other"])),
+    }
+)
+_mem_row = st.fixed_dictionaries(
+    {
+        "ts_ns": st.integers(0, 2**50),
+        "kind": st.sampled_from(["alloc", "free", "oom"]),
+        "bytes": st.integers(0, 2**40),
+        "allocated_bytes": _opt(st.integers(0, 2**40)),
+    }
+)
+_rank = st.tuples(
+    st.lists(_api_row, max_size=15), st.lists(_op_row, max_size=6), st.lists(_mem_row, max_size=4), st.booleans()
+)
 
 
 def _columns(rows: list[dict], **extra) -> dict:
@@ -227,8 +318,16 @@ def test_any_run_exports_valid_json(ranks):
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         w = RunWriter(run_dir)
-        w.write("run", {"run_id": ["h"], "created_at_ns": [0], "source": ["synthetic"], "status": ["running"],
-                        "world_size": [len(ranks)]})
+        w.write(
+            "run",
+            {
+                "run_id": ["h"],
+                "created_at_ns": [0],
+                "source": ["synthetic"],
+                "status": ["running"],
+                "world_size": [len(ranks)],
+            },
+        )
         for rank, (calls, ops, mem, with_kernels) in enumerate(ranks):
             if with_kernels:
                 w.write("kernels", {"kernel_id": [0, 1], "name": ["k0", "k1"]}, rank=rank)

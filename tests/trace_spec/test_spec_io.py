@@ -1,59 +1,83 @@
 """Writer/reader of maya_trace_spec: round trips, atomicity, versions, migrations, bad files."""
+
 import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import tree_digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import tree_digest
-from maya_trace_spec import (SPEC_VERSION, TABLES, Run, RunWriter, TraceCorruptError, TraceError,
-                             TraceSchemaError, TraceVersionError, file_schema, migrations, read_file,
-                             read_table, table_files)
+from maya_trace_spec import (
+    SPEC_VERSION,
+    TABLES,
+    Run,
+    RunWriter,
+    TraceCorruptError,
+    TraceError,
+    TraceSchemaError,
+    TraceVersionError,
+    file_schema,
+    migrations,
+    read_file,
+    read_table,
+    table_files,
+)
 from maya_trace_spec.reader import migrate_run
-from maya_trace_spec.writer import atomic_path
 from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
+from maya_trace_spec.writer import atomic_path
 
 # ------------------------------------------------------------------ round trips
 
 _opt = lambda s: st.one_of(st.none(), s)  # noqa: E731
-api_row = st.fixed_dictionaries({
-    "seq": st.integers(0, 2**40),
-    "api": st.sampled_from(["cudaLaunchKernel", "cublasGemmEx", "ncclAllReduce"]),
-    "domain": st.sampled_from(["runtime", "cublas", "nccl"]),
-    "start_ns": st.integers(-2**62, 2**62),
-    "duration_ns": _opt(st.integers(0, 2**40)),
-    "time_source": st.sampled_from(["emulated", "measured", "predicted"]),
-    "grid_x": _opt(st.integers(0, 2**31 - 1)),
-    "gemm_trans_a": _opt(st.booleans()),
-    "gemm_dtype_a": _opt(st.text(max_size=8)),
-    "args": _opt(st.text()),
-})
-op_row = st.fixed_dictionaries({
-    "op_id": st.integers(0, 2**40),
-    "name": st.text(min_size=1, max_size=20),
-    "start_ns": st.integers(0, 2**50),
-    "input_shapes": _opt(st.lists(st.lists(st.integers(0, 2**20), max_size=4), max_size=4)),
-    "input_dtypes": _opt(st.lists(_opt(st.text(max_size=10)), max_size=4)),
-    "phase": _opt(st.sampled_from(["forward", "backward", "optimizer", "other"])),
-})
+api_row = st.fixed_dictionaries(
+    {
+        "seq": st.integers(0, 2**40),
+        "api": st.sampled_from(["cudaLaunchKernel", "cublasGemmEx", "ncclAllReduce"]),
+        "domain": st.sampled_from(["runtime", "cublas", "nccl"]),
+        "start_ns": st.integers(-(2**62), 2**62),
+        "duration_ns": _opt(st.integers(0, 2**40)),
+        "time_source": st.sampled_from(["emulated", "measured", "predicted"]),
+        "grid_x": _opt(st.integers(0, 2**31 - 1)),
+        "gemm_trans_a": _opt(st.booleans()),
+        "gemm_dtype_a": _opt(st.text(max_size=8)),
+        "args": _opt(st.text()),
+    }
+)
+op_row = st.fixed_dictionaries(
+    {
+        "op_id": st.integers(0, 2**40),
+        "name": st.text(min_size=1, max_size=20),
+        "start_ns": st.integers(0, 2**50),
+        "input_shapes": _opt(st.lists(st.lists(st.integers(0, 2**20), max_size=4), max_size=4)),
+        "input_dtypes": _opt(st.lists(_opt(st.text(max_size=10)), max_size=4)),
+        "phase": _opt(st.sampled_from(["forward", "backward", "optimizer", "other"])),
+    }
+)
 
 
 def _columns(rows, name):
     names = [f.name for f in file_schema(name)]
     return {n: [r.get(n) for r in rows] for n in names if any(n in r for r in rows)} or {
-        n: [] for n in TABLES[name].column_names if not TABLES[name].column(n).nullable and n != "rank"}
+        n: [] for n in TABLES[name].column_names if not TABLES[name].column(n).nullable and n != "rank"
+    }
 
 
 def _write_minimal_run(w):
-    w.write("run", {"run_id": ["r"], "created_at_ns": [1], "source": ["synthetic"], "status": ["complete"],
-                    "world_size": [4]})
+    w.write(
+        "run",
+        {"run_id": ["r"], "created_at_ns": [1], "source": ["synthetic"], "status": ["complete"], "world_size": [4]},
+    )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(calls=st.lists(api_row, max_size=30), ops=st.lists(op_row, max_size=30), rank=st.integers(0, 3),
-       split=st.integers(0, 30))
+@given(
+    calls=st.lists(api_row, max_size=30),
+    ops=st.lists(op_row, max_size=30),
+    rank=st.integers(0, 3),
+    split=st.integers(0, 30),
+)
 def test_write_read_round_trip(tmp_path_factory, calls, ops, rank, split):
     run = tmp_path_factory.mktemp("rt")
     w = RunWriter(run)
@@ -78,7 +102,9 @@ def test_write_read_round_trip(tmp_path_factory, calls, ops, rank, split):
 def test_files_are_partitioned_compressed_and_versioned(run_dir):
     files = table_files(run_dir, "api_calls")
     assert [(r, p.parent.name, p.name) for r, p in files] == [
-        (0, "rank=0", "part-00000.parquet"), (1, "rank=1", "part-00000.parquet")]
+        (0, "rank=0", "part-00000.parquet"),
+        (1, "rank=1", "part-00000.parquet"),
+    ]
     meta = pq.read_metadata(files[0][1])
     kv = meta.schema.to_arrow_schema().metadata
     assert kv[VERSION_KEY] == SPEC_VERSION.encode() and kv[TABLE_KEY] == b"api_calls"
@@ -122,6 +148,7 @@ def test_run_table_is_replaced_whole_and_parts_accumulate(run_dir):
     assert Run(run_dir).info["status"] == "failed"
     before = read_table(run_dir, "api_calls", ranks=[0]).num_rows
     from maya_trace_spec.synthetic import api_calls
+
     path = w.write("api_calls", api_calls(7, seed=9), rank=0)
     assert path.name == "part-00001.parquet"
     assert read_table(run_dir, "api_calls", ranks=[0]).num_rows == before + 7
@@ -139,12 +166,15 @@ def test_failed_write_leaves_no_file(tmp_path, monkeypatch):
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
-@pytest.mark.parametrize("data, problem", [
-    ({"seq": [0], "ts_ns": [0], "kind": ["alloc"]}, "required column 'bytes' is missing"),
-    ({"seq": [0], "ts_ns": [0], "kind": ["alloc"], "bytes": [1], "bogus": [1]}, "unknown column"),
-    ({"seq": [None], "ts_ns": [0], "kind": ["alloc"], "bytes": [1]}, "'seq' is required"),
-    ({"seq": ["x"], "ts_ns": [0], "kind": ["alloc"], "bytes": [1]}, "does not convert"),
-])
+@pytest.mark.parametrize(
+    "data, problem",
+    [
+        ({"seq": [0], "ts_ns": [0], "kind": ["alloc"]}, "required column 'bytes' is missing"),
+        ({"seq": [0], "ts_ns": [0], "kind": ["alloc"], "bytes": [1], "bogus": [1]}, "unknown column"),
+        ({"seq": [None], "ts_ns": [0], "kind": ["alloc"], "bytes": [1]}, "'seq' is required"),
+        ({"seq": ["x"], "ts_ns": [0], "kind": ["alloc"], "bytes": [1]}, "does not convert"),
+    ],
+)
 def test_writer_rejects_bad_rows(tmp_path, data, problem):
     with pytest.raises(TraceSchemaError, match=problem):
         RunWriter(tmp_path).write("memory_events", data, rank=0)
@@ -152,6 +182,7 @@ def test_writer_rejects_bad_rows(tmp_path, data, problem):
 
 
 # ------------------------------------------------------------------ bad files
+
 
 def _one_file(run_dir):
     return table_files(run_dir, "api_calls")[0][1]
@@ -228,6 +259,7 @@ def test_not_a_run_directory(tmp_path):
 
 # ------------------------------------------------------------------ minor versions
 
+
 def test_older_minor_missing_nullable_column_reads_as_null(run_dir):
     f = _one_file(run_dir)
     _rewrite(f, pq.read_table(f).drop_columns(["data_dependent"]), version=SPEC_VERSION)
@@ -235,6 +267,7 @@ def test_older_minor_missing_nullable_column_reads_as_null(run_dir):
         read_file(f)
     major, minor = (int(x) for x in SPEC_VERSION.split(".")[:2])
     import maya_trace_spec.reader as io
+
     io_minor = io.CURRENT_MINOR
     try:
         io.CURRENT_MINOR = minor + 1  # this reader is one minor newer than the file
@@ -256,12 +289,16 @@ def test_newer_minor_extra_column_ignored(run_dir):
 
 # ------------------------------------------------------------------ migrations
 
+
 def _write_v0(run_dir):
     """A synthetic major-0 layout: `name` instead of `api`, times as float microseconds."""
     f = _one_file(run_dir)
     t = pq.read_table(f)
-    v0 = t.drop_columns(["api", "start_ns"]).append_column("name", t.column("api")).append_column(
-        "ts_us", pa.compute.divide(t.column("start_ns").cast(pa.float64()), 1000.0))
+    v0 = (
+        t.drop_columns(["api", "start_ns"])
+        .append_column("name", t.column("api"))
+        .append_column("ts_us", pa.compute.divide(t.column("start_ns").cast(pa.float64()), 1000.0))
+    )
     _rewrite(f, v0, version="0.3.0")
     return f, t
 
@@ -269,9 +306,11 @@ def _write_v0(run_dir):
 def _v0_to_v1(name, table):
     assert name == "api_calls"
     start = pa.compute.round(pa.compute.multiply(table.column("ts_us"), 1000.0)).cast(pa.int64())
-    return table.drop_columns(["ts_us"]).rename_columns(
-        ["api" if c == "name" else c for c in table.drop_columns(["ts_us"]).column_names]
-    ).append_column("start_ns", start)
+    return (
+        table.drop_columns(["ts_us"])
+        .rename_columns(["api" if c == "name" else c for c in table.drop_columns(["ts_us"]).column_names])
+        .append_column("start_ns", start)
+    )
 
 
 def test_old_major_without_migration_is_rejected(run_dir):

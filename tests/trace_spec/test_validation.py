@@ -1,12 +1,13 @@
 """Row-level and cross-table validation of runs, and the single source of the schema."""
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maya_trace_spec import TABLES, RunWriter, arrow_schema, file_schema, table_files
+from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
 from maya_trace_spec.spec_doc import render
 from maya_trace_spec.synthetic import api_calls
 from maya_trace_spec.validation import dataframe_schema, validate_run
-from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
 
 
 def test_synthetic_run_is_valid(run_dir):
@@ -68,5 +69,7 @@ def test_schema_doc_and_validation_come_from_one_source():
 
 def test_spec_md_is_current():
     from importlib.resources import files
-    assert files("maya_trace_spec").joinpath("SPEC.md").read_text() == render(), \
+
+    assert files("maya_trace_spec").joinpath("SPEC.md").read_text() == render(), (
         "regenerate: python -m maya_trace_spec.spec_doc > maya_trace_spec/SPEC.md"
+    )

@@ -1,21 +1,21 @@
 """The MPT workload (src/maya/data/workloads/mpt.py) reproduces the published llm-foundry rows: every row's
 parameter count, its command line, the model's arithmetic on the CPU, Composer's optimizer, and (slow)
 an emulated FSDP run with the collectives and attention the rows ran."""
+
 import csv
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
 import torch
+from paths import SHIPPED_WORKLOADS as WORKLOADS
+from paths import SRC
 from typer.testing import CliRunner
 
 from maya.cli import app
 from maya_trace_spec import Run
-
-from paths import SHIPPED_WORKLOADS as WORKLOADS, SRC
 
 TABLE = SRC / "maya" / "data" / "published" / "llm_foundry_mpt.csv"
 
@@ -49,8 +49,9 @@ def test_parameter_count_matches_every_row(model, seq):
 
 def _tiny(attn_impl: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = mpt.MPTForCausalLM(mpt.MPTConfig(d_model=32, n_heads=4, n_layers=2, max_seq_len=16, vocab_size=64),
-                               attn_impl=attn_impl)
+    model = mpt.MPTForCausalLM(
+        mpt.MPTConfig(d_model=32, n_heads=4, n_layers=2, max_seq_len=16, vocab_size=64), attn_impl=attn_impl
+    )
     for module in model.modules():
         mpt.init_params(module, 2)
     return model
@@ -100,14 +101,32 @@ def test_decoupled_adamw_without_weight_decay_is_adam():
     torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--model", "7b", "--seq-len", "2048", "--grad-accum", "1"], "--micro-batch is required"),
-    (["--model", "7b", "--seq-len", "2048", "--micro-batch", "2"], "give --grad-accum or --global-batch"),
-    (["--model", "7b", "--seq-len", "0", "--micro-batch", "2", "--grad-accum", "1"], "--seq-len must be at least 1"),
-    (["--model", "9b", "--seq-len", "2048"], "invalid choice: '9b'"),
-    (["--model", "7b", "--seq-len", "2048", "--micro-batch", "2", "--grad-accum", "1", "--activation-cpu-offload"],
-     "--activation-cpu-offload is not supported"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "7b", "--seq-len", "2048", "--grad-accum", "1"], "--micro-batch is required"),
+        (["--model", "7b", "--seq-len", "2048", "--micro-batch", "2"], "give --grad-accum or --global-batch"),
+        (
+            ["--model", "7b", "--seq-len", "0", "--micro-batch", "2", "--grad-accum", "1"],
+            "--seq-len must be at least 1",
+        ),
+        (["--model", "9b", "--seq-len", "2048"], "invalid choice: '9b'"),
+        (
+            [
+                "--model",
+                "7b",
+                "--seq-len",
+                "2048",
+                "--micro-batch",
+                "2",
+                "--grad-accum",
+                "1",
+                "--activation-cpu-offload",
+            ],
+            "--activation-cpu-offload is not supported",
+        ),
+    ],
+)
 def test_bad_command_lines_are_named(capsys, argv, message):
     with pytest.raises(SystemExit):
         mpt.parse_args(argv)
@@ -119,8 +138,9 @@ def test_micro_batches_follow_composer():
     assert mpt.micro_batches(args, world=2) == [11, 11, 11, 11, 4]  # 48 a rank: the README's example
     args = mpt.parse_args(["--model", "1b", "--seq-len", "2048", "--micro-batch", "4", "--grad-accum", "3"])
     assert mpt.micro_batches(args, world=8) == [4, 4, 4]
-    args = mpt.parse_args(["--model", "1b", "--seq-len", "2048", "--micro-batch", "4", "--grad-accum", "2",
-                           "--global-batch", "96"])
+    args = mpt.parse_args(
+        ["--model", "1b", "--seq-len", "2048", "--micro-batch", "4", "--grad-accum", "2", "--global-batch", "96"]
+    )
     with pytest.raises(SystemExit, match="makes 3 micro-batches per step, not --grad-accum 2"):
         mpt.micro_batches(args, world=8)
     with pytest.raises(SystemExit, match="not divisible by the 7 ranks"):
@@ -133,13 +153,13 @@ def test_every_row_becomes_a_command_line(index):
     args = mpt.parse_args(mpt_rows.workload_args(row))
     sizes = mpt.micro_batches(args, world=int(row["# GPUs"]))
     assert sizes == [int(row["MicroBatchSize"])] * int(row["GradAccum"])
-    assert (args.precision, args.mp_mode, args.sharding) == (row["Precision"], row["MP Mode"],
-                                                              row["Sharding Strategy"])
+    assert (args.precision, args.mp_mode, args.sharding) == (row["Precision"], row["MP Mode"], row["Sharding Strategy"])
     assert args.activation_checkpointing == (row["Activation Checkpointing"] == "True")
     assert args.use_orig_params == (row["Precision"] != "bf16")  # torch 1.13 had flat parameters only
     large = "Large Scale" in row["table"]
     assert (args.backward_prefetch, args.forward_prefetch) == (
-        ("BACKWARD_PRE", True) if large else ("BACKWARD_POST", False))
+        ("BACKWARD_PRE", True) if large else ("BACKWARD_POST", False)
+    )
     assert args.attn_impl == ("flash" if large and row["Model"] in {"1b", "3b", "7b", "70b"} else "triton")
 
 
@@ -157,10 +177,36 @@ def test_emulated_fsdp_run(tmp_path, mode, reduce_dtype, attn_impl):
     """Two virtual H100s, a 2-block MPT: bf16 all-gathers, reduce-scatters in the MP mode's dtype, one
     all-gather per unit per forward and backward, cuDNN attention, the optimizer's step read-backs."""
     out = tmp_path / "run"
-    r = CliRunner().invoke(app, [
-        "emulate", "--nproc-per-node", "2", "--out", str(out), "--", "python", str(WORKLOADS / "mpt.py"),
-        "--model", "125m", "--layers", "2", "--seq-len", "128", "--micro-batch", "2", "--grad-accum", "2",
-        "--mp-mode", mode, "--attn-impl", attn_impl, "--activation-checkpointing", "--steps", "2"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "emulate",
+            "--nproc-per-node",
+            "2",
+            "--out",
+            str(out),
+            "--",
+            "python",
+            str(WORKLOADS / "mpt.py"),
+            "--model",
+            "125m",
+            "--layers",
+            "2",
+            "--seq-len",
+            "128",
+            "--micro-batch",
+            "2",
+            "--grad-accum",
+            "2",
+            "--mp-mode",
+            mode,
+            "--attn-impl",
+            attn_impl,
+            "--activation-checkpointing",
+            "--steps",
+            "2",
+        ],
+    )
     assert r.exit_code == 0, r.output
     run = Run(out)
     calls = run.table("api_calls").filter(pc.equal(pc.field("rank"), 0)).to_pylist()
@@ -173,8 +219,11 @@ def test_emulated_fsdp_run(tmp_path, mode, reduce_dtype, attn_impl):
     # 2 blocks x 2 micro-batches x 2 steps: one gather in forward, one in backward (the recompute reuses it)
     assert len(gathers) == 2 * len(scatters) == 16
     kernels = {k["kernel_id"]: k for k in run.table("kernels").to_pylist()}
-    attention = [json.loads(c["args"])["attention"] for c in calls
-                 if c["kernel_id"] in kernels and kernels[c["kernel_id"]]["family"] == "attention"]
+    attention = [
+        json.loads(c["args"])["attention"]
+        for c in calls
+        if c["kernel_id"] in kernels and kernels[c["kernel_id"]]["family"] == "attention"
+    ]
     assert {(a["seq_q"], a["head_dim"], a["causal"]) for a in attention} == {(128, 64, True)}
     assert sum(a["backward"] for a in attention) == 2 * 2 * 2  # blocks x micro-batches x steps
     p = CliRunner().invoke(app, ["predict", str(out), "--json"])
@@ -188,9 +237,29 @@ def test_fp8_under_the_emulator_fails_with_the_reason(tmp_path):
     """The script's `sys.exit(message)` reaches the user through `maya emulate`."""
     if importlib.util.find_spec("transformer_engine") is not None:
         pytest.skip("Transformer Engine is installed here")
-    r = CliRunner().invoke(app, ["emulate", "--out", str(tmp_path / "run"), "--", "python", str(WORKLOADS / "mpt.py"),
-                                 "--model", "125m", "--layers", "1", "--seq-len", "64", "--micro-batch", "1",
-                                 "--grad-accum", "1", "--precision", "amp_fp8"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "emulate",
+            "--out",
+            str(tmp_path / "run"),
+            "--",
+            "python",
+            str(WORKLOADS / "mpt.py"),
+            "--model",
+            "125m",
+            "--layers",
+            "1",
+            "--seq-len",
+            "64",
+            "--micro-batch",
+            "1",
+            "--grad-accum",
+            "1",
+            "--precision",
+            "amp_fp8",
+        ],
+    )
     assert r.exit_code != 0
     assert "needs NVIDIA Transformer Engine" in r.output
 
@@ -239,14 +308,39 @@ def test_emulated_step_allocates_the_logits_and_their_gradient_once(tmp_path):
     blocks = {}
     for loss_fn in mpt.LOSS_FNS:
         out = tmp_path / loss_fn
-        result = emulate([str(WORKLOADS / "mpt.py"), "--model", "125m", "--layers", "1", "--seq-len", "512",
-                          "--micro-batch", "8", "--grad-accum", "2", "--precision", "bf16", "--mp-mode", "PURE",
-                          "--no-use-orig-params", "--no-train-metrics", "--loss-fn", loss_fn, "--steps", "2"],
-                         out, hardware="a100-sxm-40gb")
+        result = emulate(
+            [
+                str(WORKLOADS / "mpt.py"),
+                "--model",
+                "125m",
+                "--layers",
+                "1",
+                "--seq-len",
+                "512",
+                "--micro-batch",
+                "8",
+                "--grad-accum",
+                "2",
+                "--precision",
+                "bf16",
+                "--mp-mode",
+                "PURE",
+                "--no-use-orig-params",
+                "--no-train-metrics",
+                "--loss-fn",
+                loss_fn,
+                "--steps",
+                "2",
+            ],
+            out,
+            hardware="a100-sxm-40gb",
+        )
         assert result.status == "complete", result
         run = Run(out)
         first_step = {o["op_id"] for o in run.table("ops").to_pylist() if o["iteration"] == 0}
-        blocks[loss_fn] = sorted(e["bytes"] // logits for e in run.table("memory_events").to_pylist()
-                                 if e["kind"] == "alloc" and e["space"] == "device" and e["op_id"] in first_step
-                                 and e["bytes"] >= logits)
+        blocks[loss_fn] = sorted(
+            e["bytes"] // logits
+            for e in run.table("memory_events").to_pylist()
+            if e["kind"] == "alloc" and e["space"] == "device" and e["op_id"] in first_step and e["bytes"] >= logits
+        )
     assert blocks == {"fused_crossentropy": [1, 1], "torch_crossentropy": [1, 1, 1, 1]}

@@ -2,6 +2,7 @@
 stored as they finish, identical commands emulated once, failing rows stored with their reason while the
 suite goes on, re-runs resuming (idempotent), an interrupted run finishing on the next; and, with no
 emulation, the warehouse table, the summary and `maya validate --json` / `--rows` errors."""
+
 import json
 import math
 
@@ -12,8 +13,7 @@ from typer.testing import CliRunner
 
 from maya.cli import app
 from maya.estimators import KernelEstimator, Registry
-from maya.validation import load_suite, run_suite, summarize, to_json
-from maya.validation import runner, store
+from maya.validation import load_suite, run_suite, runner, store, summarize, to_json
 from maya.validation.plan import predictor_digest
 from maya.validation.suites import Suite, _digest
 
@@ -39,8 +39,9 @@ def tiny(monkeypatch) -> Suite:
 def stored_rows(warehouse) -> list[tuple]:
     con = duckdb.connect(str(warehouse), read_only=True)
     try:
-        return con.execute('SELECT "row", status, predicted_s, trace_digest, estimator_version FROM validation_rows '
-                           'ORDER BY "row"').fetchall()
+        return con.execute(
+            'SELECT "row", status, predicted_s, trace_digest, estimator_version FROM validation_rows ORDER BY "row"'
+        ).fetchall()
     finally:
         con.close()
 
@@ -96,13 +97,37 @@ def test_rows_run_in_worker_processes(tiny, warehouse):
     assert [r[:2] for r in stored_rows(warehouse)] == [(0, "ok"), (4, "ok")]
 
 
-def result(row: int, error: float | None, *, version: str = "v1", suite: Suite | None = None, band=(0.9, 1.1),
-           oom: bool = False, status: str = "ok", seq: int | None = 2048) -> store.RowResult:
+def result(
+    row: int,
+    error: float | None,
+    *,
+    version: str = "v1",
+    suite: Suite | None = None,
+    band=(0.9, 1.1),
+    oom: bool = False,
+    status: str = "ok",
+    seq: int | None = 2048,
+) -> store.RowResult:
     suite = suite or load_suite("llm-foundry-smoke")
     measured = 1.0 + row
-    r = store.RowResult(suite.name, suite.digest, suite.kind, row, f"row {row}", "h100_80gb" if row % 2 else "a100_80gb",
-                        "1b" if row < 100 else "125m", 8, measured, version, predictor_digest(), status=status,
-                        hardware="h100-sxm", cluster="dgx-h100", oom=oom, seq=seq)
+    r = store.RowResult(
+        suite.name,
+        suite.digest,
+        suite.kind,
+        row,
+        f"row {row}",
+        "h100_80gb" if row % 2 else "a100_80gb",
+        "1b" if row < 100 else "125m",
+        8,
+        measured,
+        version,
+        predictor_digest(),
+        status=status,
+        hardware="h100-sxm",
+        cluster="dgx-h100",
+        oom=oom,
+        seq=seq,
+    )
     if error is not None:
         r.predicted_s, r.error_pct = measured * (1 + error / 100), error
         r.band_low_s, r.band_high_s = r.predicted_s * band[0], r.predicted_s * band[1]
@@ -123,8 +148,12 @@ def test_saving_a_row_twice_keeps_one(tmp_path):
 
 
 def test_summary_by_gpu_size_gpu_count_and_sequence():
-    results = [result(20, -10.0, band=(0.8, 1.2)), result(81, 20.0, band=(1.0, 1.1), seq=65536),
-               result(159, 4.0, oom=True, seq=None), result(3, None, status="failed")]
+    results = [
+        result(20, -10.0, band=(0.8, 1.2)),
+        result(81, 20.0, band=(1.0, 1.1), seq=65536),
+        result(159, 4.0, oom=True, seq=None),
+        result(3, None, status="failed"),
+    ]
     s = summarize(results)
     assert (s.rows, s.predicted, s.failed, s.out_of_memory) == (4, 3, 1, 1)
     assert s.mean_abs_error_pct == pytest.approx(34 / 3) and s.max_abs_error_pct == 20.0 and s.worst_row == 81
@@ -151,8 +180,10 @@ def test_a_warehouse_from_before_the_sequence_column_takes_new_rows(tmp_path):
     latest = store.latest(path)
     assert latest["row"].tolist() == [20, 81] and latest["seq"].isna().tolist() == [True, False]
     suite = load_suite("llm-foundry-smoke")
-    assert {r.row: r.seq for r in store.stored(path, suite.digest, "v1", predictor_digest()).values()} == {20: None,
-                                                                                                             81: 8192}
+    assert {r.row: r.seq for r in store.stored(path, suite.digest, "v1", predictor_digest()).values()} == {
+        20: None,
+        81: 8192,
+    }
 
 
 def test_validate_json_resumes_stored_rows(warehouse, monkeypatch):
@@ -170,8 +201,16 @@ def test_validate_json_resumes_stored_rows(warehouse, monkeypatch):
     assert doc["mean_abs_error_pct"] == pytest.approx(7.5) and doc["max_abs_error_pct"] == 12.0
     assert doc["estimator_version"] == "v1" and doc["by"]["GPU"][0]["key"] == "h100_80gb"
     assert math.isclose(doc["rows"][1]["measured_s"], 82.0) and doc["rows"][1]["seq"] == 2048
-    assert doc["by"]["sequence"] == [{"key": 2048, "rows": 2, "mean_abs_error_pct": 7.5, "max_abs_error_pct": 12.0,
-                                      "mean_error_pct": 4.5, "coverage_pct": 50.0}]
+    assert doc["by"]["sequence"] == [
+        {
+            "key": 2048,
+            "rows": 2,
+            "mean_abs_error_pct": 7.5,
+            "max_abs_error_pct": 12.0,
+            "mean_error_pct": 4.5,
+            "coverage_pct": 50.0,
+        }
+    ]
 
     table = CliRunner().invoke(app, ["validate", "llm-foundry-smoke", "--rows", "81"])
     assert table.exit_code == 0 and "+12.0%" in table.stdout and "1 row(s) resumed" in table.stdout

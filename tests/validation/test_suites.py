@@ -1,10 +1,10 @@
 """Suites and their rows: the built-ins, `--rows` (numbers and pandas queries) and its errors, and every
 published row planned as an emulation on its GPUs and cluster (fp8 and other rows of the same layout too)."""
+
 import pandas as pd
 import pytest
 
-from maya.validation import SuiteError, load_suite
-from maya.validation import llm_foundry, neusight
+from maya.validation import SuiteError, llm_foundry, load_suite, neusight
 from maya.validation.suites import SMOKE_ROWS
 
 
@@ -22,19 +22,23 @@ def test_rows_by_number_and_by_query():
     h100 = suite.select('gpu == "h100_80gb" and gpus <= 64')
     assert len(h100) == 17 and (h100["GPU"] == "h100_80gb").all() and (h100["# GPUs"] <= 64).all()
     assert len(suite.select("`# GPUs` >= 128 and ckpt == False")) == len(
-        suite.table[(suite.table["# GPUs"] >= 128) & (suite.table["Activation Checkpointing"] != "True")])
+        suite.table[(suite.table["# GPUs"] >= 128) & (suite.table["Activation Checkpointing"] != "True")]
+    )
     assert list(suite.select("row < 3").index) == [0, 1, 2]
     assert len(suite.select(None)) == 162
 
 
-@pytest.mark.parametrize("expr, message", [
-    ('gpu == "h100_80gb" and', "cannot evaluate"),
-    ("no_such_column > 3", "no_such_column"),
-    ('gpu == "v100"', "selects no row"),
-    ("160-170", "row(s) 162, 163"),
-    ("5-3", "empty range"),
-    ("Model", "not a condition"),
-])
+@pytest.mark.parametrize(
+    "expr, message",
+    [
+        ('gpu == "h100_80gb" and', "cannot evaluate"),
+        ("no_such_column > 3", "no_such_column"),
+        ('gpu == "v100"', "selects no row"),
+        ("160-170", "row(s) 162, 163"),
+        ("5-3", "empty range"),
+        ("Model", "not a condition"),
+    ],
+)
 def test_bad_row_selections_say_what_is_wrong(expr, message):
     with pytest.raises(SuiteError, match="--rows") as e:
         load_suite("llm-foundry").select(expr)
@@ -75,7 +79,9 @@ def test_other_rows_of_the_layout_plan_too():
     row[["Model", "Precision", "# GPUs", "GlobalBatchSize", "GPU"]] = ["13b", "amp_fp8", 16, 16 * 14, "a100_80gb"]
     plan = llm_foundry.plan(0, row)
     assert ("--precision", "amp_fp8") in zip(plan.args, plan.args[1:]) and (plan.nnodes, plan.hardware) == (
-        2, "a100-sxm-80gb")
+        2,
+        "a100-sxm-80gb",
+    )
     with pytest.raises(ValueError, match="'v100'"):
         llm_foundry.plan(0, row.replace({"a100_80gb": "v100"}))
     with pytest.raises(ValueError, match="12 GPUs do not fill nodes of 8"):

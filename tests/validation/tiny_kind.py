@@ -1,6 +1,7 @@
 """A suite kind for the tests: a row (`tokens`, `measured_s`) runs `tests/workloads/linear_bf16.py` with that
 many tokens on one virtual H100 and is predicted as the llm-foundry kind predicts (whole run, estimators,
 band). `tokens` 0 cannot be planned; negative tokens fail in the script."""
+
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +20,16 @@ def plan(row: int, values: pd.Series) -> RowPlan:
     tokens = int(values["tokens"])
     if tokens == 0:
         raise ValueError("tokens must not be 0")
-    return RowPlan(row=row, label=f"linear {tokens} tokens", gpu="h100_80gb", size="linear", gpus=1,
-                   measured_s=measured_s(values), script=SCRIPT, args=("--tokens", str(tokens)), hardware="h100-sxm",
-                   cluster=None, iterations=0)
+    return RowPlan(
+        row=row,
+        label=f"linear {tokens} tokens",
+        gpu="h100_80gb",
+        size="linear",
+        gpus=1,
+        measured_s=measured_s(values),
+        script=SCRIPT,
+        args=("--tokens", str(tokens)),
+        hardware="h100-sxm",
+        cluster=None,
+        iterations=0,
+    )

@@ -2,6 +2,7 @@
 gradient_accumulation_steps=2)`, `accelerator.prepare`, `accumulate`, `backward`, `clip_grad_norm_`, a small causal
 transformer on random tokens. Users start it with `accelerate launch --num_processes N`; under maya, `maya emulate
 --nproc-per-node N -- python accelerate_loop.py` (the launcher's environment is torchrun's)."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -18,8 +19,17 @@ class Block(nn.Module):
 
     def forward(self, x):
         h = self.ln1(x)
-        x = x + self.attn(h, h, h, need_weights=False, is_causal=True,
-                          attn_mask=nn.Transformer.generate_square_subsequent_mask(x.size(1), device=x.device))[0]
+        x = (
+            x
+            + self.attn(
+                h,
+                h,
+                h,
+                need_weights=False,
+                is_causal=True,
+                attn_mask=nn.Transformer.generate_square_subsequent_mask(x.size(1), device=x.device),
+            )[0]
+        )
         return x + self.mlp(self.ln2(x))
 
 

@@ -1,4 +1,5 @@
 """Allocates tensors of the given sizes (bytes) on the GPU and reports what the allocator saw."""
+
 import sys
 
 import torch

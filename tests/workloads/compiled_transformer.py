@@ -1,4 +1,5 @@
 """A pre-norm transformer block (causal SDPA attention, GELU MLP) in bf16 autocast, compiled with torch.compile."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

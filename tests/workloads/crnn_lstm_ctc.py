@@ -1,6 +1,7 @@
 """A small CRNN text recogniser trained in fp32 with AdamW: a learned affine spatial transformer
 rectifying the line image, convolutions with batch norm, a bidirectional LSTM over its columns and CTC
 loss (int32 targets on the host, as cuDNN's CTC wants them); then one evaluation pass."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -12,8 +13,9 @@ class CRNN(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.theta = nn.Parameter(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
-        self.features = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-                                      nn.MaxPool2d((HEIGHT, 1)))
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d((HEIGHT, 1))
+        )
         self.lstm = nn.LSTM(16, HIDDEN, bidirectional=True)
         self.head = nn.Linear(2 * HIDDEN, CLASSES)
 
@@ -27,7 +29,7 @@ class CRNN(nn.Module):
 
 model = CRNN().cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for step in range(2):
+for _step in range(2):
     images = torch.randn(BATCH, 1, HEIGHT, WIDTH, device="cuda")
     targets = torch.randint(1, CLASSES, (BATCH * LABEL,), dtype=torch.int32)
     loss = F.ctc_loss(model(images), targets, [WIDTH] * BATCH, [LABEL] * BATCH)

@@ -2,6 +2,7 @@
 its kernels: an embedding backward over more than 3072 indices (sorts them: embedding_dense_backward_cuda ->
 radix_sort_pairs, as BERT's backward at batch 8 x seq 512) and torch.sort. Then prints what the runtime
 calls a few error codes (name | description)."""
+
 import ctypes
 
 import torch

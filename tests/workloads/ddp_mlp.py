@@ -1,4 +1,5 @@
 """An MLP trained with DistributedDataParallel (NCCL) for a few steps, launched like torchrun."""
+
 import os
 
 import torch
@@ -12,7 +13,7 @@ torch.cuda.set_device(local)
 model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).cuda()
 ddp = DDP(model, device_ids=[local])
 opt = torch.optim.AdamW(ddp.parameters(), fused=True)
-for step in range(3):
+for _step in range(3):
     loss = ddp(torch.randn(32, 1024, device="cuda")).pow(2).mean()
     loss.backward()
     opt.step()

@@ -1,5 +1,6 @@
 """A DDP MLP whose activations do not fit: every rank asks for more device memory than an 80 GB GPU has in
 its first forward (the `--tokens` batch through a 8192-wide layer), so rank 0 runs out of memory."""
+
 import argparse
 import os
 
@@ -18,7 +19,7 @@ torch.cuda.set_device(local)
 model = nn.Sequential(nn.Linear(8192, 8192), nn.GELU(), nn.Linear(8192, 8192)).cuda()
 ddp = DDP(model, device_ids=[local])
 opt = torch.optim.AdamW(ddp.parameters(), fused=True)
-for step in range(3):
+for _step in range(3):
     loss = ddp(torch.randn(args.tokens, 8192, device="cuda")).pow(2).mean()
     loss.backward()
     opt.step()

@@ -3,6 +3,7 @@ of labels (`(labels != -100).sum()`, as validation loops divide by it), an all-r
 `dist.all_reduce` and with functional collectives, whose `wait_tensor` goes through a tensor subclass), expert
 counts of a top-2 routing of router scores only a GPU computes (`bincount`, `histc`), the tokens of one
 expert (`nonzero`), offsets (`cumsum(...).tolist()`)."""
+
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol

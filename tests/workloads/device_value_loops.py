@@ -2,6 +2,7 @@
 `while not done.item()`, `while flag.item()` on a flag whose bytes a copy put there and a kernel then
 updates, a convergence check with `torch.allclose`, and (`--endless`) one that no stand-in can end:
 `while x.sum().item() != 12345`."""
+
 import sys
 
 import torch
@@ -23,7 +24,7 @@ while flag.item():
 print(f"sticky flag loop ended after {passes} passes")
 
 y = torch.randn(256, device="cuda")
-for passes in range(1, 1000):
+for passes in range(1, 1000):  # noqa: B007 (read after the loop)
     new = 0.5 * (y + 2 / y)
     if torch.allclose(new, y):
         break

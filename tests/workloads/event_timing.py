@@ -1,5 +1,6 @@
 """CUDA-event timings of known work: 1, 2 and 4 bf16 1024^3 GEMMs on the timed stream (and one on another
 stream, which the timing does not cover)."""
+
 import torch
 
 a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)

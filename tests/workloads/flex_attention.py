@@ -1,4 +1,5 @@
 """Causal flex attention (torch.nn.attention.flex_attention), compiled: Inductor's flex-attention templates."""
+
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 

@@ -2,6 +2,7 @@
 configuration), written in plain PyTorch: per GEMM operand an amax (`abs().max()`), a scale
 (`448 / amax`, e4m3 for inputs and weights, `57344 / amax` and e5m2 for gradients), a cast, then
 `torch._scaled_mm` with the inverse scales, for the forward and both backward GEMMs."""
+
 import torch
 import torch.nn as nn
 
@@ -44,7 +45,7 @@ model = nn.Sequential(Float8Linear(1024, 4096, bias=False), nn.GELU(), Float8Lin
 model = model.cuda().bfloat16()
 opt = torch.optim.AdamW(model.parameters(), fused=True)
 x = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
-for step in range(3):
+for _step in range(3):
     loss = model(x).float().pow(2).mean()
     loss.backward()
     opt.step()

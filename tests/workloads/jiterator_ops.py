@@ -1,5 +1,6 @@
 """Ops torch compiles at their first use with NVRTC (its jiterator): `special.airy_ai` and
 `special.bessel_j0`, then one NVRTC entry point the emulator does not implement, called directly."""
+
 import ctypes
 
 import torch

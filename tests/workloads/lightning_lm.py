@@ -3,6 +3,7 @@
 strategy="ddp" | "fsdp", precision="bf16-mixed")`, a validation loop every 50 steps (and Lightning's sanity
 check before training). WikiText2 reads ./data/wikitext-2.txt (`framework_assets.write_wikitext`) before it
 would download it."""
+
 import argparse
 
 import lightning as L
@@ -45,7 +46,13 @@ if __name__ == "__main__":
     dataset = WikiText2(block_size=128)
     train, val = torch.utils.data.random_split(dataset, [0.9, 0.1])
     model = LanguageModel(vocab_size=dataset.vocab_size)
-    trainer = L.Trainer(accelerator="gpu", devices=args.devices, strategy=args.strategy,
-                        precision=args.precision, max_steps=args.max_steps, val_check_interval=50)
+    trainer = L.Trainer(
+        accelerator="gpu",
+        devices=args.devices,
+        strategy=args.strategy,
+        precision=args.precision,
+        max_steps=args.max_steps,
+        val_check_interval=50,
+    )
     trainer.fit(model, DataLoader(train, batch_size=16, shuffle=True), DataLoader(val, batch_size=16))
     trainer.print(torch.cuda.memory_summary())

@@ -1,4 +1,5 @@
 """A Linear(4096 -> 11008) trained one step in bf16 autocast: the GEMMs are known exactly."""
+
 import argparse
 
 import torch

@@ -4,6 +4,7 @@ BPE tokenizer trained on it in `OUT/tokenizer` (loadable with transformers' Auto
 
     python llm_foundry_data.py OUT    # in an environment with llm-foundry installed
 """
+
 import random
 import sys
 from pathlib import Path
@@ -12,8 +13,10 @@ from streaming import MDSWriter
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-WORDS = ("the model trains on tokens of text and every step updates its weights by the gradient of the loss "
-         "a virtual gpu runs each kernel while the emulator records what the script asks of it").split()
+WORDS = (
+    "the model trains on tokens of text and every step updates its weights by the gradient of the loss "
+    "a virtual gpu runs each kernel while the emulator records what the script asks of it"
+).split()
 
 
 def corpus(n: int, seed: int) -> list[str]:
@@ -31,8 +34,9 @@ def main(out: Path) -> None:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.train_from_iterator(texts["train"], trainers.BpeTrainer(vocab_size=512, special_tokens=["<|endoftext|>"]))
     special = "<|endoftext|>"  # as GPT-NeoX's: end of text, and the padding the text loader needs
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=special, bos_token=special, unk_token=special,
-                            pad_token=special).save_pretrained(out / "tokenizer")
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=special, bos_token=special, unk_token=special, pad_token=special
+    ).save_pretrained(out / "tokenizer")
 
 
 if __name__ == "__main__":

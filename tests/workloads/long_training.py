@@ -1,5 +1,6 @@
 """A script written to train for 10,000 steps: two optimizers per step (AdamW and SGD, as speed-run
 scripts pair Muon with Adam) and a validation pass (eval mode, no grad) every `--eval-every` steps."""
+
 import argparse
 
 import torch

@@ -1,6 +1,7 @@
 """A small sequence classifier trained with AdamW: token embeddings, a bidirectional 2-layer LSTM with
 dropout between its layers (optionally over packed variable-length sequences), a GRU or tanh RNN over
 its outputs and a linear head on the last hidden state."""
+
 import argparse
 
 import torch
@@ -45,7 +46,7 @@ model = Classifier().cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 lengths = torch.clamp(torch.arange(args.seq, args.seq - args.batch, -1), min=1) if args.packed else None
 dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.autocast)
-for step in range(args.steps):
+for _step in range(args.steps):
     tokens = torch.randint(0, args.vocab, (args.batch, args.seq), device="cuda")
     labels = torch.randint(0, args.classes, (args.batch,), device="cuda")
     with torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None):

@@ -1,5 +1,6 @@
 """A bf16 MLP compiled with max-autotune: Inductor times Triton GEMM templates against cuBLAS and keeps the
 fastest (the choice printed in its AUTOTUNE tables and launched in the training steps)."""
+
 import torch
 import torch.nn as nn
 

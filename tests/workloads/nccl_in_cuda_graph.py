@@ -1,5 +1,6 @@
 """Data-parallel gradient all-reduce captured in a CUDA graph with the MLP's forward and backward and
 replayed each step (as torchtitan does by default)."""
+
 import os
 
 import torch

@@ -1,5 +1,6 @@
 """Python objects and a Gloo group beside NCCL, as training scripts use them for configuration and
 bookkeeping."""
+
 import os
 
 import torch

@@ -1,4 +1,5 @@
 """DDP training where only rank 0 logs the loss (a host sync the other ranks do not make)."""
+
 import os
 
 import torch

@@ -1,6 +1,7 @@
 """Ranks check that they agree as DeepSpeed ZeRO-3 does (`assert_ints_same_as_other_ranks`): rank 0 broadcasts a
 value every other rank compares with its own, the others' buffers holding -1 until it arrives. `--fail-rank R`:
 rank R then raises anyway (a rank failing alone)."""
+
 import argparse
 import os
 

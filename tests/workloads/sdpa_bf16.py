@@ -1,4 +1,5 @@
 """Scaled dot-product attention in bf16, forward and backward, as a model would call it."""
+
 import argparse
 
 import torch

@@ -1,6 +1,7 @@
 """TMA descriptors through the driver API, as Triton's launcher and CUTLASS build them: one valid
 cuTensorMapEncodeTiled for a bf16 (256, 512) tensor (prints the map's quad-words), then
 calls that break one documented requirement each (prints `case code`)."""
+
 import ctypes
 
 import torch
@@ -14,20 +15,57 @@ class TensorMap(ctypes.Structure):
 
 
 cuda = ctypes.CDLL("libcuda.so.1")
-cuda.cuTensorMapEncodeTiled.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p, ctypes.c_void_p,
-                                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                        ctypes.c_int, ctypes.c_int, ctypes.c_int]
+cuda.cuTensorMapEncodeTiled.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_int,
+    u32,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+]
 BF16, UINT8 = 9, 0
 t = torch.empty(256, 512, dtype=torch.bfloat16, device="cuda")
 buf = ctypes.create_string_buffer(128 + 256)
 map_addr = (ctypes.addressof(buf) + 127) // 128 * 128
 
 
-def encode(dtype=BF16, rank=2, address=t.data_ptr(), dims=(512, 256), strides=(1024,), box=(64, 128),
-           elem=(1, 1), interleave=0, swizzle=3, l2=2, oob=0, tensor_map=map_addr):
-    arr = lambda ty, xs: (ty * max(len(xs), 1))(*xs)
-    return cuda.cuTensorMapEncodeTiled(tensor_map, dtype, rank, address, arr(u64, dims), arr(u64, strides),
-                                       arr(u32, box), arr(u32, elem), interleave, swizzle, l2, oob)
+def encode(
+    dtype=BF16,
+    rank=2,
+    address=t.data_ptr(),
+    dims=(512, 256),
+    strides=(1024,),
+    box=(64, 128),
+    elem=(1, 1),
+    interleave=0,
+    swizzle=3,
+    l2=2,
+    oob=0,
+    tensor_map=map_addr,
+):
+    def arr(ty, xs):
+        return (ty * max(len(xs), 1))(*xs)
+
+    return cuda.cuTensorMapEncodeTiled(
+        tensor_map,
+        dtype,
+        rank,
+        address,
+        arr(u64, dims),
+        arr(u64, strides),
+        arr(u32, box),
+        arr(u32, elem),
+        interleave,
+        swizzle,
+        l2,
+        oob,
+    )
 
 
 print("valid", encode(), flush=True)
@@ -36,8 +74,16 @@ cases = {
     "rank0": dict(rank=0, dims=(), strides=(), box=(), elem=()),
     "rank6": dict(rank=6, dims=(2,) * 6, strides=(16,) * 5, box=(8,) * 6, elem=(1,) * 6),
     "misaligned_address": dict(address=t.data_ptr() + 8),
-    "interleave32_address": dict(rank=3, dims=(512, 16, 16), strides=(1024, 16384), box=(16, 16, 16), elem=(1, 1, 1),
-                                 interleave=2, swizzle=1, address=t.data_ptr() + 16),
+    "interleave32_address": dict(
+        rank=3,
+        dims=(512, 16, 16),
+        strides=(1024, 16384),
+        box=(16, 16, 16),
+        elem=(1, 1, 1),
+        interleave=2,
+        swizzle=1,
+        address=t.data_ptr() + 16,
+    ),
     "stride_not_16": dict(strides=(1000,)),
     "stride_2_40": dict(strides=(1 << 40,)),
     "box_0": dict(box=(64, 0)),

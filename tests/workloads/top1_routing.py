@@ -1,5 +1,6 @@
 """A tiny mixture of experts trained for a few steps: a top-1 router sends each token to one expert
 (its indices found with `torch.where`, whose size is read from the device), loss logged with `.item()`."""
+
 import argparse
 
 import torch

@@ -1,4 +1,5 @@
 """Data parallel x tensor parallel (2-D mesh) where only rank 0 logs the loss."""
+
 import os
 
 import torch

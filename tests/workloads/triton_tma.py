@@ -1,5 +1,6 @@
 """A Triton kernel that takes host-built TMA descriptors (`TensorDescriptor`) by value: Triton's launcher encodes
 each with cuTensorMapEncodeTiled before the launch."""
+
 import torch
 import triton
 import triton.language as tl
@@ -14,7 +15,8 @@ def copy_tiles(in_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
 
 x = torch.empty(1024, 2048, dtype=torch.bfloat16, device="cuda")
 y = torch.empty_like(x)
-copy_tiles[(1024 // 64, 2048 // 64)](TensorDescriptor.from_tensor(x, [64, 64]), TensorDescriptor.from_tensor(y, [64, 64]),
-                                     BM=64, BN=64)
+copy_tiles[(1024 // 64, 2048 // 64)](
+    TensorDescriptor.from_tensor(x, [64, 64]), TensorDescriptor.from_tensor(y, [64, 64]), BM=64, BN=64
+)
 torch.cuda.synchronize()
 print("triton tma ok", flush=True)

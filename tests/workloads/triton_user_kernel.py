@@ -1,4 +1,5 @@
 """A user Triton kernel (fused scaled add) called eagerly, and one autotuned with @triton.autotune."""
+
 import torch
 import triton
 import triton.language as tl
@@ -13,8 +14,9 @@ def scaled_add(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, x + alpha * y, mask=mask)
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((128, 1), (1024, 4), (4096, 8))],
-                 key=["n"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((128, 1), (1024, 4), (4096, 8))], key=["n"]
+)
 @triton.jit
 def tuned_scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

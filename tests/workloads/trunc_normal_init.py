@@ -5,6 +5,7 @@ Small tensors copied from the host (real bytes, all 1) fill the caching allocato
 every later small output, the reduction's included, holds 1s: read as the device bytes, the mask would
 never be empty (as it happens by chance in torchtitan's model init).
 """
+
 import torch
 
 stale = [torch.ones(512, dtype=torch.uint8).cuda() for _ in range(8192)]

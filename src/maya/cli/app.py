@@ -1,7 +1,8 @@
 """The `maya` command line: the root command, wiring each command group's module."""
+
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,8 +20,11 @@ from .sql import sql_cmd
 from .trace import trace_app
 from .validate import validate_cmd
 
-app = typer.Typer(help="Maya: predict training time, memory and cost on virtual GPUs.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="Maya: predict training time, memory and cost on virtual GPUs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 app.command("demo")(demo_cmd)
 app.command("emulate", context_settings=SCRIPT_COMMAND)(emulate_cmd)
 app.command("predict")(predict_cmd)
@@ -40,6 +44,9 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
-                                                         help="Print the version and exit.")] = None):
+def main(
+    version: Annotated[
+        bool | None, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = None,
+):
     """Maya: how fast, how much memory, how much money, and which configuration is best."""

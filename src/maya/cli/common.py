@@ -1,4 +1,5 @@
 """Pieces shared by the `maya` subcommands: consoles, failing with a message, script arguments."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,13 @@ def torchrun_command(args: list[str]) -> tuple[list[str], tuple[int, int] | None
     words = list(args)
     if words and Path(words[0]).name == "torchrun":
         words = words[1:]
-    elif words and Path(words[0]).name.startswith("python") and len(words) > 2 and words[1] == "-m" \
-            and words[2] in TORCHRUN_MODULES:
+    elif (
+        words
+        and Path(words[0]).name.startswith("python")
+        and len(words) > 2
+        and words[1] == "-m"
+        and words[2] in TORCHRUN_MODULES
+    ):
         words = words[3:]
     else:
         return list(args), None
@@ -43,8 +49,11 @@ def torchrun_command(args: list[str]) -> tuple[list[str], tuple[int, int] | None
     if parsed.no_python:
         fail("torchrun --no-python: maya emulate runs Python scripts (give the script itself)", 2)
     if not str(parsed.nproc_per_node).isdigit() or int(parsed.nproc_per_node) < 1:
-        fail(f"torchrun --nproc-per-node {parsed.nproc_per_node}: give the number of GPUs per node (maya emulate's "
-             "machine has none to count)", 2)
+        fail(
+            f"torchrun --nproc-per-node {parsed.nproc_per_node}: give the number of GPUs per node (maya emulate's "
+            "machine has none to count)",
+            2,
+        )
     nodes = str(parsed.nnodes).rpartition(":")[2]  # MIN:MAX (elastic): the largest job
     if not nodes.isdigit() or int(nodes) < 1:
         fail(f"torchrun --nnodes {parsed.nnodes}: give the number of nodes", 2)
@@ -64,9 +73,12 @@ def script_argv(args: list[str]) -> list[str]:
         fail("give the script after --, e.g. `-- python train.py --steps 3`", 2)
     if args[0] != "-m" and not Path(args[0]).is_file():
         if Path(args[0]).name in LAUNCHERS:
-            fail(f"{args[0]}: a launcher, which maya does not run: it starts every rank itself; give the GPUs "
-                 "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun commands are read "
-                 "as they are)", 2)
+            fail(
+                f"{args[0]}: a launcher, which maya does not run: it starts every rank itself; give the GPUs "
+                "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun commands are read "
+                "as they are)",
+                2,
+            )
         fail(f"{args[0]}: no such script", 2)
     return args
 

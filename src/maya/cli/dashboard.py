@@ -1,5 +1,6 @@
 """`maya dashboard`: build the accuracy dashboard (evaluating the latest estimator version and running a small
 validation suite first when the warehouse lacks them) and serve it on local HTTP."""
+
 from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,14 +14,19 @@ from .common import err, fail, out
 from .estimators import WarehouseOption
 
 
-def dashboard_cmd(port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 8050,
-                  open_browser: Annotated[bool, typer.Option("--open", help="Open it in the default "
-                                                                            "browser.")] = False,
-                  suite: Annotated[str, typer.Option(help="Validation suite run for the latest estimator version "
-                                                          "when the warehouse has no result of it yet (`maya "
-                                                          "validate` names; 'none': no suite).")]
-                  = "llm-foundry-smoke",
-                  warehouse: WarehouseOption = None):
+def dashboard_cmd(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 8050,
+    open_browser: Annotated[bool, typer.Option("--open", help="Open it in the default browser.")] = False,
+    suite: Annotated[
+        str,
+        typer.Option(
+            help="Validation suite run for the latest estimator version "
+            "when the warehouse has no result of it yet (`maya "
+            "validate` names; 'none': no suite)."
+        ),
+    ] = "llm-foundry-smoke",
+    warehouse: WarehouseOption = None,
+):
     """Serve the accuracy dashboard (end to end: predicted vs measured per validation suite and estimator
     version, with bands; kernels: error per family and version) on http://127.0.0.1:PORT/. What it shows is
     built first when missing: the latest estimator version evaluated on NeuSight's held-out kernels and a
@@ -31,8 +37,14 @@ def dashboard_cmd(port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: 
     from maya.validation import SuiteError
 
     warehouse = warehouse or warehouse_path()
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[last]}"), console=err)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=err,
+    )
     state: dict = {}
 
     def on_start(total: int, done: int) -> None:
@@ -44,8 +56,13 @@ def dashboard_cmd(port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: 
 
     try:
         with progress:
-            prepare(warehouse, suite=None if suite == "none" else suite, on_step=progress.console.print,
-                    on_start=on_start, on_row=on_row)
+            prepare(
+                warehouse,
+                suite=None if suite == "none" else suite,
+                on_step=progress.console.print,
+                on_start=on_start,
+                on_row=on_row,
+            )
         page, changed = build(warehouse)
     except (NothingToShow, NoAccuracyData, SuiteError) as e:
         fail(str(e))
@@ -71,6 +88,7 @@ def dashboard_cmd(port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: 
 def dashboard_server(page: Path, port: int) -> ThreadingHTTPServer:
     """An HTTP server on 127.0.0.1 answering `/` with the page, read per request (a rebuilt dashboard
     shows on reload)."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.split("?")[0] not in ("/", "/index.html", f"/{page.name}"):

@@ -5,12 +5,12 @@ estimators are trained on the shipped measurements if the warehouse holds no ver
 simulator predicts the iteration time, memory and cost; SQL over the trace and the warehouse shows
 what was captured; the simulated schedule is written as a Perfetto timeline.
 """
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
-
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -22,8 +22,21 @@ from maya.core.sql import run_query
 
 from .common import out
 
-EXAMPLE_ARGS = ["--bf16", "--steps", "4", "--dim", "512", "--layers", "4", "--heads", "8", "--seq", "512",
-                "--batch", "8"]
+EXAMPLE_ARGS = [
+    "--bf16",
+    "--steps",
+    "4",
+    "--dim",
+    "512",
+    "--layers",
+    "4",
+    "--heads",
+    "8",
+    "--seq",
+    "512",
+    "--batch",
+    "8",
+]
 TRAINING_SAMPLE = 20_000  # rows of the shipped measurements: well under a minute to train on 2 cores
 QUERIES = {
     "Device calls per iteration and phase (emulated trace)": """
@@ -40,10 +53,9 @@ QUERIES = {
 
 
 def run_demo(console: Console, out_dir: Path | None = None, training_sample: int = TRAINING_SAMPLE) -> Path:
+    from maya.core.warehouse import register_run
     from maya.emulator.launcher import emulate
     from maya.simulator.predict import predict
-
-    from maya.core.warehouse import register_run
 
     run_dir = out_dir or runs_dir() / time.strftime("demo-%Y%m%d-%H%M%S")
     script = example_script()
@@ -54,13 +66,16 @@ def run_demo(console: Console, out_dir: Path | None = None, training_sample: int
     if result.status != "complete":
         raise RuntimeError(f"the example did not complete under emulation ({result.status}); see {run_dir}/logs")
     rank = result.ranks[0]
-    console.print(f"   {rank.calls:,} device-API calls captured in {rank.seconds:.1f} s -> [cyan]{run_dir}[/] "
-                  f"(run {register_run(run_dir)})")
+    console.print(
+        f"   {rank.calls:,} device-API calls captured in {rank.seconds:.1f} s -> [cyan]{run_dir}[/] "
+        f"(run {register_run(run_dir)})"
+    )
     version = _estimator_version(console, training_sample)
     console.print(f"3. predicting with estimator version [cyan]{version}[/] and the event-driven simulator")
     timeline = run_dir.with_name(run_dir.name + ".timeline.json")
-    prediction, _ = predict(run_dir, durations="estimators", price_per_gpu_hour=3.0, timeline=timeline,
-                            tokens_per_iteration=8 * 511)
+    prediction, _ = predict(
+        run_dir, durations="estimators", price_per_gpu_hour=3.0, timeline=timeline, tokens_per_iteration=8 * 511
+    )
     _print_prediction(console, prediction)
     console.print("4. read-only SQL over the trace:")
     for title, sql in QUERIES.items():
@@ -69,8 +84,9 @@ def run_demo(console: Console, out_dir: Path | None = None, training_sample: int
         for row in r.rows:
             table.add_row(*(str(v) for v in row))
         console.print(table)
-    console.print(f"5. simulated schedule: [cyan]{timeline}[/] (open in https://ui.perfetto.dev); "
-                  f"warehouse: {warehouse_path()}")
+    console.print(
+        f"5. simulated schedule: [cyan]{timeline}[/] (open in https://ui.perfetto.dev); warehouse: {warehouse_path()}"
+    )
     return run_dir
 
 
@@ -91,8 +107,10 @@ def _estimator_version(console: Console, sample: int) -> str:
     measurements = measurements.sample(min(sample, len(measurements)), random_state=0).reset_index(drop=True)
     with console.status(f"2. training kernel estimators on {len(measurements):,} shipped measurements..."):
         registered = train_version(measurements, TrainConfig(), registry)
-    console.print(f"2. kernel estimators: trained and registered version [cyan]{registered.record.version}[/] "
-                  f"on {len(measurements):,} shipped measurements")
+    console.print(
+        f"2. kernel estimators: trained and registered version [cyan]{registered.record.version}[/] "
+        f"on {len(measurements):,} shipped measurements"
+    )
     return registered.record.version
 
 
@@ -100,20 +118,30 @@ def _print_prediction(console: Console, p) -> None:
     table = Table(show_header=False, title="Prediction for one H100 SXM", title_justify="left")
     ms = p.iteration_ns / 1e6
     table.add_row("iteration time", f"{ms:.3f} ms")
-    for label, ns in (("compute", p.compute_ns), ("exposed communication", p.exposed_comm_ns),
-                      ("host-bound", p.host_bound_ns), ("idle", p.idle_ns)):
+    for label, ns in (
+        ("compute", p.compute_ns),
+        ("exposed communication", p.exposed_comm_ns),
+        ("host-bound", p.host_bound_ns),
+        ("idle", p.idle_ns),
+    ):
         table.add_row(f"  {label}", f"{ns / 1e6:.3f} ms ({ns / p.iteration_ns:.0%})" if p.iteration_ns else "-")
     table.add_row("MFU", f"{p.mfu:.1%} of {p.mfu_dtype} peak")
-    table.add_row("peak memory", f"{p.peak_memory_bytes / 2**30:.2f} GiB of {p.memory_capacity_bytes / 2**30:.1f} GiB"
-                  + ("  [red]OOM[/]" if p.oom else ""))
+    table.add_row(
+        "peak memory",
+        f"{p.peak_memory_bytes / 2**30:.2f} GiB of {p.memory_capacity_bytes / 2**30:.1f} GiB"
+        + ("  [red]OOM[/]" if p.oom else ""),
+    )
     console.print(table)
     for note in p.notes:
         console.print(f"   note: {note}", highlight=False)
 
 
-def demo_cmd(out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None,
-         training_sample: Annotated[int, typer.Option(min=1000, help="Shipped measurements to train the estimators "
-                                                                     "on when none are registered.")] = 20_000):
+def demo_cmd(
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory to write.")] = None,
+    training_sample: Annotated[
+        int, typer.Option(min=1000, help="Shipped measurements to train the estimators on when none are registered.")
+    ] = 20_000,
+):
     """Maya's main job on the embedded defaults: emulate the bundled example on a virtual H100, train
     the kernel estimators if needed, predict iteration time, memory and cost, and show the trace."""
     run_demo(out, out_dir, training_sample)

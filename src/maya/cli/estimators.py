@@ -1,18 +1,19 @@
 """`maya estimators`: train, list, show and evaluate versions of the kernel estimators."""
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from .common import err, fail, out
 
-estimators_app = typer.Typer(help="Train, list, inspect and evaluate kernel runtime estimators.",
-                             no_args_is_help=True)
-WarehouseOption = Annotated[Optional[Path], typer.Option(help="Warehouse file (default $MAYA_WAREHOUSE or "
-                                                              "$MAYA_HOME/warehouse.duckdb).")]
+estimators_app = typer.Typer(help="Train, list, inspect and evaluate kernel runtime estimators.", no_args_is_help=True)
+WarehouseOption = Annotated[
+    Path | None, typer.Option(help="Warehouse file (default $MAYA_WAREHOUSE or $MAYA_HOME/warehouse.duckdb).")
+]
 
 
 def _pct(value) -> str:
@@ -20,15 +21,15 @@ def _pct(value) -> str:
 
 
 @estimators_app.command("train")
-def train_cmd(profiles: Annotated[Optional[Path], typer.Option(help="Folder of measured runs "
-                                                                   "(default data/profiles).")] = None,
-              neusight: Annotated[bool, typer.Option(help="Include NeuSight's measured kernels.")] = True,
-              vidur: Annotated[bool, typer.Option(help="Include Vidur's measured operators.")] = True,
-              sample: Annotated[Optional[int], typer.Option(help="Train on a random sample of this many rows.")] = None,
-              trees: Annotated[Optional[int], typer.Option(help="Trees per model (default: the tuned "
-                                                                "setting).")] = None,
-              depth: Annotated[Optional[int], typer.Option(help="Tree depth (default: the tuned setting).")] = None,
-              warehouse: WarehouseOption = None):
+def train_cmd(
+    profiles: Annotated[Path | None, typer.Option(help="Folder of measured runs (default data/profiles).")] = None,
+    neusight: Annotated[bool, typer.Option(help="Include NeuSight's measured kernels.")] = True,
+    vidur: Annotated[bool, typer.Option(help="Include Vidur's measured operators.")] = True,
+    sample: Annotated[int | None, typer.Option(help="Train on a random sample of this many rows.")] = None,
+    trees: Annotated[int | None, typer.Option(help="Trees per model (default: the tuned setting).")] = None,
+    depth: Annotated[int | None, typer.Option(help="Tree depth (default: the tuned setting).")] = None,
+    warehouse: WarehouseOption = None,
+):
     """Train on every shipped source (NeuSight, Vidur, measured runs; says which, with rows per source and
     device) and register a version (an existing one when this data and configuration were already trained on)."""
     import pandas as pd
@@ -52,8 +53,10 @@ def train_cmd(profiles: Annotated[Optional[Path], typer.Option(help="Folder of m
     with out.status(f"training on {len(measurements):,} measured calls"):
         registered = train_version(measurements, config, Registry(warehouse))
     record = registered.record
-    summary = f"estimator version [bold]{record.version}[/] ({record.training_rows:,} rows, " \
-              f"hardware {', '.join(record.hardware)})"
+    summary = (
+        f"estimator version [bold]{record.version}[/] ({record.training_rows:,} rows, "
+        f"hardware {', '.join(record.hardware)})"
+    )
     out.print(f"reused {summary}: same data and configuration" if registered.reused else f"registered {summary}")
     out.print(_family_table(record.metrics))
 
@@ -62,8 +65,9 @@ def _sources_table(sources, rows) -> Table:
     """Rows per source and device; rows quarantined (never trained on) and left out, with why."""
     table = Table("source", "hardware", "rows", "quarantined (never trained on) / left out", title="training data")
     for _, row in rows.iterrows():
-        table.add_row(row["source"], row["hardware"], f"{row['rows']:,}", f"{row['rejected']:,}" if row["rejected"]
-                      else "-")
+        table.add_row(
+            row["source"], row["hardware"], f"{row['rows']:,}", f"{row['rejected']:,}" if row["rejected"] else "-"
+        )
     for source in sources:
         if len(source.rejected):
             for reason, count in source.rejected["reason"].value_counts().head(5).items():
@@ -86,14 +90,21 @@ def list_cmd(warehouse: WarehouseOption = None):
     table = Table("version", "created", "hardware", "families", "rows", "data hash")
     for r in versions:
         name = f"{r.version} (latest)" if r.version == latest else r.version
-        table.add_row(name, f"{r.created_at:%Y-%m-%d %H:%M:%S}", ", ".join(r.hardware), ", ".join(r.families),
-                      f"{r.training_rows:,}", r.data_hash[:12])
+        table.add_row(
+            name,
+            f"{r.created_at:%Y-%m-%d %H:%M:%S}",
+            ", ".join(r.hardware),
+            ", ".join(r.families),
+            f"{r.training_rows:,}",
+            r.data_hash[:12],
+        )
     out.print(table)
 
 
 @estimators_app.command("show")
-def show_cmd(version: Annotated[str, typer.Argument(help="Version (e.g. v3) or `latest`.")],
-             warehouse: WarehouseOption = None):
+def show_cmd(
+    version: Annotated[str, typer.Argument(help="Version (e.g. v3) or `latest`.")], warehouse: WarehouseOption = None
+):
     """A version's record, artifact and accuracy metrics."""
     from maya.estimators import Registry, RegistryError
 
@@ -105,30 +116,45 @@ def show_cmd(version: Annotated[str, typer.Argument(help="Version (e.g. v3) or `
     table = Table(show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")
-    for name, value in [("version", record.version), ("created", f"{record.created_at:%Y-%m-%d %H:%M:%S}"),
-                        ("hardware", ", ".join(record.hardware)), ("families", ", ".join(record.families)),
-                        ("training rows", f"{record.training_rows:,}"), ("data hash", record.data_hash),
-                        ("config hash", record.config_hash),
-                        ("artifact", str(registry.artifacts / record.artifact_path)),
-                        ("artifact sha256", record.artifact_sha256), ("artifact bytes", f"{record.artifact_bytes:,}"),
-                        ("maya", record.maya_version)]:
+    for name, value in [
+        ("version", record.version),
+        ("created", f"{record.created_at:%Y-%m-%d %H:%M:%S}"),
+        ("hardware", ", ".join(record.hardware)),
+        ("families", ", ".join(record.families)),
+        ("training rows", f"{record.training_rows:,}"),
+        ("data hash", record.data_hash),
+        ("config hash", record.config_hash),
+        ("artifact", str(registry.artifacts / record.artifact_path)),
+        ("artifact sha256", record.artifact_sha256),
+        ("artifact bytes", f"{record.artifact_bytes:,}"),
+        ("maya", record.maya_version),
+    ]:
         table.add_row(name, value)
     out.print(table)
     out.print(_family_table(record.metrics))
 
 
 @estimators_app.command("eval")
-def eval_cmd(dataset: Annotated[Path, typer.Option(help="Parquet of measurements in a layout Maya reads, told apart by "
-                                                        "its columns: NeuSight kernels (op, device, latency_ms, ...), "
-                                                        "Vidur compute (device, model, op, time_ms_median, ...) or "
-                                                        "Vidur collectives (network, collective, num_workers, ...).")],
-             version: Annotated[str, typer.Option(help="Kernel estimator version to evaluate.")] = "latest",
-             cluster: Annotated[Optional[str], typer.Option(help="Collectives: price every row on this cluster (name "
-                                                                 "or spec file) instead of each network's own.")]
-             = None,
-             as_json: Annotated[bool, typer.Option("--json", help="Print {op: {rows, mape (percent)}} as JSON.")]
-             = False,
-             warehouse: WarehouseOption = None):
+def eval_cmd(
+    dataset: Annotated[
+        Path,
+        typer.Option(
+            help="Parquet of measurements in a layout Maya reads, told apart by "
+            "its columns: NeuSight kernels (op, device, latency_ms, ...), "
+            "Vidur compute (device, model, op, time_ms_median, ...) or "
+            "Vidur collectives (network, collective, num_workers, ...)."
+        ),
+    ],
+    version: Annotated[str, typer.Option(help="Kernel estimator version to evaluate.")] = "latest",
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="Collectives: price every row on this cluster (name or spec file) instead of each network's own."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {op: {rows, mape (percent)}} as JSON.")] = False,
+    warehouse: WarehouseOption = None,
+):
     """MAPE per op (per collective for NCCL data) against measurements. Kernels are compared as they were
     timed: NeuSight's calls timed one by one (device time plus dispatch), Vidur's as device time; collectives
     with the collective model of each network's cluster."""
@@ -161,25 +187,49 @@ def eval_cmd(dataset: Annotated[Path, typer.Option(help="Parquet of measurements
     table = result.table
     shares = [c for c in table.columns if c.startswith("share_")]
     extra = ["roofline MAPE"] if "roofline_mape" in table else []
-    view = Table("op", "rows", "MAPE", *extra, *[c.removeprefix("share_") for c in shares],
-                 title=f"{dataset.name} ({result.layout})" + ("" if result.layout == "vidur_collectives"
-                                                              else f" against estimator {version}"))
+    view = Table(
+        "op",
+        "rows",
+        "MAPE",
+        *extra,
+        *[c.removeprefix("share_") for c in shares],
+        title=f"{dataset.name} ({result.layout})"
+        + ("" if result.layout == "vidur_collectives" else f" against estimator {version}"),
+    )
     for op, row in [*table.iterrows(), ("overall", result.overall)]:
-        view.add_row(str(op), f"{int(row['rows']):,}", _pct(row["mape"]),
-                     *([_pct(row["roofline_mape"])] if extra else []), *[f"{row.get(c, 0.0):.0%}" for c in shares],
-                     end_section=op == table.index[-1])
+        view.add_row(
+            str(op),
+            f"{int(row['rows']):,}",
+            _pct(row["mape"]),
+            *([_pct(row["roofline_mape"])] if extra else []),
+            *[f"{row.get(c, 0.0):.0%}" for c in shares],
+            end_section=op == table.index[-1],
+        )
     out.print(view)
 
 
 def _family_table(metrics: dict) -> Table:
-    table = Table("family (segment)", "rows", "GPUs", "validation MAPE (held out)", "unseen-GPU MAPE",
-                  "unseen-architecture MAPE", "roofline MAPE", title="per family (held-out training data)")
+    table = Table(
+        "family (segment)",
+        "rows",
+        "GPUs",
+        "validation MAPE (held out)",
+        "unseen-GPU MAPE",
+        "unseen-architecture MAPE",
+        "roofline MAPE",
+        title="per family (held-out training data)",
+    )
     for family, m in sorted(metrics.get("families", {}).items()):
         split = m.get("validation_split")
-        table.add_row(family, f"{m['rows']:,}", str(len(m["hardware"])),
-                      _pct(m.get("validation_mape")) + (f" ({split})" if split and "validation_mape" in m else ""),
-                      _pct(_mean(m.get("unseen_gpu_mape"))), _pct(_mean(m.get("transfer_mape"))),
-                      _pct(m.get("roofline_mape")))
+        table.add_row(
+            family,
+            f"{m['rows']:,}",
+            str(len(m["hardware"])),
+            _pct(m.get("validation_mape")) + (f" ({split})" if split and "validation_mape" in m else ""),
+            _pct(_mean(m.get("unseen_gpu_mape"))),
+            _pct(_mean(m.get("transfer_mape"))),
+            _pct(m.get("roofline_mape")),
+        )
     return table
 
 

@@ -1,11 +1,12 @@
 """`maya predict RUN_DIR`: replay a trace on the simulator and report time, memory and cost."""
+
 from __future__ import annotations
 
 import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -25,47 +26,82 @@ class Durations(str, Enum):
     measured = "measured"
 
 
-def predict_cmd(run_dir: Annotated[Path, typer.Argument(help="Run directory (emulated, imported or synthetic).")],
-                hardware: Annotated[Optional[str], typer.Option(help="GPU to predict for (default: the trace's): a "
-                                                                "catalog name or a .json/.yaml file describing one; "
-                                                                "measured kernel durations are re-priced for it.")]
-                = None,
-                dp: Annotated[Optional[int], typer.Option("--dp", min=1, help="Data-parallel degree to predict for "
-                                                          "(data-parallel traces): each rank replays a traced "
-                                                          "rank, collectives span the new degree.")] = None,
-                price_per_gpu_hour: Annotated[Optional[float], typer.Option(min=0, help="Price of one GPU-hour, "
-                                                                            "for the cost figures.")] = None,
-                tokens_per_iteration: Annotated[Optional[float], typer.Option(min=0, help="Tokens the whole job "
-                                                                              "processes per iteration.")] = None,
-                timeline: Annotated[Optional[Path], typer.Option(help="Write the simulated schedule as "
-                                                                 "Perfetto/Chrome JSON.")] = None,
-                durations: Annotated[Durations, typer.Option(help="Where durations come from: auto = measured "
-                                                             "if the trace has them, else the latest estimators, "
-                                                             "else the roofline.")] = Durations.auto,
-                model_version: Annotated[str, typer.Option(help="Estimator version.")] = "latest",
-                cluster: Annotated[Optional[str], typer.Option(help="Cluster spec (GPUs per node, links) for "
-                                                               "collectives (default: one of the hardware's).")]
-                = None,
-                as_json: Annotated[bool, typer.Option("--json", help="Print the prediction as JSON.")] = False):
+def predict_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (emulated, imported or synthetic).")],
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU to predict for (default: the trace's): a "
+            "catalog name or a .json/.yaml file describing one; "
+            "measured kernel durations are re-priced for it."
+        ),
+    ] = None,
+    dp: Annotated[
+        int | None,
+        typer.Option(
+            "--dp",
+            min=1,
+            help="Data-parallel degree to predict for "
+            "(data-parallel traces): each rank replays a traced "
+            "rank, collectives span the new degree.",
+        ),
+    ] = None,
+    price_per_gpu_hour: Annotated[
+        float | None, typer.Option(min=0, help="Price of one GPU-hour, for the cost figures.")
+    ] = None,
+    tokens_per_iteration: Annotated[
+        float | None, typer.Option(min=0, help="Tokens the whole job processes per iteration.")
+    ] = None,
+    timeline: Annotated[Path | None, typer.Option(help="Write the simulated schedule as Perfetto/Chrome JSON.")] = None,
+    durations: Annotated[
+        Durations,
+        typer.Option(
+            help="Where durations come from: auto = measured "
+            "if the trace has them, else the latest estimators, "
+            "else the roofline."
+        ),
+    ] = Durations.auto,
+    model_version: Annotated[str, typer.Option(help="Estimator version.")] = "latest",
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="Cluster spec (GPUs per node, links) for collectives (default: one of the hardware's)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the prediction as JSON.")] = False,
+):
     """Predict iteration time, its breakdown, MFU, peak memory (and OOM) and cost of a traced run by
     replaying every rank on the event-driven simulator, optionally re-targeted to another GPU, data-parallel
     degree or cluster (the changed assumptions are listed). Estimated durations come with a 10-90% band
     of the iteration time, from the kernel and collective models' held-out residuals. A measured trace replayed unchanged reports the
     replay's error against its measured iteration time. The prediction is stored in the warehouse."""
     from maya.core.hardware import UnknownHardware
-    from maya.simulator import (Deadlock, EstimatorsUnavailable, MissingDurations, MissingRanks, predict)
+    from maya.simulator import Deadlock, EstimatorsUnavailable, MissingDurations, MissingRanks, predict
     from maya.simulator.oom import RecordedOutOfMemory
     from maya_trace_spec import TraceError
 
     try:
         prediction, prediction_id = predict(
-            run_dir, hardware=hardware, durations=durations.value, price_per_gpu_hour=price_per_gpu_hour,
-            tokens_per_iteration=tokens_per_iteration, timeline=timeline, model_version=model_version,
-            cluster=cluster, dp=dp, band=True)
+            run_dir,
+            hardware=hardware,
+            durations=durations.value,
+            price_per_gpu_hour=price_per_gpu_hour,
+            tokens_per_iteration=tokens_per_iteration,
+            timeline=timeline,
+            model_version=model_version,
+            cluster=cluster,
+            dp=dp,
+            band=True,
+        )
     except RecordedOutOfMemory as e:
         fail(str(e), EXIT_OOM)
-    except (TraceError, MissingRanks, Deadlock, EstimatorsUnavailable, MissingDurations, UnknownHardware,
-            ValueError) as e:
+    except (
+        TraceError,
+        MissingRanks,
+        Deadlock,
+        EstimatorsUnavailable,
+        MissingDurations,
+        UnknownHardware,
+        ValueError,
+    ) as e:
         fail(str(e))
     if as_json:
         sys.stdout.write(json.dumps({"prediction_id": prediction_id, **prediction.to_dict()}) + "\n")
@@ -81,9 +117,10 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:,.2f} GiB"
 
 
-def _print(p, prediction_id: str, timeline: Optional[Path]) -> None:
-    t = Table(show_header=False, title=f"{Path(p.run_path).name} on {p.simulated_ranks} × {p.hardware}",
-              title_justify="left")
+def _print(p, prediction_id: str, timeline: Path | None) -> None:
+    t = Table(
+        show_header=False, title=f"{Path(p.run_path).name} on {p.simulated_ranks} × {p.hardware}", title_justify="left"
+    )
     t.add_column(style="bold")
     t.add_column(justify="right")
     t.add_row("iteration time", _ms(p.iteration_ns))
@@ -93,8 +130,12 @@ def _print(p, prediction_id: str, timeline: Optional[Path]) -> None:
         t.add_row("measured iteration time", _ms(p.measured_iteration_ns))
     if p.replay_error is not None:
         t.add_row("replay error", f"{p.replay_error:+.2%}")
-    for label, ns in (("  compute", p.compute_ns), ("  exposed communication", p.exposed_comm_ns),
-                      ("  host-bound", p.host_bound_ns), ("  idle", p.idle_ns)):
+    for label, ns in (
+        ("  compute", p.compute_ns),
+        ("  exposed communication", p.exposed_comm_ns),
+        ("  host-bound", p.host_bound_ns),
+        ("  idle", p.idle_ns),
+    ):
         share = ns / p.iteration_ns if p.iteration_ns else 0.0
         t.add_row(label, f"{_ms(ns)}  ({share:5.1%})")
     t.add_row("MFU", f"{p.mfu:.1%} of {p.mfu_dtype} peak")
@@ -113,20 +154,30 @@ def _print(p, prediction_id: str, timeline: Optional[Path]) -> None:
     if len(p.ranks) <= PER_RANK_ROWS:
         ranks = Table("rank", "iteration", "compute", "exposed comm", "host-bound", "idle", "MFU", "peak memory")
         for r in p.ranks:
-            ranks.add_row(str(r.rank), _ms(r.iteration_ns), _ms(r.compute_ns), _ms(r.exposed_comm_ns),
-                          _ms(r.host_bound_ns), _ms(r.idle_ns), f"{r.mfu:.1%}", _gib(r.peak_memory_bytes))
+            ranks.add_row(
+                str(r.rank),
+                _ms(r.iteration_ns),
+                _ms(r.compute_ns),
+                _ms(r.exposed_comm_ns),
+                _ms(r.host_bound_ns),
+                _ms(r.idle_ns),
+                f"{r.mfu:.1%}",
+                _gib(r.peak_memory_bytes),
+            )
         out.print(ranks)
     else:
         times = [r.iteration_ns for r in p.ranks]
-        out.print(f"{len(p.ranks)} ranks: iteration {_ms(min(times))} … {_ms(max(times))}, "
-                  f"slowest rank {p.critical_rank}")
+        out.print(
+            f"{len(p.ranks)} ranks: iteration {_ms(min(times))} … {_ms(max(times))}, slowest rank {p.critical_rank}"
+        )
     if p.assumptions:
         out.print("changed assumptions:", style="bold")
         for assumption in p.assumptions:
             out.print(f"  - {assumption}", highlight=False)
     for note in p.notes:
         out.print(f"note: {note}", style="dim", highlight=False)
-    out.print(f"simulated {p.simulated_calls:,} calls in {p.simulation_s:.2f} s; prediction {prediction_id}",
-              style="dim")
+    out.print(
+        f"simulated {p.simulated_calls:,} calls in {p.simulation_s:.2f} s; prediction {prediction_id}", style="dim"
+    )
     if timeline is not None:
         out.print(f"timeline: [cyan]{timeline}[/] (open in https://ui.perfetto.dev)")

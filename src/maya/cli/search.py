@@ -1,17 +1,19 @@
 """`maya search --space space.yaml -- python train.py --tp {tp} ...`: find the best configuration."""
+
 from __future__ import annotations
 
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import err, fail, out, script_argv
 from maya.core.hardware import DEFAULT_HARDWARE
+
+from .common import err, fail, out, script_argv
 
 RANKED_ROWS = 20
 
@@ -33,39 +35,52 @@ class ExecutorKind(str, Enum):
     ray = "ray"
 
 
-def search_cmd(ctx: typer.Context,
-               space: Annotated[Path, typer.Option(help="Space file (YAML): parameters, derived values, "
-                                                   "constraints, roles.")],
-               cluster: Annotated[Optional[str], typer.Option(help="Cluster spec (GPU and GPUs per node; "
-                                                              "collectives).")] = None,
-               gpus: Annotated[Optional[int], typer.Option(min=1, help="GPUs of the job (else the space's).")] = None,
-               objective: Annotated[Objective, typer.Option(help="What to minimise (tokens-per-dollar: "
-                                                            "maximise).")] = Objective.time,
-               algorithm: Annotated[Algorithm, typer.Option(help="Search algorithm.")] = Algorithm.cmaes,
-               budget: Annotated[Optional[int], typer.Option(min=1, help="Most points to evaluate (default: all "
-                                                             "for grid, 30% of the valid ones otherwise).")] = None,
-               executor: Annotated[ExecutorKind, typer.Option(help="Where points are evaluated.")]
-               = ExecutorKind.local,
-               ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster address (--executor ray).")]
-               = None,
-               parallel: Annotated[int, typer.Option(min=1, help="Points evaluated at once (an emulation "
-                                                     "already uses every local core).")] = 1,
-               price_per_gpu_hour: Annotated[Optional[float], typer.Option(min=0, help="Price of one GPU-hour "
-                                                                           "(costs are GPU-hours without it).")]
-               = None,
-               durations: Annotated[str, typer.Option(help="auto, estimators, roofline or measured.")] = "auto",
-               seed: Annotated[int, typer.Option(help="Seed of random and CMA-ES searches.")] = 0,
-               resume: Annotated[Optional[str], typer.Option(help="Search id to resume (searches resume by "
-                                                             "space and command anyway).")] = None,
-               out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Directory for traces and the "
-                                                               "Pareto plot.")] = None):
+def search_cmd(
+    ctx: typer.Context,
+    space: Annotated[Path, typer.Option(help="Space file (YAML): parameters, derived values, constraints, roles.")],
+    cluster: Annotated[str | None, typer.Option(help="Cluster spec (GPU and GPUs per node; collectives).")] = None,
+    gpus: Annotated[int | None, typer.Option(min=1, help="GPUs of the job (else the space's).")] = None,
+    objective: Annotated[
+        Objective, typer.Option(help="What to minimise (tokens-per-dollar: maximise).")
+    ] = Objective.time,
+    algorithm: Annotated[Algorithm, typer.Option(help="Search algorithm.")] = Algorithm.cmaes,
+    budget: Annotated[
+        int | None,
+        typer.Option(min=1, help="Most points to evaluate (default: all for grid, 30% of the valid ones otherwise)."),
+    ] = None,
+    executor: Annotated[ExecutorKind, typer.Option(help="Where points are evaluated.")] = ExecutorKind.local,
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (--executor ray).")] = None,
+    parallel: Annotated[
+        int, typer.Option(min=1, help="Points evaluated at once (an emulation already uses every local core).")
+    ] = 1,
+    price_per_gpu_hour: Annotated[
+        float | None, typer.Option(min=0, help="Price of one GPU-hour (costs are GPU-hours without it).")
+    ] = None,
+    durations: Annotated[str, typer.Option(help="auto, estimators, roofline or measured.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of random and CMA-ES searches.")] = 0,
+    resume: Annotated[
+        str | None, typer.Option(help="Search id to resume (searches resume by space and command anyway).")
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Directory for traces and the Pareto plot.")
+    ] = None,
+):
     """Search the space for the configuration with the best predicted iteration time, cost or tokens per
     dollar: each point is emulated and predicted (identical commands and traces once), Maya's pruning
     rules skip points they decide, and every point is logged in the warehouse (`search_points`)."""
-    from maya.search import (LocalExecutor, MayaEvaluator, RayExecutor, SearchLog, SpaceError,
-                                       UnknownSearch, load_space, run_search, search_id, write_pareto_html)
-
     from maya.core.paths import maya_home
+    from maya.search import (
+        LocalExecutor,
+        MayaEvaluator,
+        RayExecutor,
+        SearchLog,
+        SpaceError,
+        UnknownSearch,
+        load_space,
+        run_search,
+        search_id,
+        write_pareto_html,
+    )
 
     command = script_argv(ctx.args)
     hardware, per_node = DEFAULT_HARDWARE, 8
@@ -87,34 +102,66 @@ def search_cmd(ctx: typer.Context,
     evaluator = MayaEvaluator(str(target), hardware, per_node, durations, cluster)
     log = SearchLog(sid)
     try:
-        log.open(the_space.digest(), command, {"algorithm": algorithm.value, "objective": objective.value,
-                                               "hardware": hardware, "cluster": cluster, "seed": seed,
-                                               "price_per_gpu_hour": price_per_gpu_hour}, must_exist=bool(resume))
+        log.open(
+            the_space.digest(),
+            command,
+            {
+                "algorithm": algorithm.value,
+                "objective": objective.value,
+                "hardware": hardware,
+                "cluster": cluster,
+                "seed": seed,
+                "price_per_gpu_hour": price_per_gpu_hour,
+            },
+            must_exist=bool(resume),
+        )
     except (UnknownSearch, ValueError) as e:
         fail(str(e).strip('"'), 2)
     pool = RayExecutor(ray_address) if executor is ExecutorKind.ray else LocalExecutor(parallel)
-    columns = (SpinnerColumn(), TextColumn("[bold]searching[/] {task.description}"), BarColumn(),
-               MofNCompleteColumn(), TextColumn("{task.fields[best]}"), TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("[bold]searching[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[best]}"),
+        TimeElapsedColumn(),
+    )
     t0 = time.monotonic()
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task(f"{sid} ({algorithm.value})", total=len(the_space.valid_points()), best="")
 
         def advance(record, result) -> None:
             best = result.best
-            progress.update(task, completed=len(result.records),
-                            best=f"best {_figure(best.objective, objective.value)}" if best else "")
+            progress.update(
+                task,
+                completed=len(result.records),
+                best=f"best {_figure(best.objective, objective.value)}" if best else "",
+            )
 
         try:
-            result = run_search(the_space, evaluator, algorithm=algorithm.value, objective=objective.value,
-                                budget=budget, executor=pool, log=log, price_per_gpu_hour=price_per_gpu_hour,
-                                seed=seed, parallel=parallel, on_record=advance)
+            result = run_search(
+                the_space,
+                evaluator,
+                algorithm=algorithm.value,
+                objective=objective.value,
+                budget=budget,
+                executor=pool,
+                log=log,
+                price_per_gpu_hour=price_per_gpu_hour,
+                seed=seed,
+                parallel=parallel,
+                on_record=advance,
+            )
         except ValueError as e:
             fail(str(e), 2)
     unit = "$" if price_per_gpu_hour is not None else "GPU-h"
     _print(result, unit, objective.value)
     plot = write_pareto_html(result, target / "pareto.html", cost_unit=unit)
-    out.print(f"{result.evaluations} of {result.valid_points} valid points evaluated, {len(result.records)} decided "
-              f"in {time.monotonic() - t0:.0f} s; search {sid} (warehouse table search_points)", style="dim")
+    out.print(
+        f"{result.evaluations} of {result.valid_points} valid points evaluated, {len(result.records)} decided "
+        f"in {time.monotonic() - t0:.0f} s; search {sid} (warehouse table search_points)",
+        style="dim",
+    )
     out.print(f"Pareto plot: [cyan]{plot}[/]")
     if result.best is None:
         fail("no configuration fits in memory")
@@ -129,14 +176,28 @@ def _figure(value: float, objective: str) -> str:
 
 
 def _print(result, unit: str, objective: str) -> None:
-    table = Table("#", "configuration", "iteration", "peak memory", "MFU", f"cost/iter ({unit})", "source",
-                  title=f"search {result.search_id}: best by {objective}", title_justify="left")
+    table = Table(
+        "#",
+        "configuration",
+        "iteration",
+        "peak memory",
+        "MFU",
+        f"cost/iter ({unit})",
+        "source",
+        title=f"search {result.search_id}: best by {objective}",
+        title_justify="left",
+    )
     for i, r in enumerate(result.ranked()[:RANKED_ROWS], 1):
         o = r.outcome
-        table.add_row(str(i), " ".join(f"{k}={v}" for k, v in r.params.items()), f"{o.iteration_ns / 1e6:,.2f} ms",
-                      f"{o.peak_memory_bytes / 2**30:,.2f} GiB" if o.peak_memory_bytes is not None else "-",
-                      f"{o.mfu:.1%}" if o.mfu is not None else "-", f"{r.cost:.4g}",
-                      o.source if o.status != "derived" else "derived")
+        table.add_row(
+            str(i),
+            " ".join(f"{k}={v}" for k, v in r.params.items()),
+            f"{o.iteration_ns / 1e6:,.2f} ms",
+            f"{o.peak_memory_bytes / 2**30:,.2f} GiB" if o.peak_memory_bytes is not None else "-",
+            f"{o.mfu:.1%}" if o.mfu is not None else "-",
+            f"{r.cost:.4g}",
+            o.source if o.status != "derived" else "derived",
+        )
     out.print(table)
     counts: dict[str, int] = {}
     for r in result.records:
@@ -145,5 +206,4 @@ def _print(result, unit: str, objective: str) -> None:
     best = result.best
     if best is not None:
         env = " ".join(f"{k}={v}" for k, v in best.env.items())
-        out.print("best command: [bold]" + " ".join(filter(None, [env, "python", *best.argv])) + "[/]",
-                  highlight=False)
+        out.print("best command: [bold]" + " ".join(filter(None, [env, "python", *best.argv])) + "[/]", highlight=False)

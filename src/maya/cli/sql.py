@@ -1,4 +1,5 @@
 """`maya sql`: read-only SQL over the warehouse and, with --trace, a run's tables."""
+
 from __future__ import annotations
 
 import csv
@@ -6,7 +7,7 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -22,11 +23,14 @@ class Format(str, Enum):
     json = "json"
 
 
-def sql_cmd(query: Annotated[str, typer.Argument(help="SQL (read-only: SELECT, SHOW, DESCRIBE, EXPLAIN).")],
-        trace: Annotated[Optional[Path], typer.Option(help="Run directory whose tables become views.")] = None,
-        format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-        warehouse: Annotated[Optional[Path], typer.Option(help="Warehouse file (default $MAYA_WAREHOUSE "
-                                                                "or $MAYA_HOME/warehouse.duckdb).")] = None):
+def sql_cmd(
+    query: Annotated[str, typer.Argument(help="SQL (read-only: SELECT, SHOW, DESCRIBE, EXPLAIN).")],
+    trace: Annotated[Path | None, typer.Option(help="Run directory whose tables become views.")] = None,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    warehouse: Annotated[
+        Path | None, typer.Option(help="Warehouse file (default $MAYA_WAREHOUSE or $MAYA_HOME/warehouse.duckdb).")
+    ] = None,
+):
     """Query the warehouse and, with --trace, a run's tables (api_calls, ops, kernels, ...)."""
     from maya.core.sql import QueryRefused, run_query
 

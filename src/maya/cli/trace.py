@@ -1,9 +1,10 @@
 """`maya trace`: validate, export, import and migrate maya_trace_spec runs."""
+
 from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,8 +21,8 @@ trace_app.add_typer(import_app, name="import")
 def trace_validate(path: Annotated[Path, typer.Argument(help="Run directory or one table file.")]):
     """Check a run against the spec: file identity and version, columns and types, row constraints,
     references between tables."""
-    from maya_trace_spec.validation import validate_file, validate_run
     from maya_trace_spec import inspect_file
+    from maya_trace_spec.validation import validate_file, validate_run
 
     if path.is_file():
         try:
@@ -45,20 +46,25 @@ class ExportFormat(str, Enum):
 
 
 @trace_app.command("export")
-def trace_export(path: Annotated[Path, typer.Argument(help="Run directory.")],
-                 format: Annotated[ExportFormat, typer.Option("--format", "-f")] = ExportFormat.perfetto,
-                 out_path: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output file (perfetto) "
-                                                                   "or prefix (chakra).")] = None):
+def trace_export(
+    path: Annotated[Path, typer.Argument(help="Run directory.")],
+    format: Annotated[ExportFormat, typer.Option("--format", "-f")] = ExportFormat.perfetto,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Output file (perfetto) or prefix (chakra).")
+    ] = None,
+):
     """Export a run as a Perfetto/Chrome timeline (one process per rank, one track per stream) or as
     Chakra execution traces (one file per rank)."""
     try:
         if format is ExportFormat.perfetto:
             from maya_trace_spec.interop.perfetto import export_perfetto
+
             target = out_path or path.with_name(path.name + ".perfetto.json")
             stats = export_perfetto(path, target)
             out.print(f"wrote {target} ({stats.slices} slices); open it in https://ui.perfetto.dev")
         else:
             from maya_trace_spec.interop.chakra import export_chakra
+
             files = export_chakra(path, out_path or path.with_name(path.name + ".chakra"))
             out.print(f"wrote {len(files)} Chakra ET file(s): {', '.join(map(str, files))}")
     except TraceError as e:
@@ -66,16 +72,16 @@ def trace_export(path: Annotated[Path, typer.Argument(help="Run directory.")],
 
 
 @import_app.command("kineto")
-def import_kineto_cmd(files: Annotated[list[Path], typer.Argument(help="Kineto/torch.profiler JSON, one per rank.")],
-                      out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory to write.")] = None,
-                      rank: Annotated[Optional[list[int]], typer.Option(help="Rank of each file, when the "
-                                                                        "files do not say.")] = None,
-                      hardware: Annotated[Optional[str], typer.Option(help="Hardware catalog name.")] = None):
+def import_kineto_cmd(
+    files: Annotated[list[Path], typer.Argument(help="Kineto/torch.profiler JSON, one per rank.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory to write.")] = None,
+    rank: Annotated[list[int] | None, typer.Option(help="Rank of each file, when the files do not say.")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware catalog name.")] = None,
+):
     """Import torch.profiler (Kineto) traces as a measured maya_trace_spec run and catalog it."""
-    from maya_trace_spec.interop.kineto import import_kineto
-
     from maya.core.paths import runs_dir
     from maya.core.warehouse import register_run
+    from maya_trace_spec.interop.kineto import import_kineto
 
     target = out_dir or runs_dir() / files[0].name.split(".")[0]
     try:

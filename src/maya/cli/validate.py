@@ -1,9 +1,10 @@
 """`maya validate SUITE`: predict a suite of measured training runs and show how well Maya did."""
+
 from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,19 +12,26 @@ from rich.table import Table
 
 from .common import err, fail, out
 
-SUITE_HELP = ("llm-foundry (MosaicML's 162 published MPT rows), llm-foundry-smoke (3 of them), neusight "
-              "(NeuSight's single-GPU training rows), or a .csv (llm-foundry layout) / .parquet (NeuSight "
-              "layout) file.")
-ROWS_HELP = ("Rows to run: numbers (3,7,20-22) or a pandas query over the suite's columns and the aliases row, "
-             "model, seq, gpus, gpu, mbs, ga, precision, sharding, ckpt, e.g. 'gpu == \"h100_80gb\" and gpus <= 64'.")
+SUITE_HELP = (
+    "llm-foundry (MosaicML's 162 published MPT rows), llm-foundry-smoke (3 of them), neusight "
+    "(NeuSight's single-GPU training rows), or a .csv (llm-foundry layout) / .parquet (NeuSight "
+    "layout) file."
+)
+ROWS_HELP = (
+    "Rows to run: numbers (3,7,20-22) or a pandas query over the suite's columns and the aliases row, "
+    "model, seq, gpus, gpu, mbs, ga, precision, sharding, ckpt, e.g. 'gpu == \"h100_80gb\" and gpus <= 64'."
+)
 
 
-def validate_cmd(suite: Annotated[str, typer.Argument(help=SUITE_HELP)],
-                 rows: Annotated[Optional[str], typer.Option("--rows", help=ROWS_HELP)] = None,
-                 as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
-                 jobs: Annotated[int, typer.Option("--jobs", min=1, help="Rows evaluated at once (each emulation "
-                                                   "already uses every core).")] = 1,
-                 model_version: Annotated[str, typer.Option(help="Estimator version.")] = "latest"):
+def validate_cmd(
+    suite: Annotated[str, typer.Argument(help=SUITE_HELP)],
+    rows: Annotated[str | None, typer.Option("--rows", help=ROWS_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    jobs: Annotated[
+        int, typer.Option("--jobs", min=1, help="Rows evaluated at once (each emulation already uses every core).")
+    ] = 1,
+    model_version: Annotated[str, typer.Option(help="Estimator version.")] = "latest",
+):
     """Emulate every row of SUITE, predict its measured time (the steady optimizer step on the row's GPUs and
     cluster, with a 10-90% band from the estimators' held-out residuals), compare, and store each row in
     the warehouse (validation_rows) as it is done. A re-run resumes; a row that fails says why and the
@@ -36,8 +44,15 @@ def validate_cmd(suite: Annotated[str, typer.Argument(help=SUITE_HELP)],
         selected = loaded.select(rows)
     except SuiteError as e:
         fail(str(e), 2)
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=err, transient=as_json)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=err,
+        transient=as_json,
+    )
     state: dict = {}
 
     def on_start(total: int, done: int) -> None:
@@ -47,8 +62,12 @@ def validate_cmd(suite: Annotated[str, typer.Argument(help=SUITE_HELP)],
         figure = f"{result.error_pct:+.1f}%" if result.error_pct is not None else result.status
         progress.update(state["task"], advance=1, last=f"row {result.row}: {figure}")
         if result.status != "ok" and not result.resumed:
-            progress.console.print(f"row {result.row} ({result.label}) {result.status}: {result.reason}",
-                                   style="yellow", highlight=False, markup=False)
+            progress.console.print(
+                f"row {result.row} ({result.label}) {result.status}: {result.reason}",
+                style="yellow",
+                highlight=False,
+                markup=False,
+            )
 
     try:
         with progress:
@@ -73,40 +92,81 @@ def _pct(value: float | None, signed: bool = False) -> str:
 def _print(run, summary) -> None:
     from maya.validation.summary import COVERAGE_TARGET, MAE_TARGET, MAX_TARGET
 
-    t = Table("row", "run", "measured s", "predicted s", "error", "10-90% band s", "status",
-              title=f"{run.suite.name}: {len(run.results)} rows, estimator version {run.version}", title_justify="left")
+    t = Table(
+        "row",
+        "run",
+        "measured s",
+        "predicted s",
+        "error",
+        "10-90% band s",
+        "status",
+        title=f"{run.suite.name}: {len(run.results)} rows, estimator version {run.version}",
+        title_justify="left",
+    )
     for r in run.results:
         band = f"{_s(r.band_low_s)} … {_s(r.band_high_s)}" if r.band_low_s is not None else "-"
         status = r.status if r.status != "ok" else ("predicted OOM" if r.oom else "ok")
         if r.status == "ok" and r.in_band is False:
             band += " (out)"
-        t.add_row(str(r.row), r.label, _s(r.measured_s), _s(r.predicted_s), _pct(r.error_pct, True), band,
-                  status + (f": {r.reason[:80]}" if r.reason and r.status != "ok" else ""))
+        t.add_row(
+            str(r.row),
+            r.label,
+            _s(r.measured_s),
+            _s(r.predicted_s),
+            _pct(r.error_pct, True),
+            band,
+            status + (f": {r.reason[:80]}" if r.reason and r.status != "ok" else ""),
+        )
     out.print(t)
     for name, table in summary.by.items():
         if table.empty:
             continue
-        by = Table(name, "rows", "mean |error|", "max |error|", "mean error", "band coverage", title=f"by {name}",
-                   title_justify="left")
+        by = Table(
+            name,
+            "rows",
+            "mean |error|",
+            "max |error|",
+            "mean error",
+            "band coverage",
+            title=f"by {name}",
+            title_justify="left",
+        )
         for key, v in table.iterrows():
-            by.add_row(str(key), str(int(v["rows"])), _pct(v["mean_abs_error_pct"]), _pct(v["max_abs_error_pct"]),
-                       _pct(v["mean_error_pct"], True), _pct(v["coverage_pct"]))
+            by.add_row(
+                str(key),
+                str(int(v["rows"])),
+                _pct(v["mean_abs_error_pct"]),
+                _pct(v["max_abs_error_pct"]),
+                _pct(v["mean_error_pct"], True),
+                _pct(v["coverage_pct"]),
+            )
         out.print(by)
     for assumption in run.assumptions:
         out.print(f"assumed: {assumption}", style="dim", highlight=False)
     if summary.predicted:
-        met = (summary.mean_abs_error_pct <= MAE_TARGET and summary.max_abs_error_pct <= MAX_TARGET)
-        out.print(f"{summary.predicted} of {summary.rows} rows predicted: mean |error| "
-                  f"[bold]{summary.mean_abs_error_pct:.1f}%[/], max [bold]{summary.max_abs_error_pct:.1f}%[/] (row "
-                  f"{summary.worst_row}); target {MAE_TARGET:.0f}% / {MAX_TARGET:.0f}%: "
-                  + ("[green]met[/]" if met else "[red]not met[/]"), highlight=False)
+        met = summary.mean_abs_error_pct <= MAE_TARGET and summary.max_abs_error_pct <= MAX_TARGET
+        out.print(
+            f"{summary.predicted} of {summary.rows} rows predicted: mean |error| "
+            f"[bold]{summary.mean_abs_error_pct:.1f}%[/], max [bold]{summary.max_abs_error_pct:.1f}%[/] (row "
+            f"{summary.worst_row}); target {MAE_TARGET:.0f}% / {MAX_TARGET:.0f}%: "
+            + ("[green]met[/]" if met else "[red]not met[/]"),
+            highlight=False,
+        )
     if summary.coverage_pct is not None:
         low, high = COVERAGE_TARGET
-        out.print(f"10-90% band covers the measured time on {summary.coverage_pct:.0f}% of {summary.banded} rows "
-                  f"(calibrated: {low:.0f}-{high:.0f}%)", highlight=False)
+        out.print(
+            f"10-90% band covers the measured time on {summary.coverage_pct:.0f}% of {summary.banded} rows "
+            f"(calibrated: {low:.0f}-{high:.0f}%)",
+            highlight=False,
+        )
     if summary.failed or summary.out_of_memory:
-        out.print(f"{summary.failed} row(s) failed; {summary.out_of_memory} predicted or emulated out of memory "
-                  "(every published row completed)", style="yellow", highlight=False)
+        out.print(
+            f"{summary.failed} row(s) failed; {summary.out_of_memory} predicted or emulated out of memory "
+            "(every published row completed)",
+            style="yellow",
+            highlight=False,
+        )
     resumed = sum(r.resumed for r in run.results)
-    out.print(f"{run.seconds:.0f} s" + (f"; {resumed} row(s) resumed from the warehouse" if resumed else ""),
-              style="dim")
+    out.print(
+        f"{run.seconds:.0f} s" + (f"; {resumed} row(s) resumed from the warehouse" if resumed else ""), style="dim"
+    )

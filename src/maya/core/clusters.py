@@ -7,12 +7,13 @@ joins) — else over PCIe through the host (a PCIe switch or the CPU); on a node
 (`p2p: false`, e.g. GPUs passed to a virtual machine) every transfer is staged through host memory.
 `link_between` and `ring` give the link class of each hop NCCL's ring or a send/recv crosses. A node whose `network` is absent has an
 inter-node network its source does not describe."""
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 from .paths import data_dir
 
@@ -106,15 +107,23 @@ class ClusterSpec:
     def summary(self) -> str:
         """The nodes and network in words."""
         nv = self.nvlink
-        inside = ("no peer-to-peer access (transfers staged through host memory)" if not self.p2p
-                  else f"NVLink {nv.gbs:g} GB/s per direction through NVSwitch" if nv and nv.fabric == "nvswitch"
-                  else f"NVLink {nv.gbs:g} GB/s per direction within bridged GPUs "
-                       f"({', '.join('-'.join(map(str, g)) for g in nv.groups)}), PCIe {self.pcie_gbs:.1f} GB/s "
-                       "between them" if nv
-                  else f"PCIe {self.pcie_gbs:.1f} GB/s per direction")
+        inside = (
+            "no peer-to-peer access (transfers staged through host memory)"
+            if not self.p2p
+            else f"NVLink {nv.gbs:g} GB/s per direction through NVSwitch"
+            if nv and nv.fabric == "nvswitch"
+            else f"NVLink {nv.gbs:g} GB/s per direction within bridged GPUs "
+            f"({', '.join('-'.join(map(str, g)) for g in nv.groups)}), PCIe {self.pcie_gbs:.1f} GB/s "
+            "between them"
+            if nv
+            else f"PCIe {self.pcie_gbs:.1f} GB/s per direction"
+        )
         net = self.network
-        across = (f"{net.nics_per_node} x {net.link} {net.nic_gbs * 8:g} Gb/s NICs per node" if net
-                  else "an undescribed network")
+        across = (
+            f"{net.nics_per_node} x {net.link} {net.nic_gbs * 8:g} Gb/s NICs per node"
+            if net
+            else "an undescribed network"
+        )
         return f"{self.gpus_per_node} GPUs per node, {inside}; {across}"
 
     def without_network(self) -> ClusterSpec:
@@ -163,8 +172,10 @@ def parse_cluster(raw: dict) -> ClusterSpec:
     if not isinstance(raw, dict):
         raise ClusterSpecError(f"a cluster spec is a JSON object, not {type(raw).__name__}")
     if "intra_node" in raw:
-        raise ClusterSpecError("the `intra_node`/`inter_node` bus-bandwidth form is gone: describe the links by "
-                               "their spec sheets (`nvlink`, `pcie`, `network`, see data/clusters/README.md)")
+        raise ClusterSpecError(
+            "the `intra_node`/`inter_node` bus-bandwidth form is gone: describe the links by "
+            "their spec sheets (`nvlink`, `pcie`, `network`, see data/clusters/README.md)"
+        )
     name = _get(raw, "name", str)
     gpus = _count(raw, "gpus_per_node", MAX_GPUS_PER_NODE)
     pcie = _get(raw, "pcie", dict)
@@ -179,13 +190,22 @@ def parse_cluster(raw: dict) -> ClusterSpec:
         link = _get(net, "link", str, "network.")
         if link not in NETWORK_LINKS:
             raise ClusterSpecError(f"network link {link!r}; expected one of {NETWORK_LINKS}")
-        network = NetworkSpec(link, _count(net, "nics_per_node", 64, "network."), _rate(net, "nic_gbps", "network.") / 8)
+        network = NetworkSpec(
+            link, _count(net, "nics_per_node", 64, "network."), _rate(net, "nic_gbps", "network.") / 8
+        )
     hardware = raw.get("hardware")
     if hardware is not None and not isinstance(hardware, str):
         raise ClusterSpecError(f"hardware must be a hardware catalog name, not {hardware!r:.40}")
-    return ClusterSpec(name=name, gpus_per_node=gpus, pcie_gbs=PCIE_GBS_PER_LANE[generation] * lanes,
-                       nvlink=nvlink, network=network, p2p=_flag(raw, "p2p", True), hardware=hardware,
-                       description=_get(raw, "description", str, default=""))
+    return ClusterSpec(
+        name=name,
+        gpus_per_node=gpus,
+        pcie_gbs=PCIE_GBS_PER_LANE[generation] * lanes,
+        nvlink=nvlink,
+        network=network,
+        p2p=_flag(raw, "p2p", True),
+        hardware=hardware,
+        description=_get(raw, "description", str, default=""),
+    )
 
 
 def _nvlink(raw: dict, gpus: int) -> NVLinkSpec:
@@ -200,8 +220,12 @@ def _nvlink(raw: dict, gpus: int) -> NVLinkSpec:
         members = [g for group in groups for g in group]
         if not groups or len(members) != len(set(members)) or not all(0 <= g < gpus for g in members):
             raise ClusterSpecError(f"bridged NVLink needs `groups`: disjoint lists of GPUs 0..{gpus - 1}")
-    return NVLinkSpec(gbs=_rate(raw, "bidirectional_gbs", "nvlink.") / 2, fabric=fabric, groups=groups,
-                      nvls=_flag(raw, "nvls", False, "nvlink."))
+    return NVLinkSpec(
+        gbs=_rate(raw, "bidirectional_gbs", "nvlink.") / 2,
+        fabric=fabric,
+        groups=groups,
+        nvls=_flag(raw, "nvls", False, "nvlink."),
+    )
 
 
 _REQUIRED = object()

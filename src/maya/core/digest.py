@@ -1,11 +1,21 @@
 """Content digests of traces: two captures of the same program digest alike, whatever their timings."""
+
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-VOLATILE = {"start_ns", "end_ns", "duration_ns", "device_start_ns", "device_duration_ns", "time_source",
-            "thread_id", "args", "event_id"}
+VOLATILE = {
+    "start_ns",
+    "end_ns",
+    "duration_ns",
+    "device_start_ns",
+    "device_duration_ns",
+    "time_source",
+    "thread_id",
+    "args",
+    "event_id",
+}
 """Columns that change between two captures of the same program (times, thread ids, pointers)."""
 
 

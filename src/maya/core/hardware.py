@@ -1,5 +1,6 @@
 """The hardware catalog (`data/hardware/catalog.json`): GPU spec-sheet figures selected by name, and parts
 users describe in a file of their own (`load_file`; any `--hardware` option takes such a file's path)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,8 +52,10 @@ class Hardware:
 
 class UnknownHardware(KeyError):
     def __str__(self) -> str:
-        return (f"unknown hardware {self.args[0]!r}; known: {', '.join(names())} (or the path of a .json/.yaml "
-                "file describing a part: see data/hardware/README.md)")
+        return (
+            f"unknown hardware {self.args[0]!r}; known: {', '.join(names())} (or the path of a .json/.yaml "
+            "file describing a part: see data/hardware/README.md)"
+        )
 
 
 class HardwareFileError(ValueError):
@@ -62,8 +65,12 @@ class HardwareFileError(ValueError):
 FILE_SUFFIXES = (".json", ".yaml", ".yml")
 PEAK_DTYPES = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 """The `peak_tflops` keys a part may give (dense TFLOP/s); `fp32` is required."""
-CAPABILITY_FIELDS = ("shared_mem_per_sm_bytes", "shared_mem_per_block_optin_bytes", "max_threads_per_sm",
-                     "registers_per_sm")
+CAPABILITY_FIELDS = (
+    "shared_mem_per_sm_bytes",
+    "shared_mem_per_block_optin_bytes",
+    "max_threads_per_sm",
+    "registers_per_sm",
+)
 """Fixed by the compute capability: a user's part without them takes a catalog part's of the same capability."""
 OPTIONAL_DEFAULTS = {"nvlink_gbs": 0.0, "pcie_gbs": 64.0}
 FIELDS = {f.name: f for f in dataclasses.fields(Hardware)}
@@ -85,9 +92,19 @@ def _catalog() -> dict[str, Hardware]:
 
 
 _TEXT = ("name", "device_name", "source")
-_COUNTS = ("sm_major", "sm_count", "memory_bytes", "memory_bus_width_bits", "memory_clock_mhz", "l2_bytes",
-           "boost_clock_mhz", "shared_mem_per_sm_bytes", "shared_mem_per_block_optin_bytes", "max_threads_per_sm",
-           "registers_per_sm")
+_COUNTS = (
+    "sm_major",
+    "sm_count",
+    "memory_bytes",
+    "memory_bus_width_bits",
+    "memory_clock_mhz",
+    "l2_bytes",
+    "boost_clock_mhz",
+    "shared_mem_per_sm_bytes",
+    "shared_mem_per_block_optin_bytes",
+    "max_threads_per_sm",
+    "registers_per_sm",
+)
 _RATES = ("memory_bandwidth_gbs", "pcie_gbs", "tdp_w")
 
 
@@ -106,21 +123,33 @@ def parse_catalog(raw: dict) -> dict[str, Hardware]:
         where = f"devices[{i}]" + (f" ({d['name']!r:.40})" if isinstance(d, dict) and "name" in d else "")
         if not isinstance(d, dict) or set(d) != fields:
             given = set(d) if isinstance(d, dict) else set()
-            raise HardwareSpecError(f"{where}: give exactly the fields {sorted(fields)} (missing "
-                                    f"{sorted(fields - given)}, unknown {sorted(map(str, given - fields))})")
-        bad = ([f for f in _TEXT if not isinstance(d[f], str) or not d[f]]
-               + [f for f in _COUNTS if not _positive(d[f], integer=True)]
-               + [f for f in _RATES if not _positive(d[f])]
-               + ([] if _is_int(d["sm_minor"]) and d["sm_minor"] >= 0 else ["sm_minor"])
-               + ([] if _positive(d["nvlink_gbs"]) or _is_int(d["nvlink_gbs"]) and d["nvlink_gbs"] == 0
-                  else ["nvlink_gbs"]))
+            raise HardwareSpecError(
+                f"{where}: give exactly the fields {sorted(fields)} (missing "
+                f"{sorted(fields - given)}, unknown {sorted(map(str, given - fields))})"
+            )
+        bad = (
+            [f for f in _TEXT if not isinstance(d[f], str) or not d[f]]
+            + [f for f in _COUNTS if not _positive(d[f], integer=True)]
+            + [f for f in _RATES if not _positive(d[f])]
+            + ([] if _is_int(d["sm_minor"]) and d["sm_minor"] >= 0 else ["sm_minor"])
+            + (
+                []
+                if _positive(d["nvlink_gbs"]) or _is_int(d["nvlink_gbs"]) and d["nvlink_gbs"] == 0
+                else ["nvlink_gbs"]
+            )
+        )
         peaks = d["peak_tflops"]
-        if not (isinstance(peaks, dict) and "fp32" in peaks
-                and all(isinstance(k, str) and _positive(v) for k, v in peaks.items())):
+        if not (
+            isinstance(peaks, dict)
+            and "fp32" in peaks
+            and all(isinstance(k, str) and _positive(v) for k, v in peaks.items())
+        ):
             bad.append("peak_tflops")
         if bad:
-            raise HardwareSpecError(f"{where}: {', '.join(repr(f) for f in bad)} must be "
-                                    f"non-empty text, positive integers or positive numbers up to {MAX_RATE:g} (see Hardware)")
+            raise HardwareSpecError(
+                f"{where}: {', '.join(repr(f) for f in bad)} must be "
+                f"non-empty text, positive integers or positive numbers up to {MAX_RATE:g} (see Hardware)"
+            )
         if d["name"] in catalog:
             raise HardwareSpecError(f"{where}: the name {d['name']!r} is given twice")
         catalog[d["name"]] = Hardware(**d)
@@ -197,13 +226,13 @@ def load_file(path: str | Path) -> Hardware:
 
 def _part(raw: object, path: Path) -> Hardware:
     if not isinstance(raw, dict):
-        raise HardwareFileError(f"{path}: expected a mapping of fields (name, sm_count, ...), got "
-                                f"{type(raw).__name__}")
+        raise HardwareFileError(f"{path}: expected a mapping of fields (name, sm_count, ...), got {type(raw).__name__}")
     raw = dict(raw)
     unknown = sorted(set(raw) - set(FIELDS) - {"based_on", "memory_gb"})
     if unknown:
-        raise HardwareFileError(f"{path}: unknown field(s) {', '.join(unknown)}; known: "
-                                f"{', '.join([*FIELDS, 'based_on', 'memory_gb'])}")
+        raise HardwareFileError(
+            f"{path}: unknown field(s) {', '.join(unknown)}; known: {', '.join([*FIELDS, 'based_on', 'memory_gb'])}"
+        )
     if "memory_gb" in raw:
         if "memory_bytes" in raw:
             raise HardwareFileError(f"{path}: give memory_gb or memory_bytes, not both")
@@ -221,8 +250,9 @@ def _part(raw: object, path: Path) -> Hardware:
         _capability_defaults(values, path)
     missing = [name for name in FIELDS if name not in values]
     if missing:
-        raise HardwareFileError(f"{path}: missing field(s) {', '.join(missing)} (or name a catalog part to start "
-                                "from with based_on)")
+        raise HardwareFileError(
+            f"{path}: missing field(s) {', '.join(missing)} (or name a catalog part to start from with based_on)"
+        )
     return Hardware(**{name: _field(name, values[name], path) for name in FIELDS})
 
 
@@ -234,8 +264,10 @@ def _capability_defaults(values: dict, path: Path) -> None:
     same = [hw for hw in _catalog().values() if (hw.sm_major, hw.sm_minor) == capability]
     if not same:
         absent = [name for name in CAPABILITY_FIELDS if name not in values]
-        raise HardwareFileError(f"{path}: no catalog part has compute capability {capability[0]}.{capability[1]} "
-                                f"to take {', '.join(absent)} from: give them")
+        raise HardwareFileError(
+            f"{path}: no catalog part has compute capability {capability[0]}.{capability[1]} "
+            f"to take {', '.join(absent)} from: give them"
+        )
     for name in CAPABILITY_FIELDS:
         values.setdefault(name, getattr(same[0], name))
 
@@ -272,8 +304,9 @@ def _peaks(value: object, path: Path) -> dict[str, float]:
         raise HardwareFileError(f"{path}: peak_tflops must be a mapping of dtype to dense TFLOP/s, got {value!r}")
     unknown = sorted(set(value) - set(PEAK_DTYPES))
     if unknown:
-        raise HardwareFileError(f"{path}: peak_tflops has unknown dtype(s) {', '.join(map(str, unknown))}; known: "
-                                f"{', '.join(PEAK_DTYPES)}")
+        raise HardwareFileError(
+            f"{path}: peak_tflops has unknown dtype(s) {', '.join(map(str, unknown))}; known: {', '.join(PEAK_DTYPES)}"
+        )
     if "fp32" not in value:
         raise HardwareFileError(f"{path}: peak_tflops needs at least fp32")
     peaks = {}

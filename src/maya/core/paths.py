@@ -1,4 +1,5 @@
 """Where Maya keeps things: the warehouse, captured runs, shipped data and the bundled example."""
+
 from __future__ import annotations
 
 import os

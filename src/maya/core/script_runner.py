@@ -6,15 +6,17 @@ function, by its dotted path, whose every call ends an iteration (e.g. `torch.Te
 `torch.autograd.backward`); it is wrapped for the duration of the run. A hook may end the script
 early by raising `StopScript`.
 """
+
 from __future__ import annotations
 
 import functools
 import importlib
 import runpy
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -61,8 +63,7 @@ def resolve_function(path: str) -> tuple[Any, str]:
         except AttributeError:
             pass
         break
-    raise ValueError(f"iterations by {path!r}: not a function given by its dotted path, "
-                     "e.g. torch.Tensor.backward")
+    raise ValueError(f"iterations by {path!r}: not a function given by its dotted path, e.g. torch.Tensor.backward")
 
 
 @contextmanager

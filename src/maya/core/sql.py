@@ -18,6 +18,7 @@ the first two are `QueryError`s.
 
 While a pipeline process is writing the warehouse, attaching it waits for the write to finish.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,10 +28,10 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import duckdb
 
@@ -88,8 +89,7 @@ def _check_statement(st) -> None:
     except ValueError:  # a type DuckDB's Python API has no name for (UPDATE EXTENSIONS)
         raise QueryRefused(f"maya sql is read-only: {st.query.strip()[:60]!r} is refused (not a query)") from None
     if statement_type not in ALLOWED:
-        kind = ("INSTALL/LOAD" if statement_type == duckdb.StatementType.LOAD
-                else statement_type.name.replace("_", " "))
+        kind = "INSTALL/LOAD" if statement_type == duckdb.StatementType.LOAD else statement_type.name.replace("_", " ")
         raise QueryRefused(f"maya sql is read-only: {kind} statements are refused ({st.query.strip()[:60]!r})")
     if statement_type == duckdb.StatementType.EXPLAIN:
         _check_explain(st.query)
@@ -100,8 +100,11 @@ def _check_explain(query: str) -> None:
     statement explained must itself only read."""
     every = duckdb.tokenize(query)
     ends = [start for start, _ in every[1:]] + [len(query)]
-    tokens = [(start, query[start:end].strip()) for (start, kind), end in zip(every, ends)
-              if kind != duckdb.token_type.comment]
+    tokens = [
+        (start, query[start:end].strip())
+        for (start, kind), end in zip(every, ends)
+        if kind != duckdb.token_type.comment
+    ]
     words = [text.lower() for _, text in tokens]
     if any(w in ("analyze", "analyse") for w in words):
         raise QueryRefused("maya sql is read-only: EXPLAIN ANALYZE executes its statement and is refused")
@@ -116,7 +119,7 @@ def _check_explain(query: str) -> None:
                 break
     if i >= len(tokens):
         raise QueryRefused("EXPLAIN of nothing")
-    for st in _statements(query[tokens[i][0]:]):
+    for st in _statements(query[tokens[i][0] :]):
         _check_statement(st)
 
 
@@ -146,8 +149,9 @@ def open_session(trace: str | Path | None = None, warehouse: str | Path | None =
     return con
 
 
-def run_query(sql: str, trace: str | Path | None = None, warehouse: str | Path | None = None, *,
-              timeout_s: float | None = None) -> Result:
+def run_query(
+    sql: str, trace: str | Path | None = None, warehouse: str | Path | None = None, *, timeout_s: float | None = None
+) -> Result:
     """Run read-only `sql`; the result of the last statement is returned. `timeout_s` defaults to
     `$MAYA_SQL_TIMEOUT`. Raises `QueryRefused`, `QueryLimit` or `QueryError` (see the module), and
     `maya_trace_spec.TraceError` for a trace that cannot be read.
@@ -200,8 +204,9 @@ def _too_long(timeout_s: float) -> QueryLimit:
 
 
 def _too_big(limit: int, why: str) -> QueryLimit:
-    return QueryLimit(f"the query needs more memory than maya sql allows ({limit / 2**30:.1f} GiB, "
-                      f"MAYA_SQL_MEMORY): {why}")
+    return QueryLimit(
+        f"the query needs more memory than maya sql allows ({limit / 2**30:.1f} GiB, MAYA_SQL_MEMORY): {why}"
+    )
 
 
 _ERRORS = {"QueryError": QueryError, "QueryRefused": QueryRefused, "QueryLimit": QueryLimit}
@@ -246,8 +251,10 @@ def _isolated(run: Callable[[], Result], timeout_s: float) -> Result:
         _, status = os.waitpid(pid, 0)
     if not chunks:
         code = os.waitstatus_to_exitcode(status)
-        raise QueryLimit(f"the query's process ended with {'signal ' + str(-code) if code < 0 else 'exit ' + str(code)}"
-                         " before answering (out of memory?)")
+        raise QueryLimit(
+            f"the query's process ended with {'signal ' + str(-code) if code < 0 else 'exit ' + str(code)}"
+            " before answering (out of memory?)"
+        )
     payload = pickle.loads(b"".join(chunks))
     if payload[0] == "ok":
         return payload[1]

@@ -1,9 +1,11 @@
 """The embedded DuckDB warehouse: a catalog of runs (and, later, profiles, estimators, predictions)."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import duckdb
 
@@ -65,8 +67,19 @@ def register_run(run_dir: str | Path, path: str | Path | None = None) -> str:
     try:
         con.execute(
             "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, to_timestamp(? / 1e9), now())",
-            [info["run_id"], str(run.path.resolve()), info["source"], info["status"], info["hardware"],
-             info["world_size"], len(run.ranks), counts["api_calls"], counts["ops"], info["created_at_ns"]])
+            [
+                info["run_id"],
+                str(run.path.resolve()),
+                info["source"],
+                info["status"],
+                info["hardware"],
+                info["world_size"],
+                len(run.ranks),
+                counts["api_calls"],
+                counts["ops"],
+                info["created_at_ns"],
+            ],
+        )
     finally:
         con.close()
     return info["run_id"]
@@ -74,4 +87,3 @@ def register_run(run_dir: str | Path, path: str | Path | None = None) -> str:
 
 def _num_rows(run: Run, name: str):
     return (inspect_file(p, name).num_rows for _, p in table_files(run.path, name))
-

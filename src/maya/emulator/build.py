@@ -8,6 +8,7 @@ references and Maya does not implement is generated as a stub that fails loudly,
 result is cached under `$MAYA_HOME/emulator/<hash>/`, keyed by the sources, torch's libraries, the
 CUDA release's headers and the compiler.
 """
+
 from __future__ import annotations
 
 import functools
@@ -57,8 +58,13 @@ LIBS = (
     StubLib("libcuda.so.1", ("driver.c", "tensor_map.c"), None, 1, 801, ("cu",), "cuda.h"),
     StubLib("libcublas.so.13", ("cublas.c",), "libcublas.so.13", 2, 15),
     StubLib("libcublasLt.so.13", ("cublaslt.c",), "libcublasLt.so.13", 3, 15),
-    StubLib("libcudnn.so.9", ("cudnn.c", "cudnn_legacy.c", "cudnn_rnn.c", "cudnn_batchnorm.c", "cudnn_ctc.c",
-                                      "cudnn_spatial.c"), "libcudnn.so.9", 4, 3000),
+    StubLib(
+        "libcudnn.so.9",
+        ("cudnn.c", "cudnn_legacy.c", "cudnn_rnn.c", "cudnn_batchnorm.c", "cudnn_ctc.c", "cudnn_spatial.c"),
+        "libcudnn.so.9",
+        4,
+        3000,
+    ),
     StubLib("libnccl.so.2", ("nccl.c",), None, 5, 5, ("nccl",)),
     StubLib("libcusparse.so.12", (), "libcusparse.so.12", 6, 10),
     StubLib("libcusparseLt.so.0", (), None, 6, 10, ("cusparseLt",)),
@@ -71,8 +77,7 @@ LIBS = (
     StubLib("libcurand.so.10", (), "libcurand.so.10", 6, 204, ("curand",)),
     # torch, pynvml and nvidia-smi dlopen it by name: preloaded, the stub is the library they find. Both
     # the versioned (nvmlInit_v2) and the old names (nvmlInit) are exported.
-    StubLib("libnvidia-ml.so.1", ("nvml.c",), None, 7, 3, ("nvml",), "nvml.h",
-            ("-DNVML_NO_UNVERSIONED_FUNC_DEFS",)),
+    StubLib("libnvidia-ml.so.1", ("nvml.c",), None, 7, 3, ("nvml",), "nvml.h", ("-DNVML_NO_UNVERSIONED_FUNC_DEFS",)),
 )
 DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
 """The driver's libraries: the same names for every CUDA release, found by name (dlopen) as often as linked."""
@@ -80,8 +85,18 @@ PRELOAD = "preload.txt"
 """In a build: the stub libraries to LD_PRELOAD, core first, one a line."""
 RELEASE = "release.json"
 """In a build: the CUDA release it stands in for (major, version, the SONAMEs and tags, the include folders)."""
-CORE_SOURCES = ("config.c", "record.c", "host_read.c", "memory.c", "kernels.c", "graphs.c", "lifecycle.c",
-                "device_attrs.c", "device_time.c", "completion.c")
+CORE_SOURCES = (
+    "config.c",
+    "record.c",
+    "host_read.c",
+    "memory.c",
+    "kernels.c",
+    "graphs.c",
+    "lifecycle.c",
+    "device_attrs.c",
+    "device_time.c",
+    "completion.c",
+)
 CORE = "libmaya_emu.so"
 OPS_SOURCES = ("ops_observer.cpp", "host_values.cpp")
 OPS = "libmaya_ops.so"
@@ -93,16 +108,20 @@ TOOLS = ("nvidia-smi",)
 def _site_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise BuildError(f"package {package!r} is not installed: the emulator needs a CUDA build of torch "
-                         "(`pip install 'maya[torch]'` installs the current one with its headers)")
+        raise BuildError(
+            f"package {package!r} is not installed: the emulator needs a CUDA build of torch "
+            "(`pip install 'maya[torch]'` installs the current one with its headers)"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 
 def torch_libs() -> list[Path]:
     libs = sorted((_site_dir("torch") / "lib").glob("*.so"))
     if not any(p.name == "libtorch_cuda.so" for p in libs):
-        raise BuildError("torch has no libtorch_cuda.so: this is a CPU-only build of torch; the emulator "
-                         "needs a CUDA build (PyPI's torch on Linux, or `pip install 'maya[torch]'`)")
+        raise BuildError(
+            "torch has no libtorch_cuda.so: this is a CPU-only build of torch; the emulator "
+            "needs a CUDA build (PyPI's torch on Linux, or `pip install 'maya[torch]'`)"
+        )
     return libs
 
 
@@ -142,8 +161,10 @@ def stub_libs(release: CudaRelease) -> list[StubLib]:
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if not path:
-        raise BuildError(f"Maya's emulator is built with the system C toolchain, and `{name}` was not "
-                         "found: install gcc, g++ and binutils (e.g. `apt-get install g++`)")
+        raise BuildError(
+            f"Maya's emulator is built with the system C toolchain, and `{name}` was not "
+            "found: install gcc, g++ and binutils (e.g. `apt-get install g++`)"
+        )
     return path
 
 
@@ -183,8 +204,10 @@ def header_functions(header: Path) -> set[str]:
     `nvrtcResult nvrtcName(`), so that entry-point lookups (`cudaGetDriverEntryPointByVersion`, Triton's
     dlsym, pynvml, torch's lazy NVRTC) resolve and calls fail loudly, by name."""
     text = header.read_text(errors="replace")
-    pattern = (r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+)"
-               r"|nvrtcResult\s+(nvrtc\w+))\s*\(")
+    pattern = (
+        r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+)"
+        r"|nvrtcResult\s+(nvrtc\w+))\s*\("
+    )
     return {name for names in re.findall(pattern, text) for name in names if name}
 
 
@@ -196,8 +219,9 @@ def _defined(obj: Path) -> set[str]:
 def _unimplemented_source(lib: StubLib, names: list[str]) -> str:
     lines = ['#include "maya_emu.h"', ""]
     for n in names:
-        lines.append(f'MAYA_EXPORT long {n}(void) {{ maya_unimplemented("{n}", {lib.domain}); '
-                     f"return {lib.error_code}; }}")
+        lines.append(
+            f'MAYA_EXPORT long {n}(void) {{ maya_unimplemented("{n}", {lib.domain}); return {lib.error_code}; }}'
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -206,7 +230,9 @@ def _cxx11_abi(torch_lib: Path) -> int:
     `__cxx11` (torch >= 2.7 from PyPI), not `Ss` (the old ABI of torch <= 2.6; libstdc++'s inline
     functions carry `__cxx11` either way, so only c10's own symbols tell)."""
     out = _run([_tool("nm"), "-D", "--defined-only", str(torch_lib / "libc10.so")])
-    own = [line.split()[-1] for line in out.splitlines() if line.split()[-1:] and line.split()[-1].startswith("_ZN3c10")]
+    own = [
+        line.split()[-1] for line in out.splitlines() if line.split()[-1:] and line.split()[-1].startswith("_ZN3c10")
+    ]
     return int(any("__cxx11" in name for name in own))
 
 
@@ -216,10 +242,31 @@ def _build_ops_observer(out_dir: Path, cxx: str) -> None:
     if not (torch_dir / "include" / "ATen" / "record_function.h").exists():
         raise BuildError(f"torch's C++ headers are missing under {torch_dir / 'include'}: reinstall torch")
     # -DNDEBUG as torch release builds: RecordFunction has debug-only members, so it changes the layout
-    _run([cxx, "-O2", "-DNDEBUG", "-fPIC", "-std=c++20", "-fvisibility=hidden", "-w",
-          f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}", f"-I{torch_dir / 'include'}", "-shared", "-o", str(out_dir / OPS), *(str(NATIVE / src) for src in OPS_SOURCES),
-          "-Wl,-soname," + OPS, f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}",
-          f"-L{out_dir}", "-l:" + CORE, "-Wl,-rpath,$ORIGIN"])
+    _run(
+        [
+            cxx,
+            "-O2",
+            "-DNDEBUG",
+            "-fPIC",
+            "-std=c++20",
+            "-fvisibility=hidden",
+            "-w",
+            f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_lib)}",
+            f"-I{torch_dir / 'include'}",
+            "-shared",
+            "-o",
+            str(out_dir / OPS),
+            *(str(NATIVE / src) for src in OPS_SOURCES),
+            "-Wl,-soname," + OPS,
+            f"-L{torch_lib}",
+            "-ltorch_cpu",
+            "-lc10",
+            f"-Wl,-rpath,{torch_lib}",
+            f"-L{out_dir}",
+            "-l:" + CORE,
+            "-Wl,-rpath,$ORIGIN",
+        ]
+    )
 
 
 def _version_script(lib: StubLib, names: set[str]) -> str:
@@ -263,8 +310,20 @@ def build(cache_root: Path) -> Path:
     obj_dir.mkdir()
     try:
         core_flags = [f for f in cflags if f != "-fvisibility=hidden"]  # the stubs link against all of it
-        _run([cc, *core_flags, *incs, "-shared", "-o", str(tmp / CORE), "-Wl,-soname," + CORE,
-              *(str(NATIVE / s) for s in CORE_SOURCES), "-lpthread", "-ldl"])
+        _run(
+            [
+                cc,
+                *core_flags,
+                *incs,
+                "-shared",
+                "-o",
+                str(tmp / CORE),
+                "-Wl,-soname," + CORE,
+                *(str(NATIVE / s) for s in CORE_SOURCES),
+                "-lpthread",
+                "-ldl",
+            ]
+        )
         _build_ops_observer(tmp, cxx)
         for lib in stubs:
             objs = []
@@ -281,17 +340,40 @@ def build(cache_root: Path) -> Path:
             vs = obj_dir / f"{lib.soname}.map"
             exported = implemented | wanted[lib.soname]
             vs.write_text(_version_script(lib, exported))
-            _run([cc, *cflags, *incs, "-shared", "-o", str(tmp / lib.soname), *map(str, objs), str(gen),
-                  "-Wl,-soname," + lib.soname, "-Wl,--version-script=" + str(vs), f"-L{tmp}",
-                  "-l:" + CORE, "-Wl,-rpath,$ORIGIN", "-ldl"])
+            _run(
+                [
+                    cc,
+                    *cflags,
+                    *incs,
+                    "-shared",
+                    "-o",
+                    str(tmp / lib.soname),
+                    *map(str, objs),
+                    str(gen),
+                    "-Wl,-soname," + lib.soname,
+                    "-Wl,--version-script=" + str(vs),
+                    f"-L{tmp}",
+                    "-l:" + CORE,
+                    "-Wl,-rpath,$ORIGIN",
+                    "-ldl",
+                ]
+            )
         _write_tools(tmp / "bin")
         # the development link a driver install has: Triton < 3.4 links its launcher with -lcuda
         (tmp / "libcuda.so").symlink_to("libcuda.so.1")
         (tmp / PRELOAD).write_text("".join(f"{name}\n" for name in [CORE, *(lib.soname for lib in stubs)]))
-        (tmp / RELEASE).write_text(json.dumps({
-            "major": release.major, "version": release.version, "runtime_version": release.runtime_version,
-            "linked": {s: t for s, t in release.linked.items() if s in {lib.soname for lib in stubs}},
-            "include_dirs": [str(d) for d in release.include_dirs]}, indent=1))
+        (tmp / RELEASE).write_text(
+            json.dumps(
+                {
+                    "major": release.major,
+                    "version": release.version,
+                    "runtime_version": release.runtime_version,
+                    "linked": {s: t for s, t in release.linked.items() if s in {lib.soname for lib in stubs}},
+                    "include_dirs": [str(d) for d in release.include_dirs],
+                },
+                indent=1,
+            )
+        )
         (tmp / ".complete").write_text(key)
         try:
             tmp.rename(final)

@@ -9,14 +9,15 @@ starts), which carries module path, phase and process group down to children. Wh
 a chunk: the open ops, ops whose end is still to come, the process group of collective ops, and one
 bit per op id (whether the op is in the table).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -28,25 +29,50 @@ from .runner import EVAL_RANGE, MODULE_PREFIX
 from .triton_launches import NOTES_FILE
 
 # must match maya_rec in native/maya_emu.h
-RECORD_DTYPE = np.dtype([
-    ("seq", "<i8"), ("tid", "<i8"), ("start_ns", "<i8"), ("dur_ns", "<i8"), ("stream", "<i8"),
-    ("api", "<i4"), ("domain", "<i4"), ("status", "<i4"), ("device", "<i4"), ("kind", "<i4"), ("flags", "<i4"),
-    ("a", "<i8", (8,)), ("op", "<i8"),
-])
+RECORD_DTYPE = np.dtype(
+    [
+        ("seq", "<i8"),
+        ("tid", "<i8"),
+        ("start_ns", "<i8"),
+        ("dur_ns", "<i8"),
+        ("stream", "<i8"),
+        ("api", "<i4"),
+        ("domain", "<i4"),
+        ("status", "<i4"),
+        ("device", "<i4"),
+        ("kind", "<i4"),
+        ("flags", "<i4"),
+        ("a", "<i8", (8,)),
+        ("op", "<i8"),
+    ]
+)
 assert RECORD_DTYPE.itemsize == 136
 # must match OpRecord in native/ops_observer.cpp
-OP_RECORD_DTYPE = np.dtype([
-    ("op_id", "<i8"), ("parent", "<i8"), ("t_ns", "<i8"), ("end_ns", "<i8"), ("seq_nr", "<i8"),
-    ("iteration", "<i4"), ("name_id", "<i4"), ("inputs_id", "<i4"), ("kind", "i1"), ("scope", "i1"), ("flags", "<i2"),
-])
+OP_RECORD_DTYPE = np.dtype(
+    [
+        ("op_id", "<i8"),
+        ("parent", "<i8"),
+        ("t_ns", "<i8"),
+        ("end_ns", "<i8"),
+        ("seq_nr", "<i8"),
+        ("iteration", "<i4"),
+        ("name_id", "<i4"),
+        ("inputs_id", "<i4"),
+        ("kind", "i1"),
+        ("scope", "i1"),
+        ("flags", "<i2"),
+    ]
+)
 assert OP_RECORD_DTYPE.itemsize == 56
 OP_ENTER, OP_EXIT = 0, 1
 SCOPE_BACKWARD_FUNCTION = 1  # at::RecordScope
 OP_FLAG_AUTOGRAD_THREAD = 1
 
 DOMAINS = np.array(["runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "other", "nvml"])
-DTYPES = np.array([None, "fp32", "fp16", "bf16", "fp64", "tf32", "int8", "int32", "fp8e4m3", "fp8e5m2", "int64",
-                   "uint8"], dtype=object)
+DTYPES = np.array(
+    [None, "fp32", "fp16", "bf16", "fp64", "tf32", "int8", "int32", "fp8e4m3", "fp8e5m2", "int64", "uint8"],
+    dtype=object,
+)
 MEMCPY_KINDS = np.array(["HtoH", "HtoD", "DtoH", "DtoD", "default", "PtoP"], dtype=object)
 STAND_INS = {1: "zero", 2: "one", 3: "computed", 4: "routed", 5: "unknown"}
 """a[3] of a host read (host_read.c): a value Maya chose to end a loop (zero, one), a value it computed on the
@@ -63,6 +89,7 @@ PART_ROWS = 1 << 18
 
 
 # ------------------------------------------------------------------ side files
+
 
 def _lines(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line] if path.exists() else []
@@ -87,11 +114,15 @@ def read_launch_notes(raw: Path) -> dict[int, dict]:
 
 def read_status(raw: Path) -> dict:
     path = raw / "status.json"
-    return (json.loads(path.read_text()) if path.exists()
-            else {"status": "failed", "error": "the process ended without reporting (killed or crashed)"})
+    return (
+        json.loads(path.read_text())
+        if path.exists()
+        else {"status": "failed", "error": "the process ended without reporting (killed or crashed)"}
+    )
 
 
 # ------------------------------------------------------------------ call records, merged by seq
+
 
 def _records(path: Path, dtype: np.dtype) -> int:
     """Whole records in a binary file (a record cut short by a kill is dropped)."""
@@ -134,6 +165,7 @@ def merged_records(raw: Path) -> Iterator[np.ndarray]:
 @dataclass
 class RankSummary:
     """What `maya emulate` reports about one rank, from one pass over its calls."""
+
     status: dict
     calls: int
     peak_bytes: int  # the most device memory allocated at once (what `maya predict` reports)
@@ -169,8 +201,9 @@ def signature(raw: Path) -> str:
         r = r[(r["kind"] != K_ALLOC) & ~np.isin(r["api"], polls)]
         a, kind = r["a"], r["kind"]
         names.update("".join(apis.get(int(i), "") + "\n" for i in r["api"]).encode())
-        kernel_names.update("".join((kernels.get(int(k), "") if kd == K_LAUNCH else "") + "\n"
-                                    for k, kd in zip(a[:, 0], kind)).encode())
+        kernel_names.update(
+            "".join((kernels.get(int(k), "") if kd == K_LAUNCH else "") + "\n" for k, kd in zip(a[:, 0], kind)).encode()
+        )
         keep = np.zeros_like(a)
         keep[kind == K_LAUNCH, 1:6] = a[kind == K_LAUNCH, 1:6]
         for k in (K_GEMM, K_ATTN):
@@ -186,6 +219,7 @@ def signature(raw: Path) -> str:
 
 
 # ------------------------------------------------------------------ ops
+
 
 class _Bits:
     """A growable set of small non-negative integers (op ids), one bit each."""
@@ -231,6 +265,7 @@ class _Parts:
 @dataclass
 class _NoOps:
     """No framework ops: the calls of a capture still being written, out of their op context."""
+
     known: _Bits
     pg_of: dict[int, str]
 
@@ -241,13 +276,28 @@ def call_rows(raw: Path, records: np.ndarray) -> tuple[pa.Table, pa.Table]:
     calls = _CallsPass(raw, 0, _NoOps(_Bits(), {}), {})
     table = calls._calls(records)
     names = list(calls.kernels.values())
-    kernels = {"kernel_id": list(calls.kernels), "name": names,
-               **{k: [classify_kernel(n)[k] for n in names] for k in ("family", "library")}}
+    kernels = {
+        "kernel_id": list(calls.kernels),
+        "name": names,
+        **{k: [classify_kernel(n)[k] for n in names] for k in ("family", "library")},
+    }
     return conform("api_calls", table), conform("kernels", kernels)
 
 
-OP_COLUMNS = ("op_id", "parent_op_id", "name", "thread_id", "start_ns", "end_ns", "input_shapes", "input_dtypes",
-              "module_path", "phase", "iteration", "seq_nr")
+OP_COLUMNS = (
+    "op_id",
+    "parent_op_id",
+    "name",
+    "thread_id",
+    "start_ns",
+    "end_ns",
+    "input_shapes",
+    "input_dtypes",
+    "module_path",
+    "phase",
+    "iteration",
+    "seq_nr",
+)
 
 
 class _OpsPass:
@@ -282,21 +332,25 @@ class _OpsPass:
         rows = self.rows
         if not rows["op_id"]:
             return
-        self.parts.add(pa.table({
-            "op_id": pa.array(rows["op_id"], pa.int64()),
-            "parent_op_id": pa.array(rows["parent_op_id"], pa.int64()),
-            "name": pa.array(rows["name"], pa.string()),
-            "thread_id": pa.array(rows["thread_id"], pa.int64()),
-            "start_ns": pa.array(rows["start_ns"], pa.int64()),
-            "end_ns": pa.array(rows["end_ns"], pa.int64()),
-            "time_source": pa.array(["emulated"] * len(rows["op_id"]), pa.string()),
-            "input_shapes": pa.array(rows["input_shapes"], pa.list_(pa.list_(pa.int64()))),
-            "input_dtypes": pa.array(rows["input_dtypes"], pa.list_(pa.string())),
-            "module_path": pa.array(rows["module_path"], pa.string()),
-            "phase": pa.array(rows["phase"], pa.string()),
-            "iteration": pa.array(rows["iteration"], pa.int32()),
-            "seq_nr": pa.array(rows["seq_nr"], pa.int64()),
-        }))
+        self.parts.add(
+            pa.table(
+                {
+                    "op_id": pa.array(rows["op_id"], pa.int64()),
+                    "parent_op_id": pa.array(rows["parent_op_id"], pa.int64()),
+                    "name": pa.array(rows["name"], pa.string()),
+                    "thread_id": pa.array(rows["thread_id"], pa.int64()),
+                    "start_ns": pa.array(rows["start_ns"], pa.int64()),
+                    "end_ns": pa.array(rows["end_ns"], pa.int64()),
+                    "time_source": pa.array(["emulated"] * len(rows["op_id"]), pa.string()),
+                    "input_shapes": pa.array(rows["input_shapes"], pa.list_(pa.list_(pa.int64()))),
+                    "input_dtypes": pa.array(rows["input_dtypes"], pa.list_(pa.string())),
+                    "module_path": pa.array(rows["module_path"], pa.string()),
+                    "phase": pa.array(rows["phase"], pa.string()),
+                    "iteration": pa.array(rows["iteration"], pa.int32()),
+                    "seq_nr": pa.array(rows["seq_nr"], pa.int64()),
+                }
+            )
+        )
         self.rows = {c: [] for c in OP_COLUMNS}
 
     def _thread(self, path: Path, tid: int) -> None:
@@ -318,20 +372,36 @@ class _OpsPass:
                 up = stack[-1] if stack else None
                 name = self.strings.get(name_id, f"op#{name_id}")
                 sig = self._signature(inputs_id) if inputs_id >= 0 else {}
-                backward = (scope == SCOPE_BACKWARD_FUNCTION or bool(flags & OP_FLAG_AUTOGRAD_THREAD)
-                            or name.startswith("autograd::engine::evaluate_function") or (up is not None and up[2]))
-                optimizer = (name.startswith(("Optimizer.step", "Optimizer.zero_grad"))
-                             or (up is not None and up[3]))
+                backward = (
+                    scope == SCOPE_BACKWARD_FUNCTION
+                    or bool(flags & OP_FLAG_AUTOGRAD_THREAD)
+                    or name.startswith("autograd::engine::evaluate_function")
+                    or (up is not None and up[2])
+                )
+                optimizer = name.startswith(("Optimizer.step", "Optimizer.zero_grad")) or (up is not None and up[3])
                 evaluating = name == EVAL_RANGE or (up is not None and up[4])
-                module = (name[len(MODULE_PREFIX):] if name.startswith(MODULE_PREFIX)
-                          else up[1] if up is not None else None)
+                module = (
+                    name[len(MODULE_PREFIX) :] if name.startswith(MODULE_PREFIX) else up[1] if up is not None else None
+                )
                 pg = sig.get("pg") if name == "record_param_comms" else up[5] if up is not None else None
                 if pg is not None:
                     self.pg_of[op_id] = pg
                 stack.append((op_id, module, backward, optimizer, evaluating, pg))
                 phase = "backward" if backward else "optimizer" if optimizer else "eval" if evaluating else "forward"
-                row = (op_id, up[0] if up is not None else None, name, tid, t_ns, end_ns if end_ns >= 0 else None,
-                       sig.get("s"), sig.get("t"), module, phase, iteration, seq_nr if seq_nr >= 0 else None)
+                row = (
+                    op_id,
+                    up[0] if up is not None else None,
+                    name,
+                    tid,
+                    t_ns,
+                    end_ns if end_ns >= 0 else None,
+                    sig.get("s"),
+                    sig.get("t"),
+                    module,
+                    phase,
+                    iteration,
+                    seq_nr if seq_nr >= 0 else None,
+                )
                 if end_ns >= 0:
                     self._emit(row)
                 else:
@@ -341,6 +411,7 @@ class _OpsPass:
 
 
 # ------------------------------------------------------------------ calls
+
 
 def _masked(values: np.ndarray, mask: np.ndarray, type_: pa.DataType = pa.int64()) -> pa.Array:
     return pa.array(values, type=type_, mask=~mask)
@@ -402,10 +473,19 @@ class _CallsPass:
         for i in np.flatnonzero(kind == K_ATTN):
             x = a[i]
             ids[i] = self._kernel_id(ATTENTION_KERNELS[int(x[5] >> 1) & 1])
-            args[i] = {"attention": {"batch": int(x[0]), "heads": int(x[1]), "seq_q": int(x[2]), "seq_kv": int(x[3]),
-                                     "head_dim": int(x[4]), "causal": bool(x[5] & 1), "backward": bool(x[5] & 2),
-                                     "dtype": DTYPES[x[6]] if 0 <= x[6] < len(DTYPES) else None,
-                                     "kv_heads": int(x[7])}}
+            args[i] = {
+                "attention": {
+                    "batch": int(x[0]),
+                    "heads": int(x[1]),
+                    "seq_q": int(x[2]),
+                    "seq_kv": int(x[3]),
+                    "head_dim": int(x[4]),
+                    "causal": bool(x[5] & 1),
+                    "backward": bool(x[5] & 2),
+                    "dtype": DTYPES[x[6]] if 0 <= x[6] < len(DTYPES) else None,
+                    "kv_heads": int(x[7]),
+                }
+            }
         for i in np.flatnonzero((kind == K_LAUNCH) & (a[:, 7] > 0)):
             args[i] = {"elements": int(a[i, 7])}  # a library kernel's own size
         for i in np.flatnonzero((kind == K_LAUNCH) & (a[:, 6] > 0)):
@@ -433,83 +513,97 @@ class _CallsPass:
                 out[i] = str(native[i])
             else:
                 out[i] = f"pg:{name}"
-                self.groups.setdefault(out[i], {
-                    "comm_id": out[i], "comm_rank": ranks.index(self.rank) if self.rank in ranks else 0,
-                    "comm_size": len(ranks), "pg_name": name, "pg_desc": None, "ranks": ranks})
+                self.groups.setdefault(
+                    out[i],
+                    {
+                        "comm_id": out[i],
+                        "comm_rank": ranks.index(self.rank) if self.rank in ranks else 0,
+                        "comm_size": len(ranks),
+                        "pg_name": name,
+                        "pg_desc": None,
+                        "ranks": ranks,
+                    },
+                )
             self.used_comms.add(out[i])
         return out
 
     def _calls(self, r: np.ndarray) -> pa.Table:
         a, kind = r["a"], r["kind"]
         attn_kernels, args = self._args(r)
-        launch, gemm, copy, memset, coll, event = (kind == k for k in (K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL,
-                                                                       K_EVENT))
+        launch, gemm, copy, memset, coll, event = (
+            kind == k for k in (K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT)
+        )
         attn = kind == K_ATTN
         seq = np.arange(self.next_call, self.next_call + len(r), dtype=np.int64)
         self.next_call += len(r)
         api = np.clip(r["api"], 0, len(self.api_names) - 1)
-        return pa.table({
-            "seq": pa.array(seq),
-            "thread_id": pa.array(r["tid"]),
-            "api": pa.array(self.api_names[api], type=pa.string()),
-            "domain": pa.array(DOMAINS[r["domain"]].astype(object), type=pa.string()),
-            "status": pa.array(r["status"]),
-            "start_ns": pa.array(r["start_ns"]),
-            "duration_ns": pa.array(r["dur_ns"]),
-            "time_source": pa.array(np.full(len(r), "emulated", dtype=object), type=pa.string()),
-            "op_id": self._op_ids(r["op"]),
-            "device": pa.array(r["device"]),
-            "stream_id": _masked(r["stream"], r["stream"] >= 0),
-            "kernel_id": _masked(np.where(attn, attn_kernels, a[:, 0]), launch | attn),
-            "grid_x": _masked(a[:, 1] & 0xFFFFFFFF, launch, pa.int32()),
-            "grid_y": _masked(a[:, 1] >> 32, launch, pa.int32()),
-            "grid_z": _masked(a[:, 2], launch, pa.int32()),
-            "block_x": _masked(a[:, 3] & 0xFFFFFFFF, launch, pa.int32()),
-            "block_y": _masked(a[:, 3] >> 32, launch, pa.int32()),
-            "block_z": _masked(a[:, 4], launch, pa.int32()),
-            "shared_mem_bytes": _masked(a[:, 5], launch, pa.int32()),
-            "gemm_m": _masked(a[:, 0], gemm),
-            "gemm_n": _masked(a[:, 1], gemm),
-            "gemm_k": _masked(a[:, 2], gemm),
-            "gemm_batch": _masked(a[:, 3], gemm),
-            "gemm_trans_a": _masked((a[:, 4] & 0xFF) != 0, gemm, pa.bool_()),
-            "gemm_trans_b": _masked((a[:, 4] >> 8) != 0, gemm, pa.bool_()),
-            "gemm_dtype_a": _named(DTYPES, a[:, 5] & 0xFFFF, gemm),
-            "gemm_dtype_b": _named(DTYPES, (a[:, 5] >> 16) & 0xFFFF, gemm),
-            "gemm_dtype_c": _named(DTYPES, (a[:, 5] >> 32) & 0xFFFF, gemm),
-            "gemm_compute_type": _named(DTYPES, a[:, 6], gemm),
-            "bytes": _masked(np.where(copy | memset, a[:, 0], 0), copy | memset),
-            "memcpy_kind": _named(MEMCPY_KINDS, a[:, 1], copy),
-            "comm_id": pa.array(self._comm_ids(r, coll), pa.string()),
-            "collective_name": _strings(self.collective_names[api], coll),
-            "in_msg_nelems": _masked(a[:, 1], coll),
-            "out_msg_nelems": _masked(a[:, 7], coll),
-            "comm_dtype": _named(DTYPES, a[:, 3], coll),
-            "root_rank": _masked(a[:, 4], coll & (a[:, 4] >= 0), pa.int32()),
-            "peer_rank": _masked(a[:, 5], coll & (a[:, 5] >= 0), pa.int32()),
-            "comm_seq": _masked(a[:, 6], coll),
-            "event_id": _masked(a[:, 0], event | ((kind == K_SYNC) & (a[:, 0] >= 0))),
-            "data_dependent": pa.array((r["flags"] & F_DATA_DEPENDENT) != 0),
-            "args": pa.array(args, type=pa.string()),
-        })
+        return pa.table(
+            {
+                "seq": pa.array(seq),
+                "thread_id": pa.array(r["tid"]),
+                "api": pa.array(self.api_names[api], type=pa.string()),
+                "domain": pa.array(DOMAINS[r["domain"]].astype(object), type=pa.string()),
+                "status": pa.array(r["status"]),
+                "start_ns": pa.array(r["start_ns"]),
+                "duration_ns": pa.array(r["dur_ns"]),
+                "time_source": pa.array(np.full(len(r), "emulated", dtype=object), type=pa.string()),
+                "op_id": self._op_ids(r["op"]),
+                "device": pa.array(r["device"]),
+                "stream_id": _masked(r["stream"], r["stream"] >= 0),
+                "kernel_id": _masked(np.where(attn, attn_kernels, a[:, 0]), launch | attn),
+                "grid_x": _masked(a[:, 1] & 0xFFFFFFFF, launch, pa.int32()),
+                "grid_y": _masked(a[:, 1] >> 32, launch, pa.int32()),
+                "grid_z": _masked(a[:, 2], launch, pa.int32()),
+                "block_x": _masked(a[:, 3] & 0xFFFFFFFF, launch, pa.int32()),
+                "block_y": _masked(a[:, 3] >> 32, launch, pa.int32()),
+                "block_z": _masked(a[:, 4], launch, pa.int32()),
+                "shared_mem_bytes": _masked(a[:, 5], launch, pa.int32()),
+                "gemm_m": _masked(a[:, 0], gemm),
+                "gemm_n": _masked(a[:, 1], gemm),
+                "gemm_k": _masked(a[:, 2], gemm),
+                "gemm_batch": _masked(a[:, 3], gemm),
+                "gemm_trans_a": _masked((a[:, 4] & 0xFF) != 0, gemm, pa.bool_()),
+                "gemm_trans_b": _masked((a[:, 4] >> 8) != 0, gemm, pa.bool_()),
+                "gemm_dtype_a": _named(DTYPES, a[:, 5] & 0xFFFF, gemm),
+                "gemm_dtype_b": _named(DTYPES, (a[:, 5] >> 16) & 0xFFFF, gemm),
+                "gemm_dtype_c": _named(DTYPES, (a[:, 5] >> 32) & 0xFFFF, gemm),
+                "gemm_compute_type": _named(DTYPES, a[:, 6], gemm),
+                "bytes": _masked(np.where(copy | memset, a[:, 0], 0), copy | memset),
+                "memcpy_kind": _named(MEMCPY_KINDS, a[:, 1], copy),
+                "comm_id": pa.array(self._comm_ids(r, coll), pa.string()),
+                "collective_name": _strings(self.collective_names[api], coll),
+                "in_msg_nelems": _masked(a[:, 1], coll),
+                "out_msg_nelems": _masked(a[:, 7], coll),
+                "comm_dtype": _named(DTYPES, a[:, 3], coll),
+                "root_rank": _masked(a[:, 4], coll & (a[:, 4] >= 0), pa.int32()),
+                "peer_rank": _masked(a[:, 5], coll & (a[:, 5] >= 0), pa.int32()),
+                "comm_seq": _masked(a[:, 6], coll),
+                "event_id": _masked(a[:, 0], event | ((kind == K_SYNC) & (a[:, 0] >= 0))),
+                "data_dependent": pa.array((r["flags"] & F_DATA_DEPENDENT) != 0),
+                "args": pa.array(args, type=pa.string()),
+            }
+        )
 
     def _memory(self, r: np.ndarray) -> pa.Table:
         a = r["a"]
         seq = np.arange(self.next_event, self.next_event + len(r), dtype=np.int64)
         self.next_event += len(r)
-        return pa.table({
-            "seq": pa.array(seq),
-            "ts_ns": pa.array(r["start_ns"]),
-            "kind": pa.array(np.array(["alloc", "free", "oom"], dtype=object)[np.clip(a[:, 3], 0, 2)],
-                             type=pa.string()),
-            "space": pa.array(np.array(["device", "host"], dtype=object)[np.clip(a[:, 4], 0, 1)], type=pa.string()),
-            "address": pa.array(a[:, 0]),
-            "bytes": pa.array(a[:, 1]),
-            "device": pa.array(r["device"]),
-            "stream_id": _masked(r["stream"], r["stream"] >= 0),
-            "allocated_bytes": pa.array(a[:, 2]),
-            "op_id": self._op_ids(r["op"]),
-        })
+        return pa.table(
+            {
+                "seq": pa.array(seq),
+                "ts_ns": pa.array(r["start_ns"]),
+                "kind": pa.array(
+                    np.array(["alloc", "free", "oom"], dtype=object)[np.clip(a[:, 3], 0, 2)], type=pa.string()
+                ),
+                "space": pa.array(np.array(["device", "host"], dtype=object)[np.clip(a[:, 4], 0, 1)], type=pa.string()),
+                "address": pa.array(a[:, 0]),
+                "bytes": pa.array(a[:, 1]),
+                "device": pa.array(r["device"]),
+                "stream_id": _masked(r["stream"], r["stream"] >= 0),
+                "allocated_bytes": pa.array(a[:, 2]),
+                "op_id": self._op_ids(r["op"]),
+            }
+        )
 
 
 def write_rank(raw: Path, writer: RunWriter, rank: int) -> None:
@@ -524,9 +618,15 @@ def write_rank(raw: Path, writer: RunWriter, rank: int) -> None:
     calls.write(raw, writer)
     if calls.kernels:
         names = list(calls.kernels.values())
-        writer.write("kernels", {"kernel_id": list(calls.kernels), "name": names,
-                                 **{k: [classify_kernel(n)[k] for n in names] for k in ("family", "library")}},
-                     rank=rank)
+        writer.write(
+            "kernels",
+            {
+                "kernel_id": list(calls.kernels),
+                "name": names,
+                **{k: [classify_kernel(n)[k] for n in names] for k in ("family", "library")},
+            },
+            rank=rank,
+        )
     communicators = [json.loads(line) for line in _lines(raw / "nccl_comms.jsonl")]
     native = [c for c in communicators if c["comm_id"] in calls.used_comms]  # collectives outside any group
     if calls.groups or native:

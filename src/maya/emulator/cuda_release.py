@@ -7,28 +7,41 @@ wheels of the same CUDA major: `nvidia-*-cu12` for CUDA 12, the unsuffixed 13.x 
 `nvidia-cudnn-cu13`, `nvidia-nccl-cu13`) for CUDA 13. The emulator's stubs are built for exactly these
 (build.py): one per linked SONAME, carrying its tag, compiled against that release's headers.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import sys
 import subprocess
+import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 HEADERS = {
-    12: {"cuda_runtime_api.h": "nvidia-cuda-runtime-cu12", "cuda.h": "nvidia-cuda-runtime-cu12",
-         "crt/host_defines.h": "nvidia-cuda-nvcc-cu12", "nv/target": "nvidia-cuda-cccl-cu12",
-         "cublas_api.h": "nvidia-cublas-cu12", "cudnn.h": "nvidia-cudnn-cu12", "nccl.h": "nvidia-nccl-cu12",
-         "nvrtc.h": "nvidia-cuda-nvrtc-cu12",
-         "nvml.h": "nvidia-nvml-dev-cu12"},
-    13: {"cuda_runtime_api.h": "nvidia-cuda-runtime", "cuda.h": "nvidia-cuda-runtime",
-         "crt/host_defines.h": "nvidia-cuda-crt", "nv/target": "nvidia-cuda-cccl",
-         "cublas_api.h": "nvidia-cublas", "cudnn.h": "nvidia-cudnn-cu13", "nccl.h": "nvidia-nccl-cu13",
-         "nvrtc.h": "nvidia-cuda-nvrtc",
-         "nvml.h": "nvidia-nvml-dev"},
+    12: {
+        "cuda_runtime_api.h": "nvidia-cuda-runtime-cu12",
+        "cuda.h": "nvidia-cuda-runtime-cu12",
+        "crt/host_defines.h": "nvidia-cuda-nvcc-cu12",
+        "nv/target": "nvidia-cuda-cccl-cu12",
+        "cublas_api.h": "nvidia-cublas-cu12",
+        "cudnn.h": "nvidia-cudnn-cu12",
+        "nccl.h": "nvidia-nccl-cu12",
+        "nvrtc.h": "nvidia-cuda-nvrtc-cu12",
+        "nvml.h": "nvidia-nvml-dev-cu12",
+    },
+    13: {
+        "cuda_runtime_api.h": "nvidia-cuda-runtime",
+        "cuda.h": "nvidia-cuda-runtime",
+        "crt/host_defines.h": "nvidia-cuda-crt",
+        "nv/target": "nvidia-cuda-cccl",
+        "cublas_api.h": "nvidia-cublas",
+        "cudnn.h": "nvidia-cudnn-cu13",
+        "nccl.h": "nvidia-nccl-cu13",
+        "nvrtc.h": "nvidia-cuda-nvrtc",
+        "nvml.h": "nvidia-nvml-dev",
+    },
 }
 """Per CUDA major the emulator supports: every header the stubs include -> the wheel that carries it."""
 EXTRA = {12: "cu12", 13: "cu13"}
@@ -62,7 +75,7 @@ class CudaRelease:
 
     @property
     def version(self) -> str:
-        """"12.4", "13.2": the release of the headers (the runtime torch pulls)."""
+        """ "12.4", "13.2": the release of the headers (the runtime torch pulls)."""
         return f"{self.runtime_version // 1000}.{self.runtime_version % 1000 // 10}"
 
 
@@ -75,8 +88,9 @@ def linked_libraries(libs: list[Path]) -> dict[str, str | None]:
     readelf = shutil.which("readelf")
     if not readelf:
         raise ReleaseError("`readelf` was not found: install binutils (e.g. `apt-get install binutils`)")
-    p = subprocess.run([readelf, "--dynamic", "--version-info", "--wide", *map(str, libs)], capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        [readelf, "--dynamic", "--version-info", "--wide", *map(str, libs)], capture_output=True, text=True
+    )
     if p.returncode:
         raise ReleaseError(f"readelf cannot read torch's libraries: {p.stderr.strip()[-2000:]}")
     linked: dict[str, str | None] = dict.fromkeys(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", p.stdout))
@@ -107,7 +121,7 @@ def release_include_dirs(major: int) -> list[Path]:
     for dist in metadata.distributions():
         if _dist_major(dist) != major:
             continue
-        prefixes = {f.parts[:f.parts.index("include") + 1] for f in dist.files or () if "include" in f.parts[:-1]}
+        prefixes = {f.parts[: f.parts.index("include") + 1] for f in dist.files or () if "include" in f.parts[:-1]}
         dirs.update(Path(dist.locate_file(Path(*p))).resolve() for p in prefixes)
     return sorted(d for d in dirs if d.is_dir())
 
@@ -118,8 +132,11 @@ def installed_wheels() -> list[str]:
     found = set()
     for entry in sys.path:
         try:
-            found.update(e.name for e in os.scandir(entry or ".") if e.name.startswith("nvidia_")
-                         and e.name.endswith(".dist-info"))
+            found.update(
+                e.name
+                for e in os.scandir(entry or ".")
+                if e.name.startswith("nvidia_") and e.name.endswith(".dist-info")
+            )
         except OSError:
             continue
     return sorted(found)
@@ -141,15 +158,19 @@ def detect(torch_libs: list[Path]) -> CudaRelease:
         raise ReleaseError("torch links no libcudart: this build of torch does not use CUDA")
     major = int(re.search(r"\.so\.(\d+)", cudart[0]).group(1))
     if major not in HEADERS:
-        raise ReleaseError(f"torch is built for CUDA {major}; Maya's emulator supports torch built for CUDA "
-                           f"{' or '.join(map(str, HEADERS))} (torch 2.5 or newer from PyPI)")
+        raise ReleaseError(
+            f"torch is built for CUDA {major}; Maya's emulator supports torch built for CUDA "
+            f"{' or '.join(map(str, HEADERS))} (torch 2.5 or newer from PyPI)"
+        )
     dirs = release_include_dirs(major)
     chosen: list[Path] = []
     for header, package in HEADERS[major].items():
         found = [d for d in dirs if (d / header).exists()]
         if not found:
-            raise ReleaseError(f"missing {header} for torch's CUDA {major} libraries: install `{package}` "
-                               f"(`pip install 'maya[{EXTRA[major]}]'` installs the header wheels the emulator "
-                               "needs without touching torch)")
+            raise ReleaseError(
+                f"missing {header} for torch's CUDA {major} libraries: install `{package}` "
+                f"(`pip install 'maya[{EXTRA[major]}]'` installs the header wheels the emulator "
+                "needs without touching torch)"
+            )
         chosen.extend(d for d in found[:1] if d not in chosen)
     return CudaRelease(major, _runtime_version(chosen[0] / "cuda_runtime_api.h"), linked, tuple(chosen))

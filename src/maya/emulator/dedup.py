@@ -7,6 +7,7 @@ them out). Without point-to-point traffic all ranks form one class. Every class 
 capturing one more of its members and comparing call signatures; a member that differs from its
 representative (rank 0 logging, say; `convert.signature`) splits the class.
 """
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -17,8 +18,11 @@ def stage_classes(world_size: int, api_calls: pa.Table, communicators: pa.Table)
     """Representative rank -> ranks it stands for, from rank 0's trace (tables of rank 0)."""
     p2p = api_calls.filter(pc.is_in(api_calls.column("collective_name"), pa.array(["send", "recv"])))
     comm_ids = set(p2p.column("comm_id").drop_null().to_pylist())
-    groups = [row["ranks"] for row in communicators.to_pylist()
-              if row["comm_id"] in comm_ids and row["ranks"] and len(row["ranks"]) > 1]
+    groups = [
+        row["ranks"]
+        for row in communicators.to_pylist()
+        if row["comm_id"] in comm_ids and row["ranks"] and len(row["ranks"]) > 1
+    ]
     if not groups:
         return {0: list(range(world_size))}
     stages = sorted(max(groups, key=len))

@@ -13,6 +13,7 @@ the factory and calls it with the options (`maya emulate` names `maya.simulator.
 prices with the estimators or the roofline). Each distinct call is priced once per rank; a failing oracle
 leaves event timings on host time and the rank's status says why.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -77,23 +78,32 @@ class _Answering:
         try:
             if self.oracle is None:
                 self.oracle = load(self.value)
-            records = (np.frombuffer((ctypes.c_char * (n * RECORD_DTYPE.itemsize)).from_address(pointer),
-                                     dtype=RECORD_DTYPE).copy() if n else np.empty(0, RECORD_DTYPE))
+            records = (
+                np.frombuffer(
+                    (ctypes.c_char * (n * RECORD_DTYPE.itemsize)).from_address(pointer), dtype=RECORD_DTYPE
+                ).copy()
+                if n
+                else np.empty(0, RECORD_DTYPE)
+            )
             ns = self._price(records)
             self.timings += 1
             return ns
         except Exception as e:  # noqa: BLE001 - never into the script: timings fall back to host time
             self.error = f"{type(e).__name__}: {e}"
-            print(f"maya emulator: the device-time oracle failed ({self.error}); CUDA-event timings read host time "
-                  "from here on", file=sys.stderr)
+            print(
+                f"maya emulator: the device-time oracle failed ({self.error}); CUDA-event timings read host time "
+                "from here on",
+                file=sys.stderr,
+            )
             return -1.0
         finally:
             self.seconds += time.perf_counter() - start
 
     def _price(self, records: np.ndarray) -> float:
         """Summed device time of the records; calls not priced before go to the oracle in one frame."""
-        payload = np.concatenate([records["kind"][:, None].astype("<i8"), records["api"][:, None].astype("<i8"),
-                                  records["a"]], axis=1)
+        payload = np.concatenate(
+            [records["kind"][:, None].astype("<i8"), records["api"][:, None].astype("<i8"), records["a"]], axis=1
+        )
         payload[records["kind"] == K_COLL, 2 + 6] = 0  # a collective's sequence number is not its work
         keys = [row.tobytes() for row in payload]
         unknown: dict[bytes, int] = {}
@@ -110,8 +120,13 @@ class _Answering:
 
     def report(self) -> dict:
         """What the rank's status says about its timings."""
-        return {"oracle": getattr(self.oracle, "name", None), "timings": self.timings, "calls_priced": self.priced,
-                "seconds": round(self.seconds, 3), "error": self.error}
+        return {
+            "oracle": getattr(self.oracle, "name", None),
+            "timings": self.timings,
+            "calls_priced": self.priced,
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+        }
 
 
 def install(raw: Path) -> _Answering | None:

@@ -11,6 +11,7 @@ and stops its children, when the process that started it closes its stdin.
 
 `MAYA_EMU_FORKSERVER=0` turns the zygote off (every rank a new interpreter, as before).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -25,15 +26,47 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Callable, Iterator, Mapping, Sequence
 
-PER_RANK = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
-            "ROLE_WORLD_SIZE", "MASTER_PORT", "MAYA_EMU_CONFIG", "MAYA_EMU_OUT", "MAYA_EMU_MAILBOX",
-            "MAYA_EMU_ITERATIONS", "MAYA_EMU_DEVICE_TIME")
+PER_RANK = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_PORT",
+    "MAYA_EMU_CONFIG",
+    "MAYA_EMU_OUT",
+    "MAYA_EMU_MAILBOX",
+    "MAYA_EMU_ITERATIONS",
+    "MAYA_EMU_DEVICE_TIME",
+)
 """Variables that differ between the ranks of one zygote (read lazily, after the fork)."""
-IMPORT_TIME = ("TORCH", "PYTORCH", "CUDA", "NCCL", "CUBLAS", "CUDNN", "NVIDIA", "TRITON", "OMP", "KMP", "GOMP",
-               "MKL", "OPENBLAS", "LD_", "PYTHON", "MAYA_EMU", "LANG", "LC_", "TZ")
+IMPORT_TIME = (
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "NCCL",
+    "CUBLAS",
+    "CUDNN",
+    "NVIDIA",
+    "TRITON",
+    "OMP",
+    "KMP",
+    "GOMP",
+    "MKL",
+    "OPENBLAS",
+    "LD_",
+    "PYTHON",
+    "MAYA_EMU",
+    "LANG",
+    "LC_",
+    "TZ",
+)
 """Prefixes of the variables that can change what the zygote's imports do: a zygote serves every
 environment that agrees on these (others, e.g. a search's parameters or MAYA_HOME, are the rank's own,
 read after the fork)."""
@@ -68,10 +101,11 @@ def _recv_msg(sock: socket.socket) -> tuple[dict | None, list[int]]:
         if not more:
             raise ConnectionError("zygote connection closed mid-message")
         data += more
-    return json.loads(data[_HEADER.size:_HEADER.size + size]), fds
+    return json.loads(data[_HEADER.size : _HEADER.size + size]), fds
 
 
 # ------------------------------------------------------------------ client (in `maya emulate`)
+
 
 class ForkServer:
     """A running zygote for one environment; `run` starts a rank in it."""
@@ -80,8 +114,12 @@ class ForkServer:
         name = f"maya-zygote-{uuid.uuid4().hex}"
         self.address = "\0" + name  # abstract: nothing to clean up on disk
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "maya.emulator.forkserver", name],
-                                         env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "maya.emulator.forkserver", name],
+                env=dict(env),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
         except OSError as e:
             raise ZygoteUnavailable(f"the emulator's zygote cannot start: {e}") from e
         self.active, self.retired = 0, False  # ranks running in it; replaced by a newer zygote
@@ -176,6 +214,7 @@ def _close_all() -> None:
 
 # ------------------------------------------------------------------ the zygote
 
+
 def _child(request: dict, out_fd: int) -> None:
     """In the forked rank: its own output, environment and directory, then the runner. Never returns."""
     code = 70
@@ -192,13 +231,17 @@ def _child(request: dict, out_fd: int) -> None:
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         if ctypes.CDLL(None).maya_emu_restart() != 0:
-            print("maya emulator: the zygote recorded device calls before forking; "
-                  "set MAYA_EMU_FORKSERVER=0", file=sys.stderr)
+            print(
+                "maya emulator: the zygote recorded device calls before forking; set MAYA_EMU_FORKSERVER=0",
+                file=sys.stderr,
+            )
         else:
             from .runner import run_and_exit
+
             run_and_exit(request["argv"])
     except BaseException:
         import traceback
+
         traceback.print_exc()
     finally:
         os._exit(code)
@@ -224,7 +267,7 @@ def serve(name: str) -> None:
     while True:
         for key, _ in selector.select():
             if key.data == "parent":  # the launcher is gone or done: stop what still runs
-                for pid, conn in children.values():
+                for pid, _conn in children.values():
                     try:
                         os.kill(pid, signal.SIGTERM)
                     except ProcessLookupError:

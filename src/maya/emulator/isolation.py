@@ -12,6 +12,7 @@ answers as if all peers had done what this rank does, so no rank ever waits for 
 
 Gloo groups complete locally; object collectives go through `mailbox.py`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -126,9 +127,13 @@ def _gloo_without_peers() -> None:
     def create(opts, backend_options):
         return FakeProcessGroup._create_internal(opts.group_rank, opts.group_size, None)
 
-    dist.Backend.register_backend(dist.Backend.GLOO, create, extended_api=True,
-                                  devices=dist.Backend.backend_capability[dist.Backend.GLOO],
-                                  _backend_type=dist.ProcessGroup.BackendType.GLOO)
+    dist.Backend.register_backend(
+        dist.Backend.GLOO,
+        create,
+        extended_api=True,
+        devices=dist.Backend.backend_capability[dist.Backend.GLOO],
+        _backend_type=dist.ProcessGroup.BackendType.GLOO,
+    )
 
 
 def _gloo_as_fake_before_2_8(fake) -> None:
@@ -158,4 +163,5 @@ def install() -> None:
         from pathlib import Path
 
         from .mailbox import install as exchange_objects
+
         exchange_objects(Path(os.environ["MAYA_EMU_MAILBOX"]), int(os.environ.get("RANK", "0")))

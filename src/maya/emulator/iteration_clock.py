@@ -13,11 +13,12 @@ iteration N + 1 (scripts whose model runs as a replayed CUDA graph call no modul
 raising `StopScript` (a BaseException, which the script's `except Exception` lets through), so every
 rank of an SPMD job stops at the same iteration and the trace holds iterations 0..N-1 whole.
 """
+
 from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from maya.core.script_runner import StopScript
 
@@ -33,8 +34,14 @@ class IterationClock:
     """Counts iterations; `set_iteration(n)` labels the ops entered from then on and `relabel_open(n)` the
     innermost op open (the observer)."""
 
-    def __init__(self, set_iteration: Callable[[int], None], relabel_open: Callable[[int], None],
-                 backward_ops: Callable[[], int], graph_launches: Callable[[], int], limit: int = 0):
+    def __init__(
+        self,
+        set_iteration: Callable[[int], None],
+        relabel_open: Callable[[int], None],
+        backward_ops: Callable[[], int],
+        graph_launches: Callable[[], int],
+        limit: int = 0,
+    ):
         self.set_iteration, self.limit, self.relabel_open = set_iteration, limit, relabel_open
         self.backward_ops, self.graph_launches = backward_ops, graph_launches
         self.iteration = 0
@@ -71,8 +78,12 @@ class IterationClock:
         self.set_iteration(self.iteration)
 
     def _stop(self) -> None:
-        print(f"maya emulator: stopping the script after {self.iteration} training iterations "
-              f"(--iterations {self.limit})", file=sys.stderr, flush=True)
+        print(
+            f"maya emulator: stopping the script after {self.iteration} training iterations "
+            f"(--iterations {self.limit})",
+            file=sys.stderr,
+            flush=True,
+        )
         raise IterationLimitReached(self.iteration)
 
 
@@ -83,5 +94,10 @@ def native_clock(observer: ctypes.CDLL, emulator: ctypes.CDLL, limit: int) -> It
     observer.maya_ops_relabel_open.argtypes = [ctypes.c_int32]
     observer.maya_ops_backward_ops.restype = ctypes.c_int64
     emulator.maya_emu_graph_launches.restype = ctypes.c_int64
-    return IterationClock(observer.maya_ops_set_iteration, observer.maya_ops_relabel_open,
-                          observer.maya_ops_backward_ops, emulator.maya_emu_graph_launches, limit)
+    return IterationClock(
+        observer.maya_ops_set_iteration,
+        observer.maya_ops_relabel_open,
+        observer.maya_ops_backward_ops,
+        emulator.maya_emu_graph_launches,
+        limit,
+    )

@@ -1,4 +1,5 @@
 """`maya emulate`: run a training script on virtual GPUs, one isolated process per captured rank."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,10 +13,10 @@ import threading
 import time
 import uuid
 import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from maya import __version__
 from maya.core.hardware import DEFAULT_HARDWARE, Hardware
@@ -66,43 +67,68 @@ class EmulationResult:
 
 def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
     lines = {
-        "out_dir": raw, "devices": devices, "rank": rank, "name": hw.device_name, "major": hw.sm_major,
-        "minor": hw.sm_minor, "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes,
-        "clock_khz": hw.boost_clock_mhz * 1000, "mem_clock_khz": hw.memory_clock_mhz * 1000,
-        "bus_width_bits": hw.memory_bus_width_bits, "l2_bytes": hw.l2_bytes,
-        "smem_per_sm": hw.shared_mem_per_sm_bytes, "smem_per_block_optin": hw.shared_mem_per_block_optin_bytes,
-        "max_threads_per_sm": hw.max_threads_per_sm, "regs_per_sm": hw.registers_per_sm,
+        "out_dir": raw,
+        "devices": devices,
+        "rank": rank,
+        "name": hw.device_name,
+        "major": hw.sm_major,
+        "minor": hw.sm_minor,
+        "sm_count": hw.sm_count,
+        "memory_bytes": hw.memory_bytes,
+        "clock_khz": hw.boost_clock_mhz * 1000,
+        "mem_clock_khz": hw.memory_clock_mhz * 1000,
+        "bus_width_bits": hw.memory_bus_width_bits,
+        "l2_bytes": hw.l2_bytes,
+        "smem_per_sm": hw.shared_mem_per_sm_bytes,
+        "smem_per_block_optin": hw.shared_mem_per_block_optin_bytes,
+        "max_threads_per_sm": hw.max_threads_per_sm,
+        "regs_per_sm": hw.registers_per_sm,
         "power_limit_w": round(hw.tdp_w),
     }
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
-def _rank_env(lib_dir: Path, raw: Path, mailbox: Path, rank: int, topo: Topology, port: int,
-              iterations: int | None, device_time: str | None = None) -> dict[str, str]:
+def _rank_env(
+    lib_dir: Path,
+    raw: Path,
+    mailbox: Path,
+    rank: int,
+    topo: Topology,
+    port: int,
+    iterations: int | None,
+    device_time: str | None = None,
+) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        "LD_PRELOAD": ":".join(preload_list(lib_dir)),
-        "TRITON_LIBCUDA_PATH": str(lib_dir),
-        "MAYA_EMU_LIBS": str(lib_dir),
-        "MAYA_EMU_CONFIG": str(raw / "config"),
-        "MAYA_EMU_OUT": str(raw),
-        "MAYA_EMU_MAILBOX": str(mailbox),
-        "RANK": str(rank), "WORLD_SIZE": str(topo.world_size),
-        "LOCAL_RANK": str(rank % topo.nproc_per_node), "LOCAL_WORLD_SIZE": str(topo.nproc_per_node),
-        "GROUP_RANK": str(rank // topo.nproc_per_node), "NODE_RANK": str(rank // topo.nproc_per_node),
-        "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(topo.world_size),
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-        "TORCHELASTIC_RUN_ID": "maya-emulate",
-        "PYTHONUNBUFFERED": "1",
-        # torch's jiterator keeps NVRTC's output in ~/.cache/torch/kernels: the emulated NVRTC's placeholder
-        # images must not land there (a real GPU run would load them), and each run records its compilations
-        "USE_PYTORCH_KERNEL_CACHE": "0",
-        # the runner is found as an installed module even when the working directory holds a
-        # source tree whose folders would shadow it (as Maya's own checkout does)
-        "PYTHONSAFEPATH": "1",
-        # the emulated GPU tools (nvidia-smi) come first on PATH
-        "PATH": os.pathsep.join([str(lib_dir / "bin"), env.get("PATH", os.defpath)]),
-    })
+    env.update(
+        {
+            "LD_PRELOAD": ":".join(preload_list(lib_dir)),
+            "TRITON_LIBCUDA_PATH": str(lib_dir),
+            "MAYA_EMU_LIBS": str(lib_dir),
+            "MAYA_EMU_CONFIG": str(raw / "config"),
+            "MAYA_EMU_OUT": str(raw),
+            "MAYA_EMU_MAILBOX": str(mailbox),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(topo.world_size),
+            "LOCAL_RANK": str(rank % topo.nproc_per_node),
+            "LOCAL_WORLD_SIZE": str(topo.nproc_per_node),
+            "GROUP_RANK": str(rank // topo.nproc_per_node),
+            "NODE_RANK": str(rank // topo.nproc_per_node),
+            "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(topo.world_size),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "TORCHELASTIC_RUN_ID": "maya-emulate",
+            "PYTHONUNBUFFERED": "1",
+            # torch's jiterator keeps NVRTC's output in ~/.cache/torch/kernels: the emulated NVRTC's placeholder
+            # images must not land there (a real GPU run would load them), and each run records its compilations
+            "USE_PYTORCH_KERNEL_CACHE": "0",
+            # the runner is found as an installed module even when the working directory holds a
+            # source tree whose folders would shadow it (as Maya's own checkout does)
+            "PYTHONSAFEPATH": "1",
+            # the emulated GPU tools (nvidia-smi) come first on PATH
+            "PATH": os.pathsep.join([str(lib_dir / "bin"), env.get("PATH", os.defpath)]),
+        }
+    )
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if iterations:
         env["MAYA_EMU_ITERATIONS"] = str(iterations)
@@ -125,11 +151,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDWARE, topology: Topology = Topology(),
-            ranks: Sequence[int] | None = None, parallel: int | None = None,
-            on_rank_done: Callable[[RankResult], None] | None = None,
-            on_output: Callable[[str], None] | None = None, dedup: bool = True,
-            iterations: int | None = None, device_time: str | None = None) -> EmulationResult:
+def emulate(
+    argv: Sequence[str],
+    out_dir: Path,
+    *,
+    hardware: str = DEFAULT_HARDWARE,
+    topology: Topology = Topology(),
+    ranks: Sequence[int] | None = None,
+    parallel: int | None = None,
+    on_rank_done: Callable[[RankResult], None] | None = None,
+    on_output: Callable[[str], None] | None = None,
+    dedup: bool = True,
+    iterations: int | None = None,
+    device_time: str | None = None,
+) -> EmulationResult:
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
 
     With `iterations`, every rank stops cleanly once that many training iterations (optimizer steps)
@@ -148,8 +183,17 @@ def emulate(argv: Sequence[str], out_dir: Path, *, hardware: str = DEFAULT_HARDW
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir}: output exists and is not empty")
     lib_dir = build(Path(os.environ.get("MAYA_EMULATOR_CACHE") or maya_home() / "emulator"))
-    job = _Job(list(argv), out_dir, hw, topology, lib_dir, iterations, on_output if wanted else None,
-               on_rank_done, wanted[0] if wanted else -1)
+    job = _Job(
+        list(argv),
+        out_dir,
+        hw,
+        topology,
+        lib_dir,
+        iterations,
+        on_output if wanted else None,
+        on_rank_done,
+        wanted[0] if wanted else -1,
+    )
     job.device_time = device_time
     job.write_run("running", {"captured_ranks": wanted})
     workers = parallel or os.cpu_count() or 1
@@ -174,8 +218,12 @@ def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, 
     if not done:
         return alone, {}
     try:
-        return subset_represents(world_size, sorted(captured), read_table(writer.run_dir, "api_calls", [done[0]]),
-                                 read_table(writer.run_dir, "communicators", [done[0]]))
+        return subset_represents(
+            world_size,
+            sorted(captured),
+            read_table(writer.run_dir, "api_calls", [done[0]]),
+            read_table(writer.run_dir, "communicators", [done[0]]),
+        )
     except ValueError:
         return alone, {}
 
@@ -183,9 +231,18 @@ def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, 
 class _Job:
     """One `emulate` call: its ranks' processes, each started once, and the run directory they fill."""
 
-    def __init__(self, argv: list[str], out_dir: Path, hw: Hardware, topology: Topology, lib_dir: Path,
-                 iterations: int | None, on_output: Callable[[str], None] | None,
-                 on_rank_done: Callable[[RankResult], None] | None, echoed_rank: int):
+    def __init__(
+        self,
+        argv: list[str],
+        out_dir: Path,
+        hw: Hardware,
+        topology: Topology,
+        lib_dir: Path,
+        iterations: int | None,
+        on_output: Callable[[str], None] | None,
+        on_rank_done: Callable[[RankResult], None] | None,
+        echoed_rank: int,
+    ):
         self.argv, self.out_dir, self.hw, self.topology = argv, out_dir, hw, topology
         self.lib_dir, self.iterations = lib_dir, iterations
         self.on_output, self.on_rank_done, self.echoed_rank = on_output, on_rank_done, echoed_rank
@@ -193,10 +250,17 @@ class _Job:
         self.mailbox = out_dir / ".capture" / "mailbox"
         self.port = _free_port()
         self.run_row = {
-            "run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "emulator",
-            "command": json.dumps(["python", *argv]), "hardware": hw.name, "world_size": topology.world_size,
-            "nnodes": topology.nnodes, "nproc_per_node": topology.nproc_per_node,
-            "producer_version": f"maya {__version__}", "cuda_version": built_release(lib_dir)["version"]}
+            "run_id": uuid.uuid4().hex,
+            "created_at_ns": time.time_ns(),
+            "source": "emulator",
+            "command": json.dumps(["python", *argv]),
+            "hardware": hw.name,
+            "world_size": topology.world_size,
+            "nnodes": topology.nnodes,
+            "nproc_per_node": topology.nproc_per_node,
+            "producer_version": f"maya {__version__}",
+            "cuda_version": built_release(lib_dir)["version"],
+        }
         self.runs: dict[int, Future] = {}
         self.lock = threading.Lock()
         self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
@@ -205,8 +269,17 @@ class _Job:
     def write_run(self, status: str, attrs: dict) -> None:
         if self.device_time:
             attrs = {**attrs, "device_time": json.loads(self.device_time)}
-        self.writer.write("run", {k: [v] for k, v in {**self.run_row, "status": status, "attrs": json.dumps(
-            {**attrs, "iterations_limit": self.iterations})}.items()})
+        self.writer.write(
+            "run",
+            {
+                k: [v]
+                for k, v in {
+                    **self.run_row,
+                    "status": status,
+                    "attrs": json.dumps({**attrs, "iterations_limit": self.iterations}),
+                }.items()
+            },
+        )
 
     def run_rank(self, rank: int) -> tuple[Path, RankResult]:
         """Run one rank's process to its end and summarise its capture."""
@@ -214,17 +287,31 @@ class _Job:
         raw.mkdir(parents=True)
         (raw / "config").write_text(_config(self.hw, raw, rank, self.topology.nproc_per_node))
         t0 = time.monotonic()
-        env = _rank_env(self.lib_dir, raw, self.mailbox, rank, self.topology, self.port, self.iterations,
-                        self.device_time)
+        env = _rank_env(
+            self.lib_dir, raw, self.mailbox, rank, self.topology, self.port, self.iterations, self.device_time
+        )
         try:
-            returncode = _run_rank(self.argv, env, self.out_dir / "logs" / f"rank{rank}.txt",
-                                   echo=self.on_output if rank == self.echoed_rank else None)
+            returncode = _run_rank(
+                self.argv,
+                env,
+                self.out_dir / "logs" / f"rank{rank}.txt",
+                echo=self.on_output if rank == self.echoed_rank else None,
+            )
         finally:
             mark_ended(self.mailbox, rank)
         summary = RankSummary.scan(raw)
-        return raw, RankResult(rank, summary.status["status"], returncode, summary.calls, summary.peak_bytes,
-                               summary.unimplemented, summary.status.get("error"), time.monotonic() - t0,
-                               summary.status.get("cpu_s", 0.0), summary.status)
+        return raw, RankResult(
+            rank,
+            summary.status["status"],
+            returncode,
+            summary.calls,
+            summary.peak_bytes,
+            summary.unimplemented,
+            summary.status.get("error"),
+            time.monotonic() - t0,
+            summary.status.get("cpu_s", 0.0),
+            summary.status,
+        )
 
     def start(self, rank: int) -> Future:
         """The emulation of `rank`, started once (by a request or because a peer waits for it)."""
@@ -232,8 +319,9 @@ class _Job:
             if rank not in self.runs:
                 future: Future = Future()
                 self.runs[rank] = future
-                threading.Thread(target=self._resolve, args=(future, rank), name=f"maya-rank{rank}",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self._resolve, args=(future, rank), name=f"maya-rank{rank}", daemon=True
+                ).start()
             return self.runs[rank]
 
     def _resolve(self, future: Future, rank: int) -> None:
@@ -261,25 +349,58 @@ class _Job:
         hw, topology = self.hw, self.topology
         for rank, (_, result) in sorted(captured.items()):
             local = rank % topology.nproc_per_node
-            self.writer.write("devices", {k: [v] for k, v in {
-                "local_rank": local, "node": rank // topology.nproc_per_node, "device_index": local,
-                "device_name": hw.device_name, "hardware": hw.name, "sm_major": hw.sm_major,
-                "sm_minor": hw.sm_minor, "sm_count": hw.sm_count, "memory_bytes": hw.memory_bytes,
-                "represents": represents[rank], "hostname": socket.gethostname(),
-                "pid": result.info.get("pid")}.items()}, rank=rank)
+            self.writer.write(
+                "devices",
+                {
+                    k: [v]
+                    for k, v in {
+                        "local_rank": local,
+                        "node": rank // topology.nproc_per_node,
+                        "device_index": local,
+                        "device_name": hw.device_name,
+                        "hardware": hw.name,
+                        "sm_major": hw.sm_major,
+                        "sm_minor": hw.sm_minor,
+                        "sm_count": hw.sm_count,
+                        "memory_bytes": hw.memory_bytes,
+                        "represents": represents[rank],
+                        "hostname": socket.gethostname(),
+                        "pid": result.info.get("pid"),
+                    }.items()
+                },
+                rank=rank,
+            )
         results = [captured[r][1] for r in sorted(captured)]
         torch = next((r.info["torch"] for r in results if r.info.get("torch")), None)
         self.run_row["framework"] = f"torch {torch}" if torch else None
-        status = ("oom" if any(r.status == "oom" for r in results)
-                  else "failed" if any(r.status == "failed" for r in results) else "complete")
-        self.write_run(status, {"captured_ranks": sorted(captured), "represents": represents,
-                                **({"represents_assumed": self.assumed} if self.assumed else {}),
-                                "stopped_at_iteration": {r.rank: r.info.get("stopped_at_iteration")
-                                                         for r in results if r.info.get("stopped_at_iteration")},
-                                "routing_stand_ins": {r.rank: r.info["host_values"]["routing"] for r in results
-                                                      if r.info.get("host_values", {}).get("routing")},
-                                **({"device_time_answers": {r.rank: r.info.get("device_time") for r in results}}
-                                   if self.device_time else {})})
+        status = (
+            "oom"
+            if any(r.status == "oom" for r in results)
+            else "failed"
+            if any(r.status == "failed" for r in results)
+            else "complete"
+        )
+        self.write_run(
+            status,
+            {
+                "captured_ranks": sorted(captured),
+                "represents": represents,
+                **({"represents_assumed": self.assumed} if self.assumed else {}),
+                "stopped_at_iteration": {
+                    r.rank: r.info.get("stopped_at_iteration") for r in results if r.info.get("stopped_at_iteration")
+                },
+                "routing_stand_ins": {
+                    r.rank: r.info["host_values"]["routing"]
+                    for r in results
+                    if r.info.get("host_values", {}).get("routing")
+                },
+                **(
+                    {"device_time_answers": {r.rank: r.info.get("device_time") for r in results}}
+                    if self.device_time
+                    else {}
+                ),
+            },
+        )
         if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
             shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)
         cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None)
@@ -298,8 +419,11 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     # A class that shares smaller groups (tensor parallel) is never split: a lone rank cannot be cut out
     # of it and still be replayed, so the representative (e.g. rank 0 and its logging) stands for all,
     # and there is nothing for a second capture to decide.
-    checks = {rep: max(members) for rep, members in classes.items()
-              if len(members) > 1 and not any(1 < size < len(members) for size in sizes)}
+    checks = {
+        rep: max(members)
+        for rep, members in classes.items()
+        if len(members) > 1 and not any(1 < size < len(members) for size in sizes)
+    }
     with ThreadPoolExecutor(workers) as pool:
         captured.update(zip((r for r in classes if r), pool.map(capture, [r for r in classes if r])))
         probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
@@ -323,6 +447,7 @@ def _run_rank(argv: list[str], env: dict[str, str], log: Path, echo: Callable[[s
     is turned off or cannot start; its output goes to `log` and, line by line, to `echo`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as fh:
+
         def output(line: str) -> None:
             fh.write(line)
             if echo:
@@ -335,8 +460,9 @@ def _run_rank(argv: list[str], env: dict[str, str], log: Path, echo: Callable[[s
             except forkserver.ZygoteUnavailable as e:
                 warnings.warn(f"{e}; ranks start as new processes", RuntimeWarning, stacklevel=2)
         cmd = [sys.executable, "-m", "maya.emulator.runner", *argv]
-        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              errors="replace") as proc:
+        with subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        ) as proc:
             for line in proc.stdout:
                 output(line)
         return proc.returncode

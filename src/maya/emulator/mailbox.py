@@ -14,6 +14,7 @@ object cannot be: its bytes would be garbage. So in an emulated rank:
 The object collectives touch no NCCL, so the trace holds no one-sided call. A sender that ended
 (`ended-<rank>`) without sending, or a wait past the timeout, fails with an error naming both ranks.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -22,8 +23,8 @@ import pickle
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 TIMEOUT_S = float(os.environ.get("MAYA_EMU_MAILBOX_TIMEOUT", "600"))
 POLL_S = 0.01
@@ -46,11 +47,15 @@ def _receive(mailbox: Path, path: Path, rank: int, src: int, what: str) -> list:
     deadline = time.monotonic() + TIMEOUT_S
     while not path.exists():
         if (mailbox / f"ended-{src}").exists() and not path.exists():
-            raise RuntimeError(f"maya emulator: rank {rank} waits for objects from rank {src} ({what}), "
-                               "which ended without sending them")
+            raise RuntimeError(
+                f"maya emulator: rank {rank} waits for objects from rank {src} ({what}), "
+                "which ended without sending them"
+            )
         if time.monotonic() > deadline:
-            raise RuntimeError(f"maya emulator: rank {rank} waited {TIMEOUT_S:.0f} s for objects from rank {src} "
-                               f"({what}); is rank {src} part of the emulated world?")
+            raise RuntimeError(
+                f"maya emulator: rank {rank} waited {TIMEOUT_S:.0f} s for objects from rank {src} "
+                f"({what}); is rank {src} part of the emulated world?"
+            )
         time.sleep(POLL_S)
     return pickle.loads(path.read_bytes())
 
@@ -80,20 +85,23 @@ def install(mailbox: Path, rank: int) -> None:
         data = pickle.dumps(obj)
         return [pickle.loads(data) for _ in range(n)]
 
-    def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None, use_batch=False,
-                         weights_only=False) -> None:
+    def send_object_list(
+        object_list, dst=None, group=None, device=None, group_dst=None, use_batch=False, weights_only=False
+    ) -> None:
         dst = global_rank(group, dst, group_dst, "send_object_list")
         _deliver(next_path("p2p", rank, dst), list(object_list))
 
-    def recv_object_list(object_list, src=None, group=None, device=None, group_src=None, use_batch=False,
-                         weights_only=False) -> int:
+    def recv_object_list(
+        object_list, src=None, group=None, device=None, group_src=None, use_batch=False, weights_only=False
+    ) -> int:
         src = global_rank(group, src, group_src, "recv_object_list from any source")
         objects = _receive(mailbox, next_path("p2p", src, rank), rank, src, "recv_object_list")
-        object_list[:len(objects)] = objects
+        object_list[: len(objects)] = objects
         return src
 
-    def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None,
-                              weights_only=False) -> None:
+    def broadcast_object_list(
+        object_list, src=None, group=None, device=None, group_src=None, weights_only=False
+    ) -> None:
         src = global_rank(group, src, group_src, "broadcast_object_list")
         path = next_path("bcast", group_name(group), src)
         if rank == src:
@@ -101,8 +109,14 @@ def install(mailbox: Path, rank: int) -> None:
         else:
             object_list[:] = _receive(mailbox, path, rank, src, "broadcast_object_list")
 
-    def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
-                            group_src=None, weights_only=False) -> None:
+    def scatter_object_list(
+        scatter_object_output_list,
+        scatter_object_input_list=None,
+        src=None,
+        group=None,
+        group_src=None,
+        weights_only=False,
+    ) -> None:
         src = global_rank(group, src, group_src, "scatter_object_list")
         path = next_path("scatter", group_name(group), src)
         if rank == src:
@@ -126,8 +140,13 @@ def install(mailbox: Path, rank: int) -> None:
         given = {"group_src": group_src} if group_src is not None else {}
         work = nccl_broadcast(tensor, src=src, group=group, async_op=async_op, **given)
         size = tensor.numel() * tensor.element_size()
-        if (not tensor.is_cuda or not tensor.is_contiguous() or not 0 < size <= SMALL_BROADCAST_BYTES
-                or dist.distributed_c10d._rank_not_in_group(group) or dist.get_world_size(group) == 1):
+        if (
+            not tensor.is_cuda
+            or not tensor.is_contiguous()
+            or not 0 < size <= SMALL_BROADCAST_BYTES
+            or dist.distributed_c10d._rank_not_in_group(group)
+            or dist.get_world_size(group) == 1
+        ):
             return work
         src = global_rank(group, src, group_src, "broadcast")
         path = next_path("tensor-bcast", group_name(group), src)

@@ -4,13 +4,14 @@
 
     python -m maya.emulator.nvidia_smi [ARGS]   (the `nvidia-smi` build.py writes runs this)
 """
+
 from __future__ import annotations
 
 import ctypes
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
 CLOCK_SM, CLOCK_MEM = 1, 2
@@ -128,7 +129,7 @@ class Nvml:
         n = ctypes.c_uint(16)
         infos = (_Process * 16)()
         self._call("nvmlDeviceGetComputeRunningProcesses", h, ctypes.byref(n), infos)
-        return list(infos[:n.value])
+        return list(infos[: n.value])
 
 
 def bus_id(index: int) -> str:
@@ -175,8 +176,9 @@ FIELDS: dict[str, Field] = {
 
 def query(nvml: Nvml, fields: list[str], fmt: set[str], ids: list[int]) -> list[str]:
     units = "nounits" not in fmt
-    lines = [] if "noheader" in fmt else [", ".join(f + (f" [{FIELDS[f].unit}]" if FIELDS[f].unit else "")
-                                                   for f in fields)]
+    lines = (
+        [] if "noheader" in fmt else [", ".join(f + (f" [{FIELDS[f].unit}]" if FIELDS[f].unit else "") for f in fields)]
+    )
     for i in ids:
         h = nvml.handle(i)
         values = []
@@ -202,35 +204,48 @@ def _line(text: str) -> str:
 def table(nvml: Nvml, ids: list[int]) -> list[str]:
     """The default report, laid out as nvidia-smi 580 prints it."""
     driver = nvml.driver_version()
-    lines = [time.strftime("%a %b %d %H:%M:%S %Y"), "+" + "-" * WIDE + "+",
-             _line(f" NVIDIA-SMI {driver:<23}Driver Version: {driver:<15}CUDA Version: {nvml.cuda_version()}"),
-             BAR,
-             "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
-             "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
-             "|                                         |                        |               MIG M. |",
-             "|=========================================+========================+======================|"]
+    lines = [
+        time.strftime("%a %b %d %H:%M:%S %Y"),
+        "+" + "-" * WIDE + "+",
+        _line(f" NVIDIA-SMI {driver:<23}Driver Version: {driver:<15}CUDA Version: {nvml.cuda_version()}"),
+        BAR,
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+        "|                                         |                        |               MIG M. |",
+        "|=========================================+========================+======================|",
+    ]
     running = []
     for i in ids:
         h = nvml.handle(i)
         mem, fan = nvml.memory(h), nvml.fan(h)
         power = f"{nvml.power(h) // 1000}W / {nvml.power_limit(h) // 1000:>4}W"
         persistence = "On" if nvml.persistence(h) else "Off"
-        lines += [f"|{i:>4}  {nvml.name(h)[:28]:<28}{persistence:>5}  |{bus_id(i):>19} Off |{0:>21} |",
-                  f"|{'N/A' if fan is None else f'{fan}%':>4}{f'{nvml.temperature(h)}C':>6}"
-                  f"{f'P{nvml.pstate(h)}':>6}{power:>24} |{f'{mem.used // MIB}MiB / {mem.total // MIB:>6}MiB':>23} |"
-                  f"{f'{nvml.utilization(h).gpu}%':>8}{'Default':>13} |",
-                  f"|{'':41}|{'':24}|{'Disabled':>21} |",
-                  BAR]
+        lines += [
+            f"|{i:>4}  {nvml.name(h)[:28]:<28}{persistence:>5}  |{bus_id(i):>19} Off |{0:>21} |",
+            f"|{'N/A' if fan is None else f'{fan}%':>4}{f'{nvml.temperature(h)}C':>6}"
+            f"{f'P{nvml.pstate(h)}':>6}{power:>24} |{f'{mem.used // MIB}MiB / {mem.total // MIB:>6}MiB':>23} |"
+            f"{f'{nvml.utilization(h).gpu}%':>8}{'Default':>13} |",
+            f"|{'':41}|{'':24}|{'Disabled':>21} |",
+            BAR,
+        ]
         running += [(i, p) for p in nvml.processes(h)]
-    lines += ["", "+" + "-" * WIDE + "+", _line(" Processes:"),
-              _line("  GPU   GI   CI              PID   Type   Process name                        GPU Memory"),
-              _line("        ID   ID                                                               Usage"),
-              "|" + "=" * WIDE + "|"]
+    lines += [
+        "",
+        "+" + "-" * WIDE + "+",
+        _line(" Processes:"),
+        _line("  GPU   GI   CI              PID   Type   Process name                        GPU Memory"),
+        _line("        ID   ID                                                               Usage"),
+        "|" + "=" * WIDE + "|",
+    ]
     if not running:
         lines.append(_line("  No running processes found"))
     for i, p in running:
-        lines.append(_line(f"{i:>5}   N/A  N/A {p.pid:>16}      C   {_process_name(p.pid)[-35:]:<35}"
-                           f"{p.usedGpuMemory // MIB:>8}MiB "))
+        lines.append(
+            _line(
+                f"{i:>5}   N/A  N/A {p.pid:>16}      C   {_process_name(p.pid)[-35:]:<35}"
+                f"{p.usedGpuMemory // MIB:>8}MiB "
+            )
+        )
     lines.append("+" + "-" * WIDE + "+")
     return lines
 
@@ -279,8 +294,10 @@ def main(argv: Sequence[str], lib: ctypes.CDLL | None = None) -> int:
             elif arg.startswith("--id="):
                 spec = arg.split("=", 1)[1]
             else:
-                raise UsageError(f"option {arg!r} is not emulated by Maya's nvidia-smi (it answers the default "
-                                 "table, -L, and --query-gpu=... --format=csv[,noheader][,nounits] with -i)")
+                raise UsageError(
+                    f"option {arg!r} is not emulated by Maya's nvidia-smi (it answers the default "
+                    "table, -L, and --query-gpu=... --format=csv[,noheader][,nounits] with -i)"
+                )
         if mode == "query" and not fmt:
             raise UsageError("--query-gpu requires --format=csv")
         bad = [f for f in fields or [] if f not in FIELDS]
@@ -288,14 +305,22 @@ def main(argv: Sequence[str], lib: ctypes.CDLL | None = None) -> int:
             raise UsageError(f'Field "{bad[0]}" is not a valid field to query.')
         nvml = Nvml(lib or ctypes.CDLL("libnvidia-ml.so.1"))
         ids = _ids(spec, nvml.count())
-        lines = (listing(nvml, ids) if mode == "list" else query(nvml, fields or [], fmt, ids) if mode == "query"
-                 else table(nvml, ids))
+        lines = (
+            listing(nvml, ids)
+            if mode == "list"
+            else query(nvml, fields or [], fmt, ids)
+            if mode == "query"
+            else table(nvml, ids)
+        )
     except UsageError as e:
         print(e, file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver ({e}): Maya's "
-              "nvidia-smi runs inside `maya emulate`", file=sys.stderr)
+        print(
+            f"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver ({e}): Maya's "
+            "nvidia-smi runs inside `maya emulate`",
+            file=sys.stderr,
+        )
         return 9
     print("\n".join(lines))
     return 0

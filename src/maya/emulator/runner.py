@@ -10,6 +10,7 @@ launches (triton_launches.py) and, when the launcher names one, the device-time 
 timings (device_time.py). At exit the script's
 outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -87,10 +88,12 @@ class _Observer:
                     leave(op)
 
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
         # torch warns at every call of a compiled module that global hooks exist: these are Maya's, not the
         # script's, and fold away inside the compiled region, so the warning would only be noise to its user
-        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks",
-                                category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks", category=UserWarning
+        )
         return [register_module_forward_pre_hook(pre), register_module_forward_hook(post, always_call=True)]
 
     def finish(self) -> None:
@@ -108,6 +111,7 @@ class _ProcessGroups:
 
     def __init__(self):
         import torch.distributed as dist
+
         self.dist, self.groups = dist, {}
         if not dist.is_available():
             return
@@ -122,8 +126,9 @@ class _ProcessGroups:
     def snapshot(self) -> dict[str, list[int]]:
         dist = self.dist
         if dist.is_available() and dist.is_initialized():
-            self.groups.update({name: dist.get_process_group_ranks(pg)
-                                for pg, name in dist.distributed_c10d._world.pg_names.items()})
+            self.groups.update(
+                {name: dist.get_process_group_ranks(pg) for pg, name in dist.distributed_c10d._world.pg_names.items()}
+            )
         return self.groups
 
 
@@ -132,8 +137,9 @@ def _cpu_seconds() -> float:
     from the zygote counts from its fork)."""
     import resource
 
-    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
-                                                                         resource.RUSAGE_CHILDREN)))
+    return sum(
+        u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
 
 
 def _stop_reason(e: BaseException) -> str | None:
@@ -161,9 +167,9 @@ def main(argv: list[str]) -> int:
 
     from maya.core.script_runner import run_script
 
+    from .device_time import install as answer_event_timings
     from .isolation import install as isolate_ranks
     from .iteration_clock import ITERATIONS_ENV, IterationLimitReached, native_clock
-    from .device_time import install as answer_event_timings
     from .triton_launches import install as describe_triton_launches
 
     isolate_ranks()
@@ -173,8 +179,11 @@ def main(argv: list[str]) -> int:
     observer = _Observer(Path(os.environ["MAYA_EMU_LIBS"]), out)
     clock = native_clock(observer.lib, ctypes.CDLL(None), int(os.environ.get(ITERATIONS_ENV) or 0))
     groups = _ProcessGroups()
-    handles = [register_optimizer_step_pre_hook(clock.optimizer_stepping),
-               register_optimizer_step_post_hook(clock.optimizer_stepped), *observer.module_hooks(torch, clock)]
+    handles = [
+        register_optimizer_step_pre_hook(clock.optimizer_stepping),
+        register_optimizer_step_post_hook(clock.optimizer_stepped),
+        *observer.module_hooks(torch, clock),
+    ]
     try:
         run_script(argv)
     except IterationLimitReached as e:
@@ -199,12 +208,22 @@ def main(argv: list[str]) -> int:
             h.remove()
         observer.finish()
         (out / "process_groups.json").write_text(json.dumps(groups.snapshot()))
-        (out / "status.json").write_text(json.dumps({"status": status, "exit_code": code, "error": error,
-                                                     "pid": os.getpid(), "torch": torch.__version__,
-                                                     "cpu_s": _cpu_seconds(), "stopped_at_iteration": stopped,
-                                                     "optimizer_iterations": clock.iteration,
-                                                     "host_values": observer.values(),
-                                                     "device_time": timings.report() if timings else None}))
+        (out / "status.json").write_text(
+            json.dumps(
+                {
+                    "status": status,
+                    "exit_code": code,
+                    "error": error,
+                    "pid": os.getpid(),
+                    "torch": torch.__version__,
+                    "cpu_s": _cpu_seconds(),
+                    "stopped_at_iteration": stopped,
+                    "optimizer_iterations": clock.iteration,
+                    "host_values": observer.values(),
+                    "device_time": timings.report() if timings else None,
+                }
+            )
+        )
         ctypes.CDLL(None).maya_emu_finish()
     return code
 
@@ -215,6 +234,7 @@ def run_and_exit(argv: list[str]) -> None:
     since the capture is already flushed."""
     exit_code = main(argv)
     import atexit
+
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -9,6 +9,7 @@ not to run the other ranks), so the run's attrs list the ranks assumed (`represe
 `maya predict` says so. A stage none of whose ranks was captured stays unrepresented: `maya predict` refuses
 the run, naming the missing ranks, rather than replay another stage's program for it.
 """
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -16,8 +17,9 @@ import pyarrow as pa
 from .dedup import stage_classes
 
 
-def subset_represents(world_size: int, captured: list[int], api_calls: pa.Table,
-                      communicators: pa.Table) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+def subset_represents(
+    world_size: int, captured: list[int], api_calls: pa.Table, communicators: pa.Table
+) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
     """`(represents, assumed)` for the `captured` ranks (sorted) of a `world_size`-rank job, given one captured
     rank's `api_calls` and `communicators`: each class's lowest captured rank stands for the class's uncaptured
     ranks (its list starts at itself and follows the class's ranks cyclically, as device meshes lay them
@@ -31,7 +33,7 @@ def subset_represents(world_size: int, captured: list[int], api_calls: pa.Table,
             continue
         rep = ours[0]
         at = members.index(rep)
-        others = [rank for rank in members[at + 1:] + members[:at] if rank not in taken]
+        others = [rank for rank in members[at + 1 :] + members[:at] if rank not in taken]
         represents[rep] = [rep, *others]
         assumed[rep] = sorted(others)
     return represents, assumed

@@ -10,15 +10,17 @@ the native recorder the id of the launch's description (`maya_emu_launch_note`);
 of the thread carries it (record field a6), and the descriptions go, once each, to `triton_launches.jsonl`
 in the capture (`convert.py` puts them in `api_calls.args` under `triton`).
 """
+
 from __future__ import annotations
 
 import ctypes
 import importlib.abc
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 NOTES_FILE = "triton_launches.jsonl"
 TRITON_LAUNCHER = "triton.backends.nvidia.driver"
@@ -37,18 +39,26 @@ class LaunchNotes:
         self._note = note
         self._tensor = torch.Tensor
 
-    def launch(self, kernel: str, names: list[str], args: tuple, constants: tuple = (),
-               num_stages: int | None = None) -> None:
+    def launch(
+        self, kernel: str, names: list[str], args: tuple, constants: tuple = (), num_stages: int | None = None
+    ) -> None:
         """Describe the launch that follows on this thread (`constants`: the kernel's constexprs as
         `constant_items` gives them). Never fails the launch: what cannot be described goes undescribed."""
         try:
             tensor = self._tensor
-            key = (kernel, constants, *[(a.shape, a.dtype) if isinstance(a, tensor) else _key(a)
-                                        for a in args[:len(names)]])
+            key = (
+                kernel,
+                constants,
+                *[(a.shape, a.dtype) if isinstance(a, tensor) else _key(a) for a in args[: len(names)]],
+            )
             note = self._ids.get(key)
             if note is None:
-                entry = {"id": len(self._ids) + 1, "kernel": kernel,
-                         "args": [_describe(n, a) for n, a in zip(names, args)], "constexprs": dict(constants)}
+                entry = {
+                    "id": len(self._ids) + 1,
+                    "kernel": kernel,
+                    "args": [_describe(n, a) for n, a in zip(names, args)],
+                    "constexprs": dict(constants),
+                }
                 if num_stages is not None:
                     entry["num_stages"] = num_stages
                 with self._path.open("a") as f:
@@ -85,14 +95,19 @@ def _key(a: Any) -> Any:
 def _describe(name: str, a: Any) -> dict:
     t = _tensor(a)
     if t is not None:
-        return {"name": name, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-                "bytes": t.numel() * t.element_size()}
+        return {
+            "name": name,
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape),
+            "bytes": t.numel() * t.element_size(),
+        }
     if isinstance(a, (bool, int, float)):
         return {"name": name, "value": a}
     return {"name": name}
 
 
 # ------------------------------------------------------------------ the launchers
+
 
 def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
     cls = module.CudaLauncher
@@ -105,14 +120,12 @@ def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
         except Exception:  # a source this code does not know: its launches go undescribed
             pass
 
-    def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_,
-                 *args):
+    def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args):
         described = getattr(self, "_maya_launch", None)
         if described is not None:
             kernel, names, constants, stages = described
             notes.launch(kernel, names, args, constants, stages)
-        return call(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_,
-                    *args)
+        return call(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args)
 
     cls.__init__, cls.__call__ = __init__, __call__
 
@@ -127,8 +140,12 @@ def _triton_description(src, metadata) -> tuple:
     for k, v in (getattr(src, "constants", None) or {}).items():
         i = k[0] if isinstance(k, tuple) else k
         constants[arg_names[i] if isinstance(i, int) and i < len(arg_names) else str(i)] = v
-    return (getattr(src, "name", None) or getattr(metadata, "name", ""), names, constant_items(constants),
-            getattr(metadata, "num_stages", None))
+    return (
+        getattr(src, "name", None) or getattr(metadata, "name", ""),
+        names,
+        constant_items(constants),
+        getattr(metadata, "num_stages", None),
+    )
 
 
 def _static_names(kernel) -> list[str]:
@@ -145,8 +162,13 @@ def _wrap_static_launcher(module: ModuleType, notes: LaunchNotes) -> None:
     run = cls.run
 
     def run_described(self, grid_x, grid_y, grid_z, stream, *args):
-        notes.launch(self.name, _static_names(self), args, getattr(self, "_maya_constants", ()),
-                     getattr(self, "_maya_stages", None))
+        notes.launch(
+            self.name,
+            _static_names(self),
+            args,
+            getattr(self, "_maya_constants", ()),
+            getattr(self, "_maya_stages", None),
+        )
         return run(self, grid_x, grid_y, grid_z, stream, *args)
 
     cls.run = run_described
@@ -155,8 +177,11 @@ def _wrap_static_launcher(module: ModuleType, notes: LaunchNotes) -> None:
 def _config_constants(result) -> dict[str, Any]:
     """The constexprs of an Inductor compile result: its compile constants, a template's config (`config_args`,
     which the template's code holds as constants, not arguments) and the autotuning config's kwargs."""
-    return {**(result.compile_meta.get("constants") or {}), **(result.inductor_meta.get("config_args") or {}),
-            **result.config.kwargs}
+    return {
+        **(result.compile_meta.get("constants") or {}),
+        **(result.inductor_meta.get("config_args") or {}),
+        **result.config.kwargs,
+    }
 
 
 def _wrap_inductor(module: ModuleType, notes: LaunchNotes) -> None:
@@ -186,8 +211,12 @@ def _wrap_inductor(module: ModuleType, notes: LaunchNotes) -> None:
             try:
                 runner = self.kernel.run  # Triton's CudaLauncher of this kernel
                 kernel, names, constants, stages = runner._maya_launch
-                runner._maya_launch = (kernel, names, constant_items({**dict(constants), **_config_constants(self)}),
-                                       stages)
+                runner._maya_launch = (
+                    kernel,
+                    names,
+                    constant_items({**dict(constants), **_config_constants(self)}),
+                    stages,
+                )
             except Exception:  # described with Triton's own constants
                 pass
             return launcher

@@ -7,6 +7,7 @@
 - `HostOverheadModel`: CPU cost per API call;
 - `Registry` / `train_version`: versions of trained estimators in the DuckDB warehouse.
 """
+
 from __future__ import annotations
 
 from maya.core.clusters import ClusterSpec, load_cluster
@@ -20,6 +21,20 @@ from .registry import ArtifactError, Registry, RegistryError, UnknownVersion
 from .training import TrainConfig, train
 from .versioning import train_version
 
-__all__ = ["METHODS", "ArtifactError", "CallFrameError", "ClusterSpec", "CollectiveModel", "CollectiveParams",
-           "HostOverheadModel", "KernelEstimator", "Registry", "RegistryError", "TrainConfig", "UnknownVersion",
-           "load_cluster", "train", "train_version"]
+__all__ = [
+    "METHODS",
+    "ArtifactError",
+    "CallFrameError",
+    "ClusterSpec",
+    "CollectiveModel",
+    "CollectiveParams",
+    "HostOverheadModel",
+    "KernelEstimator",
+    "Registry",
+    "RegistryError",
+    "TrainConfig",
+    "UnknownVersion",
+    "load_cluster",
+    "train",
+    "train_version",
+]

@@ -6,6 +6,7 @@ artifacts)), one XGBoost model per family segment
 binary JSON) and the measured-shape table (`lookup.parquet`). An artifact of one model per family (before
 segments) loads as it is: each family's model prices all its segments.
 Entries carry a fixed timestamp, so equal estimators give equal bytes."""
+
 from __future__ import annotations
 
 import io
@@ -26,13 +27,20 @@ class ArtifactFormatError(ValueError):
 
 
 def dumps(estimator: KernelEstimator) -> bytes:
-    manifest = {"format": FORMAT, "families": {}, "roofline_bands": {
-        family: [band.low, band.high] for family, band in sorted(estimator.roofline_bands.items())}}
+    manifest = {
+        "format": FORMAT,
+        "families": {},
+        "roofline_bands": {family: [band.low, band.high] for family, band in sorted(estimator.roofline_bands.items())},
+    }
     files: dict[str, bytes] = {}
     for family, models in sorted(estimator.models.items()):
-        entry = {"hardware": sorted(models.hardware), "architectures": sorted(models.architectures),
-                 "floors": models.floors.to_json(), "kernels": sorted(models.kernels),
-                 "resolves_from_s": models.resolves_from_s}
+        entry = {
+            "hardware": sorted(models.hardware),
+            "architectures": sorted(models.architectures),
+            "floors": models.floors.to_json(),
+            "kernels": sorted(models.kernels),
+            "resolves_from_s": models.resolves_from_s,
+        }
         if models.unseen_gpu_band is not None:
             entry["unseen_gpu_band"] = [models.unseen_gpu_band.low, models.unseen_gpu_band.high]
         for kind, model in (("seen", models.seen), ("transfer", models.transfer)):
@@ -53,10 +61,11 @@ def loads(raw: bytes) -> KernelEstimator:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             manifest = json.loads(archive.read("manifest.json"))
             if manifest.get("format") != FORMAT:
-                raise ArtifactFormatError(f"format {manifest.get('format')!r}, expected {FORMAT!r} (trained by another "
-                                          "Maya version: `maya estimators train` builds a current one)")
-            models = {family: _family_models(archive, family, entry)
-                      for family, entry in manifest["families"].items()}
+                raise ArtifactFormatError(
+                    f"format {manifest.get('format')!r}, expected {FORMAT!r} (trained by another "
+                    "Maya version: `maya estimators train` builds a current one)"
+                )
+            models = {family: _family_models(archive, family, entry) for family, entry in manifest["families"].items()}
             names = set(archive.namelist())
             lookup = MeasuredShapes.from_bytes(archive.read("lookup.parquet")) if "lookup.parquet" in names else None
     except ArtifactFormatError:
@@ -70,11 +79,17 @@ def loads(raw: bytes) -> KernelEstimator:
 def _family_models(archive: zipfile.ZipFile, family: str, entry: dict) -> FamilyModels:
     def model(kind: str) -> EfficiencyModel:
         spec = entry[kind]
-        return EfficiencyModel.from_bytes(archive.read(f"{family}.{kind}.ubj"), tuple(spec["features"]),
-                                          Band(*spec["band"]))
+        return EfficiencyModel.from_bytes(
+            archive.read(f"{family}.{kind}.ubj"), tuple(spec["features"]), Band(*spec["band"])
+        )
 
-    return FamilyModels(seen=model("seen"), transfer=model("transfer"), hardware=frozenset(entry["hardware"]),
-                        architectures=frozenset(entry["architectures"]), floors=LaunchFloors.from_json(entry["floors"]),
-                        kernels=frozenset(entry.get("kernels", ())),
-                        resolves_from_s=entry.get("resolves_from_s", POST_LAUNCH_S),
-                        unseen_gpu_band=Band(*entry["unseen_gpu_band"]) if "unseen_gpu_band" in entry else None)
+    return FamilyModels(
+        seen=model("seen"),
+        transfer=model("transfer"),
+        hardware=frozenset(entry["hardware"]),
+        architectures=frozenset(entry["architectures"]),
+        floors=LaunchFloors.from_json(entry["floors"]),
+        kernels=frozenset(entry.get("kernels", ())),
+        resolves_from_s=entry.get("resolves_from_s", POST_LAUNCH_S),
+        unseen_gpu_band=Band(*entry["unseen_gpu_band"]) if "unseen_gpu_band" in entry else None,
+    )

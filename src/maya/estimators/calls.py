@@ -26,6 +26,7 @@ gradient dY[T, out]ᵀ · X[T, in] is m = in, n = out, k = T. Every builder of G
 shapes (aten op inputs, NeuSight's and the profiler's configurations) goes through `gemm_of_row_major`;
 Vidur's `gemm_m`/`gemm_n` are row-major (tokens, output features) and are swapped the same way.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -66,8 +67,15 @@ def normalize(calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
     repeated = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]} & set(KEY_COLUMNS))
     if repeated:
         raise CallFrameError(f"column(s) {', '.join(repeated)} given more than once")
-    out = pd.DataFrame({"hardware": _text(frame, "hardware", ""), "family": _text(frame, "family", ""),
-                        "op": _text(frame, "op", ""), "dtype": _text(frame, "dtype", "fp32")}, index=frame.index)
+    out = pd.DataFrame(
+        {
+            "hardware": _text(frame, "hardware", ""),
+            "family": _text(frame, "family", ""),
+            "op": _text(frame, "op", ""),
+            "dtype": _text(frame, "dtype", "fp32"),
+        },
+        index=frame.index,
+    )
     for name in NUMERIC_COLUMNS:
         out[name] = _sizes(frame, name) if name in frame.columns else np.nan
     out["operands"] = out["operands"].fillna(1.0)
@@ -83,15 +91,18 @@ def _sizes(frame: pd.DataFrame, name: str) -> pd.Series:
         values = column.astype("float64")
     except (ValueError, TypeError):
         bad = next(((i, v) for i, v in column.items() if not _number(v)), (None, None))
-        raise CallFrameError(f"column {name!r} holds values that are not numbers (row {bad[0]!r}: {bad[1]!r:.40})") \
-            from None
+        raise CallFrameError(
+            f"column {name!r} holds values that are not numbers (row {bad[0]!r}: {bad[1]!r:.40})"
+        ) from None
     array = values.to_numpy()
     with np.errstate(invalid="ignore"):
         wrong = ~np.isnan(array) & ((array < 0) | (array >= MAX_SIZE))
     if wrong.any():
         row = int(np.flatnonzero(wrong)[0])
-        raise CallFrameError(f"column {name!r} holds {int(wrong.sum())} size(s) that are negative, infinite or 2^63 "
-                             f"and above (row {frame.index[row]!r}: {array[row]})")
+        raise CallFrameError(
+            f"column {name!r} holds {int(wrong.sum())} size(s) that are negative, infinite or 2^63 "
+            f"and above (row {frame.index[row]!r}: {array[row]})"
+        )
     return values
 
 
@@ -151,5 +162,4 @@ def _text(frame: pd.DataFrame, name: str, default: str) -> pd.Series:
 def _check_values(frame: pd.DataFrame, column: str, allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(pd.unique(frame[column])) - set(allowed))
     if unknown:
-        raise CallFrameError(f"unknown {column} value(s) {', '.join(map(repr, unknown))}; "
-                             f"known: {', '.join(allowed)}")
+        raise CallFrameError(f"unknown {column} value(s) {', '.join(map(repr, unknown))}; known: {', '.join(allowed)}")

@@ -8,6 +8,7 @@ Sizes: Vidur records `size` as bytes (`size = elements x 2`, fp16; its profiler'
 4096 x 8192 elements, appears as 67,108,864); the shared Parquet names that column `size_elements`. A
 `size_bytes` column is read as is; `size_elements` is read as the bytes it holds.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,16 +55,19 @@ def load_collectives(path: str | Path) -> pd.DataFrame:
         raise CollectiveDataError(f"{path}: not a collectives dataset (missing {', '.join(missing)})")
     unknown = sorted(set(raw["network"]) - set(VIDUR_CLUSTERS))
     if unknown:
-        raise CollectiveDataError(f"{path}: network(s) {', '.join(unknown)} have no cluster spec; known: "
-                                  f"{', '.join(VIDUR_CLUSTERS)}")
-    frame = pd.DataFrame({
-        "network": raw["network"].astype(str),
-        "collective": raw["collective"].astype(str).map(priced_name),
-        "ranks": raw["num_workers"].astype(int),
-        "per_node": raw["devices_per_node"].astype(int),
-        "bytes": raw[size].astype("float64"),
-        "measured_us": raw["time_ms_median"].astype("float64") * 1e3,
-    })
+        raise CollectiveDataError(
+            f"{path}: network(s) {', '.join(unknown)} have no cluster spec; known: {', '.join(VIDUR_CLUSTERS)}"
+        )
+    frame = pd.DataFrame(
+        {
+            "network": raw["network"].astype(str),
+            "collective": raw["collective"].astype(str).map(priced_name),
+            "ranks": raw["num_workers"].astype(int),
+            "per_node": raw["devices_per_node"].astype(int),
+            "bytes": raw[size].astype("float64"),
+            "measured_us": raw["time_ms_median"].astype("float64") * 1e3,
+        }
+    )
     frame["per_node"] = np.minimum(frame["per_node"], frame["ranks"])
     frame["nodes"] = -(-frame["ranks"] // frame["per_node"])
     bad = ~(np.isfinite(frame["measured_us"]) & (frame["measured_us"] > 0) & (frame["bytes"] > 0))
@@ -77,8 +81,7 @@ def duplicate_curves(frame: pd.DataFrame) -> pd.Series:
     """Per row of a frame with `GROUP`, `bytes` and `measured_us`: the network whose curve of the same collective and layout this row's curve copies exactly
     (the first in name order keeps its own), else None."""
     out = pd.Series(None, index=frame.index, dtype=object)
-    curves = {key: rows.sort_values("bytes")[["bytes", "measured_us"]].to_numpy()
-              for key, rows in frame.groupby(GROUP)}
+    curves = {key: rows.sort_values("bytes")[["bytes", "measured_us"]].to_numpy() for key, rows in frame.groupby(GROUP)}
     for key, values in curves.items():
         for other, other_values in curves.items():
             if other[1:] == key[1:] and other[0] < key[0] and np.array_equal(values, other_values):
@@ -89,5 +92,6 @@ def duplicate_curves(frame: pd.DataFrame) -> pd.Series:
 
 def size_regime(nbytes: pd.Series) -> pd.Series:
     """Message-size band of each row, for reports."""
-    return pd.cut(nbytes, [0, 64e3, 1e6, 16e6, np.inf], labels=["<64KB", "64KB-1MB", "1-16MB", ">=16MB"],
-                  right=False).astype(str)
+    return pd.cut(
+        nbytes, [0, 64e3, 1e6, 16e6, np.inf], labels=["<64KB", "64KB-1MB", "1-16MB", ">=16MB"], right=False
+    ).astype(str)

@@ -14,20 +14,22 @@ the bandwidth per GPU. The fit is deterministic.
 
     python -m maya.estimators.collective_fit [--dataset collectives.parquet] [--out data/collectives/nccl.json]
 """
+
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
 from maya.core.clusters import ClusterSpec, load_cluster
+
 from .collective_data import GROUP, VIDUR_CLUSTERS, load_collectives, shipped_dataset
 from .collective_params import FALLBACK, LINKS, CollectiveParams, LinkParams, NetworkParams, shipped_path
 from .collectives import CollectiveModel
@@ -35,9 +37,17 @@ from .registry import write_atomic
 
 SCALE = 0.1
 """Relative error where the loss turns from squared to linear."""
-NCCL_LATENCY = {"base_us.LL": 6.6, "base_us.LL128": 14.0, "base_us.simple": 8.4,
-                "hop_ratio.LL": 0.6 / 3.4, "hop_ratio.LL128": 1.9 / 3.4,
-                "nvlink.hop_us": 3.4, "nvswitch.hop_us": 3.4, "pcie.hop_us": 5.7, "shm.hop_us": 5.7}
+NCCL_LATENCY = {
+    "base_us.LL": 6.6,
+    "base_us.LL128": 14.0,
+    "base_us.simple": 8.4,
+    "hop_ratio.LL": 0.6 / 3.4,
+    "hop_ratio.LL128": 1.9 / 3.4,
+    "nvlink.hop_us": 3.4,
+    "nvswitch.hop_us": 3.4,
+    "pcie.hop_us": 5.7,
+    "shm.hop_us": 5.7,
+}
 """Fixed latencies of NCCL's tuning model (`src/graph/tuning.cc`, ring rows): `baseLat` per protocol, `hwLat`
 per hop (NVLink, through NVSwitch too: 0.6 / 1.9 / 3.4 us for LL / LL128 / Simple; PCIe, and host memory,
 which NCCL prices as PCI: Simple 5.7 us), the LL and LL128 hops as NVLink's ratios to Simple."""
@@ -48,8 +58,13 @@ NETWORK_START = {"gpu_gbs": 5.0, "hop_us": 14.0}
 UNCAPPED = 8.0
 """Node cap of the networks, in GPUs' worth, when no measurement spans nodes with several GPUs each: none
 below 8 GPUs per node."""
-BOUNDS = {"efficiency": (0.05, 1.0), "bandwidth_ratio.LL": (0.05, 0.5), "bandwidth_ratio.LL128": (0.05, 120 / 128),
-          "p2p_gain": (0.3, 3.0), "node_ratio": (1.0, 64.0)}
+BOUNDS = {
+    "efficiency": (0.05, 1.0),
+    "bandwidth_ratio.LL": (0.05, 0.5),
+    "bandwidth_ratio.LL128": (0.05, 120 / 128),
+    "p2p_gain": (0.3, 3.0),
+    "node_ratio": (1.0, 64.0),
+}
 """Mechanism limits: no link beyond its line rate; LL carries 4 bytes of data per 8, LL128 120 per 128."""
 
 
@@ -70,8 +85,11 @@ def fit(frame: pd.DataFrame, *, exclude: Sequence[str] = ()) -> FitResult:
     capped = ((train["nodes"] > 1) & (train["per_node"] > 1) & (train["collective"] != "sendrecv")).any()
     curves = _curves(train)
     links = sorted(set().union(*(_links(c) for c in curves)))
-    names = [*(f"{link}.{k}" for link in links for k in LINK_START), *(k for k in START if capped or k != "node_ratio"),
-             *(f"net.{n}.{k}" for n in networks for k in NETWORK_START)]
+    names = [
+        *(f"{link}.{k}" for link in links for k in LINK_START),
+        *(k for k in START if capped or k != "node_ratio"),
+        *(f"net.{n}.{k}" for n in networks for k in NETWORK_START),
+    ]
     x0 = np.log([START.get(k) or {**LINK_START, **NETWORK_START}[k.rsplit(".", 1)[1]] for k in names])
     lower, upper = zip(*(_bounds(k) for k in names))
 
@@ -81,8 +99,17 @@ def fit(frame: pd.DataFrame, *, exclude: Sequence[str] = ()) -> FitResult:
 
     result = None
     for residuals in (lambda x: np.log(ratios(x)), lambda x: ratios(x) - 1):  # far off, then as MAPE counts
-        result = least_squares(residuals, x0 if result is None else result.x, bounds=(np.log(lower), np.log(upper)),
-                               loss="soft_l1", f_scale=SCALE, diff_step=1e-4, ftol=1e-6, xtol=1e-6, max_nfev=300)
+        result = least_squares(
+            residuals,
+            x0 if result is None else result.x,
+            bounds=(np.log(lower), np.log(upper)),
+            loss="soft_l1",
+            f_scale=SCALE,
+            diff_step=1e-4,
+            ftol=1e-6,
+            xtol=1e-6,
+            max_nfev=300,
+        )
     params = _params(names, result.x, networks)
     return FitResult(params, len(train), float(result.cost))
 
@@ -114,8 +141,18 @@ def _curves(frame: pd.DataFrame) -> list[_Curve]:
         idx = frame.index.get_indexer(rows)
         part = frame.iloc[idx]
         cluster = load_cluster(VIDUR_CLUSTERS[network]).without_network()
-        out.append(_Curve(network, cluster, collective, int(ranks), int(part["nodes"].iat[0]), idx,
-                          part["bytes"].to_numpy(), part["measured_us"].to_numpy()))
+        out.append(
+            _Curve(
+                network,
+                cluster,
+                collective,
+                int(ranks),
+                int(part["nodes"].iat[0]),
+                idx,
+                part["bytes"].to_numpy(),
+                part["measured_us"].to_numpy(),
+            )
+        )
     return out
 
 
@@ -139,15 +176,20 @@ def _bounds(name: str) -> tuple[float, float]:
 
 def _params(names: list[str], x: np.ndarray, networks: list[str]) -> CollectiveParams:
     v = {"node_ratio": UNCAPPED, **NCCL_LATENCY, **dict(zip(names, np.exp(x).tolist()))}
-    measured = {n: NetworkParams(gpu_gbs=v[f"net.{n}.gpu_gbs"], node_gbs=v[f"net.{n}.gpu_gbs"] * v["node_ratio"],
-                                 hop_us=v[f"net.{n}.hop_us"]) for n in networks}
+    measured = {
+        n: NetworkParams(
+            gpu_gbs=v[f"net.{n}.gpu_gbs"], node_gbs=v[f"net.{n}.gpu_gbs"] * v["node_ratio"], hop_us=v[f"net.{n}.hop_us"]
+        )
+        for n in networks
+    }
     if measured:
         gpu = float(np.exp(np.mean([np.log(m.gpu_gbs) for m in measured.values()])))
         hop = float(np.exp(np.mean([np.log(m.hop_us) for m in measured.values()])))
         default = NetworkParams(gpu, gpu * v["node_ratio"], hop)
     else:
-        default = NetworkParams(NETWORK_START["gpu_gbs"], NETWORK_START["gpu_gbs"] * v["node_ratio"],
-                                NETWORK_START["hop_us"])
+        default = NetworkParams(
+            NETWORK_START["gpu_gbs"], NETWORK_START["gpu_gbs"] * v["node_ratio"], NETWORK_START["hop_us"]
+        )
     seen = {link for link in LINKS if f"{link}.efficiency" in v}
     if not seen:
         raise ValueError("the measurements cross no intra-node link")
@@ -161,7 +203,10 @@ def _params(names: list[str], x: np.ndarray, networks: list[str]) -> CollectiveP
         base_us={p: v[f"base_us.{p}"] for p in ("LL", "LL128", "simple")},
         hop_ratio={p: v[f"hop_ratio.{p}"] for p in ("LL", "LL128")},
         bandwidth_ratio={p: v[f"bandwidth_ratio.{p}"] for p in ("LL", "LL128")},
-        p2p_gain=v["p2p_gain"], networks=measured, default_network=default)
+        p2p_gain=v["p2p_gain"],
+        networks=measured,
+        default_network=default,
+    )
 
 
 def _file_sha256(path: Path) -> str:
@@ -170,19 +215,31 @@ def _file_sha256(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", type=Path, default=shipped_dataset(),
-                        help="Vidur-layout collectives Parquet (default: the shipped data/vidur/collectives.parquet)")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        default=shipped_dataset(),
+        help="Vidur-layout collectives Parquet (default: the shipped data/vidur/collectives.parquet)",
+    )
     parser.add_argument("--out", type=Path, default=shipped_path(), help="where to write the parameters (JSON)")
     args = parser.parse_args(argv)
     frame = load_collectives(args.dataset)
     result = fit(frame)
     used = frame[frame["duplicate_of"].isna()]
-    provenance = {"dataset": args.dataset.name, "sha256": _file_sha256(args.dataset), "rows": result.rows,
-                  "networks": {n: int(c) for n, c in used["network"].value_counts().sort_index().items()},
-                  "left_out": sorted({f"{r.network} {r.collective} (copy of {r.duplicate_of})"
-                                      for r in frame[frame["duplicate_of"].notna()].itertuples()}),
-                  "loss": f"soft_l1 of log(predicted/measured), then of predicted/measured - 1, scale {SCALE}",
-                  "cost": round(result.cost, 6)}
+    provenance = {
+        "dataset": args.dataset.name,
+        "sha256": _file_sha256(args.dataset),
+        "rows": result.rows,
+        "networks": {n: int(c) for n, c in used["network"].value_counts().sort_index().items()},
+        "left_out": sorted(
+            {
+                f"{r.network} {r.collective} (copy of {r.duplicate_of})"
+                for r in frame[frame["duplicate_of"].notna()].itertuples()
+            }
+        ),
+        "loss": f"soft_l1 of log(predicted/measured), then of predicted/measured - 1, scale {SCALE}",
+        "cost": round(result.cost, 6),
+    }
     params = CollectiveParams(**{**result.params.__dict__, "provenance": provenance})
     text = json.dumps(params.to_json(), indent=1, sort_keys=True) + "\n"
     write_atomic(args.out, text.encode())

@@ -6,6 +6,7 @@ A measured inter-node network its source does not describe has its own figures (
 `default_network` (their geometric mean) prices clusters whose network is undescribed. A described
 network (InfiniBand, RoCE NICs) has no measurements: its NICs are taken to reach the PCIe link's
 efficiency (their traffic is PCIe DMA) and the undescribed networks' hop latency."""
+
 from __future__ import annotations
 
 import hashlib
@@ -70,11 +71,16 @@ class CollectiveParams:
     def from_json(cls, raw: dict) -> CollectiveParams:
         if raw.get("format") != FORMAT:
             raise ValueError(f"collective parameters of format {raw.get('format')!r}, expected {FORMAT!r}")
-        return cls(links={k: LinkParams(**v) for k, v in raw["links"].items()}, base_us=dict(raw["base_us"]),
-                   hop_ratio=dict(raw["hop_ratio"]), bandwidth_ratio=dict(raw["bandwidth_ratio"]),
-                   p2p_gain=float(raw["p2p_gain"]),
-                   networks={k: NetworkParams(**v) for k, v in raw["networks"].items()},
-                   default_network=NetworkParams(**raw["default_network"]), provenance=raw.get("provenance", {}))
+        return cls(
+            links={k: LinkParams(**v) for k, v in raw["links"].items()},
+            base_us=dict(raw["base_us"]),
+            hop_ratio=dict(raw["hop_ratio"]),
+            bandwidth_ratio=dict(raw["bandwidth_ratio"]),
+            p2p_gain=float(raw["p2p_gain"]),
+            networks={k: NetworkParams(**v) for k, v in raw["networks"].items()},
+            default_network=NetworkParams(**raw["default_network"]),
+            provenance=raw.get("provenance", {}),
+        )
 
 
 def shipped_path() -> Path:
@@ -92,6 +98,8 @@ def shipped_params() -> CollectiveParams:
         try:
             _SHIPPED = CollectiveParams.from_json(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}: cannot read the fitted collective parameters ({e}); rebuild them with "
-                             "`python -m maya.estimators.collective_fit`") from None
+            raise ValueError(
+                f"{path}: cannot read the fitted collective parameters ({e}); rebuild them with "
+                "`python -m maya.estimators.collective_fit`"
+            ) from None
     return _SHIPPED

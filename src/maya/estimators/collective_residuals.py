@@ -12,6 +12,7 @@ errors from (`maya.simulator.band`). The measurements are all-reduce and send/re
 
 Four fits: several minutes on two cores. The file records the dataset's SHA-256.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,11 @@ class CollectiveResiduals:
     def from_json(cls, raw: dict) -> CollectiveResiduals:
         if raw.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} file (format {raw.get('format')!r})")
-        return cls({s: {r: tuple(q) for r, q in v.items()} for s, v in raw["quantiles"].items()}, raw["rows"],
-                   raw["provenance"])
+        return cls(
+            {s: {r: tuple(q) for r, q in v.items()} for s, v in raw["quantiles"].items()},
+            raw["rows"],
+            raw["provenance"],
+        )
 
 
 @lru_cache(maxsize=1)
@@ -85,8 +89,11 @@ def held_out_rows(frame: pd.DataFrame) -> pd.DataFrame:
         held = frame[frame["network"] == network]
         parts.append(held.assign(predicted_us=predict(held, fit(frame, exclude=[network]).params)))
     rows = pd.concat(parts, ignore_index=True)
-    return rows.assign(scope=np.where(rows["nodes"] > 1, "inter-node", "intra-node"), regime=size_regime(rows["bytes"]),
-                       log_ratio=np.log(rows["measured_us"] / rows["predicted_us"]))
+    return rows.assign(
+        scope=np.where(rows["nodes"] > 1, "inter-node", "intra-node"),
+        regime=size_regime(rows["bytes"]),
+        log_ratio=np.log(rows["measured_us"] / rows["predicted_us"]),
+    )
 
 
 def summarize(rows: pd.DataFrame, provenance: dict) -> CollectiveResiduals:
@@ -102,21 +109,30 @@ def summarize(rows: pd.DataFrame, provenance: dict) -> CollectiveResiduals:
         for regime in REGIMES:
             part = mine.loc[mine["regime"] == regime, "log_ratio"]
             counts[scope][regime] = len(part)
-            quantiles[scope][regime] = (tuple(round(float(q), 4) for q in np.quantile(part, QUANTILES))
-                                        if len(part) else pooled)
+            quantiles[scope][regime] = (
+                tuple(round(float(q), 4) for q in np.quantile(part, QUANTILES)) if len(part) else pooled
+            )
     return CollectiveResiduals(quantiles, counts, provenance)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", type=Path, default=shipped_dataset(),
-                        help="Vidur-layout collectives Parquet (default: the shipped data/vidur/collectives.parquet)")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        default=shipped_dataset(),
+        help="Vidur-layout collectives Parquet (default: the shipped data/vidur/collectives.parquet)",
+    )
     parser.add_argument("--out", type=Path, default=shipped_path())
     args = parser.parse_args(argv)
     rows = held_out_rows(load_collectives(args.dataset))
-    provenance = {"dataset": args.dataset.name, "sha256": hashlib.sha256(args.dataset.read_bytes()).hexdigest(),
-                  "rows": len(rows), "split": "leave one network out (collective_fit.fit(exclude=[network]))",
-                  "networks": sorted(rows["network"].unique())}
+    provenance = {
+        "dataset": args.dataset.name,
+        "sha256": hashlib.sha256(args.dataset.read_bytes()).hexdigest(),
+        "rows": len(rows),
+        "split": "leave one network out (collective_fit.fit(exclude=[network]))",
+        "networks": sorted(rows["network"].unique()),
+    }
     residuals = summarize(rows, provenance)
     write_atomic(args.out, (json.dumps(residuals.to_json(), indent=1, sort_keys=True) + "\n").encode())
     print(f"held-out residuals of {len(rows)} rows -> {args.out}")

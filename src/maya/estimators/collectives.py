@@ -19,20 +19,20 @@ transport reads (the receiver pulls from the sender's FIFO, `ncclTopoCheckP2p`: 
 only"), so the sender's kernel returns once its last chunk is in its own FIFO of `NCCL_BUFFSIZE` (4 MiB by
 default, NCCL's environment documentation) while the receiver still pulls up to that much.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
-from maya_trace_spec.vocabulary import collective_name
-
 from maya.core import hardware
 from maya.core.clusters import NETWORK, NVLINK, NVSWITCH, PCIE, SHM, ClusterSpec, load_cluster
+from maya_trace_spec.vocabulary import collective_name
 
 from .collective_params import CollectiveParams, NetworkParams, shipped_params
 
@@ -78,8 +78,9 @@ class CollectiveModel:
     """`cluster`: a `ClusterSpec`, a shipped name or a spec file; `params`: learned figures (default the
     shipped fit); `network`: which measured network prices an undescribed one (default their mean)."""
 
-    def __init__(self, cluster: ClusterSpec | str | Path, params: CollectiveParams | None = None, *,
-                 network: str | None = None):
+    def __init__(
+        self, cluster: ClusterSpec | str | Path, params: CollectiveParams | None = None, *, network: str | None = None
+    ):
         self.cluster = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
         self.params = params or shipped_params()
         if network is not None and network not in self.params.networks:
@@ -87,9 +88,17 @@ class CollectiveModel:
         self._network = self._network_of(network)
         self._ampere = self._is_ampere()
 
-    def time(self, collective: str, nbytes: float | np.ndarray, ranks: int, nodes: int | None = None, *,
-             algorithm: str | None = None, gpus: Sequence[int] | None = None,
-             sender: bool = False) -> CollectiveTime:
+    def time(
+        self,
+        collective: str,
+        nbytes: float | np.ndarray,
+        ranks: int,
+        nodes: int | None = None,
+        *,
+        algorithm: str | None = None,
+        gpus: Sequence[int] | None = None,
+        sender: bool = False,
+    ) -> CollectiveTime:
         """Fastest (or the named `algorithm`'s) time of `collective` over `ranks` GPUs on `nodes` nodes (default:
         packed, `gpus_per_node` per node) for each size in `nbytes`. `gpus`: the local indices of the GPUs each
         node contributes (for send/recv inside a node, the two ends; default the first ones). `sender`: a
@@ -99,15 +108,16 @@ class CollectiveModel:
             raise ValueError(f"unknown collective {collective!r}; known: {', '.join(PRICED_COLLECTIVES)}")
         size = np.atleast_1d(np.asarray(nbytes, dtype="float64"))
         nodes, gpus = self._layout(name, ranks, nodes, gpus)
-        candidates = [c for c in self._candidates(name, size, ranks, nodes, gpus, sender)
-                      if algorithm in (None, c[0])]
+        candidates = [c for c in self._candidates(name, size, ranks, nodes, gpus, sender) if algorithm in (None, c[0])]
         if not candidates:
             raise ValueError(f"{algorithm!r} does not run {name} on {ranks} ranks over {nodes} node(s)")
         times = np.stack([c[2] for c in candidates])
         best = np.argmin(times, axis=0)
-        return CollectiveTime(seconds=times[best, np.arange(len(size))] * 1e-6,
-                              algorithm=np.array([c[0] for c in candidates], dtype=object)[best],
-                              protocol=np.array([c[1] for c in candidates], dtype=object)[best])
+        return CollectiveTime(
+            seconds=times[best, np.arange(len(size))] * 1e-6,
+            algorithm=np.array([c[0] for c in candidates], dtype=object)[best],
+            protocol=np.array([c[1] for c in candidates], dtype=object)[best],
+        )
 
     def predict(self, frame: pd.DataFrame, *, sender: bool = False) -> pd.DataFrame:
         """`frame` (columns `collective`, `bytes`, `ranks`, optional `nodes` and `gpus`: tuples of local GPU
@@ -119,14 +129,21 @@ class CollectiveModel:
         out["duration_ns"], out["algorithm"], out["protocol"] = np.nan, None, None
         keys = [frame["collective"], frame["ranks"], nodes, gpus]
         for (collective, ranks, n, local), rows in frame.groupby(keys, sort=False).groups.items():
-            result = self.time(collective, frame.loc[rows, "bytes"].to_numpy(), int(ranks), int(n) or None,
-                               gpus=local or None, sender=sender)
+            result = self.time(
+                collective,
+                frame.loc[rows, "bytes"].to_numpy(),
+                int(ranks),
+                int(n) or None,
+                gpus=local or None,
+                sender=sender,
+            )
             out.loc[rows, "duration_ns"] = result.seconds * 1e9
             out.loc[rows, "algorithm"], out.loc[rows, "protocol"] = result.algorithm, result.protocol
         return out
 
-    def _layout(self, name: str, ranks: int, nodes: int | None,
-                gpus: Sequence[int] | None) -> tuple[int, tuple[int, ...]]:
+    def _layout(
+        self, name: str, ranks: int, nodes: int | None, gpus: Sequence[int] | None
+    ) -> tuple[int, tuple[int, ...]]:
         """Nodes and the local GPUs of each, checked against the cluster."""
         per_node_max = self.cluster.gpus_per_node
         nodes = nodes or -(-ranks // per_node_max)
@@ -136,8 +153,10 @@ class CollectiveModel:
             raise ValueError(f"send/recv joins two ranks on one or two nodes, not {nodes}")
         per_node = 2 if name == "sendrecv" and nodes == 1 else -(-ranks // nodes)
         if per_node > per_node_max:
-            raise ValueError(f"{ranks} ranks on {nodes} node(s) of cluster {self.cluster.name!r} put {per_node} on a "
-                             f"node of {per_node_max} GPUs")
+            raise ValueError(
+                f"{ranks} ranks on {nodes} node(s) of cluster {self.cluster.name!r} put {per_node} on a "
+                f"node of {per_node_max} GPUs"
+            )
         local = tuple(gpus) if gpus else tuple(range(per_node if name != "sendrecv" or nodes == 1 else 1))
         if len(set(local)) != len(local) or not all(0 <= g < per_node_max for g in local):
             raise ValueError(f"local GPUs {local} are not distinct GPUs of a {per_node_max}-GPU node")
@@ -178,8 +197,9 @@ class CollectiveModel:
             return False
         return part is not None and (part.sm_major, part.sm_minor) == P2P_READ_CAPABILITY
 
-    def _candidates(self, name: str, size: np.ndarray, ranks: int, nodes: int, gpus: tuple[int, ...],
-                    sender: bool = False) -> Iterator[tuple[str, str, np.ndarray]]:
+    def _candidates(
+        self, name: str, size: np.ndarray, ranks: int, nodes: int, gpus: tuple[int, ...], sender: bool = False
+    ) -> Iterator[tuple[str, str, np.ndarray]]:
         """(algorithm, protocol, microseconds) of every way NCCL could run the collective."""
         if ranks <= 1:
             yield "local", "none", np.zeros_like(size)
@@ -202,8 +222,11 @@ class CollectiveModel:
         if name == "alltoall":
             yield "p2p", "simple", self._alltoall(size, ranks, nodes, ring)
             return
-        factor = {"allreduce": 2 * (ranks - 1) / ranks, "allgather": (ranks - 1) / ranks,
-                  "reducescatter": (ranks - 1) / ranks}.get(name, 1.0)
+        factor = {
+            "allreduce": 2 * (ranks - 1) / ranks,
+            "allgather": (ranks - 1) / ranks,
+            "reducescatter": (ranks - 1) / ranks,
+        }.get(name, 1.0)
         steps = 2 * (ranks - 1) if name == "allreduce" else ranks - 1
         for protocol in self._protocols(hops):
             hop = np.mean([self._hop_us(h, protocol) for h in hops])
@@ -212,8 +235,9 @@ class CollectiveModel:
         if name == "allreduce" and nodes > 1:  # a chain inside each node, a binary tree across nodes
             for protocol in self._protocols(hops):
                 intra = max((self._hop_us(h, protocol) for h in chain), default=0.0)
-                latency = p.base_us[protocol] + 2 * ((per_node - 1) * intra
-                                                     + math.ceil(math.log2(nodes)) * self._hop_us(NETWORK, protocol))
+                latency = p.base_us[protocol] + 2 * (
+                    (per_node - 1) * intra + math.ceil(math.log2(nodes)) * self._hop_us(NETWORK, protocol)
+                )
                 yield "tree", protocol, latency + 2 * size / self._bandwidth(protocol, TREE_BANDWIDTH * gbs)
         nv = self.cluster.nvlink
         if name == "allreduce" and nodes == 1 and nv is not None and nv.nvls and set(ring) == {NVSWITCH}:

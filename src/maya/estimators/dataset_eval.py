@@ -1,6 +1,7 @@
 """Accuracy on a measurement file of any shipped layout, told apart by its columns (`vidur_data.detect_layout`):
 NeuSight kernels and Vidur compute against a kernel estimator, Vidur collectives against the collective model
 of each network's cluster (`CollectiveModel(cluster).predict`, so it follows the model as it improves)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -25,7 +26,6 @@ from .neusight_data import check_complete, to_calls
 from .vidur_data import VidurFormatError, check_collectives, check_compute, detect_layout
 
 
-
 class DatasetError(ValueError):
     """The file cannot be evaluated: unreadable, of no known layout, or with nothing to compare."""
 
@@ -42,12 +42,15 @@ class DatasetEvaluation:
 
     def to_json(self) -> dict:
         """`{op: {"rows": N, "mape": percent}}`."""
-        return {str(op): {"rows": int(row["rows"]), "mape": round(float(row["mape"]) * 100, 3)}
-                for op, row in self.table.iterrows()}
+        return {
+            str(op): {"rows": int(row["rows"]), "mape": round(float(row["mape"]) * 100, 3)}
+            for op, row in self.table.iterrows()
+        }
 
 
-def evaluate_file(path: str | Path, estimator: Callable[[], KernelEstimator], *,
-                  cluster: str | None = None) -> DatasetEvaluation:
+def evaluate_file(
+    path: str | Path, estimator: Callable[[], KernelEstimator], *, cluster: str | None = None
+) -> DatasetEvaluation:
     """Evaluate `path`; `estimator` is called only for kernel layouts; `cluster` (a name or spec file) prices
     every collective row instead of each network's own cluster."""
     try:
@@ -62,7 +65,9 @@ def evaluate_file(path: str | Path, estimator: Callable[[], KernelEstimator], *,
             return _collectives(raw, cluster)
         if layout == "vidur_compute":
             checked = check_compute(raw)
-            notes = _rejections(checked.rejected) + [f"{n:,} rows left out: {kind}" for kind, n in checked.left_out.items()]
+            notes = _rejections(checked.rejected) + [
+                f"{n:,} rows left out: {kind}" for kind, n in checked.left_out.items()
+            ]
             return _kernels(layout, checked.calls, "vidur_op", estimator, notes)
         calls = to_calls(raw)
         if len(calls):
@@ -77,30 +82,45 @@ def _known_devices(devices: pd.Series) -> None:
     for device in devices.unique():
         try:
             hardware.get(device)
-        except hardware.UnknownHardware as e:
-            raise DatasetError(f"unknown device {device!r}: not in the hardware catalog (known: "
-                               f"{', '.join(hardware.names())})") from None
+        except hardware.UnknownHardware:
+            raise DatasetError(
+                f"unknown device {device!r}: not in the hardware catalog (known: {', '.join(hardware.names())})"
+            ) from None
 
 
-def _kernels(layout: str, calls: pd.DataFrame, by: str, estimator: Callable[[], KernelEstimator],
-             notes: list[str]) -> DatasetEvaluation:
+def _kernels(
+    layout: str, calls: pd.DataFrame, by: str, estimator: Callable[[], KernelEstimator], notes: list[str]
+) -> DatasetEvaluation:
     if calls.empty:
         raise DatasetError("no rows to evaluate" + (f" ({'; '.join(notes)})" if notes else ""))
     predicted = estimator().predict(calls)
-    frame = pd.DataFrame({"op": calls[by].to_numpy(), "measured": calls["measured_ns"].to_numpy(),
-                          "predicted": comparable_ns(predicted, calls["timing"]),
-                          "roofline": predicted["roofline_ns"].to_numpy(), "method": predicted["method"].to_numpy()})
+    frame = pd.DataFrame(
+        {
+            "op": calls[by].to_numpy(),
+            "measured": calls["measured_ns"].to_numpy(),
+            "predicted": comparable_ns(predicted, calls["timing"]),
+            "roofline": predicted["roofline_ns"].to_numpy(),
+            "method": predicted["method"].to_numpy(),
+        }
+    )
     rows = {}
     for op, group in frame.groupby("op", sort=True):
-        rows[op] = {"rows": len(group), "mape": mape(group["measured"].to_numpy(), group["predicted"].to_numpy()),
-                    "roofline_mape": mape(group["measured"].to_numpy(), group["roofline"].to_numpy()),
-                    **group["method"].value_counts(normalize=True).add_prefix("share_").to_dict()}
+        rows[op] = {
+            "rows": len(group),
+            "mape": mape(group["measured"].to_numpy(), group["predicted"].to_numpy()),
+            "roofline_mape": mape(group["measured"].to_numpy(), group["roofline"].to_numpy()),
+            **group["method"].value_counts(normalize=True).add_prefix("share_").to_dict(),
+        }
     table = pd.DataFrame.from_dict(rows, orient="index")
-    overall = {"rows": len(frame), "mape": mape(frame["measured"].to_numpy(), frame["predicted"].to_numpy()),
-               "roofline_mape": mape(frame["measured"].to_numpy(), frame["roofline"].to_numpy()),
-               **frame["method"].value_counts(normalize=True).add_prefix("share_").to_dict()}
-    return DatasetEvaluation(layout, table.fillna({c: 0.0 for c in table.columns if c.startswith("share_")}),
-                             overall, notes)
+    overall = {
+        "rows": len(frame),
+        "mape": mape(frame["measured"].to_numpy(), frame["predicted"].to_numpy()),
+        "roofline_mape": mape(frame["measured"].to_numpy(), frame["roofline"].to_numpy()),
+        **frame["method"].value_counts(normalize=True).add_prefix("share_").to_dict(),
+    }
+    return DatasetEvaluation(
+        layout, table.fillna({c: 0.0 for c in table.columns if c.startswith("share_")}), overall, notes
+    )
 
 
 def _collectives(raw: pd.DataFrame, cluster: str | None) -> DatasetEvaluation:
@@ -115,8 +135,10 @@ def _collectives(raw: pd.DataFrame, cluster: str | None) -> DatasetEvaluation:
         except UnknownCluster:
             model = None
         if model is None:
-            notes.append(f"{len(rows):,} rows of network {network!r} not evaluated: no cluster spec "
-                         f"({spec or 'none known'}; pass --cluster NAME_OR_FILE)")
+            notes.append(
+                f"{len(rows):,} rows of network {network!r} not evaluated: no cluster spec "
+                f"({spec or 'none known'}; pass --cluster NAME_OR_FILE)"
+            )
             continue
         frame = calls.loc[rows, ["collective", "bytes", "ranks", "nodes"]]
         for (collective, ranks, nodes), layout in frame.groupby(["collective", "ranks", "nodes"]).groups.items():
@@ -124,18 +146,25 @@ def _collectives(raw: pd.DataFrame, cluster: str | None) -> DatasetEvaluation:
                 # nodes, send/recv over 3 nodes, ...) is noted, not evaluated
                 priced = model.predict(frame.loc[layout], sender=True)["duration_ns"].to_numpy(dtype="float64")
             except ValueError as e:
-                notes.append(f"{len(layout):,} {collective} rows of network {network!r} ({ranks} ranks on {nodes} "
-                             f"node(s)) not evaluated: {e}")
+                notes.append(
+                    f"{len(layout):,} {collective} rows of network {network!r} ({ranks} ranks on {nodes} "
+                    f"node(s)) not evaluated: {e}"
+                )
                 continue
             predicted[calls.index.get_indexer(layout)] = priced
     done = ~np.isnan(predicted)
     if not done.any():
         raise DatasetError("no rows to evaluate" + (f" ({'; '.join(notes)})" if notes else ""))
-    frame = pd.DataFrame({"op": names[done], "measured": calls["measured_ns"].to_numpy()[done],
-                          "predicted": predicted[done]})
+    frame = pd.DataFrame(
+        {"op": names[done], "measured": calls["measured_ns"].to_numpy()[done], "predicted": predicted[done]}
+    )
     table = pd.DataFrame.from_dict(
-        {op: {"rows": len(g), "mape": mape(g["measured"].to_numpy(), g["predicted"].to_numpy())}
-         for op, g in frame.groupby("op", sort=True)}, orient="index")
+        {
+            op: {"rows": len(g), "mape": mape(g["measured"].to_numpy(), g["predicted"].to_numpy())}
+            for op, g in frame.groupby("op", sort=True)
+        },
+        orient="index",
+    )
     overall = {"rows": len(frame), "mape": mape(frame["measured"].to_numpy(), frame["predicted"].to_numpy())}
     return DatasetEvaluation("vidur_collectives", table, overall, notes)
 
@@ -144,5 +173,6 @@ def _rejections(rejected: pd.DataFrame) -> list[str]:
     if rejected.empty:
         return []
     counts = rejected["reason"].value_counts()
-    return [f"{n:,} rows rejected (not evaluated): {reason}" for reason, n in counts.head(5).items()] + \
-        ([f"... and {counts.iloc[5:].sum():,} more rejected rows"] if len(counts) > 5 else [])
+    return [f"{n:,} rows rejected (not evaluated): {reason}" for reason, n in counts.head(5).items()] + (
+        [f"... and {counts.iloc[5:].sum():,} more rejected rows"] if len(counts) > 5 else []
+    )

@@ -5,6 +5,7 @@ The target is the log slowdown `log(device time / baseline) >= 0`, the baseline 
 device floor and the call's roofline (`launch_floor`); the predicted device time is `baseline * exp(slowdown)`.
 Normalising by the baseline is what lets one model serve GPUs of very different speeds.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
@@ -33,15 +34,17 @@ class ModelParams:
     seed: int = 0
 
     def for_transfer(self) -> ModelParams:
-        return replace(self, max_depth=min(self.max_depth, self.transfer_max_depth),
-                       min_child_weight=max(self.min_child_weight, self.transfer_min_child_weight))
+        return replace(
+            self,
+            max_depth=min(self.max_depth, self.transfer_max_depth),
+            min_child_weight=max(self.min_child_weight, self.transfer_min_child_weight),
+        )
 
     def booster_params(self) -> dict:
         params = asdict(self)
         for name in ("n_estimators", "transfer_max_depth", "transfer_min_child_weight"):
             del params[name]
-        return {**params, "eta": params.pop("learning_rate"), "objective": "reg:squarederror",
-                "tree_method": "hist"}
+        return {**params, "eta": params.pop("learning_rate"), "objective": "reg:squarederror", "tree_method": "hist"}
 
 
 @dataclass(frozen=True)
@@ -64,12 +67,20 @@ class EfficiencyModel:
     band: Band
 
     @classmethod
-    def fit(cls, features: Features, names: tuple[str, ...], log_slowdown: np.ndarray, params: ModelParams,
-            rows: np.ndarray | None = None, band: Band = Band(0.0, 0.0)) -> EfficiencyModel:
+    def fit(
+        cls,
+        features: Features,
+        names: tuple[str, ...],
+        log_slowdown: np.ndarray,
+        params: ModelParams,
+        rows: np.ndarray | None = None,
+        band: Band = Band(0.0, 0.0),
+    ) -> EfficiencyModel:
         """Fit on the feature columns `names` of the chosen rows (all by default)."""
         target = log_slowdown if rows is None else log_slowdown[rows]
-        data = xgb.DMatrix(features.select(names, rows), label=target, feature_names=list(names),
-                           nthread=params.nthread)
+        data = xgb.DMatrix(
+            features.select(names, rows), label=target, feature_names=list(names), nthread=params.nthread
+        )
         booster = xgb.train(params.booster_params(), data, num_boost_round=params.n_estimators)
         return cls(booster, names, band)
 

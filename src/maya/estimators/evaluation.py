@@ -1,4 +1,5 @@
 """Accuracy of predictions against measurements: mean absolute percentage error, overall and by group."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,9 +22,14 @@ def comparable_ns(predicted: pd.DataFrame, timing: pd.Series | np.ndarray) -> np
     return np.where(np.asarray(timing) == ISOLATED, predicted["isolated_ns"], predicted["duration_ns"])
 
 
-def mape_table(frame: pd.DataFrame, by: str, measured: str = "measured_ns",
-               predictions: tuple[str, ...] = ("duration_ns", "roofline_ns")) -> pd.DataFrame:
+def mape_table(
+    frame: pd.DataFrame,
+    by: str,
+    measured: str = "measured_ns",
+    predictions: tuple[str, ...] = ("duration_ns", "roofline_ns"),
+) -> pd.DataFrame:
     """Rows, MAPE of each prediction column and the share of each method, per value of `by` and overall."""
+
     def summary(group: pd.DataFrame) -> dict:
         row = {"rows": len(group)}
         row.update({f"mape_{p}": mape(group[measured].to_numpy(), group[p].to_numpy()) for p in predictions})

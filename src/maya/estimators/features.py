@@ -1,5 +1,6 @@
 """The learned models' inputs: roofline position (shared by every family), the family's shape
 features and, for the model of seen hardware, the spec-sheet figures."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +31,12 @@ def roofline_features(work: Work, hw: HardwareArrays) -> dict[str, np.ndarray]:
 
 def hardware_features(hw: HardwareArrays) -> dict[str, np.ndarray]:
     """Spec-sheet figures: they let one model tell seen GPUs apart, so it is not used for unseen ones."""
-    return {"log2_peak_flops": np.log2(hw.peak_flops), "log2_bandwidth": np.log2(hw.bandwidth),
-            "sm_count": hw.sm_count, "log2_l2_bytes": np.log2(hw.l2_bytes)}
+    return {
+        "log2_peak_flops": np.log2(hw.peak_flops),
+        "log2_bandwidth": np.log2(hw.bandwidth),
+        "sm_count": hw.sm_count,
+        "log2_l2_bytes": np.log2(hw.l2_bytes),
+    }
 
 
 BLOCK_ROWS = 16384
@@ -67,11 +72,15 @@ class Features:
         return tuple(n for n in self.names if n not in names)
 
 
-def features_of(predictor: FamilyPredictor, calls: pd.DataFrame, hw: HardwareArrays, work: Work, *,
-                with_hardware: bool) -> Features:
+def features_of(
+    predictor: FamilyPredictor, calls: pd.DataFrame, hw: HardwareArrays, work: Work, *, with_hardware: bool
+) -> Features:
     """Every feature of `calls` (all of one family)."""
-    columns = {"op_code": predictor.op_codes(calls), **roofline_features(work, hw),
-               **predictor.shape_features(calls, hw)}
+    columns = {
+        "op_code": predictor.op_codes(calls),
+        **roofline_features(work, hw),
+        **predictor.shape_features(calls, hw),
+    }
     if with_hardware:
         columns.update(hardware_features(hw))
     return Features(tuple(columns), tuple(np.asarray(values, dtype="float64") for values in columns.values()))

@@ -1,4 +1,5 @@
 """Spec-sheet figures of the hardware catalog as per-call arrays (one lookup per distinct name)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,9 +8,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from maya_trace_spec.vocabulary import MATRIX_FAMILIES
-
 from maya.core import hardware
+from maya_trace_spec.vocabulary import MATRIX_FAMILIES
 
 L1_KIB_BY_ARCHITECTURE = {60: 24, 61: 48, 70: 128, 75: 96, 80: 192, 86: 128, 87: 192, 89: 128, 90: 256}
 """L1 data cache per SM (KiB; shared with shared memory from Volta on), from NVIDIA's architecture
@@ -68,8 +68,12 @@ def hardware_arrays(calls: pd.DataFrame) -> HardwareArrays:
         pcie_bandwidth=column([s.pcie_gbs * 1e9 for s in specs]),
         max_threads_per_sm=column([s.max_threads_per_sm for s in specs]),
         shared_mem_per_sm=column([s.shared_mem_per_sm_bytes for s in specs]),
-        l1_bytes=column([L1_KIB_BY_ARCHITECTURE.get(s.sm_major * 10 + s.sm_minor, s.shared_mem_per_sm_bytes / 1024) * 1024
-                         for s in specs]),
+        l1_bytes=column(
+            [
+                L1_KIB_BY_ARCHITECTURE.get(s.sm_major * 10 + s.sm_minor, s.shared_mem_per_sm_bytes / 1024) * 1024
+                for s in specs
+            ]
+        ),
         boost_clock_hz=column([s.boost_clock_mhz * 1e6 for s in specs]),
         fp32_flops=column([s.peak_flops("fp32") for s in specs]),
     )

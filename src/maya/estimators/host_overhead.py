@@ -6,6 +6,7 @@ Defaults are per API class (`DEFAULT_CLASS_NS`): engineering orders of magnitude
 host and CUDA 12/13, not measurements. `HostOverheadModel.calibrated` replaces them, API by API, by
 the median host duration measured in profiled runs (`api_calls` rows with `time_source = measured`).
 """
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,14 @@ API_CLASSES: tuple[tuple[str, str], ...] = (
 )
 """(class, pattern on the lower-cased API name), first match wins; anything else is `other`."""
 DEFAULT_CLASS_NS: dict[str, float] = {
-    "launch": 4_000, "library": 8_000, "collective": 6_000, "copy": 5_000, "allocation": 10_000,
-    "synchronize": 2_000, "event": 1_000, "other": 500,
+    "launch": 4_000,
+    "library": 8_000,
+    "collective": 6_000,
+    "copy": 5_000,
+    "allocation": 10_000,
+    "synchronize": 2_000,
+    "event": 1_000,
+    "other": 500,
 }
 """Host nanoseconds per call of each class (the host side only: waiting for the device is the
 simulator's business)."""
@@ -61,12 +68,12 @@ class HostOverheadModel:
         """Defaults overridden by the median measured host duration of every API measured often enough."""
         measured = api_calls[(api_calls["time_source"] == "measured") & api_calls["duration_ns"].notna()]
         stats = measured.groupby("api")["duration_ns"].agg(["median", "size"])
-        return cls(measured_ns={str(api): float(row["median"]) for api, row in stats.iterrows()
-                                if row["size"] >= min_calls})
+        return cls(
+            measured_ns={str(api): float(row["median"]) for api, row in stats.iterrows() if row["size"] >= min_calls}
+        )
 
     @classmethod
     def from_runs(cls, run_dirs: list[Path], min_calls: int = MIN_MEASURED_CALLS) -> HostOverheadModel:
         """Calibrated on the api_calls of measured maya_trace_spec runs."""
-        tables = [Run(d).table("api_calls").select(["api", "duration_ns", "time_source"]).to_pandas()
-                  for d in run_dirs]
+        tables = [Run(d).table("api_calls").select(["api", "duration_ns", "time_source"]).to_pandas() for d in run_dirs]
         return cls.calibrated(pd.concat(tables, ignore_index=True), min_calls) if tables else cls()

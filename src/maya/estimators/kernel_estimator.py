@@ -28,6 +28,7 @@ architecture never measured itself, GPUs held out; `model_transfer`, architectur
 The roofline is a true lower bound, so its band starts at the roofline; its upper end is the spread
 of measured / roofline in training (NaN when the family was never measured).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -81,8 +82,10 @@ class FamilyModels:
         log residual: held-out workloads on a GPU measured, held-out GPUs on one that was not."""
         measured = np.isin(np.asarray(hardware, dtype=object), list(self.hardware))
         unseen = self.unseen_gpu_band or self.seen.band
-        return (np.where(measured, self.seen.band.low, unseen.low),
-                np.where(measured, self.seen.band.high, unseen.high))
+        return (
+            np.where(measured, self.seen.band.low, unseen.low),
+            np.where(measured, self.seen.band.high, unseen.high),
+        )
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class KernelEstimator:
         for i, family in enumerate(families):
             family_rows = np.flatnonzero(codes == i)
             for start in range(0, len(family_rows), CHUNK_ROWS):
-                rows = family_rows[start:start + CHUNK_ROWS]
+                rows = family_rows[start : start + CHUNK_ROWS]
                 for name, values in self._price_family(family, calls.iloc[rows]).items():
                     priced[name][rows] = values
         if self.lookup is not None:
@@ -131,8 +134,11 @@ class KernelEstimator:
         dispatch = priced.pop("dispatch_ns")
         learned = (priced["method"] == METHODS.index("model")) | (priced["method"] == METHODS.index("model_transfer"))
         priced["below_measured"] = learned & (priced["duration_ns"] < priced.pop("resolves_from_ns"))
-        priced["isolated_ns"] = np.where(np.isnan(dispatch), priced["duration_ns"],
-                                         isolated_seconds(dispatch * 1e-9, priced["duration_ns"] * 1e-9) * 1e9)
+        priced["isolated_ns"] = np.where(
+            np.isnan(dispatch),
+            priced["duration_ns"],
+            isolated_seconds(dispatch * 1e-9, priced["duration_ns"] * 1e-9) * 1e9,
+        )
         return priced
 
     def _price_family(self, family: str, calls: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -150,18 +156,24 @@ class KernelEstimator:
             composed = predictor.compose(calls, hw, self.predict)
             if composed is not None:
                 duration = np.maximum(composed.seconds, DEVICE_FLOOR_S) * 1e9
-                return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
-                        "duration_low_ns": np.minimum(np.maximum(composed.low_s * 1e9, roofline), duration),
-                        "duration_high_ns": np.maximum(composed.high_s * 1e9, duration),
-                        "method": np.full(len(calls), METHODS.index("composed"), dtype="int8"),
-                        "dispatch_ns": dispatch, "resolves_from_ns": resolves_from}
+                return {
+                    "roofline_ns": roofline,
+                    "efficiency": roofline / duration,
+                    "duration_ns": duration,
+                    "duration_low_ns": np.minimum(np.maximum(composed.low_s * 1e9, roofline), duration),
+                    "duration_high_ns": np.maximum(composed.high_s * 1e9, duration),
+                    "method": np.full(len(calls), METHODS.index("composed"), dtype="int8"),
+                    "dispatch_ns": dispatch,
+                    "resolves_from_ns": resolves_from,
+                }
         codes, names = segment_codes(family, calls, hw)
         features = None
         for code in np.flatnonzero(np.bincount(codes, minlength=len(names))):
             here, name = codes == code, names[code]
             key = self._model_key(family, name)
             band = self.roofline_bands.get(key) or next(
-                (b for k, b in sorted(self.roofline_bands.items()) if family_of(k) == family), None)
+                (b for k, b in sorted(self.roofline_bands.items()) if family_of(k) == family), None
+            )
             high[here] = np.nan if band is None else max(band.high, 0.0)
             models = self.models.get(key)
             if models is None:
@@ -175,8 +187,9 @@ class KernelEstimator:
             for model, mask, tag in ((models.seen, seen, "model"), (models.transfer, ~seen, "model_transfer")):
                 chosen = rows[mask]
                 predicted = model.log_slowdown(features, chosen)
-                band_low, band_high = (models.seen_band(hw.name[chosen]) if tag == "model"
-                                       else (model.band.low, model.band.high))
+                band_low, band_high = (
+                    models.seen_band(hw.name[chosen]) if tag == "model" else (model.band.low, model.band.high)
+                )
                 slowdown[chosen] = predicted
                 low[chosen] = np.maximum(predicted + band_low, 0.0)
                 high[chosen] = predicted + band_high
@@ -189,12 +202,20 @@ class KernelEstimator:
             high[transferred] += shift
             method[transferred] = METHODS.index("model_transfer")
         duration = base * np.exp(slowdown)
-        return {"roofline_ns": roofline, "efficiency": roofline / duration, "duration_ns": duration,
-                "duration_low_ns": base * np.exp(low), "duration_high_ns": base * np.exp(high), "method": method,
-                "dispatch_ns": dispatch, "resolves_from_ns": resolves_from}
+        return {
+            "roofline_ns": roofline,
+            "efficiency": roofline / duration,
+            "duration_ns": duration,
+            "duration_low_ns": base * np.exp(low),
+            "duration_high_ns": base * np.exp(high),
+            "method": method,
+            "dispatch_ns": dispatch,
+            "resolves_from_ns": resolves_from,
+        }
 
-    def _price_unmeasured_kernels(self, family: str, calls: pd.DataFrame, work: Work, base: np.ndarray,
-                                  codes: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    def _price_unmeasured_kernels(
+        self, family: str, calls: pd.DataFrame, work: Work, base: np.ndarray, codes: np.ndarray, names: tuple[str, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Rows whose kernel their segment's model never measured but another segment's did (torch's layer norm
         and GELU kernels: fp32 from NeuSight, 16-bit only from one Vidur model), with their log slowdown priced as
         t_other(kernel) / t_other(add) x t_own(add). The other segment prices the call at its own element type
@@ -213,19 +234,28 @@ class KernelEstimator:
             rows = np.flatnonzero((codes == code) & ~np.isin(kernels, list(own.kernels)))
             for other_name in names:
                 other, other_reference = (self.models.get(model_key(f, other_name)) for f in (family, REFERENCE_FAMILY))
-                if (other_name == name or other is None or other_reference is None or not len(rows)
-                        or REFERENCE_KERNEL not in other_reference.kernels):
+                if (
+                    other_name == name
+                    or other is None
+                    or other_reference is None
+                    or not len(rows)
+                    or REFERENCE_KERNEL not in other_reference.kernels
+                ):
                     continue
                 chosen = rows[np.isin(kernels[rows], list(other.kernels))]
                 if not len(chosen):
                     continue
                 there = calls.iloc[chosen].assign(dtype=SEGMENT_DTYPES[other_name])
                 other_ns, other_bytes = _learned_ns(other, family, there)
-                other_reference_ns, _ = _learned_ns(other_reference, REFERENCE_FAMILY, _reference_calls(there, other_bytes))
-                own_reference_ns, _ = _learned_ns(own_reference, REFERENCE_FAMILY,
-                                                  _reference_calls(calls.iloc[chosen], work.bytes[chosen]))
-                resolved = ((other_ns >= other.resolves_from_s * 1e9)
-                            & (other_reference_ns >= other_reference.resolves_from_s * 1e9))
+                other_reference_ns, _ = _learned_ns(
+                    other_reference, REFERENCE_FAMILY, _reference_calls(there, other_bytes)
+                )
+                own_reference_ns, _ = _learned_ns(
+                    own_reference, REFERENCE_FAMILY, _reference_calls(calls.iloc[chosen], work.bytes[chosen])
+                )
+                resolved = (other_ns >= other.resolves_from_s * 1e9) & (
+                    other_reference_ns >= other_reference.resolves_from_s * 1e9
+                )
                 at = chosen[resolved]
                 priced_ns = (other_ns / other_reference_ns * own_reference_ns)[resolved]
                 out_rows.append(at)
@@ -269,6 +299,15 @@ def _learned_ns(models: FamilyModels, family: str, calls: pd.DataFrame) -> tuple
 def _reference_calls(calls: pd.DataFrame, moved_bytes: np.ndarray) -> pd.DataFrame:
     """The reference kernel's calls moving `moved_bytes` each (same hardware, element type and row)."""
     itemsize = element_bytes(calls["dtype"])
-    return calls.assign(family=REFERENCE_FAMILY, op=REFERENCE_KERNEL, operands=2.0,
-                        numel=np.maximum(np.round(moved_bytes / (3 * itemsize)), 1.0),
-                        batch=np.nan, m=np.nan, n=np.nan, k=np.nan, bytes=np.nan, flops=np.nan)
+    return calls.assign(
+        family=REFERENCE_FAMILY,
+        op=REFERENCE_KERNEL,
+        operands=2.0,
+        numel=np.maximum(np.round(moved_bytes / (3 * itemsize)), 1.0),
+        batch=np.nan,
+        m=np.nan,
+        n=np.nan,
+        k=np.nan,
+        bytes=np.nan,
+        flops=np.nan,
+    )

@@ -13,6 +13,7 @@ simulator's stream is busy (host time is the simulator's host model). An isolate
 `FLOOR_JITTER`) says only that its kernel took at most the post-launch time and that jitter (and at least
 its device floor and roofline).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,8 +47,9 @@ class LaunchFloors:
     """hardware -> seconds, over all of the family's ops (the least of them)."""
 
     @classmethod
-    def measure(cls, hardware: np.ndarray, op: np.ndarray, measured_s: np.ndarray,
-                roofline_s: np.ndarray) -> LaunchFloors:
+    def measure(
+        cls, hardware: np.ndarray, op: np.ndarray, measured_s: np.ndarray, roofline_s: np.ndarray
+    ) -> LaunchFloors:
         """From isolated measurements: per group, the time its quickest call took, when that call was
         dominated by fixed cost (its roofline is at most half of it); groups without such a call get none."""
         frame = pd.DataFrame({"hardware": hardware, "op": op, "measured": measured_s, "roofline": roofline_s})
@@ -63,8 +65,11 @@ class LaunchFloors:
             value = floor(group)
             if value is not None:
                 by_op.setdefault(str(name), {})[str(op_name)] = value
-        by_hardware = {str(name): value for name, group in frame.groupby("hardware", sort=True)
-                       if (value := floor(group)) is not None}
+        by_hardware = {
+            str(name): value
+            for name, group in frame.groupby("hardware", sort=True)
+            if (value := floor(group)) is not None
+        }
         return cls(by_op, by_hardware)
 
     def seconds(self, hardware: np.ndarray | pd.Series, op: np.ndarray | pd.Series) -> np.ndarray:
@@ -79,8 +84,9 @@ class LaunchFloors:
         """Per call: the host's dispatch before the launch in an isolated call, its floor less `POST_LAUNCH_S`."""
         return _dispatch(self.seconds(hardware, op))
 
-    def device_time(self, hardware: np.ndarray | pd.Series, op: np.ndarray | pd.Series, measured_s: np.ndarray,
-                    isolated: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def device_time(
+        self, hardware: np.ndarray | pd.Series, op: np.ndarray | pd.Series, measured_s: np.ndarray, isolated: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of each measurement (seconds): the dispatch it includes (0 unless isolated), the time left after
         it, and for an isolated call on its floor the most its kernel can have taken (NaN where the
         measurement gives the device time)."""

@@ -1,5 +1,6 @@
 """Exact lookup: measured durations of shapes seen in training (same hardware, family, op, dtype and
 shape), with the spread of repeated measurements when there were several."""
+
 from __future__ import annotations
 
 import io
@@ -24,8 +25,14 @@ class MeasuredShapes:
     @classmethod
     def from_measurements(cls, calls: pd.DataFrame, measured_ns: np.ndarray) -> MeasuredShapes:
         grouped = pd.Series(measured_ns, index=shape_keys(calls)).groupby(level=0)
-        table = pd.DataFrame({"median_ns": grouped.median(), "p10_ns": grouped.quantile(0.1),
-                              "p90_ns": grouped.quantile(0.9), "count": grouped.size()})
+        table = pd.DataFrame(
+            {
+                "median_ns": grouped.median(),
+                "p10_ns": grouped.quantile(0.1),
+                "p90_ns": grouped.quantile(0.9),
+                "count": grouped.size(),
+            }
+        )
         return cls(table.rename_axis("key"))
 
     def __len__(self) -> int:

@@ -8,6 +8,7 @@ trace has them, else from the op's inputs (`ops.input_shapes`): GEMMs from the l
 last dimension `row`, the inputs of that size `operands`). Copies and memsets keep their `bytes`.
 Collectives are left to the collective model.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,22 +48,27 @@ def load_run(run_dir: Path) -> pd.DataFrame:
 def _measured_work(run: Run) -> pd.DataFrame:
     """Measured device durations summed per (rank, op, family); work outside ops stays per call."""
     calls = run.table("api_calls").to_pandas()
-    calls = calls[(calls["time_source"] == "measured") & calls["device_duration_ns"].gt(0)
-                  & (calls["domain"] != "nccl")]
+    calls = calls[
+        (calls["time_source"] == "measured") & calls["device_duration_ns"].gt(0) & (calls["domain"] != "nccl")
+    ]
     if calls.empty:
         return pd.DataFrame()
     kernels = run.table("kernels").to_pandas()[["rank", "kernel_id", "family"]]
     calls = calls.merge(kernels, how="left", on=["rank", "kernel_id"])
     api = calls["api"].str.lower()
-    calls["family"] = np.select([calls["gemm_m"].notna(), api.str.contains("memcpy|memset")], ["gemm", "copy"],
-                                calls["family"].fillna("other"))
+    calls["family"] = np.select(
+        [calls["gemm_m"].notna(), api.str.contains("memcpy|memset")], ["gemm", "copy"], calls["family"].fillna("other")
+    )
     calls["copy_op"] = np.where(api.str.contains("memset"), "memset", calls["memcpy_kind"].fillna("DtoD"))
     calls = calls[calls["family"].isin(KERNEL_FAMILIES)]
     calls["group"] = calls["op_id"].astype("float64").fillna(-1 - calls["seq"].astype("float64"))
-    first = {c: (c, "first") for c in ("op_id", "gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_dtype_a",
-                                       "gemm_compute_type", "copy_op")}
+    first = {
+        c: (c, "first")
+        for c in ("op_id", "gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_dtype_a", "gemm_compute_type", "copy_op")
+    }
     return calls.groupby(["rank", "group", "family"], as_index=False).agg(
-        measured_ns=("device_duration_ns", "sum"), bytes=("bytes", "sum"), **first)
+        measured_ns=("device_duration_ns", "sum"), bytes=("bytes", "sum"), **first
+    )
 
 
 def _as_calls(work: pd.DataFrame, hardware_by_rank: dict) -> pd.DataFrame:
@@ -70,8 +76,14 @@ def _as_calls(work: pd.DataFrame, hardware_by_rank: dict) -> pd.DataFrame:
     traced = work["gemm_m"].notna()
     dtype = work["gemm_dtype_a"].where(traced, work["input_dtype"]).map(lambda d: dtype_name(d) or d)
     dtype = dtype.where(dtype.isin(list(DTYPE_BYTES)), "fp32").where(~work["gemm_compute_type"].eq("tf32"), "tf32")
-    frame = pd.DataFrame({"hardware": work["rank"].map(hardware_by_rank), "family": work["family"],
-                          "op": work["copy_op"].where(copy, work["op_name"]).fillna(""), "dtype": dtype})
+    frame = pd.DataFrame(
+        {
+            "hardware": work["rank"].map(hardware_by_rank),
+            "family": work["family"],
+            "op": work["copy_op"].where(copy, work["op_name"]).fillna(""),
+            "dtype": dtype,
+        }
+    )
     for column in SHAPE_COLUMNS:
         frame[column] = work[column].where(~copy)
     for column in ("batch", "m", "n", "k"):

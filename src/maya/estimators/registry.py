@@ -12,6 +12,7 @@ and the file is removed. Registering data and config already registered returns 
 unchanged (no duplicate). Loading only reads: a missing or corrupted artifact raises
 `ArtifactError` naming the version and the problem.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,8 +56,20 @@ CREATE TABLE IF NOT EXISTS estimator_aliases (
     version VARCHAR NOT NULL
 );
 """
-_COLUMNS = ("version", "created_at", "data_hash", "config_hash", "hardware", "families", "training_rows", "metrics",
-            "artifact_path", "artifact_sha256", "artifact_bytes", "maya_version")
+_COLUMNS = (
+    "version",
+    "created_at",
+    "data_hash",
+    "config_hash",
+    "hardware",
+    "families",
+    "training_rows",
+    "metrics",
+    "artifact_path",
+    "artifact_sha256",
+    "artifact_bytes",
+    "maya_version",
+)
 
 
 class RegistryError(Exception):
@@ -101,8 +114,9 @@ class Registry:
 
     def find(self, data_hash: str, config_hash: str) -> VersionRecord | None:
         """The version trained on this data with this config, if any."""
-        rows = self._query("SELECT {} FROM estimator_versions WHERE data_hash = ? AND config_hash = ?",
-                           [data_hash, config_hash])
+        rows = self._query(
+            "SELECT {} FROM estimator_versions WHERE data_hash = ? AND config_hash = ?", [data_hash, config_hash]
+        )
         return rows[0] if rows else None
 
     def versions(self) -> list[VersionRecord]:
@@ -119,9 +133,14 @@ class Registry:
         rows = self._query("SELECT {} FROM estimator_versions WHERE version = ?", [name]) if name else []
         if not rows:
             known = [r.version for r in self.versions()]
-            raise UnknownVersion(f"unknown estimator version {version!r} in {self.warehouse}; "
-                                 + (f"known: {', '.join(known)}" if known else
-                                    "none registered yet (train one with `maya estimators train`)"))
+            raise UnknownVersion(
+                f"unknown estimator version {version!r} in {self.warehouse}; "
+                + (
+                    f"known: {', '.join(known)}"
+                    if known
+                    else "none registered yet (train one with `maya estimators train`)"
+                )
+            )
         return rows[0]
 
     def load(self, version: str = LATEST) -> KernelEstimator:
@@ -133,8 +152,10 @@ class Registry:
         raw = path.read_bytes()
         digest = hashlib.sha256(raw).hexdigest()
         if digest != record.artifact_sha256:
-            raise ArtifactError(f"estimator version {record.version}: artifact {path} is corrupted "
-                                f"(SHA-256 {digest[:16]}..., registered {record.artifact_sha256[:16]}...)")
+            raise ArtifactError(
+                f"estimator version {record.version}: artifact {path} is corrupted "
+                f"(SHA-256 {digest[:16]}..., registered {record.artifact_sha256[:16]}...)"
+            )
         try:
             return artifact.loads(raw)
         except artifact.ArtifactFormatError as e:
@@ -149,20 +170,35 @@ class Registry:
         try:
             con.execute(SCHEMA)
             con.execute("BEGIN TRANSACTION")
-            existing = self._records(con, "SELECT {} FROM estimator_versions WHERE data_hash = ? AND config_hash = ?",
-                                     [data_hash, config_hash])
+            existing = self._records(
+                con,
+                "SELECT {} FROM estimator_versions WHERE data_hash = ? AND config_hash = ?",
+                [data_hash, config_hash],
+            )
             if existing:
                 con.execute("ROLLBACK")
                 return Registered(existing[0], reused=True)
-            number = con.execute("SELECT coalesce(max(CAST(substr(version, 2) AS INTEGER)), 0) + 1 "
-                                 "FROM estimator_versions").fetchone()[0]
+            number = con.execute(
+                "SELECT coalesce(max(CAST(substr(version, 2) AS INTEGER)), 0) + 1 FROM estimator_versions"
+            ).fetchone()[0]
             version = f"v{number}"
             written = write_atomic(self.artifacts / version / ARTIFACT_NAME, raw)
-            con.execute("INSERT INTO estimator_versions VALUES (?, now()::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-                version, data_hash, config_hash, metrics.get("hardware", []),
-                sorted({family_of(key) for key in metrics.get("families", {})}),
-                metrics.get("rows", 0), json.dumps(metrics, sort_keys=True), f"{version}/{ARTIFACT_NAME}",
-                hashlib.sha256(raw).hexdigest(), len(raw), __version__])
+            con.execute(
+                "INSERT INTO estimator_versions VALUES (?, now()::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    version,
+                    data_hash,
+                    config_hash,
+                    metrics.get("hardware", []),
+                    sorted({family_of(key) for key in metrics.get("families", {})}),
+                    metrics.get("rows", 0),
+                    json.dumps(metrics, sort_keys=True),
+                    f"{version}/{ARTIFACT_NAME}",
+                    hashlib.sha256(raw).hexdigest(),
+                    len(raw),
+                    __version__,
+                ],
+            )
             con.execute("INSERT OR REPLACE INTO estimator_aliases VALUES (?, ?)", [LATEST, version])
             con.execute("COMMIT")
         except BaseException:

@@ -1,4 +1,5 @@
 """Row-by-row validation with pandera: the rows a schema accepts, and the others with their reasons."""
+
 from __future__ import annotations
 
 import numpy as np

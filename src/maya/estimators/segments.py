@@ -4,6 +4,7 @@ CUDA cores (fp32), the row-wise and elementwise families as 16-bit or 32-bit vec
 Each such segment learns a model of its own, so measurements of one (Vidur's fp16 operators, timed on the
 device) do not move the predictions of another (NeuSight's fp32 kernels, timed call by call). A call whose
 segment was never measured is priced by another segment's model of its family."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -17,6 +17,7 @@ their launch floor, which only bound it (below by the device floor and roofline,
 host time and the floor's jitter): they train at the geometric middle of those bounds, and the exact
 lookup leaves them out (`maya.estimators.launch_floor`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -99,8 +100,9 @@ def measurements_frame(measurements: pd.DataFrame) -> pd.DataFrame:
     frame[WORKLOAD] = measurements[WORKLOAD].to_numpy() if WORKLOAD in measurements.columns else None
     unknown = sorted(set(frame[TIMING].astype(str)) - {DEVICE, ISOLATED})
     if unknown:
-        raise ValueError(f"unknown {TIMING} value(s) {', '.join(map(repr, unknown))}; expected {DEVICE!r} or "
-                         f"{ISOLATED!r}")
+        raise ValueError(
+            f"unknown {TIMING} value(s) {', '.join(map(repr, unknown))}; expected {DEVICE!r} or {ISOLATED!r}"
+        )
     return frame[frame[MEASURED] > 0].reset_index(drop=True)
 
 
@@ -124,18 +126,21 @@ def train(measurements: pd.DataFrame, config: TrainConfig = TrainConfig()) -> Tr
         family = family_of(key)
         learn = config.families is None or family in config.families
         model, bands[key], family_metrics[key] = _train_family(
-            family, frame.loc[rows].reset_index(drop=True), config, learn)
+            family, frame.loc[rows].reset_index(drop=True), config, learn
+        )
         if model is not None:
             models[key] = model
     device_ns, known = _device_ns(frame, keys, models)
     lookup = MeasuredShapes.from_measurements(frame[known], device_ns[known])
     estimator = KernelEstimator(models=models, lookup=lookup, roofline_bands=bands)
-    return TrainingResult(estimator, {"rows": len(frame), "hardware": sorted(frame["hardware"].unique()),
-                                      "families": family_metrics})
+    return TrainingResult(
+        estimator, {"rows": len(frame), "hardware": sorted(frame["hardware"].unique()), "families": family_metrics}
+    )
 
 
-def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
-                  learn: bool) -> tuple[FamilyModels | None, Band, dict]:
+def _train_family(
+    family: str, calls: pd.DataFrame, config: TrainConfig, learn: bool
+) -> tuple[FamilyModels | None, Band, dict]:
     """The family's models (when `learn`), its roofline band and its metrics."""
     predictor = PREDICTORS[family]
     hw = hardware_arrays(calls)
@@ -147,9 +152,13 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
     log_roofline_ratio = (prepared.log_ratio + np.log(data.baseline_s / data.roofline_s))[prepared.known]
     spread = Band.of_residuals(log_roofline_ratio)
     roofline_band = Band(max(spread.low, 0.0), spread.high)  # the roofline is a lower bound on device time
-    metrics = {"rows": len(calls), "rows_without_shape": int((~priced).sum()), "hardware": sorted(set(data.hw.name)),
-               "below_roofline": int((log_roofline_ratio < 0).sum()),
-               "roofline_mape": mape(data.measured_s, data.roofline_s)}
+    metrics = {
+        "rows": len(calls),
+        "rows_without_shape": int((~priced).sum()),
+        "hardware": sorted(set(data.hw.name)),
+        "below_roofline": int((log_roofline_ratio < 0).sum()),
+        "roofline_mape": mape(data.measured_s, data.roofline_s),
+    }
     if not learn or len(calls) < config.min_rows:
         return None, roofline_band, metrics
     features = data.features
@@ -162,21 +171,28 @@ def _train_family(family: str, calls: pd.DataFrame, config: TrainConfig,
         seen_band, metrics["validation_mape"] = _validate(data, seen_names, folds, config.params)
         gpu_folds = _gpu_folds(data.hw.name, config)
         if gpu_folds:
-            unseen_gpu_band, metrics["unseen_gpu_mape"] = _validate(data, seen_names, gpu_folds, config.params,
-                                                                    data.hw.name)
+            unseen_gpu_band, metrics["unseen_gpu_mape"] = _validate(
+                data, seen_names, gpu_folds, config.params, data.hw.name
+            )
     if config.validate:
         folds, by_gpu = _transfer_folds(data.hw.architecture, config)
         transfer_band, metrics["transfer_mape"] = _validate(
-            data, transfer_names, folds, config.params.for_transfer(), data.hw.name if by_gpu else None)
+            data, transfer_names, folds, config.params.for_transfer(), data.hw.name if by_gpu else None
+        )
     target = np.maximum(prepared.log_ratio, 0.0)  # no call beats the device floor or its roofline
     transfer = EfficiencyModel.fit(features, transfer_names, target, config.params.for_transfer(), band=transfer_band)
     models = FamilyModels(
         seen=EfficiencyModel.fit(features, seen_names, target, config.params, band=seen_band)
-        if config.seen_model else transfer,
+        if config.seen_model
+        else transfer,
         transfer=transfer,
-        hardware=frozenset(data.hw.name), architectures=frozenset(data.hw.architecture.astype(int).tolist()),
-        floors=prepared.floors, kernels=frozenset(predictor.kernel_names(calls["op"]).tolist()),
-        resolves_from_s=data.resolves_from_s(), unseen_gpu_band=unseen_gpu_band)
+        hardware=frozenset(data.hw.name),
+        architectures=frozenset(data.hw.architecture.astype(int).tolist()),
+        floors=prepared.floors,
+        kernels=frozenset(predictor.kernel_names(calls["op"]).tolist()),
+        resolves_from_s=data.resolves_from_s(),
+        unseen_gpu_band=unseen_gpu_band,
+    )
     return models, roofline_band, metrics
 
 
@@ -201,8 +217,9 @@ class _FamilyData:
     def prepared(self, fit_rows: np.ndarray) -> _Prepared:
         """Launch floors measured on the isolated `fit_rows`, then every row's device time and dispatch."""
         isolated = fit_rows[self.isolated[fit_rows]]
-        floors = LaunchFloors.measure(self.hw.name[isolated], self.ops[isolated], self.measured_s[isolated],
-                                      self.roofline_s[isolated])
+        floors = LaunchFloors.measure(
+            self.hw.name[isolated], self.ops[isolated], self.measured_s[isolated], self.roofline_s[isolated]
+        )
         dispatch_s, left_s, bound_s = floors.device_time(self.hw.name, self.ops, self.measured_s, self.isolated)
         known = np.isnan(bound_s)
         bounded = np.sqrt(self.baseline_s * np.maximum(self.baseline_s, np.nan_to_num(bound_s)))
@@ -235,8 +252,9 @@ def _device_ns(frame: pd.DataFrame, keys: np.ndarray, models: dict[str, FamilyMo
     known = ~isolated
     for key, model in models.items():
         rows = isolated & (keys == key)
-        _, left_s, bound_s = model.floors.device_time(frame["hardware"][rows], frame["op"][rows], device[rows] * 1e-9,
-                                                      np.ones(rows.sum(), dtype=bool))
+        _, left_s, bound_s = model.floors.device_time(
+            frame["hardware"][rows], frame["op"][rows], device[rows] * 1e-9, np.ones(rows.sum(), dtype=bool)
+        )
         device[rows], known[rows] = left_s * 1e9, np.isnan(bound_s)
     return device, known
 
@@ -279,8 +297,13 @@ def _transfer_folds(architecture: np.ndarray, config: TrainConfig) -> tuple[list
     return list(folds), True
 
 
-def _validate(data: _FamilyData, names: tuple[str, ...], folds: list[tuple[np.ndarray, np.ndarray]],
-              params: ModelParams, hardware: np.ndarray | None = None) -> tuple[Band, float | dict[str, float]]:
+def _validate(
+    data: _FamilyData,
+    names: tuple[str, ...],
+    folds: list[tuple[np.ndarray, np.ndarray]],
+    params: ModelParams,
+    hardware: np.ndarray | None = None,
+) -> tuple[Band, float | dict[str, float]]:
     """Held-out band of log(device time / predicted) and MAPE of the latency as measured (isolated rows: with
     their dispatch), per held-out GPU when `hardware` is given. Launch floors come from the fit rows too: a
     held-out GPU gets those of the others."""

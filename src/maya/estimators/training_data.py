@@ -1,5 +1,6 @@
 """Training data shipped with Maya: NeuSight's measured kernels, Vidur's measured operators and measured
 profiling campaigns, each a `Source` with the rows it leaves out and why."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -39,8 +40,13 @@ def shipped_sources(*, neusight: bool = True, vidur: bool = True, profiles: Path
         path = neusight_dir() / "kernels_train.parquet"
         ops = pd.read_parquet(path, columns=["op"])["op"]
         other = ops[~ops.isin(list(FAMILY_OF_OP))].value_counts()
-        sources.append(Source("neusight", load_kernels(path),
-                              left_out={f"{op} rows (no {op} family)": int(n) for op, n in other.items()}))
+        sources.append(
+            Source(
+                "neusight",
+                load_kernels(path),
+                left_out={f"{op} rows (no {op} family)": int(n) for op, n in other.items()},
+            )
+        )
     if vidur:
         checked = load_compute(vidur_dir() / "compute.parquet")
         sources.append(Source("vidur", checked.calls, checked.rejected, checked.left_out))
@@ -50,8 +56,11 @@ def shipped_sources(*, neusight: bool = True, vidur: bool = True, profiles: Path
 
 def shipped_measurements(*, neusight: bool = True, vidur: bool = True, profiles: Path | None = None) -> pd.DataFrame:
     """The calls of every chosen shipped source (`shipped_sources`), with their `source`."""
-    frames = [s.calls if "source" in s.calls else s.calls.assign(source=s.name)
-              for s in shipped_sources(neusight=neusight, vidur=vidur, profiles=profiles) if len(s.calls)]
+    frames = [
+        s.calls if "source" in s.calls else s.calls.assign(source=s.name)
+        for s in shipped_sources(neusight=neusight, vidur=vidur, profiles=profiles)
+        if len(s.calls)
+    ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -72,8 +81,11 @@ def rows_by_source(sources: list[Source]) -> pd.DataFrame:
             parts.append(pd.DataFrame({"source": source.name, "hardware": used.index, "rows": used.to_numpy()}))
         if len(source.rejected):
             column = "device" if "device" in source.rejected else "hardware"
-            bad = source.rejected[column].astype(str).value_counts() if column in source.rejected else \
-                pd.Series({"?": len(source.rejected)})
+            bad = (
+                source.rejected[column].astype(str).value_counts()
+                if column in source.rejected
+                else pd.Series({"?": len(source.rejected)})
+            )
             parts.append(pd.DataFrame({"source": source.name, "hardware": bad.index, "rejected": bad.to_numpy()}))
     if not parts:
         return pd.DataFrame(columns=["source", "hardware", "rows", "rejected"])
@@ -83,5 +95,14 @@ def rows_by_source(sources: list[Source]) -> pd.DataFrame:
     return table
 
 
-__all__ = ["SOURCES", "Source", "load_kernels", "load_profiles", "neusight_dir", "profiles_dir", "rows_by_source",
-           "shipped_measurements", "shipped_sources"]
+__all__ = [
+    "SOURCES",
+    "Source",
+    "load_kernels",
+    "load_profiles",
+    "neusight_dir",
+    "profiles_dir",
+    "rows_by_source",
+    "shipped_measurements",
+    "shipped_sources",
+]

@@ -1,4 +1,5 @@
 """Train-and-register: the step `maya estimators train` and the pipelines run."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -7,8 +8,9 @@ from .registry import Registered, Registry
 from .training import TrainConfig, data_hash, train
 
 
-def train_version(measurements: pd.DataFrame, config: TrainConfig = TrainConfig(),
-                  registry: Registry | None = None) -> Registered:
+def train_version(
+    measurements: pd.DataFrame, config: TrainConfig = TrainConfig(), registry: Registry | None = None
+) -> Registered:
     """A registered version trained on `measurements` with `config`; when that data and config were
     already trained on, the existing version (nothing is trained or written)."""
     registry = registry or Registry()

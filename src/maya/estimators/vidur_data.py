@@ -26,6 +26,7 @@ simulator fills from a trace, `maya.simulator.work`), and what a training step l
 Collectives (`collectives.parquet`) are loaded as data for the collective model (`collective_frame`): one
 row per measurement with the collective's Maya name, bytes per GPU, GPUs and nodes taking part.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,10 +36,9 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
-from maya_trace_spec.vocabulary import DTYPE_BYTES
-
 from maya.core import hardware
 from maya.core.paths import data_dir
+from maya_trace_spec.vocabulary import DTYPE_BYTES
 
 from .calls import gemm_of_row_major
 from .collective_data import duplicate_curves
@@ -55,12 +55,35 @@ OPS = GEMM_OPS + ROW_OPS
 LAYER_NORM_MODELS = ("microsoft/phi-2",)
 """Models whose norm is LayerNorm (Vidur's model configs); every other model's is RMSNorm. The rows do not
 say which norm ran."""
-COMPUTE_COLUMNS = ("device", "model", "op", "time_ms_median", "num_tokens", "tp", "n_head", "n_kv_head", "n_embd",
-                   "n_expanded_embd", "use_gated_mlp", "gemm_m", "gemm_n", "gemm_k", "dtype")
+COMPUTE_COLUMNS = (
+    "device",
+    "model",
+    "op",
+    "time_ms_median",
+    "num_tokens",
+    "tp",
+    "n_head",
+    "n_kv_head",
+    "n_embd",
+    "n_expanded_embd",
+    "use_gated_mlp",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "dtype",
+)
 """What a Vidur compute file needs (its other columns, the min/max/mean/std times and `vocab_size`, are kept
 but not read)."""
-COLLECTIVE_COLUMNS = ("network", "collective", "num_workers", "devices_per_node", "max_devices_per_node",
-                      "size_elements", "dtype", "time_ms_median")
+COLLECTIVE_COLUMNS = (
+    "network",
+    "collective",
+    "num_workers",
+    "devices_per_node",
+    "max_devices_per_node",
+    "size_elements",
+    "dtype",
+    "time_ms_median",
+)
 SIZE_COLUMNS = ("num_tokens", "tp", "n_head", "n_kv_head", "n_embd", "n_expanded_embd")
 TWO_KERNEL_ADD = "add of a parallel block (no post-attention norm): two add kernels in one measurement"
 
@@ -105,8 +128,9 @@ WHOLE_LIMIT = 2.0**53
 
 def _count(name: str, nullable: bool = False) -> pa.Column:
     """A positive whole number: tokens, heads, GPUs, sizes (2.5 GPUs or 1e300 tokens are not measurements)."""
-    whole = pa.Check(lambda s: (s == np.floor(s)) & (s < WHOLE_LIMIT), element_wise=False,
-                     error="not a whole number below 2**53")
+    whole = pa.Check(
+        lambda s: (s == np.floor(s)) & (s < WHOLE_LIMIT), element_wise=False, error="not a whole number below 2**53"
+    )
     column = _positive(name, nullable)
     return column.set_checks([*column.checks, whole])
 
@@ -115,33 +139,45 @@ def _gemm_sizes_given(frame: pd.DataFrame) -> pd.Series:
     return ~frame["op"].isin(GEMM_OPS) | frame[["gemm_m", "gemm_n", "gemm_k"]].notna().all(axis=1)
 
 
-COMPUTE_SCHEMA = pa.DataFrameSchema({
-    "device": pa.Column(str, pa.Check(lambda s: s.isin([d for d in s.unique() if _resolves(d)]),
-                                      error="not in the hardware catalog")),
-    "model": pa.Column(str),
-    "op": pa.Column(str, pa.Check.isin(OPS, error=f"not a Vidur operator ({', '.join(OPS)})")),
-    "time_ms_median": _positive("time_ms_median"),
-    **{name: _count(name) for name in SIZE_COLUMNS},
-    "use_gated_mlp": pa.Column(bool),
-    **{name: _count(name, nullable=True) for name in ("gemm_m", "gemm_n", "gemm_k")},
-    "dtype": pa.Column(str, pa.Check.isin(list(DTYPE_BYTES), error="not a known dtype")),
-}, checks=[pa.Check(_gemm_sizes_given, error="gemm_m, gemm_n, gemm_k: missing for a GEMM operator")])
+COMPUTE_SCHEMA = pa.DataFrameSchema(
+    {
+        "device": pa.Column(
+            str,
+            pa.Check(lambda s: s.isin([d for d in s.unique() if _resolves(d)]), error="not in the hardware catalog"),
+        ),
+        "model": pa.Column(str),
+        "op": pa.Column(str, pa.Check.isin(OPS, error=f"not a Vidur operator ({', '.join(OPS)})")),
+        "time_ms_median": _positive("time_ms_median"),
+        **{name: _count(name) for name in SIZE_COLUMNS},
+        "use_gated_mlp": pa.Column(bool),
+        **{name: _count(name, nullable=True) for name in ("gemm_m", "gemm_n", "gemm_k")},
+        "dtype": pa.Column(str, pa.Check.isin(list(DTYPE_BYTES), error="not a known dtype")),
+    },
+    checks=[pa.Check(_gemm_sizes_given, error="gemm_m, gemm_n, gemm_k: missing for a GEMM operator")],
+)
 """A compute row the estimators can use: its device in the catalog, a known operator and dtype, a finite
 positive median time and positive whole sizes (GEMMs with their m, n, k)."""
 
 
-
-COLLECTIVE_SCHEMA = pa.DataFrameSchema({
-    "network": pa.Column(str, pa.Check.str_length(min_value=1, error="empty")),
-    "collective": pa.Column(str, pa.Check(lambda s: s.map(priced_name).notna(),
-                                          error=f"not a collective ({', '.join(PRICED_COLLECTIVES)})")),
-    **{name: _count(name) for name in ("num_workers", "devices_per_node", "max_devices_per_node", "size_elements")},
-    "time_ms_median": _positive("time_ms_median"),
-    "dtype": pa.Column(str, pa.Check.isin(list(DTYPE_BYTES), error="not a known dtype")),
-}, checks=[pa.Check(lambda f: f["devices_per_node"] <= f["max_devices_per_node"],
-                    error="devices_per_node: more than the node's max_devices_per_node"),
-           pa.Check(lambda f: f["devices_per_node"] <= f["num_workers"],
-                    error="devices_per_node: more than num_workers")])
+COLLECTIVE_SCHEMA = pa.DataFrameSchema(
+    {
+        "network": pa.Column(str, pa.Check.str_length(min_value=1, error="empty")),
+        "collective": pa.Column(
+            str,
+            pa.Check(lambda s: s.map(priced_name).notna(), error=f"not a collective ({', '.join(PRICED_COLLECTIVES)})"),
+        ),
+        **{name: _count(name) for name in ("num_workers", "devices_per_node", "max_devices_per_node", "size_elements")},
+        "time_ms_median": _positive("time_ms_median"),
+        "dtype": pa.Column(str, pa.Check.isin(list(DTYPE_BYTES), error="not a known dtype")),
+    },
+    checks=[
+        pa.Check(
+            lambda f: f["devices_per_node"] <= f["max_devices_per_node"],
+            error="devices_per_node: more than the node's max_devices_per_node",
+        ),
+        pa.Check(lambda f: f["devices_per_node"] <= f["num_workers"], error="devices_per_node: more than num_workers"),
+    ],
+)
 """A collective row: a known collective and dtype, a finite positive median time, positive whole counts and
 size that fit the node."""
 
@@ -150,16 +186,21 @@ def detect_layout(columns) -> str:
     """`neusight`, `vidur_compute` or `vidur_collectives` from a file's column names; `VidurFormatError`
     naming what each layout needs otherwise."""
     names = set(columns)
-    layouts = {"vidur_collectives": COLLECTIVE_COLUMNS, "vidur_compute": COMPUTE_COLUMNS,
-               "neusight": ("op", "device", "latency_ms")}
+    layouts = {
+        "vidur_collectives": COLLECTIVE_COLUMNS,
+        "vidur_compute": COMPUTE_COLUMNS,
+        "neusight": ("op", "device", "latency_ms"),
+    }
     for layout, needed in layouts.items():
         if set(needed) <= names:
             return layout
     missing = {layout: [c for c in needed if c not in names] for layout, needed in layouts.items()}
     closest = min(missing, key=lambda layout: len(missing[layout]) / len(layouts[layout]))
     wanted = "; ".join(f"{layout}: {', '.join(needed)}" for layout, needed in layouts.items())
-    raise VidurFormatError(f"not a measurement layout Maya reads: closest is {closest}, missing column(s) "
-                           f"{', '.join(missing[closest])} (layouts and their columns: {wanted})")
+    raise VidurFormatError(
+        f"not a measurement layout Maya reads: closest is {closest}, missing column(s) "
+        f"{', '.join(missing[closest])} (layouts and their columns: {wanted})"
+    )
 
 
 def check_compute(raw: pd.DataFrame) -> Checked:
@@ -185,23 +226,39 @@ def _compute_calls(rows: pd.DataFrame) -> pd.DataFrame:
     family = np.select([gemm, norm, op == "emb"], ["gemm", "normalization", "embedding"], "elementwise")
     name = np.select(
         [gemm, norm & layer_norm, norm, op == "attn_rope", (op == "mlp_act") & gated, op == "mlp_act", op == "add"],
-        ["mm", "native_layer_norm", "vllm_rms_norm", "rotary_embedding", "silu_and_mul", "gelu", "add"], "embedding")
+        ["mm", "native_layer_norm", "vllm_rms_norm", "rotary_embedding", "silu_and_mul", "gelu", "add"],
+        "embedding",
+    )
     row = np.select([op == "mlp_act", op == "attn_rope"], [ffn, head_dim], embd)
     numel = np.select([op == "mlp_act", op == "attn_rope"], [tokens * ffn, tokens * rotated], tokens * embd)
     operands = np.where((op == "add") | ((op == "mlp_act") & gated), 2.0, 1.0)
     # Vidur's gemm_m, gemm_n are the row-major output's [tokens, output features]
-    batch, m, n, k = gemm_of_row_major(1.0, *(rows[c].to_numpy(dtype="float64") for c in ("gemm_m", "gemm_n", "gemm_k")))
-    return pd.DataFrame({
-        "hardware": rows["device"].to_numpy(), "family": family, "op": name, "dtype": rows["dtype"].to_numpy(),
-        "batch": np.where(gemm, batch, np.nan), "m": np.where(gemm, m, np.nan), "n": np.where(gemm, n, np.nan),
-        "k": np.where(gemm, k, np.nan),
-        "numel": np.where(gemm, np.nan, numel), "row": np.where(gemm, np.nan, row),
-        "operands": np.where(gemm, np.nan, operands),
-        "measured_ns": rows["time_ms_median"].to_numpy() * 1e6,
-        "source": SOURCE, "timing": DEVICE,
-        "row_index": rows["row_index"].to_numpy(), "model": rows["model"].to_numpy(), "vidur_op": op,
-        "tp": tp, "num_tokens": tokens,
-    })
+    batch, m, n, k = gemm_of_row_major(
+        1.0, *(rows[c].to_numpy(dtype="float64") for c in ("gemm_m", "gemm_n", "gemm_k"))
+    )
+    return pd.DataFrame(
+        {
+            "hardware": rows["device"].to_numpy(),
+            "family": family,
+            "op": name,
+            "dtype": rows["dtype"].to_numpy(),
+            "batch": np.where(gemm, batch, np.nan),
+            "m": np.where(gemm, m, np.nan),
+            "n": np.where(gemm, n, np.nan),
+            "k": np.where(gemm, k, np.nan),
+            "numel": np.where(gemm, np.nan, numel),
+            "row": np.where(gemm, np.nan, row),
+            "operands": np.where(gemm, np.nan, operands),
+            "measured_ns": rows["time_ms_median"].to_numpy() * 1e6,
+            "source": SOURCE,
+            "timing": DEVICE,
+            "row_index": rows["row_index"].to_numpy(),
+            "model": rows["model"].to_numpy(),
+            "vidur_op": op,
+            "tp": tp,
+            "num_tokens": tokens,
+        }
+    )
 
 
 def check_collectives(raw: pd.DataFrame) -> Checked:
@@ -210,26 +267,40 @@ def check_collectives(raw: pd.DataFrame) -> Checked:
     Vidur's profiler records the message size in bytes (`collective_data`), whatever the column's name.
     A curve that repeats another network's measurements value for value is quarantined: a copy, not a
     measurement (Vidur's H100 pairwise send/recv is its A100 one)."""
-    frame = _typed(raw, COLLECTIVE_COLUMNS, ("num_workers", "devices_per_node", "max_devices_per_node",
-                                             "size_elements", "time_ms_median"))
+    frame = _typed(
+        raw,
+        COLLECTIVE_COLUMNS,
+        ("num_workers", "devices_per_node", "max_devices_per_node", "size_elements", "time_ms_median"),
+    )
     valid, rejected = split_valid(frame, COLLECTIVE_SCHEMA)
     ranks = valid["num_workers"].to_numpy()
-    calls = pd.DataFrame({
-        "network": valid["network"].to_numpy(),
-        "collective": valid["collective"].map(priced_name).to_numpy(),
-        "bytes": valid["size_elements"].to_numpy(dtype="float64"),
-        "ranks": ranks.astype("int64"),
-        "nodes": np.ceil(ranks / valid["devices_per_node"].to_numpy()).astype("int64"),
-        "devices_per_node": valid["devices_per_node"].to_numpy().astype("int64"),
-        "measured_ns": valid["time_ms_median"].to_numpy() * 1e6,
-        "source": SOURCE, "row_index": valid["row_index"].to_numpy(),
-    })
+    calls = pd.DataFrame(
+        {
+            "network": valid["network"].to_numpy(),
+            "collective": valid["collective"].map(priced_name).to_numpy(),
+            "bytes": valid["size_elements"].to_numpy(dtype="float64"),
+            "ranks": ranks.astype("int64"),
+            "nodes": np.ceil(ranks / valid["devices_per_node"].to_numpy()).astype("int64"),
+            "devices_per_node": valid["devices_per_node"].to_numpy().astype("int64"),
+            "measured_ns": valid["time_ms_median"].to_numpy() * 1e6,
+            "source": SOURCE,
+            "row_index": valid["row_index"].to_numpy(),
+        }
+    )
     copies = duplicate_curves(calls.assign(per_node=calls["devices_per_node"], measured_us=calls["measured_ns"] / 1e3))
     copied = copies.notna().to_numpy()
     if copied.any():
-        rejected = pd.concat([rejected, valid[copied].assign(
-            reason="repeats the measurements of network " + copies[copied].astype(str)
-            + " value for value: a copy, not a measurement")], ignore_index=True)
+        rejected = pd.concat(
+            [
+                rejected,
+                valid[copied].assign(
+                    reason="repeats the measurements of network "
+                    + copies[copied].astype(str)
+                    + " value for value: a copy, not a measurement"
+                ),
+            ],
+            ignore_index=True,
+        )
     return Checked(calls[~copied].reset_index(drop=True), rejected)
 
 

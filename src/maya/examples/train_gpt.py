@@ -3,6 +3,7 @@
 An ordinary PyTorch training script with no Maya imports. It uses CUDA when available (real or
 Maya's virtual GPUs) and falls back to the CPU.
 """
+
 import argparse
 import math
 
@@ -25,8 +26,7 @@ class Block(nn.Module):
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           is_causal=True)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 

@@ -1,5 +1,6 @@
 """Accuracy of an estimator version: held-out kernel error per hardware and family on NeuSight's test
 split, and end-to-end error on ground-truth workloads (their traces replayed by the simulator)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -11,10 +12,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from maya.core.warehouse import wait_for_lock
 from maya.estimators import Registry
 from maya.estimators.evaluation import comparable_ns, mape
 from maya.estimators.neusight_data import load_kernels, neusight_dir
-from maya.core.warehouse import wait_for_lock
 
 from . import ground_truth
 from .resources import DataSources
@@ -42,23 +43,36 @@ class Evaluation:
 def load_inputs(sources: DataSources) -> Inputs:
     test = neusight_dir() / "kernels_test.parquet"
     kernels = load_kernels(test) if sources.neusight else pd.DataFrame()
-    parts = [hashlib.sha256(test.read_bytes()).hexdigest() if sources.neusight else "",
-             ground_truth.digest(sources.ground_truth)]
-    return Inputs(kernels, ground_truth.workloads(sources.ground_truth),
-                  hashlib.sha256(json.dumps(parts).encode()).hexdigest())
+    parts = [
+        hashlib.sha256(test.read_bytes()).hexdigest() if sources.neusight else "",
+        ground_truth.digest(sources.ground_truth),
+    ]
+    return Inputs(
+        kernels, ground_truth.workloads(sources.ground_truth), hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    )
 
 
 def evaluate(registry: Registry, version: str, inputs: Inputs) -> Evaluation:
     kernels = _kernel_predictions(registry, version, inputs.kernels)
-    errors = kernels.assign(ape=_ape(kernels)).groupby(["hardware", "family"], as_index=False).agg(
-        rows=("ape", "size"), mape=("ape", "mean")).assign(version=version)
-    workloads = pd.DataFrame([_workload_prediction(w, version, registry.warehouse) for w in inputs.workloads],
-                             columns=["hardware", "workload", "measured_ns", "predicted_ns", "error"])
+    errors = (
+        kernels.assign(ape=_ape(kernels))
+        .groupby(["hardware", "family"], as_index=False)
+        .agg(rows=("ape", "size"), mape=("ape", "mean"))
+        .assign(version=version)
+    )
+    workloads = pd.DataFrame(
+        [_workload_prediction(w, version, registry.warehouse) for w in inputs.workloads],
+        columns=["hardware", "workload", "measured_ns", "predicted_ns", "error"],
+    )
     predicted = workloads[workloads["error"].isna()]
-    summary = {"version": version, "kernel_rows": len(kernels),
-               "kernel_mape": mape(kernels["measured_ns"].to_numpy(), kernels["predicted_ns"].to_numpy()),
-               "workloads": len(workloads), "workload_failures": int(workloads["error"].notna().sum()),
-               "workload_mape": mape(predicted["measured_ns"].to_numpy(), predicted["predicted_ns"].to_numpy())}
+    summary = {
+        "version": version,
+        "kernel_rows": len(kernels),
+        "kernel_mape": mape(kernels["measured_ns"].to_numpy(), kernels["predicted_ns"].to_numpy()),
+        "workloads": len(workloads),
+        "workload_failures": int(workloads["error"].notna().sum()),
+        "workload_mape": mape(predicted["measured_ns"].to_numpy(), predicted["predicted_ns"].to_numpy()),
+    }
     return Evaluation(version, summary, errors, kernels, workloads.assign(version=version))
 
 
@@ -80,18 +94,27 @@ def suite_rows(warehouse: Path, version: str) -> pd.DataFrame:
 
     rows = latest(warehouse)
     rows = rows[rows["estimator_version"] == version]
-    return pd.DataFrame({"source": rows["suite"], "workload": "row " + rows["row"].astype(str) + " (" + rows["label"] + ")",
-                         "hardware": rows["hardware"].fillna(rows["gpu"]), "measured_ns": rows["measured_s"] * 1e9,
-                         "predicted_ns": rows["predicted_s"].astype("float64") * 1e9,
-                         "failure": rows["reason"].where(rows["status"] != "ok")}).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "source": rows["suite"],
+            "workload": "row " + rows["row"].astype(str) + " (" + rows["label"] + ")",
+            "hardware": rows["hardware"].fillna(rows["gpu"]),
+            "measured_ns": rows["measured_s"] * 1e9,
+            "predicted_ns": rows["predicted_s"].astype("float64") * 1e9,
+            "failure": rows["reason"].where(rows["status"] != "ok"),
+        }
+    ).reset_index(drop=True)
 
 
 def end_to_end(warehouse: Path, version: str) -> pd.DataFrame:
     """Every end-to-end comparison of `version`: ground-truth workloads, then suite rows (`suite_rows`)."""
     con = wait_for_lock(lambda: duckdb.connect(str(warehouse), read_only=True))
     try:
-        workloads = con.execute("SELECT 'ground truth' AS source, workload, hardware, measured_ns, predicted_ns, "
-                                "error AS failure FROM workload_predictions WHERE version = ?", [version]).df()
+        workloads = con.execute(
+            "SELECT 'ground truth' AS source, workload, hardware, measured_ns, predicted_ns, "
+            "error AS failure FROM workload_predictions WHERE version = ?",
+            [version],
+        ).df()
     finally:
         con.close()
     parts = [p for p in (workloads, suite_rows(warehouse, version)) if len(p)]
@@ -111,13 +134,21 @@ def _kernel_predictions(registry: Registry, version: str, kernels: pd.DataFrame)
     if kernels.empty:
         return pd.DataFrame(columns=columns)
     predicted = registry.load(version).predict(kernels)
-    return predicted.assign(version=version, measured_ns=kernels["measured_ns"].to_numpy(),
-                            predicted_ns=comparable_ns(predicted, kernels["timing"]))[columns]
+    return predicted.assign(
+        version=version,
+        measured_ns=kernels["measured_ns"].to_numpy(),
+        predicted_ns=comparable_ns(predicted, kernels["timing"]),
+    )[columns]
 
 
 def _workload_prediction(workload: ground_truth.Workload, version: str, warehouse: Path) -> dict:
-    row = {"hardware": workload.hardware, "workload": workload.name, "measured_ns": workload.measured_ns,
-           "predicted_ns": None, "error": None}
+    row = {
+        "hardware": workload.hardware,
+        "workload": workload.name,
+        "measured_ns": workload.measured_ns,
+        "predicted_ns": None,
+        "error": None,
+    }
     try:
         row["predicted_ns"] = ground_truth.predict_iteration_ns(workload, version, warehouse)
     except Exception as e:  # one workload the simulator cannot replay does not hide the others

@@ -1,4 +1,5 @@
 """The code location: every definition under `defs/` (`dagster dev -m maya.pipelines.definitions`)."""
+
 from pathlib import Path
 
 import dagster as dg

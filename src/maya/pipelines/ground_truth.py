@@ -1,5 +1,6 @@
 """Ground-truth workloads (`<ground truth>/<hardware>/results/<name>.parquet` with the trace of the same
 runs, written by `maya profile workload --suite`) and their predicted iteration times."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,14 @@ def workloads(root: Path) -> list[Workload]:
     for results in sorted(root.glob("*/results")):
         for row in read_results(results.parent).to_pylist():
             if row["status"] == "ok" and row["median_ns"] and row["trace_path"]:
-                found.append(Workload(row["hardware"] or results.parent.name, row["name"], float(row["median_ns"]),
-                                      results.parent / row["trace_path"]))
+                found.append(
+                    Workload(
+                        row["hardware"] or results.parent.name,
+                        row["name"],
+                        float(row["median_ns"]),
+                        results.parent / row["trace_path"],
+                    )
+                )
     return found
 
 
@@ -43,6 +50,12 @@ def predict_iteration_ns(workload: Workload, version: str, warehouse: Path) -> f
     """The simulator's iteration time for the workload's trace, priced by estimator `version`."""
     from maya.simulator import predict
 
-    prediction, _ = predict(workload.trace, hardware=workload.hardware, durations="estimators",
-                            model_version=version, store=False, warehouse=warehouse)
+    prediction, _ = predict(
+        workload.trace,
+        hardware=workload.hardware,
+        durations="estimators",
+        model_version=version,
+        store=False,
+        warehouse=warehouse,
+    )
     return float(prediction.iteration_ns)

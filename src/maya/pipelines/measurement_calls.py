@@ -1,12 +1,13 @@
 """Kernel-campaign measurements (`maya.profiler.kernels`, one row per config) as measured calls in the
 estimators' call frame: a config's median device time (CUDA events) is one call of its op."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from maya.profiler.kernels.configs import KERNEL_FAMILY, OP_FAMILY
 from maya.estimators.calls import NUMERIC_COLUMNS, gemm_of_row_major
+from maya.profiler.kernels.configs import KERNEL_FAMILY, OP_FAMILY
 
 TWO_INPUTS = ("add", "mul", "gelu_bwd", "silu_bwd", "dropout_bwd")
 """Elementwise ops reading two tensors per output element (backward: the gradient and the input)."""
@@ -14,6 +15,7 @@ TWO_INPUTS = ("add", "mul", "gelu_bwd", "silu_bwd", "dropout_bwd")
 
 def measurement_calls(rows: pd.DataFrame) -> pd.DataFrame:
     """Call-frame columns (`family`, `op`, `dtype`, shapes) and `measured_ns` of measured configs."""
+
     def param(name: str) -> pd.Series:
         if name not in rows.columns:
             return pd.Series(np.nan, index=rows.index)
@@ -24,10 +26,18 @@ def measurement_calls(rows: pd.DataFrame) -> pd.DataFrame:
 
     tokens, hidden = param("tokens"), param("hidden")
     shapes = {
-        "gemm": dict(zip(("batch", "m", "n", "k"),  # configs are row-major: output [m, n]
-                         gemm_of_row_major(param("batch"), param("m"), param("n"), param("k")))),
-        "attention": {"batch": param("batch") * param("heads"), "m": param("seq"), "n": param("seq"),
-                      "k": param("head_dim")},
+        "gemm": dict(
+            zip(
+                ("batch", "m", "n", "k"),  # configs are row-major: output [m, n]
+                gemm_of_row_major(param("batch"), param("m"), param("n"), param("k")),
+            )
+        ),
+        "attention": {
+            "batch": param("batch") * param("heads"),
+            "m": param("seq"),
+            "n": param("seq"),
+            "k": param("head_dim"),
+        },
         "softmax": {"numel": param("rows") * param("cols"), "row": param("cols")},
         "cross_entropy": {"numel": tokens * param("vocab"), "row": param("vocab")},
         "optimizer": {"numel": param("n_params")},

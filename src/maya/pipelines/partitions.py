@@ -1,6 +1,7 @@
 """Raw kernel profiles are partitioned by hardware and campaign, collective measurements by network and
 campaign, all dynamic: the sensor adds the keys of every campaign directory it finds (and NeuSight's and
 Vidur's GPUs and networks)."""
+
 from __future__ import annotations
 
 import dagster as dg

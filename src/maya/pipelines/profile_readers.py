@@ -4,6 +4,7 @@ measured on), the call-frame columns, `measured_ns`, its `timing` (NeuSight time
 file that cannot be read in its format raises `ProfileFileError` with the reason; nothing is dropped
 silently: rows the file holds but that are not measurements are counted by kind, and rows a source's own
 schema rejects (Vidur's, `maya.estimators.vidur_data`) come back with their reason for the quarantine."""
+
 from __future__ import annotations
 
 import io
@@ -12,11 +13,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from maya.profiler.kernels.measurements import MEASUREMENTS_VERSION, VERSION_KEY
 from maya.estimators.calls import NUMERIC_COLUMNS
 from maya.estimators.launch_floor import DEVICE
 from maya.estimators.neusight_data import FAMILY_OF_OP, to_calls
 from maya.estimators.vidur_data import check_compute
+from maya.profiler.kernels.measurements import MEASUREMENTS_VERSION, VERSION_KEY
 
 from .measurement_calls import measurement_calls
 from .sources import NEUSIGHT, VIDUR_COMPUTE, Partition, catalog_name
@@ -30,8 +31,9 @@ class ProfileFileError(Exception):
     """The file is unreadable or not in its format."""
 
 
-def read_profile(data: bytes, file_format: str,
-                 partition: Partition) -> tuple[pd.DataFrame, dict[str, int], pd.DataFrame]:
+def read_profile(
+    data: bytes, file_format: str, partition: Partition
+) -> tuple[pd.DataFrame, dict[str, int], pd.DataFrame]:
     """The partition's measured calls in the file's bytes, the rows left out (by kind) and the rows rejected
     before they became calls (`row_index`, `reason`, `record`)."""
     try:
@@ -55,8 +57,9 @@ def _pandas(table: pa.Table) -> pd.DataFrame:
         raise ProfileFileError(f"damaged pandas metadata ({type(e).__name__}: {e})") from None
 
 
-_NO_REJECTS = pd.DataFrame({"row_index": pd.Series(dtype="int64"), "reason": pd.Series(dtype="str"),
-                            "record": pd.Series(dtype="str")})
+_NO_REJECTS = pd.DataFrame(
+    {"row_index": pd.Series(dtype="int64"), "reason": pd.Series(dtype="str"), "record": pd.Series(dtype="str")}
+)
 
 
 def _vidur_compute(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int], pd.DataFrame]:
@@ -71,8 +74,13 @@ def _vidur_compute(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame,
     calls = checked.calls.assign(hardware=partition.hardware)
     rejected = checked.rejected
     records = rejected.drop(columns=["reason", "row_index"]).to_json(orient="records", lines=True).split("\n")
-    quarantined = pd.DataFrame({"row_index": in_file[rejected["row_index"].to_numpy()].astype("int64"),
-                                "reason": rejected["reason"].to_numpy(), "record": records[:len(rejected)]})
+    quarantined = pd.DataFrame(
+        {
+            "row_index": in_file[rejected["row_index"].to_numpy()].astype("int64"),
+            "reason": rejected["reason"].to_numpy(),
+            "record": records[: len(rejected)],
+        }
+    )
     return _frame(calls, pd.Index(in_file[checked.calls["row_index"].to_numpy()])), checked.left_out, quarantined
 
 
@@ -84,16 +92,19 @@ def _neusight(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict
     here = raw[names.map({d: catalog_name(d) for d in names.unique()}) == partition.hardware]
     mine = here[here["op"].isin(list(FAMILY_OF_OP))]
     calls = to_calls(mine).assign(hardware=partition.hardware) if len(mine) else pd.DataFrame()
-    left_out = {"rows of ops Maya does not model": len(here) - len(mine),
-                "rows without a device name (no partition's)": int(raw["device"].isna().sum())}
+    left_out = {
+        "rows of ops Maya does not model": len(here) - len(mine),
+        "rows without a device name (no partition's)": int(raw["device"].isna().sum()),
+    }
     return _frame(calls, mine.index), {kind: n for kind, n in left_out.items() if n}
 
 
 def _measurements(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, dict[str, int]]:
     version = (table.schema.metadata or {}).get(VERSION_KEY)
     if version is not None and version != MEASUREMENTS_VERSION.encode():
-        raise ProfileFileError(f"measurements version {version.decode(errors='replace')!r}; this Maya reads version "
-                               f"{MEASUREMENTS_VERSION}")
+        raise ProfileFileError(
+            f"measurements version {version.decode(errors='replace')!r}; this Maya reads version {MEASUREMENTS_VERSION}"
+        )
     rows = _pandas(table)
     missing = [c for c in MEASUREMENT_COLUMNS if c not in rows.columns]
     if missing:
@@ -103,8 +114,9 @@ def _measurements(table: pa.Table, partition: Partition) -> tuple[pd.DataFrame, 
     for column in ("device_name", "hardware"):  # the explicit catalog name wins over the device's name
         if column in measured.columns:
             declared = measured[column].astype("str").where(measured[column].notna(), declared)
-    calls = measurement_calls(measured).assign(hardware=declared.map({d: catalog_name(d) for d in declared.unique()}),
-                                               timing=DEVICE)
+    calls = measurement_calls(measured).assign(
+        hardware=declared.map({d: catalog_name(d) for d in declared.unique()}), timing=DEVICE
+    )
     left_out = rows.loc[rows["status"] != "ok", "status"].value_counts()
     return _frame(calls, measured.index), {f"configs with status {s}": int(n) for s, n in left_out.items()}
 

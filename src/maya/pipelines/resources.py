@@ -1,9 +1,10 @@
 """The pipelines' resources: the DuckDB warehouse and where measured data comes from."""
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
 
 import dagster as dg
 import duckdb
@@ -22,8 +23,7 @@ class Warehouse(dg.ConfigurableResource):
     time, so holding it briefly is what lets `maya sql` and other runs in.
     """
 
-    path: Optional[str] = Field(None, description="DuckDB file (default: $MAYA_WAREHOUSE or "
-                                                   "$MAYA_HOME/warehouse.duckdb).")
+    path: str | None = Field(None, description="DuckDB file (default: $MAYA_WAREHOUSE or $MAYA_HOME/warehouse.duckdb).")
 
     @property
     def file(self) -> Path:
@@ -57,16 +57,21 @@ class DataSources(dg.ConfigurableResource):
     """Measured data: kernel profiling campaigns (`<profiles_dir>/<hardware>/<campaign>/`), NeuSight's and
     Vidur's public measurements and ground-truth workloads (`<ground_truth_dir>/<hardware>/results/`)."""
 
-    profiles_dir: Optional[str] = Field(None, description="Campaigns as <hardware>/<campaign>/ (default: "
-                                                          "data/profiles).")
-    ground_truth_dir: Optional[str] = Field(None, description="Ground truth as <hardware>/results/ (default: "
-                                                              "data/ground_truth).")
-    neusight: bool = Field(True, description="Ingest NeuSight's training split (one partition per GPU) and "
-                                             "validate on its test split.")
-    vidur: bool = Field(True, description="Ingest Vidur's compute profiles (one partition per GPU) and collectives "
-                                          "(one partition per network).")
-    vidur_dir: Optional[str] = Field(None, description="Folder of Vidur's compute.parquet and collectives.parquet "
-                                                       "(default: data/vidur).")
+    profiles_dir: str | None = Field(None, description="Campaigns as <hardware>/<campaign>/ (default: data/profiles).")
+    ground_truth_dir: str | None = Field(
+        None, description="Ground truth as <hardware>/results/ (default: data/ground_truth)."
+    )
+    neusight: bool = Field(
+        True, description="Ingest NeuSight's training split (one partition per GPU) and validate on its test split."
+    )
+    vidur: bool = Field(
+        True,
+        description="Ingest Vidur's compute profiles (one partition per GPU) and collectives "
+        "(one partition per network).",
+    )
+    vidur_dir: str | None = Field(
+        None, description="Folder of Vidur's compute.parquet and collectives.parquet (default: data/vidur)."
+    )
 
     @property
     def profiles(self) -> Path:

@@ -10,6 +10,7 @@
 Collective measurements, by (network, campaign): Vidur's, one partition per network, campaign
 `vidur-collectives`, all reading `data/vidur/collectives.parquet`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,12 @@ from .resources import DataSources
 
 NEUSIGHT_CAMPAIGN = "neusight-train"
 VIDUR_COMPUTE_CAMPAIGN, VIDUR_COLLECTIVES_CAMPAIGN = "vidur-compute", "vidur-collectives"
-NEUSIGHT, MEASUREMENTS, VIDUR_COMPUTE, VIDUR_COLLECTIVES = "neusight", "measurements", "vidur_compute", \
-    "vidur_collectives"
+NEUSIGHT, MEASUREMENTS, VIDUR_COMPUTE, VIDUR_COLLECTIVES = (
+    "neusight",
+    "measurements",
+    "vidur_compute",
+    "vidur_collectives",
+)
 """File formats."""
 
 
@@ -75,8 +80,11 @@ def catalog_name(device: str) -> str:
 
 def find_partitions(sources: DataSources) -> list[Partition]:
     """Every partition the sources hold now."""
-    found = {Partition(d.parent.parent.name, d.parent.name) for d in sources.profiles.glob("*/*/measurements")
-             if d.is_dir() and not any(p.startswith(".") for p in d.parts[-3:-1])}
+    found = {
+        Partition(d.parent.parent.name, d.parent.name)
+        for d in sources.profiles.glob("*/*/measurements")
+        if d.is_dir() and not any(p.startswith(".") for p in d.parts[-3:-1])
+    }
     if sources.neusight:
         table = pq.read_table(neusight_train(), columns=["op", "device"]).to_pandas()
         devices = table.loc[table["op"].isin(list(FAMILY_OF_OP)), "device"].unique()

@@ -17,6 +17,7 @@
 
 Every write replaces a partition's or a version's rows inside one transaction.
 """
+
 from __future__ import annotations
 
 import duckdb
@@ -72,15 +73,21 @@ CALL_COLUMNS = ("family", "op", "dtype", *NUMERIC_COLUMNS)
 def migrate(con: duckdb.DuckDBPyConnection) -> None:
     """Bring tables written by an older Maya up to `SCHEMA`, in one transaction: `kernel_profiles` without
     `timing` gets it, NeuSight's rows marked as timed call by call (`isolated`)."""
-    columns = {name for (name,) in con.execute("SELECT column_name FROM information_schema.columns "
-                                                "WHERE table_name = 'kernel_profiles'").fetchall()}
+    columns = {
+        name
+        for (name,) in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'kernel_profiles'"
+        ).fetchall()
+    }
     if "timing" in columns:
         return
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute("ALTER TABLE kernel_profiles ADD COLUMN timing VARCHAR NOT NULL DEFAULT 'device'")
-        con.execute("UPDATE kernel_profiles SET timing = 'isolated' WHERE (hardware, campaign, path) IN "
-                    "(SELECT hardware, campaign, path FROM profile_files WHERE format = 'neusight')")
+        con.execute(
+            "UPDATE kernel_profiles SET timing = 'isolated' WHERE (hardware, campaign, path) IN "
+            "(SELECT hardware, campaign, path FROM profile_files WHERE format = 'neusight')"
+        )
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
@@ -99,7 +106,8 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> N
         con.unregister("_incoming")
 
 
-def delete_partition(con: duckdb.DuckDBPyConnection, table: str, hardware: str, campaign: str, *,
-                     key: str = "hardware") -> None:
+def delete_partition(
+    con: duckdb.DuckDBPyConnection, table: str, hardware: str, campaign: str, *, key: str = "hardware"
+) -> None:
     """Delete a partition's rows; `key` names the first partition column (`network` for collectives)."""
     con.execute(f"DELETE FROM {table} WHERE {key} = ? AND campaign = ?", [hardware, campaign])

@@ -1,4 +1,5 @@
 """`python -m maya.profiler kernels|workload ...` (see `commands`)."""
+
 from .commands import main
 
 raise SystemExit(main())

@@ -6,12 +6,13 @@
 
 From a source checkout without installation: `python src/maya/profiler/run_on_device.py ...`.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .kernels.configs import FAMILIES
 from .kernels.request import DEFAULT_BUDGET_MIN, DEVICES, CampaignRequest
@@ -19,21 +20,31 @@ from .workloads.cli import add_arguments as add_workload_arguments
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m maya.profiler",
-                                     description="Measure GPU kernels and workloads with torch.profiler.")
+    parser = argparse.ArgumentParser(
+        prog="python -m maya.profiler", description="Measure GPU kernels and workloads with torch.profiler."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     kernels = commands.add_parser("kernels", help="run (or resume) a kernel sweep campaign")
     kernels.add_argument("--out", type=Path, required=True, help="campaign directory (created or resumed)")
     kernels.add_argument("--families", help=f"comma-separated families (default: all of {','.join(FAMILIES)})")
-    kernels.add_argument("--budget-min", type=float, default=DEFAULT_BUDGET_MIN,
-                         help=f"stop cleanly before this many minutes (default {DEFAULT_BUDGET_MIN:g})")
+    kernels.add_argument(
+        "--budget-min",
+        type=float,
+        default=DEFAULT_BUDGET_MIN,
+        help=f"stop cleanly before this many minutes (default {DEFAULT_BUDGET_MIN:g})",
+    )
     kernels.add_argument("--seed", type=int, default=0, help="sweep order seed (default 0)")
     kernels.add_argument("--hardware", help="hardware catalog name of the GPU, e.g. h100-sxm")
-    kernels.add_argument("--device", default="cuda", choices=DEVICES,
-                         help="cpu only exercises the measurement loop (tests); default cuda")
+    kernels.add_argument(
+        "--device",
+        default="cuda",
+        choices=DEVICES,
+        help="cpu only exercises the measurement loop (tests); default cuda",
+    )
     kernels.add_argument("--plan", action="store_true", help="print the configs left to measure and exit")
-    workload = commands.add_parser("workload", help="trace or measure a training script (-- python SCRIPT ARGS), "
-                                                     "or run a suite of them")
+    workload = commands.add_parser(
+        "workload", help="trace or measure a training script (-- python SCRIPT ARGS), or run a suite of them"
+    )
     add_workload_arguments(workload)
     return parser
 
@@ -43,8 +54,14 @@ def _kernels(args: argparse.Namespace) -> int:
     from .kernels.campaign_store import CampaignMismatch
 
     try:
-        request = CampaignRequest.make(args.out, args.families, budget_min=args.budget_min, seed=args.seed,
-                                       hardware=args.hardware, device=args.device)
+        request = CampaignRequest.make(
+            args.out,
+            args.families,
+            budget_min=args.budget_min,
+            seed=args.seed,
+            hardware=args.hardware,
+            device=args.device,
+        )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

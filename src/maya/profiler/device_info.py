@@ -2,6 +2,7 @@
 
 Clocks and the driver version are read (never set) with `nvidia-smi --query-gpu`, when present.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,15 @@ import torch
 
 from maya_trace_spec import SPEC_VERSION
 
-SMI_CLOCK_FIELDS = ("clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem", "temperature.gpu",
-                    "power.draw", "pstate")
+SMI_CLOCK_FIELDS = (
+    "clocks.sm",
+    "clocks.mem",
+    "clocks.max.sm",
+    "clocks.max.mem",
+    "temperature.gpu",
+    "power.draw",
+    "pstate",
+)
 
 
 @dataclass(frozen=True)
@@ -40,10 +48,19 @@ def describe_device(device: torch.device) -> DeviceInfo:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         p = torch.cuda.get_device_properties(index)
-        return DeviceInfo(p.name, index, p.major, p.minor, p.multi_processor_count, p.total_memory,
-                          getattr(p, "L2_cache_size", 0), socket.gethostname())
-    return DeviceInfo(f"cpu {platform.machine()}", None, None, None, None, _host_memory_bytes(), 0,
-                      socket.gethostname())
+        return DeviceInfo(
+            p.name,
+            index,
+            p.major,
+            p.minor,
+            p.multi_processor_count,
+            p.total_memory,
+            getattr(p, "L2_cache_size", 0),
+            socket.gethostname(),
+        )
+    return DeviceInfo(
+        f"cpu {platform.machine()}", None, None, None, None, _host_memory_bytes(), 0, socket.gethostname()
+    )
 
 
 def free_memory(device: torch.device) -> int:
@@ -88,8 +105,13 @@ def software_versions(info: DeviceInfo) -> dict:
     smi = _nvidia_smi(("driver_version",), info.index) if info.index is not None else None
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
-        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
         "driver": smi["driver_version"] if smi else None,
-        "python": sys.version.split()[0], "numpy": np.__version__, "pyarrow": pa.__version__,
-        "maya_trace_spec": SPEC_VERSION, "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "pyarrow": pa.__version__,
+        "maya_trace_spec": SPEC_VERSION,
+        "platform": platform.platform(),
     }

@@ -6,6 +6,7 @@
 The same as `PYTHONPATH=src python -m maya.profiler ...`. Needs only the standard library, torch,
 numpy and pyarrow: the profiler imports nothing else of Maya's dependencies.
 """
+
 import sys
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """`maya search`: find the best training configuration in a space of script parameters by emulating and
 predicting candidate points, with Maya's pruning rules, caching and a resumable log in the warehouse."""
+
 from .algorithms import ALGORITHMS, CMAES, Grid, Random
 from .evaluate import Evaluator, MayaEvaluator, Task, trace_digest
 from .executors import LocalExecutor, RayExecutor
@@ -12,7 +13,32 @@ from .rules import Rules
 from .runner import Record, SearchResult, run_search, search_id
 from .space import Parameter, Space, SpaceError, load_space
 
-__all__ = ["ALGORITHMS", "CMAES", "Evaluator", "Expr", "ExprError", "Grid", "LocalExecutor", "MayaEvaluator",
-           "OBJECTIVES", "Outcome", "Parameter", "Random", "RayExecutor", "Record", "Rules", "SearchLog",
-           "SearchResult", "Space", "SpaceError", "Task", "UnknownSearch", "load_space", "pareto_front",
-           "run_search", "search_id", "trace_digest", "write_pareto_html"]
+__all__ = [
+    "ALGORITHMS",
+    "CMAES",
+    "Evaluator",
+    "Expr",
+    "ExprError",
+    "Grid",
+    "LocalExecutor",
+    "MayaEvaluator",
+    "OBJECTIVES",
+    "Outcome",
+    "Parameter",
+    "Random",
+    "RayExecutor",
+    "Record",
+    "Rules",
+    "SearchLog",
+    "SearchResult",
+    "Space",
+    "SpaceError",
+    "Task",
+    "UnknownSearch",
+    "load_space",
+    "pareto_front",
+    "run_search",
+    "search_id",
+    "trace_digest",
+    "write_pareto_html",
+]

@@ -1,11 +1,13 @@
 """Search algorithms over the discrete points of a space, all with the same ask/tell loop: `ask()` gives
 the next batch of points (None when done), `tell()` their fitness (lower is better; None for a point
 that does not fit, failed or was pruned)."""
+
 from __future__ import annotations
 
 import math
 import random
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -27,7 +29,7 @@ class Grid:
         self._points, self._batch, self._next = list(points), batch, 0
 
     def ask(self) -> list[Point] | None:
-        chunk = self._points[self._next:self._next + self._batch]
+        chunk = self._points[self._next : self._next + self._batch]
         self._next += len(chunk)
         return chunk or None
 
@@ -57,8 +59,9 @@ class CMAES:
     last global population (BIPOP-style), until `max_flat_restarts` restarts in a row bring no
     improvement or every valid point was seen."""
 
-    def __init__(self, space: Space, points: Sequence[Point], seed: int = 0, patience: int = 3,
-                 max_flat_restarts: int = 4):
+    def __init__(
+        self, space: Space, points: Sequence[Point], seed: int = 0, patience: int = 3, max_flat_restarts: int = 4
+    ):
         self._valid = {tuple(p) for p in points}
         self._shape = np.array(space.shape)
         self._axes = np.flatnonzero(self._shape > 1)
@@ -79,8 +82,13 @@ class CMAES:
     def _start(self, mean: np.ndarray, sigma: float, popsize: int) -> None:
         from cmaes import CMA
 
-        self._cma = CMA(mean=mean, sigma=sigma, bounds=np.tile([0.0, 1.0], (len(self._axes), 1)),
-                        population_size=popsize, seed=int(self._rng.integers(2**31)))
+        self._cma = CMA(
+            mean=mean,
+            sigma=sigma,
+            bounds=np.tile([0.0, 1.0], (len(self._axes), 1)),
+            population_size=popsize,
+            seed=int(self._rng.integers(2**31)),
+        )
         self._stalled, self._refining = 0, False
 
     def _restart(self) -> bool:
@@ -108,11 +116,20 @@ class CMAES:
         """Valid points not yet seen that differ from `point` in one parameter (`order` 1: any other
         value, nearest first) or in two (`order` 2: one step each)."""
         if order == 1:
-            moves = [(abs(v - point[a]), _moved(point, {a: v})) for a in self._axes
-                     for v in range(self._shape[a]) if v != point[a]]
+            moves = [
+                (abs(v - point[a]), _moved(point, {a: v}))
+                for a in self._axes
+                for v in range(self._shape[a])
+                if v != point[a]
+            ]
         else:
-            moves = [(2, _moved(point, {a: point[a] + da, b: point[b] + db})) for i, a in enumerate(self._axes)
-                     for b in self._axes[i + 1:] for da in (-1, 1) for db in (-1, 1)]
+            moves = [
+                (2, _moved(point, {a: point[a] + da, b: point[b] + db}))
+                for i, a in enumerate(self._axes)
+                for b in self._axes[i + 1 :]
+                for da in (-1, 1)
+                for db in (-1, 1)
+            ]
         return [q for _, q in sorted(moves) if q in self._valid and q not in self._seen]
 
     def ask(self) -> list[Point] | None:

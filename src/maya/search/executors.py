@@ -1,10 +1,12 @@
 """Where points are evaluated: this machine (one emulation at a time by default, since an emulation
 already uses every core) or a Ray cluster. Both run `fn(task)` for a batch and yield results as they
 complete."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable, Iterator, Protocol, Sequence, TypeVar
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -5,17 +5,30 @@ comparisons, `and`/`or`/`not` and parentheses. Anything else (calls, attributes,
 Arithmetic takes numbers (booleans count as 0 and 1); `+` also joins two strings and `*` repeats one, up to
 `MAX_TEXT` characters; a result must be a finite number. Every failure, parsing or evaluating, is an
 `ExprError` naming the expression."""
+
 from __future__ import annotations
 
 import ast
 import math
 import operator
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-          ast.Mod: operator.mod}
-COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-           ast.Gt: operator.gt, ast.GtE: operator.ge}
+BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
 
 
@@ -82,8 +95,7 @@ def _check(node: ast.AST, source: str, depth: int) -> set[str]:
     if isinstance(node, ast.BoolOp):
         return set().union(*(_check(v, source, depth) for v in node.values))
     what = type(getattr(node, "op", node)).__name__
-    raise ExprError(f"{source!r}: {what} is not allowed (only names, numbers, + - * // %, comparisons, "
-                    "and/or/not)")
+    raise ExprError(f"{source!r}: {what} is not allowed (only names, numbers, + - * // %, comparisons, and/or/not)")
 
 
 def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
@@ -105,8 +117,9 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
         left = _eval(node.left, env)
         for op, comparator in zip(node.ops, node.comparators):
             right = _eval(comparator, env)
-            if type(op) not in (ast.Eq, ast.NotEq) and not (_number(left) and _number(right) or
-                                                          isinstance(left, str) and isinstance(right, str)):
+            if type(op) not in (ast.Eq, ast.NotEq) and not (
+                _number(left) and _number(right) or isinstance(left, str) and isinstance(right, str)
+            ):
                 raise ExprError(f"cannot order {_kind(left)} and {_kind(right)}")
             if not COMPARE[type(op)](left, right):
                 return False
@@ -134,8 +147,9 @@ def _binary(op: ast.operator, left: Any, right: Any) -> Any:
         if len(left) + len(right) > MAX_TEXT:
             raise ExprError(f"a string longer than {MAX_TEXT:,} characters")
         return left + right
-    if isinstance(op, ast.Mult) and (isinstance(left, str) and isinstance(right, int)
-                                     or isinstance(left, int) and isinstance(right, str)):
+    if isinstance(op, ast.Mult) and (
+        isinstance(left, str) and isinstance(right, int) or isinstance(left, int) and isinstance(right, str)
+    ):
         text, times = (left, right) if isinstance(left, str) else (right, left)
         if len(text) * max(times, 0) > MAX_TEXT:
             raise ExprError(f"a string longer than {MAX_TEXT:,} characters")

@@ -1,4 +1,5 @@
 """Objectives (lower is better) and the cost of an iteration."""
+
 from __future__ import annotations
 
 OBJECTIVES = ("time", "cost", "tokens-per-dollar")

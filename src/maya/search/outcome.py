@@ -1,4 +1,5 @@
 """What evaluating one point of a search gives: its figures, or why there are none."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -39,6 +40,6 @@ class Outcome:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Outcome":
+    def from_dict(cls, d: dict[str, Any]) -> Outcome:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})

@@ -8,10 +8,11 @@
   once a count fits, larger counts are pruned.
 
 `order` sorts points so that the ones these rules learn from come first."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Mapping
 
 from .outcome import Outcome
 from .space import Point, Space, is_on
@@ -31,16 +32,27 @@ class Rules:
             if twin is not None and not is_on(values[self.space.role(role).name]):
                 seen = known.get(twin)
                 if seen is not None and seen.status == "oom":
-                    return Outcome("pruned", source="rule", reason=f"out of memory even with {role} "
-                                   f"({self._describe(twin)})", world_size=seen.world_size)
+                    return Outcome(
+                        "pruned",
+                        source="rule",
+                        reason=f"out of memory even with {role} ({self._describe(twin)})",
+                        world_size=seen.world_size,
+                    )
         opt = self.space.role("distributed_optimizer")
         if opt is not None and is_on(values[opt.name]):
             twin = self._twin(point, "distributed_optimizer", on=False)
             seen = known.get(twin) if twin is not None else None
             if seen is not None and seen.feasible and seen.source != "rule":
-                return replace(seen, status="derived", source="rule", command_hash=None, trace_hash=None,
-                               run_dir=None, seconds=0.0,
-                               reason=f"fits without distributed_optimizer ({self._describe(twin)})")
+                return replace(
+                    seen,
+                    status="derived",
+                    source="rule",
+                    command_hash=None,
+                    trace_hash=None,
+                    run_dir=None,
+                    seconds=0.0,
+                    reason=f"fits without distributed_optimizer ({self._describe(twin)})",
+                )
         return self._microbatches(point, known)
 
     def _microbatches(self, point: Point, known: Mapping[Point, Outcome]) -> Outcome | None:
@@ -51,11 +63,15 @@ class Rules:
         for smaller in range(point[axis]):
             if mb.values[smaller] >= mb.values[point[axis]]:
                 continue
-            twin = point[:axis] + (smaller,) + point[axis + 1:]
+            twin = point[:axis] + (smaller,) + point[axis + 1 :]
             seen = known.get(twin)
             if seen is not None and seen.feasible:
-                return Outcome("pruned", source="rule", world_size=seen.world_size,
-                               reason=f"fewer micro-batches already fit without pipelining ({self._describe(twin)})")
+                return Outcome(
+                    "pruned",
+                    source="rule",
+                    world_size=seen.world_size,
+                    reason=f"fewer micro-batches already fit without pipelining ({self._describe(twin)})",
+                )
         return None
 
     def _twin(self, point: Point, role: str, *, on: bool) -> Point | None:
@@ -65,7 +81,7 @@ class Rules:
             return None
         axis = self.space.parameters.index(param)
         index = next((i for i, v in enumerate(param.values) if is_on(v) == on), None)
-        return None if index is None else point[:axis] + (index,) + point[axis + 1:]
+        return None if index is None else point[:axis] + (index,) + point[axis + 1 :]
 
     def _describe(self, point: Point) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.space.params(point).items())
@@ -73,6 +89,7 @@ class Rules:
     def order(self, points: list[Point]) -> list[Point]:
         """Points with the memory-saving variants (recompute, sequence parallelism on), the plain
         optimizer and fewer micro-batches first, so the rules have something to learn from."""
+
         def key(point: Point) -> tuple:
             values = self.space.params(point)
             flags = tuple(not is_on(values[p.name]) for r in FLAG_ROLES if (p := self.space.role(r)))

@@ -1,12 +1,14 @@
 """The search loop: the algorithm proposes points; each is answered from the log, by a pruning rule,
 from the command cache, or evaluated on the executor; every answer is logged and told back."""
+
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .algorithms import ALGORITHMS, CMAES, Algorithm, Grid, Random
 from .evaluate import Evaluator, Task
@@ -57,8 +59,9 @@ class SearchResult:
         return ranked[0] if ranked else None
 
 
-def search_id(space: Space, algorithm: str, objective: str, seed: int, salt: str,
-              price_per_gpu_hour: float | None) -> str:
+def search_id(
+    space: Space, algorithm: str, objective: str, seed: int, salt: str, price_per_gpu_hour: float | None
+) -> str:
     """Same space, command, algorithm, objective, seed and evaluator settings: the same search."""
     blob = json.dumps([space.digest(), algorithm, objective, seed, salt, price_per_gpu_hour])
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -79,10 +82,20 @@ def _evaluate(job: tuple[Evaluator, Task, Mapping[str, Outcome]]) -> Outcome:
     return evaluator(task, known)
 
 
-def run_search(space: Space, evaluator: Evaluator, *, algorithm: str = "cmaes", objective: str = "time",
-               budget: int | None = None, executor: Executor | None = None, log: SearchLog | None = None,
-               price_per_gpu_hour: float | None = None, seed: int = 0, parallel: int = 1,
-               on_record: Callable[[Record, SearchResult], None] | None = None) -> SearchResult:
+def run_search(
+    space: Space,
+    evaluator: Evaluator,
+    *,
+    algorithm: str = "cmaes",
+    objective: str = "time",
+    budget: int | None = None,
+    executor: Executor | None = None,
+    log: SearchLog | None = None,
+    price_per_gpu_hour: float | None = None,
+    seed: int = 0,
+    parallel: int = 1,
+    on_record: Callable[[Record, SearchResult], None] | None = None,
+) -> SearchResult:
     """Search `space` for the configuration with the lowest `objective`, evaluating at most `budget`
     points (default: all for grid, 30% of the valid points otherwise)."""
     if objective not in OBJECTIVES:
@@ -98,7 +111,9 @@ def run_search(space: Space, evaluator: Evaluator, *, algorithm: str = "cmaes", 
     result = SearchResult(sid, objective, valid_points=len(points))
     logged = log.points() if log else {}
     known: dict[Point, Outcome] = {}
-    traces: dict[str, Outcome] = {o.trace_hash: o for o in logged.values() if o.trace_hash and o.status in ("ok", "oom")}
+    traces: dict[str, Outcome] = {
+        o.trace_hash: o for o in logged.values() if o.trace_hash and o.status in ("ok", "oom")
+    }
     executor = executor or LocalExecutor(parallel)
     algo = make_algorithm(algorithm, space, points, batch=parallel, seed=seed)
 
@@ -113,8 +128,16 @@ def run_search(space: Space, evaluator: Evaluator, *, algorithm: str = "cmaes", 
             traces[outcome.trace_hash] = outcome
         result.records.append(record)
         if log and not resumed:
-            log.record(_key(space, point), record.params, len(result.records), outcome, command=argv,
-                       tokens=record.tokens, cost=record.cost, objective=record.objective)
+            log.record(
+                _key(space, point),
+                record.params,
+                len(result.records),
+                outcome,
+                command=argv,
+                tokens=record.tokens,
+                cost=record.cost,
+                objective=record.objective,
+            )
         if on_record:
             on_record(record, result)
 

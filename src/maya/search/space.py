@@ -1,6 +1,7 @@
 """Search spaces: parameters with their values, how each reaches the script (a `{name}` placeholder in
 the command or an environment variable), derived values, constraints and the roles the pruning rules
 read. Everything is checked against the command when the space is loaded."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,9 +10,10 @@ import json
 import keyword
 import re
 import string
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from .expr import Expr, ExprError
 
@@ -113,8 +115,10 @@ class Space:
             return None
         tokens = _evaluate(self.tokens_per_iteration, self.assign(point), "tokens_per_iteration")
         if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or tokens < 0:
-            raise SpaceError(f"tokens_per_iteration {self.tokens_per_iteration.source!r} is {tokens!r} at "
-                             f"{self.params(point)}, not a non-negative number")
+            raise SpaceError(
+                f"tokens_per_iteration {self.tokens_per_iteration.source!r} is {tokens!r} at "
+                f"{self.params(point)}, not a non-negative number"
+            )
         return float(tokens)
 
     def role(self, role: str) -> Parameter | None:
@@ -167,9 +171,15 @@ def load_space(spec: str | Path | Mapping[str, Any], command: Sequence[str], gpu
     roles = [p.role for p in parameters if p.role]
     if len(roles) != len(set(roles)):
         raise SpaceError("each role may be given to one parameter only")
-    space = Space(parameters, list(command), world, derived, constraints,
-                  _expr(tokens, names, "tokens_per_iteration") if tokens is not None else None,
-                  json.dumps(spec, sort_keys=True, default=str))
+    space = Space(
+        parameters,
+        list(command),
+        world,
+        derived,
+        constraints,
+        _expr(tokens, names, "tokens_per_iteration") if tokens is not None else None,
+        json.dumps(spec, sort_keys=True, default=str),
+    )
     _check_command(space, names)
     if space.size > MAX_POINTS:
         raise SpaceError(f"the space has {space.size:,} points; at most {MAX_POINTS:,} can be searched")
@@ -255,18 +265,21 @@ def _check_command(space: Space, names: set[str]) -> None:
     used = set()
     for arg in space.command:
         try:
-            fields = [(f, spec, conversion) for _, f, spec, conversion in string.Formatter().parse(arg)
-                      if f is not None]
+            fields = [
+                (f, spec, conversion) for _, f, spec, conversion in string.Formatter().parse(arg) if f is not None
+            ]
         except ValueError as e:
             raise SpaceError(f"command argument {arg!r}: {e}") from None
         for f, spec, conversion in fields:
             if spec or conversion:
-                raise SpaceError(f"command argument {arg!r}: placeholders are plain {{name}}, without a format "
-                                 "or conversion")
+                raise SpaceError(
+                    f"command argument {arg!r}: placeholders are plain {{name}}, without a format or conversion"
+                )
             if f not in names:
                 raise SpaceError(f"the command's placeholder {{{f}}} names no parameter or derived value")
             used.add(f)
     for p in space.parameters:
         if p.env is None and p.name not in used and p.name != "gpus":
-            raise SpaceError(f"parameter {p.name!r} reaches the script neither by a {{{p.name}}} placeholder "
-                             "nor by `env:`")
+            raise SpaceError(
+                f"parameter {p.name!r} reaches the script neither by a {{{p.name}}} placeholder nor by `env:`"
+            )

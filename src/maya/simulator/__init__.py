@@ -2,14 +2,29 @@
 cost and a Perfetto timeline of the simulated schedule; measured traces replay their own durations (with
 the replay's error against the measured iteration time) or are re-targeted to another GPU, data-parallel
 degree or cluster."""
+
 from .durations import DurationProvider, MeasuredDurations, MissingDurations, RooflineDurations
-from .engine import Deadlock
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable
+from .engine import Deadlock
 from .predict import Simulation, predict, simulate, summarize
 from .report import Prediction
 from .retarget import RepricedDurations
 from .topology import MissingRanks
 
-__all__ = ["CollectiveDurations", "Deadlock", "DurationProvider", "EstimatorDurations", "EstimatorsUnavailable",
-           "MeasuredDurations", "MissingDurations", "MissingRanks", "Prediction", "RepricedDurations",
-           "RooflineDurations", "Simulation", "predict", "simulate", "summarize"]
+__all__ = [
+    "CollectiveDurations",
+    "Deadlock",
+    "DurationProvider",
+    "EstimatorDurations",
+    "EstimatorsUnavailable",
+    "MeasuredDurations",
+    "MissingDurations",
+    "MissingRanks",
+    "Prediction",
+    "RepricedDurations",
+    "RooflineDurations",
+    "Simulation",
+    "predict",
+    "simulate",
+    "summarize",
+]

@@ -11,6 +11,7 @@ op `<sdpa|flash>_<fwd|bwd>[_causal]` or `flash_bwd_preprocess` / `flash_bwd_post
   is a scalar, which the ops table does not keep. A kernel whose flag cannot be read (the memory-efficient
   kernels take it at run time) is priced without a mask, i.e. for the full work.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,9 @@ def op_attention_shapes(ops: pd.DataFrame) -> pd.DataFrame:
     """Per attention op of `ATTENTION_OPS`: batch x heads, queries, keys, head dim, whether it is a backward, and
     its dtype (indexed by op_id)."""
     rows = {}
-    for op_id, name, shapes, dtypes in zip(ops["op_id"], ops["name"].astype(str), ops["input_shapes"],
-                                           ops["input_dtypes"]):
+    for op_id, name, shapes, dtypes in zip(
+        ops["op_id"], ops["name"].astype(str), ops["input_shapes"], ops["input_dtypes"]
+    ):
         spec = ATTENTION_OPS.get(name)
         if spec is None or shapes is None or len(shapes) <= spec[1]:
             continue
@@ -87,10 +89,15 @@ def op_attention_shapes(ops: pd.DataFrame) -> pd.DataFrame:
         batch, heads = (q[0], q[1]) if heads_first else (q[0], q[2])
         seq_q, seq_k = (q[2], k[2]) if heads_first else (q[1], k[1])
         dtype = dtype_name(dtypes[q_at]) if dtypes is not None and q_at < len(dtypes) else None
-        rows[op_id] = (float(batch * heads), float(seq_q), float(seq_k), float(q[3]), name.endswith("backward"),
-                       dtype or "bf16")
-    return pd.DataFrame.from_dict(rows, orient="index",
-                                  columns=["batch", "m", "n", "k", "backward", "dtype"])
+        rows[op_id] = (
+            float(batch * heads),
+            float(seq_q),
+            float(seq_k),
+            float(q[3]),
+            name.endswith("backward"),
+            dtype or "bf16",
+        )
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["batch", "m", "n", "k", "backward", "dtype"])
 
 
 def attention_ancestors(ops: pd.DataFrame, op_ids: np.ndarray) -> dict[int, int]:
@@ -108,8 +115,9 @@ def attention_ancestors(ops: pd.DataFrame, op_ids: np.ndarray) -> dict[int, int]
     return found
 
 
-def shape_attention(trace: RankTrace, family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
-                    num: dict[str, np.ndarray]) -> None:
+def shape_attention(
+    trace: RankTrace, family: np.ndarray, op: np.ndarray, dtype: np.ndarray, num: dict[str, np.ndarray]
+) -> None:
     """Attention shape, op, dtype, FLOPs and traffic of every attention call of `trace` (in place): cuDNN graphs
     from their `args`, torch's own kernels from their enclosing op."""
     calls = trace.calls
@@ -118,9 +126,24 @@ def shape_attention(trace: RankTrace, family: np.ndarray, op: np.ndarray, dtype:
     for i in np.flatnonzero(graphs):
         a = json.loads(args.iat[i])["attention"]
         kind = dtype_name(a.get("dtype")) or "bf16"
-        _set(i, "sdpa", "bwd" if a.get("backward") else "fwd", bool(a.get("causal")), a["batch"] * a["heads"],
-             a["seq_q"], a["seq_kv"], a["head_dim"], kind, family, op, dtype, num)
-    launched = (family == "attention") & ~graphs & calls["kernel_id"].notna().to_numpy() & calls["op_id"].notna().to_numpy()
+        _set(
+            i,
+            "sdpa",
+            "bwd" if a.get("backward") else "fwd",
+            bool(a.get("causal")),
+            a["batch"] * a["heads"],
+            a["seq_q"],
+            a["seq_kv"],
+            a["head_dim"],
+            kind,
+            family,
+            op,
+            dtype,
+            num,
+        )
+    launched = (
+        (family == "attention") & ~graphs & calls["kernel_id"].notna().to_numpy() & calls["op_id"].notna().to_numpy()
+    )
     if not launched.any() or not len(trace.ops):
         return
     ops = trace.ops.drop_duplicates("op_id")
@@ -136,12 +159,38 @@ def shape_attention(trace: RankTrace, family: np.ndarray, op: np.ndarray, dtype:
         s = shapes.loc[owner]
         name = names.get(calls["kernel_id"].iat[i], "")
         role = kernel_role(name) or ("bwd" if s["backward"] else "fwd")
-        _set(i, "flash", role, bool(kernel_causal(name)), s["batch"], s["m"], s["n"], s["k"], s["dtype"], family, op,
-             dtype, num)
+        _set(
+            i,
+            "flash",
+            role,
+            bool(kernel_causal(name)),
+            s["batch"],
+            s["m"],
+            s["n"],
+            s["k"],
+            s["dtype"],
+            family,
+            op,
+            dtype,
+            num,
+        )
 
 
-def _set(i: int, kernel: str, role: str, causal: bool, b: float, m: float, n: float, d: float, kind: str,
-         family: np.ndarray, op: np.ndarray, dtype: np.ndarray, num: dict[str, np.ndarray]) -> None:
+def _set(
+    i: int,
+    kernel: str,
+    role: str,
+    causal: bool,
+    b: float,
+    m: float,
+    n: float,
+    d: float,
+    kind: str,
+    family: np.ndarray,
+    op: np.ndarray,
+    dtype: np.ndarray,
+    num: dict[str, np.ndarray],
+) -> None:
     family[i], dtype[i] = "attention", kind
     num["batch"][i], num["m"][i], num["n"][i], num["k"][i] = b, m, n, d
     itemsize = DTYPE_BYTES[kind]

@@ -27,6 +27,7 @@ communication, each scaled by its group's factor; Monte Carlo draws of that sum 
 are then re-priced and replayed by the simulator, so overlap that a slower collective stops hiding
 counts: the band is the two replays' iteration times.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -67,9 +68,15 @@ class IterationBand:
     """The low and high replays (`Simulation`), for figures other than the iteration time."""
 
     def to_dict(self) -> dict:
-        return {"low_ns": self.low_ns, "high_ns": self.high_ns, "low_ms": self.low_ns / 1e6,
-                "high_ms": self.high_ns / 1e6, "shares": self.shares, "unmodelled_share": self.unmodelled_share,
-                "composed_share": self.composed_share}
+        return {
+            "low_ns": self.low_ns,
+            "high_ns": self.high_ns,
+            "low_ms": self.low_ns / 1e6,
+            "high_ms": self.high_ns / 1e6,
+            "shares": self.shares,
+            "unmodelled_share": self.unmodelled_share,
+            "composed_share": self.composed_share,
+        }
 
 
 @dataclass(frozen=True)
@@ -132,8 +139,11 @@ def _kernel_quantiles(sim: Simulation, calls: pd.DataFrame) -> tuple[np.ndarray,
         low = np.minimum(np.log(priced["duration_low_ns"].to_numpy(dtype="float64") / duration), 0.0)
         high = np.maximum(np.log(priced["duration_high_ns"].to_numpy(dtype="float64") / duration), 0.0)
     method = priced["method"].to_numpy()
-    return (_error_family(frame["family"].astype(str).to_numpy(), method),
-            np.column_stack([low, np.zeros(len(low)), high]), method == "composed")
+    return (
+        _error_family(frame["family"].astype(str).to_numpy(), method),
+        np.column_stack([low, np.zeros(len(low)), high]),
+        method == "composed",
+    )
 
 
 def _error_family(family: np.ndarray, method: np.ndarray) -> np.ndarray:
@@ -165,8 +175,9 @@ def log_factor(quantiles: np.ndarray, z: np.ndarray) -> np.ndarray:
     return q50 + z / Z90 * np.where(z < 0, q50 - q10, q90 - q50)
 
 
-def iteration_band(sim: Simulation, prediction: Prediction, *, samples: int = SAMPLES,
-                   seed: int = SEED) -> IterationBand | None:
+def iteration_band(
+    sim: Simulation, prediction: Prediction, *, samples: int = SAMPLES, seed: int = SEED
+) -> IterationBand | None:
     """The 10–90% band of the prediction's iteration time (None without estimator durations)."""
     grouped = call_groups(sim)
     if grouped is None:
@@ -194,8 +205,11 @@ def iteration_band(sim: Simulation, prediction: Prediction, *, samples: int = SA
                 terms.append((g, share, *_distinct(device[mine], groups.quantiles[mine])))
     modelled = sum(t[1] for t in terms)
     compute_weight = device[compute_calls].sum()
-    composed = (prediction.compute_ns * device[compute_calls & groups.composed].sum() / compute_weight / total
-                if compute_weight and total else 0.0)
+    composed = (
+        prediction.compute_ns * device[compute_calls & groups.composed].sum() / compute_weight / total
+        if compute_weight and total
+        else 0.0
+    )
     if not terms or not total:
         return IterationBand(total, total, shares, 1.0, composed)
     fixed = total - modelled
@@ -221,7 +235,7 @@ def _steady_calls(sim: Simulation, rank: int, n: int) -> np.ndarray:
     iterations = sim.iterations[rank]
     mask = np.zeros(n)
     for k in iterations.steady:
-        mask[iterations.bounds[k]:iterations.bounds[k + 1]] = 1.0
+        mask[iterations.bounds[k] : iterations.bounds[k + 1]] = 1.0
     return mask
 
 
@@ -262,8 +276,10 @@ def _design_point(terms: list, groups: int, fixed: float, target: float, side: i
 
 def _replay(sim: Simulation, per_program: dict, z: np.ndarray) -> Simulation:
     """The simulation re-priced at draw `z` (every call's device time times its factor) and replayed."""
-    factors = {rank: np.where(g.group >= 0, np.exp(log_factor(g.quantiles, z[np.maximum(g.group, 0)])), 1.0)
-               for rank, g in per_program.items()}
+    factors = {
+        rank: np.where(g.group >= 0, np.exp(log_factor(g.quantiles, z[np.maximum(g.group, 0)])), 1.0)
+        for rank, g in per_program.items()
+    }
     scaled: dict[int, np.ndarray] = {}
     devices = []
     for replica, device in zip(sim.replicas, sim.devices):
@@ -276,5 +292,7 @@ def _replay(sim: Simulation, per_program: dict, z: np.ndarray) -> Simulation:
 
 def _iteration_ns(sim: Simulation) -> float:
     """The job's steady iteration time of a replay: its slowest rank's."""
-    return max(rank_report(res, rep.program, dev, sim.iterations[rep.program.rank], 1.0, 0).iteration_ns
-               for rep, res, dev in zip(sim.replicas, sim.results, sim.devices))
+    return max(
+        rank_report(res, rep.program, dev, sim.iterations[rep.program.rank], 1.0, 0).iteration_ns
+        for rep, res, dev in zip(sim.replicas, sim.results, sim.devices)
+    )

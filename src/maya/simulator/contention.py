@@ -29,6 +29,7 @@ launch, grouped ones too, ends with its launch after its own duration), and the 
 slowed kernels (one correction: the second schedule's overlaps are not fed back). The collective itself is
 not slowed.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -53,24 +54,39 @@ bandwidth / line rate."""
 DEFAULT_NVLINK_LINE = 25.0
 PCIE_BW_PER_GEN, PCIE3_X16_GBS = 12.0, 15.75
 """NCCL's figure for a PCIe Gen3 x16 link (PCI_BW), doubling per generation; the link's line rate."""
-INTRA_SPEEDS = {80: (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
-                90: (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)}
-INTER_SPEEDS = {80: (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2),
-                90: (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2)}
+INTRA_SPEEDS = {
+    80: (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
+    90: (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+}
+INTER_SPEEDS = {
+    80: (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2),
+    90: (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2),
+}
 """Per-channel speeds (GB/s) NCCL's ring search tries, fastest first (sm_90 tables from sm_90 on, the others
 before)."""
 MAX_SEARCH_CHANNELS, MAX_CHANNELS = 32, 64
 DUP_MIN_SPEED, DUP_SM90_SPEED, DUP_SM90_CHANNELS = 25.0, 50.0, 4
 SIMPLE_THREADS, SIMPLE_THREAD_THRESHOLD = 512, 64
 """Threads per channel and bytes per thread below which NCCL drops a channel (Simple protocol)."""
-HBM_PASSES = {"allgather": 2.0, "broadcast": 2.0, "send": 2.0, "recv": 2.0, "alltoall": 2.0,
-              "reducescatter": 3.0, "allreduce": 3.0, "reduce": 3.0}
-BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
-              "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n}
+HBM_PASSES = {
+    "allgather": 2.0,
+    "broadcast": 2.0,
+    "send": 2.0,
+    "recv": 2.0,
+    "alltoall": 2.0,
+    "reducescatter": 3.0,
+    "allreduce": 3.0,
+    "reduce": 3.0,
+}
+BUS_FACTOR = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+}
 MAX_SHARE = 0.9
 """A collective never takes more than this share of SMs or bandwidth (guards short collectives' rates)."""
-MEMORY_FAMILIES = frozenset({"elementwise", "reduction", "normalization", "softmax", "embedding", "optimizer",
-                             "copy"})
+MEMORY_FAMILIES = frozenset({"elementwise", "reduction", "normalization", "softmax", "embedding", "optimizer", "copy"})
 
 
 def ring_channels(hw: Hardware, cluster: ClusterSpec | None, nodes: int) -> int:
@@ -90,7 +106,8 @@ def ring_channels(hw: Hardware, cluster: ClusterSpec | None, nodes: int) -> int:
 
     limit = min(gpu_bw, cluster.network.nic_gbs) if inter else gpu_bw
     speeds = [s for s in (INTER_SPEEDS if inter else INTRA_SPEEDS)[table] if s <= limit] or [
-        (INTER_SPEEDS if inter else INTRA_SPEEDS)[table][-1]]
+        (INTER_SPEEDS if inter else INTRA_SPEEDS)[table][-1]
+    ]
     # the search keeps the most bandwidth (channels x speed), the faster speed on a tie
     speed = max(speeds, key=lambda s: (channels(s) * s, s))
     search = max(channels(speed), 1)
@@ -111,8 +128,15 @@ def _gpu_bw(arch: int, cluster: ClusterSpec | None) -> float:
     return PCIE_BW_PER_GEN * 2 ** (generation - 3)
 
 
-def footprints(names: np.ndarray, nbytes: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, duration_ns: np.ndarray,
-               hw: Hardware, cluster: ClusterSpec | None) -> tuple[np.ndarray, np.ndarray]:
+def footprints(
+    names: np.ndarray,
+    nbytes: np.ndarray,
+    ranks: np.ndarray,
+    nodes: np.ndarray,
+    duration_ns: np.ndarray,
+    hw: Hardware,
+    cluster: ClusterSpec | None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Per collective call: the share of the GPU's SMs its channels hold and of its HBM bandwidth its copies
     take while it runs."""
     names = np.asarray(names, dtype=object).astype(str)
@@ -140,8 +164,13 @@ def footprints(names: np.ndarray, nbytes: np.ndarray, ranks: np.ndarray, nodes: 
     return sm, hbm
 
 
-def slowdowns(family: np.ndarray, compute_s: np.ndarray, memory_s: np.ndarray, sm_share: np.ndarray | float,
-              hbm_share: np.ndarray | float) -> np.ndarray:
+def slowdowns(
+    family: np.ndarray,
+    compute_s: np.ndarray,
+    memory_s: np.ndarray,
+    sm_share: np.ndarray | float,
+    hbm_share: np.ndarray | float,
+) -> np.ndarray:
     """Per kernel: how much longer its overlapped part takes beside a collective of these shares (>= 1)."""
     sm_factor, hbm_factor = 1.0 / (1.0 - np.asarray(sm_share)), 1.0 / (1.0 - np.asarray(hbm_share))
     known = (compute_s > 0) | (memory_s > 0)
@@ -164,8 +193,9 @@ Shares = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 """SM and HBM shares of the collective operations at these positions of `Program.launch_ops`."""
 
 
-def contended_devices(program: Program, result: RankResult, device: np.ndarray, shares: Shares,
-                      hw: Hardware) -> np.ndarray:
+def contended_devices(
+    program: Program, result: RankResult, device: np.ndarray, shares: Shares, hw: Hardware
+) -> np.ndarray:
     """`device` with every kernel of `program` lengthened by its overlap with the rank's collectives (each ending
     with its launch in the first replay, `result`, after its own duration) times its slowdown beside each; the
     shares of only the collectives some kernel overlaps are asked for."""
@@ -200,15 +230,27 @@ def contended_devices(program: Program, result: RankResult, device: np.ndarray, 
     frame = program.frame
     compute_s, memory_s = kernel_rooflines(frame, hw)
     kernel_calls = order[pair_k]
-    factor = slowdowns(frame["family"].astype(str).to_numpy()[kernel_calls], compute_s[kernel_calls],
-                       memory_s[kernel_calls], sm_share[pair_c], hbm_share[pair_c])
+    factor = slowdowns(
+        frame["family"].astype(str).to_numpy()[kernel_calls],
+        compute_s[kernel_calls],
+        memory_s[kernel_calls],
+        sm_share[pair_c],
+        hbm_share[pair_c],
+    )
     extra = np.zeros(len(device))
     np.add.at(extra, kernel_calls, overlap * (factor - 1.0))
     return device + np.rint(extra).astype(np.int64)
 
 
-def contend(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], devices: list[np.ndarray],
-            results: list[RankResult], hw: Hardware, cluster: ClusterSpec | None) -> list[np.ndarray]:
+def contend(
+    traces: TraceSet,
+    replicas: list[Replica],
+    comms: list[GlobalComm],
+    devices: list[np.ndarray],
+    results: list[RankResult],
+    hw: Hardware,
+    cluster: ClusterSpec | None,
+) -> list[np.ndarray]:
     """Device times with the contention of each rank's collectives on its kernels, read from a replay's
     `results`. A program's copies (deduplicated ranks) get the stretch of its captured replica; replicas that
     shared a device array share the new one."""
@@ -231,8 +273,15 @@ def contend(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], 
     return [out[id(device)] for device in devices]
 
 
-def _shares(traces: TraceSet, replica: Replica, comms: list[GlobalComm], device: np.ndarray, hw: Hardware,
-            cluster: ClusterSpec | None, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _shares(
+    traces: TraceSet,
+    replica: Replica,
+    comms: list[GlobalComm],
+    device: np.ndarray,
+    hw: Hardware,
+    cluster: ClusterSpec | None,
+    positions: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """SM and HBM shares of the replica's collective operations at `positions` of `launch_ops`."""
     program = replica.program
     ops = [op for launch in program.launches for op in launch]
@@ -245,5 +294,12 @@ def _shares(traces: TraceSet, replica: Replica, comms: list[GlobalComm], device:
         nodes.append(len({traces.node_of(key[1]), traces.node_of(key[2])}) if op.p2p else comms[key[0]].nodes)
     rows = np.asarray(calls, dtype=np.int64)
     frame = program.frame
-    return footprints(frame["collective"].to_numpy()[rows], frame["comm_bytes"].to_numpy()[rows], np.asarray(ranks),
-                      np.asarray(nodes, dtype="float64"), device[rows].astype("float64"), hw, cluster)
+    return footprints(
+        frame["collective"].to_numpy()[rows],
+        frame["comm_bytes"].to_numpy()[rows],
+        np.asarray(ranks),
+        np.asarray(nodes, dtype="float64"),
+        device[rows].astype("float64"),
+        hw,
+        cluster,
+    )

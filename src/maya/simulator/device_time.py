@@ -7,6 +7,7 @@ launches' arguments, copies) priced by the estimators (a registered version) or 
 Triton GEMM templates slowed by their tile's fit (`launch_shape.py`). Calls carry no op context inside the
 emulator, so a kernel sized only by its enclosing aten op is priced as unknown work.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -58,8 +59,9 @@ def provider(durations: str, version: str = "latest", warehouse: str | None = No
     raise ValueError(f"unknown device-time oracle {durations!r}; choose from {', '.join(CHOICES[:2])}")
 
 
-def oracle(hardware: str, durations: str = "estimators", version: str = "latest",
-           warehouse: str | None = None) -> EstimatedDeviceTime:
+def oracle(
+    hardware: str, durations: str = "estimators", version: str = "latest", warehouse: str | None = None
+) -> EstimatedDeviceTime:
     """The oracle a rank loads (`maya.emulator.device_time.load`)."""
     return EstimatedDeviceTime(hardware, provider(durations, version, warehouse))
 
@@ -78,8 +80,11 @@ def resolve(choice: str, version: str = "latest", warehouse: str | None = None) 
             chosen = provider("estimators", version, warehouse)
         except EstimatorsUnavailable as e:
             return {"durations": "roofline"}, f"roofline ({e})"
-        return {"durations": "estimators", "version": chosen.version,
-                **({"warehouse": str(warehouse)} if warehouse else {})}, chosen.name
+        return {
+            "durations": "estimators",
+            "version": chosen.version,
+            **({"warehouse": str(warehouse)} if warehouse else {}),
+        }, chosen.name
     return {"durations": "roofline"}, "roofline"
 
 
@@ -102,20 +107,28 @@ def timing_notes(traces, hardware: str) -> list[str]:
     if not timings:
         return []
     # who timed: an autotuner, or a framework's own statistics (DDP times its forward and backward passes)
-    where = " (timed in " + ", ".join(f"{name} {n}" for name, n in sorted(sites.items(), key=lambda kv: -kv[1])[:3]) \
-        + (", ..." if len(sites) > 3 else "") + ")"
+    where = (
+        " (timed in "
+        + ", ".join(f"{name} {n}" for name, n in sorted(sites.items(), key=lambda kv: -kv[1])[:3])
+        + (", ..." if len(sites) > 3 else "")
+        + ")"
+    )
     attrs = traces.attrs
     options = (attrs.get("device_time") or {}).get("options") or {}
     answers = [a for a in (attrs.get("device_time_answers") or {}).values() if a]
     if not answered:
         failed = next((a["error"] for a in answers if a.get("error")), None)
         why = f"the device-time oracle failed ({failed})" if failed else "emulated without a device-time oracle"
-        return [f"{timings} CUDA-event timings read host time ({why}){where}: kernels chosen by timing them "
-                "(autotuning) are not the ones a GPU would pick"]
+        return [
+            f"{timings} CUDA-event timings read host time ({why}){where}: kernels chosen by timing them "
+            "(autotuning) are not the ones a GPU would pick"
+        ]
     oracle = next((a["oracle"] for a in answers if a.get("oracle")), None) or options.get("durations", "an oracle")
-    note = (f"{answered} of {timings} CUDA-event timings read Maya's estimate ({oracle}), not host time{where}: "
-            "autotuned choices (Inductor max-autotune and config tuning, Triton @autotune, cudnn.benchmark) are "
-            "the ones that estimate ranks fastest")
+    note = (
+        f"{answered} of {timings} CUDA-event timings read Maya's estimate ({oracle}), not host time{where}: "
+        "autotuned choices (Inductor max-autotune and config tuning, Triton @autotune, cudnn.benchmark) are "
+        "the ones that estimate ranks fastest"
+    )
     target = options.get("hardware")
     if target and target != hardware:
         note += f"; they were made for {target}, not the {hardware} predicted here"

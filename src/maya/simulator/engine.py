@@ -13,6 +13,7 @@ next timed event. Host synchronisations block the host until their condition hol
 event (on a heap, in time order) then continues it. Results do not depend on the order in which ready
 work is processed: every time is a max-plus function of its dependencies.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -42,16 +43,39 @@ class _Rank:
     launch of collectives: `launch_arrival` (when it reached its stream's head), `launch_end`,
     `launch_pending` (operations not yet released), `launch_keys`, `launch_durations`, `launch_stream`."""
 
-    __slots__ = ("rank", "opcode", "stream", "arg", "device_ns", "host_ns", "launch_delay", "next_on_stream",
-                 "n_calls", "next_call", "host_time", "stream_end", "stream_head", "issue_time", "event_done",
-                 "end", "launch_arrival", "launch_end", "launch_pending", "launch_keys", "launch_durations",
-                 "launch_stream", "blocked_on", "host_waits")
+    __slots__ = (
+        "rank",
+        "opcode",
+        "stream",
+        "arg",
+        "device_ns",
+        "host_ns",
+        "launch_delay",
+        "next_on_stream",
+        "n_calls",
+        "next_call",
+        "host_time",
+        "stream_end",
+        "stream_head",
+        "issue_time",
+        "event_done",
+        "end",
+        "launch_arrival",
+        "launch_end",
+        "launch_pending",
+        "launch_keys",
+        "launch_durations",
+        "launch_stream",
+        "blocked_on",
+        "host_waits",
+    )
 
     def __init__(self, replica: Replica, lists: tuple, launch_durations: list[list[int]]):
         p = replica.program
         self.rank = replica.rank
-        (self.opcode, self.stream, self.arg, self.device_ns, self.host_ns, self.launch_delay,
-         self.next_on_stream) = lists
+        (self.opcode, self.stream, self.arg, self.device_ns, self.host_ns, self.launch_delay, self.next_on_stream) = (
+            lists
+        )
         self.n_calls = p.n
         self.next_call, self.host_time = 0, 0
         """The host thread: the next call it issues, and when."""
@@ -94,8 +118,14 @@ class RankResult:
 
 
 class Engine:
-    def __init__(self, replicas: list[Replica], devices: list[np.ndarray], comms: list[GlobalComm], *,
-                 shortest_collective: bool = False):
+    def __init__(
+        self,
+        replicas: list[Replica],
+        devices: list[np.ndarray],
+        comms: list[GlobalComm],
+        *,
+        shortest_collective: bool = False,
+    ):
         """`devices[r]`: device time per call of replica r (its program's, collectives priced for its
         communicators). `shortest_collective`: a collective lasts its shortest member's duration
         (measured durations include waiting for peers) instead of the longest."""
@@ -107,9 +137,18 @@ class Engine:
             if key not in cache:
                 durations = device[p.launch_ops] if len(p.launch_ops) else np.zeros(0, np.int64)
                 per_launch = np.split(durations, np.cumsum([len(launch) for launch in p.launches])[:-1])
-                cache[key] = ((p.opcodes.tolist(), p.stream.tolist(), p.arg.tolist(), device.tolist(),
-                               p.host.tolist(), p.ready.tolist(), p.stream_successors().tolist()),
-                              [d.tolist() for d in per_launch])
+                cache[key] = (
+                    (
+                        p.opcodes.tolist(),
+                        p.stream.tolist(),
+                        p.arg.tolist(),
+                        device.tolist(),
+                        p.host.tolist(),
+                        p.ready.tolist(),
+                        p.stream_successors().tolist(),
+                    ),
+                    [d.tolist() for d in per_launch],
+                )
             lists, launch_durations = cache[key]
             self.ranks.append(_Rank(replica, lists, launch_durations))
         self.comms = comms
@@ -136,7 +175,11 @@ class Engine:
                 _, _, event = heapq.heappop(heap)
                 self.events += 1
                 event.handle(self)
-        stuck = [st for st in self.ranks if st.next_call < st.n_calls or st.blocked_on >= 0 or max(st.stream_head, default=IDLE) >= 0]
+        stuck = [
+            st
+            for st in self.ranks
+            if st.next_call < st.n_calls or st.blocked_on >= 0 or max(st.stream_head, default=IDLE) >= 0
+        ]
         if stuck:
             raise Deadlock(self._deadlock_message(stuck))
         return [self._result(st) for st in self.ranks]
@@ -234,7 +277,15 @@ class Engine:
     def drain(self, r: int, s: int) -> None:
         """Run the issued items of rank r's stream s from its head until they run out or one blocks."""
         st = self.ranks[r]
-        op, arg, dev, end, ev, issued, succ = st.opcode, st.arg, st.device_ns, st.end, st.event_done, st.issue_time, st.next_on_stream
+        op, arg, dev, end, ev, issued, succ = (
+            st.opcode,
+            st.arg,
+            st.device_ns,
+            st.end,
+            st.event_done,
+            st.issue_time,
+            st.next_on_stream,
+        )
         i, pc, tail = st.stream_head[s], st.next_call, st.stream_end[s]
         recorded = False
         while 0 <= i < pc:
@@ -324,10 +375,15 @@ class Engine:
         for i, w in st.host_waits:
             wait[i] += w
         issue = np.cumsum(host) + np.concatenate([[0], np.cumsum(wait)[:-1]]) if st.n_calls else host
-        return RankResult(rank=st.rank, end=np.frombuffer(st.end, dtype=np.int64).copy(), issue=issue, wait=wait,
-                          launch_start=np.asarray(st.launch_arrival, dtype=np.int64),
-                          launch_end=np.asarray(st.launch_end, dtype=np.int64),
-                          records=np.asarray(st.event_done, dtype=np.int64))
+        return RankResult(
+            rank=st.rank,
+            end=np.frombuffer(st.end, dtype=np.int64).copy(),
+            issue=issue,
+            wait=wait,
+            launch_start=np.asarray(st.launch_arrival, dtype=np.int64),
+            launch_end=np.asarray(st.launch_end, dtype=np.int64),
+            records=np.asarray(st.event_done, dtype=np.int64),
+        )
 
     def _deadlock_message(self, stuck: list[_Rank]) -> str:
         lines = []
@@ -336,10 +392,10 @@ class Engine:
             comm = self.comms[key[0]]
             if len(key) == 2:
                 absent = sorted(set(comm.members) - set(arrived))
-                lines.append(f"collective #{key[1]} on {comm.comm_id}: ranks {arrived} arrived, "
-                             f"{absent} never did")
+                lines.append(f"collective #{key[1]} on {comm.comm_id}: ranks {arrived} arrived, {absent} never did")
             else:
                 lines.append(f"p2p {key[1]}->{key[2]} #{key[3]} on {comm.comm_id}: only rank {arrived} arrived")
         ranks = ", ".join(str(st.rank) for st in stuck[:10])
-        return (f"simulation deadlocked: rank(s) {ranks}{' ...' if len(stuck) > 10 else ''} cannot continue"
-                + ("; " + "; ".join(lines) if lines else "; waits on events never recorded"))
+        return f"simulation deadlocked: rank(s) {ranks}{' ...' if len(stuck) > 10 else ''} cannot continue" + (
+            "; " + "; ".join(lines) if lines else "; waits on events never recorded"
+        )

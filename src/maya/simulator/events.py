@@ -4,6 +4,7 @@ Per-call work does not go through events: the engine walks each rank's calls in 
 stream whose blocked head can proceed (an event version completed, a collective released) goes on a
 FIFO of `(rank, stream)` pairs, processed without delay. Timed events mark where a host thread
 continues after a synchronisation."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -1,4 +1,5 @@
 """Unions of time intervals and how much of a window they cover (vectorised)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -9,6 +9,7 @@ holding an evaluation pass (ops of phase `eval`: a validation every k steps) and
 calls than the leanest of the others (work that only adds calls: a function compiled lazily at its first
 call, autotuning benchmarks, a checkpoint save) are not steady.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,17 @@ PARTIAL_SHARE = 0.5
 """A last iteration with fewer device calls than this share of the median is a partial one."""
 EXTRA_WORK_SHARE = 1.25
 """An iteration with more device calls than this multiple of the leanest candidate's does extra work."""
-SIGNATURE_COLUMNS = ("api", "stream_id", "kernel_id", "gemm_m", "gemm_n", "gemm_k", "bytes", "collective_name",
-                     "in_msg_nelems")
+SIGNATURE_COLUMNS = (
+    "api",
+    "stream_id",
+    "kernel_id",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "bytes",
+    "collective_name",
+    "in_msg_nelems",
+)
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 
@@ -110,7 +120,7 @@ def _steady(bounds: np.ndarray, opcodes: np.ndarray, source: str, evaluating: np
     if len(steady) > 1 and device[steady[-1]] < PARTIAL_SHARE * np.median(device[steady[:-1]]):
         steady.pop()
     if evaluating is not None and evaluating.any():
-        training = [k for k in steady if not evaluating[bounds[k]:bounds[k + 1]].any()]
+        training = [k for k in steady if not evaluating[bounds[k] : bounds[k + 1]].any()]
         steady = training or steady
     if len(steady) > 1:
         leanest = device[steady].min()
@@ -123,8 +133,9 @@ def call_signatures(calls: pd.DataFrame) -> np.ndarray:
     return pd.util.hash_pandas_object(calls[list(SIGNATURE_COLUMNS)], index=False).to_numpy()
 
 
-def find_period(values: np.ndarray, max_candidates: int = 64, rare_values: int = 16,
-                eligible: np.ndarray | None = None) -> tuple[int, int, int] | None:
+def find_period(
+    values: np.ndarray, max_candidates: int = 64, rare_values: int = 16, eligible: np.ndarray | None = None
+) -> tuple[int, int, int] | None:
     """(start, period, repetitions) of the longest exactly repeated run of `values`, at least two
     repetitions; None if nothing repeats. Candidate periods are the gaps between occurrences of the
     rarest repeated values (a call made once per iteration repeats at the iteration's length), the
@@ -166,7 +177,7 @@ def _from_repetition(trace: RankTrace, opcodes: np.ndarray) -> Iterations | None
     if found is None:
         return None
     start, period, reps = found
-    after_sync = np.flatnonzero(np.isin(opcodes[start:start + period], HOST_SYNC_OPS)) + 1
+    after_sync = np.flatnonzero(np.isin(opcodes[start : start + period], HOST_SYNC_OPS)) + 1
     shift = int(after_sync[0]) % period if len(after_sync) else 0
     cuts = list(range(start + shift, start + reps * period + 1, period))
     bounds = np.unique(np.array([0, *cuts, n]))

@@ -11,13 +11,13 @@ library's candidate tiles (`UTILISATION_TILES`) as long, and never less (the mod
 tile). Analytical, not fitted: it ranks a template's configs by tile fit, waves and operand traffic only; their
 stages, warps and BLOCK_K tie. Every other call: 1.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 from maya.core.hardware import Hardware
-
 
 BALANCED_INTENSITY = 64.0
 """Outputs per streamed operand element, tile_m * tile_n / (tile_m + tile_n), of a 128 x 128 tile."""

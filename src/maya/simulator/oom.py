@@ -2,6 +2,7 @@
 phase and iteration), how much it asked for against what was in use and the device's capacity, and what can
 honestly be said about what would fit: a GPU with at least the memory in use plus the request gets past
 that allocation; whether the rest of the step fits there only an emulation on it can tell."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,21 +50,34 @@ class OutOfMemory:
 
     def describe(self) -> str:
         """One sentence: the rank, where, how much against the capacity."""
-        against = (f" of the {self.hardware}'s {self.capacity / GiB:.2f} GiB" if self.capacity and self.hardware
-                   else f" of {self.capacity / GiB:.2f} GiB" if self.capacity else "")
-        return (f"rank {self.rank} ran out of device memory {self.where()}: it requested {self.requested / GiB:.2f} "
-                f"GiB with {self.in_use / GiB:.2f} GiB in use, {self.needed / GiB:.2f} GiB in all{against}")
+        against = (
+            f" of the {self.hardware}'s {self.capacity / GiB:.2f} GiB"
+            if self.capacity and self.hardware
+            else f" of {self.capacity / GiB:.2f} GiB"
+            if self.capacity
+            else ""
+        )
+        return (
+            f"rank {self.rank} ran out of device memory {self.where()}: it requested {self.requested / GiB:.2f} "
+            f"GiB with {self.in_use / GiB:.2f} GiB in use, {self.needed / GiB:.2f} GiB in all{against}"
+        )
 
     def would_fit(self) -> str:
         """What gets past this allocation, as far as the trace can tell."""
-        bigger = sorted((hw.memory_bytes, hw.name) for hw in map(catalog.get, catalog.names())
-                        if hw.memory_bytes >= self.needed)
-        gpus = (f"catalog GPUs with that much: {', '.join(f'{n} ({b / GiB:.0f} GiB)' for b, n in bigger)}"
-                if bigger else "no GPU in the hardware catalog has that much")
-        return (f"getting past this allocation needs at least {self.needed / GiB:.2f} GiB per GPU ({gpus}); "
-                "whether the rest of the step then fits is not in the trace: emulate again on such a GPU "
-                "(--hardware) or with less memory per GPU (a smaller batch, activation checkpointing, more "
-                "parallelism)")
+        bigger = sorted(
+            (hw.memory_bytes, hw.name) for hw in map(catalog.get, catalog.names()) if hw.memory_bytes >= self.needed
+        )
+        gpus = (
+            f"catalog GPUs with that much: {', '.join(f'{n} ({b / GiB:.0f} GiB)' for b, n in bigger)}"
+            if bigger
+            else "no GPU in the hardware catalog has that much"
+        )
+        return (
+            f"getting past this allocation needs at least {self.needed / GiB:.2f} GiB per GPU ({gpus}); "
+            "whether the rest of the step then fits is not in the trace: emulate again on such a GPU "
+            "(--hardware) or with less memory per GPU (a smaller batch, activation checkpointing, more "
+            "parallelism)"
+        )
 
 
 def recorded_ooms(traces: TraceSet) -> list[OutOfMemory]:
@@ -89,10 +103,17 @@ def _describe(rank: int, trace: RankTrace, event: pd.Series, run_hardware: str |
         except catalog.UnknownHardware:
             capacity = None
     op = _op(trace, event.get("op_id"))
-    return OutOfMemory(rank=rank, requested=int(event["bytes"]), in_use=int(in_use.iloc[-1]) if len(in_use) else 0,
-                       capacity=None if capacity is None or pd.isna(capacity) else int(capacity),
-                       hardware=name, op=op.get("name"), module=op.get("module_path"), phase=op.get("phase"),
-                       iteration=op.get("iteration"))
+    return OutOfMemory(
+        rank=rank,
+        requested=int(event["bytes"]),
+        in_use=int(in_use.iloc[-1]) if len(in_use) else 0,
+        capacity=None if capacity is None or pd.isna(capacity) else int(capacity),
+        hardware=name,
+        op=op.get("name"),
+        module=op.get("module_path"),
+        phase=op.get("phase"),
+        iteration=op.get("iteration"),
+    )
 
 
 def _op(trace: RankTrace, op_id) -> dict:
@@ -104,13 +125,21 @@ def _op(trace: RankTrace, op_id) -> dict:
     if op_id not in by_id.index:
         return {}
     row = by_id.loc[op_id]
-    found = {k: (None if pd.isna(row[k]) else row[k]) for k in ("name", "module_path", "phase", "iteration")
-             if k in row.index}
+    found = {
+        k: (None if pd.isna(row[k]) else row[k])
+        for k in ("name", "module_path", "phase", "iteration")
+        if k in row.index
+    }
     if found.get("iteration") is not None:
         found["iteration"] = int(found["iteration"])
     parent, seen = row.get("parent_op_id"), {op_id}
-    while found.get("module_path") is None and parent is not None and not pd.isna(parent) \
-            and parent in by_id.index and parent not in seen:
+    while (
+        found.get("module_path") is None
+        and parent is not None
+        and not pd.isna(parent)
+        and parent in by_id.index
+        and parent not in seen
+    ):
         seen.add(parent)
         up = by_id.loc[parent]
         found["module_path"] = None if pd.isna(up.get("module_path")) else up.get("module_path")
@@ -135,4 +164,5 @@ def check_stopped_by_oom(traces: TraceSet) -> None:
     shown = ", ".join(map(str, absent[:8])) + (", ..." if len(absent) > 8 else "")
     raise RecordedOutOfMemory(
         f"{first.describe()}. The emulation stopped there, before rank(s) {shown} were captured, so the job cannot "
-        f"be replayed. {first.would_fit()[0].upper()}{first.would_fit()[1:]}.")
+        f"be replayed. {first.would_fit()[0].upper()}{first.would_fit()[1:]}."
+    )

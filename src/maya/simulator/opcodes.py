@@ -11,28 +11,62 @@
 | `COLL` | NCCL collectives and send/recv | device work released when every peer has arrived |
 | `GROUP_START` / `GROUP_END` | `ncclGroupStart` / `ncclGroupEnd` | the collectives between them launch together |
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 NOP, WORK, WORK_SYNC, RECORD, WAIT, EVENT_SYNC, STREAM_SYNC, DEVICE_SYNC, COLL, GROUP_START, GROUP_END = range(11)
-NAMES = ("nop", "work", "work_sync", "record", "wait", "event_sync", "stream_sync", "device_sync", "coll",
-         "group_start", "group_end")
+NAMES = (
+    "nop",
+    "work",
+    "work_sync",
+    "record",
+    "wait",
+    "event_sync",
+    "stream_sync",
+    "device_sync",
+    "coll",
+    "group_start",
+    "group_end",
+)
 DEVICE_OPS = (WORK, WORK_SYNC, COLL)
 HOST_SYNC_OPS = (WORK_SYNC, EVENT_SYNC, STREAM_SYNC, DEVICE_SYNC)
 
 BY_API: dict[str, int] = {
-    **dict.fromkeys(("cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord", "cuEventRecordWithFlags"),
-                    RECORD),
+    **dict.fromkeys(("cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord", "cuEventRecordWithFlags"), RECORD),
     **dict.fromkeys(("cudaStreamWaitEvent", "cuStreamWaitEvent"), WAIT),
     **dict.fromkeys(("cudaEventSynchronize", "cuEventSynchronize"), EVENT_SYNC),
     **dict.fromkeys(("cudaStreamSynchronize", "cuStreamSynchronize"), STREAM_SYNC),
     **dict.fromkeys(("cudaDeviceSynchronize", "cuCtxSynchronize"), DEVICE_SYNC),
-    **dict.fromkeys(("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cuMemcpyDtoH",
-                     "cuMemcpyHtoD", "cuMemcpy"), WORK_SYNC),
-    **dict.fromkeys(("cudaLaunchHostFunc", "cudaStreamAddCallback", "cuStreamWriteValue32", "cuStreamWriteValue64",
-                     "cudaGraphLaunch", "cuGraphLaunch", "cudaMemset", "kernel", "memcpy", "memset"), WORK),
+    **dict.fromkeys(
+        (
+            "cudaMemcpy",
+            "cudaMemcpy2D",
+            "cudaMemcpyToSymbol",
+            "cudaMemcpyFromSymbol",
+            "cuMemcpyDtoH",
+            "cuMemcpyHtoD",
+            "cuMemcpy",
+        ),
+        WORK_SYNC,
+    ),
+    **dict.fromkeys(
+        (
+            "cudaLaunchHostFunc",
+            "cudaStreamAddCallback",
+            "cuStreamWriteValue32",
+            "cuStreamWriteValue64",
+            "cudaGraphLaunch",
+            "cuGraphLaunch",
+            "cudaMemset",
+            "kernel",
+            "memcpy",
+            "memset",
+        ),
+        WORK,
+    ),
     "ncclGroupStart": GROUP_START,
     "ncclGroupEnd": GROUP_END,
 }
@@ -46,8 +80,12 @@ def classify(calls: pd.DataFrame) -> np.ndarray:
     lower = api.str.lower()
     ops = np.full(len(calls), NOP, dtype=np.int8)
     copy_or_set = lower.str.contains("memcpy|memset", regex=True).to_numpy()
-    work = (calls["kernel_id"].notna() | calls["gemm_m"].notna() | calls["device_duration_ns"].notna()
-            | (calls["domain"] == "device")).to_numpy() | (copy_or_set & calls["bytes"].notna().to_numpy())
+    work = (
+        calls["kernel_id"].notna()
+        | calls["gemm_m"].notna()
+        | calls["device_duration_ns"].notna()
+        | (calls["domain"] == "device")
+    ).to_numpy() | (copy_or_set & calls["bytes"].notna().to_numpy())
     ops[work] = WORK
     ops[copy_or_set & (calls["memcpy_kind"] == "DtoH").to_numpy()] = WORK_SYNC
     named = api.map(BY_API)

@@ -1,5 +1,6 @@
 """`simulate` a trace and turn it into a `Prediction`: load → re-target (GPU, data-parallel degree, cluster)
 → compile → expand deduplicated ranks → price → replay → report (→ timeline, warehouse)."""
+
 from __future__ import annotations
 
 import time
@@ -11,11 +12,11 @@ import numpy as np
 from maya.core import hardware as catalog
 from maya.core.hardware import Hardware
 
+from .contention import contend
 from .device_time import TIMING_API, timing_notes
 from .durations import DurationProvider, MeasuredDurations, RooflineDurations, is_measured
-from .engine import Engine, RankResult
-from .contention import contend
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable, cluster_spec
+from .engine import Engine, RankResult
 from .iterations import Iterations, detect, evaluating
 from .oom import check_stopped_by_oom, recorded_ooms
 from .opcodes import classify
@@ -64,15 +65,25 @@ def resolve_hardware(traces: TraceSet, name: str | None) -> Hardware:
         return catalog.get(name)
     source = source_hardware(traces)
     if source is None:
-        named = f"the trace's hardware {traces.hardware!r} is not in the catalog" if traces.hardware else \
-            "the trace names no hardware"
+        named = (
+            f"the trace's hardware {traces.hardware!r} is not in the catalog"
+            if traces.hardware
+            else "the trace names no hardware"
+        )
         raise ValueError(f"{named}: pass --hardware (a catalog name, or the file describing the part)")
     return source
 
 
-def make_provider(choice: str, traces: TraceSet, hardware: Hardware | None = None, *, model_version: str = "latest",
-                  cluster: str | None = None, warehouse: str | Path | None = None,
-                  reprice_collectives: bool = False) -> tuple[DurationProvider, list[str]]:
+def make_provider(
+    choice: str,
+    traces: TraceSet,
+    hardware: Hardware | None = None,
+    *,
+    model_version: str = "latest",
+    cluster: str | None = None,
+    warehouse: str | Path | None = None,
+    reprice_collectives: bool = False,
+) -> tuple[DurationProvider, list[str]]:
     """The provider for `--durations` and notes on the choice. auto: the trace's measured durations when every
     device call has one, else the latest estimators, else the roofline. Measured durations replayed on
     another GPU than the measured one (`hardware`), or with collectives re-targeted (`reprice_collectives`:
@@ -108,9 +119,17 @@ def make_provider(choice: str, traces: TraceSet, hardware: Hardware | None = Non
         return RooflineDurations(), [f"{e}; durations from the analytical roofline"]
 
 
-def simulate(traces: TraceSet, hardware: Hardware, provider: DurationProvider | str = "auto", *,
-             model_version: str = "latest", cluster: str | None = None, warehouse: str | Path | None = None,
-             reprice_collectives: bool = False, contention: bool = True) -> Simulation:
+def simulate(
+    traces: TraceSet,
+    hardware: Hardware,
+    provider: DurationProvider | str = "auto",
+    *,
+    model_version: str = "latest",
+    cluster: str | None = None,
+    warehouse: str | Path | None = None,
+    reprice_collectives: bool = False,
+    contention: bool = True,
+) -> Simulation:
     """Replay every rank of `traces` on `hardware` with `provider` (or a `--durations` choice; measured
     collectives are re-priced with `reprice_collectives`, for a re-targeted degree or cluster). With
     `contention`, kernels running beside a collective are slowed by the SMs and bandwidth NCCL takes
@@ -119,8 +138,15 @@ def simulate(traces: TraceSet, hardware: Hardware, provider: DurationProvider | 
     programs = {rank: compile_rank(trace) for rank, trace in traces.ranks.items()}
     notes: list[str] = []
     if isinstance(provider, str):
-        provider, notes = make_provider(provider, traces, hardware, model_version=model_version, cluster=cluster,
-                                        warehouse=warehouse, reprice_collectives=reprice_collectives)
+        provider, notes = make_provider(
+            provider,
+            traces,
+            hardware,
+            model_version=model_version,
+            cluster=cluster,
+            warehouse=warehouse,
+            reprice_collectives=reprice_collectives,
+        )
     replicas, comms = expand(traces, programs)
     devices = price(traces, replicas, comms, provider, hardware)
     notes += getattr(provider, "notes", [])
@@ -137,12 +163,18 @@ def simulate(traces: TraceSet, hardware: Hardware, provider: DurationProvider | 
             t0 = time.perf_counter()
             results = engine.run()
             seconds, replays = seconds + time.perf_counter() - t0, 2
-    return Simulation(traces, hardware, provider, programs, iterations, replicas, comms, devices, results,
-                      seconds, notes, replays)
+    return Simulation(
+        traces, hardware, provider, programs, iterations, replicas, comms, devices, results, seconds, notes, replays
+    )
 
 
-def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, price_per_gpu_hour: float | None = None,
-              assumptions: list[str] | None = None) -> Prediction:
+def summarize(
+    sim: Simulation,
+    *,
+    tokens_per_iteration: float | None = None,
+    price_per_gpu_hour: float | None = None,
+    assumptions: list[str] | None = None,
+) -> Prediction:
     """The prediction of a replay: per-rank and job figures, memory, OOM and cost; for measured traces the
     measured iteration time and, when nothing was re-targeted (`assumptions` and the GPU), the replay's
     error against it."""
@@ -150,11 +182,17 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     dtype = mfu_dtype([p.frame for p in sim.programs.values()])
     peak = hw.peak_flops(dtype)
     memory = {rank: memory_peak(trace) for rank, trace in traces.ranks.items()}
-    reports = [rank_report(res, rep.program, dev, sim.iterations[rep.program.rank], peak,
-                           memory[rep.program.rank][0])
-               for rep, res, dev in zip(sim.replicas, sim.results, sim.devices)]
-    job = job_figures(reports, int(traces.info["world_size"]), peak, tokens_per_iteration=tokens_per_iteration,
-                      price_per_gpu_hour=price_per_gpu_hour)
+    reports = [
+        rank_report(res, rep.program, dev, sim.iterations[rep.program.rank], peak, memory[rep.program.rank][0])
+        for rep, res, dev in zip(sim.replicas, sim.results, sim.devices)
+    ]
+    job = job_figures(
+        reports,
+        int(traces.info["world_size"]),
+        peak,
+        tokens_per_iteration=tokens_per_iteration,
+        price_per_gpu_hour=price_per_gpu_hour,
+    )
     peak_memory = max((m for m, _ in memory.values()), default=0)
     oom_reason, retry_note = out_of_memory(traces, memory, peak_memory, hw)
     first = sim.iterations[min(sim.iterations)]
@@ -166,18 +204,39 @@ def summarize(sim: Simulation, *, tokens_per_iteration: float | None = None, pri
     assumptions = [*(assumptions or []), *gpu_assumption(traces, hw, sim.provider)]
     measured = [measured_iteration(traces.ranks[rank], sim.iterations[rank]) for rank in sim.programs]
     measured_ns = max(measured) if measured and None not in measured else None
-    replay_error = (job["iteration_ns"] / measured_ns - 1.0
-                    if measured_ns and isinstance(sim.provider, MeasuredDurations) and not assumptions else None)
+    replay_error = (
+        job["iteration_ns"] / measured_ns - 1.0
+        if measured_ns and isinstance(sim.provider, MeasuredDurations) and not assumptions
+        else None
+    )
     return Prediction(
-        run_id=traces.run_id, run_path=str(Path(traces.path).resolve()), hardware=hw.name, durations=sim.provider.name,
-        world_size=int(traces.info["world_size"]), simulated_ranks=len(sim.replicas),
-        captured_ranks=len(sim.programs), iterations=first.count, steady_iterations=len(first.steady),
-        iteration_source=first.source, mfu_dtype=dtype, peak_memory_bytes=peak_memory,
-        memory_capacity_bytes=hw.memory_bytes, headroom_bytes=hw.memory_bytes - peak_memory,
-        oom=oom_reason is not None, oom_reason=oom_reason, tokens_per_iteration=tokens_per_iteration,
-        price_per_gpu_hour=price_per_gpu_hour, simulated_calls=sim.calls, simulation_s=sim.seconds,
-        ranks=reports, notes=notes, assumptions=assumptions, measured_iteration_ns=measured_ns,
-        replay_error=replay_error, **job)
+        run_id=traces.run_id,
+        run_path=str(Path(traces.path).resolve()),
+        hardware=hw.name,
+        durations=sim.provider.name,
+        world_size=int(traces.info["world_size"]),
+        simulated_ranks=len(sim.replicas),
+        captured_ranks=len(sim.programs),
+        iterations=first.count,
+        steady_iterations=len(first.steady),
+        iteration_source=first.source,
+        mfu_dtype=dtype,
+        peak_memory_bytes=peak_memory,
+        memory_capacity_bytes=hw.memory_bytes,
+        headroom_bytes=hw.memory_bytes - peak_memory,
+        oom=oom_reason is not None,
+        oom_reason=oom_reason,
+        tokens_per_iteration=tokens_per_iteration,
+        price_per_gpu_hour=price_per_gpu_hour,
+        simulated_calls=sim.calls,
+        simulation_s=sim.seconds,
+        ranks=reports,
+        notes=notes,
+        assumptions=assumptions,
+        measured_iteration_ns=measured_ns,
+        replay_error=replay_error,
+        **job,
+    )
 
 
 def add_band(sim: Simulation, prediction: Prediction) -> None:
@@ -190,16 +249,21 @@ def add_band(sim: Simulation, prediction: Prediction) -> None:
         return
     prediction.band = found.to_dict()
     if found.unmodelled_share >= 0.1:
-        prediction.notes.append(f"{found.unmodelled_share:.0%} of the iteration is outside the band's error model "
-                                "(host time, kernels priced with no held-out residuals): held fixed in it")
+        prediction.notes.append(
+            f"{found.unmodelled_share:.0%} of the iteration is outside the band's error model "
+            "(host time, kernels priced with no held-out residuals): held fixed in it"
+        )
     if found.composed_share >= 0.1:
-        prediction.notes.append(f"{found.composed_share:.0%} of the iteration is in composed kernels (fused "
-                                "attention): the band varies the GEMMs they are priced from; the composition itself "
-                                "was never measured, so its own error is not in the band")
+        prediction.notes.append(
+            f"{found.composed_share:.0%} of the iteration is in composed kernels (fused "
+            "attention): the band varies the GEMMs they are priced from; the composition itself "
+            "was never measured, so its own error is not in the band"
+        )
 
 
-def out_of_memory(traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_memory: int,
-                  hw: Hardware) -> tuple[str | None, str | None]:
+def out_of_memory(
+    traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_memory: int, hw: Hardware
+) -> tuple[str | None, str | None]:
     """Why the job runs out of memory (None: it does not), and a note on failed allocations it survived.
 
     A failed device allocation is not an out-of-memory failure by itself: PyTorch's caching allocator then
@@ -217,9 +281,11 @@ def out_of_memory(traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_me
         return None, None
     counts = {rank: int((traces.ranks[rank].memory["kind"] == "oom").sum()) for rank in failed}
     shown = ", ".join(f"rank {rank}: {n}" for rank, n in list(counts.items())[:4])
-    return None, (f"{sum(counts.values())} device allocation(s) failed ({shown}{' ...' if len(counts) > 4 else ''}) "
-                  "and the script went on: PyTorch's caching allocator freed its cached blocks and retried, as on a "
-                  "GPU, where each retry also synchronises the device (not priced)")
+    return None, (
+        f"{sum(counts.values())} device allocation(s) failed ({shown}{' ...' if len(counts) > 4 else ''}) "
+        "and the script went on: PyTorch's caching allocator freed its cached blocks and retried, as on a "
+        "GPU, where each retry also synchronises the device (not priced)"
+    )
 
 
 KNOWN_READS = r'"stand_in": "(?:computed|routed)"'
@@ -248,8 +314,10 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
     if not set(counts) - SCALAR_READS:
         return []
     top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
-    return [f"{sum(counts.values())} host reads of device values got emulated stand-ins ({top}): shapes or "
-            "control flow that depend on them (MoE routing, dynamic shapes) may differ from a real run"]
+    return [
+        f"{sum(counts.values())} host reads of device values got emulated stand-ins ({top}): shapes or "
+        "control flow that depend on them (MoE routing, dynamic shapes) may differ from a real run"
+    ]
 
 
 def evaluation_notes(sim: Simulation) -> list[str]:
@@ -266,27 +334,34 @@ def evaluation_notes(sim: Simulation) -> list[str]:
         if not mask.any():
             continue
         ops = trace.ops
-        calls_per_iteration = (ops.loc[ops["name"] == "maya::eval"].drop_duplicates("op_id")
-                               .groupby("iteration").size() if len(ops) else {})
+        calls_per_iteration = (
+            ops.loc[ops["name"] == "maya::eval"].drop_duplicates("op_id").groupby("iteration").size()
+            if len(ops)
+            else {}
+        )
         bounds = sim.iterations[program.rank].bounds
         for k in range(len(bounds) - 1):
-            idx = np.flatnonzero(mask[bounds[k]:bounds[k + 1]]) + bounds[k]
+            idx = np.flatnonzero(mask[bounds[k] : bounds[k + 1]]) + bounds[k]
             if not len(idx):
                 continue
             start = float((result.issue[idx] - program.host[idx]).min())
             end = float(max((result.issue[idx] + result.wait[idx]).max(), result.end[idx].max()))
             # a compiled model's first pass in eval mode compiles and autotunes: its timed candidates are in it
-            timed = int((trace.calls["api"].iloc[idx.min():idx.max() + 1] == TIMING_API).sum())
+            timed = int((trace.calls["api"].iloc[idx.min() : idx.max() + 1] == TIMING_API).sum())
             passes.append((program.rank, k, int(calls_per_iteration.get(k, 0)), end - start, timed))
     if not passes:
         return []
-    shown = "; ".join(f"rank {rank}, iteration {k}: {span / 1e6:,.1f} ms"
-                      + (f" ({calls} model call{'s' * (calls > 1)})" if calls else "")
-                      + (f", with autotuning ({timed} timed candidates)" if timed else "")
-                      for rank, k, calls, span, timed in passes[:3])
+    shown = "; ".join(
+        f"rank {rank}, iteration {k}: {span / 1e6:,.1f} ms"
+        + (f" ({calls} model call{'s' * (calls > 1)})" if calls else "")
+        + (f", with autotuning ({timed} timed candidates)" if timed else "")
+        for rank, k, calls, span, timed in passes[:3]
+    )
     more = f" and {len(passes) - 3} more" if len(passes) > 3 else ""
-    return [f"evaluation passes are not in the steady state ({shown}{more}): a script that evaluates every k "
-            "iterations spends that much more every k"]
+    return [
+        f"evaluation passes are not in the steady state ({shown}{more}): a script that evaluates every k "
+        "iterations spends that much more every k"
+    ]
 
 
 def routing_notes(traces: TraceSet) -> list[str]:
@@ -301,10 +376,12 @@ def routing_notes(traces: TraceSet) -> list[str]:
     if not counts:
         return []
     top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return [f"routing was assumed: {sum(counts.values())} index choices on values only a GPU computes ({top}) were "
-            "given a balanced router's choices (every expert or index its share): an MoE's expert GEMMs and "
-            "all-to-alls follow that routing, not a trained router's; indices chosen for anything else (a sort "
-            "building flex attention's block mask) are assumed the same way"]
+    return [
+        f"routing was assumed: {sum(counts.values())} index choices on values only a GPU computes ({top}) were "
+        "given a balanced router's choices (every expert or index its share): an MoE's expert GEMMs and "
+        "all-to-alls follow that routing, not a trained router's; indices chosen for anything else (a sort "
+        "building flex attention's block mask) are assumed the same way"
+    ]
 
 
 def subset_notes(traces: TraceSet) -> list[str]:
@@ -313,11 +390,14 @@ def subset_notes(traces: TraceSet) -> list[str]:
     assumed = traces.attrs.get("represents_assumed") or {}
     if not assumed:
         return []
-    parts = "; ".join(f"rank {rep} for {_ranges(ranks)}"
-                      for rep, ranks in sorted(assumed.items(), key=lambda kv: int(kv[0])))
-    return [f"SPMD assumed: {sum(map(len, assumed.values()))} rank(s) were not captured (--ranks) and replay the "
-            f"capture of a rank of their pipeline stage ({parts}), unverified: work only those ranks do differently "
-            "(rank-specific logging, uneven shards) is not in the prediction"]
+    parts = "; ".join(
+        f"rank {rep} for {_ranges(ranks)}" for rep, ranks in sorted(assumed.items(), key=lambda kv: int(kv[0]))
+    )
+    return [
+        f"SPMD assumed: {sum(map(len, assumed.values()))} rank(s) were not captured (--ranks) and replay the "
+        f"capture of a rank of their pipeline stage ({parts}), unverified: work only those ranks do differently "
+        "(rank-specific logging, uneven shards) is not in the prediction"
+    ]
 
 
 def _ranges(ranks: list[int]) -> str:
@@ -331,11 +411,22 @@ def _ranges(ranks: list[int]) -> str:
     return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
 
 
-def predict(run_dir: str | Path, *, hardware: str | None = None, durations: DurationProvider | str = "auto",
-            price_per_gpu_hour: float | None = None, tokens_per_iteration: float | None = None,
-            timeline: str | Path | None = None, model_version: str = "latest", cluster: str | None = None,
-            dp: int | None = None, store: bool = True, warehouse: str | Path | None = None,
-            band: bool = False, contention: bool = True) -> tuple[Prediction, str | None]:
+def predict(
+    run_dir: str | Path,
+    *,
+    hardware: str | None = None,
+    durations: DurationProvider | str = "auto",
+    price_per_gpu_hour: float | None = None,
+    tokens_per_iteration: float | None = None,
+    timeline: str | Path | None = None,
+    model_version: str = "latest",
+    cluster: str | None = None,
+    dp: int | None = None,
+    store: bool = True,
+    warehouse: str | Path | None = None,
+    band: bool = False,
+    contention: bool = True,
+) -> tuple[Prediction, str | None]:
     """Predict a run, optionally re-targeted to another GPU (`hardware`), data-parallel degree (`dp`) or
     cluster; returns the prediction and its warehouse id (None with `store=False`). With `band`, it carries the
     10–90% band of its iteration time (`band.iteration_band`: two more replays). The timeline shows every
@@ -348,14 +439,29 @@ def predict(run_dir: str | Path, *, hardware: str | None = None, durations: Dura
     if dp is not None and dp == int(traces.info["world_size"]):
         dp = None
     traces, assumptions = retarget(traces, hw, dp=dp, cluster=cluster)
-    sim = simulate(traces, hw, durations, model_version=model_version, cluster=cluster, warehouse=warehouse,
-                   reprice_collectives=bool(assumptions), contention=contention)
-    prediction = summarize(sim, tokens_per_iteration=tokens_per_iteration, price_per_gpu_hour=price_per_gpu_hour,
-                           assumptions=assumptions)
+    sim = simulate(
+        traces,
+        hw,
+        durations,
+        model_version=model_version,
+        cluster=cluster,
+        warehouse=warehouse,
+        reprice_collectives=bool(assumptions),
+        contention=contention,
+    )
+    prediction = summarize(
+        sim, tokens_per_iteration=tokens_per_iteration, price_per_gpu_hour=price_per_gpu_hour, assumptions=assumptions
+    )
     if band:
         add_band(sim, prediction)
     if timeline is not None:
         captured = {r.rank for r in sim.replicas if r.captured}
-        write_timeline(timeline, sim.replicas, sim.results, sim.devices, traces,
-                       ranks=None if len(sim.replicas) <= TIMELINE_RANKS else captured)
+        write_timeline(
+            timeline,
+            sim.replicas,
+            sim.results,
+            sim.devices,
+            traces,
+            ranks=None if len(sim.replicas) <= TIMELINE_RANKS else captured,
+        )
     return prediction, store_prediction(prediction, warehouse) if store else None

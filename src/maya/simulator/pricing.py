@@ -2,6 +2,7 @@
 `launch_shape`): kernels and host time once per program, collectives
 once per distinct layout (a deduplicated copy whose groups span other nodes or GPUs, or whose sends and
 receives cross other links, gets its own collective times)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,8 +56,11 @@ def _layouts(program: Program, replica: Replica, comms: list[GlobalComm], traces
             g = replica.comms[op.comm]
             if g not in by_comm:
                 members = comms[g].members
-                by_comm[g] = (len(members), comms[g].nodes,
-                              tuple(sorted(traces.local_of(r) for r in members if traces.node_of(r) == node)))
+                by_comm[g] = (
+                    len(members),
+                    comms[g].nodes,
+                    tuple(sorted(traces.local_of(r) for r in members if traces.node_of(r) == node)),
+                )
             out.append(by_comm[g])
     return out
 
@@ -71,8 +75,9 @@ def _with_layout(frame: pd.DataFrame, program: Program, layouts: list[tuple]) ->
     return rows
 
 
-def price(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], provider: DurationProvider,
-          hardware: Hardware) -> list[np.ndarray]:
+def price(
+    traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], provider: DurationProvider, hardware: Hardware
+) -> list[np.ndarray]:
     """Price each program (sets its `frame`, `device`, `host`) and return each replica's device times."""
     by_layout: dict[tuple, np.ndarray] = {}
     devices = []
@@ -89,8 +94,11 @@ def price(traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], pr
                 for column in LAYOUT_COLUMNS:
                     frame.loc[coll.index, column] = coll[column]
                 launch = getattr(provider, "launch_ns", None)
-                program.price(provider.device_ns(frame, hardware) * launch_factor(frame, hardware), provider.host_ns(frame),
-                              launch(frame) if launch is not None else None)
+                program.price(
+                    provider.device_ns(frame, hardware) * launch_factor(frame, hardware),
+                    provider.host_ns(frame),
+                    launch(frame) if launch is not None else None,
+                )
                 by_layout[layout] = program.device
             else:
                 device = program.device.copy()

@@ -6,6 +6,7 @@ synchronise on an event refers to the record id of that event's latest record be
 recorded, which CUDA treats as complete). Collectives between `ncclGroupStart` and the outermost
 `ncclGroupEnd` form one launch, issued by the `ncclGroupEnd` call on the first member's stream (a
 group spanning several streams is replayed on that one)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,8 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from .opcodes import (COLL, DEVICE_SYNC, EVENT_SYNC, GROUP_END, GROUP_START, NOP, RECORD, WAIT, WORK, WORK_SYNC,
-                      classify)
+from .opcodes import COLL, DEVICE_SYNC, EVENT_SYNC, GROUP_END, GROUP_START, NOP, RECORD, WAIT, WORK, WORK_SYNC, classify
 from .trace import RankTrace
 
 
@@ -87,8 +87,9 @@ class Program:
         become 0, NaN or absent delays 0)."""
         self.device = np.rint(np.nan_to_num(np.maximum(device_ns, 0.0))).astype(np.int64)
         self.host = np.rint(np.nan_to_num(np.maximum(host_ns, 0.0))).astype(np.int64)
-        self.ready = (np.rint(np.nan_to_num(ready_ns)).astype(np.int64) if ready_ns is not None
-                      else np.zeros(self.n, np.int64))
+        self.ready = (
+            np.rint(np.nan_to_num(ready_ns)).astype(np.int64) if ready_ns is not None else np.zeros(self.n, np.int64)
+        )
 
 
 def _communicators(trace: RankTrace) -> tuple[list[Communicator], dict[str, int]]:
@@ -113,9 +114,17 @@ def compile_rank(trace: RankTrace) -> Program:
     stream = stream_codes.astype(np.int64)
     for call, launch in zip(launch_call, launches):
         stream[call] = stream[launch[0].call]
-    return Program(rank=trace.rank, opcodes=ops, stream=stream, arg=arg,
-                   stream_ids=[int(s) for s in stream_ids], n_records=n_records, launches=launches,
-                   launch_call=launch_call, communicators=comms)
+    return Program(
+        rank=trace.rank,
+        opcodes=ops,
+        stream=stream,
+        arg=arg,
+        stream_ids=[int(s) for s in stream_ids],
+        n_records=n_records,
+        launches=launches,
+        launch_call=launch_call,
+        communicators=comms,
+    )
 
 
 def _resolve_events(calls: pd.DataFrame, ops: np.ndarray, arg: np.ndarray) -> int:
@@ -136,8 +145,14 @@ def _resolve_events(calls: pd.DataFrame, ops: np.ndarray, arg: np.ndarray) -> in
     return n_records
 
 
-def _launches(trace: RankTrace, calls: pd.DataFrame, ops: np.ndarray, arg: np.ndarray, comms: list[Communicator],
-              comm_index: dict[str, int]) -> tuple[list[list[CommOp]], list[int]]:
+def _launches(
+    trace: RankTrace,
+    calls: pd.DataFrame,
+    ops: np.ndarray,
+    arg: np.ndarray,
+    comms: list[Communicator],
+    comm_index: dict[str, int],
+) -> tuple[list[list[CommOp]], list[int]]:
     """Collective launches (in place: grouped collectives become NOPs, the group's end the launch)."""
     launches: list[list[CommOp]] = []
     launch_call: list[int] = []
@@ -165,8 +180,10 @@ def _launches(trace: RankTrace, calls: pd.DataFrame, ops: np.ndarray, arg: np.nd
             continue
         cid = comm_ids[i]
         if cid not in comm_index:
-            raise ValueError(f"rank {trace.rank}: call {int(calls['seq'].iat[i])} uses communicator {cid!r}, "
-                             "which is not in the rank's communicators table")
+            raise ValueError(
+                f"rank {trace.rank}: call {int(calls['seq'].iat[i])} uses communicator {cid!r}, "
+                "which is not in the rank's communicators table"
+            )
         c = comm_index[cid]
         name = str(names[i]).lower()
         p2p = "send" in name or "recv" in name

@@ -11,6 +11,7 @@ Iteration k of a rank ends when both its host calls and every device call it iss
 The four add up to the iteration time. A rank's steady-state figures are those of its median steady
 iteration (the mean of the two middle ones for an even count); the job's are those of its slowest rank.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -96,8 +97,11 @@ class Prediction:
         out["iteration_ms"] = self.iteration_ns / 1e6
         out["breakdown_ms"] = {name[:-3]: getattr(self, name) / 1e6 for name in BREAKDOWN}
         if per_rank:
-            out["ranks"] = [{k: v for k, v in asdict(r).items() if k != "iteration_ends_ns"}
-                            | {"iteration_ms": r.iteration_ns / 1e6} for r in self.ranks]
+            out["ranks"] = [
+                {k: v for k, v in asdict(r).items() if k != "iteration_ends_ns"}
+                | {"iteration_ms": r.iteration_ns / 1e6}
+                for r in self.ranks
+            ]
         return out
 
 
@@ -110,8 +114,14 @@ def _median_pick(durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order[[m // 2 - 1, m // 2]], np.array([0.5, 0.5])
 
 
-def rank_report(result: RankResult, program: Program, device: np.ndarray, iterations: Iterations,
-                peak_flops: float, peak_memory: int) -> RankReport:
+def rank_report(
+    result: RankResult,
+    program: Program,
+    device: np.ndarray,
+    iterations: Iterations,
+    peak_flops: float,
+    peak_memory: int,
+) -> RankReport:
     bounds = iterations.bounds
     starts = bounds[:-1]
     last = bounds[1:] - 1
@@ -137,9 +147,15 @@ def rank_report(result: RankResult, program: Program, device: np.ndarray, iterat
     flops = np.add.reduceat(np.nan_to_num(program.frame["flops"].to_numpy(dtype="float64")), starts)[k]
     iteration = float(weights @ durations[k])
     model_flops = float(weights @ flops)
-    return RankReport(rank=result.rank, iteration_ns=iteration, **dict(zip(BREAKDOWN, (parts @ weights).tolist())),
-                      model_flops=model_flops, mfu=model_flops / (iteration * 1e-9 * peak_flops) if iteration else 0.0,
-                      peak_memory_bytes=int(peak_memory), iteration_ends_ns=ends.tolist())
+    return RankReport(
+        rank=result.rank,
+        iteration_ns=iteration,
+        **dict(zip(BREAKDOWN, (parts @ weights).tolist())),
+        model_flops=model_flops,
+        mfu=model_flops / (iteration * 1e-9 * peak_flops) if iteration else 0.0,
+        peak_memory_bytes=int(peak_memory),
+        iteration_ends_ns=ends.tolist(),
+    )
 
 
 def measured_iteration(trace: RankTrace, iterations: Iterations) -> float | None:
@@ -175,12 +191,20 @@ def memory_peak(trace: RankTrace) -> tuple[int, bool]:
     oom = bool((mem["kind"] == "oom").any())
     if device["allocated_bytes"].notna().any():
         return int(device["allocated_bytes"].max()), oom
-    signed = np.where(device["kind"] == "alloc", device["bytes"], np.where(device["kind"] == "free", -device["bytes"], 0))
+    signed = np.where(
+        device["kind"] == "alloc", device["bytes"], np.where(device["kind"] == "free", -device["bytes"], 0)
+    )
     return int(np.maximum(np.cumsum(signed), 0).max(initial=0)), oom
 
 
-def job_figures(reports: list[RankReport], world_size: int, peak_flops: float, *,
-                tokens_per_iteration: float | None, price_per_gpu_hour: float | None) -> dict:
+def job_figures(
+    reports: list[RankReport],
+    world_size: int,
+    peak_flops: float,
+    *,
+    tokens_per_iteration: float | None,
+    price_per_gpu_hour: float | None,
+) -> dict:
     """Job-level figures: the slowest rank's time and breakdown, job MFU, throughput and cost."""
     critical = max(reports, key=lambda r: (r.iteration_ns, -r.rank))
     seconds = critical.iteration_ns * 1e-9
@@ -189,11 +213,14 @@ def job_figures(reports: list[RankReport], world_size: int, peak_flops: float, *
     tokens_per_s = tokens_per_iteration / seconds if tokens_per_iteration and seconds else None
     cost = seconds * gpus * price_per_gpu_hour / 3600 if price_per_gpu_hour is not None else None
     return {
-        "iteration_ns": critical.iteration_ns, "critical_rank": critical.rank,
+        "iteration_ns": critical.iteration_ns,
+        "critical_rank": critical.rank,
         **{name: getattr(critical, name) for name in BREAKDOWN},
         "mfu": flops / (seconds * len(reports) * peak_flops) if seconds else 0.0,
         "model_flops_per_iteration": flops,
-        "tokens_per_s": tokens_per_s, "cost_per_iteration": cost,
-        "cost_per_million_tokens": cost / tokens_per_iteration * 1e6 if cost is not None and tokens_per_iteration
+        "tokens_per_s": tokens_per_s,
+        "cost_per_iteration": cost,
+        "cost_per_million_tokens": cost / tokens_per_iteration * 1e6
+        if cost is not None and tokens_per_iteration
         else None,
     }

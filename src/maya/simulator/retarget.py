@@ -13,6 +13,7 @@ captured or measured on, each change listed as an assumption of the prediction (
   the estimates on the target and on the measured GPU (what the estimators get wrong on both cancels);
   re-targeted collectives are priced by the NCCL collective model.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -65,8 +66,10 @@ def data_parallel(traces: TraceSet, n: int) -> TraceSet:
     if absent:
         raise ValueError(f"ranks {absent[:8]} of the {world}-rank trace are neither captured nor represented")
     if all(t.calls["collective_name"].isna().all() for t in traces.ranks.values()):
-        raise ValueError("--dp re-targets the collectives of a data-parallel trace; this one has none (capture "
-                         "the script with its data-parallel wrapper, e.g. DDP on 2 ranks)")
+        raise ValueError(
+            "--dp re-targets the collectives of a data-parallel trace; this one has none (capture "
+            "the script with its data-parallel wrapper, e.g. DDP on 2 ranks)"
+        )
     lists: dict[int, list[int]] = {}
     for r in range(n):
         lists.setdefault(stands_for[r % world], []).append(r)
@@ -88,17 +91,21 @@ def _check_job_wide(trace: RankTrace, world: int) -> None:
     used = calls["comm_id"].dropna().unique()
     p2p = calls["collective_name"].astype(str).str.lower().str.contains("send|recv", regex=True)
     if p2p.any():
-        raise ValueError("--dp re-targets data-parallel traces; this one has point-to-point transfers "
-                         "(pipeline parallelism)")
+        raise ValueError(
+            "--dp re-targets data-parallel traces; this one has point-to-point transfers (pipeline parallelism)"
+        )
     sizes = trace.communicators.drop_duplicates("comm_id").set_index("comm_id")["comm_size"]
     partial = [c for c in used if c in sizes.index and int(sizes[c]) != world]
     if partial:
-        raise ValueError(f"--dp re-targets data-parallel traces; communicator {partial[0]!r} spans "
-                         f"{int(sizes[partial[0]])} of the {world} ranks (tensor, pipeline or expert parallelism)")
+        raise ValueError(
+            f"--dp re-targets data-parallel traces; communicator {partial[0]!r} spans "
+            f"{int(sizes[partial[0]])} of the {world} ranks (tensor, pipeline or expert parallelism)"
+        )
 
 
-def retarget(traces: TraceSet, hardware: Hardware, *, dp: int | None = None,
-             cluster: str | None = None) -> tuple[TraceSet, list[str]]:
+def retarget(
+    traces: TraceSet, hardware: Hardware, *, dp: int | None = None, cluster: str | None = None
+) -> tuple[TraceSet, list[str]]:
     """The trace re-targeted to `dp` data-parallel ranks and/or the nodes of `cluster` (with `dp` alone, of the
     first shipped cluster of `hardware`), and the changed assumptions in words."""
     assumptions: list[str] = []
@@ -116,9 +123,11 @@ def retarget(traces: TraceSet, hardware: Hardware, *, dp: int | None = None,
         world = int(traces.info["world_size"])
         traces = data_parallel(traces, dp)
         nodes = -(-dp // per_node)
-        assumptions.append(f"data-parallel degree {dp} instead of {world} ({nodes} node(s) of {per_node} GPUs): "
-                           "same per-GPU batch and work, each rank replays the program of a traced rank; "
-                           f"the job-wide collectives span {dp} ranks and are re-priced")
+        assumptions.append(
+            f"data-parallel degree {dp} instead of {world} ({nodes} node(s) of {per_node} GPUs): "
+            "same per-GPU batch and work, each rank replays the program of a traced rank; "
+            f"the job-wide collectives span {dp} ranks and are re-priced"
+        )
     return traces, assumptions
 
 
@@ -128,11 +137,16 @@ def gpu_assumption(traces: TraceSet, hardware: Hardware, provider: DurationProvi
     if source is None or source.name == hardware.name:
         return []
     measured = all((t.calls["time_source"] == "measured").all() for t in traces.ranks.values())
-    how = (f"kernel durations as measured x ({provider.kernels.name} on {hardware.name}) / "
-           f"(the same on {source.name}); host time per call as measured" if isinstance(provider, RepricedDurations)
-           else f"kernels priced by {provider.name} for {hardware.name}")
-    return [f"GPU: {hardware.name} instead of {source.name}, where the trace was "
-            f"{'measured' if measured else 'captured'}: {how}"]
+    how = (
+        f"kernel durations as measured x ({provider.kernels.name} on {hardware.name}) / "
+        f"(the same on {source.name}); host time per call as measured"
+        if isinstance(provider, RepricedDurations)
+        else f"kernels priced by {provider.name} for {hardware.name}"
+    )
+    return [
+        f"GPU: {hardware.name} instead of {source.name}, where the trace was "
+        f"{'measured' if measured else 'captured'}: {how}"
+    ]
 
 
 @dataclass

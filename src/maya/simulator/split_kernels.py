@@ -7,6 +7,7 @@ each piece launches the same kernel over its part. The simulator sizes kernels w
 own by their enclosing op, so every piece would be priced as the whole op; `share_split_pieces` gives
 each its share, in proportion to its grid (the pieces of one split are launched with grids covering
 their own elements)."""
+
 from __future__ import annotations
 
 import re
@@ -38,8 +39,9 @@ def share_split_pieces(calls: pd.DataFrame, kernel_names: dict, launched: np.nda
     for axis in ("grid_x", "grid_y", "grid_z"):
         if axis in calls:
             grid *= calls[axis].iloc[rows].to_numpy(dtype="float64", na_value=1.0)
-    pieces = pd.DataFrame({"op": calls["op_id"].iloc[rows].to_numpy(), "kernel": calls["kernel_id"].iloc[rows].to_numpy(),
-                           "grid": grid})
+    pieces = pd.DataFrame(
+        {"op": calls["op_id"].iloc[rows].to_numpy(), "kernel": calls["kernel_id"].iloc[rows].to_numpy(), "grid": grid}
+    )
     group = pieces.groupby(["op", "kernel"], sort=False)["grid"]
     count, total = group.transform("size").to_numpy(), group.transform("sum").to_numpy()
     split = count > 1

@@ -1,5 +1,6 @@
 """Predictions in the DuckDB warehouse: table `predictions`, one row per `maya predict`, written in one
 transaction (a failure leaves no row)."""
+
 from __future__ import annotations
 
 import json
@@ -51,11 +52,32 @@ def store_prediction(prediction: Prediction, warehouse: str | Path | None = None
             con.execute(SCHEMA)
             con.execute(
                 f"INSERT INTO predictions VALUES (?, ?, ?, now(), {', '.join(['?'] * 20)})",
-                [prediction_id, p.run_id, p.run_path, p.hardware, p.durations, p.world_size, p.simulated_ranks,
-                 p.iterations, p.steady_iterations, p.iteration_ns / 1e6, p.compute_ns / 1e6,
-                 p.exposed_comm_ns / 1e6, p.host_bound_ns / 1e6, p.idle_ns / 1e6, p.mfu, p.peak_memory_bytes,
-                 p.memory_capacity_bytes, p.oom, p.tokens_per_s, p.price_per_gpu_hour, p.cost_per_iteration,
-                 p.cost_per_million_tokens, json.dumps(p.to_dict())])
+                [
+                    prediction_id,
+                    p.run_id,
+                    p.run_path,
+                    p.hardware,
+                    p.durations,
+                    p.world_size,
+                    p.simulated_ranks,
+                    p.iterations,
+                    p.steady_iterations,
+                    p.iteration_ns / 1e6,
+                    p.compute_ns / 1e6,
+                    p.exposed_comm_ns / 1e6,
+                    p.host_bound_ns / 1e6,
+                    p.idle_ns / 1e6,
+                    p.mfu,
+                    p.peak_memory_bytes,
+                    p.memory_capacity_bytes,
+                    p.oom,
+                    p.tokens_per_s,
+                    p.price_per_gpu_hour,
+                    p.cost_per_iteration,
+                    p.cost_per_million_tokens,
+                    json.dumps(p.to_dict()),
+                ],
+            )
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

@@ -15,6 +15,7 @@ A captured rank `Y` whose `devices.represents` is `[Y, Y1, Y2, ...]` stands for 
 
 A rank list ordered like the device mesh (e.g. data-parallel index major, tensor-parallel minor) thus
 expands every group to the right ranks."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -74,8 +75,9 @@ def expand(traces: TraceSet, programs: dict[int, Program]) -> tuple[list[Replica
                 continue
             ranks = list(comm.ranks or inferred[comm.comm_id])
             mapped = members[c] = _map_group(ranks, y, j, position, lists)
-            absent = ({r for r in mapped if r not in position}
-                      | ({-1} if comm.ranks is None and len(ranks) < comm.size else set()))
+            absent = {r for r in mapped if r not in position} | (
+                {-1} if comm.ranks is None and len(ranks) < comm.size else set()
+            )
             if absent:
                 missing.setdefault(comm.comm_id, set()).update(absent)
             key = (comm.comm_id, tuple(sorted(set(mapped))))
@@ -89,16 +91,19 @@ def expand(traces: TraceSet, programs: dict[int, Program]) -> tuple[list[Replica
     return replicas, comms
 
 
-def _map_group(ranks: list[int], y: int, j: int, position: dict[int, tuple[int, int]],
-               lists: dict[int, list[int]]) -> list[int]:
+def _map_group(
+    ranks: list[int], y: int, j: int, position: dict[int, tuple[int, int]], lists: dict[int, list[int]]
+) -> list[int]:
     """The members (by communicator rank) of clone `j` of rank `y`'s group `ranks`."""
     listed = lists[y]
     own = [k for k, g in enumerate(ranks) if position.get(g, (None, 0))[0] == y]
     offsets = sorted(position[ranks[k]][1] for k in own)
     stride = offsets[1] - offsets[0] if len(offsets) > 1 else 1
     if not offsets or offsets != list(range(0, stride * len(offsets), stride)):
-        raise ValueError(f"rank {y}: a communicator holds ranks it represents at positions {offsets} of its "
-                         "represents list: expected itself and an evenly strided set")
+        raise ValueError(
+            f"rank {y}: a communicator holds ranks it represents at positions {offsets} of its "
+            "represents list: expected itself and an evenly strided set"
+        )
     block = stride * len(offsets)
     base, r = divmod(j, block)
     u, v = divmod(r, stride)
@@ -117,8 +122,9 @@ def _map_group(ranks: list[int], y: int, j: int, position: dict[int, tuple[int, 
     return mapped
 
 
-def _keys(program: Program, local: list[int], members: dict[int, list[int]], rank: int,
-          comms: list[GlobalComm]) -> list[list[tuple[tuple, int]]]:
+def _keys(
+    program: Program, local: list[int], members: dict[int, list[int]], rank: int, comms: list[GlobalComm]
+) -> list[list[tuple[tuple, int]]]:
     """Matching key and participant count of every operation of every launch of `rank`."""
     out = []
     for launch in program.launches:
@@ -129,8 +135,10 @@ def _keys(program: Program, local: list[int], members: dict[int, list[int]], ran
                 keys.append(((g, order), len(comms[g].members)))
                 continue
             if not 0 <= peer < len(members[c]) or program.communicators[c].ranks is None:
-                raise ValueError(f"rank {program.rank}: p2p peer {peer} on communicator "
-                                 f"{program.communicators[c].comm_id!r} is not a listed member")
+                raise ValueError(
+                    f"rank {program.rank}: p2p peer {peer} on communicator "
+                    f"{program.communicators[c].comm_id!r} is not a listed member"
+                )
             other = members[c][peer]
             keys.append(((g, rank, other, order) if send else (g, other, rank, order), 2))
         out.append(keys)
@@ -150,8 +158,14 @@ def _missing_message(missing: dict[str, set[int]], programs: dict[int, Program])
     parts = []
     for comm_id, ranks in sorted(missing.items()):
         named = sorted(r for r in ranks if r >= 0)
-        parts.append(f"{comm_id}: rank(s) {', '.join(map(str, named))}" if named
-                     else f"{comm_id}: members not listed and not all captured")
-    return ("communicator member(s) neither captured nor represented by a captured rank — "
-            + "; ".join(parts) + f" (captured: {', '.join(map(str, sorted(programs)))}); "
-            "emulate those ranks too, or mark them in devices.represents")
+        parts.append(
+            f"{comm_id}: rank(s) {', '.join(map(str, named))}"
+            if named
+            else f"{comm_id}: members not listed and not all captured"
+        )
+    return (
+        "communicator member(s) neither captured nor represented by a captured rank — "
+        + "; ".join(parts)
+        + f" (captured: {', '.join(map(str, sorted(programs)))}); "
+        "emulate those ranks too, or mark them in devices.represents"
+    )

@@ -1,4 +1,5 @@
 """A run's tables as the simulator reads them: one `RankTrace` per captured rank."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,8 @@ class TraceSet:
     @property
     def hardware(self) -> str | None:
         return self.info.get("hardware") or next(
-            (t.device.get("hardware") for t in self.ranks.values() if t.device.get("hardware")), None)
+            (t.device.get("hardware") for t in self.ranks.values() if t.device.get("hardware")), None
+        )
 
     @property
     def nproc_per_node(self) -> int | None:
@@ -102,18 +104,27 @@ def load(run_dir: str | Path) -> TraceSet:
     run = Run(run_dir)
     calls = run.table("api_calls")
     calls = calls.take(pc.sort_indices(calls, [("rank", "ascending"), ("seq", "ascending")]))
-    frames = {int(r): g.drop(columns="rank").reset_index(drop=True)
-              for r, g in _frame(calls).groupby("rank", sort=True)}
+    frames = {
+        int(r): g.drop(columns="rank").reset_index(drop=True) for r, g in _frame(calls).groupby("rank", sort=True)
+    }
     tables = {name: _by_rank(run, name) for name in ("ops", "kernels", "communicators", "memory_events", "devices")}
     empty = {name: run.table(name).to_pandas().drop(columns="rank").iloc[:0] for name in tables}
     ranks = {}
     for rank, frame in frames.items():
+
         def get(name: str) -> pd.DataFrame:
             return tables[name].get(rank, empty[name])
+
         devices = get("devices")
-        ranks[rank] = RankTrace(rank=rank, calls=frame, ops=get("ops"), kernels=get("kernels"),
-                                communicators=get("communicators"), memory=get("memory_events"),
-                                device=devices.iloc[0].to_dict() if len(devices) else {})
+        ranks[rank] = RankTrace(
+            rank=rank,
+            calls=frame,
+            ops=get("ops"),
+            kernels=get("kernels"),
+            communicators=get("communicators"),
+            memory=get("memory_events"),
+            device=devices.iloc[0].to_dict() if len(devices) else {},
+        )
     traces = TraceSet(run_id=run.info["run_id"], path=Path(run_dir), info=run.info, ranks=ranks)
     stopped = traces.attrs.get("stopped_at_iteration") or {}
     for rank, trace in ranks.items():
@@ -128,4 +139,4 @@ def _before_iteration(trace: RankTrace, stop: int) -> pd.DataFrame:
     first receive before its first module call) and its halves would not match."""
     labels = call_iterations(trace)
     begun = np.flatnonzero(labels >= stop) if labels is not None else []
-    return trace.calls.iloc[:begun[0]].reset_index(drop=True) if len(begun) else trace.calls
+    return trace.calls.iloc[: begun[0]].reset_index(drop=True) if len(begun) else trace.calls

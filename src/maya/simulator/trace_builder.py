@@ -12,6 +12,7 @@
 Every call is written with `device_duration_ns` for its device work (replay it with
 `MeasuredDurations`) and `duration_ns` = its host time, calls back to back on the host clock.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,10 +20,9 @@ import time
 import uuid
 from pathlib import Path
 
+from maya.core.hardware import DEFAULT_HARDWARE
 from maya_trace_spec import RunWriter
 from maya_trace_spec.vocabulary import NCCL_API_COLLECTIVES
-
-from maya.core.hardware import DEFAULT_HARDWARE
 
 KERNEL_NAME = "synthetic_kernel"
 
@@ -41,17 +41,39 @@ class RankBuilder:
 
     def _call(self, api: str, domain: str = "runtime", stream: int = 0, host_ns: int | None = None, **fields) -> None:
         host = self.host_ns if host_ns is None else host_ns
-        self.rows.append({"seq": len(self.rows), "api": api, "domain": domain, "start_ns": self.clock,
-                          "duration_ns": host, "time_source": "measured", "stream_id": stream,
-                          "_iteration": self.iteration, **fields})
+        self.rows.append(
+            {
+                "seq": len(self.rows),
+                "api": api,
+                "domain": domain,
+                "start_ns": self.clock,
+                "duration_ns": host,
+                "time_source": "measured",
+                "stream_id": stream,
+                "_iteration": self.iteration,
+                **fields,
+            }
+        )
         self.clock += host
 
     def kernel(self, duration_ns: int, stream: int = 0, **fields) -> None:
         self._call("cudaLaunchKernel", stream=stream, kernel_id=0, device_duration_ns=duration_ns, **fields)
 
     def gemm(self, m: int, n: int, k: int, duration_ns: int, stream: int = 0, dtype: str = "bf16") -> None:
-        self._call("cublasGemmEx", "cublas", stream, gemm_m=m, gemm_n=n, gemm_k=k, gemm_batch=1, gemm_dtype_a=dtype,
-                   gemm_dtype_b=dtype, gemm_dtype_c=dtype, gemm_compute_type="fp32", device_duration_ns=duration_ns)
+        self._call(
+            "cublasGemmEx",
+            "cublas",
+            stream,
+            gemm_m=m,
+            gemm_n=n,
+            gemm_k=k,
+            gemm_batch=1,
+            gemm_dtype_a=dtype,
+            gemm_dtype_b=dtype,
+            gemm_dtype_c=dtype,
+            gemm_compute_type="fp32",
+            device_duration_ns=duration_ns,
+        )
 
     def memcpy(self, nbytes: int, kind: str, duration_ns: int, stream: int = 0) -> None:
         self._call("cudaMemcpyAsync", stream=stream, bytes=nbytes, memcpy_kind=kind, device_duration_ns=duration_ns)
@@ -75,13 +97,25 @@ class RankBuilder:
         """A call with no device work (host time only)."""
         self._call(api, host_ns=host_ns)
 
-    def collective(self, name: str, comm: str, duration_ns: int, stream: int = 0, nelems: int = 1 << 20,
-                   peer: int | None = None) -> None:
+    def collective(
+        self, name: str, comm: str, duration_ns: int, stream: int = 0, nelems: int = 1 << 20, peer: int | None = None
+    ) -> None:
         seq = self.comm_seq.get(comm, 0)
         self.comm_seq[comm] = seq + 1
         api = next(api for api, collective in NCCL_API_COLLECTIVES.items() if collective == name)
-        self._call(api, "nccl", stream, comm_id=comm, collective_name=name, comm_seq=seq, in_msg_nelems=nelems,
-                   out_msg_nelems=nelems, comm_dtype="bf16", peer_rank=peer, device_duration_ns=duration_ns)
+        self._call(
+            api,
+            "nccl",
+            stream,
+            comm_id=comm,
+            collective_name=name,
+            comm_seq=seq,
+            in_msg_nelems=nelems,
+            out_msg_nelems=nelems,
+            comm_dtype="bf16",
+            peer_rank=peer,
+            device_duration_ns=duration_ns,
+        )
 
     def allreduce(self, comm: str, duration_ns: int, stream: int = 0, nelems: int = 1 << 20) -> None:
         self.collective("allreduce", comm, duration_ns, stream, nelems)
@@ -101,8 +135,9 @@ class RankBuilder:
 
 
 class TraceBuilder:
-    def __init__(self, world_size: int, *, hardware: str = DEFAULT_HARDWARE, nproc_per_node: int | None = None,
-                 host_ns: int = 0):
+    def __init__(
+        self, world_size: int, *, hardware: str = DEFAULT_HARDWARE, nproc_per_node: int | None = None, host_ns: int = 0
+    ):
         self.world_size = world_size
         self.hardware = hardware
         self.nproc_per_node = nproc_per_node or world_size
@@ -122,24 +157,59 @@ class TraceBuilder:
 
     def allocation(self, rank: int, allocated_bytes: int, kind: str = "alloc") -> None:
         events = self.memory.setdefault(rank, [])
-        events.append({"seq": len(events), "ts_ns": len(events), "kind": kind, "space": "device",
-                       "bytes": allocated_bytes, "allocated_bytes": allocated_bytes})
+        events.append(
+            {
+                "seq": len(events),
+                "ts_ns": len(events),
+                "kind": kind,
+                "space": "device",
+                "bytes": allocated_bytes,
+                "allocated_bytes": allocated_bytes,
+            }
+        )
 
     def write(self, run_dir: str | Path, status: str = "complete") -> Path:
         w = RunWriter(run_dir)
-        w.write("run", {"run_id": [uuid.uuid4().hex], "created_at_ns": [time.time_ns()], "source": ["synthetic"],
-                        "status": [status], "command": [json.dumps(["synthetic"])], "hardware": [self.hardware],
-                        "world_size": [self.world_size], "nnodes": [-(-self.world_size // self.nproc_per_node)],
-                        "nproc_per_node": [self.nproc_per_node]})
+        w.write(
+            "run",
+            {
+                "run_id": [uuid.uuid4().hex],
+                "created_at_ns": [time.time_ns()],
+                "source": ["synthetic"],
+                "status": [status],
+                "command": [json.dumps(["synthetic"])],
+                "hardware": [self.hardware],
+                "world_size": [self.world_size],
+                "nnodes": [-(-self.world_size // self.nproc_per_node)],
+                "nproc_per_node": [self.nproc_per_node],
+            },
+        )
         for rank, b in sorted(self.ranks.items()):
-            w.write("devices", {"local_rank": [rank % self.nproc_per_node], "node": [rank // self.nproc_per_node],
-                                "device_index": [rank % self.nproc_per_node], "hardware": [self.hardware],
-                                "represents": [b.represents]}, rank=rank)
+            w.write(
+                "devices",
+                {
+                    "local_rank": [rank % self.nproc_per_node],
+                    "node": [rank // self.nproc_per_node],
+                    "device_index": [rank % self.nproc_per_node],
+                    "hardware": [self.hardware],
+                    "represents": [b.represents],
+                },
+                rank=rank,
+            )
             iterations = [row.pop("_iteration") for row in b.rows]
             if any(i is not None for i in iterations):
                 steps = sorted({i for i in iterations if i is not None})
-                w.write("ops", {"op_id": steps, "name": [f"ProfilerStep#{i}" for i in steps], "start_ns": steps,
-                                "phase": ["other"] * len(steps), "iteration": steps}, rank=rank)
+                w.write(
+                    "ops",
+                    {
+                        "op_id": steps,
+                        "name": [f"ProfilerStep#{i}" for i in steps],
+                        "start_ns": steps,
+                        "phase": ["other"] * len(steps),
+                        "iteration": steps,
+                    },
+                    rank=rank,
+                )
                 for row, i in zip(b.rows, iterations):
                     row["op_id"] = i
             if b.rows:
@@ -147,10 +217,16 @@ class TraceBuilder:
             w.write("kernels", {"kernel_id": [0], "name": [KERNEL_NAME], "family": ["other"]}, rank=rank)
             members = [(c, ranks) for c, ranks in self.comms.items() if rank in ranks]
             if members:
-                w.write("communicators", {"comm_id": [c for c, _ in members],
-                                          "comm_rank": [ranks.index(rank) for _, ranks in members],
-                                          "comm_size": [len(ranks) for _, ranks in members],
-                                          "ranks": [ranks for _, ranks in members]}, rank=rank)
+                w.write(
+                    "communicators",
+                    {
+                        "comm_id": [c for c, _ in members],
+                        "comm_rank": [ranks.index(rank) for _, ranks in members],
+                        "comm_size": [len(ranks) for _, ranks in members],
+                        "ranks": [ranks for _, ranks in members],
+                    },
+                    rank=rank,
+                )
             if rank in self.memory:
                 w.write("memory_events", _columns(self.memory[rank]), rank=rank)
         return Path(run_dir)
@@ -161,8 +237,18 @@ def _columns(rows: list[dict]) -> dict[str, list]:
     return {k: [row.get(k) for row in rows] for k in names}
 
 
-def one_f_one_b(k: RankBuilder, stage: int, stages: int, microbatches: int, forward, backward, *,
-                comm: str = "pp", peers: tuple[int, int] | None = None, p2p_ns: int = 10) -> None:
+def one_f_one_b(
+    k: RankBuilder,
+    stage: int,
+    stages: int,
+    microbatches: int,
+    forward,
+    backward,
+    *,
+    comm: str = "pp",
+    peers: tuple[int, int] | None = None,
+    p2p_ns: int = 10,
+) -> None:
     """One iteration of Megatron's non-interleaved 1F1B pipeline schedule on stage `stage`: `forward()`
     and `backward()` emit one micro-batch's calls; activations and gradients travel by send/recv
     exchanges grouped as `batch_isend_irecv` does. `peers`: the communicator ranks of the previous and
@@ -200,8 +286,19 @@ def one_f_one_b(k: RankBuilder, stage: int, stages: int, microbatches: int, forw
         exchange(send_b)
 
 
-def gpt_3d(tp: int, pp: int, dp: int, *, layers: int = 32, microbatches: int = 8, iterations: int = 3,
-           hidden: int = 8192, seq: int = 2048, dedup: bool = True, gpus_per_node: int = 8) -> TraceBuilder:
+def gpt_3d(
+    tp: int,
+    pp: int,
+    dp: int,
+    *,
+    layers: int = 32,
+    microbatches: int = 8,
+    iterations: int = 3,
+    hidden: int = 8192,
+    seq: int = 2048,
+    dedup: bool = True,
+    gpus_per_node: int = 8,
+) -> TraceBuilder:
     """A GPT-like tensor x pipeline x data parallel training job (Megatron layout: rank =
     (stage x dp + replica) x tp + tp rank). Per layer and micro-batch, the forward launches 12 calls
     (4 GEMMs, 2 tensor-parallel all-reduces) and the backward 16 (8 GEMMs, 2 all-reduces); after the
@@ -215,8 +312,12 @@ def gpt_3d(tp: int, pp: int, dp: int, *, layers: int = 32, microbatches: int = 8
         return (s * dp + d) * tp + t
 
     h = hidden
-    shapes = {"qkv": (3 * h // tp, seq, h), "proj": (h, seq, h // tp), "fc1": (4 * h // tp, seq, h),
-              "fc2": (h, seq, 4 * h // tp)}
+    shapes = {
+        "qkv": (3 * h // tp, seq, h),
+        "proj": (h, seq, h // tp),
+        "fc1": (4 * h // tp, seq, h),
+        "fc2": (h, seq, 4 * h // tp),
+    }
     elementwise_ns = seq * h * 2 * 3 // 3000  # read 2, write 1 bf16 tensors at ~3 TB/s
 
     def gemm_ns(m: int, n: int, k: int) -> int:
@@ -234,7 +335,7 @@ def gpt_3d(tp: int, pp: int, dp: int, *, layers: int = 32, microbatches: int = 8
 
         def gemm(name: str, backward: bool = False) -> None:
             m, n, kk = shapes[name]
-            for dims in ([(kk, n, m), (m, kk, n)] if backward else [(m, n, kk)]):
+            for dims in [(kk, n, m), (m, kk, n)] if backward else [(m, n, kk)]:
                 k.gemm(*dims, gemm_ns(*dims))
 
         def allreduce() -> None:

@@ -15,6 +15,7 @@ Inductor names its kernels by kind and its templates' tensors by role, so:
 Every kernel's memory traffic (`work_bytes`) is the bytes of its tensor arguments, read or written once
 (`in_out_ptr*`: both); `dtype` is the element type holding most of those bytes.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,11 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from maya.estimators.calls import gemm_of_row_major
 from maya_trace_spec.vocabulary import dtype_name
 
-from maya.estimators.calls import gemm_of_row_major
-
 from .attention_shapes import ATTENTION_BACKWARD_FLOPS
+
 NUMEL_ARGS = ("xnumel", "ynumel", "znumel")
 REDUCED_ARGS = ("r0_numel", "r1_numel", "rnumel")
 
@@ -39,8 +40,13 @@ def _tensors(args: list[dict]) -> dict[str, dict]:
 
 def _scalars(note: dict) -> dict[str, float]:
     values = {k: v for k, v in note.get("constexprs", {}).items() if isinstance(v, (int, float))}
-    values.update({a["name"]: a["value"] for a in note.get("args", ()) if isinstance(a.get("value"), (int, float))
-                   and not isinstance(a.get("value"), bool)})
+    values.update(
+        {
+            a["name"]: a["value"]
+            for a in note.get("args", ())
+            if isinstance(a.get("value"), (int, float)) and not isinstance(a.get("value"), bool)
+        }
+    )
     return values
 
 
@@ -74,8 +80,16 @@ def _gemm(a: dict, out: dict, flops_dtype: str | None, tf32: bool) -> dict:
     k = _numel(a["shape"]) / (a_batch * m) if m else np.nan
     kind = dtype_name(a.get("dtype")) or flops_dtype or "fp32"
     batch, m, n, k = gemm_of_row_major(batch, m, n, k)
-    return {"family": "gemm", "op": "bmm" if batch > 1 else "mm", "dtype": "tf32" if kind == "fp32" and tf32 else kind,
-            "batch": batch, "m": m, "n": n, "k": k, "flops": 2.0 * batch * m * n * k}
+    return {
+        "family": "gemm",
+        "op": "bmm" if batch > 1 else "mm",
+        "dtype": "tf32" if kind == "fp32" and tf32 else kind,
+        "batch": batch,
+        "m": m,
+        "n": n,
+        "k": k,
+        "flops": 2.0 * batch * m * n * k,
+    }
 
 
 def _convolution(x: dict, w: dict, out: dict, tf32: bool) -> dict:
@@ -85,8 +99,16 @@ def _convolution(x: dict, w: dict, out: dict, tf32: bool) -> dict:
     m, k = _numel(out["shape"]) / channels, _numel(w["shape"]) / channels
     kind = dtype_name(x.get("dtype")) or "fp32"
     _, m, n, k = gemm_of_row_major(1.0, m, channels, k)
-    return {"family": "gemm", "op": "mm", "dtype": "tf32" if kind == "fp32" and tf32 else kind, "batch": 1.0,
-            "m": m, "n": n, "k": k, "flops": 2.0 * m * n * k}
+    return {
+        "family": "gemm",
+        "op": "mm",
+        "dtype": "tf32" if kind == "fp32" and tf32 else kind,
+        "batch": 1.0,
+        "m": m,
+        "n": n,
+        "k": k,
+        "flops": 2.0 * m * n * k,
+    }
 
 
 def _attention(tensors: dict[str, dict]) -> dict:
@@ -94,9 +116,16 @@ def _attention(tensors: dict[str, dict]) -> dict:
     backward = "arg_DO" in tensors
     batch = _numel(q[:-2])
     m, n, d = float(q[-2]), float(key[-2]), float(q[-1])
-    return {"family": "attention", "op": "flex_bwd" if backward else "flex_fwd",
-            "dtype": dtype_name(tensors["arg_Q"].get("dtype")) or "bf16", "batch": batch, "m": m, "n": n, "k": d,
-            "flops": 4.0 * batch * m * n * d * (ATTENTION_BACKWARD_FLOPS if backward else 1.0)}
+    return {
+        "family": "attention",
+        "op": "flex_bwd" if backward else "flex_fwd",
+        "dtype": dtype_name(tensors["arg_Q"].get("dtype")) or "bf16",
+        "batch": batch,
+        "m": m,
+        "n": n,
+        "k": d,
+        "flops": 4.0 * batch * m * n * d * (ATTENTION_BACKWARD_FLOPS if backward else 1.0),
+    }
 
 
 @lru_cache(maxsize=4096)
@@ -115,8 +144,11 @@ def describe(kernel: str, text: str) -> dict:
     output = _output(tensors)
     lower = kernel.lower()
     # BLOCK_M tiles the output's rows and BLOCK_N its columns: the call frame's n and m (`gemm_of_row_major`).
-    tile = {"tile_m": float(scalars["BLOCK_N"]), "tile_n": float(scalars["BLOCK_M"])} \
-        if "BLOCK_M" in scalars and "BLOCK_N" in scalars else {}
+    tile = (
+        {"tile_m": float(scalars["BLOCK_N"]), "tile_n": float(scalars["BLOCK_M"])}
+        if "BLOCK_M" in scalars and "BLOCK_N" in scalars
+        else {}
+    )
     if "arg_Q" in tensors and "arg_K" in tensors:
         out.update(_attention(tensors))
     elif "arg_A" in tensors and "arg_B" in tensors and output is not None:
@@ -145,8 +177,14 @@ def describe(kernel: str, text: str) -> dict:
 FRAME_COLUMNS = ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops", "tile_m", "tile_n")
 
 
-def fill(calls: pd.DataFrame, kernel_names: np.ndarray, family: np.ndarray, op: np.ndarray, dtype: np.ndarray,
-         num: dict[str, np.ndarray]) -> np.ndarray:
+def fill(
+    calls: pd.DataFrame,
+    kernel_names: np.ndarray,
+    family: np.ndarray,
+    op: np.ndarray,
+    dtype: np.ndarray,
+    num: dict[str, np.ndarray],
+) -> np.ndarray:
     """Fill the work of every call whose `args` hold a Triton launch (in place); returns which rows."""
     args = calls["args"]
     rows = (args.notna() & args.astype(str).str.contains('"triton"', regex=False)).to_numpy()

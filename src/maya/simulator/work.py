@@ -4,6 +4,7 @@ GEMM template's output tile (`tile_m`, `tile_n`: `launch_shape.py`), plus
 the collective columns (`collective`, `comm_bytes`: nccl-tests message size). Built from the call's own columns, its kernel's family and, for
 kernels without shapes of their own, the input shapes of the enclosing framework op (attention kernels:
 `attention_shapes`); Triton kernels from the arguments of their launch (`triton_work`)."""
+
 from __future__ import annotations
 
 import json
@@ -11,15 +12,15 @@ import json
 import numpy as np
 import pandas as pd
 
-from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_bytes, dtype_name
-
 from maya.estimators.calls import GATHER_OPS, gathered_size, gemm_of_row_major
+from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_bytes, dtype_name
 
 from . import triton_work
 from .attention_shapes import shape_attention
 from .opcodes import COLL
 from .split_kernels import share_split_pieces
 from .trace import RankTrace
+
 
 def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
     """Per op: its name without the `aten::` prefix, and the element count, last dimension (`row`) and
@@ -41,15 +42,22 @@ def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
     for i in np.flatnonzero(names.isin(list(GATHER_OPS)).to_numpy()):  # sized by what they gather, not the table
         numel[i], row[i] = gathered_size(names.iat[i], ops["input_shapes"].iat[i], numel[i], row[i])
     for i in np.flatnonzero((names == "_grouped_mm").to_numpy()):  # its kernel besides the GEMM (a one-block
-        offsets = ops["input_shapes"].iat[i]                       # setup) reads the group offsets
+        offsets = ops["input_shapes"].iat[i]  # setup) reads the group offsets
         if offsets is not None and len(offsets) > 2 and offsets[2] is not None and len(offsets[2]):
             numel[i] = row[i] = float(np.prod(offsets[2]))
-    return pd.DataFrame({"op_name": names.to_numpy(), "numel": numel, "row": row, "dtype": dtype},
-                        index=ops["op_id"].to_numpy())
+    return pd.DataFrame(
+        {"op_name": names.to_numpy(), "numel": numel, "row": row, "dtype": dtype}, index=ops["op_id"].to_numpy()
+    )
 
 
-GEMM_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2), "linear": (0, 1),
-                 "_grouped_mm": (0, 1)}
+GEMM_OPERANDS = {
+    "mm": (0, 1),
+    "addmm": (1, 2),
+    "bmm": (0, 1),
+    "baddbmm": (1, 2),
+    "linear": (0, 1),
+    "_grouped_mm": (0, 1),
+}
 """Positions of the two GEMM operands among the inputs of the aten ops whose kernels are GEMMs."""
 
 
@@ -93,8 +101,16 @@ def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=["batch", "m", "n", "k"])
 
 
-def _set_gemms(rows: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, dtypes: np.ndarray,
-               op: np.ndarray, num: dict[str, np.ndarray]) -> None:
+def _set_gemms(
+    rows: np.ndarray,
+    b: np.ndarray,
+    m: np.ndarray,
+    n: np.ndarray,
+    k: np.ndarray,
+    dtypes: np.ndarray,
+    op: np.ndarray,
+    num: dict[str, np.ndarray],
+) -> None:
     """GEMM op name, shape, FLOPs and operand bytes of `rows` (in place)."""
     itemsize = np.array([DTYPE_BYTES.get(d, 4) for d in dtypes], dtype="float64")
     op[rows] = np.where(b > 1, "bmm", "mm")
@@ -127,8 +143,10 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
     family = np.full(n, None, dtype=object)
     op = np.full(n, "", dtype=object)
     dtype = np.full(n, "fp32", dtype=object)
-    num = {c: np.full(n, np.nan) for c in ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops",
-                                           "tile_m", "tile_n")}
+    num = {
+        c: np.full(n, np.nan)
+        for c in ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops", "tile_m", "tile_n")
+    }
     not_coll = opcodes != COLL
     # kernels: family by kernel id, shape from the enclosing op
     launched = calls["kernel_id"].notna().to_numpy() & not_coll
@@ -152,8 +170,7 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         if unshaped.any():
             gemms = _op_gemms(ops).reindex(calls["op_id"].to_numpy())
             shaped = unshaped & gemms["m"].notna().to_numpy()
-            _set_gemms(shaped, *(gemms[c].to_numpy()[shaped] for c in ("batch", "m", "n", "k")), dtype[shaped],
-                       op, num)
+            _set_gemms(shaped, *(gemms[c].to_numpy()[shaped] for c in ("batch", "m", "n", "k")), dtype[shaped], op, num)
     # copies and memsets
     api = calls["api"].astype(str).str.lower()
     copy = (api.str.contains("memcpy|memset", regex=True) & calls["bytes"].notna()).to_numpy() & not_coll
@@ -170,15 +187,21 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         kind = np.where(pd.isna(kind), "fp32", kind)
         kind = np.where((kind == "fp32") & (g["gemm_compute_type"] == "tf32").to_numpy(), "tf32", kind)
         family[gemm], dtype[gemm] = "gemm", kind
-        _set_gemms(gemm, *(g[c].to_numpy(dtype="float64", na_value=1.0)
-                           for c in ("gemm_batch", "gemm_m", "gemm_n", "gemm_k")), kind, op, num)
+        _set_gemms(
+            gemm,
+            *(g[c].to_numpy(dtype="float64", na_value=1.0) for c in ("gemm_batch", "gemm_m", "gemm_n", "gemm_k")),
+            kind,
+            op,
+            num,
+        )
     shape_attention(trace, family, op, dtype, num)
     if launched.any() and len(trace.kernels):  # a Triton launch's own arguments over its enclosing op's shapes
         names = _codes_map(calls["kernel_id"], dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])), "")
         triton_work.fill(calls, names, family, op, dtype, num)
     collective, comm_bytes = _collectives(calls, opcodes)
-    return pd.DataFrame({"family": family, "op": op, "dtype": dtype, **num, "collective": collective,
-                         "comm_bytes": comm_bytes})
+    return pd.DataFrame(
+        {"family": family, "op": op, "dtype": dtype, **num, "collective": collective, "comm_bytes": comm_bytes}
+    )
 
 
 def _collectives(calls: pd.DataFrame, opcodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ is predicted on the row's GPU and cluster:
 SDPA runs torch's FlashAttention-2 kernels on every GPU (`--sdpa-backend flash`): the kernel generation the
 published runs used, shaped by the simulator from their aten op (see `data/workloads/README.md`).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -32,9 +33,9 @@ from .plan import GPUS_PER_NODE, Predicted, RowPlan
 CLUSTERS = {"a100_40gb": "a100-roce-1600g", "a100_80gb": "a100-roce-1600g", "h100_80gb": "dgx-h100"}
 ASSUMPTIONS = {
     "h100_80gb": "H100 rows: the tables name no inter-node network; assumed DGX-H100-class nodes (8 H100 SXM on "
-                 "NVSwitch, 8 x 400 Gb/s InfiniBand): cluster dgx-h100",
+    "NVSwitch, 8 x 400 Gb/s InfiniBand): cluster dgx-h100",
     "a100_40gb": "A100 rows: 8 A100 SXM a node on NVSwitch, 1600 Gb/s RoCE between nodes (the tables): cluster "
-                 "a100-roce-1600g",
+    "a100-roce-1600g",
 }
 ASSUMPTIONS["a100_80gb"] = ASSUMPTIONS["a100_40gb"]
 STEPS = 2
@@ -73,29 +74,62 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         raise ValueError(f"{gpus} GPUs do not fill nodes of {GPUS_PER_NODE}")
     columns.setdefault("table", "")
     args = rows.workload_args(columns, steps=STEPS, sdpa_backend=SDPA_BACKEND)
-    label = (f"{columns['Model']} s{columns['SeqLen (T)']} {gpus}×{gpu} mbs {columns['MicroBatchSize']} "
-             f"ga {columns['GradAccum']} {columns['Precision']} {columns['Sharding Strategy']}"
-             f"{' ckpt' if columns['Activation Checkpointing'].lower() == 'true' else ''}")
+    label = (
+        f"{columns['Model']} s{columns['SeqLen (T)']} {gpus}×{gpu} mbs {columns['MicroBatchSize']} "
+        f"ga {columns['GradAccum']} {columns['Precision']} {columns['Sharding Strategy']}"
+        f"{' ckpt' if columns['Activation Checkpointing'].lower() == 'true' else ''}"
+    )
     per_node = min(gpus, GPUS_PER_NODE)
-    return RowPlan(row=row, label=label, gpu=gpu, size=columns["Model"], gpus=gpus,
-                   measured_s=measured_s(values), script=workload_script(), args=tuple(args),
-                   hardware=rows.HARDWARE[gpu], cluster=CLUSTERS[gpu], nnodes=math.ceil(gpus / per_node),
-                   per_node=per_node, iterations=STEPS, assumptions=(ASSUMPTIONS[gpu],),
-                   seq=int(values["SeqLen (T)"]))
+    return RowPlan(
+        row=row,
+        label=label,
+        gpu=gpu,
+        size=columns["Model"],
+        gpus=gpus,
+        measured_s=measured_s(values),
+        script=workload_script(),
+        args=tuple(args),
+        hardware=rows.HARDWARE[gpu],
+        cluster=CLUSTERS[gpu],
+        nnodes=math.ceil(gpus / per_node),
+        per_node=per_node,
+        iterations=STEPS,
+        assumptions=(ASSUMPTIONS[gpu],),
+        seq=int(values["SeqLen (T)"]),
+    )
 
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
     """The steady optimizer step of the row's trace on its GPU and cluster, with its 10-90% band."""
     from maya.simulator import predict as simulate_run
 
-    p, _ = simulate_run(run_dir, hardware=plan.hardware, durations="estimators", model_version=version,
-                        cluster=plan.cluster, store=False, warehouse=warehouse, band=True)
+    p, _ = simulate_run(
+        run_dir,
+        hardware=plan.hardware,
+        durations="estimators",
+        model_version=version,
+        cluster=plan.cluster,
+        store=False,
+        warehouse=warehouse,
+        band=True,
+    )
     band = p.band or {}
     return Predicted(
-        predicted_s=p.iteration_ns / 1e9, band_low_s=band["low_ns"] / 1e9 if band else None,
-        band_high_s=band["high_ns"] / 1e9 if band else None, oom=p.oom, oom_reason=p.oom_reason,
-        peak_memory_bytes=p.peak_memory_bytes, memory_capacity_bytes=p.memory_capacity_bytes, mfu=p.mfu,
-        details={"breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()},
-                 "steady_iterations": p.steady_iterations, "captured_ranks": p.captured_ranks,
-                 "simulated_ranks": p.simulated_ranks, "notes": p.notes, "assumptions": p.assumptions,
-                 "band": {k: v for k, v in band.items() if k in ("shares", "unmodelled_share", "composed_share")}})
+        predicted_s=p.iteration_ns / 1e9,
+        band_low_s=band["low_ns"] / 1e9 if band else None,
+        band_high_s=band["high_ns"] / 1e9 if band else None,
+        oom=p.oom,
+        oom_reason=p.oom_reason,
+        peak_memory_bytes=p.peak_memory_bytes,
+        memory_capacity_bytes=p.memory_capacity_bytes,
+        mfu=p.mfu,
+        details={
+            "breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()},
+            "steady_iterations": p.steady_iterations,
+            "captured_ranks": p.captured_ranks,
+            "simulated_ranks": p.simulated_ranks,
+            "notes": p.notes,
+            "assumptions": p.assumptions,
+            "band": {k: v for k, v in band.items() if k in ("shares", "unmodelled_share", "composed_share")},
+        },
+    )

@@ -7,6 +7,7 @@ prediction is what those events would read on the simulated schedule: the span b
 completions of the records around each phase, the median over the steady iterations (the first one
 excluded). Measured = NeuSight's mean of the 5 fastest of 25 passes (`fw_ms + bw_ms`).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,8 +41,9 @@ def plan(row: int, values: pd.Series) -> RowPlan:
     from maya.estimators.neusight_data import neusight_dir
 
     if values["mode"] != "train" or values["parallel"] != "single":
-        raise ValueError(f"only single-GPU training rows are supported (mode {values['mode']!r}, parallel "
-                         f"{values['parallel']!r})")
+        raise ValueError(
+            f"only single-GPU training rows are supported (mode {values['mode']!r}, parallel {values['parallel']!r})"
+        )
     try:
         hw = catalog.get(str(values["device"]))
     except catalog.UnknownHardware as e:
@@ -50,11 +52,20 @@ def plan(row: int, values: pd.Series) -> RowPlan:
     if not config.is_file():
         raise ValueError(f"no model config {config.name} in {config.parent}")
     batch, seq = int(values["batch"]), int(values["seqlen"])
-    return RowPlan(row=row, label=f"{values['model']} b{batch} s{seq} on {hw.name}", gpu=hw.name,
-                   size=str(values["model"]), gpus=1, measured_s=measured_s(values),
-                   script=workload_script(), args=(str(config), "--batch", str(batch), "--seq", str(seq),
-                                                   "--iterations", str(ITERATIONS), "--sample", "1"),
-                   hardware=hw.name, cluster=None, iterations=0, seq=seq)
+    return RowPlan(
+        row=row,
+        label=f"{values['model']} b{batch} s{seq} on {hw.name}",
+        gpu=hw.name,
+        size=str(values["model"]),
+        gpus=1,
+        measured_s=measured_s(values),
+        script=workload_script(),
+        args=(str(config), "--batch", str(batch), "--seq", str(seq), "--iterations", str(ITERATIONS), "--sample", "1"),
+        hardware=hw.name,
+        cluster=None,
+        iterations=0,
+        seq=seq,
+    )
 
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
@@ -71,12 +82,25 @@ def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) 
     spans = sorted(sum(windows(s)) for s in band.simulations) if band and band.simulations else None
     families, flops, dependent = where_time_goes(sim)
     return Predicted(
-        predicted_s=(fw + bw) / 1e3, band_low_s=spans[0] / 1e3 if spans else None,
-        band_high_s=spans[1] / 1e3 if spans else None, oom=prediction.oom, oom_reason=prediction.oom_reason,
-        peak_memory_bytes=prediction.peak_memory_bytes, memory_capacity_bytes=prediction.memory_capacity_bytes,
-        mfu=None, details={"fw_ms": fw, "bw_ms": bw, "iteration_ms": prediction.iteration_ns / 1e6,
-                           "families_ms": families, "fw_flops": flops[0], "bw_flops": flops[1],
-                           "data_dependent": dependent, "notes": prediction.notes})
+        predicted_s=(fw + bw) / 1e3,
+        band_low_s=spans[0] / 1e3 if spans else None,
+        band_high_s=spans[1] / 1e3 if spans else None,
+        oom=prediction.oom,
+        oom_reason=prediction.oom_reason,
+        peak_memory_bytes=prediction.peak_memory_bytes,
+        memory_capacity_bytes=prediction.memory_capacity_bytes,
+        mfu=None,
+        details={
+            "fw_ms": fw,
+            "bw_ms": bw,
+            "iteration_ms": prediction.iteration_ns / 1e6,
+            "families_ms": families,
+            "fw_flops": flops[0],
+            "bw_flops": flops[1],
+            "data_dependent": dependent,
+            "notes": prediction.notes,
+        },
+    )
 
 
 def _records(sim) -> tuple[np.ndarray, np.ndarray]:
@@ -92,8 +116,9 @@ def windows(sim) -> tuple[float, float]:
     """Forward and backward ms: the median over the steady passes of the spans between their records."""
     calls, times = _records(sim)
     if len(calls) < 2 * RECORDS_PER_ITERATION or len(calls) % RECORDS_PER_ITERATION:
-        raise RuntimeError(f"{len(calls)} event records; expected {RECORDS_PER_ITERATION} per pass and at least "
-                           "two passes")
+        raise RuntimeError(
+            f"{len(calls)} event records; expected {RECORDS_PER_ITERATION} per pass and at least two passes"
+        )
     spans = (times[1::2] - times[::2]).reshape(-1, 2)[1:] / 1e6
     fw, bw = np.median(spans, axis=0)
     return float(fw), float(bw)
@@ -118,6 +143,7 @@ def where_time_goes(sim) -> tuple[dict, tuple[float, float], int]:
         per_family[IDLE] = max(span - per_family.sum(), 0.0)
         families[phase] = {str(k): float(v) for k, v in per_family.items()}
         flops.append(float(np.nansum(frame["flops"].to_numpy(dtype="float64")[a:b])))
-    dependent = (frame["data_dependent"].fillna(False).to_numpy(dtype=bool)
-                 & (frame["api"] != "cudaEventElapsedTime").to_numpy())
-    return families, (flops[0], flops[1]), int(dependent[last[0]:last[-1]].sum())
+    dependent = (
+        frame["data_dependent"].fillna(False).to_numpy(dtype=bool) & (frame["api"] != "cudaEventElapsedTime").to_numpy()
+    )
+    return families, (flops[0], flops[1]), int(dependent[last[0] : last[-1]].sum())

@@ -1,5 +1,6 @@
 """What one suite row asks for (`RowPlan`), what predicting it gave (`Predicted`), and the digests that
 decide when a stored result or a cached trace still holds."""
+
 from __future__ import annotations
 
 import hashlib
@@ -42,8 +43,17 @@ class RowPlan:
 
     def command_hash(self) -> str:
         """Identifies the emulation: the script's content, its arguments, the virtual GPUs and the emulator."""
-        blob = json.dumps([hashlib.sha256(self.script.read_bytes()).hexdigest(), self.args, self.hardware,
-                           self.nnodes, self.per_node, self.iterations, emulator_digest()])
+        blob = json.dumps(
+            [
+                hashlib.sha256(self.script.read_bytes()).hexdigest(),
+                self.args,
+                self.hardware,
+                self.nnodes,
+                self.per_node,
+                self.iterations,
+                emulator_digest(),
+            ]
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -76,7 +86,9 @@ def predictor_digest() -> str:
     validation sources, the hardware, cluster and collective data. A changed one re-predicts every row."""
     root = Path(maya.__file__).parent
     files = [p for package in ("simulator", "estimators", "validation") for p in sorted((root / package).rglob("*.py"))]
-    files += [p for folder in ("hardware", "clusters", "collectives") for p in sorted((data_dir() / folder).glob("*.json"))]
+    files += [
+        p for folder in ("hardware", "clusters", "collectives") for p in sorted((data_dir() / folder).glob("*.json"))
+    ]
     return _digest(files, maya.__version__)
 
 

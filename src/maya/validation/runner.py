@@ -4,6 +4,7 @@ estimator version), compared with its measurement and stored (`store.validation_
 done. Rows already stored for the same suite content, estimator version and predictor are not run again
 (a re-run resumes; rows that failed are tried again). A row that fails is stored with its reason and the
 suite goes on."""
+
 from __future__ import annotations
 
 import importlib
@@ -12,10 +13,10 @@ import os
 import shutil
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pandas as pd
 
@@ -70,10 +71,18 @@ def resolve_version(version: str, warehouse: str | Path | None) -> str:
     return Registry(warehouse).get(version).version
 
 
-def run_suite(suite: Suite, rows: pd.DataFrame, *, version: str = "latest", jobs: int = 1,
-              warehouse: str | Path | None = None, on_start: Callable[[int, int], None] | None = None,
-              on_row: Callable[[RowResult], None] | None = None, resume: bool = True,
-              traces: Path | None = None) -> SuiteRun:
+def run_suite(
+    suite: Suite,
+    rows: pd.DataFrame,
+    *,
+    version: str = "latest",
+    jobs: int = 1,
+    warehouse: str | Path | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_row: Callable[[RowResult], None] | None = None,
+    resume: bool = True,
+    traces: Path | None = None,
+) -> SuiteRun:
     """Evaluate `rows` (of `suite.table`); `on_start(total, already_done)` once, then `on_row` per row
     (resumed rows first). `resume=False` runs stored rows again (their results are replaced); `traces`:
     where emulated rows are cached (default `traces_dir()`). Raises `RegistryError` when the estimator
@@ -105,22 +114,56 @@ def run_suite(suite: Suite, rows: pd.DataFrame, *, version: str = "latest", jobs
     return run
 
 
-def _task(suite: Suite, number: int, values: pd.Series, version: str, digest: str, warehouse: str | Path | None,
-          traces: Path, reuse: bool) -> _Task:
+def _task(
+    suite: Suite,
+    number: int,
+    values: pd.Series,
+    version: str,
+    digest: str,
+    warehouse: str | Path | None,
+    traces: Path,
+    reuse: bool,
+) -> _Task:
     kind = importlib.import_module(KINDS[suite.kind])
     try:
         plan = kind.plan(number, values)
-        base = RowResult(suite.name, suite.digest, suite.kind, number, plan.label, plan.gpu, plan.size, plan.gpus,
-                         plan.measured_s, version, digest, hardware=plan.hardware, cluster=plan.cluster,
-                         details={"row_assumptions": list(plan.assumptions)}, seq=plan.seq)
+        base = RowResult(
+            suite.name,
+            suite.digest,
+            suite.kind,
+            number,
+            plan.label,
+            plan.gpu,
+            plan.size,
+            plan.gpus,
+            plan.measured_s,
+            version,
+            digest,
+            hardware=plan.hardware,
+            cluster=plan.cluster,
+            details={"row_assumptions": list(plan.assumptions)},
+            seq=plan.seq,
+        )
     except (ValueError, KeyError) as e:  # a row the kind cannot run: stored as failed, with the reason
         plan = None
         try:
             measured = kind.measured_s(values)
         except (KeyError, TypeError, ValueError):
             measured = float("nan")
-        base = RowResult(suite.name, suite.digest, suite.kind, number, _fallback_label(values), "?", "?", 0,
-                         measured, version, digest, reason=f"cannot run this row: {e}")
+        base = RowResult(
+            suite.name,
+            suite.digest,
+            suite.kind,
+            number,
+            _fallback_label(values),
+            "?",
+            "?",
+            0,
+            measured,
+            version,
+            digest,
+            reason=f"cannot run this row: {e}",
+        )
     return _Task(base, plan, KINDS[suite.kind], str(warehouse) if warehouse else None, str(traces), reuse)
 
 
@@ -163,14 +206,28 @@ def evaluate(task: _Task) -> RowResult:
     t0 = time.monotonic()
     try:
         result.trace_digest = trace_digest(run_dir)
-        known = find_prediction(task.warehouse, result.trace_digest, plan.hardware, plan.cluster, task.base.kind,
-                                task.base.estimator_version, task.base.predictor_digest) if task.reuse else None
+        known = (
+            find_prediction(
+                task.warehouse,
+                result.trace_digest,
+                plan.hardware,
+                plan.cluster,
+                task.base.kind,
+                task.base.estimator_version,
+                task.base.predictor_digest,
+            )
+            if task.reuse
+            else None
+        )
         if known is not None:
             _copy_prediction(known, result)
         else:
             predicted = kind.predict(plan, run_dir, task.base.estimator_version, task.warehouse)
-            result.predicted_s, result.band_low_s, result.band_high_s = (predicted.predicted_s, predicted.band_low_s,
-                                                                         predicted.band_high_s)
+            result.predicted_s, result.band_low_s, result.band_high_s = (
+                predicted.predicted_s,
+                predicted.band_low_s,
+                predicted.band_high_s,
+            )
             result.oom, result.oom_reason, result.mfu = predicted.oom, predicted.oom_reason, predicted.mfu
             result.peak_memory_bytes = predicted.peak_memory_bytes
             result.memory_capacity_bytes = predicted.memory_capacity_bytes
@@ -203,16 +260,24 @@ def _trace(plan: RowPlan, root: Path) -> tuple[Path, bool, tuple[str, str, int |
     partial = root / f".{run_dir.name}.{os.getpid()}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
-    result = emulate([str(plan.script), *plan.args], partial, hardware=plan.hardware,
-                     topology=Topology(plan.nnodes, plan.per_node), iterations=plan.iterations or None)
+    result = emulate(
+        [str(plan.script), *plan.args],
+        partial,
+        hardware=plan.hardware,
+        topology=Topology(plan.nnodes, plan.per_node),
+        iterations=plan.iterations or None,
+    )
     if result.status != "complete":
         failed = root / f"{run_dir.name}.failed"
         shutil.rmtree(failed, ignore_errors=True)
         partial.rename(failed)
         peak = max((r.peak_bytes for r in result.ranks), default=None)
         if result.status == "oom":
-            return failed, False, ("oom", f"out of memory while emulating (peak {peak / 2**30:.1f} GiB); logs in "
-                                          f"{failed}/logs", peak)
+            return (
+                failed,
+                False,
+                ("oom", f"out of memory while emulating (peak {peak / 2**30:.1f} GiB); logs in {failed}/logs", peak),
+            )
         error = next((r.error for r in result.ranks if r.error), None) or _log_tail(failed)
         return failed, False, ("failed", f"emulation {result.status}: {error.strip()[-REASON_CHARS:]}", peak)
     try:
@@ -233,11 +298,21 @@ def _log_tail(run_dir: Path) -> str:
 
 
 def _copy_prediction(known: RowResult, result: RowResult) -> None:
-    for name in ("predicted_s", "band_low_s", "band_high_s", "oom", "oom_reason", "peak_memory_bytes",
-                 "memory_capacity_bytes", "mfu"):
+    for name in (
+        "predicted_s",
+        "band_low_s",
+        "band_high_s",
+        "oom",
+        "oom_reason",
+        "peak_memory_bytes",
+        "memory_capacity_bytes",
+        "mfu",
+    ):
         setattr(result, name, getattr(known, name))
-    result.details.update({k: v for k, v in known.details.items() if k != "row_assumptions"},
-                          prediction_of_row=f"{known.suite} row {known.row}")
+    result.details.update(
+        {k: v for k, v in known.details.items() if k != "row_assumptions"},
+        prediction_of_row=f"{known.suite} row {known.row}",
+    )
 
 
 def _failed(result: RowResult, reason: str, trace: str | None = None) -> RowResult:

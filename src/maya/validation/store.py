@@ -1,11 +1,12 @@
 """Suite results in the warehouse: table `validation_rows`, one row per (suite content, row, estimator
 version, predictor digest). Writing a row replaces the one with the same key in one transaction, so a
 re-run is idempotent and an interrupted run leaves every finished row stored and no partial one."""
+
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -100,7 +101,7 @@ class RowResult:
         """The warehouse row."""
         row = {k: v for k, v in asdict(self).items() if k != "resumed"}
         row["details"] = json.dumps(self.details, default=str)
-        row["recorded_at"] = datetime.now(timezone.utc)
+        row["recorded_at"] = datetime.now(UTC)
         return row
 
 
@@ -117,8 +118,10 @@ def save(result: RowResult, warehouse: str | Path | None = None) -> None:
         try:
             con.execute(SCHEMA)
             con.execute(MIGRATION)
-            con.execute(f"INSERT OR REPLACE INTO validation_rows ({names}) VALUES ({', '.join('?' * len(row))})",
-                        list(row.values()))
+            con.execute(
+                f"INSERT OR REPLACE INTO validation_rows ({names}) VALUES ({', '.join('?' * len(row))})",
+                list(row.values()),
+            )
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -129,18 +132,32 @@ def save(result: RowResult, warehouse: str | Path | None = None) -> None:
 
 def stored(warehouse: str | Path | None, suite_digest: str, version: str, predictor: str) -> dict[int, RowResult]:
     """The results stored for a suite's rows with this estimator version and predictor digest."""
-    frame = _query(warehouse, 'SELECT * FROM validation_rows WHERE suite_digest = ? AND estimator_version = ? '
-                              'AND predictor_digest = ? ORDER BY "row"', [suite_digest, version, predictor])
+    frame = _query(
+        warehouse,
+        "SELECT * FROM validation_rows WHERE suite_digest = ? AND estimator_version = ? "
+        'AND predictor_digest = ? ORDER BY "row"',
+        [suite_digest, version, predictor],
+    )
     return {r.row: r for r in _results(frame)}
 
 
-def find_prediction(warehouse: str | Path | None, trace_digest: str, hardware: str, cluster: str | None,
-                    kind: str, version: str, predictor: str) -> RowResult | None:
+def find_prediction(
+    warehouse: str | Path | None,
+    trace_digest: str,
+    hardware: str,
+    cluster: str | None,
+    kind: str,
+    version: str,
+    predictor: str,
+) -> RowResult | None:
     """A stored result of any suite for the same trace, target and predictor: its prediction holds."""
-    frame = _query(warehouse, "SELECT * FROM validation_rows WHERE trace_digest = ? AND hardware = ? AND "
-                              "cluster IS NOT DISTINCT FROM ? AND kind = ? AND estimator_version = ? AND "
-                              "predictor_digest = ? AND status = 'ok' ORDER BY recorded_at DESC LIMIT 1",
-                   [trace_digest, hardware, cluster, kind, version, predictor])
+    frame = _query(
+        warehouse,
+        "SELECT * FROM validation_rows WHERE trace_digest = ? AND hardware = ? AND "
+        "cluster IS NOT DISTINCT FROM ? AND kind = ? AND estimator_version = ? AND "
+        "predictor_digest = ? AND status = 'ok' ORDER BY recorded_at DESC LIMIT 1",
+        [trace_digest, hardware, cluster, kind, version, predictor],
+    )
     found = _results(frame)
     return found[0] if found else None
 
@@ -148,9 +165,13 @@ def find_prediction(warehouse: str | Path | None, trace_digest: str, hardware: s
 def latest(warehouse: str | Path | None) -> pd.DataFrame:
     """Every suite row's most recent result per estimator version (whatever the predictor digest):
     what the pipelines judge and the dashboard plots."""
-    return _query(warehouse, 'SELECT * EXCLUDE (n) FROM (SELECT *, row_number() OVER (PARTITION BY suite, "row", '
-                             'estimator_version ORDER BY recorded_at DESC) AS n FROM validation_rows) WHERE n = 1 '
-                             'ORDER BY suite, estimator_version, "row"', [])
+    return _query(
+        warehouse,
+        'SELECT * EXCLUDE (n) FROM (SELECT *, row_number() OVER (PARTITION BY suite, "row", '
+        "estimator_version ORDER BY recorded_at DESC) AS n FROM validation_rows) WHERE n = 1 "
+        'ORDER BY suite, estimator_version, "row"',
+        [],
+    )
 
 
 def _query(warehouse: str | Path | None, sql: str, params: list) -> pd.DataFrame:

@@ -20,6 +20,7 @@ backticks: `` `# GPUs` >= 64 ``) and these aliases: `row`, and for llm-foundry s
 `gpus`, `gpu`, `mbs`, `ga`, `precision`, `sharding`, `ckpt` (bool); e.g.
 `gpu == "h100_80gb" and model in ["1b", "7b"]`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,12 +33,32 @@ import pandas as pd
 from maya.core.paths import data_dir
 
 KINDS = ("llm-foundry", "neusight")
-LLM_FOUNDRY_COLUMNS = ("Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
-                       "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing",
-                       "Activation CPUOffload", "step_time_s_derived")
+LLM_FOUNDRY_COLUMNS = (
+    "Model",
+    "SeqLen (T)",
+    "# GPUs",
+    "GPU",
+    "MicroBatchSize",
+    "GradAccum",
+    "GlobalBatchSize",
+    "Precision",
+    "MP Mode",
+    "Sharding Strategy",
+    "Activation Checkpointing",
+    "Activation CPUOffload",
+    "step_time_s_derived",
+)
 NEUSIGHT_COLUMNS = ("device", "model", "mode", "seqlen", "batch", "parallel", "fw_ms", "bw_ms")
-LLM_FOUNDRY_ALIASES = {"model": "Model", "seq": "SeqLen (T)", "gpus": "# GPUs", "gpu": "GPU", "mbs": "MicroBatchSize",
-                       "ga": "GradAccum", "precision": "Precision", "sharding": "Sharding Strategy"}
+LLM_FOUNDRY_ALIASES = {
+    "model": "Model",
+    "seq": "SeqLen (T)",
+    "gpus": "# GPUs",
+    "gpu": "GPU",
+    "mbs": "MicroBatchSize",
+    "ga": "GradAccum",
+    "precision": "Precision",
+    "sharding": "Sharding Strategy",
+}
 SMOKE_ROWS = (81, 159, 20)
 """`llm-foundry-smoke`: 125M on 8 A100 80GB and on 8 A100 40GB (the one with a false OOM when this was
 written), 1B on 8 H100: the cheapest row of each GPU, a few minutes in all."""
@@ -67,15 +88,19 @@ class Suite:
             wanted = _row_numbers(expr)
             missing = sorted(set(wanted) - set(self.table.index))
             if missing:
-                raise SuiteError(f"--rows: row(s) {', '.join(map(str, missing))} are not in suite {self.name} "
-                                 f"(rows {_ranges(self.table.index)})")
+                raise SuiteError(
+                    f"--rows: row(s) {', '.join(map(str, missing))} are not in suite {self.name} "
+                    f"(rows {_ranges(self.table.index)})"
+                )
             return self.table.loc[wanted]
         try:
             mask = self.table.eval(expr)
         except Exception as e:  # noqa: BLE001 - pandas raises many kinds; all are a bad expression
             columns = ", ".join(c if c.isidentifier() else f"`{c}`" for c in self.table.columns)
-            raise SuiteError(f"--rows: cannot evaluate {expr!r} ({type(e).__name__}: {e}); it is a pandas query "
-                             f"over the columns {columns}") from None
+            raise SuiteError(
+                f"--rows: cannot evaluate {expr!r} ({type(e).__name__}: {e}); it is a pandas query "
+                f"over the columns {columns}"
+            ) from None
         if not (isinstance(mask, pd.Series) and pd.api.types.is_bool_dtype(mask)):
             raise SuiteError(f"--rows: {expr!r} is not a condition on the rows (a query like 'gpus >= 64')")
         picked = self.table[mask]
@@ -98,8 +123,11 @@ def load_suite(spec: str) -> Suite:
 
         path = neusight_dir() / "e2e_labels.parquet"
         suite = _neusight(spec, path)
-        table = suite.table[(suite.table["mode"] == "train") & (suite.table["parallel"] == "single")
-                            & suite.table["device"].isin(NEUSIGHT_DEVICES)]
+        table = suite.table[
+            (suite.table["mode"] == "train")
+            & (suite.table["parallel"] == "single")
+            & suite.table["device"].isin(NEUSIGHT_DEVICES)
+        ]
         return Suite(spec, suite.kind, path, table, _digest(table))
     path = Path(spec).expanduser()
     if not path.is_file():
@@ -117,8 +145,10 @@ def _llm_foundry(name: str, path: Path) -> Suite:
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise SuiteError(f"{path}: not a CSV file ({e})") from None
     _require(path, table, LLM_FOUNDRY_COLUMNS, "llm-foundry")
-    table = table.assign(**{alias: table[column] for alias, column in LLM_FOUNDRY_ALIASES.items()},
-                         ckpt=table["Activation Checkpointing"].astype(str).str.lower() == "true")
+    table = table.assign(
+        **{alias: table[column] for alias, column in LLM_FOUNDRY_ALIASES.items()},
+        ckpt=table["Activation Checkpointing"].astype(str).str.lower() == "true",
+    )
     table.index.name = "row"
     return Suite(name, "llm-foundry", path, table, _digest(table))
 

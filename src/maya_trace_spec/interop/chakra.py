@@ -38,11 +38,13 @@ default stream 0), and on the node an event captured when the stream waits on it
 ETFeeder (and so ASTRA-sim) schedules on ``data_deps`` only, to ``data_deps`` as well. Host-side
 synchronisation is not represented.
 """
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
@@ -50,42 +52,99 @@ from google.protobuf.message import DecodeError, Message
 from ..columns import SPEC_VERSION
 from ..errors import TraceCorruptError
 from ..reader import Run
-from ..writer import atomic_path
 from ..vocabulary import collective_name, dtype_bytes
+from ..writer import atomic_path
 
 CHAKRA_VERSION = "0.0.4"
 BATCH_ROWS = 64 * 1024
 
-NODE_TYPES = {"INVALID_NODE": 0, "METADATA_NODE": 1, "MEM_LOAD_NODE": 2, "MEM_STORE_NODE": 3,
-              "COMP_NODE": 4, "COMM_SEND_NODE": 5, "COMM_RECV_NODE": 6, "COMM_COLL_NODE": 7,
-              "STORAGE_NODE": 8, "BATCH_NODE": 9, "CHECKPOINT_NODE": 10}
-COLLECTIVE_COMM_TYPES = {"ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, "SCATTER": 4,
-                         "BROADCAST": 5, "ALL_TO_ALL": 6, "REDUCE_SCATTER": 7,
-                         "REDUCE_SCATTER_BLOCK": 8, "BARRIER": 9}
+NODE_TYPES = {
+    "INVALID_NODE": 0,
+    "METADATA_NODE": 1,
+    "MEM_LOAD_NODE": 2,
+    "MEM_STORE_NODE": 3,
+    "COMP_NODE": 4,
+    "COMM_SEND_NODE": 5,
+    "COMM_RECV_NODE": 6,
+    "COMM_COLL_NODE": 7,
+    "STORAGE_NODE": 8,
+    "BATCH_NODE": 9,
+    "CHECKPOINT_NODE": 10,
+}
+COLLECTIVE_COMM_TYPES = {
+    "ALL_REDUCE": 0,
+    "REDUCE": 1,
+    "ALL_GATHER": 2,
+    "GATHER": 3,
+    "SCATTER": 4,
+    "BROADCAST": 5,
+    "ALL_TO_ALL": 6,
+    "REDUCE_SCATTER": 7,
+    "REDUCE_SCATTER_BLOCK": 8,
+    "BARRIER": 9,
+}
 
-_COMM_TYPE = {"allreduce": "ALL_REDUCE", "reducescatter": "REDUCE_SCATTER", "allgather": "ALL_GATHER",
-              "alltoall": "ALL_TO_ALL", "broadcast": "BROADCAST", "reduce": "REDUCE", "gather": "GATHER",
-              "scatter": "SCATTER", "barrier": "BARRIER", "send": "send", "recv": "recv"}
+_COMM_TYPE = {
+    "allreduce": "ALL_REDUCE",
+    "reducescatter": "REDUCE_SCATTER",
+    "allgather": "ALL_GATHER",
+    "alltoall": "ALL_TO_ALL",
+    "broadcast": "BROADCAST",
+    "reduce": "REDUCE",
+    "gather": "GATHER",
+    "scatter": "SCATTER",
+    "barrier": "BARRIER",
+    "send": "send",
+    "recv": "recv",
+}
 """Trace collective name -> CollectiveCommType name, or "send"/"recv"."""
-_COLUMNS = ["seq", "api", "domain", "start_ns", "duration_ns", "stream_id", "device_start_ns",
-            "device_duration_ns", "kernel_id", "gemm_m", "gemm_n", "gemm_k", "gemm_batch", "bytes",
-            "memcpy_kind", "comm_id", "collective_name", "in_msg_nelems", "out_msg_nelems",
-            "comm_dtype", "peer_rank", "event_id"]
+_COLUMNS = [
+    "seq",
+    "api",
+    "domain",
+    "start_ns",
+    "duration_ns",
+    "stream_id",
+    "device_start_ns",
+    "device_duration_ns",
+    "kernel_id",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "gemm_batch",
+    "bytes",
+    "memcpy_kind",
+    "comm_id",
+    "collective_name",
+    "in_msg_nelems",
+    "out_msg_nelems",
+    "comm_dtype",
+    "peer_rank",
+    "event_id",
+]
 
 
 def _descriptors() -> descriptor_pool.DescriptorPool:
     F = descriptor_pb2.FieldDescriptorProto
-    f = descriptor_pb2.FileDescriptorProto(name="maya_chakra_et_def.proto", package="ChakraProtoMsg",
-                                           syntax="proto3")
+    f = descriptor_pb2.FileDescriptorProto(name="maya_chakra_et_def.proto", package="ChakraProtoMsg", syntax="proto3")
     node_type = f.enum_type.add(name="NodeType")
     for name, number in NODE_TYPES.items():
         node_type.value.add(name=name, number=number)
     attr_type = ".ChakraProtoMsg.AttributeProto"
 
-    def field(msg: descriptor_pb2.DescriptorProto, name: str, number: int, type_: int, *,
-              repeated: bool = False, type_name: str = "", oneof: bool = False) -> None:
-        fld = msg.field.add(name=name, number=number, type=type_,
-                            label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+    def field(
+        msg: descriptor_pb2.DescriptorProto,
+        name: str,
+        number: int,
+        type_: int,
+        *,
+        repeated: bool = False,
+        type_name: str = "",
+        oneof: bool = False,
+    ) -> None:
+        fld = msg.field.add(
+            name=name, number=number, type=type_, label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL
+        )
         if type_name:
             fld.type_name = type_name
         if oneof:
@@ -125,18 +184,24 @@ _NODE_TYPE_NAMES = {v: k for k, v in NODE_TYPES.items()}
 
 # ---------------------------------------------------------------- export
 
+
 def export_chakra(run_dir: str | Path, out_prefix: str | Path) -> list[Path]:
     """Write one Chakra ET file per rank of the run, ``<out_prefix>.<rank>.et``; returns their paths."""
     run = Run(run_dir)
     devices = {d["rank"]: d["device_name"] for d in run.table("devices").to_pylist()}
     paths = []
     for rank in run.ranks:
-        meta = GlobalMetadata(version=CHAKRA_VERSION, attr=[
-            _attr("schema", f"maya_trace_spec {SPEC_VERSION}"), _attr("run_id", run.info["run_id"]),
-            _attr("source", run.info["source"]), _attr("rank", rank),
-            _attr("world_size", run.info["world_size"]),
-            *([_attr("device_name", devices[rank])] if devices.get(rank) else []),
-        ])
+        meta = GlobalMetadata(
+            version=CHAKRA_VERSION,
+            attr=[
+                _attr("schema", f"maya_trace_spec {SPEC_VERSION}"),
+                _attr("run_id", run.info["run_id"]),
+                _attr("source", run.info["source"]),
+                _attr("rank", rank),
+                _attr("world_size", run.info["world_size"]),
+                *([_attr("device_name", devices[rank])] if devices.get(rank) else []),
+            ],
+        )
         path = Path(f"{out_prefix}.{rank}.et")
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:
             _write_message(fh, meta)
@@ -149,10 +214,13 @@ def export_chakra(run_dir: str | Path, out_prefix: str | Path) -> list[Path]:
 def is_device_call(row: dict) -> bool:
     """Whether an ``api_calls`` row (as a dict) launches device work and so becomes a node."""
     api = row["api"].lower()
-    return (any(row[c] is not None for c in ("device_start_ns", "kernel_id", "gemm_m", "memcpy_kind",
-                                             "collective_name"))
-            or row["domain"] == "device" or "memcpy" in api or "memset" in api
-            or (row["domain"] == "nccl" and _collective(row) is not None))
+    return (
+        any(row[c] is not None for c in ("device_start_ns", "kernel_id", "gemm_m", "memcpy_kind", "collective_name"))
+        or row["domain"] == "device"
+        or "memcpy" in api
+        or "memset" in api
+        or (row["domain"] == "nccl" and _collective(row) is not None)
+    )
 
 
 def _collective(row: dict) -> str | None:
@@ -190,8 +258,9 @@ def _nodes(run: Run, rank: int) -> Iterator[Message]:
             yield _node(r, rank, stream, deps, kernels, comms, messages)
 
 
-def _node(r: dict, rank: int, stream: int, deps: list[int], kernels: dict[int, str],
-          comms: dict[str, dict], messages: Counter) -> Message:
+def _node(
+    r: dict, rank: int, stream: int, deps: list[int], kernels: dict[int, str], comms: dict[str, dict], messages: Counter
+) -> Message:
     node = Node(id=r["seq"], name=kernels.get(r["kernel_id"]) or r["api"], ctrl_deps=deps, data_deps=deps)
     start = r["device_start_ns"] if r["device_start_ns"] is not None else r["start_ns"]
     if start >= 0:
@@ -219,8 +288,11 @@ def _node(r: dict, rank: int, stream: int, deps: list[int], kernels: dict[int, s
                 members = comm.get("ranks") or []
                 peer = members[r["peer_rank"]] if r["peer_rank"] < len(members) else r["peer_rank"]
                 src, dst = (rank, peer) if kind == "send" else (peer, rank)
-                attrs += [_attr("comm_src", src, "int32_val"), _attr("comm_dst", dst, "int32_val"),
-                          _attr("comm_tag", messages[src, dst], "int32_val")]
+                attrs += [
+                    _attr("comm_src", src, "int32_val"),
+                    _attr("comm_dst", dst, "int32_val"),
+                    _attr("comm_tag", messages[src, dst], "int32_val"),
+                ]
                 messages[src, dst] += 1
         size = _comm_size(r)
         if size is not None:
@@ -263,6 +335,7 @@ def _write_message(fh: IO[bytes], msg: Message) -> None:
 
 # ---------------------------------------------------------------- reading
 
+
 def read_chakra(path: str | Path) -> tuple[dict, list[dict]]:
     """Decode a Chakra ET file into (metadata, nodes) as plain dicts.
 
@@ -280,11 +353,22 @@ def read_chakra(path: str | Path) -> tuple[dict, list[dict]]:
         nodes = [Node.FromString(m) for m in messages[1:]]
     except DecodeError as e:
         raise TraceCorruptError(path, f"not a Chakra execution trace: {e}") from None
-    return ({"version": meta.version, "attr": _attrs(meta.attr)},
-            [{"id": n.id, "name": n.name, "type": _NODE_TYPE_NAMES.get(n.type, str(n.type)),
-              "ctrl_deps": list(n.ctrl_deps), "data_deps": list(n.data_deps),
-              "start_time_micros": n.start_time_micros, "duration_micros": n.duration_micros,
-              "attr": _attrs(n.attr)} for n in nodes])
+    return (
+        {"version": meta.version, "attr": _attrs(meta.attr)},
+        [
+            {
+                "id": n.id,
+                "name": n.name,
+                "type": _NODE_TYPE_NAMES.get(n.type, str(n.type)),
+                "ctrl_deps": list(n.ctrl_deps),
+                "data_deps": list(n.data_deps),
+                "start_time_micros": n.start_time_micros,
+                "duration_micros": n.duration_micros,
+                "attr": _attrs(n.attr),
+            }
+            for n in nodes
+        ],
+    )
 
 
 def _attrs(attrs) -> dict[str, Any]:
@@ -307,6 +391,6 @@ def _split(path: Path, data: bytes) -> list[bytes]:
                 break
         if pos + size > len(data):
             raise TraceCorruptError(path, f"truncated message at byte {pos} ({size} bytes announced)")
-        out.append(data[pos:pos + size])
+        out.append(data[pos : pos + size])
         pos += size
     return out

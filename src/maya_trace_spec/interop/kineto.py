@@ -31,6 +31,7 @@ All inputs are parsed and converted in memory first; the run is then written to 
 directory and renamed into place, so bad input never creates or changes the output directory.
 Needs only the standard library and pyarrow.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -44,18 +45,19 @@ import uuid
 import zlib
 from bisect import bisect_right
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from ..columns import SPEC_VERSION
 from ..errors import TraceError
-from ..writer import RunWriter
 from ..schema import file_schema
 from ..vocabulary import classify_kernel
+from ..writer import RunWriter
 
 __all__ = ["KinetoFormatError", "import_kineto"]
 
@@ -76,9 +78,16 @@ class KinetoFormatError(TraceError):
 
 # ---------------------------------------------------------------- public entry point
 
-def import_kineto(files: Sequence[str | Path], out_dir: str | Path, *,
-                  ranks: Sequence[int] | None = None, hardware: str | None = None,
-                  command: Sequence[str] | None = None, framework: str | None = None) -> Path:
+
+def import_kineto(
+    files: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    ranks: Sequence[int] | None = None,
+    hardware: str | None = None,
+    command: Sequence[str] | None = None,
+    framework: str | None = None,
+) -> Path:
     """Convert one Kineto trace per rank into the run directory `out_dir` and return its path.
 
     A rank is taken from the file's ``distributedInfo.rank``, else from `ranks`, else from the
@@ -118,20 +127,32 @@ def import_kineto(files: Sequence[str | Path], out_dir: str | Path, *,
 
     tables = {rank: _convert(path, doc, rank, hardware) for rank, (path, doc) in sorted(by_rank.items())}
     run = {
-        "run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "kineto-import",
-        "status": "complete", "command": None if command is None else json.dumps(list(command)),
-        "hardware": hardware, "world_size": world_size, "framework": framework or _framework(docs), "cuda_version": _cuda_version(docs),
+        "run_id": uuid.uuid4().hex,
+        "created_at_ns": time.time_ns(),
+        "source": "kineto-import",
+        "status": "complete",
+        "command": None if command is None else json.dumps(list(command)),
+        "hardware": hardware,
+        "world_size": world_size,
+        "framework": framework or _framework(docs),
+        "cuda_version": _cuda_version(docs),
         "producer_version": f"maya_trace_spec {SPEC_VERSION}",
-        "attrs": json.dumps({"source_files": [
-            {"path": str(path), "rank": rank,
-             "metadata": {k: v for k, v in doc.items() if k != "traceEvents"}}
-            for rank, (path, doc) in sorted(by_rank.items())]}, default=float),
+        "attrs": json.dumps(
+            {
+                "source_files": [
+                    {"path": str(path), "rank": rank, "metadata": {k: v for k, v in doc.items() if k != "traceEvents"}}
+                    for rank, (path, doc) in sorted(by_rank.items())
+                ]
+            },
+            default=float,
+        ),
     }
     _write(out_dir, run, tables)
     return out_dir
 
 
 # ---------------------------------------------------------------- reading and checking files
+
 
 def _load(path: Path) -> dict:
     """The parsed, shape-checked trace of `path`; floats are parsed as exact `Decimal`s."""
@@ -164,8 +185,9 @@ def _load(path: Path) -> dict:
             if key in event and not _is_number(event[key]):
                 raise KinetoFormatError(path, f"traceEvents[{i}] has a non-numeric {key}: {event[key]!r:.80}")
             if key in event and abs(event[key]) > MAX_US:
-                raise KinetoFormatError(path, f"traceEvents[{i}] has a {key} of {event[key]} us, outside the "
-                                              "int64 nanosecond range")
+                raise KinetoFormatError(
+                    path, f"traceEvents[{i}] has a {key} of {event[key]} us, outside the int64 nanosecond range"
+                )
     return doc
 
 
@@ -181,8 +203,12 @@ MAX_US = Decimal(9 * 10**15)
 def _int(v: Any, minimum: int | None = None, maximum: int = INT64_MAX) -> int | None:
     """`v` if it is an integer (not a bool) of at least `minimum` (default: the int64 range) and at most
     `maximum`, else None: a value that does not fit its column is not recorded."""
-    if (isinstance(v, int) and not isinstance(v, bool) and (-maximum if minimum is None else minimum) <= v
-            and v <= maximum):
+    if (
+        isinstance(v, int)
+        and not isinstance(v, bool)
+        and (-maximum if minimum is None else minimum) <= v
+        and v <= maximum
+    ):
         return v
     return None
 
@@ -201,9 +227,11 @@ def _us_to_ns(v: int | Decimal) -> int:
 
 # ---------------------------------------------------------------- converting one rank
 
+
 @dataclass(eq=False)
 class _Event:
     """A timed event of the trace; for ops `op` is the parent, for other events the owning op."""
+
     name: str
     cat: str | None
     thread: tuple[Any, Any]  # (pid, tid) as written
@@ -227,11 +255,20 @@ def _event(path: Path, i: int, e: dict, base_ns: int) -> _Event:
     dur = dur if dur is None or dur >= 0 else None
     start = base_ns + _us_to_ns(e["ts"])
     if not -INT64_MAX <= start <= INT64_MAX - (dur or 0):
-        raise KinetoFormatError(path, f"traceEvents[{i}] ({e['name']!r:.80}) starts or ends outside the int64 "
-                                      "nanosecond range (baseTimeNanoseconds + ts)")
+        raise KinetoFormatError(
+            path,
+            f"traceEvents[{i}] ({e['name']!r:.80}) starts or ends outside the int64 "
+            "nanosecond range (baseTimeNanoseconds + ts)",
+        )
     args = e.get("args")
-    return _Event(str(e["name"]), _category(e), (_thread_key(e.get("pid")), _thread_key(e.get("tid"))),
-                  start, dur, args if isinstance(args, dict) else {})
+    return _Event(
+        str(e["name"]),
+        _category(e),
+        (_thread_key(e.get("pid")), _thread_key(e.get("tid"))),
+        start,
+        dur,
+        args if isinstance(args, dict) else {},
+    )
 
 
 def _category(e: dict) -> str | None:
@@ -288,8 +325,9 @@ def _convert(path: Path, doc: dict, rank: int, hardware: str | None) -> dict[str
         "devices": [_device(doc, ops, work, hardware)],
         "ops": _ops(ops, autograd_threads),
         "api_calls": api_calls,
-        "kernels": [{"kernel_id": k, "name": name, "demangled": name, **classify_kernel(name)}
-                    for name, k in kernel_ids.items()],
+        "kernels": [
+            {"kernel_id": k, "name": name, "demangled": name, **classify_kernel(name)} for name, k in kernel_ids.items()
+        ],
         "communicators": list(comms.values()),
         "memory_events": _memory_events(memory),
     }
@@ -337,21 +375,40 @@ def _ops(ops: list[_Event], autograd_threads: set[tuple[Any, Any]]) -> list[dict
     rows = []
     for o in ops:  # parents come before their children
         parent = o.op
-        o.backward = (o.name.startswith("autograd::engine::evaluate_function") or o.thread in autograd_threads
-                      or (parent is not None and parent.backward))
-        o.optimizer = (o.name.startswith(("Optimizer.step", "Optimizer.zero_grad"))
-                       or (parent is not None and parent.optimizer))
+        o.backward = (
+            o.name.startswith("autograd::engine::evaluate_function")
+            or o.thread in autograd_threads
+            or (parent is not None and parent.backward)
+        )
+        o.optimizer = o.name.startswith(("Optimizer.step", "Optimizer.zero_grad")) or (
+            parent is not None and parent.optimizer
+        )
         step = iteration(o.start)
-        phase = ("backward" if o.backward else "optimizer" if o.optimizer
-                 else "forward" if step is not None and not _STEP_RE.fullmatch(o.name) else "other")
-        rows.append({
-            "op_id": o.op_id, "parent_op_id": parent.op_id if parent else None, "name": o.name,
-            "thread_id": _thread_id(o.thread), "start_ns": o.start,
-            "end_ns": o.end if o.dur is not None else None, "time_source": "measured",
-            "input_shapes": _shapes(o.args.get("Input Dims")),
-            "input_dtypes": _dtypes(o.args.get("Input type")),
-            "phase": phase, "iteration": step, "seq_nr": _int(o.args.get("Sequence number")),
-        })
+        phase = (
+            "backward"
+            if o.backward
+            else "optimizer"
+            if o.optimizer
+            else "forward"
+            if step is not None and not _STEP_RE.fullmatch(o.name)
+            else "other"
+        )
+        rows.append(
+            {
+                "op_id": o.op_id,
+                "parent_op_id": parent.op_id if parent else None,
+                "name": o.name,
+                "thread_id": _thread_id(o.thread),
+                "start_ns": o.start,
+                "end_ns": o.end if o.dur is not None else None,
+                "time_source": "measured",
+                "input_shapes": _shapes(o.args.get("Input Dims")),
+                "input_dtypes": _dtypes(o.args.get("Input type")),
+                "phase": phase,
+                "iteration": step,
+                "seq_nr": _int(o.args.get("Sequence number")),
+            }
+        )
     return rows
 
 
@@ -372,8 +429,15 @@ def _api_calls(calls: list[_Event], work: list[_Event]) -> tuple[list[dict], dic
     rows = []
     for c in calls:
         corr = _int(c.args.get("correlation"))
-        row = {"thread_id": _thread_id(c.thread), "api": c.name, "domain": CALL_DOMAINS[c.cat],
-               "start_ns": c.start, "duration_ns": c.dur, "correlation_id": corr, "_op": c.op}
+        row = {
+            "thread_id": _thread_id(c.thread),
+            "api": c.name,
+            "domain": CALL_DOMAINS[c.cat],
+            "start_ns": c.start,
+            "duration_ns": c.dur,
+            "correlation_id": corr,
+            "_op": c.op,
+        }
         rows.append(row)
         if corr is not None:
             by_correlation.setdefault(corr, row)
@@ -382,8 +446,13 @@ def _api_calls(calls: list[_Event], work: list[_Event]) -> tuple[list[dict], dic
         corr = _int(w.args.get("correlation"))
         row = by_correlation.pop(corr, None)
         if row is None:  # no call of its own in the trace, or not the call's first work
-            row = {"api": DEVICE_APIS[w.cat], "domain": "device", "start_ns": w.start,
-                   "correlation_id": corr, "_op": w.op}
+            row = {
+                "api": DEVICE_APIS[w.cat],
+                "domain": "device",
+                "start_ns": w.start,
+                "correlation_id": corr,
+                "_op": w.op,
+            }
             rows.append(row)
         row.update(_work_fields(w, kernel_ids))
         if w.cat == "kernel" and w.name.startswith(NCCL_KERNEL_PREFIXES):
@@ -397,8 +466,12 @@ def _api_calls(calls: list[_Event], work: list[_Event]) -> tuple[list[dict], dic
 
 def _work_fields(w: _Event, kernel_ids: dict[str, int]) -> dict:
     a = w.args
-    fields = {"device": _int32(a.get("device"), 0), "stream_id": _int(a.get("stream")),
-              "device_start_ns": w.start, "device_duration_ns": w.dur}
+    fields = {
+        "device": _int32(a.get("device"), 0),
+        "stream_id": _int(a.get("stream")),
+        "device_start_ns": w.start,
+        "device_duration_ns": w.dur,
+    }
     if w.cat == "kernel":
         fields["kernel_id"] = kernel_ids.setdefault(w.name, len(kernel_ids))
         for key in ("grid", "block"):
@@ -427,9 +500,12 @@ def _collective_fields(a: dict) -> dict:
     pg = a.get("Process Group Name")
     peer_key = "Dst Rank" if name and "send" in name else "Src Rank" if name and "recv" in name else None
     return {
-        "collective_name": name, "comm_id": f"pg:{pg}" if isinstance(pg, (str, int)) else None,
-        "in_msg_nelems": _int(a.get("In msg nelems"), 0), "out_msg_nelems": _int(a.get("Out msg nelems"), 0),
-        "comm_dtype": _str(a.get("dtype")), "comm_seq": _int(a.get("Seq", a.get("seq")), 0),
+        "collective_name": name,
+        "comm_id": f"pg:{pg}" if isinstance(pg, (str, int)) else None,
+        "in_msg_nelems": _int(a.get("In msg nelems"), 0),
+        "out_msg_nelems": _int(a.get("Out msg nelems"), 0),
+        "comm_dtype": _str(a.get("dtype")),
+        "comm_seq": _int(a.get("Seq", a.get("seq")), 0),
         "peer_rank": _int32(a.get(peer_key), 0) if peer_key else None,
     }
 
@@ -440,19 +516,27 @@ def _communicators(rank: int, ops: list[_Event], work: list[_Event], dist_info: 
     pg_config = dist_info.get("pg_config") if isinstance(dist_info, dict) else None
     for pg in pg_config if isinstance(pg_config, list) else []:
         if isinstance(pg, dict):
-            sources.append({"Process Group Name": pg.get("pg_name"),
-                            "Process Group Description": pg.get("pg_desc"),
-                            "Process Group Ranks": pg.get("ranks"), "Group size": pg.get("pg_size")})
+            sources.append(
+                {
+                    "Process Group Name": pg.get("pg_name"),
+                    "Process Group Description": pg.get("pg_desc"),
+                    "Process Group Ranks": pg.get("ranks"),
+                    "Group size": pg.get("pg_size"),
+                }
+            )
     found: dict[str, dict] = {}
     for a in sources:
         pg = a.get("Process Group Name")
         if not isinstance(pg, (str, int)):
             continue
         c = found.setdefault(f"pg:{pg}", {"pg_name": str(pg)})
-        for key, value in (("pg_desc", _str(a.get("Process Group Description"))),
-                           ("ranks", _ranks(a.get("Process Group Ranks"))),
-                           ("comm_size", _int32(a.get("Group size"), 1)), ("comm_rank", _int32(a.get("Rank"), 0)),
-                           ("device", _int32(a.get("device"), 0))):
+        for key, value in (
+            ("pg_desc", _str(a.get("Process Group Description"))),
+            ("ranks", _ranks(a.get("Process Group Ranks"))),
+            ("comm_size", _int32(a.get("Group size"), 1)),
+            ("comm_rank", _int32(a.get("Rank"), 0)),
+            ("device", _int32(a.get("device"), 0)),
+        ):
             if c.get(key) is None:
                 c[key] = value
     comms = {}
@@ -482,13 +566,19 @@ def _memory_events(memory: list[_Event]) -> list[dict]:
         a = m.args
         size = _int(a.get("Bytes"), -INT64_MAX) or 0
         device_type = _int(a.get("Device Type"))
-        rows.append({
-            "seq": seq, "ts_ns": m.start,
-            "kind": "oom" if m.name == "[OutOfMemory]" else "free" if size < 0 else "alloc",
-            "space": None if device_type is None else "host" if device_type == 0 else "device",
-            "address": _int(a.get("Addr")), "bytes": abs(size), "device": _int32(a.get("Device Id"), 0),
-            "allocated_bytes": _int(a.get("Total Allocated"), 0), "op_id": m.op.op_id if m.op else None,
-        })
+        rows.append(
+            {
+                "seq": seq,
+                "ts_ns": m.start,
+                "kind": "oom" if m.name == "[OutOfMemory]" else "free" if size < 0 else "alloc",
+                "space": None if device_type is None else "host" if device_type == 0 else "device",
+                "address": _int(a.get("Addr")),
+                "bytes": abs(size),
+                "device": _int32(a.get("Device Id"), 0),
+                "allocated_bytes": _int(a.get("Total Allocated"), 0),
+                "op_id": m.op.op_id if m.op else None,
+            }
+        )
     return rows
 
 
@@ -497,12 +587,15 @@ def _device(doc: dict, ops: list[_Event], work: list[_Event], hardware: str | No
     used = Counter(d for w in work if (d := _int32(w.args.get("device"), 0)) is not None)
     index = used.most_common(1)[0][0] if used else 0
     props = doc.get("deviceProperties")
-    p = next((p for p in props if isinstance(p, dict) and p.get("id") == index), {}) \
-        if isinstance(props, list) else {}
+    p = next((p for p in props if isinstance(p, dict) and p.get("id") == index), {}) if isinstance(props, list) else {}
     return {
-        "device_index": index, "device_name": _str(p.get("name")), "hardware": hardware,
-        "sm_major": _int32(p.get("computeMajor"), 0), "sm_minor": _int32(p.get("computeMinor"), 0),
-        "sm_count": _int32(p.get("numSms"), 0), "memory_bytes": _int(p.get("totalGlobalMem"), 0),
+        "device_index": index,
+        "device_name": _str(p.get("name")),
+        "hardware": hardware,
+        "sm_major": _int32(p.get("computeMajor"), 0),
+        "sm_minor": _int32(p.get("computeMinor"), 0),
+        "sm_count": _int32(p.get("numSms"), 0),
+        "memory_bytes": _int(p.get("totalGlobalMem"), 0),
         "hostname": _str(doc.get("host_name")),
         "pid": next((pid for o in ops if (pid := _int(o.thread[0], 0)) is not None), None),
     }
@@ -526,6 +619,7 @@ def _cuda_version(docs: list[dict]) -> str | None:
 
 
 # ---------------------------------------------------------------- writing
+
 
 def _write(out_dir: Path, run: dict, tables: dict[int, dict[str, list[dict]]]) -> None:
     """Write the run beside `out_dir`, then rename it into place (an empty `out_dir` is replaced)."""

@@ -24,12 +24,14 @@ Chrome JSON times are microseconds: ``ts`` and ``dur`` are written as exact deci
 fractional digits (nanoseconds), on the trace's own clock (not rebased). A viewer that parses them as
 doubles keeps nanosecond precision while timestamps stay below 2**53 ns (about 104 days).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from ..columns import SPEC_VERSION
 from ..reader import Run
@@ -42,25 +44,120 @@ BATCH_ROWS = 64 * 1024
 """Rows converted to Python objects at a time."""
 
 _API_COLUMNS = (
-    "seq", "thread_id", "api", "domain", "status", "start_ns", "duration_ns", "time_source",
-    "correlation_id", "op_id", "device", "stream_id", "device_start_ns", "device_duration_ns",
-    "kernel_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_mem_bytes",
-    "registers_per_thread", "gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_trans_a", "gemm_trans_b",
-    "gemm_dtype_a", "gemm_dtype_b", "gemm_dtype_c", "gemm_compute_type", "bytes", "memcpy_kind",
-    "comm_id", "collective_name", "in_msg_nelems", "out_msg_nelems", "comm_dtype", "root_rank",
-    "peer_rank", "comm_seq", "event_id", "data_dependent", "args",
+    "seq",
+    "thread_id",
+    "api",
+    "domain",
+    "status",
+    "start_ns",
+    "duration_ns",
+    "time_source",
+    "correlation_id",
+    "op_id",
+    "device",
+    "stream_id",
+    "device_start_ns",
+    "device_duration_ns",
+    "kernel_id",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "shared_mem_bytes",
+    "registers_per_thread",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "gemm_batch",
+    "gemm_trans_a",
+    "gemm_trans_b",
+    "gemm_dtype_a",
+    "gemm_dtype_b",
+    "gemm_dtype_c",
+    "gemm_compute_type",
+    "bytes",
+    "memcpy_kind",
+    "comm_id",
+    "collective_name",
+    "in_msg_nelems",
+    "out_msg_nelems",
+    "comm_dtype",
+    "root_rank",
+    "peer_rank",
+    "comm_seq",
+    "event_id",
+    "data_dependent",
+    "args",
 )
-_HOST_ARGS = ("seq", "domain", "status", "time_source", "correlation_id", "op_id", "device",
-              "stream_id", "kernel_id", "event_id", "data_dependent", "args")
-_DEVICE_ARGS = ("seq", "correlation_id", "kernel_id", "shared_mem_bytes", "registers_per_thread",
-                "gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_trans_a", "gemm_trans_b",
-                "gemm_dtype_a", "gemm_dtype_b", "gemm_dtype_c", "gemm_compute_type", "bytes",
-                "memcpy_kind", "comm_id", "collective_name", "in_msg_nelems", "out_msg_nelems",
-                "comm_dtype", "root_rank", "peer_rank", "comm_seq")
-_OP_COLUMNS = ("op_id", "parent_op_id", "name", "thread_id", "start_ns", "end_ns", "time_source",
-               "input_shapes", "input_dtypes", "module_path", "phase", "iteration", "seq_nr")
-_OP_ARGS = ("op_id", "parent_op_id", "time_source", "input_shapes", "input_dtypes", "module_path",
-            "phase", "iteration", "seq_nr")
+_HOST_ARGS = (
+    "seq",
+    "domain",
+    "status",
+    "time_source",
+    "correlation_id",
+    "op_id",
+    "device",
+    "stream_id",
+    "kernel_id",
+    "event_id",
+    "data_dependent",
+    "args",
+)
+_DEVICE_ARGS = (
+    "seq",
+    "correlation_id",
+    "kernel_id",
+    "shared_mem_bytes",
+    "registers_per_thread",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "gemm_batch",
+    "gemm_trans_a",
+    "gemm_trans_b",
+    "gemm_dtype_a",
+    "gemm_dtype_b",
+    "gemm_dtype_c",
+    "gemm_compute_type",
+    "bytes",
+    "memcpy_kind",
+    "comm_id",
+    "collective_name",
+    "in_msg_nelems",
+    "out_msg_nelems",
+    "comm_dtype",
+    "root_rank",
+    "peer_rank",
+    "comm_seq",
+)
+_OP_COLUMNS = (
+    "op_id",
+    "parent_op_id",
+    "name",
+    "thread_id",
+    "start_ns",
+    "end_ns",
+    "time_source",
+    "input_shapes",
+    "input_dtypes",
+    "module_path",
+    "phase",
+    "iteration",
+    "seq_nr",
+)
+_OP_ARGS = (
+    "op_id",
+    "parent_op_id",
+    "time_source",
+    "input_shapes",
+    "input_dtypes",
+    "module_path",
+    "phase",
+    "iteration",
+    "seq_nr",
+)
 
 _json = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -110,9 +207,10 @@ def _events(run: Run, stats: ExportStats) -> Iterator[str]:
         label = f"rank {rank}" + (f" ({device_name})" if device_name else "")
         yield _meta(rank, 0, "process_name", {"name": label})
         yield _meta(rank, 0, "process_sort_index", {"sort_index": rank})
-        kernels = {k["kernel_id"]: k["demangled"] or k["name"]
-                   for k in run.table("kernels", [rank]).select(["kernel_id", "name", "demangled"])
-                   .to_pylist()}
+        kernels = {
+            k["kernel_id"]: k["demangled"] or k["name"]
+            for k in run.table("kernels", [rank]).select(["kernel_id", "name", "demangled"]).to_pylist()
+        }
         tracks: set[int] = set()
 
         def track(tid: int, name: str) -> Iterator[str]:
@@ -124,8 +222,15 @@ def _events(run: Run, stats: ExportStats) -> Iterator[str]:
         for r in _rows(run, "api_calls", rank, _API_COLUMNS):
             tid = r["thread_id"] if r["thread_id"] is not None else 0
             yield from track(tid, f"thread {tid}")
-            yield _slice(rank, tid, r["start_ns"], r["duration_ns"], "api", r["api"],
-                         {c: r[c] for c in _HOST_ARGS if r[c] is not None})
+            yield _slice(
+                rank,
+                tid,
+                r["start_ns"],
+                r["duration_ns"],
+                "api",
+                r["api"],
+                {c: r[c] for c in _HOST_ARGS if r[c] is not None},
+            )
             stats.api_slices += 1
             if r["device_start_ns"] is None:
                 continue
@@ -145,21 +250,23 @@ def _events(run: Run, stats: ExportStats) -> Iterator[str]:
                 stats.flows += 1
                 flow = f'"id":{stats.flows},"cat":"launch","name":"launch"'
                 yield f'{{"ph":"s","pid":{rank},"tid":{tid},"ts":{_us(r["start_ns"])},{flow}}}'
-                yield (f'{{"ph":"f","bp":"e","pid":{rank},"tid":{dtid},'
-                       f'"ts":{_us(r["device_start_ns"])},{flow}}}')
+                yield (f'{{"ph":"f","bp":"e","pid":{rank},"tid":{dtid},"ts":{_us(r["device_start_ns"])},{flow}}}')
 
         for r in _rows(run, "ops", rank, _OP_COLUMNS):
             tid = r["thread_id"] if r["thread_id"] is not None else 0
             yield from track(tid, f"thread {tid}")
             dur = None if r["end_ns"] is None else max(0, r["end_ns"] - r["start_ns"])
-            yield _slice(rank, tid, r["start_ns"], dur, "op", r["name"],
-                         {c: r[c] for c in _OP_ARGS if r[c] is not None})
+            yield _slice(
+                rank, tid, r["start_ns"], dur, "op", r["name"], {c: r[c] for c in _OP_ARGS if r[c] is not None}
+            )
             stats.op_slices += 1
 
         for r in _rows(run, "memory_events", rank, ("ts_ns", "allocated_bytes")):
             if r["allocated_bytes"] is not None:
-                yield (f'{{"ph":"C","pid":{rank},"tid":0,"ts":{_us(r["ts_ns"])},"name":"memory",'
-                       f'"args":{{"allocated_bytes":{r["allocated_bytes"]}}}}}')
+                yield (
+                    f'{{"ph":"C","pid":{rank},"tid":0,"ts":{_us(r["ts_ns"])},"name":"memory",'
+                    f'"args":{{"allocated_bytes":{r["allocated_bytes"]}}}}}'
+                )
                 stats.counters += 1
 
 
@@ -177,8 +284,10 @@ def _us(ns: int) -> str:
 
 
 def _slice(pid: int, tid: int, ts_ns: int, dur_ns: int | None, cat: str, name: str, args: dict) -> str:
-    return (f'{{"ph":"X","pid":{pid},"tid":{tid},"ts":{_us(ts_ns)},"dur":{_us(dur_ns or 0)},'
-            f'"cat":"{cat}","name":{_json(name)},"args":{_json(args)}}}')
+    return (
+        f'{{"ph":"X","pid":{pid},"tid":{tid},"ts":{_us(ts_ns)},"dur":{_us(dur_ns or 0)},'
+        f'"cat":"{cat}","name":{_json(name)},"args":{_json(args)}}}'
+    )
 
 
 def _meta(pid: int, tid: int, name: str, args: dict) -> str:

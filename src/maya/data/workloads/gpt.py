@@ -5,14 +5,14 @@ positions, tied embeddings); uses CUDA when available, else the CPU.
     python gpt.py --size 1.3b --seq 2048 --batch 4 --bf16 [--checkpoint]
     python gpt.py --layers 2 --dim 64 --heads 4 --vocab 256 --seq 32   # explicit dimensions
 """
+
 import argparse
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-
 from lm_training import add_training_args, count_params, pick_device, train
+from torch.utils.checkpoint import checkpoint
 
 SIZES = {  # layers, d_model, heads: GPT-3 paper, table 2.1
     "125m": (12, 768, 12),
@@ -38,8 +38,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           is_causal=True)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 

@@ -5,14 +5,14 @@ causal); uses CUDA when available, else the CPU.
     python llama.py --size 1b --seq 2048 --batch 4 --bf16 [--checkpoint]
     python llama.py --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 256 --seq 32
 """
+
 import argparse
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-
 from lm_training import add_training_args, count_params, pick_device, train
+from torch.utils.checkpoint import checkpoint
 
 SIZES = {  # layers, dim, heads, kv_heads, ffn, vocab, tied embeddings
     "125m": (12, 768, 12, 4, 2048, 32000, False),
@@ -93,8 +93,19 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, vocab: int, dim: int, heads: int, kv_heads: int, ffn: int, layers: int, seq: int,
-                 tied: bool = False, rope_theta: float = 500000.0, checkpoint: bool = False):
+    def __init__(
+        self,
+        vocab: int,
+        dim: int,
+        heads: int,
+        kv_heads: int,
+        ffn: int,
+        layers: int,
+        seq: int,
+        tied: bool = False,
+        rope_theta: float = 500000.0,
+        checkpoint: bool = False,
+    ):
         super().__init__()
         if heads % kv_heads:
             raise ValueError(f"{heads} query heads do not split into {kv_heads} key/value head groups")
@@ -126,8 +137,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build(args: argparse.Namespace) -> Llama:
     layers, dim, heads, kv_heads, ffn, vocab, tied = SIZES[args.size]
-    return Llama(args.vocab or vocab, args.dim or dim, args.heads or heads, args.kv_heads or kv_heads,
-                 args.ffn or ffn, args.layers or layers, args.seq, tied, args.rope_theta, args.checkpoint)
+    return Llama(
+        args.vocab or vocab,
+        args.dim or dim,
+        args.heads or heads,
+        args.kv_heads or kv_heads,
+        args.ffn or ffn,
+        args.layers or layers,
+        args.seq,
+        tied,
+        args.rope_theta,
+        args.checkpoint,
+    )
 
 
 def main() -> None:

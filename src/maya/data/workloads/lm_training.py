@@ -1,5 +1,6 @@
 """The training loop of the reference workloads: next-token prediction on random tokens with AdamW
 (fused on CUDA), in fp32 or under bf16 autocast. Plain PyTorch, no Maya imports."""
+
 import argparse
 
 import torch

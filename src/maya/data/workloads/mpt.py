@@ -19,6 +19,7 @@ logits under autocast, no grad); gradient clipping at norm 1 (FSDP's `clip_grad_
 DecoupledAdamW (or DecoupledLionW), one parameter at a time with its step counter read back; then
 the loss and the step's timing all-reduced and the metrics gathered across ranks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,7 +68,7 @@ class MPTConfig:
     expansion_ratio: int = EXPANSION
 
     @classmethod
-    def of(cls, size: str, seq_len: int, **overrides: int) -> "MPTConfig":
+    def of(cls, size: str, seq_len: int, **overrides: int) -> MPTConfig:
         if size not in SIZES:
             raise ValueError(f"unknown MPT size {size!r}; known: {', '.join(SIZES)}")
         d, h, n = SIZES[size]
@@ -87,6 +88,7 @@ class MPTConfig:
 
 
 # ---- model ---------------------------------------------------------------------------------------
+
 
 class LowPrecisionLayerNorm(nn.LayerNorm):
     """LayerNorm run in the autocast dtype (llm-foundry's `low_precision_layernorm`)."""
@@ -113,6 +115,7 @@ def _linear_class(fp8: bool):
     if not fp8:
         return nn.Linear
     import transformer_engine.pytorch as te  # checked by require_fp8() before any model is built
+
     return te.Linear
 
 
@@ -176,8 +179,13 @@ class Attention(nn.Module):
     def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """[b, s, h, dh] in, [b, s, h, dh] out: causal, scale 1/sqrt(dh)."""
         with sdpa_context(self.sdpa_backend):
-            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                               is_causal=True, scale=1.0 / math.sqrt(q.shape[-1]))
+            o = F.scaled_dot_product_attention(
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                is_causal=True,
+                scale=1.0 / math.sqrt(q.shape[-1]),
+            )
         return o.transpose(1, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -273,16 +281,21 @@ def init_params(module: nn.Module, n_layers: int) -> None:
 
 # ---- precision, attention backend ----------------------------------------------------------------
 
+
 def require_fp8() -> None:
     """`amp_fp8` runs the projections as Transformer Engine fp8 GEMMs: fail clearly without it."""
     try:
         import transformer_engine.pytorch  # noqa: F401
     except ImportError as e:
-        sys.exit(f"error: --precision amp_fp8 needs NVIDIA Transformer Engine (import transformer_engine.pytorch "
-                 f"failed: {e}); install Transformer Engine for PyTorch, or use amp_bf16 or bf16")
+        sys.exit(
+            f"error: --precision amp_fp8 needs NVIDIA Transformer Engine (import transformer_engine.pytorch "
+            f"failed: {e}); install Transformer Engine for PyTorch, or use amp_bf16 or bf16"
+        )
     if torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 9):
-        sys.exit(f"error: --precision amp_fp8 needs a GPU with fp8 tensor cores (sm_89 or newer); this one is "
-                 f"sm_{''.join(map(str, torch.cuda.get_device_capability()))}")
+        sys.exit(
+            f"error: --precision amp_fp8 needs a GPU with fp8 tensor cores (sm_89 or newer); this one is "
+            f"sm_{''.join(map(str, torch.cuda.get_device_capability()))}"
+        )
 
 
 def precision_context(precision: str):
@@ -291,6 +304,7 @@ def precision_context(precision: str):
     if precision == "amp_fp8":
         import transformer_engine.pytorch as te
         from transformer_engine.common.recipe import DelayedScaling, Format
+
         recipe = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=16, amax_compute_algo="max")
         return te.fp8_autocast(enabled=True, fp8_recipe=recipe)
     return torch.autocast("cuda", dtype=torch.bfloat16)
@@ -300,19 +314,26 @@ def sdpa_context(backend: str):
     if backend == "auto":
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                        "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend])
+
+    return sdpa_kernel(
+        {
+            "flash": SDPBackend.FLASH_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "math": SDPBackend.MATH,
+        }[backend]
+    )
 
 
 # ---- optimizers (Composer's decoupled AdamW / LionW: a Python loop over the parameters) ------------
+
 
 class DecoupledAdamW(torch.optim.Optimizer):
     """AdamW with weight decay scaled by lr / initial lr; a device step counter per parameter, read back
     once per parameter and step (as Composer's implementation does)."""
 
     def __init__(self, params, lr: float, betas=(0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.0):
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                                  "initial_lr": lr})
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "initial_lr": lr})
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -337,8 +358,8 @@ class DecoupledAdamW(torch.optim.Optimizer):
                 exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
                 exp_avg.mul_(beta1).add_(p.grad, alpha=1 - beta1)
                 exp_avg_sq.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-                denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(group["eps"])
-                p.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1 ** step))
+                denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(group["eps"])
+                p.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
 
 
 class DecoupledLionW(torch.optim.Optimizer):
@@ -367,53 +388,99 @@ class DecoupledLionW(torch.optim.Optimizer):
 
 # ---- command line ---------------------------------------------------------------------------------
 
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", required=True, choices=SIZES, help="MPT size (the table's Model)")
     p.add_argument("--seq-len", type=int, required=True, help="sequence length (SeqLen (T))")
     p.add_argument("--micro-batch", type=int, help="sequences per GPU per micro-batch (MicroBatchSize)")
     p.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step (GradAccum)")
-    p.add_argument("--global-batch", type=int,
-                   help="sequences per optimizer step, all GPUs (GlobalBatchSize); with --micro-batch alone the\n"
-                        "last micro-batch may be smaller, as Composer splits")
+    p.add_argument(
+        "--global-batch",
+        type=int,
+        help="sequences per optimizer step, all GPUs (GlobalBatchSize); with --micro-batch alone the\n"
+        "last micro-batch may be smaller, as Composer splits",
+    )
     p.add_argument("--precision", default="amp_bf16", choices=PRECISIONS, help="Precision (default amp_bf16)")
-    p.add_argument("--mp-mode", default="DEFAULT", choices=MP_MODES,
-                   help="FSDP mixed precision (MP Mode): DEFAULT = bf16 params, fp32 gradient reduction;\n"
-                        "PURE = bf16 params and reduction; FULL = fp32 (default DEFAULT)")
+    p.add_argument(
+        "--mp-mode",
+        default="DEFAULT",
+        choices=MP_MODES,
+        help="FSDP mixed precision (MP Mode): DEFAULT = bf16 params, fp32 gradient reduction;\n"
+        "PURE = bf16 params and reduction; FULL = fp32 (default DEFAULT)",
+    )
     p.add_argument("--sharding", default="FULL_SHARD", choices=SHARDINGS, help="Sharding Strategy")
-    p.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=False,
-                   help="non-reentrant checkpointing of every block (Activation Checkpointing)")
-    p.add_argument("--activation-cpu-offload", action=argparse.BooleanOptionalAction, default=False,
-                   help="Activation CPUOffload (not supported: every published row has it off)")
+    p.add_argument(
+        "--activation-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="non-reentrant checkpointing of every block (Activation Checkpointing)",
+    )
+    p.add_argument(
+        "--activation-cpu-offload",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Activation CPUOffload (not supported: every published row has it off)",
+    )
     p.add_argument("--steps", type=int, default=3, help="optimizer steps (default 3)")
-    p.add_argument("--attn-impl", default="triton", choices=("triton", "flash"),
-                   help="llm-foundry's attention path: triton (fused kernel on the strided QKV views) or flash\n"
-                        "(flash-attn 2's unpad / pad around the kernel); the kernel is torch's SDPA")
-    p.add_argument("--sdpa-backend", default="auto", choices=SDPA_BACKENDS,
-                   help="SDPA backend: auto = torch's choice (default)")
-    p.add_argument("--backward-prefetch", default="BACKWARD_POST", choices=PREFETCH,
-                   help="FSDP backward prefetch (Composer's default BACKWARD_POST)")
+    p.add_argument(
+        "--attn-impl",
+        default="triton",
+        choices=("triton", "flash"),
+        help="llm-foundry's attention path: triton (fused kernel on the strided QKV views) or flash\n"
+        "(flash-attn 2's unpad / pad around the kernel); the kernel is torch's SDPA",
+    )
+    p.add_argument(
+        "--sdpa-backend", default="auto", choices=SDPA_BACKENDS, help="SDPA backend: auto = torch's choice (default)"
+    )
+    p.add_argument(
+        "--backward-prefetch",
+        default="BACKWARD_POST",
+        choices=PREFETCH,
+        help="FSDP backward prefetch (Composer's default BACKWARD_POST)",
+    )
     p.add_argument("--forward-prefetch", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--limit-all-gathers", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--use-orig-params", action=argparse.BooleanOptionalAction, default=True,
-                   help="FSDP use_orig_params (Composer >= 0.16: on; torch 1.13 had flat parameters only)")
-    p.add_argument("--loss-fn", default="fused_crossentropy", choices=LOSS_FNS,
-                   help="llm-foundry's loss_fn: fused_crossentropy (its default: flash-attn's fused kernel, which "
-                        "keeps no log-probabilities) or torch_crossentropy")
+    p.add_argument(
+        "--use-orig-params",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="FSDP use_orig_params (Composer >= 0.16: on; torch 1.13 had flat parameters only)",
+    )
+    p.add_argument(
+        "--loss-fn",
+        default="fused_crossentropy",
+        choices=LOSS_FNS,
+        help="llm-foundry's loss_fn: fused_crossentropy (its default: flash-attn's fused kernel, which "
+        "keeps no log-probabilities) or torch_crossentropy",
+    )
     p.add_argument("--optimizer", default="decoupled_adamw", choices=("decoupled_adamw", "decoupled_lionw"))
     p.add_argument("--lr", type=float, default=2.0e-4)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--clip-norm", type=float, default=1.0, help="gradient clipping norm; 0: none (default 1.0)")
-    p.add_argument("--train-metrics", action=argparse.BooleanOptionalAction, default=True,
-                   help="Composer's per-micro-batch training metrics (cross-entropy and perplexity)")
+    p.add_argument(
+        "--train-metrics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Composer's per-micro-batch training metrics (cross-entropy and perplexity)",
+    )
     p.add_argument("--layers", type=int, help="override the size's n_layers (small test runs)")
     p.add_argument("--d-model", type=int, help="override the size's d_model")
     p.add_argument("--heads", type=int, help="override the size's n_heads")
     p.add_argument("--vocab", type=int, default=VOCAB, help=f"vocabulary (default {VOCAB})")
     p.add_argument("--print-params", action="store_true", help="print the parameter count and exit")
     args = p.parse_args(argv)
-    for name in ("seq_len", "micro_batch", "grad_accum", "global_batch", "steps", "layers", "d_model", "heads",
-                 "vocab"):
+    for name in (
+        "seq_len",
+        "micro_batch",
+        "grad_accum",
+        "global_batch",
+        "steps",
+        "layers",
+        "d_model",
+        "heads",
+        "vocab",
+    ):
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, not {value}")
@@ -437,8 +504,10 @@ def micro_batches(args: argparse.Namespace, world: int) -> list[int]:
     per_rank = args.global_batch // world
     sizes = [mbs] * (per_rank // mbs) + ([per_rank % mbs] if per_rank % mbs else [])
     if args.grad_accum is not None and args.grad_accum != len(sizes):
-        raise SystemExit(f"error: --global-batch {args.global_batch} on {world} ranks with --micro-batch {mbs} makes "
-                         f"{len(sizes)} micro-batches per step, not --grad-accum {args.grad_accum}")
+        raise SystemExit(
+            f"error: --global-batch {args.global_batch} on {world} ranks with --micro-batch {mbs} makes "
+            f"{len(sizes)} micro-batches per step, not --grad-accum {args.grad_accum}"
+        )
     return sizes
 
 
@@ -449,15 +518,18 @@ def count_params(cfg: MPTConfig) -> int:
 
 
 def model_config(args: argparse.Namespace) -> MPTConfig:
-    return MPTConfig.of(args.model, args.seq_len, n_layers=args.layers, d_model=args.d_model, n_heads=args.heads,
-                        vocab_size=args.vocab)
+    return MPTConfig.of(
+        args.model, args.seq_len, n_layers=args.layers, d_model=args.d_model, n_heads=args.heads, vocab_size=args.vocab
+    )
 
 
 # ---- FSDP -----------------------------------------------------------------------------------------
 
+
 def mixed_precision(precision: str, mode: str):
     """Composer's FSDP MixedPrecision for a precision and MP mode (fp8 keeps bf16 parameters)."""
     from torch.distributed.fsdp import MixedPrecision
+
     if mode == "FULL":
         return MixedPrecision()
     low = torch.bfloat16
@@ -469,7 +541,10 @@ def shard(model: MPTForCausalLM, args: argparse.Namespace) -> nn.Module:
     transformer, the model itself the root; parameters built on the meta device and materialised unit
     by unit; then non-reentrant activation checkpointing of every block."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
     from torch.distributed.fsdp import BackwardPrefetch, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import CustomPolicy
@@ -483,16 +558,25 @@ def shard(model: MPTForCausalLM, args: argparse.Namespace) -> nn.Module:
             init_params(module, model.cfg.n_layers)
 
     prefetch = None if args.backward_prefetch == "NONE" else BackwardPrefetch[args.backward_prefetch]
-    wrapped = FSDP(model, sharding_strategy=ShardingStrategy[args.sharding],
-                   auto_wrap_policy=CustomPolicy(lambda m: m in units),
-                   mixed_precision=mixed_precision(args.precision, args.mp_mode), backward_prefetch=prefetch,
-                   param_init_fn=materialise, device_id=device, sync_module_states=False,
-                   forward_prefetch=args.forward_prefetch, limit_all_gathers=args.limit_all_gathers,
-                   use_orig_params=args.use_orig_params)
+    wrapped = FSDP(
+        model,
+        sharding_strategy=ShardingStrategy[args.sharding],
+        auto_wrap_policy=CustomPolicy(lambda m: m in units),
+        mixed_precision=mixed_precision(args.precision, args.mp_mode),
+        backward_prefetch=prefetch,
+        param_init_fn=materialise,
+        device_id=device,
+        sync_module_states=False,
+        forward_prefetch=args.forward_prefetch,
+        limit_all_gathers=args.limit_all_gathers,
+        use_orig_params=args.use_orig_params,
+    )
     if args.activation_checkpointing:
         apply_activation_checkpointing(
-            wrapped, checkpoint_wrapper_fn=partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
-            check_fn=lambda m: isinstance(m, MPTBlock))
+            wrapped,
+            checkpoint_wrapper_fn=partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda m: isinstance(m, MPTBlock),
+        )
     return wrapped
 
 
@@ -554,6 +638,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, loss_fn: str) -> t
 
 # ---- training -------------------------------------------------------------------------------------
 
+
 def targets_of(labels: torch.Tensor) -> torch.Tensor:
     """Next-token targets: labels shifted left, the last position ignored."""
     targets = torch.roll(labels, shifts=-1)
@@ -569,13 +654,15 @@ def update_metrics(logits: torch.Tensor, labels: torch.Tensor, states: list[torc
         labels[:, -1] = IGNORE_INDEX
         target = labels.view(-1)
         for i in range(0, len(states), 2):
-            states[i] += F.cross_entropy(logits.view(target.shape[0], -1), target, ignore_index=IGNORE_INDEX,
-                                         reduction="sum")
+            states[i] += F.cross_entropy(
+                logits.view(target.shape[0], -1), target, ignore_index=IGNORE_INDEX, reduction="sum"
+            )
             states[i + 1] += (target != IGNORE_INDEX).sum()
 
 
-def end_of_batch(loss: torch.Tensor, states: list[torch.Tensor], samples: int, tokens: int, seconds: float,
-                 world: int) -> float:
+def end_of_batch(
+    loss: torch.Tensor, states: list[torch.Tensor], samples: int, tokens: int, seconds: float, world: int
+) -> float:
     """What Composer does after the optimizer step: the loss all-reduced and read back, samples, tokens
     and time all-reduced and read back, each metric state gathered across ranks and the metrics read."""
     dist.all_reduce(loss)
@@ -610,9 +697,12 @@ def train(args: argparse.Namespace) -> None:
     with torch.device("meta"):
         model = MPTForCausalLM(cfg, args.attn_impl, args.sdpa_backend, fp8=args.precision == "amp_fp8")
     if rank == 0:
-        print(f"MPT-{args.model}: {cfg.num_params():,} parameters; {world} ranks, micro-batches {sizes} of "
-              f"{args.seq_len} tokens per step, {args.precision}/{args.mp_mode}, {args.sharding}, activation "
-              f"checkpointing {'on' if args.activation_checkpointing else 'off'}", flush=True)
+        print(
+            f"MPT-{args.model}: {cfg.num_params():,} parameters; {world} ranks, micro-batches {sizes} of "
+            f"{args.seq_len} tokens per step, {args.precision}/{args.mp_mode}, {args.sharding}, activation "
+            f"checkpointing {'on' if args.activation_checkpointing else 'off'}",
+            flush=True,
+        )
     model = shard(model, args)
     opt_class = DecoupledAdamW if args.optimizer == "decoupled_adamw" else DecoupledLionW
     opt = opt_class(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
@@ -624,17 +714,20 @@ def train(args: argparse.Namespace) -> None:
         batch = {k: v.to("cuda", non_blocking=True) for k, v in host.items()}
         opt.zero_grad(set_to_none=True)
         total = torch.zeros(1, device="cuda")
-        states = [torch.zeros((), device="cuda"), torch.zeros((), dtype=torch.long, device="cuda"),
-                  torch.zeros((), device="cuda"), torch.zeros((), dtype=torch.long, device="cuda")]
+        states = [
+            torch.zeros((), device="cuda"),
+            torch.zeros((), dtype=torch.long, device="cuda"),
+            torch.zeros((), device="cuda"),
+            torch.zeros((), dtype=torch.long, device="cuda"),
+        ]
         start = 0
         for size in sizes:
-            micro = {k: v[start:start + size] for k, v in batch.items()}
+            micro = {k: v[start : start + size] for k, v in batch.items()}
             start += size
             copy = {k: v.clone() for k, v in micro.items()}  # Composer's deepcopy of the micro-batch
             with precision_context(args.precision):
                 logits = model(micro["input_ids"])
-            loss = cross_entropy(logits.view(-1, logits.shape[-1]), targets_of(micro["labels"]).view(-1),
-                                 args.loss_fn)
+            loss = cross_entropy(logits.view(-1, logits.shape[-1]), targets_of(micro["labels"]).view(-1), args.loss_fn)
             micro_loss = torch.zeros(1, device="cuda").add_(loss.mean())
             total += micro_loss.detach().clone().mean() * (size / per_rank)
             micro_loss.mul_(size / per_rank)

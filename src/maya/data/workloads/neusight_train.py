@@ -6,6 +6,7 @@ of the fastest `--sample` forward and backward times.
 
 Usage: python neusight_train.py CONFIG.json --batch B --seq S [--iterations N] [--sample K]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,8 @@ def main() -> None:
         loss = None
         torch.cuda.synchronize()
         backward.append(start.elapsed_time(end))
-    fw = sum(sorted(forward)[:args.sample]) / min(args.sample, len(forward))
-    bw = sum(sorted(backward)[:args.sample]) / min(args.sample, len(backward))
+    fw = sum(sorted(forward)[: args.sample]) / min(args.sample, len(forward))
+    bw = sum(sorted(backward)[: args.sample]) / min(args.sample, len(backward))
     print(json.dumps({"fw_ms": fw, "bw_ms": bw, "e2e_ms": fw + bw}))
 
 

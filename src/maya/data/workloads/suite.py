@@ -9,13 +9,15 @@ training state plus saved activations plus logits), and `estimate_s`, the whole 
 the H100's 80 GB; every such config stops at its out-of-memory error after about two iterations.
 Nothing here is measured: the results are the truth, the estimates only chose the configs.
 """
+
 import sys
 from pathlib import Path
 
 HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
-from gpt import SIZES as GPT_SIZES, VOCAB as GPT_VOCAB  # noqa: E402
+from gpt import SIZES as GPT_SIZES  # noqa: E402
+from gpt import VOCAB as GPT_VOCAB  # noqa: E402
 from llama import SIZES as LLAMA_SIZES  # noqa: E402
 
 H100_GIB = 79.6  # 81559 MiB
@@ -34,8 +36,7 @@ def dimensions(arch: str, size: str) -> dict:
         layers, dim, _ = GPT_SIZES[size]
         return dict(layers=layers, dim=dim, ffn=4 * dim, kv_dim=dim, vocab=GPT_VOCAB, tied=True, mlp_saved=2)
     layers, dim, heads, kv_heads, ffn, vocab, tied = LLAMA_SIZES[size]
-    return dict(layers=layers, dim=dim, ffn=ffn, kv_dim=kv_heads * dim // heads, vocab=vocab, tied=tied,
-                mlp_saved=4)
+    return dict(layers=layers, dim=dim, ffn=ffn, kv_dim=kv_heads * dim // heads, vocab=vocab, tied=tied, mlp_saved=4)
 
 
 def parameter_count(arch: str, size: str, seq: int) -> int:
@@ -77,14 +78,22 @@ def config(arch: str, size: str, seq: int, batch: int, dtype: str = "bf16", chec
     gib = peak_bytes(arch, size, seq, batch, bf16, checkpoint) / 2**30
     expect = "oom" if gib > H100_GIB else "ok"
     iterations = OOM_ITERATION_TIMES if expect == "oom" else ITERATION_TIMES
-    seconds = (OVERHEAD_S + OVERHEAD_PER_LAYER_S * dimensions(arch, size)["layers"]
-               + iterations * iteration_seconds(arch, size, seq, batch, bf16, checkpoint))
+    seconds = (
+        OVERHEAD_S
+        + OVERHEAD_PER_LAYER_S * dimensions(arch, size)["layers"]
+        + iterations * iteration_seconds(arch, size, seq, batch, bf16, checkpoint)
+    )
     args = ["--size", size, "--seq", str(seq), "--batch", str(batch), "--steps", "100"]
     args += ["--bf16"] if bf16 else []
     args += ["--checkpoint"] if checkpoint else []
-    return {"name": f"{arch}-{size}-s{seq}-b{batch}-{dtype}" + ("-ckpt" if checkpoint else ""),
-            "script": f"{arch}.py", "args": args, "expect": expect,
-            "estimate_gib": round(gib, 1), "estimate_s": round(seconds, 1)}
+    return {
+        "name": f"{arch}-{size}-s{seq}-b{batch}-{dtype}" + ("-ckpt" if checkpoint else ""),
+        "script": f"{arch}.py",
+        "args": args,
+        "expect": expect,
+        "estimate_gib": round(gib, 1),
+        "estimate_s": round(seconds, 1),
+    }
 
 
 CONFIGS = [

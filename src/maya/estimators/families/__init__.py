@@ -1,4 +1,5 @@
 """One predictor per kernel family, selected by family name (`PREDICTORS`)."""
+
 from __future__ import annotations
 
 from .attention import AttentionPredictor
@@ -13,8 +14,20 @@ from .other import OtherPredictor
 from .reduction import ReductionPredictor
 from .softmax import SoftmaxPredictor
 
-PREDICTORS: dict[str, FamilyPredictor] = {p.family: p for p in (
-    GemmPredictor(), AttentionPredictor(), ElementwisePredictor(), ReductionPredictor(), NormalizationPredictor(),
-    SoftmaxPredictor(), EmbeddingPredictor(), OptimizerPredictor(), CopyPredictor(), OtherPredictor())}
+PREDICTORS: dict[str, FamilyPredictor] = {
+    p.family: p
+    for p in (
+        GemmPredictor(),
+        AttentionPredictor(),
+        ElementwisePredictor(),
+        ReductionPredictor(),
+        NormalizationPredictor(),
+        SoftmaxPredictor(),
+        EmbeddingPredictor(),
+        OptimizerPredictor(),
+        CopyPredictor(),
+        OtherPredictor(),
+    )
+}
 
 __all__ = ["PREDICTORS", "FamilyPredictor", "Work"]

@@ -53,6 +53,7 @@ elementwise family prices such a pass.
 Call frame: `batch` = batch x heads, `m` query length, `n` key length, `k` head dimension; op
 `<kernel>_<fwd|bwd>[_causal]` with kernel `sdpa` (cuDNN) or `flash`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,8 +62,8 @@ import numpy as np
 import pandas as pd
 
 from ..calls import element_bytes, gemm_of_row_major
-from .base import Composed, FamilyPredictor, PriceCalls, Work, count_or_one, log2
 from ..hardware_table import HardwareArrays
+from .base import Composed, FamilyPredictor, PriceCalls, Work, count_or_one, log2
 
 QUERY_TILE = 128
 """Query rows per thread block in flash-attention kernels."""
@@ -84,8 +85,22 @@ BACKWARD_FP32_OPS = 4.0
 dS = P * (dP - D) (a subtract and a multiply), and the 16-bit conversions of P and dS (half each)."""
 EXP_PER_ELEMENT = 1.0
 """One exp2 per score element, forward and backward (P is recomputed, not stored)."""
-SFU_OPS_PER_CLOCK: dict[int, float] = {50: 32, 52: 32, 53: 32, 60: 16, 61: 32, 62: 32, 70: 16, 72: 16, 75: 16,
-                                       80: 16, 86: 16, 87: 16, 89: 16, 90: 16}
+SFU_OPS_PER_CLOCK: dict[int, float] = {
+    50: 32,
+    52: 32,
+    53: 32,
+    60: 16,
+    61: 32,
+    62: 32,
+    70: 16,
+    72: 16,
+    75: 16,
+    80: 16,
+    86: 16,
+    87: 16,
+    89: 16,
+    90: 16,
+}
 """Results per clock per SM of exp2 (MUFU.EX2) by compute capability (major * 10 + minor), from the CUDA C++
 Programming Guide's table of native arithmetic instruction throughput. Newer architectures: 16."""
 DEFAULT_SFU_OPS_PER_CLOCK = 16.0
@@ -106,8 +121,10 @@ FLASH_FORWARD_TILES: dict[int, tuple[int, int, int]] = {64: (128, 128, 4), 128: 
 """FlashAttention-2's forward tiles by head dimension (the kernel's template head dimension): queries
 (`kBlockM`), keys (`kBlockN`) and warps, the warps splitting the queries (flash_fwd_launch_template.h,
 `run_mha_fwd_hdim64/128`, sm80/sm90; torch 2.1's copy is the same)."""
-FLASH_BACKWARD_TILES: dict[int, tuple[int, int, int, int, int, int]] = {64: (128, 128, 8, 4, 4, 4),
-                                                                       128: (64, 128, 8, 2, 4, 2)}
+FLASH_BACKWARD_TILES: dict[int, tuple[int, int, int, int, int, int]] = {
+    64: (128, 128, 8, 4, 4, 4),
+    128: (64, 128, 8, 2, 4, 2),
+}
 """FlashAttention-2's backward tiles by head dimension for GPUs with >= 144 KB of shared memory per block
 (A100, H100): `kBlockM`, `kBlockN`, warps, and the warps along the rows of S/dP (`AtomLayoutMSdP`), of
 dK/dV (`AtomLayoutNdKV`) and of dQ (`AtomLayoutMdQ`) (flash_bwd_launch_template.h, `run_mha_bwd_hdim64/128`).
@@ -122,8 +139,18 @@ ACCUMULATOR_BYTES = 4
 class AttentionPredictor(FamilyPredictor):
     family = "attention"
     composed_from = "gemm"
-    ops = ("sdpa_fwd", "sdpa_bwd", "sdpa_fwd_causal", "sdpa_bwd_causal", "flash_fwd", "flash_bwd",
-           "flash_fwd_causal", "flash_bwd_causal", "flash_bwd_preprocess", "flash_bwd_postprocess")
+    ops = (
+        "sdpa_fwd",
+        "sdpa_bwd",
+        "sdpa_fwd_causal",
+        "sdpa_bwd_causal",
+        "flash_fwd",
+        "flash_bwd",
+        "flash_fwd_causal",
+        "flash_bwd_causal",
+        "flash_bwd_preprocess",
+        "flash_bwd_postprocess",
+    )
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         b, m, n, d = _shape(calls)
@@ -136,9 +163,15 @@ class AttentionPredictor(FamilyPredictor):
     def shape_features(self, calls: pd.DataFrame, hw: HardwareArrays) -> dict[str, np.ndarray]:
         b, m, n, d = _shape(calls)
         waves = b * np.ceil(m / QUERY_TILE) / hw.sm_count
-        return {"log2_batch": log2(b), "log2_query": log2(m), "log2_key": log2(n), "log2_head_dim": log2(d),
-                "log2_waves": log2(waves), "wave_fill": waves / np.ceil(waves),
-                "causal": _causal(_ops(calls)).astype("float64")}
+        return {
+            "log2_batch": log2(b),
+            "log2_query": log2(m),
+            "log2_key": log2(n),
+            "log2_head_dim": log2(d),
+            "log2_waves": log2(waves),
+            "wave_fill": waves / np.ceil(waves),
+            "causal": _causal(_ops(calls)).astype("float64"),
+        }
 
     def compose(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed:
         return self._parts(calls, hw, price).composed()
@@ -149,9 +182,18 @@ class AttentionPredictor(FamilyPredictor):
         shared memory make of them (`products_s` = gemm_s x slowdown), `exp2_s`, `fp32_s`, `memory_s`."""
         parts = self._parts(calls, hw, price)
         gemm_s = parts.tensor[0] * parts.share
-        return pd.DataFrame({"gemm_s": gemm_s, "slowdown": parts.slowdown, "products_s": gemm_s * parts.slowdown,
-                             "exp2_s": parts.exp2_s, "fp32_s": parts.fp32_s, "memory_s": parts.memory_s,
-                             "overlapped": parts.overlapped, "seconds": parts.composed().seconds})
+        return pd.DataFrame(
+            {
+                "gemm_s": gemm_s,
+                "slowdown": parts.slowdown,
+                "products_s": gemm_s * parts.slowdown,
+                "exp2_s": parts.exp2_s,
+                "fp32_s": parts.fp32_s,
+                "memory_s": parts.memory_s,
+                "overlapped": parts.overlapped,
+                "seconds": parts.composed().seconds,
+            }
+        )
 
     def _parts(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> _Parts:
         b, m, n, d = _shape(calls)
@@ -167,17 +209,22 @@ class AttentionPredictor(FamilyPredictor):
         flash = np.char.startswith(op, "flash")
         key_tile = np.where(flash, flash_forward_key_tile(d), TILE)
         fp32_ops = np.where(backward, BACKWARD_FP32_OPS, FORWARD_FP32_OPS + d / key_tile)
-        overlapped = (np.char.startswith(op, "sdpa") & (hw.architecture >= WARP_SPECIALISED_MIN_ARCHITECTURE))
+        overlapped = np.char.startswith(op, "sdpa") & (hw.architecture >= WARP_SPECIALISED_MIN_ARCHITECTURE)
         slowdown = np.where(overlapped, 1.0, 1.0 / synchronous_mma_share(hw.architecture))
-        slowdown = np.where(flash, np.maximum(slowdown, flash_smem_ratio(d, backward, tensor_flops_per_clock(hw))),
-                            slowdown)
+        slowdown = np.where(
+            flash, np.maximum(slowdown, flash_smem_ratio(d, backward, tensor_flops_per_clock(hw))), slowdown
+        )
         return _Parts(
             tensor=_tensor_core_seconds(price, hardware, dtype, b, m, n, d, itemsize, backward, ~passes),
-            share=share, slowdown=slowdown, exp2_s=elements * EXP_PER_ELEMENT / sfu_rate,
+            share=share,
+            slowdown=slowdown,
+            exp2_s=elements * EXP_PER_ELEMENT / sfu_rate,
             fp32_s=elements * fp32_ops / (hw.fp32_flops / 2),
             memory_s=_traffic(op, b, m, n, d, itemsize) / hw.bandwidth,
-            overlapped=overlapped, passes=passes,
-            memory_pass=_memory_pass_seconds(price, hardware, dtype, op, b, m, d, itemsize, passes))
+            overlapped=overlapped,
+            passes=passes,
+            memory_pass=_memory_pass_seconds(price, hardware, dtype, op, b, m, d, itemsize, passes),
+        )
 
 
 @dataclass(frozen=True)
@@ -195,6 +242,7 @@ class _Parts:
 
     def composed(self) -> Composed:
         """Products (masked share, slowed) then softmax in order, or overlapped; never under the HBM time."""
+
         def total(tensor_s: np.ndarray) -> np.ndarray:
             tensor_s = tensor_s * self.share * self.slowdown
             softmax_s = self.exp2_s + self.fp32_s
@@ -298,8 +346,9 @@ def _pass(op: np.ndarray) -> np.ndarray:
     return np.char.endswith(op, "process")
 
 
-def _traffic(op: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarray, d: np.ndarray,
-             itemsize: np.ndarray) -> np.ndarray:
+def _traffic(
+    op: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarray, d: np.ndarray, itemsize: np.ndarray
+) -> np.ndarray:
     """HBM bytes per call. Forward: Q, K, V in, O and the log-sum-exp out. Backward: Q, K, V, dO and the row
     statistics in, dK and dV out, the fp32 dQ accumulator written back (its per-tile atomic adds hit L2).
     Preprocess: dO and O in, D out, the accumulator zeroed; postprocess: the accumulator in, dQ out."""
@@ -310,13 +359,25 @@ def _traffic(op: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarray, d: np.
     backward = 2 * q + 4 * kv + 2 * rows + accumulator
     preprocess, postprocess = 2 * q + rows + accumulator, accumulator + q
     is_backward = np.char.find(op, "bwd") >= 0
-    return np.select([np.char.endswith(op, "preprocess"), np.char.endswith(op, "postprocess"), is_backward],
-                     [preprocess, postprocess, backward], forward)
+    return np.select(
+        [np.char.endswith(op, "preprocess"), np.char.endswith(op, "postprocess"), is_backward],
+        [preprocess, postprocess, backward],
+        forward,
+    )
 
 
-def _tensor_core_seconds(price: PriceCalls, hardware: np.ndarray, dtype: np.ndarray, b: np.ndarray, m: np.ndarray,
-                         n: np.ndarray, d: np.ndarray, itemsize: np.ndarray, backward: np.ndarray,
-                         fused: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _tensor_core_seconds(
+    price: PriceCalls,
+    hardware: np.ndarray,
+    dtype: np.ndarray,
+    b: np.ndarray,
+    m: np.ndarray,
+    n: np.ndarray,
+    d: np.ndarray,
+    itemsize: np.ndarray,
+    backward: np.ndarray,
+    fused: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per call, the GEMM family's time (and its band) for the kernel's products, unmasked: forward QK^T and
     PV; backward also dP = dO V^T, dV = P^T dO, dK = dS^T Q and dQ = dS K."""
     rows = np.flatnonzero(fused)
@@ -331,11 +392,22 @@ def _tensor_core_seconds(price: PriceCalls, hardware: np.ndarray, dtype: np.ndar
         chosen = rows if j < FORWARD_PRODUCTS else rows[backward[rows]]
         size = {"q": m[chosen], "k": n[chosen], "d": d[chosen]}
         batch, gm, gn, gk = gemm_of_row_major(b[chosen], *(size[dim] for dim in dims))
-        frames.append(pd.DataFrame({
-            "hardware": hardware[chosen], "family": "gemm", "op": "bmm", "dtype": dtype[chosen], "batch": batch,
-            "m": gm, "n": gn, "k": gk,
-            # the fused kernel's HBM traffic: the two [length x d] operands; the scores never leave the SM
-            "bytes": itemsize[chosen] * b[chosen] * (m[chosen] + n[chosen]) * d[chosen]}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "hardware": hardware[chosen],
+                    "family": "gemm",
+                    "op": "bmm",
+                    "dtype": dtype[chosen],
+                    "batch": batch,
+                    "m": gm,
+                    "n": gn,
+                    "k": gk,
+                    # the fused kernel's HBM traffic: the two [length x d] operands; the scores never leave the SM
+                    "bytes": itemsize[chosen] * b[chosen] * (m[chosen] + n[chosen]) * d[chosen],
+                }
+            )
+        )
         owners.append(chosen)
     priced = price(pd.concat(frames, ignore_index=True))
     owner = np.concatenate(owners)
@@ -344,9 +416,17 @@ def _tensor_core_seconds(price: PriceCalls, hardware: np.ndarray, dtype: np.ndar
     return out
 
 
-def _memory_pass_seconds(price: PriceCalls, hardware: np.ndarray, dtype: np.ndarray, op: np.ndarray,
-                         b: np.ndarray, m: np.ndarray, d: np.ndarray, itemsize: np.ndarray,
-                         passes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _memory_pass_seconds(
+    price: PriceCalls,
+    hardware: np.ndarray,
+    dtype: np.ndarray,
+    op: np.ndarray,
+    b: np.ndarray,
+    m: np.ndarray,
+    d: np.ndarray,
+    itemsize: np.ndarray,
+    passes: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The backward's memory passes as the elementwise family prices a pass over [batch x m x d] with their
     traffic."""
     rows = np.flatnonzero(passes)
@@ -354,8 +434,18 @@ def _memory_pass_seconds(price: PriceCalls, hardware: np.ndarray, dtype: np.ndar
     if not len(rows):
         return out
     traffic = _traffic(op[rows], b[rows], m[rows], m[rows], d[rows], itemsize[rows])
-    frame = pd.DataFrame({"hardware": hardware[rows], "family": "elementwise", "op": "mul", "dtype": dtype[rows],
-                          "numel": b[rows] * m[rows] * d[rows], "row": d[rows], "operands": 2.0, "bytes": traffic})
+    frame = pd.DataFrame(
+        {
+            "hardware": hardware[rows],
+            "family": "elementwise",
+            "op": "mul",
+            "dtype": dtype[rows],
+            "numel": b[rows] * m[rows] * d[rows],
+            "row": d[rows],
+            "operands": 2.0,
+            "bytes": traffic,
+        }
+    )
     priced = price(frame)
     for total, column in zip(out, ("duration_ns", "duration_low_ns", "duration_high_ns")):
         total[rows] = priced[column].to_numpy(dtype="float64") * 1e-9

@@ -1,5 +1,6 @@
 """What a family predictor is: how a call's work is counted and how its shape is described to the
 learned efficiency model. The learning itself is shared (`maya.estimators.efficiency_model`)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -71,9 +72,11 @@ class FamilyPredictor:
         if not self.explicit_work:
             return counted
         given_bytes, given_flops = calls["bytes"].to_numpy(), calls["flops"].to_numpy()
-        return Work(flops=np.where(np.isnan(given_flops), counted.flops, given_flops),
-                    bytes=np.where(np.isnan(given_bytes), counted.bytes, given_bytes),
-                    bandwidth=counted.bandwidth)
+        return Work(
+            flops=np.where(np.isnan(given_flops), counted.flops, given_flops),
+            bytes=np.where(np.isnan(given_bytes), counted.bytes, given_bytes),
+            bandwidth=counted.bandwidth,
+        )
 
     def kernel_names(self, op: pd.Series) -> np.ndarray:
         """Each call's op as the kernel it runs (`same_kernel`), as an object array."""

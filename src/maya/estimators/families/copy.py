@@ -1,11 +1,12 @@
 """Copies and memsets: `bytes` is the payload (as in `api_calls.bytes`), else `numel` elements."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from .base import FamilyPredictor, Work, log2
 from ..hardware_table import HardwareArrays
+from .base import FamilyPredictor, Work, log2
 
 HOST_OPS = ("HtoD", "DtoH", "memcpy_h2d", "memcpy_d2h")
 """Copies that cross PCIe (priced at the GPU's PCIe bandwidth)."""
@@ -15,8 +16,20 @@ SET_OPS = ("memset", "cuda_memset", "fill_zero")
 
 class CopyPredictor(FamilyPredictor):
     family = "copy"
-    ops = ("DtoD", "HtoD", "DtoH", "PtoP", "memcpy_d2d", "memcpy_h2d", "memcpy_d2h", "memset", "cuda_memset",
-           "fill_zero", "copy_cast", "copy_transpose")
+    ops = (
+        "DtoD",
+        "HtoD",
+        "DtoH",
+        "PtoP",
+        "memcpy_d2d",
+        "memcpy_h2d",
+        "memcpy_d2h",
+        "memset",
+        "cuda_memset",
+        "fill_zero",
+        "copy_cast",
+        "copy_transpose",
+    )
     explicit_work = False
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
@@ -24,8 +37,11 @@ class CopyPredictor(FamilyPredictor):
         host = calls["op"].isin(HOST_OPS).to_numpy()
         # a device copy reads and writes its payload; a memset or a PCIe transfer moves it once
         passes = np.where(host | calls["op"].isin(SET_OPS).to_numpy(), 1.0, 2.0)
-        return Work(flops=np.zeros(len(calls)), bytes=payload * passes,
-                    bandwidth=np.where(host, hw.pcie_bandwidth, hw.bandwidth))
+        return Work(
+            flops=np.zeros(len(calls)),
+            bytes=payload * passes,
+            bandwidth=np.where(host, hw.pcie_bandwidth, hw.bandwidth),
+        )
 
     def shape_features(self, calls: pd.DataFrame, hw: HardwareArrays) -> dict[str, np.ndarray]:
         payload = payload_bytes(calls, np.ones(len(calls)))

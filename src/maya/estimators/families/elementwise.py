@@ -1,19 +1,42 @@
 """Pointwise kernels: arithmetic, activations, dropout (`operands` tensors in, one out)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from ..hardware_table import HardwareArrays
 from .base import FamilyPredictor, Work, alignment_bits, log2
 from .rowwise import THREADS_PER_SM
-from ..hardware_table import HardwareArrays
 
 
 class ElementwisePredictor(FamilyPredictor):
     family = "elementwise"
-    ops = ("add", "addu", "sub", "mul", "mulu", "div", "divu", "pow", "powu", "relu", "gelu", "tanh", "silu",
-           "gelu_fwd", "gelu_bwd", "silu_fwd", "silu_bwd", "dropout_fwd", "dropout_bwd", "fill", "cast",
-           "silu_and_mul", "rotary_embedding")
+    ops = (
+        "add",
+        "addu",
+        "sub",
+        "mul",
+        "mulu",
+        "div",
+        "divu",
+        "pow",
+        "powu",
+        "relu",
+        "gelu",
+        "tanh",
+        "silu",
+        "gelu_fwd",
+        "gelu_bwd",
+        "silu_fwd",
+        "silu_bwd",
+        "dropout_fwd",
+        "dropout_bwd",
+        "fill",
+        "cast",
+        "silu_and_mul",
+        "rotary_embedding",
+    )
     """`silu_and_mul` and `rotary_embedding` are vLLM's fused kernels, measured by Vidur (`vidur_data`)."""
     same_kernel = {"gelu_fwd": "gelu", "gelu_bwd": "gelu_backward", "silu_fwd": "silu", "silu_bwd": "silu_backward"}
     """The profiler's names for torch's activation kernels."""
@@ -24,7 +47,10 @@ class ElementwisePredictor(FamilyPredictor):
 
     def shape_features(self, calls: pd.DataFrame, hw: HardwareArrays) -> dict[str, np.ndarray]:
         numel = calls["numel"].to_numpy()
-        return {"log2_numel": log2(numel), "log2_row": log2(calls["row"].to_numpy()),
-                "row_alignment": alignment_bits(calls["row"].to_numpy()),
-                "operands": calls["operands"].to_numpy(),
-                "log2_thread_waves": log2(numel / (hw.sm_count * THREADS_PER_SM))}
+        return {
+            "log2_numel": log2(numel),
+            "log2_row": log2(calls["row"].to_numpy()),
+            "row_alignment": alignment_bits(calls["row"].to_numpy()),
+            "operands": calls["operands"].to_numpy(),
+            "log2_thread_waves": log2(numel / (hw.sm_count * THREADS_PER_SM)),
+        }

@@ -1,12 +1,13 @@
 """Embedding lookups (gathers of rows of `row` elements) and their scatter-add backward."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from ..hardware_table import HardwareArrays
 from .base import FamilyPredictor, Work
 from .rowwise import rows, rowwise_features
-from ..hardware_table import HardwareArrays
 
 INDEX_BYTES = 8
 """int64 token ids."""

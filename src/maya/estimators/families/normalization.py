@@ -1,12 +1,13 @@
 """Layer / RMS / batch normalisation over rows of `row` elements."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from ..hardware_table import HardwareArrays
 from .base import FamilyPredictor, Work
 from .rowwise import rows, rowwise_features
-from ..hardware_table import HardwareArrays
 
 FORWARD_FLOPS, BACKWARD_FLOPS = 5, 8
 """FLOPs per element: mean, variance, scale and shift; the backward's two extra reductions."""
@@ -16,15 +17,33 @@ STATS_BYTES = 8
 
 class NormalizationPredictor(FamilyPredictor):
     family = "normalization"
-    ops = ("ln", "layer_norm", "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd", "batch_norm",
-           "group_norm", "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm",
-           "_fused_rms_norm_backward", "vllm_rms_norm")
+    ops = (
+        "ln",
+        "layer_norm",
+        "layer_norm_fwd",
+        "layer_norm_bwd",
+        "rms_norm_fwd",
+        "rms_norm_bwd",
+        "batch_norm",
+        "group_norm",
+        "native_layer_norm",
+        "native_layer_norm_backward",
+        "_fused_rms_norm",
+        "_fused_rms_norm_backward",
+        "vllm_rms_norm",
+    )
     """Profiler and NeuSight names, then the aten ops traced kernels carry (`maya.simulator.work`), then vLLM's
     RMSNorm kernel (Vidur's rows, `vidur_data`)."""
-    same_kernel = {"ln": "native_layer_norm", "layer_norm": "native_layer_norm", "layer_norm_fwd": "native_layer_norm",
-                   "layer_norm_bwd": "native_layer_norm_backward", "rms_norm_fwd": "native_layer_norm",
-                   "rms_norm_bwd": "native_layer_norm_backward", "_fused_rms_norm": "native_layer_norm",
-                   "_fused_rms_norm_backward": "native_layer_norm_backward"}
+    same_kernel = {
+        "ln": "native_layer_norm",
+        "layer_norm": "native_layer_norm",
+        "layer_norm_fwd": "native_layer_norm",
+        "layer_norm_bwd": "native_layer_norm_backward",
+        "rms_norm_fwd": "native_layer_norm",
+        "rms_norm_bwd": "native_layer_norm_backward",
+        "_fused_rms_norm": "native_layer_norm",
+        "_fused_rms_norm_backward": "native_layer_norm_backward",
+    }
     """NeuSight's `ln` times `F.layer_norm`, torch's layer-norm kernel; torch's fused RMSNorm
     (`aten::_fused_rms_norm`, `F.rms_norm`) runs the same vectorized kernel with the mean left out; the profiler's
     names are its configs'."""

@@ -1,12 +1,13 @@
 """Optimizer steps (fused / foreach AdamW, SGD) over `numel` parameters."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from ..hardware_table import HardwareArrays
 from .base import FamilyPredictor, Work, log2
 from .rowwise import THREADS_PER_SM
-from ..hardware_table import HardwareArrays
 
 ADAM_TENSOR_PASSES, ADAM_FLOPS = 7, 12
 """AdamW reads parameter, gradient and both moments and writes parameter and moments; ~12 FLOPs each."""

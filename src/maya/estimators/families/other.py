@@ -1,11 +1,12 @@
 """Kernels of no known family: priced by their explicit work, else as one pass over `numel` elements."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from .base import FamilyPredictor, Work, log2
 from ..hardware_table import HardwareArrays
+from .base import FamilyPredictor, Work, log2
 
 
 class OtherPredictor(FamilyPredictor):

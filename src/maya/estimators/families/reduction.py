@@ -1,12 +1,13 @@
 """Reductions over the last dimension (sum, mean, max, norms, losses): `numel` in, `numel / row` out."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from ..hardware_table import HardwareArrays
 from .base import FamilyPredictor, Work
 from .rowwise import rows, rowwise_features
-from ..hardware_table import HardwareArrays
 
 
 class ReductionPredictor(FamilyPredictor):

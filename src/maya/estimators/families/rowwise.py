@@ -1,12 +1,13 @@
 """Shape features shared by the families that work row by row (softmax, normalization,
 reduction, embedding): rows of `row` elements, `numel` elements in all."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from .base import alignment_bits, log2
 from ..hardware_table import HardwareArrays
+from .base import alignment_bits, log2
 
 THREADS_PER_SM = 2048
 """Resident threads per SM on every GPU since Kepler except Turing/Ada (1024/1536): a wave size."""

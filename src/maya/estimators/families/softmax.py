@@ -1,13 +1,14 @@
 """Softmax and log-softmax over rows of `row` elements."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 from ..calls import element_bytes
+from ..hardware_table import HardwareArrays
 from .base import FamilyPredictor, Work, log2
 from .rowwise import rows, rowwise_features
-from ..hardware_table import HardwareArrays
 
 FLOPS_PER_ELEMENT = 5
 """Max, subtract, exponential, sum, divide."""
@@ -67,14 +68,17 @@ class SoftmaxPredictor(FamilyPredictor):
         rows_per_block = np.where(warp, np.where(row <= 128, 8.0, 4.0), 1.0)  # a warp does 1 or 2 short rows
         waves = rows(calls) / rows_per_block / (hw.sm_count * resident_blocks)
         warp_lanes = row / 2.0 ** np.ceil(np.log2(np.maximum(row, 1.0)))  # padding to a power of two
-        return {**rowwise_features(calls, hw),
-                "warp_softmax": warp.astype("float64"),
-                "log2_block_threads": np.log2(threads),
-                "block_loop_iterations": np.where(warp, np.nan, vector_passes + np.ceil(tail / threads)),
-                "scalar_tail_share": np.where(warp, np.nan, tail / row),
-                "warp_lane_use": np.where(warp, warp_lanes, np.nan),
-                "log2_resident_row_bytes_over_l1": log2(resident_blocks * row * itemsize / hw.l1_bytes),
-                "log2_block_waves": log2(waves), "block_wave_fill": waves / np.ceil(waves)}
+        return {
+            **rowwise_features(calls, hw),
+            "warp_softmax": warp.astype("float64"),
+            "log2_block_threads": np.log2(threads),
+            "block_loop_iterations": np.where(warp, np.nan, vector_passes + np.ceil(tail / threads)),
+            "scalar_tail_share": np.where(warp, np.nan, tail / row),
+            "warp_lane_use": np.where(warp, warp_lanes, np.nan),
+            "log2_resident_row_bytes_over_l1": log2(resident_blocks * row * itemsize / hw.l1_bytes),
+            "log2_block_waves": log2(waves),
+            "block_wave_fill": waves / np.ceil(waves),
+        }
 
 
 def _row(calls: pd.DataFrame) -> np.ndarray:

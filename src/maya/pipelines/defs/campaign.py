@@ -1,8 +1,8 @@
 """The kernel profiling campaign (`maya.profiler`) on this code location's GPU, into
 `<profiles>/<hardware>/kernels-<YYYY-MM>/` (resumed all month), which the profile_campaigns sensor
 ingests as that (hardware, campaign) raw partition. Without a GPU it skips and says why."""
+
 from datetime import date
-from typing import Optional
 
 import dagster as dg
 from pydantic import Field
@@ -17,10 +17,10 @@ class CampaignConfig(dg.Config):
     budget_min: float = Field(DEFAULT_BUDGET_MIN, description="Stop cleanly before this many minutes.")
     families: list[str] = Field([], description="Kernel families to measure (default: all).")
     seed: int = Field(0, description="Seed of the sweep order.")
-    campaign: Optional[str] = Field(None, description="Campaign directory name (default kernels-<YYYY-MM>).")
+    campaign: str | None = Field(None, description="Campaign directory name (default kernels-<YYYY-MM>).")
 
 
-def gpu_missing() -> Optional[str]:
+def gpu_missing() -> str | None:
     """Why no campaign can run on this host (None when it has a CUDA device)."""
     try:
         import torch
@@ -47,8 +47,9 @@ def profile_kernels(context: dg.OpExecutionContext, config: CampaignConfig, data
         raise dg.Failure(f"{e}: add the GPU to data/hardware/catalog.json first") from None
     root = data.profiles / gpu / (config.campaign or f"kernels-{date.today():%Y-%m}")
     try:
-        request = CampaignRequest.make(root, config.families or None, budget_min=config.budget_min,
-                                       seed=config.seed, hardware=gpu)
+        request = CampaignRequest.make(
+            root, config.families or None, budget_min=config.budget_min, seed=config.seed, hardware=gpu
+        )
     except ValueError as e:
         raise dg.Failure(str(e)) from None
     try:
@@ -58,8 +59,14 @@ def profile_kernels(context: dg.OpExecutionContext, config: CampaignConfig, data
     summary = "\n".join(result.summary_lines())
     if result.stop_reason == "cuda-error":
         raise dg.Failure(f"the campaign stopped on a CUDA error; what it measured is kept in {root}\n{summary}")
-    return dg.Output(summary, metadata={"campaign_dir": dg.MetadataValue.path(str(root)),
-                                        "stop_reason": result.stop_reason, "done": f"{result.done}/{result.total}"})
+    return dg.Output(
+        summary,
+        metadata={
+            "campaign_dir": dg.MetadataValue.path(str(root)),
+            "stop_reason": result.stop_reason,
+            "done": f"{result.done}/{result.total}",
+        },
+    )
 
 
 @dg.job(description="Measure GPU kernels on this host into the profiles directory (skips without a GPU).")

@@ -1,4 +1,5 @@
 """Evaluations → the accuracy dashboard (static HTML next to the warehouse; `maya dashboard` serves it)."""
+
 import dagster as dg
 
 from .. import dashboard

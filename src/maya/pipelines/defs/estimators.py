@@ -1,6 +1,5 @@
 """Validated kernel profiles → a registered kernel-estimator version (`maya.estimators.train_version`:
 training data and configuration already registered give back that version, nothing is retrained)."""
-from typing import Optional
 
 import dagster as dg
 from pydantic import Field
@@ -14,22 +13,26 @@ from .profiles import validated_kernel_profiles
 
 
 class TrainingConfig(dg.Config):
-    sample_rows: Optional[int] = Field(None, description="Train on a seeded random sample of this many validated "
-                                                         "rows (default: all).")
-    trees: Optional[int] = Field(None, description="Trees per model (default: the estimators' tuned setting).")
-    depth: Optional[int] = Field(None, description="Tree depth (default: the estimators' tuned setting).")
-    holdout: bool = Field(True, description="Hold out data to measure accuracy and uncertainty bands (off: faster, "
-                                            "bands of zero width).")
+    sample_rows: int | None = Field(
+        None, description="Train on a seeded random sample of this many validated rows (default: all)."
+    )
+    trees: int | None = Field(None, description="Trees per model (default: the estimators' tuned setting).")
+    depth: int | None = Field(None, description="Tree depth (default: the estimators' tuned setting).")
+    holdout: bool = Field(
+        True, description="Hold out data to measure accuracy and uncertainty bands (off: faster, bands of zero width)."
+    )
 
 
 @dg.asset(deps=[validated_kernel_profiles], group_name="estimators", kinds={"xgboost", "duckdb"})
-def kernel_estimators(context: dg.AssetExecutionContext, config: TrainingConfig,
-                      warehouse: Warehouse) -> dg.MaterializeResult:
+def kernel_estimators(
+    context: dg.AssetExecutionContext, config: TrainingConfig, warehouse: Warehouse
+) -> dg.MaterializeResult:
     """One estimator version trained on every validated kernel profile (`estimator_versions`)."""
     columns = ", ".join(f'"{c}"' for c in ("hardware", *CALL_COLUMNS, "timing", "measured_ns"))
     with warehouse.connect() as con:
-        measurements = con.execute(f"SELECT {columns} FROM kernel_profiles "
-                                   "ORDER BY hardware, campaign, path, row_index").df()
+        measurements = con.execute(
+            f"SELECT {columns} FROM kernel_profiles ORDER BY hardware, campaign, path, row_index"
+        ).df()
     if measurements.empty:
         raise dg.Failure("no validated kernel profiles in the warehouse: materialize validated_kernel_profiles first")
     if config.sample_rows is not None and config.sample_rows < len(measurements):
@@ -42,7 +45,13 @@ def kernel_estimators(context: dg.AssetExecutionContext, config: TrainingConfig,
     context.log.info(f"{'reused' if registered.reused else 'registered'} estimator version {record.version}")
     families = {family: m.get("validation_mape") for family, m in record.metrics.get("families", {}).items()}
     return dg.MaterializeResult(
-        metadata={"version": record.version, "reused": registered.reused, "training_rows": record.training_rows,
-                  "hardware": ", ".join(record.hardware), "data_hash": record.data_hash,
-                  "validation_mape": {f: v for f, v in families.items() if v is not None}},
-        data_version=dg.DataVersion(record.version))
+        metadata={
+            "version": record.version,
+            "reused": registered.reused,
+            "training_rows": record.training_rows,
+            "hardware": ", ".join(record.hardware),
+            "data_hash": record.data_hash,
+            "validation_mape": {f: v for f, v in families.items() if v is not None},
+        },
+        data_version=dg.DataVersion(record.version),
+    )

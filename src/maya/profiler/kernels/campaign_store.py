@@ -9,6 +9,7 @@ resumes after its last complete chunk: configs with a measurements row are done 
 measurements part is a chunk's commit record and is written last; trace rows of a chunk killed
 before it (no measurements row refers to them) are left as orphans and measured again.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,35 +62,73 @@ class CampaignStore:
         self.ids = IdCounters()
 
     def done_keys(self) -> set[str]:
-        return {k for p in measurement_parts(self.root) for k in pq.read_table(p, columns=["config_key"])
-                .column("config_key").to_pylist()}
+        return {
+            k
+            for p in measurement_parts(self.root)
+            for k in pq.read_table(p, columns=["config_key"]).column("config_key").to_pylist()
+        }
 
     # ---------------------------------------------------------------- sessions
 
-    def start_session(self, device: DeviceInfo, hardware: str | None, session: dict, *,
-                      framework: str, cuda_version: str | None) -> None:
+    def start_session(
+        self, device: DeviceInfo, hardware: str | None, session: dict, *, framework: str, cuda_version: str | None
+    ) -> None:
         """Record a new session in `run` (status `running`); create the campaign if it is new."""
         writer = RunWriter(self.trace_dir)
         if (self.trace_dir / "run.parquet").exists():
             run = self._run()
             attrs = json.loads(run["attrs"])
             if attrs["device"]["name"] != device.name:
-                raise CampaignMismatch(f"{self.root} was measured on {attrs['device']['name']!r}, "
-                                       f"not on this {device.name!r}: use another --out")
+                raise CampaignMismatch(
+                    f"{self.root} was measured on {attrs['device']['name']!r}, "
+                    f"not on this {device.name!r}: use another --out"
+                )
             attrs["sessions"].append(session)
         else:
-            run = {"run_id": uuid.uuid4().hex, "created_at_ns": time.time_ns(), "source": "profiler",
-                   "hardware": hardware, "world_size": 1, "nnodes": 1, "nproc_per_node": 1,
-                   "producer_version": PRODUCER}
+            run = {
+                "run_id": uuid.uuid4().hex,
+                "created_at_ns": time.time_ns(),
+                "source": "profiler",
+                "hardware": hardware,
+                "world_size": 1,
+                "nnodes": 1,
+                "nproc_per_node": 1,
+                "producer_version": PRODUCER,
+            }
             attrs = {"device": device.as_dict(), "sessions": [session]}
         if not table_files(self.trace_dir, "devices"):
-            writer.write("devices", _rows("devices", [{
-                "local_rank": 0, "node": 0, "device_index": device.index or 0, "device_name": device.name,
-                "hardware": hardware, "sm_major": device.sm_major, "sm_minor": device.sm_minor,
-                "sm_count": device.sm_count, "memory_bytes": device.memory_bytes,
-                "hostname": device.hostname, "pid": session.get("pid")}]), rank=RANK)
-        self._write_run({**run, "status": "running", "command": json.dumps(session.get("command")),
-                         "framework": framework, "cuda_version": cuda_version, "attrs": json.dumps(attrs)})
+            writer.write(
+                "devices",
+                _rows(
+                    "devices",
+                    [
+                        {
+                            "local_rank": 0,
+                            "node": 0,
+                            "device_index": device.index or 0,
+                            "device_name": device.name,
+                            "hardware": hardware,
+                            "sm_major": device.sm_major,
+                            "sm_minor": device.sm_minor,
+                            "sm_count": device.sm_count,
+                            "memory_bytes": device.memory_bytes,
+                            "hostname": device.hostname,
+                            "pid": session.get("pid"),
+                        }
+                    ],
+                ),
+                rank=RANK,
+            )
+        self._write_run(
+            {
+                **run,
+                "status": "running",
+                "command": json.dumps(session.get("command")),
+                "framework": framework,
+                "cuda_version": cuda_version,
+                "attrs": json.dumps(attrs),
+            }
+        )
         self.ids = self._id_counters()
 
     def end_session(self, **fields) -> None:
@@ -107,12 +146,16 @@ class CampaignStore:
 
     def _id_counters(self) -> IdCounters:
         def next_value(table: str, column: str) -> int:
-            top = [pc.max(pq.read_table(p, columns=[column]).column(column)).as_py()
-                   for _, p in table_files(self.trace_dir, table)]
+            top = [
+                pc.max(pq.read_table(p, columns=[column]).column(column)).as_py()
+                for _, p in table_files(self.trace_dir, table)
+            ]
             return max((t for t in top if t is not None), default=-1) + 1
+
         kernels = read_table(self.trace_dir, "kernels").select(["name", "kernel_id"]).to_pylist()
-        return IdCounters(next_value("api_calls", "seq"), next_value("ops", "op_id"),
-                          {k["name"]: k["kernel_id"] for k in kernels})
+        return IdCounters(
+            next_value("api_calls", "seq"), next_value("ops", "op_id"), {k["name"]: k["kernel_id"] for k in kernels}
+        )
 
     # ---------------------------------------------------------------- chunks
 
@@ -127,5 +170,6 @@ class CampaignStore:
         if measurements:
             parts = measurement_parts(self.root)
             index = int(_PART_RE.match(parts[-1].name).group(1)) + 1 if parts else 0
-            atomic_write(to_table(measurements), self.root / "measurements" / f"part-{index:05d}.parquet",
-                          replace=False)
+            atomic_write(
+                to_table(measurements), self.root / "measurements" / f"part-{index:05d}.parquet", replace=False
+            )

@@ -2,6 +2,7 @@
 
 Pure Python (no torch), so sweeps can be planned and tested anywhere.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,10 +32,20 @@ FAMILY_OPS: dict[str, tuple[str, ...]] = {
 
 FAMILIES: tuple[str, ...] = tuple(FAMILY_OPS)
 
-KERNEL_FAMILY: dict[str, str] = {"gemm": "gemm", "attention": "attention", "normalization": "normalization",
-                                 "softmax": "softmax", "elementwise": "elementwise", "dropout": "elementwise",
-                                 "cross_entropy": "reduction", "embedding": "embedding", "optimizer": "optimizer",
-                                 "copy": "copy", "memcpy": "copy", "memset": "copy"}
+KERNEL_FAMILY: dict[str, str] = {
+    "gemm": "gemm",
+    "attention": "attention",
+    "normalization": "normalization",
+    "softmax": "softmax",
+    "elementwise": "elementwise",
+    "dropout": "elementwise",
+    "cross_entropy": "reduction",
+    "embedding": "embedding",
+    "optimizer": "optimizer",
+    "copy": "copy",
+    "memcpy": "copy",
+    "memset": "copy",
+}
 """The kernel family (`maya_trace_spec.vocabulary.KERNEL_FAMILIES`) of each sweep family's kernels."""
 OP_FAMILY: dict[str, str] = {op: family for family, ops in FAMILY_OPS.items() for op in ops}
 """The sweep family of every op."""
@@ -44,15 +55,33 @@ CONFIG_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "u8")
 
 PARAM_TYPES: dict[str, type] = {
     # matrix products: output [m, n], reduction k, `batch` matrices (bmm)
-    "m": int, "n": int, "k": int, "batch": int,
+    "m": int,
+    "n": int,
+    "k": int,
+    "batch": int,
     # attention: q [batch, seq, heads, head_dim]; k and v with kv_heads; causal 0/1; SDPA backend
-    "seq": int, "heads": int, "kv_heads": int, "head_dim": int, "causal": int, "backend": str,
+    "seq": int,
+    "heads": int,
+    "kv_heads": int,
+    "head_dim": int,
+    "causal": int,
+    "backend": str,
     # row-wise ops over [tokens, hidden] (norms, activations, losses, embeddings) or [rows, cols]
-    "tokens": int, "hidden": int, "rows": int, "cols": int, "vocab": int,
+    "tokens": int,
+    "hidden": int,
+    "rows": int,
+    "cols": int,
+    "vocab": int,
     # optimizer parameter lists: GPT layers of `hidden` with an `ffn` kind, split over `tp` ranks
-    "layers": int, "ffn": str, "tp": int, "n_tensors": int, "n_params": int,
+    "layers": int,
+    "ffn": str,
+    "tp": int,
+    "n_tensors": int,
+    "n_params": int,
     # copies and memsets
-    "bytes": int, "pinned": int, "dst_dtype": str,
+    "bytes": int,
+    "pinned": int,
+    "dst_dtype": str,
     # variants
     "approximate": str,
 }
@@ -63,14 +92,15 @@ REPEAT_MARK = "maya.repeat:"
 """Profiler annotations around a config's profiled calls (`maya.config:<key>`) and each call."""
 
 
-
 def parse_families(text: str) -> tuple[str, ...]:
     """`gemm,attention` -> ("gemm", "attention"); raises ValueError naming unknown families."""
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     unknown = [n for n in names if n not in FAMILY_OPS]
     if unknown or not names:
-        raise ValueError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {','.join(unknown) or repr(text)}; "
-                         f"known: {','.join(FAMILY_OPS)}")
+        raise ValueError(
+            f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {','.join(unknown) or repr(text)}; "
+            f"known: {','.join(FAMILY_OPS)}"
+        )
     return names
 
 
@@ -115,8 +145,11 @@ class KernelConfig:
 
     def to_json(self) -> str:
         """Canonical JSON: equal configs give equal text."""
-        return json.dumps({"family": self.family, "op": self.op, "dtype": self.dtype, "tf32": self.tf32,
-                           "params": self.shape}, sort_keys=True, separators=(",", ":"))
+        return json.dumps(
+            {"family": self.family, "op": self.op, "dtype": self.dtype, "tf32": self.tf32, "params": self.shape},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
 
     @cached_property
     def key(self) -> str:

@@ -4,6 +4,7 @@ A config's tensors split into the inputs, which are rotated (several copies cycl
 cache does not flatter the timing), and the rest (outputs, workspaces), allocated once. Estimates
 err on the large side. Pure Python.
 """
+
 from __future__ import annotations
 
 import math
@@ -96,4 +97,3 @@ def _rowwise(config: KernelConfig) -> Footprint:
     if config.op.endswith("_bwd"):
         return Footprint(3 * numel * e, numel * e + 2 * numel)  # + fp32 statistics / bool masks
     return Footprint((2 if binary else 1) * numel * e, numel * e + 2 * numel)
-

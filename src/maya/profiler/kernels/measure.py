@@ -5,21 +5,23 @@
 2. `profile`: a chunk of configs again under torch.profiler, each config's calls inside
    `maya.config:<key>` / `maya.repeat:<i>` annotations, exported as one Kineto trace.
 """
+
 from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from .configs import CONFIG_MARK, REPEAT_MARK, KernelConfig
 from ..device_info import free_memory
+from .configs import CONFIG_MARK, REPEAT_MARK, KernelConfig
 from .footprint import buffer_count, fits, footprint
-from .ops.inputs import Call, Inputs, Unsupported
 from .ops import build, op_settings
+from .ops.inputs import Call, Inputs, Unsupported
 from .results import Samples, Timing
 from .timing import TimingSettings, make_timer
 
@@ -39,8 +41,9 @@ class CampaignAbort(Exception):
 def _is_fatal(e: BaseException) -> bool:
     accelerator_error = getattr(torch, "AcceleratorError", None)
     text = str(e)
-    return ((accelerator_error is not None and isinstance(e, accelerator_error))
-            or ("CUDA error" in text and "out of memory" not in text))
+    return (accelerator_error is not None and isinstance(e, accelerator_error)) or (
+        "CUDA error" in text and "out of memory" not in text
+    )
 
 
 class Measurer:
@@ -75,8 +78,9 @@ class Measurer:
         needed = fp.total(n_buffers)
         free = free_memory(self.device)
         if not fits(needed, free):
-            return Timing(config, "skipped_memory", needed, n_buffers,
-                          error=f"needs about {needed} bytes; {free} bytes free")
+            return Timing(
+                config, "skipped_memory", needed, n_buffers, error=f"needs about {needed} bytes; {free} bytes free"
+            )
 
         def work() -> Samples:
             call = self._rotating_call(config, n_buffers)

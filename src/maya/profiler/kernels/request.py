@@ -1,11 +1,12 @@
 """The one entry point of a kernel campaign, behind `maya profile kernels`, `python -m maya.profiler
 kernels` and the pipelines' `profiling_campaign` job: its options with their defaults and checks, the
 plan of what is left to measure, and the run. Front ends only parse, call and print."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .configs import FAMILIES, parse_families
 
@@ -28,9 +29,16 @@ class CampaignRequest:
     device: str = "cuda"
 
     @classmethod
-    def make(cls, out: str | Path, families: str | Sequence[str] | None = None, *,
-             budget_min: float = DEFAULT_BUDGET_MIN, seed: int = 0, hardware: str | None = None,
-             device: str = "cuda") -> CampaignRequest:
+    def make(
+        cls,
+        out: str | Path,
+        families: str | Sequence[str] | None = None,
+        *,
+        budget_min: float = DEFAULT_BUDGET_MIN,
+        seed: int = 0,
+        hardware: str | None = None,
+        device: str = "cuda",
+    ) -> CampaignRequest:
         """A checked request; `families` as `gemm,attention` or a list (default: all). Raises ValueError
         naming what is wrong."""
         if families is not None and not isinstance(families, str):
@@ -49,14 +57,16 @@ class CampaignRequest:
 
         done = set(read_measurements(self.out).column("config_key").to_pylist())
         pending = [c for c in build_sweep(self.families, self.seed) if c.key not in done]
-        return ([f"{family:>14} {dtype:>10} {count:>7}" for family, dtype, count in plan_summary(pending)]
-                + [f"{len(pending)} configs to measure, {len(done)} done"])
+        return [f"{family:>14} {dtype:>10} {count:>7}" for family, dtype, count in plan_summary(pending)] + [
+            f"{len(pending)} configs to measure, {len(done)} done"
+        ]
 
     def run(self, log: Callable[[str], None] = print):
         """Measure (or resume) the campaign; returns its `CampaignResult`. Raises `NoDevice` and
         `CampaignMismatch`."""
         from .campaign import CampaignSettings, run_campaign
 
-        settings = CampaignSettings(families=self.families, budget_s=self.budget_min * 60, seed=self.seed,
-                                    hardware=self.hardware)
+        settings = CampaignSettings(
+            families=self.families, budget_s=self.budget_min * 60, seed=self.seed, hardware=self.hardware
+        )
         return run_campaign(self.out, settings, device=self.device, log=log)

@@ -1,8 +1,9 @@
 """Result records of one config: its timed samples, its outcome, and its profiled kernels."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -35,6 +36,7 @@ class Timing:
 @dataclass(frozen=True)
 class KernelStats:
     """What torch.profiler saw of one config's profiled calls."""
+
     kernel_ns: int | None
     """Median over the profiled calls of the summed CUPTI durations of the call's device work."""
     kernel_names: list[str]

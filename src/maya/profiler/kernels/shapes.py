@@ -3,6 +3,7 @@ micro-batches, vocabularies, and how tensor parallelism (TP) splits them.
 
 Pure Python; the sweep draws its shapes from here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ def padded_vocab(vocab: int, tp: int) -> int:
 @dataclass(frozen=True)
 class Linear:
     """A linear layer as one TP rank holds it: weight [out_features, in_features]."""
+
     name: str
     in_features: int
     out_features: int
@@ -62,8 +64,12 @@ def linear_layers(hidden: int, ffn: str, tp: int) -> list[Linear]:
     inputs divided by `tp`); layers whose split does not divide are left out."""
     f = ffn_size(hidden, ffn)
     up = 2 * f if ffn == "swiglu" else f  # SwiGLU's gate and up projections run as one GEMM
-    candidates = [("qkv", hidden, split(3 * hidden, tp)), ("attn_out", split(hidden, tp), hidden),
-                  ("ffn_up", hidden, split(up, tp)), ("ffn_down", split(f, tp), hidden)]
+    candidates = [
+        ("qkv", hidden, split(3 * hidden, tp)),
+        ("attn_out", split(hidden, tp), hidden),
+        ("ffn_up", hidden, split(up, tp)),
+        ("ffn_down", split(f, tp), hidden),
+    ]
     return [Linear(name, i, o) for name, i, o in candidates if i is not None and o is not None]
 
 

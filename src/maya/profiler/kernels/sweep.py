@@ -6,25 +6,40 @@ attention get more turns), and within a family the configs are stratified by op,
 (one config from each stratum per round, small sizes first within a round, a seeded shuffle inside
 each stratum). The same seed always gives the same sweep. Pure Python.
 """
+
 from __future__ import annotations
 
 import functools
 import math
 import random
 from collections import Counter, defaultdict
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from .configs import FAMILIES, KernelConfig, parse_families
 from .footprint import footprint
-from .shapes import (FFN_KINDS, HIDDEN_SIZES, TP_DEGREES, VOCAB_SIZES, Linear, attention_heads,
-                     batch_seq_pairs, ffn_size, gpt_layer_param_shapes, head_dims, kv_head_options,
-                     linear_layers, padded_vocab, split, token_counts)
+from .shapes import (
+    FFN_KINDS,
+    HIDDEN_SIZES,
+    TP_DEGREES,
+    VOCAB_SIZES,
+    Linear,
+    attention_heads,
+    batch_seq_pairs,
+    ffn_size,
+    gpt_layer_param_shapes,
+    head_dims,
+    kv_head_options,
+    linear_layers,
+    padded_vocab,
+    split,
+    token_counts,
+)
 
 HALF_AND_FP32 = ("bf16", "fp16", "fp32")
 GEMM_DTYPES = (("bf16", False), ("fp16", False), ("fp32", False), ("fp32", True))
 SDPA_BACKENDS = {"flash": ("bf16", "fp16"), "cudnn": ("bf16", "fp16"), "efficient": ("bf16", "fp16", "fp32")}
 CASTS = (("fp32", "bf16"), ("bf16", "fp32"), ("fp32", "fp16"), ("fp16", "fp32"))
-COPY_BYTES = tuple(4 ** i for i in range(6, 17))  # 4 KiB .. 4 GiB
+COPY_BYTES = tuple(4**i for i in range(6, 17))  # 4 KiB .. 4 GiB
 MATH_ATTENTION_MAX_SEQ = 4096
 """Longest sequence that training runs through unfused (bmm + softmax) attention."""
 MAX_SOFTMAX_ELEMENTS = 1 << 31
@@ -70,14 +85,22 @@ def sequence_parallel_tokens() -> list[int]:
 
 # ---------------------------------------------------------------- one generator per family
 
+
 def _gemm(dtype: str, tf32: bool, op: str, **shape: int) -> KernelConfig:
     return KernelConfig.make(op, dtype, tf32=tf32, **shape)
 
 
 def gemm_configs() -> Iterator[KernelConfig]:
     linears = sorted({(lin.in_features, lin.out_features) for lin in model_linears()})
-    bmm_heads = sorted({(heads, d) for h in HIDDEN_SIZES for tp in tp_degrees(h) for d in head_dims(h)
-                        if (heads := attention_heads(h, d, tp)) is not None})
+    bmm_heads = sorted(
+        {
+            (heads, d)
+            for h in HIDDEN_SIZES
+            for tp in tp_degrees(h)
+            for d in head_dims(h)
+            if (heads := attention_heads(h, d, tp)) is not None
+        }
+    )
     for dtype, tf32 in GEMM_DTYPES:
         gemm = functools.partial(_gemm, dtype, tf32)
         for size in (256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384):
@@ -98,17 +121,33 @@ def gemm_configs() -> Iterator[KernelConfig]:
 
 
 def attention_configs() -> Iterator[KernelConfig]:
-    shapes = sorted({(heads, kv, d) for h in HIDDEN_SIZES for d in head_dims(h) for tp in tp_degrees(h)
-                     if (heads := attention_heads(h, d, tp)) is not None
-                     for kv in kv_head_options(heads, tp)})
+    shapes = sorted(
+        {
+            (heads, kv, d)
+            for h in HIDDEN_SIZES
+            for d in head_dims(h)
+            for tp in tp_degrees(h)
+            if (heads := attention_heads(h, d, tp)) is not None
+            for kv in kv_head_options(heads, tp)
+        }
+    )
     for backend, dtypes in SDPA_BACKENDS.items():
         for dtype in dtypes:
             for causal in (1, 0):
                 for b, s in batch_seq_pairs():
                     for heads, kv, d in shapes:
                         for op in ("sdpa_fwd", "sdpa_bwd"):
-                            yield KernelConfig.make(op, dtype, batch=b, seq=s, heads=heads, kv_heads=kv,
-                                                    head_dim=d, causal=causal, backend=backend)
+                            yield KernelConfig.make(
+                                op,
+                                dtype,
+                                batch=b,
+                                seq=s,
+                                heads=heads,
+                                kv_heads=kv,
+                                head_dim=d,
+                                causal=causal,
+                                backend=backend,
+                            )
 
 
 def normalization_configs() -> Iterator[KernelConfig]:
@@ -181,8 +220,16 @@ def optimizer_configs() -> Iterator[KernelConfig]:
                         per_layer = sum(math.prod(s) for s in shapes)
                         for layers in OPTIMIZER_LAYERS:
                             if layers * per_layer <= MAX_OPTIMIZER_PARAMS:
-                                yield KernelConfig.make(op, dtype, hidden=h, ffn=ffn, tp=tp, layers=layers,
-                                                        n_tensors=layers * len(shapes), n_params=layers * per_layer)
+                                yield KernelConfig.make(
+                                    op,
+                                    dtype,
+                                    hidden=h,
+                                    ffn=ffn,
+                                    tp=tp,
+                                    layers=layers,
+                                    n_tensors=layers * len(shapes),
+                                    n_params=layers * per_layer,
+                                )
 
 
 def copy_configs() -> Iterator[KernelConfig]:
@@ -210,14 +257,23 @@ def memset_configs() -> Iterator[KernelConfig]:
 
 
 GENERATORS: dict[str, Callable[[], Iterator[KernelConfig]]] = {
-    "gemm": gemm_configs, "attention": attention_configs, "normalization": normalization_configs,
-    "softmax": softmax_configs, "elementwise": elementwise_configs, "dropout": dropout_configs,
-    "cross_entropy": cross_entropy_configs, "embedding": embedding_configs,
-    "optimizer": optimizer_configs, "copy": copy_configs, "memcpy": memcpy_configs, "memset": memset_configs,
+    "gemm": gemm_configs,
+    "attention": attention_configs,
+    "normalization": normalization_configs,
+    "softmax": softmax_configs,
+    "elementwise": elementwise_configs,
+    "dropout": dropout_configs,
+    "cross_entropy": cross_entropy_configs,
+    "embedding": embedding_configs,
+    "optimizer": optimizer_configs,
+    "copy": copy_configs,
+    "memcpy": memcpy_configs,
+    "memset": memset_configs,
 }
 
 
 # ---------------------------------------------------------------- dedup and priority order
+
 
 def dedup(configs: Iterable[KernelConfig]) -> list[KernelConfig]:
     """The configs without repeats, first occurrence kept."""
@@ -249,7 +305,7 @@ def _interleave(queues: list[list[KernelConfig]], turns: list[int]) -> list[Kern
     positions = [0] * len(queues)
     while len(out) < sum(len(q) for q in queues):
         for i, q in enumerate(queues):
-            take = q[positions[i]:positions[i] + turns[i]]
+            take = q[positions[i] : positions[i] + turns[i]]
             positions[i] += len(take)
             out.extend(take)
     return out

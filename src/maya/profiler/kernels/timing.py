@@ -6,6 +6,7 @@ host to queue them all while the GPU spins: the event intervals then measure the
 the host's launch rate, and the host times measure dispatch and launch cost with the GPU not the
 bottleneck. The gaps between consecutive calls on the device tell whether that held (`gpu_bound`).
 """
+
 from __future__ import annotations
 
 import math

@@ -6,6 +6,7 @@ launched kernel whose host call starts inside a window belongs to it, on whateve
 ops run on autograd's device thread), drops what lies outside them (set-up and warm-up), tags each
 API call with its config, and renumbers ids to continue the campaign's.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,10 @@ import statistics
 import tempfile
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Mapping, TypeVar
+from typing import Generic, TypeVar
 
 from maya_trace_spec import Run
 from maya_trace_spec.interop.kineto import import_kineto
@@ -25,9 +27,11 @@ from .results import KernelStats
 
 V = TypeVar("V")
 
+
 @dataclass(frozen=True)
 class IdCounters:
     """Where the campaign's ids continue: next `api_calls.seq`, next `ops.op_id`, kernel name -> id."""
+
     next_seq: int = 0
     next_op_id: int = 0
     kernel_ids: Mapping[str, int] = field(default_factory=dict)
@@ -60,8 +64,13 @@ class _Windows(Generic[V]):
 
 
 def _marked(ops: list[dict], mark: str) -> _Windows[str]:
-    return _Windows([(o["start_ns"], o["end_ns"], o["name"][len(mark):]) for o in ops
-                     if o["name"].startswith(mark) and o["end_ns"] is not None])
+    return _Windows(
+        [
+            (o["start_ns"], o["end_ns"], o["name"][len(mark) :])
+            for o in ops
+            if o["name"].startswith(mark) and o["end_ns"] is not None
+        ]
+    )
 
 
 def convert_chunk(kineto_json: Path, ids: IdCounters, config_json: Mapping[str, str]) -> ChunkTrace:
@@ -97,14 +106,18 @@ def convert_chunk(kineto_json: Path, ids: IdCounters, config_json: Mapping[str, 
             if name not in kernel_ids:
                 kernel_ids[name] = next_kernel_id
                 next_kernel_id += 1
-                family = kernel["family"] if kernel["family"] != "other" else \
-                    KERNEL_FAMILY.get(parsed_configs.get(key, {}).get("family"), "other")
+                family = (
+                    kernel["family"]
+                    if kernel["family"] != "other"
+                    else KERNEL_FAMILY.get(parsed_configs.get(key, {}).get("family"), "other")
+                )
                 new_kernels.append({**kernel, "kernel_id": kernel_ids[name], "family": family})
             c["kernel_id"] = kernel_ids[name]
         c["seq"] = ids.next_seq + len(kept_calls)
         c["op_id"] = op_ids.get(c["op_id"])
-        c["args"] = json.dumps({"config_key": key, "repeat": None if repeat is None else int(repeat),
-                                "config": parsed_configs.get(key)})
+        c["args"] = json.dumps(
+            {"config_key": key, "repeat": None if repeat is None else int(repeat), "config": parsed_configs.get(key)}
+        )
         kept_calls.append(c)
         if c["device_duration_ns"] is not None and repeat is not None:
             work[key][int(repeat)].append((c["device_start_ns"], name, c["device_duration_ns"]))

@@ -10,12 +10,14 @@ maya.profiler workload`); `maya profile workload` builds the same request:
 
 Measurement options: --warmup 5 --iterations 10 [--iterations-by torch.Tensor.backward].
 """
+
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported only when a workload command runs
     from .measure import MeasureSettings
@@ -51,7 +53,7 @@ class WorkloadRequest:
         elif self.name and not self.measure:
             raise UsageError("--name is for --measure")
         try:
-            self.measure_settings
+            _ = self.measure_settings  # parses the settings: an error is a usage error
         except ValueError as e:
             raise UsageError(str(e)) from None
 
@@ -69,25 +71,43 @@ def script_argv(words: Sequence[str]) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True,
-                        help="run directory (trace) or results directory (--measure, --suite)")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="run directory (trace) or results directory (--measure, --suite)"
+    )
     parser.add_argument("--hardware", help="hardware catalog name of the GPU, e.g. h100-sxm")
-    parser.add_argument("--measure", action="store_true",
-                        help="ground truth: time warm-up + measured iterations, memory peaks, a 2-iteration trace")
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help="ground truth: time warm-up + measured iterations, memory peaks, a 2-iteration trace",
+    )
     parser.add_argument("--name", help="config name of a --measure run (default: the script's name)")
     parser.add_argument("--suite", type=Path, help="suite file (.py defining CONFIGS, or .json)")
     parser.add_argument("--config", help="measure only this config of the --suite, in this process")
     parser.add_argument("--budget-min", type=float, default=8.0, help="suite time budget (default 8 minutes)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up iterations (default 5)")
     parser.add_argument("--iterations", type=int, default=10, help="measured iterations (default 10)")
-    parser.add_argument("--iterations-by", help="dotted path of the function whose calls end iterations, "
-                                                "for scripts without an optimizer (e.g. torch.Tensor.backward)")
+    parser.add_argument(
+        "--iterations-by",
+        help="dotted path of the function whose calls end iterations, "
+        "for scripts without an optimizer (e.g. torch.Tensor.backward)",
+    )
     parser.add_argument("script", nargs=argparse.REMAINDER, help="-- python SCRIPT ARGS")
 
 
 def request_from_args(args: argparse.Namespace) -> WorkloadRequest:
-    return WorkloadRequest(args.out, script_argv(args.script), args.hardware, args.measure, args.name, args.suite,
-                           args.config, args.budget_min, args.warmup, args.iterations, args.iterations_by)
+    return WorkloadRequest(
+        args.out,
+        script_argv(args.script),
+        args.hardware,
+        args.measure,
+        args.name,
+        args.suite,
+        args.config,
+        args.budget_min,
+        args.warmup,
+        args.iterations,
+        args.iterations_by,
+    )
 
 
 def run_request(request: WorkloadRequest, log: Callable[[str], None] = print) -> int:
@@ -108,12 +128,17 @@ def run_request(request: WorkloadRequest, log: Callable[[str], None] = print) ->
         from .suite import measure_suite_config
 
         if request.suite is not None:
-            row = measure_suite_config(request.out, request.suite, request.config, request.measure_settings,
-                                       hardware=request.hardware)
+            row = measure_suite_config(
+                request.out, request.suite, request.config, request.measure_settings, hardware=request.hardware
+            )
         else:
-            row = measure_workload(request.argv, request.out, request.name or workload_name(request.argv),
-                                   request.measure_settings,
-                                   hardware=request.hardware)
+            row = measure_workload(
+                request.argv,
+                request.out,
+                request.name or workload_name(request.argv),
+                request.measure_settings,
+                hardware=request.hardware,
+            )
         log(summary(row))
         return 0 if row["status"] in ("ok", "oom") else 1
     from .trace import profile_workload

@@ -8,6 +8,7 @@ one profiler warm-up iteration and two recorded ones. The script is then stopped
 its own step count only needs to be large enough. torch.OutOfMemoryError is a result (status `oom`,
 with the size asked for), as are other exceptions (`error`); neither ends the runner.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,20 +17,20 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch.profiler import profile, schedule
 
+from maya.core.script_runner import OPTIMIZER_STEP, StopScript, iteration_hook, run_script
 from maya_trace_spec.interop.kineto import import_kineto
 
 from ..device_info import describe_device, read_clocks, software_versions
-from .trace import profiler_activities
 from .results import config_columns, is_done, result_path, write_result
-from maya.core.script_runner import OPTIMIZER_STEP, StopScript, iteration_hook, run_script
 from .timing import IterationClock, IterationStats, IterationTimer, iteration_clock
+from .trace import profiler_activities
 
 PROFILER_WARMUP = 1
 PROFILED = 2
@@ -59,8 +60,11 @@ class MeasureSettings:
         return self.measured_end + PROFILER_WARMUP + PROFILED
 
     def as_config(self) -> dict:
-        return {"warmup": self.warmup, "iterations": self.iterations,
-                "iterations_by": self.iterations_by or OPTIMIZER_STEP}
+        return {
+            "warmup": self.warmup,
+            "iterations": self.iterations,
+            "iterations_by": self.iterations_by or OPTIMIZER_STEP,
+        }
 
 
 @dataclass
@@ -83,13 +87,20 @@ def _peak_memory(device: torch.device) -> tuple[int | None, int | None]:
     return torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
 
 
-def _run(argv: Sequence[str], settings: MeasureSettings, timer: IterationTimer, device: torch.device,
-         kineto: Path) -> _Outcome:
+def _run(
+    argv: Sequence[str], settings: MeasureSettings, timer: IterationTimer, device: torch.device, kineto: Path
+) -> _Outcome:
     """Run the script under the iteration hook and the scheduled profiler (trace to `kineto`)."""
     outcome = _Outcome()
     plan = schedule(wait=settings.measured_end, warmup=PROFILER_WARMUP, active=PROFILED, repeat=1)
-    with profile(activities=profiler_activities(), schedule=plan, record_shapes=True, profile_memory=True,
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(kineto))) as prof:
+    with profile(
+        activities=profiler_activities(),
+        schedule=plan,
+        record_shapes=True,
+        profile_memory=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(kineto)),
+    ) as prof:
+
         def on_iteration() -> None:
             timer.mark()
             if timer.count == settings.measured_end:
@@ -111,17 +122,26 @@ def _run(argv: Sequence[str], settings: MeasureSettings, timer: IterationTimer, 
             else:
                 marked = "optimizer steps" if settings.iterations_by is None else settings.iterations_by
                 outcome.status = "error"
-                outcome.error = (f"the script ended after {timer.count} iterations (marked by {marked}); "
-                                 f"{settings.total} are needed: {settings.warmup} warm-up, {settings.iterations} "
-                                 f"measured, {PROFILER_WARMUP + PROFILED} profiled: give it more steps"
-                                 + ("" if timer.count else ", or name what ends an iteration (--iterations-by)"))
+                outcome.error = (
+                    f"the script ended after {timer.count} iterations (marked by {marked}); "
+                    f"{settings.total} are needed: {settings.warmup} warm-up, {settings.iterations} "
+                    f"measured, {PROFILER_WARMUP + PROFILED} profiled: give it more steps"
+                    + ("" if timer.count else ", or name what ends an iteration (--iterations-by)")
+                )
     outcome.memory = _peak_memory(device)  # the script failed: its peaks up to the failure
     return outcome
 
 
-def measure_workload(argv: Sequence[str], root: str | Path, name: str,
-                     settings: MeasureSettings = MeasureSettings(), *, hardware: str | None = None,
-                     attrs: dict | None = None, clock: IterationClock | None = None) -> dict:
+def measure_workload(
+    argv: Sequence[str],
+    root: str | Path,
+    name: str,
+    settings: MeasureSettings = MeasureSettings(),
+    *,
+    hardware: str | None = None,
+    attrs: dict | None = None,
+    clock: IterationClock | None = None,
+) -> dict:
     """Measure the script `argv` (`script.py args` or `-m module args`) as config `name`: write its
     results row (and its trace run) under `root` and return the row. `attrs` are recorded in the
     config JSON; `clock` replaces the device's iteration clock (tests)."""
@@ -144,27 +164,45 @@ def measure_workload(argv: Sequence[str], root: str | Path, name: str,
         traced = outcome.status == "ok" and kineto.exists()
         if traced:
             trace_dir.parent.mkdir(parents=True, exist_ok=True)
-            import_kineto([kineto], trace_dir, hardware=hardware, command=["python", *argv],
-                          framework=f"torch {torch.__version__}")
+            import_kineto(
+                [kineto],
+                trace_dir,
+                hardware=hardware,
+                command=["python", *argv],
+                framework=f"torch {torch.__version__}",
+            )
     device_ns, host_ns = timer.durations(settings.warmup, settings.measured_end)
     complete = outcome.status == "ok" and len(device_ns) == settings.iterations
     stats = asdict(IterationStats.of(device_ns)) if complete else dict.fromkeys(f.name for f in fields(IterationStats))
     row = {
         **config_columns(name, argv, {**settings.as_config(), **(attrs or {})}),
-        "status": outcome.status, "error": outcome.error, "hardware": hardware, "device_name": info.name,
-        "driver_version": versions["driver"], "cuda_version": versions["cuda"],
+        "status": outcome.status,
+        "error": outcome.error,
+        "hardware": hardware,
+        "device_name": info.name,
+        "driver_version": versions["driver"],
+        "cuda_version": versions["cuda"],
         "torch_version": versions["torch"],
         "cudnn_version": None if versions["cudnn"] is None else str(versions["cudnn"]),
-        "versions": json.dumps(versions), "clocks_start": json.dumps(clocks_start),
-        "clocks_end": json.dumps(read_clocks(info)), "timing_source": timer.clock.source,
-        "iterations_by": settings.iterations_by or OPTIMIZER_STEP, "warmup_iterations": settings.warmup,
-        "measured_iterations": len(device_ns), "iteration_ns": device_ns, "host_iteration_ns": host_ns,
-        **stats, "host_median_ns": IterationStats.of(host_ns).median_ns if complete else None,
-        "max_memory_allocated_bytes": outcome.memory[0], "max_memory_reserved_bytes": outcome.memory[1],
-        "oom": outcome.status == "oom", "oom_requested_bytes": outcome.oom_requested_bytes,
+        "versions": json.dumps(versions),
+        "clocks_start": json.dumps(clocks_start),
+        "clocks_end": json.dumps(read_clocks(info)),
+        "timing_source": timer.clock.source,
+        "iterations_by": settings.iterations_by or OPTIMIZER_STEP,
+        "warmup_iterations": settings.warmup,
+        "measured_iterations": len(device_ns),
+        "iteration_ns": device_ns,
+        "host_iteration_ns": host_ns,
+        **stats,
+        "host_median_ns": IterationStats.of(host_ns).median_ns if complete else None,
+        "max_memory_allocated_bytes": outcome.memory[0],
+        "max_memory_reserved_bytes": outcome.memory[1],
+        "oom": outcome.status == "oom",
+        "oom_requested_bytes": outcome.oom_requested_bytes,
         "trace_path": f"traces/{name}" if traced else None,
         "trace_iterations": list(range(settings.measured_end + PROFILER_WARMUP, settings.total)) if traced else None,
-        "started_at_ns": started_ns, "wall_s": time.perf_counter() - t0,
+        "started_at_ns": started_ns,
+        "wall_s": time.perf_counter() - t0,
     }
     write_result(root, row)
     return row

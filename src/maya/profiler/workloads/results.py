@@ -8,12 +8,13 @@
 A results file is written atomically and never overwritten: it is the config's commit record, so a
 config with one is done (delete it to measure again) and a trace without one is an orphan.
 """
+
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,16 +29,41 @@ STATUSES = ("ok", "oom", "error", "timeout")
 
 _i32, _i64, _f64, _s, _b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
 SCHEMA = pa.schema(
-    [("name", _s), ("workload", _s), ("config", _s), ("status", _s), ("error", _s),
-     ("hardware", _s), ("device_name", _s), ("driver_version", _s), ("cuda_version", _s),
-     ("torch_version", _s), ("cudnn_version", _s), ("versions", _s), ("clocks_start", _s), ("clocks_end", _s),
-     ("timing_source", _s), ("iterations_by", _s), ("warmup_iterations", _i32), ("measured_iterations", _i32),
-     ("iteration_ns", pa.list_(_i64)), ("host_iteration_ns", pa.list_(_i64)),
-     ("median_ns", _i64), ("p10_ns", _i64), ("p90_ns", _i64), ("mean_ns", _i64), ("host_median_ns", _i64),
-     ("max_memory_allocated_bytes", _i64), ("max_memory_reserved_bytes", _i64),
-     ("oom", _b), ("oom_requested_bytes", _i64),
-     ("trace_path", _s), ("trace_iterations", pa.list_(_i32)),
-     ("started_at_ns", _i64), ("wall_s", _f64)],
+    [
+        ("name", _s),
+        ("workload", _s),
+        ("config", _s),
+        ("status", _s),
+        ("error", _s),
+        ("hardware", _s),
+        ("device_name", _s),
+        ("driver_version", _s),
+        ("cuda_version", _s),
+        ("torch_version", _s),
+        ("cudnn_version", _s),
+        ("versions", _s),
+        ("clocks_start", _s),
+        ("clocks_end", _s),
+        ("timing_source", _s),
+        ("iterations_by", _s),
+        ("warmup_iterations", _i32),
+        ("measured_iterations", _i32),
+        ("iteration_ns", pa.list_(_i64)),
+        ("host_iteration_ns", pa.list_(_i64)),
+        ("median_ns", _i64),
+        ("p10_ns", _i64),
+        ("p90_ns", _i64),
+        ("mean_ns", _i64),
+        ("host_median_ns", _i64),
+        ("max_memory_allocated_bytes", _i64),
+        ("max_memory_reserved_bytes", _i64),
+        ("oom", _b),
+        ("oom_requested_bytes", _i64),
+        ("trace_path", _s),
+        ("trace_iterations", pa.list_(_i32)),
+        ("started_at_ns", _i64),
+        ("wall_s", _f64),
+    ],
     metadata={VERSION_KEY: RESULTS_VERSION.encode()},
 )
 """`config`: JSON of the script, its args, warm-up and measured iterations, what marks iterations and
@@ -78,14 +104,13 @@ def workload_name(argv: Sequence[str]) -> str:
 def config_columns(name: str, argv: Sequence[str], settings: dict) -> dict:
     """The columns that say what ran: name, workload, config JSON (script, args and `settings`)."""
     script = list(argv[:2]) if argv[0] == "-m" else [argv[0]]
-    config = {"script": " ".join(script), "args": list(argv[len(script):]), **settings}
+    config = {"script": " ".join(script), "args": list(argv[len(script) :]), **settings}
     return {"name": check_name(name), "workload": workload_name(argv), "config": json.dumps(config)}
 
 
 def write_result(root: str | Path, row: dict) -> Path:
     """Write the row of config `row["name"]`; FileExistsError if that config already has one."""
-    return atomic_write(pa.Table.from_pylist([row], schema=SCHEMA), result_path(root, row["name"]),
-                        replace=False)
+    return atomic_write(pa.Table.from_pylist([row], schema=SCHEMA), result_path(root, row["name"]), replace=False)
 
 
 def read_result(root: str | Path, name: str) -> dict:
@@ -102,9 +127,11 @@ def summary(row: dict) -> str:
     """One line: the config's status, iteration times and memory peak."""
     text = f"{row['name']}: {row['status']}"
     if row["median_ns"] is not None:
-        text += (f", median {row['median_ns'] / 1e6:.2f} ms (p10 {row['p10_ns'] / 1e6:.2f}, "
-                 f"p90 {row['p90_ns'] / 1e6:.2f}) over {row['measured_iterations']} iterations "
-                 f"({row['timing_source']})")
+        text += (
+            f", median {row['median_ns'] / 1e6:.2f} ms (p10 {row['p10_ns'] / 1e6:.2f}, "
+            f"p90 {row['p90_ns'] / 1e6:.2f}) over {row['measured_iterations']} iterations "
+            f"({row['timing_source']})"
+        )
     if row["max_memory_allocated_bytes"] is not None:
         text += f", peak allocated {row['max_memory_allocated_bytes'] / 2**30:.2f} GiB"
     if row["oom_requested_bytes"] is not None:

@@ -14,6 +14,7 @@ a script without an optimizer; `estimate_s` (optional) is the expected time of t
 process start included, which the budget check uses. Every key besides name, script and args is
 recorded in the results' config JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,13 +24,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from .measure import MeasureSettings, measure_workload
-from .results import (STATUSES, check_name, config_columns, done_names, is_done, read_result,
-                               summary, write_result)
+from .results import STATUSES, check_name, config_columns, done_names, is_done, read_result, summary, write_result
 
 Clock = Callable[[], float]
 LOG_TAIL_CHARS = 4000
@@ -82,8 +82,11 @@ def load_suite(path: str | Path) -> list[SuiteConfig]:
         if not script.is_file():
             raise ValueError(f"{path}: config {name}: no script {script}")
         attrs = {k: v for k, v in entry.items() if k not in ("name", "script", "args", "iterations_by")}
-        configs.append(SuiteConfig(name, str(path), script, tuple(str(a) for a in entry.get("args", ())),
-                                   entry.get("iterations_by"), attrs))
+        configs.append(
+            SuiteConfig(
+                name, str(path), script, tuple(str(a) for a in entry.get("args", ())), entry.get("iterations_by"), attrs
+            )
+        )
     return configs
 
 
@@ -94,12 +97,19 @@ def find_config(path: str | Path, name: str) -> SuiteConfig:
     raise ValueError(f"{path}: no config named {name}")
 
 
-def measure_suite_config(root: str | Path, suite_file: str | Path, name: str,
-                         measure: MeasureSettings = MeasureSettings(), *, hardware: str | None = None) -> dict:
+def measure_suite_config(
+    root: str | Path,
+    suite_file: str | Path,
+    name: str,
+    measure: MeasureSettings = MeasureSettings(),
+    *,
+    hardware: str | None = None,
+) -> dict:
     """Measure one config of the suite in this process (what each config's fresh process does)."""
     config = find_config(suite_file, name)
-    return measure_workload(config.argv, root, name, config.measure_settings(measure), hardware=hardware,
-                            attrs=config.recorded_attrs)
+    return measure_workload(
+        config.argv, root, name, config.measure_settings(measure), hardware=hardware, attrs=config.recorded_attrs
+    )
 
 
 @dataclass(frozen=True)
@@ -140,8 +150,20 @@ class ProcessRunner:
 
     def command(self, config: SuiteConfig) -> list[str]:
         m = self.settings.measure
-        cmd = [*profiler_command(), "workload", "--out", str(self.root), "--suite", str(self.suite_file),
-               "--config", config.name, "--warmup", str(m.warmup), "--iterations", str(m.iterations)]
+        cmd = [
+            *profiler_command(),
+            "workload",
+            "--out",
+            str(self.root),
+            "--suite",
+            str(self.suite_file),
+            "--config",
+            config.name,
+            "--warmup",
+            str(m.warmup),
+            "--iterations",
+            str(m.iterations),
+        ]
         if m.iterations_by:
             cmd += ["--iterations-by", m.iterations_by]
         return cmd + (["--hardware", self.hardware] if self.hardware else [])
@@ -154,9 +176,13 @@ class ProcessRunner:
                 cmd = self.command(config)
                 # an installed module must not be shadowed by a source tree in the working directory
                 safe = {"PYTHONSAFEPATH": "1"} if "-m" in cmd else {}
-                returncode = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                            timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1", **safe}
-                                            ).returncode
+                returncode = subprocess.run(
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout_s,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", **safe},
+                ).returncode
             except subprocess.TimeoutExpired:
                 returncode = None
         return ChildRun(returncode, log.read_text(errors="replace")[-LOG_TAIL_CHARS:])
@@ -174,27 +200,51 @@ class SuiteResult:
 
     def summary_lines(self) -> list[str]:
         counts = ", ".join(f"{self.measured[s]} {s}" for s in STATUSES if self.measured[s]) or "none"
-        return [f"this session: {counts}",
-                f"stopped: {self.stop_reason} after {self.elapsed_s:.0f} s; {self.done}/{self.total} configs "
-                "of the suite done"]
+        return [
+            f"this session: {counts}",
+            f"stopped: {self.stop_reason} after {self.elapsed_s:.0f} s; {self.done}/{self.total} configs "
+            "of the suite done",
+        ]
 
 
-def _failure_row(config: SuiteConfig, settings: MeasureSettings, child: ChildRun, hardware: str | None,
-                 limit_s: float, elapsed_s: float) -> dict:
+def _failure_row(
+    config: SuiteConfig,
+    settings: MeasureSettings,
+    child: ChildRun,
+    hardware: str | None,
+    limit_s: float,
+    elapsed_s: float,
+) -> dict:
     """The row of a config whose process ended without writing one: killed at its limit, or crashed."""
     killed = child.returncode is None
-    reason = f"killed after {limit_s:.0f} s" if killed else \
-        f"the process exited with code {child.returncode} without a results row"
+    reason = (
+        f"killed after {limit_s:.0f} s"
+        if killed
+        else f"the process exited with code {child.returncode} without a results row"
+    )
     error = f"end of the config's log:\n{child.log_tail.rstrip()}\n{reason}"
     recorded = {**config.measure_settings(settings).as_config(), **config.recorded_attrs}
-    return {**config_columns(config.name, config.argv, recorded),
-            "status": "timeout" if killed else "error", "error": error, "hardware": hardware, "oom": False,
-            "started_at_ns": time.time_ns() - round(elapsed_s * 1e9), "wall_s": elapsed_s}
+    return {
+        **config_columns(config.name, config.argv, recorded),
+        "status": "timeout" if killed else "error",
+        "error": error,
+        "hardware": hardware,
+        "oom": False,
+        "started_at_ns": time.time_ns() - round(elapsed_s * 1e9),
+        "wall_s": elapsed_s,
+    }
 
 
-def run_suite(root: str | Path, suite_file: str | Path, settings: SuiteSettings = SuiteSettings(), *,
-              hardware: str | None = None, run_config: RunConfig | None = None, clock: Clock = time.monotonic,
-              log: Callable[[str], None] = print) -> SuiteResult:
+def run_suite(
+    root: str | Path,
+    suite_file: str | Path,
+    settings: SuiteSettings = SuiteSettings(),
+    *,
+    hardware: str | None = None,
+    run_config: RunConfig | None = None,
+    clock: Clock = time.monotonic,
+    log: Callable[[str], None] = print,
+) -> SuiteResult:
     """Measure the suite's configs that have no results row under `root`, in the suite's order, until
     done or until the next one's estimate no longer fits in the budget. A config killed because the
     budget ran out leaves no row and is measured again next time; one killed at `config_timeout_s`
@@ -203,8 +253,10 @@ def run_suite(root: str | Path, suite_file: str | Path, settings: SuiteSettings 
     started = clock()
     configs = load_suite(suite_file)
     pending = [c for c in configs if not is_done(root, c.name)]
-    log(f"{len(configs)} configs in the suite, {len(configs) - len(pending)} already done, "
-        f"budget {settings.budget_s:.0f} s")
+    log(
+        f"{len(configs)} configs in the suite, {len(configs) - len(pending)} already done, "
+        f"budget {settings.budget_s:.0f} s"
+    )
     run_config = run_config or ProcessRunner(root, suite_file, settings, hardware)
     measured: Counter = Counter()
     stop = "complete"

@@ -4,11 +4,13 @@ One code path for both kinds of device, only the clock differs: on CUDA the ends
 recorded on the current stream (device time, `cuda_events`), elsewhere host wall-clock readings
 (`wall_clock`). The host wall clock is read at every end either way.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -79,8 +81,10 @@ class IterationTimer:
         if first < 1:
             raise ValueError("iteration 0 has no start to time it from")
         ends = range(first, min(stop, self.count))
-        return ([self.clock.elapsed_ns(self._ends[i - 1], self._ends[i]) for i in ends],
-                [self._host_ends[i] - self._host_ends[i - 1] for i in ends])
+        return (
+            [self.clock.elapsed_ns(self._ends[i - 1], self._ends[i]) for i in ends],
+            [self._host_ends[i] - self._host_ends[i - 1] for i in ends],
+        )
 
 
 @dataclass(frozen=True)

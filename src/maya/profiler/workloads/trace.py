@@ -5,19 +5,19 @@ profiler, so each optimizer step becomes a `ProfilerStep#N` annotation in the tr
 measurement (timed iterations, memory peaks, a trace of two iterations) is `workload_measure`;
 suites of configs are `workload_suite`.
 """
+
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
-from maya_trace_spec.interop.kineto import import_kineto
-
 from maya.core.script_runner import iteration_hook, run_script
+from maya_trace_spec.interop.kineto import import_kineto
 
 
 def profiler_activities() -> list[ProfilerActivity]:
@@ -33,8 +33,12 @@ def profile_workload(argv: Sequence[str], out_dir: str | Path, *, hardware: str 
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir}: output exists and is not empty")
     # A schedule (even "always record") is what makes step() emit the ProfilerStep#N annotations.
-    with profile(activities=profiler_activities(), record_shapes=True, profile_memory=True,
-                 schedule=lambda _: ProfilerAction.RECORD) as prof:
+    with profile(
+        activities=profiler_activities(),
+        record_shapes=True,
+        profile_memory=True,
+        schedule=lambda _: ProfilerAction.RECORD,
+    ) as prof:
         with iteration_hook(prof.step):
             run_script(argv)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -42,7 +46,8 @@ def profile_workload(argv: Sequence[str], out_dir: str | Path, *, hardware: str 
     os.close(fd)
     try:
         prof.export_chrome_trace(raw)
-        return import_kineto([raw], out_dir, hardware=hardware, command=["python", *argv],
-                             framework=f"torch {torch.__version__}")
+        return import_kineto(
+            [raw], out_dir, hardware=hardware, command=["python", *argv], framework=f"torch {torch.__version__}"
+        )
     finally:
         os.unlink(raw)

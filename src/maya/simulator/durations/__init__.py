@@ -11,6 +11,7 @@ without device work are ignored) and `host_ns` the host (CPU) time the issuing t
   collectives) so the simulator runs with nothing trained;
 - `maya.simulator.durations.estimated.EstimatorDurations`: the trained estimators.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,7 @@ import pandas as pd
 
 from maya.core.hardware import Hardware
 
-from ..opcodes import (COLL, DEVICE_OPS, GROUP_END, GROUP_START, HOST_SYNC_OPS, NOP, RECORD, STREAM_SYNC, WAIT,
-                      WORK_SYNC)
+from ..opcodes import COLL, DEVICE_OPS, GROUP_END, GROUP_START, HOST_SYNC_OPS, NOP, RECORD, STREAM_SYNC, WAIT, WORK_SYNC
 
 LIBRARY_DOMAINS = ("cublas", "cublaslt", "cudnn")
 
@@ -59,8 +59,10 @@ class MeasuredDurations:
         missing = device & np.isnan(measured)
         if missing.any():
             apis = ", ".join(sorted(set(calls.loc[missing, "api"].astype(str)))[:5])
-            raise MissingDurations(f"{int(missing.sum())} device call(s) have no measured duration ({apis}); "
-                                   "emulated traces need --durations estimators or roofline")
+            raise MissingDurations(
+                f"{int(missing.sum())} device call(s) have no measured duration ({apis}); "
+                "emulated traces need --durations estimators or roofline"
+            )
         return np.nan_to_num(measured)
 
     def host_ns(self, calls: pd.DataFrame) -> np.ndarray:
@@ -76,7 +78,6 @@ class MeasuredDurations:
         out[host_rows] = np.maximum(start - np.concatenate([start[:1], end[:-1]]), 0.0) + own
         return out
 
-
     def launch_ns(self, calls: pd.DataFrame) -> np.ndarray:
         """Launch delay per call: how long after the call returned its device work started, where the
         stream's earlier work had finished by then (nothing but the launch held it); work that queued behind
@@ -85,11 +86,21 @@ class MeasuredDurations:
         returned = start + calls["duration_ns"].to_numpy(dtype="float64", na_value=0.0)
         began = rebased(calls["device_start_ns"], calls["start_ns"])
         ended = device_end(calls)
-        launched = (np.isin(calls["opcode"].to_numpy(), DEVICE_OPS) & ~np.isnan(began)
-                    & (calls["domain"] != "device").to_numpy())
+        launched = (
+            np.isin(calls["opcode"].to_numpy(), DEVICE_OPS)
+            & ~np.isnan(began)
+            & (calls["domain"] != "device").to_numpy()
+        )
         streams = calls["stream_id"].fillna(-1).to_numpy()
-        busy_until = (pd.Series(np.nan_to_num(ended, nan=-np.inf)).groupby(streams).cummax()
-                      .groupby(streams).shift(1).fillna(-np.inf).to_numpy())
+        busy_until = (
+            pd.Series(np.nan_to_num(ended, nan=-np.inf))
+            .groupby(streams)
+            .cummax()
+            .groupby(streams)
+            .shift(1)
+            .fillna(-np.inf)
+            .to_numpy()
+        )
         idle = launched & (busy_until <= returned)
         delay = began - returned
         typical = float(np.median(delay[idle])) if idle.any() else 0.0
@@ -106,8 +117,9 @@ def rebased(times: pd.Series, reference: pd.Series) -> np.ndarray:
 
 def device_end(calls: pd.DataFrame) -> np.ndarray:
     """When each call's measured device work ended, rebased as `rebased` does; NaN where unmeasured."""
-    return (rebased(calls["device_start_ns"], calls["start_ns"])
-            + calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan))
+    return rebased(calls["device_start_ns"], calls["start_ns"]) + calls["device_duration_ns"].to_numpy(
+        dtype="float64", na_value=np.nan
+    )
 
 
 def _after_awaited(calls: pd.DataFrame, start: np.ndarray, own: np.ndarray) -> np.ndarray:
@@ -154,8 +166,9 @@ class RooflineDurations:
     def _kernels(self, calls: pd.DataFrame, hw: Hardware) -> np.ndarray:
         codes, dtypes = pd.factorize(calls["dtype"].fillna("fp32").astype(str))
         peak = np.array([hw.peak_flops(d) for d in dtypes], dtype="float64")[codes]
-        itemsize = np.array([{"fp64": 8, "fp32": 4, "tf32": 4, "int64": 8, "int32": 4}.get(d, 2) for d in dtypes],
-                            dtype="float64")[codes]
+        itemsize = np.array(
+            [{"fp64": 8, "fp32": 4, "tf32": 4, "int64": 8, "int32": 4}.get(d, 2) for d in dtypes], dtype="float64"
+        )[codes]
         flops = calls["flops"].to_numpy(dtype="float64")
         traffic = calls["work_bytes"].to_numpy(dtype="float64")
         numel = calls["numel"].to_numpy(dtype="float64")
@@ -164,8 +177,10 @@ class RooflineDurations:
         pcie = op.isin(["HtoD", "DtoH"]).to_numpy()
         bandwidth = np.where(pcie, hw.pcie_gbs * 1e9, hw.memory_bandwidth)
         passes = np.where(op.isin(["DtoD", "PtoP"]).to_numpy(), 2.0, 1.0)
-        seconds = np.fmax(np.nan_to_num(flops, nan=0.0) / (peak * self.compute_efficiency),
-                          np.nan_to_num(traffic * passes, nan=0.0) / (bandwidth * self.memory_efficiency))
+        seconds = np.fmax(
+            np.nan_to_num(flops, nan=0.0) / (peak * self.compute_efficiency),
+            np.nan_to_num(traffic * passes, nan=0.0) / (bandwidth * self.memory_efficiency),
+        )
         known = ~(np.isnan(flops) & np.isnan(traffic))
         return np.where(known, seconds * 1e9 + self.kernel_overhead_ns, self.unknown_kernel_ns)
 
@@ -174,13 +189,19 @@ class RooflineDurations:
         nodes = np.maximum(calls["comm_nodes"].to_numpy(dtype="float64"), 1.0)
         size = calls["comm_bytes"].to_numpy(dtype="float64")
         name = calls["collective"].astype(str)
-        factor = np.select([name == "allreduce", name.isin(["allgather", "reducescatter", "alltoall"])],
-                           [2 * (ranks - 1) / ranks, (ranks - 1) / ranks], 1.0)
+        factor = np.select(
+            [name == "allreduce", name.isin(["allgather", "reducescatter", "alltoall"])],
+            [2 * (ranks - 1) / ranks, (ranks - 1) / ranks],
+            1.0,
+        )
         intra = (hw.nvlink_gbs or hw.pcie_gbs) * self.link_efficiency * 1e9
         bus = np.where(nodes > 1, min(intra, self.network_gbs * 1e9), intra)
         steps = np.where(name == "allreduce", 2 * (ranks - 1), ranks - 1)
-        latency = (self.base_latency_ns + (steps - (nodes - 1)) * self.hop_latency_ns
-                   + (nodes - 1) * self.network_hop_latency_ns)
+        latency = (
+            self.base_latency_ns
+            + (steps - (nodes - 1)) * self.hop_latency_ns
+            + (nodes - 1) * self.network_hop_latency_ns
+        )
         seconds = size * factor / bus
         return np.where(ranks > 1, latency + seconds * 1e9, 0.0)
 
@@ -188,8 +209,14 @@ class RooflineDurations:
         return default_host_ns(calls)
 
 
-HOST_NS = {"launch": 5_000.0, "library": 8_000.0, "collective": 6_000.0, "event": 1_500.0, "sync": 2_000.0,
-           "other": 500.0}
+HOST_NS = {
+    "launch": 5_000.0,
+    "library": 8_000.0,
+    "collective": 6_000.0,
+    "event": 1_500.0,
+    "sync": 2_000.0,
+    "other": 500.0,
+}
 """Host time per call class (CUDA and library entry points, not framework dispatch), nanoseconds."""
 
 
@@ -198,11 +225,26 @@ def default_host_ns(calls: pd.DataFrame) -> np.ndarray:
     ops = calls["opcode"].to_numpy()
     library = calls["domain"].isin(LIBRARY_DOMAINS).to_numpy()
     cls = np.select(
-        [(calls["domain"] == "device").to_numpy(), np.isin(ops, (COLL, GROUP_START, GROUP_END)),
-         np.isin(ops, DEVICE_OPS) & library, np.isin(ops, DEVICE_OPS), np.isin(ops, (RECORD, WAIT)),
-         np.isin(ops, HOST_SYNC_OPS), ops == NOP],
-        [0.0, HOST_NS["collective"], HOST_NS["library"], HOST_NS["launch"], HOST_NS["event"], HOST_NS["sync"],
-         HOST_NS["other"]], HOST_NS["other"])
+        [
+            (calls["domain"] == "device").to_numpy(),
+            np.isin(ops, (COLL, GROUP_START, GROUP_END)),
+            np.isin(ops, DEVICE_OPS) & library,
+            np.isin(ops, DEVICE_OPS),
+            np.isin(ops, (RECORD, WAIT)),
+            np.isin(ops, HOST_SYNC_OPS),
+            ops == NOP,
+        ],
+        [
+            0.0,
+            HOST_NS["collective"],
+            HOST_NS["library"],
+            HOST_NS["launch"],
+            HOST_NS["event"],
+            HOST_NS["sync"],
+            HOST_NS["other"],
+        ],
+        HOST_NS["other"],
+    )
     return cls.astype("float64")
 
 
@@ -210,4 +252,3 @@ def is_measured(calls: pd.DataFrame) -> bool:
     """Whether every device call of the frame has a measured duration."""
     device = np.isin(calls["opcode"].to_numpy(), DEVICE_OPS)
     return bool(device.any()) and bool(calls.loc[device, "device_duration_ns"].notna().all())
-

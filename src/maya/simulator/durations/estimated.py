@@ -2,6 +2,7 @@
 cluster of the target hardware) and `EstimatorDurations` (a registered kernel estimator version, those
 collectives and the host-overhead model). Calls the estimators cannot price (unknown work, collectives they
 do not model, no cluster for the hardware) fall back to `RooflineDurations`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +13,8 @@ import pandas as pd
 
 from maya.core.hardware import Hardware
 
-from . import RooflineDurations
 from ..opcodes import COLL, DEVICE_OPS
+from . import RooflineDurations
 
 if TYPE_CHECKING:
     from maya.estimators import ClusterSpec
@@ -79,14 +80,20 @@ class CollectiveDurations:
             name = c["collective"].astype(str).map(priced_name)
             known = name.notna().to_numpy()
             gpus = c["comm_gpus"] if "comm_gpus" in c else pd.Series([()] * len(c), index=c.index, dtype=object)
-            frame = pd.DataFrame({"collective": name, "bytes": c["comm_bytes"].fillna(0.0),
-                                  "ranks": c["comm_size"].fillna(1).astype(int),
-                                  "nodes": c["comm_nodes"].fillna(1).astype(int),
-                                  "gpus": gpus.map(lambda g: tuple(g) if isinstance(g, (tuple, list)) else ())})[known]
+            frame = pd.DataFrame(
+                {
+                    "collective": name,
+                    "bytes": c["comm_bytes"].fillna(0.0),
+                    "ranks": c["comm_size"].fillna(1).astype(int),
+                    "nodes": c["comm_nodes"].fillna(1).astype(int),
+                    "gpus": gpus.map(lambda g: tuple(g) if isinstance(g, (tuple, list)) else ()),
+                }
+            )[known]
             if len(frame):
                 rows = np.flatnonzero(coll)[known]
                 out[rows] = model.predict(self._on_cluster(frame, model.cluster))["duration_ns"].to_numpy(
-                    dtype="float64")
+                    dtype="float64"
+                )
         elif coll.any():
             note = f"no cluster spec for {hardware.name}: collectives priced by the roofline alpha-beta model"
             if note not in self.notes:
@@ -97,12 +104,16 @@ class CollectiveDurations:
         """Communicators laid out on more GPUs per node than the cluster's nodes have are priced packed on
         its nodes (and the prediction says so)."""
         per_node = -(-frame["ranks"] // frame["nodes"].clip(lower=1))
-        beyond = (frame["gpus"].map(lambda g: any(i >= cluster.gpus_per_node for i in g))
-                  | ((per_node > cluster.gpus_per_node) & (frame["collective"] != "sendrecv"))).to_numpy(dtype=bool)
+        beyond = (
+            frame["gpus"].map(lambda g: any(i >= cluster.gpus_per_node for i in g))
+            | ((per_node > cluster.gpus_per_node) & (frame["collective"] != "sendrecv"))
+        ).to_numpy(dtype=bool)
         if not beyond.any():
             return frame
-        note = (f"communicators laid out on more than the {cluster.gpus_per_node} GPUs per node of cluster "
-                f"{cluster.name} are priced packed on its nodes")
+        note = (
+            f"communicators laid out on more than the {cluster.gpus_per_node} GPUs per node of cluster "
+            f"{cluster.name} are priced packed on its nodes"
+        )
         if note not in self.notes:
             self.notes.append(note)
         frame = frame.copy()
@@ -120,8 +131,14 @@ class EstimatorDurations:
 
     collective_includes_wait = False
 
-    def __init__(self, version: str = "latest", *, cluster: str | None = None, warehouse: str | Path | None = None,
-                 fallback: RooflineDurations | None = None):
+    def __init__(
+        self,
+        version: str = "latest",
+        *,
+        cluster: str | None = None,
+        warehouse: str | Path | None = None,
+        fallback: RooflineDurations | None = None,
+    ):
         try:
             from maya import estimators
         except ImportError as e:
@@ -145,15 +162,19 @@ class EstimatorDurations:
 
         notes = list(self.collectives.notes)
         if self._learned_ns and self._unresolved_ns >= UNRESOLVED_NOTE_SHARE * self._learned_ns:
-            notes.append(f"{self._unresolved_ns / self._learned_ns:.0%} of the learned kernel time is in kernels "
-                         "predicted shorter than the measurements their model learned from resolve (calls timed one "
-                         f"by one: under {POST_LAUNCH_S * 1e6:.0f} us; device-timed: under the shortest measured): "
-                         "their device time is bounded, not fitted")
+            notes.append(
+                f"{self._unresolved_ns / self._learned_ns:.0%} of the learned kernel time is in kernels "
+                "predicted shorter than the measurements their model learned from resolve (calls timed one "
+                f"by one: under {POST_LAUNCH_S * 1e6:.0f} us; device-timed: under the shortest measured): "
+                "their device time is bounded, not fitted"
+            )
         if self._fp8_calls:
-            notes.append(f"{self._fp8_calls} fp8 GEMM calls ({self._fp8_ns / 1e6:.2f} ms) are priced on the GPU's fp8 "
-                         "tensor-core peak with the efficiency the tensor-core GEMM model learned from fp16/bf16 "
-                         "measurements: a transfer, since no fp8 GEMM measurement is shipped; their scaling "
-                         "kernels (amax, scale, cast) are priced as the elementwise and reduction kernels they are")
+            notes.append(
+                f"{self._fp8_calls} fp8 GEMM calls ({self._fp8_ns / 1e6:.2f} ms) are priced on the GPU's fp8 "
+                "tensor-core peak with the efficiency the tensor-core GEMM model learned from fp16/bf16 "
+                "measurements: a transfer, since no fp8 GEMM measurement is shipped; their scaling "
+                "kernels (amax, scale, cast) are priced as the elementwise and reduction kernels they are"
+            )
         return notes
 
     def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:

@@ -1,23 +1,26 @@
 """Every op's builder, and the settings an op runs under (TF32, SDPA backend)."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Callable, Iterator
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import dense, memory, optimizer, rowwise
 from ..configs import KernelConfig
+from . import dense, memory, optimizer, rowwise
 from .inputs import Call, Inputs
 
 Builder = Callable[[KernelConfig, Inputs], Call]
 
-BUILDERS: dict[str, Builder] = {**dense.BUILDERS, **rowwise.BUILDERS, **memory.BUILDERS,
-                                **optimizer.BUILDERS}
+BUILDERS: dict[str, Builder] = {**dense.BUILDERS, **rowwise.BUILDERS, **memory.BUILDERS, **optimizer.BUILDERS}
 
-SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
+SDPA_BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
 
 
 def build(config: KernelConfig, inputs: Inputs) -> Call:

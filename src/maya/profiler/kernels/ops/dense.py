@@ -3,6 +3,7 @@
 GEMM shapes: output [m, n], reduction k. A linear layer x[m, k]·W[n, k]ᵀ; its backward products
 dX = dY·W and dW = dYᵀ·X, each with the operand layouts autograd uses.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,14 +38,16 @@ def linear_grad_input(c: KernelConfig, x: Inputs) -> Call:
 def linear_grad_weight(c: KernelConfig, x: Inputs) -> Call:
     """dW[m, n] = dY[k, m]ᵀ·X[k, n] (k: tokens)."""
     p = c.shape
-    return forward_call(lambda dy, inp: torch.mm(dy.t(), inp),
-                        list(zip(x.normal(p["k"], p["m"]), x.normal(p["k"], p["n"]))))
+    return forward_call(
+        lambda dy, inp: torch.mm(dy.t(), inp), list(zip(x.normal(p["k"], p["m"]), x.normal(p["k"], p["n"])))
+    )
 
 
 def bmm(c: KernelConfig, x: Inputs) -> Call:
     p = c.shape
-    return forward_call(torch.bmm, list(zip(x.normal(p["batch"], p["m"], p["k"]),
-                                            x.normal(p["batch"], p["k"], p["n"]))))
+    return forward_call(
+        torch.bmm, list(zip(x.normal(p["batch"], p["m"], p["k"]), x.normal(p["batch"], p["k"], p["n"])))
+    )
 
 
 def _attention_args(c: KernelConfig, x: Inputs, grad: bool) -> list[tuple]:
@@ -69,5 +72,4 @@ def sdpa_bwd(c: KernelConfig, x: Inputs) -> Call:
     return backward_call(_attention(c), _attention_args(c, x, grad=True), x)
 
 
-BUILDERS = {f.__name__: f for f in (mm, linear, addmm, linear_grad_input, linear_grad_weight, bmm,
-                                    sdpa_fwd, sdpa_bwd)}
+BUILDERS = {f.__name__: f for f in (mm, linear, addmm, linear_grad_input, linear_grad_weight, bmm, sdpa_fwd, sdpa_bwd)}

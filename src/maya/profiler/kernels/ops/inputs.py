@@ -1,8 +1,9 @@
 """Random input tensors for one config, in rotated copies, and the two call shapes every op takes:
 a forward call and the backward (gradient) call of the same forward."""
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -30,15 +31,16 @@ class Inputs:
 
     def normal(self, *shape: int, dtype: str | None = None, grad: bool = False) -> list[torch.Tensor]:
         dt = TORCH_DTYPES[dtype] if dtype else self.dtype
-        return [torch.randn(shape, dtype=dt, device=self.device, generator=self.generator, requires_grad=grad)
-                for _ in range(self.copies)]
+        return [
+            torch.randn(shape, dtype=dt, device=self.device, generator=self.generator, requires_grad=grad)
+            for _ in range(self.copies)
+        ]
 
     def normal_like(self, tensor: torch.Tensor) -> torch.Tensor:
         return torch.randn(tensor.shape, dtype=tensor.dtype, device=tensor.device, generator=self.generator)
 
     def integers(self, high: int, *shape: int) -> list[torch.Tensor]:
-        return [torch.randint(0, high, shape, device=self.device, generator=self.generator)
-                for _ in range(self.copies)]
+        return [torch.randint(0, high, shape, device=self.device, generator=self.generator) for _ in range(self.copies)]
 
     def raw_bytes(self, count: int) -> list[torch.Tensor]:
         """Random bytes (the bit patterns of normal fp32 values); `count` must be a multiple of 4."""

@@ -1,4 +1,5 @@
 """Data movement: copy kernels (casts, transposes), memcpy between host and device, memsets."""
+
 from __future__ import annotations
 
 import ctypes
@@ -63,8 +64,9 @@ def _cudart() -> ctypes.CDLL:
     """The CUDA runtime library torch has loaded (found in this process's memory map)."""
     torch.cuda.init()
     maps = Path("/proc/self/maps")
-    paths = {line.split()[-1] for line in maps.read_text().splitlines() if "libcudart" in line} \
-        if maps.exists() else set()
+    paths = (
+        {line.split()[-1] for line in maps.read_text().splitlines() if "libcudart" in line} if maps.exists() else set()
+    )
     if not paths:
         raise Unsupported("the CUDA runtime library torch uses was not found in /proc/self/maps")
     lib = ctypes.CDLL(sorted(paths)[0])
@@ -85,8 +87,10 @@ def cuda_memset(c: KernelConfig, x: Inputs) -> Call:
         status = memset(buffers[i].data_ptr(), 0, size, stream)
         if status != 0:
             raise RuntimeError(f"CUDA error: cudaMemsetAsync returned {status}")
+
     return call
 
 
-BUILDERS = {f.__name__: f for f in (copy_cast, copy_transpose, memcpy_h2d, memcpy_d2h, memcpy_d2d,
-                                    fill_zero, cuda_memset)}
+BUILDERS = {
+    f.__name__: f for f in (copy_cast, copy_transpose, memcpy_h2d, memcpy_d2h, memcpy_d2d, fill_zero, cuda_memset)
+}

@@ -1,11 +1,12 @@
 """AdamW steps (fused and foreach implementations) over the parameter lists of GPT models."""
+
 from __future__ import annotations
 
 import torch
 
 from ..configs import KernelConfig
-from .inputs import Call, Inputs
 from ..shapes import gpt_layer_param_shapes
+from .inputs import Call, Inputs
 
 
 def _adamw(fused: bool):
@@ -18,9 +19,9 @@ def _adamw(fused: bool):
             params = [torch.nn.Parameter(t) for t in tensors]
             for param in params:
                 param.grad = x.normal_like(param)
-            optimizers.append(torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1,
-                                                fused=fused, foreach=not fused))
+            optimizers.append(torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, fused=fused, foreach=not fused))
         return lambda i: optimizers[i].step()
+
     return build
 
 

@@ -1,8 +1,9 @@
 """Ops over activations [tokens, hidden] (or [rows, cols]): norms, softmax, activations, residual
 add/mul, dropout, cross-entropy and embedding, each forward and backward."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -40,10 +41,14 @@ def _lookup(c: KernelConfig, x: Inputs, grad: bool) -> list[tuple]:
 
 
 OPS: dict[str, tuple[ArgsMaker, ForwardMaker]] = {
-    "layer_norm": (lambda c, x, g: _normalized(c, x, g, bias=True),
-                   lambda c: lambda t, w, b: F.layer_norm(t, (c.shape["hidden"],), w, b, EPS)),
-    "rms_norm": (lambda c, x, g: _normalized(c, x, g, bias=False),
-                 lambda c: lambda t, w: F.rms_norm(t, (c.shape["hidden"],), w, EPS)),
+    "layer_norm": (
+        lambda c, x, g: _normalized(c, x, g, bias=True),
+        lambda c: lambda t, w, b: F.layer_norm(t, (c.shape["hidden"],), w, b, EPS),
+    ),
+    "rms_norm": (
+        lambda c, x, g: _normalized(c, x, g, bias=False),
+        lambda c: lambda t, w: F.rms_norm(t, (c.shape["hidden"],), w, EPS),
+    ),
     "softmax": (_activation, lambda c: lambda t: torch.softmax(t, -1)),
     "gelu": (_activation, lambda c: lambda t: F.gelu(t, approximate=str(c.shape["approximate"]))),
     "silu": (_activation, lambda c: F.silu),
@@ -66,6 +71,7 @@ def _binary(op: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
     def build(c: KernelConfig, x: Inputs) -> Call:
         t, h = c.shape["tokens"], c.shape["hidden"]
         return forward_call(op, list(zip(x.normal(t, h), x.normal(t, h))))
+
     return build
 
 
