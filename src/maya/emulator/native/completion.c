@@ -21,10 +21,10 @@
  * spins until its queue drains (torch 2.5's, at shutdown) finds the work complete after IDLE_POLLS polls. */
 #include "core.h"
 
-#define COLLECTIVE_POLLS 1        /* polls by a thread that issues device work that find the work running */
-#define SETTLE_WORK 32            /* device calls after which it is complete */
-#define SETTLE_NS 2000000000ll    /* host time after which it is complete */
-#define IDLE_POLLS 64             /* polls by threads that issue no device work after which it is complete */
+#define COLLECTIVE_POLLS 1     /* polls by a thread that issues device work that find the work running */
+#define SETTLE_WORK 32         /* device calls after which it is complete */
+#define SETTLE_NS 2000000000ll /* host time after which it is complete */
+#define IDLE_POLLS 64          /* polls by threads that issue no device work after which it is complete */
 
 typedef struct {
   int64_t stream;

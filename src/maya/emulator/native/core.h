@@ -22,9 +22,9 @@
 #pragma GCC visibility push(hidden)
 
 /* config.c */
-extern char out_dir[4096];            /* the rank's capture directory */
-extern int configured;                /* a rank's configuration was read (out_dir is its capture directory) */
-extern size_t reserved_per_device;    /* memory the CUDA context itself would hold */
+extern char out_dir[4096];         /* the rank's capture directory */
+extern int configured;             /* a rank's configuration was read (out_dir is its capture directory) */
+extern size_t reserved_per_device; /* memory the CUDA context itself would hold */
 void load_config(void);
 
 /* record.c */
@@ -36,12 +36,12 @@ typedef struct thread_buf {
   int64_t tid;
   struct thread_buf *next;
 } thread_buf;
-extern pthread_mutex_t lock;          /* guards every table of the core */
+extern pthread_mutex_t lock; /* guards every table of the core */
 extern _Atomic int64_t seq_counter;
 extern thread_buf *all_bufs;
 extern __thread thread_buf *my_buf;
 extern __thread int current_device;
-extern int forked_child;              /* not the emulated process itself: records nothing */
+extern int forked_child; /* not the emulated process itself: records nothing */
 extern int n_apis;
 /* What the thread did since its last host read (host_read.c): a hash of its calls' APIs and, for device
  * work, kernels, shapes and sizes (not addresses, times or allocations), and whether it did device work
@@ -68,7 +68,7 @@ void maya_timing_log(const maya_rec *r);
 
 /* graphs.c */
 extern atomic_int captures_active;
-void divert_to_graph(maya_rec *r);  /* a record issued on a capturing stream goes to its graph */
+void divert_to_graph(maya_rec *r); /* a record issued on a capturing stream goes to its graph */
 
 #pragma GCC visibility pop
 #endif

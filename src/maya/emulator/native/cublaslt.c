@@ -48,7 +48,10 @@ MAYA_EXPORT cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-MAYA_EXPORT cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
+MAYA_EXPORT cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  free(h);
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 MAYA_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
                                                     cudaDataType scale) {
@@ -59,7 +62,10 @@ MAYA_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cub
   return CUBLAS_STATUS_SUCCESS;
 }
 
-MAYA_EXPORT cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { free(d); return CUBLAS_STATUS_SUCCESS; }
+MAYA_EXPORT cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  free(d);
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 MAYA_EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                                           const void *buf, size_t size) {
@@ -69,12 +75,18 @@ MAYA_EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d
 MAYA_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows,
                                                       uint64_t cols, int64_t ld) {
   layout *m = calloc(1, sizeof *m);
-  m->type = type; m->rows = rows; m->cols = cols; m->ld = ld;
+  m->type = type;
+  m->rows = rows;
+  m->cols = cols;
+  m->ld = ld;
   *l = (cublasLtMatrixLayout_t)m;
   return CUBLAS_STATUS_SUCCESS;
 }
 
-MAYA_EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { free(l); return CUBLAS_STATUS_SUCCESS; }
+MAYA_EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  free(l);
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 MAYA_EXPORT cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
                                                             cublasLtMatrixLayoutAttribute_t attr, const void *buf,
@@ -87,7 +99,10 @@ MAYA_EXPORT cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreferen
   return CUBLAS_STATUS_SUCCESS;
 }
 
-MAYA_EXPORT cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { free(p); return CUBLAS_STATUS_SUCCESS; }
+MAYA_EXPORT cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  free(p);
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 MAYA_EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                                 cublasLtMatmulPreferenceAttributes_t attr,
@@ -119,10 +134,9 @@ MAYA_EXPORT cublasStatus_t cublasLtMatmulAlgoInit(cublasLtHandle_t h, cublasComp
   return CUBLAS_STATUS_SUCCESS;
 }
 
-MAYA_EXPORT cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
-                                                   cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
-                                                   cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
-                                                   const cublasLtMatmulAlgo_t *algo,
+MAYA_EXPORT cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
+                                                   cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
+                                                   cublasLtMatrixLayout_t D, const cublasLtMatmulAlgo_t *algo,
                                                    cublasLtMatmulHeuristicResult_t *result) {
   memset(result, 0, sizeof *result);
   result->algo = *algo;
@@ -158,8 +172,7 @@ MAYA_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc
   int64_t m = (int64_t)d->rows, n = (int64_t)d->cols, k = (int64_t)(ta ? a->rows : a->cols);
   int64_t batch = get_int(&d->a, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 1) & 0xffffffff;
   int dt_a = maya_cuda_dtype(a->type);
-  maya_record_gemm(API("cublasLtMatmul"), D_CUBLASLT, maya_stream_id(stream), m, n, k, batch ? batch : 1, ta, tb,
-                   dt_a, maya_cuda_dtype(b->type), maya_cuda_dtype(d->type),
-                   maya_compute_dtype(md->compute, dt_a));
+  maya_record_gemm(API("cublasLtMatmul"), D_CUBLASLT, maya_stream_id(stream), m, n, k, batch ? batch : 1, ta, tb, dt_a,
+                   maya_cuda_dtype(b->type), maya_cuda_dtype(d->type), maya_compute_dtype(md->compute, dt_a));
   return CUBLAS_STATUS_SUCCESS;
 }

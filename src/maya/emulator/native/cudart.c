@@ -94,8 +94,14 @@ MAYA_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   return cudaSuccess;
 }
 
-MAYA_EXPORT cudaError_t cudaDriverGetVersion(int *v) { *v = 13000; return cudaSuccess; }
-MAYA_EXPORT cudaError_t cudaRuntimeGetVersion(int *v) { *v = CUDART_VERSION; return cudaSuccess; }
+MAYA_EXPORT cudaError_t cudaDriverGetVersion(int *v) {
+  *v = 13000;
+  return cudaSuccess;
+}
+MAYA_EXPORT cudaError_t cudaRuntimeGetVersion(int *v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
 
 MAYA_EXPORT cudaError_t cudaGetLastError(void) {
   cudaError_t e = last_error;
@@ -106,149 +112,158 @@ MAYA_EXPORT cudaError_t cudaGetLastError(void) {
 MAYA_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
 /* Every cudaError_t of CUDA 13 (driver_types.h), with the runtime's description. */
-#define CUDA_ERRORS(X) \
-  X(cudaSuccess, "no error") \
-  X(cudaErrorInvalidValue, "invalid argument") \
-  X(cudaErrorMemoryAllocation, "out of memory") \
-  X(cudaErrorInitializationError, "initialization error") \
-  X(cudaErrorCudartUnloading, "driver shutting down") \
-  X(cudaErrorProfilerDisabled, "profiler disabled while using external profiling tool") \
-  X(cudaErrorProfilerNotInitialized, "profiler not initialized: call cudaProfilerInitialize()") \
-  X(cudaErrorProfilerAlreadyStarted, "profiler already started") \
-  X(cudaErrorProfilerAlreadyStopped, "profiler already stopped") \
-  X(cudaErrorInvalidConfiguration, "invalid configuration argument") \
-  X(cudaErrorInvalidPitchValue, "invalid pitch argument") \
-  X(cudaErrorInvalidSymbol, "invalid device symbol") \
-  X(cudaErrorInvalidHostPointer, "invalid host pointer") \
-  X(cudaErrorInvalidDevicePointer, "invalid device pointer") \
-  X(cudaErrorInvalidTexture, "invalid texture reference") \
-  X(cudaErrorInvalidTextureBinding, "texture is not bound to a pointer") \
-  X(cudaErrorInvalidChannelDescriptor, "invalid channel descriptor") \
-  X(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy") \
-  X(cudaErrorAddressOfConstant, "invalid address of constant") \
-  X(cudaErrorTextureFetchFailed, "fetch from texture failed") \
-  X(cudaErrorTextureNotBound, "cannot fetch from a texture that is not bound") \
-  X(cudaErrorSynchronizationError, "incorrect use of __syncthreads()") \
-  X(cudaErrorInvalidFilterSetting, "linear filtering not supported for non-float type") \
-  X(cudaErrorInvalidNormSetting, "read as normalized float not supported for 32-bit non float type") \
-  X(cudaErrorMixedDeviceExecution, "device emulation mode and device execution mode cannot be mixed") \
-  X(cudaErrorNotYetImplemented, "feature not yet implemented") \
-  X(cudaErrorMemoryValueTooLarge, "memory size or pointer value too large to fit in 32 bit") \
-  X(cudaErrorStubLibrary, "CUDA driver is a stub library") \
-  X(cudaErrorInsufficientDriver, "CUDA driver version is insufficient for CUDA runtime version") \
-  X(cudaErrorCallRequiresNewerDriver, "API call is not supported in the installed CUDA driver") \
-  X(cudaErrorInvalidSurface, "invalid surface reference") \
-  X(cudaErrorDuplicateVariableName, "duplicate global variable looked up by string name") \
-  X(cudaErrorDuplicateTextureName, "duplicate texture looked up by string name") \
-  X(cudaErrorDuplicateSurfaceName, "duplicate surface looked up by string name") \
-  X(cudaErrorDevicesUnavailable, "CUDA-capable device(s) is/are busy or unavailable") \
-  X(cudaErrorIncompatibleDriverContext, "incompatible driver context") \
-  X(cudaErrorMissingConfiguration, "__global__ function call is not configured") \
-  X(cudaErrorPriorLaunchFailure, "unspecified launch failure in prior launch") \
-  X(cudaErrorLaunchMaxDepthExceeded, "launch would exceed maximum depth of nested launches") \
-  X(cudaErrorLaunchFileScopedTex, "launch failed because kernel uses unsupported, file-scoped textures (texture objects are supported)") \
-  X(cudaErrorLaunchFileScopedSurf, "launch failed because kernel uses unsupported, file-scoped surfaces (surface objects are supported)") \
-  X(cudaErrorSyncDepthExceeded, "cudaDeviceSynchronize failed because caller's grid depth exceeds cudaLimitDevRuntimeSyncDepth") \
-  X(cudaErrorLaunchPendingCountExceeded, "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount") \
-  X(cudaErrorInvalidDeviceFunction, "invalid device function") \
-  X(cudaErrorNoDevice, "no CUDA-capable device is detected") \
-  X(cudaErrorInvalidDevice, "invalid device ordinal") \
-  X(cudaErrorDeviceNotLicensed, "device doesn't have valid Grid license") \
-  X(cudaErrorSoftwareValidityNotEstablished, "integrity checks failed") \
-  X(cudaErrorStartupFailure, "startup failure in cuda runtime") \
-  X(cudaErrorInvalidKernelImage, "device kernel image is invalid") \
-  X(cudaErrorDeviceUninitialized, "invalid device context") \
-  X(cudaErrorMapBufferObjectFailed, "mapping of buffer object failed") \
-  X(cudaErrorUnmapBufferObjectFailed, "unmapping of buffer object failed") \
-  X(cudaErrorArrayIsMapped, "array is mapped") \
-  X(cudaErrorAlreadyMapped, "resource already mapped") \
-  X(cudaErrorNoKernelImageForDevice, "no kernel image is available for execution on the device") \
-  X(cudaErrorAlreadyAcquired, "resource already acquired") \
-  X(cudaErrorNotMapped, "resource not mapped") \
-  X(cudaErrorNotMappedAsArray, "resource not mapped as array") \
-  X(cudaErrorNotMappedAsPointer, "resource not mapped as pointer") \
-  X(cudaErrorECCUncorrectable, "uncorrectable ECC error encountered") \
-  X(cudaErrorUnsupportedLimit, "limit is not supported on this architecture") \
-  X(cudaErrorDeviceAlreadyInUse, "exclusive-thread device already in use by a different thread") \
-  X(cudaErrorPeerAccessUnsupported, "peer access is not supported between these two devices") \
-  X(cudaErrorInvalidPtx, "a PTX JIT compilation failed") \
-  X(cudaErrorInvalidGraphicsContext, "invalid OpenGL or DirectX context") \
-  X(cudaErrorNvlinkUncorrectable, "uncorrectable NVLink error detected during the execution") \
-  X(cudaErrorJitCompilerNotFound, "PTX JIT compiler library not found") \
-  X(cudaErrorUnsupportedPtxVersion, "the provided PTX was compiled with an unsupported toolchain.") \
-  X(cudaErrorJitCompilationDisabled, "PTX JIT compilation was disabled") \
-  X(cudaErrorUnsupportedExecAffinity, "the provided execution affinity is not supported") \
-  X(cudaErrorUnsupportedDevSideSync, "device-side synchronization is not supported") \
-  X(cudaErrorInvalidSource, "device kernel image is invalid") \
-  X(cudaErrorFileNotFound, "file not found") \
-  X(cudaErrorSharedObjectSymbolNotFound, "shared object symbol not found") \
-  X(cudaErrorSharedObjectInitFailed, "shared object initialization failed") \
-  X(cudaErrorOperatingSystem, "OS call failed or operation not supported on this OS") \
-  X(cudaErrorInvalidResourceHandle, "invalid resource handle") \
-  X(cudaErrorIllegalState, "the operation cannot be performed in the present state") \
-  X(cudaErrorLossyQuery, "attempted introspection would be semantically lossy") \
-  X(cudaErrorSymbolNotFound, "named symbol not found") \
-  X(cudaErrorNotReady, "device not ready") \
-  X(cudaErrorIllegalAddress, "an illegal memory access was encountered") \
-  X(cudaErrorLaunchOutOfResources, "too many resources requested for launch") \
-  X(cudaErrorLaunchTimeout, "the launch timed out and was terminated") \
-  X(cudaErrorLaunchIncompatibleTexturing, "launch uses incompatible texturing mode") \
-  X(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled") \
-  X(cudaErrorPeerAccessNotEnabled, "peer access has not been enabled") \
-  X(cudaErrorSetOnActiveProcess, "cannot set while device is active in this process") \
-  X(cudaErrorContextIsDestroyed, "context is destroyed") \
-  X(cudaErrorAssert, "device-side assert triggered") \
-  X(cudaErrorTooManyPeers, "peer mapping resources exhausted") \
-  X(cudaErrorHostMemoryAlreadyRegistered, "part or all of the requested memory range is already mapped") \
-  X(cudaErrorHostMemoryNotRegistered, "pointer does not correspond to a registered memory region") \
-  X(cudaErrorHardwareStackError, "hardware stack error") \
-  X(cudaErrorIllegalInstruction, "an illegal instruction was encountered") \
-  X(cudaErrorMisalignedAddress, "misaligned address") \
-  X(cudaErrorInvalidAddressSpace, "operation not supported on global/shared address space") \
-  X(cudaErrorInvalidPc, "invalid program counter") \
-  X(cudaErrorLaunchFailure, "unspecified launch failure") \
-  X(cudaErrorCooperativeLaunchTooLarge, "too many blocks in cooperative launch") \
-  X(cudaErrorNotPermitted, "operation not permitted") \
-  X(cudaErrorNotSupported, "operation not supported (not emulated by Maya)") \
-  X(cudaErrorSystemNotReady, "system not yet initialized") \
-  X(cudaErrorSystemDriverMismatch, "system has unsupported display driver / cuda driver combination") \
-  X(cudaErrorCompatNotSupportedOnDevice, "forward compatibility was attempted on non supported HW") \
-  X(cudaErrorMpsConnectionFailed, "MPS client failed to connect to the MPS control daemon or the MPS server") \
-  X(cudaErrorMpsRpcFailure, "the remote procedural call between the MPS server and the MPS client failed") \
-  X(cudaErrorMpsServerNotReady, "MPS server is not ready to accept new MPS client requests") \
-  X(cudaErrorMpsMaxClientsReached, "the hardware resources required to create MPS client have been exhausted") \
-  X(cudaErrorMpsMaxConnectionsReached, "the hardware resources required to support device connections have been exhausted") \
-  X(cudaErrorMpsClientTerminated, "the MPS client has been terminated by the server") \
-  X(cudaErrorCdpNotSupported, "is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not support it") \
-  X(cudaErrorCdpVersionMismatch, "unsupported interaction between different versions of CUDA Dynamic Parallelism") \
-  X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing") \
-  X(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during capture") \
-  X(cudaErrorStreamCaptureMerge, "operation would result in a merge of separate capture sequences") \
-  X(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it began") \
-  X(cudaErrorStreamCaptureUnjoined, "capturing stream has unjoined work") \
-  X(cudaErrorStreamCaptureIsolation, "dependency created on uncaptured work in another stream") \
-  X(cudaErrorStreamCaptureImplicit, "operation would make the legacy stream depend on a capturing blocking stream") \
-  X(cudaErrorCapturedEvent, "operation not permitted on an event last recorded in a capturing stream") \
-  X(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence from another thread") \
-  X(cudaErrorTimeout, "wait operation timed out") \
-  X(cudaErrorGraphExecUpdateFailure, "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update") \
-  X(cudaErrorExternalDevice, "an async error has occurred in external entity outside of CUDA") \
-  X(cudaErrorInvalidClusterSize, "a kernel launch error has occurred due to cluster misconfiguration") \
-  X(cudaErrorUnknown, "unknown error") \
+#define CUDA_ERRORS(X)                                                                                                 \
+  X(cudaSuccess, "no error")                                                                                           \
+  X(cudaErrorInvalidValue, "invalid argument")                                                                         \
+  X(cudaErrorMemoryAllocation, "out of memory")                                                                        \
+  X(cudaErrorInitializationError, "initialization error")                                                              \
+  X(cudaErrorCudartUnloading, "driver shutting down")                                                                  \
+  X(cudaErrorProfilerDisabled, "profiler disabled while using external profiling tool")                                \
+  X(cudaErrorProfilerNotInitialized, "profiler not initialized: call cudaProfilerInitialize()")                        \
+  X(cudaErrorProfilerAlreadyStarted, "profiler already started")                                                       \
+  X(cudaErrorProfilerAlreadyStopped, "profiler already stopped")                                                       \
+  X(cudaErrorInvalidConfiguration, "invalid configuration argument")                                                   \
+  X(cudaErrorInvalidPitchValue, "invalid pitch argument")                                                              \
+  X(cudaErrorInvalidSymbol, "invalid device symbol")                                                                   \
+  X(cudaErrorInvalidHostPointer, "invalid host pointer")                                                               \
+  X(cudaErrorInvalidDevicePointer, "invalid device pointer")                                                           \
+  X(cudaErrorInvalidTexture, "invalid texture reference")                                                              \
+  X(cudaErrorInvalidTextureBinding, "texture is not bound to a pointer")                                               \
+  X(cudaErrorInvalidChannelDescriptor, "invalid channel descriptor")                                                   \
+  X(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy")                                              \
+  X(cudaErrorAddressOfConstant, "invalid address of constant")                                                         \
+  X(cudaErrorTextureFetchFailed, "fetch from texture failed")                                                          \
+  X(cudaErrorTextureNotBound, "cannot fetch from a texture that is not bound")                                         \
+  X(cudaErrorSynchronizationError, "incorrect use of __syncthreads()")                                                 \
+  X(cudaErrorInvalidFilterSetting, "linear filtering not supported for non-float type")                                \
+  X(cudaErrorInvalidNormSetting, "read as normalized float not supported for 32-bit non float type")                   \
+  X(cudaErrorMixedDeviceExecution, "device emulation mode and device execution mode cannot be mixed")                  \
+  X(cudaErrorNotYetImplemented, "feature not yet implemented")                                                         \
+  X(cudaErrorMemoryValueTooLarge, "memory size or pointer value too large to fit in 32 bit")                           \
+  X(cudaErrorStubLibrary, "CUDA driver is a stub library")                                                             \
+  X(cudaErrorInsufficientDriver, "CUDA driver version is insufficient for CUDA runtime version")                       \
+  X(cudaErrorCallRequiresNewerDriver, "API call is not supported in the installed CUDA driver")                        \
+  X(cudaErrorInvalidSurface, "invalid surface reference")                                                              \
+  X(cudaErrorDuplicateVariableName, "duplicate global variable looked up by string name")                              \
+  X(cudaErrorDuplicateTextureName, "duplicate texture looked up by string name")                                       \
+  X(cudaErrorDuplicateSurfaceName, "duplicate surface looked up by string name")                                       \
+  X(cudaErrorDevicesUnavailable, "CUDA-capable device(s) is/are busy or unavailable")                                  \
+  X(cudaErrorIncompatibleDriverContext, "incompatible driver context")                                                 \
+  X(cudaErrorMissingConfiguration, "__global__ function call is not configured")                                       \
+  X(cudaErrorPriorLaunchFailure, "unspecified launch failure in prior launch")                                         \
+  X(cudaErrorLaunchMaxDepthExceeded, "launch would exceed maximum depth of nested launches")                           \
+  X(cudaErrorLaunchFileScopedTex,                                                                                      \
+    "launch failed because kernel uses unsupported, file-scoped textures (texture objects are supported)")             \
+  X(cudaErrorLaunchFileScopedSurf,                                                                                     \
+    "launch failed because kernel uses unsupported, file-scoped surfaces (surface objects are supported)")             \
+  X(cudaErrorSyncDepthExceeded,                                                                                        \
+    "cudaDeviceSynchronize failed because caller's grid depth exceeds cudaLimitDevRuntimeSyncDepth")                   \
+  X(cudaErrorLaunchPendingCountExceeded,                                                                               \
+    "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount")                                 \
+  X(cudaErrorInvalidDeviceFunction, "invalid device function")                                                         \
+  X(cudaErrorNoDevice, "no CUDA-capable device is detected")                                                           \
+  X(cudaErrorInvalidDevice, "invalid device ordinal")                                                                  \
+  X(cudaErrorDeviceNotLicensed, "device doesn't have valid Grid license")                                              \
+  X(cudaErrorSoftwareValidityNotEstablished, "integrity checks failed")                                                \
+  X(cudaErrorStartupFailure, "startup failure in cuda runtime")                                                        \
+  X(cudaErrorInvalidKernelImage, "device kernel image is invalid")                                                     \
+  X(cudaErrorDeviceUninitialized, "invalid device context")                                                            \
+  X(cudaErrorMapBufferObjectFailed, "mapping of buffer object failed")                                                 \
+  X(cudaErrorUnmapBufferObjectFailed, "unmapping of buffer object failed")                                             \
+  X(cudaErrorArrayIsMapped, "array is mapped")                                                                         \
+  X(cudaErrorAlreadyMapped, "resource already mapped")                                                                 \
+  X(cudaErrorNoKernelImageForDevice, "no kernel image is available for execution on the device")                       \
+  X(cudaErrorAlreadyAcquired, "resource already acquired")                                                             \
+  X(cudaErrorNotMapped, "resource not mapped")                                                                         \
+  X(cudaErrorNotMappedAsArray, "resource not mapped as array")                                                         \
+  X(cudaErrorNotMappedAsPointer, "resource not mapped as pointer")                                                     \
+  X(cudaErrorECCUncorrectable, "uncorrectable ECC error encountered")                                                  \
+  X(cudaErrorUnsupportedLimit, "limit is not supported on this architecture")                                          \
+  X(cudaErrorDeviceAlreadyInUse, "exclusive-thread device already in use by a different thread")                       \
+  X(cudaErrorPeerAccessUnsupported, "peer access is not supported between these two devices")                          \
+  X(cudaErrorInvalidPtx, "a PTX JIT compilation failed")                                                               \
+  X(cudaErrorInvalidGraphicsContext, "invalid OpenGL or DirectX context")                                              \
+  X(cudaErrorNvlinkUncorrectable, "uncorrectable NVLink error detected during the execution")                          \
+  X(cudaErrorJitCompilerNotFound, "PTX JIT compiler library not found")                                                \
+  X(cudaErrorUnsupportedPtxVersion, "the provided PTX was compiled with an unsupported toolchain.")                    \
+  X(cudaErrorJitCompilationDisabled, "PTX JIT compilation was disabled")                                               \
+  X(cudaErrorUnsupportedExecAffinity, "the provided execution affinity is not supported")                              \
+  X(cudaErrorUnsupportedDevSideSync, "device-side synchronization is not supported")                                   \
+  X(cudaErrorInvalidSource, "device kernel image is invalid")                                                          \
+  X(cudaErrorFileNotFound, "file not found")                                                                           \
+  X(cudaErrorSharedObjectSymbolNotFound, "shared object symbol not found")                                             \
+  X(cudaErrorSharedObjectInitFailed, "shared object initialization failed")                                            \
+  X(cudaErrorOperatingSystem, "OS call failed or operation not supported on this OS")                                  \
+  X(cudaErrorInvalidResourceHandle, "invalid resource handle")                                                         \
+  X(cudaErrorIllegalState, "the operation cannot be performed in the present state")                                   \
+  X(cudaErrorLossyQuery, "attempted introspection would be semantically lossy")                                        \
+  X(cudaErrorSymbolNotFound, "named symbol not found")                                                                 \
+  X(cudaErrorNotReady, "device not ready")                                                                             \
+  X(cudaErrorIllegalAddress, "an illegal memory access was encountered")                                               \
+  X(cudaErrorLaunchOutOfResources, "too many resources requested for launch")                                          \
+  X(cudaErrorLaunchTimeout, "the launch timed out and was terminated")                                                 \
+  X(cudaErrorLaunchIncompatibleTexturing, "launch uses incompatible texturing mode")                                   \
+  X(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled")                                               \
+  X(cudaErrorPeerAccessNotEnabled, "peer access has not been enabled")                                                 \
+  X(cudaErrorSetOnActiveProcess, "cannot set while device is active in this process")                                  \
+  X(cudaErrorContextIsDestroyed, "context is destroyed")                                                               \
+  X(cudaErrorAssert, "device-side assert triggered")                                                                   \
+  X(cudaErrorTooManyPeers, "peer mapping resources exhausted")                                                         \
+  X(cudaErrorHostMemoryAlreadyRegistered, "part or all of the requested memory range is already mapped")               \
+  X(cudaErrorHostMemoryNotRegistered, "pointer does not correspond to a registered memory region")                     \
+  X(cudaErrorHardwareStackError, "hardware stack error")                                                               \
+  X(cudaErrorIllegalInstruction, "an illegal instruction was encountered")                                             \
+  X(cudaErrorMisalignedAddress, "misaligned address")                                                                  \
+  X(cudaErrorInvalidAddressSpace, "operation not supported on global/shared address space")                            \
+  X(cudaErrorInvalidPc, "invalid program counter")                                                                     \
+  X(cudaErrorLaunchFailure, "unspecified launch failure")                                                              \
+  X(cudaErrorCooperativeLaunchTooLarge, "too many blocks in cooperative launch")                                       \
+  X(cudaErrorNotPermitted, "operation not permitted")                                                                  \
+  X(cudaErrorNotSupported, "operation not supported (not emulated by Maya)")                                           \
+  X(cudaErrorSystemNotReady, "system not yet initialized")                                                             \
+  X(cudaErrorSystemDriverMismatch, "system has unsupported display driver / cuda driver combination")                  \
+  X(cudaErrorCompatNotSupportedOnDevice, "forward compatibility was attempted on non supported HW")                    \
+  X(cudaErrorMpsConnectionFailed, "MPS client failed to connect to the MPS control daemon or the MPS server")          \
+  X(cudaErrorMpsRpcFailure, "the remote procedural call between the MPS server and the MPS client failed")             \
+  X(cudaErrorMpsServerNotReady, "MPS server is not ready to accept new MPS client requests")                           \
+  X(cudaErrorMpsMaxClientsReached, "the hardware resources required to create MPS client have been exhausted")         \
+  X(cudaErrorMpsMaxConnectionsReached,                                                                                 \
+    "the hardware resources required to support device connections have been exhausted")                               \
+  X(cudaErrorMpsClientTerminated, "the MPS client has been terminated by the server")                                  \
+  X(cudaErrorCdpNotSupported,                                                                                          \
+    "is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not support it")                 \
+  X(cudaErrorCdpVersionMismatch, "unsupported interaction between different versions of CUDA Dynamic Parallelism")     \
+  X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing")                             \
+  X(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during capture")                      \
+  X(cudaErrorStreamCaptureMerge, "operation would result in a merge of separate capture sequences")                    \
+  X(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it began")                           \
+  X(cudaErrorStreamCaptureUnjoined, "capturing stream has unjoined work")                                              \
+  X(cudaErrorStreamCaptureIsolation, "dependency created on uncaptured work in another stream")                        \
+  X(cudaErrorStreamCaptureImplicit, "operation would make the legacy stream depend on a capturing blocking stream")    \
+  X(cudaErrorCapturedEvent, "operation not permitted on an event last recorded in a capturing stream")                 \
+  X(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence from another thread")     \
+  X(cudaErrorTimeout, "wait operation timed out")                                                                      \
+  X(cudaErrorGraphExecUpdateFailure, "the graph update was not performed because it included changes which violated "  \
+                                     "constraints specific to instantiated graph update")                              \
+  X(cudaErrorExternalDevice, "an async error has occurred in external entity outside of CUDA")                         \
+  X(cudaErrorInvalidClusterSize, "a kernel launch error has occurred due to cluster misconfiguration")                 \
+  X(cudaErrorUnknown, "unknown error")                                                                                 \
   CUDA_ERRORS_12_6(X) CUDA_ERRORS_12_8(X) CUDA_ERRORS_13_1(X) CUDA_ERRORS_13_2(X)
 
 /* the codes later releases added (torch builds against the headers of its own release) */
 #if CUDART_VERSION >= 12060
-#define CUDA_ERRORS_12_6(X) \
-  X(cudaErrorFunctionNotLoaded, "the function handle is not loaded when calling an API that requires a loaded function") \
-  X(cudaErrorInvalidResourceType, "one or more resources passed in are not valid resource types for the operation") \
-  X(cudaErrorInvalidResourceConfiguration, "one or more resources are insufficient or non-applicable for the operation")
+#define CUDA_ERRORS_12_6(X)                                                                                            \
+  X(cudaErrorFunctionNotLoaded,                                                                                        \
+    "the function handle is not loaded when calling an API that requires a loaded function")                           \
+  X(cudaErrorInvalidResourceType, "one or more resources passed in are not valid resource types for the operation")    \
+  X(cudaErrorInvalidResourceConfiguration, "one or more resources are insufficient or non-applicable for the "         \
+                                           "operation")
 #else
 #define CUDA_ERRORS_12_6(X)
 #endif
 #if CUDART_VERSION >= 12080
-#define CUDA_ERRORS_12_8(X) \
-  X(cudaErrorContained, "an exception occurred on the device that is now contained") \
+#define CUDA_ERRORS_12_8(X)                                                                                            \
+  X(cudaErrorContained, "an exception occurred on the device that is now contained")                                   \
   X(cudaErrorTensorMemoryLeak, "tensor memory not completely freed")
 #else
 #define CUDA_ERRORS_12_8(X)
@@ -264,15 +279,17 @@ MAYA_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
 #define CUDA_ERRORS_13_2(X)
 #endif
 
-#define ERROR_NAME(code, text) case code: return #code;
-#define ERROR_TEXT(code, text) case code: return text;
+#define ERROR_NAME(code, text)                                                                                         \
+  case code: return #code;
+#define ERROR_TEXT(code, text)                                                                                         \
+  case code: return text;
 
 /* torch reports a failed call with both (c10_cuda_check_implementation): a code either misses reads as
  * an unknown error, hiding which one it was */
 MAYA_EXPORT const char *cudaGetErrorName(cudaError_t e) {
   switch (e) {
     CUDA_ERRORS(ERROR_NAME)
-    default: return "unrecognized error code";
+  default: return "unrecognized error code";
   }
 }
 
@@ -280,7 +297,7 @@ MAYA_EXPORT const char *cudaGetErrorString(cudaError_t e) {
   if (e == cudaErrorLaunchTimeout && maya_stop_reason()) return maya_stop_reason(); /* a loop stopped */
   switch (e) {
     CUDA_ERRORS(ERROR_TEXT)
-    default: return "unrecognized error code";
+  default: return "unrecognized error code";
   }
 }
 
@@ -328,11 +345,16 @@ MAYA_EXPORT cudaError_t cudaFreeHost(void *ptr) {
 }
 
 MAYA_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned flags) {
-  (void)ptr; (void)size; (void)flags;
+  (void)ptr;
+  (void)size;
+  (void)flags;
   return cudaSuccess; /* pinning ordinary host memory has no observable effect here */
 }
 
-MAYA_EXPORT cudaError_t cudaHostUnregister(void *ptr) { (void)ptr; return cudaSuccess; }
+MAYA_EXPORT cudaError_t cudaHostUnregister(void *ptr) {
+  (void)ptr;
+  return cudaSuccess;
+}
 
 MAYA_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
   int d = maya_current_device();
@@ -364,19 +386,19 @@ MAYA_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a
 
 static int copy_kind(enum cudaMemcpyKind kind, const void *dst, const void *src) {
   switch (kind) {
-    case cudaMemcpyHostToHost: return 0;
-    case cudaMemcpyHostToDevice: return 1;
-    case cudaMemcpyDeviceToHost: return 2;
-    case cudaMemcpyDeviceToDevice: return 3;
-    default: {
-      int dst_dev = maya_dev_lookup(dst, NULL, NULL) == 1, src_dev = maya_dev_lookup(src, NULL, NULL) == 1;
-      return dst_dev && src_dev ? 3 : dst_dev ? 1 : src_dev ? 2 : 0;
-    }
+  case cudaMemcpyHostToHost: return 0;
+  case cudaMemcpyHostToDevice: return 1;
+  case cudaMemcpyDeviceToHost: return 2;
+  case cudaMemcpyDeviceToDevice: return 3;
+  default: {
+    int dst_dev = maya_dev_lookup(dst, NULL, NULL) == 1, src_dev = maya_dev_lookup(src, NULL, NULL) == 1;
+    return dst_dev && src_dev ? 3 : dst_dev ? 1 : src_dev ? 2 : 0;
+  }
   }
 }
 
-static cudaError_t record_copy(int api, void *dst, const void *src, size_t count,
-                               enum cudaMemcpyKind kind, int64_t stream, int sync) {
+static cudaError_t record_copy(int api, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                               int64_t stream, int sync) {
   maya_rec *r = maya_begin(api, D_RUNTIME, K_COPY);
   r->stream = stream;
   r->a[0] = (int64_t)count;
@@ -400,9 +422,10 @@ MAYA_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count
   return record_copy(API("cudaMemcpyAsync"), dst, src, count, kind, maya_stream_id(stream), 0);
 }
 
-MAYA_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice,
-                                            size_t count, cudaStream_t stream) {
-  (void)dstDevice; (void)srcDevice;
+MAYA_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count,
+                                            cudaStream_t stream) {
+  (void)dstDevice;
+  (void)srcDevice;
   maya_rec *r = maya_begin(API("cudaMemcpyPeerAsync"), D_RUNTIME, K_COPY);
   r->stream = maya_stream_id(stream);
   r->a[0] = (int64_t)count;
@@ -420,14 +443,18 @@ MAYA_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *
   r->a[1] = copy_kind(kind, dst, src);
   if (r->a[1] == 2) r->flags |= F_DATA_DEPENDENT;
   if (width * height <= MAYA_SMALL_COPY)
-    for (size_t row = 0; row < height; row++) maya_copy((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
+    for (size_t row = 0; row < height; row++)
+      maya_copy((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
   maya_end(r, 0);
   return cudaSuccess;
 }
 
 MAYA_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
                                            enum cudaMemcpyKind kind) {
-  (void)symbol; (void)src; (void)offset; (void)kind;
+  (void)symbol;
+  (void)src;
+  (void)offset;
+  (void)kind;
   maya_rec *r = maya_begin(API("cudaMemcpyToSymbol"), D_RUNTIME, K_COPY);
   r->a[0] = (int64_t)count;
   r->a[1] = 1;
@@ -466,7 +493,8 @@ MAYA_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMem
   (void)pool;
   if ((unsigned)attr >= 16) return ret(cudaErrorInvalidValue);
   pool_attrs[attr] = attr == cudaMemPoolAttrReleaseThreshold || attr >= cudaMemPoolAttrReservedMemCurrent
-                         ? *(int64_t *)value : *(int *)value;
+                         ? *(int64_t *)value
+                         : *(int *)value;
   return cudaSuccess;
 }
 
@@ -484,10 +512,16 @@ MAYA_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMem
   return cudaSuccess;
 }
 
-MAYA_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) { (void)pool; (void)keep; return cudaSuccess; }
+MAYA_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
+  (void)pool;
+  (void)keep;
+  return cudaSuccess;
+}
 
 MAYA_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const struct cudaMemAccessDesc *d, size_t n) {
-  (void)pool; (void)d; (void)n;
+  (void)pool;
+  (void)d;
+  (void)n;
   return cudaSuccess;
 }
 
@@ -587,7 +621,11 @@ MAYA_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStream
 
 MAYA_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t s, cudaGraphNode_t *deps,
                                                             const cudaGraphEdgeData *edges, size_t n, unsigned flags) {
-  (void)s; (void)deps; (void)edges; (void)n; (void)flags;
+  (void)s;
+  (void)deps;
+  (void)edges;
+  (void)n;
+  (void)flags;
   return cudaSuccess; /* the replay keeps the captured order per stream */
 }
 #endif
@@ -613,7 +651,8 @@ MAYA_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cud
 }
 
 MAYA_EXPORT cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t s) {
-  (void)exec; (void)s;
+  (void)exec;
+  (void)s;
   return cudaSuccess;
 }
 
@@ -637,8 +676,8 @@ static cudaError_t plain(int api, cudaError_t e) {
   return ret(e);
 }
 
-MAYA_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *out, void *ptr, cudaHostFn_t destroy,
-                                             unsigned refs, unsigned flags) {
+MAYA_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *out, void *ptr, cudaHostFn_t destroy, unsigned refs,
+                                             unsigned flags) {
   int api = API("cudaUserObjectCreate");
   if (!out || !refs || flags != cudaUserObjectNoDestructorSync) return plain(api, cudaErrorInvalidValue);
   *out = (cudaUserObject_t)maya_user_object_create(ptr, destroy, refs);
@@ -716,7 +755,9 @@ static cudaError_t event_record(int api, cudaEvent_t ev, cudaStream_t s) {
   return cudaSuccess;
 }
 
-MAYA_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return event_record(API("cudaEventRecord"), e, s); }
+MAYA_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  return event_record(API("cudaEventRecord"), e, s);
+}
 
 MAYA_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned flags) {
   (void)flags;
@@ -727,7 +768,8 @@ MAYA_EXPORT cudaError_t cudaEventQuery(cudaEvent_t ev) {
   maya_event *e = (maya_event *)ev;
   maya_rec *r = maya_begin(API("cudaEventQuery"), D_RUNTIME, K_EVENT);
   r->a[0] = e->id;
-  cudaError_t status = maya_still_running(e->stream, e->behind, e->recorded_ns, e->work, e->polls) ? cudaErrorNotReady : cudaSuccess;
+  cudaError_t status =
+      maya_still_running(e->stream, e->behind, e->recorded_ns, e->work, e->polls) ? cudaErrorNotReady : cudaSuccess;
   maya_end(r, status);
   return status;
 }
@@ -880,9 +922,11 @@ static int select_image(const fatbin_module *m, int cc, int *ptx_version, int *b
     int nearest = older >= 0 ? older : oldest;
     static int warned;
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      fprintf(stderr, "maya emulator: the CUDA code has no kernel image for sm_%d (a real %s would fail with "
-                      "\"no kernel image is available for execution on the device\"); emulating it with the "
-                      "nearest image, sm_%d\n", cc, maya_dev[maya_current_device()].name, nearest);
+      fprintf(stderr,
+              "maya emulator: the CUDA code has no kernel image for sm_%d (a real %s would fail with "
+              "\"no kernel image is available for execution on the device\"); emulating it with the "
+              "nearest image, sm_%d\n",
+              cc, maya_dev[maya_current_device()].name, nearest);
     *ptx_version = *binary_version = nearest;
   }
   return 1;
@@ -902,13 +946,26 @@ MAYA_EXPORT void __cudaUnregisterFatBinary(void **handle) {
 
 MAYA_EXPORT void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun, const char *deviceName,
                                         int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize) {
-  (void)deviceFun; (void)thread_limit; (void)tid; (void)bid; (void)bDim; (void)gDim; (void)wSize;
+  (void)deviceFun;
+  (void)thread_limit;
+  (void)tid;
+  (void)bid;
+  (void)bDim;
+  (void)gDim;
+  (void)wSize;
   maya_register_kernel(hostFun, deviceName, handle);
 }
 
 MAYA_EXPORT void __cudaRegisterVar(void **handle, char *hostVar, char *deviceAddress, const char *deviceName, int ext,
                                    size_t size, int constant, int global) {
-  (void)handle; (void)hostVar; (void)deviceAddress; (void)deviceName; (void)ext; (void)size; (void)constant; (void)global;
+  (void)handle;
+  (void)hostVar;
+  (void)deviceAddress;
+  (void)deviceName;
+  (void)ext;
+  (void)size;
+  (void)constant;
+  (void)global;
 }
 
 static __thread dim3 pushed_grid, pushed_block;
@@ -916,12 +973,18 @@ static __thread size_t pushed_smem;
 static __thread void *pushed_stream;
 
 MAYA_EXPORT unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t smem, void *stream) {
-  pushed_grid = grid; pushed_block = block; pushed_smem = smem; pushed_stream = stream;
+  pushed_grid = grid;
+  pushed_block = block;
+  pushed_smem = smem;
+  pushed_stream = stream;
   return 0;
 }
 
 MAYA_EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *smem, void *stream) {
-  *grid = pushed_grid; *block = pushed_block; *smem = pushed_smem; *(void **)stream = pushed_stream;
+  *grid = pushed_grid;
+  *block = pushed_block;
+  *smem = pushed_smem;
+  *(void **)stream = pushed_stream;
   return cudaSuccess;
 }
 
@@ -980,13 +1043,18 @@ MAYA_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, c
 }
 
 MAYA_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
-  (void)func; (void)attr; (void)value;
+  (void)func;
+  (void)attr;
+  (void)value;
   return cudaSuccess;
 }
 
 MAYA_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t k, enum cudaFuncAttribute attr, int value,
                                                         int device) {
-  (void)k; (void)attr; (void)value; (void)device;
+  (void)k;
+  (void)attr;
+  (void)value;
+  (void)device;
   return cudaSuccess;
 }
 
@@ -1007,7 +1075,8 @@ MAYA_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, co
 
 MAYA_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *f, int block,
                                                                                size_t smem, unsigned flags) {
-  (void)f; (void)flags;
+  (void)f;
+  (void)flags;
   *n = blocks_per_sm(block, smem);
   return cudaSuccess;
 }
@@ -1022,7 +1091,8 @@ MAYA_EXPORT cudaError_t cudaGetSymbolAddress(void **dev_ptr, const void *symbol)
 MAYA_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned version,
                                                          unsigned long long flags,
                                                          enum cudaDriverEntryPointQueryResult *status) {
-  (void)version; (void)flags;
+  (void)version;
+  (void)flags;
   static void *driver;
   if (!driver) driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   char versioned[256];

@@ -29,7 +29,10 @@ MAYA_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStream
 
 MAYA_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t s, cudaGraphNode_t *deps, size_t n,
                                                             unsigned flags) {
-  (void)s; (void)deps; (void)n; (void)flags;
+  (void)s;
+  (void)deps;
+  (void)n;
+  (void)flags;
   return cudaSuccess; /* the replay keeps the captured order per stream */
 }
 
@@ -50,8 +53,7 @@ MAYA_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies_v2(cudaStream_t s, c
 }
 #endif
 
-cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned version,
-                                             unsigned long long flags,
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned version, unsigned long long flags,
                                              enum cudaDriverEntryPointQueryResult *status);
 
 MAYA_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags,

@@ -19,17 +19,18 @@ MAYA_EXPORT size_t cudnnGetCudartVersion(void) { return CUDART_VERSION; }
 
 MAYA_EXPORT cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int *value) {
   switch (type) {
-    case MAJOR_VERSION: *value = CUDNN_MAJOR; break;
-    case MINOR_VERSION: *value = CUDNN_MINOR; break;
-    case PATCH_LEVEL: *value = CUDNN_PATCHLEVEL; break;
-    default: return CUDNN_STATUS_BAD_PARAM;
+  case MAJOR_VERSION: *value = CUDNN_MAJOR; break;
+  case MINOR_VERSION: *value = CUDNN_MINOR; break;
+  case PATCH_LEVEL: *value = CUDNN_PATCHLEVEL; break;
+  default: return CUDNN_STATUS_BAD_PARAM;
   }
   return CUDNN_STATUS_SUCCESS;
 }
 
 MAYA_EXPORT const char *cudnnGetErrorString(cudnnStatus_t s) {
-  return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS"
-       : s == CUDNN_STATUS_NOT_SUPPORTED ? "CUDNN_STATUS_NOT_SUPPORTED (not emulated by Maya)" : "CUDNN_STATUS_INTERNAL_ERROR";
+  return s == CUDNN_STATUS_SUCCESS         ? "CUDNN_STATUS_SUCCESS"
+         : s == CUDNN_STATUS_NOT_SUPPORTED ? "CUDNN_STATUS_NOT_SUPPORTED (not emulated by Maya)"
+                                           : "CUDNN_STATUS_INTERNAL_ERROR";
 }
 
 MAYA_EXPORT void cudnnGetLastErrorString(char *message, size_t max_size) {
@@ -41,7 +42,10 @@ MAYA_EXPORT cudnnStatus_t cudnnCreate(cudnnHandle_t *handle) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-MAYA_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) { free(handle); return CUDNN_STATUS_SUCCESS; }
+MAYA_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
+  free(handle);
+  return CUDNN_STATUS_SUCCESS;
+}
 
 MAYA_EXPORT cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
   ((maya_cudnn *)handle)->stream = stream;
@@ -76,11 +80,15 @@ typedef struct bdesc {
 
 static size_t type_size(cudnnBackendAttributeType_t t) {
   switch (t) {
-    case CUDNN_TYPE_HANDLE: case CUDNN_TYPE_VOID_PTR: case CUDNN_TYPE_BACKEND_DESCRIPTOR: return sizeof(void *);
-    case CUDNN_TYPE_INT64: case CUDNN_TYPE_DOUBLE: return 8;
-    case CUDNN_TYPE_BOOLEAN: case CUDNN_TYPE_CHAR: return 1;
-    case CUDNN_TYPE_FRACTION: return 16;
-    default: return 4; /* enums, int32, float */
+  case CUDNN_TYPE_HANDLE:
+  case CUDNN_TYPE_VOID_PTR:
+  case CUDNN_TYPE_BACKEND_DESCRIPTOR: return sizeof(void *);
+  case CUDNN_TYPE_INT64:
+  case CUDNN_TYPE_DOUBLE: return 8;
+  case CUDNN_TYPE_BOOLEAN:
+  case CUDNN_TYPE_CHAR: return 1;
+  case CUDNN_TYPE_FRACTION: return 16;
+  default: return 4; /* enums, int32, float */
   }
 }
 
@@ -110,7 +118,9 @@ static void put(bdesc *d, int name, int type, int64_t count, const void *data) {
     free_attr(a);
   }
   size_t bytes = type_size(type) * (size_t)count;
-  a->name = name; a->type = type; a->count = count;
+  a->name = name;
+  a->type = type;
+  a->count = count;
   a->data = malloc(bytes ? bytes : 1);
   memcpy(a->data, data, bytes);
   if (type == CUDNN_TYPE_BACKEND_DESCRIPTOR)
@@ -122,7 +132,8 @@ static bdesc *clone(const bdesc *src) {
   bdesc *d = calloc(1, sizeof *d);
   d->type = src->type;
   d->finalized = src->finalized;
-  for (int i = 0; i < src->n; i++) put(d, src->attrs[i].name, src->attrs[i].type, src->attrs[i].count, src->attrs[i].data);
+  for (int i = 0; i < src->n; i++)
+    put(d, src->attrs[i].name, src->attrs[i].type, src->attrs[i].count, src->attrs[i].data);
   return d;
 }
 
@@ -143,7 +154,8 @@ static int64_t int_attr(bdesc *d, int name, int64_t fallback) {
   return a->type == CUDNN_TYPE_INT64 ? *(int64_t *)a->data : *(int32_t *)a->data;
 }
 
-MAYA_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t *out) {
+MAYA_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
+                                                       cudnnBackendDescriptor_t *out) {
   bdesc *d = calloc(1, sizeof *d);
   d->type = type;
   *out = (cudnnBackendDescriptor_t)d;
@@ -181,9 +193,9 @@ static void heuristic_result(bdesc *heur, bdesc *cfg) {
   cfg->finalized = 1;
 }
 
-MAYA_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const desc, cudnnBackendAttributeName_t name,
-                                                   cudnnBackendAttributeType_t type, int64_t requested, int64_t *count,
-                                                   void *data) {
+MAYA_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const desc,
+                                                   cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                                                   int64_t requested, int64_t *count, void *data) {
   bdesc *d = (bdesc *)desc;
   if (!d) return CUDNN_STATUS_BAD_PARAM;
   battr *a = find(d, name);
@@ -195,43 +207,48 @@ MAYA_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t cons
   }
   int64_t zero = 0, one = 1;
   switch (name) {
-    case CUDNN_ATTR_ENGINEHEUR_RESULTS:
-      if (requested >= 1 && data) heuristic_result(d, ((bdesc **)data)[0]);
-      if (count) *count = 1;
-      return CUDNN_STATUS_SUCCESS;
-    case CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT:
-      if (data && requested) memcpy(data, &one, 8);
-      if (count) *count = 1;
-      return CUDNN_STATUS_SUCCESS;
-    case CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE: case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE:
-    case CUDNN_ATTR_ENGINE_GLOBAL_INDEX:
-      if (data && requested) memcpy(data, &zero, 8);
-      if (count) *count = 1;
-      return CUDNN_STATUS_SUCCESS;
-    case CUDNN_ATTR_ENGINECFG_SHARED_MEMORY_USED: {
-      int32_t z = 0;
-      if (data && requested) memcpy(data, type == CUDNN_TYPE_INT64 ? (void *)&zero : (void *)&z, type_size(type));
-      if (count) *count = 1;
-      return CUDNN_STATUS_SUCCESS;
-    }
-    case CUDNN_ATTR_ENGINE_KNOB_INFO: case CUDNN_ATTR_ENGINE_NUMERICAL_NOTE: case CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE:
-    case CUDNN_ATTR_ENGINE_LAYOUT_INFO: case CUDNN_ATTR_ENGINECFG_INTERMEDIATE_INFO:
-    case CUDNN_ATTR_ENGINECFG_KNOB_CHOICES: case CUDNN_ATTR_EXECUTION_PLAN_COMPUTED_INTERMEDIATE_UIDS:
-    case CUDNN_ATTR_EXECUTION_PLAN_RUN_ONLY_INTERMEDIATE_UIDS:
-      if (count) *count = 0;
-      return CUDNN_STATUS_SUCCESS;
-    case CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION: {
-      static const char json[] = "{\"engine\": \"maya-emulated\"}";
-      if (data && requested) snprintf(data, (size_t)requested, "%s", json);
-      if (count) *count = (int64_t)sizeof json;
-      return CUDNN_STATUS_SUCCESS;
-    }
-    default: {
-      char what[96];
-      snprintf(what, sizeof what, "cudnnBackendGetAttribute(attribute %d)", (int)name);
-      maya_unimplemented(what, D_CUDNN);
-      return CUDNN_STATUS_NOT_SUPPORTED;
-    }
+  case CUDNN_ATTR_ENGINEHEUR_RESULTS:
+    if (requested >= 1 && data) heuristic_result(d, ((bdesc **)data)[0]);
+    if (count) *count = 1;
+    return CUDNN_STATUS_SUCCESS;
+  case CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT:
+    if (data && requested) memcpy(data, &one, 8);
+    if (count) *count = 1;
+    return CUDNN_STATUS_SUCCESS;
+  case CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE:
+  case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE:
+  case CUDNN_ATTR_ENGINE_GLOBAL_INDEX:
+    if (data && requested) memcpy(data, &zero, 8);
+    if (count) *count = 1;
+    return CUDNN_STATUS_SUCCESS;
+  case CUDNN_ATTR_ENGINECFG_SHARED_MEMORY_USED: {
+    int32_t z = 0;
+    if (data && requested) memcpy(data, type == CUDNN_TYPE_INT64 ? (void *)&zero : (void *)&z, type_size(type));
+    if (count) *count = 1;
+    return CUDNN_STATUS_SUCCESS;
+  }
+  case CUDNN_ATTR_ENGINE_KNOB_INFO:
+  case CUDNN_ATTR_ENGINE_NUMERICAL_NOTE:
+  case CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE:
+  case CUDNN_ATTR_ENGINE_LAYOUT_INFO:
+  case CUDNN_ATTR_ENGINECFG_INTERMEDIATE_INFO:
+  case CUDNN_ATTR_ENGINECFG_KNOB_CHOICES:
+  case CUDNN_ATTR_EXECUTION_PLAN_COMPUTED_INTERMEDIATE_UIDS:
+  case CUDNN_ATTR_EXECUTION_PLAN_RUN_ONLY_INTERMEDIATE_UIDS:
+    if (count) *count = 0;
+    return CUDNN_STATUS_SUCCESS;
+  case CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION: {
+    static const char json[] = "{\"engine\": \"maya-emulated\"}";
+    if (data && requested) snprintf(data, (size_t)requested, "%s", json);
+    if (count) *count = (int64_t)sizeof json;
+    return CUDNN_STATUS_SUCCESS;
+  }
+  default: {
+    char what[96];
+    snprintf(what, sizeof what, "cudnnBackendGetAttribute(attribute %d)", (int)name);
+    maya_unimplemented(what, D_CUDNN);
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
   }
 }
 
@@ -245,12 +262,12 @@ static int dims_of(bdesc *tensor, int64_t *dims, int max) {
 
 static int cudnn_dtype(bdesc *tensor) {
   switch (int_attr(tensor, CUDNN_ATTR_TENSOR_DATA_TYPE, -1)) {
-    case CUDNN_DATA_FLOAT: return T_F32;
-    case CUDNN_DATA_HALF: return T_F16;
-    case CUDNN_DATA_BFLOAT16: return T_BF16;
-    case CUDNN_DATA_FP8_E4M3: return T_F8E4M3;
-    case CUDNN_DATA_FP8_E5M2: return T_F8E5M2;
-    default: return T_UNKNOWN;
+  case CUDNN_DATA_FLOAT: return T_F32;
+  case CUDNN_DATA_HALF: return T_F16;
+  case CUDNN_DATA_BFLOAT16: return T_BF16;
+  case CUDNN_DATA_FP8_E4M3: return T_F8E4M3;
+  case CUDNN_DATA_FP8_E5M2: return T_F8E5M2;
+  default: return T_UNKNOWN;
   }
 }
 
@@ -269,10 +286,14 @@ static void summarize(bdesc *graph, graph_summary *s, int depth) {
       s->sdpa = op;
       summarize(child(op, CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH), s, depth + 1);
     }
-    if (op->type == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR) { s->sdpa = op; s->backward = 1; }
+    if (op->type == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR) {
+      s->sdpa = op;
+      s->backward = 1;
+    }
     if ((op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR ||
          op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR ||
-         op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR) && !s->conv)
+         op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR) &&
+        !s->conv)
       s->conv = op;
     if (op->type == CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR) s->causal = 1;
     if (op->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR &&
@@ -294,41 +315,52 @@ static void record_convolution(bdesc *conv, int64_t stream) {
   int64_t x[8] = {0}, w[8] = {0}, y[8] = {0};
   bdesc *xd, *wd, *yd;
   switch (conv->type) {
-    case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
-      xd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X);
-      wd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W);
-      yd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y);
-      break;
-    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
-      xd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX);
-      wd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W);
-      yd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY);
-      break;
-    default:
-      xd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X);
-      wd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW);
-      yd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY);
+  case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
+    xd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X);
+    wd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W);
+    yd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y);
+    break;
+  case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
+    xd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX);
+    wd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W);
+    yd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY);
+    break;
+  default:
+    xd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X);
+    wd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW);
+    yd = child(conv, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY);
   }
   int nx = dims_of(xd, x, 8), nw = dims_of(wd, w, 8), ny = dims_of(yd, y, 8);
   int64_t groups = (nx >= 2 && nw >= 2 && w[1] > 0) ? x[1] / w[1] : 1;
   if (groups < 1) groups = 1;
-  int64_t out_pixels = ny >= 2 ? y[0] * product(y, 2, ny) : 0;  /* N * P * Q */
-  int64_t in_pixels = nx >= 2 ? x[0] * product(x, 2, nx) : 0;   /* N * H * W */
-  int64_t k_per_group = nw >= 1 ? w[0] / groups : 0;             /* output channels per group */
-  int64_t crs = nw >= 2 ? product(w, 1, nw) : 0;                 /* C/groups * R * S */
-  int64_t krs = nw >= 2 ? k_per_group * product(w, 2, nw) : 0;   /* K/groups * R * S */
+  int64_t out_pixels = ny >= 2 ? y[0] * product(y, 2, ny) : 0; /* N * P * Q */
+  int64_t in_pixels = nx >= 2 ? x[0] * product(x, 2, nx) : 0;  /* N * H * W */
+  int64_t k_per_group = nw >= 1 ? w[0] / groups : 0;           /* output channels per group */
+  int64_t crs = nw >= 2 ? product(w, 1, nw) : 0;               /* C/groups * R * S */
+  int64_t krs = nw >= 2 ? k_per_group * product(w, 2, nw) : 0; /* K/groups * R * S */
   int64_t m, n, k;
-  if (conv->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR) { m = out_pixels; n = k_per_group; k = crs; }
-  else if (conv->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR) { m = in_pixels; n = nw >= 2 ? w[1] : 0; k = krs; }
-  else { m = k_per_group; n = crs; k = out_pixels; }
+  if (conv->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR) {
+    m = out_pixels;
+    n = k_per_group;
+    k = crs;
+  } else if (conv->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR) {
+    m = in_pixels;
+    n = nw >= 2 ? w[1] : 0;
+    k = krs;
+  } else {
+    m = k_per_group;
+    n = crs;
+    k = out_pixels;
+  }
   int dt = cudnn_dtype(xd);
   maya_record_gemm(API("cudnnBackendExecute"), D_CUDNN, stream, m, n, k, groups, 0, 0, dt, dt, dt, dt);
 }
 
 MAYA_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
                                               cudnnBackendDescriptor_t pack) {
-  bdesc *graph = child(child(child((bdesc *)plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), CUDNN_ATTR_ENGINECFG_ENGINE),
-                       CUDNN_ATTR_ENGINE_OPERATION_GRAPH);
+  bdesc *graph =
+      child(child(child((bdesc *)plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), CUDNN_ATTR_ENGINECFG_ENGINE),
+            CUDNN_ATTR_ENGINE_OPERATION_GRAPH);
   graph_summary g = {0};
   summarize(graph, &g, 0);
   int matmuls = g.matmuls, causal = g.causal, backward = g.backward;
@@ -346,14 +378,22 @@ MAYA_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackend
       int64_t b[8] = {0};
       dims_of(child(first_matmul, CUDNN_ATTR_OPERATION_MATMUL_ADESC), q, 8);
       dims_of(child(first_matmul, CUDNN_ATTR_OPERATION_MATMUL_BDESC), b, 8);
-      k[0] = b[0]; k[1] = b[1]; k[2] = b[3]; k[3] = b[2];
+      k[0] = b[0];
+      k[1] = b[1];
+      k[2] = b[3];
+      k[3] = b[2];
       backward = matmuls > 2;
     }
-    bdesc *qdesc = sdpa ? child(sdpa, backward ? CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC : CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC)
-                        : child(first_matmul, CUDNN_ATTR_OPERATION_MATMUL_ADESC);
+    bdesc *qdesc =
+        sdpa ? child(sdpa, backward ? CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC : CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC)
+             : child(first_matmul, CUDNN_ATTR_OPERATION_MATMUL_ADESC);
     maya_rec *r = maya_begin(API("cudnnBackendExecute"), D_CUDNN, K_ATTN);
     r->stream = stream;
-    r->a[0] = q[0]; r->a[1] = q[1]; r->a[2] = q[2]; r->a[3] = k[2]; r->a[4] = q[3];
+    r->a[0] = q[0];
+    r->a[1] = q[1];
+    r->a[2] = q[2];
+    r->a[3] = k[2];
+    r->a[4] = q[3];
     r->a[5] = causal | (backward << 1);
     r->a[6] = cudnn_dtype(qdesc);
     r->a[7] = k[1];

@@ -69,8 +69,8 @@ MAYA_EXPORT cudnnStatus_t cudnnBatchNormalizationBackwardEx(
     const void *x, const cudnnTensorDescriptor_t y_desc, const void *y, const cudnnTensorDescriptor_t dy_desc,
     const void *dy, const cudnnTensorDescriptor_t dz_desc, void *dz, const cudnnTensorDescriptor_t dx_desc, void *dx,
     const cudnnTensorDescriptor_t scale_desc, const void *scale, const void *bias, void *dscale, void *dbias,
-    double epsilon, const void *save_mean, const void *save_inv_var, cudnnActivationDescriptor_t activation,
-    void *work, size_t work_bytes, void *reserve, size_t reserve_bytes) {
+    double epsilon, const void *save_mean, const void *save_inv_var, cudnnActivationDescriptor_t activation, void *work,
+    size_t work_bytes, void *reserve, size_t reserve_bytes) {
   cudnnStatus_t s = bn_check(ops, activation, "cudnnBatchNormalizationBackwardEx(activation)");
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!x_desc) return CUDNN_STATUS_BAD_PARAM;
@@ -79,11 +79,13 @@ MAYA_EXPORT cudnnStatus_t cudnnBatchNormalizationBackwardEx(
   return CUDNN_STATUS_SUCCESS;
 }
 
-MAYA_EXPORT cudnnStatus_t cudnnBatchNormalizationForwardInference(
-    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta,
-    const cudnnTensorDescriptor_t x_desc, const void *x, const cudnnTensorDescriptor_t y_desc, void *y,
-    const cudnnTensorDescriptor_t scale_desc, const void *scale, const void *bias, const void *mean,
-    const void *var, double epsilon) {
+MAYA_EXPORT cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t handle, cudnnBatchNormMode_t mode,
+                                                                  const void *alpha, const void *beta,
+                                                                  const cudnnTensorDescriptor_t x_desc, const void *x,
+                                                                  const cudnnTensorDescriptor_t y_desc, void *y,
+                                                                  const cudnnTensorDescriptor_t scale_desc,
+                                                                  const void *scale, const void *bias, const void *mean,
+                                                                  const void *var, double epsilon) {
   if (!x_desc) return CUDNN_STATUS_BAD_PARAM;
   record_bn(API("cudnnBatchNormalizationForwardInference"), handle, "cudnn::batchnorm_fw_inf_1C11_kernel_NCHW", mode,
             (const tensor_desc *)x_desc);

@@ -25,7 +25,8 @@ MAYA_EXPORT cudnnStatus_t cudnnSetCTCLossDescriptorEx(cudnnCTCLossDescriptor_t d
                                                       cudnnLossNormalizationMode_t norm, cudnnNanPropagation_t grad) {
   ctc_desc *d = (ctc_desc *)desc;
   if (!d) return CUDNN_STATUS_BAD_PARAM;
-  d->dtype = dtype; d->norm = norm;
+  d->dtype = dtype;
+  d->norm = norm;
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -34,7 +35,9 @@ MAYA_EXPORT cudnnStatus_t cudnnSetCTCLossDescriptor_v9(cudnnCTCLossDescriptor_t 
                                                        int max_label) {
   ctc_desc *d = (ctc_desc *)desc;
   if (!d || max_label <= 0) return CUDNN_STATUS_BAD_PARAM;
-  d->dtype = dtype; d->norm = norm; d->max_label = max_label;
+  d->dtype = dtype;
+  d->norm = norm;
+  d->max_label = max_label;
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -81,8 +84,8 @@ MAYA_EXPORT cudnnStatus_t cudnnGetCTCLossWorkspaceSize_v8(cudnnHandle_t handle, 
 MAYA_EXPORT cudnnStatus_t cudnnCTCLoss(cudnnHandle_t handle, const cudnnTensorDescriptor_t probs_desc,
                                        const void *probs, const int labels[], const int label_lens[],
                                        const int input_lens[], void *costs, const cudnnTensorDescriptor_t grad_desc,
-                                       void *grads, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t desc,
-                                       void *work, size_t work_bytes) {
+                                       void *grads, cudnnCTCLossAlgo_t algo, cudnnCTCLossDescriptor_t desc, void *work,
+                                       size_t work_bytes) {
   cudnnStatus_t s = ctc_check((const tensor_desc *)probs_desc, (const ctc_desc *)desc);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   record_ctc(API("cudnnCTCLoss"), handle, (const tensor_desc *)probs_desc);

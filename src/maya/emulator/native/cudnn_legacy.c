@@ -13,21 +13,26 @@ int64_t handle_stream(cudnnHandle_t handle) {
 
 size_t dtype_bytes(cudnnDataType_t t) {
   switch (t) {
-    case CUDNN_DATA_DOUBLE: case CUDNN_DATA_INT64: return 8;
-    case CUDNN_DATA_HALF: case CUDNN_DATA_BFLOAT16: return 2;
-    case CUDNN_DATA_INT8: case CUDNN_DATA_UINT8: case CUDNN_DATA_BOOLEAN:
-    case CUDNN_DATA_FP8_E4M3: case CUDNN_DATA_FP8_E5M2: return 1;
-    default: return 4;
+  case CUDNN_DATA_DOUBLE:
+  case CUDNN_DATA_INT64: return 8;
+  case CUDNN_DATA_HALF:
+  case CUDNN_DATA_BFLOAT16: return 2;
+  case CUDNN_DATA_INT8:
+  case CUDNN_DATA_UINT8:
+  case CUDNN_DATA_BOOLEAN:
+  case CUDNN_DATA_FP8_E4M3:
+  case CUDNN_DATA_FP8_E5M2: return 1;
+  default: return 4;
   }
 }
 
 int maya_dtype(cudnnDataType_t t) {
   switch (t) {
-    case CUDNN_DATA_FLOAT: return T_F32;
-    case CUDNN_DATA_HALF: return T_F16;
-    case CUDNN_DATA_BFLOAT16: return T_BF16;
-    case CUDNN_DATA_DOUBLE: return T_F64;
-    default: return T_UNKNOWN;
+  case CUDNN_DATA_FLOAT: return T_F32;
+  case CUDNN_DATA_HALF: return T_F16;
+  case CUDNN_DATA_BFLOAT16: return T_BF16;
+  case CUDNN_DATA_DOUBLE: return T_F64;
+  default: return T_UNKNOWN;
   }
 }
 

@@ -42,8 +42,12 @@ static void set_matrix(tensor_desc *t, cudnnDataType_t dtype, int64_t rows, int6
   int64_t c = cols ? cols : 1;
   t->dtype = dtype;
   t->nb = 3;
-  t->dims[0] = 1; t->dims[1] = (int)rows; t->dims[2] = (int)c;
-  t->strides[0] = (int)(rows * c); t->strides[1] = (int)c; t->strides[2] = 1;
+  t->dims[0] = 1;
+  t->dims[1] = (int)rows;
+  t->dims[2] = (int)c;
+  t->strides[0] = (int)(rows * c);
+  t->strides[1] = (int)c;
+  t->strides[2] = 1;
 }
 
 /* ------------------------------------------------------------------ dropout descriptors */
@@ -68,7 +72,9 @@ MAYA_EXPORT cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t
 static cudnnStatus_t set_dropout(cudnnDropoutDescriptor_t desc, float p, void *states, size_t bytes) {
   dropout_desc *d = (dropout_desc *)desc;
   if (!d || p < 0 || p > 1 || (p > 0 && !states)) return CUDNN_STATUS_BAD_PARAM;
-  d->p = p; d->states = states; d->state_bytes = bytes;
+  d->p = p;
+  d->states = states;
+  d->state_bytes = bytes;
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -100,13 +106,12 @@ MAYA_EXPORT cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t desc) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-MAYA_EXPORT cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t desc, cudnnRNNAlgo_t algo,
-                                                   cudnnRNNMode_t mode, cudnnRNNBiasMode_t bias,
-                                                   cudnnDirectionMode_t dir, cudnnRNNInputMode_t input_mode,
-                                                   cudnnDataType_t dtype, cudnnDataType_t math_prec,
-                                                   cudnnMathType_t math, int32_t input, int32_t hidden,
-                                                   int32_t proj, int32_t layers, cudnnDropoutDescriptor_t dropout,
-                                                   uint32_t aux) {
+MAYA_EXPORT cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t desc, cudnnRNNAlgo_t algo, cudnnRNNMode_t mode,
+                                                   cudnnRNNBiasMode_t bias, cudnnDirectionMode_t dir,
+                                                   cudnnRNNInputMode_t input_mode, cudnnDataType_t dtype,
+                                                   cudnnDataType_t math_prec, cudnnMathType_t math, int32_t input,
+                                                   int32_t hidden, int32_t proj, int32_t layers,
+                                                   cudnnDropoutDescriptor_t dropout, uint32_t aux) {
   rnn_desc *r = (rnn_desc *)desc;
   if (!r || hidden <= 0 || input <= 0 || layers <= 0 || proj <= 0 || proj > hidden ||
       (proj < hidden && mode != CUDNN_LSTM))
@@ -123,8 +128,16 @@ MAYA_EXPORT cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t desc, cu
     maya_unimplemented("cudnnSetRNNDescriptor_v8(data type)", D_CUDNN);
     return CUDNN_STATUS_NOT_SUPPORTED;
   }
-  *r = (rnn_desc){.algo = algo, .mode = mode, .bias = bias, .dir = dir, .dtype = dtype, .math = math,
-                  .input = input, .hidden = hidden, .proj = proj, .layers = layers,
+  *r = (rnn_desc){.algo = algo,
+                  .mode = mode,
+                  .bias = bias,
+                  .dir = dir,
+                  .dtype = dtype,
+                  .math = math,
+                  .input = input,
+                  .hidden = hidden,
+                  .proj = proj,
+                  .layers = layers,
                   .dropout = dropout ? ((dropout_desc *)dropout)->p : 0};
   return CUDNN_STATUS_SUCCESS;
 }
@@ -132,8 +145,12 @@ MAYA_EXPORT cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t desc, cu
 static int64_t gates(const rnn_desc *r) { return r->mode == CUDNN_LSTM ? 4 : r->mode == CUDNN_GRU ? 3 : 1; }
 static int64_t dirs(const rnn_desc *r) { return r->dir == CUDNN_BIDIRECTIONAL ? 2 : 1; }
 static int64_t layer_input(const rnn_desc *r, int64_t layer) { return layer ? r->proj * dirs(r) : r->input; }
-static int input_bias(const rnn_desc *r) { return r->bias == CUDNN_RNN_DOUBLE_BIAS || r->bias == CUDNN_RNN_SINGLE_INP_BIAS; }
-static int rec_bias(const rnn_desc *r) { return r->bias == CUDNN_RNN_DOUBLE_BIAS || r->bias == CUDNN_RNN_SINGLE_REC_BIAS; }
+static int input_bias(const rnn_desc *r) {
+  return r->bias == CUDNN_RNN_DOUBLE_BIAS || r->bias == CUDNN_RNN_SINGLE_INP_BIAS;
+}
+static int rec_bias(const rnn_desc *r) {
+  return r->bias == CUDNN_RNN_DOUBLE_BIAS || r->bias == CUDNN_RNN_SINGLE_REC_BIAS;
+}
 static int projected(const rnn_desc *r) { return r->proj < r->hidden; }
 
 /* Elements of one pseudo-layer of `layer`. */
@@ -172,13 +189,17 @@ MAYA_EXPORT cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNN
   int64_t m_off, rows = h, cols, b_off = -1;
   int64_t biases = g * h * (in + p); /* offset of the input biases */
   if (id >= 0 && id < g) {
-    m_off = id * h * in; cols = in;
+    m_off = id * h * in;
+    cols = in;
     if (input_bias(r)) b_off = biases + id * h;
   } else if (id >= g && id < 2 * g) {
-    m_off = g * h * in + (id - g) * h * p; cols = p;
+    m_off = g * h * in + (id - g) * h * p;
+    cols = p;
     if (rec_bias(r)) b_off = biases + input_bias(r) * g * h + (id - g) * h;
   } else if (id == 2 * g && projected(r)) {
-    m_off = biases + (input_bias(r) + rec_bias(r)) * g * h; rows = p; cols = h;
+    m_off = biases + (input_bias(r) + rec_bias(r)) * g * h;
+    rows = p;
+    cols = h;
   } else {
     return CUDNN_STATUS_BAD_PARAM;
   }
@@ -187,8 +208,10 @@ MAYA_EXPORT cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNN
   set_matrix((tensor_desc *)m_desc, r->dtype, rows, cols);
   if (b_addr) *b_addr = b_off < 0 ? NULL : (char *)space + (size_t)(base + b_off) * esize;
   if (b_desc) {
-    if (b_off < 0) ((tensor_desc *)b_desc)->nb = 0;
-    else set_matrix((tensor_desc *)b_desc, r->dtype, h, 0);
+    if (b_off < 0)
+      ((tensor_desc *)b_desc)->nb = 0;
+    else
+      set_matrix((tensor_desc *)b_desc, r->dtype, h, 0);
   }
   return CUDNN_STATUS_SUCCESS;
 }
@@ -216,7 +239,10 @@ MAYA_EXPORT cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t des
   free(d->seq_lens);
   d->seq_lens = malloc(sizeof(int) * (size_t)batch);
   memcpy(d->seq_lens, seq_lens, sizeof(int) * (size_t)batch);
-  d->dtype = dtype; d->max_seq = max_seq; d->batch = batch; d->vec = vec;
+  d->dtype = dtype;
+  d->max_seq = max_seq;
+  d->batch = batch;
+  d->vec = vec;
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -277,10 +303,10 @@ static rnn_call call_of(int api, cudnnHandle_t handle, const rnn_desc *r) {
 
 static const char *cell_kernel(const rnn_desc *r, int backward) {
   switch (r->mode) {
-    case CUDNN_LSTM: return backward ? "cudnn::rnn::LSTM_elementWise_bp" : "cudnn::rnn::LSTM_elementWise_fp";
-    case CUDNN_GRU: return backward ? "cudnn::rnn::GRU_elementWise_bp" : "cudnn::rnn::GRU_elementWise_fp";
-    case CUDNN_RNN_TANH: return backward ? "cudnn::rnn::RNN_tanh_elementWise_bp" : "cudnn::rnn::RNN_tanh_elementWise_fp";
-    default: return backward ? "cudnn::rnn::RNN_relu_elementWise_bp" : "cudnn::rnn::RNN_relu_elementWise_fp";
+  case CUDNN_LSTM: return backward ? "cudnn::rnn::LSTM_elementWise_bp" : "cudnn::rnn::LSTM_elementWise_fp";
+  case CUDNN_GRU: return backward ? "cudnn::rnn::GRU_elementWise_bp" : "cudnn::rnn::GRU_elementWise_fp";
+  case CUDNN_RNN_TANH: return backward ? "cudnn::rnn::RNN_tanh_elementWise_bp" : "cudnn::rnn::RNN_tanh_elementWise_fp";
+  default: return backward ? "cudnn::rnn::RNN_relu_elementWise_bp" : "cudnn::rnn::RNN_relu_elementWise_fp";
   }
 }
 
@@ -356,8 +382,8 @@ MAYA_EXPORT cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnn
                                                      cudnnRNNDataDescriptor_t x_desc, const void *x,
                                                      cudnnTensorDescriptor_t h_desc, const void *hx,
                                                      cudnnRNNDataDescriptor_t y_desc, const void *y,
-                                                     size_t weight_bytes, void *dweights, size_t work_bytes,
-                                                     void *work, size_t reserve_bytes, void *reserve) {
+                                                     size_t weight_bytes, void *dweights, size_t work_bytes, void *work,
+                                                     size_t reserve_bytes, void *reserve) {
   const rnn_desc *r = (const rnn_desc *)desc;
   const rnn_data_desc *xd = (const rnn_data_desc *)x_desc;
   cudnnStatus_t s = check_call(r, xd);

@@ -17,7 +17,7 @@ atomic_int timing_logging; /* an oracle is installed and a timing mark is live *
 #define MAX_LOG (1 << 20) /* records (136 MiB) kept for one mark at most */
 static maya_rec *log_recs;
 static int64_t log_base, log_n, log_cap; /* log_recs[i] is record number log_base + i */
-static int64_t *marks;                  /* live marks (a multiset of record numbers) */
+static int64_t *marks;                   /* live marks (a multiset of record numbers) */
 static size_t n_marks, cap_marks;
 
 MAYA_EXPORT void maya_emu_set_device_time(maya_device_time_fn fn) { oracle = fn; }
@@ -59,8 +59,10 @@ static void release_locked(int64_t mark) {
       marks[i] = marks[--n_marks];
       break;
     }
-  if (!n_marks) log_n = 0, log_base = 0;
-  else trim();
+  if (!n_marks)
+    log_n = 0, log_base = 0;
+  else
+    trim();
 }
 
 void maya_timing_release(int64_t mark) {

@@ -11,9 +11,18 @@
 
 static int ok_device(CUdevice d) { return d >= 0 && d < maya_ndev; }
 
-MAYA_EXPORT CUresult cuInit(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
-MAYA_EXPORT CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
-MAYA_EXPORT CUresult cuDeviceGetCount(int *n) { *n = maya_ndev; return CUDA_SUCCESS; }
+MAYA_EXPORT CUresult cuInit(unsigned flags) {
+  (void)flags;
+  return CUDA_SUCCESS;
+}
+MAYA_EXPORT CUresult cuDriverGetVersion(int *v) {
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
+MAYA_EXPORT CUresult cuDeviceGetCount(int *n) {
+  *n = maya_ndev;
+  return CUDA_SUCCESS;
+}
 
 MAYA_EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
   if (!ok_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
@@ -54,7 +63,10 @@ MAYA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
   return CUDA_SUCCESS;
 }
 
-MAYA_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SUCCESS; }
+MAYA_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) {
+  (void)d;
+  return CUDA_SUCCESS;
+}
 
 MAYA_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned *flags, int *active) {
   if (!ok_device(d)) return CUDA_ERROR_INVALID_DEVICE;
@@ -81,7 +93,10 @@ MAYA_EXPORT CUresult cuCtxPopCurrent(CUcontext *ctx) {
   return CUDA_SUCCESS;
 }
 
-MAYA_EXPORT CUresult cuCtxGetDevice(CUdevice *d) { *d = maya_current_device(); return CUDA_SUCCESS; }
+MAYA_EXPORT CUresult cuCtxGetDevice(CUdevice *d) {
+  *d = maya_current_device();
+  return CUDA_SUCCESS;
+}
 
 MAYA_EXPORT CUresult cuCtxSynchronize(void) {
   maya_rec *r = maya_begin(API("cuCtxSynchronize"), D_DRIVER, K_SYNC);
@@ -92,42 +107,44 @@ MAYA_EXPORT CUresult cuCtxSynchronize(void) {
 }
 
 /* The codes the stubs return (CUDA_ERROR_NOT_SUPPORTED: every API not emulated) and the common ones. */
-#define DRIVER_ERRORS(X) \
-  X(CUDA_SUCCESS, "no error") \
-  X(CUDA_ERROR_INVALID_VALUE, "invalid argument") \
-  X(CUDA_ERROR_OUT_OF_MEMORY, "out of memory") \
-  X(CUDA_ERROR_NOT_INITIALIZED, "initialization error") \
-  X(CUDA_ERROR_DEINITIALIZED, "driver shutting down") \
-  X(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected") \
-  X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal") \
-  X(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid") \
-  X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context") \
-  X(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device") \
-  X(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle") \
-  X(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state") \
-  X(CUDA_ERROR_NOT_FOUND, "named symbol not found") \
-  X(CUDA_ERROR_NOT_READY, "device not ready") \
-  X(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure") \
-  X(CUDA_ERROR_NOT_PERMITTED, "operation not permitted") \
-  X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported (not emulated by Maya)") \
-  X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture") \
+#define DRIVER_ERRORS(X)                                                                                               \
+  X(CUDA_SUCCESS, "no error")                                                                                          \
+  X(CUDA_ERROR_INVALID_VALUE, "invalid argument")                                                                      \
+  X(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")                                                                         \
+  X(CUDA_ERROR_NOT_INITIALIZED, "initialization error")                                                                \
+  X(CUDA_ERROR_DEINITIALIZED, "driver shutting down")                                                                  \
+  X(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected")                                                        \
+  X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal")                                                               \
+  X(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid")                                                        \
+  X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context")                                                              \
+  X(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device")                          \
+  X(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle")                                                              \
+  X(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state")                                \
+  X(CUDA_ERROR_NOT_FOUND, "named symbol not found")                                                                    \
+  X(CUDA_ERROR_NOT_READY, "device not ready")                                                                          \
+  X(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure")                                                            \
+  X(CUDA_ERROR_NOT_PERMITTED, "operation not permitted")                                                               \
+  X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported (not emulated by Maya)")                                        \
+  X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture")                  \
   X(CUDA_ERROR_UNKNOWN, "unknown error")
 
-#define DRIVER_ERROR_NAME(code, text) case code: *s = #code; return CUDA_SUCCESS;
-#define DRIVER_ERROR_TEXT(code, text) case code: *s = text; return CUDA_SUCCESS;
+#define DRIVER_ERROR_NAME(code, text)                                                                                  \
+  case code: *s = #code; return CUDA_SUCCESS;
+#define DRIVER_ERROR_TEXT(code, text)                                                                                  \
+  case code: *s = text; return CUDA_SUCCESS;
 
 /* as the driver, CUDA_ERROR_INVALID_VALUE for a code it does not know */
 MAYA_EXPORT CUresult cuGetErrorString(CUresult e, const char **s) {
   switch (e) {
     DRIVER_ERRORS(DRIVER_ERROR_TEXT)
-    default: *s = "unrecognized error code"; return CUDA_ERROR_INVALID_VALUE;
+  default: *s = "unrecognized error code"; return CUDA_ERROR_INVALID_VALUE;
   }
 }
 
 MAYA_EXPORT CUresult cuGetErrorName(CUresult e, const char **s) {
   switch (e) {
     DRIVER_ERRORS(DRIVER_ERROR_NAME)
-    default: *s = "unrecognized error code"; return CUDA_ERROR_INVALID_VALUE;
+  default: *s = "unrecognized error code"; return CUDA_ERROR_INVALID_VALUE;
   }
 }
 
@@ -139,14 +156,17 @@ MAYA_EXPORT CUresult cuGetErrorName(CUresult e, const char **s) {
 
 MAYA_EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop,
                                                    CUmemAllocationGranularity_flags option) {
-  (void)prop; (void)option;
+  (void)prop;
+  (void)option;
   *g = GRANULARITY;
   return CUDA_SUCCESS;
 }
 
 MAYA_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                          unsigned long long flags) {
-  (void)alignment; (void)addr; (void)flags;
+  (void)alignment;
+  (void)addr;
+  (void)flags;
   void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   *ptr = (CUdeviceptr)p;
@@ -174,7 +194,9 @@ MAYA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 
 MAYA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
                               unsigned long long flags) {
-  (void)offset; (void)h; (void)flags;
+  (void)offset;
+  (void)h;
+  (void)flags;
   /* the reserved range becomes usable, lazily backed memory */
   return mprotect((void *)ptr, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -186,7 +208,10 @@ MAYA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 }
 
 MAYA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
-  (void)ptr; (void)size; (void)desc; (void)count;
+  (void)ptr;
+  (void)size;
+  (void)desc;
+  (void)count;
   return CUDA_SUCCESS;
 }
 
@@ -202,24 +227,20 @@ MAYA_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr,
   int device = 0;
   int found = maya_dev_lookup((void *)ptr, &device, NULL);
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      if (!found) return CUDA_ERROR_INVALID_VALUE;
-      *(unsigned *)data = found == 1 ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      if (!found) return CUDA_ERROR_INVALID_VALUE;
-      *(int *)data = device;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
-      *(CUcontext *)data = (CUcontext)(uintptr_t)(device + 1);
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: /* unified addressing: the pointer itself */
-      if (!found) return CUDA_ERROR_INVALID_VALUE;
-      *(CUdeviceptr *)data = ptr;
-      return CUDA_SUCCESS;
-    default:
-      maya_unimplemented("cuPointerGetAttribute(attribute)", D_DRIVER);
-      return CUDA_ERROR_NOT_SUPPORTED;
+  case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    if (!found) return CUDA_ERROR_INVALID_VALUE;
+    *(unsigned *)data = found == 1 ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    if (!found) return CUDA_ERROR_INVALID_VALUE;
+    *(int *)data = device;
+    return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = (CUcontext)(uintptr_t)(device + 1); return CUDA_SUCCESS;
+  case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: /* unified addressing: the pointer itself */
+    if (!found) return CUDA_ERROR_INVALID_VALUE;
+    *(CUdeviceptr *)data = ptr;
+    return CUDA_SUCCESS;
+  default: maya_unimplemented("cuPointerGetAttribute(attribute)", D_DRIVER); return CUDA_ERROR_NOT_SUPPORTED;
   }
 }
 
@@ -261,14 +282,20 @@ MAYA_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *path) {
 }
 
 MAYA_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned n, CUjit_option *o, void **v) {
-  (void)n; (void)o; (void)v;
+  (void)n;
+  (void)o;
+  (void)v;
   return cuModuleLoadData(module, image);
 }
 
-MAYA_EXPORT CUresult cuModuleUnload(CUmodule module) { free(module); return CUDA_SUCCESS; }
+MAYA_EXPORT CUresult cuModuleUnload(CUmodule module) {
+  free(module);
+  return CUDA_SUCCESS;
+}
 
 MAYA_EXPORT CUresult cuModuleGetGlobal(CUdeviceptr *ptr, size_t *bytes, CUmodule module, const char *name) {
-  (void)module; (void)name;
+  (void)module;
+  (void)name;
   static char globals[1 << 16]; /* module globals (small, e.g. Triton scratch pointers) */
   if (ptr) *ptr = (CUdeviceptr)globals;
   if (bytes) *bytes = sizeof globals;
@@ -287,29 +314,33 @@ MAYA_EXPORT CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attr, C
   (void)fn;
   const maya_device_cfg *d = &maya_dev[maya_current_device()];
   switch (attr) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
-    /* modules loaded here (Triton, NVRTC) are compiled for the device they run on */
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = d->major * 10 + d->minor; break;
-    default: *value = 0;
+  case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+  case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
+  /* modules loaded here (Triton, NVRTC) are compiled for the device they run on */
+  case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+  case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = d->major * 10 + d->minor; break;
+  default: *value = 0;
   }
   return CUDA_SUCCESS;
 }
 
 MAYA_EXPORT CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attr, int value) {
-  (void)fn; (void)attr; (void)value;
+  (void)fn;
+  (void)attr;
+  (void)value;
   return CUDA_SUCCESS;
 }
 
 MAYA_EXPORT CUresult cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache config) {
-  (void)fn; (void)config;
+  (void)fn;
+  (void)config;
   return CUDA_SUCCESS;
 }
 
 MAYA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                     unsigned bz, unsigned smem, CUstream s, void **params, void **extra) {
-  (void)params; (void)extra;
+  (void)params;
+  (void)extra;
   maya_rec *r = maya_begin(API("cuLaunchKernel"), D_DRIVER, K_LAUNCH);
   r->stream = maya_stream_id(s);
   r->a[0] = maya_kernel_id_by_name(((maya_function *)f)->name);
@@ -340,7 +371,8 @@ MAYA_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunct
 #if CUDA_VERSION >= 12090 /* driver logs came with CUDA 12.9 */
 /* torch registers a log callback when the driver offers one; there are no driver logs here */
 MAYA_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback cb, void *data, CUlogsCallbackHandle *handle) {
-  (void)cb; (void)data;
+  (void)cb;
+  (void)data;
   *handle = (CUlogsCallbackHandle)calloc(1, 8);
   return CUDA_SUCCESS;
 }

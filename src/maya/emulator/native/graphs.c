@@ -66,7 +66,10 @@ int maya_graph_unhold(maya_graph *g, maya_user_object *o, unsigned n) {
 atomic_int captures_active;
 
 #define MAX_CAPTURING 64
-static struct { int64_t stream; maya_graph *g; } capturing[MAX_CAPTURING];
+static struct {
+  int64_t stream;
+  maya_graph *g;
+} capturing[MAX_CAPTURING];
 static int n_capturing;
 
 static maya_graph *find_capture(int64_t stream) {

@@ -32,9 +32,9 @@ static __thread read_site history[READ_HISTORY];
 static __thread int history_n, history_next;
 static __thread int64_t history_epoch = -1, loop_reads;
 static __thread unsigned char one_value[8];
-static __thread int one_size; /* the element size of the scalar being read (.item()), 0 if unknown */
-static const char *(*describe_ops)(void); /* the ops open on this thread (the op observer) */
-static __thread int known_size, known_code; /* the next read's value is known (maya_emu_read_value) */
+static __thread int one_size;                  /* the element size of the scalar being read (.item()), 0 if unknown */
+static const char *(*describe_ops)(void);      /* the ops open on this thread (the op observer) */
+static __thread int known_size, known_code;    /* the next read's value is known (maya_emu_read_value) */
 static __thread int known_given, unknown_zero; /* unknown_zero: an unknown value, read from zero */
 static __thread unsigned char known_value[8];
 static char stop_reason[1024];
@@ -83,7 +83,8 @@ static int stop_loop(void) {
              "maya emulator stopped the rank: it read the same device value %ld times, each time after the same "
              "work, with no training progress (no optimizer step, no backward) and the stand-ins 0 and 1 both "
              "tried: a loop on device values that emulation cannot end (the read is in %s). Set "
-             "MAYA_EMU_LOOP_LIMIT to allow longer loops", loop_limit(), ops && *ops ? ops : "no framework op");
+             "MAYA_EMU_LOOP_LIMIT to allow longer loops",
+             loop_limit(), ops && *ops ? ops : "no framework op");
     fprintf(stderr, "%s\n", stop_reason);
   }
   return -1;
@@ -133,8 +134,10 @@ int maya_host_read(maya_rec *r, void *dst, const void *src, size_t n) {
   for (size_t i = 0; i < n; i++) zero &= site->value[i] == 0;
   unsigned char value[8] = {0};
   if (zero) {
-    if ((size_t)one_size == n) memcpy(value, one_value, n);
-    else value[0] = 1; /* an integer 1, little-endian */
+    if ((size_t)one_size == n)
+      memcpy(value, one_value, n);
+    else
+      value[0] = 1; /* an integer 1, little-endian */
   }
   memcpy(dst, value, n);
   memcpy(site->value, value, n);

@@ -10,11 +10,11 @@
  * device memory, and its outputs become known; any other op that issued kernels leaves its outputs
  * unknown. Random ops (they would draw from the host's generator) and views are never run here.
  *
- * A routing decision taken on unknown scores (`topk`, `argmax`/`argmin` or `max`/`min` along a dim, `sort` of router logits)
- * gets the indices a trained, balanced router would give: choice j of row r of a top-k over n takes
- * (r + j) mod n (every expert gets its share of tokens in every slot, none over its capacity, as
- * torchtitan's `_debug_force_load_balance` routes), a sort the identity permutation. Those indices are known but
- * *assumed*, and so is everything computed from them; the counts are summarised for `maya predict`.
+ * A routing decision taken on unknown scores (`topk`, `argmax`/`argmin` or `max`/`min` along a dim, `sort` of router
+ * logits) gets the indices a trained, balanced router would give: choice j of row r of a top-k over n takes (r + j) mod
+ * n (every expert gets its share of tokens in every slot, none over its capacity, as torchtitan's
+ * `_debug_force_load_balance` routes), a sort the identity permutation. Those indices are known but *assumed*, and so
+ * is everything computed from them; the counts are summarised for `maya predict`.
  *
  * Host reads of known values are real: `.item()` reads the bytes as they are (no loop stand-in), and
  * `nonzero`, which reads its own count inside the op, gets the count of its known input. An `.item()` of a
@@ -42,7 +42,7 @@
 extern "C" {
 /* libmaya_emu (host_read.c): the value the thread's next host read inside this op returns; NULL bytes:
  * the device bytes as they are; size 0 clears. `code` is recorded with the read (3 computed, 4 assumed). */
-void maya_emu_read_value(const void* bytes, int size, int code);
+void maya_emu_read_value(const void *bytes, int size, int code);
 }
 
 namespace maya_values {
@@ -50,56 +50,59 @@ namespace {
 
 enum : uint8_t { UNKNOWN = 0, REAL = 1, ASSUMED = 2 };
 enum : int { READ_COMPUTED = 3, READ_ASSUMED = 4, READ_UNKNOWN = 5 };
-constexpr int64_t kComputeBytes = 4 << 20;  // the most tensor bytes an op may have to be run on the host
-constexpr int64_t kCopyBytes = 1 << 20;     // copies and collectives move bytes up to this (MAYA_SMALL_COPY)
+constexpr int64_t kComputeBytes = 4 << 20; // the most tensor bytes an op may have to be run on the host
+constexpr int64_t kCopyBytes = 1 << 20;    // copies and collectives move bytes up to this (MAYA_SMALL_COPY)
 
 std::mutex mu;
-std::unordered_map<const void*, uint8_t> known;  // storage base -> provenance
+std::unordered_map<const void *, uint8_t> known; // storage base -> provenance
 std::map<std::string, int64_t> routing;          // routing stand-ins per op name
 std::atomic<int64_t> computed{0}, failed{0};
 
 /* MAYA_EMU_VALUES_DEBUG=1: say on stderr what each op that issued kernels did with its values. */
-void debug(const at::RecordFunction& fn, const char* what) {
-  static const bool on = [] { const char* v = std::getenv("MAYA_EMU_VALUES_DEBUG"); return v && *v == '1'; }();
+void debug(const at::RecordFunction &fn, const char *what) {
+  static const bool on = [] {
+    const char *v = std::getenv("MAYA_EMU_VALUES_DEBUG");
+    return v && *v == '1';
+  }();
   if (on) std::fprintf(stderr, "maya values: %s %s\n", fn.name(), what);
 }
 
 struct Info {
   std::optional<c10::OperatorHandle> handle;
-  bool runnable = false;  // not a view, not random, found in the dispatcher
+  bool runnable = false; // not a view, not random, found in the dispatcher
 };
 
-bool plain_device(const at::Tensor& t) {
+bool plain_device(const at::Tensor &t) {
   if (!t.defined() || !t.is_cuda() || t.layout() != at::kStrided || !t.has_storage()) return false;
   auto keys = t.key_set();
   return !keys.has(c10::DispatchKey::Python) && !keys.has(c10::DispatchKey::Functionalize) &&
          t.storage().data() != nullptr;
 }
 
-const void* key_of(const at::Tensor& t) { return t.storage().data(); }
+const void *key_of(const at::Tensor &t) { return t.storage().data(); }
 
 /* A tensor subclass (DTensor, AsyncCollectiveTensor) or functional wrapper: an op on it runs its inner ops on
  * the plain tensors it wraps, which are observed themselves; the outer op may return such a plain tensor
  * (`wait_tensor` of an AsyncCollectiveTensor returns the waited one) and must leave what they made of it. */
-bool wrapped(const at::Tensor& t) {
+bool wrapped(const at::Tensor &t) {
   if (!t.defined()) return false;
   auto keys = t.key_set();
   return keys.has(c10::DispatchKey::Python) || keys.has(c10::DispatchKey::Functionalize);
 }
 
-uint8_t provenance(const at::Tensor& t) {
+uint8_t provenance(const at::Tensor &t) {
   std::lock_guard<std::mutex> g(mu);
   auto it = known.find(key_of(t));
   return it == known.end() ? UNKNOWN : it->second;
 }
 
-bool covers_storage(const at::Tensor& t) {
+bool covers_storage(const at::Tensor &t) {
   return t.is_contiguous() && t.storage_offset() == 0 &&
          static_cast<size_t>(t.numel()) * t.element_size() >= t.storage().nbytes();
 }
 
 /* A written output: known with `p` where it fills its storage or the storage was known; else unknown. */
-void mark(const at::Tensor& t, uint8_t p) {
+void mark(const at::Tensor &t, uint8_t p) {
   if (!plain_device(t)) return;
   std::lock_guard<std::mutex> g(mu);
   auto it = known.find(key_of(t));
@@ -112,47 +115,48 @@ void mark(const at::Tensor& t, uint8_t p) {
   }
 }
 
-template <typename F>
-void each_tensor(const c10::IValue& v, F&& f) {
+template <typename F> void each_tensor(const c10::IValue &v, F &&f) {
   if (v.isTensor()) {
     f(v.toTensor());
   } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList().vec()) f(t);
-  } else if (v.isList()) {  // nested too: c10d's Tensor[][]
-    for (const c10::IValue& e : v.toListRef()) each_tensor(e, f);
+    for (const at::Tensor &t : v.toTensorList().vec()) f(t);
+  } else if (v.isList()) { // nested too: c10d's Tensor[][]
+    for (const c10::IValue &e : v.toListRef()) each_tensor(e, f);
   }
 }
 
-void mark_outputs(const at::RecordFunction& fn, uint8_t p) {
-  for (const c10::IValue& v : fn.outputs()) each_tensor(v, [&](const at::Tensor& t) { mark(t, p); });
+void mark_outputs(const at::RecordFunction &fn, uint8_t p) {
+  for (const c10::IValue &v : fn.outputs()) each_tensor(v, [&](const at::Tensor &t) { mark(t, p); });
 }
 
-at::Tensor host_view(const at::Tensor& t) {
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU));
+at::Tensor host_view(const at::Tensor &t) {
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(),
+                       at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU));
 }
 
-c10::IValue to_host(const c10::IValue& v) {
+c10::IValue to_host(const c10::IValue &v) {
   if (v.isTensor()) {
-    const at::Tensor& t = v.toTensor();
+    const at::Tensor &t = v.toTensor();
     return t.defined() && t.is_cuda() ? c10::IValue(host_view(t)) : v;
   }
   if (v.isTensorList()) {
     c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(t.is_cuda() ? host_view(t) : t);
+    for (const at::Tensor &t : v.toTensorList().vec()) out.push_back(t.is_cuda() ? host_view(t) : t);
     return out;
   }
   if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
     c10::List<std::optional<at::Tensor>> out;
-    for (const c10::IValue& e : v.toListRef())
-      out.push_back(e.isTensor() ? std::optional<at::Tensor>(e.toTensor().is_cuda() ? host_view(e.toTensor()) : e.toTensor())
-                                 : std::nullopt);
+    for (const c10::IValue &e : v.toListRef())
+      out.push_back(e.isTensor()
+                        ? std::optional<at::Tensor>(e.toTensor().is_cuda() ? host_view(e.toTensor()) : e.toTensor())
+                        : std::nullopt);
     return out;
   }
   if (v.isDevice() && v.toDevice().is_cuda()) return c10::Device(c10::kCPU);
   return v;
 }
 
-const Info& info_of(const at::RecordFunction& fn) {
+const Info &info_of(const at::RecordFunction &fn) {
   thread_local std::unordered_map<std::string, Info> cache;
   auto name = fn.operator_name();
   std::string key = name ? name->name + "." + name->overload_name : std::string(fn.name());
@@ -162,11 +166,11 @@ const Info& info_of(const at::RecordFunction& fn) {
   if (name) {
     info.handle = c10::Dispatcher::singleton().findOp(*name);
     if (info.handle && info.handle->hasSchema()) {
-      const c10::FunctionSchema& s = info.handle->schema();
+      const c10::FunctionSchema &s = info.handle->schema();
       bool view = false, random = false;
-      for (const c10::Argument& r : s.returns())
+      for (const c10::Argument &r : s.returns())
         if (r.alias_info() && !r.alias_info()->isWrite()) view = true;
-      for (const c10::Argument& a : s.arguments())
+      for (const c10::Argument &a : s.arguments())
         if (a.type()->str().find("Generator") != std::string::npos) random = true;
       std::string_view n = name->name;
       bool bookkeeping = n.starts_with("aten::empty") || n.starts_with("aten::new_empty") || n == "aten::resize_" ||
@@ -180,39 +184,48 @@ const Info& info_of(const at::RecordFunction& fn) {
 
 /* The inputs' provenance if the op could run on the host (every device tensor plain and known, the
  * others host scalars, within the size bound), else UNKNOWN. */
-template <typename Inputs>  // RecordFunction's inputs (ArrayRef of IValue, of const IValue before torch 2.6)
-uint8_t inputs_known(const Inputs& inputs, bool skip_first, int64_t* bytes) {
+template <typename Inputs> // RecordFunction's inputs (ArrayRef of IValue, of const IValue before torch 2.6)
+uint8_t inputs_known(const Inputs &inputs, bool skip_first, int64_t *bytes) {
   uint8_t p = REAL;
   bool ok = true, first = true;
-  auto check = [&](const at::Tensor& t) {
+  auto check = [&](const at::Tensor &t) {
     if (!ok || !t.defined()) return;
-    if (std::exchange(first, false) && skip_first) {  // only written: need not be known, only fit
+    if (std::exchange(first, false) && skip_first) { // only written: need not be known, only fit
       *bytes += t.is_cuda() ? static_cast<int64_t>(t.numel()) * t.element_size() : 0;
       return;
     }
     if (!t.is_cuda()) {
-      ok = t.device().is_cpu() && t.dim() == 0 && t.layout() == at::kStrided;  // host scalars only
+      ok = t.device().is_cpu() && t.dim() == 0 && t.layout() == at::kStrided; // host scalars only
       return;
     }
-    if (!plain_device(t)) { ok = false; return; }
+    if (!plain_device(t)) {
+      ok = false;
+      return;
+    }
     *bytes += static_cast<int64_t>(t.numel()) * t.element_size();
-    if (*bytes > kComputeBytes) { ok = false; return; }
+    if (*bytes > kComputeBytes) {
+      ok = false;
+      return;
+    }
     uint8_t q = provenance(t);
     if (q == UNKNOWN) ok = false;
     p = std::max(p, q);
   };
-  for (const c10::IValue& v : inputs) each_tensor(v, check);
+  for (const c10::IValue &v : inputs) each_tensor(v, check);
   return ok ? p : UNKNOWN;
 }
 
 /* Whether the outputs can receive host results: plain device tensors, within the size bound. */
-bool outputs_fit(const at::RecordFunction& fn, int64_t bytes) {
+bool outputs_fit(const at::RecordFunction &fn, int64_t bytes) {
   bool ok = true, any_device = false;
-  for (const c10::IValue& v : fn.outputs())
-    each_tensor(v, [&](const at::Tensor& t) {
+  for (const c10::IValue &v : fn.outputs())
+    each_tensor(v, [&](const at::Tensor &t) {
       if (!ok || !t.defined()) return;
       any_device |= t.is_cuda();
-      if (!plain_device(t)) { ok = false; return; }
+      if (!plain_device(t)) {
+        ok = false;
+        return;
+      }
       bytes += static_cast<int64_t>(t.numel()) * t.element_size();
       if (bytes > kComputeBytes) ok = false;
     });
@@ -224,21 +237,19 @@ bool outputs_fit(const at::RecordFunction& fn, int64_t bytes) {
 struct HostGuards {
   at::DisableRecordFunctionGuard no_observer;
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  c10::impl::ExcludeDispatchKeyGuard no_modes{c10::DispatchKeySet({c10::DispatchKey::Python,
-                                                                     c10::DispatchKey::PythonTLSSnapshot,
-                                                                     c10::DispatchKey::PreDispatch,
-                                                                     c10::DispatchKey::AutocastCPU,
-                                                                     c10::DispatchKey::AutocastCUDA})};
+  c10::impl::ExcludeDispatchKeyGuard no_modes{
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::PreDispatch,
+                           c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA})};
 };
 
 /* Run the op on CPU views of its device tensors; its device outputs receive the results. */
-bool run_on_host(const at::RecordFunction& fn, const std::vector<c10::IValue>& inputs, const Info& info) {
-  const auto& outs = fn.outputs();
+bool run_on_host(const at::RecordFunction &fn, const std::vector<c10::IValue> &inputs, const Info &info) {
+  const auto &outs = fn.outputs();
   try {
     HostGuards guards;
     torch::jit::Stack stack;
     stack.reserve(inputs.size());
-    for (const c10::IValue& v : inputs) stack.push_back(to_host(v));
+    for (const c10::IValue &v : inputs) stack.push_back(to_host(v));
     info.handle->callBoxed(stack);
     if (stack.size() != outs.size()) return false;
     for (size_t i = 0; i < outs.size(); i++) {
@@ -246,27 +257,25 @@ bool run_on_host(const at::RecordFunction& fn, const std::vector<c10::IValue>& i
         if (outs[i].isNone() || !outs[i].isTensorList()) continue;
         return false;
       }
-      const at::Tensor& dev = outs[i].toTensor();
+      const at::Tensor &dev = outs[i].toTensor();
       if (!dev.defined() || !dev.is_cuda()) continue;
       if (!stack[i].isTensor()) return false;
-      const at::Tensor& res = stack[i].toTensor();
-      if (res.data_ptr() == dev.data_ptr()) continue;  // in place or out=: written through the view
+      const at::Tensor &res = stack[i].toTensor();
+      if (res.data_ptr() == dev.data_ptr()) continue; // in place or out=: written through the view
       if (res.sizes() != dev.sizes()) return false;
       host_view(dev).copy_(res);
     }
     return true;
-  } catch (const std::exception&) {
-    return false;
-  }
+  } catch (const std::exception &) { return false; }
 }
 
-int64_t arg_int(const std::vector<c10::IValue>& in, size_t i, int64_t fallback) {
+int64_t arg_int(const std::vector<c10::IValue> &in, size_t i, int64_t fallback) {
   return in.size() > i && in[i].isInt() ? in[i].toInt() : fallback;
 }
 
 /* The indices a balanced router gives (or, `identity`, a sort's): `idx` holds, along `dim`, `k` choices
  * out of `n` per row (k = 1 with the dim reduced away when `kept` is false). */
-void write_indices(const at::Tensor& idx, int64_t dim, int64_t n, bool kept, bool identity) {
+void write_indices(const at::Tensor &idx, int64_t dim, int64_t n, bool kept, bool identity) {
   HostGuards guards;
   at::Tensor out = host_view(idx);
   auto opts = at::TensorOptions().dtype(out.scalar_type());
@@ -290,23 +299,23 @@ bool is_routing(std::string_view n) {
 }
 
 /* A routing decision on unknown scores: balanced indices. Returns true if the op was one. */
-bool routing_stand_in(const at::RecordFunction& fn, const std::vector<c10::IValue>& in) {
+bool routing_stand_in(const at::RecordFunction &fn, const std::vector<c10::IValue> &in) {
   std::string_view name = fn.name();
-  const auto& outs = fn.outputs();
-  bool arg = name == "aten::argmax" || name == "aten::argmin";  // indices only, as output 0
+  const auto &outs = fn.outputs();
+  bool arg = name == "aten::argmax" || name == "aten::argmin"; // indices only, as output 0
   size_t at = arg ? 0 : 1;
   if (in.empty() || !in[0].isTensor() || outs.size() <= at || !outs[at].isTensor()) return false;
-  const at::Tensor& x = in[0].toTensor();
-  const at::Tensor& idx = outs[at].toTensor();
+  const at::Tensor &x = in[0].toTensor();
+  const at::Tensor &idx = outs[at].toTensor();
   if (!plain_device(x) || !plain_device(idx) || x.dim() == 0) return false;
   bool identity = false, kept = true;
   int64_t dim;
   if (name == "aten::topk") {
     dim = arg_int(in, 2, -1);
   } else if (name == "aten::sort") {
-    dim = in.size() > 1 && in[1].isInt() ? in[1].toInt() : arg_int(in, 2, -1);  // sort(self, dim, ..) / sort.stable
+    dim = in.size() > 1 && in[1].isInt() ? in[1].toInt() : arg_int(in, 2, -1); // sort(self, dim, ..) / sort.stable
     identity = true;
-  } else {  // max.dim / min.dim (self, dim, keepdim), argmax / argmin (self, dim?, keepdim)
+  } else { // max.dim / min.dim (self, dim, keepdim), argmax / argmin (self, dim?, keepdim)
     if (in.size() < 3 || !in[1].isInt()) return false;
     dim = in[1].toInt();
     kept = in[2].isBool() && in[2].toBool();
@@ -314,9 +323,7 @@ bool routing_stand_in(const at::RecordFunction& fn, const std::vector<c10::IValu
   dim = c10::maybe_wrap_dim(dim, x.dim());
   try {
     write_indices(idx, dim, x.size(dim), kept, identity);
-  } catch (const std::exception&) {
-    return false;
-  }
+  } catch (const std::exception &) { return false; }
   if (!arg) mark(outs[0].toTensor(), UNKNOWN);
   mark(idx, ASSUMED);
   std::lock_guard<std::mutex> g(mu);
@@ -328,11 +335,11 @@ bool is_collective(std::string_view n) { return n.starts_with("c10d::") || n.sta
 
 /* An op that issued no kernel and ran no nested op: a copy moves a small buffer's bytes; an allocation
  * holds whatever was there. */
-void leaf_without_kernels(const at::RecordFunction& fn, const std::vector<c10::IValue>& in) {
+void leaf_without_kernels(const at::RecordFunction &fn, const std::vector<c10::IValue> &in) {
   std::string_view n = fn.name();
   if (n == "aten::copy_" && in.size() >= 2 && in[0].isTensor() && in[1].isTensor()) {
-    const at::Tensor& dst = in[0].toTensor();
-    const at::Tensor& src = in[1].toTensor();
+    const at::Tensor &dst = in[0].toTensor();
+    const at::Tensor &src = in[1].toTensor();
     int64_t bytes = static_cast<int64_t>(dst.numel()) * dst.element_size();
     uint8_t p = src.is_cuda() ? (plain_device(src) ? provenance(src) : UNKNOWN) : REAL;
     mark(dst, bytes <= kCopyBytes ? p : UNKNOWN);
@@ -344,25 +351,25 @@ void leaf_without_kernels(const at::RecordFunction& fn, const std::vector<c10::I
 /* c10d's gathers, scatters and all-to-alls take their output tensors first (`allgather_(outputs, inputs,
  * ...)`): those are filled, not read, so their provenance does not count. */
 bool outputs_first(std::string_view n) {
-  return n.starts_with("c10d::") && (n.find("gather") != std::string_view::npos ||
-                                     n.find("scatter") != std::string_view::npos ||
-                                     n.find("alltoall") != std::string_view::npos);
+  return n.starts_with("c10d::") &&
+         (n.find("gather") != std::string_view::npos || n.find("scatter") != std::string_view::npos ||
+          n.find("alltoall") != std::string_view::npos);
 }
 
 /* A collective (SPMD: the rank's own data stands in for its peers') moves small buffers' bytes: its outputs
  * are known when the tensors it reads are (DDP's check that ranks hold as many parameters: an allgather of
  * a count the host put on the device, read back with `.item()`). */
-void collective(const at::RecordFunction& fn, const std::vector<c10::IValue>& in) {
+void collective(const at::RecordFunction &fn, const std::vector<c10::IValue> &in) {
   bool subclass = false;
-  for (const c10::IValue& v : in) each_tensor(v, [&](const at::Tensor& t) { subclass |= wrapped(t); });
-  if (subclass) {  // e.g. `wait_tensor` of an AsyncCollectiveTensor: the inner op on the plain tensor marks it
+  for (const c10::IValue &v : in) each_tensor(v, [&](const at::Tensor &t) { subclass |= wrapped(t); });
+  if (subclass) { // e.g. `wait_tensor` of an AsyncCollectiveTensor: the inner op on the plain tensor marks it
     debug(fn, "collective on a tensor subclass: left to its inner op");
     return;
   }
   uint8_t p = REAL;
   int64_t bytes = 0;
   for (size_t i = outputs_first(fn.name()) ? 1 : 0; i < in.size(); i++)
-    each_tensor(in[i], [&](const at::Tensor& t) {
+    each_tensor(in[i], [&](const at::Tensor &t) {
       if (!t.defined() || !t.is_cuda()) return;
       bytes += static_cast<int64_t>(t.numel()) * t.element_size();
       uint8_t q = plain_device(t) ? provenance(t) : UNKNOWN;
@@ -371,14 +378,14 @@ void collective(const at::RecordFunction& fn, const std::vector<c10::IValue>& in
   p = bytes <= kCopyBytes ? p : UNKNOWN;
   debug(fn, p == UNKNOWN ? "collective: outputs unknown" : "collective: outputs known");
   mark_outputs(fn, p);
-  if (outputs_first(fn.name()) && !in.empty()) each_tensor(in[0], [&](const at::Tensor& t) { mark(t, p); });
+  if (outputs_first(fn.name()) && !in.empty()) each_tensor(in[0], [&](const at::Tensor &t) { mark(t, p); });
 }
 
-}  // namespace
+} // namespace
 
-void on_enter(const at::RecordFunction& fn, OpValues& op) {
+void on_enter(const at::RecordFunction &fn, OpValues &op) {
   std::string_view n = fn.name();
-  const auto& in = fn.inputs();
+  const auto &in = fn.inputs();
   if (fn.scope() == at::RecordScope::FUNCTION) {
     int64_t bytes = 0;
     op.inputs_known = in.empty() ? UNKNOWN : inputs_known(in, overwrites_first(n), &bytes);
@@ -386,18 +393,20 @@ void on_enter(const at::RecordFunction& fn, OpValues& op) {
       op.inputs.assign(in.begin(), in.end());
   }
   if (in.empty() || !in[0].isTensor()) return;
-  const at::Tensor& x = in[0].toTensor();
+  const at::Tensor &x = in[0].toTensor();
   if (n == "aten::_local_scalar_dense") {
     if (!plain_device(x)) return;
     uint8_t p = provenance(x);
     maya_emu_read_value(nullptr, static_cast<int>(x.element_size()),
-                        p == UNKNOWN ? READ_UNKNOWN : p == REAL ? READ_COMPUTED : READ_ASSUMED);
+                        p == UNKNOWN ? READ_UNKNOWN
+                        : p == REAL  ? READ_COMPUTED
+                                     : READ_ASSUMED);
     op.read_set = true;
-  } else if (n == "aten::nonzero") {  // reads its own count: the count of its known input
+  } else if (n == "aten::nonzero") { // reads its own count: the count of its known input
     if (!plain_device(x)) return;
     uint8_t p = provenance(x);
     if (p == UNKNOWN || static_cast<int64_t>(x.numel()) * x.element_size() > kComputeBytes) {
-      maya_emu_read_value(nullptr, 8, READ_UNKNOWN);  // no element is known to be non-zero
+      maya_emu_read_value(nullptr, 8, READ_UNKNOWN); // no element is known to be non-zero
       op.read_set = true;
       return;
     }
@@ -406,15 +415,14 @@ void on_enter(const at::RecordFunction& fn, OpValues& op) {
       int64_t count = at::count_nonzero(host_view(x)).item<int64_t>();
       maya_emu_read_value(&count, 8, p == REAL ? READ_COMPUTED : READ_ASSUMED);
       op.read_set = true;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception &) {}
   }
 }
 
-void on_exit(const at::RecordFunction& fn, OpValues& op, int64_t own_work) {
+void on_exit(const at::RecordFunction &fn, OpValues &op, int64_t own_work) {
   if (op.read_set) maya_emu_read_value(nullptr, 0, 0);
   if (fn.scope() != at::RecordScope::FUNCTION && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) return;
-  if (is_collective(fn.name())) {  // whether or not its kernels are counted as its own work
+  if (is_collective(fn.name())) { // whether or not its kernels are counted as its own work
     collective(fn, op.inputs);
     return;
   }
@@ -424,8 +432,9 @@ void on_exit(const at::RecordFunction& fn, OpValues& op, int64_t own_work) {
   }
   uint8_t p = op.inputs_known;
   int64_t bytes = 0;
-  if (p != UNKNOWN && !op.inputs.empty() && inputs_known(op.inputs, overwrites_first(fn.name()), &bytes) != UNKNOWN && outputs_fit(fn, bytes)) {
-    const Info& info = info_of(fn);
+  if (p != UNKNOWN && !op.inputs.empty() && inputs_known(op.inputs, overwrites_first(fn.name()), &bytes) != UNKNOWN &&
+      outputs_fit(fn, bytes)) {
+    const Info &info = info_of(fn);
     if (info.runnable && run_on_host(fn, op.inputs, info)) {
       debug(fn, "computed on the host");
       computed.fetch_add(1, std::memory_order_relaxed);
@@ -448,11 +457,11 @@ std::string summary_json() {
   std::string s = "{\"computed\":" + std::to_string(computed.load()) + ",\"failed\":" + std::to_string(failed.load()) +
                   ",\"routing\":{";
   bool first = true;
-  for (const auto& [name, n] : routing) {
+  for (const auto &[name, n] : routing) {
     s += (first ? "\"" : ",\"") + name + "\":" + std::to_string(n);
     first = false;
   }
   return s + "}}";
 }
 
-}  // namespace maya_values
+} // namespace maya_values

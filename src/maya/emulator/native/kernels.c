@@ -19,7 +19,10 @@ static unsigned kbucket(const void *p) { return (unsigned)(((uintptr_t)p >> 4) *
 
 void maya_register_kernel(const void *host_fun, const char *name, const void *module) {
   kern *k = malloc(sizeof *k);
-  k->host_fun = host_fun; k->name = name; k->module = module; k->id = -1;
+  k->host_fun = host_fun;
+  k->name = name;
+  k->module = module;
+  k->id = -1;
   unsigned h = kbucket(host_fun);
   pthread_mutex_lock(&lock);
   k->next = kernels[h];
@@ -58,7 +61,10 @@ int64_t maya_kernel_id(const void *host_fun) {
     char *name = malloc(48);
     snprintf(name, 48, "unregistered_kernel_%p", host_fun);
     k = malloc(sizeof *k);
-    k->host_fun = host_fun; k->name = name; k->module = NULL; k->id = -1;
+    k->host_fun = host_fun;
+    k->name = name;
+    k->module = NULL;
+    k->id = -1;
     k->next = kernels[h];
     kernels[h] = k;
   }
@@ -75,7 +81,10 @@ int64_t maya_kernel_id_by_name(const char *name) {
   while (k && strcmp(k->name, name)) k = k->next;
   if (!k) {
     k = malloc(sizeof *k);
-    k->host_fun = NULL; k->name = strdup(name); k->module = NULL; k->id = -1;
+    k->host_fun = NULL;
+    k->name = strdup(name);
+    k->module = NULL;
+    k->id = -1;
     k->next = named;
     named = k;
   }

@@ -20,21 +20,21 @@ enum { D_RUNTIME = 0, D_DRIVER, D_CUBLAS, D_CUBLASLT, D_CUDNN, D_NCCL, D_OTHER, 
 
 /* Record kinds: what the payload `a[8]` holds. */
 enum {
-  K_PLAIN = 0,   /* nothing */
-  K_LAUNCH,      /* a0 kernel_id, a1 grid x|y<<32, a2 grid z, a3 block x|y<<32, a4 block z, a5 smem,
-                    a6 launch note (Triton arguments described by the runner, triton_launches.py), else 0,
-                    a7 elements (a library's own kernels), else 0 */
-  K_GEMM,        /* a0 m, a1 n, a2 k, a3 batch, a4 transA|transB<<8, a5 dtypeA|B<<16|C<<32, a6 compute */
-  K_COPY,        /* a0 bytes, a1 memcpy kind (0 HtoH 1 HtoD 2 DtoH 3 DtoD 4 default 5 PtoP), a2 synchronous,
-                    a3 what a host read got (0 the device bytes, 1 zero and 2 one: a loop's stand-ins, 3 a value
-                    computed on the host, 4 one computed from an assumed routing, 5 zero: a value only a GPU
-                    computes) */
-  K_MEMSET,      /* a0 bytes */
-  K_COLL,        /* a0 comm id, a1 count, a2 op, a3 dtype, a4 root, a5 peer, a6 comm seq, a7 recv count */
-  K_EVENT,       /* a0 event id; cudaEventElapsedTime: a1 1 when the device-time oracle answered, a2 its ns */
-  K_ALLOC,       /* a0 address, a1 bytes, a2 allocated after, a3 0 alloc / 1 free / 2 oom, a4 space */
-  K_SYNC,        /* a0 event id or -1 */
-  K_ATTN,        /* a0 b, a1 h, a2 s_q, a3 s_kv, a4 d, a5 causal|bwd<<1, a6 dtype, a7 h_kv */
+  K_PLAIN = 0, /* nothing */
+  K_LAUNCH,    /* a0 kernel_id, a1 grid x|y<<32, a2 grid z, a3 block x|y<<32, a4 block z, a5 smem,
+                  a6 launch note (Triton arguments described by the runner, triton_launches.py), else 0,
+                  a7 elements (a library's own kernels), else 0 */
+  K_GEMM,      /* a0 m, a1 n, a2 k, a3 batch, a4 transA|transB<<8, a5 dtypeA|B<<16|C<<32, a6 compute */
+  K_COPY,      /* a0 bytes, a1 memcpy kind (0 HtoH 1 HtoD 2 DtoH 3 DtoD 4 default 5 PtoP), a2 synchronous,
+                  a3 what a host read got (0 the device bytes, 1 zero and 2 one: a loop's stand-ins, 3 a value
+                  computed on the host, 4 one computed from an assumed routing, 5 zero: a value only a GPU
+                  computes) */
+  K_MEMSET,    /* a0 bytes */
+  K_COLL,      /* a0 comm id, a1 count, a2 op, a3 dtype, a4 root, a5 peer, a6 comm seq, a7 recv count */
+  K_EVENT,     /* a0 event id; cudaEventElapsedTime: a1 1 when the device-time oracle answered, a2 its ns */
+  K_ALLOC,     /* a0 address, a1 bytes, a2 allocated after, a3 0 alloc / 1 free / 2 oom, a4 space */
+  K_SYNC,      /* a0 event id or -1 */
+  K_ATTN,      /* a0 b, a1 h, a2 s_q, a3 s_kv, a4 d, a5 causal|bwd<<1, a6 dtype, a7 h_kv */
 };
 
 /* Element types as recorded (maya_dtype_name in convert.py). */
@@ -50,7 +50,7 @@ typedef struct {
   int32_t api, domain, status, device, kind, flags;
   int64_t a[8];
   int64_t op; /* innermost framework op open on the thread (libmaya_ops), -1 if none */
-} maya_rec; /* 136 bytes */
+} maya_rec;   /* 136 bytes */
 
 typedef struct {
   char name[256];
@@ -76,11 +76,11 @@ int maya_api_id(const char *name); /* stable id for an API name (registered in a
 void maya_flush_all(void);
 
 /* Stable per-call-site API id: API("cudaMalloc"). */
-#define API(name)                                        \
-  ({                                                     \
-    static int _maya_api_id = -1;                        \
-    if (__builtin_expect(_maya_api_id < 0, 0)) _maya_api_id = maya_api_id(name); \
-    _maya_api_id;                                        \
+#define API(name)                                                                                                      \
+  ({                                                                                                                   \
+    static int _maya_api_id = -1;                                                                                      \
+    if (__builtin_expect(_maya_api_id < 0, 0)) _maya_api_id = maya_api_id(name);                                       \
+    _maya_api_id;                                                                                                      \
   })
 
 /* Device attributes (cudaDeviceAttr numbering) and properties; see device_attrs.c. */
@@ -97,7 +97,7 @@ void maya_set_current_device(int d);
 
 /* device memory: virtual, accounted against the device's capacity */
 void *maya_dev_alloc(int device, size_t bytes, int64_t stream, int *oom);
-int maya_dev_free(void *ptr, int64_t stream); /* 0 ok, -1 unknown pointer */
+int maya_dev_free(void *ptr, int64_t stream);                    /* 0 ok, -1 unknown pointer */
 int maya_dev_lookup(const void *ptr, int *device, size_t *size); /* 1 if ptr is inside an allocation */
 size_t maya_dev_used(int device);
 /* What the rank has allocated on the device, also in the processes it starts (nvidia-smi): the rank
@@ -145,7 +145,7 @@ int64_t maya_graph_id(const maya_graph *g);
 size_t maya_graph_size(const maya_graph *g);
 void maya_graph_launch(const maya_graph *g, int api, int64_t stream);
 maya_graph *maya_graph_clone(const maya_graph *g); /* an executable graph owns its copy */
-void maya_graph_free(maya_graph *g);                /* releases the user objects it holds */
+void maya_graph_free(maya_graph *g);               /* releases the user objects it holds */
 
 /* user objects (cudaUserObjectCreate) and the references graphs hold to them */
 typedef struct maya_user_object maya_user_object;

@@ -26,7 +26,10 @@ void publish_memory(void) {
   int fd = open(path, (forked_child ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
   if (fd < 0) return;
   size_t size = MAYA_MAX_DEVICES * sizeof(int64_t);
-  if (!forked_child && ftruncate(fd, (off_t)size) != 0) { close(fd); return; }
+  if (!forked_child && ftruncate(fd, (off_t)size) != 0) {
+    close(fd);
+    return;
+  }
   void *p = mmap(NULL, size, forked_child ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   published = p == MAP_FAILED ? NULL : p;
@@ -45,7 +48,10 @@ static size_t lower_bound(uintptr_t p) { /* first index with base > p */
   size_t lo = 0, hi = n_allocs;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (allocs[mid].base <= p) lo = mid + 1; else hi = mid;
+    if (allocs[mid].base <= p)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -85,8 +91,11 @@ static void record_mem(int kind, int device, uintptr_t addr, size_t bytes, int64
   maya_rec *r = maya_begin(api, D_RUNTIME, K_ALLOC);
   r->device = device;
   r->stream = stream;
-  r->a[0] = (int64_t)addr; r->a[1] = (int64_t)bytes; r->a[2] = (int64_t)used[device];
-  r->a[3] = kind; r->a[4] = space;
+  r->a[0] = (int64_t)addr;
+  r->a[1] = (int64_t)bytes;
+  r->a[2] = (int64_t)used[device];
+  r->a[3] = kind;
+  r->a[4] = space;
   maya_end(r, 0);
 }
 

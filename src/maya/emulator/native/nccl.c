@@ -20,7 +20,8 @@ typedef struct {
 } maya_comm;
 
 static const int elem_size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-static const int elem_type[] = {T_I8, T_U8, T_I32, T_I32, T_I64, T_I64, T_F16, T_F32, T_F64, T_BF16, T_F8E4M3, T_F8E5M2};
+static const int elem_type[] = {T_I8,  T_U8,  T_I32, T_I32,  T_I64,    T_I64,
+                                T_F16, T_F32, T_F64, T_BF16, T_F8E4M3, T_F8E5M2};
 
 static size_t bytes_of(size_t count, ncclDataType_t t) {
   return count * (size_t)((unsigned)t < ncclNumTypes ? elem_size[t] : 1);
@@ -49,7 +50,10 @@ static maya_comm *new_comm(int64_t id, int nranks, int rank) {
   return c;
 }
 
-MAYA_EXPORT ncclResult_t ncclGetVersion(int *version) { *version = NCCL_VERSION_CODE; return ncclSuccess; }
+MAYA_EXPORT ncclResult_t ncclGetVersion(int *version) {
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
 
 MAYA_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   static int64_t counter;
@@ -73,9 +77,10 @@ MAYA_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, nc
   return ncclCommInitRank(comm, nranks, id, rank);
 }
 
-MAYA_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, int n_ids,
-                                                  ncclUniqueId *ids, ncclConfig_t *config) {
-  (void)n_ids; (void)config;
+MAYA_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, int n_ids, ncclUniqueId *ids,
+                                                  ncclConfig_t *config) {
+  (void)n_ids;
+  (void)config;
   return ncclCommInitRank(comm, nranks, ids[0], rank);
 }
 
@@ -118,7 +123,10 @@ MAYA_EXPORT void maya_nccl_expect_split(int size) {
 MAYA_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
   (void)config;
   maya_comm *p = (maya_comm *)comm;
-  if (color == NCCL_SPLIT_NOCOLOR) { *newcomm = NULL; return ncclSuccess; }
+  if (color == NCCL_SPLIT_NOCOLOR) {
+    *newcomm = NULL;
+    return ncclSuccess;
+  }
   int size = 0;
   for (int i = n_colors - 1; i >= 0 && !size; i--)
     if (color_keys[i] == color) size = color_sizes[i];
@@ -133,9 +141,18 @@ MAYA_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   return ncclSuccess;
 }
 
-MAYA_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) { (void)comm; return ncclSuccess; }
-MAYA_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) { free(comm); return ncclSuccess; }
-MAYA_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) { free(comm); return ncclSuccess; }
+MAYA_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  (void)comm;
+  return ncclSuccess;
+}
+MAYA_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  free(comm);
+  return ncclSuccess;
+}
+MAYA_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  free(comm);
+  return ncclSuccess;
+}
 
 MAYA_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err) {
   (void)comm;
@@ -143,17 +160,32 @@ MAYA_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *er
   return ncclSuccess;
 }
 
-MAYA_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) { *count = ((maya_comm *)comm)->nranks; return ncclSuccess; }
-MAYA_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *d) { *d = ((maya_comm *)comm)->device; return ncclSuccess; }
-MAYA_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) { *rank = ((maya_comm *)comm)->rank; return ncclSuccess; }
+MAYA_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+  *count = ((maya_comm *)comm)->nranks;
+  return ncclSuccess;
+}
+MAYA_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *d) {
+  *d = ((maya_comm *)comm)->device;
+  return ncclSuccess;
+}
+MAYA_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+  *rank = ((maya_comm *)comm)->rank;
+  return ncclSuccess;
+}
 
 MAYA_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buf, size_t size, void **handle) {
-  (void)comm; (void)buf; (void)size;
+  (void)comm;
+  (void)buf;
+  (void)size;
   *handle = buf;
   return ncclSuccess;
 }
 
-MAYA_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) { (void)comm; (void)handle; return ncclSuccess; }
+MAYA_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
+  (void)comm;
+  (void)handle;
+  return ncclSuccess;
+}
 
 MAYA_EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   int oom;
@@ -161,22 +193,34 @@ MAYA_EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   return *ptr ? ncclSuccess : ncclSystemError;
 }
 
-MAYA_EXPORT ncclResult_t ncclMemFree(void *ptr) { return maya_dev_free(ptr, -1) == 0 ? ncclSuccess : ncclInvalidArgument; }
+MAYA_EXPORT ncclResult_t ncclMemFree(void *ptr) {
+  return maya_dev_free(ptr, -1) == 0 ? ncclSuccess : ncclInvalidArgument;
+}
 
 MAYA_EXPORT const char *ncclGetErrorString(ncclResult_t r) {
   return r == ncclSuccess ? "no error" : r == ncclInvalidUsage ? "invalid usage (not emulated by Maya)" : "NCCL error";
 }
 
-MAYA_EXPORT const char *ncclGetLastError(ncclComm_t comm) { (void)comm; return ""; }
+MAYA_EXPORT const char *ncclGetLastError(ncclComm_t comm) {
+  (void)comm;
+  return "";
+}
 
 MAYA_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t t,
                                                   ncclScalarResidence_t residence, ncclComm_t comm) {
-  (void)scalar; (void)t; (void)residence; (void)comm;
+  (void)scalar;
+  (void)t;
+  (void)residence;
+  (void)comm;
   *op = (ncclRedOp_t)ncclNumOps;
   return ncclSuccess;
 }
 
-MAYA_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) { (void)op; (void)comm; return ncclSuccess; }
+MAYA_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  (void)op;
+  (void)comm;
+  return ncclSuccess;
+}
 
 static __thread int group_depth;
 
@@ -264,7 +308,8 @@ MAYA_EXPORT ncclResult_t ncclBroadcast(const void *send, void *recv, size_t coun
   return ncclSuccess;
 }
 
-MAYA_EXPORT ncclResult_t ncclBcast(void *buf, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t s) {
+MAYA_EXPORT ncclResult_t ncclBcast(void *buf, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                                   cudaStream_t s) {
   record(API("ncclBroadcast"), (maya_comm *)comm, count, count, t, -1, root, -1, s);
   return ncclSuccess;
 }
@@ -317,7 +362,8 @@ MAYA_EXPORT ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t 
 }
 
 /* the received data would be the peer's: the buffer keeps what it holds */
-MAYA_EXPORT ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+MAYA_EXPORT ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                                  cudaStream_t s) {
   record(API("ncclRecv"), (maya_comm *)comm, 0, count, t, -1, -1, peer, s);
   return ncclSuccess;
 }

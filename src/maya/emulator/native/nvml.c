@@ -44,9 +44,9 @@ static nvmlReturn_t done(maya_rec *r, nvmlReturn_t status) {
 }
 
 /* A query of one device: records it and checks the handle. */
-#define DEVICE_QUERY(name, h)                                        \
-  maya_rec *r = begin(API(name), h);                                 \
-  int d = device_of(h);                                              \
+#define DEVICE_QUERY(name, h)                                                                                          \
+  maya_rec *r = begin(API(name), h);                                                                                   \
+  int d = device_of(h);                                                                                                \
   if (d < 0) return done(r, NVML_ERROR_INVALID_ARGUMENT);
 
 static void uuid_text(int d, char *out, size_t n) {
@@ -63,20 +63,23 @@ static void bus_id(int d, char *out, size_t n) { snprintf(out, n, "00000000:%02X
 static nvmlReturn_t init(const char *name) { return done(begin(maya_api_id(name), NULL), NVML_SUCCESS); }
 MAYA_EXPORT nvmlReturn_t nvmlInit(void) { return init("nvmlInit"); }
 MAYA_EXPORT nvmlReturn_t nvmlInit_v2(void) { return init("nvmlInit_v2"); }
-MAYA_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; return init("nvmlInitWithFlags"); }
+MAYA_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+  (void)flags;
+  return init("nvmlInitWithFlags");
+}
 MAYA_EXPORT nvmlReturn_t nvmlShutdown(void) { return init("nvmlShutdown"); }
 
 MAYA_EXPORT const char *nvmlErrorString(nvmlReturn_t e) {
   switch (e) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported (not emulated by Maya)";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    default: return "Unknown Error";
+  case NVML_SUCCESS: return "Success";
+  case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+  case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+  case NVML_ERROR_NOT_SUPPORTED: return "Not Supported (not emulated by Maya)";
+  case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+  case NVML_ERROR_NOT_FOUND: return "Not Found";
+  case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+  case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+  default: return "Unknown Error";
   }
 }
 
@@ -102,7 +105,9 @@ static nvmlReturn_t cuda_version(const char *api, int *v) {
   return done(r, NVML_SUCCESS);
 }
 
-MAYA_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { return cuda_version("nvmlSystemGetCudaDriverVersion", v); }
+MAYA_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) {
+  return cuda_version("nvmlSystemGetCudaDriverVersion", v);
+}
 MAYA_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) {
   return cuda_version("nvmlSystemGetCudaDriverVersion_v2", v);
 }
@@ -149,7 +154,8 @@ MAYA_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_
 static nvmlReturn_t by_bus_id(const char *api, const char *bus, nvmlDevice_t *h) {
   maya_rec *r = begin(maya_api_id(api), NULL);
   unsigned domain, number, device;
-  if (!bus || !h || sscanf(bus, "%x:%x:%x", &domain, &number, &device) != 3) return done(r, NVML_ERROR_INVALID_ARGUMENT);
+  if (!bus || !h || sscanf(bus, "%x:%x:%x", &domain, &number, &device) != 3)
+    return done(r, NVML_ERROR_INVALID_ARGUMENT);
   if (domain != 0 || device != 0 || number < 1 || number > (unsigned)maya_ndev) return done(r, NVML_ERROR_NOT_FOUND);
   *h = handle_of((int)number - 1);
   return done(r, NVML_SUCCESS);
@@ -221,8 +227,16 @@ MAYA_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t h, int 
 
 MAYA_EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t h, nvmlDeviceArchitecture_t *arch) {
   DEVICE_QUERY("nvmlDeviceGetArchitecture", h);
-  static const int by_major[] = {0, 0, 0, 0, 0, NVML_DEVICE_ARCH_PASCAL - 1, NVML_DEVICE_ARCH_PASCAL,
-                                 NVML_DEVICE_ARCH_VOLTA, NVML_DEVICE_ARCH_AMPERE, NVML_DEVICE_ARCH_HOPPER,
+  static const int by_major[] = {0,
+                                 0,
+                                 0,
+                                 0,
+                                 0,
+                                 NVML_DEVICE_ARCH_PASCAL - 1,
+                                 NVML_DEVICE_ARCH_PASCAL,
+                                 NVML_DEVICE_ARCH_VOLTA,
+                                 NVML_DEVICE_ARCH_AMPERE,
+                                 NVML_DEVICE_ARCH_HOPPER,
                                  NVML_DEVICE_ARCH_BLACKWELL};
   int major = maya_dev[d].major;
   *arch = maya_dev[d].major == 7 && maya_dev[d].minor >= 5 ? NVML_DEVICE_ARCH_TURING
@@ -284,18 +298,21 @@ static nvmlReturn_t processes(const char *api, nvmlDevice_t h, unsigned int *n, 
   return done(r, NVML_SUCCESS);
 }
 
-MAYA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_v1_t *p) {
+MAYA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *n,
+                                                              nvmlProcessInfo_v1_t *p) {
   return processes("nvmlDeviceGetComputeRunningProcesses", h, n, p, sizeof *p);
 }
 MAYA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *n,
                                                                  nvmlProcessInfo_v2_t *p) {
   return processes("nvmlDeviceGetComputeRunningProcesses_v2", h, n, p, sizeof *p);
 }
-MAYA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p) {
+MAYA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *n,
+                                                                 nvmlProcessInfo_t *p) {
   return processes("nvmlDeviceGetComputeRunningProcesses_v3", h, n, p, sizeof *p);
 }
 
-MAYA_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int *n, nvmlProcessInfo_t *p) {
+MAYA_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int *n,
+                                                                  nvmlProcessInfo_t *p) {
   DEVICE_QUERY("nvmlDeviceGetGraphicsRunningProcesses_v3", h);
   (void)p;
   if (!n) return done(r, NVML_ERROR_INVALID_ARGUMENT);
@@ -337,9 +354,12 @@ MAYA_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t h, unsig
 
 static nvmlReturn_t clock(const char *api, nvmlDevice_t h, nvmlClockType_t type, unsigned int *mhz) {
   DEVICE_QUERY(api, h);
-  if (type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM) *mhz = (unsigned)(maya_dev[d].clock_khz / 1000);
-  else if (type == NVML_CLOCK_MEM) *mhz = (unsigned)(maya_dev[d].mem_clock_khz / 1000);
-  else return done(r, NVML_ERROR_NOT_SUPPORTED);
+  if (type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM)
+    *mhz = (unsigned)(maya_dev[d].clock_khz / 1000);
+  else if (type == NVML_CLOCK_MEM)
+    *mhz = (unsigned)(maya_dev[d].mem_clock_khz / 1000);
+  else
+    return done(r, NVML_ERROR_NOT_SUPPORTED);
   return done(r, NVML_SUCCESS);
 }
 
@@ -388,7 +408,8 @@ MAYA_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t h, nvmlEnableState_t 
 MAYA_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, nvmlMemoryErrorType_t type,
                                                      nvmlEccCounterType_t counter, unsigned long long *n) {
   DEVICE_QUERY("nvmlDeviceGetTotalEccErrors", h);
-  (void)type; (void)counter;
+  (void)type;
+  (void)counter;
   *n = 0;
   return done(r, NVML_SUCCESS);
 }

@@ -27,11 +27,11 @@ static void note(int api) {
 
 MAYA_EXPORT const char *nvrtcGetErrorString(nvrtcResult result) {
   switch (result) {
-    case NVRTC_SUCCESS: return "NVRTC_SUCCESS";
-    case NVRTC_ERROR_INVALID_INPUT: return "NVRTC_ERROR_INVALID_INPUT";
-    case NVRTC_ERROR_INVALID_PROGRAM: return "NVRTC_ERROR_INVALID_PROGRAM";
-    case NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID: return "NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID";
-    default: return "NVRTC_ERROR_INTERNAL_ERROR (not supported by the maya emulator)";
+  case NVRTC_SUCCESS: return "NVRTC_SUCCESS";
+  case NVRTC_ERROR_INVALID_INPUT: return "NVRTC_ERROR_INVALID_INPUT";
+  case NVRTC_ERROR_INVALID_PROGRAM: return "NVRTC_ERROR_INVALID_PROGRAM";
+  case NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID: return "NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID";
+  default: return "NVRTC_ERROR_INTERNAL_ERROR (not supported by the maya emulator)";
   }
 }
 
@@ -44,12 +44,13 @@ MAYA_EXPORT nvrtcResult nvrtcVersion(int *major, int *minor) {
 }
 
 /* the architectures that release's NVRTC compiles for (torch caps the device's at the newest) */
-static const int SUPPORTED[] = {75, 80, 86, 89, 90,
+static const int SUPPORTED[] = {
+    75,  80,  86, 89, 90,
 #if CUDA_VERSION >= 12080
-                                100, 120,
+    100, 120,
 #endif
 #if CUDA_VERSION >= 12090
-                                103,
+    103,
 #endif
 };
 
@@ -67,7 +68,10 @@ MAYA_EXPORT nvrtcResult nvrtcGetSupportedArchs(int *archs) {
 
 MAYA_EXPORT nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, const char *name, int num_headers,
                                            const char *const *headers, const char *const *include_names) {
-  (void)name; (void)num_headers; (void)headers; (void)include_names;
+  (void)name;
+  (void)num_headers;
+  (void)headers;
+  (void)include_names;
   if (!prog || !src) return NVRTC_ERROR_INVALID_INPUT;
   note(API("nvrtcCreateProgram"));
   *prog = (nvrtcProgram)calloc(1, sizeof(program));
@@ -85,7 +89,8 @@ MAYA_EXPORT nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog) {
 }
 
 MAYA_EXPORT nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int num_options, const char *const *options) {
-  (void)num_options; (void)options;
+  (void)num_options;
+  (void)options;
   if (!prog) return NVRTC_ERROR_INVALID_PROGRAM;
   note(API("nvrtcCompileProgram"));
   return NVRTC_SUCCESS;

@@ -28,12 +28,12 @@
 #include <vector>
 
 extern "C" {
-void maya_emu_set_op(int64_t op);  // libmaya_emu: the op later records on this thread belong to
+void maya_emu_set_op(int64_t op); // libmaya_emu: the op later records on this thread belong to
 int64_t maya_now(void);
-void maya_emu_progress(void);                       // training progressed (host reads, host_read.c)
-void maya_emu_read_one(const void* one, int size);  // the element type of the scalar read next
-void maya_emu_describe_ops(const char* (*fn)(void));
-int64_t maya_emu_kernel_work(void);  // kernels this thread has issued (record.c)
+void maya_emu_progress(void);                      // training progressed (host reads, host_read.c)
+void maya_emu_read_one(const void *one, int size); // the element type of the scalar read next
+void maya_emu_describe_ops(const char *(*fn)(void));
+int64_t maya_emu_kernel_work(void); // kernels this thread has issued (record.c)
 }
 
 namespace {
@@ -65,8 +65,8 @@ std::vector<std::string> string_by_id;
 int strings_fd = -1;
 std::atomic<int64_t> backward_ops{0};
 
-void write_all(int fd, const void* data, size_t n) {
-  auto* p = static_cast<const char*>(data);
+void write_all(int fd, const void *data, size_t n) {
+  auto *p = static_cast<const char *>(data);
   while (n) {
     ssize_t w = ::write(fd, p, n);
     if (w < 0) {
@@ -80,7 +80,7 @@ void write_all(int fd, const void* data, size_t n) {
 }
 
 /* Id of a string (op name, input signature), registered in op_strings.tsv at first sight. */
-int32_t intern(const std::string& s) {
+int32_t intern(const std::string &s) {
   std::lock_guard<std::mutex> guard(strings_mutex);
   auto it = strings.find(s);
   if (it != strings.end()) return it->second;
@@ -89,21 +89,22 @@ int32_t intern(const std::string& s) {
   string_by_id.push_back(s);
   std::string line = std::to_string(id) + '\t' + s + '\n';
   if (forked_child) return id;
-  if (strings_fd < 0) strings_fd = ::open((out_dir + "/op_strings.tsv").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (strings_fd < 0)
+    strings_fd = ::open((out_dir + "/op_strings.tsv").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (strings_fd >= 0) write_all(strings_fd, line.data(), line.size());
   return id;
 }
 
 struct ThreadState;
 std::mutex threads_mutex;
-std::vector<ThreadState*> threads;
+std::vector<ThreadState *> threads;
 
 struct ThreadState {
   struct Open {
-    int64_t op_id, index;  // index of its enter record in buf, -1 once flushed
+    int64_t op_id, index; // index of its enter record in buf, -1 once flushed
     int32_t name;
   };
-  std::vector<Open> open;  // ops entered and not yet exited, innermost last
+  std::vector<Open> open; // ops entered and not yet exited, innermost last
   std::vector<OpRecord> buf;
   int64_t tid = syscall(SYS_gettid);
   int32_t flags = 0;
@@ -137,9 +138,9 @@ struct ThreadState {
     }
     write_all(fd, buf.data(), buf.size() * sizeof(OpRecord));
     buf.clear();
-    for (Open& o : open) o.index = -1;
+    for (Open &o : open) o.index = -1;
   }
-  int64_t add(const OpRecord& r) {
+  int64_t add(const OpRecord &r) {
     if (buf.size() == kBufferRecords) {
       std::lock_guard<std::mutex> guard(threads_mutex);
       flush();
@@ -149,22 +150,25 @@ struct ThreadState {
   }
 };
 
-ThreadState& state() {
+ThreadState &state() {
   thread_local ThreadState s;
   return s;
 }
 
 /* JSON text of the inputs: {"s": shapes, "t": types} as Kineto names them ("Input Dims", "Input
  * type"), plus {"pg": name} for record_param_comms (one of its inputs is (group name, description)). */
-std::string signature_text(const at::RecordFunction& fn) {
+std::string signature_text(const at::RecordFunction &fn) {
   std::string shapes = "[", types = "[", pg;
   bool first = true;
-  for (const c10::IValue& v : fn.inputs()) {
-    if (!first) { shapes += ','; types += ','; }
+  for (const c10::IValue &v : fn.inputs()) {
+    if (!first) {
+      shapes += ',';
+      types += ',';
+    }
     first = false;
     shapes += '[';
     if (v.isTensor() && v.toTensor().defined()) {
-      const at::Tensor& t = v.toTensor();
+      const at::Tensor &t = v.toTensor();
       bool first_dim = true;
       for (int64_t d : t.sizes()) {
         if (!first_dim) shapes += ',';
@@ -173,14 +177,17 @@ std::string signature_text(const at::RecordFunction& fn) {
       }
       types += '"' + std::string(t.dtype().name()) + '"';
     } else {
-      types += v.isTensorList() ? "\"TensorList\"" : v.isScalar() ? "\"Scalar\"" : v.isList() ? "\"ScalarList\"" : "\"\"";
+      types += v.isTensorList() ? "\"TensorList\""
+               : v.isScalar()   ? "\"Scalar\""
+               : v.isList()     ? "\"ScalarList\""
+                                : "\"\"";
     }
     shapes += ']';
   }
   shapes += ']';
   types += ']';
   if (fn.name() == std::string_view(at::kParamCommsCallName)) {
-    for (const c10::IValue& v : fn.inputs()) {  // the (group name, description) tuple, wherever the variant puts it
+    for (const c10::IValue &v : fn.inputs()) { // the (group name, description) tuple, wherever the variant puts it
       if (!v.isTuple() || v.toTupleRef().elements().empty() || !v.toTupleRef().elements()[0].isString()) continue;
       for (char c : v.toTupleRef().elements()[0].toStringRef())
         if (c != '"' && c != '\\' && c != '\t' && c != '\n') pg += c;
@@ -196,11 +203,11 @@ inline uint64_t mix(uint64_t h, uint64_t v) {
 }
 
 /* Hash of what signature_text would say, without building it: the per-op fast path. */
-uint64_t signature_hash(const at::RecordFunction& fn) {
+uint64_t signature_hash(const at::RecordFunction &fn) {
   uint64_t h = 0x84222325cbf29ce4ull;
-  for (const c10::IValue& v : fn.inputs()) {
+  for (const c10::IValue &v : fn.inputs()) {
     if (v.isTensor() && v.toTensor().defined()) {
-      const at::Tensor& t = v.toTensor();
+      const at::Tensor &t = v.toTensor();
       h = mix(h, 1000 + static_cast<uint64_t>(t.scalar_type()));
       h = mix(h, static_cast<uint64_t>(t.dim()));
       for (int64_t d : t.sizes()) h = mix(h, static_cast<uint64_t>(d));
@@ -213,8 +220,8 @@ uint64_t signature_hash(const at::RecordFunction& fn) {
 
 /* Interned id of an op name; names are cached per thread by pointer (checked by content, since a
  * dynamically built name can reuse an address). */
-int32_t name_id(const char* name) {
-  thread_local std::unordered_map<const char*, std::pair<std::string, int32_t>> cache;
+int32_t name_id(const char *name) {
+  thread_local std::unordered_map<const char *, std::pair<std::string, int32_t>> cache;
   auto it = cache.find(name);
   if (it != cache.end() && it->second.first == name) return it->second.second;
   int32_t id = intern(name);
@@ -222,10 +229,10 @@ int32_t name_id(const char* name) {
   return id;
 }
 
-int32_t inputs_id(const at::RecordFunction& fn, int32_t name) {
-  if (fn.inputs().empty()) return -1;  // (num_inputs() counts schema arguments only)
+int32_t inputs_id(const at::RecordFunction &fn, int32_t name) {
+  if (fn.inputs().empty()) return -1; // (num_inputs() counts schema arguments only)
   static const int32_t param_comms = intern(at::kParamCommsCallName);
-  if (name == param_comms) return intern(signature_text(fn));  // its process group, not cached by shape
+  if (name == param_comms) return intern(signature_text(fn)); // its process group, not cached by shape
   thread_local std::unordered_map<uint64_t, int32_t> cache;
   uint64_t h = signature_hash(fn);
   auto it = cache.find(h);
@@ -237,41 +244,57 @@ int32_t inputs_id(const at::RecordFunction& fn, int32_t name) {
 
 struct OpContext : at::ObserverContext {
   int64_t op_id;
-  bool scalar_read = false;  // aten::_local_scalar_dense: the element type was handed to libmaya_emu
-  maya_values::OpValues values;  // device values the host can know (host_values.cpp)
+  bool scalar_read = false;     // aten::_local_scalar_dense: the element type was handed to libmaya_emu
+  maya_values::OpValues values; // device values the host can know (host_values.cpp)
   explicit OpContext(int64_t id) : op_id(id) {}
 };
-thread_local std::vector<OpContext*> open_contexts;  // this thread's ops, innermost last
+thread_local std::vector<OpContext *> open_contexts; // this thread's ops, innermost last
 
 /* The bytes of 1 in the element type of a scalar about to be read to the host (.item(), bool()), so
  * that a stand-in "one" reads as 1 in it; 0 bytes for a type without one here. */
-int one_of(c10::ScalarType t, unsigned char* out) {
+int one_of(c10::ScalarType t, unsigned char *out) {
   switch (t) {
-    case c10::ScalarType::Float: { float v = 1.0f; std::memcpy(out, &v, 4); return 4; }
-    case c10::ScalarType::Double: { double v = 1.0; std::memcpy(out, &v, 8); return 8; }
-    case c10::ScalarType::Half: { uint16_t v = 0x3c00; std::memcpy(out, &v, 2); return 2; }
-    case c10::ScalarType::BFloat16: { uint16_t v = 0x3f80; std::memcpy(out, &v, 2); return 2; }
-    case c10::ScalarType::Bool:
-    case c10::ScalarType::Byte:
-    case c10::ScalarType::Char:
-    case c10::ScalarType::Short:
-    case c10::ScalarType::Int:
-    case c10::ScalarType::Long: {
-      int size = static_cast<int>(c10::elementSize(t));
-      std::memset(out, 0, 8);
-      out[0] = 1;
-      return size;
-    }
-    default: return 0;
+  case c10::ScalarType::Float: {
+    float v = 1.0f;
+    std::memcpy(out, &v, 4);
+    return 4;
+  }
+  case c10::ScalarType::Double: {
+    double v = 1.0;
+    std::memcpy(out, &v, 8);
+    return 8;
+  }
+  case c10::ScalarType::Half: {
+    uint16_t v = 0x3c00;
+    std::memcpy(out, &v, 2);
+    return 2;
+  }
+  case c10::ScalarType::BFloat16: {
+    uint16_t v = 0x3f80;
+    std::memcpy(out, &v, 2);
+    return 2;
+  }
+  case c10::ScalarType::Bool:
+  case c10::ScalarType::Byte:
+  case c10::ScalarType::Char:
+  case c10::ScalarType::Short:
+  case c10::ScalarType::Int:
+  case c10::ScalarType::Long: {
+    int size = static_cast<int>(c10::elementSize(t));
+    std::memset(out, 0, 8);
+    out[0] = 1;
+    return size;
+  }
+  default: return 0;
   }
 }
 
 /* "aten::is_nonzero > aten::item > aten::_local_scalar_dense": the ops open on this thread, for messages. */
-const char* describe_open_ops() {
+const char *describe_open_ops() {
   thread_local std::string text;
   text.clear();
   std::lock_guard<std::mutex> guard(strings_mutex);
-  for (const auto& o : state().open) {
+  for (const auto &o : state().open) {
     if (o.name < 0 || static_cast<size_t>(o.name) >= string_by_id.size()) continue;
     if (!text.empty()) text += " > ";
     text += string_by_id[o.name];
@@ -279,7 +302,7 @@ const char* describe_open_ops() {
   return text.c_str();
 }
 
-int64_t enter(ThreadState& s, int32_t name, int32_t inputs, int32_t scope, int64_t seq_nr) {
+int64_t enter(ThreadState &s, int32_t name, int32_t inputs, int32_t scope, int64_t seq_nr) {
   int64_t id = next_op.fetch_add(1, std::memory_order_relaxed);
   int64_t parent = s.open.empty() ? -1 : s.open.back().op_id;
   int64_t index = s.add({id, parent, maya_now(), -1, seq_nr, iteration.load(std::memory_order_relaxed), name, inputs,
@@ -289,7 +312,7 @@ int64_t enter(ThreadState& s, int32_t name, int32_t inputs, int32_t scope, int64
   return id;
 }
 
-void leave(ThreadState& s, int64_t id) {
+void leave(ThreadState &s, int64_t id) {
   int64_t now = maya_now();
   for (auto it = s.open.rbegin(); it != s.open.rend(); ++it) {
     if (it->op_id != id) continue;
@@ -304,17 +327,17 @@ void leave(ThreadState& s, int64_t id) {
   maya_emu_set_op(s.open.empty() ? -1 : s.open.back().op_id);
 }
 
-int32_t local_scalar_dense = -1;  // interned at install
+int32_t local_scalar_dense = -1; // interned at install
 
-std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
   if (forked_child) return nullptr;
   int32_t name = name_id(fn.name());
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     backward_ops.fetch_add(1, std::memory_order_relaxed);
     maya_emu_progress();
   }
-  auto ctx = std::make_unique<OpContext>(enter(state(), name, inputs_id(fn, name), static_cast<int32_t>(fn.scope()),
-                                               fn.seqNr()));
+  auto ctx = std::make_unique<OpContext>(
+      enter(state(), name, inputs_id(fn, name), static_cast<int32_t>(fn.scope()), fn.seqNr()));
   if (!open_contexts.empty()) open_contexts.back()->values.children = true;
   ctx->values.work_at_enter = maya_emu_kernel_work();
   maya_values::on_enter(fn, ctx->values);
@@ -330,9 +353,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   return ctx;
 }
 
-void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+void on_exit(const at::RecordFunction &fn, at::ObserverContext *ctx) {
   if (!ctx) return;
-  auto* op = static_cast<OpContext*>(ctx);
+  auto *op = static_cast<OpContext *>(ctx);
   if (op->scalar_read) maya_emu_read_one(nullptr, 0);
   if (!open_contexts.empty() && open_contexts.back() == op) open_contexts.pop_back();
   int64_t work = maya_emu_kernel_work() - op->values.work_at_enter;
@@ -343,12 +366,12 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 
 at::CallbackHandle handle = 0;
 
-}  // namespace
+} // namespace
 
 extern "C" {
 
 /* Start observing; records go to `dir`. */
-__attribute__((visibility("default"))) int maya_ops_install(const char* dir) {
+__attribute__((visibility("default"))) int maya_ops_install(const char *dir) {
   if (handle) return 0;
   out_dir = dir;
   local_scalar_dense = intern("aten::_local_scalar_dense");
@@ -359,7 +382,7 @@ __attribute__((visibility("default"))) int maya_ops_install(const char* dir) {
 }
 
 /* Intern a range name once (e.g. "nn.Module: GPT.blocks.0"); open/close ranges by that id. */
-__attribute__((visibility("default"))) int32_t maya_ops_intern(const char* name) { return intern(name); }
+__attribute__((visibility("default"))) int32_t maya_ops_intern(const char *name) { return intern(name); }
 __attribute__((visibility("default"))) int64_t maya_ops_range_enter(int32_t name) {
   if (forked_child) return -1;
   return enter(state(), name, -1, static_cast<int32_t>(at::RecordScope::USER_SCOPE), -1);
@@ -378,7 +401,7 @@ __attribute__((visibility("default"))) void maya_ops_set_iteration(int32_t n) {
  * pre-hook that tells it is another optimizer of the iteration the last step ended. */
 __attribute__((visibility("default"))) void maya_ops_relabel_open(int32_t n) {
   if (forked_child) return;
-  ThreadState& s = state();
+  ThreadState &s = state();
   if (!s.open.empty() && s.open.back().index >= 0) s.buf[s.open.back().index].iteration = n;
 }
 
@@ -388,7 +411,7 @@ __attribute__((visibility("default"))) int64_t maya_ops_backward_ops(void) {
 }
 
 /* JSON summary of the device values computed on the host and the routing stand-ins (host_values.cpp). */
-__attribute__((visibility("default"))) const char* maya_ops_values_summary(void) {
+__attribute__((visibility("default"))) const char *maya_ops_values_summary(void) {
   static std::string text;
   text = maya_values::summary_json();
   return text.c_str();
@@ -399,7 +422,7 @@ __attribute__((visibility("default"))) void maya_ops_finish(void) {
   if (handle) at::removeCallback(handle);
   handle = 0;
   std::lock_guard<std::mutex> guard(threads_mutex);
-  for (ThreadState* s : threads) s->flush();
+  for (ThreadState *s : threads) s->flush();
   if (strings_fd >= 0) ::fsync(strings_fd);
 }
 }

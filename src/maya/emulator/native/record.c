@@ -47,7 +47,11 @@ static void flush_buf(thread_buf *b) {
     char path[4200];
     snprintf(path, sizeof path, "%s/calls-%ld.bin", out_dir, (long)b->tid);
     b->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (b->fd < 0) { fprintf(stderr, "maya emulator: cannot open %s: %s\n", path, strerror(errno)); b->n = 0; return; }
+    if (b->fd < 0) {
+      fprintf(stderr, "maya emulator: cannot open %s: %s\n", path, strerror(errno));
+      b->n = 0;
+      return;
+    }
   }
   write_all(b->fd, b->recs, sizeof(maya_rec) * (size_t)b->n);
   b->n = 0;
@@ -141,7 +145,10 @@ int n_apis;
 int maya_api_id(const char *name) {
   pthread_mutex_lock(&lock);
   for (int i = 0; i < n_apis; i++)
-    if (!strcmp(api_names[i], name)) { pthread_mutex_unlock(&lock); return i; }
+    if (!strcmp(api_names[i], name)) {
+      pthread_mutex_unlock(&lock);
+      return i;
+    }
   int id = n_apis < MAX_APIS ? n_apis++ : MAX_APIS - 1;
   api_names[id] = strdup(name);
   pthread_mutex_unlock(&lock);
@@ -157,8 +164,10 @@ void maya_unimplemented(const char *name, int domain) {
   maya_end(r, -1);
   static __thread int depth;
   if (depth++ == 0) {
-    fprintf(stderr, "maya emulator: unimplemented CUDA API %s called; it fails (see the trace's "
-                    "unimplemented count)\n", name);
+    fprintf(stderr,
+            "maya emulator: unimplemented CUDA API %s called; it fails (see the trace's "
+            "unimplemented count)\n",
+            name);
   }
   depth--;
 }

@@ -22,8 +22,8 @@
 #define MAX_RANK 5
 
 /* enum ranges of CUDA 13's cuda.h (numeric: older headers name fewer of them) */
-#define LAST_DATA_TYPE 15  /* CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B */
-#define LAST_SWIZZLE 6     /* CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B */
+#define LAST_DATA_TYPE 15 /* CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B */
+#define LAST_SWIZZLE 6    /* CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B */
 #define INTERLEAVE_32B 2
 #define LAST_L2_PROMOTION 3
 #define LAST_OOB_FILL 1
@@ -54,7 +54,8 @@ static CUresult check_tiled(const CUtensorMap *map, int type, cuuint32_t rank, c
   if (!map) return invalid(api, "tensorMap is NULL");
   if ((uintptr_t)map % 64) return invalid(api, "tensorMap %p is not aligned to 64 bytes", (const void *)map);
   if (type < 0 || type > LAST_DATA_TYPE) return invalid(api, "tensorDataType %d is not a CUtensorMapDataType", type);
-  if (interleave < 0 || interleave > INTERLEAVE_32B) return invalid(api, "interleave %d is not a CUtensorMapInterleave", interleave);
+  if (interleave < 0 || interleave > INTERLEAVE_32B)
+    return invalid(api, "interleave %d is not a CUtensorMapInterleave", interleave);
   if (swizzle < 0 || swizzle > LAST_SWIZZLE) return invalid(api, "swizzle %d is not a CUtensorMapSwizzle", swizzle);
   if (l2 < 0 || l2 > LAST_L2_PROMOTION) return invalid(api, "l2Promotion %d is not a CUtensorMapL2promotion", l2);
   if (oob < 0 || oob > LAST_OOB_FILL) return invalid(api, "oobFill %d is not a CUtensorMapFloatOOBfill", oob);
@@ -69,28 +70,37 @@ static CUresult check_tiled(const CUtensorMap *map, int type, cuuint32_t rank, c
   for (cuuint32_t i = 0; i < rank; i++)
     if (dims[i] == 0 || dims[i] > (1ull << 32))
       return invalid(api, "globalDim[%u] = %llu is not in 1..2^32", i, (unsigned long long)dims[i]);
-  if (packed16 && dims[0] % 128) return invalid(api, "globalDim[0] = %llu is not a multiple of 128 for a packed type", (unsigned long long)dims[0]);
-  if (type == T_16U4_ALIGN8B && dims[0] % 2) return invalid(api, "globalDim[0] = %llu is not even for 16U4_ALIGN8B", (unsigned long long)dims[0]);
+  if (packed16 && dims[0] % 128)
+    return invalid(api, "globalDim[0] = %llu is not a multiple of 128 for a packed type", (unsigned long long)dims[0]);
+  if (type == T_16U4_ALIGN8B && dims[0] % 2)
+    return invalid(api, "globalDim[0] = %llu is not even for 16U4_ALIGN8B", (unsigned long long)dims[0]);
   unsigned stride_mult = interleave == INTERLEAVE_32B || packed16 ? 32 : 16;
   for (cuuint32_t i = 0; i + 1 < rank; i++) {
-    if (strides[i] % stride_mult) return invalid(api, "globalStrides[%u] = %llu is not a multiple of %u", i, (unsigned long long)strides[i], stride_mult);
-    if (strides[i] >= (1ull << 40)) return invalid(api, "globalStrides[%u] = %llu is not below 2^40", i, (unsigned long long)strides[i]);
+    if (strides[i] % stride_mult)
+      return invalid(api, "globalStrides[%u] = %llu is not a multiple of %u", i, (unsigned long long)strides[i],
+                     stride_mult);
+    if (strides[i] >= (1ull << 40))
+      return invalid(api, "globalStrides[%u] = %llu is not below 2^40", i, (unsigned long long)strides[i]);
   }
   unsigned esize = element_bytes(type);
   for (cuuint32_t i = 0; i < rank; i++) {
     if (box[i] == 0 || box[i] > 256) return invalid(api, "boxDim[%u] = %u is not in 1..256", i, box[i]);
-    if (elem_strides[i] == 0 || elem_strides[i] > 8) return invalid(api, "elementStrides[%u] = %u is not in 1..8", i, elem_strides[i]);
+    if (elem_strides[i] == 0 || elem_strides[i] > 8)
+      return invalid(api, "elementStrides[%u] = %u is not in 1..8", i, elem_strides[i]);
   }
   if (packed16 && box[0] != 128) return invalid(api, "boxDim[0] = %u is not 128 for a packed type", box[0]);
   if (!interleave && esize) {
     unsigned inner = box[0] * esize;
     if (inner % 16) return invalid(api, "boxDim[0] * element size = %u bytes is not a multiple of 16", inner);
     unsigned limit = swizzle == 1 ? 32 : swizzle == 2 ? 64 : swizzle >= 3 ? 128 : 0;
-    if (limit && inner > limit) return invalid(api, "the box's inner dimension (%u bytes) exceeds the swizzle span (%u bytes)", inner, limit);
+    if (limit && inner > limit)
+      return invalid(api, "the box's inner dimension (%u bytes) exceeds the swizzle span (%u bytes)", inner, limit);
   }
-  if (interleave == INTERLEAVE_32B && swizzle != 1) return invalid(api, "interleave 32B needs swizzle 32B, got %d", swizzle);
+  if (interleave == INTERLEAVE_32B && swizzle != 1)
+    return invalid(api, "interleave 32B needs swizzle 32B, got %d", swizzle);
   if (type == T_16U6_ALIGN16B && interleave) return invalid(api, "16U6_ALIGN16B needs no interleave");
-  if (oob && (type <= 5 || type >= T_16U4_ALIGN8B)) return invalid(api, "oobFill NaN needs a floating-point tensorDataType, got %d", type);
+  if (oob && (type <= 5 || type >= T_16U4_ALIGN8B))
+    return invalid(api, "oobFill NaN needs a floating-point tensorDataType, got %d", type);
   return CUDA_SUCCESS;
 }
 
@@ -112,8 +122,10 @@ MAYA_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataTyp
     for (cuuint32_t i = 0; i < rank; i++) {
       q[3 + i] = dims[i];
       if (i + 1 < rank) q[8 + i] = strides[i];
-      if (i < 4) q[12] |= (cuuint64_t)box[i] << (16 * i);
-      else q[13] |= box[i];
+      if (i < 4)
+        q[12] |= (cuuint64_t)box[i] << (16 * i);
+      else
+        q[13] |= box[i];
       q[13] |= (cuuint64_t)elem_strides[i] << (16 + 4 * i);
     }
     q[14] = element_bytes((int)type);
