@@ -10,7 +10,7 @@ Sections (each prints its figures and the ratio to its target):
    operator and token-count regime (`--lomo-only` runs this section alone);
 4. leave-one-GPU-out: no H100 row in training, test on Vidur's H100 rows (spec sheet only);
 5. NeuSight's held-out test split per op on the GPUs seen in training, trained on everything shipped (target:
-   no worse than the README's figures by more than a point), with each GPU's figure;
+   no worse than the figures of docs/estimators-and-data.md by more than a point), with each GPU's figure;
 6. prediction throughput with every call distinct (target >= 200,000 calls/s), with the machine's load;
 7. collectives: every function in `COLLECTIVE_SECTIONS` (the NCCL model's leave-one-network-out goes there);
 8. what bounds the GEMM figure of section 3: repeats of one shape in different models' sweeps, the error of
@@ -47,7 +47,7 @@ ROW_MIN_NS = 20_000
 """Row-wise and elementwise rows are judged from this duration up (1 us resolution: below it rounding is
 several percent)."""
 NEUSIGHT_README = {"bmm": 0.146, "linear": 0.435, "elementwise": 0.011, "ln": 0.059, "softmax": 0.092}
-"""NeuSight's held-out test MAPE per op on the GPUs seen in training, before Vidur's data (README, 2026-11-21)."""
+"""NeuSight's held-out test MAPE per op on the GPUs seen in training, before Vidur's data (docs/estimators-and-data.md, 2026-11-21)."""
 NEUSIGHT_GROUPS = {
     "bmm": ("bmm",),
     "linear": ("linear",),
@@ -237,9 +237,9 @@ def _neusight_test(estimator: KernelEstimator) -> None:
     seen = predicted[predicted["hardware"].isin(NEUSIGHT_SEEN)]
     print(
         f"\n5. NeuSight's held-out test split, GPUs seen in training, trained on everything shipped (target: "
-        f"README figure + {NEUSIGHT_SLACK:.0%})"
+        f"documented figure + {NEUSIGHT_SLACK:.0%})"
     )
-    print(f"  {'op':<12}{'rows':>7}{'MAPE':>8}{'README':>8}{'within':>8}")
+    print(f"  {'op':<12}{'rows':>7}{'MAPE':>8}{'docs':>8}{'within':>8}")
     for group, ops in NEUSIGHT_GROUPS.items():
         rows = seen[seen["op"].isin(ops)]
         value = _mape(rows)

@@ -5,7 +5,7 @@ Each case runs the framework's own entry point on virtual H100s and records whet
 the emulation's wall time, the predicted iteration time and MFU, the APIs left unimplemented and the
 notes `maya predict` made (assumed routing, fp8 transfer, ...). torchtitan and the speed-run script run in
 a working directory of synthetic assets (`tests/framework_assets.py`). Results go to
-`benchmarks/results/frameworks.json`; the README's support matrix is this table (`--markdown` prints it).
+`benchmarks/results/frameworks.json`; the support matrix of docs/frameworks-and-versions.md is this table (`--markdown` prints it).
 
 Usage: python benchmarks/frameworks.py [--only NAME,...] [--iterations N] [--markdown]
 A case whose package is not installed is reported as skipped, naming the package; so is one whose script
@@ -410,7 +410,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated case names")
     ap.add_argument("--iterations", type=int, default=3)
-    ap.add_argument("--markdown", action="store_true", help="print the stored results as the README's table")
+    ap.add_argument("--markdown", action="store_true", help="print the stored results as the docs' table")
     a = ap.parse_args()
     if a.markdown:
         print(markdown(json.loads(RESULTS.read_text())))

@@ -6,7 +6,7 @@ the emulator's stubs (timed), then each workload emulated (`maya emulate`, with 
 predicted (`maya predict`) in that environment. Prints one row per (torch, workload): the outcome,
 calls, APIs that were not emulated, and the last line of any error, and records them in
 `benchmarks/results/torch_versions.json` (a release run again replaces its rows); `--markdown` prints the
-stored matrix as the README's table.
+stored matrix as the table of docs/frameworks-and-versions.md.
 
     .venv/bin/python benchmarks/torch_versions.py --torch 2.5.1 2.7.1 2.15.0
     .venv/bin/python benchmarks/torch_versions.py --torch 2.6.0 --workloads train_gpt ddp_mlp --keep
@@ -181,7 +181,7 @@ def _store(version: str, cuda: str, build_s: float, rows: list[dict]) -> None:
 
 
 def markdown(stored: dict) -> str:
-    """The README's table: one line per release (workloads ok / failed, the stub build), then each failure."""
+    """The table of docs/frameworks-and-versions.md: one line per release (workloads ok / failed, the stub build), then each failure."""
     lines = ["| torch | CUDA | workloads ok | failed | stub build s | measured |", "|---|---|---|---|---|---|"]
     failures = []
     for entry in stored.values():
@@ -214,7 +214,7 @@ def main() -> None:
     ap.add_argument("--envs", type=Path, help="where the environments are created (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the environments and runs")
     ap.add_argument("--no-store", action="store_true", help=f"do not record the rows in {RESULTS.relative_to(REPO)}")
-    ap.add_argument("--markdown", action="store_true", help="print the stored matrix as the README's table and exit")
+    ap.add_argument("--markdown", action="store_true", help="print the stored matrix as the docs' table and exit")
     args = ap.parse_args()
     if args.markdown:
         print(markdown(json.loads(RESULTS.read_text())))
