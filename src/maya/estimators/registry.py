@@ -1,7 +1,8 @@
 """Versioned estimators in the DuckDB warehouse.
 
-Table `estimator_versions` (DDL in `maya.core.warehouse_schema`): one row per trained version (`v1`, `v2`, ...) with its hardware,
-families, training-data hash, training-config hash, metrics (JSON), creation time and artifact.
+Table `estimator_versions` (DDL in `maya.core.warehouse_schema`): one row per trained version (`v1`, `v2`,
+...) with its hardware, families, training-data hash, training-config hash, metrics (JSON), creation time
+and artifact.
 The artifact is a file, `<warehouse dir>/estimators/<version>/model.zip` (for the default warehouse
 `$MAYA_HOME/estimators/<version>/model.zip`), whose SHA-256 the row records; the row stores the path
 relative to `<warehouse dir>/estimators`. Table `estimator_aliases` maps `latest` to the newest version.

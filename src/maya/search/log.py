@@ -1,6 +1,6 @@
-"""The search log in the warehouse (DDL in `maya.core.warehouse_schema`): one `searches` row per search and
-one `search_points` row per evaluated point (keyed by search id + point), so an interrupted search resumes where it stopped and
-identical commands are never emulated twice, even across searches."""
+"""The search log in the warehouse (DDL in `maya.core.warehouse_schema`): one `searches` row per search
+and one `search_points` row per evaluated point (keyed by search id + point), so an interrupted search
+resumes where it stopped and identical commands are never emulated twice, even across searches."""
 
 from __future__ import annotations
 
