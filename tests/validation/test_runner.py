@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from maya.cli import app
+from maya.core.warehouse_schema import create_table
 from maya.estimators import KernelEstimator, Registry
 from maya.validation import load_suite, run_suite, runner, store, summarize, to_json
 from maya.validation.plan import predictor_digest
@@ -167,8 +168,8 @@ def test_summary_by_gpu_size_gpu_count_and_sequence():
 
 def test_a_warehouse_from_before_the_sequence_column_takes_new_rows(tmp_path):
     path = tmp_path / "w.duckdb"
-    old_schema = store.SCHEMA.replace("    seq                   INTEGER,\n", "")
-    assert old_schema != store.SCHEMA
+    old_schema = create_table("validation_rows").replace("    seq                   INTEGER,\n", "")
+    assert old_schema != create_table("validation_rows")
     con = duckdb.connect(str(path))
     con.execute(old_schema)
     row = {k: v for k, v in result(20, 5.0).record().items() if k != "seq"}

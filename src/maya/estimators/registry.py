@@ -1,7 +1,8 @@
 """Versioned estimators in the DuckDB warehouse.
 
-Table `estimator_versions`: one row per trained version (`v1`, `v2`, ...) with its hardware,
-families, training-data hash, training-config hash, metrics (JSON), creation time and artifact.
+Table `estimator_versions` (DDL in `maya.core.warehouse_schema`): one row per trained version (`v1`, `v2`,
+...) with its hardware, families, training-data hash, training-config hash, metrics (JSON), creation time
+and artifact.
 The artifact is a file, `<warehouse dir>/estimators/<version>/model.zip` (for the default warehouse
 `$MAYA_HOME/estimators/<version>/model.zip`), whose SHA-256 the row records; the row stores the path
 relative to `<warehouse dir>/estimators`. Table `estimator_aliases` maps `latest` to the newest version.
@@ -21,14 +22,14 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 
 from maya import __version__
 from maya.core.paths import warehouse_path
-from maya.core.warehouse import connect, wait_for_lock
+from maya.core.warehouse import insert_row, read_only, transaction
 
 from . import artifact
 from .kernel_estimator import KernelEstimator
@@ -36,26 +37,6 @@ from .segments import family_of
 
 LATEST = "latest"
 ARTIFACT_NAME = "model.zip"
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS estimator_versions (
-    version         VARCHAR PRIMARY KEY,
-    created_at      TIMESTAMP NOT NULL,
-    data_hash       VARCHAR NOT NULL,
-    config_hash     VARCHAR NOT NULL,
-    hardware        VARCHAR[] NOT NULL,
-    families        VARCHAR[] NOT NULL,
-    training_rows   BIGINT NOT NULL,
-    metrics         JSON NOT NULL,
-    artifact_path   VARCHAR NOT NULL,
-    artifact_sha256 VARCHAR NOT NULL,
-    artifact_bytes  BIGINT NOT NULL,
-    maya_version    VARCHAR NOT NULL
-);
-CREATE TABLE IF NOT EXISTS estimator_aliases (
-    alias   VARCHAR PRIMARY KEY,
-    version VARCHAR NOT NULL
-);
-"""
 _COLUMNS = (
     "version",
     "created_at",
@@ -165,65 +146,50 @@ class Registry:
         """Store a trained estimator as a new version and point `latest` at it (or return the version
         already trained on this data and config)."""
         raw = artifact.dumps(estimator)
-        con = connect(self.warehouse)
         written: Path | None = None
         try:
-            con.execute(SCHEMA)
-            con.execute("BEGIN TRANSACTION")
-            existing = self._records(
-                con,
-                "SELECT {} FROM estimator_versions WHERE data_hash = ? AND config_hash = ?",
-                [data_hash, config_hash],
-            )
-            if existing:
-                con.execute("ROLLBACK")
-                return Registered(existing[0], reused=True)
-            number = con.execute(
-                "SELECT coalesce(max(CAST(substr(version, 2) AS INTEGER)), 0) + 1 FROM estimator_versions"
-            ).fetchone()[0]
-            version = f"v{number}"
-            written = write_atomic(self.artifacts / version / ARTIFACT_NAME, raw)
-            con.execute(
-                "INSERT INTO estimator_versions VALUES (?, now()::TIMESTAMP, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    version,
-                    data_hash,
-                    config_hash,
-                    metrics.get("hardware", []),
-                    sorted({family_of(key) for key in metrics.get("families", {})}),
-                    metrics.get("rows", 0),
-                    json.dumps(metrics, sort_keys=True),
-                    f"{version}/{ARTIFACT_NAME}",
-                    hashlib.sha256(raw).hexdigest(),
-                    len(raw),
-                    __version__,
-                ],
-            )
-            con.execute("INSERT OR REPLACE INTO estimator_aliases VALUES (?, ?)", [LATEST, version])
-            con.execute("COMMIT")
+            with transaction(self.warehouse) as con:
+                existing = self._records(
+                    con,
+                    "SELECT {} FROM estimator_versions WHERE data_hash = ? AND config_hash = ?",
+                    [data_hash, config_hash],
+                )
+                if existing:
+                    return Registered(existing[0], reused=True)
+                number = con.execute(
+                    "SELECT coalesce(max(CAST(substr(version, 2) AS INTEGER)), 0) + 1 FROM estimator_versions"
+                ).fetchone()[0]
+                version = f"v{number}"
+                written = write_atomic(self.artifacts / version / ARTIFACT_NAME, raw)
+                row = {
+                    "version": version,
+                    "created_at": datetime.now(UTC),
+                    "data_hash": data_hash,
+                    "config_hash": config_hash,
+                    "hardware": metrics.get("hardware", []),
+                    "families": sorted({family_of(key) for key in metrics.get("families", {})}),
+                    "training_rows": metrics.get("rows", 0),
+                    "metrics": json.dumps(metrics, sort_keys=True),
+                    "artifact_path": f"{version}/{ARTIFACT_NAME}",
+                    "artifact_sha256": hashlib.sha256(raw).hexdigest(),
+                    "artifact_bytes": len(raw),
+                    "maya_version": __version__,
+                }
+                insert_row(con, "estimator_versions", row)
+                insert_row(con, "estimator_aliases", {"alias": LATEST, "version": version}, replace=True)
         except BaseException:
-            _rollback(con)
             if written is not None:
                 shutil.rmtree(written.parent, ignore_errors=True)
             raise
-        finally:
-            con.close()
         return Registered(self.get(version), reused=False)
 
     def _query(self, sql: str, params: list | None = None) -> list[VersionRecord]:
         return [_record(row) for row in self._read(sql.format(", ".join(_COLUMNS)), params)]
 
     def _read(self, sql: str, params: list | None = None) -> list[tuple]:
-        """Rows of a read-only query; none when the warehouse or the registry tables do not exist."""
-        if not self.warehouse.is_file():
-            return []
-        con = wait_for_lock(lambda: duckdb.connect(str(self.warehouse), read_only=True))
-        try:
+        """Rows of a read-only query; none when the warehouse or the registry tables do not exist yet."""
+        with read_only(self.warehouse) as con:
             return con.execute(sql, params or []).fetchall()
-        except duckdb.CatalogException:
-            return []
-        finally:
-            con.close()
 
     @staticmethod
     def _records(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> list[VersionRecord]:
@@ -250,10 +216,3 @@ def write_atomic(path: Path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
-
-
-def _rollback(con: duckdb.DuckDBPyConnection) -> None:
-    try:
-        con.execute("ROLLBACK")
-    except duckdb.Error:  # no transaction was open
-        pass

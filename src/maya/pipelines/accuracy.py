@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from maya.core.warehouse import wait_for_lock
+from maya.core.warehouse import read_only
 from maya.estimators import Registry
 from maya.estimators.evaluation import comparable_ns, mape
 from maya.estimators.neusight_data import load_kernels, neusight_dir
@@ -108,15 +108,12 @@ def suite_rows(warehouse: Path, version: str) -> pd.DataFrame:
 
 def end_to_end(warehouse: Path, version: str) -> pd.DataFrame:
     """Every end-to-end comparison of `version`: ground-truth workloads, then suite rows (`suite_rows`)."""
-    con = wait_for_lock(lambda: duckdb.connect(str(warehouse), read_only=True))
-    try:
+    with read_only(warehouse) as con:
         workloads = con.execute(
             "SELECT 'ground truth' AS source, workload, hardware, measured_ns, predicted_ns, "
             "error AS failure FROM workload_predictions WHERE version = ?",
             [version],
         ).df()
-    finally:
-        con.close()
     parts = [p for p in (workloads, suite_rows(warehouse, version)) if len(p)]
     return pd.concat(parts, ignore_index=True) if parts else workloads
 

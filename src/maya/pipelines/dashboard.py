@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from maya.core.warehouse import wait_for_lock
+from maya.core.warehouse import read_only
 from maya.estimators.registry import write_atomic
 
 TARGET = 0.05
@@ -76,10 +76,7 @@ def read(warehouse: Path) -> AccuracyData:
         "(it evaluates the latest version) or the pipeline's estimator_validation (dagster dev "
         "-m maya.pipelines.definitions)"
     )
-    if not warehouse.is_file():
-        raise missing
-    con = wait_for_lock(lambda: duckdb.connect(str(warehouse), read_only=True))
-    try:
+    with read_only(warehouse) as con:  # a missing file or table reads as no rows
         versions = con.execute(
             "SELECT e.version, e.kernel_mape, e.workload_mape, e.workloads FROM estimator_evaluations e "
             "JOIN estimator_versions v USING (version) ORDER BY v.created_at, v.version"
@@ -120,10 +117,6 @@ def read(warehouse: Path) -> AccuracyData:
             ).df(),
             suites=_suite_rows(con),
         )
-    except duckdb.CatalogException:  # the evaluation tables do not exist yet
-        raise missing from None
-    finally:
-        con.close()
 
 
 def _suite_rows(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -131,14 +124,11 @@ def _suite_rows(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         'suite, "row", label, gpu, size, gpus, status, reason, measured_s, predicted_s, error_pct, band_low_s, '
         "band_high_s, in_band, oom, oom_reason, estimator_version"
     )
-    try:
-        return con.execute(
-            f'SELECT {columns} FROM (SELECT *, row_number() OVER (PARTITION BY suite, "row", '
-            "estimator_version ORDER BY recorded_at DESC) AS n FROM validation_rows) WHERE n = 1 "
-            'ORDER BY suite, estimator_version, "row"'
-        ).df()
-    except duckdb.CatalogException:  # no suite has been run
-        return pd.DataFrame(columns=[c.strip().strip('"') for c in columns.split(",")])
+    return con.execute(
+        f'SELECT {columns} FROM (SELECT *, row_number() OVER (PARTITION BY suite, "row", '
+        "estimator_version ORDER BY recorded_at DESC) AS n FROM validation_rows) WHERE n = 1 "
+        'ORDER BY suite, estimator_version, "row"'
+    ).df()
 
 
 def render(data: AccuracyData) -> str:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import dagster as dg
 import duckdb
 from pydantic import Field
 
+from maya.core import warehouse
 from maya.core.paths import data_dir, warehouse_path
-from maya.core.warehouse import connect
-
-from . import tables
 
 
 class Warehouse(dg.ConfigurableResource):
@@ -31,26 +29,17 @@ class Warehouse(dg.ConfigurableResource):
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-write connection with the pipelines' tables (waits while another process holds the file)."""
-        con = connect(self.file)
-        try:
-            con.execute(tables.SCHEMA)
-            tables.migrate(con)
+        """A read-write connection with every warehouse table, up to date (`maya.core.warehouse.connect`:
+        waits while another process holds the file)."""
+        with closing(warehouse.connect(self.file)) as con:
             yield con
-        finally:
-            con.close()
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection inside one transaction: committed on success, rolled back on any failure."""
-        with self.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
+        """A connection inside one transaction: committed on success, rolled back on any failure
+        (`maya.core.warehouse.transaction`)."""
+        with warehouse.transaction(self.file) as con:
+            yield con
 
 
 class DataSources(dg.ConfigurableResource):

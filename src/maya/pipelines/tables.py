@@ -15,7 +15,8 @@
 | `kernel_predictions` | version x held-out kernel: measured and predicted ns |
 | `workload_predictions` | version x ground-truth workload: measured and predicted iteration time |
 
-Every write replaces a partition's or a version's rows inside one transaction.
+Every write replaces a partition's or a version's rows inside one transaction. Their DDL, with every other
+warehouse table's, and the migrations of older layouts are in `maya.core.warehouse_schema`.
 """
 
 from __future__ import annotations
@@ -26,72 +27,8 @@ import pyarrow as pa
 
 from maya.estimators.calls import NUMERIC_COLUMNS
 
-PARTITION = "hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT NULL"
-NETWORK = "network VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT NULL"
-SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS profile_files (
-    {PARTITION}, format VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL,
-    PRIMARY KEY (hardware, campaign, path));
-CREATE TABLE IF NOT EXISTS profile_partitions (
-    hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, content_hash VARCHAR NOT NULL, files INTEGER NOT NULL,
-    rows BIGINT NOT NULL, quarantined BIGINT NOT NULL, PRIMARY KEY (hardware, campaign));
-CREATE TABLE IF NOT EXISTS kernel_profiles (
-    {PARTITION}, row_index BIGINT NOT NULL, family VARCHAR NOT NULL, op VARCHAR NOT NULL, dtype VARCHAR NOT NULL,
-    batch DOUBLE, m DOUBLE, n DOUBLE, k DOUBLE, numel DOUBLE, "row" DOUBLE, operands DOUBLE, bytes DOUBLE,
-    flops DOUBLE, measured_ns DOUBLE NOT NULL, timing VARCHAR NOT NULL DEFAULT 'device');
-CREATE TABLE IF NOT EXISTS quarantine (
-    {PARTITION}, row_index BIGINT, reason VARCHAR NOT NULL, record JSON);
-CREATE TABLE IF NOT EXISTS collective_files (
-    {NETWORK}, format VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL,
-    PRIMARY KEY (network, campaign, path));
-CREATE TABLE IF NOT EXISTS collective_partitions (
-    network VARCHAR NOT NULL, campaign VARCHAR NOT NULL, content_hash VARCHAR NOT NULL, files INTEGER NOT NULL,
-    rows BIGINT NOT NULL, quarantined BIGINT NOT NULL, PRIMARY KEY (network, campaign));
-CREATE TABLE IF NOT EXISTS collective_measurements (
-    {NETWORK}, row_index BIGINT NOT NULL, collective VARCHAR NOT NULL, bytes DOUBLE NOT NULL, ranks INTEGER NOT NULL,
-    nodes INTEGER NOT NULL, devices_per_node INTEGER NOT NULL, measured_ns DOUBLE NOT NULL);
-CREATE TABLE IF NOT EXISTS collective_quarantine (
-    {NETWORK}, row_index BIGINT, reason VARCHAR NOT NULL, record JSON);
-CREATE TABLE IF NOT EXISTS estimator_evaluations (
-    version VARCHAR NOT NULL, inputs_hash VARCHAR NOT NULL, kernel_rows BIGINT NOT NULL, kernel_mape DOUBLE,
-    workloads INTEGER NOT NULL, workload_failures INTEGER NOT NULL, workload_mape DOUBLE,
-    PRIMARY KEY (version));
-CREATE TABLE IF NOT EXISTS kernel_errors (
-    version VARCHAR NOT NULL, hardware VARCHAR NOT NULL, family VARCHAR NOT NULL, rows BIGINT NOT NULL,
-    mape DOUBLE NOT NULL);
-CREATE TABLE IF NOT EXISTS kernel_predictions (
-    version VARCHAR NOT NULL, hardware VARCHAR NOT NULL, family VARCHAR NOT NULL, op VARCHAR NOT NULL,
-    method VARCHAR NOT NULL, measured_ns DOUBLE NOT NULL, predicted_ns DOUBLE NOT NULL);
-CREATE TABLE IF NOT EXISTS workload_predictions (
-    version VARCHAR NOT NULL, hardware VARCHAR NOT NULL, workload VARCHAR NOT NULL, measured_ns DOUBLE NOT NULL,
-    predicted_ns DOUBLE, error VARCHAR);
-"""
 CALL_COLUMNS = ("family", "op", "dtype", *NUMERIC_COLUMNS)
 """The call-frame columns `kernel_profiles` keeps (its `hardware` is the partition's)."""
-
-
-def migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring tables written by an older Maya up to `SCHEMA`, in one transaction: `kernel_profiles` without
-    `timing` gets it, NeuSight's rows marked as timed call by call (`isolated`)."""
-    columns = {
-        name
-        for (name,) in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'kernel_profiles'"
-        ).fetchall()
-    }
-    if "timing" in columns:
-        return
-    con.execute("BEGIN TRANSACTION")
-    try:
-        con.execute("ALTER TABLE kernel_profiles ADD COLUMN timing VARCHAR NOT NULL DEFAULT 'device'")
-        con.execute(
-            "UPDATE kernel_profiles SET timing = 'isolated' WHERE (hardware, campaign, path) IN "
-            "(SELECT hardware, campaign, path FROM profile_files WHERE format = 'neusight')"
-        )
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
 
 
 def insert(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> None:

@@ -1,6 +1,7 @@
-"""Suite results in the warehouse: table `validation_rows`, one row per (suite content, row, estimator
-version, predictor digest). Writing a row replaces the one with the same key in one transaction, so a
-re-run is idempotent and an interrupted run leaves every finished row stored and no partial one."""
+"""Suite results in the warehouse: table `validation_rows` (DDL in `maya.core.warehouse_schema`), one row
+per (suite content, row, estimator version, predictor digest). Writing a row replaces the one with the same
+key in one transaction, so a re-run is idempotent and an interrupted run leaves every finished row stored
+and no partial one."""
 
 from __future__ import annotations
 
@@ -9,51 +10,10 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 
-from maya.core.warehouse import connect, wait_for_lock
+from maya.core.warehouse import insert_row, read_only, transaction
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS validation_rows (
-    suite                 VARCHAR NOT NULL,
-    suite_digest          VARCHAR NOT NULL,
-    kind                  VARCHAR NOT NULL,
-    "row"                 INTEGER NOT NULL,
-    label                 VARCHAR NOT NULL,
-    gpu                   VARCHAR NOT NULL,
-    size                  VARCHAR NOT NULL,
-    gpus                  INTEGER NOT NULL,
-    seq                   INTEGER,
-    hardware              VARCHAR,
-    cluster               VARCHAR,
-    status                VARCHAR NOT NULL,
-    reason                VARCHAR,
-    measured_s            DOUBLE NOT NULL,
-    predicted_s           DOUBLE,
-    error_pct             DOUBLE,
-    band_low_s            DOUBLE,
-    band_high_s           DOUBLE,
-    in_band               BOOLEAN,
-    oom                   BOOLEAN,
-    oom_reason            VARCHAR,
-    peak_memory_bytes     BIGINT,
-    memory_capacity_bytes BIGINT,
-    mfu                   DOUBLE,
-    estimator_version     VARCHAR NOT NULL,
-    predictor_digest      VARCHAR NOT NULL,
-    command_hash          VARCHAR,
-    trace_digest          VARCHAR,
-    trace_reused          BOOLEAN,
-    emulate_s             DOUBLE,
-    predict_s             DOUBLE,
-    details               JSON,
-    recorded_at           TIMESTAMP NOT NULL,
-    PRIMARY KEY (suite_digest, "row", estimator_version, predictor_digest)
-);
-"""
-MIGRATION = "ALTER TABLE validation_rows ADD COLUMN IF NOT EXISTS seq INTEGER"
-"""Warehouses written before the `seq` column (2026-11-25) gain it, empty for their rows."""
 STATUSES = ("ok", "oom", "failed")
 """ok: predicted (it may still predict an out-of-memory); oom: the emulated script ran out of memory, so
 no time is predicted; failed: the row could not be emulated or predicted (`reason`)."""
@@ -110,24 +70,8 @@ COLUMNS = tuple(f.name for f in fields(RowResult) if f.name != "resumed")
 
 def save(result: RowResult, warehouse: str | Path | None = None) -> None:
     """Store one row's result, replacing an earlier one with the same key (one transaction)."""
-    row = result.record()
-    names = ", ".join(f'"{k}"' for k in row)
-    con = connect(warehouse)
-    try:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute(SCHEMA)
-            con.execute(MIGRATION)
-            con.execute(
-                f"INSERT OR REPLACE INTO validation_rows ({names}) VALUES ({', '.join('?' * len(row))})",
-                list(row.values()),
-            )
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-    finally:
-        con.close()
+    with transaction(warehouse) as con:
+        insert_row(con, "validation_rows", result.record(), replace=True)
 
 
 def stored(warehouse: str | Path | None, suite_digest: str, version: str, predictor: str) -> dict[int, RowResult]:
@@ -175,18 +119,8 @@ def latest(warehouse: str | Path | None) -> pd.DataFrame:
 
 
 def _query(warehouse: str | Path | None, sql: str, params: list) -> pd.DataFrame:
-    from maya.core.paths import warehouse_path
-
-    path = Path(warehouse) if warehouse else warehouse_path()
-    if not path.is_file():
-        return pd.DataFrame(columns=[*COLUMNS, "recorded_at"])
-    con = wait_for_lock(lambda: duckdb.connect(str(path), read_only=True))
-    try:
+    with read_only(warehouse) as con:  # no warehouse or no suite run in it yet: no rows
         return con.execute(sql, params).df()
-    except duckdb.CatalogException:  # no suite has been run in this warehouse
-        return pd.DataFrame(columns=[*COLUMNS, "recorded_at"])
-    finally:
-        con.close()
 
 
 def _results(frame: pd.DataFrame) -> list[RowResult]:
