@@ -28,7 +28,8 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from .convert import K_COLL, RECORD_DTYPE, call_rows
+from .capture_format import K_COLL, RECORD_DTYPE
+from .convert import call_rows
 
 ORACLE_ENV = "MAYA_EMU_DEVICE_TIME"
 """JSON naming the device-time oracle's factory and its options (set by the launcher; unset: host time)."""

@@ -24,12 +24,13 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from maya_trace_spec.vocabulary import EVAL_RANGE
+
+from .capture_format import MODULE_PREFIX
+
 if TYPE_CHECKING:
     from .iteration_clock import IterationClock
 
-MODULE_PREFIX = "nn.Module: "
-EVAL_RANGE = "maya::eval"
-"""Range around an outermost module call in eval mode or under inference mode (validation)."""
 OPS_LIBRARY = "libmaya_ops.so"
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from maya.core import hardware as catalog
 from maya.core.hardware import Hardware
+from maya_trace_spec.vocabulary import EVAL_RANGE
 
 from .contention import contend
 from .device_time import TIMING_API, timing_notes
@@ -335,9 +336,7 @@ def evaluation_notes(sim: Simulation) -> list[str]:
             continue
         ops = trace.ops
         calls_per_iteration = (
-            ops.loc[ops["name"] == "maya::eval"].drop_duplicates("op_id").groupby("iteration").size()
-            if len(ops)
-            else {}
+            ops.loc[ops["name"] == EVAL_RANGE].drop_duplicates("op_id").groupby("iteration").size() if len(ops) else {}
         )
         bounds = sim.iterations[program.rank].bounds
         for k in range(len(bounds) - 1):
