@@ -15,7 +15,6 @@ import functools
 import hashlib
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -23,6 +22,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from maya.core import settings
 
 from . import cuda_release as release_module
 from .capture_format import (
@@ -321,7 +322,7 @@ def build_key(cc: str, cxx: str) -> str:
 
 def build(cache_root: Path) -> Path:
     """Build (or reuse) the stub libraries; returns the directory holding them."""
-    cc, cxx = _tool(os.environ.get("CC", "gcc")), _tool(os.environ.get("CXX", "g++"))
+    cc, cxx = _tool(settings.CC.get() or "gcc"), _tool(settings.CXX.get() or "g++")
     key = build_key(cc, cxx)
     final = cache_root / key
     if (final / ".complete").exists():

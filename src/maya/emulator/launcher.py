@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from maya import __version__
+from maya.core import settings
 from maya.core.hardware import DEFAULT_HARDWARE, Hardware
 from maya.core.hardware import get as get_hardware
-from maya.core.paths import maya_home
 from maya_trace_spec import RunWriter, read_table
 
 from . import forkserver
@@ -182,7 +182,7 @@ def emulate(
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir}: output exists and is not empty")
-    lib_dir = build(Path(os.environ.get("MAYA_EMULATOR_CACHE") or maya_home() / "emulator"))
+    lib_dir = build(settings.emulator_cache())
     job = _Job(
         list(argv),
         out_dir,
@@ -401,7 +401,7 @@ class _Job:
                 ),
             },
         )
-        if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
+        if status == "complete" and not settings.keep_capture():
             shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)
         cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None)
         return EmulationResult(self.out_dir, status, results, cpu)
