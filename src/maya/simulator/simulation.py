@@ -29,6 +29,8 @@ DURATION_CHOICES = ("auto", "estimators", "roofline", "measured")
 
 @dataclass
 class Simulation:
+    """One replay of a trace on one GPU: what was priced and replayed, and every rank's result."""
+
     traces: TraceSet
     hardware: Hardware
     provider: DurationProvider
