@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from maya.emulator.convert import K_ALLOC, K_LAUNCH, OP_ENTER, OP_RECORD_DTYPE, RECORD_DTYPE
+from maya.emulator.capture_format import K_ALLOC, K_LAUNCH, OP_ENTER, OP_RECORD_DTYPE, RECORD_DTYPE
 
 CONVERT = """
 import sys

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from maya.core import hardware
 from maya.simulator import predict
-from maya.simulator.predict import simulate
+from maya.simulator.simulation import simulate
 from maya.simulator.trace import load
 from maya.simulator.trace_builder import gpt_3d
 

@@ -11,8 +11,9 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from maya.simulator.predict import resolve_hardware, simulate
+from maya.simulator.predict import resolve_hardware
 from maya.simulator.retarget import retarget
+from maya.simulator.simulation import simulate
 from maya.simulator.trace import load
 
 

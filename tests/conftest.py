@@ -1,9 +1,18 @@
-import hashlib
 from pathlib import Path
 
 import pytest
 
 from maya_trace_spec import synthetic
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`e2e` implies `slow`: a script run end to end is never on the fast path (`-m "not slow"`)."""
+    for item in items:
+        if item.get_closest_marker("e2e") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -34,12 +43,3 @@ def hardware_files(monkeypatch):
 @pytest.fixture
 def run_dir(tmp_path) -> Path:
     return synthetic.write_run(tmp_path / "run", world_size=2, calls_per_rank=500, ops_per_rank=50)
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """Relative path -> content hash of every file under `root` (to prove nothing changed)."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }

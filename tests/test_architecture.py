@@ -1,12 +1,14 @@
 """The architecture holds: the stages are layers (import-linter contracts in pyproject.toml), and the
 vocabulary is the only home of the names every stage shares."""
 
+import graphlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 
+import grimp
 from paths import REPO, SRC
 
 
@@ -33,10 +35,26 @@ def test_shared_vocabulary_is_not_copied():
         if definitions.search(p.read_text()) and p.name != "vocabulary.py"
     ]
     assert copies == []
-    spellings = re.compile(r'("c10::(?i:bfloat16)"|"ncclAllReduce"|"all_reduce")\s*:|:\s*"ncclAllReduce"')
+    spellings = re.compile(r'("c10::(?i:bfloat16)"|"ncclAllReduce"|"all_reduce")\s*:|:\s*"ncclAllReduce"|"maya::eval"')
     copies = [
         str(p.relative_to(SRC))
         for p in SRC.rglob("*.py")
         if spellings.search(p.read_text()) and p.name != "vocabulary.py"
     ]
     assert copies == []
+
+
+def test_no_runtime_import_cycle():
+    """No module imports itself back at run time, lazily (inside a function) or not; imports only for type
+    hints (under TYPE_CHECKING) are left out."""
+    sys.path.insert(0, str(SRC))
+    try:
+        graph = grimp.build_graph("maya", "maya_trace_spec", exclude_type_checking_imports=True, cache_dir=None)
+    finally:
+        sys.path.remove(str(SRC))
+    imports = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
+    assert "maya.emulator.capture_format" in imports["maya.emulator.convert"]  # the scan sees the package
+    try:
+        graphlib.TopologicalSorter(imports).prepare()
+    except graphlib.CycleError as cycle:
+        raise AssertionError(f"import cycle: {' -> '.join(cycle.args[1])}") from None

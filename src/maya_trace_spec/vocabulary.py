@@ -115,6 +115,9 @@ COLLECTIVES: tuple[str, ...] = (
     "recv",
 )
 """Trace collective names, in the order `collective_name` matches them (longer names first)."""
+EVAL_RANGE = "maya::eval"
+"""`ops.name` of the range a capture opens around an evaluation forward pass (a model called in eval mode or
+under inference mode): its ops are phase `eval`, and each one is an evaluation the simulator counts."""
 _COLLECTIVE_FRAGMENTS = (*((c, c) for c in COLLECTIVES[:5]), ("bcast", "broadcast"), *((c, c) for c in COLLECTIVES[5:]))
 
 

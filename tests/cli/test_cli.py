@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import tree_digest
+from helpers import tree_digest
 from typer.testing import CliRunner
 
 from maya import __version__

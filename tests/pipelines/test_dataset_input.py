@@ -16,7 +16,7 @@ from maya.cli import app
 from maya.core import hardware
 from maya.estimators import Registry, TrainConfig, train
 from maya.estimators.efficiency_model import ModelParams
-from maya.estimators.neusight_data import DatasetError, check_complete, to_calls
+from maya.estimators.neusight_data import NeuSightFormatError, check_complete, to_calls
 from maya.estimators.training_data import neusight_dir
 from maya.pipelines.profile_readers import ProfileFileError, read_profile
 from maya.pipelines.profile_schema import split_valid
@@ -92,7 +92,7 @@ def test_a_shape_column_that_is_not_numbers_is_named():
 
 
 def test_neusight_columns_that_are_not_numbers_are_named():
-    with pytest.raises(DatasetError, match="column 'latency_ms' holds values that are not numbers"):
+    with pytest.raises(NeuSightFormatError, match="column 'latency_ms' holds values that are not numbers"):
         to_calls(pd.DataFrame({"op": ["add"], "device": ["Tesla T4"], "latency_ms": ["fast"], "b": [1], "h": [2]}))
 
 
@@ -111,7 +111,7 @@ def test_eval_needs_every_size_and_a_positive_latency(column, value):
         "k": 64,
         "h": 128,
     }
-    with pytest.raises(DatasetError, match="without a finite positive"):
+    with pytest.raises(NeuSightFormatError, match="without a finite positive"):
         check_complete(to_calls(pd.DataFrame([{**row, column: value}])))
 
 

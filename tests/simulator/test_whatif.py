@@ -89,7 +89,7 @@ def test_another_gpu_scales_measured_kernels_by_the_estimates(measured_run):
         )
 
     traces = load(measured_run)
-    from maya.simulator.predict import make_provider
+    from maya.simulator.simulation import make_provider
 
     provider, notes = make_provider("auto", traces, a100)
     sim = simulate(traces, a100, provider)

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import tree_digest
+from helpers import tree_digest
 from paths import FIXTURES
 
 from maya_trace_spec import Run, read_table

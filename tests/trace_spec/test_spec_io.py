@@ -5,7 +5,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import tree_digest
+from helpers import tree_digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

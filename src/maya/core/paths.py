@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from importlib.resources import files
 from pathlib import Path
+
+from . import settings
 
 
 def maya_home() -> Path:
     """`$MAYA_HOME`, default `~/.maya`: the warehouse and captured runs live here."""
-    return Path(os.environ.get("MAYA_HOME") or Path.home() / ".maya").expanduser()
+    return settings.home()
 
 
 def warehouse_path() -> Path:
     """`$MAYA_WAREHOUSE`, default `$MAYA_HOME/warehouse.duckdb`: the embedded DuckDB warehouse."""
-    env = os.environ.get("MAYA_WAREHOUSE")
-    return Path(env).expanduser() if env else maya_home() / "warehouse.duckdb"
+    return settings.warehouse()
 
 
 def runs_dir() -> Path:

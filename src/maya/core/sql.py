@@ -37,6 +37,7 @@ import duckdb
 
 from maya_trace_spec.duck import register_run
 
+from . import settings
 from .paths import data_dir, maya_home, warehouse_path
 from .warehouse import wait_for_lock
 
@@ -267,22 +268,22 @@ def _isolated(run: Callable[[], Result], timeout_s: float) -> Result:
 
 def memory_limit() -> int:
     """`$MAYA_SQL_MEMORY` in bytes (`8GB`, `512MiB`, `1073741824`), default half the physical memory."""
-    raw = os.environ.get("MAYA_SQL_MEMORY")
+    raw = settings.SQL_MEMORY.get()
     if not raw:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     m = _SIZE.match(raw)
     if not m:
-        raise QueryError(f"MAYA_SQL_MEMORY={raw!r} is not a size such as 8GB or 512MiB")
+        raise QueryError(f"{settings.SQL_MEMORY.name}={raw!r} is not a size such as 8GB or 512MiB")
     scale = 1024 ** "_KMGT".index((m.group(2) or "_").upper())
     return int(float(m.group(1)) * scale)
 
 
 def _timeout() -> float:
-    raw = os.environ.get("MAYA_SQL_TIMEOUT")
+    raw = settings.SQL_TIMEOUT.get()
     try:
         return DEFAULT_TIMEOUT_S if not raw else float(raw)
     except ValueError:
-        raise QueryError(f"MAYA_SQL_TIMEOUT={raw!r} is not a number of seconds") from None
+        raise QueryError(f"{settings.SQL_TIMEOUT.name}={raw!r} is not a number of seconds") from None
 
 
 @contextmanager

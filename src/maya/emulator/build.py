@@ -15,7 +15,6 @@ import functools
 import hashlib
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -24,7 +23,32 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from maya.core import settings
+
 from . import cuda_release as release_module
+from .capture_format import (
+    CU_FILE_DRIVER_NOT_INITIALIZED,
+    CUBLAS_STATUS_NOT_SUPPORTED,
+    CUDA_ERROR_NOT_SUPPORTED,
+    CUDNN_STATUS_NOT_SUPPORTED,
+    CUFFT_NOT_SUPPORTED,
+    CUPTI_ERROR_NOT_SUPPORTED,
+    CURAND_STATUS_ARCH_MISMATCH,
+    CUSOLVER_STATUS_NOT_SUPPORTED,
+    CUSPARSE_STATUS_NOT_SUPPORTED,
+    D_CUBLAS,
+    D_CUBLASLT,
+    D_CUDNN,
+    D_DRIVER,
+    D_NCCL,
+    D_NVML,
+    D_OTHER,
+    D_RUNTIME,
+    NCCL_INVALID_USAGE,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVRTC_ERROR_INTERNAL_ERROR,
+    NVSHMEM_ERROR,
+)
 from .cuda_release import CudaRelease, ReleaseError, detect, installed_wheels
 
 NATIVE = Path(__file__).parent / "native"
@@ -39,45 +63,49 @@ class StubLib:
     soname: str
     sources: tuple[str, ...]  # hand-written implementations (may be empty)
     version_tag: str | None  # symbol version torch's references carry
-    domain: int  # D_* of maya_emu.h, for unimplemented records
-    error_code: int  # what an unimplemented call returns (the library's "not supported")
+    domain: int  # D_* of capture_format (maya_emu.h), for unimplemented records
+    error_code: int  # what an unimplemented call returns (the library's "not supported", capture_format)
     prefixes: tuple[str, ...] = ()  # unversioned symbols with these prefixes belong here
     header: str | None = None  # every function this header declares gets at least a loud stub
     cflags: tuple[str, ...] = ()
 
 
-# error codes: cudaErrorNotSupported 801, CUDA_ERROR_NOT_SUPPORTED 801, CUBLAS_STATUS_NOT_SUPPORTED 15,
-# CUDNN_STATUS_NOT_SUPPORTED 3000, ncclInvalidUsage 5, CUSPARSE_STATUS_NOT_SUPPORTED 10,
-# CUFFT_NOT_SUPPORTED 16, CUSOLVER_STATUS_NOT_SUPPORTED 7, NVRTC_ERROR_INTERNAL_ERROR 11,
-# CUPTI_ERROR_NOT_SUPPORTED 27, CU_FILE_DRIVER_NOT_INITIALIZED 5001, NVML_ERROR_NOT_SUPPORTED 3,
-# CURAND_STATUS_ARCH_MISMATCH 204.
 # SONAMEs and version tags as CUDA 13 names them: `stub_libs` renames each library to the SONAME (and tag)
 # the installed torch links for its stem, and leaves out those it does not link (DRIVER_LIBS are always built).
 LIBS = (
-    StubLib("libcudart.so.13", ("cudart.c", "cudart12.c"), "libcudart.so.13", 0, 801),
-    StubLib("libcuda.so.1", ("driver.c", "tensor_map.c"), None, 1, 801, ("cu",), "cuda.h"),
-    StubLib("libcublas.so.13", ("cublas.c",), "libcublas.so.13", 2, 15),
-    StubLib("libcublasLt.so.13", ("cublaslt.c",), "libcublasLt.so.13", 3, 15),
+    StubLib("libcudart.so.13", ("cudart.c", "cudart12.c"), "libcudart.so.13", D_RUNTIME, CUDA_ERROR_NOT_SUPPORTED),
+    StubLib("libcuda.so.1", ("driver.c", "tensor_map.c"), None, D_DRIVER, CUDA_ERROR_NOT_SUPPORTED, ("cu",), "cuda.h"),
+    StubLib("libcublas.so.13", ("cublas.c",), "libcublas.so.13", D_CUBLAS, CUBLAS_STATUS_NOT_SUPPORTED),
+    StubLib("libcublasLt.so.13", ("cublaslt.c",), "libcublasLt.so.13", D_CUBLASLT, CUBLAS_STATUS_NOT_SUPPORTED),
     StubLib(
         "libcudnn.so.9",
         ("cudnn.c", "cudnn_legacy.c", "cudnn_rnn.c", "cudnn_batchnorm.c", "cudnn_ctc.c", "cudnn_spatial.c"),
         "libcudnn.so.9",
-        4,
-        3000,
+        D_CUDNN,
+        CUDNN_STATUS_NOT_SUPPORTED,
     ),
-    StubLib("libnccl.so.2", ("nccl.c",), None, 5, 5, ("nccl",)),
-    StubLib("libcusparse.so.12", (), "libcusparse.so.12", 6, 10),
-    StubLib("libcusparseLt.so.0", (), None, 6, 10, ("cusparseLt",)),
-    StubLib("libcufft.so.12", (), "libcufft.so.12", 6, 16),
-    StubLib("libcusolver.so.12", (), "libcusolver.so.12", 6, 7),
-    StubLib("libnvrtc.so.13", ("nvrtc.c",), "libnvrtc.so.13", 6, 11, header="nvrtc.h"),
-    StubLib("libcupti.so.13", (), "libcupti.so.13", 6, 27),
-    StubLib("libcufile.so.0", (), None, 6, 5001, ("cuFile",)),
-    StubLib("libnvshmem_host.so.3", (), "NVSHMEM", 6, 1, ("nvshmem",)),
-    StubLib("libcurand.so.10", (), "libcurand.so.10", 6, 204, ("curand",)),
+    StubLib("libnccl.so.2", ("nccl.c",), None, D_NCCL, NCCL_INVALID_USAGE, ("nccl",)),
+    StubLib("libcusparse.so.12", (), "libcusparse.so.12", D_OTHER, CUSPARSE_STATUS_NOT_SUPPORTED),
+    StubLib("libcusparseLt.so.0", (), None, D_OTHER, CUSPARSE_STATUS_NOT_SUPPORTED, ("cusparseLt",)),
+    StubLib("libcufft.so.12", (), "libcufft.so.12", D_OTHER, CUFFT_NOT_SUPPORTED),
+    StubLib("libcusolver.so.12", (), "libcusolver.so.12", D_OTHER, CUSOLVER_STATUS_NOT_SUPPORTED),
+    StubLib("libnvrtc.so.13", ("nvrtc.c",), "libnvrtc.so.13", D_OTHER, NVRTC_ERROR_INTERNAL_ERROR, header="nvrtc.h"),
+    StubLib("libcupti.so.13", (), "libcupti.so.13", D_OTHER, CUPTI_ERROR_NOT_SUPPORTED),
+    StubLib("libcufile.so.0", (), None, D_OTHER, CU_FILE_DRIVER_NOT_INITIALIZED, ("cuFile",)),
+    StubLib("libnvshmem_host.so.3", (), "NVSHMEM", D_OTHER, NVSHMEM_ERROR, ("nvshmem",)),
+    StubLib("libcurand.so.10", (), "libcurand.so.10", D_OTHER, CURAND_STATUS_ARCH_MISMATCH, ("curand",)),
     # torch, pynvml and nvidia-smi dlopen it by name: preloaded, the stub is the library they find. Both
     # the versioned (nvmlInit_v2) and the old names (nvmlInit) are exported.
-    StubLib("libnvidia-ml.so.1", ("nvml.c",), None, 7, 3, ("nvml",), "nvml.h", ("-DNVML_NO_UNVERSIONED_FUNC_DEFS",)),
+    StubLib(
+        "libnvidia-ml.so.1",
+        ("nvml.c",),
+        None,
+        D_NVML,
+        NVML_ERROR_NOT_SUPPORTED,
+        ("nvml",),
+        "nvml.h",
+        ("-DNVML_NO_UNVERSIONED_FUNC_DEFS",),
+    ),
 )
 DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
 """The driver's libraries: the same names for every CUDA release, found by name (dlopen) as often as linked."""
@@ -294,7 +322,7 @@ def build_key(cc: str, cxx: str) -> str:
 
 def build(cache_root: Path) -> Path:
     """Build (or reuse) the stub libraries; returns the directory holding them."""
-    cc, cxx = _tool(os.environ.get("CC", "gcc")), _tool(os.environ.get("CXX", "g++"))
+    cc, cxx = _tool(settings.CC.get() or "gcc"), _tool(settings.CXX.get() or "g++")
     key = build_key(cc, cxx)
     final = cache_root / key
     if (final / ".complete").exists():

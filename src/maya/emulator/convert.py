@@ -23,64 +23,35 @@ import numpy as np
 import pyarrow as pa
 
 from maya_trace_spec import RunWriter, conform
-from maya_trace_spec.vocabulary import NCCL_API_COLLECTIVES, classify_kernel
+from maya_trace_spec.vocabulary import EVAL_RANGE, NCCL_API_COLLECTIVES, classify_kernel
 
-from .runner import EVAL_RANGE, MODULE_PREFIX
-from .triton_launches import NOTES_FILE
-
-# must match maya_rec in native/maya_emu.h
-RECORD_DTYPE = np.dtype(
-    [
-        ("seq", "<i8"),
-        ("tid", "<i8"),
-        ("start_ns", "<i8"),
-        ("dur_ns", "<i8"),
-        ("stream", "<i8"),
-        ("api", "<i4"),
-        ("domain", "<i4"),
-        ("status", "<i4"),
-        ("device", "<i4"),
-        ("kind", "<i4"),
-        ("flags", "<i4"),
-        ("a", "<i8", (8,)),
-        ("op", "<i8"),
-    ]
+from .capture_format import (
+    ATTENTION_KERNELS,
+    DOMAINS,
+    DTYPES,
+    F_DATA_DEPENDENT,
+    F_GRAPH_REPLAY,
+    F_UNIMPLEMENTED,
+    K_ALLOC,
+    K_ATTN,
+    K_COLL,
+    K_COPY,
+    K_EVENT,
+    K_GEMM,
+    K_LAUNCH,
+    K_MEMSET,
+    K_SYNC,
+    MEMCPY_KINDS,
+    MODULE_PREFIX,
+    NOTES_FILE,
+    OP_ENTER,
+    OP_EXIT,
+    OP_FLAG_AUTOGRAD_THREAD,
+    OP_RECORD_DTYPE,
+    RECORD_DTYPE,
+    SCOPE_BACKWARD_FUNCTION,
+    STAND_INS,
 )
-assert RECORD_DTYPE.itemsize == 136
-# must match OpRecord in native/ops_observer.cpp
-OP_RECORD_DTYPE = np.dtype(
-    [
-        ("op_id", "<i8"),
-        ("parent", "<i8"),
-        ("t_ns", "<i8"),
-        ("end_ns", "<i8"),
-        ("seq_nr", "<i8"),
-        ("iteration", "<i4"),
-        ("name_id", "<i4"),
-        ("inputs_id", "<i4"),
-        ("kind", "i1"),
-        ("scope", "i1"),
-        ("flags", "<i2"),
-    ]
-)
-assert OP_RECORD_DTYPE.itemsize == 56
-OP_ENTER, OP_EXIT = 0, 1
-SCOPE_BACKWARD_FUNCTION = 1  # at::RecordScope
-OP_FLAG_AUTOGRAD_THREAD = 1
-
-DOMAINS = np.array(["runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "other", "nvml"])
-DTYPES = np.array(
-    [None, "fp32", "fp16", "bf16", "fp64", "tf32", "int8", "int32", "fp8e4m3", "fp8e5m2", "int64", "uint8"],
-    dtype=object,
-)
-MEMCPY_KINDS = np.array(["HtoH", "HtoD", "DtoH", "DtoD", "default", "PtoP"], dtype=object)
-STAND_INS = {1: "zero", 2: "one", 3: "computed", 4: "routed", 5: "unknown"}
-"""a[3] of a host read (host_read.c): a value Maya chose to end a loop (zero, one), a value it computed on the
-host from values it knew (host_values.cpp), from real inputs or from an assumed routing, or a value only a GPU
-computes, read as 0 (unknown)."""
-K_PLAIN, K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT, K_ALLOC, K_SYNC, K_ATTN = range(10)
-F_DATA_DEPENDENT, F_UNIMPLEMENTED, F_GRAPH_REPLAY = 1, 2, 4
-ATTENTION_KERNELS = ("cudnn_sdpa_fwd", "cudnn_sdpa_bwd")  # named by Maya: cuDNN hides its kernels
 
 CHUNK_RECORDS = 1 << 16
 """Records read at a time from each capture file (9 MiB of calls)."""

@@ -28,9 +28,12 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from .convert import K_COLL, RECORD_DTYPE, call_rows
+from maya.core import settings
 
-ORACLE_ENV = "MAYA_EMU_DEVICE_TIME"
+from .capture_format import K_COLL, RECORD_DTYPE
+from .convert import call_rows
+
+ORACLE_ENV = settings.EMU_DEVICE_TIME.name
 """JSON naming the device-time oracle's factory and its options (set by the launcher; unset: host time)."""
 ORACLE_FN = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_void_p, ctypes.c_int64)
 

@@ -29,6 +29,8 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+from maya.core import settings
+
 PER_RANK = (
     "RANK",
     "WORLD_SIZE",
@@ -39,11 +41,11 @@ PER_RANK = (
     "ROLE_RANK",
     "ROLE_WORLD_SIZE",
     "MASTER_PORT",
-    "MAYA_EMU_CONFIG",
-    "MAYA_EMU_OUT",
-    "MAYA_EMU_MAILBOX",
-    "MAYA_EMU_ITERATIONS",
-    "MAYA_EMU_DEVICE_TIME",
+    settings.EMU_CONFIG.name,
+    settings.EMU_OUT.name,
+    settings.EMU_MAILBOX.name,
+    settings.EMU_ITERATIONS.name,
+    settings.EMU_DEVICE_TIME.name,
 )
 """Variables that differ between the ranks of one zygote (read lazily, after the fork)."""
 IMPORT_TIME = (
@@ -170,7 +172,7 @@ _lock = threading.Lock()
 
 
 def enabled() -> bool:
-    return os.environ.get("MAYA_EMU_FORKSERVER", "1") != "0"
+    return settings.forkserver()
 
 
 def current() -> ForkServer | None:

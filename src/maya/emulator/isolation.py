@@ -23,6 +23,8 @@ from urllib.parse import parse_qs, urlparse
 
 import torch.distributed as dist
 
+from maya.core import settings
+
 PLACEHOLDER_BYTES = 128  # the size of an ncclUniqueId, the most common value read from a peer
 _stores: list = []  # C++ holds the stores; Python must keep their objects alive
 
@@ -159,9 +161,9 @@ def install() -> None:
         handlers[scheme] = _handler
     _announce_split_colors()
     _gloo_without_peers()
-    if "MAYA_EMU_MAILBOX" in os.environ:
+    if settings.EMU_MAILBOX.get():
         from pathlib import Path
 
         from .mailbox import install as exchange_objects
 
-        exchange_objects(Path(os.environ["MAYA_EMU_MAILBOX"]), int(os.environ.get("RANK", "0")))
+        exchange_objects(Path(settings.EMU_MAILBOX.get()), int(os.environ.get("RANK", "0")))

@@ -20,9 +20,10 @@ import ctypes
 import sys
 from collections.abc import Callable
 
+from maya.core import settings
 from maya.core.script_runner import StopScript
 
-ITERATIONS_ENV = "MAYA_EMU_ITERATIONS"
+ITERATIONS_ENV = settings.EMU_ITERATIONS.name
 """The limit (`maya emulate --iterations`), passed to the rank; unset or 0: run the script to its end."""
 
 

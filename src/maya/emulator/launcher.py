@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from maya import __version__
+from maya.core import settings
 from maya.core.hardware import DEFAULT_HARDWARE, Hardware
 from maya.core.hardware import get as get_hardware
-from maya.core.paths import maya_home
 from maya_trace_spec import RunWriter, read_table
 
 from . import forkserver
@@ -44,7 +44,9 @@ class Topology:
 
 
 @dataclass
-class RankResult:
+class RankCapture:
+    """How one emulated rank's capture ended (the simulator's `RankResult` is a replayed rank)."""
+
     rank: int
     status: str
     exit_code: int
@@ -61,7 +63,7 @@ class RankResult:
 class EmulationResult:
     run_dir: Path
     status: str
-    ranks: list[RankResult] = field(default_factory=list)
+    ranks: list[RankCapture] = field(default_factory=list)
     capture_cpu_seconds: float = 0.0  # of every rank process, verification captures included
 
 
@@ -159,7 +161,7 @@ def emulate(
     topology: Topology = Topology(),
     ranks: Sequence[int] | None = None,
     parallel: int | None = None,
-    on_rank_done: Callable[[RankResult], None] | None = None,
+    on_rank_done: Callable[[RankCapture], None] | None = None,
     on_output: Callable[[str], None] | None = None,
     dedup: bool = True,
     iterations: int | None = None,
@@ -182,7 +184,7 @@ def emulate(
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir}: output exists and is not empty")
-    lib_dir = build(Path(os.environ.get("MAYA_EMULATOR_CACHE") or maya_home() / "emulator"))
+    lib_dir = build(settings.emulator_cache())
     job = _Job(
         list(argv),
         out_dir,
@@ -210,7 +212,7 @@ def emulate(
     return job.finish(captured, represents)
 
 
-def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, RankResult]]):
+def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, RankCapture]]):
     """Which uncaptured ranks the captured subset stands for (subset.py), read from the first complete
     capture's tables; none when no capture completed or its pipeline groups are not evenly strided."""
     done = [rank for rank, (_, result) in sorted(captured.items()) if result.status == "complete"]
@@ -240,7 +242,7 @@ class _Job:
         lib_dir: Path,
         iterations: int | None,
         on_output: Callable[[str], None] | None,
-        on_rank_done: Callable[[RankResult], None] | None,
+        on_rank_done: Callable[[RankCapture], None] | None,
         echoed_rank: int,
     ):
         self.argv, self.out_dir, self.hw, self.topology = argv, out_dir, hw, topology
@@ -281,7 +283,7 @@ class _Job:
             },
         )
 
-    def run_rank(self, rank: int) -> tuple[Path, RankResult]:
+    def run_rank(self, rank: int) -> tuple[Path, RankCapture]:
         """Run one rank's process to its end and summarise its capture."""
         raw = self.out_dir / ".capture" / f"rank{rank}"
         raw.mkdir(parents=True)
@@ -300,7 +302,7 @@ class _Job:
         finally:
             mark_ended(self.mailbox, rank)
         summary = RankSummary.scan(raw)
-        return raw, RankResult(
+        return raw, RankCapture(
             rank,
             summary.status["status"],
             returncode,
@@ -330,7 +332,7 @@ class _Job:
         except BaseException as e:
             future.set_exception(e)
 
-    def capture(self, rank: int, keep: bool = True) -> tuple[Path, RankResult]:
+    def capture(self, rank: int, keep: bool = True) -> tuple[Path, RankCapture]:
         """`rank`'s capture (started if needed), written into the run unless `keep` is False (a probe)."""
         raw, result = self.start(rank).result()
         if keep:
@@ -344,7 +346,9 @@ class _Job:
         for future in list(self.runs.values()):
             future.exception()
 
-    def finish(self, captured: dict[int, tuple[Path, RankResult]], represents: dict[int, list[int]]) -> EmulationResult:
+    def finish(
+        self, captured: dict[int, tuple[Path, RankCapture]], represents: dict[int, list[int]]
+    ) -> EmulationResult:
         """The devices table, the run's final row and status, and the raw captures removed when complete."""
         hw, topology = self.hw, self.topology
         for rank, (_, result) in sorted(captured.items()):
@@ -401,7 +405,7 @@ class _Job:
                 ),
             },
         )
-        if status == "complete" and not os.environ.get("MAYA_KEEP_CAPTURE"):
+        if status == "complete" and not settings.keep_capture():
             shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)
         cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None)
         return EmulationResult(self.out_dir, status, results, cpu)

@@ -18,7 +18,6 @@ The object collectives touch no NCCL, so the trace holds no one-sided call. A se
 from __future__ import annotations
 
 import ctypes
-import os
 import pickle
 import threading
 import time
@@ -26,7 +25,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-TIMEOUT_S = float(os.environ.get("MAYA_EMU_MAILBOX_TIMEOUT", "600"))
+from maya.core import settings
+
 POLL_S = 0.01
 SMALL_BROADCAST_BYTES = 4096
 """Broadcasts of tensors up to this size deliver the source's bytes; larger ones stay SPMD (own data)."""
@@ -44,7 +44,8 @@ def _deliver(path: Path, objects: list) -> None:
 
 def _receive(mailbox: Path, path: Path, rank: int, src: int, what: str) -> list:
     (mailbox / f"want-{src}").touch()
-    deadline = time.monotonic() + TIMEOUT_S
+    timeout_s = settings.mailbox_timeout_s()
+    deadline = time.monotonic() + timeout_s
     while not path.exists():
         if (mailbox / f"ended-{src}").exists() and not path.exists():
             raise RuntimeError(
@@ -53,7 +54,7 @@ def _receive(mailbox: Path, path: Path, rank: int, src: int, what: str) -> list:
             )
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"maya emulator: rank {rank} waited {TIMEOUT_S:.0f} s for objects from rank {src} "
+                f"maya emulator: rank {rank} waited {timeout_s:.0f} s for objects from rank {src} "
                 f"({what}); is rank {src} part of the emulated world?"
             )
         time.sleep(POLL_S)

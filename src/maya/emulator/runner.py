@@ -24,12 +24,14 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from maya.core import settings
+from maya_trace_spec.vocabulary import EVAL_RANGE
+
+from .capture_format import MODULE_PREFIX
+
 if TYPE_CHECKING:
     from .iteration_clock import IterationClock
 
-MODULE_PREFIX = "nn.Module: "
-EVAL_RANGE = "maya::eval"
-"""Range around an outermost module call in eval mode or under inference mode (validation)."""
 OPS_LIBRARY = "libmaya_ops.so"
 
 
@@ -155,12 +157,12 @@ def _stop_reason(e: BaseException) -> str | None:
     return reason.decode() + where
 
 
-RANK_PID_ENV = "MAYA_EMU_RANK_PID"
+RANK_PID_ENV = settings.EMU_RANK_PID.name
 """The rank's pid, for the processes it starts: they inherit the preloaded stubs and record nothing."""
 
 
 def main(argv: list[str]) -> int:
-    out = Path(os.environ["MAYA_EMU_OUT"])
+    out = Path(os.environ[settings.EMU_OUT.name])
     os.environ[RANK_PID_ENV] = str(os.getpid())
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -176,7 +178,7 @@ def main(argv: list[str]) -> int:
     describe_triton_launches(out)
     timings = answer_event_timings(out)
     status, error, code, stopped = "complete", None, 0, None
-    observer = _Observer(Path(os.environ["MAYA_EMU_LIBS"]), out)
+    observer = _Observer(Path(os.environ[settings.EMU_LIBS.name]), out)
     clock = native_clock(observer.lib, ctypes.CDLL(None), int(os.environ.get(ITERATIONS_ENV) or 0))
     groups = _ProcessGroups()
     handles = [

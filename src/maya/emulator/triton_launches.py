@@ -22,7 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-NOTES_FILE = "triton_launches.jsonl"
+from .capture_format import NOTES_FILE
+
 TRITON_LAUNCHER = "triton.backends.nvidia.driver"
 STATIC_LAUNCHER = "torch._inductor.runtime.static_triton_launcher"
 INDUCTOR_HEURISTICS = "torch._inductor.runtime.triton_heuristics"

@@ -21,8 +21,7 @@ from .collective_data import VIDUR_CLUSTERS
 from .collectives import CollectiveModel
 from .evaluation import comparable_ns, mape
 from .kernel_estimator import KernelEstimator
-from .neusight_data import DatasetError as NeuSightFormatError
-from .neusight_data import check_complete, to_calls
+from .neusight_data import NeuSightFormatError, check_complete, to_calls
 from .vidur_data import VidurFormatError, check_collectives, check_compute, detect_layout
 
 

@@ -31,7 +31,7 @@ FAMILY_OF_OP = {
 REQUIRED = {"gemm": ("b", "m", "n", "k"), "vector": ("b", "h")}
 
 
-class DatasetError(ValueError):
+class NeuSightFormatError(ValueError):
     """The file is not in NeuSight's kernel format."""
 
 
@@ -45,7 +45,7 @@ def load_kernels(path: str | Path) -> pd.DataFrame:
 
 
 def check_complete(calls: pd.DataFrame) -> None:
-    """Raise `DatasetError` naming the first bad row unless every call of `to_calls(...)` has its sizes (finite,
+    """Raise `NeuSightFormatError` naming the first bad row unless every call of `to_calls(...)` has its sizes (finite,
     positive) and a finite positive latency: what a comparison with predictions needs."""
     sizes = {"gemm": ("batch", "m", "n", "k"), "vector": ("numel", "row")}
     for label, columns, rows in (
@@ -58,7 +58,7 @@ def check_complete(calls: pd.DataFrame) -> None:
             bad = ~(np.isfinite(values) & (values > 0)).all(axis=1)
         if bad.any():
             first = calls.index[rows][np.flatnonzero(bad)[0]]
-            raise DatasetError(
+            raise NeuSightFormatError(
                 f"{int(bad.sum())} row(s) without a finite positive {label} (first: the row of "
                 f"{calls.loc[first, 'op']!r} at position {calls.index.get_loc(first)})"
             )
@@ -69,7 +69,7 @@ def _numbers(rows: pd.DataFrame, column: str) -> np.ndarray:
         return rows[column].astype("float64").to_numpy()
     except (ValueError, TypeError):
         bad = next(v for v in rows[column] if not _is_number(v))
-        raise DatasetError(f"column {column!r} holds values that are not numbers (e.g. {bad!r:.40})") from None
+        raise NeuSightFormatError(f"column {column!r} holds values that are not numbers (e.g. {bad!r:.40})") from None
 
 
 def _is_number(v) -> bool:
@@ -84,7 +84,7 @@ def to_calls(raw: pd.DataFrame) -> pd.DataFrame:
     """NeuSight rows (ops this module knows) as measured calls; other ops are left out."""
     missing = sorted({"op", "device", "latency_ms"} - set(raw.columns))
     if missing:
-        raise DatasetError(f"missing column(s) {', '.join(missing)}")
+        raise NeuSightFormatError(f"missing column(s) {', '.join(missing)}")
     rows = raw[raw["op"].isin(list(FAMILY_OF_OP))]
     if rows.empty:
         return pd.DataFrame()
@@ -93,7 +93,7 @@ def to_calls(raw: pd.DataFrame) -> pd.DataFrame:
     needed = set(REQUIRED["gemm"] if gemm.any() else ()) | set(REQUIRED["vector"] if (~gemm).any() else ())
     missing = sorted(needed - set(raw.columns))
     if missing:
-        raise DatasetError(f"missing column(s) {', '.join(missing)} for the ops present")
+        raise NeuSightFormatError(f"missing column(s) {', '.join(missing)} for the ops present")
     b = _numbers(rows, "b")
     size = {c: _numbers(rows, c) if c in rows else np.full(len(rows), np.nan) for c in "mnkh"}
     vector = ~gemm

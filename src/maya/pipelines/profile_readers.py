@@ -44,7 +44,7 @@ def read_profile(
     read = {NEUSIGHT: _neusight, VIDUR_COMPUTE: _vidur_compute}.get(file_format, _measurements)
     try:
         result = read(table, partition)
-    except (ValueError, TypeError) as e:  # a column that does not convert (DatasetError included)
+    except (ValueError, TypeError) as e:  # a column that does not convert (NeuSightFormatError included)
         raise ProfileFileError(str(e)) from None
     return result if len(result) == 3 else (*result, _NO_REJECTS)
 

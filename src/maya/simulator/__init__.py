@@ -6,9 +6,10 @@ degree or cluster."""
 from .durations import DurationProvider, MeasuredDurations, MissingDurations, RooflineDurations
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable
 from .engine import Deadlock
-from .predict import Simulation, predict, simulate, summarize
+from .predict import predict, summarize
 from .report import Prediction
 from .retarget import RepricedDurations
+from .simulation import Simulation, simulate
 from .topology import MissingRanks
 
 __all__ = [

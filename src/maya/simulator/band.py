@@ -41,8 +41,8 @@ from .opcodes import COLL, DEVICE_OPS
 from .report import rank_report
 
 if TYPE_CHECKING:
-    from .predict import Simulation
     from .report import Prediction
+    from .simulation import Simulation
 
 Z90 = 1.2815515655446004
 """The standard normal's 90th percentile."""
@@ -92,10 +92,9 @@ class _Groups:
 def call_groups(sim: Simulation) -> tuple[list[str], dict[int, _Groups]] | None:
     """The error groups and each program's per-call quantiles; None when the kernels are not priced by a
     kernel estimator (measured or roofline durations carry no residuals)."""
-    from maya.estimators import KernelEstimator
     from maya.estimators.collective_residuals import shipped_residuals
 
-    if not isinstance(getattr(sim.provider, "kernels", None), KernelEstimator):
+    if sim.provider.kernel_estimator is None:
         return None
 
     residuals = shipped_residuals()
@@ -133,7 +132,7 @@ def _kernel_quantiles(sim: Simulation, calls: pd.DataFrame) -> tuple[np.ndarray,
     frame["family"] = frame["family"].fillna("other")
     frame["bytes"] = calls["work_bytes"]
     frame["hardware"] = sim.hardware.name
-    priced = sim.provider.kernels.predict(frame)
+    priced = sim.provider.kernel_estimator.predict(frame)
     duration = priced["duration_ns"].to_numpy(dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
         low = np.minimum(np.log(priced["duration_low_ns"].to_numpy(dtype="float64") / duration), 0.0)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .events import Event, HostResume
 from .opcodes import COLL, DEVICE_SYNC, EVENT_SYNC, NOP, RECORD, WAIT, WORK, WORK_SYNC
 from .topology import GlobalComm, Replica
 
@@ -33,6 +32,33 @@ IDLE = -1
 
 class Deadlock(RuntimeError):
     """Some ranks can never continue: unmatched collectives or waits."""
+
+
+class Event:
+    """A timed event: it knows what to do when its time comes. Per-call work does not go through events (the
+    engine walks each rank's calls in a tight loop, and ready streams go on a FIFO); timed events mark where a
+    host thread continues after a synchronisation."""
+
+    __slots__ = ("time",)
+
+    def __init__(self, time: int):
+        self.time = time
+
+    def handle(self, engine: Engine) -> None:
+        raise NotImplementedError
+
+
+class HostResume(Event):
+    """A rank's host thread continues issuing calls."""
+
+    __slots__ = ("rank",)
+
+    def __init__(self, time: int, rank: int):
+        super().__init__(time)
+        self.rank = rank
+
+    def handle(self, engine: Engine) -> None:
+        engine.run_host(self.rank)
 
 
 class _Rank:

@@ -93,11 +93,10 @@ def price(
                 frame = program.frame
                 for column in LAYOUT_COLUMNS:
                     frame.loc[coll.index, column] = coll[column]
-                launch = getattr(provider, "launch_ns", None)
                 program.price(
                     provider.device_ns(frame, hardware) * launch_factor(frame, hardware),
                     provider.host_ns(frame),
-                    launch(frame) if launch is not None else None,
+                    provider.launch_ns(frame),
                 )
                 by_layout[layout] = program.device
             else:

@@ -137,12 +137,7 @@ def gpu_assumption(traces: TraceSet, hardware: Hardware, provider: DurationProvi
     if source is None or source.name == hardware.name:
         return []
     measured = all((t.calls["time_source"] == "measured").all() for t in traces.ranks.values())
-    how = (
-        f"kernel durations as measured x ({provider.kernels.name} on {hardware.name}) / "
-        f"(the same on {source.name}); host time per call as measured"
-        if isinstance(provider, RepricedDurations)
-        else f"kernels priced by {provider.name} for {hardware.name}"
-    )
+    how = provider.gpu_change(source, hardware)
     return [
         f"GPU: {hardware.name} instead of {source.name}, where the trace was "
         f"{'measured' if measured else 'captured'}: {how}"
@@ -150,7 +145,7 @@ def gpu_assumption(traces: TraceSet, hardware: Hardware, provider: DurationProvi
 
 
 @dataclass
-class RepricedDurations:
+class RepricedDurations(DurationProvider):
     """Measured durations re-targeted: kernels scaled by `kernels(target) / kernels(source)` when the target GPU
     differs from the measured one, collectives priced by `collectives` when given (another data-parallel
     degree or cluster), host time and launch delays as measured."""
@@ -159,6 +154,7 @@ class RepricedDurations:
     kernels: DurationProvider | None = None
     collectives: DurationProvider | None = None
     measured: MeasuredDurations = field(default_factory=MeasuredDurations)
+    replays_measured_kernels = True
 
     @property
     def name(self) -> str:
@@ -172,7 +168,7 @@ class RepricedDurations:
 
     @property
     def notes(self) -> list[str]:
-        return [n for p in (self.kernels, self.collectives) for n in getattr(p, "notes", [])]
+        return [n for p in (self.kernels, self.collectives) if p is not None for n in p.notes]
 
     def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
         out = self.measured.device_ns(calls, hardware)
@@ -193,3 +189,11 @@ class RepricedDurations:
 
     def launch_ns(self, calls: pd.DataFrame) -> np.ndarray:
         return self.measured.launch_ns(calls)
+
+    def gpu_change(self, source: Hardware, target: Hardware) -> str:
+        if self.kernels is None:
+            return "kernel durations kept as measured"
+        return (
+            f"kernel durations as measured x ({self.kernels.name} on {target.name}) / "
+            f"(the same on {source.name}); host time per call as measured"
+        )

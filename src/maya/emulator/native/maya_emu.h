@@ -2,8 +2,9 @@
  *
  * Every intercepted call becomes one fixed-size binary record in a per-thread buffer, flushed to
  * `<out>/calls-<tid>.bin`; kernel names and communicators go to small text side files. The Python
- * side (maya/emulator/convert.py) turns them into maya_trace_spec tables. The record layout
- * here and RECORD_DTYPE in convert.py must agree.
+ * side (maya/emulator/convert.py) turns them into maya_trace_spec tables. The record layout, kinds, flags,
+ * domains and element types here and in maya/emulator/capture_format.py must agree
+ * (tests/emulator/test_capture_format.py checks them).
  */
 #ifndef MAYA_EMU_H
 #define MAYA_EMU_H
@@ -37,7 +38,7 @@ enum {
   K_ATTN,      /* a0 b, a1 h, a2 s_q, a3 s_kv, a4 d, a5 causal|bwd<<1, a6 dtype, a7 h_kv */
 };
 
-/* Element types as recorded (maya_dtype_name in convert.py). */
+/* Element types as recorded (DTYPES in capture_format.py). */
 enum { T_UNKNOWN = 0, T_F32, T_F16, T_BF16, T_F64, T_TF32, T_I8, T_I32, T_F8E4M3, T_F8E5M2, T_I64, T_U8 };
 
 /* Record flags. */

@@ -4,7 +4,7 @@
  * every module range the runner opens becomes an op with a process-wide id, its parent on the same
  * thread, the autograd sequence number and the input shapes and dtypes. The innermost open op of a
  * thread is handed to libmaya_emu (maya_emu_set_op) so each recorded CUDA call carries it. Records
- * are fixed-size (OpRecord, `OP_RECORD_DTYPE` in convert.py) in per-thread buffers flushed to
+ * are fixed-size (OpRecord, `OP_RECORD_DTYPE` in capture_format.py) in per-thread buffers flushed to
  * `<out>/ops-<tid>.bin`; names and input signatures are interned into `<out>/op_strings.tsv`.
  */
 #include <ATen/core/ivalue.h>
@@ -49,7 +49,7 @@ struct OpRecord {
   int8_t kind, scope;
   int16_t flags;
 };
-static_assert(sizeof(OpRecord) == 56, "OpRecord layout must match OP_RECORD_DTYPE in convert.py");
+static_assert(sizeof(OpRecord) == 56, "OpRecord layout must match OP_RECORD_DTYPE in capture_format.py");
 
 constexpr size_t kBufferRecords = 4096;
 /* A forked child (a DataLoader worker) inherits the callback, the buffers and the file descriptors:

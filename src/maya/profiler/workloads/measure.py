@@ -29,7 +29,7 @@ from maya_trace_spec.interop.kineto import import_kineto
 
 from ..device_info import describe_device, read_clocks, software_versions
 from .results import config_columns, is_done, result_path, write_result
-from .timing import IterationClock, IterationStats, IterationTimer, iteration_clock
+from .timing import DeviceClock, IterationStats, IterationTimer, iteration_clock
 from .trace import profiler_activities
 
 PROFILER_WARMUP = 1
@@ -140,7 +140,7 @@ def measure_workload(
     *,
     hardware: str | None = None,
     attrs: dict | None = None,
-    clock: IterationClock | None = None,
+    clock: DeviceClock | None = None,
 ) -> dict:
     """Measure the script `argv` (`script.py args` or `-m module args`) as config `name`: write its
     results row (and its trace run) under `root` and return the row. `attrs` are recorded in the

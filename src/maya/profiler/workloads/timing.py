@@ -18,7 +18,9 @@ import torch
 from ..kernels.results import percentiles
 
 
-class IterationClock(Protocol):
+class DeviceClock(Protocol):
+    """Marks the end of an iteration and measures between two marks (not the emulator's `IterationClock`)."""
+
     source: str
     """How iterations are timed, as recorded in results: `cuda_events` or `wall_clock`."""
 
@@ -53,14 +55,14 @@ class CudaEventClock:
         return round(start.elapsed_time(end) * 1e6)
 
 
-def iteration_clock(device: torch.device) -> IterationClock:
+def iteration_clock(device: torch.device) -> DeviceClock:
     return CudaEventClock() if device.type == "cuda" else WallClock()
 
 
 class IterationTimer:
     """Records the end of each iteration; iteration i (0-based) lasts from end i-1 to end i."""
 
-    def __init__(self, clock: IterationClock, host: WallClock | None = None):
+    def __init__(self, clock: DeviceClock, host: WallClock | None = None):
         self.clock = clock
         self.host = host or WallClock()
         self._ends: list[Any] = []

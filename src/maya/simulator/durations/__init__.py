@@ -5,6 +5,8 @@ A provider prices the *priced frame* of one rank: its api_calls columns plus `op
 `m`, `n`, `k`, `numel`, `flops`, `work_bytes`, `collective`, `comm_bytes`) and the communicator's
 `comm_size` and `comm_nodes` for collectives. `device_ns` returns the device time of every row (rows
 without device work are ignored) and `host_ns` the host (CPU) time the issuing thread spends on it.
+`DurationProvider` is the base class of every provider: it names everything the simulator asks of one,
+with defaults, so a new provider subclasses it and overrides `device_ns` (and what else it knows).
 
 - `MeasuredDurations`: the trace's own measured device durations (trace-driven replay of profiles);
 - `RooflineDurations`: an analytical fallback (GEMM FLOPs over peak, bytes over bandwidth, alpha-beta
@@ -15,7 +17,7 @@ without device work are ignored) and `host_ns` the host (CPU) time the issuing t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -24,19 +26,53 @@ from maya.core.hardware import Hardware
 
 from ..opcodes import COLL, DEVICE_OPS, GROUP_END, GROUP_START, HOST_SYNC_OPS, NOP, RECORD, STREAM_SYNC, WAIT, WORK_SYNC
 
+if TYPE_CHECKING:
+    from maya.estimators import KernelEstimator
+
 LIBRARY_DOMAINS = ("cublas", "cublaslt", "cudnn")
 
 
-@runtime_checkable
-class DurationProvider(Protocol):
-    name: str
-    collective_includes_wait: bool
+class DurationProvider:
+    """How long each call of a priced frame takes; the base class of every provider.
+
+    Subclasses override `device_ns` and whatever else they know; the defaults describe a provider that
+    prices from work alone: no measured kernels, no launch delays, no notes, no held-out residuals."""
+
+    name: str = "custom"
+    """What priced the durations, in words (the prediction's `durations`)."""
+    collective_includes_wait: bool = False
     """True when collective durations include waiting for peers (measured kernels): the simulator
     then takes the shortest member's duration as the transfer time."""
+    replays_measured_kernels: bool = False
+    """True when kernel durations are the trace's own measurements, as they are or scaled to another GPU: they
+    already hold the slowdown a concurrent collective caused (no contention replay)."""
 
-    def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray: ...
+    @property
+    def notes(self) -> list[str]:
+        """What the user should know about how this run was priced (fallbacks taken, unresolved kernels)."""
+        return []
 
-    def host_ns(self, calls: pd.DataFrame) -> np.ndarray: ...
+    @property
+    def kernel_estimator(self) -> KernelEstimator | None:
+        """The kernel estimator pricing the kernels, whose held-out residuals give the 10-90% band (`band.py`);
+        None when the kernels are not priced by one."""
+        return None
+
+    def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
+        """Device time of every row of the priced frame on `hardware` (rows without device work are ignored)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define device_ns")
+
+    def host_ns(self, calls: pd.DataFrame) -> np.ndarray:
+        """Host time the issuing thread spends on every row: `HOST_NS` by call class unless overridden."""
+        return default_host_ns(calls)
+
+    def launch_ns(self, calls: pd.DataFrame) -> np.ndarray | None:
+        """Delay from each call's return to its device work starting; None: none (ready when the call returns)."""
+        return None
+
+    def gpu_change(self, source: Hardware, target: Hardware) -> str:
+        """How kernels are priced for `target`, another GPU than the trace's `source`, in words."""
+        return f"kernels priced by {self.name} for {target.name}"
 
 
 class MissingDurations(ValueError):
@@ -44,7 +80,7 @@ class MissingDurations(ValueError):
 
 
 @dataclass
-class MeasuredDurations:
+class MeasuredDurations(DurationProvider):
     """Durations measured in the trace. Host time per call is the call's own duration plus the host gap
     before it (framework time). A synchronising call's wait is replayed, so it keeps only the part of its
     measured duration after the work it waited for had finished (all earlier device work for a device or
@@ -52,6 +88,7 @@ class MeasuredDurations:
 
     name: str = "measured"
     collective_includes_wait: bool = True
+    replays_measured_kernels = True
 
     def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
         measured = calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan)
@@ -134,7 +171,7 @@ def _after_awaited(calls: pd.DataFrame, start: np.ndarray, own: np.ndarray) -> n
 
 
 @dataclass
-class RooflineDurations:
+class RooflineDurations(DurationProvider):
     """Analytical durations: a kernel takes `max(FLOPs / (peak x compute_efficiency), bytes / (bandwidth x
     memory_efficiency))` plus `kernel_overhead_ns`; a kernel whose work is unknown takes
     `unknown_kernel_ns`. Collectives: alpha-beta, `latency + S x factor / bus bandwidth` with nccl-tests'
@@ -204,9 +241,6 @@ class RooflineDurations:
         )
         seconds = size * factor / bus
         return np.where(ranks > 1, latency + seconds * 1e9, 0.0)
-
-    def host_ns(self, calls: pd.DataFrame) -> np.ndarray:
-        return default_host_ns(calls)
 
 
 HOST_NS = {

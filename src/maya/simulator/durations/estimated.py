@@ -14,10 +14,10 @@ import pandas as pd
 from maya.core.hardware import Hardware
 
 from ..opcodes import COLL, DEVICE_OPS
-from . import RooflineDurations
+from . import DurationProvider, RooflineDurations
 
 if TYPE_CHECKING:
-    from maya.estimators import ClusterSpec
+    from maya.estimators import ClusterSpec, KernelEstimator
 
 CALL_FRAME_COLUMNS = ("family", "op", "dtype", "batch", "m", "n", "k", "numel", "row", "operands", "flops")
 UNRESOLVED_NOTE_SHARE = 0.1
@@ -44,7 +44,7 @@ def cluster_spec(name: str | None, hardware: Hardware | None) -> ClusterSpec | N
     return next((spec for spec in map(load_cluster, cluster_names()) if spec.hardware == hardware.name), None)
 
 
-class CollectiveDurations:
+class CollectiveDurations(DurationProvider):
     """Collectives by `CollectiveModel` on a cluster of the target hardware (`cluster`: a shipped name or a
     spec file; default the first shipped cluster of the hardware), else by the roofline's alpha-beta model;
     every other call by the roofline. Needs no trained version."""
@@ -57,8 +57,13 @@ class CollectiveDurations:
         self.cluster = cluster
         self.fallback = fallback or RooflineDurations()
         self.name = f"collective model ({cluster})" if cluster else "collective model"
-        self.notes: list[str] = []
+        self._notes: list[str] = []
         self._models: dict[str, object] = {}
+
+    @property
+    def notes(self) -> list[str]:
+        """The fallbacks taken so far (no cluster spec, communicators packed onto the cluster's nodes)."""
+        return list(self._notes)
 
     def _model(self, hardware: Hardware):
         """The collective model of the named cluster, else of the first shipped cluster of this hardware."""
@@ -96,8 +101,8 @@ class CollectiveDurations:
                 )
         elif coll.any():
             note = f"no cluster spec for {hardware.name}: collectives priced by the roofline alpha-beta model"
-            if note not in self.notes:
-                self.notes.append(note)
+            if note not in self._notes:
+                self._notes.append(note)
         return out
 
     def _on_cluster(self, frame: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
@@ -114,8 +119,8 @@ class CollectiveDurations:
             f"communicators laid out on more than the {cluster.gpus_per_node} GPUs per node of cluster "
             f"{cluster.name} are priced packed on its nodes"
         )
-        if note not in self.notes:
-            self.notes.append(note)
+        if note not in self._notes:
+            self._notes.append(note)
         frame = frame.copy()
         frame.loc[beyond, "nodes"] = -(-frame.loc[beyond, "ranks"] // cluster.gpus_per_node)
         frame.loc[beyond, "gpus"] = pd.Series([()] * int(beyond.sum()), index=frame.index[beyond], dtype=object)
@@ -125,7 +130,7 @@ class CollectiveDurations:
         return self.fallback.host_ns(calls)
 
 
-class EstimatorDurations:
+class EstimatorDurations(DurationProvider):
     """Kernels by a registered `KernelEstimator` version, collectives by `CollectiveDurations` (the NCCL model
     on `cluster`), host time by `HostOverheadModel`."""
 
@@ -155,6 +160,10 @@ class EstimatorDurations:
         self.host = estimators.HostOverheadModel()
         self._learned_ns = self._unresolved_ns = self._fp8_ns = 0.0
         self._fp8_calls = 0
+
+    @property
+    def kernel_estimator(self) -> KernelEstimator:
+        return self.kernels
 
     @property
     def notes(self) -> list[str]:

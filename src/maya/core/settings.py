@@ -1,0 +1,186 @@
+"""Maya's environment switches: every variable Maya reads, each named once here with its default and effect.
+
+Callers read a switch through this module (`settings.home()`, `settings.SQL_TIMEOUT.get()`), at the moment
+they need it, so a test or a long-lived process that changes the environment is seen. ARCHITECTURE.md's
+"Environment switches" section is generated from `SWITCHES` (`markdown()`), and a test checks that every
+variable read anywhere (Python, the native stubs, scripts) is one of them. Pure standard library: emulated
+ranks import it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One environment variable: its name, its default and its effect in words, and who sets it."""
+
+    name: str
+    default: str
+    """The default, as the documentation shows it (`unset` when the variable has none)."""
+    effect: str
+    rank: bool = False
+    """Set by the launcher for each emulated rank (not for users)."""
+
+    def get(self) -> str | None:
+        """The variable's value now; None when it is unset or empty."""
+        return os.environ.get(self.name) or None
+
+
+HOME = Switch(
+    "MAYA_HOME",
+    "`~/.maya`",
+    "where the warehouse, captured runs, estimator artifacts and the emulator's build cache live",
+)
+WAREHOUSE = Switch("MAYA_WAREHOUSE", "`$MAYA_HOME/warehouse.duckdb`", "the warehouse file")
+EMULATOR_CACHE = Switch(
+    "MAYA_EMULATOR_CACHE",
+    "`$MAYA_HOME/emulator`",
+    "where the emulator's stub libraries are built (keyed by their sources and the installed CUDA headers)",
+)
+KEEP_CAPTURE = Switch(
+    "MAYA_KEEP_CAPTURE",
+    "unset",
+    "keep each rank's raw capture (`<run>/.capture/`) after a successful emulation (it is always kept after a failure)",
+)
+EMU_FORKSERVER = Switch(
+    "MAYA_EMU_FORKSERVER",
+    "`1`",
+    "`0`: start every emulated rank as a new interpreter instead of forking it from the zygote",
+)
+EMU_LOOP_LIMIT = Switch(
+    "MAYA_EMU_LOOP_LIMIT",
+    "`10000`",
+    "host reads of device values repeated this often without training progress stop the rank with a message "
+    "naming the loop's op (`0`: never; read by `native/host_read.c`)",
+)
+EMU_VALUES_DEBUG = Switch(
+    "MAYA_EMU_VALUES_DEBUG",
+    "unset",
+    "`1`: an emulated rank says on stderr, for each op that issued kernels and each collective, whether its values "
+    "were computed on the host, given a routing stand-in or left unknown (`native/host_values.cpp`)",
+)
+EMU_MAILBOX_TIMEOUT = Switch(
+    "MAYA_EMU_MAILBOX_TIMEOUT",
+    "`600`",
+    "seconds an emulated rank waits for a peer's pickled object (`send_object_list`, `broadcast_object_list`, "
+    "...) or a small broadcast's bytes before failing",
+)
+SQL_TIMEOUT = Switch(
+    "MAYA_SQL_TIMEOUT",
+    "`300`",
+    "seconds a `maya sql` query may run before it is stopped (its process killed if DuckDB does not stop; `0`: "
+    "no limit)",
+)
+SQL_MEMORY = Switch(
+    "MAYA_SQL_MEMORY",
+    "half the physical memory",
+    "memory a `maya sql` query may use (`8GB`, `512MiB`, bytes): DuckDB's buffers and the query process's data segment",
+)
+PROFILES_DIR = Switch(
+    "MAYA_PROFILES_DIR",
+    "`profiles/` in the shipped data (`src/maya/data/`)",
+    "where the pipelines look for measured profiles dropped by `maya profile`",
+)
+INSTALL = Switch("MAYA_INSTALL", "`wheel`", "`scripts/setup`: `editable` installs Maya in development mode")
+CC = Switch("CC", "`gcc`", "the C compiler that builds the emulator's stubs")
+CXX = Switch("CXX", "`g++`", "the C++ compiler that builds the emulator's op observer")
+LLM_FOUNDRY_REPO = Switch(
+    "MAYA_LLM_FOUNDRY_REPO",
+    "unset",
+    "tests only: a checkout of llm-foundry's repository, for its end-to-end test (skipped without)",
+)
+MODDED_NANOGPT_REPO = Switch(
+    "MAYA_MODDED_NANOGPT_REPO",
+    "unset",
+    "tests and `benchmarks/frameworks.py` only: a checkout of KellerJordan/modded-nanogpt, for the speed-run "
+    "script's end-to-end test and matrix row (skipped without)",
+)
+NANOGPT_REPO = Switch(
+    "MAYA_NANOGPT_REPO",
+    "unset",
+    "tests and `benchmarks/frameworks.py` only: a checkout of karpathy/nanoGPT, for its DDP end-to-end test and "
+    "matrix rows (skipped without)",
+)
+EMU_CONFIG = Switch("MAYA_EMU_CONFIG", "", "the virtual devices (read by `native/config.c`)", rank=True)
+EMU_OUT = Switch("MAYA_EMU_OUT", "", "the rank's capture folder", rank=True)
+EMU_LIBS = Switch("MAYA_EMU_LIBS", "", "the built stubs", rank=True)
+EMU_MAILBOX = Switch(
+    "MAYA_EMU_MAILBOX", "", "object collectives and small tensor broadcasts between isolated ranks", rank=True
+)
+EMU_ITERATIONS = Switch("MAYA_EMU_ITERATIONS", "", "the `--iterations` bound", rank=True)
+EMU_RANK_PID = Switch(
+    "MAYA_EMU_RANK_PID",
+    "",
+    "whose device memory `nvidia-smi` and NVML report to the rank's child processes (set by the rank itself)",
+    rank=True,
+)
+EMU_DEVICE_TIME = Switch(
+    "MAYA_EMU_DEVICE_TIME",
+    "",
+    "the device-time oracle that answers CUDA-event timings: a JSON object naming its factory, `module:callable`, "
+    "and options; `maya emulate --device-time` sets it, the emulator only loads it",
+    rank=True,
+)
+
+SWITCHES: tuple[Switch, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Switch))
+"""Every switch, in the order defined here."""
+
+
+def home() -> Path:
+    """`$MAYA_HOME`, default `~/.maya`: the warehouse and captured runs live here."""
+    return Path(HOME.get() or Path.home() / ".maya").expanduser()
+
+
+def warehouse() -> Path:
+    """`$MAYA_WAREHOUSE`, default `$MAYA_HOME/warehouse.duckdb`."""
+    raw = WAREHOUSE.get()
+    return Path(raw).expanduser() if raw else home() / "warehouse.duckdb"
+
+
+def emulator_cache() -> Path:
+    """`$MAYA_EMULATOR_CACHE`, default `$MAYA_HOME/emulator`."""
+    raw = EMULATOR_CACHE.get()
+    return Path(raw).expanduser() if raw else home() / "emulator"
+
+
+def keep_capture() -> bool:
+    """Whether a successful emulation keeps each rank's raw capture (`$MAYA_KEEP_CAPTURE` set)."""
+    return KEEP_CAPTURE.get() is not None
+
+
+def forkserver() -> bool:
+    """Whether emulated ranks fork from a zygote (`$MAYA_EMU_FORKSERVER` is not `0`)."""
+    return EMU_FORKSERVER.get() != "0"
+
+
+def mailbox_timeout_s() -> float:
+    """`$MAYA_EMU_MAILBOX_TIMEOUT` in seconds, default 600."""
+    raw = EMU_MAILBOX_TIMEOUT.get()
+    try:
+        return float(raw) if raw else 600.0
+    except ValueError:
+        raise ValueError(f"{EMU_MAILBOX_TIMEOUT.name}={raw!r} is not a number of seconds") from None
+
+
+def markdown() -> str:
+    """ARCHITECTURE.md's environment-switch section body: a table of the switches users set, then those the
+    launcher sets for each emulated rank."""
+    rows = [f"| `{s.name}` | {s.default} | {s.effect} |" for s in SWITCHES if not s.rank]
+    ranks = [f"| `{s.name}` | {s.effect} |" for s in SWITCHES if s.rank]
+    return "\n".join(
+        [
+            "| variable | default | effect |",
+            "|---|---|---|",
+            *rows,
+            "",
+            "Set by the launcher for each emulated rank (not for users):",
+            "",
+            "| variable | what it holds |",
+            "|---|---|",
+            *ranks,
+        ]
+    )

@@ -1,0 +1,168 @@
+"""What the user should know about a prediction, in words: why it runs out of memory, and notes on what the
+capture stood in for (host reads of device values, assumed routing, ranks not captured) and on the evaluation
+passes the steady state leaves out."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from maya.core.hardware import Hardware
+from maya_trace_spec.vocabulary import EVAL_RANGE
+
+from .device_time import TIMING_API
+from .iterations import evaluating
+from .oom import recorded_ooms
+from .trace import TraceSet
+
+if TYPE_CHECKING:
+    from .simulation import Simulation
+
+
+def out_of_memory(
+    traces: TraceSet, memory: dict[int, tuple[int, bool]], peak_memory: int, hw: Hardware
+) -> tuple[str | None, str | None]:
+    """Why the job runs out of memory (None: it does not), and a note on failed allocations it survived.
+
+    A failed device allocation is not an out-of-memory failure by itself: PyTorch's caching allocator then
+    frees its cached blocks and retries, as it does on a GPU. The script ran out only when the error reached
+    it: the capture's status is `oom`, or the run failed on a rank where an allocation failed. Otherwise the
+    peak must fit the GPU priced (another, smaller GPU than the one emulated may not hold it)."""
+    failed = sorted(rank for rank, (_, oom) in memory.items() if oom)
+    status = traces.info["status"]
+    if status == "oom" or (status == "failed" and failed):
+        ooms = recorded_ooms(traces)
+        return (ooms[0].describe() if ooms else "the trace records an out-of-memory failure"), None
+    if peak_memory > hw.memory_bytes:
+        return f"peak {peak_memory / 2**30:.2f} GiB exceeds {hw.memory_bytes / 2**30:.2f} GiB", None
+    if not failed:
+        return None, None
+    counts = {rank: int((traces.ranks[rank].memory["kind"] == "oom").sum()) for rank in failed}
+    shown = ", ".join(f"rank {rank}: {n}" for rank, n in list(counts.items())[:4])
+    return None, (
+        f"{sum(counts.values())} device allocation(s) failed ({shown}{' ...' if len(counts) > 4 else ''}) "
+        "and the script went on: PyTorch's caching allocator freed its cached blocks and retried, as on a "
+        "GPU, where each retry also synchronises the device (not priced)"
+    )
+
+
+KNOWN_READS = r'"stand_in": "(?:computed|routed)"'
+"""Host reads of values the emulator computed on the host (`host_values.cpp`): real given the inputs,
+or following an assumed routing (which `routing_notes` reports)."""
+SCALAR_READS = {"aten::_local_scalar_dense", "aten::item"}
+"""Ops whose host reads of device values are scalars (`.item()`: loss logging), not shapes."""
+
+
+def stand_in_notes(traces: TraceSet) -> list[str]:
+    """A note on the emulated host reads of device values that can decide shapes or control flow (e.g.
+    `nonzero` in MoE routing): the emulator answered them with stand-ins, so the program that ran may
+    differ from a real run's. Scalar reads (`.item()`) alone say nothing."""
+    counts: dict[str, int] = {}
+    for trace in traces.ranks.values():
+        calls = trace.calls
+        if "data_dependent" not in calls or not calls["data_dependent"].fillna(False).any():
+            continue
+        names = dict(zip(trace.ops["op_id"], trace.ops["name"])) if len(trace.ops) else {}
+        read = calls["data_dependent"].fillna(False).astype(bool) & (calls["api"] != TIMING_API)  # timings: own note
+        if "args" in calls:  # values the emulator computed on the host from values it knew are not stand-ins
+            read &= ~calls["args"].fillna("").str.contains(KNOWN_READS, regex=True)
+        for op in calls.loc[read, "op_id"]:
+            name = names.get(op, "(no op)") if op == op else "(no op)"
+            counts[name] = counts.get(name, 0) + 1
+    if not set(counts) - SCALAR_READS:
+        return []
+    top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
+    return [
+        f"{sum(counts.values())} host reads of device values got emulated stand-ins ({top}): shapes or "
+        "control flow that depend on them (MoE routing, dynamic shapes) may differ from a real run"
+    ]
+
+
+def evaluation_notes(sim: Simulation) -> list[str]:
+    """A note on the evaluation passes (the model called in eval mode or under inference mode) that the steady
+    state leaves out: how long each took in the replay, so that a script that validates every k iterations
+    (nanoGPT's `estimate_loss`, a Trainer's validation loop) can add it, spread over those k."""
+    passes = []
+    for rep, result in zip(sim.replicas, sim.results):
+        program = rep.program
+        if not rep.captured:
+            continue
+        trace = sim.traces.ranks[program.rank]
+        mask = evaluating(trace)
+        if not mask.any():
+            continue
+        ops = trace.ops
+        calls_per_iteration = (
+            ops.loc[ops["name"] == EVAL_RANGE].drop_duplicates("op_id").groupby("iteration").size() if len(ops) else {}
+        )
+        bounds = sim.iterations[program.rank].bounds
+        for k in range(len(bounds) - 1):
+            idx = np.flatnonzero(mask[bounds[k] : bounds[k + 1]]) + bounds[k]
+            if not len(idx):
+                continue
+            start = float((result.issue[idx] - program.host[idx]).min())
+            end = float(max((result.issue[idx] + result.wait[idx]).max(), result.end[idx].max()))
+            # a compiled model's first pass in eval mode compiles and autotunes: its timed candidates are in it
+            timed = int((trace.calls["api"].iloc[idx.min() : idx.max() + 1] == TIMING_API).sum())
+            passes.append((program.rank, k, int(calls_per_iteration.get(k, 0)), end - start, timed))
+    if not passes:
+        return []
+    shown = "; ".join(
+        f"rank {rank}, iteration {k}: {span / 1e6:,.1f} ms"
+        + (f" ({calls} model call{'s' * (calls > 1)})" if calls else "")
+        + (f", with autotuning ({timed} timed candidates)" if timed else "")
+        for rank, k, calls, span, timed in passes[:3]
+    )
+    more = f" and {len(passes) - 3} more" if len(passes) > 3 else ""
+    return [
+        f"evaluation passes are not in the steady state ({shown}{more}): a script that evaluates every k "
+        "iterations spends that much more every k"
+    ]
+
+
+def routing_notes(traces: TraceSet) -> list[str]:
+    """A note on routing the emulator assumed: index choices on values only a GPU computes (`topk`, `argmax`,
+    `sort`, ... of router logits, or of anything else) got the indices of a balanced router (run attrs
+    `routing_stand_ins`, from the emulator's `host_values.cpp`)."""
+    per_rank = traces.attrs.get("routing_stand_ins") or {}
+    counts: dict[str, int] = {}
+    for ops in per_rank.values():
+        for name, n in ops.items():
+            counts[name] = counts.get(name, 0) + int(n)
+    if not counts:
+        return []
+    top = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return [
+        f"routing was assumed: {sum(counts.values())} index choices on values only a GPU computes ({top}) were "
+        "given a balanced router's choices (every expert or index its share): an MoE's expert GEMMs and "
+        "all-to-alls follow that routing, not a trained router's; indices chosen for anything else (a sort "
+        "building flex attention's block mask) are assumed the same way"
+    ]
+
+
+def subset_notes(traces: TraceSet) -> list[str]:
+    """A note on ranks `maya emulate --ranks` did not capture and a captured rank of their pipeline stage stands
+    for (run attrs `represents_assumed`, from the emulator's `subset.py`): an SPMD job is assumed, unverified."""
+    assumed = traces.attrs.get("represents_assumed") or {}
+    if not assumed:
+        return []
+    parts = "; ".join(
+        f"rank {rep} for {_ranges(ranks)}" for rep, ranks in sorted(assumed.items(), key=lambda kv: int(kv[0]))
+    )
+    return [
+        f"SPMD assumed: {sum(map(len, assumed.values()))} rank(s) were not captured (--ranks) and replay the "
+        f"capture of a rank of their pipeline stage ({parts}), unverified: work only those ranks do differently "
+        "(rank-specific logging, uneven shards) is not in the prediction"
+    ]
+
+
+def _ranges(ranks: list[int]) -> str:
+    """`[1, 2, 3, 7]` -> `1-3, 7`."""
+    out: list[list[int]] = []
+    for r in sorted(ranks):
+        if out and out[-1][1] == r - 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
