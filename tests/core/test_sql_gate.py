@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import tree_digest
+from helpers import tree_digest
 
 from maya.core.sql import QueryError, QueryLimit, QueryRefused, run_query
 
