@@ -206,16 +206,16 @@ def capture(
 
     if cache is None:
         result = run(Path(out_dir) if out_dir is not None else runs_dir() / time.strftime("emulate-%Y%m%d-%H%M%S"))
-        cached_key, reused = None, False
+        cached_key = None
     else:
         cached_key = key or command_key(argv, options)
         cached = cache.capture(cached_key, run)
         if cached.result is None:
             return Capture(cached.run_dir, "complete", reused=True, key=cached_key)
-        result, reused = cached.result, False
+        result = cached.result
     peak = max((r.peak_bytes for r in result.ranks), default=None)
     reason = None if result.status == "complete" else failure_summary(result)
-    return Capture(result.run_dir, result.status, reason, peak, reused, result, cached_key)
+    return Capture(result.run_dir, result.status, reason, peak, False, result, cached_key)
 
 
 def predict(run_dir: str | Path, options: PredictOptions = PredictOptions()) -> Prediction:
