@@ -231,7 +231,7 @@ def time_point() -> None:
             )
             if name != "startup only":
                 c1, t1 = cpu(), time.monotonic()
-                predict(run_dir, hardware=DEFAULT_HARDWARE, durations=DURATIONS, store=False)
+                predict(run_dir, hardware=DEFAULT_HARDWARE, durations=DURATIONS)
                 line += f"; predict {time.monotonic() - t1:.1f} s wall, {cpu() - c1:.1f} s CPU"
             print(line, flush=True)
 

@@ -35,7 +35,7 @@ def _best_predict(run_dir: Path, repeat: int):
     best = None
     for _ in range(repeat):
         t = time.perf_counter()
-        prediction, _ = predict(run_dir, durations="roofline", store=False)
+        prediction = predict(run_dir, durations="roofline")
         total = time.perf_counter() - t
         if best is None or total < best[1]:
             best = (prediction, total)

@@ -1,6 +1,7 @@
 """The architecture holds: the stages are layers (import-linter contracts in pyproject.toml), and the
 vocabulary is the only home of the names every stage shares."""
 
+import ast
 import graphlib
 import os
 import re
@@ -58,3 +59,75 @@ def test_no_runtime_import_cycle():
         graphlib.TopologicalSorter(imports).prepare()
     except graphlib.CycleError as cycle:
         raise AssertionError(f"import cycle: {' -> '.join(cycle.args[1])}") from None
+
+
+DRIVERS = ("cli", "search", "validation", "pipelines")
+"""Packages that drive the stages: they capture, predict and record through `maya.api` only."""
+STAGE_MODULES = {"maya.emulator.launcher", "maya.simulator.predict", "maya.simulator.store"}
+STAGE_NAMES = {
+    "maya.emulator": {"emulate"},
+    "maya.simulator": {"predict", "store_prediction"},
+}
+
+
+def stage_imports(source: str) -> list[str]:
+    """The imports in `source` that reach past `maya.api` into a stage's emulate, predict or store."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name in STAGE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module in STAGE_MODULES:
+                found.append(node.module)
+            reached = {f"{node.module}.{a.name}" for a in node.names}
+            named = {f"{node.module}.{n}" for n in STAGE_NAMES.get(node.module, ())}
+            found += sorted(reached & (named | STAGE_MODULES))
+    return found
+
+
+def test_stage_imports_are_found():
+    """The scan sees each way a driver could reach a stage (so the test below can fail)."""
+    source = (
+        "import maya.emulator.launcher\n"
+        "from maya.emulator.launcher import Topology\n"
+        "from maya.emulator import emulate\n"
+        "def f():\n    from maya.simulator import predict, Deadlock\n"
+        "from maya.simulator import store\n"
+        "from maya.api import predict\n"
+    )
+    assert sorted(stage_imports(source)) == [
+        "maya.emulator.emulate",
+        "maya.emulator.launcher",
+        "maya.emulator.launcher",
+        "maya.simulator.predict",
+        "maya.simulator.store",
+    ]
+
+
+def test_no_driver_composes_the_stages_itself():
+    """The CLI, search, validation and the pipelines capture, predict and record through `maya.api`: none imports
+    the launcher, the simulator's `predict` or the predictions store."""
+    found = {
+        str(p.relative_to(SRC)): hits
+        for package in DRIVERS
+        for p in sorted((SRC / "maya" / package).rglob("*.py"))
+        if (hits := stage_imports(p.read_text()))
+    }
+    assert found == {}
+
+
+def test_import_maya_does_not_import_torch():
+    """`import maya` is light (the API is imported on first use), and `maya.open_run` and friends resolve."""
+    code = (
+        "import sys, maya\n"
+        "assert 'torch' not in sys.modules and 'maya.api' not in sys.modules, sorted(sys.modules)\n"
+        "from maya.api import open_run\n"
+        "assert maya.open_run is open_run and maya.PredictOptions().durations == 'auto'\n"
+        "assert 'torch' not in sys.modules\n"
+        "import maya.emulator\n"
+        "assert 'maya.emulator.launcher' not in sys.modules\n"
+        "assert maya.emulator.emulate.__module__ == 'maya.emulator.launcher'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

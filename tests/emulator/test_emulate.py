@@ -102,6 +102,8 @@ def test_oom_exactly_at_capacity(tmp_path):
     r, out = emulate(tmp_path / "over", "--hardware", "l4", script="allocate.py", script_args=[hw.memory_bytes + 1])
     assert r.exit_code == 3, r.output
     assert "OutOfMemoryError" in r.stderr
+    described = " ".join(r.stderr.split())  # as `maya predict` describes it (simulator/oom.py)
+    assert "rank 0 ran out of device memory" in described and "GiB in use" in described, r.stderr
     assert Run(out).info["status"] == "oom"
     ooms = Run(out).table("memory_events").filter(pc.equal(pc.field("kind"), "oom")).to_pylist()
     assert ooms and ooms[0]["bytes"] >= hw.memory_bytes

@@ -369,7 +369,7 @@ def _prepare_predictions(root: Path) -> None:
     from maya.simulator.store import store_prediction
 
     run = synthetic.write_run(root / "run", world_size=1, calls_per_rank=100, ops_per_rank=10)
-    prediction, _ = predict(run, durations="roofline", store=False)
+    prediction = predict(run, durations="roofline")
     (root / "prediction.pkl").write_bytes(pickle.dumps(replace(prediction, run_id="second")))
     store_prediction(prediction, root / "warehouse.duckdb")
 

@@ -45,7 +45,7 @@ def trace(path, *, gemms: int = 3, copies: int = 0, size: int = 8192, ranks: int
 
 
 def band_of(path, warehouse, **kw):
-    p, _ = predict(path, durations="estimators", store=False, warehouse=warehouse, band=True, **kw)
+    p = predict(path, durations="estimators", warehouse=warehouse, band=True, **kw)
     return p, p.band
 
 
@@ -99,7 +99,7 @@ def test_collectives_take_the_held_out_nccl_residuals(tmp_path, warehouse):
 
 
 def test_no_band_without_residuals(tmp_path, warehouse):
-    p, _ = predict(trace(tmp_path / "r"), durations="roofline", store=False, warehouse=warehouse, band=True)
+    p = predict(trace(tmp_path / "r"), durations="roofline", warehouse=warehouse, band=True)
     assert p.band is None and any("no 10-90% band" in n for n in p.notes)
 
 

@@ -479,19 +479,21 @@ def test_timeline_has_a_process_per_rank_and_a_track_per_stream(tmp_path):
     assert (coll["ts"], coll["dur"]) == (11.0, 20.0)
 
 
-def test_predictions_are_stored_atomically(tmp_path, maya_home, monkeypatch):
+def test_predicting_stores_nothing_and_recording_is_atomic(tmp_path, maya_home, monkeypatch):
     import duckdb
 
-    from maya.simulator import predict
+    from maya.api import PredictOptions, predict, record
     from maya.simulator.report import Prediction
 
     b = TraceBuilder(1)
     b.rank(0).kernel(10 * US)
     run_dir = b.write(tmp_path / "run")
-    prediction, pid = predict(run_dir, durations="measured")
+    prediction = predict(run_dir, PredictOptions(durations="measured"))
+    assert not (maya_home / "warehouse.duckdb").exists()  # predicting has no side effect
+    pid = record(prediction)
     monkeypatch.setattr(Prediction, "to_dict", lambda self, **kw: 1 / 0)
     with pytest.raises(ZeroDivisionError):
-        predict(run_dir, durations="measured")
+        record(prediction)
     con = duckdb.connect(str(maya_home / "warehouse.duckdb"), read_only=True)
     try:
         rows = con.execute("SELECT prediction_id, run_id, durations, iteration_ms FROM predictions").fetchall()

@@ -42,7 +42,7 @@ def oom_run(path, world_size: int):
 def test_a_run_stopped_by_an_oom_reports_it(tmp_path):
     run = oom_run(tmp_path / "run", world_size=8)
     with pytest.raises(RecordedOutOfMemory) as e:
-        predict(run, store=False)
+        predict(run)
     message = str(e.value)
     assert message.startswith(
         "rank 0 ran out of device memory in aten::mm, module model.layers.0.mlp, backward, "
@@ -60,7 +60,7 @@ def test_a_run_stopped_by_an_oom_reports_it(tmp_path):
 
 def test_a_fully_captured_oom_run_is_predicted_with_the_failure(tmp_path):
     run = oom_run(tmp_path / "run", world_size=1)
-    prediction, _ = predict(run, store=False)
+    prediction = predict(run)
     assert prediction.oom and prediction.oom_reason.startswith("rank 0 ran out of device memory in aten::mm")
 
 

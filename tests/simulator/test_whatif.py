@@ -39,7 +39,7 @@ def test_measured_replay_reports_its_error_against_the_measured_iteration(measur
     work after its measured launch delay (the last kernel 46 us after its call returned at 1604 us), and the
     stream synchronisation at 1500 us keeps its 60 us (the work it waits for ended at 1401.5 us): the replay
     reproduces the measured timeline."""
-    prediction, _ = predict(measured_run, store=False)
+    prediction = predict(measured_run)
     assert prediction.durations == "measured"
     assert prediction.measured_iteration_ns == 633_125
     assert prediction.iteration_ns == 633_125
@@ -96,7 +96,7 @@ def test_another_gpu_scales_measured_kernels_by_the_estimates(measured_run):
     device = sim.devices[0]
     assert device[0] == round(55_125 * gemm_ns(a100) / gemm_ns(h100))
     assert device[2] == 80_000  # the all-reduce: same GPUs per node, same degree: as measured
-    prediction, _ = predict(measured_run, hardware="a100-sxm-80gb", store=False)
+    prediction = predict(measured_run, hardware="a100-sxm-80gb")
     assert prediction.replay_error is None and prediction.measured_iteration_ns == 633_125
     assert any(a.startswith("GPU: a100-sxm-80gb instead of h100-sxm") for a in prediction.assumptions)
     assert any("roofline" in n for n in prediction.notes)
@@ -115,7 +115,7 @@ def ddp_trace(tmp_path, world: int = 2, *, nproc_per_node: int | None = None) ->
 
 def test_data_parallel_degree_spans_every_rank_and_reprices_the_collective(tmp_path):
     run = ddp_trace(tmp_path)
-    prediction, _ = predict(run, dp=16, durations="roofline", store=False)
+    prediction = predict(run, dp=16, durations="roofline")
     assert (prediction.world_size, prediction.simulated_ranks, prediction.captured_ranks) == (16, 16, 2)
     assert prediction.assumptions == [  # laid out on the nodes of the H100's cluster, dgx-h100
         "ranks laid out 8 per node instead of 2",
@@ -132,9 +132,9 @@ def test_data_parallel_degree_spans_every_rank_and_reprices_the_collective(tmp_p
 
 def test_measured_collectives_are_repriced_for_the_new_degree(tmp_path):
     run = ddp_trace(tmp_path)
-    same, _ = predict(run, store=False)
+    same = predict(run)
     assert same.durations == "measured" and same.measured_iteration_ns is None  # no device start times
-    wider, _ = predict(run, dp=64, store=False)
+    wider = predict(run, dp=64)
     assert wider.durations == "measured (collectives by collective model)"
     assert wider.replay_error is None and wider.world_size == 64
     sim = simulate(data_parallel(load(run), 64), hardware.get("h100-sxm"), MeasuredDurations())
@@ -143,8 +143,8 @@ def test_measured_collectives_are_repriced_for_the_new_degree(tmp_path):
 
 def test_cluster_lays_the_ranks_on_its_nodes(tmp_path):
     run = ddp_trace(tmp_path, 16)  # written as 16 GPUs on one node
-    base, _ = predict(run, durations="roofline", store=False)
-    on_dgx, _ = predict(run, durations="roofline", cluster="dgx-h100", store=False)
+    base = predict(run, durations="roofline")
+    on_dgx = predict(run, durations="roofline", cluster="dgx-h100")
     assert on_dgx.assumptions[0].startswith("cluster: dgx-h100 (8 GPUs per node")
     assert on_dgx.assumptions[1] == "ranks laid out 8 per node instead of 16"
     assert on_dgx.exposed_comm_ns > base.exposed_comm_ns  # the all-reduce now crosses two nodes
@@ -157,18 +157,18 @@ def test_data_parallel_degree_needs_a_data_parallel_trace(tmp_path):
     for r in range(4):
         b.rank(r).allreduce("tp0" if r < 2 else "tp1", 10 * US)
     with pytest.raises(ValueError, match="spans 2 of the 4 ranks"):
-        predict(b.write(tmp_path / "tp"), dp=8, durations="roofline", store=False)
+        predict(b.write(tmp_path / "tp"), dp=8, durations="roofline")
 
 
 def test_data_parallel_degree_needs_collectives_to_retarget(tmp_path):
     b = TraceBuilder(1)
     b.rank(0).kernel(10 * US)
     with pytest.raises(ValueError, match="has none"):
-        predict(b.write(tmp_path / "single"), dp=8, durations="roofline", store=False)
+        predict(b.write(tmp_path / "single"), dp=8, durations="roofline")
 
 
 def test_fewer_data_parallel_ranks_than_traced(tmp_path):
-    prediction, _ = predict(ddp_trace(tmp_path, 4), dp=1, durations="roofline", store=False)
+    prediction = predict(ddp_trace(tmp_path, 4), dp=1, durations="roofline")
     assert (prediction.world_size, prediction.simulated_ranks, prediction.captured_ranks) == (1, 1, 1)
     assert prediction.exposed_comm_ns == 0
 

@@ -21,6 +21,7 @@ from maya.core.paths import example_script, runs_dir, warehouse_path
 from maya.core.sql import run_query
 
 from .common import out
+from .predict import print_prediction
 
 EXAMPLE_ARGS = [
     "--bf16",
@@ -53,19 +54,18 @@ QUERIES = {
 
 
 def run_demo(console: Console, out_dir: Path | None = None, training_sample: int = TRAINING_SAMPLE) -> Path:
+    from maya.api import EmulateOptions, PredictOptions, capture, predict, record
     from maya.core.warehouse import register_run
-    from maya.emulator.launcher import emulate
-    from maya.simulator.predict import predict
 
     run_dir = out_dir or runs_dir() / time.strftime("demo-%Y%m%d-%H%M%S")
     script = example_script()
     console.rule("[bold]Maya demo")
     console.print(f"1. emulating the bundled [cyan]{script.name}[/] ({' '.join(EXAMPLE_ARGS)}) on a virtual H100")
     with console.status("running the unmodified script on a virtual GPU..."):
-        result = emulate([str(script), *EXAMPLE_ARGS], run_dir, hardware=DEFAULT_HARDWARE)
-    if result.status != "complete":
-        raise RuntimeError(f"the example did not complete under emulation ({result.status}); see {run_dir}/logs")
-    rank = result.ranks[0]
+        captured = capture([str(script), *EXAMPLE_ARGS], EmulateOptions(hardware=DEFAULT_HARDWARE), out_dir=run_dir)
+    if not captured.ok:
+        raise RuntimeError(f"the example did not complete under emulation: {captured.reason}")
+    rank = captured.ranks[0]
     console.print(
         f"   {rank.calls:,} device-API calls captured in {rank.seconds:.1f} s -> [cyan]{run_dir}[/] "
         f"(run {register_run(run_dir)})"
@@ -73,10 +73,15 @@ def run_demo(console: Console, out_dir: Path | None = None, training_sample: int
     version = _estimator_version(console, training_sample)
     console.print(f"3. predicting with estimator version [cyan]{version}[/] and the event-driven simulator")
     timeline = run_dir.with_name(run_dir.name + ".timeline.json")
-    prediction, _ = predict(
-        run_dir, durations="estimators", price_per_gpu_hour=3.0, timeline=timeline, tokens_per_iteration=8 * 511
+    options = PredictOptions(
+        durations="estimators",
+        estimator_version=version,
+        price_per_gpu_hour=3.0,
+        tokens_per_iteration=8 * 511,
+        timeline=timeline,
     )
-    _print_prediction(console, prediction)
+    prediction = predict(run_dir, options)
+    print_prediction(prediction, record(prediction), None, console)
     console.print("4. read-only SQL over the trace:")
     for title, sql in QUERIES.items():
         r = run_query(sql, trace=run_dir)
@@ -112,28 +117,6 @@ def _estimator_version(console: Console, sample: int) -> str:
         f"on {len(measurements):,} shipped measurements"
     )
     return registered.record.version
-
-
-def _print_prediction(console: Console, p) -> None:
-    table = Table(show_header=False, title="Prediction for one H100 SXM", title_justify="left")
-    ms = p.iteration_ns / 1e6
-    table.add_row("iteration time", f"{ms:.3f} ms")
-    for label, ns in (
-        ("compute", p.compute_ns),
-        ("exposed communication", p.exposed_comm_ns),
-        ("host-bound", p.host_bound_ns),
-        ("idle", p.idle_ns),
-    ):
-        table.add_row(f"  {label}", f"{ns / 1e6:.3f} ms ({ns / p.iteration_ns:.0%})" if p.iteration_ns else "-")
-    table.add_row("MFU", f"{p.mfu:.1%} of {p.mfu_dtype} peak")
-    table.add_row(
-        "peak memory",
-        f"{p.peak_memory_bytes / 2**30:.2f} GiB of {p.memory_capacity_bytes / 2**30:.1f} GiB"
-        + ("  [red]OOM[/]" if p.oom else ""),
-    )
-    console.print(table)
-    for note in p.notes:
-        console.print(f"   note: {note}", highlight=False)
 
 
 def demo_cmd(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from maya.core.hardware import DEFAULT_HARDWARE
+from maya.emulator.capture_cache import exception_message
 
 from .common import err, fail, out, parse_ranks, script_argv, torchrun_command
 
@@ -75,11 +74,10 @@ def emulate_cmd(
     """Run `-- python SCRIPT ARGS` (or `-- torchrun --nproc-per-node N SCRIPT ARGS`) unchanged on virtual GPUs,
     each rank in isolation, and store the device-API trace (maya_trace_spec). Exit code 3 when the script runs
     out of device memory."""
+    from maya import api
     from maya.core import hardware as catalog
-    from maya.core.paths import runs_dir
     from maya.core.warehouse import register_run
     from maya.emulator.build import BuildError
-    from maya.emulator.launcher import emulate
 
     command, launched = torchrun_command(ctx.args)
     if launched:  # torchrun's --nnodes and --nproc-per-node say the job's shape, unless ours say it already
@@ -91,14 +89,23 @@ def emulate_cmd(
             )
         nnodes, nproc_per_node = launched
     argv = script_argv(command)
-    topology = _topology(nnodes, nproc_per_node, world_size)
+    per_node = _per_node(nnodes, nproc_per_node, world_size)
     try:
         hw = catalog.get(hardware)
-    except (KeyError, catalog.HardwareFileError) as e:
+        options = api.EmulateOptions(
+            hardware=hw.name,
+            nnodes=nnodes,
+            nproc_per_node=per_node,
+            ranks=tuple(parse_ranks(ranks)) if ranks else None,
+            dedup=dedup,
+            iterations=iterations or None,
+            device_time=device_time,
+            estimator_version=estimator_version,
+        )
+        oracle = api.device_time(options)
+    except (KeyError, catalog.HardwareFileError, ValueError) as e:
         fail(str(e), 2)
-    oracle = _device_time(device_time, estimator_version, hw.name)
-    wanted = parse_ranks(ranks) if ranks else list(range(topology.world_size))
-    target = out_dir or runs_dir() / time.strftime("emulate-%Y%m%d-%H%M%S")
+    err.print(f"CUDA-event timings: {oracle.described}", highlight=False)
     columns = (
         SpinnerColumn(),
         TextColumn("[bold]emulating[/] {task.description}"),
@@ -108,25 +115,22 @@ def emulate_cmd(
     )
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task(
-            f"{Path(argv[0]).name} on {topology.world_size} × {hw.name}",
-            total=len(wanted) if ranks or not dedup else None,
+            f"{Path(argv[0]).name} on {options.world_size} × {hw.name}",
+            total=len(options.ranks or range(options.world_size)) if ranks or not dedup else None,
         )
         try:
-            result = emulate(
+            captured = api.capture(
                 argv,
-                target,
-                hardware=hw.name,
-                topology=topology,
-                ranks=wanted if ranks else None,
-                dedup=dedup,
-                iterations=iterations or None,
-                device_time=oracle,
+                options,
+                out_dir=out_dir,
+                oracle=oracle,
                 on_rank_done=lambda _: progress.advance(task),
                 on_output=lambda line: progress.console.print(line, end="", markup=False, highlight=False),
             )
         except (BuildError, FileExistsError, ValueError) as e:
             fail(str(e))
-    _report(result, hw)
+    result = captured.result
+    _report(captured, hw)
     stopped = {r.info.get("stopped_at_iteration") for r in result.ranks} - {None}
     if stopped:
         out.print(
@@ -148,32 +152,19 @@ def emulate_cmd(
         raise typer.Exit(1)
 
 
-def _device_time(choice: str, version: str, hardware: str) -> str | None:
-    """The device-time oracle the ranks install (`maya.emulator.device_time`), told to the user; None: host time."""
-    from maya.emulator.device_time import spec
-    from maya.simulator.device_time import FACTORY, resolve
-
-    try:
-        options, described = resolve(choice, version)
-    except ValueError as e:
-        fail(str(e), 2)
-    err.print(f"CUDA-event timings: {described}", highlight=False)
-    return None if options is None else spec(FACTORY, hardware=hardware, **options)
-
-
-def _topology(nnodes: int, nproc_per_node: int | None, world_size: int | None):
-    from maya.emulator.launcher import Topology
-
+def _per_node(nnodes: int, nproc_per_node: int | None, world_size: int | None) -> int:
+    """GPUs per node from --nproc-per-node or --world-size (one of them, or neither: 1)."""
     if nproc_per_node and world_size:
         fail("give --nproc-per-node or --world-size, not both", 2)
     if world_size:
         if world_size % nnodes:
             fail(f"--world-size {world_size} is not a multiple of --nnodes {nnodes}", 2)
-        return Topology(nnodes, world_size // nnodes)
-    return Topology(nnodes, nproc_per_node or 1)
+        return world_size // nnodes
+    return nproc_per_node or 1
 
 
-def _report(result, hw) -> None:
+def _report(captured, hw) -> None:
+    result = captured.result
     table = Table(
         "rank",
         "status",
@@ -193,8 +184,8 @@ def _report(result, hw) -> None:
     for r in result.ranks:
         if r.error:
             err.print(f"[red]rank {r.rank}:[/] {exception_message(r.error)}", highlight=False)
-        if r.status == "oom":
-            err.print(f"[red]rank {r.rank} ran out of memory[/] {_oom_site(result.run_dir, r.rank)}", highlight=False)
+    for oom in captured.out_of_memory():
+        err.print(f"[red]{oom.describe()}[/]", highlight=False)
     failed = [r.rank for r in result.ranks if r.status == "failed"]
     if failed and any(r.status == "complete" for r in result.ranks):
         err.print(
@@ -204,31 +195,3 @@ def _report(result, hw) -> None:
             "job, capture one rank with --ranks 0 (the others replay it, and maya predict says so).",
             highlight=False,
         )
-
-
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
-
-
-def exception_message(error: str) -> str:
-    """A failed rank's exception, type and whole message (which may span lines), from its traceback; else
-    the traceback's last line."""
-    lines = error.strip().splitlines()
-    start = next((i for i in range(len(lines) - 1, -1, -1) if _EXCEPTION_LINE.match(lines[i])), len(lines) - 1)
-    return " ".join(line.strip() for line in lines[start:])[:2000]
-
-
-def _oom_site(run_dir: Path, rank: int) -> str:
-    """Where the failed allocation was made: its size, the op and module, the phase and iteration."""
-    from maya_trace_spec import read_table
-
-    events = [e for e in read_table(run_dir, "memory_events", [rank]).to_pylist() if e["kind"] == "oom"]
-    if not events:
-        return ""
-    oom = events[0]
-    ops = {o["op_id"]: o for o in read_table(run_dir, "ops", [rank]).to_pylist()}
-    op = ops.get(oom["op_id"]) or {}
-    where = ", ".join(f"{k} {op[k]}" for k in ("name", "module_path", "phase", "iteration") if op.get(k) is not None)
-    peak = max((e["allocated_bytes"] for e in read_table(run_dir, "memory_events", [rank]).to_pylist()), default=0)
-    return f"requesting {oom['bytes'] / 2**30:.2f} GiB with {peak / 2**30:.2f} GiB in use" + (
-        f" ({where})" if where else ""
-    )

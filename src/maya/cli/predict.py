@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from .common import fail, out
@@ -73,24 +74,25 @@ def predict_cmd(
     degree or cluster (the changed assumptions are listed). Estimated durations come with a 10-90% band
     of the iteration time, from the kernel and collective models' held-out residuals. A measured trace replayed unchanged reports the
     replay's error against its measured iteration time. The prediction is stored in the warehouse."""
+    from maya.api import PredictOptions, predict, record
     from maya.core.hardware import UnknownHardware
-    from maya.simulator import Deadlock, EstimatorsUnavailable, MissingDurations, MissingRanks, predict
+    from maya.simulator import Deadlock, EstimatorsUnavailable, MissingDurations, MissingRanks
     from maya.simulator.oom import RecordedOutOfMemory
     from maya_trace_spec import TraceError
 
     try:
-        prediction, prediction_id = predict(
-            run_dir,
+        options = PredictOptions(
             hardware=hardware,
+            dp=dp,
+            cluster=cluster,
             durations=durations.value,
+            estimator_version=model_version,
             price_per_gpu_hour=price_per_gpu_hour,
             tokens_per_iteration=tokens_per_iteration,
-            timeline=timeline,
-            model_version=model_version,
-            cluster=cluster,
-            dp=dp,
             band=True,
+            timeline=timeline,
         )
+        prediction = predict(run_dir, options)
     except RecordedOutOfMemory as e:
         fail(str(e), EXIT_OOM)
     except (
@@ -103,10 +105,11 @@ def predict_cmd(
         ValueError,
     ) as e:
         fail(str(e))
+    prediction_id = record(prediction)
     if as_json:
         sys.stdout.write(json.dumps({"prediction_id": prediction_id, **prediction.to_dict()}) + "\n")
         return
-    _print(prediction, prediction_id, timeline)
+    print_prediction(prediction, prediction_id, timeline)
 
 
 def _ms(ns: float) -> str:
@@ -117,7 +120,8 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:,.2f} GiB"
 
 
-def _print(p, prediction_id: str, timeline: Path | None) -> None:
+def print_prediction(p, prediction_id: str | None, timeline: Path | None, console: Console = out) -> None:
+    """The prediction as `maya predict` shows it (also `maya demo`), on `console`."""
     t = Table(
         show_header=False, title=f"{Path(p.run_path).name} on {p.simulated_ranks} × {p.hardware}", title_justify="left"
     )
@@ -150,7 +154,7 @@ def _print(p, prediction_id: str, timeline: Path | None) -> None:
         t.add_row("cost per million tokens", f"${p.cost_per_million_tokens:.4g}")
     t.add_row("iterations", f"{p.steady_iterations} steady of {p.iterations} ({p.iteration_source})")
     t.add_row("durations", p.durations)
-    out.print(t)
+    console.print(t)
     if len(p.ranks) <= PER_RANK_ROWS:
         ranks = Table("rank", "iteration", "compute", "exposed comm", "host-bound", "idle", "MFU", "peak memory")
         for r in p.ranks:
@@ -164,20 +168,19 @@ def _print(p, prediction_id: str, timeline: Path | None) -> None:
                 f"{r.mfu:.1%}",
                 _gib(r.peak_memory_bytes),
             )
-        out.print(ranks)
+        console.print(ranks)
     else:
         times = [r.iteration_ns for r in p.ranks]
-        out.print(
+        console.print(
             f"{len(p.ranks)} ranks: iteration {_ms(min(times))} … {_ms(max(times))}, slowest rank {p.critical_rank}"
         )
     if p.assumptions:
-        out.print("changed assumptions:", style="bold")
+        console.print("changed assumptions:", style="bold")
         for assumption in p.assumptions:
-            out.print(f"  - {assumption}", highlight=False)
+            console.print(f"  - {assumption}", highlight=False)
     for note in p.notes:
-        out.print(f"note: {note}", style="dim", highlight=False)
-    out.print(
-        f"simulated {p.simulated_calls:,} calls in {p.simulation_s:.2f} s; prediction {prediction_id}", style="dim"
-    )
+        console.print(f"note: {note}", style="dim", highlight=False)
+    stored = f"; prediction {prediction_id}" if prediction_id else ""
+    console.print(f"simulated {p.simulated_calls:,} calls in {p.simulation_s:.2f} s{stored}", style="dim")
     if timeline is not None:
-        out.print(f"timeline: [cyan]{timeline}[/] (open in https://ui.perfetto.dev)")
+        console.print(f"timeline: [cyan]{timeline}[/] (open in https://ui.perfetto.dev)")

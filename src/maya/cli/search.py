@@ -76,6 +76,7 @@ def search_cmd(
         SearchLog,
         SpaceError,
         UnknownSearch,
+        evaluator_salt,
         load_space,
         run_search,
         search_id,
@@ -96,8 +97,8 @@ def search_cmd(
         the_space = load_space(space, command, gpus)
     except SpaceError as e:
         fail(f"{space}: {e}", 2)
-    evaluator = MayaEvaluator("", hardware, per_node, durations, cluster)
-    sid = resume or search_id(the_space, algorithm.value, objective.value, seed, evaluator.salt, price_per_gpu_hour)
+    salt = evaluator_salt(hardware, per_node, durations, cluster)
+    sid = resume or search_id(the_space, algorithm.value, objective.value, seed, salt, price_per_gpu_hour)
     target = out_dir or maya_home() / "searches" / sid
     evaluator = MayaEvaluator(str(target), hardware, per_node, durations, cluster)
     log = SearchLog(sid)

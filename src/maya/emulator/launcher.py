@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,8 +99,9 @@ def _rank_env(
     port: int,
     iterations: int | None,
     device_time: str | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {**os.environ, **(extra or {})}
     env.update(
         {
             "LD_PRELOAD": ":".join(preload_list(lib_dir)),
@@ -166,12 +167,14 @@ def emulate(
     dedup: bool = True,
     iterations: int | None = None,
     device_time: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> EmulationResult:
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
 
     With `iterations`, every rank stops cleanly once that many training iterations (optimizer steps)
     are done, at the start of the next one (iteration_clock.py). `device_time` names the oracle that answers
-    CUDA-event timings (`device_time.spec`; None: host time).
+    CUDA-event timings (`device_time.spec`; None: host time). `env` adds to (or overrides) this process's
+    environment in every rank's, without changing this process's.
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
     passed to `on_output` as they come. With `dedup` and no explicit `ranks`, equivalent ranks are
@@ -197,6 +200,7 @@ def emulate(
         wanted[0] if wanted else -1,
     )
     job.device_time = device_time
+    job.env = dict(env or {})
     job.write_run("running", {"captured_ranks": wanted})
     workers = parallel or os.cpu_count() or 1
     with Watcher(job.mailbox, topology.world_size, job.start):
@@ -267,6 +271,7 @@ class _Job:
         self.lock = threading.Lock()
         self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
         self.assumed: dict[int, list[int]] = {}  # uncaptured ranks a subset's capture stands for (subset.py)
+        self.env: dict[str, str] = {}  # added to every rank's environment
 
     def write_run(self, status: str, attrs: dict) -> None:
         if self.device_time:
@@ -290,7 +295,7 @@ class _Job:
         (raw / "config").write_text(_config(self.hw, raw, rank, self.topology.nproc_per_node))
         t0 = time.monotonic()
         env = _rank_env(
-            self.lib_dir, raw, self.mailbox, rank, self.topology, self.port, self.iterations, self.device_time
+            self.lib_dir, raw, self.mailbox, rank, self.topology, self.port, self.iterations, self.device_time, self.env
         )
         try:
             returncode = _run_rank(

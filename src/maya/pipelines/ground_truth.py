@@ -48,14 +48,9 @@ def digest(root: Path) -> str:
 
 def predict_iteration_ns(workload: Workload, version: str, warehouse: Path) -> float:
     """The simulator's iteration time for the workload's trace, priced by estimator `version`."""
-    from maya.simulator import predict
+    from maya.api import PredictOptions, predict
 
-    prediction, _ = predict(
-        workload.trace,
-        hardware=workload.hardware,
-        durations="estimators",
-        model_version=version,
-        store=False,
-        warehouse=warehouse,
+    options = PredictOptions(
+        hardware=workload.hardware, durations="estimators", estimator_version=version, warehouse=warehouse
     )
-    return float(prediction.iteration_ns)
+    return float(predict(workload.trace, options).iteration_ns)

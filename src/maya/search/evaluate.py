@@ -1,12 +1,10 @@
-"""Evaluating a point for real: emulate the rendered command on virtual GPUs, hash the trace, predict it
-(unless an identical trace was already predicted)."""
+"""Evaluating a point for real: capture the rendered command on virtual GPUs (`maya.api.capture`, cached by its
+command hash), hash the trace, predict it (unless an identical trace was already predicted)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,9 +35,16 @@ class Evaluator(Protocol):
     def __call__(self, task: Task, known_traces: Mapping[str, Outcome]) -> Outcome: ...
 
 
+def evaluator_salt(hardware: str, gpus_per_node: int, durations: str, cluster: str | None) -> str:
+    """What besides the command changes a point's result (part of its command hash and the search id)."""
+    return f"{hardware}/{gpus_per_node}/{durations}/{cluster}"
+
+
 @dataclass(frozen=True)
 class MayaEvaluator:
-    """emulate + predict. `known_traces` maps trace hashes already predicted to their outcomes."""
+    """emulate + predict, through `maya.api`: captures cached atomically under `<out_dir>/runs/<command hash>`
+    (failed ones kept as `<hash>.failed`). `known_traces` maps trace hashes already predicted to their
+    outcomes."""
 
     out_dir: str
     hardware: str = DEFAULT_HARDWARE
@@ -50,41 +55,28 @@ class MayaEvaluator:
     @property
     def salt(self) -> str:
         """What besides the command changes a result."""
-        return f"{self.hardware}/{self.gpus_per_node}/{self.durations}/{self.cluster}"
+        return evaluator_salt(self.hardware, self.gpus_per_node, self.durations, self.cluster)
 
     def __call__(self, task: Task, known_traces: Mapping[str, Outcome]) -> Outcome:
-        from maya.emulator.launcher import Topology, emulate
-        from maya.simulator.predict import predict
+        from maya.api import EmulateOptions, PredictOptions, capture, predict
+        from maya.emulator.capture_cache import CaptureCache
 
         t0 = time.monotonic()
         per_node = min(self.gpus_per_node, task.world_size)
         if task.world_size % per_node:
             return Outcome("failed", reason=f"{task.world_size} GPUs do not fill nodes of {per_node}")
         command_hash = task.command_hash(self.salt)
-        run_dir = Path(self.out_dir) / "runs" / command_hash
-        saved = {k: os.environ.get(k) for k, _ in task.env}
-        os.environ.update(dict(task.env))
-        try:
-            if run_dir.exists():
-                shutil.rmtree(run_dir)  # a capture interrupted before it was logged
-            result = emulate(
-                list(task.argv),
-                run_dir,
-                hardware=self.hardware,
-                topology=Topology(task.world_size // per_node, per_node),
-            )
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        options = EmulateOptions(
+            hardware=self.hardware, nnodes=task.world_size // per_node, nproc_per_node=per_node, env=dict(task.env)
+        )
+        captured = capture(list(task.argv), options, cache=CaptureCache(Path(self.out_dir) / "runs"), key=command_hash)
+        run_dir = captured.run_dir
         base = dict(command_hash=command_hash, run_dir=str(run_dir), world_size=task.world_size)
-        if result.status != "complete":
-            peak = max((r.peak_bytes for r in result.ranks), default=None)
-            error = next((r.error for r in result.ranks if r.error), None) or "the script failed"
-            reason = "out of memory while emulating" if result.status == "oom" else error.strip().splitlines()[-1]
+        if not captured.ok:
             return Outcome(
-                "oom" if result.status == "oom" else "failed",
-                peak_memory_bytes=peak,
-                reason=reason,
+                "oom" if captured.status == "oom" else "failed",
+                peak_memory_bytes=captured.peak_bytes,
+                reason=captured.reason,
                 seconds=time.monotonic() - t0,
                 **base,
             )
@@ -103,7 +95,7 @@ class MayaEvaluator:
                 **base,
             )
         try:
-            p, _ = predict(run_dir, hardware=self.hardware, durations=self.durations, cluster=self.cluster, store=False)
+            p = predict(run_dir, PredictOptions(hardware=self.hardware, durations=self.durations, cluster=self.cluster))
         except Exception as e:  # noqa: BLE001 - any failure of one point is that point's outcome
             return Outcome("failed", reason=f"predict: {e}", trace_hash=digest, seconds=time.monotonic() - t0, **base)
         return Outcome(

@@ -1,5 +1,5 @@
 """Predict a run: load → re-target (GPU, data-parallel degree, cluster) → `simulate` (simulation.py) → report
-(`summarize`, with the notes of notes.py) (→ band, timeline, warehouse)."""
+(`summarize`, with the notes of notes.py) (→ band, timeline; storing it is the caller's: `maya.api.record`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from .oom import check_stopped_by_oom
 from .report import Prediction, job_figures, measured_iteration, memory_peak, mfu_dtype, rank_report
 from .retarget import gpu_assumption, retarget, source_hardware
 from .simulation import Simulation, simulate
-from .store import store_prediction
 from .timeline import write_timeline
 from .trace import TraceSet, load
 
@@ -141,15 +140,15 @@ def predict(
     model_version: str = "latest",
     cluster: str | None = None,
     dp: int | None = None,
-    store: bool = True,
     warehouse: str | Path | None = None,
     band: bool = False,
     contention: bool = True,
-) -> tuple[Prediction, str | None]:
+) -> Prediction:
     """Predict a run, optionally re-targeted to another GPU (`hardware`), data-parallel degree (`dp`) or
-    cluster; returns the prediction and its warehouse id (None with `store=False`). With `band`, it carries the
-    10–90% band of its iteration time (`band.iteration_band`: two more replays). The timeline shows every
-    rank of jobs up to `TIMELINE_RANKS` ranks, else the captured ones. `contention`: see `simulate`."""
+    cluster. Stores nothing (`store.store_prediction` does; `warehouse` is where estimator versions are looked
+    up); the one file it writes is the `timeline`, when asked. With `band`, the prediction carries the 10–90%
+    band of its iteration time (`band.iteration_band`: two more replays). The timeline shows every rank of
+    jobs up to `TIMELINE_RANKS` ranks, else the captured ones. `contention`: see `simulate`."""
     traces = load(run_dir)
     if not traces.ranks:
         raise ValueError(f"{run_dir}: the run has no api_calls (nothing was captured)")
@@ -183,4 +182,4 @@ def predict(
             traces,
             ranks=None if len(sim.replicas) <= TIMELINE_RANKS else captured,
         )
-    return prediction, store_prediction(prediction, warehouse) if store else None
+    return prediction

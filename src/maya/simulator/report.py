@@ -104,6 +104,22 @@ class Prediction:
             ]
         return out
 
+    def to_frame(self, *, per_rank: bool = False) -> pd.DataFrame:
+        """The job's figures as a one-row DataFrame indexed by `run_id` (times also in ms, the band as
+        `band_low_ms` / `band_high_ms`, notes and assumptions as lists); with `per_rank`, one row per simulated
+        rank indexed by `rank`."""
+        if per_rank:
+            rows = [{k: v for k, v in asdict(r).items() if k != "iteration_ends_ns"} for r in self.ranks]
+            frame = pd.DataFrame(rows, columns=[f for f in RankReport.__dataclass_fields__ if f != "iteration_ends_ns"])
+            frame["iteration_ms"] = frame["iteration_ns"] / 1e6
+            return frame.set_index("rank")
+        row = self.to_dict(per_rank=False)
+        breakdown, band = row.pop("breakdown_ms"), row.pop("band") or {}
+        row |= {f"{name}_ms": ms for name, ms in breakdown.items()}
+        row |= {"band_low_ms": band["low_ns"] / 1e6 if band else None}
+        row |= {"band_high_ms": band["high_ns"] / 1e6 if band else None}
+        return pd.DataFrame([row]).set_index("run_id")
+
 
 def _median_pick(durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positions and weights of the median element(s) of `durations`."""

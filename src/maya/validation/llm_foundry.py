@@ -101,18 +101,18 @@ def plan(row: int, values: pd.Series) -> RowPlan:
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
     """The steady optimizer step of the row's trace on its GPU and cluster, with its 10-90% band."""
-    from maya.simulator import predict as simulate_run
+    from maya.api import PredictOptions
+    from maya.api import predict as predict_run
 
-    p, _ = simulate_run(
-        run_dir,
+    options = PredictOptions(
         hardware=plan.hardware,
-        durations="estimators",
-        model_version=version,
         cluster=plan.cluster,
-        store=False,
+        durations="estimators",
+        estimator_version=version,
         warehouse=warehouse,
         band=True,
     )
+    p = predict_run(run_dir, options)
     band = p.band or {}
     return Predicted(
         predicted_s=p.iteration_ns / 1e9,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import maya
 from maya.core.paths import data_dir
+from maya.emulator.capture_cache import emulator_digest
 
 GPUS_PER_NODE = 8
 
@@ -71,13 +72,6 @@ class Predicted:
     mfu: float | None
     details: dict = field(default_factory=dict)
     """Breakdown, notes, assumptions and kind-specific figures (stored as JSON)."""
-
-
-@lru_cache(maxsize=1)
-def emulator_digest() -> str:
-    """Of the emulator's source and Maya's version: a changed emulator captures anew."""
-    root = Path(maya.__file__).parent / "emulator"
-    return _digest([*sorted(root.rglob("*.py")), *sorted((root / "native").glob("*.[ch]*"))], maya.__version__)
 
 
 @lru_cache(maxsize=1)

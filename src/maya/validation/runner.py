@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
-import os
-import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -31,6 +29,7 @@ KINDS = {"llm-foundry": "maya.validation.llm_foundry", "neusight": "maya.validat
 `predict(plan, run_dir, version, warehouse) -> Predicted`. Named, not imported: worker processes import
 them by name."""
 REASON_CHARS = 600
+"""Longest reason stored for a row that failed."""
 
 
 def traces_dir() -> Path:
@@ -243,58 +242,20 @@ def evaluate(task: _Task) -> RowResult:
 
 
 def _trace(plan: RowPlan, root: Path) -> tuple[Path, bool, tuple[str, str, int | None] | None]:
-    """The row's emulated run: the cached one when its command was emulated to completion before, else a new
-    capture (written under a temporary name, renamed into place once complete). Returns the run, whether it
-    was reused, and (status, reason, peak bytes) when the emulation did not complete."""
-    from maya.emulator.launcher import Topology, emulate
-    from maya_trace_spec import Run
+    """The row's emulated run from the capture cache under `root` (`maya.api.capture`, keyed by the row's command
+    hash). Returns the run, whether it was reused, and (status, reason, peak bytes) when the emulation did not
+    complete."""
+    from maya.api import EmulateOptions, capture
+    from maya.emulator.capture_cache import CaptureCache
 
-    run_dir = root / plan.command_hash()
-    if run_dir.is_dir():
-        try:
-            if Run(run_dir).info["status"] == "complete":
-                return run_dir, True, None
-        except Exception:  # noqa: BLE001 - an unreadable cached run is captured again
-            pass
-        shutil.rmtree(run_dir)
-    partial = root / f".{run_dir.name}.{os.getpid()}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
-    result = emulate(
-        [str(plan.script), *plan.args],
-        partial,
-        hardware=plan.hardware,
-        topology=Topology(plan.nnodes, plan.per_node),
-        iterations=plan.iterations or None,
+    options = EmulateOptions(
+        hardware=plan.hardware, nnodes=plan.nnodes, nproc_per_node=plan.per_node, iterations=plan.iterations or None
     )
-    if result.status != "complete":
-        failed = root / f"{run_dir.name}.failed"
-        shutil.rmtree(failed, ignore_errors=True)
-        partial.rename(failed)
-        peak = max((r.peak_bytes for r in result.ranks), default=None)
-        if result.status == "oom":
-            return (
-                failed,
-                False,
-                ("oom", f"out of memory while emulating (peak {peak / 2**30:.1f} GiB); logs in {failed}/logs", peak),
-            )
-        error = next((r.error for r in result.ranks if r.error), None) or _log_tail(failed)
-        return failed, False, ("failed", f"emulation {result.status}: {error.strip()[-REASON_CHARS:]}", peak)
-    try:
-        partial.rename(run_dir)
-    except OSError:  # another worker captured the same command meanwhile: keep its run
-        if Run(run_dir).info["status"] != "complete":
-            raise
-        shutil.rmtree(partial)
-    return run_dir, False, None
-
-
-def _log_tail(run_dir: Path) -> str:
-    logs = sorted((run_dir / "logs").glob("rank*.txt"))
-    if not logs:
-        return "the script failed (no log)"
-    lines = [line for line in logs[0].read_text(errors="replace").splitlines() if line.strip()]
-    return " | ".join(lines[-3:]) or "the script failed (empty log)"
+    captured = capture([str(plan.script), *plan.args], options, cache=CaptureCache(root), key=plan.command_hash())
+    if captured.ok:
+        return captured.run_dir, captured.reused, None
+    status = "oom" if captured.status == "oom" else "failed"
+    return captured.run_dir, False, (status, captured.reason, captured.peak_bytes)
 
 
 def _copy_prediction(known: RowResult, result: RowResult) -> None:

@@ -1,0 +1,41 @@
+"""Maya's application layer: the use cases that span the stages, for every driver (the CLI, the demo, search,
+validation, the pipelines) and for notebooks.
+
+    import maya
+    run = maya.open_run("runs/gpt")                       # the run's tables as DataFrames
+    run.kernels().groupby("family").size()
+    prediction = run.predict(hardware="a100-sxm-80gb")    # or maya.predict(path, maya.PredictOptions(...))
+    prediction.to_frame()
+    maya.record(prediction)                               # only when it should be kept in the warehouse
+"""
+
+from .analysis import RunAnalysis, open_run
+from .stages import (
+    DEVICE_TIME_CHOICES,
+    DURATION_CHOICES,
+    Capture,
+    DeviceTime,
+    EmulateOptions,
+    PredictOptions,
+    capture,
+    command_key,
+    device_time,
+    predict,
+    record,
+)
+
+__all__ = [
+    "DEVICE_TIME_CHOICES",
+    "DURATION_CHOICES",
+    "Capture",
+    "DeviceTime",
+    "EmulateOptions",
+    "PredictOptions",
+    "RunAnalysis",
+    "capture",
+    "command_key",
+    "device_time",
+    "open_run",
+    "predict",
+    "record",
+]

@@ -1,0 +1,246 @@
+"""The use cases that span the stages: `capture` a script on virtual GPUs, `predict` a run (no side effect) and
+`record` a prediction in the warehouse, each configured by a frozen options object. Every driver (the CLI, the
+demo, search, validation, the pipelines) goes through these; none composes the stages itself."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from maya.core.hardware import DEFAULT_HARDWARE
+
+if TYPE_CHECKING:
+    from maya.emulator.capture_cache import CaptureCache
+    from maya.emulator.launcher import EmulationResult, RankResult
+    from maya.simulator import DurationProvider, Prediction
+    from maya.simulator.oom import OutOfMemory
+
+DEVICE_TIME_CHOICES = ("estimators", "roofline", "host")
+"""What CUDA-event timings read in the emulated ranks (`maya emulate --device-time`)."""
+DURATION_CHOICES = ("auto", "estimators", "roofline", "measured")
+"""Where a prediction's durations come from (`maya predict --durations`)."""
+
+
+@dataclass(frozen=True)
+class EmulateOptions:
+    """How to capture a script (what `maya emulate` takes). `iterations` None runs the script to its end;
+    `device_time` 'host' times CUDA events by host time (the oracle choices: `DEVICE_TIME_CHOICES`, priced by
+    `estimator_version`); `env` is added to every rank's environment (a mapping, kept as sorted pairs)."""
+
+    hardware: str = DEFAULT_HARDWARE
+    nnodes: int = 1
+    nproc_per_node: int = 1
+    ranks: tuple[int, ...] | None = None
+    """Ranks to capture (None: all; the others replay a captured rank of their pipeline stage)."""
+    dedup: bool = True
+    iterations: int | None = None
+    device_time: str = "host"
+    estimator_version: str = "latest"
+    env: tuple[tuple[str, str], ...] | Mapping[str, str] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("nnodes", "nproc_per_node"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+        if self.iterations is not None and self.iterations < 0:
+            raise ValueError(f"iterations must be >= 0 (None or 0: run to the end), not {self.iterations}")
+        if self.device_time not in DEVICE_TIME_CHOICES:
+            raise ValueError(f"unknown device_time {self.device_time!r}; choose from {', '.join(DEVICE_TIME_CHOICES)}")
+        if self.ranks is not None:
+            ranks = tuple(sorted(set(self.ranks)))
+            outside = [r for r in ranks if not 0 <= r < self.world_size]
+            if outside:
+                raise ValueError(f"rank(s) {outside} outside the world of {self.world_size}")
+            object.__setattr__(self, "ranks", ranks)
+        pairs = self.env.items() if isinstance(self.env, Mapping) else self.env
+        env = tuple(sorted((k, v) for k, v in pairs))
+        bad = [k for k, v in env if not (isinstance(k, str) and k and "=" not in k and isinstance(v, str))]
+        if bad:
+            raise ValueError(f"env: names must be non-empty strings without '=' and values strings: {bad}")
+        object.__setattr__(self, "env", env)
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """How to predict a run (what `maya predict` takes): the GPU, data-parallel degree and cluster to re-target
+    to (None: the trace's), where durations come from (`DURATION_CHOICES` or a `DurationProvider`), the
+    estimator version and the warehouse it is looked up in, cost inputs, the 10-90% `band` (two more
+    replays), kernels slowed by concurrent collectives (`contention`) and a Perfetto `timeline` to write."""
+
+    hardware: str | None = None
+    dp: int | None = None
+    cluster: str | None = None
+    durations: str | DurationProvider = "auto"
+    estimator_version: str = "latest"
+    price_per_gpu_hour: float | None = None
+    tokens_per_iteration: float | None = None
+    band: bool = False
+    contention: bool = True
+    timeline: str | Path | None = None
+    warehouse: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.durations, str) and self.durations not in DURATION_CHOICES:
+            raise ValueError(f"unknown durations {self.durations!r}; choose from {', '.join(DURATION_CHOICES)}")
+        if self.dp is not None and self.dp < 1:
+            raise ValueError(f"dp must be >= 1, not {self.dp}")
+        for name in ("price_per_gpu_hour", "tokens_per_iteration"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0, not {value}")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """The outcome of `capture`: the run directory and its status ('complete', 'oom', 'failed'), why it did not
+    complete (`reason`), the largest peak of device memory of a rank, whether a cached run was reused, and the
+    emulation's per-rank results (None when reused)."""
+
+    run_dir: Path
+    status: str
+    reason: str | None = None
+    peak_bytes: int | None = None
+    reused: bool = False
+    result: EmulationResult | None = None
+    key: str | None = None
+    """The capture cache's key (None: not cached)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "complete"
+
+    @property
+    def ranks(self) -> list[RankResult]:
+        return self.result.ranks if self.result is not None else []
+
+    def out_of_memory(self) -> list[OutOfMemory]:
+        """The out-of-memory failure of every rank that stopped on one (`simulator.oom`: one meaning of
+        "in use", the bytes allocated when the allocation failed)."""
+        from maya.simulator.oom import recorded_ooms
+        from maya.simulator.trace import load
+
+        return recorded_ooms(load(self.run_dir)) if self.status == "oom" else []
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    """The device-time oracle of an emulation: the `MAYA_EMU_DEVICE_TIME` value (None: host time) and what
+    it is, in words."""
+
+    spec: str | None
+    described: str
+
+
+def device_time(options: EmulateOptions) -> DeviceTime:
+    """The oracle `options` ask for; ValueError names an estimator version that is not registered."""
+    from maya.core import hardware as catalog
+    from maya.emulator.device_time import spec
+    from maya.simulator.device_time import FACTORY, resolve
+
+    oracle_options, described = resolve(options.device_time, options.estimator_version)
+    if oracle_options is None:
+        return DeviceTime(None, described)
+    return DeviceTime(spec(FACTORY, hardware=catalog.get(options.hardware).name, **oracle_options), described)
+
+
+def command_key(argv: Sequence[str], options: EmulateOptions) -> str:
+    """The capture cache's key of a command: the script's content (when `argv[0]` is a file), the arguments,
+    the options and the emulator's source."""
+    from maya.emulator.capture_cache import emulator_digest
+
+    script = Path(argv[0]) if argv else None
+    content = hashlib.sha256(script.read_bytes()).hexdigest() if script and script.is_file() else None
+    blob = json.dumps([content, list(argv), asdict(options), emulator_digest()], default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def capture(
+    argv: Sequence[str],
+    options: EmulateOptions = EmulateOptions(),
+    *,
+    out_dir: str | Path | None = None,
+    cache: CaptureCache | None = None,
+    key: str | None = None,
+    oracle: DeviceTime | None = None,
+    on_rank_done: Callable[[RankResult], None] | None = None,
+    on_output: Callable[[str], None] | None = None,
+) -> Capture:
+    """Emulate `argv` (`script.py args` or `-m module args`) on virtual GPUs. Into `out_dir` (default a new
+    folder under `$MAYA_HOME/runs`), or through `cache`: the complete run of `key` (default `command_key`)
+    reused, else captured atomically. Raises `BuildError`, `FileExistsError` (`out_dir` not empty) and
+    ValueError (bad options); a script that fails or runs out of memory is the capture's status. `oracle`:
+    the device-time oracle if already resolved (`device_time(options)`)."""
+    from maya.core.paths import runs_dir
+    from maya.emulator.capture_cache import failure_summary
+    from maya.emulator.launcher import Topology, emulate
+
+    if cache is not None and out_dir is not None:
+        raise ValueError("give out_dir or cache, not both")
+    if not argv:
+        raise ValueError("no script to capture: argv is empty")
+    spec = (oracle or device_time(options)).spec
+
+    def run(target: Path) -> EmulationResult:
+        return emulate(
+            list(argv),
+            target,
+            hardware=options.hardware,
+            topology=Topology(options.nnodes, options.nproc_per_node),
+            ranks=options.ranks,
+            dedup=options.dedup,
+            iterations=options.iterations or None,
+            device_time=spec,
+            env=dict(options.env),
+            on_rank_done=on_rank_done,
+            on_output=on_output,
+        )
+
+    if cache is None:
+        result = run(Path(out_dir) if out_dir is not None else runs_dir() / time.strftime("emulate-%Y%m%d-%H%M%S"))
+        cached_key = None
+    else:
+        cached_key = key or command_key(argv, options)
+        cached = cache.capture(cached_key, run)
+        if cached.result is None:
+            return Capture(cached.run_dir, "complete", reused=True, key=cached_key)
+        result = cached.result
+    peak = max((r.peak_bytes for r in result.ranks), default=None)
+    reason = None if result.status == "complete" else failure_summary(result)
+    return Capture(result.run_dir, result.status, reason, peak, False, result, cached_key)
+
+
+def predict(run_dir: str | Path, options: PredictOptions = PredictOptions()) -> Prediction:
+    """Predict a run's iteration time, breakdown, MFU, memory and cost. Stores nothing (`record` does); writes
+    only `options.timeline`, when given."""
+    from maya.simulator.predict import predict as simulate_run
+
+    return simulate_run(
+        run_dir,
+        hardware=options.hardware,
+        durations=options.durations,
+        price_per_gpu_hour=options.price_per_gpu_hour,
+        tokens_per_iteration=options.tokens_per_iteration,
+        timeline=options.timeline,
+        model_version=options.estimator_version,
+        cluster=options.cluster,
+        dp=options.dp,
+        warehouse=options.warehouse,
+        band=options.band,
+        contention=options.contention,
+    )
+
+
+def record(prediction: Prediction, *, warehouse: str | Path | None = None) -> str:
+    """Store `prediction` in the warehouse (table `predictions`, one transaction); returns its id."""
+    from maya.simulator.store import store_prediction
+
+    return store_prediction(prediction, warehouse)

@@ -1,0 +1,137 @@
+"""One atomic cache of emulated runs, keyed by a command hash: `<root>/<key>/` is a complete run. A capture is
+written under a hidden temporary name and renamed into place once complete, so a run under its key is never
+partial; a capture that did not complete is kept as `<root>/<key>.failed/` for its logs (the next capture
+of the key tries again). Also the one summary of why an emulation did not complete (`failure_summary`)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import maya
+
+if TYPE_CHECKING:
+    from .launcher import EmulationResult
+
+REASON_CHARS = 600
+"""Longest failure summary: the exception's type and message, not the whole traceback."""
+_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+@dataclass(frozen=True)
+class Cached:
+    """A run of the cache: where it is, whether it was there before, and the emulation (None when reused)."""
+
+    run_dir: Path
+    reused: bool
+    result: EmulationResult | None
+
+
+class CaptureCache:
+    """Complete runs under `root`, one per key; failed captures beside them as `<key>.failed/`."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        """Where the complete run of `key` is (or will be)."""
+        if not _KEY.match(key):
+            raise ValueError(f"capture cache key {key!r} is not a plain name (letters, digits, '-' and '_')")
+        return self.root / key
+
+    def failed_path(self, key: str) -> Path:
+        """Where the last capture of `key` that did not complete is kept."""
+        return self.root / f"{self.path(key).name}.failed"
+
+    def lookup(self, key: str) -> Path | None:
+        """The complete run of `key`, or None."""
+        run_dir = self.path(key)
+        return run_dir if run_dir.is_dir() and _complete(run_dir) else None
+
+    def capture(self, key: str, emulate: Callable[[Path], EmulationResult]) -> Cached:
+        """The run of `key`: the cached one, else `emulate(partial)` into a hidden folder renamed to the key once
+        complete (or to `<key>.failed` when not). A concurrent capture of the same key that landed first wins."""
+        found = self.lookup(key)
+        if found is not None:
+            return Cached(found, True, None)
+        run_dir = self.path(key)
+        self.root.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".partial", dir=self.root))
+        try:
+            result = emulate(partial)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        if result.status != "complete":
+            failed = self.failed_path(key)
+            shutil.rmtree(failed, ignore_errors=True)
+            partial.rename(failed)
+            result.run_dir = failed
+            return Cached(failed, False, result)
+        if run_dir.exists() and not _complete(run_dir):  # unreadable leftovers under the key: captured anew
+            shutil.rmtree(run_dir)
+        try:
+            partial.rename(run_dir)
+        except OSError:  # another capture of the same key landed meanwhile: keep its run
+            if not _complete(run_dir):
+                raise
+            shutil.rmtree(partial)
+            return Cached(run_dir, True, None)
+        result.run_dir = run_dir
+        return Cached(run_dir, False, result)
+
+
+@lru_cache(maxsize=1)
+def emulator_digest() -> str:
+    """Of the emulator's source and Maya's version: part of every cache key, so a changed emulator captures
+    anew."""
+    root = Path(__file__).parent
+    h = hashlib.sha256(maya.__version__.encode())
+    for path in [*sorted(root.rglob("*.py")), *sorted((root / "native").glob("*.[ch]*"))]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _complete(run_dir: Path) -> bool:
+    from maya_trace_spec import Run
+
+    try:
+        return Run(run_dir).info["status"] == "complete"
+    except Exception:  # noqa: BLE001 - an unreadable run is not a complete one
+        return False
+
+
+def failure_summary(result: EmulationResult) -> str:
+    """Why an emulation did not complete, in one line: out of memory (with the peak), else the first failed
+    rank's exception (type and message), else the tail of its log."""
+    logs = result.run_dir / "logs"
+    if result.status == "oom":
+        peak = max((r.peak_bytes for r in result.ranks), default=0)
+        return f"out of memory while emulating (peak {peak / 2**30:.1f} GiB); logs in {logs}"
+    error = next((r.error for r in result.ranks if r.error), None)
+    message = exception_message(error) if error else _log_tail(logs)
+    return f"emulation {result.status}: {message}"[:REASON_CHARS]
+
+
+def exception_message(error: str) -> str:
+    """A failed rank's exception, type and whole message (which may span lines), from its traceback; else
+    the traceback's last line."""
+    lines = error.strip().splitlines()
+    start = next((i for i in range(len(lines) - 1, -1, -1) if _EXCEPTION_LINE.match(lines[i])), len(lines) - 1)
+    return " ".join(line.strip() for line in lines[start:])[:2000]
+
+
+def _log_tail(logs: Path) -> str:
+    files = sorted(logs.glob("rank*.txt"))
+    if not files:
+        return "the script failed (no log)"
+    lines = [line for line in files[0].read_text(errors="replace").splitlines() if line.strip()]
+    return " | ".join(lines[-3:]) or "the script failed (empty log)"
