@@ -14,7 +14,7 @@ from maya.cli import app
 from maya.core.sql import QueryRefused
 from maya.emulator import capture_cache, launcher
 from maya.emulator.capture_cache import CaptureCache, failure_summary
-from maya.emulator.launcher import EmulationResult, RankResult
+from maya.emulator.launcher import EmulationResult, RankCapture
 from maya_trace_spec import Run, RunWriter, TraceError, read_table, synthetic
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 3\nRuntimeError: boom\n  on two lines\n'
@@ -38,7 +38,7 @@ class FakeLauncher:
     def __call__(self, argv, out_dir, **kw) -> EmulationResult:
         self.calls.append({"argv": argv, "out_dir": out_dir, **kw})
         one_rank_run(out_dir, self.status)
-        rank = RankResult(0, self.status, 1, 60, self.peak, {}, self.error, 0.1)
+        rank = RankCapture(0, self.status, 1, 60, self.peak, {}, self.error, 0.1)
         return EmulationResult(out_dir, self.status, [rank])
 
 
@@ -158,9 +158,9 @@ def test_cache_keys_are_plain_names(tmp_path):
 def test_the_failure_summary_falls_back_to_the_log(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "rank0.txt").write_text("loading\n\nno GPU found\nexiting\n")
-    result = EmulationResult(tmp_path, "failed", [RankResult(0, "failed", 1, 0, 0, {}, None, 0.1)])
+    result = EmulationResult(tmp_path, "failed", [RankCapture(0, "failed", 1, 0, 0, {}, None, 0.1)])
     assert failure_summary(result) == "emulation failed: loading | no GPU found | exiting"
-    long = EmulationResult(tmp_path, "failed", [RankResult(0, "failed", 1, 0, 0, {}, "ValueError: " + "x" * 900, 0)])
+    long = EmulationResult(tmp_path, "failed", [RankCapture(0, "failed", 1, 0, 0, {}, "ValueError: " + "x" * 900, 0)])
     assert len(failure_summary(long)) == capture_cache.REASON_CHARS
 
 

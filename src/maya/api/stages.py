@@ -16,7 +16,7 @@ from maya.core.hardware import DEFAULT_HARDWARE
 
 if TYPE_CHECKING:
     from maya.emulator.capture_cache import CaptureCache
-    from maya.emulator.launcher import EmulationResult, RankResult
+    from maya.emulator.launcher import EmulationResult, RankCapture
     from maya.simulator import DurationProvider, Prediction
     from maya.simulator.oom import OutOfMemory
 
@@ -119,7 +119,7 @@ class Capture:
         return self.status == "complete"
 
     @property
-    def ranks(self) -> list[RankResult]:
+    def ranks(self) -> list[RankCapture]:
         return self.result.ranks if self.result is not None else []
 
     def out_of_memory(self) -> list[OutOfMemory]:
@@ -171,7 +171,7 @@ def capture(
     cache: CaptureCache | None = None,
     key: str | None = None,
     oracle: DeviceTime | None = None,
-    on_rank_done: Callable[[RankResult], None] | None = None,
+    on_rank_done: Callable[[RankCapture], None] | None = None,
     on_output: Callable[[str], None] | None = None,
 ) -> Capture:
     """Emulate `argv` (`script.py args` or `-m module args`) on virtual GPUs. Into `out_dir` (default a new
