@@ -88,7 +88,7 @@ ESTIMATOR_VERSION = Annotated[
 ]
 """The kernel estimator version a command prices with (was `--model-version`)."""
 JOBS = Annotated[
-    int, typer.Option("--jobs", min=1, help="How many to evaluate at once (an emulation uses every core).")
+    int, typer.Option("--jobs", min=1, help="Evaluations run at once (each emulation already uses every core).")
 ]
 """Concurrency (was `--parallel` in `maya search`)."""
 DURATIONS = Annotated[
