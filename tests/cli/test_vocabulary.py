@@ -237,3 +237,20 @@ def test_sql_markdown_and_json(run):
     assert as_json.stdout == maya("sql", query, "--format", "json").stdout
     r = maya("sql", query, "--json", "--format", "csv")
     assert r.exit_code == 2 and "--json" in r.stderr
+
+
+def test_validate_passes_its_options_to_the_suite_runner(monkeypatch, tmp_path):
+    from maya import validation
+    from maya.estimators import RegistryError
+
+    received = {}
+
+    def run_suite(suite, rows, **options):
+        received.update(options)
+        raise RegistryError("stop here")
+
+    monkeypatch.setattr(validation, "run_suite", run_suite)
+    warehouse = tmp_path / "w.duckdb"
+    r = maya("validate", "llm-foundry-smoke", "--model-version", "v4", "--jobs", "2", "--warehouse", warehouse)
+    assert r.exit_code == 1 and "stop here" in r.stderr
+    assert (received["version"], received["jobs"], received["warehouse"]) == ("v4", 2, warehouse)

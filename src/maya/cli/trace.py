@@ -43,7 +43,12 @@ def trace_check(path: Annotated[Path, typer.Argument(metavar="PATH", help="Run d
     out.print(f"[green]✓[/] {path} is a valid maya_trace_spec trace")
 
 
-trace_app.command("validate", hidden=True, cls=command(replaced_by="maya trace check"))(trace_check)
+trace_app.command(
+    "validate",
+    hidden=True,
+    help="Deprecated alias of maya trace check (the schema check).",
+    cls=command(replaced_by="maya trace check"),
+)(trace_check)
 
 
 class ExportFormat(str, Enum):
