@@ -202,8 +202,8 @@ def test_hardware_lists_the_catalog():
     assert [p["name"] for p in listed] == hardware.names()
     h100 = next(p for p in listed if p["name"] == "h100-sxm")
     assert h100["memory_bytes"] == hardware.get("h100-sxm").memory_bytes
-    table = maya("hardware", COLUMNS="120").stdout
-    assert all(name in table for name in hardware.names())
+    table = maya("hardware", COLUMNS="80").stdout
+    assert all(f"│ {name} " in table for name in hardware.names())
 
 
 def test_hardware_shows_one_part_and_refuses_unknown_names():
@@ -217,6 +217,8 @@ def test_clusters_lists_the_shipped_clusters():
     r = maya("clusters", "--json")
     assert r.exit_code == 0, r.output
     assert [c["name"] for c in json.loads(r.stdout)] == cluster_names()
+    table = maya("clusters", COLUMNS="80").stdout  # names whole, as --cluster takes them
+    assert all(f"│ {name} " in table for name in cluster_names())
     r = maya("clusters", "dgx-h100", COLUMNS="200")
     assert r.exit_code == 0 and load_cluster("dgx-h100").summary() in r.stdout
     r = maya("clusters", "nosuch")

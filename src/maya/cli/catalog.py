@@ -8,7 +8,7 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
 from .common import JSON, fail, out
 
@@ -45,7 +45,7 @@ def hardware_cmd(
     if as_json:
         _json([dataclasses.asdict(hw) for hw in parts])
         return
-    table = Table("name", "device", "memory", "HBM GB/s", "bf16 TFLOP/s", "SMs")
+    table = Table(Column("name", no_wrap=True), "device", "memory", "HBM GB/s", "bf16 TFLOP/s", "SMs")
     for hw in parts:
         table.add_row(
             hw.name,
@@ -87,17 +87,9 @@ def clusters_cmd(
         if spec.description:
             out.print(spec.description, highlight=False)
         return
-    table = Table("name", "GPU", "GPUs per node", "within a node", "network")
+    table = Table(Column("name", no_wrap=True), "GPU: nodes and network")
     for spec in specs:
-        nv, net = spec.nvlink, spec.network
-        inside = f"NVLink {nv.fabric} {nv.gbs:g} GB/s" if nv and spec.p2p else "PCIe" if spec.p2p else "host memory"
-        table.add_row(
-            spec.name,
-            spec.hardware or "-",
-            str(spec.gpus_per_node),
-            inside,
-            f"{net.nics_per_node} x {net.link} {net.nic_gbs * 8:g} Gb/s" if net else "not described",
-        )
+        table.add_row(spec.name, (f"{spec.hardware}: " if spec.hardware else "") + spec.summary())
     out.print(table)
 
 
