@@ -1,4 +1,4 @@
-"""The `maya` CLI: version, read-only SQL, trace validation and migration, the demo."""
+"""The `maya` CLI: version, read-only SQL, trace check and migration, the demo."""
 
 import json
 
@@ -91,17 +91,17 @@ def test_sql_bad_query_is_a_clear_error(run_dir):
     assert r.exit_code == 1 and "no_such_table" in r.stderr
 
 
-def test_trace_validate(run_dir):
-    r = maya("trace", "validate", run_dir)
+def test_trace_check(run_dir):
+    r = maya("trace", "check", run_dir)
     assert r.exit_code == 0 and "valid" in r.stdout
     f = table_files(run_dir, "ops")[1][1]
     f.write_bytes(f.read_bytes()[:100])
-    r = maya("trace", "validate", run_dir)
+    r = maya("trace", "check", run_dir)
     assert r.exit_code == 1
     assert str(f) in r.stderr and "truncated" in r.stderr
-    r = maya("trace", "validate", f)
+    r = maya("trace", "check", f)
     assert r.exit_code == 1 and str(f) in r.stderr
-    r = maya("trace", "validate", run_dir / "nope")
+    r = maya("trace", "check", run_dir / "nope")
     assert r.exit_code == 1 and "no such file" in r.stderr
 
 

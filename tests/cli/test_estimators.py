@@ -47,7 +47,7 @@ def test_eval_mape_matches_a_hand_computation(trained, test_rows, tmp_path):
     rows = test_rows[test_rows["op"] == "bmm"].head(3)
     dataset = tmp_path / "three.parquet"
     rows.to_parquet(dataset)
-    r = maya("estimators", "eval", "--dataset", dataset, "--version", "v1")
+    r = maya("estimators", "eval", "--dataset", dataset, "--estimator-version", "v1")
     assert r.exit_code == 0, r.output
     # NeuSight's bmm is [m, n] x [n, k] row-major: in the call frame's (cuBLAS) sizes m = its k, n = its m
     calls = pd.DataFrame(
@@ -81,7 +81,7 @@ def test_eval_errors(trained, test_rows, tmp_path):
     assert r.exit_code == 1 and "missing column(s) latency_ms" in r.stderr  # the closest layout, NeuSight's
     good = tmp_path / "good.parquet"
     test_rows.head(2).to_parquet(good)
-    r = maya("estimators", "eval", "--dataset", good, "--version", "v7")
+    r = maya("estimators", "eval", "--dataset", good, "--estimator-version", "v7")
     assert r.exit_code == 1 and "unknown estimator version 'v7'" in r.stderr
     r = maya("estimators", "eval", "--dataset", tmp_path / "nope.parquet")
     assert r.exit_code == 1 and "no such file" in r.stderr

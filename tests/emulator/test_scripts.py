@@ -11,6 +11,7 @@ from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli.app import app
+from maya.cli.emulate import DEFAULT_ITERATIONS
 from maya.core import hardware
 from maya.emulator import convert
 from maya.emulator.launcher import emulate as emulate_run
@@ -155,7 +156,7 @@ def test_iterations_say_when_they_cannot_bound_a_script(tmp_path):
 
 def test_iterations_default_is_stated():
     r = runner.invoke(app, ["emulate", "--help"], terminal_width=200)
-    assert "--iterations" in r.output and "Default 20" in r.output
+    assert "--iterations" in r.output and f"[default: {DEFAULT_ITERATIONS}]" in r.output
 
 
 def test_nvidia_smi_and_nvml(tmp_path):

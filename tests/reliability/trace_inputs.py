@@ -1,7 +1,7 @@
 """Trace directories as Maya reads them: a small valid run, mutated — Parquet bytes flipped or cut, columns
 dropped, renamed, retyped or added, metadata versions and table names changed, rows breaking the spec's
 constraints or pointing at rows that do not exist, stray entries in the layout — then read
-(`Run`, `read_table`) and validated (`validate_run`, `maya trace validate`)."""
+(`Run`, `read_table`) and validated (`validate_run`, `maya trace check`)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ class Mutation:
 
 @dataclass(frozen=True)
 class Damage:
-    """Mutations applied in turn to a copy of the base run; `cli`: also run `maya trace validate`."""
+    """Mutations applied in turn to a copy of the base run; `cli`: also run `maya trace check`."""
 
     mutations: tuple[Mutation, ...]
     cli: bool = False
@@ -409,11 +409,11 @@ def _cli(run: Path, problems: list) -> None:
 
     from maya.cli import app
 
-    r = CliRunner().invoke(app, ["trace", "validate", str(run)])
+    r = CliRunner().invoke(app, ["trace", "check", str(run)])
     if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise Undocumented(f"maya trace validate raised {type(r.exception).__name__}: {r.exception}")
+        raise Undocumented(f"maya trace check raised {type(r.exception).__name__}: {r.exception}")
     if r.exit_code != (1 if problems else 0) or "Traceback" in r.output:
-        raise Undocumented(f"maya trace validate exited {r.exit_code}: {r.output[-500:]}")
+        raise Undocumented(f"maya trace check exited {r.exit_code}: {r.output[-500:]}")
 
 
 def surfaces() -> list[Surface]:

@@ -42,6 +42,8 @@ class EmulateOptions:
     device_time: str = "host"
     estimator_version: str = "latest"
     env: tuple[tuple[str, str], ...] | Mapping[str, str] = field(default=())
+    warehouse: str | Path | None = None
+    """Where the device-time oracle's estimator version is looked up (None: the default warehouse)."""
 
     def __post_init__(self) -> None:
         for name in ("nnodes", "nproc_per_node"):
@@ -146,7 +148,7 @@ def device_time(options: EmulateOptions) -> DeviceTime:
     from maya.emulator.device_time import spec
     from maya.simulator.device_time import FACTORY, resolve
 
-    oracle_options, described = resolve(options.device_time, options.estimator_version)
+    oracle_options, described = resolve(options.device_time, options.estimator_version, options.warehouse)
     if oracle_options is None:
         return DeviceTime(None, described)
     return DeviceTime(spec(FACTORY, hardware=catalog.get(options.hardware).name, **oracle_options), described)

@@ -1,14 +1,22 @@
-"""Pieces shared by the `maya` subcommands: consoles, failing with a message, script arguments."""
+"""Pieces shared by the `maya` subcommands: consoles, failing with a message, the options every command
+spells the same way, deprecated spellings, script arguments."""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+"""Context settings of the root command (inherited by every command): `-h` as well as `--help`."""
 SCRIPT_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True}
 """Context settings of the commands that take the user's script after `--`."""
+SCRIPT_USAGE = "[OPTIONS] -- SCRIPT [ARGS]..."
+"""Usage line of the commands that take the user's script after `--`."""
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -17,6 +25,97 @@ err = Console(stderr=True, soft_wrap=True)
 def fail(message: str, code: int = 1) -> None:
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
+
+
+def deprecated(old: str, new: str) -> None:
+    """Tell the user (stderr) that `old` still works for one release and `new` replaces it."""
+    err.print(f"warning: {old} is deprecated; use {new}", highlight=False, markup=False)
+
+
+class Command(TyperCommand):
+    """A command that accepts the deprecated spellings of its options (`renamed`: old -> new) for one
+    release, with a warning; a command kept as a deprecated alias names its replacement (`replaced_by`)."""
+
+    renamed: ClassVar[dict[str, str]] = {}
+    replaced_by: ClassVar[str | None] = None
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self._rename(args))
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        if self.replaced_by:
+            deprecated(ctx.command_path, self.replaced_by)
+        return super().invoke(ctx)
+
+    def _rename(self, args: list[str]) -> list[str]:
+        """`args` with each old option spelling (`--old` or `--old=VALUE`) in the new one, up to `--`."""
+        renamed = list(args)
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            old, eq, value = arg.partition("=")
+            if old in self.renamed:
+                deprecated(old, self.renamed[old])
+                renamed[i] = self.renamed[old] + eq + value
+        return renamed
+
+
+def command(renamed: dict[str, str] | None = None, replaced_by: str | None = None) -> type[Command]:
+    """The command class to register a command with (`cls=`): its deprecated option spellings, or the
+    command replacing it."""
+    return type("Command", (Command,), {"renamed": renamed or {}, "replaced_by": replaced_by})
+
+
+class Durations(str, Enum):
+    """Where kernel and collective durations come from."""
+
+    auto = "auto"
+    estimators = "estimators"
+    roofline = "roofline"
+    measured = "measured"
+
+
+WAREHOUSE = Annotated[
+    Path | None,
+    typer.Option("--warehouse", help="Warehouse file (default: $MAYA_WAREHOUSE, else warehouse.duckdb in $MAYA_HOME)."),
+]
+"""The warehouse a command reads or writes."""
+JSON = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")]
+"""Machine-readable output."""
+ESTIMATOR_VERSION = Annotated[
+    str,
+    typer.Option("--estimator-version", help="Kernel estimator version or alias (maya estimators list shows them)."),
+]
+"""The kernel estimator version a command prices with (was `--model-version`)."""
+JOBS = Annotated[
+    int, typer.Option("--jobs", min=1, help="Evaluations run at once (each emulation already uses every core).")
+]
+"""Concurrency (was `--parallel` in `maya search`)."""
+DURATIONS = Annotated[
+    Durations,
+    typer.Option(
+        "--durations",
+        help="Where durations come from; auto: measured if the trace has them, else the estimators, else the roofline.",
+    ),
+]
+"""The duration source of a prediction."""
+CLUSTER = Annotated[
+    str | None,
+    typer.Option("--cluster", help="Cluster for collectives: a name listed by maya clusters, or a .json spec file."),
+]
+"""The cluster (GPUs per node, links, network) collectives are priced on."""
+
+
+def hardware_option(role: str) -> Any:
+    """`--hardware`: a catalog name or a part's file; `role` says what the GPU is for."""
+    return typer.Option(
+        "--hardware", help=f"GPU {role}: a name listed by maya hardware, or a .json/.yaml file describing one."
+    )
+
+
+def out_option(what: str) -> Any:
+    """`--out` / `-o`: where a command writes; `what` says what it is."""
+    return typer.Option("--out", "-o", help=what)
 
 
 TORCHRUN_MODULES = ("torch.distributed.run",)

@@ -10,8 +10,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .common import err, fail, out
-from .estimators import WarehouseOption
+from .common import WAREHOUSE, err, fail, out
 
 
 def dashboard_cmd(
@@ -20,17 +19,19 @@ def dashboard_cmd(
     suite: Annotated[
         str,
         typer.Option(
-            help="Validation suite run for the latest estimator version "
-            "when the warehouse has no result of it yet (`maya "
-            "validate` names; 'none': no suite)."
+            help="Validation suite run for the latest estimator version when the warehouse has none of it yet "
+            "(a `maya validate` suite; 'none': no suite)."
         ),
     ] = "llm-foundry-smoke",
-    warehouse: WarehouseOption = None,
+    warehouse: WAREHOUSE = None,
 ):
-    """Serve the accuracy dashboard (end to end: predicted vs measured per validation suite and estimator
-    version, with bands; kernels: error per family and version) on http://127.0.0.1:PORT/. What it shows is
-    built first when missing: the latest estimator version evaluated on NeuSight's held-out kernels and a
-    small validation suite (a few minutes on two cores the first time, then seconds)."""
+    """Serve the accuracy dashboard on http://127.0.0.1:PORT/.
+
+    End to end: predicted vs measured per validation suite and estimator version, with bands; kernels:
+    error per family and version. What it shows is built first when missing: the latest estimator version
+    evaluated on NeuSight's held-out kernels and a small validation suite (a few minutes on two cores the
+    first time, then seconds).
+    """
     from maya.core.paths import warehouse_path
     from maya.pipelines.dashboard import NoAccuracyData, build
     from maya.pipelines.dashboard_inputs import NothingToShow, prepare

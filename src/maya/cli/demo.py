@@ -20,7 +20,7 @@ from maya.core.hardware import DEFAULT_HARDWARE
 from maya.core.paths import example_script, runs_dir, warehouse_path
 from maya.core.sql import run_query
 
-from .common import out
+from .common import WAREHOUSE, out, out_option
 from .predict import print_prediction
 
 EXAMPLE_ARGS = [
@@ -53,7 +53,12 @@ QUERIES = {
 }
 
 
-def run_demo(console: Console, out_dir: Path | None = None, training_sample: int = TRAINING_SAMPLE) -> Path:
+def run_demo(
+    console: Console,
+    out_dir: Path | None = None,
+    training_sample: int = TRAINING_SAMPLE,
+    warehouse: Path | None = None,
+) -> Path:
     from maya.api import EmulateOptions, PredictOptions, capture, predict, record
     from maya.core.warehouse import register_run
 
@@ -68,9 +73,9 @@ def run_demo(console: Console, out_dir: Path | None = None, training_sample: int
     rank = captured.ranks[0]
     console.print(
         f"   {rank.calls:,} device-API calls captured in {rank.seconds:.1f} s -> [cyan]{run_dir}[/] "
-        f"(run {register_run(run_dir)})"
+        f"(run {register_run(run_dir, warehouse)})"
     )
-    version = _estimator_version(console, training_sample)
+    version = _estimator_version(console, training_sample, warehouse)
     console.print(f"3. predicting with estimator version [cyan]{version}[/] and the event-driven simulator")
     timeline = run_dir.with_name(run_dir.name + ".timeline.json")
     options = PredictOptions(
@@ -79,28 +84,29 @@ def run_demo(console: Console, out_dir: Path | None = None, training_sample: int
         price_per_gpu_hour=3.0,
         tokens_per_iteration=8 * 511,
         timeline=timeline,
+        warehouse=warehouse,
     )
     prediction = predict(run_dir, options)
-    print_prediction(prediction, record(prediction), None, console)
+    print_prediction(prediction, record(prediction, warehouse=warehouse), None, console)
     console.print("4. read-only SQL over the trace:")
     for title, sql in QUERIES.items():
-        r = run_query(sql, trace=run_dir)
+        r = run_query(sql, trace=run_dir, warehouse=warehouse)
         table = Table(*r.columns, title=title, title_justify="left")
         for row in r.rows:
             table.add_row(*(str(v) for v in row))
         console.print(table)
     console.print(
-        f"5. simulated schedule: [cyan]{timeline}[/] (open in https://ui.perfetto.dev); warehouse: {warehouse_path()}"
+        f"5. simulated schedule: [cyan]{timeline}[/] (open in https://ui.perfetto.dev); warehouse: {warehouse or warehouse_path()}"
     )
     return run_dir
 
 
-def _estimator_version(console: Console, sample: int) -> str:
+def _estimator_version(console: Console, sample: int, warehouse: Path | None) -> str:
     """The latest registered estimator version, training one on the shipped data if there is none."""
     from maya.estimators import Registry, RegistryError, TrainConfig, train_version
     from maya.estimators.training_data import shipped_measurements
 
-    registry = Registry()
+    registry = Registry(warehouse)
     try:
         version = registry.get("latest").version
         registry.load(version)  # its artifact is there and intact, or a version is trained below
@@ -120,11 +126,19 @@ def _estimator_version(console: Console, sample: int) -> str:
 
 
 def demo_cmd(
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory to write.")] = None,
+    out_dir: Annotated[
+        Path | None, out_option("Run directory to write (default: a new one in $MAYA_HOME/runs).")
+    ] = None,
     training_sample: Annotated[
         int, typer.Option(min=1000, help="Shipped measurements to train the estimators on when none are registered.")
-    ] = 20_000,
+    ] = TRAINING_SAMPLE,
+    warehouse: WAREHOUSE = None,
 ):
-    """Maya's main job on the embedded defaults: emulate the bundled example on a virtual H100, train
-    the kernel estimators if needed, predict iteration time, memory and cost, and show the trace."""
-    run_demo(out, out_dir, training_sample)
+    """Run Maya's main job end to end on the bundled example.
+
+    Emulates the bundled example (a small GPT, bf16) unchanged on a virtual H100, trains the kernel
+    estimators on the shipped measurements if the warehouse holds no version yet, predicts the iteration
+    time, memory and cost, shows what the trace captured with SQL and writes the simulated schedule as a
+    Perfetto timeline.
+    """
+    run_demo(out, out_dir, training_sample, warehouse)

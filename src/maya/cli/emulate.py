@@ -12,7 +12,18 @@ from rich.table import Table
 from maya.core.hardware import DEFAULT_HARDWARE
 from maya.emulator.capture_cache import exception_message
 
-from .common import err, fail, out, parse_ranks, script_argv, torchrun_command
+from .common import (
+    ESTIMATOR_VERSION,
+    WAREHOUSE,
+    err,
+    fail,
+    hardware_option,
+    out,
+    out_option,
+    parse_ranks,
+    script_argv,
+    torchrun_command,
+)
 
 EXIT_OOM = 3
 DEFAULT_ITERATIONS = 20
@@ -22,58 +33,49 @@ iteration holds initialisation and compilation), bounded for scripts written to 
 
 def emulate_cmd(
     ctx: typer.Context,
-    nnodes: Annotated[int, typer.Option(min=1, help="Nodes of the job.")] = 1,
-    nproc_per_node: Annotated[int | None, typer.Option(min=1, help="GPUs (ranks) per node.")] = None,
+    nnodes: Annotated[int, typer.Option(min=1, metavar="N", help="Nodes of the job.")] = 1,
+    nproc_per_node: Annotated[int | None, typer.Option(min=1, metavar="N", help="GPUs (ranks) per node.")] = None,
     world_size: Annotated[
-        int | None, typer.Option(min=1, help="Total ranks (alternative to --nproc-per-node).")
+        int | None, typer.Option(min=1, metavar="N", help="Total ranks (instead of --nproc-per-node).")
     ] = None,
     ranks: Annotated[
         str | None,
         typer.Option(
-            help=(
-                "Ranks to capture, e.g. 0,8-11 (default: all); the uncaptured ranks replay the capture of "
-                "their pipeline stage (an SPMD job assumed, and maya predict says so)."
-            )
+            help="Ranks to capture, e.g. 0,8-11 (default: all). The others replay the capture of their "
+            "pipeline stage (an SPMD job is assumed; maya predict says so)."
         ),
     ] = None,
-    hardware: Annotated[
-        str,
-        typer.Option(
-            help="GPU model to emulate: a catalog name (see data/hardware) or a .json/.yaml file describing one."
-        ),
-    ] = DEFAULT_HARDWARE,
+    hardware: Annotated[str, hardware_option("to emulate")] = DEFAULT_HARDWARE,
     dedup: Annotated[bool, typer.Option(help="Capture equivalent ranks once (verified by signature).")] = True,
     iterations: Annotated[
         int,
         typer.Option(
             min=0,
-            help=(
-                "Stop the script cleanly once this many training iterations (optimizer steps; several "
-                "optimizers stepping together count once) are done, every rank at the same one, at the "
-                f"start of the next; 0 runs it to its end. Default {DEFAULT_ITERATIONS}: a steady state "
-                "for the prediction, without running a script written to train for thousands of steps."
-            ),
+            metavar="N",
+            help="Stop cleanly after this many training iterations (optimizer steps), every rank at the same "
+            "one; 0 runs the script to its end. The default reaches a steady state without running a script "
+            "written to train for days.",
         ),
     ] = DEFAULT_ITERATIONS,
     device_time: Annotated[
         str,
         typer.Option(
-            help=(
-                "What CUDA-event timings read (autotuners timing candidate kernels: Inductor max-autotune, "
-                "Triton @autotune, cudnn.benchmark): 'estimators' (Maya's estimate on the emulated GPU by "
-                "the --estimator-version; the roofline when none is registered), 'roofline', or 'host' "
-                "(host time between the records)."
-            )
+            help="What CUDA-event timings (autotuners) read: 'estimators' (Maya's estimate on the emulated "
+            "GPU; the roofline when no version is registered), 'roofline', or 'host' (host time)."
         ),
     ] = "estimators",
-    estimator_version: Annotated[
-        str, typer.Option(help="Estimator version (or alias) of --device-time estimators.")
-    ] = "latest",
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory to write.")] = None,
+    estimator_version: ESTIMATOR_VERSION = "latest",
+    out_dir: Annotated[
+        Path | None, out_option("Run directory to write (default: a new one in $MAYA_HOME/runs).")
+    ] = None,
+    warehouse: WAREHOUSE = None,
 ):
-    """Run `-- python SCRIPT ARGS` (or `-- torchrun --nproc-per-node N SCRIPT ARGS`) unchanged on virtual GPUs,
-    each rank in isolation, and store the device-API trace (maya_trace_spec). Exit code 3 when the script runs
-    out of device memory."""
+    """Run a training script on virtual GPUs and store its trace.
+
+    `maya emulate [OPTIONS] -- python SCRIPT ARGS` (or `-- torchrun --nproc-per-node N SCRIPT ARGS`): each
+    rank runs in isolation on a virtual GPU, and its device-API trace (maya_trace_spec) is stored and
+    catalogued in the warehouse. Exit code 3 when the script runs out of device memory.
+    """
     from maya import api
     from maya.core import hardware as catalog
     from maya.core.warehouse import register_run
@@ -101,6 +103,7 @@ def emulate_cmd(
             iterations=iterations or None,
             device_time=device_time,
             estimator_version=estimator_version,
+            warehouse=warehouse,
         )
         oracle = api.device_time(options)
     except (KeyError, catalog.HardwareFileError, ValueError) as e:
@@ -144,7 +147,7 @@ def emulate_cmd(
             "and the script made none (it updates its weights itself), so it ran to its end; `maya predict` "
             "finds its iterations by repetition"
         )
-    run_id = register_run(result.run_dir)
+    run_id = register_run(result.run_dir, warehouse)
     out.print(f"trace: [cyan]{result.run_dir}[/] (run {run_id})")
     if result.status == "oom":
         raise typer.Exit(EXIT_OOM)

@@ -8,12 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .common import err, fail, out
+from .common import CLUSTER, ESTIMATOR_VERSION, JSON, WAREHOUSE, command, err, fail, out
 
-estimators_app = typer.Typer(help="Train, list, inspect and evaluate kernel runtime estimators.", no_args_is_help=True)
-WarehouseOption = Annotated[
-    Path | None, typer.Option(help="Warehouse file (default $MAYA_WAREHOUSE or $MAYA_HOME/warehouse.duckdb).")
-]
+estimators_app = typer.Typer(help="Train, list, show and evaluate kernel runtime estimators.", no_args_is_help=True)
 
 
 def _pct(value) -> str:
@@ -28,10 +25,13 @@ def train_cmd(
     sample: Annotated[int | None, typer.Option(help="Train on a random sample of this many rows.")] = None,
     trees: Annotated[int | None, typer.Option(help="Trees per model (default: the tuned setting).")] = None,
     depth: Annotated[int | None, typer.Option(help="Tree depth (default: the tuned setting).")] = None,
-    warehouse: WarehouseOption = None,
+    warehouse: WAREHOUSE = None,
 ):
-    """Train on every shipped source (NeuSight, Vidur, measured runs; says which, with rows per source and
-    device) and register a version (an existing one when this data and configuration were already trained on)."""
+    """Train the estimators on every shipped source and register a version.
+
+    The sources are NeuSight, Vidur and measured runs (it says which, with rows per source and device);
+    when this data and configuration were already trained on, the existing version is reused.
+    """
     import pandas as pd
 
     from maya.estimators import Registry, TrainConfig, train_version
@@ -78,8 +78,8 @@ def _sources_table(sources, rows) -> Table:
 
 
 @estimators_app.command("list")
-def list_cmd(warehouse: WarehouseOption = None):
-    """Every registered version."""
+def list_cmd(warehouse: WAREHOUSE = None):
+    """List every registered estimator version."""
     from maya.estimators import Registry
 
     registry = Registry(warehouse)
@@ -103,9 +103,10 @@ def list_cmd(warehouse: WarehouseOption = None):
 
 @estimators_app.command("show")
 def show_cmd(
-    version: Annotated[str, typer.Argument(help="Version (e.g. v3) or `latest`.")], warehouse: WarehouseOption = None
+    version: Annotated[str, typer.Argument(metavar="VERSION", help="Version (e.g. v3) or `latest`.")],
+    warehouse: WAREHOUSE = None,
 ):
-    """A version's record, artifact and accuracy metrics."""
+    """Show a version's record, artifact and accuracy metrics."""
     from maya.estimators import Registry, RegistryError
 
     registry = Registry(warehouse)
@@ -134,7 +135,7 @@ def show_cmd(
     out.print(_family_table(record.metrics))
 
 
-@estimators_app.command("eval")
+@estimators_app.command("eval", cls=command({"--version": "--estimator-version"}))
 def eval_cmd(
     dataset: Annotated[
         Path,
@@ -145,19 +146,17 @@ def eval_cmd(
             "Vidur collectives (network, collective, num_workers, ...)."
         ),
     ],
-    version: Annotated[str, typer.Option(help="Kernel estimator version to evaluate.")] = "latest",
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            help="Collectives: price every row on this cluster (name or spec file) instead of each network's own."
-        ),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print {op: {rows, mape (percent)}} as JSON.")] = False,
-    warehouse: WarehouseOption = None,
+    estimator_version: ESTIMATOR_VERSION = "latest",
+    cluster: CLUSTER = None,
+    warehouse: WAREHOUSE = None,
+    as_json: JSON = False,
 ):
-    """MAPE per op (per collective for NCCL data) against measurements. Kernels are compared as they were
-    timed: NeuSight's calls timed one by one (device time plus dispatch), Vidur's as device time; collectives
-    with the collective model of each network's cluster."""
+    """Measure an estimator version's error (MAPE per op) on measurements.
+
+    MAPE per collective for NCCL data. Kernels are compared as they were timed: NeuSight's calls timed one by
+    one (device time plus dispatch), Vidur's as device time; collectives with the collective model of each
+    network's cluster, or of --cluster for every row. --json prints {op: {rows, mape (percent)}}.
+    """
     import json
     import sys
 
@@ -169,7 +168,7 @@ def eval_cmd(
 
     def estimator():
         try:
-            return Registry(warehouse).load(version)
+            return Registry(warehouse).load(estimator_version)
         except RegistryError as e:
             fail(str(e))
 
@@ -194,7 +193,7 @@ def eval_cmd(
         *extra,
         *[c.removeprefix("share_") for c in shares],
         title=f"{dataset.name} ({result.layout})"
-        + ("" if result.layout == "vidur_collectives" else f" against estimator {version}"),
+        + ("" if result.layout == "vidur_collectives" else f" against estimator {estimator_version}"),
     )
     for op, row in [*table.iterrows(), ("overall", result.overall)]:
         view.add_row(

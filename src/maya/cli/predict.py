@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .common import fail, out
+from .common import CLUSTER, DURATIONS, ESTIMATOR_VERSION, JSON, WAREHOUSE, Durations, fail, hardware_option, out
 
 EXIT_OOM = 3
 """As `maya emulate`: the run stopped on an out-of-memory failure."""
@@ -20,60 +19,42 @@ PER_RANK_ROWS = 16
 """Ranks listed one by one up to this many; beyond, their spread."""
 
 
-class Durations(str, Enum):
-    auto = "auto"
-    estimators = "estimators"
-    roofline = "roofline"
-    measured = "measured"
-
-
 def predict_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory (emulated, imported or synthetic).")],
+    run_dir: Annotated[
+        Path, typer.Argument(metavar="RUN_DIR", help="Run directory (emulated, imported or synthetic).")
+    ],
     hardware: Annotated[
-        str | None,
-        typer.Option(
-            help="GPU to predict for (default: the trace's): a "
-            "catalog name or a .json/.yaml file describing one; "
-            "measured kernel durations are re-priced for it."
-        ),
+        str | None, hardware_option("to predict for (default: the trace's; measured kernels are re-priced)")
     ] = None,
     dp: Annotated[
         int | None,
         typer.Option(
             "--dp",
             min=1,
-            help="Data-parallel degree to predict for "
-            "(data-parallel traces): each rank replays a traced "
-            "rank, collectives span the new degree.",
+            help="Data-parallel degree to predict for (data-parallel traces): each rank replays a traced rank.",
         ),
     ] = None,
+    cluster: CLUSTER = None,
     price_per_gpu_hour: Annotated[
         float | None, typer.Option(min=0, help="Price of one GPU-hour, for the cost figures.")
     ] = None,
     tokens_per_iteration: Annotated[
         float | None, typer.Option(min=0, help="Tokens the whole job processes per iteration.")
     ] = None,
-    timeline: Annotated[Path | None, typer.Option(help="Write the simulated schedule as Perfetto/Chrome JSON.")] = None,
-    durations: Annotated[
-        Durations,
-        typer.Option(
-            help="Where durations come from: auto = measured "
-            "if the trace has them, else the latest estimators, "
-            "else the roofline."
-        ),
-    ] = Durations.auto,
-    model_version: Annotated[str, typer.Option(help="Estimator version.")] = "latest",
-    cluster: Annotated[
-        str | None,
-        typer.Option(help="Cluster spec (GPUs per node, links) for collectives (default: one of the hardware's)."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the prediction as JSON.")] = False,
+    timeline: Annotated[Path | None, typer.Option(help="Write the simulated schedule as Perfetto JSON.")] = None,
+    durations: DURATIONS = Durations.auto,
+    estimator_version: ESTIMATOR_VERSION = "latest",
+    warehouse: WAREHOUSE = None,
+    as_json: JSON = False,
 ):
-    """Predict iteration time, its breakdown, MFU, peak memory (and OOM) and cost of a traced run by
-    replaying every rank on the event-driven simulator, optionally re-targeted to another GPU, data-parallel
-    degree or cluster (the changed assumptions are listed). Estimated durations come with a 10-90% band
-    of the iteration time, from the kernel and collective models' held-out residuals. A measured trace replayed unchanged reports the
-    replay's error against its measured iteration time. The prediction is stored in the warehouse."""
+    """Predict iteration time, memory and cost of a traced run.
+
+    Replays every rank on the event-driven simulator, optionally on another GPU, data-parallel degree or
+    cluster (the changed assumptions are listed), and reports the iteration time and its breakdown, MFU,
+    peak memory (and OOM) and cost. Estimated durations come with a 10-90% band of the iteration time,
+    from the kernel and collective models' held-out residuals; a measured trace replayed unchanged reports
+    the replay's error against its measured iteration time. The prediction is stored in the warehouse.
+    """
     from maya.api import PredictOptions, predict, record
     from maya.core.hardware import UnknownHardware
     from maya.simulator import Deadlock, EstimatorsUnavailable, MissingDurations, MissingRanks
@@ -86,9 +67,10 @@ def predict_cmd(
             dp=dp,
             cluster=cluster,
             durations=durations.value,
-            estimator_version=model_version,
+            estimator_version=estimator_version,
             price_per_gpu_hour=price_per_gpu_hour,
             tokens_per_iteration=tokens_per_iteration,
+            warehouse=warehouse,
             band=True,
             timeline=timeline,
         )
@@ -105,7 +87,7 @@ def predict_cmd(
         ValueError,
     ) as e:
         fail(str(e))
-    prediction_id = record(prediction)
+    prediction_id = record(prediction, warehouse=warehouse)
     if as_json:
         sys.stdout.write(json.dumps({"prediction_id": prediction_id, **prediction.to_dict()}) + "\n")
         return

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from maya.core.hardware import DEFAULT_HARDWARE
 
-from .common import err, fail, out, script_argv
+from .common import CLUSTER, DURATIONS, JOBS, WAREHOUSE, Durations, err, fail, out, out_option, script_argv
 
 RANKED_ROWS = 20
 
@@ -38,7 +38,7 @@ class ExecutorKind(str, Enum):
 def search_cmd(
     ctx: typer.Context,
     space: Annotated[Path, typer.Option(help="Space file (YAML): parameters, derived values, constraints, roles.")],
-    cluster: Annotated[str | None, typer.Option(help="Cluster spec (GPU and GPUs per node; collectives).")] = None,
+    cluster: CLUSTER = None,
     gpus: Annotated[int | None, typer.Option(min=1, help="GPUs of the job (else the space's).")] = None,
     objective: Annotated[
         Objective, typer.Option(help="What to minimise (tokens-per-dollar: maximise).")
@@ -46,28 +46,29 @@ def search_cmd(
     algorithm: Annotated[Algorithm, typer.Option(help="Search algorithm.")] = Algorithm.cmaes,
     budget: Annotated[
         int | None,
-        typer.Option(min=1, help="Most points to evaluate (default: all for grid, 30% of the valid ones otherwise)."),
+        typer.Option(min=1, help="Most points to evaluate (default: all for grid, else 30% of the valid ones)."),
     ] = None,
     executor: Annotated[ExecutorKind, typer.Option(help="Where points are evaluated.")] = ExecutorKind.local,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (--executor ray).")] = None,
-    parallel: Annotated[
-        int, typer.Option(min=1, help="Points evaluated at once (an emulation already uses every local core).")
-    ] = 1,
+    jobs: JOBS = 1,
     price_per_gpu_hour: Annotated[
         float | None, typer.Option(min=0, help="Price of one GPU-hour (costs are GPU-hours without it).")
     ] = None,
-    durations: Annotated[str, typer.Option(help="auto, estimators, roofline or measured.")] = "auto",
+    durations: DURATIONS = Durations.auto,
     seed: Annotated[int, typer.Option(help="Seed of random and CMA-ES searches.")] = 0,
     resume: Annotated[
         str | None, typer.Option(help="Search id to resume (searches resume by space and command anyway).")
     ] = None,
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Directory for traces and the Pareto plot.")
-    ] = None,
+    out_dir: Annotated[Path | None, out_option("Directory for traces and the Pareto plot.")] = None,
+    warehouse: WAREHOUSE = None,
 ):
-    """Search the space for the configuration with the best predicted iteration time, cost or tokens per
-    dollar: each point is emulated and predicted (identical commands and traces once), Maya's pruning
-    rules skip points they decide, and every point is logged in the warehouse (`search_points`)."""
+    """Find the best configuration: time, cost or tokens per dollar.
+
+    `maya search [OPTIONS] -- python SCRIPT ARGS`, the script's arguments naming the space's parameters
+    (`--tp {tp}`): each point is emulated and predicted (identical commands and traces once), Maya's
+    pruning rules skip the points they decide, and every point is logged in the warehouse
+    (`search_points`).
+    """
     from maya.core.paths import maya_home
     from maya.search import (
         LocalExecutor,
@@ -97,11 +98,13 @@ def search_cmd(
         the_space = load_space(space, command, gpus)
     except SpaceError as e:
         fail(f"{space}: {e}", 2)
-    salt = evaluator_salt(hardware, per_node, durations, cluster)
+    salt = evaluator_salt(hardware, per_node, durations.value, cluster)
     sid = resume or search_id(the_space, algorithm.value, objective.value, seed, salt, price_per_gpu_hour)
     target = out_dir or maya_home() / "searches" / sid
-    evaluator = MayaEvaluator(str(target), hardware, per_node, durations, cluster)
-    log = SearchLog(sid)
+    evaluator = MayaEvaluator(
+        str(target), hardware, per_node, durations.value, cluster, str(warehouse) if warehouse else None
+    )
+    log = SearchLog(sid, warehouse)
     try:
         log.open(
             the_space.digest(),
@@ -118,7 +121,7 @@ def search_cmd(
         )
     except (UnknownSearch, ValueError) as e:
         fail(str(e).strip('"'), 2)
-    pool = RayExecutor(ray_address) if executor is ExecutorKind.ray else LocalExecutor(parallel)
+    pool = RayExecutor(ray_address) if executor is ExecutorKind.ray else LocalExecutor(jobs)
     columns = (
         SpinnerColumn(),
         TextColumn("[bold]searching[/] {task.description}"),
@@ -150,7 +153,7 @@ def search_cmd(
                 log=log,
                 price_per_gpu_hour=price_per_gpu_hour,
                 seed=seed,
-                parallel=parallel,
+                parallel=jobs,
                 on_record=advance,
             )
         except ValueError as e:

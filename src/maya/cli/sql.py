@@ -14,24 +14,32 @@ from rich.table import Table
 
 from maya_trace_spec import TraceError
 
-from .common import fail, out
+from .common import WAREHOUSE, fail, out
 
 
 class Format(str, Enum):
     table = "table"
     csv = "csv"
     json = "json"
+    markdown = "markdown"
 
 
 def sql_cmd(
-    query: Annotated[str, typer.Argument(help="SQL (read-only: SELECT, SHOW, DESCRIBE, EXPLAIN).")],
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="SQL (read-only: SELECT, SHOW, DESCRIBE, EXPLAIN).")],
     trace: Annotated[Path | None, typer.Option(help="Run directory whose tables become views.")] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    warehouse: Annotated[
-        Path | None, typer.Option(help="Warehouse file (default $MAYA_WAREHOUSE or $MAYA_HOME/warehouse.duckdb).")
-    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout (--format json).")] = False,
+    warehouse: WAREHOUSE = None,
 ):
-    """Query the warehouse and, with --trace, a run's tables (api_calls, ops, kernels, ...)."""
+    """Query the warehouse and a run's tables with read-only SQL.
+
+    The warehouse's tables (runs, predictions, estimator_versions, validation_rows, search_points, ...)
+    and, with --trace, the run's tables as views (api_calls, ops, kernels, ...).
+    """
+    if as_json:
+        if format not in (Format.table, Format.json):
+            fail(f"--json prints JSON: give it or --format {format.value}, not both", 2)
+        format = Format.json
     from maya.core.sql import QueryRefused, run_query
 
     try:
@@ -48,6 +56,11 @@ def sql_cmd(
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(result.columns)
         w.writerows(result.rows)
+    elif format is Format.markdown:
+        from tabulate import tabulate
+
+        rows = [[v.replace("|", "\\|") if isinstance(v, str) else v for v in row] for row in result.rows]
+        sys.stdout.write(tabulate(rows, headers=result.columns, tablefmt="github", missingval="NULL") + "\n")
     else:
         table = Table(*result.columns, show_lines=False)
         for row in result.rows:

@@ -1,4 +1,4 @@
-"""`maya trace`: validate, export, import and migrate maya_trace_spec runs."""
+"""`maya trace`: check, export, import and migrate maya_trace_spec runs."""
 
 from __future__ import annotations
 
@@ -10,17 +10,20 @@ import typer
 
 from maya_trace_spec import TraceError
 
-from .common import err, fail, out
+from .common import WAREHOUSE, command, err, fail, out, out_option
 
-trace_app = typer.Typer(help="Validate, import, export and migrate maya_trace_spec runs.", no_args_is_help=True)
-import_app = typer.Typer(help="Import traces from other tools.", no_args_is_help=True)
+trace_app = typer.Typer(help="Check, export, import and migrate maya_trace_spec runs.", no_args_is_help=True)
+import_app = typer.Typer(help="Import traces from other tools as measured runs.", no_args_is_help=True)
 trace_app.add_typer(import_app, name="import")
 
 
-@trace_app.command("validate")
-def trace_validate(path: Annotated[Path, typer.Argument(help="Run directory or one table file.")]):
-    """Check a run against the spec: file identity and version, columns and types, row constraints,
-    references between tables."""
+@trace_app.command("check")
+def trace_check(path: Annotated[Path, typer.Argument(metavar="PATH", help="Run directory or one table file.")]):
+    """Check a run against the trace spec (its schema).
+
+    File identity and version, columns and types, row constraints, references between tables. (Accuracy
+    against measurements is `maya validate`.)
+    """
     from maya_trace_spec import inspect_file
     from maya_trace_spec.validation import validate_file, validate_run
 
@@ -40,6 +43,14 @@ def trace_validate(path: Annotated[Path, typer.Argument(help="Run directory or o
     out.print(f"[green]✓[/] {path} is a valid maya_trace_spec trace")
 
 
+trace_app.command(
+    "validate",
+    hidden=True,
+    help="Deprecated alias of maya trace check (the schema check).",
+    cls=command(replaced_by="maya trace check"),
+)(trace_check)
+
+
 class ExportFormat(str, Enum):
     perfetto = "perfetto"
     chakra = "chakra"
@@ -47,14 +58,18 @@ class ExportFormat(str, Enum):
 
 @trace_app.command("export")
 def trace_export(
-    path: Annotated[Path, typer.Argument(help="Run directory.")],
-    format: Annotated[ExportFormat, typer.Option("--format", "-f")] = ExportFormat.perfetto,
-    out_path: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Output file (perfetto) or prefix (chakra).")
-    ] = None,
+    path: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="Run directory.")],
+    format: Annotated[
+        ExportFormat,
+        typer.Option("--format", "-f", help="perfetto: a Perfetto/Chrome JSON timeline; chakra: Chakra ETs."),
+    ] = ExportFormat.perfetto,
+    out_path: Annotated[Path | None, out_option("Output file (perfetto) or prefix (chakra).")] = None,
 ):
-    """Export a run as a Perfetto/Chrome timeline (one process per rank, one track per stream) or as
-    Chakra execution traces (one file per rank)."""
+    """Export a run as a Perfetto timeline or as Chakra execution traces.
+
+    Perfetto/Chrome JSON: one process per rank, one track per stream (open it in
+    https://ui.perfetto.dev). Chakra: one execution trace file per rank.
+    """
     try:
         if format is ExportFormat.perfetto:
             from maya_trace_spec.interop.perfetto import export_perfetto
@@ -73,12 +88,18 @@ def trace_export(
 
 @import_app.command("kineto")
 def import_kineto_cmd(
-    files: Annotated[list[Path], typer.Argument(help="Kineto/torch.profiler JSON, one per rank.")],
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory to write.")] = None,
+    files: Annotated[list[Path], typer.Argument(metavar="FILES", help="Kineto/torch.profiler JSON, one per rank.")],
+    out_dir: Annotated[Path | None, out_option("Run directory to write (default: one in $MAYA_HOME/runs).")] = None,
     rank: Annotated[list[int] | None, typer.Option(help="Rank of each file, when the files do not say.")] = None,
-    hardware: Annotated[str | None, typer.Option(help="Hardware catalog name.")] = None,
+    hardware: Annotated[
+        str | None, typer.Option(help="GPU the traces were measured on: a name listed by maya hardware.")
+    ] = None,
+    warehouse: WAREHOUSE = None,
 ):
-    """Import torch.profiler (Kineto) traces as a measured maya_trace_spec run and catalog it."""
+    """Import torch.profiler (Kineto) traces as a measured run.
+
+    The run is written in maya_trace_spec and registered in the warehouse.
+    """
     from maya.core.paths import runs_dir
     from maya.core.warehouse import register_run
     from maya_trace_spec.interop.kineto import import_kineto
@@ -88,13 +109,16 @@ def import_kineto_cmd(
         run_dir = import_kineto(files, target, ranks=rank, hardware=hardware)
     except (TraceError, FileExistsError, ValueError) as e:
         fail(str(e))
-    run_id = register_run(run_dir)
+    run_id = register_run(run_dir, warehouse)
     out.print(f"imported {len(files)} file(s) into {run_dir} (run {run_id})")
 
 
 @trace_app.command("migrate")
-def trace_migrate(path: Annotated[Path, typer.Argument(help="Run directory.")]):
-    """Rewrite every file of an older major version in the current version (each file atomically)."""
+def trace_migrate(path: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="Run directory.")]):
+    """Rewrite a run's files of an older major version in the current one.
+
+    Each file is rewritten atomically; a run already current is left as it is.
+    """
     from maya_trace_spec.reader import migrate_run
 
     try:

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import err, fail, out
+from .common import ESTIMATOR_VERSION, JOBS, JSON, WAREHOUSE, err, fail, out
 
 SUITE_HELP = (
     "llm-foundry (MosaicML's 162 published MPT rows), llm-foundry-smoke (3 of them), neusight "
@@ -24,18 +24,20 @@ ROWS_HELP = (
 
 
 def validate_cmd(
-    suite: Annotated[str, typer.Argument(help=SUITE_HELP)],
+    suite: Annotated[str, typer.Argument(metavar="SUITE", help=SUITE_HELP)],
     rows: Annotated[str | None, typer.Option("--rows", help=ROWS_HELP)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
-    jobs: Annotated[
-        int, typer.Option("--jobs", min=1, help="Rows evaluated at once (each emulation already uses every core).")
-    ] = 1,
-    model_version: Annotated[str, typer.Option(help="Estimator version.")] = "latest",
+    jobs: JOBS = 1,
+    estimator_version: ESTIMATOR_VERSION = "latest",
+    warehouse: WAREHOUSE = None,
+    as_json: JSON = False,
 ):
-    """Emulate every row of SUITE, predict its measured time (the steady optimizer step on the row's GPUs and
-    cluster, with a 10-90% band from the estimators' held-out residuals), compare, and store each row in
-    the warehouse (validation_rows) as it is done. A re-run resumes; a row that fails says why and the
-    suite goes on."""
+    """Measure Maya's accuracy against published measurements.
+
+    Emulates every row of SUITE, predicts its measured time (the steady optimizer step on the row's GPUs
+    and cluster, with a 10-90% band from the estimators' held-out residuals), compares, and stores each
+    row in the warehouse (validation_rows) as it is done. A re-run resumes; a row that fails says why and
+    the suite goes on. (The schema check of a run is `maya trace check`.)
+    """
     from maya.estimators import RegistryError
     from maya.validation import SuiteError, load_suite, run_suite, summarize, to_json
 
@@ -71,7 +73,15 @@ def validate_cmd(
 
     try:
         with progress:
-            run = run_suite(loaded, selected, version=model_version, jobs=jobs, on_start=on_start, on_row=on_row)
+            run = run_suite(
+                loaded,
+                selected,
+                version=estimator_version,
+                jobs=jobs,
+                warehouse=warehouse,
+                on_start=on_start,
+                on_row=on_row,
+            )
     except RegistryError as e:
         fail(f"{e}; train one with `maya estimators train`")
     summary = summarize(run.results)

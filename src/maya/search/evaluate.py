@@ -51,6 +51,8 @@ class MayaEvaluator:
     gpus_per_node: int = 8
     durations: str = "auto"
     cluster: str | None = None
+    warehouse: str | None = None
+    """Where predictions look up their estimator version (None: the default warehouse)."""
 
     @property
     def salt(self) -> str:
@@ -95,7 +97,12 @@ class MayaEvaluator:
                 **base,
             )
         try:
-            p = predict(run_dir, PredictOptions(hardware=self.hardware, durations=self.durations, cluster=self.cluster))
+            p = predict(
+                run_dir,
+                PredictOptions(
+                    hardware=self.hardware, durations=self.durations, cluster=self.cluster, warehouse=self.warehouse
+                ),
+            )
         except Exception as e:  # noqa: BLE001 - any failure of one point is that point's outcome
             return Outcome("failed", reason=f"predict: {e}", trace_hash=digest, seconds=time.monotonic() - t0, **base)
         return Outcome(
