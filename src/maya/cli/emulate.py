@@ -74,12 +74,13 @@ def emulate_cmd(
 ):
     """Run `-- python SCRIPT ARGS` (or `-- torchrun --nproc-per-node N SCRIPT ARGS`) unchanged on virtual GPUs,
     each rank in isolation, and store the device-API trace (maya_trace_spec). Exit code 3 when the script runs
-    out of device memory."""
+    out of device memory. A stop signal (Ctrl-C, SIGTERM, SIGHUP) stops every rank and keeps what they captured,
+    marked interrupted (exit code 128 + the signal's number)."""
     from maya.core import hardware as catalog
     from maya.core.paths import runs_dir
     from maya.core.warehouse import register_run
     from maya.emulator.build import BuildError
-    from maya.emulator.launcher import emulate
+    from maya.emulator.launcher import Interrupted, emulate
 
     command, launched = torchrun_command(ctx.args)
     if launched:  # torchrun's --nnodes and --nproc-per-node say the job's shape, unless ours say it already
@@ -106,6 +107,7 @@ def emulate_cmd(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
+    interrupted = None
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task(
             f"{Path(argv[0]).name} on {topology.world_size} × {hw.name}",
@@ -126,7 +128,18 @@ def emulate_cmd(
             )
         except (BuildError, FileExistsError, ValueError) as e:
             fail(str(e))
+        except Interrupted as e:
+            result, interrupted = e.result, e
     _report(result, hw)
+    if interrupted:
+        captured = sum(r.calls for r in result.ranks)
+        err.print(
+            f"[yellow]interrupted by {result.interrupted_by}[/]: every rank was stopped; the {captured:,} calls "
+            "they captured are kept and the run is marked interrupted (maya predict uses its complete iterations)",
+            highlight=False,
+        )
+        out.print(f"trace: [cyan]{result.run_dir}[/] (run {register_run(result.run_dir)})")
+        raise typer.Exit(interrupted.exit_code)
     stopped = {r.info.get("stopped_at_iteration") for r in result.ranks} - {None}
     if stopped:
         out.print(
@@ -185,7 +198,11 @@ def _report(result, hw) -> None:
         title=f"{result.run_dir.name}: {result.status}",
     )
     for r in result.ranks:
-        status = {"complete": "[green]complete[/]", "oom": "[red]out of memory[/]"}.get(r.status, f"[red]{r.status}[/]")
+        status = {
+            "complete": "[green]complete[/]",
+            "oom": "[red]out of memory[/]",
+            "interrupted": "[yellow]interrupted[/]",
+        }.get(r.status, f"[red]{r.status}[/]")
         peak = f"{r.peak_bytes / 2**30:.2f} / {hw.memory_bytes / 2**30:.1f} GiB"
         unimpl = ", ".join(f"{k} ×{v}" for k, v in sorted(r.unimplemented.items())) or "-"
         table.add_row(str(r.rank), status, f"{r.calls:,}", peak, f"{r.seconds:.1f} s", unimpl)

@@ -22,7 +22,7 @@ def trace_validate(path: Annotated[Path, typer.Argument(help="Run directory or o
     """Check a run against the spec: file identity and version, columns and types, row constraints,
     references between tables."""
     from maya_trace_spec import inspect_file
-    from maya_trace_spec.validation import validate_file, validate_run
+    from maya_trace_spec.validation import incomplete, validate_file, validate_run
 
     if path.is_file():
         try:
@@ -37,6 +37,9 @@ def trace_validate(path: Annotated[Path, typer.Argument(help="Run directory or o
         for p in problems:
             err.print(f"[red]✗[/] {p}", highlight=False)
         fail(f"{len(problems)} problem(s) found")
+    why = incomplete(path) if path.is_dir() else None
+    if why:
+        fail(f"{path} conforms to maya_trace_spec but is not a whole capture: {why}")
     out.print(f"[green]✓[/] {path} is a valid maya_trace_spec trace")
 
 

@@ -7,7 +7,8 @@ makes), module hooks that open a range per module (`nn.Module: GPT.blocks.0.mlp`
 model called in eval mode or under inference mode, a `maya::eval` range (its ops are phase `eval`),
 the iteration clock (iteration_clock.py: optimizer steps, `--iterations`), the arguments of Triton
 launches (triton_launches.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
-timings (device_time.py). At exit the script's
+timings (device_time.py). A stop signal (SIGINT, SIGTERM, SIGHUP: the launcher passes its own on as SIGINT)
+interrupts the script as Ctrl-C does, once; its status is then `interrupted`. At exit the script's
 outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -155,6 +157,24 @@ def _stop_reason(e: BaseException) -> str | None:
     return reason.decode() + where
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""A rank's exit code when a stop signal interrupted it (the shell's convention for Ctrl-C)."""
+
+
+def _interrupt_on_stop_signals() -> None:
+    """Make every stop signal raise KeyboardInterrupt in the script, once: later ones are ignored, so that
+    the capture is written whatever the signals that follow (a whole process group's, then the launcher's)."""
+
+    def stop(signum: int, frame) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop)
+
+
 RANK_PID_ENV = "MAYA_EMU_RANK_PID"
 """The rank's pid, for the processes it starts: they inherit the preloaded stubs and record nothing."""
 
@@ -175,7 +195,7 @@ def main(argv: list[str]) -> int:
     isolate_ranks()
     describe_triton_launches(out)
     timings = answer_event_timings(out)
-    status, error, code, stopped = "complete", None, 0, None
+    status, error, code, stopped, interrupted_by = "complete", None, 0, None, None
     observer = _Observer(Path(os.environ["MAYA_EMU_LIBS"]), out)
     clock = native_clock(observer.lib, ctypes.CDLL(None), int(os.environ.get(ITERATIONS_ENV) or 0))
     groups = _ProcessGroups()
@@ -184,10 +204,14 @@ def main(argv: list[str]) -> int:
         register_optimizer_step_post_hook(clock.optimizer_stepped),
         *observer.module_hooks(torch, clock),
     ]
+    _interrupt_on_stop_signals()
     try:
         run_script(argv)
     except IterationLimitReached as e:
         stopped = e.args[0]
+    except KeyboardInterrupt as e:  # stopped by a signal: what was captured until then is kept
+        status, code, interrupted_by = "interrupted", EXIT_INTERRUPTED, e.args[0] if e.args else "SIGINT"
+        print(f"maya emulator: {interrupted_by} after {clock.iteration} training iterations", file=sys.stderr)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         status = "complete" if code == 0 else "failed"
@@ -204,6 +228,8 @@ def main(argv: list[str]) -> int:
         if stop:  # the emulator stopped a loop: its reason is the error's last line
             error += stop + "\n"
     finally:
+        for sig in STOP_SIGNALS:  # nothing stops the capture's writing
+            signal.signal(sig, signal.SIG_IGN)
         for h in handles:
             h.remove()
         observer.finish()
@@ -218,6 +244,7 @@ def main(argv: list[str]) -> int:
                     "torch": torch.__version__,
                     "cpu_s": _cpu_seconds(),
                     "stopped_at_iteration": stopped,
+                    "interrupted_by": interrupted_by,
                     "optimizer_iterations": clock.iteration,
                     "host_values": observer.values(),
                     "device_time": timings.report() if timings else None,

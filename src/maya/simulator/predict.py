@@ -27,7 +27,7 @@ from .retarget import RepricedDurations, gpu_assumption, retarget, source_hardwa
 from .store import store_prediction
 from .timeline import write_timeline
 from .topology import GlobalComm, Replica, expand
-from .trace import TraceSet, load
+from .trace import TraceSet, interrupted_by, keep_complete_iterations, load
 
 DURATION_CHOICES = ("auto", "estimators", "roofline", "measured")
 TIMELINE_RANKS = 64
@@ -151,6 +151,14 @@ def simulate(
     devices = price(traces, replicas, comms, provider, hardware)
     notes += getattr(provider, "notes", [])
     iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
+    by = interrupted_by(traces)
+    whole = [rank for rank, found in iterations.items() if found.source == "whole"]
+    if by and whole:
+        raise ValueError(
+            f"{traces.path}: the capture was interrupted by {by} and rank {whole[0]}'s calls show no complete "
+            "iteration (no optimizer step, no repeated sequence): there is nothing to predict from; capture it "
+            "again and let it run longer"
+        )
     engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
     t0 = time.perf_counter()
     results = engine.run()
@@ -197,7 +205,13 @@ def summarize(
     oom_reason, retry_note = out_of_memory(traces, memory, peak_memory, hw)
     first = sim.iterations[min(sim.iterations)]
     notes = list(sim.notes) + ([retry_note] if retry_note else [])
-    if traces.info["status"] not in ("complete", "oom"):
+    by = interrupted_by(traces)
+    if by:
+        notes.append(
+            f"the capture was interrupted by {by}: predicted from the iterations every rank completed before "
+            f"it ({first.count} found, {len(first.steady)} steady)"
+        )
+    elif traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
     notes += stand_in_notes(traces) + routing_notes(traces) + subset_notes(traces) + evaluation_notes(sim)
     notes += timing_notes(traces, hw.name)
@@ -435,6 +449,7 @@ def predict(
     if not traces.ranks:
         raise ValueError(f"{run_dir}: the run has no api_calls (nothing was captured)")
     check_stopped_by_oom(traces)
+    keep_complete_iterations(traces)
     hw = resolve_hardware(traces, hardware)
     if dp is not None and dp == int(traces.info["world_size"]):
         dp = None
