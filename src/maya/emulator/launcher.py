@@ -224,7 +224,7 @@ def emulate(
     job.device_time = device_time
     job.write_run("running", {"captured_ranks": wanted})
     workers = parallel or os.cpu_count() or 1
-    with _stop_signals_to(job), Watcher(job.mailbox, topology.world_size, job.start):
+    with _stop_signals_to(job.stopping.handle), Watcher(job.mailbox, topology.world_size, job.start):
         if dedup and ranks is None and topology.world_size > 1:
             captured, represents = _deduplicated(job.capture, job.writer, topology.world_size, workers, on_rank_done)
         else:
@@ -241,16 +241,16 @@ def emulate(
 
 
 @contextmanager
-def _stop_signals_to(job: _Job) -> Iterator[None]:
-    """While `job` runs, a stop signal to this process stops the job (`_Job.stop`) instead of ending the
-    process; only where Python handles signals (the main thread), and not for one ignored (`nohup`)."""
+def _stop_signals_to(handle: Callable[[int, object], None]) -> Iterator[None]:
+    """Within, a stop signal to this process goes to `handle` (`_Stopping.handle`) instead of ending it; only
+    where Python handles signals (the main thread), and not a signal ignored (`nohup`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     for sig, handler in previous.items():
         if handler is not signal.SIG_IGN:
-            signal.signal(sig, job.stop)
+            signal.signal(sig, handle)
     try:
         yield
     finally:
@@ -274,6 +274,54 @@ def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, 
         )
     except ValueError:
         return alone, {}
+
+
+class _Stopping:
+    """How a job stops on a signal: the running ranks are interrupted (SIGINT: each ends its script and keeps
+    its capture) and none starts any more (`by` is set); at a second signal, or `grace_s` later, they are
+    killed."""
+
+    def __init__(self, grace_s: float = STOP_GRACE_S):
+        self.by: str | None = None  # the name of the stop signal received
+        self.grace_s = grace_s
+        self.killing = False
+        self.processes: dict[int, RankProcess] = {}  # of the ranks running
+        self.lock = threading.RLock()  # re-entrant: the signal handler runs in the main thread, between any two lines
+
+    def handle(self, signum: int, frame: object = None) -> None:
+        """The stop signals' handler."""
+        with self.lock:
+            first = self.by is None
+            if first:
+                self.by = signal.Signals(signum).name
+            else:
+                self.killing = True
+            processes = list(self.processes.values())
+        if first:
+            timer = threading.Timer(self.grace_s, self.kill)
+            timer.daemon = True
+            timer.start()
+        for process in processes:
+            process.send_signal(signal.SIGKILL if self.killing else signal.SIGINT)
+
+    def kill(self) -> None:
+        with self.lock:
+            self.killing = True
+            processes = list(self.processes.values())
+        for process in processes:
+            process.send_signal(signal.SIGKILL)
+
+    def started(self, rank: int, process: RankProcess) -> None:
+        """A rank's process, to signal until it ends; one started as the job stops is stopped at once."""
+        with self.lock:
+            self.processes[rank] = process
+            by, killing = self.by, self.killing
+        if by:
+            process.send_signal(signal.SIGKILL if killing else signal.SIGINT)
+
+    def ended(self, rank: int) -> None:
+        with self.lock:
+            self.processes.pop(rank, None)
 
 
 class _Job:
@@ -313,42 +361,7 @@ class _Job:
         self.lock = threading.Lock()
         self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
         self.assumed: dict[int, list[int]] = {}  # uncaptured ranks a subset's capture stands for (subset.py)
-        self.stopped_by: str | None = None  # the stop signal received (`stop`)
-        self.killing = False  # ranks get SIGKILL, not SIGINT: a second signal, or the grace time passed
-        self.processes: dict[int, RankProcess] = {}  # of the ranks running
-        self.stop_lock = threading.RLock()  # re-entrant: taken by the signal handler, in the main thread
-
-    def stop(self, signum: int, frame=None) -> None:
-        """A stop signal's handler: the ranks running are interrupted (SIGINT: each ends its script and keeps
-        its capture), none starts any more; at a second signal, or `STOP_GRACE_S` later, they are killed."""
-        with self.stop_lock:
-            first = self.stopped_by is None
-            if first:
-                self.stopped_by = signal.Signals(signum).name
-            else:
-                self.killing = True
-            processes = list(self.processes.values())
-        if first:
-            timer = threading.Timer(STOP_GRACE_S, self._kill)
-            timer.daemon = True
-            timer.start()
-        for process in processes:
-            process.send_signal(signal.SIGKILL if self.killing else signal.SIGINT)
-
-    def _kill(self) -> None:
-        with self.stop_lock:
-            self.killing = True
-            processes = list(self.processes.values())
-        for process in processes:
-            process.send_signal(signal.SIGKILL)
-
-    def _started(self, rank: int, process: RankProcess) -> None:
-        """Keep a rank's process to signal; one started as the job stops is stopped at once."""
-        with self.stop_lock:
-            self.processes[rank] = process
-            stopping, killing = self.stopped_by is not None, self.killing
-        if stopping:
-            process.send_signal(signal.SIGKILL if killing else signal.SIGINT)
+        self.stopping = _Stopping()
 
     def write_run(self, status: str, attrs: dict) -> None:
         if self.device_time:
@@ -380,11 +393,10 @@ class _Job:
                 env,
                 self.out_dir / "logs" / f"rank{rank}.txt",
                 echo=self.on_output if rank == self.echoed_rank else None,
-                started=lambda process: self._started(rank, process),
+                started=lambda process: self.stopping.started(rank, process),
             )
         finally:
-            with self.stop_lock:
-                self.processes.pop(rank, None)
+            self.stopping.ended(rank)
             mark_ended(self.mailbox, rank)
         summary = RankSummary.scan(raw)
         return raw, RankResult(
@@ -407,7 +419,7 @@ class _Job:
             if rank not in self.runs:
                 future: Future = Future()
                 self.runs[rank] = future
-                if self.stopped_by:
+                if self.stopping.by:
                     future.set_result(None)
                 else:
                     threading.Thread(
@@ -468,7 +480,7 @@ class _Job:
         results = [captured[r][1] for r in sorted(captured)]
         torch = next((r.info["torch"] for r in results if r.info.get("torch")), None)
         self.run_row["framework"] = f"torch {torch}" if torch else None
-        interrupted_by = self.stopped_by or next(
+        interrupted_by = self.stopping.by or next(
             (r.info.get("interrupted_by") or "SIGINT" for r in results if r.status == "interrupted"), None
         )
         status = (
