@@ -23,6 +23,7 @@ import threading
 import traceback
 import warnings
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -162,17 +163,26 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT
 """A rank's exit code when a stop signal interrupted it (the shell's convention for Ctrl-C)."""
 
 
-def _interrupt_on_stop_signals() -> None:
-    """Make every stop signal raise KeyboardInterrupt in the script, once: later ones are ignored, so that
-    the capture is written whatever the signals that follow (a whole process group's, then the launcher's)."""
+def _interrupt_on_stop_signals() -> Callable[[], None]:
+    """Make a stop signal raise KeyboardInterrupt in the script, once: later ones do nothing, so that the
+    capture is written whatever follows (a process group's signal, then the launcher's). Returns what makes
+    the first do nothing too (the script is over). The handlers stay: one replaced by SIG_IGN while its signal
+    is pending would raise an OSError in its place."""
+    armed = True
 
     def stop(signum: int, frame) -> None:
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        nonlocal armed
+        if armed:
+            armed = False
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def disarm() -> None:
+        nonlocal armed
+        armed = False
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, stop)
+    return disarm
 
 
 RANK_PID_ENV = "MAYA_EMU_RANK_PID"
@@ -204,7 +214,7 @@ def main(argv: list[str]) -> int:
         register_optimizer_step_post_hook(clock.optimizer_stepped),
         *observer.module_hooks(torch, clock),
     ]
-    _interrupt_on_stop_signals()
+    disarm = _interrupt_on_stop_signals()
     try:
         run_script(argv)
     except IterationLimitReached as e:
@@ -228,8 +238,7 @@ def main(argv: list[str]) -> int:
         if stop:  # the emulator stopped a loop: its reason is the error's last line
             error += stop + "\n"
     finally:
-        for sig in STOP_SIGNALS:  # nothing stops the capture's writing
-            signal.signal(sig, signal.SIG_IGN)
+        disarm()  # nothing stops the capture's writing
         for h in handles:
             h.remove()
         observer.finish()
