@@ -75,7 +75,8 @@ RUN = Table(
             "status",
             s,
             "Capture state: `running` until the producer finishes; `interrupted` (1.3): a stop signal ended the "
-            "capture, and the tables hold what was captured until then (`attrs.interrupted_by`: the signal).",
+            "capture, and the tables hold what was captured until then (`attrs.interrupted_by`: the signal; "
+            "`attrs.interrupted_ranks`: the ranks it stopped).",
             nullable=False,
             allowed=("running", "complete", "failed", "oom", "interrupted"),
         ),

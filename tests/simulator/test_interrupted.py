@@ -35,6 +35,14 @@ def test_an_interrupted_run_is_predicted_from_the_iterations_every_rank_complete
     assert any("interrupted by SIGTERM" in note for note in prediction.notes), prediction.notes
 
 
+def test_ranks_whose_script_ended_before_the_signal_keep_their_last_iteration(tmp_path):
+    """`interrupted_ranks` lists the ranks the signal stopped: when none was, nothing is cut."""
+    run = _run(tmp_path / "run", {0: 3, 1: 3}, attrs={**INTERRUPTED, "interrupted_ranks": []})
+    prediction, _ = predict(run, durations="measured", store=False)
+    assert prediction.iterations == 4  # the trailing kernel stays, its own iteration
+    assert any("interrupted by SIGTERM" in note for note in prediction.notes), prediction.notes
+
+
 def test_a_run_interrupted_before_a_rank_completed_an_iteration_is_an_error(tmp_path):
     run = _run(tmp_path / "run", {0: 2, 1: 0})
     with pytest.raises(ValueError, match="interrupted by SIGTERM before rank 1 completed a training iteration"):

@@ -234,9 +234,11 @@ def emulate(
             if ranks is not None and len(wanted) < topology.world_size:
                 represents, job.assumed = _subset(job.writer, topology.world_size, captured)
         job.wait_for_all()
-    result = job.finish(captured, represents)
+        result = job.finish(captured, represents)
     if result.interrupted_by:
         raise Interrupted(result)
+    if job.stopping.by:  # it came once the run was written whole: its own action, now
+        signal.raise_signal(signal.Signals[job.stopping.by])
     return result
 
 
@@ -496,7 +498,14 @@ class _Job:
             status,
             {
                 "captured_ranks": sorted(captured),
-                **({"interrupted_by": interrupted_by} if interrupted_by else {}),
+                **(
+                    {
+                        "interrupted_by": interrupted_by,
+                        "interrupted_ranks": [r.rank for r in results if r.status not in ("complete", "oom")],
+                    }
+                    if interrupted_by
+                    else {}
+                ),
                 "represents": represents,
                 **({"represents_assumed": self.assumed} if self.assumed else {}),
                 "stopped_at_iteration": {

@@ -220,7 +220,8 @@ def main(argv: list[str]) -> int:
     except IterationLimitReached as e:
         stopped = e.args[0]
     except KeyboardInterrupt as e:  # stopped by a signal: what was captured until then is kept
-        status, code, interrupted_by = "interrupted", EXIT_INTERRUPTED, e.args[0] if e.args else "SIGINT"
+        status, code = "interrupted", EXIT_INTERRUPTED
+        interrupted_by = e.args[0] if e.args and e.args[0] in signal.Signals.__members__ else "SIGINT"
         print(f"maya emulator: {interrupted_by} after {clock.iteration} training iterations", file=sys.stderr)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -145,15 +145,19 @@ def interrupted_by(traces: TraceSet) -> str | None:
 
 
 def keep_complete_iterations(traces: TraceSet) -> None:
-    """Cut an interrupted run to the training iterations every rank completed: each rank's last one was cut
-    short, at its own point (ranks run in isolation), so all keep the calls before the iteration the first
-    to stop was in. Without optimizer steps on any rank nothing is cut: iterations are then found by
-    repetition, whole ones only. Raises ValueError when a rank completed none."""
+    """Cut an interrupted run to the training iterations every rank completed: the last one of each rank the
+    signal stopped (attrs `interrupted_ranks`; all when not listed) was cut short, at its own point (ranks run
+    in isolation), so all keep the calls before the iteration the first to stop was in. Without optimizer
+    steps on those ranks nothing is cut: iterations are then found by repetition, whole ones only. Raises
+    ValueError when a rank completed none."""
     by = interrupted_by(traces)
     if by is None:
         return
+    listed = traces.attrs.get("interrupted_ranks")
     last = {}
     for rank, trace in traces.ranks.items():
+        if listed is not None and rank not in listed:
+            continue  # its script ended before the signal
         labels = call_iterations(trace)
         if labels is not None and len(labels):
             last[rank] = int(labels[-1])
