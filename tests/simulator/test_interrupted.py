@@ -11,7 +11,7 @@ ITERATION_NS = 1_000_000
 INTERRUPTED = {"interrupted_by": "SIGTERM"}
 
 
-def _run(path, iterations: dict[int, int], status="interrupted", attrs=INTERRUPTED, labelled=True):
+def _run(path, iterations: dict[int, int], attrs=INTERRUPTED):
     """Two data-parallel ranks; rank r completed `iterations[r]` iterations (each a 1 ms kernel and an
     all-reduce, ended by a sync) and was stopped inside the next, after its kernel."""
     b = TraceBuilder(world_size=2)
@@ -19,12 +19,12 @@ def _run(path, iterations: dict[int, int], status="interrupted", attrs=INTERRUPT
     for r, done in iterations.items():
         k = b.rank(r)
         for i in range(done + 1):
-            k.iteration = i if labelled else None
+            k.iteration = i
             k.kernel(ITERATION_NS)
             if i < done:  # the last one was cut short
                 k.allreduce("dp", 0, nelems=1)
                 k.stream_sync()
-    return b.write(path, status=status, attrs=attrs)
+    return b.write(path, status="interrupted", attrs=attrs)
 
 
 def test_an_interrupted_run_is_predicted_from_the_iterations_every_rank_completed(tmp_path):
