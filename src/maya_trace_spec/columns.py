@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SPEC_VERSION = "1.2.0"
+SPEC_VERSION = "1.3.0"
 """Semantic version of the schema. Minor versions only add nullable columns, allowed values and `args` entries
-(1.1: phase `eval`, domain `nvml`; 1.2: `args.triton`, a Triton launch's arguments)."""
+(1.1: phase `eval`, domain `nvml`; 1.2: `args.triton`, a Triton launch's arguments; 1.3: run status
+`interrupted`)."""
 
 TIME_SOURCES = ("emulated", "measured", "predicted")
 PHASES = ("forward", "backward", "optimizer", "eval", "other")
@@ -73,9 +74,11 @@ RUN = Table(
         _c(
             "status",
             s,
-            "Capture state: `running` until the producer finishes.",
+            "Capture state: `running` until the producer finishes; `interrupted` (1.3): a stop signal ended the "
+            "capture, and the tables hold what was captured until then (`attrs.interrupted_by`: the signal; "
+            "`attrs.interrupted_ranks`: the ranks it stopped).",
             nullable=False,
-            allowed=("running", "complete", "failed", "oom"),
+            allowed=("running", "complete", "failed", "oom", "interrupted"),
         ),
         _c("command", s, "Command line of the traced program (JSON list of strings)."),
         _c("hardware", s, "Hardware catalog name of the (virtual or real) GPUs, e.g. `h100-sxm`."),

@@ -32,7 +32,8 @@ predicted traces share it, so they can be joined call by call.
 ## Versioning
 
 - Minor versions only add nullable columns, allowed values and `args` entries (1.1: `ops.phase`
-  `eval`, `api_calls.domain` `nvml`; 1.2: `api_calls.args.triton`, a Triton launch's arguments):
+  `eval`, `api_calls.domain` `nvml`; 1.2: `api_calls.args.triton`, a Triton launch's arguments; 1.3:
+  `run.status` `interrupted`):
   readers fill a column missing from an older minor with nulls and ignore unknown columns and
   `args` entries of a newer minor.
 - A file of an older major is upgraded by the registered migrations (`maya trace migrate` rewrites

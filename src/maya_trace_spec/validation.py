@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import pandera.pandas as pa
+import pyarrow.parquet as pq
 
 from .columns import TABLES
 from .errors import TraceError
@@ -87,6 +89,26 @@ def validate_run(path: str | Path) -> list[Problem]:
     if not problems:
         problems.extend(_reference_problems(run))
     return problems
+
+
+def incomplete(path: str | Path) -> str | None:
+    """Why a run does not hold a whole capture, whatever its schema: a stop signal interrupted it, its producer
+    is still running or was killed (status `running`), or it holds no call; None when none of these."""
+    run = Run(path)
+    status = run.info["status"]
+    calls = sum(pq.ParquetFile(f).metadata.num_rows for _, f in table_files(run.path, "api_calls"))
+    held = f"{calls:,} calls of {len(run.ranks)} rank(s)" if calls else "no call"
+    if status == "interrupted":
+        try:
+            by = json.loads(run.info["attrs"] or "{}").get("interrupted_by")
+        except (json.JSONDecodeError, AttributeError):
+            by = None
+        return f"interrupted{f' by {by}' if by else ''}: it holds what was captured until then ({held})"
+    if status == "running":
+        return f"its capture never finished (status running: the producer is still running or was killed); {held}"
+    if not calls:
+        return f"it is empty (status {status}): no call was captured"
+    return None
 
 
 def _reference_problems(run: Run) -> list[Problem]:

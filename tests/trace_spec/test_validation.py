@@ -1,13 +1,17 @@
 """Row-level and cross-table validation of runs, and the single source of the schema."""
 
+import json
+
 import pyarrow as pa
 import pyarrow.parquet as pq
+from typer.testing import CliRunner
 
-from maya_trace_spec import TABLES, RunWriter, arrow_schema, file_schema, table_files
+from maya.cli import app
+from maya_trace_spec import TABLES, Run, RunWriter, arrow_schema, file_schema, table_files
 from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
 from maya_trace_spec.spec_doc import render
 from maya_trace_spec.synthetic import api_calls
-from maya_trace_spec.validation import dataframe_schema, validate_run
+from maya_trace_spec.validation import dataframe_schema, incomplete, validate_run
 
 
 def test_synthetic_run_is_valid(run_dir):
@@ -73,3 +77,40 @@ def test_spec_md_is_current():
     assert files("maya_trace_spec").joinpath("SPEC.md").read_text() == render(), (
         "regenerate: python -m maya_trace_spec.spec_doc > maya_trace_spec/SPEC.md"
     )
+
+
+def test_incomplete_names_an_interrupted_unfinished_or_empty_run(run_dir):
+    """A run can be valid and yet not a whole capture: `incomplete` says which and why, and nothing for a
+    complete one."""
+    assert incomplete(run_dir) is None
+    RunWriter(run_dir).write(
+        "run", {**_info(run_dir), "status": ["interrupted"], "attrs": [json.dumps({"interrupted_by": "SIGTERM"})]}
+    )
+    assert validate_run(run_dir) == []
+    assert (
+        incomplete(run_dir)
+        == "interrupted by SIGTERM: it holds what was captured until then (1,000 calls of 2 rank(s))"
+    )
+    RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["running"], "attrs": [None]})
+    assert "never finished (status running" in incomplete(run_dir)
+    RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["complete"]})
+    for _, f in table_files(run_dir, "api_calls"):
+        f.unlink()
+    assert validate_run(run_dir) == []
+    assert incomplete(run_dir) == "it is empty (status complete): no call was captured"
+
+
+def _info(run_dir) -> dict:
+    return {k: [v] for k, v in Run(run_dir).info.items()}
+
+
+def test_trace_validate_refuses_an_interrupted_run(run_dir):
+    """`maya trace validate` no longer calls an interrupted run valid: it fails, naming the signal."""
+    assert CliRunner().invoke(app, ["trace", "validate", str(run_dir)]).exit_code == 0
+    RunWriter(run_dir).write(
+        "run", {**_info(run_dir), "status": ["interrupted"], "attrs": [json.dumps({"interrupted_by": "SIGHUP"})]}
+    )
+    r = CliRunner().invoke(app, ["trace", "validate", str(run_dir)])
+    assert r.exit_code == 1
+    assert "not a whole capture: interrupted by SIGHUP" in " ".join(r.output.split())
+    assert "is a valid" not in r.output

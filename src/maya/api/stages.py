@@ -103,7 +103,7 @@ class PredictOptions:
 
 @dataclass(frozen=True)
 class Capture:
-    """The outcome of `capture`: the run directory and its status ('complete', 'oom', 'failed'), why it did not
+    """The outcome of `capture`: the run directory and its status ('complete', 'oom', 'failed', 'interrupted'), why it did not
     complete (`reason`), the largest peak of device memory of a rank, whether a cached run was reused, and the
     emulation's per-rank results (None when reused)."""
 
@@ -179,11 +179,12 @@ def capture(
     """Emulate `argv` (`script.py args` or `-m module args`) on virtual GPUs. Into `out_dir` (default a new
     folder under `$MAYA_HOME/runs`), or through `cache`: the complete run of `key` (default `command_key`)
     reused, else captured atomically. Raises `BuildError`, `FileExistsError` (`out_dir` not empty) and
-    ValueError (bad options); a script that fails or runs out of memory is the capture's status. `oracle`:
+    ValueError (bad options); a script that fails or runs out of memory is the capture's status; a stop signal raises
+    `CaptureInterrupted` once what the ranks captured is written. `oracle`:
     the device-time oracle if already resolved (`device_time(options)`)."""
     from maya.core.paths import runs_dir
     from maya.emulator.capture_cache import failure_summary
-    from maya.emulator.launcher import Topology, emulate
+    from maya.emulator.launcher import Interrupted, Topology, emulate
 
     if cache is not None and out_dir is not None:
         raise ValueError("give out_dir or cache, not both")
@@ -206,18 +207,36 @@ def capture(
             on_output=on_output,
         )
 
-    if cache is None:
-        result = run(Path(out_dir) if out_dir is not None else runs_dir() / time.strftime("emulate-%Y%m%d-%H%M%S"))
-        cached_key = None
-    else:
-        cached_key = key or command_key(argv, options)
-        cached = cache.capture(cached_key, run)
-        if cached.result is None:
-            return Capture(cached.run_dir, "complete", reused=True, key=cached_key)
-        result = cached.result
+    cached_key = None if cache is None else key or command_key(argv, options)
+    try:
+        if cache is None:
+            result = run(Path(out_dir) if out_dir is not None else runs_dir() / time.strftime("emulate-%Y%m%d-%H%M%S"))
+        else:
+            cached = cache.capture(cached_key, run)
+            if cached.result is None:
+                return Capture(cached.run_dir, "complete", reused=True, key=cached_key)
+            result = cached.result
+    except Interrupted as e:
+        raise CaptureInterrupted(
+            _outcome(e.result, cached_key, f"interrupted by {e.result.interrupted_by}"), e.exit_code
+        ) from None
+    return _outcome(result, cached_key, None if result.status == "complete" else failure_summary(result))
+
+
+def _outcome(result: EmulationResult, key: str | None, reason: str | None) -> Capture:
     peak = max((r.peak_bytes for r in result.ranks), default=None)
-    reason = None if result.status == "complete" else failure_summary(result)
-    return Capture(result.run_dir, result.status, reason, peak, False, result, cached_key)
+    return Capture(result.run_dir, result.status, reason, peak, False, result, key)
+
+
+class CaptureInterrupted(KeyboardInterrupt):
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP) ended `capture`: every rank was stopped and what they captured
+    was kept, marked interrupted (`capture`, status 'interrupted'); `exit_code` is 128 + the signal's number.
+    A KeyboardInterrupt, so a loop of captures (a search) stops as on Ctrl-C."""
+
+    def __init__(self, capture: Capture, exit_code: int):
+        super().__init__(capture.reason)
+        self.capture = capture
+        self.exit_code = exit_code
 
 
 def predict(run_dir: str | Path, options: PredictOptions = PredictOptions()) -> Prediction:

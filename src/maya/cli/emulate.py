@@ -74,7 +74,8 @@ def emulate_cmd(
 
     `maya emulate [OPTIONS] -- python SCRIPT ARGS` (or `-- torchrun --nproc-per-node N SCRIPT ARGS`): each
     rank runs in isolation on a virtual GPU, and its device-API trace (maya_trace_spec) is stored and
-    catalogued in the warehouse. Exit code 3 when the script runs out of device memory.
+    catalogued in the warehouse. Exit code 3 when the script runs out of device memory. A stop signal (Ctrl-C, SIGTERM, SIGHUP)
+    stops every rank and keeps what they captured, marked interrupted (exit code 128 + the signal's number).
     """
     from maya import api
     from maya.core import hardware as catalog
@@ -116,6 +117,7 @@ def emulate_cmd(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
+    interrupted = None
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task(
             f"{Path(argv[0]).name} on {options.world_size} × {hw.name}",
@@ -132,8 +134,19 @@ def emulate_cmd(
             )
         except (BuildError, FileExistsError, ValueError) as e:
             fail(str(e))
+        except api.CaptureInterrupted as e:
+            captured, interrupted = e.capture, e
     result = captured.result
     _report(captured, hw)
+    if interrupted:
+        calls = sum(r.calls for r in result.ranks)
+        err.print(
+            f"[yellow]{captured.reason}[/]: every rank was stopped; the {calls:,} calls they captured are kept and "
+            "the run is marked interrupted (maya predict uses its complete iterations)",
+            highlight=False,
+        )
+        out.print(f"trace: [cyan]{result.run_dir}[/] (run {register_run(result.run_dir, warehouse)})")
+        raise typer.Exit(interrupted.exit_code)
     stopped = {r.info.get("stopped_at_iteration") for r in result.ranks} - {None}
     if stopped:
         out.print(
@@ -179,7 +192,11 @@ def _report(captured, hw) -> None:
         title=f"{result.run_dir.name}: {result.status}",
     )
     for r in result.ranks:
-        status = {"complete": "[green]complete[/]", "oom": "[red]out of memory[/]"}.get(r.status, f"[red]{r.status}[/]")
+        status = {
+            "complete": "[green]complete[/]",
+            "oom": "[red]out of memory[/]",
+            "interrupted": "[yellow]interrupted[/]",
+        }.get(r.status, f"[red]{r.status}[/]")
         peak = f"{r.peak_bytes / 2**30:.2f} / {hw.memory_bytes / 2**30:.1f} GiB"
         unimpl = ", ".join(f"{k} ×{v}" for k, v in sorted(r.unimplemented.items())) or "-"
         table.add_row(str(r.rank), status, f"{r.calls:,}", peak, f"{r.seconds:.1f} s", unimpl)

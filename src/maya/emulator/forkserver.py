@@ -4,10 +4,12 @@ most of a search point's cost), and the ranks share torch's pages.
 
 The zygote (`python -m maya.emulator.forkserver`) listens on an abstract Unix socket. A
 request carries the rank's argv, environment and working directory, and the write end of a pipe for
-its output; the zygote forks and, when the child exits, answers its exit status (as `subprocess`
+its output; the zygote forks, answers the child's pid with a pidfd for it (the launcher signals the rank
+through it, race-free: `RankProcess`) and, when the child exits, its exit status (as `subprocess`
 reports it: negative for a signal). The child becomes a fresh emulated process
-(`maya_emu_restart`, refused if the zygote recorded anything) and runs `runner.py`. The zygote ends,
-and stops its children, when the process that started it closes its stdin.
+(`maya_emu_restart`, refused if the zygote recorded anything) and runs `runner.py`. The zygote ignores
+stop signals (the launcher passes them on to the ranks it runs); it ends, and stops its children
+(SIGTERM: each flushes its capture), when the process that started it closes its stdin.
 
 `MAYA_EMU_FORKSERVER=0` turns the zygote off (every rank a new interpreter, as before).
 """
@@ -93,17 +95,47 @@ def _send_msg(sock: socket.socket, data: dict, fds: Sequence[int] = ()) -> None:
 
 
 def _recv_msg(sock: socket.socket) -> tuple[dict | None, list[int]]:
-    """One message and the descriptors sent with it; (None, []) at end of stream."""
-    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
+    """One message and the descriptors sent with it; (None, []) at end of stream. Reads no byte past the
+    message: the next one (a rank's exit after its pid) stays for the next call."""
+    data, fds, _, _ = socket.recv_fds(sock, _HEADER.size, 4, socket.MSG_WAITALL)
     if not data:
         return None, fds
-    (size,) = _HEADER.unpack_from(data)
-    while len(data) < _HEADER.size + size:
-        more = sock.recv(_HEADER.size + size - len(data))
+    data += _recv_exact(sock, _HEADER.size - len(data))
+    (size,) = _HEADER.unpack(data)
+    return json.loads(_recv_exact(sock, size)), fds
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        more = sock.recv(size - len(data))
         if not more:
             raise ConnectionError("zygote connection closed mid-message")
         data += more
-    return json.loads(data[_HEADER.size : _HEADER.size + size]), fds
+    return data
+
+
+class RankProcess:
+    """A running rank's process, signalled through a pidfd (never another process that reuses its pid)
+    until `close`; signals after it ended do nothing."""
+
+    def __init__(self, pidfd: int):
+        self._fd: int | None = pidfd
+        self._lock = threading.RLock()  # re-entrant: a signal handler can interrupt a send in its own thread
+
+    def send_signal(self, sig: int) -> None:
+        with self._lock:
+            if self._fd is not None:
+                try:
+                    signal.pidfd_send_signal(self._fd, sig)
+                except ProcessLookupError:  # it exited, not yet reaped
+                    pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 # ------------------------------------------------------------------ client (in `maya emulate`)
@@ -135,9 +167,15 @@ class ForkServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str], output: Callable[[str], None]) -> int:
-        """Run the rank `python -m maya.emulator.runner ARGV` with `env` in a fork; every
-        line it prints goes to `output`; returns its exit status."""
+    def run(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        output: Callable[[str], None],
+        started: Callable[[RankProcess], None] | None = None,
+    ) -> int:
+        """Run the rank `python -m maya.emulator.runner ARGV` with `env` in a fork; its process goes to
+        `started` (valid until this returns), every line it prints to `output`; returns its exit status."""
         read_end, write_end = os.pipe()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             try:
@@ -148,10 +186,18 @@ class ForkServer:
                 raise ZygoteUnavailable(f"the emulator's zygote is gone: {e}") from e
             finally:
                 os.close(write_end)
-            with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
-                for line in lines:
-                    output(line)
-            reply, _ = _recv_msg(conn)
+            forked, fds = _recv_msg(conn)
+            process = RankProcess(fds[0]) if forked is not None and fds else None
+            try:
+                if process is not None and started is not None:
+                    started(process)
+                with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
+                    for line in lines:
+                        output(line)
+                reply, _ = _recv_msg(conn)
+            finally:
+                if process is not None:
+                    process.close()
         if reply is None or "exit" not in reply:
             raise ForkServerError("the emulator's zygote ended before the rank did")
         return int(reply["exit"])
@@ -228,6 +274,7 @@ def _child(request: dict, out_fd: int) -> None:
         os.dup2(devnull, 0)
         os.close(devnull)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request["env"])
@@ -251,7 +298,10 @@ def _child(request: dict, out_fd: int) -> None:
 
 def serve(name: str) -> None:
     """Fork a rank per request on the abstract socket `name` until stdin closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the ranks; the zygote ends with its parent
+    # stop signals are for the ranks (the launcher passes them on, or they reach the whole process group);
+    # the zygote ends with its parent
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, signal.SIG_IGN)
     for module in PRELOAD:
         __import__(module)
     if ctypes.CDLL(None).maya_emu_restart() != 0:
@@ -295,6 +345,10 @@ def serve(name: str) -> None:
                     _child(request, fds[0])
                 os.close(fds[0])
                 pidfd = os.pidfd_open(pid)
+                try:
+                    _send_msg(conn, {"pid": pid}, [pidfd])
+                except OSError:  # the launcher is gone: its rank will be stopped with the others
+                    pass
                 children[pidfd] = (pid, conn)
                 selector.register(pidfd, selectors.EVENT_READ, "child")
             else:  # a child ended

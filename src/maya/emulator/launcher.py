@@ -1,4 +1,9 @@
-"""`maya emulate`: run a training script on virtual GPUs, one isolated process per captured rank."""
+"""`maya emulate`: run a training script on virtual GPUs, one isolated process per captured rank.
+
+A stop signal (SIGINT, SIGTERM, SIGHUP) to the launcher ends the job as Ctrl-C does: every running rank
+is interrupted, no other starts, what the ranks captured is converted and the run's status is `interrupted`
+(`emulate` then raises `Interrupted`); a rank still running `STOP_GRACE_S` later, or at a second signal,
+is killed."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -13,8 +19,9 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +36,7 @@ from .build import build, built_release, preload_list
 from .convert import RankSummary, signature, write_rank
 from .dedup import stage_classes
 from .device_time import ORACLE_ENV
+from .forkserver import RankProcess
 from .mailbox import Watcher, mark_ended
 from .subset import subset_represents
 
@@ -65,6 +73,25 @@ class EmulationResult:
     status: str
     ranks: list[RankCapture] = field(default_factory=list)
     capture_cpu_seconds: float = 0.0  # of every rank process, verification captures included
+    interrupted_by: str | None = None  # the stop signal's name, when one interrupted the run
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_GRACE_S = 10.0
+"""Seconds the ranks get to end their script after a stop signal before they are killed."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """`emulate` was stopped by a signal; `result` is the run, written with what the ranks captured."""
+
+    def __init__(self, result: EmulationResult):
+        super().__init__(result.interrupted_by)
+        self.result = result
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as a shell reports a process a signal ended."""
+        return 128 + signal.Signals[self.result.interrupted_by].value
 
 
 def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
@@ -203,17 +230,40 @@ def emulate(
     job.env = dict(env or {})
     job.write_run("running", {"captured_ranks": wanted})
     workers = parallel or os.cpu_count() or 1
-    with Watcher(job.mailbox, topology.world_size, job.start):
+    with _stop_signals_to(job.stopping.handle), Watcher(job.mailbox, topology.world_size, job.start):
         if dedup and ranks is None and topology.world_size > 1:
             captured, represents = _deduplicated(job.capture, job.writer, topology.world_size, workers, on_rank_done)
         else:
             with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
-                captured = dict(zip(wanted, pool.map(job.capture, wanted)))
-            represents = {rank: [rank] for rank in wanted}
+                captured = {r: c for r, c in zip(wanted, pool.map(job.capture, wanted)) if c is not None}
+            represents = {rank: [rank] for rank in captured}
             if ranks is not None and len(wanted) < topology.world_size:
                 represents, job.assumed = _subset(job.writer, topology.world_size, captured)
         job.wait_for_all()
-    return job.finish(captured, represents)
+        result = job.finish(captured, represents)
+    if result.interrupted_by:
+        raise Interrupted(result)
+    if job.stopping.by:  # it came once the run was written whole: its own action, now
+        signal.raise_signal(signal.Signals[job.stopping.by])
+    return result
+
+
+@contextmanager
+def _stop_signals_to(handle: Callable[[int, object], None]) -> Iterator[None]:
+    """Within, a stop signal to this process goes to `handle` (`_Stopping.handle`) instead of ending it; only
+    where Python handles signals (the main thread), and not a signal ignored (`nohup`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, handle)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, RankCapture]]):
@@ -232,6 +282,54 @@ def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, 
         )
     except ValueError:
         return alone, {}
+
+
+class _Stopping:
+    """How a job stops on a signal: the running ranks are interrupted (SIGINT: each ends its script and keeps
+    its capture) and none starts any more (`by` is set); at a second signal, or `grace_s` later, they are
+    killed."""
+
+    def __init__(self, grace_s: float = STOP_GRACE_S):
+        self.by: str | None = None  # the name of the stop signal received
+        self.grace_s = grace_s
+        self.killing = False
+        self.processes: dict[int, RankProcess] = {}  # of the ranks running
+        self.lock = threading.RLock()  # re-entrant: the signal handler runs in the main thread, between any two lines
+
+    def handle(self, signum: int, frame: object = None) -> None:
+        """The stop signals' handler."""
+        with self.lock:
+            first = self.by is None
+            if first:
+                self.by = signal.Signals(signum).name
+            else:
+                self.killing = True
+            processes = list(self.processes.values())
+        if first:
+            timer = threading.Timer(self.grace_s, self.kill)
+            timer.daemon = True
+            timer.start()
+        for process in processes:
+            process.send_signal(signal.SIGKILL if self.killing else signal.SIGINT)
+
+    def kill(self) -> None:
+        with self.lock:
+            self.killing = True
+            processes = list(self.processes.values())
+        for process in processes:
+            process.send_signal(signal.SIGKILL)
+
+    def started(self, rank: int, process: RankProcess) -> None:
+        """A rank's process, to signal until it ends; one started as the job stops is stopped at once."""
+        with self.lock:
+            self.processes[rank] = process
+            by, killing = self.by, self.killing
+        if by:
+            process.send_signal(signal.SIGKILL if killing else signal.SIGINT)
+
+    def ended(self, rank: int) -> None:
+        with self.lock:
+            self.processes.pop(rank, None)
 
 
 class _Job:
@@ -272,6 +370,7 @@ class _Job:
         self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
         self.assumed: dict[int, list[int]] = {}  # uncaptured ranks a subset's capture stands for (subset.py)
         self.env: dict[str, str] = {}  # added to every rank's environment
+        self.stopping = _Stopping()
 
     def write_run(self, status: str, attrs: dict) -> None:
         if self.device_time:
@@ -303,8 +402,10 @@ class _Job:
                 env,
                 self.out_dir / "logs" / f"rank{rank}.txt",
                 echo=self.on_output if rank == self.echoed_rank else None,
+                started=lambda process: self.stopping.started(rank, process),
             )
         finally:
+            self.stopping.ended(rank)
             mark_ended(self.mailbox, rank)
         summary = RankSummary.scan(raw)
         return raw, RankCapture(
@@ -321,14 +422,18 @@ class _Job:
         )
 
     def start(self, rank: int) -> Future:
-        """The emulation of `rank`, started once (by a request or because a peer waits for it)."""
+        """The emulation of `rank`, started once (by a request or because a peer waits for it); its result is
+        None when the job was stopped before it started."""
         with self.lock:
             if rank not in self.runs:
                 future: Future = Future()
                 self.runs[rank] = future
-                threading.Thread(
-                    target=self._resolve, args=(future, rank), name=f"maya-rank{rank}", daemon=True
-                ).start()
+                if self.stopping.by:
+                    future.set_result(None)
+                else:
+                    threading.Thread(
+                        target=self._resolve, args=(future, rank), name=f"maya-rank{rank}", daemon=True
+                    ).start()
             return self.runs[rank]
 
     def _resolve(self, future: Future, rank: int) -> None:
@@ -337,9 +442,13 @@ class _Job:
         except BaseException as e:
             future.set_exception(e)
 
-    def capture(self, rank: int, keep: bool = True) -> tuple[Path, RankCapture]:
-        """`rank`'s capture (started if needed), written into the run unless `keep` is False (a probe)."""
-        raw, result = self.start(rank).result()
+    def capture(self, rank: int, keep: bool = True) -> tuple[Path, RankCapture] | None:
+        """`rank`'s capture (started if needed), written into the run unless `keep` is False (a probe); None
+        when the job was stopped before the rank started."""
+        ran = self.start(rank).result()
+        if ran is None:
+            return None
+        raw, result = ran
         if keep:
             write_rank(raw, self.writer, rank)
             if self.on_rank_done:
@@ -382,9 +491,14 @@ class _Job:
         results = [captured[r][1] for r in sorted(captured)]
         torch = next((r.info["torch"] for r in results if r.info.get("torch")), None)
         self.run_row["framework"] = f"torch {torch}" if torch else None
+        interrupted_by = self.stopping.by or next(
+            (r.info.get("interrupted_by") or "SIGINT" for r in results if r.status == "interrupted"), None
+        )
         status = (
             "oom"
             if any(r.status == "oom" for r in results)
+            else "interrupted"
+            if interrupted_by
             else "failed"
             if any(r.status == "failed" for r in results)
             else "complete"
@@ -393,6 +507,14 @@ class _Job:
             status,
             {
                 "captured_ranks": sorted(captured),
+                **(
+                    {
+                        "interrupted_by": interrupted_by,
+                        "interrupted_ranks": [r.rank for r in results if r.status not in ("complete", "oom")],
+                    }
+                    if interrupted_by
+                    else {}
+                ),
                 "represents": represents,
                 **({"represents_assumed": self.assumed} if self.assumed else {}),
                 "stopped_at_iteration": {
@@ -410,17 +532,21 @@ class _Job:
                 ),
             },
         )
-        if status == "complete" and not settings.keep_capture():
-            shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)
-        cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None)
-        return EmulationResult(self.out_dir, status, results, cpu)
+        if status in ("complete", "interrupted") and not settings.keep_capture():
+            shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)  # converted
+        cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None and f.result())
+        return EmulationResult(self.out_dir, status, results, cpu, interrupted_by)
 
 
 def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done):
     """Capture one representative per class of equivalent ranks (dedup.py), verified by one more
-    member per class that could be split; returns the captures kept and which ranks each stands for."""
-    captured = {0: capture(0)}
-    if captured[0][1].status != "complete":
+    member per class that could be split; returns the captures kept and which ranks each stands for (ranks
+    a stop signal kept from starting are left out)."""
+    first = capture(0)
+    if first is None:
+        return {}, {}
+    captured = {0: first}
+    if first[1].status != "complete":
         return captured, {0: [0]}
     communicators = read_table(writer.run_dir, "communicators", [0])
     classes = stage_classes(world_size, read_table(writer.run_dir, "api_calls", [0]), communicators)
@@ -434,11 +560,15 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         if len(members) > 1 and not any(1 < size < len(members) for size in sizes)
     }
     with ThreadPoolExecutor(workers) as pool:
-        captured.update(zip((r for r in classes if r), pool.map(capture, [r for r in classes if r])))
+        others = [r for r in classes if r]
+        captured.update((r, c) for r, c in zip(others, pool.map(capture, others)) if c is not None)
         probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
-    represents = {rep: list(members) for rep, members in classes.items()}
+    represents = {rep: list(members) for rep, members in classes.items() if rep in captured}
     for rep, probe_rank in checks.items():
-        probe_raw, probe_result = probes[probe_rank]
+        probe = probes[probe_rank]
+        if probe is None or rep not in captured or "interrupted" in (probe[1].status, captured[rep][1].status):
+            continue  # not both whole: nothing to compare
+        probe_raw, probe_result = probe
         if signature(probe_raw) == signature(captured[rep][0]):
             continue
         # the representative is special (e.g. logs): it stands for itself, the probe for the rest
@@ -451,9 +581,16 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     return captured, represents
 
 
-def _run_rank(argv: list[str], env: dict[str, str], log: Path, echo: Callable[[str], None] | None) -> int:
+def _run_rank(
+    argv: list[str],
+    env: dict[str, str],
+    log: Path,
+    echo: Callable[[str], None] | None,
+    started: Callable[[RankProcess], None],
+) -> int:
     """Run one rank (`python -m maya.emulator.runner ARGV`), forked from the zygote unless it
-    is turned off or cannot start; its output goes to `log` and, line by line, to `echo`."""
+    is turned off or cannot start; its process goes to `started` (to signal while it runs), its output to
+    `log` and, line by line, to `echo`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as fh:
 
@@ -465,13 +602,19 @@ def _run_rank(argv: list[str], env: dict[str, str], log: Path, echo: Callable[[s
         if forkserver.enabled():
             try:
                 with forkserver.lease(env) as server:
-                    return server.run(argv, env, output)
+                    return server.run(argv, env, output, started)
             except forkserver.ZygoteUnavailable as e:
                 warnings.warn(f"{e}; ranks start as new processes", RuntimeWarning, stacklevel=2)
         cmd = [sys.executable, "-m", "maya.emulator.runner", *argv]
-        with subprocess.Popen(
+        proc = subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-        ) as proc:
-            for line in proc.stdout:
-                output(line)
+        )
+        process = RankProcess(os.pidfd_open(proc.pid))  # before any wait: the pid is still this child's
+        try:
+            with proc:
+                started(process)
+                for line in proc.stdout:
+                    output(line)
+        finally:
+            process.close()
         return proc.returncode

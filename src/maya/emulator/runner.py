@@ -7,7 +7,8 @@ makes), module hooks that open a range per module (`nn.Module: GPT.blocks.0.mlp`
 model called in eval mode or under inference mode, a `maya::eval` range (its ops are phase `eval`),
 the iteration clock (iteration_clock.py: optimizer steps, `--iterations`), the arguments of Triton
 launches (triton_launches.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
-timings (device_time.py). At exit the script's
+timings (device_time.py). A stop signal (SIGINT, SIGTERM, SIGHUP: the launcher passes its own on as SIGINT)
+interrupts the script as Ctrl-C does, once; its status is then `interrupted`. At exit the script's
 outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
 """
 
@@ -16,11 +17,13 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import sys
 import threading
 import traceback
 import warnings
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -157,6 +160,33 @@ def _stop_reason(e: BaseException) -> str | None:
     return reason.decode() + where
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""A rank's exit code when a stop signal interrupted it (the shell's convention for Ctrl-C)."""
+
+
+def _interrupt_on_stop_signals() -> Callable[[], None]:
+    """Make a stop signal raise KeyboardInterrupt in the script, once: later ones do nothing, so that the
+    capture is written whatever follows (a process group's signal, then the launcher's). Returns what makes
+    the first do nothing too (the script is over). The handlers stay: one replaced by SIG_IGN while its signal
+    is pending would raise an OSError in its place."""
+    armed = True
+
+    def stop(signum: int, frame) -> None:
+        nonlocal armed
+        if armed:
+            armed = False
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def disarm() -> None:
+        nonlocal armed
+        armed = False
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop)
+    return disarm
+
+
 RANK_PID_ENV = settings.EMU_RANK_PID.name
 """The rank's pid, for the processes it starts: they inherit the preloaded stubs and record nothing."""
 
@@ -177,7 +207,7 @@ def main(argv: list[str]) -> int:
     isolate_ranks()
     describe_triton_launches(out)
     timings = answer_event_timings(out)
-    status, error, code, stopped = "complete", None, 0, None
+    status, error, code, stopped, interrupted_by = "complete", None, 0, None, None
     observer = _Observer(Path(os.environ[settings.EMU_LIBS.name]), out)
     clock = native_clock(observer.lib, ctypes.CDLL(None), int(os.environ.get(ITERATIONS_ENV) or 0))
     groups = _ProcessGroups()
@@ -186,10 +216,15 @@ def main(argv: list[str]) -> int:
         register_optimizer_step_post_hook(clock.optimizer_stepped),
         *observer.module_hooks(torch, clock),
     ]
+    disarm = _interrupt_on_stop_signals()
     try:
         run_script(argv)
     except IterationLimitReached as e:
         stopped = e.args[0]
+    except KeyboardInterrupt as e:  # stopped by a signal: what was captured until then is kept
+        status, code = "interrupted", EXIT_INTERRUPTED
+        interrupted_by = e.args[0] if e.args and e.args[0] in signal.Signals.__members__ else "SIGINT"
+        print(f"maya emulator: {interrupted_by} after {clock.iteration} training iterations", file=sys.stderr)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         status = "complete" if code == 0 else "failed"
@@ -206,6 +241,7 @@ def main(argv: list[str]) -> int:
         if stop:  # the emulator stopped a loop: its reason is the error's last line
             error += stop + "\n"
     finally:
+        disarm()  # nothing stops the capture's writing
         for h in handles:
             h.remove()
         observer.finish()
@@ -220,6 +256,7 @@ def main(argv: list[str]) -> int:
                     "torch": torch.__version__,
                     "cpu_s": _cpu_seconds(),
                     "stopped_at_iteration": stopped,
+                    "interrupted_by": interrupted_by,
                     "optimizer_iterations": clock.iteration,
                     "host_values": observer.values(),
                     "device_time": timings.report() if timings else None,

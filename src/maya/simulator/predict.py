@@ -16,7 +16,7 @@ from .report import Prediction, job_figures, measured_iteration, memory_peak, mf
 from .retarget import gpu_assumption, retarget, source_hardware
 from .simulation import Simulation, simulate
 from .timeline import write_timeline
-from .trace import TraceSet, load
+from .trace import TraceSet, interrupted_by, keep_complete_iterations, load
 
 TIMELINE_RANKS = 64
 
@@ -65,7 +65,13 @@ def summarize(
     oom_reason, retry_note = out_of_memory(traces, memory, peak_memory, hw)
     first = sim.iterations[min(sim.iterations)]
     notes = list(sim.notes) + ([retry_note] if retry_note else [])
-    if traces.info["status"] not in ("complete", "oom"):
+    by = interrupted_by(traces)
+    if by:
+        notes.append(
+            f"the capture was interrupted by {by}: predicted from the iterations every rank completed before "
+            f"it ({first.count} found, {len(first.steady)} steady)"
+        )
+    elif traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
     notes += stand_in_notes(traces) + routing_notes(traces) + subset_notes(traces) + evaluation_notes(sim)
     notes += timing_notes(traces, hw.name)
@@ -153,6 +159,7 @@ def predict(
     if not traces.ranks:
         raise ValueError(f"{run_dir}: the run has no api_calls (nothing was captured)")
     check_stopped_by_oom(traces)
+    keep_complete_iterations(traces)
     hw = resolve_hardware(traces, hardware)
     if dp is not None and dp == int(traces.info["world_size"]):
         dp = None

@@ -22,7 +22,7 @@ from .pricing import price
 from .program import Program, compile_rank
 from .retarget import RepricedDurations, source_hardware
 from .topology import GlobalComm, Replica, expand
-from .trace import TraceSet
+from .trace import TraceSet, interrupted_by
 
 DURATION_CHOICES = ("auto", "estimators", "roofline", "measured")
 
@@ -132,6 +132,14 @@ def simulate(
     devices = price(traces, replicas, comms, provider, hardware)
     notes += provider.notes
     iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
+    by = interrupted_by(traces)
+    whole = [rank for rank, found in iterations.items() if found.source == "whole"]
+    if by and whole:
+        raise ValueError(
+            f"{traces.path}: the capture was interrupted by {by} and rank {whole[0]}'s calls show no complete "
+            "iteration (no optimizer step, no repeated sequence): there is nothing to predict from; capture it "
+            "again and let it run longer"
+        )
     engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
     t0 = time.perf_counter()
     results = engine.run()

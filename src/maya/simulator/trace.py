@@ -133,6 +133,46 @@ def load(run_dir: str | Path) -> TraceSet:
     return traces
 
 
+INTERRUPTED = "interrupted"
+"""The run status of a capture a stop signal ended (`maya emulate`)."""
+
+
+def interrupted_by(traces: TraceSet) -> str | None:
+    """The signal that interrupted the run's capture (`signal` when unnamed); None when it was not."""
+    if traces.info.get("status") != INTERRUPTED:
+        return None
+    return str(traces.attrs.get("interrupted_by") or "signal")
+
+
+def keep_complete_iterations(traces: TraceSet) -> None:
+    """Cut an interrupted run to the training iterations every rank completed: the last one of each rank the
+    signal stopped (attrs `interrupted_ranks`; all when not listed) was cut short, at its own point (ranks run
+    in isolation), so all keep the calls before the iteration the first to stop was in. Without optimizer
+    steps on those ranks nothing is cut: iterations are then found by repetition, whole ones only. Raises
+    ValueError when a rank completed none."""
+    by = interrupted_by(traces)
+    if by is None:
+        return
+    listed = traces.attrs.get("interrupted_ranks")
+    last = {}
+    for rank, trace in traces.ranks.items():
+        if listed is not None and rank not in listed:
+            continue  # its script ended before the signal
+        labels = call_iterations(trace)
+        if labels is not None and len(labels):
+            last[rank] = int(labels[-1])
+    if not any(last.values()):
+        return
+    first = min(last, key=last.get)
+    if last[first] < 1:
+        raise ValueError(
+            f"{traces.path}: the capture was interrupted by {by} before rank {first} completed a training "
+            "iteration: there is nothing to predict from; capture it again and let it run longer"
+        )
+    for trace in traces.ranks.values():
+        trace.calls = _before_iteration(trace, last[first])
+
+
 def _before_iteration(trace: RankTrace, stop: int) -> pd.DataFrame:
     """The rank's calls before iteration `stop` began, where `maya emulate --iterations` stopped it: what the
     next iteration had started is left out, since it started on some ranks only (a pipeline stage posts its

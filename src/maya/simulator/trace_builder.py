@@ -168,7 +168,7 @@ class TraceBuilder:
             }
         )
 
-    def write(self, run_dir: str | Path, status: str = "complete") -> Path:
+    def write(self, run_dir: str | Path, status: str = "complete", attrs: dict | None = None) -> Path:
         w = RunWriter(run_dir)
         w.write(
             "run",
@@ -182,6 +182,7 @@ class TraceBuilder:
                 "world_size": [self.world_size],
                 "nnodes": [-(-self.world_size // self.nproc_per_node)],
                 "nproc_per_node": [self.nproc_per_node],
+                "attrs": [json.dumps(attrs) if attrs else None],
             },
         )
         for rank, b in sorted(self.ranks.items()):
