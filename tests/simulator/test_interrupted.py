@@ -29,7 +29,7 @@ def _run(path, iterations: dict[int, int], attrs=INTERRUPTED):
 
 def test_an_interrupted_run_is_predicted_from_the_iterations_every_rank_completed(tmp_path):
     run = _run(tmp_path / "run", {0: 5, 1: 3})
-    prediction, _ = predict(run, durations="measured", store=False)
+    prediction = predict(run, durations="measured")
     assert prediction.iterations == 3  # rank 1 had begun its fourth: all keep three
     assert prediction.iteration_ns == pytest.approx(ITERATION_NS, rel=0.01)
     assert any("interrupted by SIGTERM" in note for note in prediction.notes), prediction.notes
@@ -38,7 +38,7 @@ def test_an_interrupted_run_is_predicted_from_the_iterations_every_rank_complete
 def test_ranks_whose_script_ended_before_the_signal_keep_their_last_iteration(tmp_path):
     """`interrupted_ranks` lists the ranks the signal stopped: when none was, nothing is cut."""
     run = _run(tmp_path / "run", {0: 3, 1: 3}, attrs={**INTERRUPTED, "interrupted_ranks": []})
-    prediction, _ = predict(run, durations="measured", store=False)
+    prediction = predict(run, durations="measured")
     assert prediction.iterations == 4  # the trailing kernel stays, its own iteration
     assert any("interrupted by SIGTERM" in note for note in prediction.notes), prediction.notes
 
@@ -46,7 +46,7 @@ def test_ranks_whose_script_ended_before_the_signal_keep_their_last_iteration(tm
 def test_a_run_interrupted_before_a_rank_completed_an_iteration_is_an_error(tmp_path):
     run = _run(tmp_path / "run", {0: 2, 1: 0})
     with pytest.raises(ValueError, match="interrupted by SIGTERM before rank 1 completed a training iteration"):
-        predict(run, durations="measured", store=False)
+        predict(run, durations="measured")
 
 
 def test_an_interrupted_run_without_iterations_is_an_error(tmp_path):
@@ -55,4 +55,4 @@ def test_an_interrupted_run_without_iterations_is_an_error(tmp_path):
     b.rank(0).kernel(ITERATION_NS)
     run = b.write(tmp_path / "run", status="interrupted", attrs={"interrupted_by": "SIGINT"})
     with pytest.raises(ValueError, match="interrupted by SIGINT and rank 0's calls show no complete iteration"):
-        predict(run, durations="measured", store=False)
+        predict(run, durations="measured")
