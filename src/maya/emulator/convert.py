@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -239,6 +240,7 @@ class _NoOps:
 
     known: _Bits
     pg_of: dict[int, str]
+    peer_of: dict[int, int] = field(default_factory=dict)
 
 
 def call_rows(raw: Path, records: np.ndarray) -> tuple[pa.Table, pa.Table]:
@@ -271,15 +273,22 @@ OP_COLUMNS = (
 )
 
 
+P2P_TITLE = re.compile(r"nccl:(?:send \d+->|recv \d+<-)(?P<peer>\d+)")
+"""The range torch's NCCL process group opens around an unbatched send or receive: `nccl:send 0->2`, `nccl:recv
+2<-0`, ranks in the process group's numbering."""
+
+
 class _OpsPass:
-    """Streams the ops of every thread into the `ops` table; keeps which op ids exist and the process
-    group (`pg:NAME` of its enclosing `record_param_comms`) of every op inside a collective."""
+    """Streams the ops of every thread into the `ops` table; keeps which op ids exist, the process group
+    (`pg:NAME` of its enclosing `record_param_comms`) of every op inside a collective, and the peer (in that
+    group's numbering) of every unbatched send or receive range (`P2P_TITLE`)."""
 
     def __init__(self, raw: Path, parts: _Parts):
         self.strings = _tsv(raw / "op_strings.tsv")
         self.signatures: dict[int, dict] = {}
         self.known = _Bits()
         self.pg_of: dict[int, str] = {}
+        self.peer_of: dict[int, int] = {}
         self.parts = parts
         self.rows: dict[str, list] = {c: [] for c in OP_COLUMNS}
         for path in sorted(raw.glob("ops-*.bin")):
@@ -357,6 +366,8 @@ class _OpsPass:
                 pg = sig.get("pg") if name == "record_param_comms" else up[5] if up is not None else None
                 if pg is not None:
                     self.pg_of[op_id] = pg
+                if p2p := P2P_TITLE.fullmatch(name):
+                    self.peer_of[op_id] = int(p2p["peer"])
                 stack.append((op_id, module, backward, optimizer, evaluating, pg))
                 phase = "backward" if backward else "optimizer" if optimizer else "eval" if evaluating else "forward"
                 row = (
@@ -471,12 +482,16 @@ class _CallsPass:
             args[i] = {**(args[i] or {}), "cuda_graph_replay": True}
         return ids, [json.dumps(x) if x is not None else None for x in args]
 
-    def _comm_ids(self, r: np.ndarray, coll: np.ndarray) -> list[str | None]:
+    def _comm_ids(self, r: np.ndarray, coll: np.ndarray) -> tuple[list[str | None], np.ndarray]:
         """For each collective, the process group of its enclosing `record_param_comms` op (`pg:NAME`, as
-        the Kineto importer names them) where the runner listed that group's members; else the NCCL
-        communicator's id."""
+        the Kineto importer names them) where the runner listed that group's members, else the NCCL
+        communicator's id; and each call's peer (send/recv) in that numbering. NCCL's peer is a rank of the
+        communicator the call used, which for an unbatched send or receive of torch's legacy process group
+        is a 2-rank communicator of the pair (peer 0 or 1), so a call labelled with its group takes the peer
+        its `nccl:send`/`nccl:recv` range names."""
         native = np.char.mod("%016x", r["a"][:, 0].view(np.uint64)) if len(r) else np.array([], object)
         out: list[str | None] = [None] * len(r)
+        peers = r["a"][:, 5].copy()
         for i in np.flatnonzero(coll):
             name = self.ops.pg_of.get(int(r["op"][i]))
             ranks = self.members.get(name) if name is not None else None
@@ -484,6 +499,8 @@ class _CallsPass:
                 out[i] = str(native[i])
             else:
                 out[i] = f"pg:{name}"
+                if peers[i] >= 0:
+                    peers[i] = self.ops.peer_of.get(int(r["op"][i]), peers[i])
                 self.groups.setdefault(
                     out[i],
                     {
@@ -496,7 +513,7 @@ class _CallsPass:
                     },
                 )
             self.used_comms.add(out[i])
-        return out
+        return out, peers
 
     def _calls(self, r: np.ndarray) -> pa.Table:
         a, kind = r["a"], r["kind"]
@@ -508,6 +525,7 @@ class _CallsPass:
         seq = np.arange(self.next_call, self.next_call + len(r), dtype=np.int64)
         self.next_call += len(r)
         api = np.clip(r["api"], 0, len(self.api_names) - 1)
+        comm_ids, peers = self._comm_ids(r, coll)
         return pa.table(
             {
                 "seq": pa.array(seq),
@@ -541,13 +559,13 @@ class _CallsPass:
                 "gemm_compute_type": _named(DTYPES, a[:, 6], gemm),
                 "bytes": _masked(np.where(copy | memset, a[:, 0], 0), copy | memset),
                 "memcpy_kind": _named(MEMCPY_KINDS, a[:, 1], copy),
-                "comm_id": pa.array(self._comm_ids(r, coll), pa.string()),
+                "comm_id": pa.array(comm_ids, pa.string()),
                 "collective_name": _strings(self.collective_names[api], coll),
                 "in_msg_nelems": _masked(a[:, 1], coll),
                 "out_msg_nelems": _masked(a[:, 7], coll),
                 "comm_dtype": _named(DTYPES, a[:, 3], coll),
                 "root_rank": _masked(a[:, 4], coll & (a[:, 4] >= 0), pa.int32()),
-                "peer_rank": _masked(a[:, 5], coll & (a[:, 5] >= 0), pa.int32()),
+                "peer_rank": _masked(peers, coll & (peers >= 0), pa.int32()),
                 "comm_seq": _masked(a[:, 6], coll),
                 "event_id": _masked(a[:, 0], event | ((kind == K_SYNC) & (a[:, 0] >= 0))),
                 "data_dependent": pa.array((r["flags"] & F_DATA_DEPENDENT) != 0),

@@ -4,14 +4,17 @@ from their representatives, and every collective gets a key that all its members
 A captured rank `Y` whose `devices.represents` is `[Y, Y1, Y2, ...]` stands for those ranks: copy `j`
 (rank `Yj`) replays `Y`'s program, each of its communicators mapped member by member:
 
-- a member represented by another rank `Z` at position `i` of `Z`'s list becomes the rank at position
-  `i + j` (mod the list's length): the lists of ranks that talk to each other are aligned (copy `j`
-  of pipeline stage 0 sends to copy `j` of stage 1; copy `j` of a data-parallel replica's
-  tensor-parallel group is made of copies `j`);
 - the members `Y` represents itself (its own copies in the group, e.g. a tensor- or data-parallel
-  group of identical ranks) must sit at evenly strided positions `0, s, 2s, ...` of `Y`'s list, as
-  device-mesh groups do; copy `j`'s group is the same pattern in the block of the list that holds
-  `j`, with copy `j` in `Y`'s role.
+  group of identical ranks) must sit at evenly strided positions `0, s, 2s, ...` (`n` of them) of
+  `Y`'s list, as device-mesh groups do; copy `j`'s group is the same pattern in the block of `s * n`
+  positions that holds `j`, with copy `j` in `Y`'s role;
+- a member represented by another rank `Z` at position `i` of `Z`'s list moves as `Y`'s own members
+  do: the lists of ranks that talk to each other are aligned (position `i` of every list holds the
+  same model shard), so it becomes the rank at position `i` of `Z`'s list shifted by copy `j` digit
+  by digit (positions read as a block index, a step among the `n`, an offset below `s`, each added
+  modulo its range). Copy `j` of pipeline stage 0 sends to copy `j` of stage 1, and the members of a
+  group spanning both (Megatron's tensor x pipeline group, `[0, 1, 4, 5]` of 8 ranks with TP=2, PP=2)
+  follow the tensor-parallel copies of their own stage (rank 1's is `[0, 1, 4, 5]`, not `[0, 1, 5, 6]`).
 
 A rank list ordered like the device mesh (e.g. data-parallel index major, tensor-parallel minor) thus
 expands every group to the right ranks."""
@@ -104,21 +107,26 @@ def _map_group(
             f"rank {y}: a communicator holds ranks it represents at positions {offsets} of its "
             "represents list: expected itself and an evenly strided set"
         )
-    block = stride * len(offsets)
-    base, r = divmod(j, block)
-    u, v = divmod(r, stride)
+    n = len(offsets)
+    block = stride * n
+
+    def shifted(i: int) -> int:
+        """Position `i` moved by copy `j`: block, step and offset each added modulo its range."""
+        base, step, offset = i // block, i // stride % n, i % stride
+        return (base + j // block) * block + (step + j // stride % n) % n * stride + (offset + j % stride) % stride
+
     mapped = list(ranks)
     for k, g in enumerate(ranks):
         if g not in position:
             continue
         z, i = position[g]
         if z == y:  # its own copies: the block holding copy j, copy j in rank y's role
-            i = base * block + v + (i + u * stride) % block
+            i = shifted(i)
             if i >= len(listed):
                 raise ValueError(f"rank {y}: {len(listed)} represented ranks do not fill blocks of {block}")
             mapped[k] = listed[i]
         else:
-            mapped[k] = lists[z][(i + j) % len(lists[z])]
+            mapped[k] = lists[z][shifted(i) % len(lists[z])]
     return mapped
 
 

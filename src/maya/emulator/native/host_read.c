@@ -16,7 +16,9 @@
  * for MAYA_EMU_LOOP_LIMIT repeated reads (default 10000) without a new read or progress is stopped:
  * its read fails with a message naming the ops it is in, which the script sees as a CUDA error.
  * A value the host can know (host_values.cpp: computed on the host from values it put on the device) is
- * read as it is, or as the op observer computed it (nonzero's own count), with no loop stand-in. */
+ * read as it is, or as the op observer computed it (nonzero's own count), with no loop stand-in. The window
+ * does not tell a loop from the same check run over a list of equal buffers (a bucket's NaN check after the
+ * previous bucket's), so a check whose answer must not flip is made known there (NaN/Inf checks). */
 
 #define READ_HISTORY 8
 #define READ_UNKNOWN 5

@@ -16,6 +16,10 @@
  * `_debug_force_load_balance` routes), a sort the identity permutation. Those indices are known but *assumed*, and so
  * is everything computed from them; the counts are summarised for `maya predict`.
  *
+ * A NaN/Inf check (`isnan`, `isinf`, `isposinf`, `isneginf`, `isfinite`) of a value only a GPU computes gets a
+ * healthy run's answer (nothing NaN or infinite), written to its output, which is then known: every read of
+ * the answer, or of what is computed from it, agrees within a step and across steps.
+ *
  * Host reads of known values are real: `.item()` reads the bytes as they are (no loop stand-in), and
  * `nonzero`, which reads its own count inside the op, gets the count of its known input. An `.item()` of a
  * value only a GPU computes reads 0 (no overflow found, no NaN, a flag not set; not the stale bytes of
@@ -348,6 +352,33 @@ void leaf_without_kernels(const at::RecordFunction &fn, const std::vector<c10::I
   }
 }
 
+/* The NaN/Inf predicates. Over a value only a GPU computes, each answers as a healthy run does (no NaN,
+ * no Inf, all finite): the answer is written to its output, which becomes known, so every later read of it
+ * or of what is computed from it (`.any()`, `logical_or`, `~`) agrees, and no loop stand-in can flip it
+ * (Megatron checks each gradient bucket's norm with `isnan`, then `isinf`: equal buckets ask in equal
+ * windows). Returns 1 for isfinite, 0 for the others, -1 for any other op. */
+int finiteness_answer(std::string_view n) {
+  if (n == "aten::isfinite") return 1;
+  return n == "aten::isnan" || n == "aten::isinf" || n == "aten::isposinf" || n == "aten::isneginf" ? 0 : -1;
+}
+
+/* A NaN/Inf predicate on a plain device tensor of unknown values: its output (within the size bound) gets
+ * the healthy answer. Returns whether it did. */
+bool finiteness_stand_in(const at::RecordFunction &fn, const std::vector<c10::IValue> &in, int answer) {
+  const auto &outs = fn.outputs();
+  if (in.empty() || !in[0].isTensor() || outs.empty() || !outs[0].isTensor()) return false;
+  const at::Tensor &x = in[0].toTensor();
+  if (!plain_device(x) || provenance(x) != UNKNOWN) return false;
+  const at::Tensor &out = outs[0].toTensor();
+  if (!plain_device(out) || static_cast<int64_t>(out.numel()) * out.element_size() > kComputeBytes) return false;
+  try {
+    HostGuards guards;
+    host_view(out).fill_(answer);
+  } catch (const std::exception &) { return false; }
+  mark(out, REAL);
+  return true;
+}
+
 /* c10d's gathers, scatters and all-to-alls take their output tensors first (`allgather_(outputs, inputs,
  * ...)`): those are filled, not read, so their provenance does not count. */
 bool outputs_first(std::string_view n) {
@@ -389,7 +420,8 @@ void on_enter(const at::RecordFunction &fn, OpValues &op) {
   if (fn.scope() == at::RecordScope::FUNCTION) {
     int64_t bytes = 0;
     op.inputs_known = in.empty() ? UNKNOWN : inputs_known(in, overwrites_first(n), &bytes);
-    if (op.inputs_known != UNKNOWN || is_routing(n) || n == "aten::copy_" || is_collective(n))
+    if (op.inputs_known != UNKNOWN || is_routing(n) || n == "aten::copy_" || is_collective(n) ||
+        finiteness_answer(n) >= 0)
       op.inputs.assign(in.begin(), in.end());
   }
   if (in.empty() || !in[0].isTensor()) return;
@@ -424,6 +456,10 @@ void on_exit(const at::RecordFunction &fn, OpValues &op, int64_t own_work) {
   if (fn.scope() != at::RecordScope::FUNCTION && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) return;
   if (is_collective(fn.name())) { // whether or not its kernels are counted as its own work
     collective(fn, op.inputs);
+    return;
+  }
+  if (int answer = finiteness_answer(fn.name()); answer >= 0 && finiteness_stand_in(fn, op.inputs, answer)) {
+    debug(fn, "NaN/Inf check on unknown values: a healthy run's answer"); // over what its nested ops made of it
     return;
   }
   if (own_work <= 0) {

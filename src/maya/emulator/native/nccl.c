@@ -16,7 +16,8 @@
 typedef struct {
   int64_t id;
   int nranks, rank, device;
-  int64_t seq;
+  int64_t seq;    /* collectives issued on it: what lines them up across ranks */
+  int64_t splits; /* ncclCommSplit calls on it, NOCOLOR ones included (every rank of it makes each) */
 } maya_comm;
 
 static const int elem_size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
@@ -123,6 +124,7 @@ MAYA_EXPORT void maya_nccl_expect_split(int size) {
 MAYA_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
   (void)config;
   maya_comm *p = (maya_comm *)comm;
+  int64_t split = p->splits++; /* a split is no collective of the parent: its `seq` stays */
   if (color == NCCL_SPLIT_NOCOLOR) {
     *newcomm = NULL;
     return ncclSuccess;
@@ -136,7 +138,7 @@ MAYA_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
     return ncclInvalidUsage;
   }
   char seed[64];
-  snprintf(seed, sizeof seed, "%lld/%d/%lld", (long long)p->id, color, (long long)p->seq++);
+  snprintf(seed, sizeof seed, "%lld/%d/%lld", (long long)p->id, color, (long long)split);
   *newcomm = (ncclComm_t)new_comm(hash_bytes(seed, strlen(seed)), size, key < size ? key : 0);
   return ncclSuccess;
 }
