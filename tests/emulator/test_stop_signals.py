@@ -78,13 +78,13 @@ def test_a_rank_turns_its_first_stop_signal_into_keyboard_interrupt_and_the_next
     """Two signals at once (a process group's SIGTERM and the launcher's SIGINT): the first interrupts the script,
     the second does nothing (no error printed for a signal ignored while pending), nor do later ones."""
     code = """
-import os, signal, time
+import os, signal, threading, time
 from maya.emulator.runner import _interrupt_on_stop_signals
 _interrupt_on_stop_signals()
 both = {signal.SIGINT, signal.SIGTERM}
 signal.pthread_sigmask(signal.SIG_BLOCK, both)
-os.kill(os.getpid(), signal.SIGTERM)
-os.kill(os.getpid(), signal.SIGINT)
+signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # pending on this thread: other threads (a
+signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # library's pool) would take a process-wide kill
 try:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, both)
     time.sleep(60)

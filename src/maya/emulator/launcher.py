@@ -230,17 +230,20 @@ def emulate(
     job.env = dict(env or {})
     job.write_run("running", {"captured_ranks": wanted})
     workers = parallel or os.cpu_count() or 1
-    with _stop_signals_to(job.stopping.handle), Watcher(job.mailbox, topology.world_size, job.start):
-        if dedup and ranks is None and topology.world_size > 1:
-            captured, represents = _deduplicated(job.capture, job.writer, topology.world_size, workers, on_rank_done)
-        else:
-            with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
-                captured = {r: c for r, c in zip(wanted, pool.map(job.capture, wanted)) if c is not None}
-            represents = {rank: [rank] for rank in captured}
-            if ranks is not None and len(wanted) < topology.world_size:
-                represents, job.assumed = _subset(job.writer, topology.world_size, captured)
-        job.wait_for_all()
-        result = job.finish(captured, represents)
+    with _stop_signals_to(job.stopping.handle):
+        with Watcher(job.mailbox, topology.world_size, job.start):
+            if dedup and ranks is None and topology.world_size > 1:
+                captured, represents = _deduplicated(
+                    job.capture, job.writer, topology.world_size, workers, on_rank_done
+                )
+            else:
+                with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
+                    captured = {r: c for r, c in zip(wanted, pool.map(job.capture, wanted)) if c is not None}
+                represents = {rank: [rank] for rank in captured}
+                if ranks is not None and len(wanted) < topology.world_size:
+                    represents, job.assumed = _subset(job.writer, topology.world_size, captured)
+            job.wait_for_all()
+        result = job.finish(captured, represents)  # once the mailbox's watcher is gone: it removes the capture
     if result.interrupted_by:
         raise Interrupted(result)
     if job.stopping.by:  # it came once the run was written whole: its own action, now
