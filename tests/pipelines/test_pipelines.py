@@ -399,7 +399,7 @@ def small(tmp_path) -> tuple[dg.DagsterInstance, dict, Path]:
 KILLED_MIDWAY = """
 import os, signal, sys
 import dagster as dg
-from maya.pipelines import tables
+from maya.pipelines import landing, tables
 from maya.pipelines.defs import profiles
 from maya.pipelines.partitions import partition_key
 from maya.pipelines.resources import DataSources, Warehouse
@@ -410,7 +410,7 @@ def insert(con, table, frame):  # killed once the partition's old rows are delet
         os.kill(os.getpid(), signal.SIGKILL)
     tables.insert(con, table, frame)
 
-profiles.insert = insert
+landing.insert = insert  # where both raw-data assets write
 partition, root = Partition(*sys.argv[1:3]), sys.argv[3]
 instance = dg.DagsterInstance.ephemeral()
 instance.add_dynamic_partitions("hardware", [partition.hardware])

@@ -1,21 +1,29 @@
 """Raw kernel profiles → validated measured calls in the warehouse (`kernel_profiles`, `quarantine`).
 
 Both assets are idempotent: a partition is rewritten only when its content hash changed, in one
-transaction, so a run killed midway leaves the previous rows in place.
+transaction, so a run killed midway leaves the previous rows in place (`maya.pipelines.landing`).
 """
 
-import hashlib
 from collections import Counter
 
 import dagster as dg
 import pandas as pd
 
+from ..landing import (
+    PROFILE_TABLES,
+    PartitionRows,
+    concat,
+    quarantine_reasons,
+    quarantined,
+    read_files,
+    unchanged,
+    unreadable,
+)
 from ..partitions import partition_of, profile_partitions
 from ..profile_readers import ProfileFileError, read_profile
 from ..profile_schema import split_valid
 from ..resources import DataSources, Warehouse
-from ..sources import Partition, ProfileFile, content_hash, partition_files
-from ..tables import delete_partition, insert
+from ..sources import Partition, ProfileFile, partition_files
 
 
 @dg.asset(partitions_def=profile_partitions, group_name="profiles", kinds={"parquet", "duckdb"})
@@ -24,36 +32,17 @@ def raw_kernel_profiles(
 ) -> dg.MaterializeResult:
     """The partition's profile files as they landed, with their SHA-256 (table `profile_files`)."""
     partition = partition_of(context)
-    files = partition_files(data, partition)
-    digests = [hashlib.sha256(f.path.read_bytes()).hexdigest() for f in files]
-    listing = pd.DataFrame(
-        {
-            "hardware": partition.hardware,
-            "campaign": partition.campaign,
-            "path": [str(f.path) for f in files],
-            "format": [f.format for f in files],
-            "sha256": digests,
-            "bytes": [f.path.stat().st_size for f in files],
-        }
+    landed = PartitionRows(warehouse, PROFILE_TABLES, partition.hardware, partition.campaign).land(
+        partition_files(data, partition)
     )
-    with warehouse.transaction() as con:
-        stored = con.execute(
-            "SELECT path, sha256 FROM profile_files WHERE hardware = ? AND campaign = ? ORDER BY path",
-            [partition.hardware, partition.campaign],
-        ).fetchall()
-        changed = stored != sorted(zip(listing["path"], listing["sha256"]))
-        if changed:
-            delete_partition(con, "profile_files", partition.hardware, partition.campaign)
-            insert(con, "profile_files", listing)
-    digest = content_hash(list(zip(listing["path"], digests)))
     return dg.MaterializeResult(
         metadata={
-            "files": len(files),
-            "bytes": int(listing["bytes"].sum()),
-            "content_hash": digest,
-            "changed": changed,
+            "files": landed.files,
+            "bytes": landed.bytes,
+            "content_hash": landed.content_hash,
+            "changed": landed.changed,
         },
-        data_version=dg.DataVersion(digest),
+        data_version=dg.DataVersion(landed.content_hash),
     )
 
 
@@ -64,37 +53,18 @@ def validated_kernel_profiles(
     """The partition's measured calls that pass validation (`kernel_profiles`); rejected rows and
     unreadable files go to `quarantine` with the reason, and the rest of the partition goes on."""
     partition = partition_of(context)
-    contents = [(f, f.path.read_bytes()) for f in partition_files(data, partition)]
-    digest = content_hash([(str(f.path), hashlib.sha256(raw).hexdigest()) for f, raw in contents])
-    with warehouse.connect() as con:
-        stored = con.execute(
-            "SELECT content_hash FROM profile_partitions WHERE hardware = ? AND campaign = ?",
-            [partition.hardware, partition.campaign],
-        ).fetchone()
-    if stored is not None and stored[0] == digest:
-        context.log.info(f"{partition}: unchanged since it was validated (content hash {digest[:12]})")
-        return dg.MaterializeResult(
-            metadata={"changed": False, "content_hash": digest}, data_version=dg.DataVersion(digest)
-        )
+    rows = PartitionRows(warehouse, PROFILE_TABLES, partition.hardware, partition.campaign)
+    contents, digest = read_files(partition_files(data, partition))
+    if rows.validated_hash() == digest:
+        return unchanged(context, partition, digest)
     valid, rejected, left_out = [], [], Counter()
     for file, raw in contents:
         ok, bad, skipped = _validate_file(file, raw, partition)
         valid.append(ok)
         rejected.append(bad)
         left_out.update(skipped)
-    valid, rejected = _concat(valid), _concat(rejected)
-    with warehouse.transaction() as con:
-        for table in ("kernel_profiles", "quarantine"):
-            delete_partition(con, table, partition.hardware, partition.campaign)
-        insert(con, "kernel_profiles", valid.assign(campaign=partition.campaign))
-        insert(con, "quarantine", rejected.assign(hardware=partition.hardware, campaign=partition.campaign))
-        con.execute(
-            "INSERT OR REPLACE INTO profile_partitions VALUES (?, ?, ?, ?, ?, ?)",
-            [partition.hardware, partition.campaign, digest, len(contents), len(valid), len(rejected)],
-        )
-    reasons = Counter(rejected["reason"]) if len(rejected) else Counter()
-    if reasons:
-        context.log.warning(f"{partition}: {len(rejected)} row(s) or file(s) quarantined")
+    valid, rejected = concat(valid), concat(rejected)
+    rows.replace(digest, len(contents), valid, rejected)
     return dg.MaterializeResult(
         metadata={
             "changed": True,
@@ -102,7 +72,7 @@ def validated_kernel_profiles(
             "files": len(contents),
             "rows": len(valid),
             "quarantined": len(rejected),
-            "quarantine_reasons": dict(reasons.most_common(10)),
+            "quarantine_reasons": quarantine_reasons(context, partition, rejected),
             "left_out": dict(left_out),
         },
         data_version=dg.DataVersion(digest),
@@ -118,24 +88,7 @@ def _validate_file(
     try:
         frame, skipped, refused = read_profile(raw, file.format, partition)
     except ProfileFileError as e:
-        return (
-            None,
-            pd.DataFrame({"path": [path], "row_index": [None], "reason": [f"file rejected: {e}"], "record": [None]}),
-            {},
-        )
+        return None, unreadable(path, e), {}
     valid, rejected = split_valid(frame, partition.hardware)
-    records = rejected.drop(columns=["reason", "row_index"]).to_json(orient="records", lines=True).split("\n")
-    quarantined = pd.DataFrame(
-        {
-            "path": path,
-            "row_index": rejected["row_index"],
-            "reason": rejected["reason"],
-            "record": records[: len(rejected)],
-        }
-    )  # one JSON line per row
-    return valid.assign(path=path), _concat([refused.assign(path=path), quarantined]), skipped
-
-
-def _concat(frames: list[pd.DataFrame | None]) -> pd.DataFrame:
-    frames = [f for f in frames if f is not None and len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    bad = quarantined(path, rejected["row_index"], rejected)
+    return valid.assign(path=path), concat([refused.assign(path=path), bad]), skipped
