@@ -19,6 +19,7 @@ from maya.core import hardware as catalog
 from maya.core.paths import data_dir
 
 from .plan import Predicted, RowPlan
+from .store import RowKey
 
 ITERATIONS = 3
 """Passes emulated: the first is the warm-up."""
@@ -53,12 +54,14 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         raise ValueError(f"no model config {config.name} in {config.parent}")
     batch, seq = int(values["batch"]), int(values["seqlen"])
     return RowPlan(
-        row=row,
-        label=f"{values['model']} b{batch} s{seq} on {hw.name}",
-        gpu=hw.name,
-        size=str(values["model"]),
-        gpus=1,
-        measured_s=measured_s(values),
+        key=RowKey(
+            row=row,
+            label=f"{values['model']} b{batch} s{seq} on {hw.name}",
+            gpu=hw.name,
+            size=str(values["model"]),
+            gpus=1,
+            measured_s=measured_s(values),
+        ),
         script=workload_script(),
         args=(str(config), "--batch", str(batch), "--seq", str(seq), "--iterations", str(ITERATIONS), "--sample", "1"),
         hardware=hw.name,
