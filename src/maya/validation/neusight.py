@@ -73,15 +73,14 @@ def plan(row: int, values: pd.Series) -> RowPlan:
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
     """The simulated forward + backward windows of the row's trace, with the band's replays' windows."""
-    from maya.simulator import EstimatorDurations, simulate, summarize
-    from maya.simulator.band import iteration_band
-    from maya.simulator.trace import load
+    from maya.api import PredictOptions, replay
 
-    hw = catalog.get(plan.hardware)
-    sim = simulate(load(run_dir), hw, EstimatorDurations(version, warehouse=warehouse))
-    prediction = summarize(sim)
+    options = PredictOptions(
+        hardware=plan.hardware, durations="estimators", estimator_version=version, warehouse=warehouse, band=True
+    )
+    replayed = replay(run_dir, options)
+    sim, prediction, band = replayed.simulation, replayed.prediction, replayed.band
     fw, bw = windows(sim)
-    band = iteration_band(sim, prediction)
     spans = sorted(sum(windows(s)) for s in band.simulations) if band and band.simulations else None
     families, flops, dependent = where_time_goes(sim)
     return Predicted(
