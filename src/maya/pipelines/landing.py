@@ -1,13 +1,15 @@
-"""The shape both raw-data asset pairs share (kernel profiles by hardware x campaign, collective measurements
-by network x campaign): a partition's files listed as they landed, with their SHA-256; its rows validated and
-written with their quarantine, again only when its content hash changed, in one transaction, so a run killed
-midway leaves the previous rows in place."""
+"""What both raw-data asset pairs do (kernel profiles by hardware x campaign, collective measurements by
+network x campaign), each with its own tables (`Tables`) and file check: list a partition's files as they
+landed, with their SHA-256 (`PartitionRows.land`); validate its rows and write them with their quarantine
+(`PartitionRows.validate`), only when its content hash changed and in one transaction, so a run killed midway
+leaves the previous rows in place."""
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import dagster as dg
 import numpy as np
@@ -49,6 +51,43 @@ class Landed:
     changed: bool
     """The listing differs from the stored one (and replaced it)."""
 
+    def result(self, *metadata: str) -> dg.MaterializeResult:
+        """The asset's materialization, with these fields as its metadata."""
+        return dg.MaterializeResult(
+            metadata={name: getattr(self, name) for name in metadata}, data_version=dg.DataVersion(self.content_hash)
+        )
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """One file's rows: valid, quarantined (with `path`, `row_index`, `reason`, `record`) and left out by kind."""
+
+    valid: pd.DataFrame | None
+    rejected: pd.DataFrame
+    left_out: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Validated:
+    """A partition validated (`changed`), or found as it was validated before."""
+
+    changed: bool
+    content_hash: str
+    files: int = 0
+    rows: int = 0
+    quarantined: int = 0
+    quarantine_reasons: dict[str, int] = field(default_factory=dict)
+    """The ten most frequent."""
+    left_out: dict[str, int] = field(default_factory=dict)
+
+    def result(self, *metadata: str) -> dg.MaterializeResult:
+        """The asset's materialization, with these fields as its metadata (`changed` and `content_hash` alone when
+        nothing changed)."""
+        names = metadata if self.changed else ("changed", "content_hash")
+        return dg.MaterializeResult(
+            metadata={name: getattr(self, name) for name in names}, data_version=dg.DataVersion(self.content_hash)
+        )
+
 
 @dataclass(frozen=True)
 class PartitionRows:
@@ -85,16 +124,45 @@ class PartitionRows:
         digest = content_hash(list(zip(listing["path"], digests)))
         return Landed(len(files), int(listing["bytes"].sum()), digest, changed)
 
-    def validated_hash(self) -> str | None:
-        """The content hash the partition was last validated at (None: never)."""
+    def validate(
+        self,
+        context: dg.AssetExecutionContext,
+        partition: Partition | NetworkPartition,
+        files: list[ProfileFile],
+        check: Callable[[ProfileFile, bytes], FileCheck],
+    ) -> Validated:
+        """Check each of `files` and replace the partition's rows with what passed and what was quarantined,
+        unless their content is what it was validated at."""
+        contents = [(f, f.path.read_bytes()) for f in files]
+        digest = content_hash([(str(f.path), hashlib.sha256(raw).hexdigest()) for f, raw in contents])
         with self.warehouse.connect() as con:
             stored = con.execute(
                 f"SELECT content_hash FROM {self.tables.partitions} WHERE {self.tables.key} = ? AND campaign = ?",
                 [self.key, self.campaign],
             ).fetchone()
-        return stored[0] if stored is not None else None
+        if stored is not None and stored[0] == digest:
+            context.log.info(f"{partition}: unchanged since it was validated (content hash {digest[:12]})")
+            return Validated(False, digest)
+        checks = [check(f, raw) for f, raw in contents]
+        valid, rejected = concat([c.valid for c in checks]), concat([c.rejected for c in checks])
+        self._replace(digest, len(contents), valid, rejected)
+        reasons = Counter(rejected["reason"]) if len(rejected) else Counter()
+        if reasons:
+            context.log.warning(f"{partition}: {len(rejected)} row(s) or file(s) quarantined")
+        left_out: Counter[str] = Counter()
+        for c in checks:
+            left_out.update(c.left_out)
+        return Validated(
+            changed=True,
+            content_hash=digest,
+            files=len(contents),
+            rows=len(valid),
+            quarantined=len(rejected),
+            quarantine_reasons={str(k): int(v) for k, v in reasons.most_common(10)},
+            left_out=dict(left_out),
+        )
 
-    def replace(self, digest: str, files: int, valid: pd.DataFrame, rejected: pd.DataFrame) -> None:
+    def _replace(self, digest: str, files: int, valid: pd.DataFrame, rejected: pd.DataFrame) -> None:
         """Replace the partition's valid and quarantined rows and record the content hash they were validated
         at, in one transaction."""
         where = {self.tables.key: self.key, "campaign": self.campaign}
@@ -107,32 +175,6 @@ class PartitionRows:
                 f"INSERT OR REPLACE INTO {self.tables.partitions} VALUES (?, ?, ?, ?, ?, ?)",
                 [self.key, self.campaign, digest, files, len(valid), len(rejected)],
             )
-
-
-def read_files(files: list[ProfileFile]) -> tuple[list[tuple[ProfileFile, bytes]], str]:
-    """Each file with its bytes, and their content hash."""
-    contents = [(f, f.path.read_bytes()) for f in files]
-    return contents, content_hash([(str(f.path), hashlib.sha256(raw).hexdigest()) for f, raw in contents])
-
-
-def unchanged(
-    context: dg.AssetExecutionContext, partition: Partition | NetworkPartition, digest: str
-) -> dg.MaterializeResult:
-    """The result of a partition whose content is what it was validated at (nothing written)."""
-    context.log.info(f"{partition}: unchanged since it was validated (content hash {digest[:12]})")
-    return dg.MaterializeResult(
-        metadata={"changed": False, "content_hash": digest}, data_version=dg.DataVersion(digest)
-    )
-
-
-def quarantine_reasons(
-    context: dg.AssetExecutionContext, partition: Partition | NetworkPartition, rejected: pd.DataFrame
-) -> dict[str, int]:
-    """The ten most frequent reasons rows or files were quarantined (logged as a warning when any were)."""
-    reasons = Counter(rejected["reason"]) if len(rejected) else Counter()
-    if reasons:
-        context.log.warning(f"{partition}: {len(rejected)} row(s) or file(s) quarantined")
-    return {str(k): int(v) for k, v in reasons.most_common(10)}
 
 
 def unreadable(path: str, error: Exception) -> pd.DataFrame:

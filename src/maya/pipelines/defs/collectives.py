@@ -9,22 +9,12 @@ transaction, so a run killed midway leaves the previous rows in place (`maya.pip
 import io
 
 import dagster as dg
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maya.estimators.vidur_data import VidurFormatError, check_collectives
 
-from ..landing import (
-    COLLECTIVE_TABLES,
-    PartitionRows,
-    concat,
-    quarantine_reasons,
-    quarantined,
-    read_files,
-    unchanged,
-    unreadable,
-)
+from ..landing import COLLECTIVE_TABLES, FileCheck, PartitionRows, quarantined, unreadable
 from ..partitions import collective_partitions, network_partition_of
 from ..resources import DataSources, Warehouse
 from ..sources import NetworkPartition, ProfileFile, network_files
@@ -38,13 +28,8 @@ def raw_collective_measurements(
 ) -> dg.MaterializeResult:
     """The partition's collective-measurement files as they landed, with their SHA-256 (`collective_files`)."""
     partition = network_partition_of(context)
-    landed = PartitionRows(warehouse, COLLECTIVE_TABLES, partition.network, partition.campaign).land(
-        network_files(data, partition)
-    )
-    return dg.MaterializeResult(
-        metadata={"files": landed.files, "content_hash": landed.content_hash, "changed": landed.changed},
-        data_version=dg.DataVersion(landed.content_hash),
-    )
+    rows = PartitionRows(warehouse, COLLECTIVE_TABLES, partition.network, partition.campaign)
+    return rows.land(network_files(data, partition)).result("files", "content_hash", "changed")
 
 
 @dg.asset(
@@ -57,26 +42,13 @@ def validated_collective_measurements(
     unreadable files go to `collective_quarantine` with the reason, and the rest of the partition goes on."""
     partition = network_partition_of(context)
     rows = PartitionRows(warehouse, COLLECTIVE_TABLES, partition.network, partition.campaign)
-    contents, digest = read_files(network_files(data, partition))
-    if rows.validated_hash() == digest:
-        return unchanged(context, partition, digest)
-    parts = [_validate_file(f, raw, partition) for f, raw in contents]
-    valid = concat([p[0] for p in parts])
-    rejected = concat([p[1] for p in parts])
-    rows.replace(digest, len(contents), valid, rejected)
-    return dg.MaterializeResult(
-        metadata={
-            "changed": True,
-            "content_hash": digest,
-            "rows": len(valid),
-            "quarantined": len(rejected),
-            "quarantine_reasons": quarantine_reasons(context, partition, rejected),
-        },
-        data_version=dg.DataVersion(digest),
+    validated = rows.validate(
+        context, partition, network_files(data, partition), lambda file, raw: _validate_file(file, raw, partition)
     )
+    return validated.result("changed", "content_hash", "rows", "quarantined", "quarantine_reasons")
 
 
-def _validate_file(file: ProfileFile, raw: bytes, partition: NetworkPartition) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _validate_file(file: ProfileFile, raw: bytes, partition: NetworkPartition) -> FileCheck:
     """Valid rows and quarantine rows of the partition's network in one file; an unreadable file is one
     quarantine row without `row_index`."""
     path = str(file.path)
@@ -92,10 +64,10 @@ def _validate_file(file: ProfileFile, raw: bytes, partition: NetworkPartition) -
         mine = table[table["network"].astype(str) == partition.network]
         checked = check_collectives(mine.reset_index(drop=True))
     except (VidurFormatError, ValueError) as e:
-        return pd.DataFrame(), unreadable(path, e)
+        return FileCheck(None, unreadable(path, e))
     in_file = mine.index.to_numpy()  # row positions in the file
     valid = checked.calls[list(MEASUREMENT_COLUMNS)].assign(
         row_index=in_file[checked.calls["row_index"].to_numpy()], path=path
     )
     bad = checked.rejected
-    return valid, quarantined(path, in_file[bad["row_index"].to_numpy()].astype("int64"), bad)
+    return FileCheck(valid, quarantined(path, in_file[bad["row_index"].to_numpy()].astype("int64"), bad))

@@ -4,21 +4,9 @@ Both assets are idempotent: a partition is rewritten only when its content hash 
 transaction, so a run killed midway leaves the previous rows in place (`maya.pipelines.landing`).
 """
 
-from collections import Counter
-
 import dagster as dg
-import pandas as pd
 
-from ..landing import (
-    PROFILE_TABLES,
-    PartitionRows,
-    concat,
-    quarantine_reasons,
-    quarantined,
-    read_files,
-    unchanged,
-    unreadable,
-)
+from ..landing import PROFILE_TABLES, FileCheck, PartitionRows, concat, quarantined, unreadable
 from ..partitions import partition_of, profile_partitions
 from ..profile_readers import ProfileFileError, read_profile
 from ..profile_schema import split_valid
@@ -32,18 +20,8 @@ def raw_kernel_profiles(
 ) -> dg.MaterializeResult:
     """The partition's profile files as they landed, with their SHA-256 (table `profile_files`)."""
     partition = partition_of(context)
-    landed = PartitionRows(warehouse, PROFILE_TABLES, partition.hardware, partition.campaign).land(
-        partition_files(data, partition)
-    )
-    return dg.MaterializeResult(
-        metadata={
-            "files": landed.files,
-            "bytes": landed.bytes,
-            "content_hash": landed.content_hash,
-            "changed": landed.changed,
-        },
-        data_version=dg.DataVersion(landed.content_hash),
-    )
+    rows = PartitionRows(warehouse, PROFILE_TABLES, partition.hardware, partition.campaign)
+    return rows.land(partition_files(data, partition)).result("files", "bytes", "content_hash", "changed")
 
 
 @dg.asset(partitions_def=profile_partitions, deps=[raw_kernel_profiles], group_name="profiles", kinds={"duckdb"})
@@ -54,41 +32,20 @@ def validated_kernel_profiles(
     unreadable files go to `quarantine` with the reason, and the rest of the partition goes on."""
     partition = partition_of(context)
     rows = PartitionRows(warehouse, PROFILE_TABLES, partition.hardware, partition.campaign)
-    contents, digest = read_files(partition_files(data, partition))
-    if rows.validated_hash() == digest:
-        return unchanged(context, partition, digest)
-    valid, rejected, left_out = [], [], Counter()
-    for file, raw in contents:
-        ok, bad, skipped = _validate_file(file, raw, partition)
-        valid.append(ok)
-        rejected.append(bad)
-        left_out.update(skipped)
-    valid, rejected = concat(valid), concat(rejected)
-    rows.replace(digest, len(contents), valid, rejected)
-    return dg.MaterializeResult(
-        metadata={
-            "changed": True,
-            "content_hash": digest,
-            "files": len(contents),
-            "rows": len(valid),
-            "quarantined": len(rejected),
-            "quarantine_reasons": quarantine_reasons(context, partition, rejected),
-            "left_out": dict(left_out),
-        },
-        data_version=dg.DataVersion(digest),
+    validated = rows.validate(
+        context, partition, partition_files(data, partition), lambda file, raw: _validate_file(file, raw, partition)
     )
+    return validated.result("changed", "content_hash", "files", "rows", "quarantined", "quarantine_reasons", "left_out")
 
 
-def _validate_file(
-    file: ProfileFile, raw: bytes, partition: Partition
-) -> tuple[pd.DataFrame | None, pd.DataFrame, dict[str, int]]:
+def _validate_file(file: ProfileFile, raw: bytes, partition: Partition) -> FileCheck:
     """Valid rows, quarantine rows and rows left out (by kind) of one file; an unreadable file is one
     quarantine row without `row_index`."""
     path = str(file.path)
     try:
         frame, skipped, refused = read_profile(raw, file.format, partition)
     except ProfileFileError as e:
-        return None, unreadable(path, e), {}
+        return FileCheck(None, unreadable(path, e))
     valid, rejected = split_valid(frame, partition.hardware)
     bad = quarantined(path, rejected["row_index"], rejected)
-    return valid.assign(path=path), concat([refused.assign(path=path), bad]), skipped
+    return FileCheck(valid.assign(path=path), concat([refused.assign(path=path), bad]), skipped)
