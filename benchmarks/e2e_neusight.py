@@ -303,7 +303,7 @@ def main() -> None:
         how = "stored earlier" if r.resumed else f"emulated in {r.emulate_s:.0f} s" if r.emulate_s else "run"
         figure = f"{r.error_pct:+5.1f}%" if r.error_pct is not None else f"{r.status}: {r.reason}"
         print(
-            f"row {r.row} {r.label}: measured {1e3 * r.measured_s:8.1f} ms, predicted "
+            f"row {r.key.row} {r.key.label}: measured {1e3 * r.key.measured_s:8.1f} ms, predicted "
             f"{1e3 * (r.predicted_s or float('nan')):8.1f} ms ({figure}); {how}",
             flush=True,
         )
@@ -312,8 +312,8 @@ def main() -> None:
     done = [r for r in run.results if r.status == "ok"]
     if not done:
         raise SystemExit("no row could be predicted")
-    rows = [Row.of(r, suite.table.loc[r.row]) for r in sorted(done, key=lambda r: (r.label, r.row))]
-    wanted_labels = suite.table.loc[[r.row for r in done]]
+    rows = [Row.of(r, suite.table.loc[r.key.row]) for r in sorted(done, key=lambda r: (r.key.label, r.key.row))]
+    wanted_labels = suite.table.loc[[r.key.row for r in done]]
     text = document(rows, describe(run.version), hw, other_gpus(suite.path, args.device, wanted_labels))
     print("\n" + text)
     if args.doc:

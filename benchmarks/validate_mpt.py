@@ -36,7 +36,7 @@ ATTENTION_BOUND = 0.5
 
 
 def line(r) -> str:
-    head = f"row {r.row:>3} {r.label:<62}"
+    head = f"row {r.key.row:>3} {r.key.label:<62}"
     if r.status != "ok":
         return f"{head} {r.status.upper()}: {r.reason}"
     band = (
@@ -46,7 +46,7 @@ def line(r) -> str:
     )
     taken = "stored" if r.resumed else f"{(r.emulate_s or 0) + (r.predict_s or 0):5.0f} s"
     return (
-        f"{head} measured {r.measured_s:8.3f} s predicted {r.predicted_s:8.3f} s {r.error_pct:+6.1f}%{band}"
+        f"{head} measured {r.key.measured_s:8.3f} s predicted {r.predicted_s:8.3f} s {r.error_pct:+6.1f}%{band}"
         f"{' OOM' if r.oom else ''} ({taken})"
     )
 
@@ -73,7 +73,7 @@ def attention_diagnostic(done: list) -> None:
         share = r.details.get("band", {}).get("composed_share") or 0.0
         if share >= ATTENTION_BOUND:
             rest = (1 - share) * r.predicted_s
-            rows.append((r.gpu, r.size, (r.measured_s - rest) / (share * r.predicted_s)))
+            rows.append((r.key.gpu, r.key.size, (r.key.measured_s - rest) / (share * r.predicted_s)))
     if not rows:
         return
     frame = pd.DataFrame(rows, columns=["GPU", "model", "factor"])
@@ -133,9 +133,9 @@ def main() -> None:
     done = [r for r in run.results if r.status == "ok"]
     print(f"\nworst {min(WORST, len(done))} rows:")
     for r in sorted(done, key=lambda r: -abs(r.error_pct))[:WORST]:
-        print(f"row {r.row:>3} {r.label}: {r.error_pct:+.1f}%: {why(r)}")
+        print(f"row {r.key.row:>3} {r.key.label}: {r.error_pct:+.1f}%: {why(r)}")
     for r in (r for r in run.results if r.status != "ok"):
-        print(f"row {r.row:>3} {r.label}: {r.status}: {r.reason}")
+        print(f"row {r.key.row:>3} {r.key.label}: {r.status}: {r.reason}")
     attention_diagnostic(done)
     computed = [r for r in run.results if not r.resumed]
     row_s = [(r.emulate_s or 0) + (r.predict_s or 0) for r in computed]

@@ -3,6 +3,7 @@ vocabulary is the only home of the names every stage shares."""
 
 import ast
 import graphlib
+import importlib
 import os
 import re
 import shutil
@@ -64,29 +65,37 @@ def test_no_runtime_import_cycle():
 DRIVERS = ("cli", "search", "validation", "pipelines")
 """Packages that drive the stages: they capture, predict and record through `maya.api` only."""
 STAGE_MODULES = {"maya.emulator.launcher", "maya.simulator.predict", "maya.simulator.store"}
-STAGE_NAMES = {
-    "maya.emulator": {"emulate"},
-    "maya.simulator": {"predict", "store_prediction"},
-}
+STAGE_NAMES = {"maya.emulator": {"emulate"}}
+
+
+def runnable(module: str, name: str) -> bool:
+    """Whether `name` of the simulator's `module` is something a driver could run (a function, a duration
+    provider, a loader): anything callable but an exception. Its constants and exceptions are a driver's to use."""
+    value = getattr(importlib.import_module(module), name, None)
+    return callable(value) and not (isinstance(value, type) and issubclass(value, BaseException))
 
 
 def stage_imports(source: str) -> list[str]:
-    """The imports in `source` that reach past `maya.api` into a stage's emulate, predict or store."""
+    """The imports in `source` that reach past `maya.api` into a stage: the emulator's launcher, the predictions
+    store, or anything of the simulator's a driver could run."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [a.name for a in node.names if a.name in STAGE_MODULES]
+            found += [a.name for a in node.names if a.name in STAGE_MODULES or a.name.startswith("maya.simulator")]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             if node.module in STAGE_MODULES:
                 found.append(node.module)
             reached = {f"{node.module}.{a.name}" for a in node.names}
             named = {f"{node.module}.{n}" for n in STAGE_NAMES.get(node.module, ())}
+            if node.module.split(".")[:2] == ["maya", "simulator"]:
+                named |= {f"{node.module}.{a.name}" for a in node.names if runnable(node.module, a.name)}
             found += sorted(reached & (named | STAGE_MODULES))
     return found
 
 
 def test_stage_imports_are_found():
-    """The scan sees each way a driver could reach a stage (so the test below can fail)."""
+    """The scan sees each way a driver could reach a stage (so the test below can fail), the simulator's
+    functions the NeuSight suite once composed itself included; the simulator's exceptions and constants pass."""
     source = (
         "import maya.emulator.launcher\n"
         "from maya.emulator.launcher import Topology\n"
@@ -94,19 +103,30 @@ def test_stage_imports_are_found():
         "def f():\n    from maya.simulator import predict, Deadlock\n"
         "from maya.simulator import store\n"
         "from maya.api import predict\n"
+        "from maya.simulator import EstimatorDurations, simulate, summarize\n"
+        "from maya.simulator.band import iteration_band\n"
+        "from maya.simulator.trace import load\n"
+        "from maya.simulator.opcodes import RECORD\n"
+        "from maya.simulator.oom import RecordedOutOfMemory\n"
     )
     assert sorted(stage_imports(source)) == [
         "maya.emulator.emulate",
         "maya.emulator.launcher",
         "maya.emulator.launcher",
+        "maya.simulator.EstimatorDurations",
+        "maya.simulator.band.iteration_band",
         "maya.simulator.predict",
+        "maya.simulator.simulate",
         "maya.simulator.store",
+        "maya.simulator.summarize",
+        "maya.simulator.trace.load",
     ]
 
 
 def test_no_driver_composes_the_stages_itself():
     """The CLI, search, validation and the pipelines capture, predict and record through `maya.api`: none imports
-    the launcher, the simulator's `predict` or the predictions store."""
+    the launcher, the predictions store or anything of the simulator's it could run (`simulate`, `summarize`,
+    `predict`, a duration provider)."""
     found = {
         str(p.relative_to(SRC)): hits
         for package in DRIVERS

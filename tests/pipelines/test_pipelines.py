@@ -399,7 +399,7 @@ def small(tmp_path) -> tuple[dg.DagsterInstance, dict, Path]:
 KILLED_MIDWAY = """
 import os, signal, sys
 import dagster as dg
-from maya.pipelines import tables
+from maya.pipelines import landing, tables
 from maya.pipelines.defs import profiles
 from maya.pipelines.partitions import partition_key
 from maya.pipelines.resources import DataSources, Warehouse
@@ -410,7 +410,7 @@ def insert(con, table, frame):  # killed once the partition's old rows are delet
         os.kill(os.getpid(), signal.SIGKILL)
     tables.insert(con, table, frame)
 
-profiles.insert = insert
+landing.insert = insert  # where both raw-data assets write
 partition, root = Partition(*sys.argv[1:3]), sys.argv[3]
 instance = dg.DagsterInstance.ephemeral()
 instance.add_dynamic_partitions("hardware", [partition.hardware])
@@ -568,12 +568,7 @@ def test_end_to_end_check_judges_the_validation_suites(graph, tmp_path, errors, 
                 suite.name,
                 suite.digest,
                 suite.kind,
-                row,
-                f"row {row}",
-                "h100_80gb",
-                "1b",
-                8,
-                measured,
+                store.RowKey(row, f"row {row}", "h100_80gb", "1b", 8, measured),
                 "v1",
                 predictor_digest(),
                 status="ok",

@@ -52,7 +52,7 @@ def stored_rows(warehouse) -> list[tuple]:
 def test_a_suite_runs_stores_resumes_and_reports_failures(tiny, warehouse, monkeypatch):
     calls = []
     original = runner._trace
-    monkeypatch.setattr(runner, "_trace", lambda plan, root: calls.append(plan.row) or original(plan, root))
+    monkeypatch.setattr(runner, "_trace", lambda plan, root: calls.append(plan.key.row) or original(plan, root))
     rows = tiny.table.loc[[0, 1, 2, 3]]
     run = run_suite(tiny, rows, warehouse=warehouse)
     ok, same, failing, unplanned = run.results
@@ -86,14 +86,14 @@ def test_an_interrupted_run_keeps_what_finished_and_the_next_one_completes(tiny,
         run_suite(tiny, rows, warehouse=warehouse, on_row=stop)
     assert [r[:2] for r in stored_rows(warehouse)] == [(0, "ok")]
     run = run_suite(tiny, rows, warehouse=warehouse)
-    assert [(r.row, r.resumed, r.status) for r in run.results] == [(0, True, "ok"), (4, False, "ok")]
+    assert [(r.key.row, r.resumed, r.status) for r in run.results] == [(0, True, "ok"), (4, False, "ok")]
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_rows_run_in_worker_processes(tiny, warehouse):
     run = run_suite(tiny, tiny.table.loc[[0, 4]], warehouse=warehouse, jobs=2)
-    assert [(r.row, r.status) for r in run.results] == [(0, "ok"), (4, "ok")], [r.reason for r in run.results]
+    assert [(r.key.row, r.status) for r in run.results] == [(0, "ok"), (4, "ok")], [r.reason for r in run.results]
     assert run.results[0].trace_digest != run.results[1].trace_digest and all(r.predicted_s > 0 for r in run.results)
     assert [r[:2] for r in stored_rows(warehouse)] == [(0, "ok"), (4, "ok")]
 
@@ -115,12 +115,9 @@ def result(
         suite.name,
         suite.digest,
         suite.kind,
-        row,
-        f"row {row}",
-        "h100_80gb" if row % 2 else "a100_80gb",
-        "1b" if row < 100 else "125m",
-        8,
-        measured,
+        store.RowKey(
+            row, f"row {row}", "h100_80gb" if row % 2 else "a100_80gb", "1b" if row < 100 else "125m", 8, measured
+        ),
         version,
         predictor_digest(),
         status=status,
@@ -181,7 +178,7 @@ def test_a_warehouse_from_before_the_sequence_column_takes_new_rows(tmp_path):
     latest = store.latest(path)
     assert latest["row"].tolist() == [20, 81] and latest["seq"].isna().tolist() == [True, False]
     suite = load_suite("llm-foundry-smoke")
-    assert {r.row: r.seq for r in store.stored(path, suite.digest, "v1", predictor_digest()).values()} == {
+    assert {r.key.row: r.seq for r in store.stored(path, suite.digest, "v1", predictor_digest()).values()} == {
         20: None,
         81: 8192,
     }

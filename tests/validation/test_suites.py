@@ -62,13 +62,13 @@ def test_every_published_row_plans_on_its_gpus_and_cluster():
     suite = load_suite("llm-foundry")
     plans = [llm_foundry.plan(n, v) for n, v in suite.table.iterrows()]
     for plan, (_, row) in zip(plans, suite.table.iterrows()):
-        assert plan.measured_s == row["step_time_s_derived"] and plan.gpus == row["# GPUs"]
-        assert plan.nnodes * plan.per_node == plan.gpus and plan.per_node == min(plan.gpus, 8)
+        assert plan.key.measured_s == row["step_time_s_derived"] and plan.key.gpus == row["# GPUs"]
+        assert plan.nnodes * plan.per_node == plan.key.gpus and plan.per_node == min(plan.key.gpus, 8)
         assert plan.cluster == ("dgx-h100" if row["GPU"] == "h100_80gb" else "a100-roce-1600g")
         backend = plan.args[plan.args.index("--sdpa-backend") + 1]
         assert backend == "flash"
         assert "--steps" in plan.args and plan.iterations == llm_foundry.STEPS
-    h100 = next(p for p in plans if p.gpu == "h100_80gb")
+    h100 = next(p for p in plans if p.key.gpu == "h100_80gb")
     assert "8 x 400 Gb/s InfiniBand" in h100.assumptions[0]
     assert len({p.command_hash() for p in plans}) == len(plans)
 
@@ -93,6 +93,6 @@ def test_neusight_rows_plan_on_their_gpu():
     plans = [neusight.plan(n, v) for n, v in suite.table.iterrows()]
     assert {p.hardware for p in plans} == {"a100-pcie-80gb", "l4", "v100-pcie-32gb"}
     row = suite.table.iloc[0]
-    assert plans[0].measured_s == pytest.approx((row["fw_ms"] + row["bw_ms"]) / 1e3)
+    assert plans[0].key.measured_s == pytest.approx((row["fw_ms"] + row["bw_ms"]) / 1e3)
     with pytest.raises(ValueError, match="single-GPU training"):
         neusight.plan(0, row.replace({"single": "dp4"}))

@@ -8,6 +8,7 @@ import pandas as pd
 
 from maya.validation.llm_foundry import predict  # noqa: F401 - the kind's predict
 from maya.validation.plan import RowPlan
+from maya.validation.store import RowKey
 
 SCRIPT = Path(__file__).resolve().parent.parent / "workloads" / "linear_bf16.py"
 
@@ -21,12 +22,7 @@ def plan(row: int, values: pd.Series) -> RowPlan:
     if tokens == 0:
         raise ValueError("tokens must not be 0")
     return RowPlan(
-        row=row,
-        label=f"linear {tokens} tokens",
-        gpu="h100_80gb",
-        size="linear",
-        gpus=1,
-        measured_s=measured_s(values),
+        key=RowKey(row, f"linear {tokens} tokens", "h100_80gb", "linear", 1, measured_s(values)),
         script=SCRIPT,
         args=("--tokens", str(tokens)),
         hardware="h100-sxm",

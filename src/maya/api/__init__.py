@@ -23,6 +23,7 @@ from .stages import (
     device_time,
     predict,
     record,
+    replay,
 )
 
 __all__ = [
@@ -40,4 +41,5 @@ __all__ = [
     "open_run",
     "predict",
     "record",
+    "replay",
 ]

@@ -1,6 +1,7 @@
-"""The use cases that span the stages: `capture` a script on virtual GPUs, `predict` a run (no side effect) and
-`record` a prediction in the warehouse, each configured by a frozen options object. Every driver (the CLI, the
-demo, search, validation, the pipelines) goes through these; none composes the stages itself."""
+"""The use cases that span the stages: `capture` a script on virtual GPUs, `predict` a run (no side effect; `replay`
+keeps the replays with the prediction) and `record` a prediction in the warehouse, each configured by a frozen
+options object. Every driver (the CLI, the demo, search, validation, the pipelines) goes through these; none
+composes the stages itself."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from maya.emulator.launcher import EmulationResult, RankCapture
     from maya.simulator import DurationProvider, Prediction
     from maya.simulator.oom import OutOfMemory
+    from maya.simulator.predict import Replay
 
 DEVICE_TIME_CHOICES = ("estimators", "roofline", "host")
 """What CUDA-event timings read in the emulated ranks (`maya emulate --device-time`)."""
@@ -242,9 +244,16 @@ class CaptureInterrupted(KeyboardInterrupt):
 def predict(run_dir: str | Path, options: PredictOptions = PredictOptions()) -> Prediction:
     """Predict a run's iteration time, breakdown, MFU, memory and cost. Stores nothing (`record` does); writes
     only `options.timeline`, when given."""
-    from maya.simulator.predict import predict as simulate_run
+    return replay(run_dir, options).prediction
 
-    return simulate_run(
+
+def replay(run_dir: str | Path, options: PredictOptions = PredictOptions()) -> Replay:
+    """`predict`, keeping what the prediction was made from (`Replay`): the `Simulation`, with every call's
+    simulated times, and the band's low and high replays, for a driver that reads more than the prediction (the
+    NeuSight suite times its CUDA-event windows). Stores nothing, as `predict`."""
+    from maya.simulator.predict import replay as replay_run
+
+    return replay_run(
         run_dir,
         hardware=options.hardware,
         durations=options.durations,

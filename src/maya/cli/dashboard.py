@@ -53,7 +53,7 @@ def dashboard_cmd(
 
     def on_row(result) -> None:
         figure = f"{result.error_pct:+.1f}%" if result.error_pct is not None else result.status
-        progress.update(state["task"], advance=1, last=f"row {result.row} ({result.label}): {figure}")
+        progress.update(state["task"], advance=1, last=f"row {result.key.row} ({result.key.label}): {figure}")
 
     try:
         with progress:

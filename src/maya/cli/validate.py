@@ -62,10 +62,10 @@ def validate_cmd(
 
     def on_row(result) -> None:
         figure = f"{result.error_pct:+.1f}%" if result.error_pct is not None else result.status
-        progress.update(state["task"], advance=1, last=f"row {result.row}: {figure}")
+        progress.update(state["task"], advance=1, last=f"row {result.key.row}: {figure}")
         if result.status != "ok" and not result.resumed:
             progress.console.print(
-                f"row {result.row} ({result.label}) {result.status}: {result.reason}",
+                f"row {result.key.row} ({result.key.label}) {result.status}: {result.reason}",
                 style="yellow",
                 highlight=False,
                 markup=False,
@@ -119,9 +119,9 @@ def _print(run, summary) -> None:
         if r.status == "ok" and r.in_band is False:
             band += " (out)"
         t.add_row(
-            str(r.row),
-            r.label,
-            _s(r.measured_s),
+            str(r.key.row),
+            r.key.label,
+            _s(r.key.measured_s),
             _s(r.predicted_s),
             _pct(r.error_pct, True),
             band,

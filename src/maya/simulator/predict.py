@@ -1,9 +1,12 @@
 """Predict a run: load → re-target (GPU, data-parallel degree, cluster) → `simulate` (simulation.py) → report
-(`summarize`, with the notes of notes.py) (→ band, timeline; storing it is the caller's: `maya.api.record`)."""
+(`summarize`, with the notes of notes.py) (→ band, timeline; storing it is the caller's: `maya.api.record`).
+`replay` keeps the replays with the prediction; `predict` gives the prediction alone."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from maya.core import hardware as catalog
 from maya.core.hardware import Hardware
@@ -17,6 +20,9 @@ from .retarget import gpu_assumption, retarget, source_hardware
 from .simulation import Simulation, simulate
 from .timeline import write_timeline
 from .trace import TraceSet, interrupted_by, keep_complete_iterations, load
+
+if TYPE_CHECKING:
+    from .band import IterationBand
 
 TIMELINE_RANKS = 64
 
@@ -113,14 +119,14 @@ def summarize(
     )
 
 
-def add_band(sim: Simulation, prediction: Prediction) -> None:
-    """Set the prediction's 10–90% band (`band.iteration_band`), or note why it has none."""
+def add_band(sim: Simulation, prediction: Prediction) -> IterationBand | None:
+    """Set the prediction's 10–90% band (`band.iteration_band`) and return it, or note why it has none."""
     from .band import iteration_band
 
     found = iteration_band(sim, prediction)
     if found is None:
         prediction.notes.append(f"no 10-90% band: durations from {sim.provider.name} carry no held-out residuals")
-        return
+        return None
     prediction.band = found.to_dict()
     if found.unmodelled_share >= 0.1:
         prediction.notes.append(
@@ -133,9 +139,20 @@ def add_band(sim: Simulation, prediction: Prediction) -> None:
             "attention): the band varies the GEMMs they are priced from; the composition itself "
             "was never measured, so its own error is not in the band"
         )
+    return found
 
 
-def predict(
+@dataclass(frozen=True)
+class Replay:
+    """A prediction with the replays it was made from: the `Simulation` (every call's simulated times) and, when
+    a band was asked for and could be given, the band (its low and high replays: `band.simulations`)."""
+
+    prediction: Prediction
+    simulation: Simulation
+    band: IterationBand | None = None
+
+
+def replay(
     run_dir: str | Path,
     *,
     hardware: str | None = None,
@@ -149,7 +166,7 @@ def predict(
     warehouse: str | Path | None = None,
     band: bool = False,
     contention: bool = True,
-) -> Prediction:
+) -> Replay:
     """Predict a run, optionally re-targeted to another GPU (`hardware`), data-parallel degree (`dp`) or
     cluster. Stores nothing (`store.store_prediction` does; `warehouse` is where estimator versions are looked
     up); the one file it writes is the `timeline`, when asked. With `band`, the prediction carries the 10–90%
@@ -177,8 +194,7 @@ def predict(
     prediction = summarize(
         sim, tokens_per_iteration=tokens_per_iteration, price_per_gpu_hour=price_per_gpu_hour, assumptions=assumptions
     )
-    if band:
-        add_band(sim, prediction)
+    found = add_band(sim, prediction) if band else None
     if timeline is not None:
         captured = {r.rank for r in sim.replicas if r.captured}
         write_timeline(
@@ -189,4 +205,9 @@ def predict(
             traces,
             ranks=None if len(sim.replicas) <= TIMELINE_RANKS else captured,
         )
-    return prediction
+    return Replay(prediction, sim, found)
+
+
+def predict(run_dir: str | Path, **options: Any) -> Prediction:
+    """The prediction of `replay` (the same keywords)."""
+    return replay(run_dir, **options).prediction

@@ -4,12 +4,13 @@ NeuSight's end-to-end labels) emulated, predicted and compared, results in the w
 estimators, emulator and core only."""
 
 from .runner import SuiteRun, resolve_version, run_suite, traces_dir
-from .store import RowResult, latest
+from .store import RowKey, RowResult, latest
 from .suites import KINDS, Suite, SuiteError, load_suite
 from .summary import Summary, summarize, to_json
 
 __all__ = [
     "KINDS",
+    "RowKey",
     "RowResult",
     "Suite",
     "SuiteError",

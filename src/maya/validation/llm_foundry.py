@@ -29,6 +29,7 @@ import pandas as pd
 from maya.core.paths import data_dir
 
 from .plan import GPUS_PER_NODE, Predicted, RowPlan
+from .store import RowKey
 
 CLUSTERS = {"a100_40gb": "a100-roce-1600g", "a100_80gb": "a100-roce-1600g", "h100_80gb": "dgx-h100"}
 ASSUMPTIONS = {
@@ -81,12 +82,14 @@ def plan(row: int, values: pd.Series) -> RowPlan:
     )
     per_node = min(gpus, GPUS_PER_NODE)
     return RowPlan(
-        row=row,
-        label=label,
-        gpu=gpu,
-        size=columns["Model"],
-        gpus=gpus,
-        measured_s=measured_s(values),
+        key=RowKey(
+            row=row,
+            label=label,
+            gpu=gpu,
+            size=columns["Model"],
+            gpus=gpus,
+            measured_s=measured_s(values),
+        ),
         script=workload_script(),
         args=tuple(args),
         hardware=rows.HARDWARE[gpu],

@@ -19,6 +19,7 @@ from maya.core import hardware as catalog
 from maya.core.paths import data_dir
 
 from .plan import Predicted, RowPlan
+from .store import RowKey
 
 ITERATIONS = 3
 """Passes emulated: the first is the warm-up."""
@@ -53,12 +54,14 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         raise ValueError(f"no model config {config.name} in {config.parent}")
     batch, seq = int(values["batch"]), int(values["seqlen"])
     return RowPlan(
-        row=row,
-        label=f"{values['model']} b{batch} s{seq} on {hw.name}",
-        gpu=hw.name,
-        size=str(values["model"]),
-        gpus=1,
-        measured_s=measured_s(values),
+        key=RowKey(
+            row=row,
+            label=f"{values['model']} b{batch} s{seq} on {hw.name}",
+            gpu=hw.name,
+            size=str(values["model"]),
+            gpus=1,
+            measured_s=measured_s(values),
+        ),
         script=workload_script(),
         args=(str(config), "--batch", str(batch), "--seq", str(seq), "--iterations", str(ITERATIONS), "--sample", "1"),
         hardware=hw.name,
@@ -70,15 +73,14 @@ def plan(row: int, values: pd.Series) -> RowPlan:
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
     """The simulated forward + backward windows of the row's trace, with the band's replays' windows."""
-    from maya.simulator import EstimatorDurations, simulate, summarize
-    from maya.simulator.band import iteration_band
-    from maya.simulator.trace import load
+    from maya.api import PredictOptions, replay
 
-    hw = catalog.get(plan.hardware)
-    sim = simulate(load(run_dir), hw, EstimatorDurations(version, warehouse=warehouse))
-    prediction = summarize(sim)
+    options = PredictOptions(
+        hardware=plan.hardware, durations="estimators", estimator_version=version, warehouse=warehouse, band=True
+    )
+    replayed = replay(run_dir, options)
+    sim, prediction, band = replayed.simulation, replayed.prediction, replayed.band
     fw, bw = windows(sim)
-    band = iteration_band(sim, prediction)
     spans = sorted(sum(windows(s)) for s in band.simulations) if band and band.simulations else None
     families, flops, dependent = where_time_goes(sim)
     return Predicted(

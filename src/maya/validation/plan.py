@@ -13,6 +13,8 @@ import maya
 from maya.core.paths import data_dir
 from maya.emulator.capture_cache import emulator_digest
 
+from .store import RowKey
+
 GPUS_PER_NODE = 8
 
 
@@ -20,14 +22,7 @@ GPUS_PER_NODE = 8
 class RowPlan:
     """One row as something to emulate and predict."""
 
-    row: int
-    label: str
-    """Short description (`7b s2048 512×h100_80gb mbs 6 ga 1 amp_bf16 FULL_SHARD`)."""
-    gpu: str
-    size: str
-    """Model (size) the row trains."""
-    gpus: int
-    measured_s: float
+    key: RowKey
     script: Path
     args: tuple[str, ...]
     hardware: str

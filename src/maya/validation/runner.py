@@ -21,7 +21,7 @@ import pandas as pd
 from maya.core.paths import maya_home
 
 from .plan import RowPlan, predictor_digest
-from .store import RowResult, find_prediction, save, stored
+from .store import RowKey, RowResult, find_prediction, save, stored
 from .suites import Suite
 
 KINDS = {"llm-foundry": "maya.validation.llm_foundry", "neusight": "maya.validation.neusight"}
@@ -108,7 +108,7 @@ def run_suite(
         run.results.append(result)
         if on_row:
             on_row(result)
-    run.results.sort(key=lambda r: r.row)
+    run.results.sort(key=lambda r: r.key.row)
     run.seconds = time.monotonic() - started
     return run
 
@@ -130,12 +130,7 @@ def _task(
             suite.name,
             suite.digest,
             suite.kind,
-            number,
-            plan.label,
-            plan.gpu,
-            plan.size,
-            plan.gpus,
-            plan.measured_s,
+            plan.key,
             version,
             digest,
             hardware=plan.hardware,
@@ -153,12 +148,7 @@ def _task(
             suite.name,
             suite.digest,
             suite.kind,
-            number,
-            _fallback_label(values),
-            "?",
-            "?",
-            0,
-            measured,
+            RowKey(number, _fallback_label(values), "?", "?", 0, measured),
             version,
             digest,
             reason=f"cannot run this row: {e}",
@@ -235,9 +225,9 @@ def evaluate(task: _Task) -> RowResult:
         return _failed(result, f"predict: {type(e).__name__}: {e}", traceback.format_exc())
     result.predict_s = time.monotonic() - t0
     result.status = "ok"
-    result.error_pct = 100.0 * (result.predicted_s / result.measured_s - 1.0)
+    result.error_pct = 100.0 * (result.predicted_s / result.key.measured_s - 1.0)
     if result.band_low_s is not None:
-        result.in_band = bool(result.band_low_s <= result.measured_s <= result.band_high_s)
+        result.in_band = bool(result.band_low_s <= result.key.measured_s <= result.band_high_s)
     return result
 
 
@@ -272,7 +262,7 @@ def _copy_prediction(known: RowResult, result: RowResult) -> None:
         setattr(result, name, getattr(known, name))
     result.details.update(
         {k: v for k, v in known.details.items() if k != "row_assumptions"},
-        prediction_of_row=f"{known.suite} row {known.row}",
+        prediction_of_row=f"{known.suite} row {known.key.row}",
     )
 
 

@@ -19,17 +19,27 @@ STATUSES = ("ok", "oom", "failed")
 no time is predicted; failed: the row could not be emulated or predicted (`reason`)."""
 
 
+@dataclass(frozen=True)
+class RowKey:
+    """A suite row as the results name it: its number, a short description, the GPU, model (size) and GPU
+    count it was measured on, and its measured time."""
+
+    row: int
+    label: str
+    """Short description (`7b s2048 512×h100_80gb mbs 6 ga 1 amp_bf16 FULL_SHARD`)."""
+    gpu: str
+    size: str
+    """Model (size) the row trains."""
+    gpus: int
+    measured_s: float
+
+
 @dataclass
 class RowResult:
     suite: str
     suite_digest: str
     kind: str
-    row: int
-    label: str
-    gpu: str
-    size: str
-    gpus: int
-    measured_s: float
+    key: RowKey
     estimator_version: str
     predictor_digest: str
     status: str = "failed"
@@ -57,15 +67,25 @@ class RowResult:
     resumed: bool = False
     """Read back from the warehouse (an earlier run's result), not computed by this run."""
 
+    def flat(self) -> dict:
+        """The result's fields with the key's in place of `key` (the table's columns, and `resumed`)."""
+        out = {}
+        for name, value in self.__dict__.items():
+            out.update(asdict(value) if name == "key" else {name: value})
+        return out
+
     def record(self) -> dict:
         """The warehouse row."""
-        row = {k: v for k, v in asdict(self).items() if k != "resumed"}
+        row = {k: v for k, v in self.flat().items() if k != "resumed"}
         row["details"] = json.dumps(self.details, default=str)
         row["recorded_at"] = datetime.now(UTC)
         return row
 
 
-COLUMNS = tuple(f.name for f in fields(RowResult) if f.name != "resumed")
+KEY_COLUMNS = tuple(f.name for f in fields(RowKey))
+COLUMNS = tuple(
+    c for f in fields(RowResult) if f.name != "resumed" for c in (KEY_COLUMNS if f.name == "key" else [f.name])
+)
 
 
 def save(result: RowResult, warehouse: str | Path | None = None) -> None:
@@ -82,7 +102,7 @@ def stored(warehouse: str | Path | None, suite_digest: str, version: str, predic
         'AND predictor_digest = ? ORDER BY "row"',
         [suite_digest, version, predictor],
     )
-    return {r.row: r for r in _results(frame)}
+    return {r.key.row: r for r in _results(frame)}
 
 
 def find_prediction(
@@ -128,7 +148,8 @@ def _results(frame: pd.DataFrame) -> list[RowResult]:
     for record in frame.to_dict("records"):
         values = {k: (None if _missing(v) else v) for k, v in record.items() if k in COLUMNS}
         values["details"] = json.loads(values["details"]) if values.get("details") else {}
-        out.append(RowResult(**values, resumed=True))
+        key = RowKey(**{c: values.pop(c) for c in KEY_COLUMNS})
+        out.append(RowResult(**values, key=key, resumed=True))
     return out
 
 

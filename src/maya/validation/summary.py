@@ -38,7 +38,7 @@ class Summary:
 
 
 def frame(results: list[RowResult]) -> pd.DataFrame:
-    return pd.DataFrame([{**r.__dict__} for r in results])
+    return pd.DataFrame([r.flat() for r in results])
 
 
 def summarize(results: list[RowResult]) -> Summary:
@@ -91,12 +91,12 @@ def to_json(results: list[RowResult], summary: Summary, *, suite: str, version: 
     """The `maya validate --json` document."""
     rows = [
         {
-            "row": r.row,
-            "label": r.label,
+            "row": r.key.row,
+            "label": r.key.label,
             "seq": r.seq,
             "status": r.status,
             "predicted_s": r.predicted_s,
-            "measured_s": r.measured_s,
+            "measured_s": r.key.measured_s,
             "error_pct": r.error_pct,
             "band_low_s": r.band_low_s,
             "band_high_s": r.band_high_s,
@@ -107,7 +107,7 @@ def to_json(results: list[RowResult], summary: Summary, *, suite: str, version: 
             "emulate_s": r.emulate_s,
             "predict_s": r.predict_s,
         }
-        for r in sorted(results, key=lambda r: r.row)
+        for r in sorted(results, key=lambda r: r.key.row)
     ]
     by = {
         name: [

@@ -37,7 +37,8 @@ def validation_suite(
         suite.select(config.rows),
         warehouse=warehouse.file,
         on_row=lambda r: context.log.info(
-            f"row {r.row} ({r.label}): {r.status}" + (f" {r.error_pct:+.1f}%" if r.error_pct is not None else "")
+            f"row {r.key.row} ({r.key.label}): {r.status}"
+            + (f" {r.error_pct:+.1f}%" if r.error_pct is not None else "")
         ),
     )
     summary = summarize(run.results)

@@ -22,6 +22,7 @@ from typing import Protocol
 import torch
 
 from ..device_info import DeviceInfo, describe_device, read_clocks, software_versions
+from ..session import SessionResult
 from .campaign_store import CampaignStore
 from .configs import FAMILIES, KernelConfig
 from .measure import CampaignAbort, Measurer
@@ -85,31 +86,6 @@ class CostEstimate:
         return self.time_config_s + (chunk_size + 1) * self.profile_config_s + self.write_s
 
 
-@dataclass(frozen=True)
-class CampaignResult:
-    stop_reason: str
-    """`complete` (nothing left), `budget` or `cuda-error`."""
-    measured: Counter
-    """Configs measured in this session by (family, status)."""
-    done: int
-    """Configs done in the campaign, this session included."""
-    total: int
-    elapsed_s: float
-
-    def summary_lines(self) -> list[str]:
-        """A short table of this session's configs per family and status, then the campaign's progress."""
-        statuses = sorted({s for _, s in self.measured}, key=STATUSES.index)
-        rows = [["family", *statuses]]
-        for family in dict.fromkeys(f for f, _ in sorted(self.measured, key=lambda k: FAMILIES.index(k[0]))):
-            rows.append([family, *(str(self.measured[(family, s)]) for s in statuses)])
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows] if statuses else []
-        return lines + [
-            f"stopped: {self.stop_reason} after {self.elapsed_s:.0f} s; "
-            f"{self.done}/{self.total} configs of the sweep done"
-        ]
-
-
 class Campaign:
     def __init__(
         self,
@@ -156,7 +132,7 @@ class Campaign:
             "clocks_start": read_clocks(self.device_info),
         }
 
-    def run(self, sweep: Sequence[KernelConfig] | None = None) -> CampaignResult:
+    def run(self, sweep: Sequence[KernelConfig] | None = None) -> SessionResult:
         """Measure `sweep` (default: the sweep of the settings' families) in its order."""
         sweep = build_sweep(self.settings.families, self.settings.seed) if sweep is None else sweep
         done = self.store.done_keys()
@@ -192,7 +168,19 @@ class Campaign:
             measured={f"{f}/{s}": n for (f, s), n in sorted(self.measured.items())},
             clocks_end=read_clocks(self.device_info),
         )
-        return CampaignResult(stop, self.measured, total_done, len(sweep), self.clock() - self.started)
+        elapsed = self.clock() - self.started
+        return SessionResult(stop, self.measured, total_done, len(sweep), elapsed, "sweep", self._counts())
+
+    def _counts(self) -> tuple[str, ...]:
+        """A short table of this session's configs per family and status."""
+        statuses = sorted({s for _, s in self.measured}, key=STATUSES.index)
+        if not statuses:
+            return ()
+        rows = [["family", *statuses]]
+        for family in dict.fromkeys(f for f, _ in sorted(self.measured, key=lambda k: FAMILIES.index(k[0]))):
+            rows.append([family, *(str(self.measured[(family, s)]) for s in statuses)])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return tuple("  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows)
 
     def _flush(self, chunk: list[Timing], profile: bool) -> None:
         """Profile the chunk's measured configs, then write the chunk."""
@@ -251,7 +239,7 @@ def run_campaign(
     measurer: ConfigMeasurer | None = None,
     clock: Clock = time.monotonic,
     log: Callable[[str], None] = print,
-) -> CampaignResult:
+) -> SessionResult:
     """Measure the sweep (default: `build_sweep` of the settings) into the campaign directory `root`,
     created or resumed."""
     return Campaign(root, settings, torch.device(device), measurer, clock, log).run(sweep)

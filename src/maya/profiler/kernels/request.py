@@ -62,7 +62,7 @@ class CampaignRequest:
         ]
 
     def run(self, log: Callable[[str], None] = print):
-        """Measure (or resume) the campaign; returns its `CampaignResult`. Raises `NoDevice` and
+        """Measure (or resume) the campaign; returns its `SessionResult`. Raises `NoDevice` and
         `CampaignMismatch`."""
         from .campaign import CampaignSettings, run_campaign
 

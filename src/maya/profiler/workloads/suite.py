@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..session import SessionResult
 from .measure import MeasureSettings, measure_workload
 from .results import STATUSES, check_name, config_columns, done_names, is_done, read_result, summary, write_result
 
@@ -188,25 +189,6 @@ class ProcessRunner:
         return ChildRun(returncode, log.read_text(errors="replace")[-LOG_TAIL_CHARS:])
 
 
-@dataclass(frozen=True)
-class SuiteResult:
-    stop_reason: str
-    """`complete` (nothing left) or `budget`."""
-    measured: Counter
-    """Configs measured in this session, by status."""
-    done: int
-    total: int
-    elapsed_s: float
-
-    def summary_lines(self) -> list[str]:
-        counts = ", ".join(f"{self.measured[s]} {s}" for s in STATUSES if self.measured[s]) or "none"
-        return [
-            f"this session: {counts}",
-            f"stopped: {self.stop_reason} after {self.elapsed_s:.0f} s; {self.done}/{self.total} configs "
-            "of the suite done",
-        ]
-
-
 def _failure_row(
     config: SuiteConfig,
     settings: MeasureSettings,
@@ -244,7 +226,7 @@ def run_suite(
     run_config: RunConfig | None = None,
     clock: Clock = time.monotonic,
     log: Callable[[str], None] = print,
-) -> SuiteResult:
+) -> SessionResult:
     """Measure the suite's configs that have no results row under `root`, in the suite's order, until
     done or until the next one's estimate no longer fits in the budget. A config killed because the
     budget ran out leaves no row and is measured again next time; one killed at `config_timeout_s`
@@ -278,4 +260,6 @@ def run_suite(
         measured[row["status"]] += 1
         log(f"[{clock() - started:7.1f} s] {summary(row)}")
     names = {c.name for c in configs}
-    return SuiteResult(stop, measured, len(done_names(root) & names), len(configs), clock() - started)
+    counts = ", ".join(f"{measured[s]} {s}" for s in STATUSES if measured[s]) or "none"
+    done = len(done_names(root) & names)
+    return SessionResult(stop, measured, done, len(configs), clock() - started, "suite", (f"this session: {counts}",))
