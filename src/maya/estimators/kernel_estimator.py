@@ -31,6 +31,7 @@ of measured / roofline in training (NaN when the family was never measured).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +46,14 @@ from .hardware_table import catalog_names, hardware_arrays
 from .launch_floor import DEVICE_FLOOR_S, POST_LAUNCH_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes, shape_keys
 from .segments import SEGMENT_DTYPES, WIDTH_FAMILIES, family_of, model_key, segment_codes
+
+
+def _digest(frame: pd.DataFrame) -> str:
+    """SHA-256 of a frame's columns, index and values."""
+    digest = hashlib.sha256(repr(list(frame.columns)).encode())
+    digest.update(pd.util.hash_pandas_object(frame, index=True).to_numpy().tobytes())
+    return digest.hexdigest()
+
 
 METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline", "composed")
 PRICED: tuple[str, ...] = ("roofline_ns", "efficiency", "duration_ns", "duration_low_ns", "duration_high_ns")
@@ -95,13 +104,26 @@ class KernelEstimator:
     lookup: MeasuredShapes | None = None
     roofline_bands: dict[str, Band] = field(default_factory=dict)
     """Per family segment (`segments.model_key`), the spread of log(measured / roofline) in training."""
+    last: dict[str, pd.DataFrame] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """The last frame priced, by the digest of its normalised calls (`predict`)."""
 
     def predict(self, calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
         """The normalised call frame with `roofline_ns`, `efficiency`, `duration_ns`, `duration_low_ns`,
         `duration_high_ns`, `isolated_ns` (nanoseconds), `method` and `below_measured` added.
-        Repeated shapes (the same call in every layer and iteration) are priced once."""
+        Repeated shapes (the same call in every layer and iteration) are priced once, and the same calls priced
+        again in a row (the simulator's pricing, then the band's quantiles) are priced once."""
         frame = normalize(calls)
         frame["hardware"] = catalog_names(frame["hardware"])
+        digest = _digest(frame)
+        priced = self.last.get(digest)
+        if priced is None:
+            priced = self._predict(frame)
+            self.last.clear()
+            self.last[digest] = priced
+        return priced.copy()
+
+    def _predict(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """`predict` of a normalised call frame."""
         table = coded(frame)
         keys = shape_keys(table)  # categoricals hash as their values do
         codes, distinct_keys = pd.factorize(keys)
