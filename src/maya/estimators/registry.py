@@ -117,9 +117,14 @@ class Registry:
         return rows[0][0] if rows else None
 
     def get(self, version: str = LATEST) -> VersionRecord:
-        """A version by name or alias (`latest`)."""
-        name = self.latest() if version == LATEST else version
-        rows = self._query("SELECT {} FROM estimator_versions WHERE version = ?", [name]) if name else []
+        """A version by name or alias (`latest`), read in one connection to the warehouse."""
+        with read_only(self.warehouse) as con:
+            if version == LATEST:
+                alias = con.execute("SELECT version FROM estimator_aliases WHERE alias = ?", [LATEST]).fetchall()
+                name = alias[0][0] if alias else None
+            else:
+                name = version
+            rows = self._records(con, "SELECT {} FROM estimator_versions WHERE version = ?", [name]) if name else []
         if not rows:
             known = [r.version for r in self.versions()]
             raise UnknownVersion(
@@ -132,10 +137,10 @@ class Registry:
             )
         return rows[0]
 
-    def load(self, version: str = LATEST) -> KernelEstimator:
-        """The estimator of a version, after checking its artifact against the recorded SHA-256 (parsed once per
-        process: `LOADED`)."""
-        record = self.get(version)
+    def load(self, version: str | VersionRecord = LATEST) -> KernelEstimator:
+        """The estimator of a version (a name, an alias or its record from `get`), after checking its artifact
+        against the recorded SHA-256 (parsed once per process: `LOADED`)."""
+        record = version if isinstance(version, VersionRecord) else self.get(version)
         path = self.artifacts / record.artifact_path
         if not path.is_file():
             raise ArtifactError(f"estimator version {record.version}: artifact {path} is missing")
