@@ -7,7 +7,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from maya.estimators import ArtifactError, Registry, TrainConfig, UnknownVersion, train_version
+from maya.estimators import ArtifactError, KernelEstimator, Registry, TrainConfig, UnknownVersion, train_version
 from maya.estimators.efficiency_model import ModelParams
 from maya.estimators.training_data import load_kernels, neusight_dir
 
@@ -86,6 +86,37 @@ def test_corrupted_or_missing_artifact_is_reported_and_registry_unchanged(measur
     with pytest.raises(ArtifactError, match=r"estimator version v1: artifact .*model.zip is missing"):
         registry.load("latest")
     assert registry_rows(registry) == before
+
+
+def test_an_artifact_is_parsed_once_and_still_checked_on_every_load(measured, maya_home):
+    registry = Registry()
+    train_version(measured, SMALL)
+    first = registry.load("v1")
+    assert registry.load("latest") is first and Registry().load("v1") is first
+    assert registry.load(registry.get("latest")) is first
+    artifact = maya_home / "estimators" / "v1" / "model.zip"
+    raw = bytearray(artifact.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    artifact.write_bytes(bytes(raw))
+    with pytest.raises(ArtifactError, match=r"estimator version v1: artifact .*model.zip is corrupted"):
+        registry.load("v1")
+
+
+def test_the_same_calls_priced_again_are_priced_once(measured, monkeypatch):
+    estimator = Registry().load(train_version(measured, SMALL).record.version)
+    calls = measured.head(40)
+    first = estimator.predict(calls)
+
+    def price_again(self, *args):
+        raise RuntimeError("priced again")
+
+    monkeypatch.setattr(KernelEstimator, "_price", price_again)
+    again = estimator.predict(calls.copy())
+    pd.testing.assert_frame_equal(again, first)
+    again["duration_ns"] = 0.0  # the caller's copy: the remembered frame is unchanged
+    pd.testing.assert_frame_equal(estimator.predict(calls), first)
+    with pytest.raises(RuntimeError, match="priced again"):
+        estimator.predict(calls.assign(m=calls["m"] + 1))
 
 
 def test_unknown_version(measured):

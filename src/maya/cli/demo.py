@@ -18,7 +18,6 @@ from rich.table import Table
 
 from maya.core.hardware import DEFAULT_HARDWARE
 from maya.core.paths import example_script, runs_dir, warehouse_path
-from maya.core.sql import run_query
 
 from .common import WAREHOUSE, out, out_option
 from .predict import print_prediction
@@ -88,6 +87,8 @@ def run_demo(
     )
     prediction = predict(run_dir, options)
     print_prediction(prediction, record(prediction, warehouse=warehouse), None, console)
+    from maya.core.sql import run_query
+
     console.print("4. read-only SQL over the trace:")
     for title, sql in QUERIES.items():
         r = run_query(sql, trace=run_dir, warehouse=warehouse)

@@ -31,6 +31,7 @@ of measured / roofline in training (NaN when the family was never measured).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,25 +96,41 @@ class KernelEstimator:
     lookup: MeasuredShapes | None = None
     roofline_bands: dict[str, Band] = field(default_factory=dict)
     """Per family segment (`segments.model_key`), the spread of log(measured / roofline) in training."""
+    last: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """The prediction columns of the last distinct shapes priced, by their digest (`_price_once`)."""
 
     def predict(self, calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
         """The normalised call frame with `roofline_ns`, `efficiency`, `duration_ns`, `duration_low_ns`,
         `duration_high_ns`, `isolated_ns` (nanoseconds), `method` and `below_measured` added.
-        Repeated shapes (the same call in every layer and iteration) are priced once."""
+        Repeated shapes (the same call in every layer and iteration) are priced once, and so are the same
+        calls priced again in a row (the simulator's pricing, then the band's quantiles: `_price_once`)."""
         frame = normalize(calls)
         frame["hardware"] = catalog_names(frame["hardware"])
         table = coded(frame)
         keys = shape_keys(table)  # categoricals hash as their values do
         codes, distinct_keys = pd.factorize(keys)
         if len(distinct_keys) == len(frame):
-            priced = self._price(table, keys)
+            priced = self._price_once(table, keys)
         else:
             # codes number keys by first appearance: a key's first row is where their running maximum rises
             first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1))
-            priced = {name: values[codes] for name, values in self._price(table.iloc[first], distinct_keys).items()}
+            priced = {
+                name: values[codes] for name, values in self._price_once(table.iloc[first], distinct_keys).items()
+            }
         method = pa.array(METHODS, type=pa.large_string()).take(priced.pop("method"))
         below = priced.pop("below_measured")
         return frame.assign(**priced, method=pd.Series(method, index=frame.index, dtype="str"), below_measured=below)
+
+    def _price_once(self, calls: pd.DataFrame, keys: np.ndarray) -> dict[str, np.ndarray]:
+        """`_price`, or a copy of its columns when the same calls were the last priced (`last`)."""
+        digest = hashlib.sha256(repr(list(calls.columns)).encode())
+        digest.update(pd.util.hash_pandas_object(calls, index=True).to_numpy().tobytes())
+        priced = self.last.get(digest.hexdigest())
+        if priced is None:
+            priced = self._price(calls, keys)
+            self.last.clear()
+            self.last[digest.hexdigest()] = priced
+        return {name: values.copy() for name, values in priced.items()}
 
     def _price(self, calls: pd.DataFrame, keys: np.ndarray) -> dict[str, np.ndarray]:
         """Prediction columns for calls of distinct shapes (text columns as categoricals, `coded`);

@@ -53,6 +53,14 @@ _COLUMNS = (
 )
 
 
+LOADED: dict[str, KernelEstimator] = {}
+"""Estimators read in this process, by their artifact's SHA-256: a process predicting many times (a search, a
+validation suite) parses an artifact once; `Registry.load` still checks the bytes against the registered digest
+on every call."""
+LOADED_KEPT = 4
+"""Artifacts kept parsed, oldest dropped first."""
+
+
 class RegistryError(Exception):
     """An estimator version cannot be found or used."""
 
@@ -109,9 +117,14 @@ class Registry:
         return rows[0][0] if rows else None
 
     def get(self, version: str = LATEST) -> VersionRecord:
-        """A version by name or alias (`latest`)."""
-        name = self.latest() if version == LATEST else version
-        rows = self._query("SELECT {} FROM estimator_versions WHERE version = ?", [name]) if name else []
+        """A version by name or alias (`latest`), read in one connection to the warehouse."""
+        with read_only(self.warehouse) as con:
+            if version == LATEST:
+                alias = con.execute("SELECT version FROM estimator_aliases WHERE alias = ?", [LATEST]).fetchall()
+                name = alias[0][0] if alias else None
+            else:
+                name = version
+            rows = self._records(con, "SELECT {} FROM estimator_versions WHERE version = ?", [name]) if name else []
         if not rows:
             known = [r.version for r in self.versions()]
             raise UnknownVersion(
@@ -124,9 +137,10 @@ class Registry:
             )
         return rows[0]
 
-    def load(self, version: str = LATEST) -> KernelEstimator:
-        """The estimator of a version, after checking its artifact against the recorded SHA-256."""
-        record = self.get(version)
+    def load(self, version: str | VersionRecord = LATEST) -> KernelEstimator:
+        """The estimator of a version (a name, an alias or its record from `get`), after checking its artifact
+        against the recorded SHA-256 (parsed once per process: `LOADED`)."""
+        record = version if isinstance(version, VersionRecord) else self.get(version)
         path = self.artifacts / record.artifact_path
         if not path.is_file():
             raise ArtifactError(f"estimator version {record.version}: artifact {path} is missing")
@@ -137,10 +151,16 @@ class Registry:
                 f"estimator version {record.version}: artifact {path} is corrupted "
                 f"(SHA-256 {digest[:16]}..., registered {record.artifact_sha256[:16]}...)"
             )
-        try:
-            return artifact.loads(raw)
-        except artifact.ArtifactFormatError as e:
-            raise ArtifactError(f"estimator version {record.version}: artifact {path} cannot be read: {e}") from e
+        estimator = LOADED.get(digest)
+        if estimator is None:
+            try:
+                estimator = artifact.loads(raw)
+            except artifact.ArtifactFormatError as e:
+                raise ArtifactError(f"estimator version {record.version}: artifact {path} cannot be read: {e}") from e
+            while len(LOADED) >= LOADED_KEPT:
+                LOADED.pop(next(iter(LOADED)))
+            LOADED[digest] = estimator
+        return estimator
 
     def register(self, estimator: KernelEstimator, *, data_hash: str, config_hash: str, metrics: dict) -> Registered:
         """Store a trained estimator as a new version and point `latest` at it (or return the version

@@ -151,7 +151,7 @@ class EstimatorDurations(DurationProvider):
         try:
             registry = estimators.Registry(warehouse)
             record = registry.get(version)
-            self.kernels = registry.load(version)
+            self.kernels = registry.load(record)
         except estimators.RegistryError as e:
             raise EstimatorsUnavailable(f"estimators not available: {e}") from None
         self.version = record.version
