@@ -126,9 +126,8 @@ def test_text_that_is_not_utf8_is_a_damaged_file_for_every_reader(layout, comput
         with pytest.raises(ProfileFileError, match="not a readable Parquet file: .*UTF8"):
             read_profile(data, VIDUR_COMPUTE, Partition("h100-sxm", "c"))
     else:
-        valid, quarantined = _validate_file(
-            ProfileFile(dataset, VIDUR_COLLECTIVES), data, NetworkPartition("a100_dgx", "c")
-        )
-        assert (
-            valid.empty and quarantined["reason"].str.match("file rejected: not a readable Parquet file: .*UTF8").all()
-        )
+        checked = _validate_file(ProfileFile(dataset, VIDUR_COLLECTIVES), data, NetworkPartition("a100_dgx", "c"))
+        valid, quarantined = checked.valid, checked.rejected
+        assert (valid is None or valid.empty) and quarantined["reason"].str.match(
+            "file rejected: not a readable Parquet file: .*UTF8"
+        ).all()

@@ -393,18 +393,13 @@ def _predictions(root: Path) -> list:
 
 
 def _validation_row(row: int):
-    from maya.validation.store import RowResult
+    from maya.validation.store import RowKey, RowResult
 
     return RowResult(
         suite="crash",
         suite_digest="s1",
         kind="e2e",
-        row=row,
-        label=f"row {row}",
-        gpu="h100",
-        size="1b",
-        gpus=8,
-        measured_s=1.0 + row,
+        key=RowKey(row=row, label=f"row {row}", gpu="h100", size="1b", gpus=8, measured_s=1.0 + row),
         estimator_version="v1",
         predictor_digest="p1",
         status="ok",

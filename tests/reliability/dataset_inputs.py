@@ -170,7 +170,7 @@ def check_profile(x: DatasetInput) -> None:
             or not valid["dtype"].isin(list(DTYPE_BYTES)).all()
         ):
             raise Corrupt(f"an invalid row passed validation: {valid.head(3).to_dict('records')}")
-    ok, quarantined, _ = _validate_file(ProfileFile(Path("fuzz.parquet"), x.format), raw, partition)
+    quarantined = _validate_file(ProfileFile(Path("fuzz.parquet"), x.format), raw, partition).rejected
     if len(quarantined) != len(rejected) + len(refused) or (
         len(quarantined)  # none: a frame without columns (`_concat`)
         and not quarantined["record"].map(lambda r: isinstance(r, str)).all()

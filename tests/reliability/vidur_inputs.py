@@ -238,9 +238,11 @@ def check_collectives_file(x: VidurInput) -> None:
     from maya.pipelines.sources import ProfileFile
 
     raw = x.parquet()
-    valid, quarantined = _validate_file(
+    checked = _validate_file(
         ProfileFile(Path("fuzz.parquet"), VIDUR_COLLECTIVES), raw, NetworkPartition(x.partition, "fuzz")
     )
+    valid = checked.valid if checked.valid is not None else pd.DataFrame()
+    quarantined = checked.rejected
     if len(quarantined) and not (quarantined["reason"].astype(str).str.len() > 0).all():
         raise Corrupt("a quarantined row without a reason")
     if len(quarantined) == 1 and quarantined["row_index"].isna().all():
