@@ -2,8 +2,6 @@
 bf16 GEMMs priced at the H100 SXM's burst rate runs at its measured sustained rate, a lower cap is slower, the
 A100 and short bursts are unchanged, memory-bound kernels keep their time, and the switch turns it off."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -74,9 +72,13 @@ def test_a_long_h100_step_runs_at_the_measured_sustained_rate(tmp_path):
     assert on.result(0).end.max() > off.result(0).end.max()
 
 
-def test_a_500_w_h100_is_slower_than_the_700_w_one(tmp_path):
+def test_a_500_w_h100_part_file_is_slower_than_the_700_w_one(tmp_path):
     traces = load(run(tmp_path, 200))
-    capped = dataclasses.replace(H100, name="h100-96gb-500w", tdp_w=500)
+    part = tmp_path / "part.yaml"
+    part.write_text(
+        "name: h100-96gb-hbm2e\nbased_on: h100-sxm\nmemory_gb: 96\nmemory_bandwidth_gbs: 2400\ntdp_w: 500\n"
+    )
+    capped = hardware.get(str(part))
     at_700, at_500 = gemm_tflops(simulate(traces, H100, Burst())), gemm_tflops(simulate(traces, capped, Burst()))
     assert at_500 < 0.93 * at_700
     assert at_500 > 0.5 * at_700
