@@ -78,7 +78,9 @@ class PredictOptions:
     """How to predict a run (what `maya predict` takes): the GPU, data-parallel degree and cluster to re-target
     to (None: the trace's), where durations come from (`DURATION_CHOICES` or a `DurationProvider`), the
     estimator version and the warehouse it is looked up in, cost inputs, the 10-90% `band` (two more
-    replays), kernels slowed by concurrent collectives (`contention`) and a Perfetto `timeline` to write."""
+    replays), kernels slowed by concurrent collectives (`contention`), tensor-core kernels at the clock their mix
+    sustains under the board's power cap where it binds (`sustained_clock`: `maya.simulator.sustained_clock`)
+    and a Perfetto `timeline` to write."""
 
     hardware: str | None = None
     dp: int | None = None
@@ -89,6 +91,7 @@ class PredictOptions:
     tokens_per_iteration: float | None = None
     band: bool = False
     contention: bool = True
+    sustained_clock: bool = True
     timeline: str | Path | None = None
     warehouse: str | Path | None = None
 
@@ -266,6 +269,7 @@ def replay(run_dir: str | Path, options: PredictOptions = PredictOptions()) -> R
         warehouse=options.warehouse,
         band=options.band,
         contention=options.contention,
+        sustained_clock=options.sustained_clock,
     )
 
 

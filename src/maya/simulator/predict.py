@@ -166,12 +166,13 @@ def replay(
     warehouse: str | Path | None = None,
     band: bool = False,
     contention: bool = True,
+    sustained_clock: bool = True,
 ) -> Replay:
     """Predict a run, optionally re-targeted to another GPU (`hardware`), data-parallel degree (`dp`) or
     cluster. Stores nothing (`store.store_prediction` does; `warehouse` is where estimator versions are looked
     up); the one file it writes is the `timeline`, when asked. With `band`, the prediction carries the 10–90%
     band of its iteration time (`band.iteration_band`: two more replays). The timeline shows every rank of
-    jobs up to `TIMELINE_RANKS` ranks, else the captured ones. `contention`: see `simulate`."""
+    jobs up to `TIMELINE_RANKS` ranks, else the captured ones. `contention`, `sustained_clock`: see `simulate`."""
     traces = load(run_dir)
     if not traces.ranks:
         raise ValueError(f"{run_dir}: the run has no api_calls (nothing was captured)")
@@ -190,6 +191,7 @@ def replay(
         warehouse=warehouse,
         reprice_collectives=bool(assumptions),
         contention=contention,
+        sustained_clock=sustained_clock,
     )
     prediction = summarize(
         sim, tokens_per_iteration=tokens_per_iteration, price_per_gpu_hour=price_per_gpu_hour, assumptions=assumptions

@@ -12,6 +12,7 @@ import numpy as np
 
 from maya.core.hardware import Hardware
 
+from . import sustained_clock as sustained
 from .contention import contend
 from .durations import DurationProvider, MeasuredDurations, RooflineDurations, is_measured
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable, cluster_spec
@@ -110,12 +111,15 @@ def simulate(
     warehouse: str | Path | None = None,
     reprice_collectives: bool = False,
     contention: bool = True,
+    sustained_clock: bool = True,
 ) -> Simulation:
     """Replay every rank of `traces` on `hardware` with `provider` (or a `--durations` choice; measured
     collectives are re-priced with `reprice_collectives`, for a re-targeted degree or cluster). With
     `contention`, kernels running beside a collective are slowed by the SMs and bandwidth NCCL takes
     (`contention`: a second replay), unless the kernel durations were measured, as they are or scaled to
-    another GPU (they hold it already)."""
+    another GPU (they hold it already). With `sustained_clock`, a provider that prices burst (short-loop) kernel
+    timings has its compute-bound tensor-core kernels slowed to the clock their mix sustains under the board's
+    power cap, on parts where it binds (`sustained_clock`)."""
     programs = {rank: compile_rank(trace) for rank, trace in traces.ranks.items()}
     notes: list[str] = []
     if isinstance(provider, str):
@@ -132,6 +136,9 @@ def simulate(
     devices = price(traces, replicas, comms, provider, hardware)
     notes += provider.notes
     iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
+    if sustained_clock and provider.prices_burst_kernels:
+        devices, clock_notes = sustained.apply(programs, replicas, devices, iterations, hardware)
+        notes += clock_notes
     by = interrupted_by(traces)
     whole = [rank for rank, found in iterations.items() if found.source == "whole"]
     if by and whole:

@@ -46,6 +46,9 @@ class DurationProvider:
     replays_measured_kernels: bool = False
     """True when kernel durations are the trace's own measurements, as they are or scaled to another GPU: they
     already hold the slowdown a concurrent collective caused (no contention replay)."""
+    prices_burst_kernels: bool = False
+    """True when kernel durations come from short-loop (burst) timings, which a training step's sustained clock
+    under the board's power cap can undercut (`maya.simulator.sustained_clock`)."""
 
     @property
     def notes(self) -> list[str]:

@@ -132,9 +132,11 @@ class CollectiveDurations(DurationProvider):
 
 class EstimatorDurations(DurationProvider):
     """Kernels by a registered `KernelEstimator` version, collectives by `CollectiveDurations` (the NCCL model
-    on `cluster`), host time by `HostOverheadModel`."""
+    on `cluster`), host time by `HostOverheadModel`. The kernel measurements are short-loop timings: burst
+    clocks."""
 
     collective_includes_wait = False
+    prices_burst_kernels = True
 
     def __init__(
         self,
