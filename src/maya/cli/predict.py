@@ -45,14 +45,14 @@ def predict_cmd(
     durations: DURATIONS = Durations.auto,
     estimator_version: ESTIMATOR_VERSION = "latest",
     warehouse: WAREHOUSE = None,
-    sustained_clock: Annotated[
+    burst_clock: Annotated[
         bool,
         typer.Option(
-            "--sustained-clock/--no-sustained-clock",
-            help="Price tensor-core kernels at the clock their mix sustains under the board's power cap "
-            "(Hopper; estimated durations); off: at the burst clock of the kernel measurements.",
+            "--no-sustained-clock",
+            help="Price tensor-core kernels at the burst clock of the kernel measurements, not at the clock "
+            "their mix sustains under the board's power cap (Hopper; estimated durations).",
         ),
-    ] = True,
+    ] = False,
     as_json: JSON = False,
 ):
     """Predict iteration time, memory and cost of a traced run.
@@ -80,7 +80,7 @@ def predict_cmd(
             tokens_per_iteration=tokens_per_iteration,
             warehouse=warehouse,
             band=True,
-            sustained_clock=sustained_clock,
+            sustained_clock=not burst_clock,
             timeline=timeline,
         )
         prediction = predict(run_dir, options)
