@@ -533,7 +533,7 @@ def scenarios() -> list[Scenario]:
             _register_version,
             _versions,
             leftovers=_orphans,
-            modules=(*warehouse, "maya.estimators"),
+            modules=(*warehouse, "maya.estimators.registry", "maya.estimators.kernel_estimator"),  # not lazy names
         ),
         Scenario("search log", _prepare_search, _search, _points, _logged_prefix, modules=(*warehouse, "maya.search")),
         Scenario(
