@@ -198,3 +198,19 @@ def parse_ranks(spec: str) -> list[int]:
         except ValueError:
             fail(f"--ranks: {part!r} is not a rank or a range like 8-11", 2)
     return sorted(set(ranks))
+
+
+def row_progress(transient: bool = False):
+    """The progress bar of a suite's rows on stderr (`maya validate`, `maya dashboard`): the task's description,
+    a bar, rows done of all, the elapsed time and the task's `last` field (the last row's outcome)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=err,
+        transient=transient,
+    )

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .common import WAREHOUSE, err, fail, out
+from .common import WAREHOUSE, fail, out, row_progress
 
 
 def dashboard_cmd(
@@ -38,14 +37,7 @@ def dashboard_cmd(
     from maya.validation import SuiteError
 
     warehouse = warehouse or warehouse_path()
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"),
-        console=err,
-    )
+    progress = row_progress()
     state: dict = {}
 
     def on_start(total: int, done: int) -> None:

@@ -7,10 +7,9 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import ESTIMATOR_VERSION, JOBS, JSON, WAREHOUSE, err, fail, out
+from .common import ESTIMATOR_VERSION, JOBS, JSON, WAREHOUSE, fail, out, row_progress
 
 SUITE_HELP = (
     "llm-foundry (MosaicML's 162 published MPT rows), llm-foundry-smoke (3 of them), neusight "
@@ -46,15 +45,7 @@ def validate_cmd(
         selected = loaded.select(rows)
     except SuiteError as e:
         fail(str(e), 2)
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"),
-        console=err,
-        transient=as_json,
-    )
+    progress = row_progress(transient=as_json)
     state: dict = {}
 
     def on_start(total: int, done: int) -> None:
