@@ -9,7 +9,8 @@ mean of the others' learned networks, and the tables split intra- from inter-nod
 Curves that copy another network's measurements value for value are left out (named in the output).
 
 `nccl_report(dataset_path)` returns the figures as a DataFrame (one row per split, held-out network,
-collective, ranks, GPUs per node and size band, plus `all` rows per network and per network and scope).
+collective, ranks, GPUs per node and size band (<1 MB, 1-64 MB, >=64 MB), plus `all` rows per network and per
+network and scope): rows, MAPE and mean signed error (predicted / measured - 1: negative is too fast).
 Usage: python benchmarks/estimators_public_nccl.py [--dataset PATH] [--no-lono]
 (before data/vidur/ ships: --dataset /work/shared/datasets/vidur/collectives.parquet)
 """
@@ -23,21 +24,29 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from maya.estimators.collective_data import load_collectives, shipped_dataset, size_regime
+from maya.estimators.collective_data import load_collectives, shipped_dataset
 from maya.estimators.collective_fit import fit, predict
 
 TARGET = 0.10
 PAIRWISE = ("a100_pairwise_nvlink", "h100_pairwise_nvlink", "a40_pairwise_nvlink")
 """Networks of one node topology (NVLink between pairs): judged against the target when held out."""
 KEYS = ["split", "network", "collective", "ranks", "per_node", "regime"]
+AGG = {"rows": ("ape", "size"), "mape": ("ape", "mean"), "signed": ("error", "mean")}
+
+
+def size_band(nbytes: pd.Series) -> pd.Series:
+    """Message-size band of each row: <1MB (latency-bound), 1-64MB, >=64MB (bandwidth-bound)."""
+    edges = [0, 2**20, 64 * 2**20, np.inf]
+    return pd.cut(nbytes, edges, labels=["<1MB", "1-64MB", ">=64MB"], right=False).astype(str)
 
 
 def nccl_report(dataset_path: str | Path | None = None, *, lono: bool = True) -> pd.DataFrame:
-    """MAPE (fraction) and rows per split (`in-sample`, `held-out`), network, collective, ranks, GPUs per
-    node and size band; `all` in a key column aggregates over it (`scope` tells intra- from inter-node)."""
+    """MAPE and mean signed error (fractions) and rows per split (`in-sample`, `held-out`), network, collective,
+    ranks, GPUs per node and size band; `all` in a key column aggregates over it (`scope` tells intra- from
+    inter-node)."""
     frame = load_collectives(dataset_path or shipped_dataset())
     frame = frame[frame["duplicate_of"].isna()].reset_index(drop=True)
-    frame["regime"] = size_regime(frame["bytes"])
+    frame["regime"] = size_band(frame["bytes"])
     frame["scope"] = np.where(frame["nodes"] > 1, "inter-node", "intra-node")
     parts = [frame.assign(split="in-sample", predicted_us=predict(frame, fit(frame).params))]
     if lono:
@@ -46,14 +55,15 @@ def nccl_report(dataset_path: str | Path | None = None, *, lono: bool = True) ->
             params = fit(frame, exclude=[network]).params
             parts.append(held.assign(split="held-out", predicted_us=predict(held, params)))
     rows = pd.concat(parts, ignore_index=True)
-    rows["ape"] = (rows["predicted_us"] / rows["measured_us"] - 1).abs()
-    detail = rows.groupby(KEYS, sort=True).agg(rows=("ape", "size"), mape=("ape", "mean")).reset_index()
+    rows["error"] = rows["predicted_us"] / rows["measured_us"] - 1
+    rows["ape"] = rows["error"].abs()
+    detail = rows.groupby(KEYS, sort=True).agg(**AGG).reset_index()
     detail["scope"] = np.where(detail["per_node"] < detail["ranks"], "inter-node", "intra-node")
     summaries = []
     for by in (["split", "network"], ["split", "network", "scope"], ["split", "network", "regime"]):
-        part = rows.groupby(by, sort=True).agg(rows=("ape", "size"), mape=("ape", "mean")).reset_index()
+        part = rows.groupby(by, sort=True).agg(**AGG).reset_index()
         summaries.append(part.assign(**{k: "all" for k in [*KEYS, "scope"] if k not in by}))
-    return pd.concat([detail, *summaries], ignore_index=True)[[*KEYS, "scope", "rows", "mape"]]
+    return pd.concat([detail, *summaries], ignore_index=True)[[*KEYS, "scope", "rows", "mape", "signed"]]
 
 
 def main() -> None:
@@ -74,13 +84,13 @@ def main() -> None:
     report = nccl_report(args.dataset, lono=not args.no_lono)
     print(f"fitted and evaluated in {time.perf_counter() - started:.0f} s\n")
     pd.set_option("display.width", 200)
-    table = report.assign(mape=(100 * report["mape"]).round(1))
+    table = report.assign(mape=(100 * report["mape"]).round(1), signed=(100 * report["signed"]).round(1))
     overall = table[(table["collective"] == "all") & (table["regime"] == "all")]
     print("MAPE % per network (all rows, then intra- and inter-node rows):")
     print(overall.pivot_table(index="network", columns=["split", "scope"], values="mape").to_string(), "\n")
-    print("MAPE % per network and size band:")
+    print("MAPE % and mean signed error % (negative: too fast) per network and size band:")
     bands = table[(table["collective"] == "all") & (table["regime"] != "all")]
-    print(bands.pivot_table(index=["split", "network"], columns="regime", values="mape").to_string(), "\n")
+    print(bands.pivot_table(index=["split", "network"], columns="regime", values=["mape", "signed"]).to_string(), "\n")
     print("MAPE % per network, collective, ranks (GPUs per node) and size band:")
     detail = table[(table["collective"] != "all")]
     print(

@@ -320,3 +320,23 @@ def test_a_send_timed_on_the_sender_ends_one_fifo_early_where_nccls_p2p_transpor
             model.time("send", sizes, ranks=2, sender=True, **kwargs).seconds
             == model.time("send", sizes, ranks=2, **kwargs).seconds
         ).all()
+
+
+def test_nvls_pays_nccls_nvls_latency_and_loses_small_messages_to_the_ring():
+    params = shipped_params()
+    model = CollectiveModel("dgx-h100")
+    tiny = model.time("allreduce", 1024.0, ranks=8, algorithm="nvls").seconds[0]
+    assert tiny * 1e6 == pytest.approx(params.nvls_us, rel=1e-3) and params.nvls_us == 25.0  # tuning.cc hwLat
+    small = model.time("allreduce", np.array([1024.0, 65536.0]), ranks=8)
+    assert set(small.algorithm) == {"ring"} and (small.seconds < tiny).all()
+    assert model.time("allreduce", 64 * GiB, ranks=8).algorithm[0] == "nvls"
+
+
+def test_point_to_point_takes_ll_only_up_to_nccls_threshold_and_never_ll128():
+    from maya.estimators.collectives import P2P_LL_THRESHOLD
+
+    sizes = np.logspace(3, 30, 55, base=2)
+    for cluster in ("dgx-h100", "dgx-a100", PAIRS):
+        chosen = CollectiveModel(cluster).time("send", sizes, ranks=2)
+        assert "LL128" not in set(chosen.protocol)
+        assert set(chosen.protocol[sizes > P2P_LL_THRESHOLD]) == {"simple"}

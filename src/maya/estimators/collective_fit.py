@@ -47,10 +47,12 @@ NCCL_LATENCY = {
     "nvswitch.hop_us": 3.4,
     "pcie.hop_us": 5.7,
     "shm.hop_us": 5.7,
+    "nvls_us": 25.0,
 }
 """Fixed latencies of NCCL's tuning model (`src/graph/tuning.cc`, ring rows): `baseLat` per protocol, `hwLat`
 per hop (NVLink, through NVSwitch too: 0.6 / 1.9 / 3.4 us for LL / LL128 / Simple; PCIe, and host memory,
-which NCCL prices as PCI: Simple 5.7 us), the LL and LL128 hops as NVLink's ratios to Simple."""
+which NCCL prices as PCI: Simple 5.7 us), the LL and LL128 hops as NVLink's ratios to Simple; NVLS inside a
+node: `hwLat` 25 us and no base."""
 LINK_START = {"efficiency": 0.7}
 START = {"bandwidth_ratio.LL": 0.4, "bandwidth_ratio.LL128": 0.9, "p2p_gain": 1.0, "node_ratio": 4.0}
 """Starting point: LL's 50% and LL128's ~94% payload, a neutral efficiency and send/recv gain."""
@@ -204,6 +206,7 @@ def _params(names: list[str], x: np.ndarray, networks: list[str]) -> CollectiveP
         hop_ratio={p: v[f"hop_ratio.{p}"] for p in ("LL", "LL128")},
         bandwidth_ratio={p: v[f"bandwidth_ratio.{p}"] for p in ("LL", "LL128")},
         p2p_gain=v["p2p_gain"],
+        nvls_us=v["nvls_us"],
         networks=measured,
         default_network=default,
     )

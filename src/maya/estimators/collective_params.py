@@ -16,7 +16,7 @@ from pathlib import Path
 
 from maya.core.paths import data_dir
 
-FORMAT = "maya-collective-params/1"
+FORMAT = "maya-collective-params/2"
 PROTOCOLS = ("LL", "LL128", "simple")
 LINKS = ("nvlink", "nvswitch", "pcie", "shm")
 FALLBACK = {"nvlink": "nvswitch", "nvswitch": "nvlink", "pcie": "shm", "shm": "pcie"}
@@ -53,6 +53,8 @@ class CollectiveParams:
     """Bandwidth of each protocol relative to Simple's (LL: flags in every 8 bytes; LL128: in every 128)."""
     p2p_gain: float
     """Send/recv bandwidth relative to a ring's on the same link (one direction, no reduction)."""
+    nvls_us: float
+    """Latency of an NVLS (in-switch reduction) all-reduce inside a node (NCCL's tuning model, not fitted)."""
     networks: dict[str, NetworkParams]
     default_network: NetworkParams
     provenance: dict = field(default_factory=dict, compare=False)
@@ -77,6 +79,7 @@ class CollectiveParams:
             hop_ratio=dict(raw["hop_ratio"]),
             bandwidth_ratio=dict(raw["bandwidth_ratio"]),
             p2p_gain=float(raw["p2p_gain"]),
+            nvls_us=float(raw["nvls_us"]),
             networks={k: NetworkParams(**v) for k, v in raw["networks"].items()},
             default_network=NetworkParams(**raw["default_network"]),
             provenance=raw.get("provenance", {}),

@@ -10,8 +10,10 @@ is that of the ring's slowest hop: a link's spec line rate (`ClusterSpec`) times
 that kind of link, and across nodes what the node's network carries. On nodes whose NVLink joins pairs,
 the ring crosses PCIe between pairs, so PCIe sets its bandwidth. Shares and protocol bandwidth ratios are
 learned from measurements (`CollectiveParams`), latencies inside a node are NCCL's tuning model's; NVLS
-(in-switch reduction) moves S each way per GPU, a tree all-reduce runs at 0.92 x half the ring's bus
-bandwidth (NCCL's own tree model).
+(in-switch reduction) moves S each way per GPU after NCCL's NVLS latency (25 us, no per-hop term), a tree
+all-reduce runs at 0.92 x half the ring's bus bandwidth (NCCL's own tree model). A send/recv takes only the
+protocols NCCL's point-to-point path has: LL up to `NCCL_P2P_LL_THRESHOLD` (16 KiB), Simple (`enqueue.cc`;
+never LL128).
 
 A send/recv is priced as the transfer the receiver waits for. Timed on the sender (`sender=True`, as Vidur
 measured), a Simple-protocol send between Ampere GPUs on NVLink ends one FIFO earlier: there NCCL's P2P
@@ -53,6 +55,10 @@ sender returns."""
 P2P_READ_CAPABILITY = (8, 0)
 """Compute capability NCCL enables P2P reads for over NVLink by default (Ampere sm_80)."""
 
+P2P_LL_THRESHOLD = 16 * 2**10
+"""Largest send/recv NCCL moves with the LL protocol (`NCCL_P2P_LL_THRESHOLD` default); larger ones use Simple
+(LL's fitted bandwidth is an effective figure, so below it the model may still price Simple, keeping time monotone
+in size)."""
 TREE_BANDWIDTH = 0.92
 """Tree all-reduce bus bandwidth relative to the ring's, per NCCL's tuning model."""
 
@@ -209,10 +215,10 @@ class CollectiveModel:
             link = self.cluster.link_between(*gpus[:2]) if nodes == 1 else NETWORK
             gbs = (self._link_gbs(link) if nodes == 1 else self._network.gpu_gbs) * p.p2p_gain
             ahead = P2P_READ_FIFO_BYTES if sender and nodes == 1 and self._reads_peer(link) else 0.0
-            for protocol in self._protocols([link]):
+            for protocol, mine in (("LL", size <= P2P_LL_THRESHOLD), ("simple", np.full(size.shape, True))):
                 latency = p.base_us[protocol] + self._hop_us(link, protocol)
-                wire = np.maximum(size - ahead, 0.0) if protocol == "simple" else size  # LL, LL128 write
-                yield "p2p", protocol, latency + wire / self._bandwidth(protocol, gbs)
+                wire = np.maximum(size - ahead, 0.0) if protocol == "simple" else size  # LL writes
+                yield "p2p", protocol, np.where(mine, latency + wire / self._bandwidth(protocol, gbs), np.inf)
             return
         per_node = -(-ranks // nodes)
         ring = self.cluster.ring(gpus)
@@ -241,8 +247,7 @@ class CollectiveModel:
                 yield "tree", protocol, latency + 2 * size / self._bandwidth(protocol, TREE_BANDWIDTH * gbs)
         nv = self.cluster.nvlink
         if name == "allreduce" and nodes == 1 and nv is not None and nv.nvls and set(ring) == {NVSWITCH}:
-            latency = p.base_us["simple"] + 2 * self._hop_us(NVSWITCH, "simple")
-            yield "nvls", "simple", latency + size / self._bandwidth("simple", self._link_gbs(NVSWITCH))
+            yield "nvls", "simple", p.nvls_us + size / self._bandwidth("simple", self._link_gbs(NVSWITCH))
 
     def _alltoall(self, size: np.ndarray, ranks: int, nodes: int, ring: list[str]) -> np.ndarray:
         """Every rank sends S / n to each peer at once: local peers over the node's slowest link, remote peers
