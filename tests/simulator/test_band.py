@@ -11,10 +11,17 @@ from maya.estimators import KernelEstimator, Registry
 from maya.estimators.efficiency_model import Band
 from maya.simulator import predict
 from maya.simulator.band import Z90, log_factor
+from maya.simulator.discrepancy import NONE, Discrepancy
 from maya.simulator.trace_builder import TraceBuilder
 
 HIGH = 0.4
 """log(measured / roofline) at the 90th percentile of the stub families; the 10th is the roofline itself."""
+
+
+@pytest.fixture(autouse=True)
+def residuals_only(monkeypatch):
+    """The tests below check the residual band: no model discrepancy unless a test sets one."""
+    monkeypatch.setattr("maya.simulator.band.shipped_discrepancy", lambda: NONE)
 
 
 @pytest.fixture
@@ -111,3 +118,15 @@ def test_composed_calls_draw_their_errors_with_the_family_they_are_composed_from
     family = np.array(["attention", "attention", "gemm", "copy"], dtype=object)
     method = np.array(["composed", "roofline", "model", "roofline"], dtype=object)
     assert _error_family(family, method).tolist() == ["gemm", "attention", "gemm", "copy"]
+
+
+def test_model_discrepancy_widens_the_band_in_quadrature_and_leaves_the_prediction(tmp_path, warehouse, monkeypatch):
+    path = trace(tmp_path / "g", gemms=1)
+    p, residual = band_of(path, warehouse)
+    monkeypatch.setattr("maya.simulator.band.shipped_discrepancy", lambda: Discrepancy(0.1, 0.3))
+    q, widened = band_of(path, warehouse)
+    assert q.iteration_ns == p.iteration_ns
+    above = math.log(residual["high_ns"] / p.iteration_ns)
+    assert widened["high_ns"] == pytest.approx(p.iteration_ns * math.exp(math.hypot(above, 0.3)), rel=1e-6)
+    assert widened["low_ns"] == pytest.approx(p.iteration_ns * math.exp(-0.1), rel=1e-6)  # residual low: none
+    assert widened["discrepancy"] == {"low": 0.1, "high": 0.3}

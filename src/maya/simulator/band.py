@@ -12,7 +12,10 @@ Where the errors come from (never from end-to-end measurements):
   collective fit never saw, per scope (intra-, inter-node) and message size
   (`maya.estimators.collective_residuals`);
 - host overhead: its per-API costs are engineering defaults with no measurement to hold out, so host time
-  is not varied (the band says which share of the iteration is outside it).
+  is not varied (the band says which share of the iteration is outside it);
+- model discrepancy: what the residuals cannot see (a missing mechanism moves a whole prediction), widths
+  calibrated on one validation suite's rows and checked on another (`maya.simulator.discrepancy`), added in
+  quadrature to the replays' band at the end. It widens the band only; the prediction is unchanged.
 
 Errors within a kernel family, or within a collective scope, are taken as fully correlated (one error
 draw moves every call of the family: its shapes share kernels and the model's bias) and independent
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .discrepancy import NONE, Discrepancy, shipped_discrepancy
 from .engine import Engine
 from .opcodes import COLL, DEVICE_OPS
 from .report import rank_report
@@ -65,7 +69,14 @@ class IterationBand:
     """Share of the iteration time in composed kernels (fused attention): varied by the residuals of the models
     they are composed from; the composition itself was never measured, so its own error is not in the band."""
     simulations: tuple = field(default=(), repr=False, compare=False)
-    """The low and high replays (`Simulation`), for figures other than the iteration time."""
+    """The low and high replays (`Simulation`), for figures other than the iteration time (their times carry
+    the residuals only: `widen` adds the model discrepancy to a band read off them)."""
+    discrepancy: Discrepancy = NONE
+    """The model discrepancy the band was widened with (`low_ns`, `high_ns` include it)."""
+
+    def widen(self, center: float, low: float, high: float) -> tuple[float, float]:
+        """A band read off the replays (another figure than the iteration time) with the model discrepancy."""
+        return self.discrepancy.widen(center, low, high)
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +87,7 @@ class IterationBand:
             "shares": self.shares,
             "unmodelled_share": self.unmodelled_share,
             "composed_share": self.composed_share,
+            "discrepancy": {"low": self.discrepancy.low, "high": self.discrepancy.high},
         }
 
 
@@ -209,16 +221,17 @@ def iteration_band(
         if compute_weight and total
         else 0.0
     )
+    discrepancy = shipped_discrepancy()
     if not terms or not total:
-        return IterationBand(total, total, shares, 1.0, composed)
+        return IterationBand(*discrepancy.widen(total, total, total), shares, 1.0, composed, (), discrepancy)
     fixed = total - modelled
     draws = _normal_draws(samples, len(names), seed)
     linear = fixed + sum(_group_time(share, w, q, draws[:, g]) for g, share, w, q in terms)
     q_low, q_high = np.quantile(linear, [0.1, 0.9])
     points = [_design_point(terms, len(names), fixed, target, side) for target, side in ((q_low, 0), (q_high, 2))]
     replays = [_replay(sim, per_program, z) for z in points]
-    low, high = sorted(_iteration_ns(r) for r in replays)
-    return IterationBand(low, high, shares, 1.0 - modelled / total, composed, tuple(replays))
+    low, high = discrepancy.widen(total, *sorted(_iteration_ns(r) for r in replays))
+    return IterationBand(low, high, shares, 1.0 - modelled / total, composed, tuple(replays), discrepancy)
 
 
 def _normal_draws(samples: int, groups: int, seed: int) -> np.ndarray:

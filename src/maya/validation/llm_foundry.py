@@ -133,6 +133,8 @@ def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) 
             "simulated_ranks": p.simulated_ranks,
             "notes": p.notes,
             "assumptions": p.assumptions,
-            "band": {k: v for k, v in band.items() if k in ("shares", "unmodelled_share", "composed_share")},
+            "band": {
+                k: v for k, v in band.items() if k in ("shares", "unmodelled_share", "composed_share", "discrepancy")
+            },
         },
     )
