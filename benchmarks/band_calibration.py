@@ -1,14 +1,14 @@
-"""The band's model discrepancy, calibrated across suites: widths set on one suite's stored results, coverage
-judged on another's (`maya.simulator.discrepancy`).
+"""The band's model discrepancy, calibrated across groups of rows: widths set on one suite's (or GPU's) stored
+results, coverage judged on the others' (`maya.simulator.discrepancy`).
 
-Reads the latest `maya validate` results of the warehouse (`validation_rows`), takes each row's residual band
-(the stored band with the discrepancy it was widened with taken out again), and prints, per suite and GPU:
-rows, coverage and median width ((high - low) / predicted) of the residual band, then of the band widened with
-the widths calibrated on the *other* suite (split conformal, `discrepancy.calibrate`). Nothing is fitted to a
-point prediction. `--write` stores the widths calibrated on `--calibrate-on` in `data/band/discrepancy.json`
-with the check on the other suite as provenance.
+Reads the latest `maya validate` results of one or more warehouses (`validation_rows`), takes each row's
+residual band (the stored band with the discrepancy it was widened with taken out again), and prints, per suite
+and GPU: rows, coverage and median width ((high - low) / predicted) of the residual band, then of the band
+widened with the widths calibrated on each group (`--split suite` or `gpu`) and judged on the *other* groups
+(split conformal, `discrepancy.calibrate`). Nothing is fitted to a point prediction. `--write` stores the widths
+calibrated on `--calibrate-on` in `data/band/discrepancy.json` with the check on the others as provenance.
 
-Usage: python benchmarks/band_calibration.py [--warehouse PATH] [--calibrate-on neusight] [--write]
+Usage: python benchmarks/band_calibration.py [--warehouse PATH ...] [--split suite|gpu] [--calibrate-on NAME] [--write]
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from maya.simulator.discrepancy import Discrepancy, calibrate, narrow, shipped_p
 from maya.validation.store import latest
 
 
-def residual_rows(warehouse: str | Path | None) -> pd.DataFrame:
+def residual_rows(warehouses: list[Path | None]) -> pd.DataFrame:
     """Predicted rows with a band: suite, gpu, predicted, measured and the residual band (low, high)."""
-    frame = latest(warehouse)
+    frame = pd.concat([latest(w) for w in warehouses], ignore_index=True)
     frame = frame[(frame["status"] == "ok") & frame["band_low_s"].notna() & frame["predicted_s"].notna()]
     if frame.empty:
         raise SystemExit("no predicted suite rows with a band in the warehouse: run `maya validate` first")
@@ -68,32 +68,33 @@ def coverage_table(rows: pd.DataFrame, low: np.ndarray, high: np.ndarray) -> pd.
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--warehouse", type=Path, default=None, help="warehouse file (default: Maya's)")
-    parser.add_argument("--calibrate-on", default="neusight", help="suite whose rows set the shipped widths")
+    parser.add_argument("--warehouse", type=Path, action="append", help="warehouse file, repeatable (default: Maya's)")
+    parser.add_argument("--split", choices=("suite", "gpu"), default="suite", help="what a calibration group is")
+    parser.add_argument("--calibrate-on", default="neusight", help="group whose rows set the shipped widths")
     parser.add_argument("--write", action="store_true", help="store the widths in data/band/discrepancy.json")
     args = parser.parse_args()
-    rows = residual_rows(args.warehouse)
-    suites = sorted(rows["suite"].unique())
-    if args.calibrate_on not in suites:
-        raise SystemExit(f"no rows of suite {args.calibrate_on!r}; stored suites: {', '.join(suites)}")
+    rows = residual_rows(args.warehouse or [None])
+    groups = sorted(rows[args.split].unique())
+    if args.write and args.calibrate_on not in groups:
+        raise SystemExit(f"no rows of {args.split} {args.calibrate_on!r}; stored: {', '.join(groups)}")
     pd.set_option("display.width", 200)
     print("Residual band (no discrepancy):")
     print(coverage_table(rows, rows["low"].to_numpy(), rows["high"].to_numpy()).to_string(index=False), "\n")
     widths = {}
-    for suite in suites:
-        mine = rows[rows["suite"] == suite]
-        widths[suite] = calibrate(mine["predicted"], mine["low"], mine["high"], mine["measured"])
-        print(f"calibrated on {suite} ({len(mine)} rows): d_low {widths[suite][0]:.3f}, d_high {widths[suite][1]:.3f}")
-    for suite in suites:
-        others = rows[rows["suite"] != suite]
+    for group in groups:
+        mine = rows[rows[args.split] == group]
+        widths[group] = calibrate(mine["predicted"], mine["low"], mine["high"], mine["measured"])
+        print(f"calibrated on {group} ({len(mine)} rows): d_low {widths[group][0]:.3f}, d_high {widths[group][1]:.3f}")
+    for group in groups:
+        others = rows[rows[args.split] != group]
         if others.empty:
             continue
-        low, high = widen(others["predicted"], others["low"], others["high"], *widths[suite])
-        print(f"\nWidths calibrated on {suite}, judged on the other suite(s):")
+        low, high = widen(others["predicted"], others["low"], others["high"], *widths[group])
+        print(f"\nWidths calibrated on {group}, judged on the other rows:")
         print(coverage_table(others, low, high).to_string(index=False))
     if args.write:
         chosen = widths[args.calibrate_on]
-        others = rows[rows["suite"] != args.calibrate_on]
+        others = rows[rows[args.split] != args.calibrate_on]
         checked = {}
         if not others.empty:
             low, high = widen(others["predicted"], others["low"], others["high"], *chosen)
@@ -102,8 +103,8 @@ def main() -> None:
                 f"{r.suite}/{r.gpu}": [int(r.rows), r.coverage_pct, r.median_width_pct] for r in table.itertuples()
             }
         provenance = {
-            "calibrated_on": args.calibrate_on,
-            "rows": int((rows["suite"] == args.calibrate_on).sum()),
+            "calibrated_on": f"{args.split} {args.calibrate_on}",
+            "rows": int((rows[args.split] == args.calibrate_on).sum()),
             "method": "split conformal, 10% per side, widths added in quadrature to the residual band",
             "checked_on": "[rows, coverage %, median width %] per suite/gpu",
             "checked": checked,
