@@ -43,7 +43,8 @@ def test_bad_input_names_the_problem(tmp_path):
         Discrepancy.from_json({"format": "other", "low": 0, "high": 0})
 
 
-def test_shipped_widths_name_their_calibration():
+def test_shipped_widths_name_their_calibration_and_check():
     shipped = shipped_discrepancy()
-    assert shipped.low >= 0 and shipped.high >= 0
-    assert json.loads(json.dumps(shipped.to_json()))["format"] == "maya-band-discrepancy/1"
+    assert shipped.provenance["calibrated_on"] and shipped.provenance["rows"] >= 1
+    assert shipped.provenance["checked"], "the widths were never judged on rows they were not calibrated on"
+    assert Discrepancy.from_json(json.loads(json.dumps(shipped.to_json()))) == shipped
