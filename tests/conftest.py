@@ -1,3 +1,7 @@
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -5,6 +9,16 @@ import pytest
 from maya_trace_spec import synthetic
 
 pytest_plugins = ["pytester"]
+
+# OpenMP threads (XGBoost's, torch's) sleep while they wait rather than spin: on a loaded machine, or with
+# pytest-xdist's workers sharing the cores, spinning burned most of the CPU that training an estimator took
+# (test_held_out_bands.py: 28.5 -> 5.2 CPU-s). Read when libgomp loads, so set before anything imports it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # pytest-xdist's workers start with COLUMNS=80 and LINES=24: Rich's consoles, made at import, would keep that
+    # width for good, where the CLI tests give each invocation its own COLUMNS.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -15,10 +29,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def shared_tmp(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A temporary folder of the whole session: under pytest-xdist the same for every worker (beside theirs)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return tmp_path_factory.mktemp(name)
+    shared = tmp_path_factory.getbasetemp().parent / name
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
 @pytest.fixture(scope="session")
-def emulator_cache(tmp_path_factory):
-    """One build of the emulator's stub libraries for the whole session."""
-    return tmp_path_factory.mktemp("emulator")
+def emulator_cache(tmp_path_factory) -> Path:
+    """One build of the emulator's stub libraries for the whole session, shared by pytest-xdist's workers (the
+    build locks its key: the first worker builds, the others wait and reuse it)."""
+    return shared_tmp(tmp_path_factory, "emulator")
+
+
+@pytest.fixture(scope="session")
+def checkout_build(tmp_path_factory) -> Callable[[], AbstractContextManager]:
+    """A lock to hold while building Maya from this checkout (setuptools writes build/ and *.egg-info into it), so
+    that pytest-xdist's workers never build in the same folders at once."""
+    path = shared_tmp(tmp_path_factory, "locks") / "checkout-build.lock"
+
+    @contextmanager
+    def held() -> Iterator[None]:
+        with open(path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    return held
 
 
 @pytest.fixture(autouse=True)

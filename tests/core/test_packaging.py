@@ -47,13 +47,14 @@ def test_spec_core_imports_only_pyarrow():
     assert out.stdout.strip() == "[]"
 
 
-def test_editable_install(tmp_path):
+def test_editable_install(tmp_path, checkout_build):
     """An editable install (PEP 660 wheel, as `pip install -e .` builds it) points at src/ in the source
     tree. Built and unpacked aside so the test environment is untouched."""
     build = "import sys; from setuptools.build_meta import build_editable; print(build_editable(sys.argv[1]))"
-    out = subprocess.run(
-        [sys.executable, "-c", build, str(tmp_path)], cwd=REPO, capture_output=True, text=True, check=True
-    )
+    with checkout_build():
+        out = subprocess.run(
+            [sys.executable, "-c", build, str(tmp_path)], cwd=REPO, capture_output=True, text=True, check=True
+        )
     site = tmp_path / "site"
     with zipfile.ZipFile(tmp_path / out.stdout.strip().splitlines()[-1]) as whl:
         whl.extractall(site)
@@ -73,12 +74,13 @@ def test_editable_install(tmp_path):
     assert Path(data) == SRC / "maya" / "data"
 
 
-def test_wheel_carries_every_package_and_the_shipped_data(tmp_path):
+def test_wheel_carries_every_package_and_the_shipped_data(tmp_path, checkout_build):
     """A non-editable install must not silently lack a package, the emulator's native sources or data."""
     build = "import sys; from setuptools.build_meta import build_wheel; print(build_wheel(sys.argv[1]))"
-    out = subprocess.run(
-        [sys.executable, "-c", build, str(tmp_path)], cwd=REPO, capture_output=True, text=True, check=True
-    )
+    with checkout_build():
+        out = subprocess.run(
+            [sys.executable, "-c", build, str(tmp_path)], cwd=REPO, capture_output=True, text=True, check=True
+        )
     with zipfile.ZipFile(tmp_path / out.stdout.strip().splitlines()[-1]) as whl:
         names = set(whl.namelist())
     packages = {str(p.relative_to(SRC)) for p in SRC.rglob("__init__.py") if "data" not in p.parts}

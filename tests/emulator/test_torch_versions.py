@@ -24,10 +24,11 @@ OLD_TORCH = "2.5.1"
 
 
 @pytest.fixture(scope="module")
-def old_torch(tmp_path_factory) -> Path:
+def old_torch(tmp_path_factory, checkout_build) -> Path:
     """The environment's folder: torch 2.5.1 from the registry, then `maya[emulator]` installed beside it."""
     env = tmp_path_factory.mktemp("envs") / f"torch-{OLD_TORCH}"
-    p = subprocess.run([str(REPO / "scripts" / "torch_env"), OLD_TORCH, str(env)], capture_output=True, text=True)
+    with checkout_build():  # installs Maya from this checkout
+        p = subprocess.run([str(REPO / "scripts" / "torch_env"), OLD_TORCH, str(env)], capture_output=True, text=True)
     if p.returncode == 3:
         pytest.skip(f"torch {OLD_TORCH} cannot be installed here: {p.stderr.strip()}")
     assert p.returncode == 0, p.stderr

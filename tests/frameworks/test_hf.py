@@ -7,8 +7,8 @@ from paths import WORKLOADS
 
 from maya_trace_spec import Run
 
+pytest.importorskip("accelerate")  # first: without it the module skips before importing transformers (~3 CPU-s)
 pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 

@@ -26,13 +26,14 @@ REPO_ENV = "MAYA_LLM_FOUNDRY_REPO"
 
 
 @pytest.fixture(scope="module")
-def foundry(tmp_path_factory) -> tuple[Path, Path]:
+def foundry(tmp_path_factory, checkout_build) -> tuple[Path, Path]:
     """(environment, llm-foundry checkout): torch 2.7.0 with Maya, then llm-foundry, which keeps that torch."""
     checkout = Path(os.environ.get(REPO_ENV, ""))
     if not (checkout / "scripts" / "train" / "train.py").is_file():
         pytest.skip(f"set {REPO_ENV} to a checkout of llm-foundry's repository (its train.py and yamls)")
     env = tmp_path_factory.mktemp("envs") / f"torch-{TORCH}"
-    p = subprocess.run([str(REPO / "scripts" / "torch_env"), TORCH, str(env)], capture_output=True, text=True)
+    with checkout_build():  # installs Maya from this checkout
+        p = subprocess.run([str(REPO / "scripts" / "torch_env"), TORCH, str(env)], capture_output=True, text=True)
     if p.returncode == 3:
         pytest.skip(f"torch {TORCH} cannot be installed here: {p.stderr.strip()}")
     assert p.returncode == 0, p.stderr

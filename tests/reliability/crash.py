@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import faulthandler
 import importlib
+import multiprocessing
 import os
 import pickle
 import random
@@ -32,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,15 +232,24 @@ def _diff(state: Any, old: Any, new: Any) -> str:
     return f"{state!r:.150} (old {old!r:.100}, new {new!r:.100})"
 
 
-def kill_trials_fresh(name: str, trials: int, seed: int = 0, workdir: Path | None = None) -> CrashTally:
-    """`kill_trials` of the scenario named `name`, forking from a fresh interpreter rather than this process:
-    after a process has run OpenMP (XGBoost) or torch threads, a forked child that uses them again can crash
-    (libgomp is not fork-safe), so a long-lived test process must not be the parent."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+def fresh_parent() -> ProcessPoolExecutor:
+    """A fresh interpreter to fork the trials from (`kill_trials_fresh`): it only imports the scenarios' modules
+    and forks, running none of their code, so one serves every scenario in turn (each start costs an interpreter
+    and the imports)."""
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
 
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_named_trials, name, trials, seed, workdir).result()
+
+def kill_trials_fresh(
+    name: str, trials: int, seed: int = 0, workdir: Path | None = None, parent: ProcessPoolExecutor | None = None
+) -> CrashTally:
+    """`kill_trials` of the scenario named `name`, forking from a fresh interpreter (`parent`, else a new
+    `fresh_parent()`) rather than this process: after a process has run OpenMP (XGBoost) or torch threads, a
+    forked child that uses them again can crash (libgomp is not fork-safe), so a long-lived test process must not
+    be the parent."""
+    if parent is None:
+        with fresh_parent() as own:
+            return kill_trials_fresh(name, trials, seed, workdir, own)
+    return parent.submit(_named_trials, name, trials, seed, workdir).result()
 
 
 def _named_trials(name: str, trials: int, seed: int, workdir: Path | None) -> CrashTally:

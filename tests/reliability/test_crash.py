@@ -5,7 +5,7 @@ once each, the full suite every writer eight times (`benchmarks/reliability.py` 
 from __future__ import annotations
 
 import pytest
-from reliability.crash import kill_trials_fresh
+from reliability.crash import fresh_parent, kill_trials_fresh
 from reliability.crash_scenarios import scenarios
 
 NAMES = [s.name for s in scenarios()]
@@ -17,9 +17,16 @@ CASES = [pytest.param(name, 1, id=f"{name}-fast") for name in FAST] + [
 ]
 
 
+@pytest.fixture(scope="module")
+def parent():
+    """One fresh interpreter forks every scenario's trials (pytest's own process may hold threads)."""
+    with fresh_parent() as pool:
+        yield pool
+
+
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("name, trials", CASES)
-def test_killed_writers_leave_old_or_new_and_resume(name, trials, tmp_path):
-    tally = kill_trials_fresh(name, trials, seed=20, workdir=tmp_path)  # pytest's own process may hold threads
+def test_killed_writers_leave_old_or_new_and_resume(name, trials, tmp_path, parent):
+    tally = kill_trials_fresh(name, trials, seed=20, workdir=tmp_path, parent=parent)
     assert tally.trials == trials
     assert (tally.corrupt, tally.not_resumed, tally.hangs) == (0, 0, 0), tally.examples

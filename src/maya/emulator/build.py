@@ -11,6 +11,7 @@ CUDA release's headers and the compiler.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import importlib.util
@@ -321,18 +322,30 @@ def build_key(cc: str, cxx: str) -> str:
 
 
 def build(cache_root: Path) -> Path:
-    """Build (or reuse) the stub libraries; returns the directory holding them."""
+    """Build (or reuse) the stub libraries; returns the directory holding them. Processes sharing a cache wait
+    for one another (a lock per key): one builds, the others reuse its build."""
     cc, cxx = _tool(settings.CC.get() or "gcc"), _tool(settings.CXX.get() or "g++")
     key = build_key(cc, cxx)
     final = cache_root / key
     if (final / ".complete").exists():
         return final
+    cache_root.mkdir(parents=True, exist_ok=True)
+    with open(cache_root / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed holder's process ends
+        if not (final / ".complete").exists():
+            _build_into(final, key, cc, cxx)
+    return final
+
+
+def _build_into(final: Path, key: str, cc: str, cxx: str) -> None:
+    """Compile the stubs in a temporary folder beside `final`, then rename it to `final` (atomic: a reader sees
+    no build or a whole one)."""
+    cache_root = final.parent
     release = cuda_release()
     stubs = stub_libs(release)
     incs = [f"-I{d}" for d in release.include_dirs] + [f"-I{NATIVE}"]
     cflags = ["-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter", "-std=gnu11"]
     wanted = referenced_symbols(torch_libs(), stubs)
-    cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root))
     obj_dir = tmp / "obj"  # intermediates, kept for inspection beside the libraries
     obj_dir.mkdir()
@@ -410,7 +423,6 @@ def build(cache_root: Path) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def _write_tools(bin_dir: Path) -> None:
