@@ -23,15 +23,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import pandas as pd
 
 from maya.core import settings
 
 from .capture_format import K_COLL, RECORD_DTYPE
-from .convert import call_rows
+
+if TYPE_CHECKING:  # pandas and the converter (pyarrow) load at the first timing: most ranks never time
+    import pandas as pd
 
 ORACLE_ENV = settings.EMU_DEVICE_TIME.name
 """JSON naming the device-time oracle's factory and its options (set by the launcher; unset: host time)."""
@@ -114,6 +115,8 @@ class _Answering:
             if key not in self.cache and key not in unknown:
                 unknown[key] = i
         if unknown:
+            from .convert import call_rows
+
             rows = records[list(unknown.values())]
             calls, kernels = call_rows(self.raw, rows)
             priced = np.asarray(self.oracle.device_ns(calls.to_pandas(), kernels.to_pandas()), dtype="float64")

@@ -10,10 +10,15 @@ emulator, so a kernel sized only by its enclosing aten op is priced as unknown w
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
 from maya.core import hardware as catalog
+from maya.core.paths import warehouse_path
+from maya.core.warehouse import read_only
 
 from .durations import DurationProvider, RooflineDurations
 from .launch_shape import launch_factor
@@ -68,24 +73,48 @@ def oracle(
 
 def resolve(choice: str, version: str = "latest", warehouse: str | None = None) -> tuple[dict | None, str]:
     """`maya emulate --device-time CHOICE`: the oracle's options (None for host time) and what it is, e.g.
-    `estimators v3`. `estimators` with no version registered falls back to the roofline and says so."""
+    `estimators v3`. `estimators` with no version registered, or its artifact missing or altered, falls back to
+    the roofline and says so. The estimator itself is loaded by the rank, at its first timing."""
     if choice not in CHOICES:
         raise ValueError(f"unknown --device-time {choice!r}; choose from {', '.join(CHOICES)}")
     if choice == "host":
         return None, "host time (no device-time oracle)"
     if choice == "estimators":
-        from .durations.estimated import EstimatorsUnavailable
-
         try:
-            chosen = provider("estimators", version, warehouse)
-        except EstimatorsUnavailable as e:
-            return {"durations": "roofline"}, f"roofline ({e})"
+            chosen = registered_version(version, warehouse)
+        except LookupError as e:
+            return {"durations": "roofline"}, f"roofline (estimators not available: {e})"
         return {
             "durations": "estimators",
-            "version": chosen.version,
+            "version": chosen,
             **({"warehouse": str(warehouse)} if warehouse else {}),
-        }, chosen.name
+        }, f"estimators {chosen}"
     return {"durations": "roofline"}, "roofline"
+
+
+def registered_version(version: str = "latest", warehouse: str | Path | None = None) -> str:
+    """The estimator version `version` (a version or the `latest` alias) names, its artifact present with its
+    registered SHA-256; LookupError says what is missing. Read from the warehouse's tables, without importing
+    `maya.estimators`: its import alone (XGBoost, scikit-learn) and the artifact's parsing cost every `maya
+    emulate` about 5 CPU-seconds when this was `Registry.load`."""
+    path = Path(warehouse) if warehouse else warehouse_path()
+    with read_only(path) as con:
+        if version == "latest":
+            aliased = con.execute("SELECT version FROM estimator_aliases WHERE alias = 'latest'").fetchall()
+            name = aliased[0][0] if aliased else None
+        else:
+            name = version
+        rows = con.execute(
+            "SELECT artifact_path, artifact_sha256 FROM estimator_versions WHERE version = ?", [name]
+        ).fetchall()
+    if not rows:
+        raise LookupError(f"unknown estimator version {version!r} in {path}")
+    artifact = path.parent / "estimators" / rows[0][0]
+    if not artifact.is_file():
+        raise LookupError(f"estimator version {name}: artifact {artifact} is missing")
+    if hashlib.sha256(artifact.read_bytes()).hexdigest() != rows[0][1]:
+        raise LookupError(f"estimator version {name}: artifact {artifact} is corrupted")
+    return name
 
 
 TIMING_API = "cudaEventElapsedTime"
