@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from time_to_prediction import scratch_warehouse
+
 from maya.core.hardware import get as get_hardware
 from maya.core.paths import example_script
 from maya.emulator import forkserver
@@ -246,9 +248,9 @@ def main() -> None:
                 f"the rank recorded {phases['calls']:,} calls: {rank_cpu / phases['calls'] * 1e6:.0f} CPU-us per "
                 "call of the whole rank (the script's own Python and torch's dispatch included)"
             )
-            predicted = subprocess.run(
+            predicted = subprocess.run(  # recorded in a scratch copy of the warehouse, never in yours
                 [sys.executable, "-m", "maya", "predict", str(run), "--hardware", "h100-sxm", "--json"],
-                env=env,
+                env={**env, "MAYA_WAREHOUSE": str(scratch_warehouse(work))},
                 check=True,
                 capture_output=True,
                 text=True,
