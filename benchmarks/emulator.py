@@ -218,7 +218,7 @@ def main() -> None:
         start = startup(lib_dir, work)
         print(
             "rank start-up, CPU s (fresh processes, least of 3): "
-            + ", ".join(f"{name} {seconds:.2f}" for name, seconds in start.items())
+            + ", ".join(f"{name} {seconds:.3f}" for name, seconds in start.items())
         )
         if not args.skip_gpt:
             env = {**os.environ, "MAYA_EMULATOR_CACHE": str(work / "build")}
