@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from maya.core import hardware as catalog
-from maya.simulator.device_time import oracle, resolve
+from maya.simulator.device_time import oracle
 from maya.simulator.launch_shape import launch_factor
 from maya_trace_spec import conform
 
@@ -80,65 +80,3 @@ def test_oracle_prices_a_templates_configs_apart_and_a_cublas_gemm_as_the_best_t
     ns = oracle("h100-sxm", "roofline").device_ns(calls, kernels)
     assert ns[0] == pytest.approx(ns[2])  # 512 128x128 tiles in 4 waves: as good as the best candidate
     assert ns[1] > 3 * ns[0]  # 8192 32x32 tiles: 63 waves, each streaming 4x what it computes
-
-
-def test_resolve_names_the_oracle():
-    assert resolve("host") == (None, "host time (no device-time oracle)")
-    assert resolve("roofline") == ({"durations": "roofline"}, "roofline")
-    options, described = resolve("estimators", "no-such-version")
-    assert options == {"durations": "roofline"} and described.startswith("roofline (estimators not available")
-    with pytest.raises(ValueError, match="unknown --device-time 'gpu'"):
-        resolve("gpu")
-
-
-def _register(warehouse, version: str, artifact: bytes) -> None:
-    """A version row, the `latest` alias and an artifact file, as `maya.estimators.Registry.register` writes them."""
-    import datetime
-    import hashlib
-
-    from maya.core.warehouse import insert_row, transaction
-
-    (warehouse.parent / "estimators" / version).mkdir(parents=True)
-    (warehouse.parent / "estimators" / version / "estimator.zip").write_bytes(artifact)
-    with transaction(warehouse) as con:
-        row = {
-            "version": version,
-            "created_at": datetime.datetime(2026, 11, 29),
-            "data_hash": "d",
-            "config_hash": "c",
-            "hardware": ["h100-sxm"],
-            "families": ["gemm"],
-            "training_rows": 1,
-            "metrics": "{}",
-            "artifact_path": f"{version}/estimator.zip",
-            "artifact_sha256": hashlib.sha256(artifact).hexdigest(),
-            "artifact_bytes": len(artifact),
-            "maya_version": "0",
-        }
-        insert_row(con, "estimator_versions", row)
-        insert_row(con, "estimator_aliases", {"alias": "latest", "version": version})
-
-
-def test_resolve_reads_the_registry_without_loading_estimators(tmp_path):
-    """`maya emulate` names the estimator version from the warehouse alone: neither its registry nor XGBoost is
-    imported in the launcher; a missing or altered artifact still falls back to the roofline."""
-    import subprocess
-    import sys
-
-    warehouse = tmp_path / "warehouse.duckdb"
-    _register(warehouse, "v7", b"artifact bytes")
-    code = (
-        "import sys; from maya.simulator.device_time import resolve; "
-        f"print(resolve('estimators', 'latest', {str(warehouse)!r})); print('xgboost' in sys.modules or 'maya.estimators.registry' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out == [
-        str(({"durations": "estimators", "version": "v7", "warehouse": str(warehouse)}, "estimators v7")),
-        "False",
-    ]
-    assert resolve("estimators", "v7", str(warehouse))[1] == "estimators v7"
-    (tmp_path / "estimators" / "v7" / "estimator.zip").write_bytes(b"altered")
-    options, described = resolve("estimators", "latest", str(warehouse))
-    assert options == {"durations": "roofline"} and "corrupted" in described
-    (tmp_path / "estimators" / "v7" / "estimator.zip").unlink()
-    assert "missing" in resolve("estimators", "v7", str(warehouse))[1]

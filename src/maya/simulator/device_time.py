@@ -10,27 +10,16 @@ emulator, so a kernel sized only by its enclosing aten op is priced as unknown w
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
 from maya.core import hardware as catalog
-from maya.core.paths import warehouse_path
-from maya.core.warehouse import read_only
 
 from .durations import DurationProvider, RooflineDurations
 from .launch_shape import launch_factor
 from .opcodes import classify
 from .trace import RankTrace
 from .work import work_frame
-
-FACTORY = "maya.simulator.device_time:oracle"
-"""What `maya emulate` names in `MAYA_EMU_DEVICE_TIME` (`maya.emulator.device_time.spec`)."""
-CHOICES = ("estimators", "roofline", "host")
-"""`maya emulate --device-time`: the estimators (a registered version, else the roofline), the roofline, or
-host time (no oracle)."""
 
 
 class EstimatedDeviceTime:
@@ -61,7 +50,7 @@ def provider(durations: str, version: str = "latest", warehouse: str | None = No
         from .durations.estimated import EstimatorDurations
 
         return EstimatorDurations(version, warehouse=warehouse)
-    raise ValueError(f"unknown device-time oracle {durations!r}; choose from {', '.join(CHOICES[:2])}")
+    raise ValueError(f"unknown device-time oracle {durations!r}; choose from estimators, roofline")
 
 
 def oracle(
@@ -69,52 +58,6 @@ def oracle(
 ) -> EstimatedDeviceTime:
     """The oracle a rank loads (`maya.emulator.device_time.load`)."""
     return EstimatedDeviceTime(hardware, provider(durations, version, warehouse))
-
-
-def resolve(choice: str, version: str = "latest", warehouse: str | None = None) -> tuple[dict | None, str]:
-    """`maya emulate --device-time CHOICE`: the oracle's options (None for host time) and what it is, e.g.
-    `estimators v3`. `estimators` with no version registered, or its artifact missing or altered, falls back to
-    the roofline and says so. The estimator itself is loaded by the rank, at its first timing."""
-    if choice not in CHOICES:
-        raise ValueError(f"unknown --device-time {choice!r}; choose from {', '.join(CHOICES)}")
-    if choice == "host":
-        return None, "host time (no device-time oracle)"
-    if choice == "estimators":
-        try:
-            chosen = registered_version(version, warehouse)
-        except LookupError as e:
-            return {"durations": "roofline"}, f"roofline (estimators not available: {e})"
-        return {
-            "durations": "estimators",
-            "version": chosen,
-            **({"warehouse": str(warehouse)} if warehouse else {}),
-        }, f"estimators {chosen}"
-    return {"durations": "roofline"}, "roofline"
-
-
-def registered_version(version: str = "latest", warehouse: str | Path | None = None) -> str:
-    """The estimator version `version` (a version or the `latest` alias) names, its artifact present with its
-    registered SHA-256; LookupError says what is missing. Read from the warehouse's tables, without importing
-    `maya.estimators`: its import alone (XGBoost, scikit-learn) and the artifact's parsing cost every `maya
-    emulate` about 5 CPU-seconds when this was `Registry.load`."""
-    path = Path(warehouse) if warehouse else warehouse_path()
-    with read_only(path) as con:
-        if version == "latest":
-            aliased = con.execute("SELECT version FROM estimator_aliases WHERE alias = 'latest'").fetchall()
-            name = aliased[0][0] if aliased else None
-        else:
-            name = version
-        rows = con.execute(
-            "SELECT artifact_path, artifact_sha256 FROM estimator_versions WHERE version = ?", [name]
-        ).fetchall()
-    if not rows:
-        raise LookupError(f"unknown estimator version {version!r} in {path}")
-    artifact = path.parent / "estimators" / rows[0][0]
-    if not artifact.is_file():
-        raise LookupError(f"estimator version {name}: artifact {artifact} is missing")
-    if hashlib.sha256(artifact.read_bytes()).hexdigest() != rows[0][1]:
-        raise LookupError(f"estimator version {name}: artifact {artifact} is corrupted")
-    return name
 
 
 TIMING_API = "cudaEventElapsedTime"
