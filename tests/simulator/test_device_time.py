@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from maya.core import hardware as catalog
-from maya.simulator.device_time import oracle, resolve
+from maya.simulator.device_time import oracle
 from maya.simulator.launch_shape import launch_factor
 from maya_trace_spec import conform
 
@@ -80,12 +80,3 @@ def test_oracle_prices_a_templates_configs_apart_and_a_cublas_gemm_as_the_best_t
     ns = oracle("h100-sxm", "roofline").device_ns(calls, kernels)
     assert ns[0] == pytest.approx(ns[2])  # 512 128x128 tiles in 4 waves: as good as the best candidate
     assert ns[1] > 3 * ns[0]  # 8192 32x32 tiles: 63 waves, each streaming 4x what it computes
-
-
-def test_resolve_names_the_oracle():
-    assert resolve("host") == (None, "host time (no device-time oracle)")
-    assert resolve("roofline") == ({"durations": "roofline"}, "roofline")
-    options, described = resolve("estimators", "no-such-version")
-    assert options == {"durations": "roofline"} and described.startswith("roofline (estimators not available")
-    with pytest.raises(ValueError, match="unknown --device-time 'gpu'"):
-        resolve("gpu")

@@ -150,8 +150,7 @@ class DeviceTime:
 def device_time(options: EmulateOptions) -> DeviceTime:
     """The oracle `options` ask for; ValueError names an estimator version that is not registered."""
     from maya.core import hardware as catalog
-    from maya.emulator.device_time import spec
-    from maya.simulator.device_time import FACTORY, resolve
+    from maya.emulator.device_time import FACTORY, resolve, spec
 
     oracle_options, described = resolve(options.device_time, options.estimator_version, options.warehouse)
     if oracle_options is None:

@@ -7,8 +7,9 @@ emulator asks an oracle: the device-work records between the two events (`native
 become `api_calls` rows (`convert.call_rows`) and the oracle returns each row's device time on the target
 GPU; `cudaEventElapsedTime` answers their sum, and the trace marks the call (`args.device_time_ns`).
 
-The emulator only defines the interface. Whoever launches the emulation names the oracle in
-`MAYA_EMU_DEVICE_TIME`, a JSON object `{"factory": "module:callable", "options": {...}}`: the runner imports
+The emulator defines the interface; `resolve` names the oracle for `maya emulate --device-time` from the
+warehouse alone (the launcher imports neither the simulator nor the estimators). Whoever launches the emulation
+names the oracle in `MAYA_EMU_DEVICE_TIME`, a JSON object `{"factory": "module:callable", "options": {...}}`: the runner imports
 the factory and calls it with the options (`maya emulate` names `maya.simulator.device_time:oracle`, which
 prices with the estimators or the roofline). Each distinct call is priced once per rank; a failing oracle
 leaves event timings on host time and the rank's status says why.
@@ -17,21 +18,23 @@ leaves event timings on host time and the rank's status says why.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import pandas as pd
 
 from maya.core import settings
 
 from .capture_format import K_COLL, RECORD_DTYPE
-from .convert import call_rows
+
+if TYPE_CHECKING:  # pandas and the converter (pyarrow) load at the first timing: most ranks never time
+    import pandas as pd
 
 ORACLE_ENV = settings.EMU_DEVICE_TIME.name
 """JSON naming the device-time oracle's factory and its options (set by the launcher; unset: host time)."""
@@ -50,6 +53,13 @@ class DeviceTimeOracle(Protocol):
         ...
 
 
+FACTORY = "maya.simulator.device_time:oracle"
+"""The oracle `maya emulate` names (`spec`): Maya's estimate of the work on the target GPU."""
+CHOICES = ("estimators", "roofline", "host")
+"""`maya emulate --device-time`: the estimators (a registered version, else the roofline), the roofline, or
+host time (no oracle)."""
+
+
 def spec(factory: str, **options) -> str:
     """The `MAYA_EMU_DEVICE_TIME` value naming `factory` ("module:callable") and its keyword options."""
     return json.dumps({"factory": factory, "options": options})
@@ -60,6 +70,55 @@ def load(value: str) -> DeviceTimeOracle:
     described = json.loads(value)
     module, _, name = described["factory"].partition(":")
     return getattr(importlib.import_module(module), name)(**described.get("options", {}))
+
+
+def resolve(choice: str, version: str = "latest", warehouse: str | None = None) -> tuple[dict | None, str]:
+    """`maya emulate --device-time CHOICE`: the oracle's options (None for host time) and what it is, e.g.
+    `estimators v3`. `estimators` with no version registered, or its artifact missing or altered, falls back to
+    the roofline and says so. The estimator itself is loaded by the rank, at its first timing."""
+    if choice not in CHOICES:
+        raise ValueError(f"unknown --device-time {choice!r}; choose from {', '.join(CHOICES)}")
+    if choice == "host":
+        return None, "host time (no device-time oracle)"
+    if choice == "estimators":
+        try:
+            chosen = registered_version(version, warehouse)
+        except LookupError as e:
+            return {"durations": "roofline"}, f"roofline (estimators not available: {e})"
+        return {
+            "durations": "estimators",
+            "version": chosen,
+            **({"warehouse": str(warehouse)} if warehouse else {}),
+        }, f"estimators {chosen}"
+    return {"durations": "roofline"}, "roofline"
+
+
+def registered_version(version: str = "latest", warehouse: str | Path | None = None) -> str:
+    """The estimator version `version` (a version or the `latest` alias) names, its artifact present with its
+    registered SHA-256; LookupError says what is missing. Read from the warehouse's tables, without importing
+    `maya.estimators` (nor the simulator, nor pandas): its import alone (XGBoost, scikit-learn) and the artifact's parsing cost every `maya
+    emulate` about 5 CPU-seconds when this was `Registry.load`."""
+    from maya.core.paths import warehouse_path
+    from maya.core.warehouse import read_only
+
+    path = Path(warehouse) if warehouse else warehouse_path()
+    with read_only(path) as con:
+        if version == "latest":
+            aliased = con.execute("SELECT version FROM estimator_aliases WHERE alias = 'latest'").fetchall()
+            name = aliased[0][0] if aliased else None
+        else:
+            name = version
+        rows = con.execute(
+            "SELECT artifact_path, artifact_sha256 FROM estimator_versions WHERE version = ?", [name]
+        ).fetchall()
+    if not rows:
+        raise LookupError(f"unknown estimator version {version!r} in {path}")
+    artifact = path.parent / "estimators" / rows[0][0]
+    if not artifact.is_file():
+        raise LookupError(f"estimator version {name}: artifact {artifact} is missing")
+    if hashlib.sha256(artifact.read_bytes()).hexdigest() != rows[0][1]:
+        raise LookupError(f"estimator version {name}: artifact {artifact} is corrupted")
+    return name
 
 
 class _Answering:
@@ -114,6 +173,8 @@ class _Answering:
             if key not in self.cache and key not in unknown:
                 unknown[key] = i
         if unknown:
+            from .convert import call_rows
+
             rows = records[list(unknown.values())]
             calls, kernels = call_rows(self.raw, rows)
             priced = np.asarray(self.oracle.device_ns(calls.to_pandas(), kernels.to_pandas()), dtype="float64")

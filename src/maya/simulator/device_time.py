@@ -21,12 +21,6 @@ from .opcodes import classify
 from .trace import RankTrace
 from .work import work_frame
 
-FACTORY = "maya.simulator.device_time:oracle"
-"""What `maya emulate` names in `MAYA_EMU_DEVICE_TIME` (`maya.emulator.device_time.spec`)."""
-CHOICES = ("estimators", "roofline", "host")
-"""`maya emulate --device-time`: the estimators (a registered version, else the roofline), the roofline, or
-host time (no oracle)."""
-
 
 class EstimatedDeviceTime:
     """Device time of api_calls rows on one catalog GPU by a `DurationProvider`."""
@@ -56,7 +50,7 @@ def provider(durations: str, version: str = "latest", warehouse: str | None = No
         from .durations.estimated import EstimatorDurations
 
         return EstimatorDurations(version, warehouse=warehouse)
-    raise ValueError(f"unknown device-time oracle {durations!r}; choose from {', '.join(CHOICES[:2])}")
+    raise ValueError(f"unknown device-time oracle {durations!r}; choose from estimators, roofline")
 
 
 def oracle(
@@ -64,28 +58,6 @@ def oracle(
 ) -> EstimatedDeviceTime:
     """The oracle a rank loads (`maya.emulator.device_time.load`)."""
     return EstimatedDeviceTime(hardware, provider(durations, version, warehouse))
-
-
-def resolve(choice: str, version: str = "latest", warehouse: str | None = None) -> tuple[dict | None, str]:
-    """`maya emulate --device-time CHOICE`: the oracle's options (None for host time) and what it is, e.g.
-    `estimators v3`. `estimators` with no version registered falls back to the roofline and says so."""
-    if choice not in CHOICES:
-        raise ValueError(f"unknown --device-time {choice!r}; choose from {', '.join(CHOICES)}")
-    if choice == "host":
-        return None, "host time (no device-time oracle)"
-    if choice == "estimators":
-        from .durations.estimated import EstimatorsUnavailable
-
-        try:
-            chosen = provider("estimators", version, warehouse)
-        except EstimatorsUnavailable as e:
-            return {"durations": "roofline"}, f"roofline ({e})"
-        return {
-            "durations": "estimators",
-            "version": chosen.version,
-            **({"warehouse": str(warehouse)} if warehouse else {}),
-        }, chosen.name
-    return {"durations": "roofline"}, "roofline"
 
 
 TIMING_API = "cudaEventElapsedTime"

@@ -1,0 +1,65 @@
+"""Naming the device-time oracle for `maya emulate --device-time` (`maya.emulator.device_time.resolve`)."""
+
+import datetime
+import hashlib
+import subprocess
+import sys
+
+import pytest
+
+from maya.core.warehouse import insert_row, transaction
+from maya.emulator.device_time import resolve
+
+
+def test_resolve_names_the_oracle():
+    assert resolve("host") == (None, "host time (no device-time oracle)")
+    assert resolve("roofline") == ({"durations": "roofline"}, "roofline")
+    options, described = resolve("estimators", "no-such-version")
+    assert options == {"durations": "roofline"} and described.startswith("roofline (estimators not available")
+    with pytest.raises(ValueError, match="unknown --device-time 'gpu'"):
+        resolve("gpu")
+
+
+def _register(warehouse, version: str, artifact: bytes) -> None:
+    """A version row, the `latest` alias and an artifact file, as `maya.estimators.Registry.register` writes them."""
+    (warehouse.parent / "estimators" / version).mkdir(parents=True)
+    (warehouse.parent / "estimators" / version / "estimator.zip").write_bytes(artifact)
+    with transaction(warehouse) as con:
+        row = {
+            "version": version,
+            "created_at": datetime.datetime(2026, 11, 29),
+            "data_hash": "d",
+            "config_hash": "c",
+            "hardware": ["h100-sxm"],
+            "families": ["gemm"],
+            "training_rows": 1,
+            "metrics": "{}",
+            "artifact_path": f"{version}/estimator.zip",
+            "artifact_sha256": hashlib.sha256(artifact).hexdigest(),
+            "artifact_bytes": len(artifact),
+            "maya_version": "0",
+        }
+        insert_row(con, "estimator_versions", row)
+        insert_row(con, "estimator_aliases", {"alias": "latest", "version": version})
+
+
+def test_resolve_reads_the_registry_without_loading_estimators(tmp_path):
+    """`maya emulate` names the estimator version from the warehouse alone: neither its registry, XGBoost, the simulator nor pandas is
+    imported in the launcher; a missing or altered artifact still falls back to the roofline."""
+    warehouse = tmp_path / "warehouse.duckdb"
+    _register(warehouse, "v7", b"artifact bytes")
+    code = (
+        "import sys; from maya.emulator.device_time import resolve; "
+        f"print(resolve('estimators', 'latest', {str(warehouse)!r})); print(any(m in sys.modules for m in ('xgboost', 'maya.estimators.registry', 'maya.simulator', 'pandas')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == [
+        str(({"durations": "estimators", "version": "v7", "warehouse": str(warehouse)}, "estimators v7")),
+        "False",
+    ]
+    assert resolve("estimators", "v7", str(warehouse))[1] == "estimators v7"
+    (tmp_path / "estimators" / "v7" / "estimator.zip").write_bytes(b"altered")
+    options, described = resolve("estimators", "latest", str(warehouse))
+    assert options == {"durations": "roofline"} and "corrupted" in described
+    (tmp_path / "estimators" / "v7" / "estimator.zip").unlink()
+    assert "missing" in resolve("estimators", "v7", str(warehouse))[1]
