@@ -8,6 +8,8 @@ import pytest
 
 from maya.estimators import KernelEstimator, attention_model
 from maya.estimators.dataset_eval import evaluate_kernels_public
+from maya.estimators.families.attention import AttentionPredictor
+from maya.estimators.hardware_table import hardware_arrays
 from maya.estimators.kernels_public_data import (
     FILES,
     OWN_DEVICE,
@@ -76,7 +78,7 @@ def test_a_fwd_bwd_row_is_its_forward_backward_and_memory_passes():
 def model():
     """The model fitted with the roofline-priced GEMMs of an estimator without models (fast, and a prior as
     good as any for the algebra tested here)."""
-    return attention_model.fit(KernelEstimator().predict)
+    return attention_model.fit(AttentionPredictor().priced_by(KernelEstimator().predict))
 
 
 def test_the_split_keeps_the_learned_total_and_the_measured_backward_forward_ratio(model):
@@ -91,7 +93,8 @@ def test_the_split_keeps_the_learned_total_and_the_measured_backward_forward_rat
 
 
 def test_the_learned_model_fits_the_measured_rows_better_than_the_mechanism_held_out_by_gpu():
-    table = attention_model.leave_one_gpu_out(KernelEstimator().predict).set_index(["family", "gpu"])
+    table = attention_model.leave_one_gpu_out(AttentionPredictor().priced_by(KernelEstimator().predict))
+    table = table.set_index(["family", "gpu"])
     flash2 = table.loc["flash2"]
     assert set(flash2.index) == {"a100-sxm-80gb", "h100-sxm"}
     assert (flash2["learned_mape"] < flash2["composed_mape"]).all()
@@ -119,7 +122,7 @@ def test_flex_and_llm_foundry_triton_are_priced_from_measured_kernels_and_cudnn_
         op: estimator.predict(attention(op)).iloc[0]
         for op in ("flash_fwd_causal", "lftriton_fwd_causal", "flex_fwd", "flash_fwd", "sdpa_fwd_causal")
     }
-    fitted = attention_model.fitted(estimator.predict)
+    fitted = attention_model.fitted(estimator.predict, AttentionPredictor().priced_by(estimator.predict))
     x = attention_model.features(np.array([4096.0]), np.array([128.0]), np.array([False]))[:, :1]
     ratio = np.exp(fitted.flex_ratio["fwd"].predict(x))[0]
     assert priced["flex_fwd"]["duration_ns"] == pytest.approx(priced["flash_fwd"]["duration_ns"] * ratio)
@@ -129,9 +132,6 @@ def test_flex_and_llm_foundry_triton_are_priced_from_measured_kernels_and_cudnn_
     proxy = priced["lftriton_fwd_causal"]
     assert proxy["duration_high_ns"] == pytest.approx(proxy["duration_ns"] * high * 1.2)
     assert proxy["duration_low_ns"] == pytest.approx(proxy["duration_ns"] * low / 1.2)
-    from maya.estimators.families.attention import AttentionPredictor
-    from maya.estimators.hardware_table import hardware_arrays
-
     frame = attention("sdpa_fwd_causal")
     mechanism = AttentionPredictor().mechanism(frame, hardware_arrays(frame), estimator.predict)
     assert priced["sdpa_fwd_causal"]["duration_ns"] == pytest.approx(mechanism.seconds[0] * 1e9)

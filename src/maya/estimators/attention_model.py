@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from sklearn.linear_model import Ridge
 
-from .families.base import Composed, PriceCalls
 from .kernels_public_data import OWN_DEVICE, load
+
+if TYPE_CHECKING:  # the attention family prices by this module
+    from .families.base import Composed, PriceCalls
 
 IMPLEMENTATIONS: dict[str, str] = {
     "FlashAttention-2": "flash2",
@@ -121,13 +124,14 @@ def rows() -> pd.DataFrame:
     return attention.reset_index(drop=True)
 
 
-def composed_rows(frame: pd.DataFrame, price: PriceCalls, hardware: pd.Series | None = None) -> pd.DataFrame:
+Mechanism = Callable[[pd.DataFrame], "Composed"]
+"""Prices a frame of attention calls by the composed mechanism alone (`AttentionPredictor.priced_by`)."""
+
+
+def composed_rows(frame: pd.DataFrame, mechanism: Mechanism, hardware: pd.Series | None = None) -> pd.DataFrame:
     """Per row of `frame` (seqlen, head_dim, causal, batch, n_heads, dtype_name), the composed mechanism's forward
     and backward seconds (`fwd_s`, `bwd_s`: the fused backward and its two memory passes) with the kernel
     `COMPOSED_KERNEL` names for its family, on `hardware` (default: the row's device)."""
-    from .families.attention import AttentionPredictor  # the family imports this module when it prices
-    from .hardware_table import hardware_arrays
-
     kernel = frame["family"].map(COMPOSED_KERNEL).fillna("flash").to_numpy()
     suffix = np.where(frame["causal"].to_numpy(bool), "_causal", "")
     parts = {
@@ -149,7 +153,7 @@ def composed_rows(frame: pd.DataFrame, price: PriceCalls, hardware: pd.Series | 
     )
     calls = pd.concat([base.assign(op=op, part=name) for name, op in parts.items()], ignore_index=True)
     calls = calls[calls["op"] != ""].reset_index()
-    seconds = AttentionPredictor().mechanism(calls, hardware_arrays(calls), price).seconds
+    seconds = mechanism(calls).seconds
     row = calls["index"].to_numpy() % len(frame)
     fwd, bwd = np.zeros(len(frame)), np.zeros(len(frame))
     forward = (calls["part"] == "fwd").to_numpy()
@@ -162,7 +166,7 @@ def _log_residual(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return np.log(np.asarray(measured, "float64") / np.asarray(predicted, "float64"))
 
 
-def _split(tritonbench: pd.DataFrame, price: PriceCalls) -> Ridge:
+def _split(tritonbench: pd.DataFrame, mechanism: Mechanism) -> Ridge:
     """log(measured bwd/fwd over composed bwd/fwd) on the sequence length, from TritonBench's FlashAttention-2
     rows timed both ways on one shape (composed on an H100 SXM: a ratio, not that device's times)."""
     rows_ = tritonbench[tritonbench["kernel_impl"].isin(RATIO_IMPLEMENTATIONS)].assign(family="flash2")
@@ -170,7 +174,7 @@ def _split(tritonbench: pd.DataFrame, price: PriceCalls) -> Ridge:
     paired = rows_[rows_["direction"] == "fwd"].merge(
         rows_[rows_["direction"] == "bwd"][[*keys, "time_s"]], on=keys, suffixes=("", "_bwd")
     )
-    composed = composed_rows(paired, price, pd.Series("h100-sxm", index=paired.index))
+    composed = composed_rows(paired, mechanism, pd.Series("h100-sxm", index=paired.index))
     measured_ratio = paired["time_s_bwd"].to_numpy() / paired["time_s"].to_numpy()
     composed_ratio = composed["bwd_s"].to_numpy() / composed["fwd_s"].to_numpy()
     x = features(paired["seqlen"], paired["head_dim"], paired["causal"])[:, :1]
@@ -191,17 +195,17 @@ def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, Ridge]:
     return out
 
 
-def measured_rows(price: PriceCalls) -> pd.DataFrame:
+def measured_rows(mechanism: Mechanism) -> pd.DataFrame:
     """The fwd+bwd rows of the catalog's GPUs with their composed times (`composed_s`) and features."""
     found = rows()
     figures = found[(found["direction"] == "fwd+bwd") & (found["family"] != "") & (found["device"] != OWN_DEVICE)]
-    composed = composed_rows(figures, price)
+    composed = composed_rows(figures, mechanism)
     return figures.assign(fwd_s=composed["fwd_s"], bwd_s=composed["bwd_s"], composed_s=composed.sum(axis=1))
 
 
-def fit(price: PriceCalls, figures: pd.DataFrame | None = None) -> AttentionModel:
+def fit(mechanism: Mechanism) -> AttentionModel:
     """The model, fitted on every measured GPU, with bands from each GPU held out in turn."""
-    figures = measured_rows(price) if figures is None else figures
+    figures = measured_rows(mechanism)
     tritonbench = rows().query("device == @OWN_DEVICE")
     corrections, bands, held_out = {}, {}, {}
     for family, group in figures.groupby("family"):
@@ -212,7 +216,7 @@ def fit(price: PriceCalls, figures: pd.DataFrame | None = None) -> AttentionMode
         held_out[family] = out is not None
         residuals = out if out is not None else y - corrections[family].predict(x)
         bands[family] = tuple(float(q) for q in np.quantile(residuals, BAND))
-    return AttentionModel(corrections, bands, held_out, _split(tritonbench, price), _flex_ratio(tritonbench))
+    return AttentionModel(corrections, bands, held_out, _split(tritonbench, mechanism), _flex_ratio(tritonbench))
 
 
 def _held_out_residuals(group: pd.DataFrame) -> np.ndarray | None:
@@ -232,10 +236,10 @@ def _held_out_residuals(group: pd.DataFrame) -> np.ndarray | None:
     return np.concatenate(out)
 
 
-def leave_one_gpu_out(price: PriceCalls) -> pd.DataFrame:
+def leave_one_gpu_out(mechanism: Mechanism) -> pd.DataFrame:
     """Per implementation family and GPU held out: rows, the learned model's (fitted on the other GPUs) and the
     composed mechanism's mean signed and mean absolute error (fractions, predicted / measured - 1)."""
-    figures = measured_rows(price)
+    figures = measured_rows(mechanism)
     out = []
     for (family, device), test in figures.groupby(["family", "device"]):
         train = figures[(figures["family"] == family) & (figures["device"] != device)]
@@ -266,21 +270,19 @@ def leave_one_gpu_out(price: PriceCalls) -> pd.DataFrame:
 _FITTED: dict[int, AttentionModel] = {}
 
 
-def fitted(price: PriceCalls) -> AttentionModel:
-    """The model fitted with `price` (an estimator's `predict`: the composed times are that estimator's), once per
-    estimator."""
+def fitted(price: PriceCalls, mechanism: Mechanism) -> AttentionModel:
+    """The model fitted with `mechanism` priced by `price` (an estimator's `predict`: the composed times are that
+    estimator's), once per estimator."""
     owner = getattr(price, "__self__", price)
     key = id(owner)
     model = _FITTED.get(key)
     if model is None:
-        model = _FITTED[key] = fit(price)
+        model = _FITTED[key] = fit(mechanism)
         weakref.finalize(owner, _FITTED.pop, key, None)
     return model
 
 
-def learned(
-    calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanism: Callable[[pd.DataFrame], Composed]
-) -> Composed:
+def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanism: Mechanism) -> Composed:
     """`composed` with the calls of a measured implementation, or of one with a measured proxy (`CALL_KERNELS`),
     priced by the learned model: the composed time of the call (of its prior's kernel) times its direction's
     factor (`AttentionModel.factors`; FlexAttention also times `flex_ratio`), in the band of its family's held-out
@@ -290,7 +292,7 @@ def learned(
     priced = np.isin(kernel, list(CALL_KERNELS))
     if not priced.any():
         return composed
-    model = fitted(price)
+    model = fitted(price, mechanism)
     kernel, op = kernel[priced], op[priced]
     family = np.array([CALL_KERNELS[k][0] for k in kernel])
     base = np.array([CALL_KERNELS[k][1] for k in kernel])
@@ -332,8 +334,8 @@ def learned(
             backward[flex], np.exp(model.flex_ratio["bwd"].predict(x)), np.exp(model.flex_ratio["fwd"].predict(x))
         )
         own[flex] = own[flex] * ratio
-    out = Composed(composed.seconds.copy(), composed.low_s.copy(), composed.high_s.copy())
-    out.seconds[priced] = own * factor
-    out.low_s[priced] = out.seconds[priced] * low / widen
-    out.high_s[priced] = out.seconds[priced] * high * widen
-    return out
+    seconds_out, low_out, high_out = composed.seconds.copy(), composed.low_s.copy(), composed.high_s.copy()
+    seconds_out[priced] = own * factor
+    low_out[priced] = seconds_out[priced] * low / widen
+    high_out[priced] = seconds_out[priced] * high * widen
+    return replace(composed, seconds=seconds_out, low_s=low_out, high_s=high_out)

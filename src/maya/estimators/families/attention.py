@@ -61,13 +61,15 @@ their measurements (`maya.estimators.attention_model`); cuDNN's, never measured,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ..attention_model import learned
 from ..calls import element_bytes, gemm_of_row_major
-from ..hardware_table import HardwareArrays
+from ..hardware_table import HardwareArrays, hardware_arrays
 from .base import Composed, FamilyPredictor, PriceCalls, Work, count_or_one, log2
 
 QUERY_TILE = 128
@@ -193,15 +195,11 @@ class AttentionPredictor(FamilyPredictor):
     def compose(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed:
         """The mechanism (`mechanism`), corrected for the implementations measured in public by the model learned
         on them (`maya.estimators.attention_model`)."""
-        from ..attention_model import learned  # it prices its training rows by `mechanism`
-        from ..hardware_table import hardware_arrays
+        return learned(calls, self.mechanism(calls, hw, price), price, self.priced_by(price))
 
-        return learned(
-            calls,
-            self.mechanism(calls, hw, price),
-            price,
-            lambda frame: self.mechanism(frame, hardware_arrays(frame), price),
-        )
+    def priced_by(self, price: PriceCalls) -> Callable[[pd.DataFrame], Composed]:
+        """`mechanism` as a function of a frame of attention calls, their GEMMs and passes priced by `price`."""
+        return lambda frame: self.mechanism(frame, hardware_arrays(frame), price)
 
     def mechanism(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed:
         """The time composed from the mechanisms alone (module docstring): the fallback for kernels never
