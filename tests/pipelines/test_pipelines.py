@@ -212,10 +212,13 @@ def test_definitions_load_from_the_defs_folder():
         "accuracy_dashboard",
         "raw_collective_measurements",
         "validated_collective_measurements",
+        "raw_public_kernels",
+        "validated_public_kernels",
     }
     assert {j.name for j in defs.resolve_all_job_defs()} >= {
         "ingest_profiles",
         "ingest_collectives",
+        "ingest_public_kernels",
         "profiling_campaign",
         "validate_estimators",
         "retrain_estimators",

@@ -86,7 +86,8 @@ class KernelsPublicFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Checked:
-    """A file's rows: valid (with `device` and the element type `dtype_name`) and quarantined (with `reason`)."""
+    """A file's rows: valid (with `device`, the element type `dtype_name` and the position in the file
+    `row_index`) and quarantined (with `reason` and `row_index`)."""
 
     rows: pd.DataFrame
     rejected: pd.DataFrame
@@ -156,7 +157,7 @@ def read(data: bytes, name: str = "") -> Checked:
     missing = [c for c in COLUMNS if c not in raw.columns]
     if missing:
         raise KernelsPublicFormatError(f"{name or 'file'}: missing column(s) {', '.join(missing)}")
-    frame = raw.copy()
+    frame = raw.assign(row_index=np.arange(len(raw)))  # the row's position in the file, for the quarantine
     for column in NUMERIC:
         frame[column] = pd.to_numeric(frame[column].replace("", np.nan), errors="coerce").astype("float64")
     frame["device"] = frame["gpu"].map(lambda g: device_of(g) or "")
