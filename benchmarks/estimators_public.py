@@ -18,12 +18,15 @@ Sections (each prints its figures and the ratio to its target):
    leave-one-model-out error on the A100 with every other A100 model in training vs three of them;
 9. (`--token-extrapolation` runs this section alone) GEMMs beyond the token counts measured: Vidur measured the H100 and A40 up
    to 4,096 tokens and the A100 up to 32,768, so training runs of 8k-60k tokens a micro-batch are priced
-   beyond the H100's range; trained with the A100's GEMMs of more than 4,096 tokens held out, tested on them.
+   beyond the H100's range; trained with the A100's GEMMs of more than 4,096 tokens held out, tested on them;
+10. (`--attention-only` runs this section alone, with the registry's latest estimator) fused attention on the public
+   kernel measurements (`data/kernels_public/`): leave-one-GPU-out per implementation of the learned model and
+   of the composed mechanism (target <= 10%), and the fitted model's error per GPU, implementation and direction.
 
 Vidur's times are device time and are compared with `duration_ns`; NeuSight's calls were timed one by one and
 are compared with `isolated_ns` (`maya.estimators.evaluation.comparable_ns`).
 Usage: python benchmarks/estimators_public.py [--skip-lomo] [--skip-logo] [--skip-split] [--calls N]
-       [--learning-curve] [--lomo-only] [--token-extrapolation]
+       [--learning-curve] [--lomo-only] [--token-extrapolation] [--attention-only]
 """
 
 from __future__ import annotations
@@ -81,7 +84,15 @@ def main() -> None:
         action="store_true",
         help="Run section 9 alone: A100 GEMMs of more than 4,096 tokens held out.",
     )
+    parser.add_argument(
+        "--attention-only", action="store_true", help="Run section 10 alone, with the registry's latest estimator."
+    )
     args = parser.parse_args()
+    if args.attention_only:
+        from maya.estimators import Registry
+
+        _attention(Registry().load("latest"))
+        return
     shipped = shipped_measurements()
     vidur = shipped[shipped["source"] == "vidur"].reset_index(drop=True)
     if args.lomo_only:
@@ -115,6 +126,35 @@ def main() -> None:
             "COLLECTIVE_SECTIONS)"
         )
     _gemm_floor(shipped, vidur, args.learning_curve)
+    _attention(everything)
+
+
+def _attention(estimator: KernelEstimator) -> None:
+    from maya.estimators.attention_model import leave_one_gpu_out
+    from maya.estimators.dataset_eval import evaluate_kernels_public
+    from maya.estimators.families.attention import AttentionPredictor
+
+    table = leave_one_gpu_out(AttentionPredictor().priced_by(estimator.predict))
+    print(
+        "\n10. fused attention, leave-one-GPU-out (fwd+bwd rows of the FlashAttention-2 figures; error = predicted / "
+        "measured - 1; target <= 10% MAPE):"
+    )
+    print(f"{'family':<12}{'GPU held out':<16}{'rows':>5}  {'learned (signed, |err|)':>26}  {'composed':>18}")
+    for row in table.itertuples(index=False):
+        learned = (
+            "one GPU: none held out"
+            if np.isnan(row.learned_mape)
+            else f"{row.learned_signed:+.1%}, {row.learned_mape:.1%}"
+        )
+        print(
+            f"{row.family:<12}{row.gpu:<16}{row.rows:>5}  {learned:>26}  "
+            f"{row.composed_signed:+.1%}, {row.composed_mape:.1%}"
+        )
+    result = evaluate_kernels_public(None, lambda: estimator)
+    attention = result.table[~result.table.index.str.endswith("/gemm")]
+    print("   the fitted model (in sample) per GPU / implementation / direction:")
+    for key, row in attention.iterrows():
+        print(f"   {key:<44}{int(row['rows']):>4} rows  MAPE {row['mape']:.1%}  signed {row['signed']:+.1%}")
 
 
 def _compared(estimator: KernelEstimator, calls: pd.DataFrame) -> pd.DataFrame:

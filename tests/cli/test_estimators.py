@@ -91,3 +91,26 @@ def test_show_and_eval_without_versions(test_rows, tmp_path):
     r = maya("estimators", "show", "v1")
     assert r.exit_code == 1 and "none registered yet" in r.stderr
     assert "no estimator versions" in maya("estimators", "list").stdout
+
+
+def test_eval_kernels_public_per_gpu_implementation_and_direction(trained, tmp_path):
+    import json
+
+    from maya.estimators.kernels_public_data import FILES, kernels_public_dir
+
+    r = maya("estimators", "eval", "--dataset", "kernels-public", "--json")
+    assert r.exit_code == 0, r.output
+    table = json.loads(r.stdout)
+    assert table["h100-sxm/FlashAttention-2/fwd+bwd"]["rows"] == 24
+    # the implementation as published may hold a slash ("torch.mm (cuBLAS/cuBLASLt)"): GPU first, direction last
+    assert all(key.rsplit("/", 1)[1] in ("fwd", "bwd", "fwd+bwd", "gemm") for key in table)
+    assert {key.split("/")[0] for key in table} <= {"a100-sxm-80gb", "a100-pcie-40gb", "h100-sxm", "h200", "h800"}
+    assert all(set(v) == {"rows", "mape"} for v in table.values())
+    figures = pd.read_csv(kernels_public_dir() / FILES[0], dtype=str, keep_default_na=False)
+    one = tmp_path / "one.csv"
+    figures[figures["kernel_impl"] == "xformers"].head(2).to_csv(one, index=False)
+    r = maya("estimators", "eval", "--dataset", one, "--json")
+    assert r.exit_code == 0 and list(json.loads(r.stdout)) == ["a100-sxm-80gb/xformers/fwd+bwd"]
+    figures.drop(columns="licence").to_csv(one, index=False)
+    r = maya("estimators", "eval", "--dataset", one)
+    assert r.exit_code == 1 and "missing column(s) licence" in r.stderr

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from maya.core import hardware
-from maya.estimators import KernelEstimator, TrainConfig, train
+from maya.estimators import KernelEstimator, TrainConfig, attention_model, train
 from maya.estimators.efficiency_model import ModelParams
 from maya.estimators.families.attention import (
     BACKWARD_FP32_OPS,
@@ -24,6 +24,13 @@ from maya.estimators.families.attention import (
 from maya.estimators.training_data import load_kernels, neusight_dir
 
 A100, H100 = hardware.get("a100-sxm-80gb"), hardware.get("h100-sxm")
+
+
+@pytest.fixture(autouse=True)
+def mechanism_alone(monkeypatch):
+    """These tests are of the composed mechanism: no kernel priced by the learned correction
+    (`test_attention_model.py` tests that)."""
+    monkeypatch.setattr(attention_model, "CALL_KERNELS", {})
 
 
 def attention(

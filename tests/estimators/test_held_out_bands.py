@@ -113,12 +113,13 @@ def test_artifact_keeps_the_unseen_gpu_band(trained):
 
 
 def test_composed_attention_carries_its_products_band():
-    """Fused attention is composed from GEMM-priced products: with a GEMM band it has one, without none."""
+    """Fused attention the learned model does not price (cuDNN's) is composed from GEMM-priced products: with a
+    GEMM band it has one, without none (the learned model's band: `test_attention_model.py`)."""
     call = pd.DataFrame(
         {
             "hardware": ["h100-sxm"],
             "family": ["attention"],
-            "op": ["flash_fwd_causal"],
+            "op": ["sdpa_fwd_causal"],
             "dtype": ["bf16"],
             "batch": [32.0],
             "m": [8192.0],

@@ -33,6 +33,7 @@ from maya.pipelines.partitions import network_partition_key, partition_key
 from maya.pipelines.resources import DataSources, Warehouse
 from maya.pipelines.sources import (
     NEUSIGHT_CAMPAIGN,
+    PUBLIC_KERNEL_SOURCES,
     VIDUR_COLLECTIVES_CAMPAIGN,
     VIDUR_COMPUTE_CAMPAIGN,
     NetworkPartition,
@@ -212,10 +213,13 @@ def test_definitions_load_from_the_defs_folder():
         "accuracy_dashboard",
         "raw_collective_measurements",
         "validated_collective_measurements",
+        "raw_public_kernels",
+        "validated_public_kernels",
     }
     assert {j.name for j in defs.resolve_all_job_defs()} >= {
         "ingest_profiles",
         "ingest_collectives",
+        "ingest_public_kernels",
         "profiling_campaign",
         "validate_estimators",
         "retrain_estimators",
@@ -451,7 +455,10 @@ def test_sensor_registers_new_campaigns_and_requests_changed_partitions(small):
     instance.delete_dynamic_partition("hardware", CAMPAIGN.hardware)
     instance.delete_dynamic_partition("campaign", CAMPAIGN.campaign)
     first = sensors.profile_campaigns(dg.build_sensor_context(instance=instance, resources={"data": data}))
-    assert [r.partition_key for r in first.run_requests] == [str(partition_key(CAMPAIGN))]
+    assert sorted((r.job_name, r.partition_key) for r in first.run_requests) == sorted(
+        [("ingest_profiles", str(partition_key(CAMPAIGN)))]
+        + [("ingest_public_kernels", source) for source in PUBLIC_KERNEL_SOURCES]  # shipped: first seen now
+    )
     assert sorted((r.partitions_def_name, r.partition_keys) for r in first.dynamic_partitions_requests) == [
         ("campaign", [CAMPAIGN.campaign]),
         ("hardware", [CAMPAIGN.hardware]),
@@ -766,6 +773,7 @@ def test_sensor_registers_vidur_devices_and_networks_and_requests_their_ingestio
     assert jobs == sorted(
         [("ingest_profiles", str(partition_key(p))) for p in find_partitions(data)]
         + [("ingest_collectives", str(network_partition_key(p))) for p in networks]
+        + [("ingest_public_kernels", source) for source in PUBLIC_KERNEL_SOURCES]
     )
     added = {r.partitions_def_name: r.partition_keys for r in first.dynamic_partitions_requests}
     assert added["network"] == [p.network for p in networks]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from maya.simulator.attention_shapes import kernel_causal, kernel_role
+from maya.simulator.attention_shapes import TRITON_ATTENTION_RANGE, kernel_causal, kernel_role
 from maya.simulator.opcodes import classify
 from maya.simulator.trace import load
 from maya.simulator.work import work_frame
@@ -75,6 +75,7 @@ def write_trace(
             "start_ns": [0] * len(ops),
             "input_shapes": [o.get("input_shapes") for o in ops],
             "input_dtypes": [o.get("input_dtypes") for o in ops],
+            "seq_nr": [o.get("seq_nr") for o in ops],
         },
         rank=0,
     )
@@ -156,6 +157,33 @@ def test_torch_flash_kernels_take_their_shape_from_the_attention_op(tmp_path, ca
     assert work[["batch", "m", "n", "k"]].to_numpy().tolist() == [[16.0, 1024.0, 1024.0, 64.0]] * 4
     share = 0.5 if causal else 1.0
     assert work["flops"].tolist() == [4 * 16 * 1024**2 * 64 * share, 0.0, 10 * 16 * 1024**2 * 64 * share, 0.0]
+
+
+def test_attention_in_the_triton_range_and_its_backward_are_llm_foundry_triton_and_cutlass_is_efficient(tmp_path):
+    """Forward ops inside the range are marked; backward ops by the sequence number their autograd node shares with
+    the forward op; the memory-efficient CUTLASS kernels outside it are `efficient`."""
+    ops = sdpa_ops()
+    ops[0]["parent_op_id"], ops[1]["seq_nr"] = 10, 7
+    ops[3]["parent_op_id"] = 20
+    ops += [
+        {"op_id": 10, "name": TRITON_ATTENTION_RANGE},
+        {"op_id": 20, "name": "ScaledDotProductFlashAttentionBackward0", "seq_nr": 7},
+        {**sdpa_ops()[2], "op_id": 30, "parent_op_id": None},  # outside the range: kernels of its own name
+        {**sdpa_ops()[3], "op_id": 40, "parent_op_id": 50},
+        {"op_id": 50, "name": "ScaledDotProductFlashAttentionBackward0", "seq_nr": 8},
+    ]
+    cutlass = "fmha_cutlassF_bf16_aligned_64x64_rf_sm80"
+    kernels = [FWD.format(causal=1), PRE, BWD.format(causal=1), POST, cutlass]
+    launches = [{"kernel_id": k, "op_id": o} for k, o in ((0, 3), (1, 4), (2, 4), (3, 4), (4, 30), (2, 40))]
+    work = frame(write_trace(tmp_path, kernels, ops, launches, families=["attention"] * 5))
+    assert work["op"].tolist() == [
+        "lftriton_fwd_causal",
+        "lftriton_bwd_preprocess",
+        "lftriton_bwd_causal",
+        "lftriton_bwd_postprocess",
+        "efficient_fwd",
+        "flash_bwd_causal",
+    ]
 
 
 def test_kernel_roles_and_causal_flags_from_names():

@@ -143,7 +143,8 @@ def eval_cmd(
             help="Parquet of measurements in a layout Maya reads, told apart by "
             "its columns: NeuSight kernels (op, device, latency_ms, ...), "
             "Vidur compute (device, model, op, time_ms_median, ...) or "
-            "Vidur collectives (network, collective, num_workers, ...)."
+            "Vidur collectives (network, collective, num_workers, ...); "
+            "kernels-public (the shipped public kernel measurements) or one of their .csv files."
         ),
     ],
     estimator_version: ESTIMATOR_VERSION = "latest",
@@ -155,16 +156,18 @@ def eval_cmd(
 
     MAPE per collective for NCCL data. Kernels are compared as they were timed: NeuSight's calls timed one by
     one (device time plus dispatch), Vidur's as device time; collectives with the collective model of each
-    network's cluster, or of --cluster for every row. --json prints {op: {rows, mape (percent)}}.
+    network's cluster, or of --cluster for every row. kernels-public: MAPE per GPU, implementation and direction.
+    --json prints {op: {rows, mape (percent)}} ({"<gpu>/<impl>/<direction>": ...} for kernels-public).
     """
     import json
     import sys
 
     from maya.estimators import Registry, RegistryError
-    from maya.estimators.dataset_eval import DatasetError, evaluate_file
+    from maya.estimators.dataset_eval import KERNELS_PUBLIC, DatasetError, evaluate_file, evaluate_kernels_public
 
-    if not dataset.is_file():
-        fail(f"{dataset}: no such file")
+    public = str(dataset) == KERNELS_PUBLIC
+    if not public and not dataset.is_file():
+        fail(f"{dataset}: no such file (or {KERNELS_PUBLIC}, the shipped public kernel measurements)")
 
     def estimator():
         try:
@@ -173,7 +176,10 @@ def eval_cmd(
             fail(str(e))
 
     try:
-        result = evaluate_file(dataset, estimator, cluster=cluster)
+        if public or dataset.suffix.lower() == ".csv":
+            result = evaluate_kernels_public(None if public else [dataset], estimator)
+        else:
+            result = evaluate_file(dataset, estimator, cluster=cluster)
     except DatasetError as e:
         fail(str(e))
     except ValueError as e:  # an unusable cluster spec file
@@ -186,11 +192,13 @@ def eval_cmd(
     table = result.table
     shares = [c for c in table.columns if c.startswith("share_")]
     extra = ["roofline MAPE"] if "roofline_mape" in table else []
+    signed = ["mean signed"] if "signed" in table else []
     view = Table(
-        "op",
+        "gpu/implementation/direction" if result.layout == "kernels_public" else "op",
         "rows",
         "MAPE",
         *extra,
+        *signed,
         *[c.removeprefix("share_") for c in shares],
         title=f"{dataset.name} ({result.layout})"
         + ("" if result.layout == "vidur_collectives" else f" against estimator {estimator_version}"),
@@ -201,6 +209,7 @@ def eval_cmd(
             f"{int(row['rows']):,}",
             _pct(row["mape"]),
             *([_pct(row["roofline_mape"])] if extra else []),
+            *([f"{row['signed']:+.1%}"] if signed else []),
             *[f"{row.get(c, 0.0):.0%}" for c in shares],
             end_section=op == table.index[-1],
         )

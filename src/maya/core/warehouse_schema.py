@@ -24,6 +24,7 @@ import duckdb
 
 _PARTITION = "hardware VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT NULL"
 _NETWORK = "network VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT NULL"
+_SOURCE = "source VARCHAR NOT NULL, campaign VARCHAR NOT NULL, path VARCHAR NOT NULL"
 
 TABLES: dict[str, str] = {
     # maya.core.warehouse: the catalog of runs
@@ -171,6 +172,20 @@ TABLES: dict[str, str] = {
     nodes INTEGER NOT NULL, devices_per_node INTEGER NOT NULL, measured_ns DOUBLE NOT NULL""",
     "collective_quarantine": f"""
     {_NETWORK}, row_index BIGINT, reason VARCHAR NOT NULL, record JSON""",
+    "public_kernel_files": f"""
+    {_SOURCE}, format VARCHAR NOT NULL, sha256 VARCHAR NOT NULL, bytes BIGINT NOT NULL,
+    PRIMARY KEY (source, campaign, path)""",
+    "public_kernel_partitions": """
+    source VARCHAR NOT NULL, campaign VARCHAR NOT NULL, content_hash VARCHAR NOT NULL, files INTEGER NOT NULL,
+    rows BIGINT NOT NULL, quarantined BIGINT NOT NULL, PRIMARY KEY (source, campaign)""",
+    "public_kernels": f"""
+    {_SOURCE}, row_index BIGINT NOT NULL, row_id VARCHAR NOT NULL, dataset VARCHAR NOT NULL,
+    device VARCHAR NOT NULL, kernel_impl VARCHAR NOT NULL, direction VARCHAR NOT NULL, dtype VARCHAR NOT NULL,
+    causal BOOLEAN NOT NULL, head_dim DOUBLE, n_heads DOUBLE, batch DOUBLE, seqlen DOUBLE, m DOUBLE, n DOUBLE,
+    k DOUBLE, groups DOUBLE, time_s DOUBLE NOT NULL, flops DOUBLE NOT NULL, source_repo VARCHAR NOT NULL,
+    source_commit VARCHAR NOT NULL, licence VARCHAR NOT NULL""",
+    "public_kernel_quarantine": f"""
+    {_SOURCE}, row_index BIGINT, reason VARCHAR NOT NULL, record JSON""",
     "estimator_evaluations": """
     version VARCHAR NOT NULL, inputs_hash VARCHAR NOT NULL, kernel_rows BIGINT NOT NULL, kernel_mape DOUBLE,
     workloads INTEGER NOT NULL, workload_failures INTEGER NOT NULL, workload_mape DOUBLE,

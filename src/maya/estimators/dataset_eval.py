@@ -1,6 +1,8 @@
 """Accuracy on a measurement file of any shipped layout, told apart by its columns (`vidur_data.detect_layout`):
 NeuSight kernels and Vidur compute against a kernel estimator, Vidur collectives against the collective model
-of each network's cluster (`CollectiveModel(cluster).predict`, so it follows the model as it improves)."""
+of each network's cluster (`CollectiveModel(cluster).predict`, so it follows the model as it improves); and on
+the public kernel measurements (`KERNELS_PUBLIC`, or one of their CSV files) per GPU, implementation and
+direction."""
 
 from __future__ import annotations
 
@@ -21,8 +23,13 @@ from .collective_data import VIDUR_CLUSTERS
 from .collectives import CollectiveModel
 from .evaluation import comparable_ns, mape
 from .kernel_estimator import KernelEstimator
+from .kernels_public_data import FILES, KernelsPublicFormatError, kernels_public_dir, measured_calls
+from .kernels_public_data import read as read_kernels_public
 from .neusight_data import NeuSightFormatError, check_complete, to_calls
 from .vidur_data import VidurFormatError, check_collectives, check_compute, detect_layout
+
+KERNELS_PUBLIC = "kernels-public"
+"""The name that evaluates the shipped public kernel measurements (`data/kernels_public/`)."""
 
 
 class DatasetError(ValueError):
@@ -75,6 +82,54 @@ def evaluate_file(
         return _kernels(layout, calls, "op", estimator, [])
     except (VidurFormatError, NeuSightFormatError, CallFrameError) as e:
         raise DatasetError(f"{path}: {e}") from None
+
+
+def evaluate_kernels_public(paths: list[Path] | None, estimator: Callable[[], KernelEstimator]) -> DatasetEvaluation:
+    """The kernels_public rows of `paths` (None: the shipped files) against the estimator, per
+    `<gpu>/<implementation>/<direction>`: `rows`, `mape` and `signed` (mean of predicted / measured - 1). A row's
+    prediction is the sum of the device times of the calls it timed (`kernels_public_data.measured_calls`). The
+    attention rows are those the learned attention model was fitted on: their leave-one-GPU-out figures are
+    `attention_model.leave_one_gpu_out`'s."""
+    paths = paths or [kernels_public_dir() / f for f in FILES]
+    checked = []
+    for path in paths:
+        try:
+            checked.append(read_kernels_public(path.read_bytes(), path.name))
+        except KernelsPublicFormatError as e:
+            raise DatasetError(str(e)) from None
+    rows = pd.concat([c.rows for c in checked], ignore_index=True)
+    notes = _rejections(pd.concat([c.rejected for c in checked], ignore_index=True))
+    calls, left_out = measured_calls(rows)
+    notes += [f"{n:,} rows not evaluated: {why}" for why, n in left_out.items()]
+    if calls.empty:
+        raise DatasetError("no rows to evaluate" + (f" ({'; '.join(notes)})" if notes else ""))
+    predicted = estimator().predict(calls.drop(columns="row"))
+    seconds = pd.Series(predicted["duration_ns"].to_numpy() * 1e-9).groupby(calls["row"].to_numpy()).sum()
+    done = rows.iloc[seconds.index]
+    frame = pd.DataFrame(
+        {
+            "key": (done["device"] + "/" + done["kernel_impl"] + "/" + done["direction"]).to_numpy(),
+            "measured": done["time_s"].to_numpy(),
+            "predicted": seconds.to_numpy(),
+        }
+    )
+    table = pd.DataFrame.from_dict(
+        {
+            key: {
+                "rows": len(g),
+                "mape": mape(g["measured"].to_numpy(), g["predicted"].to_numpy()),
+                "signed": float((g["predicted"] / g["measured"] - 1).mean()),
+            }
+            for key, g in frame.groupby("key", sort=True)
+        },
+        orient="index",
+    )
+    overall = {
+        "rows": len(frame),
+        "mape": mape(frame["measured"].to_numpy(), frame["predicted"].to_numpy()),
+        "signed": float((frame["predicted"] / frame["measured"] - 1).mean()),
+    }
+    return DatasetEvaluation("kernels_public", table, overall, notes)
 
 
 def _known_devices(devices: pd.Series) -> None:

@@ -11,7 +11,8 @@
 4. `roofline` — no model for the family: the analytical roofline `max(FLOPs / peak, bytes / bandwidth)`;
 5. `composed` — instead of the roofline, for a family without a model that composes its time from
    mechanisms (`FamilyPredictor.compose`: fused attention from the GEMM family's predictions of its
-   products, the special-function and FP32 rates of the spec sheet; `families/attention.py`).
+   products, the special-function and FP32 rates of the spec sheet, corrected by the model learned on public
+   attention measurements where it covers the kernel; `families/attention.py`, `attention_model.py`).
 
 `duration_ns` is device time: how long the call keeps its stream busy. `isolated_ns` is what the call
 would read timed on its own around one eager call on the measured hosts (their dispatch, then the kernel or

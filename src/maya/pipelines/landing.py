@@ -1,5 +1,5 @@
-"""What both raw-data asset pairs do (kernel profiles by hardware x campaign, collective measurements by
-network x campaign), each with its own tables (`Tables`) and file check: list a partition's files as they
+"""What every raw-data asset pair does (kernel profiles by hardware x campaign, collective measurements by
+network x campaign, public kernel measurements by source file), each with its own tables (`Tables`) and file check: list a partition's files as they
 landed, with their SHA-256 (`PartitionRows.land`); validate its rows and write them with their quarantine
 (`PartitionRows.validate`), only when its content hash changed and in one transaction, so a run killed midway
 leaves the previous rows in place."""
@@ -38,6 +38,9 @@ class Tables:
 PROFILE_TABLES = Tables("hardware", "profile_files", "kernel_profiles", "quarantine", "profile_partitions")
 COLLECTIVE_TABLES = Tables(
     "network", "collective_files", "collective_measurements", "collective_quarantine", "collective_partitions"
+)
+PUBLIC_KERNEL_TABLES = Tables(
+    "source", "public_kernel_files", "public_kernels", "public_kernel_quarantine", "public_kernel_partitions"
 )
 
 
@@ -127,7 +130,7 @@ class PartitionRows:
     def validate(
         self,
         context: dg.AssetExecutionContext,
-        partition: Partition | NetworkPartition,
+        partition: Partition | NetworkPartition | str,
         files: list[ProfileFile],
         check: Callable[[ProfileFile, bytes], FileCheck],
     ) -> Validated:

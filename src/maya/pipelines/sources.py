@@ -9,6 +9,9 @@
 
 Collective measurements, by (network, campaign): Vidur's, one partition per network, campaign
 `vidur-collectives`, all reading `data/vidur/collectives.parquet`.
+
+Public kernel measurements, by source: each file of `data/kernels_public/` (`PUBLIC_KERNEL_SOURCES`), campaign
+`kernels-public`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import pyarrow.parquet as pq
 
 from maya import __version__
 from maya.core import hardware
+from maya.estimators.kernels_public_data import FILES as KERNELS_PUBLIC_FILES
+from maya.estimators.kernels_public_data import kernels_public_dir
 from maya.estimators.neusight_data import FAMILY_OF_OP, neusight_dir
 
 from .resources import DataSources
@@ -35,6 +40,9 @@ NEUSIGHT, MEASUREMENTS, VIDUR_COMPUTE, VIDUR_COLLECTIVES = (
     "vidur_collectives",
 )
 """File formats."""
+KERNELS_PUBLIC, KERNELS_PUBLIC_CAMPAIGN = "kernels_public", "kernels-public"
+PUBLIC_KERNEL_SOURCES: dict[str, str] = {Path(f).stem.replace("_", "-"): f for f in KERNELS_PUBLIC_FILES}
+"""Partition key (the file's name) -> the shipped file, relative to `kernels_public_dir()`."""
 
 
 @dataclass(frozen=True, order=True)
@@ -127,3 +135,8 @@ def fingerprint(files: list[ProfileFile]) -> str:
 def content_hash(digests: list[tuple[str, str]]) -> str:
     """Hash of a partition's (path, SHA-256) pairs and of the Maya version that reads them."""
     return hashlib.sha256(json.dumps([__version__, sorted(digests)]).encode()).hexdigest()
+
+
+def public_kernel_files(source: str) -> list[ProfileFile]:
+    """The shipped file of a public kernel-measurement partition."""
+    return [ProfileFile(kernels_public_dir() / PUBLIC_KERNEL_SOURCES[source], KERNELS_PUBLIC)]

@@ -10,6 +10,10 @@
 | `collective_partitions` | validated collective partition: the content hash it was validated at, row counts |
 | `collective_measurements` | valid measured collective (Maya's collective name, bytes per GPU, ranks, nodes, `measured_ns`) |
 | `collective_quarantine` | rejected collective row or unreadable file, with the reason |
+| `public_kernel_files` | shipped public kernel-measurement file (`data/kernels_public/`, one partition each), with its SHA-256 |
+| `public_kernel_partitions` | validated public kernel partition: the content hash it was validated at, row counts |
+| `public_kernels` | valid public kernel measurement (device, implementation, direction, shape, `time_s`, provenance) |
+| `public_kernel_quarantine` | rejected public kernel row or unreadable file, with the reason |
 | `estimator_evaluations` | estimator version evaluated at an inputs hash: overall errors |
 | `kernel_errors` | version x hardware x family: held-out kernel MAPE (NeuSight's test split) |
 | `kernel_predictions` | version x held-out kernel: measured and predicted ns |

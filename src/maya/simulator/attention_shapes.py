@@ -1,6 +1,9 @@
 """Attention shapes of fused-attention kernels, in the call-frame vocabulary of the attention family
 (`maya.estimators.families.attention`): `batch` = batch x heads, `m` queries, `n` keys, `k` head dimension,
-op `<sdpa|flash>_<fwd|bwd>[_causal]` or `flash_bwd_preprocess` / `flash_bwd_postprocess`.
+op `<kernel>_<fwd|bwd>[_causal]` or `<kernel>_bwd_preprocess` / `<kernel>_bwd_postprocess`, the kernel `sdpa`
+(cuDNN), `flash` (FlashAttention-2: torch's port, the flash-attn package), `efficient` (torch's memory-efficient
+CUTLASS kernels) or `lftriton` (the kernels inside a `TRITON_ATTENTION_RANGE`: llm-foundry's Triton flash
+attention, which SDPA's kernels stand in for under emulation).
 
 - cuDNN attention graphs carry their shape and mask in `args.attention` (the emulator records them).
 - Kernels torch launches itself (its FlashAttention-2 port `pytorch_flash::flash_*_kernel`, the
@@ -28,6 +31,8 @@ ATTENTION_BACKWARD_FLOPS = 2.5
 """Backward attention recomputes QK^T and runs four more products: 2.5 times the forward's FLOPs."""
 
 ATTENTION_OPS: dict[str, tuple[int, int, bool]] = {
+    "flash_attn::_flash_attn_forward": (0, 1, False),
+    "flash_attn::_flash_attn_backward": (1, 2, False),
     "aten::_flash_attention_forward": (0, 1, False),
     "aten::_flash_attention_backward": (1, 2, False),
     "aten::_efficient_attention_forward": (0, 1, False),
@@ -39,6 +44,11 @@ ATTENTION_OPS: dict[str, tuple[int, int, bool]] = {
 }
 """Attention ops whose kernels carry no shape: positions of the query and key among their inputs, and whether
 their layout is [batch, heads, sequence, head dim] (else [batch, sequence, heads, head dim])."""
+
+TRITON_ATTENTION_RANGE = "llmfoundry::triton_flash_attn"
+"""A `record_function` range a script opens around attention that ran llm-foundry's Triton flash attention where
+it was measured (`data/workloads/mpt.py`, `attn_impl: triton`): the kernels inside, and the backward of the ops
+inside, are op `lftriton_*`, priced from that kernel's nearest measured proxy (`maya.estimators.attention_model`)."""
 
 _MANGLED_BOOLS = re.compile(r"((?:Lb[01]E){2,})E+v")
 _DEMANGLED_BOOLS = re.compile(r"traits<.*>\s*,\s*(true|false)\s*,\s*(true|false)")
@@ -57,6 +67,44 @@ def kernel_role(name: str) -> str | None:
     if "flash_fwd" in lower or "cutlassf" in lower:
         return "fwd"
     return None
+
+
+def kernel_implementation(name: str) -> str:
+    """The call-frame kernel of a fused-attention kernel torch launches: `efficient` (the memory-efficient CUTLASS
+    kernels, `fmha_cutlassF/B`, xformers' own) or `flash` (FlashAttention-2: torch's port, the flash-attn package)."""
+    lower = name.lower()
+    return "efficient" if "fmha_cutlass" in lower or ("fmha" in lower and "flash" not in lower) else "flash"
+
+
+def ranged_attention_ops(ops: pd.DataFrame, range_name: str = TRITON_ATTENTION_RANGE) -> set[int]:
+    """Ids of the attention ops (`ATTENTION_OPS`) inside a `range_name` range, and of the backward attention ops of
+    those: a backward op's enclosing autograd node carries the sequence number of the forward op it
+    differentiates."""
+    if "seq_nr" not in ops.columns or not (ops["name"] == range_name).any():
+        return set()
+    parent = dict(zip(ops["op_id"], ops["parent_op_id"]))
+    seq_nr = dict(zip(ops["op_id"], ops["seq_nr"]))
+    ranges = set(ops.loc[ops["name"] == range_name, "op_id"])
+    attention = ops[ops["name"].isin(list(ATTENTION_OPS))]
+
+    def ancestors(op_id):
+        current, depth = op_id, 0
+        while current == current and current is not None and depth <= len(parent):
+            yield current
+            current, depth = parent.get(current), depth + 1
+
+    found, forward_seq = set(), set()
+    backward = attention["name"].astype(str).str.endswith("backward").to_numpy()
+    for op_id in attention["op_id"].to_numpy()[~backward]:
+        if any(a in ranges for a in ancestors(op_id)):
+            found.add(op_id)
+            if seq_nr.get(op_id) == seq_nr.get(op_id):
+                forward_seq.add(seq_nr[op_id])
+    for op_id in attention["op_id"].to_numpy()[backward]:
+        node = next((a for a in ancestors(op_id) if seq_nr.get(a) == seq_nr.get(a)), None)
+        if node is not None and seq_nr[node] in forward_seq:
+            found.add(op_id)
+    return found
 
 
 def kernel_causal(name: str) -> bool | None:
@@ -151,6 +199,7 @@ def shape_attention(
     if not len(shapes):
         return
     ancestor = attention_ancestors(ops, calls["op_id"].to_numpy()[launched])
+    ranged = ranged_attention_ops(ops)
     names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"].astype(str)))
     for i in np.flatnonzero(launched):
         owner = ancestor.get(calls["op_id"].iat[i])
@@ -161,7 +210,7 @@ def shape_attention(
         role = kernel_role(name) or ("bwd" if s["backward"] else "fwd")
         _set(
             i,
-            "flash",
+            "lftriton" if owner in ranged else kernel_implementation(name),
             role,
             bool(kernel_causal(name)),
             s["batch"],
@@ -195,7 +244,7 @@ def _set(
     num["batch"][i], num["m"][i], num["n"][i], num["k"][i] = b, m, n, d
     itemsize = DTYPE_BYTES[kind]
     if role in ("preprocess", "postprocess"):
-        op[i] = f"flash_bwd_{role}"
+        op[i] = f"{kernel}_bwd_{role}"
         num["flops"][i] = 0.0
         num["work_bytes"][i] = np.nan  # the family counts its traffic
         return

@@ -54,6 +54,10 @@ MP_MODES = ("DEFAULT", "PURE", "FULL")
 SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NONE")
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
+TRITON_ATTENTION_RANGE = "llmfoundry::triton_flash_attn"
+"""A `record_function` range around the attention of `attn_impl: triton`: llm-foundry's Triton flash attention
+(Tri Dao's `flash_attn_triton.py` on pre-MLIR Triton), which the simulator prices from its nearest measured
+proxy (`maya.simulator.attention_shapes.TRITON_ATTENTION_RANGE`)."""
 IGNORE_INDEX = -100
 LOSS_FNS = ("fused_crossentropy", "torch_crossentropy")
 
@@ -193,7 +197,9 @@ class Attention(nn.Module):
         q, k, v = self.Wqkv(x).split(d, dim=2)
         shape = (b, s, self.heads, d // self.heads)
         if self.attn_impl == "triton":  # the fused kernel reads the strided q, k, v of the QKV output
-            out = self._sdpa(q.view(shape), k.view(shape), v.view(shape)).reshape(b, s, d)
+            # the range tells the simulator which kernel the published runs used (SDPA's kernels stand in for it)
+            with torch.profiler.record_function(TRITON_ATTENTION_RANGE):
+                out = self._sdpa(q.view(shape), k.view(shape), v.view(shape)).reshape(b, s, d)
         else:  # "flash": flash-attn 2's variable-length path (unpad q, k, v; attend; pad the output)
             mask = torch.ones((b, s), dtype=torch.bool, device=x.device)
             (q, indices), (k, _), (v, _) = _unpad(q, mask), _unpad(k, mask), _unpad(v, mask)

@@ -51,18 +51,25 @@ and the zeroed fp32 dQ accumulator; `flash_bwd_postprocess`: dQ converted from f
 elementwise family prices such a pass.
 
 Call frame: `batch` = batch x heads, `m` query length, `n` key length, `k` head dimension; op
-`<kernel>_<fwd|bwd>[_causal]` with kernel `sdpa` (cuDNN) or `flash`.
+`<kernel>_<fwd|bwd>[_causal]` with kernel `sdpa` (cuDNN), `flash`, `efficient` (CUTLASS), `flex` (Triton
+templates) or `lftriton` (llm-foundry's Triton flash attention: `simulator.attention_shapes`).
+
+Kernels measured in public (FlashAttention-2, the CUTLASS kernels, FlexAttention, and FlashAttention v1 as the
+proxy of llm-foundry's Triton kernel) are priced by `compose` as this mechanism times a correction learned on
+their measurements (`maya.estimators.attention_model`); cuDNN's, never measured, by the mechanism alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ..attention_model import learned
 from ..calls import element_bytes, gemm_of_row_major
-from ..hardware_table import HardwareArrays
+from ..hardware_table import HardwareArrays, hardware_arrays
 from .base import Composed, FamilyPredictor, PriceCalls, Work, count_or_one, log2
 
 QUERY_TILE = 128
@@ -150,6 +157,18 @@ class AttentionPredictor(FamilyPredictor):
         "flash_bwd_causal",
         "flash_bwd_preprocess",
         "flash_bwd_postprocess",
+        "efficient_fwd",
+        "efficient_bwd",
+        "efficient_fwd_causal",
+        "efficient_bwd_causal",
+        "flex_fwd",
+        "flex_bwd",
+        "lftriton_fwd",
+        "lftriton_bwd",
+        "lftriton_fwd_causal",
+        "lftriton_bwd_causal",
+        "lftriton_bwd_preprocess",
+        "lftriton_bwd_postprocess",
     )
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
@@ -174,6 +193,17 @@ class AttentionPredictor(FamilyPredictor):
         }
 
     def compose(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed:
+        """The mechanism (`mechanism`), corrected for the implementations measured in public by the model learned
+        on them (`maya.estimators.attention_model`)."""
+        return learned(calls, self.mechanism(calls, hw, price), price, self.priced_by(price))
+
+    def priced_by(self, price: PriceCalls) -> Callable[[pd.DataFrame], Composed]:
+        """`mechanism` as a function of a frame of attention calls, their GEMMs and passes priced by `price`."""
+        return lambda frame: self.mechanism(frame, hardware_arrays(frame), price)
+
+    def mechanism(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> Composed:
+        """The time composed from the mechanisms alone (module docstring): the fallback for kernels never
+        measured (cuDNN's), and the prior the learned correction multiplies."""
         return self._parts(calls, hw, price).composed()
 
     def breakdown(self, calls: pd.DataFrame, hw: HardwareArrays, price: PriceCalls) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """New or grown campaign directories (`<profiles>/<hardware>/<campaign>/`, e.g. dropped by `maya profile
 kernels` or the profiling_campaign job), NeuSight's and Vidur's GPUs and Vidur's networks become raw-data
-partitions, ingested."""
+partitions, ingested; so are the shipped public kernel measurements, one static partition per file, whenever
+a file changed."""
 
 import json
 
@@ -14,7 +15,15 @@ from ..partitions import (
     partition_key,
 )
 from ..resources import DataSources
-from ..sources import find_network_partitions, find_partitions, fingerprint, network_files, partition_files
+from ..sources import (
+    PUBLIC_KERNEL_SOURCES,
+    find_network_partitions,
+    find_partitions,
+    fingerprint,
+    network_files,
+    partition_files,
+    public_kernel_files,
+)
 
 ingest_profiles = dg.define_asset_job(
     "ingest_profiles",
@@ -27,9 +36,15 @@ ingest_collectives = dg.define_asset_job(
     description="Raw collective measurements of one (network, campaign) partition into the warehouse.",
 )
 
+ingest_public_kernels = dg.define_asset_job(
+    "ingest_public_kernels",
+    selection=["raw_public_kernels", "validated_public_kernels"],
+    description="One shipped file of public kernel measurements into the warehouse.",
+)
+
 
 @dg.sensor(
-    jobs=[ingest_profiles, ingest_collectives],
+    jobs=[ingest_profiles, ingest_collectives, ingest_public_kernels],
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
@@ -47,13 +62,23 @@ def profile_campaigns(context: dg.SensorEvaluationContext, data: DataSources) ->
             for p in find_network_partitions(data)
         }
     )
+    found.update(
+        {
+            f"public:{source}": (source, fingerprint(public_kernel_files(source)), ingest_public_kernels.name)
+            for source in PUBLIC_KERNEL_SOURCES
+        }
+    )
     dimensions = {"hardware": hardware_partitions, "campaign": campaign_partitions, "network": network_partitions}
     wanted = {name: {getattr(p, name) for p, _, _ in found.values() if hasattr(p, name)} for name in dimensions}
     known = {name: set(context.instance.get_dynamic_partitions(name)) for name in dimensions}
     new = {name: sorted(wanted[name] - known[name]) for name in dimensions}
     return dg.SensorResult(
         run_requests=[
-            dg.RunRequest(partition_key=key.removeprefix("network:"), run_key=f"{key}:{files}", job_name=job)
+            dg.RunRequest(
+                partition_key=key.removeprefix("network:").removeprefix("public:"),
+                run_key=f"{key}:{files}",
+                job_name=job,
+            )
             for key, (_, files, job) in found.items()
             if seen.get(key) != files
         ],

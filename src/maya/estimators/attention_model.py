@@ -1,0 +1,341 @@
+"""Fused attention priced from public measurements (`data/kernels_public/attention/`): the composed mechanism
+(`families.attention`) corrected by a model learned, per implementation family, on measured kernels.
+
+What was measured (`attention/README.md`): FlashAttention-2's figures, fwd+bwd of FlashAttention-2, v1, xformers'
+CUTLASS kernels, OpenAI-Triton flash attention and eager PyTorch on an A100 SXM4 and an H100 SXM5 (the last three
+on the A100 alone); TritonBench's forward and backward timed separately on Meta's H100-class machines
+(`kernels_public_data.OWN_DEVICE`).
+
+The model, per implementation family (`IMPLEMENTATIONS`): log(measured / composed) of a fwd+bwd row is linear in
+the shape (`features`: log2 sequence length, log2 head dimension, causal), fitted by ridge regression. The
+composed time carries what differs between GPUs (the GEMM family's products on that GPU, its exp2 and FP32 rates,
+its tensor-core generation, HBM bandwidth); with two measured GPUs the correction cannot learn hardware terms
+of its own, so it stays a function of the shape and transfers through the composed prior. How it transfers is
+judged by leaving each GPU out (`leave_one_gpu_out`).
+
+A fwd+bwd row does not say how its time splits: the split follows the TritonBench rows, where backward / forward
+measured over backward / forward composed is fitted on the sequence length (`RATIO_IMPLEMENTATIONS`); the ratio
+is a property of the kernels, so it is taken from that device although its absolute times are not. FlexAttention
+(Triton templates) is measured on that device only, next to FlashAttention-2: it is priced as FlashAttention-2
+times the measured flex / FlashAttention-2 ratio per direction (`flex_ratio`).
+
+Each priced call's band is the 10th-90th percentile of log(measured / predicted) on GPUs held out (the family's
+rows on one GPU alone: its residuals in training, which understate the error on another GPU).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from sklearn.linear_model import Ridge
+
+from .kernels_public_data import OWN_DEVICE, load
+
+if TYPE_CHECKING:  # the attention family prices by this module
+    from .families.base import Composed, PriceCalls
+
+IMPLEMENTATIONS: dict[str, str] = {
+    "FlashAttention-2": "flash2",
+    "FlashAttention": "flash1",
+    "xformers": "efficient",
+    "FlashAttention Triton": "triton",
+}
+"""The figures' implementations -> the family the model learns (`Pytorch`, eager attention, is Maya's own GEMM
+and softmax kernels: not a fused kernel)."""
+RATIO_IMPLEMENTATIONS = ("sdpa", "flash_v2")
+"""TritonBench's FlashAttention-2 kernels (torch's bundled copy, the flash-attn package): the backward / forward
+split."""
+FLEX = "flex_attention"
+CALL_KERNELS: dict[str, tuple[str, str]] = {
+    "flash": ("flash2", "flash"),
+    "efficient": ("efficient", "efficient"),
+    "flex": ("flash2", "flash"),
+    "lftriton": ("flash1", "flash"),
+}
+"""Call-frame kernel (op prefix) -> the family that prices it and the composed kernel its prior is (`flex`:
+FlashAttention-2 times `flex_ratio`; `lftriton`, llm-foundry's Triton kernel, which has no public timing: its
+proxy, FlashAttention v1, `attention/README.md` section 3). `sdpa`, cuDNN, was never measured: the composed
+mechanism alone."""
+PROXY_UNCERTAINTY: dict[str, float] = {"lftriton": 0.20}
+"""Relative uncertainty of a kernel priced from a proxy, beyond the proxy's own band: the band's ends move out by
+this factor ("±20 % would not be surprising", `attention/README.md` section 3)."""
+COMPOSED_KERNEL: dict[str, str] = {"flash2": "flash", "flash1": "flash", "triton": "flash", "efficient": "efficient"}
+"""The composed mechanism each family's rows are compared with."""
+RIDGE_ALPHA = 1e-2
+BAND = (0.1, 0.9)
+REFERENCE_SEQ, REFERENCE_HEAD_DIM = 4096.0, 64.0
+
+
+def features(seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.ndarray:
+    """The shape as the correction sees it: log2 sequence and head dimension (centred) and the causal flag."""
+    return np.column_stack(
+        [
+            np.log2(np.asarray(seq, "float64") / REFERENCE_SEQ),
+            np.log2(np.asarray(head_dim, "float64") / REFERENCE_HEAD_DIM),
+            np.asarray(causal, "float64"),
+        ]
+    )
+
+
+def _ridge(x: np.ndarray, y: np.ndarray) -> Ridge:
+    return Ridge(alpha=RIDGE_ALPHA).fit(x, y)
+
+
+@dataclass(frozen=True)
+class AttentionModel:
+    """Per family, the fitted log correction of fwd+bwd and its band; the backward / forward split; FlexAttention's
+    ratio to FlashAttention-2 per direction."""
+
+    corrections: dict[str, Ridge]
+    bands: dict[str, tuple[float, float]]
+    held_out: dict[str, bool]
+    """Whether a family's band was measured on GPUs held out (else on its training rows)."""
+    split: Ridge
+    flex_ratio: dict[str, Ridge]
+
+    def factors(
+        self,
+        family: str,
+        seq: np.ndarray,
+        head_dim: np.ndarray,
+        causal: np.ndarray,
+        fwd_s: np.ndarray,
+        bwd_s: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per shape, the (forward, backward) factors on the composed times `fwd_s`, `bwd_s` (the backward with its
+        memory passes): together they make fwd+bwd the learned correction, split as `split` says."""
+        x = features(seq, head_dim, causal)
+        total = np.exp(self.corrections[family].predict(x))
+        ratio = np.exp(self.split.predict(x[:, :1]))
+        forward = total * (fwd_s + bwd_s) / (fwd_s + ratio * bwd_s)
+        return forward, forward * ratio
+
+
+def rows() -> pd.DataFrame:
+    """The valid attention rows of the shipped files, with their implementation family (`family`)."""
+    valid = load().rows
+    attention = valid[valid["dataset"].str.startswith("attn")].copy()
+    attention["family"] = attention["kernel_impl"].map(IMPLEMENTATIONS).fillna("")
+    return attention.reset_index(drop=True)
+
+
+Mechanism = Callable[[pd.DataFrame], "Composed"]
+"""Prices a frame of attention calls by the composed mechanism alone (`AttentionPredictor.priced_by`)."""
+
+
+def composed_rows(frame: pd.DataFrame, mechanism: Mechanism, hardware: pd.Series | None = None) -> pd.DataFrame:
+    """Per row of `frame` (seqlen, head_dim, causal, batch, n_heads, dtype_name), the composed mechanism's forward
+    and backward seconds (`fwd_s`, `bwd_s`: the fused backward and its two memory passes) with the kernel
+    `COMPOSED_KERNEL` names for its family, on `hardware` (default: the row's device)."""
+    kernel = frame["family"].map(COMPOSED_KERNEL).fillna("flash").to_numpy()
+    suffix = np.where(frame["causal"].to_numpy(bool), "_causal", "")
+    parts = {
+        "fwd": np.char.add(np.char.add(kernel.astype(str), "_fwd"), suffix),
+        "bwd": np.char.add(np.char.add(kernel.astype(str), "_bwd"), suffix),
+        "pre": np.where(kernel == "flash", "flash_bwd_preprocess", ""),
+        "post": np.where(kernel == "flash", "flash_bwd_postprocess", ""),
+    }
+    base = pd.DataFrame(
+        {
+            "hardware": (frame["device"] if hardware is None else hardware).to_numpy(),
+            "family": "attention",
+            "dtype": frame["dtype_name"].to_numpy(),
+            "batch": (frame["batch"] * frame["n_heads"]).to_numpy(),
+            "m": frame["seqlen"].to_numpy(),
+            "n": frame["seqlen"].to_numpy(),
+            "k": frame["head_dim"].to_numpy(),
+        }
+    )
+    calls = pd.concat([base.assign(op=op, part=name) for name, op in parts.items()], ignore_index=True)
+    calls = calls[calls["op"] != ""].reset_index()
+    seconds = mechanism(calls).seconds
+    row = calls["index"].to_numpy() % len(frame)
+    fwd, bwd = np.zeros(len(frame)), np.zeros(len(frame))
+    forward = (calls["part"] == "fwd").to_numpy()
+    np.add.at(fwd, row[forward], seconds[forward])
+    np.add.at(bwd, row[~forward], seconds[~forward])
+    return pd.DataFrame({"fwd_s": fwd, "bwd_s": bwd}, index=frame.index)
+
+
+def _log_residual(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    return np.log(np.asarray(measured, "float64") / np.asarray(predicted, "float64"))
+
+
+def _split(tritonbench: pd.DataFrame, mechanism: Mechanism) -> Ridge:
+    """log(measured bwd/fwd over composed bwd/fwd) on the sequence length, from TritonBench's FlashAttention-2
+    rows timed both ways on one shape (composed on an H100 SXM: a ratio, not that device's times)."""
+    rows_ = tritonbench[tritonbench["kernel_impl"].isin(RATIO_IMPLEMENTATIONS)].assign(family="flash2")
+    keys = ["source_commit", "kernel_impl", "batch", "n_heads", "seqlen", "head_dim", "causal"]
+    paired = rows_[rows_["direction"] == "fwd"].merge(
+        rows_[rows_["direction"] == "bwd"][[*keys, "time_s"]], on=keys, suffixes=("", "_bwd")
+    )
+    composed = composed_rows(paired, mechanism, pd.Series("h100-sxm", index=paired.index))
+    measured_ratio = paired["time_s_bwd"].to_numpy() / paired["time_s"].to_numpy()
+    composed_ratio = composed["bwd_s"].to_numpy() / composed["fwd_s"].to_numpy()
+    x = features(paired["seqlen"], paired["head_dim"], paired["causal"])[:, :1]
+    return _ridge(x, np.log(measured_ratio / composed_ratio))
+
+
+def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, Ridge]:
+    """Per direction, log(FlexAttention / FlashAttention-2) on the sequence length, from TritonBench rows of one
+    commit and shape."""
+    keys = ["source_commit", "batch", "n_heads", "seqlen", "head_dim", "causal", "direction"]
+    flash = tritonbench[tritonbench["kernel_impl"] == "flash_v2"][[*keys, "time_s"]]
+    paired = tritonbench[tritonbench["kernel_impl"] == FLEX].merge(flash, on=keys, suffixes=("", "_flash"))
+    out = {}
+    for direction in ("fwd", "bwd"):
+        here = paired[paired["direction"] == direction]
+        x = features(here["seqlen"], here["head_dim"], here["causal"])[:, :1]
+        out[direction] = _ridge(x, np.log(here["time_s"].to_numpy() / here["time_s_flash"].to_numpy()))
+    return out
+
+
+def measured_rows(mechanism: Mechanism) -> pd.DataFrame:
+    """The fwd+bwd rows of the catalog's GPUs with their composed times (`composed_s`) and features."""
+    found = rows()
+    figures = found[(found["direction"] == "fwd+bwd") & (found["family"] != "") & (found["device"] != OWN_DEVICE)]
+    composed = composed_rows(figures, mechanism)
+    return figures.assign(fwd_s=composed["fwd_s"], bwd_s=composed["bwd_s"], composed_s=composed.sum(axis=1))
+
+
+def fit(mechanism: Mechanism) -> AttentionModel:
+    """The model, fitted on every measured GPU, with bands from each GPU held out in turn."""
+    figures = measured_rows(mechanism)
+    tritonbench = rows().query("device == @OWN_DEVICE")
+    corrections, bands, held_out = {}, {}, {}
+    for family, group in figures.groupby("family"):
+        x = features(group["seqlen"], group["head_dim"], group["causal"])
+        y = _log_residual(group["time_s"], group["composed_s"])
+        corrections[family] = _ridge(x, y)
+        out = _held_out_residuals(group)
+        held_out[family] = out is not None
+        residuals = out if out is not None else y - corrections[family].predict(x)
+        bands[family] = tuple(float(q) for q in np.quantile(residuals, BAND))
+    return AttentionModel(corrections, bands, held_out, _split(tritonbench, mechanism), _flex_ratio(tritonbench))
+
+
+def _held_out_residuals(group: pd.DataFrame) -> np.ndarray | None:
+    """log(measured / learned) of each GPU's rows, learned on the family's other GPUs (None: one GPU only)."""
+    devices = group["device"].unique()
+    if len(devices) < 2:
+        return None
+    out = []
+    for device in devices:
+        train, test = group[group["device"] != device], group[group["device"] == device]
+        model = _ridge(
+            features(train["seqlen"], train["head_dim"], train["causal"]),
+            _log_residual(train["time_s"], train["composed_s"]),
+        )
+        learned = test["composed_s"] * np.exp(model.predict(features(test["seqlen"], test["head_dim"], test["causal"])))
+        out.append(_log_residual(test["time_s"], learned))
+    return np.concatenate(out)
+
+
+def leave_one_gpu_out(mechanism: Mechanism) -> pd.DataFrame:
+    """Per implementation family and GPU held out: rows, the learned model's (fitted on the other GPUs) and the
+    composed mechanism's mean signed and mean absolute error (fractions, predicted / measured - 1)."""
+    figures = measured_rows(mechanism)
+    out = []
+    for (family, device), test in figures.groupby(["family", "device"]):
+        train = figures[(figures["family"] == family) & (figures["device"] != device)]
+        composed_error = test["composed_s"] / test["time_s"] - 1
+        entry = {
+            "family": family,
+            "gpu": device,
+            "rows": len(test),
+            "composed_signed": composed_error.mean(),
+            "composed_mape": composed_error.abs().mean(),
+            "learned_signed": np.nan,
+            "learned_mape": np.nan,
+        }
+        if len(train):
+            model = _ridge(
+                features(train["seqlen"], train["head_dim"], train["causal"]),
+                _log_residual(train["time_s"], train["composed_s"]),
+            )
+            learned = test["composed_s"] * np.exp(
+                model.predict(features(test["seqlen"], test["head_dim"], test["causal"]))
+            )
+            error = learned / test["time_s"] - 1
+            entry.update(learned_signed=error.mean(), learned_mape=error.abs().mean())
+        out.append(entry)
+    return pd.DataFrame(out)
+
+
+_FITTED: dict[int, AttentionModel] = {}
+
+
+def fitted(price: PriceCalls, mechanism: Mechanism) -> AttentionModel:
+    """The model fitted with `mechanism` priced by `price` (an estimator's `predict`: the composed times are that
+    estimator's), once per estimator."""
+    owner = getattr(price, "__self__", price)
+    key = id(owner)
+    model = _FITTED.get(key)
+    if model is None:
+        model = _FITTED[key] = fit(mechanism)
+        weakref.finalize(owner, _FITTED.pop, key, None)
+    return model
+
+
+def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanism: Mechanism) -> Composed:
+    """`composed` with the calls of a measured implementation, or of one with a measured proxy (`CALL_KERNELS`),
+    priced by the learned model: the composed time of the call (of its prior's kernel) times its direction's
+    factor (`AttentionModel.factors`; FlexAttention also times `flex_ratio`), in the band of its family's held-out
+    residuals widened by `PROXY_UNCERTAINTY`. `mechanism` prices attention calls by the composed mechanism."""
+    op = calls["op"].astype(str)
+    kernel = op.str.split("_").str[0].to_numpy()
+    priced = np.isin(kernel, list(CALL_KERNELS))
+    if not priced.any():
+        return composed
+    model = fitted(price, mechanism)
+    kernel, op = kernel[priced], op[priced]
+    family = np.array([CALL_KERNELS[k][0] for k in kernel])
+    base = np.array([CALL_KERNELS[k][1] for k in kernel])
+    causal = op.str.endswith("_causal").to_numpy()
+    backward = op.str.contains("bwd").to_numpy()
+    passes = op.str.endswith("process").to_numpy()
+    suffix = np.where(causal, "_causal", "")
+    frame = calls.loc[priced, ["hardware", "dtype", "batch", "m", "n", "k"]].reset_index(drop=True)
+    frame = frame.assign(family="attention")
+    ops = {
+        "fwd": np.char.add(np.char.add(base.astype(str), "_fwd"), suffix),
+        "bwd": np.char.add(np.char.add(base.astype(str), "_bwd"), suffix),
+        "pre": np.where(base == "flash", "flash_bwd_preprocess", ""),
+        "post": np.where(base == "flash", "flash_bwd_postprocess", ""),
+    }
+    seconds = {}
+    for name, values in ops.items():
+        present = values != ""
+        seconds[name] = np.zeros(len(frame))
+        if present.any():
+            seconds[name][present] = mechanism(frame[present].assign(op=values[present])).seconds
+    fwd_s, bwd_s = seconds["fwd"], seconds["bwd"] + seconds["pre"] + seconds["post"]
+    seq, head_dim = frame["m"].to_numpy("float64"), frame["k"].to_numpy("float64")
+    factor, low, high = np.ones(len(frame)), np.ones(len(frame)), np.ones(len(frame))
+    for name in np.unique(family):
+        mine = family == name
+        f, b = model.factors(name, seq[mine], head_dim[mine], causal[mine], fwd_s[mine], bwd_s[mine])
+        factor[mine] = np.where(backward[mine], b, f)
+        low[mine], high[mine] = np.exp(model.bands[name][0]), np.exp(model.bands[name][1])
+    widen = np.array([1.0 + PROXY_UNCERTAINTY.get(k, 0.0) for k in kernel])
+    # a fused call of a kernel other than its prior's is priced as the prior's fused kernel of its direction
+    own = np.where(
+        (kernel != base) & ~passes, np.where(backward, seconds["bwd"], seconds["fwd"]), composed.seconds[priced]
+    )
+    flex = kernel == "flex"
+    if flex.any():
+        x = features(seq[flex], head_dim[flex], causal[flex])[:, :1]
+        ratio = np.where(
+            backward[flex], np.exp(model.flex_ratio["bwd"].predict(x)), np.exp(model.flex_ratio["fwd"].predict(x))
+        )
+        own[flex] = own[flex] * ratio
+    seconds_out, low_out, high_out = composed.seconds.copy(), composed.low_s.copy(), composed.high_s.copy()
+    seconds_out[priced] = own * factor
+    low_out[priced] = seconds_out[priced] * low / widen
+    high_out[priced] = seconds_out[priced] * high * widen
+    return replace(composed, seconds=seconds_out, low_s=low_out, high_s=high_out)
