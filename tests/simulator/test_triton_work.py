@@ -37,7 +37,8 @@ def test_pointwise_counts_xnumel_and_the_bytes_of_its_tensors():
     assert work["work_bytes"] == 2 * 65536 + 2048 + 131072  # the in-place buffer is read and written
     assert work["dtype"] == "bf16"  # most of the bytes
     assert work["operands"] == 3
-    assert "flops" not in work and "family" not in work  # the family is the kernel name's (elementwise)
+    assert (work["family"], work["op"]) == ("elementwise", "inductor_pointwise")
+    assert "flops" not in work
 
 
 def test_two_dimensional_pointwise_multiplies_its_extents():
@@ -61,6 +62,47 @@ def test_reduction_counts_kept_times_reduced_elements_and_the_row():
     assert work["numel"] == 4096 * 50304
     assert work["row"] == 50304
     assert work["dtype"] == "fp32"
+    assert (work["family"], work["op"]) == ("reduction", "inductor_reduction")
+
+
+def test_a_gather_counts_the_rows_it_reads_not_its_table():
+    """An embedding lookup fused into a pointwise kernel passes the whole table; it reads one row per token."""
+    work = describe(
+        "triton_poi_fused_add_embedding_0",
+        note(
+            tensor("in_ptr0", (8, 1024), "int64", 8),
+            tensor("in_ptr1", (50304, 768), "float32", 4),
+            tensor("in_ptr2", (1024, 768), "float32", 4),
+            tensor("out_ptr0", (8, 1024, 768), "float32", 4),
+            scalar("xnumel", 8 * 1024 * 768),
+        ),
+    )
+    rows = 8 * 1024 * 768 * 4  # the gathered rows, the output
+    assert work["work_bytes"] == 8 * 1024 * 8 + rows + 1024 * 768 * 4 + rows
+    assert (work["family"], work["op"]) == ("elementwise", "inductor_pointwise")
+
+
+@pytest.mark.parametrize(
+    ("kernel", "family", "op"),
+    [
+        ("triton_poi_fused__to_copy_1", "copy", "inductor_pointwise"),
+        ("triton_poi_fused_native_layer_norm_native_layer_norm_backward_3", "elementwise", "inductor_pointwise"),
+        ("triton_per_fused_add_native_layer_norm_2", "normalization", "inductor_persistent_reduction"),
+        ("triton_red_fused__log_softmax_nll_loss_forward_4", "softmax", "inductor_reduction"),
+        ("triton_per_fused_embedding_dense_backward_sum_5", "reduction", "inductor_persistent_reduction"),
+    ],
+)
+def test_generated_kernels_take_the_family_of_what_they_do(kernel, family, op):
+    """A pointwise kernel is pointwise whatever its fused ops (a cast priced as the copy it is); a reduction is the
+    layer norm or softmax its name says, else a reduction."""
+    reduced = [scalar("r0_numel", 768)] if "_poi_" not in kernel else []
+    work = describe(
+        kernel, note(tensor("in_ptr0", (64, 768)), tensor("out_ptr0", (64, 768)), scalar("xnumel", 64), *reduced)
+    )
+    assert (work["family"], work["op"]) == (family, op)
+    assert describe(kernel, note(tensor("in_ptr0", (64, 768)), scalar("xnumel", 64), *reduced), True)["op"] == (
+        f"{op}_backward"
+    )
 
 
 @pytest.mark.parametrize("b_shape", [(256, 512), (512, 256)])  # B passed as [K, N] or as the transposed [N, K]
@@ -151,13 +193,14 @@ def test_work_frame_prices_triton_launches_from_their_arguments_not_the_enclosin
     )
     calls = pd.DataFrame(
         {
-            "kernel_id": [0, 1, 0],
-            "op_id": [7, 7, 7],
-            "api": ["cuLaunchKernel"] * 3,
+            "kernel_id": [0, 1, 0, 0],
+            "op_id": [7, 7, 7, 8],
+            "api": ["cuLaunchKernel"] * 4,
             "args": [
                 note(tensor("in_ptr0", (8, 8)), tensor("out_ptr0", (8, 8)), scalar("xnumel", 64)),
                 note(tensor("arg_A", (8, 4)), tensor("arg_B", (4, 8)), tensor("out_ptr0", (8, 8))),
                 None,
+                note(tensor("in_ptr0", (8, 8)), tensor("out_ptr0", (8, 8)), scalar("xnumel", 64)),
             ],
         }
     )
@@ -177,10 +220,17 @@ def test_work_frame_prices_triton_launches_from_their_arguments_not_the_enclosin
     ):
         calls[column] = None
     ops = pd.DataFrame(
-        {"op_id": [7], "name": ["CompiledFunction"], "input_shapes": [[[1000, 1000]]], "input_dtypes": [["float"]]}
+        {
+            "op_id": [7, 8],
+            "name": ["CompiledFunction", "CompiledFunctionBackward"],
+            "input_shapes": [[[1000, 1000]], [[1000, 1000]]],
+            "input_dtypes": [["float"], ["float"]],
+        }
     )
     trace = RankTrace(0, calls, ops, kernels, pd.DataFrame(), pd.DataFrame())
     frame = work_frame(trace, np.zeros(len(calls), dtype=np.int64))
     assert frame.loc[0, "numel"] == 64 and frame.loc[0, "work_bytes"] == 256
     assert (frame.loc[1, "family"], frame.loc[1, "flops"]) == ("gemm", 2 * 8 * 8 * 4)
     assert frame.loc[2, "numel"] == 1e6  # an undescribed launch keeps the enclosing op's shapes
+    # the same generated kernel in the compiled backward is a backward pass's
+    assert frame["op"].tolist()[::3] == ["inductor_pointwise", "inductor_pointwise_backward"]

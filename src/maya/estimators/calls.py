@@ -125,6 +125,22 @@ def gemm_of_row_major(batch, rows, cols, reduction):
     return batch, cols, rows, reduction
 
 
+INDUCTOR_KINDS: tuple[str, ...] = ("pointwise", "reduction", "persistent_reduction")
+"""Inductor's generated (non-template) kernels, whose calls carry the op `inductor_op(kind, backward)`."""
+
+
+def inductor_op(kind: str, backward: bool = False) -> str:
+    """The op of a call to an Inductor-generated kernel of `kind` (`INDUCTOR_KINDS`), forward or backward."""
+    if kind not in INDUCTOR_KINDS:
+        raise CallFrameError(f"unknown Inductor kernel kind {kind!r}; known: {', '.join(INDUCTOR_KINDS)}")
+    return f"inductor_{kind}" + ("_backward" if backward else "")
+
+
+INDUCTOR_OPS: tuple[str, ...] = tuple(
+    inductor_op(kind, backward) for kind in INDUCTOR_KINDS for backward in (False, True)
+)
+
+
 GATHER_OPS = {"embedding": (0, 1), "index_select": (0, 2), "gather": (0, 2)}
 """Aten ops that gather rows of a table, with the positions of the table and of the indices among their inputs.
 Their kernel's work is what they gather (`numel` of the output), not the table, which is their largest input."""

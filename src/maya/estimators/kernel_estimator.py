@@ -14,6 +14,11 @@
    products, the special-function and FP32 rates of the spec sheet, corrected by the model learned on public
    attention measurements where it covers the kernel; `families/attention.py`, `attention_model.py`).
 
+An Inductor-generated normalization or softmax (`FUSED_FAMILIES`) that moves more bytes than its family counts
+for its own rows is that family's kernel plus the pointwise work fused around it: the rest of its bytes take what
+they add to the add moving the row kernel's own bytes (`KernelEstimator._price_fused_rest`): the time of the eager
+kernels it replaces, without the launch and tail of a kernel of their own.
+
 `duration_ns` is device time: how long the call keeps its stream busy. `isolated_ns` is what the call
 would read timed on its own around one eager call on the measured hosts (their dispatch, then the kernel or
 the host's post-launch time, the longer; `maya.estimators.launch_floor`), to compare with measurements
@@ -39,7 +44,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .calls import coded, element_bytes, normalize
+from .calls import INDUCTOR_OPS, coded, element_bytes, normalize
 from .efficiency_model import Band, EfficiencyModel
 from .families import PREDICTORS, Work
 from .features import features_of
@@ -51,6 +56,8 @@ from .segments import SEGMENT_DTYPES, WIDTH_FAMILIES, family_of, model_key, segm
 METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline", "composed")
 PRICED: tuple[str, ...] = ("roofline_ns", "efficiency", "duration_ns", "duration_low_ns", "duration_high_ns")
 """The prediction columns besides `method`, in output order."""
+FUSED_FAMILIES = ("normalization", "softmax")
+"""Row families whose Inductor-generated kernels fuse pointwise work around the row's own (`fused_rest`)."""
 REFERENCE_FAMILY, REFERENCE_KERNEL = "elementwise", "add"
 """The kernel every width segment measures (torch's vectorized add: Vidur's residual adds, NeuSight's adds), to which
 kernels a segment never measured are related."""
@@ -136,6 +143,11 @@ class KernelEstimator:
     def _price(self, calls: pd.DataFrame, keys: np.ndarray) -> dict[str, np.ndarray]:
         """Prediction columns for calls of distinct shapes (text columns as categoricals, `coded`);
         `method` as indices into `METHODS`."""
+        fused, own, rest = fused_rest(calls)
+        if len(fused):  # the row kernel of each priced on its own work, the rest below
+            moved = calls["bytes"].to_numpy(dtype="float64", copy=True)
+            moved[fused] = np.nan
+            calls = calls.assign(bytes=moved)
         priced = {name: np.empty(len(calls)) for name in PRICED}
         priced["method"] = np.empty(len(calls), dtype="int8")
         priced["dispatch_ns"] = np.empty(len(calls))
@@ -149,6 +161,8 @@ class KernelEstimator:
                     priced[name][rows] = values
         if self.lookup is not None:
             self._use_measurements(priced, keys)
+        if len(fused):
+            self._price_fused_rest(priced, calls.iloc[fused], fused, own, rest)
         dispatch = priced.pop("dispatch_ns")
         learned = (priced["method"] == METHODS.index("model")) | (priced["method"] == METHODS.index("model_transfer"))
         priced["below_measured"] = learned & (priced["duration_ns"] < priced.pop("resolves_from_ns"))
@@ -158,6 +172,18 @@ class KernelEstimator:
             isolated_seconds(dispatch * 1e-9, priced["duration_ns"] * 1e-9) * 1e9,
         )
         return priced
+
+    def _price_fused_rest(
+        self, priced: dict[str, np.ndarray], calls: pd.DataFrame, rows: np.ndarray, own: np.ndarray, rest: np.ndarray
+    ) -> None:
+        """Add to the prediction columns of `rows` (`calls` their own-work calls) the time `rest` more bytes add to
+        the reference add moving their own (`Work.bytes`): the pointwise work a generated row kernel fused, at the
+        add's marginal rate, in the same launch (in place)."""
+        both = self.predict(pd.concat([_reference_calls(calls, own + rest), _reference_calls(calls, own)]))
+        for name in ("roofline_ns", "duration_ns", "duration_low_ns", "duration_high_ns"):
+            values = both[name].to_numpy(dtype="float64")
+            priced[name][rows] += np.maximum(values[: len(rows)] - values[len(rows) :], 0.0)
+        priced["efficiency"][rows] = priced["roofline_ns"][rows] / priced["duration_ns"][rows]
 
     def _price_family(self, family: str, calls: pd.DataFrame) -> dict[str, np.ndarray]:
         """Prediction columns for calls of one family, each by its segment's model (`segments`), else by another
@@ -312,6 +338,29 @@ def _learned_ns(models: FamilyModels, family: str, calls: pd.DataFrame) -> tuple
     for model, mask in ((models.seen, seen), (models.transfer, ~seen)):
         slowdown[mask] = model.log_slowdown(features, np.flatnonzero(mask))
     return np.maximum(work.roofline_s(hw), DEVICE_FLOOR_S) * 1e9 * np.exp(slowdown), work.bytes
+
+
+def fused_rest(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Positions of the calls to Inductor-generated kernels of `FUSED_FAMILIES` moving more bytes than their
+    family counts for the row work itself, the bytes it counts and the extra bytes (the pointwise work fused
+    into them)."""
+    generated = (
+        calls["family"].isin(FUSED_FAMILIES) & calls["op"].isin(INDUCTOR_OPS) & calls["bytes"].notna()
+    ).to_numpy()
+    rows = np.flatnonzero(generated)
+    own, rest = np.zeros(len(rows)), np.zeros(len(rows))
+    families = calls["family"].to_numpy()[rows]
+    for family in FUSED_FAMILIES:
+        at = families == family
+        if at.any():
+            row_calls = calls.iloc[rows[at]]
+            counted = (
+                PREDICTORS[family].count(row_calls, element_bytes(row_calls["dtype"]), hardware_arrays(row_calls)).bytes
+            )
+            own[at] = counted
+            rest[at] = calls["bytes"].to_numpy(dtype="float64")[rows[at]] - counted
+    more = rest > 0
+    return rows[more], own[more], rest[more]
 
 
 def _reference_calls(calls: pd.DataFrame, moved_bytes: np.ndarray) -> pd.DataFrame:

@@ -4,6 +4,11 @@ Inductor names its kernels by kind and its templates' tensors by role, so:
 - pointwise (`triton_poi_*`): `numel` = the product of the `*numel` scalars (`xnumel`, `ynumel`, ...);
 - reductions (`triton_red_*`, `triton_per_*`): `numel` = kept x reduced elements, `row` = the reduced
   elements (`r0_numel` x `r1_numel`);
+- these generated kernels are priced as the eager kernel of the same work (`inductor_work`): a pointwise
+  kernel as torch's vectorized add moving its bytes (a fused `native_layer_norm` or `embedding` pointwise
+  kernel is a pointwise kernel), or as a copy of them where its name says copy; a reduction as the layer norm
+  or softmax its name says it is, else as a reduction; no tensor counts more bytes than the kernel's elements
+  (a gathered table, a view of a larger buffer: `_traffic`);
 - matmul templates (tensors `arg_A`, `arg_B`): `batch` and the output's rows and columns from the output,
   the reduction from A's size, in the call frame's (cuBLAS) convention (`gemm_of_row_major`);
   convolution templates (`arg_X`, `arg_W`): the implicit GEMM; both with `flops` = 2 batch m n k and their
@@ -25,13 +30,18 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from maya.estimators.calls import gemm_of_row_major
-from maya_trace_spec.vocabulary import dtype_name
+from maya.estimators.calls import gemm_of_row_major, inductor_op
+from maya_trace_spec.vocabulary import classify_kernel, dtype_name
 
 from .attention_shapes import ATTENTION_BACKWARD_FLOPS
 
 NUMEL_ARGS = ("xnumel", "ynumel", "znumel")
 REDUCED_ARGS = ("r0_numel", "r1_numel", "rnumel")
+INDUCTOR_PREFIXES = {"triton_poi_": "pointwise", "triton_red_": "reduction", "triton_per_": "persistent_reduction"}
+"""Inductor's generated (non-template) kernels' kinds (`INDUCTOR_KINDS`) by name prefix: their call's op is
+`inductor_op(kind)`, which each family prices as its eager kernel of the same work (`FamilyPredictor.same_kernel`)."""
+ROW_FAMILIES = ("normalization", "softmax")
+"""Families a generated reduction keeps from its name (a fused layer norm, a softmax); any other is a `reduction`."""
 
 
 def _tensors(args: list[dict]) -> dict[str, dict]:
@@ -54,11 +64,15 @@ def _numel(shape: list[int]) -> float:
     return float(math.prod(shape))
 
 
-def _traffic(tensors: dict[str, dict]) -> tuple[float, str | None]:
-    """Bytes of the tensor arguments (in-place ones twice) and the dtype holding most of them."""
+def _traffic(tensors: dict[str, dict], elements: float = math.inf) -> tuple[float, str | None]:
+    """Bytes of the tensor arguments (in-place ones twice), none counting more than `elements` of its own, and
+    the dtype holding most of them."""
     per_dtype: dict[str, float] = {}
     for name, t in tensors.items():
-        size = float(t.get("bytes", 0)) * (2.0 if name.startswith("in_out_ptr") else 1.0)
+        size = float(t.get("bytes", 0))
+        if size and math.isfinite(elements):
+            size = min(size, elements * size / max(_numel(t.get("shape", [])), 1.0))
+        size *= 2.0 if name.startswith("in_out_ptr") else 1.0
         kind = dtype_name(t.get("dtype")) or "u8"
         per_dtype[kind] = per_dtype.get(kind, 0.0) + size
     if not per_dtype:
@@ -129,9 +143,10 @@ def _attention(tensors: dict[str, dict]) -> dict:
 
 
 @lru_cache(maxsize=4096)
-def describe(kernel: str, text: str) -> dict:
+def describe(kernel: str, text: str, backward: bool = False) -> dict:
     """Call-frame values (family, op, dtype, numel, row, operands, batch, m, n, k, flops, work_bytes) of one
-    Triton launch: `kernel` its name, `text` its `args` JSON. Keys it cannot tell are absent."""
+    Triton launch: `kernel` its name, `text` its `args` JSON, `backward` whether it runs in a backward pass.
+    Keys it cannot tell are absent."""
     note = json.loads(text)["triton"]
     args = note.get("args", [])
     tensors = _tensors(args)
@@ -171,7 +186,26 @@ def describe(kernel: str, text: str) -> dict:
         inputs = [name for name in tensors if name.startswith(("in_ptr", "in_out_ptr"))]
         if inputs:
             out["operands"] = float(len(inputs))
+        generated = next((k for prefix, k in INDUCTOR_PREFIXES.items() if lower.startswith(prefix)), None)
+        if generated is not None and has_numel:
+            out.update(inductor_work(kernel, generated, tensors, out["numel"], backward))
     return out
+
+
+def inductor_work(kernel: str, kind: str, tensors: dict[str, dict], numel: float, backward: bool) -> dict:
+    """Family, op and traffic of an Inductor-generated kernel of `kind` (`INDUCTOR_PREFIXES`) over `numel` elements:
+    a pointwise kernel is `elementwise` (or `copy` where its name says so), a reduction the row family its name
+    says (`ROW_FAMILIES`) or a `reduction`; each tensor counts at most `numel` of its elements (a kernel visits each
+    element of its iteration space once, so it cannot read the rest of a table it gathers from or of a buffer
+    it views)."""
+    named = classify_kernel(kernel)["family"]
+    if kind == "pointwise":
+        family = "copy" if named == "copy" else "elementwise"
+    else:
+        family = named if named in ROW_FAMILIES else "reduction"
+    traffic, dtype = _traffic(tensors, numel)
+    op = inductor_op(kind, backward)
+    return {"family": family, "op": op, "work_bytes": traffic, **({"dtype": dtype} if dtype is not None else {})}
 
 
 FRAME_COLUMNS = ("batch", "m", "n", "k", "numel", "row", "operands", "work_bytes", "flops", "tile_m", "tile_n")
@@ -185,11 +219,13 @@ def fill(
     dtype: np.ndarray,
     num: dict[str, np.ndarray],
 ) -> np.ndarray:
-    """Fill the work of every call whose `args` hold a Triton launch (in place); returns which rows."""
+    """Fill the work of every call whose `args` hold a Triton launch (in place); returns which rows. `op` holds
+    each call's enclosing op on entry: a launch inside a backward op (`CompiledFunctionBackward`) is a backward
+    pass's (Inductor names a forward kernel for the backward ops whose values it saves, too)."""
     args = calls["args"]
     rows = (args.notna() & args.astype(str).str.contains('"triton"', regex=False)).to_numpy()
     for i in np.flatnonzero(rows):
-        work = describe(str(kernel_names[i]), args.iat[i])
+        work = describe(str(kernel_names[i]), args.iat[i], "backward" in str(op[i]).lower())
         if "family" in work:
             family[i] = work["family"]
         op[i] = work["op"]

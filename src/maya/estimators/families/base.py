@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from ..calls import element_bytes
+from ..calls import INDUCTOR_KINDS, element_bytes, inductor_op
 from ..hardware_table import HardwareArrays
 
 MIN_ROOFLINE_S = 1e-9
@@ -97,6 +97,17 @@ class FamilyPredictor:
         table = np.append(pd.Index(self.ops).get_indexer(np.asarray(kernels, dtype=object)).astype("float64"), -1.0)
         table[table < 0] = np.nan
         return table[positions]  # position -1 (a missing op) takes the last entry, NaN
+
+
+def inductor_kernels(
+    forward: str, backward: str | None = None, kinds: tuple[str, ...] = INDUCTOR_KINDS
+) -> dict[str, str]:
+    """`same_kernel` entries pricing Inductor's generated kernels of `kinds` as the family's eager kernel of the same
+    work: `forward`, and `backward` (default `forward`) for those of a backward pass."""
+    return {
+        **{inductor_op(kind): forward for kind in kinds},
+        **{inductor_op(kind, backward=True): backward or forward for kind in kinds},
+    }
 
 
 def log2(values: np.ndarray) -> np.ndarray:

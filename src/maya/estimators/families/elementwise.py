@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ..hardware_table import HardwareArrays
-from .base import FamilyPredictor, Work, alignment_bits, log2
+from .base import FamilyPredictor, Work, alignment_bits, inductor_kernels, log2
 from .rowwise import THREADS_PER_SM
 
 
@@ -38,8 +38,15 @@ class ElementwisePredictor(FamilyPredictor):
         "rotary_embedding",
     )
     """`silu_and_mul` and `rotary_embedding` are vLLM's fused kernels, measured by Vidur (`vidur_data`)."""
-    same_kernel = {"gelu_fwd": "gelu", "gelu_bwd": "gelu_backward", "silu_fwd": "silu", "silu_bwd": "silu_backward"}
-    """The profiler's names for torch's activation kernels."""
+    same_kernel = {
+        "gelu_fwd": "gelu",
+        "gelu_bwd": "gelu_backward",
+        "silu_fwd": "silu",
+        "silu_bwd": "silu_backward",
+        **inductor_kernels("add", kinds=("pointwise",)),
+    }
+    """The profiler's names for torch's activation kernels; Inductor's pointwise kernels run as torch's vectorized
+    add moving the same bytes (one load per input and one store per output element, nothing else to wait on)."""
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         numel = calls["numel"].to_numpy()

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ..hardware_table import HardwareArrays
-from .base import FamilyPredictor, Work
+from .base import FamilyPredictor, Work, inductor_kernels
 from .rowwise import rows, rowwise_features
 
 FORWARD_FLOPS, BACKWARD_FLOPS = 5, 8
@@ -43,10 +43,14 @@ class NormalizationPredictor(FamilyPredictor):
         "rms_norm_bwd": "native_layer_norm_backward",
         "_fused_rms_norm": "native_layer_norm",
         "_fused_rms_norm_backward": "native_layer_norm_backward",
+        **inductor_kernels(
+            "native_layer_norm", "native_layer_norm_backward", kinds=("reduction", "persistent_reduction")
+        ),
     }
     """NeuSight's `ln` times `F.layer_norm`, torch's layer-norm kernel; torch's fused RMSNorm
     (`aten::_fused_rms_norm`, `F.rms_norm`) runs the same vectorized kernel with the mean left out; the profiler's
-    names are its configs'."""
+    names are its configs'; Inductor's fused layer and RMS norm reductions as torch's layer-norm kernels of the same
+    work."""
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         numel, row = calls["numel"].to_numpy(), calls["row"].fillna(calls["numel"]).to_numpy()

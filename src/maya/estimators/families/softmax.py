@@ -7,7 +7,7 @@ import pandas as pd
 
 from ..calls import element_bytes
 from ..hardware_table import HardwareArrays
-from .base import FamilyPredictor, Work, log2
+from .base import FamilyPredictor, Work, inductor_kernels, log2
 from .rowwise import rows, rowwise_features
 
 FLOPS_PER_ELEMENT = 5
@@ -48,6 +48,9 @@ def block_threads(row: np.ndarray, itemsize: np.ndarray) -> np.ndarray:
 class SoftmaxPredictor(FamilyPredictor):
     family = "softmax"
     ops = ("softmax", "log_softmax", "softmax_fwd", "softmax_bwd")
+    same_kernel = inductor_kernels("softmax", kinds=("reduction", "persistent_reduction"))
+    """Inductor's softmax reductions, forward and backward, as torch's softmax kernel (the one measured) of the
+    same work."""
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         numel = calls["numel"].to_numpy()
