@@ -49,9 +49,13 @@ def test_rows_plan_pretrain_gpt_with_their_arguments(checkout):
     assert (full.hardware, full.cluster, full.nnodes, full.per_node) == ("a100-sxm-80gb", "dgx-a100", 8, 8)
     assert dict(full.env) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     assert full.key.measured_s == 18.13 and full.seq == 2048
-    selective = _flags(megatron.plan(3, suite.table.loc[3]))
-    assert selective["--recompute-granularity"] == "selective" and "--sequence-parallel" in selective
-    assert "--recompute-method" not in selective
+    assert full.assumptions == (megatron.ASSUMPTION,)
+    selective_plan = megatron.plan(3, suite.table.loc[3])
+    selective = _flags(selective_plan)
+    assert selective["--recompute-granularity"] == "selective" and "--recompute-method" not in selective
+    # Megatron's local implementation refuses sequence parallelism without apex/TE: dropped, and said
+    assert "--sequence-parallel" not in selective and megatron.WITHOUT_SP in selective_plan.assumptions
+    assert selective_plan.key.label.endswith(" sp")
     assert megatron.plan(2, suite.table.loc[2]).command_hash() != megatron.plan(3, suite.table.loc[3]).command_hash()
 
 

@@ -7,7 +7,9 @@ A row's columns are `pretrain_gpt.py` argument names (underscores for dashes) pl
 recomputation; `precision` `fp16`, `bf16` or `fp8` (`--fp8-format hybrid` over bf16). Every row adds what Megatron
 needs without apex and Transformer Engine and with mock data (`FIXED_ARGS`: the local transformer implementation,
 unfused layer norm, softmax and weight-gradient accumulation, a null tokenizer of the row's `vocab_size`), and runs
-`STEPS` iterations: the first holds the warm-up, the second is the steady one predicted.
+`STEPS` iterations: the first holds the warm-up, the second is the steady one predicted. Sequence parallelism is
+dropped, and the row says so (`WITHOUT_SP`): Megatron's local implementation refuses it without apex or Transformer
+Engine.
 
 The checkout is `MAYA_MEGATRON_LM`, or the Megatron-LM branch of the installed megatron-core's release
 (`core_r<major>.<minor>.0`) cloned once into `$MAYA_HOME/megatron-lm/<branch>`. Ranks run as whole nodes of 8
@@ -63,6 +65,11 @@ ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 ASSUMPTION = (
     "Megatron rows run pretrain_gpt.py's local transformer implementation without apex: layer norm, masked softmax "
     "and weight-gradient accumulation unfused"
+)
+WITHOUT_SP = (
+    "sequence parallelism dropped: Megatron's local transformer implementation refuses it without apex or "
+    "Transformer Engine (torch LayerNorm); the tensor-parallel all-reduces move what its reduce-scatters and "
+    "all-gathers would, and layer norm and dropout run over the whole sequence instead of 1/TP of it"
 )
 
 
@@ -121,11 +128,12 @@ def _integer(value: object) -> str:
 
 
 def pretrain_args(values: pd.Series) -> list[str]:
-    """The row's `pretrain_gpt.py` arguments (`FIXED_ARGS` not included); ValueError names a bad cell."""
+    """The row's `pretrain_gpt.py` arguments (`FIXED_ARGS` not included; sequence parallelism dropped, see
+    `WITHOUT_SP`); ValueError names a bad cell."""
     args: list[str] = []
     for column, value in values.items():
         text = _given(value)
-        if column in META or text is None:
+        if column in META or column == "sequence_parallel" or text is None:
             continue
         flag = "--" + str(column).replace("_", "-")
         lowered = text.lower()
@@ -145,6 +153,10 @@ def pretrain_args(values: pd.Series) -> list[str]:
     return args + list(PRECISION[precision])
 
 
+def _sequence_parallel(values: pd.Series) -> bool:
+    return str(values.get("sequence_parallel", "")).strip().lower() == "true"
+
+
 def plan(row: int, values: pd.Series) -> RowPlan:
     """The row as an emulation and prediction; ValueError names what the row asks that cannot be run."""
     gpu, gpus = str(values["gpu"]), int(values["gpus"])
@@ -162,7 +174,7 @@ def plan(row: int, values: pd.Series) -> RowPlan:
     )
     label = (
         f"{values['model']} {gpus}×{gpu}{parallel} {values['precision']} recompute {granularity}"
-        f"{' sp' if str(values.get('sequence_parallel', '')).lower() == 'true' else ''}"
+        f"{' sp' if _sequence_parallel(values) else ''}"
     )
     cluster = _given(values.get("cluster")) or CLUSTERS[gpu]
     per_node = min(gpus, GPUS_PER_NODE)
@@ -176,7 +188,7 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         nnodes=math.ceil(gpus / per_node),
         per_node=per_node,
         iterations=STEPS,
-        assumptions=(ASSUMPTION,),
+        assumptions=(ASSUMPTION, *([WITHOUT_SP] if _sequence_parallel(values) else [])),
         seq=int(float(seq)) if seq else None,
         env=tuple(sorted(ENV.items())),
     )
