@@ -217,7 +217,7 @@ def recomputed(trace: RankTrace) -> np.ndarray:
     recomputation). A module's forward inside the backward phase is one: torch's checkpointing (reentrant or
     not) and Megatron's re-run the modules, while the backward functions' own ops have no enclosing module."""
     calls = trace.calls
-    if not len(trace.ops) or not len(calls):
+    if not len(trace.ops) or not len(calls) or not {"phase", "module_path"} <= set(trace.ops.columns):
         return np.zeros(len(calls), dtype=bool)
     ops = trace.ops.drop_duplicates("op_id").set_index("op_id")
     again = (ops["phase"] == "backward") & ops["module_path"].notna()
