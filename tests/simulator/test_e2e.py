@@ -84,7 +84,7 @@ def test_predict_ddp_structure(ddp_run, tmp_path, maya_home):
     assert p["tokens_per_s"] == pytest.approx(64 / (p["iteration_ms"] / 1e3))
     assert [r["rank"] for r in p["ranks"]] == [0, 1]
     for r in p["ranks"]:
-        parts = [r[k] for k in ("compute_ns", "exposed_comm_ns", "host_bound_ns", "idle_ns")]
+        parts = [r[k] for k in ("compute_ns", "exposed_comm_ns", "peer_wait_ns", "host_bound_ns", "idle_ns")]
         assert min(parts) >= 0 and sum(parts) == pytest.approx(r["iteration_ns"])
     events = json.loads(timeline.read_text())["traceEvents"]
     assert {e["pid"] for e in events} == {0, 1}
@@ -103,7 +103,9 @@ def test_predict_prints_a_report(ddp_run):
     for label in (
         "iteration time",
         "exposed communication",
-        "MFU",
+        "waiting for peers",
+        "MFU (model FLOPs)",
+        "HFU (hardware FLOPs)",
         "peak memory",
         "predicted OOM",
         "cost per iteration",
@@ -224,3 +226,43 @@ def test_predict_notes_assumed_routing(script, noted, tmp_path):
     assert bool(routing) == noted
     if noted:
         assert "aten::argmax" in routing[0]
+
+
+@pytest.fixture(scope="module")
+def recompute_runs(tmp_path_factory, emulator_cache):
+    """`recompute_mlp.py` emulated without recomputation and with torch's two checkpointing implementations."""
+    runs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MAYA_HOME", str(tmp_path_factory.mktemp("home")))
+        mp.setenv("MAYA_EMULATOR_CACHE", str(emulator_cache))
+        for mode in ("none", "reentrant", "non-reentrant"):
+            out = tmp_path_factory.mktemp(mode) / "run"
+            r = runner.invoke(
+                app, ["emulate", "--out", str(out), "--", "python", str(WORKLOADS / "recompute_mlp.py"), mode]
+            )
+            assert r.exit_code == 0, r.output
+            runs[mode] = predict_json(out, "--durations", "roofline")
+    return runs
+
+
+def test_mfu_counts_model_flops_and_hfu_the_recomputed_ones(recompute_runs):
+    """Model FLOPs (MFU) are the same with and without recomputation; hardware FLOPs (HFU) add the forward
+    passes run again in the backward pass (both blocks' two GEMMs; non-reentrant checkpointing stops
+    recomputing once the tensors the backward needs are back, so it recomputes less)."""
+    plain = recompute_runs["none"]
+    assert plain["hardware_flops_per_iteration"] == plain["model_flops_per_iteration"] > 0
+    assert plain["hfu"] == pytest.approx(plain["mfu"])
+    gemm = 2 * 64 * 256 * 1024  # one block GEMM's forward FLOPs
+    for mode in ("reentrant", "non-reentrant"):
+        p = recompute_runs[mode]
+        assert p["model_flops_per_iteration"] == plain["model_flops_per_iteration"]
+        again = p["hardware_flops_per_iteration"] - p["model_flops_per_iteration"]
+        assert again >= gemm and again % gemm == 0, (mode, again)
+        assert p["hfu"] > p["mfu"]
+    assert recompute_runs["reentrant"]["hardware_flops_per_iteration"] - plain["model_flops_per_iteration"] == 4 * gemm
+
+
+def test_a_dense_cross_entropy_max_is_no_routing(recompute_runs):
+    """The stabilising max of a cross-entropy along the vocabulary drops its indices: no "routing was assumed"."""
+    for p in recompute_runs.values():
+        assert not [n for n in p["notes"] if "routing was assumed" in n], p["notes"]

@@ -117,10 +117,12 @@ def test_collectives_wait_for_the_straggler_and_finish_together(tmp_path):
         res = sim.result(r)
         assert res.launch_end.tolist() == [550 * US]
         assert res.launch_start.tolist() == [(500 if r == 2 else 10) * US]
+        assert res.launch_ready.tolist() == [500 * US]  # when the straggler arrived
         assert device_interval(sim, r, 2) == (550 * US, 560 * US)
     reports = {r.rank: r for r in summarize(sim).ranks}
-    assert reports[0].exposed_comm_ns == 540 * US  # waiting for rank 2 shows as communication
-    assert reports[2].exposed_comm_ns == 50 * US
+    assert reports[0].exposed_comm_ns == 50 * US  # the all-reduce itself
+    assert reports[0].peer_wait_ns == 490 * US  # waiting for rank 2 is not communication
+    assert reports[2].exposed_comm_ns == 50 * US and reports[2].peer_wait_ns == 0
 
 
 def test_collectives_match_by_communicator_and_sequence(tmp_path):
@@ -330,7 +332,7 @@ def test_breakdown_is_non_negative_and_adds_up(tmp_path):
             k.stream_sync(1)
     prediction = summarize(run(b, tmp_path))
     for r in prediction.ranks:
-        parts = [r.compute_ns, r.exposed_comm_ns, r.host_bound_ns, r.idle_ns]
+        parts = [r.compute_ns, r.exposed_comm_ns, r.peer_wait_ns, r.host_bound_ns, r.idle_ns]
         assert min(parts) >= 0
         assert sum(parts) == pytest.approx(r.iteration_ns)
     assert prediction.host_bound_ns > 0 and prediction.exposed_comm_ns > 0

@@ -45,6 +45,8 @@ def test_a_prediction_lands_in_its_named_columns_whatever_the_table_order(tmp_pa
     assert row["world_size"] == p.world_size and row["simulated_ranks"] == p.simulated_ranks
     assert row["iteration_ms"] == pytest.approx(p.iteration_ns / 1e6)
     assert row["idle_ms"] == pytest.approx(p.idle_ns / 1e6)
+    assert row["peer_wait_ms"] == pytest.approx(p.peer_wait_ns / 1e6)
+    assert row["mfu"] == pytest.approx(p.mfu) and row["hfu"] == pytest.approx(p.hfu)
     assert row["peak_memory_bytes"] == p.peak_memory_bytes and bool(row["oom"]) is True
     assert row["cost_per_million_tokens"] == pytest.approx(p.cost_per_million_tokens)
     assert json.loads(row["report"])["run_id"] == "run_id-value"

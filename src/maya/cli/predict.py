@@ -128,12 +128,14 @@ def print_prediction(p, prediction_id: str | None, timeline: Path | None, consol
     for label, ns in (
         ("  compute", p.compute_ns),
         ("  exposed communication", p.exposed_comm_ns),
+        ("  waiting for peers", p.peer_wait_ns),
         ("  host-bound", p.host_bound_ns),
         ("  idle", p.idle_ns),
     ):
         share = ns / p.iteration_ns if p.iteration_ns else 0.0
         t.add_row(label, f"{_ms(ns)}  ({share:5.1%})")
-    t.add_row("MFU", f"{p.mfu:.1%} of {p.mfu_dtype} peak")
+    t.add_row("MFU (model FLOPs)", f"{p.mfu:.1%} of {p.mfu_dtype} peak")
+    t.add_row("HFU (hardware FLOPs)", f"{p.hfu:.1%} of {p.mfu_dtype} peak")
     t.add_row("peak memory", f"{_gib(p.peak_memory_bytes)} of {_gib(p.memory_capacity_bytes)}")
     t.add_row("headroom", _gib(p.headroom_bytes))
     t.add_row("predicted OOM", f"[red]yes[/] ({p.oom_reason})" if p.oom else "[green]no[/]")
@@ -147,13 +149,16 @@ def print_prediction(p, prediction_id: str | None, timeline: Path | None, consol
     t.add_row("durations", p.durations)
     console.print(t)
     if len(p.ranks) <= PER_RANK_ROWS:
-        ranks = Table("rank", "iteration", "compute", "exposed comm", "host-bound", "idle", "MFU", "peak memory")
+        ranks = Table(
+            "rank", "iteration", "compute", "exposed comm", "peer wait", "host-bound", "idle", "MFU", "peak memory"
+        )
         for r in p.ranks:
             ranks.add_row(
                 str(r.rank),
                 _ms(r.iteration_ns),
                 _ms(r.compute_ns),
                 _ms(r.exposed_comm_ns),
+                _ms(r.peer_wait_ns),
                 _ms(r.host_bound_ns),
                 _ms(r.idle_ns),
                 f"{r.mfu:.1%}",

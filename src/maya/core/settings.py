@@ -93,6 +93,13 @@ LLM_FOUNDRY_REPO = Switch(
     "unset",
     "tests only: a checkout of llm-foundry's repository, for its end-to-end test (skipped without)",
 )
+MEGATRON_LM = Switch(
+    "MAYA_MEGATRON_LM",
+    "`$MAYA_HOME/megatron-lm/<branch>`",
+    "a checkout of NVIDIA/Megatron-LM whose `pretrain_gpt.py` Megatron validation suites run (`maya validate "
+    "korthikanti2022`; without it, the branch matching the installed megatron-core is cloned there once) and its "
+    "end-to-end test runs (skipped without)",
+)
 MODDED_NANOGPT_REPO = Switch(
     "MAYA_MODDED_NANOGPT_REPO",
     "unset",

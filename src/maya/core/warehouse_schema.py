@@ -58,6 +58,8 @@ TABLES: dict[str, str] = {
     host_bound_ms           DOUBLE NOT NULL,
     idle_ms                 DOUBLE NOT NULL,
     mfu                     DOUBLE NOT NULL,
+    peer_wait_ms            DOUBLE,
+    hfu                     DOUBLE,
     peak_memory_bytes       BIGINT NOT NULL,
     memory_capacity_bytes   BIGINT NOT NULL,
     oom                     BOOLEAN NOT NULL,
@@ -228,6 +230,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration("validation_rows", "seq", "INTEGER", since="2026-11-25"),  # older rows: NULL
+    # older rows: NULL (their exposed_comm_ms still holds the wait for peers; their mfu counted recomputation)
+    Migration("predictions", "peer_wait_ms", "DOUBLE", since="2026-11-29"),
+    Migration("predictions", "hfu", "DOUBLE", since="2026-11-29"),
 )
 """Every migration, oldest first. A migration runs on a warehouse whose table lacks its column; a table
 created from `TABLES` already has every column, so none runs on it."""

@@ -66,7 +66,8 @@ class _Rank:
     program's streams), `arg` (event record id, launch id or -1), `device_ns`, `host_ns`, `launch_delay`
     and `next_on_stream` (the next call on the same stream, or -1); per stream: `stream_end` (when its
     last issued work ends) and `stream_head` (first issued item not yet run, `IDLE` when none); per
-    launch of collectives: `launch_arrival` (when it reached its stream's head), `launch_end`,
+    launch of collectives: `launch_arrival` (when it reached its stream's head), `launch_ready` (when the peers
+    of its last operation had all arrived), `launch_end`,
     `launch_pending` (operations not yet released), `launch_keys`, `launch_durations`, `launch_stream`."""
 
     __slots__ = (
@@ -87,6 +88,7 @@ class _Rank:
         "event_done",
         "end",
         "launch_arrival",
+        "launch_ready",
         "launch_end",
         "launch_pending",
         "launch_keys",
@@ -114,6 +116,7 @@ class _Rank:
         self.end = array("q", bytes(8 * p.n))
         n_launch = len(p.launches)
         self.launch_arrival = [-1] * n_launch
+        self.launch_ready = [0] * n_launch
         self.launch_end = [0] * n_launch
         self.launch_pending = [len(launch) for launch in p.launches]
         self.launch_keys = replica.keys
@@ -138,6 +141,9 @@ class RankResult:
     """Host time spent blocked after each call (synchronisations)."""
     launch_start: np.ndarray
     """Per launch: when it reached the head of its stream (arrival)."""
+    launch_ready: np.ndarray
+    """Per launch: when every peer of its operations had arrived (from `launch_start` to here it waits for
+    them: a pipeline stage's bubble, a straggler; from here to `launch_end` it moves data)."""
     launch_end: np.ndarray
     records: np.ndarray
     """Per event record id (`Program.arg` of RECORD calls): when the event completes (-1: never)."""
@@ -379,14 +385,16 @@ class Engine:
             entry[3].append((r, L))
             if entry[0] <= 0:
                 pending.pop(key, None)
-                self._release(entry[1] + entry[2], entry[3], r, L)
+                self._release(entry[1], entry[1] + entry[2], entry[3], r, L)
 
-    def _release(self, finish: int, members: list[tuple[int, int]], r: int, L: int) -> None:
-        """An operation completes at `finish` for all its members; a launch whose operations have all
-        completed lets its stream continue."""
+    def _release(self, start: int, finish: int, members: list[tuple[int, int]], r: int, L: int) -> None:
+        """An operation whose members have all arrived by `start` completes at `finish` for all of them; a
+        launch whose operations have all completed lets its stream continue."""
         ranks, ready = self.ranks, self.ready
         for r2, L2 in members:
             st = ranks[r2]
+            if start > st.launch_ready[L2]:
+                st.launch_ready[L2] = start
             st.launch_pending[L2] -= 1
             if finish > st.launch_end[L2]:
                 st.launch_end[L2] = finish
@@ -407,6 +415,7 @@ class Engine:
             issue=issue,
             wait=wait,
             launch_start=np.asarray(st.launch_arrival, dtype=np.int64),
+            launch_ready=np.asarray(st.launch_ready, dtype=np.int64),
             launch_end=np.asarray(st.launch_end, dtype=np.int64),
             records=np.asarray(st.event_done, dtype=np.int64),
         )

@@ -1,14 +1,16 @@
-"""From simulated times to the prediction: iteration time, its breakdown, MFU, memory and cost.
+"""From simulated times to the prediction: iteration time, its breakdown, MFU and HFU, memory and cost.
 
 Iteration k of a rank ends when both its host calls and every device call it issued are done
 (`E_k`, never earlier than `E_{k-1}`); its time is `E_k - E_{k-1}`. Within that window:
 
 - compute: some stream runs a kernel, copy or memset;
-- exposed communication: a collective runs (or waits for its peers) and no compute does;
+- exposed communication: a collective or send/receive moves data (all its peers have arrived) and no compute does;
+- peer wait: a collective or send/receive waits for a peer that has not arrived yet, and nothing above runs (a
+  pipeline stage's bubble, a straggler, load imbalance);
 - host-bound: the device is idle while the host issues calls;
 - idle: the rest (device idle, host blocked).
 
-The four add up to the iteration time. A rank's steady-state figures are those of its median steady
+The five add up to the iteration time. A rank's steady-state figures are those of its median steady
 iteration (the mean of the two middle ones for an even count); the job's are those of its slowest rank.
 """
 
@@ -27,7 +29,7 @@ from .opcodes import WORK, WORK_SYNC
 from .program import Program
 from .trace import RankTrace
 
-BREAKDOWN = ("compute_ns", "exposed_comm_ns", "host_bound_ns", "idle_ns")
+BREAKDOWN = ("compute_ns", "exposed_comm_ns", "peer_wait_ns", "host_bound_ns", "idle_ns")
 
 
 @dataclass
@@ -36,11 +38,18 @@ class RankReport:
     iteration_ns: float
     compute_ns: float
     exposed_comm_ns: float
+    peer_wait_ns: float
     host_bound_ns: float
     idle_ns: float
     model_flops: float
-    """GEMM and attention FLOPs of one steady iteration."""
+    """GEMM and attention FLOPs of one steady iteration, less those of recomputed forward passes (model FLOPs, as
+    Megatron-LM and the MFU literature count them)."""
     mfu: float
+    """Model FLOPs utilization: `model_flops` over the iteration time at the GPU's peak."""
+    hardware_flops: float
+    """GEMM and attention FLOPs the GPU ran in one steady iteration, recomputation included."""
+    hfu: float
+    """Hardware FLOPs utilization: `hardware_flops` over the iteration time at the GPU's peak."""
     peak_memory_bytes: int
     iteration_ends_ns: list[int] = field(repr=False)
     """End of every iteration (steady or not), ns from the start of the replay."""
@@ -61,12 +70,17 @@ class Prediction:
     iteration_ns: float
     compute_ns: float
     exposed_comm_ns: float
+    peer_wait_ns: float
     host_bound_ns: float
     idle_ns: float
     critical_rank: int
     mfu: float
+    """Model FLOPs utilization (no recomputation counted)."""
+    hfu: float
+    """Hardware FLOPs utilization (recomputed forward passes counted)."""
     mfu_dtype: str
     model_flops_per_iteration: float
+    hardware_flops_per_iteration: float
     peak_memory_bytes: int
     memory_capacity_bytes: int
     headroom_bytes: int
@@ -149,26 +163,32 @@ def rank_report(
 
     kernels = np.isin(program.opcodes, (WORK, WORK_SYNC)) & (device > 0)
     compute = (result.end[kernels] - device[kernels], result.end[kernels])
-    comm = (result.launch_start, result.launch_end)
+    transfer = (result.launch_ready, result.launch_end)
+    waiting = (result.launch_start, result.launch_ready)
     busy = program.host > 0
     host = (result.issue[busy] - program.host[busy], result.issue[busy])
-    c, cm, cmh = union(compute), union(compute, comm), union(compute, comm, host)
+    layers = [union(compute), union(compute, transfer), union(compute, transfer, waiting)]
+    layers.append(union(compute, transfer, waiting, host))
 
     steady = iterations.steady
     pick, weights = _median_pick(durations[steady])
     k = steady[pick]
     a, b = begins[k], ends[k]
-    covered = [c.covered(a, b), cm.covered(a, b), cmh.covered(a, b)]
-    parts = np.array([covered[0], covered[1] - covered[0], covered[2] - covered[1], (b - a) - covered[2]], float)
-    flops = np.add.reduceat(np.nan_to_num(program.frame["flops"].to_numpy(dtype="float64")), starts)[k]
+    covered = np.array([np.zeros_like(a), *(layer.covered(a, b) for layer in layers), b - a], float)
+    parts = np.diff(covered, axis=0)
+    every = np.nan_to_num(program.frame["flops"].to_numpy(dtype="float64"))
+    again = program.frame["recomputed"].to_numpy(dtype=bool) if "recomputed" in program.frame else False
     iteration = float(weights @ durations[k])
-    model_flops = float(weights @ flops)
+    model_flops = float(weights @ np.add.reduceat(np.where(again, 0.0, every), starts)[k])
+    hardware_flops = float(weights @ np.add.reduceat(every, starts)[k])
     return RankReport(
         rank=result.rank,
         iteration_ns=iteration,
         **dict(zip(BREAKDOWN, (parts @ weights).tolist())),
         model_flops=model_flops,
         mfu=model_flops / (iteration * 1e-9 * peak_flops) if iteration else 0.0,
+        hardware_flops=hardware_flops,
+        hfu=hardware_flops / (iteration * 1e-9 * peak_flops) if iteration else 0.0,
         peak_memory_bytes=int(peak_memory),
         iteration_ends_ns=ends.tolist(),
     )
@@ -221,11 +241,12 @@ def job_figures(
     tokens_per_iteration: float | None,
     price_per_gpu_hour: float | None,
 ) -> dict:
-    """Job-level figures: the slowest rank's time and breakdown, job MFU, throughput and cost."""
+    """Job-level figures: the slowest rank's time and breakdown, job MFU and HFU, throughput and cost."""
     critical = max(reports, key=lambda r: (r.iteration_ns, -r.rank))
     seconds = critical.iteration_ns * 1e-9
     gpus = max(world_size, len(reports))
     flops = sum(r.model_flops for r in reports)
+    hardware_flops = sum(r.hardware_flops for r in reports)
     tokens_per_s = tokens_per_iteration / seconds if tokens_per_iteration and seconds else None
     cost = seconds * gpus * price_per_gpu_hour / 3600 if price_per_gpu_hour is not None else None
     return {
@@ -233,7 +254,9 @@ def job_figures(
         "critical_rank": critical.rank,
         **{name: getattr(critical, name) for name in BREAKDOWN},
         "mfu": flops / (seconds * len(reports) * peak_flops) if seconds else 0.0,
+        "hfu": hardware_flops / (seconds * len(reports) * peak_flops) if seconds else 0.0,
         "model_flops_per_iteration": flops,
+        "hardware_flops_per_iteration": hardware_flops,
         "tokens_per_s": tokens_per_s,
         "cost_per_iteration": cost,
         "cost_per_million_tokens": cost / tokens_per_iteration * 1e6

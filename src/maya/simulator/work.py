@@ -200,8 +200,28 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         triton_work.fill(calls, names, family, op, dtype, num)
     collective, comm_bytes = _collectives(calls, opcodes)
     return pd.DataFrame(
-        {"family": family, "op": op, "dtype": dtype, **num, "collective": collective, "comm_bytes": comm_bytes}
+        {
+            "family": family,
+            "op": op,
+            "dtype": dtype,
+            **num,
+            "collective": collective,
+            "comm_bytes": comm_bytes,
+            "recomputed": recomputed(trace),
+        }
     )
+
+
+def recomputed(trace: RankTrace) -> np.ndarray:
+    """Per call: whether it belongs to a forward pass run again in the backward pass (activation
+    recomputation). A module's forward inside the backward phase is one: torch's checkpointing (reentrant or
+    not) and Megatron's re-run the modules, while the backward functions' own ops have no enclosing module."""
+    calls = trace.calls
+    if not len(trace.ops) or not len(calls) or not {"phase", "module_path"} <= set(trace.ops.columns):
+        return np.zeros(len(calls), dtype=bool)
+    ops = trace.ops.drop_duplicates("op_id").set_index("op_id")
+    again = (ops["phase"] == "backward") & ops["module_path"].notna()
+    return again.reindex(calls["op_id"].to_numpy()).fillna(False).to_numpy(dtype=bool)
 
 
 def _collectives(calls: pd.DataFrame, opcodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

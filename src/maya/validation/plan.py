@@ -36,6 +36,8 @@ class RowPlan:
     """What the row does not say and the prediction assumes (printed by `maya validate`)."""
     seq: int | None = None
     """Tokens a sequence (the summary groups rows by it)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Added to every rank's environment (`EmulateOptions.env`)."""
 
     def command_hash(self) -> str:
         """Identifies the emulation: the script's content, its arguments, the virtual GPUs and the emulator."""
@@ -48,6 +50,7 @@ class RowPlan:
                 self.per_node,
                 self.iterations,
                 emulator_digest(),
+                *([self.env] if self.env else []),
             ]
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -24,7 +24,11 @@ from .plan import RowPlan, predictor_digest
 from .store import RowKey, RowResult, find_prediction, save, stored
 from .suites import Suite
 
-KINDS = {"llm-foundry": "maya.validation.llm_foundry", "neusight": "maya.validation.neusight"}
+KINDS = {
+    "llm-foundry": "maya.validation.llm_foundry",
+    "neusight": "maya.validation.neusight",
+    "megatron": "maya.validation.megatron",
+}
 """The module of each suite kind: `plan(row, values) -> RowPlan`, `measured_s(values)` and
 `predict(plan, run_dir, version, warehouse) -> Predicted`. Named, not imported: worker processes import
 them by name."""
@@ -239,7 +243,11 @@ def _trace(plan: RowPlan, root: Path) -> tuple[Path, bool, tuple[str, str, int |
     from maya.emulator.capture_cache import CaptureCache
 
     options = EmulateOptions(
-        hardware=plan.hardware, nnodes=plan.nnodes, nproc_per_node=plan.per_node, iterations=plan.iterations or None
+        hardware=plan.hardware,
+        nnodes=plan.nnodes,
+        nproc_per_node=plan.per_node,
+        iterations=plan.iterations or None,
+        env=plan.env,
     )
     captured = capture([str(plan.script), *plan.args], options, cache=CaptureCache(root), key=plan.command_hash())
     if captured.ok:

@@ -8,11 +8,15 @@ Two kinds, told apart by their columns:
   any MPT size of `mpt.py`, any GPU count (whole nodes of 8), precision `amp_bf16`, `bf16` or `amp_fp8`, GPU
   `a100_40gb`, `a100_80gb` or `h100_80gb`;
 - `neusight`: rows of NeuSight's `e2e_labels.parquet` (single-GPU training of Hugging Face models; `device`,
-  `model`, `batch`, `seqlen`, `fw_ms`, `bw_ms`).
+  `model`, `batch`, `seqlen`, `fw_ms`, `bw_ms`);
+- `megatron`: rows whose columns are Megatron-LM `pretrain_gpt.py` argument names plus `row`, `model`, `gpu`, `gpus`,
+  `precision` and `measured_step_s` (the layout of `data/published/megatron/korthikanti2022_a100.csv`; see
+  `validation/megatron.py`).
 
 Built-in names: `llm-foundry` (the 162 published rows), `llm-foundry-smoke` (three cheap rows of them:
 what `maya dashboard` validates on its own), `neusight` (NeuSight's single-GPU training rows on GPUs of
-the hardware catalog: A100 80GB PCIe, L4, V100). Any other SUITE is a file path (`.csv` or `.parquet`).
+the hardware catalog: A100 80GB PCIe, L4, V100), `korthikanti2022` (Megatron-LM GPT 22B-1T on DGX A100, full
+recompute vs selective with sequence parallelism). Any other SUITE is a file path (`.csv` or `.parquet`).
 
 `--rows` picks rows: a list of row numbers (`3,7,20-22`: a row's number is its position among the file's
 data rows, from 0), or a pandas `DataFrame.query` expression over the file's columns (names with spaces in
@@ -32,7 +36,7 @@ import pandas as pd
 
 from maya.core.paths import data_dir
 
-KINDS = ("llm-foundry", "neusight")
+KINDS = ("llm-foundry", "neusight", "megatron")
 LLM_FOUNDRY_COLUMNS = (
     "Model",
     "SeqLen (T)",
@@ -59,6 +63,8 @@ LLM_FOUNDRY_ALIASES = {
     "precision": "Precision",
     "sharding": "Sharding Strategy",
 }
+MEGATRON_MARK = "measured_step_s"
+"""The column that makes a CSV a megatron suite."""
 SMOKE_ROWS = (81, 159, 20)
 """`llm-foundry-smoke`: 125M on 8 A100 80GB and on 8 A100 40GB (the one with a false OOM when this was
 written), 1B on 8 H100: the cheapest row of each GPU, a few minutes in all."""
@@ -118,6 +124,8 @@ def load_suite(spec: str) -> Suite:
             table = suite.table.loc[list(SMOKE_ROWS)]
             return Suite(spec, suite.kind, path, table, _digest(table))
         return suite
+    if spec == "korthikanti2022":
+        return _megatron(spec, data_dir() / "published" / "megatron" / "korthikanti2022_a100.csv")
     if spec == "neusight":
         from maya.estimators.neusight_data import neusight_dir
 
@@ -131,9 +139,11 @@ def load_suite(spec: str) -> Suite:
         return Suite(spec, suite.kind, path, table, _digest(table))
     path = Path(spec).expanduser()
     if not path.is_file():
-        raise SuiteError(f"{spec}: neither a built-in suite (llm-foundry, llm-foundry-smoke, neusight) nor a file")
+        raise SuiteError(
+            f"{spec}: neither a built-in suite (llm-foundry, llm-foundry-smoke, neusight, korthikanti2022) nor a file"
+        )
     if path.suffix == ".csv":
-        return _llm_foundry(path.stem, path)
+        return _megatron(path.stem, path) if MEGATRON_MARK in _csv_columns(path) else _llm_foundry(path.stem, path)
     if path.suffix == ".parquet":
         return _neusight(path.stem, path)
     raise SuiteError(f"{path}: a suite file is a .csv (llm-foundry layout) or a .parquet (NeuSight's e2e labels)")
@@ -151,6 +161,26 @@ def _llm_foundry(name: str, path: Path) -> Suite:
     )
     table.index.name = "row"
     return Suite(name, "llm-foundry", path, table, _digest(table))
+
+
+def _csv_columns(path: Path) -> list[str]:
+    try:
+        return list(pd.read_csv(path, nrows=0).columns)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise SuiteError(f"{path}: not a CSV file ({e})") from None
+
+
+def _megatron(name: str, path: Path) -> Suite:
+    from .megatron import REQUIRED
+
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise SuiteError(f"{path}: not a CSV file ({e})") from None
+    _require(path, table, (MEGATRON_MARK, *REQUIRED), "megatron")
+    table = table.drop(columns="row", errors="ignore").reset_index(drop=True)  # a row's number is its position
+    table.index.name = "row"
+    return Suite(name, "megatron", path, table, _digest(table))
 
 
 def _neusight(name: str, path: Path) -> Suite:

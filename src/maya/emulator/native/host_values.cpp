@@ -14,7 +14,9 @@
  * logits) gets the indices a trained, balanced router would give: choice j of row r of a top-k over n takes (r + j) mod
  * n (every expert gets its share of tokens in every slot, none over its capacity, as torchtitan's
  * `_debug_force_load_balance` routes), a sort the identity permutation. Those indices are known but *assumed*, and so
- * is everything computed from them; the counts are summarised for `maya predict`.
+ * is everything computed from them. A stand-in is counted (and summarised for `maya predict`) once a later op reads
+ * its indices: a `max` along a dim whose indices are dropped (the cross-entropy's `max` of the logits) routed
+ * nothing.
  *
  * A NaN/Inf check (`isnan`, `isinf`, `isposinf`, `isneginf`, `isfinite`) of a value only a GPU computes gets a
  * healthy run's answer (nothing NaN or infinite), written to its output, which is then known: every read of
@@ -58,8 +60,9 @@ constexpr int64_t kComputeBytes = 4 << 20; // the most tensor bytes an op may ha
 constexpr int64_t kCopyBytes = 1 << 20;    // copies and collectives move bytes up to this (MAYA_SMALL_COPY)
 
 std::mutex mu;
-std::unordered_map<const void *, uint8_t> known; // storage base -> provenance
-std::map<std::string, int64_t> routing;          // routing stand-ins per op name
+std::unordered_map<const void *, uint8_t> known;      // storage base -> provenance
+std::map<std::string, int64_t> routing;               // routing stand-ins whose indices were read, per op name
+std::unordered_map<const void *, std::string> unread; // storage base of stand-in indices not read yet -> op name
 std::atomic<int64_t> computed{0}, failed{0};
 
 /* MAYA_EMU_VALUES_DEBUG=1: say on stderr what each op that issued kernels did with its values. */
@@ -109,6 +112,7 @@ bool covers_storage(const at::Tensor &t) {
 void mark(const at::Tensor &t, uint8_t p) {
   if (!plain_device(t)) return;
   std::lock_guard<std::mutex> g(mu);
+  unread.erase(key_of(t)); // overwritten: no longer a stand-in's indices
   auto it = known.find(key_of(t));
   if (p == UNKNOWN) {
     if (it != known.end()) known.erase(it);
@@ -331,8 +335,24 @@ bool routing_stand_in(const at::RecordFunction &fn, const std::vector<c10::IValu
   if (!arg) mark(outs[0].toTensor(), UNKNOWN);
   mark(idx, ASSUMED);
   std::lock_guard<std::mutex> g(mu);
-  routing[std::string(name)]++;
+  unread[key_of(idx)] = std::string(name);
   return true;
+}
+
+/* Count the routing stand-ins whose indices `fn` reads (its inputs, less the first of an op that only writes it;
+ * a backward op reading them to route gradients back, or a detach, decides nothing). */
+template <typename Inputs> void count_read_indices(std::string_view n, const Inputs &in) {
+  if (n.ends_with("_backward") || n == "aten::detach") return;
+  std::lock_guard<std::mutex> g(mu);
+  if (unread.empty()) return;
+  for (size_t i = overwrites_first(n) ? 1 : 0; i < in.size(); i++)
+    each_tensor(in[i], [&](const at::Tensor &t) {
+      if (!t.defined() || !t.is_cuda() || !t.has_storage()) return;
+      auto it = unread.find(t.storage().data());
+      if (it == unread.end()) return;
+      routing[it->second]++;
+      unread.erase(it);
+    });
 }
 
 bool is_collective(std::string_view n) { return n.starts_with("c10d::") || n.starts_with("_c10d_functional::"); }
@@ -418,6 +438,7 @@ void on_enter(const at::RecordFunction &fn, OpValues &op) {
   std::string_view n = fn.name();
   const auto &in = fn.inputs();
   if (fn.scope() == at::RecordScope::FUNCTION) {
+    count_read_indices(n, in);
     int64_t bytes = 0;
     op.inputs_known = in.empty() ? UNKNOWN : inputs_known(in, overwrites_first(n), &bytes);
     if (op.inputs_known != UNKNOWN || is_routing(n) || n == "aten::copy_" || is_collective(n) ||

@@ -1,0 +1,104 @@
+"""The megatron suite kind: a CSV of `pretrain_gpt.py` arguments and measured iteration times (the built-in
+`korthikanti2022`) planned as Megatron-LM's own script on the row's GPUs and cluster."""
+
+import pandas as pd
+import pytest
+
+from maya.validation import load_suite, megatron
+from maya.validation.plan import RowPlan
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A stand-in Megatron-LM checkout (only its entry point) named by MAYA_MEGATRON_LM."""
+    (tmp_path / "pretrain_gpt.py").write_text("print('pretrain')\n")
+    monkeypatch.setenv("MAYA_MEGATRON_LM", str(tmp_path))
+    return tmp_path
+
+
+def _flags(plan: RowPlan) -> dict[str, str | None]:
+    """`--name value` and bare `--flag` (None) of a plan's arguments."""
+    out, args = {}, list(plan.args)
+    for i, a in enumerate(args):
+        if a.startswith("--"):
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            out[a] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+def test_korthikanti2022_is_built_in():
+    suite = load_suite("korthikanti2022")
+    assert suite.kind == "megatron" and list(suite.table.index) == list(range(8))
+    assert list(suite.select('model == "175B"').index) == [2, 3]
+    assert suite.table["measured_step_s"].tolist()[:2] == [1.42, 1.1]
+
+
+def test_rows_plan_pretrain_gpt_with_their_arguments(checkout):
+    suite = load_suite("korthikanti2022")
+    full = megatron.plan(2, suite.table.loc[2])  # 175B, TP8 PP8 VP4, full recompute
+    assert full.script == checkout / "pretrain_gpt.py"
+    flags = _flags(full)
+    assert flags["--tensor-model-parallel-size"] == "8" and flags["--pipeline-model-parallel-size"] == "8"
+    assert flags["--num-layers-per-virtual-pipeline-stage"] == "4"
+    assert flags["--recompute-granularity"] == "full" and flags["--recompute-method"] == "uniform"
+    assert flags["--recompute-num-layers"] == "1" and flags["--max-position-embeddings"] == "2048"
+    assert "--fp16" in flags and "--bf16" not in flags
+    assert "--sequence-parallel" not in flags and "--use-distributed-optimizer" not in flags
+    assert "--swiglu" not in flags and "--num-query-groups" not in flags
+    assert flags["--train-iters"] == str(megatron.STEPS) and "--mock-data" in flags
+    assert (full.hardware, full.cluster, full.nnodes, full.per_node) == ("a100-sxm-80gb", "dgx-a100", 8, 8)
+    assert dict(full.env) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert full.key.measured_s == 18.13 and full.seq == 2048
+    assert full.assumptions == (megatron.ASSUMPTION,)
+    selective_plan = megatron.plan(3, suite.table.loc[3])
+    selective = _flags(selective_plan)
+    assert selective["--recompute-granularity"] == "selective" and "--recompute-method" not in selective
+    # Megatron's local implementation refuses sequence parallelism without apex/TE: dropped, and said
+    assert "--sequence-parallel" not in selective and megatron.WITHOUT_SP in selective_plan.assumptions
+    assert selective_plan.key.label.endswith(" sp")
+    assert megatron.plan(2, suite.table.loc[2]).command_hash() != megatron.plan(3, suite.table.loc[3]).command_hash()
+
+
+def test_a_suite_file_of_that_layout_with_its_own_cluster_and_gqa(checkout, tmp_path):
+    path = tmp_path / "mine.csv"
+    pd.DataFrame(
+        [
+            {
+                "row": 0,
+                "model": "tiny",
+                "gpu": "h100_80gb",
+                "gpus": 16,
+                "num_layers": 4,
+                "num_query_groups": 2,
+                "tensor_model_parallel_size": 2,
+                "recompute_granularity": "none",
+                "precision": "bf16",
+                "measured_step_s": 0.5,
+                "cluster": "hgx-h200",
+            }
+        ]
+    ).to_csv(path, index=False)
+    suite = load_suite(str(path))
+    plan = megatron.plan(0, suite.table.loc[0])
+    flags = _flags(plan)
+    assert suite.kind == "megatron" and "--group-query-attention" in flags and flags["--num-query-groups"] == "2"
+    assert "--recompute-granularity" not in flags and "--bf16" in flags
+    assert (plan.hardware, plan.cluster, plan.nnodes) == ("h100-sxm", "hgx-h200", 2)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [({"precision": "fp4"}, "precision 'fp4'"), ({"gpu": "v100"}, "GPU 'v100'"), ({"gpus": 12}, "12 GPUs")],
+)
+def test_rows_that_cannot_run_say_why(checkout, change, message):
+    values = load_suite("korthikanti2022").table.loc[0].copy()
+    for k, v in change.items():
+        values[k] = v
+    with pytest.raises(ValueError, match=message):
+        megatron.plan(0, values)
+
+
+def test_a_checkout_without_pretrain_gpt_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAYA_MEGATRON_LM", str(tmp_path))
+    with pytest.raises(ValueError, match="MAYA_MEGATRON_LM=.*no pretrain_gpt.py"):
+        megatron.plan(0, load_suite("korthikanti2022").table.loc[0])
