@@ -168,7 +168,9 @@ def test_rank_environments_get_the_extra_variables_and_this_process_keeps_its_ow
     monkeypatch.setenv("KEPT", "1")
     monkeypatch.delenv("WIDTH", raising=False)
     (tmp_path / "preload.txt").write_text("")  # the built stubs' preload list (none here)
-    env = launcher._rank_env(tmp_path, tmp_path, tmp_path, 0, launcher.Topology(), 1234, None, extra={"WIDTH": "64"})
+    env = launcher._rank_env(
+        tmp_path, tmp_path, tmp_path, tmp_path, 0, launcher.Topology(), 1234, None, extra={"WIDTH": "64"}
+    )
     assert env["WIDTH"] == "64" and env["KEPT"] == "1"
     assert "WIDTH" not in os.environ
 

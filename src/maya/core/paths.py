@@ -22,6 +22,12 @@ def runs_dir() -> Path:
     return maya_home() / "runs"
 
 
+def compile_cache_root() -> Path:
+    """`$MAYA_EMULATOR_CACHE/compile`: emulated ranks' Inductor and Triton caches, one folder per key
+    (`emulator.launcher.compile_cache`); deleting it only costs the next emulation its compile time."""
+    return settings.emulator_cache() / "compile"
+
+
 def data_dir() -> Path:
     """Data shipped with Maya: package data of `maya` (`src/maya/data/` in the source tree)."""
     return Path(str(files("maya") / "data"))

@@ -7,7 +7,9 @@ is killed."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from maya import __version__
-from maya.core import settings
+from maya.core import paths, settings
 from maya.core.hardware import DEFAULT_HARDWARE, Hardware
 from maya.core.hardware import get as get_hardware
 from maya_trace_spec import RunWriter, read_table
@@ -119,6 +121,7 @@ def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
 
 def _rank_env(
     lib_dir: Path,
+    compile_dir: Path,
     raw: Path,
     mailbox: Path,
     rank: int,
@@ -166,13 +169,40 @@ def _rank_env(
         env.pop("MAYA_EMU_ITERATIONS", None)
     if device_time:
         env[ORACLE_ENV] = device_time
-        # Inductor keeps autotuning results on disk: choices made by another oracle (or host time) must not
-        # be reused, so each oracle gets its own cache unless the user named one
-        digest = hashlib.sha256(device_time.encode()).hexdigest()[:16]
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(lib_dir.parent / "inductor" / digest))
     else:
         env.pop(ORACLE_ENV, None)
+    # every rank of a job and every re-run shares Inductor's and Triton's caches (as a real job's ranks
+    # share a cache directory), so a kernel is compiled and autotuned once; a user's own directories win
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_dir / "inductor"))
+    env.setdefault("TRITON_CACHE_DIR", str(compile_dir / "triton"))
     return env
+
+
+def compile_cache(lib_dir: Path, hw: Hardware, device_time: str | None) -> Path:
+    """The compile cache the ranks emulating `hw` under the oracle `device_time` share.
+
+    Keyed by everything a cached artifact depends on: the emulated device as the ranks see it (name,
+    compute capability, sizes), the oracle (Inductor's autotuning picks kernels by its timings; None: host
+    time), the torch and Triton versions, and the stubs' build (`lib_dir`, keyed by their sources)."""
+    key = json.dumps(
+        {
+            "device": dataclasses.asdict(hw),
+            "oracle": device_time,
+            "torch": _version("torch"),
+            "triton": _version("triton"),
+            "stubs": lib_dir.name,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return paths.compile_cache_root() / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _free_port() -> int:
@@ -221,6 +251,7 @@ def emulate(
         hw,
         topology,
         lib_dir,
+        compile_cache(lib_dir, hw, device_time),
         iterations,
         on_output if wanted else None,
         on_rank_done,
@@ -345,6 +376,7 @@ class _Job:
         hw: Hardware,
         topology: Topology,
         lib_dir: Path,
+        compile_dir: Path,
         iterations: int | None,
         on_output: Callable[[str], None] | None,
         on_rank_done: Callable[[RankCapture], None] | None,
@@ -352,6 +384,7 @@ class _Job:
     ):
         self.argv, self.out_dir, self.hw, self.topology = argv, out_dir, hw, topology
         self.lib_dir, self.iterations = lib_dir, iterations
+        self.compile_dir = compile_dir  # the ranks' shared Inductor and Triton caches (compile_cache)
         self.on_output, self.on_rank_done, self.echoed_rank = on_output, on_rank_done, echoed_rank
         self.writer = RunWriter(out_dir)
         self.mailbox = out_dir / ".capture" / "mailbox"
@@ -397,7 +430,16 @@ class _Job:
         (raw / "config").write_text(_config(self.hw, raw, rank, self.topology.nproc_per_node))
         t0 = time.monotonic()
         env = _rank_env(
-            self.lib_dir, raw, self.mailbox, rank, self.topology, self.port, self.iterations, self.device_time, self.env
+            self.lib_dir,
+            self.compile_dir,
+            raw,
+            self.mailbox,
+            rank,
+            self.topology,
+            self.port,
+            self.iterations,
+            self.device_time,
+            self.env,
         )
         try:
             returncode = _run_rank(
