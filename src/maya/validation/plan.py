@@ -36,6 +36,10 @@ class RowPlan:
     """What the row does not say and the prediction assumes (printed by `maya validate`)."""
     seq: int | None = None
     """Tokens a sequence (the summary groups rows by it)."""
+    workdir: Path | None = None
+    """The working directory the script runs in (the data it reads relative to it); None: the caller's."""
+    measured_memory_mib: float | None = None
+    """The row's measured peak allocated memory, where it has one."""
 
     def command_hash(self) -> str:
         """Identifies the emulation: the script's content, its arguments, the virtual GPUs and the emulator."""
@@ -48,6 +52,7 @@ class RowPlan:
                 self.per_node,
                 self.iterations,
                 emulator_digest(),
+                *([str(self.workdir)] if self.workdir else []),
             ]
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -7,6 +7,7 @@ suite goes on."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import time
@@ -24,7 +25,11 @@ from .plan import RowPlan, predictor_digest
 from .store import RowKey, RowResult, find_prediction, save, stored
 from .suites import Suite
 
-KINDS = {"llm-foundry": "maya.validation.llm_foundry", "neusight": "maya.validation.neusight"}
+KINDS = {
+    "llm-foundry": "maya.validation.llm_foundry",
+    "neusight": "maya.validation.neusight",
+    "modded-nanogpt": "maya.validation.modded_nanogpt",
+}
 """The module of each suite kind: `plan(row, values) -> RowPlan`, `measured_s(values)` and
 `predict(plan, run_dir, version, warehouse) -> Predicted`. Named, not imported: worker processes import
 them by name."""
@@ -241,7 +246,8 @@ def _trace(plan: RowPlan, root: Path) -> tuple[Path, bool, tuple[str, str, int |
     options = EmulateOptions(
         hardware=plan.hardware, nnodes=plan.nnodes, nproc_per_node=plan.per_node, iterations=plan.iterations or None
     )
-    captured = capture([str(plan.script), *plan.args], options, cache=CaptureCache(root), key=plan.command_hash())
+    with contextlib.chdir(plan.workdir or Path.cwd()):
+        captured = capture([str(plan.script), *plan.args], options, cache=CaptureCache(root), key=plan.command_hash())
     if captured.ok:
         return captured.run_dir, captured.reused, None
     status = "oom" if captured.status == "oom" else "failed"

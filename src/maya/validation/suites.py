@@ -1,6 +1,6 @@
 """Validation suites: files of measured training runs that Maya predicts and is judged against.
 
-Two kinds, told apart by their columns:
+Three kinds, told apart by their columns (a folder: by its `published.json`):
 
 - `llm-foundry`: rows in the layout of `data/published/llm_foundry_mpt.csv` (MosaicML's published MPT
   throughput tables: `Model`, `SeqLen (T)`, `# GPUs`, `GPU`, `MicroBatchSize`, `GradAccum`, `Precision`,
@@ -8,11 +8,14 @@ Two kinds, told apart by their columns:
   any MPT size of `mpt.py`, any GPU count (whole nodes of 8), precision `amp_bf16`, `bf16` or `amp_fp8`, GPU
   `a100_40gb`, `a100_80gb` or `h100_80gb`;
 - `neusight`: rows of NeuSight's `e2e_labels.parquet` (single-GPU training of Hugging Face models; `device`,
-  `model`, `batch`, `seqlen`, `fw_ms`, `bw_ms`).
+  `model`, `batch`, `seqlen`, `fw_ms`, `bw_ms`);
+- `modded-nanogpt`: a folder of speed-run scripts with their published figures (`published.json`, `<record>/
+  train_gpt.py`: `modded_nanogpt.py`).
 
 Built-in names: `llm-foundry` (the 162 published rows), `llm-foundry-smoke` (three cheap rows of them:
 what `maya dashboard` validates on its own), `neusight` (NeuSight's single-GPU training rows on GPUs of
-the hardware catalog: A100 80GB PCIe, L4, V100). Any other SUITE is a file path (`.csv` or `.parquet`).
+the hardware catalog: A100 80GB PCIe, L4, V100), `modded-nanogpt` (six speed-run records on 8 H100s). Any
+other SUITE is a file path (`.csv` or `.parquet`) or a folder in the `published.json` layout.
 
 `--rows` picks rows: a list of row numbers (`3,7,20-22`: a row's number is its position among the file's
 data rows, from 0), or a pandas `DataFrame.query` expression over the file's columns (names with spaces in
@@ -32,7 +35,7 @@ import pandas as pd
 
 from maya.core.paths import data_dir
 
-KINDS = ("llm-foundry", "neusight")
+KINDS = ("llm-foundry", "neusight", "modded-nanogpt")
 LLM_FOUNDRY_COLUMNS = (
     "Model",
     "SeqLen (T)",
@@ -129,9 +132,18 @@ def load_suite(spec: str) -> Suite:
             & suite.table["device"].isin(NEUSIGHT_DEVICES)
         ]
         return Suite(spec, suite.kind, path, table, _digest(table))
+    if spec == "modded-nanogpt":
+        from .modded_nanogpt import builtin_folder
+
+        return _modded_nanogpt(spec, builtin_folder())
     path = Path(spec).expanduser()
+    if path.is_dir():
+        return _modded_nanogpt(path.name, path)
     if not path.is_file():
-        raise SuiteError(f"{spec}: neither a built-in suite (llm-foundry, llm-foundry-smoke, neusight) nor a file")
+        raise SuiteError(
+            f"{spec}: neither a built-in suite (llm-foundry, llm-foundry-smoke, neusight, modded-nanogpt) nor a "
+            "file or folder"
+        )
     if path.suffix == ".csv":
         return _llm_foundry(path.stem, path)
     if path.suffix == ".parquet":
@@ -162,6 +174,17 @@ def _neusight(name: str, path: Path) -> Suite:
     table = table.reset_index(drop=True)
     table.index.name = "row"
     return Suite(name, "neusight", path, table, _digest(table))
+
+
+def _modded_nanogpt(name: str, folder: Path) -> Suite:
+    from .modded_nanogpt import read_folder
+
+    try:
+        table = read_folder(folder)
+    except ValueError as e:
+        raise SuiteError(str(e)) from None
+    table.index.name = "row"
+    return Suite(name, "modded-nanogpt", folder / "published.json", table, _digest(table))
 
 
 def _require(path: Path, table: pd.DataFrame, columns: tuple[str, ...], kind: str) -> None:
