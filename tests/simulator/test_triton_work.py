@@ -106,9 +106,12 @@ def test_convolution_template_is_its_implicit_gemm():
 def flex_note(seq, heads, head_dim, counts=None, backward=False, documents=False, block=128, mask_heads=1):
     """A flex-attention launch over one packed sequence of `seq` tokens: Q/K/V, the BlockMask's count tensors
     ([1, mask_heads, row blocks]) and, where given, the counts the emulator read (`block_counts`)."""
-    qkv = [tensor(f"arg_{n}", (1, heads, seq, head_dim)) for n in ("Q", "K", "V")]
+    # Q/K/V in their buffers' layout, [batch, tokens, heads, dim], as Inductor passes a transposed input
+    qkv = [tensor(f"arg_{n}", (1, seq, heads, head_dim)) for n in ("Q", "K", "V")]
+    qkv.append(tensor("arg_LSE", (1, heads, seq), "float32", 4))
     rows = -(-seq // block)
     masks = [tensor(n, (1, mask_heads, rows), "int32", 4) for n in ("arg_KV_NUM_BLKS", "arg_FULL_KV_NUM_BLKS")]
+    masks.append(tensor("arg_KV_IDX", (rows, rows), "int32", 4))
     extra = [tensor("arg_DO", (1, heads, seq, head_dim))] if backward else []
     if documents:
         extra.append(tensor("in_ptr9", (seq,), "int32", 4))  # the per-token document ids the mask reads
@@ -151,6 +154,7 @@ def test_flex_template_flops_count_the_blocks_its_mask_computes(backward, window
         "flex_bwd" if backward else "flex_fwd",
         "counted",
     )
+    assert (work["batch"], work["m"], work["k"]) == (heads, seq, d)  # from the log-sum-exp, not Q's buffer layout
     analytical = 4 * heads * per_head * 128 * 128 * d * (2.5 if backward else 1.0)
     assert work["flops"] == pytest.approx(analytical)
     assert work["flops"] < 4 * heads * seq * seq * d * (2.5 if backward else 1.0) * (0.55 if window is None else 0.15)

@@ -30,7 +30,7 @@ torch.cuda.synchronize()
 
 x = torch.empty(1 << 20, device="cuda")
 pointer = ctypes.c_uint64()
-CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 6
+CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
 status = ctypes.CDLL("libcuda.so.1").cuPointerGetAttribute(
     ctypes.byref(pointer), CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ctypes.c_uint64(x.data_ptr())
 )

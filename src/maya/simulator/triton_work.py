@@ -175,8 +175,8 @@ def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float])
       compiled model): a causal document mask over the synthetic shards' document lengths
       (`stand_in_documents`) where the kernel takes a per-token integer tensor of the queries' length (the
       document ids its mask reads), else a causal mask; a sliding window is not applied (an upper bound)."""
-    q, key = tensors["arg_Q"]["shape"], tensors["arg_K"]["shape"]
-    m, n = int(q[-2]), int(key[-2])
+    _, m, n, _ = flex_shape(tensors, scalars)
+    m, n = int(m), int(n)
     q_block = int(scalars.get("SPARSE_Q_BLOCK_SIZE", FLEX_BLOCK))
     kv_block = int(scalars.get("SPARSE_KV_BLOCK_SIZE", FLEX_BLOCK))
     counts = note.get("block_counts") or {}
@@ -192,13 +192,32 @@ def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float])
     return float(stand_in_blocks(m, n, q_block, kv_block, documents)), MASK_DOCUMENTS if documents else MASK_CAUSAL
 
 
+def flex_shape(tensors: dict[str, dict], scalars: dict[str, float]) -> tuple[float, float, float, float]:
+    """Batch x heads, queries, keys and head dimension of a flex launch. Inductor may pass Q/K/V in their buffers'
+    layout ([batch, tokens, heads, dim]), so queries and batch x heads come from the log-sum-exp ([batch, heads,
+    queries]), and keys from the dimension of K that fills the BlockMask's key blocks (`arg_KV_IDX`'s last);
+    without those, [batch, heads, tokens, dim]."""
+    q, key = tensors["arg_Q"]["shape"], tensors["arg_K"]["shape"]
+    d = float(scalars.get("QK_HEAD_DIM", q[-1]))
+    lse = tensors.get("arg_LSE")
+    if lse is None or not lse["shape"]:
+        return _numel(q[:-2]), float(q[-2]), float(key[-2]), d
+    batch, m = _numel(lse["shape"][:-1]), float(lse["shape"][-1])
+    n = float(key[-2])
+    indices = tensors.get("arg_KV_IDX")
+    if indices is not None and indices["shape"]:
+        kv_block = float(scalars.get("SPARSE_KV_BLOCK_SIZE", FLEX_BLOCK))
+        blocks = float(indices["shape"][-1])
+        fits = [float(x) for x in key[1:-1] if (blocks - 1) * kv_block < x <= blocks * kv_block]
+        n = fits[0] if fits else n
+    return batch, m, n, d
+
+
 def _attention(tensors: dict[str, dict], note: dict, scalars: dict[str, float]) -> dict:
     """A flex-attention template: `n` the keys each query computes on average (its BlockMask's computed blocks x
     the block's elements / queries, at most the dense count), so FLOPs count only computed blocks."""
-    q, key = tensors["arg_Q"]["shape"], tensors["arg_K"]["shape"]
     backward = "arg_DO" in tensors
-    batch = _numel(q[:-2])
-    m, n, d = float(q[-2]), float(key[-2]), float(q[-1])
+    batch, m, n, d = flex_shape(tensors, scalars)
     blocks, source = flex_blocks(tensors, note, scalars)
     q_block = float(scalars.get("SPARSE_Q_BLOCK_SIZE", FLEX_BLOCK))
     kv_block = float(scalars.get("SPARSE_KV_BLOCK_SIZE", FLEX_BLOCK))
