@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from maya.simulator.trace import RankTrace
-from maya.simulator.triton_work import describe
+from maya.simulator.triton_work import causal_blocks, describe, document_blocks, stand_in_blocks
 from maya.simulator.work import work_frame
 
 
@@ -145,14 +145,73 @@ def test_convolution_template_is_its_implicit_gemm():
     assert (work["m"], work["n"], work["k"]) == (64, 2 * 30 * 30, 16 * 9)
 
 
+def flex_note(seq, heads, head_dim, counts=None, backward=False, documents=False, block=128, mask_heads=1):
+    """A flex-attention launch over one packed sequence of `seq` tokens: Q/K/V, the BlockMask's count tensors
+    ([1, mask_heads, row blocks]) and, where given, the counts the emulator read (`block_counts`)."""
+    # Q/K/V in their buffers' layout, [batch, tokens, heads, dim], as Inductor passes a transposed input
+    qkv = [tensor(f"arg_{n}", (1, seq, heads, head_dim)) for n in ("Q", "K", "V")]
+    qkv.append(tensor("arg_LSE", (1, heads, seq), "float32", 4))
+    rows = -(-seq // block)
+    masks = [tensor(n, (1, mask_heads, rows), "int32", 4) for n in ("arg_KV_NUM_BLKS", "arg_FULL_KV_NUM_BLKS")]
+    masks.append(tensor("arg_KV_IDX", (rows, rows), "int32", 4))
+    extra = [tensor("arg_DO", (1, heads, seq, head_dim))] if backward else []
+    if documents:
+        extra.append(tensor("in_ptr9", (seq,), "int32", 4))  # the per-token document ids the mask reads
+    text = json.loads(note(*qkv, *masks, *extra, SPARSE_Q_BLOCK_SIZE=block, SPARSE_KV_BLOCK_SIZE=block))
+    if counts is not None:
+        text["triton"]["block_counts"] = counts
+    return json.dumps(text)
+
+
+def test_flex_block_counts_of_causal_and_sliding_window_masks_are_exact():
+    # against a token-by-token check of every block pair, masks of every kind and ragged lengths
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        seq, q_block, kv_block = int(rng.integers(1, 200)), int(rng.choice([16, 32])), int(rng.choice([16, 64]))
+        docs = np.repeat(np.arange(40), rng.integers(1, 50, 40))[:seq]
+        window = int(rng.integers(1, 90)) if trial % 2 else None
+        q, k = np.arange(seq)[:, None], np.arange(seq)[None, :]
+        allowed = (q >= k) & (docs[:, None] == docs[None, :]) & ((q - k < window) if window else True)
+        blocks = sum(
+            allowed[i : i + q_block, j : j + kv_block].any()
+            for i in range(0, seq, q_block)
+            for j in range(0, seq, kv_block)
+        )
+        assert document_blocks(docs, seq, seq, q_block, kv_block, window) == blocks
+    # closed forms: causal n(n+1)/2 blocks of n per side; a window of w blocks: min(i + 1, w + 1) in row i
+    assert causal_blocks(8192, 8192, 128, 128) == 64 * 65 // 2
+    assert causal_blocks(8192, 8192, 128, 128, window=1024) == sum(min(i + 1, 8 + 1) for i in range(64))
+
+
 @pytest.mark.parametrize("backward", [False, True])
-def test_flex_attention_templates(backward):
-    q, kv = tensor("arg_Q", (2, 8, 1024, 64)), tensor("arg_K", (2, 2, 2048, 64))
-    extra = [tensor("arg_DO", (2, 8, 1024, 64))] if backward else []
-    work = describe("triton_tem_fused_flex_attention", note(q, kv, tensor("arg_V", (2, 2, 2048, 64)), *extra))
-    assert (work["family"], work["op"]) == ("attention", "flex_bwd" if backward else "flex_fwd")
-    assert (work["batch"], work["m"], work["n"], work["k"]) == (16, 1024, 2048, 64)
-    assert work["flops"] == 4 * 16 * 1024 * 2048 * 64 * (2.5 if backward else 1.0)
+@pytest.mark.parametrize("window", [None, 1024])
+def test_flex_template_flops_count_the_blocks_its_mask_computes(backward, window):
+    seq, heads, d = 8192, 6, 128
+    per_head = causal_blocks(seq, seq, 128, 128, window)
+    # what the emulator reads from a mask built outside torch.compile: the counts of every row (partial + full)
+    counts = {"arg_KV_NUM_BLKS": 64, "arg_FULL_KV_NUM_BLKS": per_head - 64}
+    work = describe("triton_tem_fused_flex_attention", flex_note(seq, heads, d, counts, backward))
+    assert (work["family"], work["op"], work["mask"]) == (
+        "attention",
+        "flex_bwd" if backward else "flex_fwd",
+        "counted",
+    )
+    assert (work["batch"], work["m"], work["k"]) == (heads, seq, d)  # from the log-sum-exp, not Q's buffer layout
+    analytical = 4 * heads * per_head * 128 * 128 * d * (2.5 if backward else 1.0)
+    assert work["flops"] == pytest.approx(analytical)
+    assert work["flops"] < 4 * heads * seq * seq * d * (2.5 if backward else 1.0) * (0.55 if window is None else 0.15)
+
+
+def test_flex_mask_the_trace_cannot_give_is_a_stated_stand_in():
+    seq, heads, d = 65536, 6, 128
+    causal = describe("triton_tem_fused_flex_attention", flex_note(seq, heads, d))
+    assert causal["mask"] == "causal stand-in"
+    assert causal["flops"] == pytest.approx(4 * heads * (512 * 513 // 2) * 128 * 128 * d)
+    documents = describe("triton_tem_fused_flex_attention", flex_note(seq, heads, d, documents=True))
+    assert documents["mask"] == "document-causal stand-in"
+    # documents of ~700 tokens keep a query block to a few key blocks: far under the causal count
+    assert documents["flops"] < causal["flops"] / 20
+    assert documents["n"] == pytest.approx(stand_in_blocks(seq, seq, 128, 128, True) * 128 * 128 / seq)
 
 
 def test_user_kernels():

@@ -14,7 +14,8 @@ from .common import ESTIMATOR_VERSION, JOBS, JSON, WAREHOUSE, fail, out, row_pro
 SUITE_HELP = (
     "llm-foundry (MosaicML's 162 published MPT rows), llm-foundry-smoke (3 of them), neusight "
     "(NeuSight's single-GPU training rows), korthikanti2022 (Megatron-LM GPT 22B-1T, run as its "
-    "pretrain_gpt.py), or a .csv (llm-foundry or Megatron layout) / .parquet (NeuSight layout) file."
+    "pretrain_gpt.py), modded-nanogpt (six speed-run records on 8 H100s), a .csv (llm-foundry or Megatron "
+    "layout) / .parquet (NeuSight layout) file, or a folder of scripts with their published.json."
 )
 ROWS_HELP = (
     "Rows to run: numbers (3,7,20-22) or a pandas query over the suite's columns and the aliases row, "

@@ -49,6 +49,10 @@ class _Observer:
         self.lib.maya_ops_range_enter.argtypes = [ctypes.c_int32]
         self.lib.maya_ops_range_enter.restype = ctypes.c_int64
         self.lib.maya_ops_range_exit.argtypes = [ctypes.c_int64]
+        self.lib.maya_ops_value_provenance.argtypes = [ctypes.c_void_p]
+        self.lib.maya_ops_value_provenance.restype = ctypes.c_int
+        self.value_provenance = self.lib.maya_ops_value_provenance
+        """Whether a device storage (by its base address) holds values the host knows (`host_values.cpp`)."""
         self.lib.maya_ops_install(str(out).encode())
 
     def module_hooks(self, torch, clock: IterationClock) -> list:
@@ -205,10 +209,11 @@ def main(argv: list[str]) -> int:
     from .triton_launches import install as describe_triton_launches
 
     isolate_ranks()
-    describe_triton_launches(out)
+    launches = describe_triton_launches(out)
     timings = answer_event_timings(out)
     status, error, code, stopped, interrupted_by = "complete", None, 0, None, None
     observer = _Observer(Path(os.environ[settings.EMU_LIBS.name]), out)
+    launches.provenance = observer.value_provenance
     clock = native_clock(observer.lib, ctypes.CDLL(None), int(os.environ.get(ITERATIONS_ENV) or 0))
     groups = _ProcessGroups()
     handles = [

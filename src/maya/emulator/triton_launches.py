@@ -27,6 +27,9 @@ from .capture_format import NOTES_FILE
 TRITON_LAUNCHER = "triton.backends.nvidia.driver"
 STATIC_LAUNCHER = "torch._inductor.runtime.static_triton_launcher"
 INDUCTOR_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+FLEX_BLOCK_COUNTS = ("arg_KV_NUM_BLKS", "arg_FULL_KV_NUM_BLKS", "arg_Q_NUM_BLKS", "arg_FULL_Q_NUM_BLKS")
+"""Flex-attention templates' BlockMask arguments holding the number of blocks each row computes (int32,
+[batch, heads, row blocks]): partial blocks (mask applied) and full ones."""
 
 
 class LaunchNotes:
@@ -39,6 +42,10 @@ class LaunchNotes:
         self._ids: dict[tuple, int] = {}
         self._note = note
         self._tensor = torch.Tensor
+        self._int32 = torch.int32
+        self.provenance: Callable[[int], int] | None = None
+        """Whether a device storage (by its base address) holds values the host knows (`host_values.cpp`):
+        set once the op observer is loaded; until then no device value is read."""
 
     def launch(
         self, kernel: str, names: list[str], args: tuple, constants: tuple = (), num_stages: int | None = None
@@ -47,10 +54,12 @@ class LaunchNotes:
         `constant_items` gives them). Never fails the launch: what cannot be described goes undescribed."""
         try:
             tensor = self._tensor
+            blocks = self._block_counts(names, args) if FLEX_BLOCK_COUNTS[0] in names else None
             key = (
                 kernel,
                 constants,
                 *[(a.shape, a.dtype) if isinstance(a, tensor) else _key(a) for a in args[: len(names)]],
+                blocks,
             )
             note = self._ids.get(key)
             if note is None:
@@ -60,6 +69,8 @@ class LaunchNotes:
                     "args": [_describe(n, a) for n, a in zip(names, args)],
                     "constexprs": dict(constants),
                 }
+                if blocks is not None:
+                    entry["block_counts"] = dict(blocks)
                 if num_stages is not None:
                     entry["num_stages"] = num_stages
                 with self._path.open("a") as f:
@@ -68,6 +79,25 @@ class LaunchNotes:
         except Exception:
             note = 0
         self._note(note)
+
+    def _block_counts(self, names: list[str], args: tuple) -> tuple | None:
+        """A flex-attention template's block counts, summed over its BlockMask's rows, where the host knows
+        them (a mask built by ops the host could compute, as `create_block_mask` outside `torch.compile` is):
+        sorted (argument name, sum) pairs, or None when any of them is a value only a GPU computes."""
+        if self.provenance is None:
+            return None
+        counts = []
+        for name, a in zip(names, args):
+            if name not in FLEX_BLOCK_COUNTS:
+                continue
+            if not (isinstance(a, self._tensor) and a.dtype == self._int32 and a.is_contiguous()):
+                return None
+            if a.numel() and self.provenance(a.untyped_storage().data_ptr()) == 0:
+                return None
+            # virtual device memory is host memory: the bytes are read without a copy (no API call recorded)
+            raw = ctypes.string_at(a.data_ptr(), a.numel() * 4) if a.numel() else b""
+            counts.append((name, int(sum(memoryview(raw).cast("i")))))
+        return tuple(sorted(counts)) or None
 
 
 def constant_items(constants: dict[str, Any]) -> tuple:

@@ -141,6 +141,31 @@ def routing_notes(traces: TraceSet) -> list[str]:
     ]
 
 
+def flex_mask_notes(traces: TraceSet) -> list[str]:
+    """A note on flex-attention launches whose BlockMask block counts are values only a GPU computes (a mask
+    built inside a compiled model): their blocks were a stand-in's (`triton_work.flex_blocks`)."""
+    from . import triton_work
+
+    counts: dict[str, int] = {}
+    for trace in traces.ranks.values():
+        if "args" not in trace.calls:
+            continue
+        args = trace.calls["args"].dropna().astype(str)
+        for text in args[args.str.contains(f'"{triton_work.KV_COUNTS[0]}"', regex=False)]:
+            source = triton_work.describe("flex_attention", text).get("mask")
+            if source and source != triton_work.MASK_COUNTED:
+                counts[source] = counts.get(source, 0) + 1
+    if not counts:
+        return []
+    kinds = ", ".join(f"{n} as a {source}" for source, n in sorted(counts.items()))
+    return [
+        f"flex attention's block masks are values only a GPU computes in {sum(counts.values())} launches "
+        f"({kinds}): the blocks they compute were counted for a causal mask, over documents of the synthetic "
+        "FineWeb shards' lengths (log-normal, mean 700 tokens) where the kernel reads per-token document ids; "
+        "a sliding window is not applied (an upper bound)"
+    ]
+
+
 def subset_notes(traces: TraceSet) -> list[str]:
     """A note on ranks `maya emulate --ranks` did not capture and a captured rank of their pipeline stage stands
     for (run attrs `represents_assumed`, from the emulator's `subset.py`): an SPMD job is assumed, unverified."""

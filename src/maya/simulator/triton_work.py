@@ -13,8 +13,9 @@ Inductor names its kernels by kind and its templates' tensors by role, so:
   the reduction from A's size, in the call frame's (cuBLAS) convention (`gemm_of_row_major`);
   convolution templates (`arg_X`, `arg_W`): the implicit GEMM; both with `flops` = 2 batch m n k and their
   config's output tile (`tile_m`, `tile_n` from `BLOCK_M`, `BLOCK_N`: `launch_shape.py`);
-- flex-attention templates (`arg_Q`, `arg_K`, `arg_V`; backward with `arg_DO`): the attention shape and
-  FLOPs of a dense mask (block sparsity is a device value the emulator does not compute);
+- flex-attention templates (`arg_Q`, `arg_K`, `arg_V`; backward with `arg_DO`): the attention shape with `n`
+  the keys a query row computes on average, from the blocks the BlockMask has the kernel compute (`flex_blocks`);
+  FLOPs count only those blocks;
 - any other kernel (user kernels, foreach kernels): `numel` = the largest tensor's elements; a kernel with
   integer arguments `M`, `N`, `K` (the Triton tutorials' convention) is a GEMM.
 Every kernel's memory traffic (`work_bytes`) is the bytes of its tensor arguments, read or written once
@@ -125,28 +126,134 @@ def _convolution(x: dict, w: dict, out: dict, tf32: bool) -> dict:
     }
 
 
-def _attention(tensors: dict[str, dict]) -> dict:
+FLEX_BLOCK = 128
+"""FlexAttention's default BlockMask block size (`_DEFAULT_SPARSE_BLOCK_SIZE`), where a launch names none."""
+KV_COUNTS = ("arg_KV_NUM_BLKS", "arg_FULL_KV_NUM_BLKS")
+"""The forward's (and the backward's dQ loop's) per-query-block counts of partial and full key/value blocks."""
+MASK_COUNTED = "counted"
+MASK_DOCUMENTS = "document-causal stand-in"
+MASK_CAUSAL = "causal stand-in"
+STAND_IN_DOCUMENTS_SEED = 0
+
+
+def causal_blocks(q_len: int, kv_len: int, q_block: int, kv_block: int, window: int | None = None) -> int:
+    """Blocks a causal mask (`q >= kv`; with `window`, also `q - kv < window`) has a flex kernel compute."""
+    return document_blocks(np.zeros(max(q_len, kv_len), dtype=np.int64), q_len, kv_len, q_block, kv_block, window)
+
+
+def document_blocks(
+    documents: np.ndarray, q_len: int, kv_len: int, q_block: int, kv_block: int, window: int | None = None
+) -> int:
+    """Blocks a causal document mask (`q >= kv` and `documents[q] == documents[kv]`, `documents` non-decreasing
+    per token; with `window`, also `q - kv < window`) has a flex kernel compute: the (query block, key block)
+    pairs holding at least one allowed pair of tokens, exactly. Queries and keys index the same sequence, the
+    queries its last `q_len` tokens' positions from 0 (self-attention: `q_len == kv_len`)."""
+    q = np.arange(q_len, dtype=np.int64)
+    starts = np.searchsorted(documents, documents[:q_len], side="left")  # first token of each query's document
+    low = np.maximum(starts, q - window + 1) if window else starts
+    high = np.minimum(q, kv_len - 1)
+    lo_b, hi_b = low // kv_block, high // kv_block
+    valid = high >= low
+    # a query block computes the union of its queries' key-block ranges; both ends never decrease with q
+    previous = np.concatenate([[-1], hi_b[:-1]])
+    previous[q % q_block == 0] = -1  # a new query block starts with no key block counted
+    new = np.where(valid, hi_b - np.maximum(lo_b, previous + 1) + 1, 0)
+    return int(np.clip(new, 0, None).sum())
+
+
+def stand_in_documents(tokens: int) -> np.ndarray:
+    """Document ids of `tokens` packed tokens with documents of the synthetic shards' lengths
+    (`maya.core.fineweb_shards`: log-normal, mean 700 tokens)."""
+    from maya.core.fineweb_shards import document_lengths
+
+    lengths = document_lengths(tokens // 100 + 16, STAND_IN_DOCUMENTS_SEED)
+    while lengths.sum() < tokens:
+        lengths = np.concatenate([lengths, lengths])
+    return np.repeat(np.arange(len(lengths)), lengths)[:tokens]
+
+
+@lru_cache(maxsize=256)
+def stand_in_blocks(q_len: int, kv_len: int, q_block: int, kv_block: int, documents: bool) -> int:
+    """Blocks per batch and head of a mask the trace does not give: causal, over documents if `documents`."""
+    if documents:
+        return document_blocks(stand_in_documents(max(q_len, kv_len)), q_len, kv_len, q_block, kv_block)
+    return causal_blocks(q_len, kv_len, q_block, kv_block)
+
+
+def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float]) -> tuple[float, str]:
+    """Blocks a flex-attention launch computes per batch and head, and where the count comes from:
+    - `counted`: the BlockMask's counts the emulator read (`block_counts`: masks the host could compute,
+      such as `create_block_mask` outside `torch.compile`; a data-dependent mask built from tokens the
+      script copied to the device too);
+    - else a stand-in (the mask's counts are values only a GPU computes, e.g. a BlockMask built inside a
+      compiled model): a causal document mask over the synthetic shards' document lengths
+      (`stand_in_documents`) where the kernel takes a per-token integer tensor of the queries' length (the
+      document ids its mask reads), else a causal mask; a sliding window is not applied (an upper bound)."""
+    _, m, n, _ = flex_shape(tensors, scalars)
+    m, n = int(m), int(n)
+    q_block = int(scalars.get("SPARSE_Q_BLOCK_SIZE", FLEX_BLOCK))
+    kv_block = int(scalars.get("SPARSE_KV_BLOCK_SIZE", FLEX_BLOCK))
+    counts = note.get("block_counts") or {}
+    mask = tensors.get(KV_COUNTS[0])
+    if KV_COUNTS[0] in counts and mask is not None:
+        rows = _numel(mask["shape"][:-1]) or 1.0  # [batch, heads] of the mask (1 where broadcast)
+        return sum(counts.get(name, 0) for name in KV_COUNTS) / rows, MASK_COUNTED
+    documents = any(
+        len(t["shape"]) == 1 and t["shape"][0] == m and str(t.get("dtype", "")).startswith(("int", "uint"))
+        for name, t in tensors.items()
+        if not name.startswith("arg_")
+    )
+    return float(stand_in_blocks(m, n, q_block, kv_block, documents)), MASK_DOCUMENTS if documents else MASK_CAUSAL
+
+
+def flex_shape(tensors: dict[str, dict], scalars: dict[str, float]) -> tuple[float, float, float, float]:
+    """Batch x heads, queries, keys and head dimension of a flex launch. Inductor may pass Q/K/V in their buffers'
+    layout ([batch, tokens, heads, dim]), so queries and batch x heads come from the log-sum-exp ([batch, heads,
+    queries]), and keys from the dimension of K that fills the BlockMask's key blocks (`arg_KV_IDX`'s last);
+    without those, [batch, heads, tokens, dim]."""
     q, key = tensors["arg_Q"]["shape"], tensors["arg_K"]["shape"]
+    d = float(scalars.get("QK_HEAD_DIM", q[-1]))
+    lse = tensors.get("arg_LSE")
+    if lse is None or not lse["shape"]:
+        return _numel(q[:-2]), float(q[-2]), float(key[-2]), d
+    batch, m = _numel(lse["shape"][:-1]), float(lse["shape"][-1])
+    n = float(key[-2])
+    indices = tensors.get("arg_KV_IDX")
+    if indices is not None and indices["shape"]:
+        kv_block = float(scalars.get("SPARSE_KV_BLOCK_SIZE", FLEX_BLOCK))
+        blocks = float(indices["shape"][-1])
+        fits = [float(x) for x in key[1:-1] if (blocks - 1) * kv_block < x <= blocks * kv_block]
+        n = fits[0] if fits else n
+    return batch, m, n, d
+
+
+def _attention(tensors: dict[str, dict], note: dict, scalars: dict[str, float]) -> dict:
+    """A flex-attention template: `n` the keys each query computes on average (its BlockMask's computed blocks x
+    the block's elements / queries, at most the dense count), so FLOPs count only computed blocks."""
     backward = "arg_DO" in tensors
-    batch = _numel(q[:-2])
-    m, n, d = float(q[-2]), float(key[-2]), float(q[-1])
+    batch, m, n, d = flex_shape(tensors, scalars)
+    blocks, source = flex_blocks(tensors, note, scalars)
+    q_block = float(scalars.get("SPARSE_Q_BLOCK_SIZE", FLEX_BLOCK))
+    kv_block = float(scalars.get("SPARSE_KV_BLOCK_SIZE", FLEX_BLOCK))
+    keys = min(n, blocks * min(q_block, m) * min(kv_block, n) / m) if m else n
     return {
         "family": "attention",
         "op": "flex_bwd" if backward else "flex_fwd",
         "dtype": dtype_name(tensors["arg_Q"].get("dtype")) or "bf16",
         "batch": batch,
         "m": m,
-        "n": n,
+        "n": keys,
         "k": d,
-        "flops": 4.0 * batch * m * n * d * (ATTENTION_BACKWARD_FLOPS if backward else 1.0),
+        "flops": 4.0 * batch * m * keys * d * (ATTENTION_BACKWARD_FLOPS if backward else 1.0),
+        "mask": source,
     }
 
 
 @lru_cache(maxsize=4096)
 def describe(kernel: str, text: str, backward: bool = False) -> dict:
-    """Call-frame values (family, op, dtype, numel, row, operands, batch, m, n, k, flops, work_bytes) of one
-    Triton launch: `kernel` its name, `text` its `args` JSON, `backward` whether it runs in a backward pass.
-    Keys it cannot tell are absent."""
+    """Call-frame values (family, op, dtype, numel, row, operands, batch, m, n, k, flops, work_bytes; flex
+    attention's `mask`: where its block count comes from) of one Triton launch: `kernel` its name, `text` its
+    `args` JSON, `backward` whether it runs in a backward pass. Keys it cannot tell are absent."""
     note = json.loads(text)["triton"]
     args = note.get("args", [])
     tensors = _tensors(args)
@@ -165,7 +272,7 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
         else {}
     )
     if "arg_Q" in tensors and "arg_K" in tensors:
-        out.update(_attention(tensors))
+        out.update(_attention(tensors, note, scalars))
     elif "arg_A" in tensors and "arg_B" in tensors and output is not None:
         out.update(_gemm(tensors["arg_A"], output, kind, tf32), **tile)
     elif "arg_X" in tensors and "arg_W" in tensors and output is not None:

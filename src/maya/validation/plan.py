@@ -38,6 +38,10 @@ class RowPlan:
     """Tokens a sequence (the summary groups rows by it)."""
     env: tuple[tuple[str, str], ...] = ()
     """Added to every rank's environment (`EmulateOptions.env`)."""
+    workdir: Path | None = None
+    """The working directory the script runs in (the data it reads relative to it); None: the caller's."""
+    measured_memory_mib: float | None = None
+    """The row's measured peak allocated memory, where it has one."""
 
     def command_hash(self) -> str:
         """Identifies the emulation: the script's content, its arguments, the virtual GPUs and the emulator."""
@@ -51,6 +55,7 @@ class RowPlan:
                 self.iterations,
                 emulator_digest(),
                 *([self.env] if self.env else []),
+                *([str(self.workdir)] if self.workdir else []),
             ]
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

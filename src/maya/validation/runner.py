@@ -7,6 +7,7 @@ suite goes on."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import time
@@ -28,6 +29,7 @@ KINDS = {
     "llm-foundry": "maya.validation.llm_foundry",
     "neusight": "maya.validation.neusight",
     "megatron": "maya.validation.megatron",
+    "modded-nanogpt": "maya.validation.modded_nanogpt",
 }
 """The module of each suite kind: `plan(row, values) -> RowPlan`, `measured_s(values)` and
 `predict(plan, run_dir, version, warehouse) -> Predicted`. Named, not imported: worker processes import
@@ -249,7 +251,8 @@ def _trace(plan: RowPlan, root: Path) -> tuple[Path, bool, tuple[str, str, int |
         iterations=plan.iterations or None,
         env=plan.env,
     )
-    captured = capture([str(plan.script), *plan.args], options, cache=CaptureCache(root), key=plan.command_hash())
+    with contextlib.chdir(plan.workdir or Path.cwd()):
+        captured = capture([str(plan.script), *plan.args], options, cache=CaptureCache(root), key=plan.command_hash())
     if captured.ok:
         return captured.run_dir, captured.reused, None
     status = "oom" if captured.status == "oom" else "failed"

@@ -1,6 +1,6 @@
 """Validation suites: files of measured training runs that Maya predicts and is judged against.
 
-Two kinds, told apart by their columns:
+Three kinds, told apart by their columns (a folder: by its `published.json`):
 
 - `llm-foundry`: rows in the layout of `data/published/llm_foundry_mpt.csv` (MosaicML's published MPT
   throughput tables: `Model`, `SeqLen (T)`, `# GPUs`, `GPU`, `MicroBatchSize`, `GradAccum`, `Precision`,
@@ -11,12 +11,15 @@ Two kinds, told apart by their columns:
   `model`, `batch`, `seqlen`, `fw_ms`, `bw_ms`);
 - `megatron`: rows whose columns are Megatron-LM `pretrain_gpt.py` argument names plus `row`, `model`, `gpu`, `gpus`,
   `precision` and `measured_step_s` (the layout of `data/published/megatron/korthikanti2022_a100.csv`; see
-  `validation/megatron.py`).
+  `validation/megatron.py`);
+- `modded-nanogpt`: a folder of speed-run scripts with their published figures (`published.json`, `<record>/
+  train_gpt.py`: `modded_nanogpt.py`).
 
 Built-in names: `llm-foundry` (the 162 published rows), `llm-foundry-smoke` (three cheap rows of them:
 what `maya dashboard` validates on its own), `neusight` (NeuSight's single-GPU training rows on GPUs of
 the hardware catalog: A100 80GB PCIe, L4, V100), `korthikanti2022` (Megatron-LM GPT 22B-1T on DGX A100, full
-recompute vs selective with sequence parallelism). Any other SUITE is a file path (`.csv` or `.parquet`).
+recompute vs selective with sequence parallelism), `modded-nanogpt` (six speed-run records on 8 H100s). Any
+other SUITE is a file path (`.csv` or `.parquet`) or a folder in the `published.json` layout.
 
 `--rows` picks rows: a list of row numbers (`3,7,20-22`: a row's number is its position among the file's
 data rows, from 0), or a pandas `DataFrame.query` expression over the file's columns (names with spaces in
@@ -36,7 +39,7 @@ import pandas as pd
 
 from maya.core.paths import data_dir
 
-KINDS = ("llm-foundry", "neusight", "megatron")
+KINDS = ("llm-foundry", "neusight", "megatron", "modded-nanogpt")
 LLM_FOUNDRY_COLUMNS = (
     "Model",
     "SeqLen (T)",
@@ -137,10 +140,17 @@ def load_suite(spec: str) -> Suite:
             & suite.table["device"].isin(NEUSIGHT_DEVICES)
         ]
         return Suite(spec, suite.kind, path, table, _digest(table))
+    if spec == "modded-nanogpt":
+        from .modded_nanogpt import builtin_folder
+
+        return _modded_nanogpt(spec, builtin_folder())
     path = Path(spec).expanduser()
+    if path.is_dir():
+        return _modded_nanogpt(path.name, path)
     if not path.is_file():
         raise SuiteError(
-            f"{spec}: neither a built-in suite (llm-foundry, llm-foundry-smoke, neusight, korthikanti2022) nor a file"
+            f"{spec}: neither a built-in suite (llm-foundry, llm-foundry-smoke, neusight, korthikanti2022, "
+            "modded-nanogpt) nor a file or folder"
         )
     if path.suffix == ".csv":
         return _megatron(path.stem, path) if MEGATRON_MARK in _csv_columns(path) else _llm_foundry(path.stem, path)
@@ -192,6 +202,17 @@ def _neusight(name: str, path: Path) -> Suite:
     table = table.reset_index(drop=True)
     table.index.name = "row"
     return Suite(name, "neusight", path, table, _digest(table))
+
+
+def _modded_nanogpt(name: str, folder: Path) -> Suite:
+    from .modded_nanogpt import read_folder
+
+    try:
+        table = read_folder(folder)
+    except ValueError as e:
+        raise SuiteError(str(e)) from None
+    table.index.name = "row"
+    return Suite(name, "modded-nanogpt", folder / "published.json", table, _digest(table))
 
 
 def _require(path: Path, table: pd.DataFrame, columns: tuple[str, ...], kind: str) -> None:

@@ -195,13 +195,18 @@ MAYA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 MAYA_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
                               unsigned long long flags) {
   (void)offset;
-  (void)h;
   (void)flags;
-  /* the reserved range becomes usable, lazily backed memory */
-  return mprotect((void *)ptr, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  /* the reserved range becomes usable, lazily backed memory of the handle's device: pointers into it are
+   * device pointers (cuPointerGetAttribute, which Inductor's static launcher asks of every tensor argument) */
+  int device = 0;
+  if (maya_dev_lookup((void *)(uintptr_t)h, &device, NULL) != 1) return CUDA_ERROR_INVALID_VALUE;
+  if (mprotect((void *)ptr, size, PROT_READ | PROT_WRITE) != 0) return CUDA_ERROR_INVALID_VALUE;
+  maya_dev_map((void *)ptr, size, device);
+  return CUDA_SUCCESS;
 }
 
 MAYA_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  maya_dev_unmap((void *)ptr, size);
   madvise((void *)ptr, size, MADV_DONTNEED);
   mprotect((void *)ptr, size, PROT_NONE);
   return CUDA_SUCCESS;

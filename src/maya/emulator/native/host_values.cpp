@@ -76,7 +76,8 @@ void debug(const at::RecordFunction &fn, const char *what) {
 
 struct Info {
   std::optional<c10::OperatorHandle> handle;
-  bool runnable = false; // not a view, not random, found in the dispatcher
+  bool runnable = false;  // not a view, not random, found in the dispatcher
+  std::vector<bool> outs; // per argument: an out= tensor (written, never read)
 };
 
 bool plain_device(const at::Tensor &t) {
@@ -178,8 +179,10 @@ const Info &info_of(const at::RecordFunction &fn) {
       bool view = false, random = false;
       for (const c10::Argument &r : s.returns())
         if (r.alias_info() && !r.alias_info()->isWrite()) view = true;
-      for (const c10::Argument &a : s.arguments())
+      for (const c10::Argument &a : s.arguments()) {
         if (a.type()->str().find("Generator") != std::string::npos) random = true;
+        info.outs.push_back(a.is_out());
+      }
       std::string_view n = name->name;
       bool bookkeeping = n.starts_with("aten::empty") || n.starts_with("aten::new_empty") || n == "aten::resize_" ||
                          n == "aten::set_" || n == "aten::_local_scalar_dense" || n == "aten::record_stream" ||
@@ -193,12 +196,12 @@ const Info &info_of(const at::RecordFunction &fn) {
 /* The inputs' provenance if the op could run on the host (every device tensor plain and known, the
  * others host scalars, within the size bound), else UNKNOWN. */
 template <typename Inputs> // RecordFunction's inputs (ArrayRef of IValue, of const IValue before torch 2.6)
-uint8_t inputs_known(const Inputs &inputs, bool skip_first, int64_t *bytes) {
+uint8_t inputs_known(const Inputs &inputs, bool skip_first, int64_t *bytes, const std::vector<bool> *outs = nullptr) {
   uint8_t p = REAL;
-  bool ok = true, first = true;
+  bool ok = true, first = true, written = false;
   auto check = [&](const at::Tensor &t) {
     if (!ok || !t.defined()) return;
-    if (std::exchange(first, false) && skip_first) { // only written: need not be known, only fit
+    if ((std::exchange(first, false) && skip_first) || written) { // only written: need not be known, only fit
       *bytes += t.is_cuda() ? static_cast<int64_t>(t.numel()) * t.element_size() : 0;
       return;
     }
@@ -219,8 +222,29 @@ uint8_t inputs_known(const Inputs &inputs, bool skip_first, int64_t *bytes) {
     if (q == UNKNOWN) ok = false;
     p = std::max(p, q);
   };
-  for (const c10::IValue &v : inputs) each_tensor(v, check);
+  size_t i = 0;
+  for (const c10::IValue &v : inputs) {
+    written = outs && i < outs->size() && (*outs)[i];
+    each_tensor(v, check);
+    ++i;
+  }
   return ok ? p : UNKNOWN;
+}
+
+bool overwrites_first(std::string_view n);
+
+/* An out= overload (`arange.out`, `sum.IntList_out`): its out tensors are written, not read. */
+bool out_overload(const at::RecordFunction &fn) {
+  auto name = fn.operator_name();
+  return name && name->overload_name.ends_with("out");
+}
+
+/* `inputs_known`, the out= tensors of an out= overload left out (they need only fit). */
+template <typename Inputs>
+uint8_t read_inputs_known(const at::RecordFunction &fn, const Inputs &inputs, int64_t *bytes) {
+  bool skip_first = overwrites_first(fn.name());
+  if (!out_overload(fn)) return inputs_known(inputs, skip_first, bytes);
+  return inputs_known(inputs, skip_first, bytes, &info_of(fn).outs);
 }
 
 /* Whether the outputs can receive host results: plain device tensors, within the size bound. */
@@ -440,7 +464,7 @@ void on_enter(const at::RecordFunction &fn, OpValues &op) {
   if (fn.scope() == at::RecordScope::FUNCTION) {
     count_read_indices(n, in);
     int64_t bytes = 0;
-    op.inputs_known = in.empty() ? UNKNOWN : inputs_known(in, overwrites_first(n), &bytes);
+    op.inputs_known = in.empty() ? UNKNOWN : read_inputs_known(fn, in, &bytes);
     if (op.inputs_known != UNKNOWN || is_routing(n) || n == "aten::copy_" || is_collective(n) ||
         finiteness_answer(n) >= 0)
       op.inputs.assign(in.begin(), in.end());
@@ -489,7 +513,7 @@ void on_exit(const at::RecordFunction &fn, OpValues &op, int64_t own_work) {
   }
   uint8_t p = op.inputs_known;
   int64_t bytes = 0;
-  if (p != UNKNOWN && !op.inputs.empty() && inputs_known(op.inputs, overwrites_first(fn.name()), &bytes) != UNKNOWN &&
+  if (p != UNKNOWN && !op.inputs.empty() && read_inputs_known(fn, op.inputs, &bytes) != UNKNOWN &&
       outputs_fit(fn, bytes)) {
     const Info &info = info_of(fn);
     if (info.runnable && run_on_host(fn, op.inputs, info)) {
@@ -507,6 +531,12 @@ void on_exit(const at::RecordFunction &fn, OpValues &op, int64_t own_work) {
     debug(fn, "inputs unknown: outputs unknown");
   }
   mark_outputs(fn, UNKNOWN);
+}
+
+uint8_t provenance_of(const void *storage_base) {
+  std::lock_guard<std::mutex> g(mu);
+  auto it = known.find(storage_base);
+  return it == known.end() ? UNKNOWN : it->second;
 }
 
 std::string summary_json() {

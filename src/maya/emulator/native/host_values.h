@@ -21,6 +21,9 @@ struct OpValues {
 void on_enter(const at::RecordFunction &fn, OpValues &op);
 /* `own_work`: kernel work the op issued itself (not its nested ops). */
 void on_exit(const at::RecordFunction &fn, OpValues &op, int64_t own_work);
+/* Whether the storage starting at `storage_base` holds known values: 0 unknown, 1 computed from real inputs,
+ * 2 assumed (a routing stand-in). */
+uint8_t provenance_of(const void *storage_base);
 /* JSON: {"computed": ops computed on the host, "failed": ..., "routing": {op: calls}} */
 std::string summary_json();
 

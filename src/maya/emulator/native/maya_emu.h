@@ -108,6 +108,10 @@ long maya_rank_pid(void);
 void *maya_host_alloc(size_t bytes);
 int maya_host_free(void *ptr);
 int maya_is_host_alloc(const void *ptr);
+/* A range of a cuMemAddressReserve reservation mapped to a cuMemCreate handle of `device` (expandable segments),
+ * known to maya_dev_lookup as device memory (the handle counts its bytes), until cuMemUnmap. */
+void maya_dev_map(void *ptr, size_t size, int device);
+void maya_dev_unmap(void *ptr, size_t size);
 /* copy/set only small buffers for real */
 void maya_copy(void *dst, const void *src, size_t n);
 void maya_set(void *dst, int value, size_t n);

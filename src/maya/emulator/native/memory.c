@@ -5,11 +5,13 @@
  * Device allocations are real, lazily-backed host mappings (MAP_NORESERVE): pointers are unique
  * and small copies into them work, while untouched pages cost nothing. */
 
+enum { DEVICE_MEMORY = 0, HOST_MEMORY = 1, MAPPED_MEMORY = 2 };
+
 typedef struct {
   uintptr_t base;
   size_t size;
   int device;
-  int host;
+  int host; /* DEVICE_MEMORY, HOST_MEMORY (pinned), or MAPPED_MEMORY: a mapped range of a reservation */
 } alloc;
 
 /* allocations sorted by base address: exact and interior lookups by binary search */
@@ -133,7 +135,7 @@ int maya_dev_free(void *ptr, int64_t stream) {
   alloc a;
   pthread_mutex_lock(&lock);
   alloc *found = find_alloc((uintptr_t)ptr);
-  int ok = found && found->base == (uintptr_t)ptr && !found->host && take_alloc((uintptr_t)ptr, &a);
+  int ok = found && found->base == (uintptr_t)ptr && found->host == DEVICE_MEMORY && take_alloc((uintptr_t)ptr, &a);
   if (ok) used[a.device] -= a.size;
   pthread_mutex_unlock(&lock);
   if (!ok) return -1;
@@ -145,7 +147,7 @@ int maya_dev_free(void *ptr, int64_t stream) {
 int maya_dev_lookup(const void *ptr, int *device, size_t *size) {
   pthread_mutex_lock(&lock);
   alloc *a = find_alloc((uintptr_t)ptr);
-  int found = a ? (a->host ? 2 : 1) : 0;
+  int found = a ? (a->host == HOST_MEMORY ? 2 : 1) : 0;
   if (a && device) *device = a->device;
   if (a && size) *size = a->size;
   pthread_mutex_unlock(&lock);
@@ -171,12 +173,28 @@ int maya_host_free(void *ptr) {
   alloc a;
   pthread_mutex_lock(&lock);
   alloc *found = find_alloc((uintptr_t)ptr);
-  int ok = found && found->host && take_alloc((uintptr_t)ptr, &a);
+  int ok = found && found->host == HOST_MEMORY && take_alloc((uintptr_t)ptr, &a);
   pthread_mutex_unlock(&lock);
   if (!ok) return -1;
   record_mem(1, a.device, a.base, a.size, -1, 1);
   munmap((void *)a.base, a.size);
   return 0;
+}
+
+void maya_dev_map(void *ptr, size_t size, int device) {
+  pthread_mutex_lock(&lock);
+  add_alloc((uintptr_t)ptr, size, device, MAPPED_MEMORY);
+  pthread_mutex_unlock(&lock);
+}
+
+void maya_dev_unmap(void *ptr, size_t size) {
+  uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
+  pthread_mutex_lock(&lock);
+  size_t kept = 0;
+  for (size_t i = 0; i < n_allocs; i++)
+    if (!(allocs[i].host == MAPPED_MEMORY && allocs[i].base >= lo && allocs[i].base < hi)) allocs[kept++] = allocs[i];
+  n_allocs = kept;
+  pthread_mutex_unlock(&lock);
 }
 
 int maya_is_host_alloc(const void *ptr) { return maya_dev_lookup(ptr, NULL, NULL) == 2; }

@@ -417,6 +417,11 @@ __attribute__((visibility("default"))) const char *maya_ops_values_summary(void)
   return text.c_str();
 }
 
+/* Whether the device storage starting at `base` holds values the host knows (0 no, 1 real, 2 assumed). */
+__attribute__((visibility("default"))) int maya_ops_value_provenance(const void *base) {
+  return maya_values::provenance_of(base);
+}
+
 /* Stop observing and flush every thread's records. */
 __attribute__((visibility("default"))) void maya_ops_finish(void) {
   if (handle) at::removeCallback(handle);
