@@ -67,7 +67,8 @@ class IterationBand:
     held fixed."""
     composed_share: float = 0.0
     """Share of the iteration time in composed kernels (fused attention): varied by the residuals of the models
-    they are composed from; the composition itself was never measured, so its own error is not in the band."""
+    they are composed from, and, for implementations with public measurements (`estimators/attention_model.py`),
+    by their held-out residuals; cuDNN's attention, never measured, carries only its GEMMs' band."""
     simulations: tuple = field(default=(), repr=False, compare=False)
     """The low and high replays (`Simulation`), for figures other than the iteration time (their times carry
     the residuals only: `widen` adds the model discrepancy to a band read off them)."""

@@ -28,7 +28,7 @@ import pandas as pd
 
 from maya.core.paths import data_dir
 
-from .plan import GPUS_PER_NODE, Predicted, RowPlan
+from .plan import GPUS_PER_NODE, Predicted, RowPlan, predict_plan
 from .store import RowKey
 
 CLUSTERS = {"a100_40gb": "a100-roce-1600g", "a100_80gb": "a100-roce-1600g", "h100_80gb": "dgx-h100"}
@@ -104,37 +104,4 @@ def plan(row: int, values: pd.Series) -> RowPlan:
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
     """The steady optimizer step of the row's trace on its GPU and cluster, with its 10-90% band."""
-    from maya.api import PredictOptions
-    from maya.api import predict as predict_run
-
-    options = PredictOptions(
-        hardware=plan.hardware,
-        cluster=plan.cluster,
-        durations="estimators",
-        estimator_version=version,
-        warehouse=warehouse,
-        band=True,
-    )
-    p = predict_run(run_dir, options)
-    band = p.band or {}
-    return Predicted(
-        predicted_s=p.iteration_ns / 1e9,
-        band_low_s=band["low_ns"] / 1e9 if band else None,
-        band_high_s=band["high_ns"] / 1e9 if band else None,
-        oom=p.oom,
-        oom_reason=p.oom_reason,
-        peak_memory_bytes=p.peak_memory_bytes,
-        memory_capacity_bytes=p.memory_capacity_bytes,
-        mfu=p.mfu,
-        details={
-            "breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()},
-            "steady_iterations": p.steady_iterations,
-            "captured_ranks": p.captured_ranks,
-            "simulated_ranks": p.simulated_ranks,
-            "notes": p.notes,
-            "assumptions": p.assumptions,
-            "band": {
-                k: v for k, v in band.items() if k in ("shares", "unmodelled_share", "composed_share", "discrepancy")
-            },
-        },
-    )
+    return predict_plan(plan, run_dir, version, warehouse)

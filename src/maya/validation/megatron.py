@@ -30,7 +30,7 @@ import pandas as pd
 
 from maya.core import settings
 
-from .plan import GPUS_PER_NODE, Predicted, RowPlan
+from .plan import GPUS_PER_NODE, Predicted, RowPlan, predict_plan
 from .store import RowKey
 
 META = ("row", "model", "gpu", "gpus", "precision", "measured_step_s", "source", "cluster")
@@ -196,36 +196,4 @@ def plan(row: int, values: pd.Series) -> RowPlan:
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
     """The steady iteration of the row's trace on its GPUs and cluster, with its 10-90% band, MFU and HFU."""
-    from maya.api import PredictOptions
-    from maya.api import predict as predict_run
-
-    options = PredictOptions(
-        hardware=plan.hardware,
-        cluster=plan.cluster,
-        durations="estimators",
-        estimator_version=version,
-        warehouse=warehouse,
-        band=True,
-    )
-    p = predict_run(run_dir, options)
-    band = p.band or {}
-    return Predicted(
-        predicted_s=p.iteration_ns / 1e9,
-        band_low_s=band["low_ns"] / 1e9 if band else None,
-        band_high_s=band["high_ns"] / 1e9 if band else None,
-        oom=p.oom,
-        oom_reason=p.oom_reason,
-        peak_memory_bytes=p.peak_memory_bytes,
-        memory_capacity_bytes=p.memory_capacity_bytes,
-        mfu=p.mfu,
-        details={
-            "breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()},
-            "hfu": p.hfu,
-            "steady_iterations": p.steady_iterations,
-            "captured_ranks": p.captured_ranks,
-            "simulated_ranks": p.simulated_ranks,
-            "notes": p.notes,
-            "assumptions": p.assumptions,
-            "band": {k: v for k, v in band.items() if k in ("shares", "unmodelled_share", "composed_share")},
-        },
-    )
+    return predict_plan(plan, run_dir, version, warehouse)

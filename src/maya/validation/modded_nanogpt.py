@@ -24,7 +24,7 @@ import pandas as pd
 
 from maya.core.paths import data_dir, maya_home
 
-from .plan import GPUS_PER_NODE, Predicted, RowPlan
+from .plan import GPUS_PER_NODE, Predicted, RowPlan, predict_plan
 from .store import RowKey
 
 HARDWARE = "h100-sxm"
@@ -108,37 +108,9 @@ def plan(row: int, values: pd.Series) -> RowPlan:
 
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
     """The steady step on 8 H100 SXM of a DGX-H100, its band, and rank 0's predicted peak allocated memory."""
-    from maya.api import PredictOptions
-    from maya.api import predict as predict_run
-
-    options = PredictOptions(
-        hardware=plan.hardware,
-        cluster=plan.cluster,
-        durations="estimators",
-        estimator_version=version,
-        warehouse=warehouse,
-        band=True,
-    )
-    p = predict_run(run_dir, options)
-    band = p.band or {}
-    return Predicted(
-        predicted_s=p.iteration_ns / 1e9,
-        band_low_s=band["low_ns"] / 1e9 if band else None,
-        band_high_s=band["high_ns"] / 1e9 if band else None,
-        oom=p.oom,
-        oom_reason=p.oom_reason,
-        peak_memory_bytes=p.peak_memory_bytes,
-        memory_capacity_bytes=p.memory_capacity_bytes,
-        mfu=p.mfu,
-        details={
-            "breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()},
-            "steady_iterations": p.steady_iterations,
-            "captured_ranks": p.captured_ranks,
-            "notes": p.notes,
-            "assumptions": p.assumptions,
-            **memory_comparison(p.peak_memory_bytes, plan.measured_memory_mib),
-        },
-    )
+    predicted = predict_plan(plan, run_dir, version, warehouse)
+    predicted.details.update(memory_comparison(predicted.peak_memory_bytes, plan.measured_memory_mib))
+    return predicted
 
 
 def memory_comparison(peak_memory_bytes: int | None, published_mib: float | None) -> dict:

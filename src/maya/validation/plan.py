@@ -77,15 +77,63 @@ class Predicted:
     """Breakdown, notes, assumptions and kind-specific figures (stored as JSON)."""
 
 
+BAND_DETAILS = ("shares", "unmodelled_share", "composed_share", "discrepancy")
+"""What of a prediction's band a row keeps (`benchmarks/band_calibration.py` reads `discrepancy` back)."""
+
+
+def predict_plan(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None, **details) -> Predicted:
+    """The steady iteration of a row's trace on its GPUs and cluster with its 10-90% band (`maya.api.predict`,
+    nothing stored): its breakdown, MFU and HFU, notes, assumptions and band shares in `details`, with the
+    suite kind's own `details` added."""
+    from maya.api import PredictOptions
+    from maya.api import predict as predict_run
+
+    options = PredictOptions(
+        hardware=plan.hardware,
+        cluster=plan.cluster,
+        durations="estimators",
+        estimator_version=version,
+        warehouse=warehouse,
+        band=True,
+    )
+    p = predict_run(run_dir, options)
+    band = p.band or {}
+    return Predicted(
+        predicted_s=p.iteration_ns / 1e9,
+        band_low_s=band["low_ns"] / 1e9 if band else None,
+        band_high_s=band["high_ns"] / 1e9 if band else None,
+        oom=p.oom,
+        oom_reason=p.oom_reason,
+        peak_memory_bytes=p.peak_memory_bytes,
+        memory_capacity_bytes=p.memory_capacity_bytes,
+        mfu=p.mfu,
+        details={
+            "breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()},
+            "hfu": p.hfu,
+            "steady_iterations": p.steady_iterations,
+            "captured_ranks": p.captured_ranks,
+            "simulated_ranks": p.simulated_ranks,
+            "notes": p.notes,
+            "assumptions": p.assumptions,
+            "band": {k: v for k, v in band.items() if k in BAND_DETAILS},
+            **details,
+        },
+    )
+
+
 @lru_cache(maxsize=1)
 def predictor_digest() -> str:
     """Of what turns a trace and an estimator version into a prediction: the simulator, estimators and
-    validation sources, the hardware, cluster and collective data. A changed one re-predicts every row."""
+    validation sources, the hardware, cluster and collective data, the band's discrepancy widths and the public
+    kernel measurements the attention model is fitted on. A changed one re-predicts every row."""
     root = Path(maya.__file__).parent
     files = [p for package in ("simulator", "estimators", "validation") for p in sorted((root / package).rglob("*.py"))]
     files += [
-        p for folder in ("hardware", "clusters", "collectives") for p in sorted((data_dir() / folder).glob("*.json"))
+        p
+        for folder in ("hardware", "clusters", "collectives", "band")
+        for p in sorted((data_dir() / folder).glob("*.json"))
     ]
+    files += sorted((data_dir() / "kernels_public").rglob("*.csv"))
     return _digest(files, maya.__version__)
 
 
