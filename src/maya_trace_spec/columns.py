@@ -218,12 +218,21 @@ OPS = Table(
             cuda_name="Input Dims",
         ),
         _c("input_dtypes", pa.list_(s), "Element type of each input.", cuda_name="Input type"),
-        _c("module_path", s, "Dotted path of the enclosing nn.Module, e.g. `model.layers.3.mlp`."),
+        _c(
+            "module_path",
+            s,
+            "Dotted path of the enclosing nn.Module, e.g. `model.layers.3.mlp`. A module's forward is itself an op "
+            "named `nn.Module: ` and its path; a producer may also attribute backward ops to the module they "
+            "differentiate.",
+        ),
         _c(
             "phase",
             s,
             "Training phase; `eval`: a validation or evaluation forward pass (a model called in "
-            "eval mode or under inference mode), not part of a training iteration.",
+            "eval mode or under inference mode), not part of a training iteration. Ops under a module's forward "
+            "op (`nn.Module: ...`) that is itself in the `backward` phase are a forward pass run again "
+            "(activation recomputation: counted in HFU, not MFU); no other backward op is, whatever its "
+            "`module_path`.",
             allowed=PHASES,
         ),
         _c("iteration", i32, "Training iteration (optimizer steps so far).", minimum=0),

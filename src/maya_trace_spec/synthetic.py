@@ -171,6 +171,8 @@ def write_run(
                 "time_source": ["emulated"] * ops_per_rank,
                 "input_shapes": [[[1024, 4096], [4096, 4096]]] * ops_per_rank,
                 "input_dtypes": [["c10::BFloat16", "c10::BFloat16"]] * ops_per_rank,
+                # every op attributed to the module, backward ones included: with no `nn.Module: ` range in the
+                # backward phase, none is a recomputed forward (SPEC.md, `ops.phase`)
                 "module_path": ["model.layers.0.mlp"] * ops_per_rank,
                 "phase": [phases[i * 3 // ops_per_rank] for i in range(ops_per_rank)],
                 "iteration": [0] * ops_per_rank,

@@ -115,6 +115,10 @@ COLLECTIVES: tuple[str, ...] = (
     "recv",
 )
 """Trace collective names, in the order `collective_name` matches them (longer names first)."""
+MODULE_RANGE_PREFIX = "nn.Module: "
+"""`ops.name` prefix of the range around a module's forward (`nn.Module: model.layers.3.mlp`, PyTorch profiler's
+spelling): the ops under it carry its `module_path`. One in the backward phase is a forward pass run again
+(activation recomputation)."""
 EVAL_RANGE = "maya::eval"
 """`ops.name` of the range a capture opens around an evaluation forward pass (a model called in eval mode or
 under inference mode): its ops are phase `eval`, and each one is an evaluation the simulator counts."""

@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from maya.core.warehouse import insert_row, transaction
-from maya.emulator.device_time import resolve
+from maya.emulator.device_time import FACTORY, load, resolve, spec
+from maya.simulator.device_time import oracle
+from maya_trace_spec import conform
 
 
 def test_resolve_names_the_oracle():
@@ -63,3 +65,34 @@ def test_resolve_reads_the_registry_without_loading_estimators(tmp_path):
     assert options == {"durations": "roofline"} and "corrupted" in described
     (tmp_path / "estimators" / "v7" / "estimator.zip").unlink()
     assert "missing" in resolve("estimators", "v7", str(warehouse))[1]
+
+
+def test_a_rank_whose_estimator_cannot_load_times_by_the_roofline_and_says_why(tmp_path):
+    """`resolve` names `estimators v7` from the registry alone; the rank that loads it finds its artifact
+    unreadable (registered intact, but not an estimator archive) and prices its timings by the roofline."""
+    warehouse = tmp_path / "warehouse.duckdb"
+    _register(warehouse, "v7", b"artifact bytes")
+    options, described = resolve("estimators", "latest", str(warehouse))
+    assert described == "estimators v7"
+    value = spec(FACTORY, hardware="h100-sxm", **options)
+    estimated = load(value)
+    assert estimated.name.startswith("roofline on h100-sxm (estimators not available")
+    assert "estimator version v7" in estimated.name and "cannot be read" in estimated.name
+    calls = conform(
+        "api_calls",
+        {
+            "seq": [0],
+            "api": ["cublasGemmEx"],
+            "domain": ["cublas"],
+            "start_ns": [0],
+            "time_source": ["emulated"],
+            "gemm_m": [4096],
+            "gemm_n": [2048],
+            "gemm_k": [1024],
+            "gemm_batch": [1],
+            "gemm_dtype_a": ["bf16"],
+        },
+    ).to_pandas()
+    kernels = conform("kernels", {"kernel_id": [], "name": [], "family": []}).to_pandas()
+    ns = estimated.device_ns(calls, kernels)
+    assert ns[0] > 0 and ns == pytest.approx(oracle("h100-sxm", "roofline").device_ns(calls, kernels))

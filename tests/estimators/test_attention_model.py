@@ -2,11 +2,14 @@
 model learned on them: the fwd/bwd split, FlexAttention's ratio, the proxy of llm-foundry's Triton kernel and
 its wider band, and the evaluation per GPU, implementation and direction."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from maya.estimators import KernelEstimator, attention_model
+from maya.estimators import KernelEstimator, attention_model, kernels_public_data
 from maya.estimators.dataset_eval import evaluate_kernels_public
 from maya.estimators.families.attention import AttentionPredictor
 from maya.estimators.hardware_table import hardware_arrays
@@ -146,3 +149,35 @@ def test_evaluation_per_gpu_implementation_and_direction():
     assert not any(k.startswith(OWN_DEVICE) for k in table)
     assert any(OWN_DEVICE in note and "ratios only" in note for note in result.notes)
     assert any("OOM" in note for note in result.notes)
+
+
+def test_importing_the_families_loads_neither_scikit_learn_nor_pandera():
+    """Both load at the model's first fit: an emulator rank or a CLI that never prices attention skips ~2.5 s."""
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, maya.estimators.families; print(sorted({'sklearn', 'pandera'} & set(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"
+
+
+def test_a_fit_reads_the_shipped_files_once_and_fits_only_families_calls_are_priced_by(monkeypatch):
+    reads = []
+    real = kernels_public_data.read
+    monkeypatch.setattr(kernels_public_data, "read", lambda *a: reads.append(a[1]) or real(*a))
+    attention_model._shipped_rows.cache_clear()
+    try:
+        fitted = attention_model.fit(AttentionPredictor().priced_by(KernelEstimator().predict))
+        mine = attention_model.rows()
+        mine["family"] = "changed"  # a caller's frame is its own
+        assert (attention_model.rows()["family"] != "changed").any()
+    finally:
+        attention_model._shipped_rows.cache_clear()  # later tests read the real files again
+    assert sorted(reads) == sorted(f.split("/")[-1] for f in FILES)  # each once, though fit reads rows twice
+    assert set(fitted.corrections) == {family for family, _ in attention_model.CALL_KERNELS.values()}
+    assert "triton" not in fitted.corrections  # measured, but no call kernel is priced by it

@@ -1,6 +1,10 @@
 """The megatron suite kind: a CSV of `pretrain_gpt.py` arguments and measured iteration times (the built-in
 `korthikanti2022`) planned as Megatron-LM's own script on the row's GPUs and cluster."""
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pandas as pd
 import pytest
 
@@ -102,3 +106,46 @@ def test_a_checkout_without_pretrain_gpt_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("MAYA_MEGATRON_LM", str(tmp_path))
     with pytest.raises(ValueError, match="MAYA_MEGATRON_LM=.*no pretrain_gpt.py"):
         megatron.plan(0, load_suite("korthikanti2022").table.loc[0])
+
+
+@pytest.fixture
+def cloned(tmp_path, monkeypatch):
+    """No MAYA_MEGATRON_LM, megatron-core 0.9.0 installed, and a fake clone that counts its calls."""
+    monkeypatch.delenv("MAYA_MEGATRON_LM", raising=False)
+    monkeypatch.setenv("MAYA_HOME", str(tmp_path))
+    monkeypatch.setattr(megatron.metadata, "version", lambda name: "0.9.0")
+    calls = []
+
+    def clone(branch, into):
+        calls.append(branch)
+        into.mkdir()
+        time.sleep(0.2)  # long enough for a second caller to arrive while this one clones
+        (into / "pretrain_gpt.py").write_text("print('pretrain')\n")
+
+    monkeypatch.setattr(megatron, "_clone", clone)
+    return calls
+
+
+def test_concurrent_checkouts_clone_once(cloned, tmp_path):
+    start = threading.Barrier(2)
+
+    def one():
+        start.wait()
+        return megatron.checkout()
+
+    with ThreadPoolExecutor(2) as pool:
+        paths = [f.result() for f in [pool.submit(one), pool.submit(one)]]
+    assert paths == [tmp_path / "megatron-lm" / "core_r0.9.0"] * 2
+    assert cloned == ["core_r0.9.0"]
+    assert (paths[0] / "pretrain_gpt.py").is_file()
+    assert not (tmp_path / "megatron-lm" / ".core_r0.9.0.partial").exists()
+
+
+def test_a_failed_clone_says_why_and_leaves_no_checkout(tmp_path, monkeypatch):
+    monkeypatch.delenv("MAYA_MEGATRON_LM", raising=False)
+    monkeypatch.setenv("MAYA_HOME", str(tmp_path))
+    monkeypatch.setattr(megatron.metadata, "version", lambda name: "0.9.0")
+    monkeypatch.setattr(megatron, "_clone", lambda branch, into: "fatal: Remote branch core_r0.9.0 not found")
+    with pytest.raises(ValueError, match="could not clone Megatron-LM's core_r0.9.0.*not found"):
+        megatron.checkout()
+    assert not (tmp_path / "megatron-lm" / "core_r0.9.0").exists()

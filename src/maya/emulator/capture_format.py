@@ -4,12 +4,15 @@ The C side is `native/maya_emu.h` (the call record `maya_rec`, its kinds, flags 
 types) and `native/ops_observer.cpp` (the op record); tests/emulator/test_capture_format.py checks every
 value and the record layouts against them, with no compiler. `convert.py` reads captures with these,
 `build.py` generates the loud stubs with them, and `runner.py` names the ranges it opens with them
-(the evaluation range's name, `EVAL_RANGE`, is the trace spec's: maya_trace_spec.vocabulary).
+(the evaluation range's name, `EVAL_RANGE`, and the module range's prefix are the trace spec's:
+maya_trace_spec.vocabulary).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from maya_trace_spec.vocabulary import MODULE_RANGE_PREFIX
 
 RECORD_DTYPE = np.dtype(
     [
@@ -73,7 +76,7 @@ OP_ENTER, OP_EXIT = 0, 1
 SCOPE_BACKWARD_FUNCTION = 1  # at::RecordScope
 OP_FLAG_AUTOGRAD_THREAD = 1
 
-MODULE_PREFIX = "nn.Module: "
+MODULE_PREFIX = MODULE_RANGE_PREFIX
 """Name prefix of the range the runner opens around each module's forward (`nn.Module: GPT.blocks.0`)."""
 NOTES_FILE = "triton_launches.jsonl"
 """In a rank's capture: the runner's descriptions of Triton launches, one JSON object a line (triton_launches.py)."""

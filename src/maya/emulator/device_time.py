@@ -75,7 +75,8 @@ def load(value: str) -> DeviceTimeOracle:
 def resolve(choice: str, version: str = "latest", warehouse: str | None = None) -> tuple[dict | None, str]:
     """`maya emulate --device-time CHOICE`: the oracle's options (None for host time) and what it is, e.g.
     `estimators v3`. `estimators` with no version registered, or its artifact missing or altered, falls back to
-    the roofline and says so. The estimator itself is loaded by the rank, at its first timing."""
+    the roofline and says so. The estimator itself is loaded by the rank, at its first timing: one that cannot
+    load (an artifact of an older format) leaves the rank's oracle on the roofline, and its status says so."""
     if choice not in CHOICES:
         raise ValueError(f"unknown --device-time {choice!r}; choose from {', '.join(CHOICES)}")
     if choice == "host":

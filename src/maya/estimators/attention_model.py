@@ -25,6 +25,7 @@ rows on one GPU alone: its residuals in training, which understate the error on 
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -32,11 +33,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from sklearn.linear_model import Ridge
 
-from .kernels_public_data import OWN_DEVICE, load
+if TYPE_CHECKING:  # the attention family prices by this module; scikit-learn loads at the first fit
+    from sklearn.linear_model import Ridge
 
-if TYPE_CHECKING:  # the attention family prices by this module
     from .families.base import Composed, PriceCalls
 
 IMPLEMENTATIONS: dict[str, str] = {
@@ -83,6 +83,8 @@ def features(seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.nd
 
 
 def _ridge(x: np.ndarray, y: np.ndarray) -> Ridge:
+    from sklearn.linear_model import Ridge  # scikit-learn (~1 s) loads when a model is fitted, not with the family
+
     return Ridge(alpha=RIDGE_ALPHA).fit(x, y)
 
 
@@ -93,8 +95,6 @@ class AttentionModel:
 
     corrections: dict[str, Ridge]
     bands: dict[str, tuple[float, float]]
-    held_out: dict[str, bool]
-    """Whether a family's band was measured on GPUs held out (else on its training rows)."""
     split: Ridge
     flex_ratio: dict[str, Ridge]
 
@@ -118,6 +118,14 @@ class AttentionModel:
 
 def rows() -> pd.DataFrame:
     """The valid attention rows of the shipped files, with their implementation family (`family`)."""
+    return _shipped_rows().copy()
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_rows() -> pd.DataFrame:
+    """`rows`, read and validated once per process (pandera loads here, not with the attention family)."""
+    from .kernels_public_data import load
+
     valid = load().rows
     attention = valid[valid["dataset"].str.startswith("attn")].copy()
     attention["family"] = attention["kernel_impl"].map(IMPLEMENTATIONS).fillna("")
@@ -197,6 +205,8 @@ def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, Ridge]:
 
 def measured_rows(mechanism: Mechanism) -> pd.DataFrame:
     """The fwd+bwd rows of the catalog's GPUs with their composed times (`composed_s`) and features."""
+    from .kernels_public_data import OWN_DEVICE
+
     found = rows()
     figures = found[(found["direction"] == "fwd+bwd") & (found["family"] != "") & (found["device"] != OWN_DEVICE)]
     composed = composed_rows(figures, mechanism)
@@ -204,19 +214,23 @@ def measured_rows(mechanism: Mechanism) -> pd.DataFrame:
 
 
 def fit(mechanism: Mechanism) -> AttentionModel:
-    """The model, fitted on every measured GPU, with bands from each GPU held out in turn."""
+    """The model of each family a call kernel is priced by (`CALL_KERNELS`), fitted on every measured GPU, with
+    bands from each GPU held out in turn (a family measured on one GPU: its training residuals)."""
+    from .kernels_public_data import OWN_DEVICE
+
     figures = measured_rows(mechanism)
-    tritonbench = rows().query("device == @OWN_DEVICE")
-    corrections, bands, held_out = {}, {}, {}
+    figures = figures[figures["family"].isin({family for family, _ in CALL_KERNELS.values()})]
+    found = rows()
+    tritonbench = found[found["device"] == OWN_DEVICE]
+    corrections, bands = {}, {}
     for family, group in figures.groupby("family"):
         x = features(group["seqlen"], group["head_dim"], group["causal"])
         y = _log_residual(group["time_s"], group["composed_s"])
         corrections[family] = _ridge(x, y)
         out = _held_out_residuals(group)
-        held_out[family] = out is not None
         residuals = out if out is not None else y - corrections[family].predict(x)
         bands[family] = tuple(float(q) for q in np.quantile(residuals, BAND))
-    return AttentionModel(corrections, bands, held_out, _split(tritonbench, mechanism), _flex_ratio(tritonbench))
+    return AttentionModel(corrections, bands, _split(tritonbench, mechanism), _flex_ratio(tritonbench))
 
 
 def _held_out_residuals(group: pd.DataFrame) -> np.ndarray | None:

@@ -16,6 +16,7 @@ import pandas as pd
 from maya.core import hardware as catalog
 
 from .durations import DurationProvider, RooflineDurations
+from .durations.estimated import EstimatorsUnavailable
 from .launch_shape import launch_factor
 from .opcodes import classify
 from .trace import RankTrace
@@ -25,10 +26,10 @@ from .work import work_frame
 class EstimatedDeviceTime:
     """Device time of api_calls rows on one catalog GPU by a `DurationProvider`."""
 
-    def __init__(self, hardware: str, provider: DurationProvider):
+    def __init__(self, hardware: str, provider: DurationProvider, fallback: str | None = None):
         self.hardware = catalog.get(hardware)
         self.provider = provider
-        self.name = f"{provider.name} on {self.hardware.name}"
+        self.name = f"{provider.name} on {self.hardware.name}" + (f" ({fallback})" if fallback else "")
 
     def device_ns(self, calls: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
         empty = pd.DataFrame(columns=["op_id", "name", "input_shapes", "input_dtypes"])
@@ -56,8 +57,13 @@ def provider(durations: str, version: str = "latest", warehouse: str | None = No
 def oracle(
     hardware: str, durations: str = "estimators", version: str = "latest", warehouse: str | None = None
 ) -> EstimatedDeviceTime:
-    """The oracle a rank loads (`maya.emulator.device_time.load`)."""
-    return EstimatedDeviceTime(hardware, provider(durations, version, warehouse))
+    """The oracle a rank loads (`maya.emulator.device_time.load`). Estimators that cannot load (the version's
+    artifact unreadable, `maya.estimators` not importable) leave the roofline pricing, and the oracle's name,
+    which the rank's status and `maya predict`'s notes carry, says why."""
+    try:
+        return EstimatedDeviceTime(hardware, provider(durations, version, warehouse))
+    except EstimatorsUnavailable as e:
+        return EstimatedDeviceTime(hardware, RooflineDurations(), fallback=str(e))
 
 
 TIMING_API = "cudaEventElapsedTime"

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from maya.estimators.calls import GATHER_OPS, gathered_size, gemm_of_row_major
-from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, dtype_bytes, dtype_name
+from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, MODULE_RANGE_PREFIX, dtype_bytes, dtype_name
 
 from . import triton_work
 from .attention_shapes import shape_attention
@@ -214,14 +214,30 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
 
 def recomputed(trace: RankTrace) -> np.ndarray:
     """Per call: whether it belongs to a forward pass run again in the backward pass (activation
-    recomputation). A module's forward inside the backward phase is one: torch's checkpointing (reentrant or
-    not) and Megatron's re-run the modules, while the backward functions' own ops have no enclosing module."""
+    recomputation): its op is in the backward phase, under a module's forward range
+    (`vocabulary.MODULE_RANGE_PREFIX`) that opened in the backward phase. Torch's checkpointing (reentrant or
+    not) and Megatron's re-run the modules there; the backward's own ops are under no such range, even where a
+    producer attributes them to a module (`module_path`)."""
     calls = trace.calls
-    if not len(trace.ops) or not len(calls) or not {"phase", "module_path"} <= set(trace.ops.columns):
+    if not len(trace.ops) or not len(calls) or not {"phase", "parent_op_id"} <= set(trace.ops.columns):
         return np.zeros(len(calls), dtype=bool)
-    ops = trace.ops.drop_duplicates("op_id").set_index("op_id")
-    again = (ops["phase"] == "backward") & ops["module_path"].notna()
-    return again.reindex(calls["op_id"].to_numpy()).fillna(False).to_numpy(dtype=bool)
+    ops = trace.ops.drop_duplicates("op_id")
+    backward = ops["phase"].eq("backward").fillna(False).to_numpy(dtype=bool)
+    inside = backward & ops["name"].astype(str).str.startswith(MODULE_RANGE_PREFIX).to_numpy()
+    ids = pd.Index(ops["op_id"])
+    parent = ids.get_indexer(ops["parent_op_id"])
+    up = parent.copy()
+    pending = np.flatnonzero(backward & ~inside & (up >= 0))
+    for _ in range(len(ops)):  # one level of ancestors per pass; the bound stops a malformed cycle
+        if not len(pending):
+            break
+        above = up[pending]
+        found = inside[above]
+        inside[pending[found]] = True
+        up[pending] = parent[above]
+        pending = pending[~found & (up[pending] >= 0)]
+    where = ids.get_indexer(calls["op_id"])
+    return np.where(where >= 0, inside[where], False)
 
 
 def _collectives(calls: pd.DataFrame, opcodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,6 +20,7 @@ rows.
 
 from __future__ import annotations
 
+import fcntl
 import math
 import shutil
 import subprocess
@@ -94,18 +95,28 @@ def checkout() -> Path:
     path = settings.home() / "megatron-lm" / branch
     if (path / "pretrain_gpt.py").is_file():
         return path
-    partial = path.with_name(f".{branch}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    clone = ["git", "clone", "--depth", "1", "--branch", branch, "https://github.com/NVIDIA/Megatron-LM", str(partial)]
-    done = subprocess.run(clone, capture_output=True, text=True)
-    if done.returncode:
-        raise ValueError(
-            f"could not clone Megatron-LM's {branch} (megatron-core {version}): {done.stderr.strip()[-300:]}; "
-            "set MAYA_MEGATRON_LM to a checkout"
-        )
-    partial.rename(path)  # atomic: a checkout is there whole or not at all
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{branch}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process clones, the others wait and reuse its checkout
+        if not (path / "pretrain_gpt.py").is_file():
+            partial = path.with_name(f".{branch}.partial")
+            shutil.rmtree(partial, ignore_errors=True)  # a killed clone's leftovers: no one else holds the lock
+            error = _clone(branch, partial)
+            if error is not None:
+                raise ValueError(
+                    f"could not clone Megatron-LM's {branch} (megatron-core {version}): {error}; "
+                    "set MAYA_MEGATRON_LM to a checkout"
+                )
+            shutil.rmtree(path, ignore_errors=True)  # a checkout without its entry point is not one
+            partial.rename(path)  # atomic: a checkout is there whole or not at all
     return path
+
+
+def _clone(branch: str, into: Path) -> str | None:
+    """Shallow-clone Megatron-LM's `branch` into `into`; the end of git's error output when it fails."""
+    clone = ["git", "clone", "--depth", "1", "--branch", branch, "https://github.com/NVIDIA/Megatron-LM", str(into)]
+    done = subprocess.run(clone, capture_output=True, text=True)
+    return done.stderr.strip()[-300:] if done.returncode else None
 
 
 def measured_s(values: pd.Series) -> float:
