@@ -195,6 +195,32 @@ def test_predict_table_names_the_run_and_the_gpu(run):
     assert "run on 1 × h200" in r.stdout and "iteration time" in r.stdout
 
 
+def test_predict_single_rank_shows_no_rank_table(run):
+    r = maya("predict", run, "--durations", "roofline", COLUMNS="200")
+    assert r.exit_code == 0, r.output
+    assert "peak memory" in r.stdout and "┃ rank" not in r.stdout  # one rank: the summary says it all
+
+
+def test_rank_table_leaves_out_the_times_zero_on_every_rank_and_names_them():
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from maya.cli.predict import _rank_table
+
+    def rank(i, comm, wait):
+        times = dict(compute_ns=1e6, exposed_comm_ns=comm, peer_wait_ns=wait, host_bound_ns=1e4, idle_ns=0.0)
+        return SimpleNamespace(rank=i, iteration_ns=2e6, mfu=0.4, peak_memory_bytes=2**30, **times)
+
+    console = Console(width=200, record=True)
+    console.print(_rank_table([rank(0, 5e5, 0.0), rank(1, 0.0, 0.0)]))
+    text = console.export_text()
+    header = next(line for line in text.splitlines() if "rank" in line)
+    assert "exposed comm" in header and "compute" in header and "host-bound" in header
+    assert "peer wait" not in header and "idle" not in header
+    assert "zero on every rank: peer wait, idle" in text
+
+
 def test_hardware_lists_the_catalog():
     r = maya("hardware", "--json")
     assert r.exit_code == 0, r.output

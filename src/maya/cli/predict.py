@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -148,24 +149,9 @@ def print_prediction(p, prediction_id: str | None, timeline: Path | None, consol
     t.add_row("iterations", f"{p.steady_iterations} steady of {p.iterations} ({p.iteration_source})")
     t.add_row("durations", p.durations)
     console.print(t)
-    if len(p.ranks) <= PER_RANK_ROWS:
-        ranks = Table(
-            "rank", "iteration", "compute", "exposed comm", "peer wait", "host-bound", "idle", "MFU", "peak memory"
-        )
-        for r in p.ranks:
-            ranks.add_row(
-                str(r.rank),
-                _ms(r.iteration_ns),
-                _ms(r.compute_ns),
-                _ms(r.exposed_comm_ns),
-                _ms(r.peer_wait_ns),
-                _ms(r.host_bound_ns),
-                _ms(r.idle_ns),
-                f"{r.mfu:.1%}",
-                _gib(r.peak_memory_bytes),
-            )
-        console.print(ranks)
-    else:
+    if 1 < len(p.ranks) <= PER_RANK_ROWS:
+        console.print(_rank_table(p.ranks))
+    elif len(p.ranks) > PER_RANK_ROWS:
         times = [r.iteration_ns for r in p.ranks]
         console.print(
             f"{len(p.ranks)} ranks: iteration {_ms(min(times))} … {_ms(max(times))}, slowest rank {p.critical_rank}"
@@ -180,3 +166,36 @@ def print_prediction(p, prediction_id: str | None, timeline: Path | None, consol
     console.print(f"simulated {p.simulated_calls:,} calls in {p.simulation_s:.2f} s{stored}", style="dim")
     if timeline is not None:
         console.print(f"timeline: [cyan]{timeline}[/] (open in https://ui.perfetto.dev)")
+
+
+RANK_TIMES = (
+    ("compute", "compute_ns"),
+    ("exposed comm", "exposed_comm_ns"),
+    ("peer wait", "peer_wait_ns"),
+    ("host-bound", "host_bound_ns"),
+    ("idle", "idle_ns"),
+)
+
+
+def _rank_table(ranks: Sequence[Any]) -> Table:
+    """One row per rank of a prediction's `ranks` (a single rank's figures are the summary's); a time that is zero
+    on every rank is left out and named in the caption."""
+    shown = [(name, field) for name, field in RANK_TIMES if any(getattr(r, field) for r in ranks)]
+    zero = [name for name, field in RANK_TIMES if (name, field) not in shown]
+    table = Table(
+        "rank",
+        "iteration",
+        *(name for name, _ in shown),
+        "MFU",
+        "peak memory",
+        caption=f"zero on every rank: {', '.join(zero)}" if zero else None,
+    )
+    for r in ranks:
+        table.add_row(
+            str(r.rank),
+            _ms(r.iteration_ns),
+            *(_ms(getattr(r, field)) for _, field in shown),
+            f"{r.mfu:.1%}",
+            _gib(r.peak_memory_bytes),
+        )
+    return table
