@@ -153,7 +153,10 @@ def test_deduplicated_capture_predicts_like_the_full_one(ddp_run, tmp_path_facto
     assert list(traces.ranks) == [0] and traces.ranks[0].represents == [0, 1]
     full, one = (summarize(simulate(load(run), hardware.get("h100-sxm"), "roofline")) for run in (ddp_run, dedup))
     assert [r.rank for r in one.ranks] == [0, 1]
-    assert one.iteration_ns == full.iteration_ns
+    # The full run's two ranks are not always the same trace: torch's NCCL watchdog thread polls events
+    # (cudaEventQuery) at times set by the host's clock, so under load a poll can land a few calls earlier on one
+    # rank than on the other (seen: 250 ns of a 310 us iteration). Deduplication replays rank 0's trace for both.
+    assert one.iteration_ns == pytest.approx(full.iteration_ns, rel=1e-3)
 
 
 def test_missing_rank_is_named(ddp_run, tmp_path):
