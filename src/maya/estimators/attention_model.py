@@ -224,11 +224,9 @@ def fit(mechanism: Mechanism) -> AttentionModel:
     tritonbench = found[found["device"] == OWN_DEVICE]
     corrections, bands = {}, {}
     for family, group in figures.groupby("family"):
-        x = features(group["seqlen"], group["head_dim"], group["causal"])
-        y = _log_residual(group["time_s"], group["composed_s"])
-        corrections[family] = _ridge(x, y)
+        corrections[family] = _correction(group)
         out = _held_out_residuals(group)
-        residuals = out if out is not None else y - corrections[family].predict(x)
+        residuals = out if out is not None else _log_residual(group["time_s"], _learned(corrections[family], group))
         bands[family] = tuple(float(q) for q in np.quantile(residuals, BAND))
     return AttentionModel(corrections, bands, _split(tritonbench, mechanism), _flex_ratio(tritonbench))
 
@@ -241,13 +239,22 @@ def _held_out_residuals(group: pd.DataFrame) -> np.ndarray | None:
     out = []
     for device in devices:
         train, test = group[group["device"] != device], group[group["device"] == device]
-        model = _ridge(
-            features(train["seqlen"], train["head_dim"], train["causal"]),
-            _log_residual(train["time_s"], train["composed_s"]),
-        )
-        learned = test["composed_s"] * np.exp(model.predict(features(test["seqlen"], test["head_dim"], test["causal"])))
-        out.append(_log_residual(test["time_s"], learned))
+        out.append(_log_residual(test["time_s"], _learned(_correction(train), test)))
     return np.concatenate(out)
+
+
+def _correction(frame: pd.DataFrame) -> Ridge:
+    """The log correction of the composed times (`composed_s`) fitted on `frame`'s measured rows."""
+    return _ridge(_features_of(frame), _log_residual(frame["time_s"], frame["composed_s"]))
+
+
+def _learned(correction: Ridge, frame: pd.DataFrame) -> pd.Series:
+    """`frame`'s composed times corrected by `correction`."""
+    return frame["composed_s"] * np.exp(correction.predict(_features_of(frame)))
+
+
+def _features_of(frame: pd.DataFrame) -> np.ndarray:
+    return features(frame["seqlen"], frame["head_dim"], frame["causal"])
 
 
 def leave_one_gpu_out(mechanism: Mechanism) -> pd.DataFrame:
@@ -268,14 +275,7 @@ def leave_one_gpu_out(mechanism: Mechanism) -> pd.DataFrame:
             "learned_mape": np.nan,
         }
         if len(train):
-            model = _ridge(
-                features(train["seqlen"], train["head_dim"], train["causal"]),
-                _log_residual(train["time_s"], train["composed_s"]),
-            )
-            learned = test["composed_s"] * np.exp(
-                model.predict(features(test["seqlen"], test["head_dim"], test["causal"]))
-            )
-            error = learned / test["time_s"] - 1
+            error = _learned(_correction(train), test) / test["time_s"] - 1
             entry.update(learned_signed=error.mean(), learned_mape=error.abs().mean())
         out.append(entry)
     return pd.DataFrame(out)
