@@ -139,6 +139,9 @@ def inductor_op(kind: str, backward: bool = False) -> str:
 INDUCTOR_OPS: tuple[str, ...] = tuple(
     inductor_op(kind, backward) for kind in INDUCTOR_KINDS for backward in (False, True)
 )
+INDUCTOR_ROW_FAMILIES: tuple[str, ...] = ("normalization", "softmax")
+"""Row families an Inductor-generated reduction keeps from its name (a fused layer norm, a softmax; any other is a
+`reduction`), whose kernels fuse pointwise work around the row's own (`kernel_estimator.fused_rest`)."""
 
 
 GATHER_OPS = {"embedding": (0, 1), "index_select": (0, 2), "gather": (0, 2)}

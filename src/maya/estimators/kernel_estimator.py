@@ -14,7 +14,7 @@
    products, the special-function and FP32 rates of the spec sheet, corrected by the model learned on public
    attention measurements where it covers the kernel; `families/attention.py`, `attention_model.py`).
 
-An Inductor-generated normalization or softmax (`FUSED_FAMILIES`) that moves more bytes than its family counts
+An Inductor-generated normalization or softmax (`INDUCTOR_ROW_FAMILIES`) that moves more bytes than its family counts
 for its own rows is that family's kernel plus the pointwise work fused around it: the rest of its bytes take what
 they add to the add moving the row kernel's own bytes (`KernelEstimator._price_fused_rest`): the time of the eager
 kernels it replaces, without the launch and tail of a kernel of their own.
@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .calls import INDUCTOR_OPS, coded, element_bytes, normalize
+from .calls import INDUCTOR_OPS, INDUCTOR_ROW_FAMILIES, coded, element_bytes, normalize
 from .efficiency_model import Band, EfficiencyModel
 from .families import PREDICTORS, Work
 from .features import features_of
@@ -56,8 +56,6 @@ from .segments import SEGMENT_DTYPES, WIDTH_FAMILIES, family_of, model_key, segm
 METHODS: tuple[str, ...] = ("lookup", "model", "model_transfer", "roofline", "composed")
 PRICED: tuple[str, ...] = ("roofline_ns", "efficiency", "duration_ns", "duration_low_ns", "duration_high_ns")
 """The prediction columns besides `method`, in output order."""
-FUSED_FAMILIES = ("normalization", "softmax")
-"""Row families whose Inductor-generated kernels fuse pointwise work around the row's own (`fused_rest`)."""
 REFERENCE_FAMILY, REFERENCE_KERNEL = "elementwise", "add"
 """The kernel every width segment measures (torch's vectorized add: Vidur's residual adds, NeuSight's adds), to which
 kernels a segment never measured are related."""
@@ -341,16 +339,16 @@ def _learned_ns(models: FamilyModels, family: str, calls: pd.DataFrame) -> tuple
 
 
 def fused_rest(calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Positions of the calls to Inductor-generated kernels of `FUSED_FAMILIES` moving more bytes than their
+    """Positions of the calls to Inductor-generated kernels of `INDUCTOR_ROW_FAMILIES` moving more bytes than their
     family counts for the row work itself, the bytes it counts and the extra bytes (the pointwise work fused
     into them)."""
     generated = (
-        calls["family"].isin(FUSED_FAMILIES) & calls["op"].isin(INDUCTOR_OPS) & calls["bytes"].notna()
+        calls["family"].isin(INDUCTOR_ROW_FAMILIES) & calls["op"].isin(INDUCTOR_OPS) & calls["bytes"].notna()
     ).to_numpy()
     rows = np.flatnonzero(generated)
     own, rest = np.zeros(len(rows)), np.zeros(len(rows))
     families = calls["family"].to_numpy()[rows]
-    for family in FUSED_FAMILIES:
+    for family in INDUCTOR_ROW_FAMILIES:
         at = families == family
         if at.any():
             row_calls = calls.iloc[rows[at]]

@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from maya.estimators.calls import gemm_of_row_major, inductor_op
+from maya.estimators.calls import INDUCTOR_ROW_FAMILIES, gemm_of_row_major, inductor_op
 from maya_trace_spec.vocabulary import classify_kernel, dtype_name
 
 from .attention_shapes import ATTENTION_BACKWARD_FLOPS
@@ -41,8 +41,6 @@ REDUCED_ARGS = ("r0_numel", "r1_numel", "rnumel")
 INDUCTOR_PREFIXES = {"triton_poi_": "pointwise", "triton_red_": "reduction", "triton_per_": "persistent_reduction"}
 """Inductor's generated (non-template) kernels' kinds (`INDUCTOR_KINDS`) by name prefix: their call's op is
 `inductor_op(kind)`, which each family prices as its eager kernel of the same work (`FamilyPredictor.same_kernel`)."""
-ROW_FAMILIES = ("normalization", "softmax")
-"""Families a generated reduction keeps from its name (a fused layer norm, a softmax); any other is a `reduction`."""
 
 
 def _tensors(args: list[dict]) -> dict[str, dict]:
@@ -302,14 +300,14 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
 def inductor_work(kernel: str, kind: str, tensors: dict[str, dict], numel: float, backward: bool) -> dict:
     """Family, op and traffic of an Inductor-generated kernel of `kind` (`INDUCTOR_PREFIXES`) over `numel` elements:
     a pointwise kernel is `elementwise` (or `copy` where its name says so), a reduction the row family its name
-    says (`ROW_FAMILIES`) or a `reduction`; each tensor counts at most `numel` of its elements (a kernel visits each
+    says (`INDUCTOR_ROW_FAMILIES`) or a `reduction`; each tensor counts at most `numel` of its elements (a kernel visits each
     element of its iteration space once, so it cannot read the rest of a table it gathers from or of a buffer
     it views)."""
     named = classify_kernel(kernel)["family"]
     if kind == "pointwise":
         family = "copy" if named == "copy" else "elementwise"
     else:
-        family = named if named in ROW_FAMILIES else "reduction"
+        family = named if named in INDUCTOR_ROW_FAMILIES else "reduction"
     traffic, dtype = _traffic(tensors, numel)
     op = inductor_op(kind, backward)
     return {"family": family, "op": op, "work_bytes": traffic, **({"dtype": dtype} if dtype is not None else {})}
