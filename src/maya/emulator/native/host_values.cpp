@@ -63,6 +63,7 @@ std::mutex mu;
 std::unordered_map<const void *, uint8_t> known;      // storage base -> provenance
 std::map<std::string, int64_t> routing;               // routing stand-ins whose indices were read, per op name
 std::unordered_map<const void *, std::string> unread; // storage base of stand-in indices not read yet -> op name
+std::atomic<bool> any_unread{false};                  // !unread.empty(), read without the lock by every op's entry
 std::atomic<int64_t> computed{0}, failed{0};
 
 /* MAYA_EMU_VALUES_DEBUG=1: say on stderr what each op that issued kernels did with its values. */
@@ -113,7 +114,7 @@ bool covers_storage(const at::Tensor &t) {
 void mark(const at::Tensor &t, uint8_t p) {
   if (!plain_device(t)) return;
   std::lock_guard<std::mutex> g(mu);
-  unread.erase(key_of(t)); // overwritten: no longer a stand-in's indices
+  if (unread.erase(key_of(t))) any_unread.store(!unread.empty(), std::memory_order_relaxed); // overwritten
   auto it = known.find(key_of(t));
   if (p == UNKNOWN) {
     if (it != known.end()) known.erase(it);
@@ -360,13 +361,14 @@ bool routing_stand_in(const at::RecordFunction &fn, const std::vector<c10::IValu
   mark(idx, ASSUMED);
   std::lock_guard<std::mutex> g(mu);
   unread[key_of(idx)] = std::string(name);
+  any_unread.store(true, std::memory_order_relaxed);
   return true;
 }
 
 /* Count the routing stand-ins whose indices `fn` reads (its inputs, less the first of an op that only writes it;
  * a backward op reading them to route gradients back, or a detach, decides nothing). */
 template <typename Inputs> void count_read_indices(std::string_view n, const Inputs &in) {
-  if (n.ends_with("_backward") || n == "aten::detach") return;
+  if (!any_unread.load(std::memory_order_relaxed) || n.ends_with("_backward") || n == "aten::detach") return;
   std::lock_guard<std::mutex> g(mu);
   if (unread.empty()) return;
   for (size_t i = overwrites_first(n) ? 1 : 0; i < in.size(); i++)
@@ -376,6 +378,7 @@ template <typename Inputs> void count_read_indices(std::string_view n, const Inp
       if (it == unread.end()) return;
       routing[it->second]++;
       unread.erase(it);
+      any_unread.store(!unread.empty(), std::memory_order_relaxed);
     });
 }
 
