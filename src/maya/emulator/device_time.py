@@ -18,7 +18,6 @@ leaves event timings on host time and the rank's status says why.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib
 import json
 import os
@@ -82,9 +81,11 @@ def resolve(choice: str, version: str = "latest", warehouse: str | None = None) 
     if choice == "host":
         return None, "host time (no device-time oracle)"
     if choice == "estimators":
+        from maya.core.estimator_versions import RegistryError
+
         try:
             chosen = registered_version(version, warehouse)
-        except LookupError as e:
+        except RegistryError as e:
             return {"durations": "roofline"}, f"roofline (estimators not available: {e})"
         return {
             "durations": "estimators",
@@ -96,30 +97,16 @@ def resolve(choice: str, version: str = "latest", warehouse: str | None = None) 
 
 def registered_version(version: str = "latest", warehouse: str | Path | None = None) -> str:
     """The estimator version `version` (a version or the `latest` alias) names, its artifact present with its
-    registered SHA-256; LookupError says what is missing. Read from the warehouse's tables, without importing
-    `maya.estimators` (nor the simulator, nor pandas): its import alone (XGBoost, scikit-learn) and the artifact's parsing cost every `maya
-    emulate` about 5 CPU-seconds when this was `Registry.load`."""
+    registered SHA-256 (`core.estimator_versions`; `RegistryError` says what is wrong), without importing
+    `maya.estimators` (XGBoost, scikit-learn), the simulator or pandas: loading the estimator to name it cost every
+    `maya emulate` about 5 CPU-seconds."""
+    from maya.core.estimator_versions import artifact_bytes, resolve
     from maya.core.paths import warehouse_path
-    from maya.core.warehouse import read_only
 
     path = Path(warehouse) if warehouse else warehouse_path()
-    with read_only(path) as con:
-        if version == "latest":
-            aliased = con.execute("SELECT version FROM estimator_aliases WHERE alias = 'latest'").fetchall()
-            name = aliased[0][0] if aliased else None
-        else:
-            name = version
-        rows = con.execute(
-            "SELECT artifact_path, artifact_sha256 FROM estimator_versions WHERE version = ?", [name]
-        ).fetchall()
-    if not rows:
-        raise LookupError(f"unknown estimator version {version!r} in {path}")
-    artifact = path.parent / "estimators" / rows[0][0]
-    if not artifact.is_file():
-        raise LookupError(f"estimator version {name}: artifact {artifact} is missing")
-    if hashlib.sha256(artifact.read_bytes()).hexdigest() != rows[0][1]:
-        raise LookupError(f"estimator version {name}: artifact {artifact} is corrupted")
-    return name
+    record = resolve(path, version)
+    artifact_bytes(path, record)
+    return record.version
 
 
 class _Answering:

@@ -25,9 +25,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import duckdb
-
 from maya import __version__
+from maya.core.estimator_versions import (
+    LATEST,
+    ArtifactError,
+    RegistryError,
+    UnknownVersion,
+    VersionRecord,
+    artifact_bytes,
+    artifacts_dir,
+    records,
+    resolve,
+)
 from maya.core.paths import warehouse_path
 from maya.core.warehouse import insert_row, read_only, transaction
 
@@ -35,22 +44,19 @@ from . import artifact
 from .kernel_estimator import KernelEstimator
 from .segments import family_of
 
-LATEST = "latest"
+__all__ = [
+    "LATEST",
+    "LOADED",
+    "ArtifactError",
+    "Registered",
+    "Registry",
+    "RegistryError",
+    "UnknownVersion",
+    "VersionRecord",
+    "write_atomic",
+]
+
 ARTIFACT_NAME = "model.zip"
-_COLUMNS = (
-    "version",
-    "created_at",
-    "data_hash",
-    "config_hash",
-    "hardware",
-    "families",
-    "training_rows",
-    "metrics",
-    "artifact_path",
-    "artifact_sha256",
-    "artifact_bytes",
-    "maya_version",
-)
 
 
 LOADED: dict[str, KernelEstimator] = {}
@@ -59,34 +65,6 @@ validation suite) parses an artifact once; `Registry.load` still checks the byte
 on every call."""
 LOADED_KEPT = 4
 """Artifacts kept parsed, oldest dropped first."""
-
-
-class RegistryError(Exception):
-    """An estimator version cannot be found or used."""
-
-
-class UnknownVersion(RegistryError):
-    pass
-
-
-class ArtifactError(RegistryError):
-    """A registered version's artifact is missing, altered or unreadable."""
-
-
-@dataclass(frozen=True)
-class VersionRecord:
-    version: str
-    created_at: datetime
-    data_hash: str
-    config_hash: str
-    hardware: list[str]
-    families: list[str]
-    training_rows: int
-    metrics: dict
-    artifact_path: str
-    artifact_sha256: str
-    artifact_bytes: int
-    maya_version: str
 
 
 @dataclass(frozen=True)
@@ -99,7 +77,7 @@ class Registered:
 class Registry:
     def __init__(self, warehouse: str | Path | None = None):
         self.warehouse = Path(warehouse) if warehouse else warehouse_path()
-        self.artifacts = self.warehouse.parent / "estimators"
+        self.artifacts = artifacts_dir(self.warehouse)
 
     def find(self, data_hash: str, config_hash: str) -> VersionRecord | None:
         """The version trained on this data with this config, if any."""
@@ -113,44 +91,21 @@ class Registry:
         return self._query("SELECT {} FROM estimator_versions ORDER BY created_at, version")
 
     def latest(self) -> str | None:
-        rows = self._read("SELECT version FROM estimator_aliases WHERE alias = ?", [LATEST])
+        with read_only(self.warehouse) as con:
+            rows = con.execute("SELECT version FROM estimator_aliases WHERE alias = ?", [LATEST]).fetchall()
         return rows[0][0] if rows else None
 
     def get(self, version: str = LATEST) -> VersionRecord:
         """A version by name or alias (`latest`), read in one connection to the warehouse."""
-        with read_only(self.warehouse) as con:
-            if version == LATEST:
-                alias = con.execute("SELECT version FROM estimator_aliases WHERE alias = ?", [LATEST]).fetchall()
-                name = alias[0][0] if alias else None
-            else:
-                name = version
-            rows = self._records(con, "SELECT {} FROM estimator_versions WHERE version = ?", [name]) if name else []
-        if not rows:
-            known = [r.version for r in self.versions()]
-            raise UnknownVersion(
-                f"unknown estimator version {version!r} in {self.warehouse}; "
-                + (
-                    f"known: {', '.join(known)}"
-                    if known
-                    else "none registered yet (train one with `maya estimators train`)"
-                )
-            )
-        return rows[0]
+        return resolve(self.warehouse, version)
 
     def load(self, version: str | VersionRecord = LATEST) -> KernelEstimator:
         """The estimator of a version (a name, an alias or its record from `get`), after checking its artifact
         against the recorded SHA-256 (parsed once per process: `LOADED`)."""
         record = version if isinstance(version, VersionRecord) else self.get(version)
         path = self.artifacts / record.artifact_path
-        if not path.is_file():
-            raise ArtifactError(f"estimator version {record.version}: artifact {path} is missing")
-        raw = path.read_bytes()
-        digest = hashlib.sha256(raw).hexdigest()
-        if digest != record.artifact_sha256:
-            raise ArtifactError(
-                f"estimator version {record.version}: artifact {path} is corrupted "
-                f"(SHA-256 {digest[:16]}..., registered {record.artifact_sha256[:16]}...)"
-            )
+        raw = artifact_bytes(self.warehouse, record)
+        digest = record.artifact_sha256
         estimator = LOADED.get(digest)
         if estimator is None:
             try:
@@ -169,7 +124,7 @@ class Registry:
         written: Path | None = None
         try:
             with transaction(self.warehouse) as con:
-                existing = self._records(
+                existing = records(
                     con,
                     "SELECT {} FROM estimator_versions WHERE data_hash = ? AND config_hash = ?",
                     [data_hash, config_hash],
@@ -204,22 +159,9 @@ class Registry:
         return Registered(self.get(version), reused=False)
 
     def _query(self, sql: str, params: list | None = None) -> list[VersionRecord]:
-        return [_record(row) for row in self._read(sql.format(", ".join(_COLUMNS)), params)]
-
-    def _read(self, sql: str, params: list | None = None) -> list[tuple]:
-        """Rows of a read-only query; none when the warehouse or the registry tables do not exist yet."""
+        """Records of a read-only query; none when the warehouse or the registry tables do not exist yet."""
         with read_only(self.warehouse) as con:
-            return con.execute(sql, params or []).fetchall()
-
-    @staticmethod
-    def _records(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> list[VersionRecord]:
-        return [_record(row) for row in con.execute(sql.format(", ".join(_COLUMNS)), params).fetchall()]
-
-
-def _record(row: tuple) -> VersionRecord:
-    values = dict(zip(_COLUMNS, row))
-    values["metrics"] = json.loads(values["metrics"])
-    return VersionRecord(**values)
+            return records(con, sql, params)
 
 
 def write_atomic(path: Path, data: bytes) -> Path:
