@@ -12,9 +12,10 @@ settings; nothing is fitted to the rows:
   flash-attn 2), not on the 2022 Megatron rows (unfused attention).
 - **Calculon** (calculon-ai/calculon, not on PyPI; its `Llm` model): its own system files, `systems/a100_80g.json`
   for the A100 80GB, the same with the 40GB part's spec-sheet capacity and bandwidth (40 GiB, 1,555 GB/s) for the
-  A100 40GB, which it lacks, and `systems/h100_80g_nvl8.json`; data parallelism on the NVLink tier within a node and
-  on the node network across nodes; FSDP as its optimizer sharding with data-parallel overlap (reduce-scatter and
-  all-gather hidden behind the backward where its model finds room); the Megatron rows as its own
+  A100 40GB, which it lacks, and `systems/h100_80g_nvl8.json`; bf16 at its float16 rates (the same tensor-core
+  rate); data parallelism on the NVLink tier within a node and on the node network across nodes; FSDP as its
+  optimizer sharding with data-parallel overlap (reduce-scatter and all-gather hidden behind the backward where its
+  model finds room); the Megatron rows as its own
   `validation/seqsel/tab5` files encode them.
   Run as-is and with its recompute accounting fixed (`calculon-fixed`): `Llm._compute_block_stats` adds, for
   every recomputed layer, the block's *running* forward totals so far (`self._block_re_flops +=
@@ -30,9 +31,9 @@ settings; nothing is fitted to the rows:
 
 Error = predicted / measured - 1. A peer's memory verdict is kept apart from its time: Calculon computes a row's
 time before it checks memory, and every row it (or llm-analysis) judges not to fit is counted as a false
-out-of-memory verdict (each published run completed), its time still judged. Per peer and regime (all rows, each GPU, each sequence band): rows run, mean
-|error|, mean signed error, max |error|; first on every row the peer ran, then on the rows Maya has (the same rows
-for every peer). `--json` prints it all, with each row's predictions.
+out-of-memory verdict (each published run completed), its time still judged. Per peer and regime (all rows, each
+GPU, each sequence band): rows run, mean |error|, mean signed error, max |error|; first on every row the peer ran,
+then on the rows Maya has (the same rows for every peer). `--json` prints it all, with each row's predictions.
 
 The peers' dependencies stay out of Maya's environment: a venv of their own, whose interpreter runs this file's
 `worker` (standard library and the peers only), and a Calculon checkout (its system files; it runs from the
@@ -108,7 +109,8 @@ def sequence_band(seq: int) -> str:
 
 
 def _mpt_workload() -> ModuleType:
-    """`data/workloads/mpt.py` as a module: its sizes (d_model, n_heads, n_layers of each yaml), vocabulary and MLP ratio."""
+    """`data/workloads/mpt.py` as a module: its sizes (d_model, n_heads, n_layers of each yaml), vocabulary and MLP
+    ratio."""
     from maya.validation.llm_foundry import workload_script
 
     spec = importlib.util.spec_from_file_location("maya_workload_mpt", workload_script())
@@ -249,14 +251,14 @@ def rule_of_thumb(specs: Iterable[dict]) -> dict[int, float]:
     }
 
 
-def maya_predictions(warehouse: Path | None, suite: str, digest: str) -> dict[int, float]:
-    """Each row's latest predicted step among the warehouse's `maya validate` results of this suite content
-    (any estimator version); rows that failed or ran out of memory there are left out."""
+def maya_predictions(warehouse: Path | None, digest: str) -> dict[int, float]:
+    """The predicted step of each row whose latest `maya validate` result of this suite content (any estimator
+    version) in the warehouse is a prediction; a row whose latest run failed or ran out of memory is left out."""
     from maya.validation.store import latest
 
     frame = latest(warehouse)
-    frame = frame[(frame["suite_digest"] == digest) & (frame["status"] == "ok") & frame["predicted_s"].notna()]
-    frame = frame.sort_values("recorded_at").groupby("row").tail(1)
+    frame = frame[frame["suite_digest"] == digest].sort_values("recorded_at").groupby("row").tail(1)
+    frame = frame[(frame["status"] == "ok") & frame["predicted_s"].notna()]
     return {int(r): float(p) for r, p in zip(frame["row"], frame["predicted_s"], strict=True)}
 
 
@@ -414,8 +416,8 @@ def worker(specs: list[dict], calculon: Path | None) -> dict:
     for name, fixed in (("calculon", False), ("calculon-fixed", True)):
         try:
             llm = calculon_llm(fixed)
-        except ImportError as e:
-            out[name] = {"error": f"Calculon does not import from {calculon} ({e})"}
+        except (ImportError, RuntimeError) as e:  # not importable, or not the source the fix is written for
+            out[name] = {"error": f"Calculon from {calculon}: {e}"}
             continue
         out[name] = run_peer(name, lambda s, llm=llm: calculon_step(s, calculon, llm), specs)
     return out
@@ -462,7 +464,10 @@ def _regime_order(regime: str) -> tuple[int, int, str]:
 def run_workers(specs: list[dict], python: str, calculon: Path | None) -> dict:
     """`worker`'s result from the peers' interpreter."""
     command = [python, str(Path(__file__).resolve()), "worker"] + (["--calculon", str(calculon)] if calculon else [])
-    done = subprocess.run(command, input=json.dumps(specs), capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(command, input=json.dumps(specs), capture_output=True, text=True, check=False)
+    except OSError as e:
+        raise SystemExit(f"--peers-python {python}: cannot run it ({e})") from None
     if done.returncode:
         raise SystemExit(f"the peers' worker failed in {python} (exit {done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(done.stdout)
@@ -474,7 +479,7 @@ def compare(suites: Iterable[str], warehouse: Path | None, python: str, calculon
     peers = run_workers([s for _, specs in loaded.values() for s in specs], python, calculon)
     report = {"settings": _settings(warehouse, python, calculon), "suites": {}}
     for name, (digest, specs) in loaded.items():
-        predicted = {"maya": maya_predictions(warehouse, name, digest)}
+        predicted = {"maya": maya_predictions(warehouse, digest)}
         unavailable, not_run, oom = {}, {}, {}
         for peer, result in peers.items():
             if "error" in result:

@@ -165,13 +165,13 @@ def _result(suite_digest, row, predicted, status="ok", version="v1"):
 def test_maya_rows_are_each_rows_latest_prediction_of_the_same_suite_content(peers, mpt, tmp_path):
     digest, _ = mpt
     warehouse = tmp_path / "warehouse.duckdb"
-    assert peers.maya_predictions(warehouse, "llm-foundry", digest) == {}  # no warehouse: no rows
+    assert peers.maya_predictions(warehouse, digest) == {}  # no warehouse: no rows
     save(_result(digest, 3, 1.0, version="v0"), warehouse)
     save(_result(digest, 3, 2.0, version="v1"), warehouse)  # later, another estimator version
-    save(_result(digest, 4, 1.5), warehouse)
-    save(_result(digest, 4, None, status="failed"), warehouse)  # replaces row 4's v1 result: not predicted
+    save(_result(digest, 4, 1.5, version="v0"), warehouse)
+    save(_result(digest, 4, None, status="failed"), warehouse)  # the latest run of row 4 failed: not predicted
     save(_result("another suite file", 5, 1.0), warehouse)
-    assert peers.maya_predictions(warehouse, "llm-foundry", digest) == {3: 2.0}
+    assert peers.maya_predictions(warehouse, digest) == {3: 2.0}
 
 
 def test_calculon_fix_adds_each_layers_own_forward_not_the_running_total(peers, tmp_path, monkeypatch):
