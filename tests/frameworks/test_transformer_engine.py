@@ -1,0 +1,40 @@
+"""Transformer Engine under emulation (the `te` extra; `MAYA_WITH_TE=1 scripts/setup`): its core library loads
+beside the stubs and runs as its PyTorch extension drives it (`tests/workloads/te_core.py`, through its C API): a bf16
+GEMM through cuBLASLt, recorded with its shape and priced by the GEMM model, and its LayerNorm kernel, compiled by
+NVRTC and launched through the driver."""
+
+import importlib.util
+
+import pytest
+from paths import WORKLOADS
+
+from maya.simulator.opcodes import classify
+from maya.simulator.trace import load
+from maya.simulator.work import work_frame
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("transformer_engine") is None,
+        reason="Transformer Engine is not installed (MAYA_WITH_TE=1 scripts/setup installs it)",
+    ),
+]
+
+
+def test_te_core_gemm_and_layernorm_run_and_are_priced(tmp_path, emulate_and_predict):
+    out = tmp_path / "run"
+    output, prediction = emulate_and_predict(out, ["python", str(WORKLOADS / "te_core.py")])
+    assert "te core ok" in output
+    trace = load(out).ranks[0]
+    calls = trace.calls
+    gemms = calls[calls["api"] == "cublasLtMatmul"]
+    assert gemms[["gemm_m", "gemm_n", "gemm_k"]].astype(int).values.tolist() == [[4096, 2048, 1024]]
+    assert set(gemms["gemm_dtype_a"]) == {"bf16"}
+    frame = work_frame(trace, classify(calls))
+    gemm_work = frame.loc[gemms.index]
+    assert (gemm_work["family"] == "gemm").all() and gemm_work["flops"].tolist() == [2 * 4096 * 2048 * 1024]
+    kernels = trace.kernels.set_index("kernel_id")["name"]
+    launched = calls[calls["api"] == "cuLaunchKernel"]["kernel_id"].astype(int)
+    assert any("ln_fwd_tuned_kernel" in kernels[k] for k in launched)  # TE's NVRTC-compiled LayerNorm
+    assert prediction["iteration_ms"] > 0
