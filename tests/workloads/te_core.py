@@ -1,6 +1,6 @@
 """Transformer Engine's core library (libtransformer_engine.so, the transformer-engine-cu13 wheel) called through its
-C API, as its PyTorch extension calls it for a `te.Linear`: a bf16 GEMM (nvte_cublas_gemm, cuBLASLt) and a LayerNorm
-(nvte_layernorm_fwd, TE's own kernel). Prints `te core ok` at the end."""
+C API, as its PyTorch extension calls it for a `te.Linear`: a bf16 GEMM and an fp8 one (nvte_cublas_gemm, cuBLASLt)
+and a LayerNorm (nvte_layernorm_fwd, TE's own kernel, compiled by NVRTC). Prints `te core ok` at the end."""
 
 import ctypes
 
@@ -47,6 +47,39 @@ lib.nvte_cublas_gemm.argtypes += [ctypes.c_bool, ctypes.c_bool, ctypes.c_int, ct
 lib.nvte_cublas_gemm(
     nvte(w),
     nvte(x),
+    nvte(y),
+    nvte(None),
+    nvte(None),
+    True,
+    False,
+    False,
+    nvte(workspace, BYTE),
+    False,
+    False,
+    0,
+    stream,
+)
+
+# the same GEMM in fp8 (E4M3 operands, each with its inverse scale, as delayed scaling quantizes them), bf16 out
+FP8E4M3, ROWWISE_SCALE_INV = 7, 4
+
+
+def fp8(t: torch.Tensor) -> ctypes.c_void_p:
+    """A TE fp8 tensor: `t`'s bytes as E4M3 data and a one-element fp32 inverse scale."""
+    handle = nvte(t, FP8E4M3)
+    scale_inv = torch.ones(1, device="cuda", dtype=torch.float32)
+    keep.append(scale_inv)
+    basic = BasicTensor(scale_inv.data_ptr(), FLOAT32, Shape((ctypes.c_size_t * 15)(1), 1))
+    lib.nvte_set_tensor_param_v2(handle, ROWWISE_SCALE_INV, ctypes.byref(basic), ctypes.sizeof(basic))
+    return handle
+
+
+keep = []
+x8 = torch.empty(tokens, k, device="cuda", dtype=torch.uint8)
+w8 = torch.empty(n, k, device="cuda", dtype=torch.uint8)
+lib.nvte_cublas_gemm(
+    fp8(w8),
+    fp8(x8),
     nvte(y),
     nvte(None),
     nvte(None),
