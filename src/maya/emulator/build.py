@@ -4,9 +4,9 @@ One stub per CUDA library that the installed torch links, named by the SONAME to
 (libcudart.so.12 or libcudart.so.13, libcufft.so.11 or .so.12, ...) and carrying the symbol versions
 torch's references ask for (a version script per library), compiled against the headers of that CUDA
 release (cuda_release.py reads both from torch's libraries and the nvidia wheels). Every symbol torch
-references and Maya does not implement is generated as a stub that fails loudly, naming itself. The
-result is cached under `$MAYA_HOME/emulator/<hash>/`, keyed by the sources, torch's libraries, the
-CUDA release's headers and the compiler.
+references (and, where it is installed, Transformer Engine and the nvidia libraries it loads: `framework_libs`)
+and Maya does not implement is generated as a stub that fails loudly, naming itself. The result is cached under
+`$MAYA_HOME/emulator/<hash>/`, keyed by the sources, those libraries, the CUDA release's headers and the compiler.
 """
 
 from __future__ import annotations
