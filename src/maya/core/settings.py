@@ -86,6 +86,12 @@ PROFILES_DIR = Switch(
     "where the pipelines look for measured profiles dropped by `maya profile`",
 )
 INSTALL = Switch("MAYA_INSTALL", "`wheel`", "`scripts/setup`: `editable` installs Maya in development mode")
+WITH_TE = Switch(
+    "MAYA_WITH_TE",
+    "`0`",
+    "`scripts/setup`: `1` adds Transformer Engine (the `te` extra, and its PyTorch extension built once into "
+    "`$MAYA_HOME/wheels/`)",
+)
 CC = Switch("CC", "`gcc`", "the C compiler that builds the emulator's stubs")
 CXX = Switch("CXX", "`g++`", "the C++ compiler that builds the emulator's op observer")
 LLM_FOUNDRY_REPO = Switch(

@@ -4,9 +4,9 @@ One stub per CUDA library that the installed torch links, named by the SONAME to
 (libcudart.so.12 or libcudart.so.13, libcufft.so.11 or .so.12, ...) and carrying the symbol versions
 torch's references ask for (a version script per library), compiled against the headers of that CUDA
 release (cuda_release.py reads both from torch's libraries and the nvidia wheels). Every symbol torch
-references and Maya does not implement is generated as a stub that fails loudly, naming itself. The
-result is cached under `$MAYA_HOME/emulator/<hash>/`, keyed by the sources, torch's libraries, the
-CUDA release's headers and the compiler.
+references (and, where it is installed, Transformer Engine and the nvidia libraries it loads: `framework_libs`)
+and Maya does not implement is generated as a stub that fails loudly, naming itself. The result is cached under
+`$MAYA_HOME/emulator/<hash>/`, keyed by the sources, those libraries, the CUDA release's headers and the compiler.
 """
 
 from __future__ import annotations
@@ -154,6 +154,27 @@ def torch_libs() -> list[Path]:
     return libs
 
 
+TE_LOADS = ("cudnn", "nvrtc", "curand", "cublas", "cudart")
+"""The CUDA libraries Transformer Engine's import loads by path from the nvidia wheels (`ctypes.CDLL` of
+`nvidia/.../lib/lib<name>*.so.*`): the real files, beside the preloaded stubs, so their references to a stubbed
+library (libcurand's `cudaLibrary*`, libcublas's cuBLASLt internals) must resolve in the stubs."""
+
+
+def framework_libs() -> list[Path]:
+    """The libraries whose references the stubs must resolve: torch's, and where Transformer Engine is installed
+    its own (`libtransformer_engine.so`, the `transformer_engine_torch` extension) and the nvidia wheels' libraries
+    it loads (`TE_LOADS`)."""
+    libs = torch_libs()
+    spec = importlib.util.find_spec("transformer_engine")
+    if spec is None or not spec.submodule_search_locations:
+        return libs
+    te_dir = Path(list(spec.submodule_search_locations)[0])
+    site = te_dir.parent
+    libs += sorted(te_dir.glob("**/*.so")) + sorted(site.glob("transformer_engine_torch*.so"))
+    libs += sorted({p for name in TE_LOADS for p in (site / "nvidia").glob(f"**/lib/lib{name}*.so.*[0-9]")})
+    return libs
+
+
 @functools.cache
 def _release(libs: tuple[Path, ...], stamp: str) -> CudaRelease:
     try:
@@ -205,7 +226,7 @@ def _run(cmd: list[str]) -> str:
 
 
 def referenced_symbols(libs: list[Path], stubs: list[StubLib]) -> dict[str, set[str]]:
-    """soname -> the symbols torch's libraries reference from it."""
+    """soname -> the symbols `libs` (framework_libs) reference from it."""
     nm = _tool("nm")
     by_tag = {lib.version_tag: lib.soname for lib in stubs if lib.version_tag}
     wanted: dict[str, set[str]] = {lib.soname: set() for lib in stubs}
@@ -237,7 +258,10 @@ def header_functions(header: Path) -> set[str]:
         r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+)"
         r"|nvrtcResult\s+(nvrtc\w+))\s*\("
     )
-    return {name for names in re.findall(pattern, text) for name in names if name}
+    # `#define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2`: the declaration the compiler sees (and the
+    # stubs implement) is the versioned one; a loud stub under the bare name would shadow it in entry-point lookups
+    renamed = dict(re.findall(r"^#define\s+(cu\w+)\s+(\1_v\d+)\s*$", text, re.MULTILINE))
+    return {renamed.get(name, name) for names in re.findall(pattern, text) for name in names if name}
 
 
 def _defined(obj: Path) -> set[str]:
@@ -312,7 +336,7 @@ def build_key(cc: str, cxx: str) -> str:
         h.update(p.name.encode() + p.read_bytes())
     h.update(Path(__file__).read_bytes())
     h.update(Path(release_module.__file__).read_bytes())
-    for lib in torch_libs():
+    for lib in framework_libs():
         st = lib.stat()
         h.update(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}".encode())
     h.update(_run([cc, "--version"]).encode())
@@ -345,7 +369,7 @@ def _build_into(final: Path, key: str, cc: str, cxx: str) -> None:
     stubs = stub_libs(release)
     incs = [f"-I{d}" for d in release.include_dirs] + [f"-I{NATIVE}"]
     cflags = ["-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter", "-std=gnu11"]
-    wanted = referenced_symbols(torch_libs(), stubs)
+    wanted = referenced_symbols(framework_libs(), stubs)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root))
     obj_dir = tmp / "obj"  # intermediates, kept for inspection beside the libraries
     obj_dir.mkdir()

@@ -1081,6 +1081,25 @@ MAYA_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(i
   return cudaSuccess;
 }
 
+/* Thread-block clusters (compute capability 9.0+): as many clusters of the launch's size as its blocks' occupancy
+ * fits on the device's SMs (a cluster's blocks run on distinct SMs; GPC boundaries are not modelled). */
+MAYA_EXPORT cudaError_t cudaOccupancyMaxActiveClusters(int *n, const void *f, const cudaLaunchConfig_t *config) {
+  (void)f;
+  if (!n || !config) return cudaErrorInvalidValue;
+  const maya_device_cfg *d = &maya_dev[maya_current_device()];
+  if (d->major < 9) return cudaErrorNotSupported;
+  unsigned cluster = 1;
+  for (unsigned i = 0; i < config->numAttrs; i++)
+    if (config->attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      const cudaLaunchAttributeValue *v = &config->attrs[i].val;
+      cluster = v->clusterDim.x * v->clusterDim.y * v->clusterDim.z;
+    }
+  if (cluster == 0 || cluster > 16) return cudaErrorInvalidClusterSize;
+  int block = (int)(config->blockDim.x * config->blockDim.y * config->blockDim.z);
+  *n = blocks_per_sm(block, config->dynamicSmemBytes) * d->sm_count / (int)cluster;
+  return cudaSuccess;
+}
+
 MAYA_EXPORT cudaError_t cudaGetSymbolAddress(void **dev_ptr, const void *symbol) {
   *dev_ptr = (void *)symbol; /* device globals live at their host shadow's address */
   return cudaSuccess;
