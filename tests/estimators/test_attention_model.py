@@ -88,11 +88,25 @@ def test_the_split_keeps_the_learned_total_and_the_measured_backward_forward_rat
     seq, head_dim, causal = np.array([2048.0, 16384.0]), np.array([64.0, 128.0]), np.array([False, True])
     fwd_s, bwd_s = np.array([1.0, 3.0]), np.array([2.0, 7.0])
     forward, backward = model.factors("flash2", seq, head_dim, causal, fwd_s, bwd_s)
-    x = attention_model.features(seq, head_dim, causal)
-    total = np.exp(model.corrections["flash2"].predict(x))
+    total = np.exp(model.corrections["flash2"].predict(seq, head_dim, causal))
     assert forward * fwd_s + backward * bwd_s == pytest.approx(total * (fwd_s + bwd_s))
-    assert backward / forward == pytest.approx(np.exp(model.split.predict(x[:, :1])))
+    assert backward / forward == pytest.approx(np.exp(model.split.predict(seq, head_dim, causal)))
     assert not np.allclose(backward / forward, 1.0)  # TritonBench's backward is slower than the mechanism's
+
+
+def test_past_the_measured_lengths_a_call_keeps_the_factors_of_the_longest_measured_one(model):
+    """The figures stop at 16k tokens, where measured throughput has saturated: a 64k-token call's correction and
+    backward / forward split are those of 16k (a line in log2 length would keep slowing FlashAttention v1, the
+    proxy of llm-foundry's kernel, and its forward), while inside the range they still vary with length."""
+    assert model.corrections["flash1"].seq_range == (512.0, 16384.0)
+    assert model.split.seq_range == (512.0, 16384.0)
+    seq = np.array([4096.0, 16384.0, 32768.0, 65536.0])
+    head_dim, causal = np.full(4, 128.0), np.ones(4, bool)
+    fwd_s, bwd_s = np.full(4, 1.0), np.full(4, 2.5)
+    for family in ("flash1", "flash2"):
+        forward, backward = model.factors(family, seq, head_dim, causal, fwd_s, bwd_s)
+        assert forward[2:] == pytest.approx([forward[1]] * 2) and backward[2:] == pytest.approx([backward[1]] * 2)
+        assert forward[0] != pytest.approx(forward[1])
 
 
 def test_the_learned_model_fits_the_measured_rows_better_than_the_mechanism_held_out_by_gpu():
@@ -126,8 +140,7 @@ def test_flex_and_llm_foundry_triton_are_priced_from_measured_kernels_and_cudnn_
         for op in ("flash_fwd_causal", "lftriton_fwd_causal", "flex_fwd", "flash_fwd", "sdpa_fwd_causal")
     }
     fitted = attention_model.fitted(estimator.predict, AttentionPredictor().priced_by(estimator.predict))
-    x = attention_model.features(np.array([4096.0]), np.array([128.0]), np.array([False]))[:, :1]
-    ratio = np.exp(fitted.flex_ratio["fwd"].predict(x))[0]
+    ratio = np.exp(fitted.flex_ratio["fwd"].predict(np.array([4096.0]), np.array([128.0]), np.array([False])))[0]
     assert priced["flex_fwd"]["duration_ns"] == pytest.approx(priced["flash_fwd"]["duration_ns"] * ratio)
     # FlashAttention v1, the proxy, is slower than FlashAttention-2 on an H100 (the figures: 137-168 vs 284-338)
     assert priced["lftriton_fwd_causal"]["duration_ns"] > 1.5 * priced["flash_fwd_causal"]["duration_ns"]

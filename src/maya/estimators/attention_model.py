@@ -7,7 +7,9 @@ on the A100 alone); TritonBench's forward and backward timed separately on Meta'
 (`kernels_public_data.OWN_DEVICE`).
 
 The model, per implementation family (`IMPLEMENTATIONS`): log(measured / composed) of a fwd+bwd row is linear in
-the shape (`features`: log2 sequence length, log2 head dimension, causal), fitted by ridge regression. The
+the shape (`features`: log2 sequence length, log2 head dimension, causal), fitted by ridge regression. Every fit
+(the correction, the split, FlexAttention's ratio) holds the sequence length to the range it was measured on
+(`ShapeFit`): beyond it, the composed mechanism alone carries the change with length. The
 composed time carries what differs between GPUs (the GEMM family's products on that GPU, its exp2 and FP32 rates,
 its tensor-core generation, HBM bandwidth); with two measured GPUs the correction cannot learn hardware terms
 of its own, so it stays a function of the shape and transfers through the composed prior. How it transfers is
@@ -82,10 +84,36 @@ def features(seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.nd
     )
 
 
-def _ridge(x: np.ndarray, y: np.ndarray) -> Ridge:
+@dataclass(frozen=True)
+class ShapeFit:
+    """A log ratio fitted by ridge regression on the first `columns` of `features`, priced with the sequence length
+    held to `seq_range`, the lengths it was fitted on.
+
+    Measured attention throughput saturates in sequence length (the fused kernels of the FlashAttention-2 figures
+    gain 1.8% on average from 8k to 16k tokens, at most 6.5%; TritonBench's non-causal backward / forward ratio
+    goes 2.95 -> 2.86), while a line in log2 length keeps going: fitted from 512 tokens, where a call's fixed
+    costs weigh more, the FlashAttention v1 correction grew 3.3% a doubling past 16k tokens (x 2.31 at 16k,
+    x 2.46 at 64k) and the split's backward / forward factor fell from 0.97 to 0.81, pricing the forward (run
+    twice under activation checkpointing) ever slower per FLOP. Past the measured lengths a fit keeps its value
+    at the nearer end; the composed mechanism's own (saturating) dependence on length carries the rest."""
+
+    ridge: Ridge
+    seq_range: tuple[float, float]
+    columns: int
+
+    def predict(self, seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.ndarray:
+        """The fitted log ratio for each shape."""
+        held = np.clip(np.asarray(seq, "float64"), *self.seq_range)
+        return self.ridge.predict(features(held, head_dim, causal)[:, : self.columns])
+
+
+def _fit(seq: pd.Series, head_dim: pd.Series, causal: pd.Series, y: np.ndarray, columns: int = 3) -> ShapeFit:
+    """`y` fitted on the shapes' first `columns` features, with the lengths' range."""
     from sklearn.linear_model import Ridge  # scikit-learn (~1 s) loads when a model is fitted, not with the family
 
-    return Ridge(alpha=RIDGE_ALPHA).fit(x, y)
+    x = features(seq, head_dim, causal)[:, :columns]
+    seq_range = (float(np.min(seq)), float(np.max(seq)))
+    return ShapeFit(Ridge(alpha=RIDGE_ALPHA).fit(x, y), seq_range, columns)
 
 
 @dataclass(frozen=True)
@@ -93,10 +121,10 @@ class AttentionModel:
     """Per family, the fitted log correction of fwd+bwd and its band; the backward / forward split; FlexAttention's
     ratio to FlashAttention-2 per direction."""
 
-    corrections: dict[str, Ridge]
+    corrections: dict[str, ShapeFit]
     bands: dict[str, tuple[float, float]]
-    split: Ridge
-    flex_ratio: dict[str, Ridge]
+    split: ShapeFit
+    flex_ratio: dict[str, ShapeFit]
 
     def factors(
         self,
@@ -109,9 +137,8 @@ class AttentionModel:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Per shape, the (forward, backward) factors on the composed times `fwd_s`, `bwd_s` (the backward with its
         memory passes): together they make fwd+bwd the learned correction, split as `split` says."""
-        x = features(seq, head_dim, causal)
-        total = np.exp(self.corrections[family].predict(x))
-        ratio = np.exp(self.split.predict(x[:, :1]))
+        total = np.exp(self.corrections[family].predict(seq, head_dim, causal))
+        ratio = np.exp(self.split.predict(seq, head_dim, causal))
         forward = total * (fwd_s + bwd_s) / (fwd_s + ratio * bwd_s)
         return forward, forward * ratio
 
@@ -174,7 +201,7 @@ def _log_residual(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return np.log(np.asarray(measured, "float64") / np.asarray(predicted, "float64"))
 
 
-def _split(tritonbench: pd.DataFrame, mechanism: Mechanism) -> Ridge:
+def _split(tritonbench: pd.DataFrame, mechanism: Mechanism) -> ShapeFit:
     """log(measured bwd/fwd over composed bwd/fwd) on the sequence length, from TritonBench's FlashAttention-2
     rows timed both ways on one shape (composed on an H100 SXM: a ratio, not that device's times)."""
     rows_ = tritonbench[tritonbench["kernel_impl"].isin(RATIO_IMPLEMENTATIONS)].assign(family="flash2")
@@ -185,11 +212,10 @@ def _split(tritonbench: pd.DataFrame, mechanism: Mechanism) -> Ridge:
     composed = composed_rows(paired, mechanism, pd.Series("h100-sxm", index=paired.index))
     measured_ratio = paired["time_s_bwd"].to_numpy() / paired["time_s"].to_numpy()
     composed_ratio = composed["bwd_s"].to_numpy() / composed["fwd_s"].to_numpy()
-    x = features(paired["seqlen"], paired["head_dim"], paired["causal"])[:, :1]
-    return _ridge(x, np.log(measured_ratio / composed_ratio))
+    return _fit(paired["seqlen"], paired["head_dim"], paired["causal"], np.log(measured_ratio / composed_ratio), 1)
 
 
-def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, Ridge]:
+def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, ShapeFit]:
     """Per direction, log(FlexAttention / FlashAttention-2) on the sequence length, from TritonBench rows of one
     commit and shape."""
     keys = ["source_commit", "batch", "n_heads", "seqlen", "head_dim", "causal", "direction"]
@@ -198,8 +224,8 @@ def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, Ridge]:
     out = {}
     for direction in ("fwd", "bwd"):
         here = paired[paired["direction"] == direction]
-        x = features(here["seqlen"], here["head_dim"], here["causal"])[:, :1]
-        out[direction] = _ridge(x, np.log(here["time_s"].to_numpy() / here["time_s_flash"].to_numpy()))
+        ratio = np.log(here["time_s"].to_numpy() / here["time_s_flash"].to_numpy())
+        out[direction] = _fit(here["seqlen"], here["head_dim"], here["causal"], ratio, 1)
     return out
 
 
@@ -243,18 +269,16 @@ def _held_out_residuals(group: pd.DataFrame) -> np.ndarray | None:
     return np.concatenate(out)
 
 
-def _correction(frame: pd.DataFrame) -> Ridge:
+def _correction(frame: pd.DataFrame) -> ShapeFit:
     """The log correction of the composed times (`composed_s`) fitted on `frame`'s measured rows."""
-    return _ridge(_features_of(frame), _log_residual(frame["time_s"], frame["composed_s"]))
+    return _fit(
+        frame["seqlen"], frame["head_dim"], frame["causal"], _log_residual(frame["time_s"], frame["composed_s"])
+    )
 
 
-def _learned(correction: Ridge, frame: pd.DataFrame) -> pd.Series:
+def _learned(correction: ShapeFit, frame: pd.DataFrame) -> pd.Series:
     """`frame`'s composed times corrected by `correction`."""
-    return frame["composed_s"] * np.exp(correction.predict(_features_of(frame)))
-
-
-def _features_of(frame: pd.DataFrame) -> np.ndarray:
-    return features(frame["seqlen"], frame["head_dim"], frame["causal"])
+    return frame["composed_s"] * np.exp(correction.predict(frame["seqlen"], frame["head_dim"], frame["causal"]))
 
 
 def leave_one_gpu_out(mechanism: Mechanism) -> pd.DataFrame:
@@ -343,9 +367,9 @@ def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanis
     )
     flex = kernel == "flex"
     if flex.any():
-        x = features(seq[flex], head_dim[flex], causal[flex])[:, :1]
-        ratio = np.where(
-            backward[flex], np.exp(model.flex_ratio["bwd"].predict(x)), np.exp(model.flex_ratio["fwd"].predict(x))
+        shape = (seq[flex], head_dim[flex], causal[flex])
+        ratio = np.exp(
+            np.where(backward[flex], model.flex_ratio["bwd"].predict(*shape), model.flex_ratio["fwd"].predict(*shape))
         )
         own[flex] = own[flex] * ratio
     seconds_out, low_out, high_out = composed.seconds.copy(), composed.low_s.copy(), composed.high_s.copy()
