@@ -10,7 +10,7 @@ import pytest
 from maya.estimators import KernelEstimator, Registry
 from maya.estimators.efficiency_model import Band
 from maya.simulator import predict
-from maya.simulator.band import Z90, log_factor
+from maya.simulator.band import SAMPLES, SEED, Z90, _normal_draws, log_factor
 from maya.simulator.discrepancy import NONE, Discrepancy
 from maya.simulator.trace_builder import TraceBuilder
 
@@ -62,6 +62,15 @@ def test_quantile_mapping():
     assert log_factor(q, np.array(0.0)) == pytest.approx(0.1)
     assert log_factor(q, np.array(Z90)) == pytest.approx(0.5)
     assert log_factor(q, np.array(2 * Z90)) == pytest.approx(0.9)  # linear beyond the 90th percentile
+
+
+@pytest.mark.parametrize(("samples", "groups", "seed"), [(SAMPLES, 7, SEED), (10, 1, 3), (257, 4, 11)])
+def test_normal_draws_are_scipys_latin_hypercube(samples, groups, seed):
+    """The band's draws, made without importing scipy.stats, are SciPy's stratified normal draws bit for bit."""
+    from scipy.stats import norm, qmc
+
+    expected = norm.ppf(qmc.LatinHypercube(d=groups, seed=seed).random(samples))
+    assert np.array_equal(_normal_draws(samples, groups, seed), expected)
 
 
 def test_one_family_moves_together_whatever_its_number_of_calls(tmp_path, warehouse):

@@ -6,14 +6,15 @@ shaped from their op (an MoE's experts) with their one-block setup kernel sized 
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from maya.simulator.attention_shapes import TRITON_ATTENTION_RANGE, kernel_causal, kernel_role
 from maya.simulator.opcodes import classify
 from maya.simulator.trace import load
-from maya.simulator.work import work_frame
+from maya.simulator.work import _largest_inputs, work_frame
 from maya_trace_spec import RunWriter
-from maya_trace_spec.vocabulary import classify_kernel
+from maya_trace_spec.vocabulary import classify_kernel, dtype_name
 
 FWD = (
     "_ZN13pytorch_flash16flash_fwd_kernelI23Flash_fwd_kernel_traitsILi64ELi128ELi128ELi4ELb0ELb0EN7cutlass10bfloat16"
@@ -274,3 +275,51 @@ def test_grouped_gemms_take_their_shape_from_the_grouped_mm_op(tmp_path):
     assert sorted(gemms[["m", "n", "k"]].iloc[0]) == [512, 1024, 2048]  # each group: 512 tokens
     assert sorted(gemms[["m", "n", "k"]].iloc[2]) == [512, 1024, 2048]  # each group: 512 tokens reduced
     assert (setups["family"] == "other").all() and (setups["numel"] == 8).all()
+
+
+def _largest_inputs_one_by_one(shapes, dtypes):
+    """The per-op loop `work._largest_inputs` replaced (the reference it must equal)."""
+    numel, row, dtype = [], [], []
+    for op_shapes, op_dtypes in zip(shapes, dtypes):
+        best, best_row, best_dtype = np.nan, np.nan, None
+        for j, shape in enumerate(op_shapes if op_shapes is not None else ()):
+            if shape is None or len(shape) == 0:
+                continue
+            size = float(np.prod(shape))
+            if not best >= size:
+                best, best_row = size, float(shape[-1])
+                best_dtype = dtype_name(op_dtypes[j]) if op_dtypes is not None and j < len(op_dtypes) else None
+        numel.append(best)
+        row.append(best_row)
+        dtype.append(best_dtype)
+    return np.array(numel), np.array(row), dtype
+
+
+def test_largest_inputs_equal_the_per_op_loop():
+    """Ties (the first wins), scalars and missing tensors skipped, dtypes missing, short, unknown or absent."""
+    rng = np.random.default_rng(0)
+    spellings = ["c10::BFloat16", "float", "Scalar", "", None, "c10::Half", "long int"]
+    shapes, dtypes = [], []
+    for _ in range(3000):
+        if rng.random() < 0.05:
+            shapes.append(None)
+            dtypes.append(None)
+            continue
+        tensors = []
+        for _ in range(rng.integers(0, 6)):
+            kind = rng.random()
+            tensors.append(None if kind < 0.05 else [] if kind < 0.2 else list(rng.integers(0, 9, rng.integers(1, 4))))
+        shapes.append(tensors)
+        count = len(tensors) - int(rng.integers(0, 2))
+        dtypes.append(None if rng.random() < 0.05 else [spellings[i] for i in rng.integers(0, 7, max(count, 0))])
+    shapes += [[[2, 3], [3, 2], [6]], [[4, 4], [2, 2]], [[1 << 40, 1 << 20], [1, 1]]]
+    dtypes += [["float", "c10::Half", "c10::BFloat16"], ["c10::Half"], None]
+    frame = pd.DataFrame(
+        {"input_shapes": pd.Series(shapes, dtype=object), "input_dtypes": pd.Series(dtypes, dtype=object)}
+    )
+    numel, row, dtype = _largest_inputs(frame["input_shapes"], frame["input_dtypes"])
+    expected = _largest_inputs_one_by_one(shapes, dtypes)
+    np.testing.assert_array_equal(numel, expected[0])
+    np.testing.assert_array_equal(row, expected[1])
+    assert list(dtype) == expected[2]
+    assert (numel[-3], row[-3], dtype[-3]) == (6.0, 3.0, "fp32")  # [2, 3] and [3, 2] tie with [6]: the first

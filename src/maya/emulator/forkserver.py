@@ -74,10 +74,12 @@ IMPORT_TIME = (
 """Prefixes of the variables that can change what the zygote's imports do: a zygote serves every
 environment that agrees on these (others, e.g. a search's parameters or MAYA_HOME, are the rank's own,
 read after the fork)."""
-PRELOAD = ("torch", "torch.distributed", "maya.core.script_runner")
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "maya.core.script_runner")
 """What the zygote imports: torch and what every rank needs, not the user's libraries (whose import
-may read the rank's environment). Python's `random` reseeds itself in a fork; nothing here seeds
-numpy's global generator (imported lazily), so ranks draw apart as new processes would."""
+may read the rank's environment). `torch._dynamo` (with Inductor and Triton: ~1.7 CPU-s) is imported by
+every optimizer's constructor (`torch._disable_dynamo`), so by nearly every training script, eager ones
+too. Python's `random` reseeds itself in a fork, and each rank reseeds numpy's global generator (which
+`torch._dynamo` imports), so ranks draw apart as new processes would."""
 _HEADER = struct.Struct("!I")
 
 
@@ -279,6 +281,8 @@ def _child(request: dict, out_fd: int) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
+        if "numpy.random" in sys.modules:  # imported by the zygote (torch._dynamo): reseeded from the OS, as a
+            sys.modules["numpy.random"].seed()  # new process's is, so that ranks draw apart
         if ctypes.CDLL(None).maya_emu_restart() != 0:
             print(
                 "maya emulator: the zygote recorded device calls before forking; set MAYA_EMU_FORKSERVER=0",

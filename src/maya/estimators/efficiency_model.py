@@ -8,12 +8,36 @@ Normalising by the baseline is what lets one model serve GPUs of very different 
 
 from __future__ import annotations
 
+import functools
+import sys
 from dataclasses import asdict, dataclass, replace
+from types import ModuleType
 
 import numpy as np
-import xgboost as xgb
 
 from .features import Features
+
+
+def _import_xgboost() -> ModuleType:
+    """XGBoost, without importing scikit-learn for it. `xgboost.compat` imports scikit-learn (and with it
+    SciPy's stats: ~1.5 CPU-s, half of a `maya predict`) only to base `XGBRegressor` and its siblings on
+    scikit-learn's classes; Maya uses `xgb.train` and `Booster` alone. Unless scikit-learn is already
+    imported, it is hidden while XGBoost imports, so in this process XGBoost's scikit-learn interface lacks
+    scikit-learn's base classes (importing scikit-learn itself later works as usual)."""
+    if "xgboost" in sys.modules or "sklearn" in sys.modules:
+        import xgboost
+
+        return xgboost
+    sys.modules["sklearn"] = None  # type: ignore[assignment]  # `import sklearn` raises ImportError
+    try:
+        import xgboost
+    finally:
+        if sys.modules.get("sklearn", ...) is None:
+            del sys.modules["sklearn"]
+    return xgboost
+
+
+xgb = _import_xgboost()
 
 
 @dataclass(frozen=True)
@@ -62,9 +86,23 @@ class Band:
 
 @dataclass(frozen=True)
 class EfficiencyModel:
-    booster: xgb.Booster
+    """A trained booster, or an artifact's saved one (`from_bytes`), parsed on first use: a prediction reads only
+    the models of the families, segments and GPU kinds (seen or transfer) it prices."""
+
+    model: xgb.Booster | bytes
     feature_names: tuple[str, ...]
     band: Band
+
+    @functools.cached_property
+    def booster(self) -> xgb.Booster:
+        """The booster; a loaded one predicts on one thread (the rows of distinct shapes a prediction prices are
+        too few to gain from more, and OpenMP's waiting threads spin: ~20 CPU-ms per call on a loaded machine)."""
+        if not isinstance(self.model, bytes):
+            return self.model
+        booster = xgb.Booster()
+        booster.load_model(bytearray(self.model))
+        booster.set_param({"nthread": 1})
+        return booster
 
     @classmethod
     def fit(
@@ -92,13 +130,12 @@ class EfficiencyModel:
         return np.maximum(self.booster.inplace_predict(matrix), 0.0)
 
     def with_band(self, band: Band) -> EfficiencyModel:
-        return EfficiencyModel(self.booster, self.feature_names, band)
+        return EfficiencyModel(self.model, self.feature_names, band)
 
     def to_bytes(self) -> bytes:
-        return bytes(self.booster.save_raw("ubj"))
+        return self.model if isinstance(self.model, bytes) else bytes(self.model.save_raw("ubj"))
 
     @classmethod
     def from_bytes(cls, raw: bytes, feature_names: tuple[str, ...], band: Band) -> EfficiencyModel:
-        booster = xgb.Booster()
-        booster.load_model(bytearray(raw))
-        return cls(booster, feature_names, band)
+        """A model of saved bytes (`to_bytes`), parsed when it first predicts (`booster`)."""
+        return cls(bytes(raw), feature_names, band)

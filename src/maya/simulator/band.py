@@ -237,10 +237,17 @@ def iteration_band(
 
 def _normal_draws(samples: int, groups: int, seed: int) -> np.ndarray:
     """Standard normal draws, Latin-hypercube stratified: each group's marginal quantiles are (nearly) exact,
-    so the band does not wander with the sampling."""
-    from scipy.stats import norm, qmc
+    so the band does not wander with the sampling. The draws of `scipy.stats.qmc.LatinHypercube(d=groups,
+    seed=seed)` through `norm.ppf`, made here because importing `scipy.stats` costs ~0.9 CPU-s, a third of
+    a `maya predict`: in each column, one uniform draw in each of `samples` equal strata, the strata shuffled."""
+    from scipy.special import ndtri
 
-    return norm.ppf(qmc.LatinHypercube(d=groups, seed=seed).random(samples))
+    rng = np.random.default_rng(seed)
+    jitter = rng.uniform(size=(samples, groups))
+    strata = np.tile(np.arange(1, samples + 1), (groups, 1))
+    for column in strata:
+        rng.shuffle(column)
+    return ndtri((strata.T - jitter) / samples)
 
 
 def _steady_calls(sim: Simulation, rank: int, n: int) -> np.ndarray:
