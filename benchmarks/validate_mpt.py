@@ -146,7 +146,7 @@ def main() -> None:
     if row_s:
         slowest = computed[max(range(len(row_s)), key=row_s.__getitem__)]
         print(
-            f"slowest row {slowest.row} ({slowest.label}): {max(row_s):.0f} s (emulate {slowest.emulate_s or 0:.0f} s,"
+            f"slowest row {slowest.key.row} ({slowest.key.label}): {max(row_s):.0f} s (emulate {slowest.emulate_s or 0:.0f} s,"
             f" predict {slowest.predict_s or 0:.0f} s); target {ROW_TARGET_S} s ({max(row_s) / ROW_TARGET_S:.2f}x)"
         )
     if scratch:
