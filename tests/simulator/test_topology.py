@@ -2,7 +2,11 @@
 
 import pytest
 
+from maya.core import hardware
+from maya.simulator import MeasuredDurations, simulate, summarize
 from maya.simulator.topology import _map_group
+from maya.simulator.trace import load
+from maya.simulator.trace_builder import gpt_3d
 
 # Megatron-Core orders ranks tp-cp-ep-dp-pp (tensor parallel fastest): with TP=2, PP=2, DP=2 on 8 ranks,
 # rank = tp + 2 * dp + 4 * pp. Worked out by hand from that formula:
@@ -47,3 +51,15 @@ def test_pipeline_peer_is_the_same_model_shard_on_the_other_stage(rank):
     y, j = POSITION[rank]
     mapped = _map_group(group_of("pipeline", y), y, j, POSITION, LISTS)
     assert mapped == [rank % 4, rank % 4 + 4]
+
+
+def test_a_pipeline_captured_once_per_stage_predicts_what_every_rank_does(tmp_path):
+    """TP 2 x PP 4 x DP 2 in Megatron's layout, 1F1B: one capture per stage standing for its 4 ranks replays
+    to the step of all 16 captured (each stage's own warm-up, its peers mapped through the groups)."""
+    steps = {}
+    for dedup in (True, False):
+        job = gpt_3d(2, 4, 2, layers=4, microbatches=4, iterations=2, hidden=1024, seq=512, dedup=dedup)
+        sim = simulate(load(job.write(tmp_path / str(dedup))), hardware.get("h100-sxm"), MeasuredDurations())
+        steps[dedup] = summarize(sim).iteration_ns
+        assert len(sim.replicas) == 16 and len(sim.programs) == (4 if dedup else 16)
+    assert steps[True] == pytest.approx(steps[False], rel=1e-3)

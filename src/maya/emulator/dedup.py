@@ -6,6 +6,12 @@ sends and receives use, assumed evenly strided across the world, as Megatron-LM 
 them out). Without point-to-point traffic all ranks form one class. Every class is then checked by
 capturing one more of its members and comparing call signatures; a member that differs from its
 representative (rank 0 logging, say; `convert.signature`) splits the class.
+
+Every stage is its own class, interior stages too: in 1F1B schedules (Megatron-LM's, with or without
+interleaving, and PiPPy's) stage `s` of `P` runs `P - s - 1` warm-up micro-batches (Megatron's interleaved
+schedule `2 (P - s - 1)` plus a constant) before its first backward, so no two stages issue the same calls in
+the same order. Replaying one interior stage's program for the others is not a cheaper equivalent: on a
+synthetic 1F1B job (`trace_builder.gpt_3d`) it doubles a 4-stage step and deadlocks from 5 stages on.
 """
 
 from __future__ import annotations
