@@ -66,14 +66,16 @@ def test_a_fwd_bwd_row_is_its_forward_backward_and_memory_passes():
     flash2 = rows[(rows["kernel_impl"] == "FlashAttention-2") & (rows["seqlen"] == 512) & ~rows["causal"]].head(1)
     eager = rows[(rows["kernel_impl"] == "Pytorch") & rows["causal"]].head(1)
     calls, left_out = measured_calls(pd.concat([flash2, eager], ignore_index=True))
-    first = calls[calls["row"] == 0]
+    first = calls[calls["measurement"] == 0]
     assert first["op"].tolist() == ["flash_fwd", "flash_bwd", "flash_bwd_preprocess", "flash_bwd_postprocess"]
     assert (first["batch"] == 32 * 32).all() and (first["m"] == 512).all() and (first["k"] == 64).all()
-    chain = calls[calls["row"] == 1]  # QK^T, mask add, softmax, PV; softmax backward and four products
+    chain = calls[calls["measurement"] == 1]  # QK^T, mask add, softmax, PV; softmax backward and four products
     assert (
         chain["family"].tolist()
         == ["gemm", "elementwise", "softmax", "gemm"] + ["gemm"] * 2 + ["softmax"] + ["gemm"] * 2
     )
+    # a softmax's row length is the sequence, not the measurement's position in the frame
+    assert (chain.loc[chain["family"] == "softmax", "row"] == eager["seqlen"].iloc[0]).all()
     assert not left_out
 
 

@@ -103,8 +103,8 @@ def evaluate_kernels_public(paths: list[Path] | None, estimator: Callable[[], Ke
     notes += [f"{n:,} rows not evaluated: {why}" for why, n in left_out.items()]
     if calls.empty:
         raise DatasetError("no rows to evaluate" + (f" ({'; '.join(notes)})" if notes else ""))
-    predicted = estimator().predict(calls.drop(columns="row"))
-    seconds = pd.Series(predicted["duration_ns"].to_numpy() * 1e-9).groupby(calls["row"].to_numpy()).sum()
+    predicted = estimator().predict(calls.drop(columns="measurement"))
+    seconds = pd.Series(predicted["duration_ns"].to_numpy() * 1e-9).groupby(calls["measurement"].to_numpy()).sum()
     done = rows.iloc[seconds.index]
     frame = pd.DataFrame(
         {

@@ -193,7 +193,7 @@ EAGER = "Pytorch"
 
 
 def measured_calls(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """The calls each valid row timed, in the call frame (column `row`: the row's position in `rows`; a row's
+    """The calls each valid row timed, in the call frame (column `measurement`: the row's position in `rows`; a row's
     time is the sum of its calls' device times), and the rows that no call frame describes, counted by why."""
     calls, left_out = [], {}
     for position, row in enumerate(rows.itertuples(index=False)):
@@ -201,7 +201,7 @@ def measured_calls(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
         if isinstance(made, str):
             left_out[made] = left_out.get(made, 0) + 1
             continue
-        calls.extend({**c, "row": position, "hardware": row.device, "dtype": row.dtype_name} for c in made)
+        calls.extend({**c, "measurement": position, "hardware": row.device, "dtype": row.dtype_name} for c in made)
     frame = pd.DataFrame(calls)
     return frame.assign(source=SOURCE, timing="device") if len(frame) else frame, left_out
 
