@@ -42,6 +42,13 @@ def test_a_forked_rank_captures_what_a_new_process_captures(tmp_path, monkeypatc
     assert trace_digest(spawned.run_dir) == trace_digest(forked.run_dir)
 
 
+def test_a_script_sets_inductor_switches_before_importing_torch_as_in_a_new_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAYA_EMU_FORKSERVER", "1")
+    result = _emulate(tmp_path / "run", WORKLOADS / "inductor_env_in_script.py")
+    assert result.status == "complete"
+    assert "max_autotune=True" in (result.run_dir / "logs" / "rank0.txt").read_text()
+
+
 def test_ranks_get_their_environment_and_the_zygote_follows_it(tmp_path, monkeypatch):
     cwd = tmp_path / "cwd"
     cwd.mkdir()

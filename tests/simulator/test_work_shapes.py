@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from maya.simulator.attention_shapes import TRITON_ATTENTION_RANGE, kernel_causal, kernel_role
-from maya.simulator.opcodes import classify
+from maya.simulator.opcodes import NOP, classify
 from maya.simulator.trace import load
 from maya.simulator.work import _largest_inputs, work_frame
 from maya_trace_spec import RunWriter
@@ -323,3 +323,21 @@ def test_largest_inputs_equal_the_per_op_loop():
     np.testing.assert_array_equal(row, expected[1])
     assert list(dtype) == expected[2]
     assert (numel[-3], row[-3], dtype[-3]) == (6.0, 3.0, "fp32")  # [2, 3] and [3, 2] tie with [6]: the first
+
+
+def test_classify_gives_a_call_without_an_api_name_no_other_calls_opcode():
+    """Distinct API names are tested once each: a missing name is its own (no-op) name, not the last one's."""
+    calls = pd.DataFrame(
+        {
+            "api": ["cudaLaunchKernel", None, "cudaMemcpyAsync"],
+            "domain": ["runtime"] * 3,
+            "collective_name": [None] * 3,
+            "kernel_id": [1.0, None, None],
+            "gemm_m": [None] * 3,
+            "bytes": [None, None, 8.0],
+            "memcpy_kind": [None, None, "DtoH"],
+            "device_duration_ns": [None] * 3,
+        }
+    )
+    ops = classify(calls)
+    assert ops[1] == NOP and ops[0] != ops[2]

@@ -74,12 +74,12 @@ IMPORT_TIME = (
 """Prefixes of the variables that can change what the zygote's imports do: a zygote serves every
 environment that agrees on these (others, e.g. a search's parameters or MAYA_HOME, are the rank's own,
 read after the fork)."""
-PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "maya.core.script_runner")
-"""What the zygote imports: torch and what every rank needs, not the user's libraries (whose import
-may read the rank's environment). `torch._dynamo` (with Inductor and Triton: ~1.7 CPU-s) is imported by
-every optimizer's constructor (`torch._disable_dynamo`), so by nearly every training script, eager ones
-too. Python's `random` reseeds itself in a fork, and each rank reseeds numpy's global generator (which
-`torch._dynamo` imports), so ranks draw apart as new processes would."""
+PRELOAD = ("torch", "torch.distributed", "maya.core.script_runner")
+"""What the zygote imports: torch and what every rank needs, not the user's libraries, nor `torch._dynamo`
+(with Inductor and Triton, ~1.7 CPU-s, imported by every optimizer's constructor): importing it reads
+Inductor's settings and temporary directories from the environment, so a script that sets them itself
+before importing torch would run with the zygote's instead. Python's `random` reseeds itself in a fork, and
+each rank reseeds numpy's global generator, so ranks draw apart as new processes would."""
 _HEADER = struct.Struct("!I")
 
 

@@ -100,7 +100,12 @@ class EfficiencyModel:
         if not isinstance(self.model, bytes):
             return self.model
         booster = xgb.Booster()
-        booster.load_model(bytearray(self.model))
+        try:
+            booster.load_model(bytearray(self.model))
+        except xgb.core.XGBoostError as e:
+            from .artifact import ArtifactFormatError
+
+            raise ArtifactFormatError(f"an estimator artifact's model cannot be read by this XGBoost: {e}") from None
         booster.set_param({"nthread": 1})
         return booster
 

@@ -77,7 +77,7 @@ def classify(calls: pd.DataFrame) -> np.ndarray:
     """Opcode of every call (columns `api`, `domain`, `collective_name`, `kernel_id`, `gemm_m`, `bytes`,
     `memcpy_kind`, `device_duration_ns`). The API names' tests run once per distinct name (a trace has
     a few dozen in millions of calls)."""
-    codes, names = pd.factorize(calls["api"].astype(str))
+    codes, names = pd.factorize(calls["api"].astype(str), use_na_sentinel=False)
     api = pd.Series(names)
     ops = np.full(len(calls), NOP, dtype=np.int8)
     copy_or_set = api.str.lower().str.contains("memcpy|memset", regex=True).to_numpy()[codes]
