@@ -194,10 +194,9 @@ def test_reads_wait_for_another_process_writing(measured, tmp_path):
 
 
 def test_a_saved_model_this_xgboost_cannot_read_is_an_artifact_error_when_first_used():
-    """Models are parsed on first use: bytes XGBoost cannot read fail as an unreadable artifact, naming it."""
-    from maya.estimators.artifact import ArtifactFormatError
-    from maya.estimators.efficiency_model import Band, EfficiencyModel
+    """Models are parsed on first use: bytes XGBoost cannot read fail with an error that says so."""
+    from maya.estimators.efficiency_model import Band, EfficiencyModel, ModelFormatError
 
     model = EfficiencyModel.from_bytes(b"not a model", ("x",), Band(0.0, 0.0))
-    with pytest.raises(ArtifactFormatError, match="cannot be read by this XGBoost"):
+    with pytest.raises(ModelFormatError, match="cannot be read by this XGBoost"):
         _ = model.booster

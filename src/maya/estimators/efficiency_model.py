@@ -40,6 +40,10 @@ def _import_xgboost() -> ModuleType:
 xgb = _import_xgboost()
 
 
+class ModelFormatError(ValueError):
+    """A saved model that the installed XGBoost cannot read (found when the model first predicts)."""
+
+
 @dataclass(frozen=True)
 class ModelParams:
     """Tree ensemble settings (chosen on a validation split of the training data)."""
@@ -103,9 +107,7 @@ class EfficiencyModel:
         try:
             booster.load_model(bytearray(self.model))
         except xgb.core.XGBoostError as e:
-            from .artifact import ArtifactFormatError
-
-            raise ArtifactFormatError(f"an estimator artifact's model cannot be read by this XGBoost: {e}") from None
+            raise ModelFormatError(f"an estimator artifact's model cannot be read by this XGBoost: {e}") from None
         booster.set_param({"nthread": 1})
         return booster
 
