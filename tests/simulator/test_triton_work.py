@@ -85,7 +85,12 @@ def test_a_gather_counts_the_rows_it_reads_not_its_table():
 @pytest.mark.parametrize(
     ("kernel", "family", "op"),
     [
-        ("triton_poi_fused__to_copy_1", "copy", "inductor_pointwise"),
+        ("triton_poi_fused__to_copy_1", "elementwise", "inductor_pointwise"),
+        (
+            "triton_poi_fused__to_copy__unsafe_view_mul_pow_relu_threshold_backward_view_2",
+            "elementwise",
+            "inductor_pointwise",
+        ),
         ("triton_poi_fused_native_layer_norm_native_layer_norm_backward_3", "elementwise", "inductor_pointwise"),
         ("triton_per_fused_add_native_layer_norm_2", "normalization", "inductor_persistent_reduction"),
         ("triton_red_fused__log_softmax_nll_loss_forward_4", "softmax", "inductor_reduction"),
@@ -93,8 +98,8 @@ def test_a_gather_counts_the_rows_it_reads_not_its_table():
     ],
 )
 def test_generated_kernels_take_the_family_of_what_they_do(kernel, family, op):
-    """A pointwise kernel is pointwise whatever its fused ops (a cast priced as the copy it is); a reduction is the
-    layer norm or softmax its name says, else a reduction."""
+    """A pointwise kernel is pointwise whatever its fused ops (a cast too: torch's eager cast is the same vectorized
+    kernel); a reduction is the layer norm or softmax its name says, else a reduction."""
     reduced = [scalar("r0_numel", 768)] if "_poi_" not in kernel else []
     work = describe(
         kernel, note(tensor("in_ptr0", (64, 768)), tensor("out_ptr0", (64, 768)), scalar("xnumel", 64), *reduced)

@@ -2,7 +2,8 @@
 sizes, scalars such as `xnumel`, the kernel's constexprs), so its work is known without the kernel's code.
 
 Runs inside each emulated rank. Triton kernels reach the stubs through two launchers: Triton's own
-(`CudaLauncher`: user kernels and Inductor's kernels when its static launcher is off) and Inductor's static
+(`CudaLauncher`: user kernels and Inductor's kernels when its static launcher is off; Triton 3.3 loads it outside
+`sys.modules`, so it is also found through `triton.backends`) and Inductor's static
 launcher (`StaticallyLaunchedTritonKernel.run`, and the C launcher Inductor swaps in after a kernel's first
 launch, `_FastCudaLauncher`). They are wrapped once their module is imported (importing
 them eagerly would cost ~8 s per rank for scripts that never use them). Before a launch the wrapper tells
@@ -19,12 +20,13 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from .capture_format import NOTES_FILE
 
 TRITON_LAUNCHER = "triton.backends.nvidia.driver"
+TRITON_BACKENDS = "triton.backends"
 STATIC_LAUNCHER = "torch._inductor.runtime.static_triton_launcher"
 INDUCTOR_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 FLEX_BLOCK_COUNTS = ("arg_KV_NUM_BLKS", "arg_FULL_KV_NUM_BLKS", "arg_Q_NUM_BLKS", "arg_FULL_Q_NUM_BLKS")
@@ -142,6 +144,9 @@ def _describe(name: str, a: Any) -> dict:
 
 def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
     cls = module.CudaLauncher
+    if getattr(cls, "_maya_wrapped", False):  # reached both as a module and as a loaded backend
+        return
+    cls._maya_wrapped = True
     init, call = cls.__init__, cls.__call__
 
     def __init__(self, src, metadata):
@@ -159,6 +164,16 @@ def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
         return call(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args)
 
     cls.__init__, cls.__call__ = __init__, __call__
+
+
+def _wrap_backend_launchers(module: ModuleType, notes: LaunchNotes) -> None:
+    """The launcher of each backend Triton discovered (`triton.backends.backends`). Triton 3.3 (torch 2.7) loads a
+    backend's `driver.py` from its file under the bare backend name, outside `sys.modules`, so its `CudaLauncher` is
+    not `triton.backends.nvidia.driver`'s: found through the driver class's globals."""
+    for backend in getattr(module, "backends", {}).values():
+        launcher = getattr(getattr(backend.driver, "__init__", None), "__globals__", {}).get("CudaLauncher")
+        if isinstance(launcher, type):
+            _wrap_triton_launcher(SimpleNamespace(CudaLauncher=launcher), notes)
 
 
 def _triton_description(src, metadata) -> tuple:
@@ -315,6 +330,7 @@ def install(out: Path) -> LaunchNotes:
     notes = LaunchNotes(out, native)
     hooks: dict[str, Callable[[ModuleType], None]] = {
         TRITON_LAUNCHER: lambda m: _wrap_triton_launcher(m, notes),
+        TRITON_BACKENDS: lambda m: _wrap_backend_launchers(m, notes),
         STATIC_LAUNCHER: lambda m: _wrap_static_launcher(m, notes),
         INDUCTOR_HEURISTICS: lambda m: _wrap_inductor(m, notes),
     }

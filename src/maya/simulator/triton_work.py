@@ -5,10 +5,11 @@ Inductor names its kernels by kind and its templates' tensors by role, so:
 - reductions (`triton_red_*`, `triton_per_*`): `numel` = kept x reduced elements, `row` = the reduced
   elements (`r0_numel` x `r1_numel`);
 - these generated kernels are priced as the eager kernel of the same work (`inductor_work`): a pointwise
-  kernel as torch's vectorized add moving its bytes (a fused `native_layer_norm` or `embedding` pointwise
-  kernel is a pointwise kernel), or as a copy of them where its name says copy; a reduction as the layer norm
-  or softmax its name says it is, else as a reduction; no tensor counts more bytes than the kernel's elements
-  (a gathered table, a view of a larger buffer: `_traffic`);
+  kernel as torch's vectorized add moving its bytes, whatever its name fuses (a `native_layer_norm`,
+  `embedding` or `_to_copy` pointwise kernel is a pointwise kernel: torch's eager cast is the same vectorized
+  kernel, and the copy family's unmeasured roofline, the spec sheet's bandwidth, is a rate no measured kernel
+  reaches); a reduction as the layer norm or softmax its name says it is, else as a reduction; no tensor
+  counts more bytes than the kernel's elements (a gathered table, a view of a larger buffer: `_traffic`);
 - matmul templates (tensors `arg_A`, `arg_B`): `batch` and the output's rows and columns from the output,
   the reduction from A's size, in the call frame's (cuBLAS) convention (`gemm_of_row_major`);
   convolution templates (`arg_X`, `arg_W`): the implicit GEMM; both with `flops` = 2 batch m n k and their
@@ -299,14 +300,14 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
 
 def inductor_work(kernel: str, kind: str, tensors: dict[str, dict], numel: float, backward: bool) -> dict:
     """Family, op and traffic of an Inductor-generated kernel of `kind` (`INDUCTOR_PREFIXES`) over `numel` elements:
-    a pointwise kernel is `elementwise` (or `copy` where its name says so), a reduction the row family its name
+    a pointwise kernel is `elementwise` whatever it fuses (a cast too), a reduction the row family its name
     says (`INDUCTOR_ROW_FAMILIES`) or a `reduction`; each tensor counts at most `numel` of its elements (a kernel visits each
     element of its iteration space once, so it cannot read the rest of a table it gathers from or of a buffer
     it views)."""
-    named = classify_kernel(kernel)["family"]
     if kind == "pointwise":
-        family = "copy" if named == "copy" else "elementwise"
+        family = "elementwise"
     else:
+        named = classify_kernel(kernel)["family"]
         family = named if named in INDUCTOR_ROW_FAMILIES else "reduction"
     traffic, dtype = _traffic(tensors, numel)
     op = inductor_op(kind, backward)

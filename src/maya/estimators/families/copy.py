@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..calls import inductor_op
 from ..hardware_table import HardwareArrays
 from .base import FamilyPredictor, Work, log2
 
@@ -13,9 +12,6 @@ HOST_OPS = ("HtoD", "DtoH", "memcpy_h2d", "memcpy_d2h")
 """Copies that cross PCIe (priced at the GPU's PCIe bandwidth)."""
 SET_OPS = ("memset", "cuda_memset", "fill_zero")
 """Writes only."""
-GENERATED_OPS = (inductor_op("pointwise"), inductor_op("pointwise", backward=True))
-"""Inductor's pointwise kernels named for a copy (`_to_copy`, `copy_`): their `bytes` are what all their tensors
-move (`maya.simulator.triton_work`), reads and writes, so they count once."""
 
 
 class CopyPredictor(FamilyPredictor):
@@ -39,8 +35,8 @@ class CopyPredictor(FamilyPredictor):
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         payload = payload_bytes(calls, itemsize)
         host = calls["op"].isin(HOST_OPS).to_numpy()
-        # a device copy reads and writes its payload; a memset, a PCIe transfer or a generated copy moves it once
-        once = host | calls["op"].isin(SET_OPS).to_numpy() | calls["op"].isin(GENERATED_OPS).to_numpy()
+        # a device copy reads and writes its payload; a memset or a PCIe transfer moves it once
+        once = host | calls["op"].isin(SET_OPS).to_numpy()
         passes = np.where(once, 1.0, 2.0)
         return Work(
             flops=np.zeros(len(calls)),

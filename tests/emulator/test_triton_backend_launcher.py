@@ -1,0 +1,55 @@
+"""Triton 3.3 (torch 2.7) loads its backends' drivers outside `sys.modules`: their launcher is still described."""
+
+from types import SimpleNamespace
+
+from maya.emulator.triton_launches import _wrap_backend_launchers
+
+
+class CudaLauncher:
+    """A backend's launcher as Triton 3.3 defines it (`triton/backends/nvidia/driver.py`)."""
+
+    def __init__(self, src, metadata):
+        self.launched = []
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.launched.append(args)
+
+
+class CudaDriver:
+    """The backend's driver class: its module (this one here) holds the launcher class it instantiates."""
+
+    def __init__(self):
+        self.launcher_cls = CudaLauncher
+
+
+class Notes:
+    def __init__(self):
+        self.launches = []
+
+    def launch(self, kernel, names, args, constants=(), num_stages=None):
+        self.launches.append((kernel, names, args, constants, num_stages))
+
+
+def test_the_launcher_of_a_backend_loaded_outside_sys_modules_is_described():
+    src = SimpleNamespace(
+        name="triton_poi_fused_gelu_0",
+        fn=SimpleNamespace(arg_names=["in_ptr0", "out_ptr0", "xnumel", "XBLOCK"]),
+        signature={"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "XBLOCK": "constexpr"},
+        constants={(3,): 256},
+    )
+    backends = SimpleNamespace(backends={"nvidia": SimpleNamespace(compiler=object, driver=CudaDriver)})
+    notes = Notes()
+    _wrap_backend_launchers(backends, notes)
+    _wrap_backend_launchers(backends, notes)  # reached twice (as a module too): wrapped once
+    launcher = CudaDriver().launcher_cls(src, SimpleNamespace(num_stages=1))
+    launcher(1, 1, 1, 0, "function", "metadata", None, None, None, "x", "y", 32768, 256)
+    assert notes.launches == [
+        (
+            "triton_poi_fused_gelu_0",
+            ["in_ptr0", "out_ptr0", "xnumel", "XBLOCK"],
+            ("x", "y", 32768, 256),
+            (("XBLOCK", 256),),
+            1,
+        )
+    ]
+    assert launcher.launched == [("metadata", None, None, None, "x", "y", 32768, 256)]
