@@ -92,6 +92,11 @@ WITH_TE = Switch(
     "`scripts/setup`: `1` adds Transformer Engine (the `te` extra, and its PyTorch extension built once into "
     "`$MAYA_HOME/wheels/`)",
 )
+MAX_JOBS = Switch(
+    "MAX_JOBS",
+    "`2`",
+    "`scripts/setup` with `MAYA_WITH_TE=1`: how many files Transformer Engine's extension build compiles at once",
+)
 CC = Switch("CC", "`gcc`", "the C compiler that builds the emulator's stubs")
 CXX = Switch("CXX", "`g++`", "the C++ compiler that builds the emulator's op observer")
 LLM_FOUNDRY_REPO = Switch(
