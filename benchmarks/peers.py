@@ -399,7 +399,9 @@ def run_peer(name: str, predict, specs: list[dict]) -> dict:
         try:
             rows[key] = predict(spec)
         except ImportError as e:
-            return {"error": f"{name} is not installed in {sys.executable} ({e})"}
+            if not rows:  # the first rows fail to import it: not installed; later, one row's lazy import failed
+                return {"error": f"{name} is not installed in {sys.executable} ({e})"}
+            not_run[key] = f"{type(e).__name__}: {e}".strip()
         except Exception as e:  # noqa: BLE001 - the peer refuses the row (Calculon's Llm.Error, its assertions)
             not_run[key] = f"{type(e).__name__}: {e}".strip()
     return {"rows": rows, "not_run": not_run}

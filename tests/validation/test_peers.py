@@ -236,3 +236,20 @@ def test_without_peers_or_maya_rows_the_rule_of_thumb_is_reported_alone(peers, t
     assert [p["rule-of-thumb"] > 0 for p in report["predictions"]] == [True] * 8
     assert peers.main(args) == 0
     assert "no Maya rows for this suite" in capsys.readouterr().out
+
+
+def test_a_peer_missing_at_its_first_row_is_unavailable_and_a_later_import_error_fails_one_row(peers):
+    specs = [{"suite": "s", "row": r} for r in range(3)]
+
+    def missing(spec):
+        raise ImportError("No module named 'llm_analysis'")
+
+    assert "not installed" in peers.run_peer("p", missing, specs)["error"]
+
+    def lazy_import_fails_on_row_1(spec):
+        if spec["row"] == 1:
+            raise ImportError("cannot import name 'x'")
+        return {"predicted_s": 1.0, "oom": False}
+
+    out = peers.run_peer("p", lazy_import_fails_on_row_1, specs)
+    assert sorted(out["rows"]) == ["s:0", "s:2"] and list(out["not_run"]) == ["s:1"]
