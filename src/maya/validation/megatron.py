@@ -67,7 +67,7 @@ ASSUMPTION = (
     "Megatron rows run pretrain_gpt.py's local transformer implementation without apex: layer norm, masked softmax "
     "and weight-gradient accumulation unfused, where the measured runs used apex's fused kernels; the unfused "
     "masked softmax alone (scale, mask and their autograd copies over the whole score tensor) makes the prediction "
-    "slower than the measured stack (0.14 s, +10% and +13%, on the 22B rows)"
+    "slower than the measured stack (measured on the korthikanti2022 22B rows: docs/validation-and-accuracy.md)"
 )
 WITHOUT_SP = (
     "sequence parallelism dropped: Megatron's local transformer implementation refuses it without apex or "
