@@ -179,7 +179,12 @@ def stand_in_blocks(q_len: int, kv_len: int, q_block: int, kv_block: int, docume
     return causal_blocks(q_len, kv_len, q_block, kv_block)
 
 
-def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float]) -> tuple[float, str]:
+def _block_sizes(scalars: dict[str, float]) -> tuple[int, int]:
+    """A flex launch's BlockMask block sizes (queries, keys)."""
+    return int(scalars.get("SPARSE_Q_BLOCK_SIZE", FLEX_BLOCK)), int(scalars.get("SPARSE_KV_BLOCK_SIZE", FLEX_BLOCK))
+
+
+def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float], m: int, n: int) -> tuple[float, str]:
     """Blocks a flex-attention launch computes per batch and head, and where the count comes from:
     - `counted`: the BlockMask's counts the emulator read (`block_counts`: masks the host could compute,
       such as `create_block_mask` outside `torch.compile`; a data-dependent mask built from tokens the
@@ -187,11 +192,9 @@ def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float])
     - else a stand-in (the mask's counts are values only a GPU computes, e.g. a BlockMask built inside a
       compiled model): a causal document mask over the synthetic shards' document lengths
       (`stand_in_documents`) where the kernel takes a per-token integer tensor of the queries' length (the
-      document ids its mask reads), else a causal mask; a sliding window is not applied (an upper bound)."""
-    _, m, n, _ = flex_shape(tensors, scalars)
-    m, n = int(m), int(n)
-    q_block = int(scalars.get("SPARSE_Q_BLOCK_SIZE", FLEX_BLOCK))
-    kv_block = int(scalars.get("SPARSE_KV_BLOCK_SIZE", FLEX_BLOCK))
+      document ids its mask reads), else a causal mask; a sliding window is not applied (an upper bound).
+    `m`, `n`: the launch's queries and keys (`flex_shape`)."""
+    q_block, kv_block = _block_sizes(scalars)
     counts = note.get("block_counts") or {}
     mask = tensors.get(KV_COUNTS[0])
     if KV_COUNTS[0] in counts and mask is not None:
@@ -231,9 +234,8 @@ def _attention(tensors: dict[str, dict], note: dict, scalars: dict[str, float]) 
     the block's elements / queries, at most the dense count), so FLOPs count only computed blocks."""
     backward = "arg_DO" in tensors
     batch, m, n, d = flex_shape(tensors, scalars)
-    blocks, source = flex_blocks(tensors, note, scalars)
-    q_block = float(scalars.get("SPARSE_Q_BLOCK_SIZE", FLEX_BLOCK))
-    kv_block = float(scalars.get("SPARSE_KV_BLOCK_SIZE", FLEX_BLOCK))
+    blocks, source = flex_blocks(tensors, note, scalars, int(m), int(n))
+    q_block, kv_block = _block_sizes(scalars)
     keys = min(n, blocks * min(q_block, m) * min(kv_block, n) / m) if m else n
     return {
         "family": "attention",
