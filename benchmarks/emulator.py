@@ -196,6 +196,19 @@ def phases_child(out: str) -> None:
     print(json.dumps({"cpu": cpu, "calls": calls}))
 
 
+def phases(lib_cache: Path, out: Path) -> dict:
+    """CPU seconds by phase of `maya emulate` of the 3-step GPT (stubs built in `lib_cache`) and the calls its
+    rank recorded: {"cpu": {phase: seconds}, "calls": n}, from `phases_child` in a fresh interpreter."""
+    child = subprocess.run(
+        [sys.executable, __file__, "--phases-child", str(out)],
+        env={**os.environ, "MAYA_EMULATOR_CACHE": str(lib_cache)},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(child.stdout.splitlines()[-1])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--skip-gpt", action="store_true")
@@ -222,14 +235,7 @@ def main() -> None:
         )
         if not args.skip_gpt:
             env = {**os.environ, "MAYA_EMULATOR_CACHE": str(work / "build")}
-            child = subprocess.run(
-                [sys.executable, __file__, "--phases-child", str(work / "phases")],
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            phases = json.loads(child.stdout.splitlines()[-1])
+            by_phase = phases(work / "build", work / "phases")
             wall, cpu, _, _, flops = gpt_step(work, work / "build", 3)
             _, _, run, steady, _ = gpt_step(work, work / "build", 10)  # 8 steady steps: one is too noisy to report
             step_ms = statistics.median(steady)
@@ -240,12 +246,12 @@ def main() -> None:
             )
             print(
                 "its CPU s by phase: "
-                + ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases["cpu"].items())
-                + f"; total {sum(phases['cpu'].values()):.2f}"
+                + ", ".join(f"{name} {seconds:.2f}" for name, seconds in by_phase["cpu"].items())
+                + f"; total {sum(by_phase['cpu'].values()):.2f}"
             )
-            rank_cpu = phases["cpu"]["rank (the script)"]
+            rank_cpu = by_phase["cpu"]["rank (the script)"]
             print(
-                f"the rank recorded {phases['calls']:,} calls: {rank_cpu / phases['calls'] * 1e6:.0f} CPU-us per "
+                f"the rank recorded {by_phase['calls']:,} calls: {rank_cpu / by_phase['calls'] * 1e6:.0f} CPU-us per "
                 "call of the whole rank (the script's own Python and torch's dispatch included)"
             )
             predicted = subprocess.run(  # recorded in a scratch copy of the warehouse, never in yours

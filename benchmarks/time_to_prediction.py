@@ -12,7 +12,9 @@ million simulated calls within 15 s (`--large RUN`); the whole `maya emulate` of
   loading (registry, artifact, XGBoost), inference, event-loop replays, band, warehouse write; `other` is
   the rest (summaries, notes, iteration detection);
 - ratios: predict wall / simulated calls, and `maya --help` wall; with `--large`, the same of each run named;
-  with `--emulate`, the 3-step emulate (`benchmarks/emulator.py`'s 1.3B GPT) and emulated / predicted step.
+  with `--emulate`, the 3-step emulate (`benchmarks/emulator.py`'s 1.3B GPT) with its CPU seconds by phase (CLI
+  import, device-time oracle named, conversion to Parquet, run written, the rest of the launcher, the zygote's
+  imports, the rank), and emulated / predicted step.
   Compiled / eager emulate wall is not measured here: a compiled rank compiles and autotunes for tens of CPU
   seconds (`docs/emulator.md` has the compile-once figures).
 
@@ -155,13 +157,14 @@ def timed_run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def emulate_rows(warehouse: Path) -> list[tuple]:
     """Table rows of the 3-step 1.3B GPT emulate and of its steady emulated step against the H100 step
     `maya predict` gives for a 10-step emulate of it (`benchmarks/emulator.py`)."""
-    from emulator import gpt_step
+    from emulator import gpt_step, phases
 
     from maya.emulator.build import build
 
     work = Path(tempfile.mkdtemp())
     try:
         build(work / "build")  # built before timing
+        by_phase = phases(work / "build", work / "phases")
         wall, cpu, _, _, _ = gpt_step(work, work / "build", 3)
         _, _, run, steady, _ = gpt_step(work, work / "build", 10)
         predicted = subprocess.run(
@@ -176,6 +179,7 @@ def emulate_rows(warehouse: Path) -> list[tuple]:
     step_ms, predicted_ms = statistics.median(steady), json.loads(predicted.stdout)["iteration_ms"]
     return [
         ("emulate 1.3B GPT, 3 steps", wall, cpu, f"{wall / EMULATE_TARGET_S:.2f}", f"<= {EMULATE_TARGET_S:g} s wall"),
+        *((f"  {name}", None, seconds, "", "") for name, seconds in by_phase["cpu"].items()),
         (
             f"emulated step / H100 step ({step_ms:.1f} / {predicted_ms:.0f} ms)",
             None,

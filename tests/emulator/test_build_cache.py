@@ -1,6 +1,7 @@
 """The stub build cache shared by processes (pytest-xdist workers, two `maya emulate` at once): one builds, the
 others wait for it and reuse its build."""
 
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,3 +28,12 @@ def test_concurrent_builds_of_one_key_compile_once(tmp_path, monkeypatch):
     assert dirs == [cache / "key"] * 4
     assert compiled == ["key"]
     assert (cache / "key" / ".complete").read_text() == "key"
+
+
+def test_one_interpreter_reached_by_two_paths_has_one_build_key(monkeypatch):
+    python = Path(sys.executable)
+    keys = set()
+    for spelling in (str(python), str(python.parent / ".." / python.parent.name / python.name)):
+        monkeypatch.setattr(sys, "executable", spelling)  # as `../.venv/bin/python script.py` gives it
+        keys.add(build.build_key("gcc", "g++"))
+    assert len(keys) == 1

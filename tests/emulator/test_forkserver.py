@@ -1,5 +1,6 @@
 """The zygote that forks emulated ranks (collectors/emulator/forkserver.py)."""
 
+import os
 import re
 from pathlib import Path
 
@@ -118,3 +119,33 @@ def test_a_replaced_zygote_ends_only_once_its_ranks_have(monkeypatch):
     assert first.closed and not second.closed
     with forkserver.lease({"TORCH_X": "2", "RANK": "5"}) as again:
         assert again is second
+
+
+def test_a_prestarted_zygote_is_the_one_a_rank_leases(monkeypatch):
+    started = []
+
+    class Zygote:  # stands in for the process: which zygote each call gets is what is checked
+        def __init__(self, env):
+            self.env, self.closed, self.active, self.retired = env, False, 0, False
+            started.append(self)
+
+        alive = property(lambda self: not self.closed)
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(forkserver, "ForkServer", Zygote)
+    forkserver.prestart({"TORCH_X": "1", "RANK": "0"})
+    assert len(started) == 1 and started[0].active == 0  # started, not held
+    with forkserver.lease({"TORCH_X": "1", "RANK": "1"}) as zygote:
+        assert zygote is started[0]
+    forkserver.prestart({"TORCH_X": "1", "SYMPY_USE_CACHE": "no"})  # SymPy's switches are read by its preload
+    assert len(started) == 2 and started[0].closed
+
+
+def test_a_zygote_that_does_not_start_is_reported_at_its_first_rank():
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # without the stubs it exits before "ready"
+    server = forkserver.ForkServer(env)  # returns at once: the zygote imports while its starter goes on
+    with pytest.raises(forkserver.ZygoteUnavailable, match="did not start"):
+        server.run(["-c", "pass"], env, lambda line: None)
+    server.close()

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -341,7 +342,7 @@ def build_key(cc: str, cxx: str) -> str:
         h.update(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}".encode())
     h.update(_run([cc, "--version"]).encode())
     h.update(_run([cxx, "--version"]).encode())
-    h.update(sys.executable.encode())  # the tools run it
+    h.update(os.path.abspath(sys.executable).encode())  # the tools run it ("bin/../.venv/bin/python" is the same one)
     return h.hexdigest()[:16]
 
 

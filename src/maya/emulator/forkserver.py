@@ -2,7 +2,9 @@
 imported, forks every rank. A rank then skips interpreter start and `import torch` (about 2 CPU-s each,
 most of a search point's cost), and the ranks share torch's pages.
 
-The zygote (`python -m maya.emulator.forkserver`) listens on an abstract Unix socket. A
+The launcher starts the zygote (`prestart`) before writing the run's first row, so that its imports overlap the
+launcher's own work; a rank waits for it to be ready. The zygote (`python -m maya.emulator.forkserver`) listens on
+an abstract Unix socket. A
 request carries the rank's argv, environment and working directory, and the write end of a pipe for
 its output; the zygote forks, answers the child's pid with a pidfd for it (the launcher signals the rank
 through it, race-free: `RankProcess`) and, when the child exits, its exit status (as `subprocess`
@@ -70,16 +72,21 @@ IMPORT_TIME = (
     "LANG",
     "LC_",
     "TZ",
+    "SYMPY",
+    "MPMATH",
+    "SAGE_ROOT",
 )
 """Prefixes of the variables that can change what the zygote's imports do: a zygote serves every
 environment that agrees on these (others, e.g. a search's parameters or MAYA_HOME, are the rank's own,
 read after the fork)."""
-PRELOAD = ("torch", "torch.distributed", "maya.core.script_runner")
+PRELOAD = ("torch", "torch.distributed", "torch.distributed.tensor", "maya.core.script_runner")
 """What the zygote imports: torch and what every rank needs, not the user's libraries, nor `torch._dynamo`
 (with Inductor and Triton, ~1.7 CPU-s, imported by every optimizer's constructor): importing it reads
 Inductor's settings and temporary directories from the environment, so a script that sets them itself
-before importing torch would run with the zygote's instead. Python's `random` reseeds itself in a fork, and
-each rank reseeds numpy's global generator, so ranks draw apart as new processes would."""
+before importing torch would run with the zygote's instead. `torch.distributed.tensor` (with SymPy) is the part
+of that import that reads no switch of torch's, Inductor's or Triton's, only SymPy's and mpmath's own (SYMPY_*,
+MPMATH_*, SAGE_ROOT, in IMPORT_TIME), ~0.7 of its CPU-s. Python's `random` reseeds itself in a fork, and each
+rank reseeds numpy's global generator, so ranks draw apart as new processes would."""
 _HEADER = struct.Struct("!I")
 
 
@@ -159,11 +166,21 @@ class ForkServer:
         except OSError as e:
             raise ZygoteUnavailable(f"the emulator's zygote cannot start: {e}") from e
         self.active, self.retired = 0, False  # ranks running in it; replaced by a newer zygote
-        ready = self.proc.stdout.readline()
-        if ready.strip() != b"ready":
-            self.proc.kill()
-            self.proc.wait()
-            raise ZygoteUnavailable(f"the emulator's zygote did not start (exit {self.proc.returncode})")
+        self._ready = False
+        self._ready_lock = threading.Lock()
+
+    def wait_ready(self) -> None:
+        """Wait until the zygote has imported what it preloads (it starts doing so at once, while the launcher
+        goes on with its own work); raises ZygoteUnavailable if it ended instead."""
+        with self._ready_lock:
+            if self._ready:
+                return
+            ready = self.proc.stdout.readline()
+            if ready.strip() != b"ready":
+                self.proc.kill()
+                self.proc.wait()
+                raise ZygoteUnavailable(f"the emulator's zygote did not start (exit {self.proc.returncode})")
+            self._ready = True
 
     @property
     def alive(self) -> bool:
@@ -178,6 +195,7 @@ class ForkServer:
     ) -> int:
         """Run the rank `python -m maya.emulator.runner ARGV` with `env` in a fork; its process goes to
         `started` (valid until this returns), every line it prints to `output`; returns its exit status."""
+        self.wait_ready()
         read_end, write_end = os.pipe()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             try:
@@ -228,22 +246,37 @@ def current() -> ForkServer | None:
     return _current[1] if _current else None
 
 
+def _server_for(env: Mapping[str, str]) -> ForkServer:
+    """The zygote kept for `env`, started if there is none for it (call with `_lock` held)."""
+    global _current
+    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in PER_RANK))
+    if _current is None or _current[0] != key or not _current[1].alive:
+        if _current is not None:
+            _current[1].retired = True
+            if not _current[1].active:
+                _current[1].close()
+        _current = None
+        _current = (key, ForkServer({k: v for k, v in env.items() if k not in PER_RANK}))
+    return _current[1]
+
+
+def prestart(env: Mapping[str, str]) -> None:
+    """Start the zygote for `env` now, so that its imports overlap the launcher's own work before the first
+    rank; `lease` then finds it. A zygote that cannot start is left to `lease` to report."""
+    with _lock:
+        try:
+            _server_for(env)
+        except ZygoteUnavailable:
+            pass
+
+
 @contextmanager
 def lease(env: Mapping[str, str]) -> Iterator[ForkServer]:
     """The zygote for `env` (environments that agree on the IMPORT_TIME variables, but for PER_RANK,
     share one), held for one rank. One zygote is kept for the life of this process; a changed
     environment replaces it, and the one replaced ends once no rank of it runs any more."""
-    global _current
-    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in PER_RANK))
     with _lock:
-        if _current is None or _current[0] != key or not _current[1].alive:
-            if _current is not None:
-                _current[1].retired = True
-                if not _current[1].active:
-                    _current[1].close()
-            _current = None
-            _current = (key, ForkServer({k: v for k, v in env.items() if k not in PER_RANK}))
-        server = _current[1]
+        server = _server_for(env)
         server.active += 1
     try:
         yield server

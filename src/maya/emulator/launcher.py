@@ -259,6 +259,8 @@ def emulate(
     )
     job.device_time = device_time
     job.env = dict(env or {})
+    if wanted and forkserver.enabled():  # the zygote imports torch while this process writes the run's first row
+        forkserver.prestart(job.rank_env(wanted[0], out_dir / ".capture" / f"rank{wanted[0]}"))
     job.write_run("running", {"captured_ranks": wanted})
     workers = parallel or os.cpu_count() or 1
     with _stop_signals_to(job.stopping.handle):
@@ -423,13 +425,9 @@ class _Job:
             },
         )
 
-    def run_rank(self, rank: int) -> tuple[Path, RankCapture]:
-        """Run one rank's process to its end and summarise its capture."""
-        raw = self.out_dir / ".capture" / f"rank{rank}"
-        raw.mkdir(parents=True)
-        (raw / "config").write_text(_config(self.hw, raw, rank, self.topology.nproc_per_node))
-        t0 = time.monotonic()
-        env = _rank_env(
+    def rank_env(self, rank: int, raw: Path) -> dict[str, str]:
+        """The environment of `rank`'s process, whose capture goes to `raw`."""
+        return _rank_env(
             self.lib_dir,
             self.compile_dir,
             raw,
@@ -441,6 +439,14 @@ class _Job:
             self.device_time,
             self.env,
         )
+
+    def run_rank(self, rank: int) -> tuple[Path, RankCapture]:
+        """Run one rank's process to its end and summarise its capture."""
+        raw = self.out_dir / ".capture" / f"rank{rank}"
+        raw.mkdir(parents=True)
+        (raw / "config").write_text(_config(self.hw, raw, rank, self.topology.nproc_per_node))
+        t0 = time.monotonic()
+        env = self.rank_env(rank, raw)
         try:
             returncode = _run_rank(
                 self.argv,

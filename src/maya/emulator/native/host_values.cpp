@@ -61,6 +61,7 @@ constexpr int64_t kCopyBytes = 1 << 20;    // copies and collectives move bytes 
 
 std::mutex mu;
 std::unordered_map<const void *, uint8_t> known;      // storage base -> provenance
+std::atomic<bool> any_known{false};                   // !known.empty(), read without the lock by every op
 std::map<std::string, int64_t> routing;               // routing stand-ins whose indices were read, per op name
 std::unordered_map<const void *, std::string> unread; // storage base of stand-in indices not read yet -> op name
 std::atomic<bool> any_unread{false};                  // !unread.empty(), read without the lock by every op's entry
@@ -100,6 +101,7 @@ bool wrapped(const at::Tensor &t) {
 }
 
 uint8_t provenance(const at::Tensor &t) {
+  if (!any_known.load(std::memory_order_relaxed)) return UNKNOWN; // most ops of a training step: no lock taken
   std::lock_guard<std::mutex> g(mu);
   auto it = known.find(key_of(t));
   return it == known.end() ? UNKNOWN : it->second;
@@ -112,6 +114,8 @@ bool covers_storage(const at::Tensor &t) {
 
 /* A written output: known with `p` where it fills its storage or the storage was known; else unknown. */
 void mark(const at::Tensor &t, uint8_t p) {
+  if (p == UNKNOWN && !any_known.load(std::memory_order_relaxed) && !any_unread.load(std::memory_order_relaxed))
+    return; // nothing known to forget
   if (!plain_device(t)) return;
   std::lock_guard<std::mutex> g(mu);
   if (unread.erase(key_of(t))) any_unread.store(!unread.empty(), std::memory_order_relaxed); // overwritten
@@ -123,6 +127,7 @@ void mark(const at::Tensor &t, uint8_t p) {
   } else if (covers_storage(t)) {
     known.emplace(key_of(t), p);
   }
+  any_known.store(!known.empty(), std::memory_order_relaxed);
 }
 
 template <typename F> void each_tensor(const c10::IValue &v, F &&f) {
@@ -234,10 +239,15 @@ uint8_t inputs_known(const Inputs &inputs, bool skip_first, int64_t *bytes, cons
 
 bool overwrites_first(std::string_view n);
 
-/* An out= overload (`arange.out`, `sum.IntList_out`): its out tensors are written, not read. */
-bool out_overload(const at::RecordFunction &fn) {
-  auto name = fn.operator_name();
-  return name && name->overload_name.ends_with("out");
+/* An out= overload (`arange.out`, `sum.IntList_out`): its out tensors are written, not read. Read without copying
+ * the operator's name where RecordFunction has `overload_name()` (torch >= 2.7). */
+template <typename Fn> bool out_overload(const Fn &fn) {
+  if constexpr (requires { fn.overload_name(); }) {
+    return std::string_view(fn.overload_name()).ends_with("out");
+  } else {
+    auto name = fn.operator_name();
+    return name && name->overload_name.ends_with("out");
+  }
 }
 
 /* `inputs_known`, the out= tensors of an out= overload left out (they need only fit). */
