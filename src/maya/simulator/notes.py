@@ -191,3 +191,28 @@ def _ranges(ranks: list[int]) -> str:
         else:
             out.append([r, r])
     return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
+
+
+def host_notes(sim: Simulation, iteration_ns: float, host_bound_ns: float) -> list[str]:
+    """A note on the framework's host time (`durations.framework`) when the simulator added it: per steady
+    iteration of the captured rank that spends the most, its share of the predicted step, and how long the GPU
+    waited on the host."""
+    if sim.provider.measures_host_time or not sim.host_factor or not iteration_ns:
+        return []
+    per_step = []
+    for rank, program in sim.programs.items():
+        steady = sim.iterations[rank]
+        if program.frame is None or not len(steady.steady):
+            continue
+        framework = program.frame["framework_ns"].to_numpy()
+        sums = np.add.reduceat(framework, steady.bounds[:-1])[steady.steady]
+        per_step.append((float(np.median(sums)) * sim.host_factor, rank))
+    if not per_step:
+        return []
+    ns, rank = max(per_step)
+    return [
+        f"framework host time (Python, dispatch, hooks between device calls, measured on the emulating CPU x "
+        f"{sim.host_factor:g} for the target host): {ns / 1e6:.2f} ms a step on rank {rank} "
+        f"({ns / iteration_ns:.0%} of the step); the GPU waits on the host {host_bound_ns / 1e6:.2f} ms "
+        f"({host_bound_ns / iteration_ns:.0%})"
+    ]
