@@ -14,10 +14,12 @@ from maya.simulator.durations import HOST_NS, MeasuredDurations, RooflineDuratio
 from maya.simulator.durations.framework import (
     MODULE_HOOK_NS,
     OBSERVER_OP_NS,
+    OUTLIER_FACTOR,
     TRITON_NOTE_NS,
     emulation_overhead_ns,
     framework_ns,
 )
+from maya.simulator.iterations import Iterations
 from maya.simulator.opcodes import NOP, WORK, classify
 from maya.simulator.simulation import host_factor
 from maya.simulator.trace import load
@@ -66,23 +68,39 @@ def test_emulation_overhead_counts_each_kind_of_record():
 
 
 def test_threads_that_issue_no_device_work_and_preemption_are_left_out():
-    """The watchdog's calls carry none; the iteration in which a call's gap was preempted takes the other's."""
-    rows, labels, t = [], [], 0
-    for iteration, extra in ((0, 0), (1, 50_000), (2, 0)):  # iteration 1 was preempted before its launch
+    """The watchdog's calls carry none; a steady iteration in which a call's gap was preempted takes the other
+    steady iteration's; the first (warm-up) iteration keeps its own."""
+    rows, t = [], 0
+    for extra in (7_000, 50_000, 0):  # iteration 1 was preempted before its launch
         rows.append((MAIN, "cudaLaunchKernel", t, 100, np.nan))
-        labels.append(iteration)
         t += 100 + 1_000
         rows.append((WATCHDOG, "cudaEventQuery", t, 100, np.nan))
-        labels.append(iteration)
         t += 100 + 1_000 + extra
     rows.append((MAIN, "cudaLaunchKernel", t, 100, np.nan))
-    labels.append(2)
     calls = calls_frame(rows)
-    out = framework_ns(calls, ops_frame([]), opcodes(calls), np.array(labels))
+    iterations = Iterations(np.array([0, 1, 3, 5, 7]), np.array([2, 3]), "ops")
+    out = framework_ns(calls, ops_frame([]), opcodes(calls), iterations)
     watchdog = (calls["thread_id"] == WATCHDOG).to_numpy()
     assert (out[watchdog] == 0).all()
     launches = out[~watchdog]
-    assert launches[1] == launches[2] == pytest.approx(1_000 + 100 + 1_000)  # not 52,100: the shortest of the two
+    assert launches[1] == 1_000 + 100 + 1_000 + 7_000  # warm-up: as it was
+    assert launches[2] == launches[3] == 1_000 + 100 + 1_000  # not 52,100: the shorter of the two
+
+
+def test_a_preempted_gap_in_every_iteration_is_cut_to_its_kind_s_typical_one():
+    """Among many launches of one kind, one preempted in every steady iteration is cut to `OUTLIER_FACTOR` times
+    their median."""
+    rows, t = [], 0
+    for iteration in range(3):
+        for k in range(10):
+            t += 1_000 + (1_000_000 if k == 4 and iteration else 0)
+            rows.append((MAIN, "cudaLaunchKernel", t, 0, np.nan))
+    calls = calls_frame(rows)
+    out = framework_ns(
+        calls, ops_frame([]), opcodes(calls), Iterations(np.array([0, 10, 20, 30]), np.array([1, 2]), "ops")
+    )
+    assert out[14] == out[24] == pytest.approx(OUTLIER_FACTOR * 1_000)
+    assert out[15] == 1_000
 
 
 def builder_trace(tmp_path, gap_ns: int, kernel_ns: int = 2_000, n: int = 50):

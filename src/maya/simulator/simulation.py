@@ -149,9 +149,9 @@ def simulate(
         )
     replicas, comms = expand(traces, programs)
     factor = host_factor(cluster, hardware)[0] if not provider.measures_host_time else 1.0
-    devices = price(traces, replicas, comms, provider, hardware, factor)
-    notes += provider.notes
     iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
+    devices = price(traces, replicas, comms, provider, hardware, factor, iterations)
+    notes += provider.notes
     if sustained_clock and provider.prices_burst_kernels:
         devices, clock_notes = sustained.apply(programs, replicas, devices, iterations, hardware)
         notes += clock_notes

@@ -9,9 +9,11 @@ plainly and under `maya emulate`) and taken off each gap. The stubs' own cost is
 never in a gap (the records' `duration_ns`: 20–50 ns a call).
 
 Wall gaps also hold the time other processes ran on the emulating CPU (eight ranks on two cores): preemption only
-ever lengthens a gap, so each call's framework time is the shortest of the same call over the steady iterations
-(the k-th call of one API under one op name on one thread, per iteration). A gap that happens once a step (data
-loading, logging) is kept; one that happens once a run is its own minimum.
+ever lengthens a gap, so in the steady iterations each call's framework time is the shortest of the same call over
+them (the k-th call of one API under one op name on one thread, per iteration), and at most `OUTLIER_FACTOR` times
+the median of its API under its op. A gap that happens once a step (data loading, logging) is kept. What a wall
+clock cannot take off is the slowdown a loaded CPU causes everywhere (caches, frequency): a trace captured on a
+busy machine carries more framework time than one captured on a quiet one.
 
 The simulator adds the result, scaled by the target host's factor (`host_factor`), to each call's host time when
 the trace's device times are not measured (a measured trace's gaps already hold its framework time).
@@ -24,6 +26,7 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import MODULE_RANGE_PREFIX
 
+from ..iterations import Iterations
 from ..opcodes import DEVICE_OPS
 
 OBSERVER_OP_NS = 3_000.0
@@ -37,6 +40,9 @@ TRITON_NOTE_NS = 2_100.0
 """Host time describing one Triton launch adds (`emulator.triton_launches.LaunchNotes.launch`, six arguments)."""
 TRITON_NOTE_KEY = '"triton"'
 """What a described Triton launch's `args` JSON holds."""
+OUTLIER_FACTOR = 3.0
+"""A steady call's gap longer than this many times the median of its API under its op on its thread (and than the
+same call's in every other steady iteration) was preempted there: it is cut to that."""
 
 
 def emulation_overhead_ns(ops: int | np.ndarray, modules: int | np.ndarray, triton: int | np.ndarray) -> np.ndarray:
@@ -47,12 +53,12 @@ def emulation_overhead_ns(ops: int | np.ndarray, modules: int | np.ndarray, trit
 
 
 def framework_ns(
-    calls: pd.DataFrame, ops: pd.DataFrame, opcodes: np.ndarray, iterations: np.ndarray | None
+    calls: pd.DataFrame, ops: pd.DataFrame, opcodes: np.ndarray, iterations: Iterations | None
 ) -> np.ndarray:
     """Framework host time before every call of one emulated rank, on the emulating CPU (ns; 0 on calls of threads
     that issue no device work, such as NCCL's watchdog, and on device rows). `calls` are the rank's api_calls in
-    `seq` order, `ops` its ops, `opcodes` the calls' opcodes and `iterations` each call's training iteration (None:
-    no iterations known, each gap stands alone)."""
+    `seq` order, `ops` its ops, `opcodes` the calls' opcodes and `iterations` the training iterations the simulator
+    found in them (None: each gap stands alone)."""
     out = np.zeros(len(calls))
     host = (calls["domain"] != "device").to_numpy()
     thread = calls["thread_id"].fillna(-1).to_numpy(dtype="int64")
@@ -66,8 +72,9 @@ def framework_ns(
     gap = np.maximum(start - before, 0).astype("float64")
     gap -= emulation_overhead_ns(*_recorded_in(ops, calls, rows, before, start))
     gap = np.maximum(gap, 0.0)
-    if iterations is not None:
-        gap = _shortest_over_iterations(calls.iloc[rows], ops, gap, iterations[rows])
+    if iterations is not None and len(iterations.steady) > 1:
+        labels = np.repeat(np.arange(iterations.count), np.diff(iterations.bounds))[rows]
+        gap = _steady_estimate(calls.iloc[rows], ops, gap, labels, iterations.steady)
     out[rows] = gap
     return out
 
@@ -94,27 +101,29 @@ def _recorded_in(
     return within(starts), within(module_starts), triton.astype(int)
 
 
-def _shortest_over_iterations(
-    calls: pd.DataFrame, ops: pd.DataFrame, gap: np.ndarray, iteration: np.ndarray
+def _steady_estimate(
+    calls: pd.DataFrame, ops: pd.DataFrame, gap: np.ndarray, labels: np.ndarray, steady: np.ndarray
 ) -> np.ndarray:
-    """Each call's gap replaced by the shortest of the same call over the iterations after the first (the k-th
-    call of its API under its op's name on its thread): preemption only ever lengthens a gap. Calls of the first
-    iteration (warm-up, compilation) keep their own."""
+    """The gaps of the steady iterations made robust to the other processes that ran meanwhile: each call's is the
+    shortest of the same call over those iterations (the k-th call of its API under its op's name on its thread),
+    and at most `OUTLIER_FACTOR` times the median of that API under that op on that thread. Other calls keep their
+    own."""
     names = pd.Series(ops["name"].to_numpy(), index=ops["op_id"].to_numpy()) if len(ops) else pd.Series(dtype=object)
     names = names[~names.index.duplicated()]
     frame = pd.DataFrame(
         {
             "thread": calls["thread_id"].fillna(-1).to_numpy(dtype="int64"),
             "api": calls["api"].astype(str).to_numpy(),
-            "op": calls["op_id"].map(names).fillna("").astype(str).to_numpy(),
-            "iteration": iteration,
+            "op": calls["op_id"].map(names).astype(object).fillna("").astype(str).to_numpy(),
+            "iteration": labels,
             "gap": gap,
         }
     )
+    frame = frame[np.isin(labels, steady)].copy()
     key = ["thread", "api", "op"]
     frame["k"] = frame.groupby([*key, "iteration"], sort=False).cumcount()
-    later = frame["iteration"] > frame["iteration"].min()
-    if later.any():
-        shortest = frame[later].groupby([*key, "k"], sort=False)["gap"].transform("min")
-        frame.loc[later, "gap"] = shortest
-    return frame["gap"].to_numpy()
+    shortest = frame.groupby([*key, "k"], sort=False)["gap"].transform("min")
+    typical = frame.groupby(key, sort=False)["gap"].transform("median")
+    out = gap.copy()
+    out[frame.index.to_numpy()] = np.minimum(shortest, OUTLIER_FACTOR * typical).to_numpy()
+    return out
