@@ -69,7 +69,7 @@ def test_emulation_overhead_counts_each_kind_of_record():
 
 def test_threads_that_issue_no_device_work_and_preemption_are_left_out():
     """The watchdog's calls carry none; a steady iteration in which a call's gap was preempted takes the other
-    steady iteration's; the first (warm-up) iteration keeps its own."""
+    steady iteration's; the first (warm-up) iteration gets none."""
     rows, t = [], 0
     for extra in (7_000, 50_000, 0):  # iteration 1 was preempted before its launch
         rows.append((MAIN, "cudaLaunchKernel", t, 100, np.nan))
@@ -78,12 +78,12 @@ def test_threads_that_issue_no_device_work_and_preemption_are_left_out():
         t += 100 + 1_000 + extra
     rows.append((MAIN, "cudaLaunchKernel", t, 100, np.nan))
     calls = calls_frame(rows)
-    iterations = Iterations(np.array([0, 1, 3, 5, 7]), np.array([2, 3]), "ops")
+    iterations = Iterations(np.array([0, 3, 5, 7]), np.array([1, 2]), "ops")
     out = framework_ns(calls, ops_frame([]), opcodes(calls), iterations)
     watchdog = (calls["thread_id"] == WATCHDOG).to_numpy()
     assert (out[watchdog] == 0).all()
     launches = out[~watchdog]
-    assert launches[1] == 1_000 + 100 + 1_000 + 7_000  # warm-up: as it was
+    assert launches[1] == 0.0  # warm-up
     assert launches[2] == launches[3] == 1_000 + 100 + 1_000  # not 52,100: the shorter of the two
 
 

@@ -58,7 +58,9 @@ def framework_ns(
     """Framework host time before every call of one emulated rank, on the emulating CPU (ns; 0 on calls of threads
     that issue no device work, such as NCCL's watchdog, and on device rows). `calls` are the rank's api_calls in
     `seq` order, `ops` its ops, `opcodes` the calls' opcodes and `iterations` the training iterations the simulator
-    found in them (None: each gap stands alone)."""
+    found in them (None: each gap stands alone). The first of several iterations gets none: its host time is
+    compilation, autotuning and lazy set-up, much of it the emulator's, and what it costs differs from rank to
+    rank (replayed, it would offset their steady iterations)."""
     out = np.zeros(len(calls))
     host = (calls["domain"] != "device").to_numpy()
     thread = calls["thread_id"].fillna(-1).to_numpy(dtype="int64")
@@ -72,9 +74,11 @@ def framework_ns(
     gap = np.maximum(start - before, 0).astype("float64")
     gap -= emulation_overhead_ns(*_recorded_in(ops, calls, rows, before, start))
     gap = np.maximum(gap, 0.0)
-    if iterations is not None and len(iterations.steady) > 1:
+    if iterations is not None and iterations.count > 1:
         labels = np.repeat(np.arange(iterations.count), np.diff(iterations.bounds))[rows]
-        gap = _steady_estimate(calls.iloc[rows], ops, gap, labels, iterations.steady)
+        if len(iterations.steady) > 1:
+            gap = _steady_estimate(calls.iloc[rows], ops, gap, labels, iterations.steady)
+        gap[labels == 0] = 0.0
     out[rows] = gap
     return out
 
