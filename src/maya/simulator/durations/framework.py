@@ -9,11 +9,13 @@ plainly and under `maya emulate`) and taken off each gap. The stubs' own cost is
 never in a gap (the records' `duration_ns`: 20–50 ns a call).
 
 Wall gaps also hold the time other processes ran on the emulating CPU (eight ranks on two cores): preemption only
-ever lengthens a gap, so in the steady iterations each call's framework time is the shortest of the same call over
-them (the k-th call of one API under one op name on one thread, per iteration), and at most `OUTLIER_FACTOR` times
-the median of its API under its op. A gap that happens once a step (data loading, logging) is kept. What a wall
-clock cannot take off is the slowdown a loaded CPU causes everywhere (caches, frequency): a trace captured on a
-busy machine carries more framework time than one captured on a quiet one.
+ever lengthens a gap, so after the first iteration each call's framework time is the shortest of the same call over
+the iterations (the k-th call of one API under one op name on one thread, per iteration), and at most
+`OUTLIER_FACTOR` times the median of its API under its op on its thread. A long gap that happens once a step before
+a call of a common kind (data loading before a host-to-device copy, `gc.collect()` before an event record) is cut
+too: a wall clock cannot tell it from preemption. Nor can it take off the slowdown a loaded CPU causes everywhere
+(caches, frequency): a trace captured on a busy machine carries more framework time than one captured on a quiet
+one. A per-call thread CPU clock in the stubs would answer both; the trace has none.
 
 The simulator adds the result, scaled by the target host's factor (`host_factor`), to each call's host time when
 the trace's device times are not measured (a measured trace's gaps already hold its framework time).
@@ -41,8 +43,8 @@ TRITON_NOTE_NS = 2_100.0
 TRITON_NOTE_KEY = '"triton"'
 """What a described Triton launch's `args` JSON holds."""
 OUTLIER_FACTOR = 3.0
-"""A steady call's gap longer than this many times the median of its API under its op on its thread (and than the
-same call's in every other steady iteration) was preempted there: it is cut to that."""
+"""A call's gap longer than this many times the median of its API under its op on its thread (in every iteration
+after the first) was preempted there: it is cut to that."""
 
 
 def emulation_overhead_ns(ops: int | np.ndarray, modules: int | np.ndarray, triton: int | np.ndarray) -> np.ndarray:
@@ -76,9 +78,9 @@ def framework_ns(
     gap = np.maximum(gap, 0.0)
     if iterations is not None and iterations.count > 1:
         labels = np.repeat(np.arange(iterations.count), np.diff(iterations.bounds))[rows]
-        if len(iterations.steady) > 1:
-            gap = _steady_estimate(calls.iloc[rows], ops, gap, labels, iterations.steady)
-        gap[labels == 0] = 0.0
+        later = labels > 0
+        gap[later] = _robust(calls.iloc[rows[later]], ops, gap[later], labels[later])
+        gap[~later] = 0.0
     out[rows] = gap
     return out
 
@@ -105,13 +107,10 @@ def _recorded_in(
     return within(starts), within(module_starts), triton.astype(int)
 
 
-def _steady_estimate(
-    calls: pd.DataFrame, ops: pd.DataFrame, gap: np.ndarray, labels: np.ndarray, steady: np.ndarray
-) -> np.ndarray:
-    """The gaps of the steady iterations made robust to the other processes that ran meanwhile: each call's is the
-    shortest of the same call over those iterations (the k-th call of its API under its op's name on its thread),
-    and at most `OUTLIER_FACTOR` times the median of that API under that op on that thread. Other calls keep their
-    own."""
+def _robust(calls: pd.DataFrame, ops: pd.DataFrame, gap: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The gaps of the iterations after the first made robust to the other processes that ran meanwhile: each
+    call's is the shortest of the same call over those iterations (the k-th call of its API under its op's name on
+    its thread), and at most `OUTLIER_FACTOR` times the median of that API under that op on that thread."""
     names = pd.Series(ops["name"].to_numpy(), index=ops["op_id"].to_numpy()) if len(ops) else pd.Series(dtype=object)
     names = names[~names.index.duplicated()]
     frame = pd.DataFrame(
@@ -123,11 +122,8 @@ def _steady_estimate(
             "gap": gap,
         }
     )
-    frame = frame[np.isin(labels, steady)].copy()
     key = ["thread", "api", "op"]
     frame["k"] = frame.groupby([*key, "iteration"], sort=False).cumcount()
     shortest = frame.groupby([*key, "k"], sort=False)["gap"].transform("min")
     typical = frame.groupby(key, sort=False)["gap"].transform("median")
-    out = gap.copy()
-    out[frame.index.to_numpy()] = np.minimum(shortest, OUTLIER_FACTOR * typical).to_numpy()
-    return out
+    return np.minimum(shortest, OUTLIER_FACTOR * typical).to_numpy()
