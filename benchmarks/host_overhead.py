@@ -5,9 +5,10 @@
   `maya emulate` (the op observer and module hooks installed: CPU ops are observed as device ops are); the
   difference per op is the recording's cost (`durations.framework.OBSERVER_OP_NS`, `MODULE_HOOK_NS`), and one
   Triton launch description (`LaunchNotes.launch`, six arguments) is timed alone (`TRITON_NOTE_NS`);
-- `RUN ...`: per captured rank and iteration of each trace, its device calls, the raw wall gaps between them on
-  the issuing threads and the framework time `durations.framework` keeps (recording costs taken off, the
-  shortest of each call over the steady iterations), with the stubs' own median cost per call (`duration_ns`).
+- `RUN ...`: per captured rank and iteration of each trace (as the simulator finds them), its device calls, the
+  raw wall gaps between them on the issuing threads and the framework time `durations.framework` keeps
+  (recording costs taken off, none in the first iteration, the others read robustly), with the stubs' own median
+  cost per call (`duration_ns`).
 
 Thread CPU time does not count other processes; wall gaps do (the framework estimate takes the shortest over
 iterations for that reason). Run it on the machine that emulates: the costs scale with its CPU.
@@ -92,20 +93,21 @@ def framework(run: str) -> None:
     import numpy as np
 
     from maya.simulator.durations.framework import framework_ns
-    from maya.simulator.iterations import call_iterations
+    from maya.simulator.iterations import detect
     from maya.simulator.opcodes import DEVICE_OPS, classify
     from maya.simulator.trace import load
 
     for rank, trace in load(run).ranks.items():
         calls = trace.calls
         opcodes = classify(calls)
-        labels = call_iterations(trace)
-        kept = framework_ns(calls, trace.ops, opcodes, labels)
+        iterations = detect(trace, opcodes)
+        kept = framework_ns(calls, trace.ops, opcodes, iterations)
         raw = framework_ns(calls, trace.ops.iloc[:0], opcodes, None)
         host = (calls["domain"] != "device").to_numpy()
         stub = float(np.nanmedian(calls["duration_ns"].to_numpy(dtype="float64", na_value=np.nan)[host]))
-        for it in np.unique(labels) if labels is not None else [None]:
-            rows = labels == it if labels is not None else np.ones(len(calls), bool)
+        for it in range(iterations.count):
+            rows = np.zeros(len(calls), bool)
+            rows[iterations.bounds[it] : iterations.bounds[it + 1]] = True
             device = int((np.isin(opcodes, DEVICE_OPS) & host & rows).sum())
             print(
                 f"{run} rank {rank} iteration {it}: {device} device calls, raw gaps {raw[rows].sum() / 1e6:.1f} ms, "
