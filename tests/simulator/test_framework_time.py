@@ -177,3 +177,12 @@ def test_a_loop_that_does_nothing_between_launches_has_no_framework_time(tmp_pat
     eager = np.median(framework[(calls["api"] == "cudaLaunchKernel").to_numpy()])
     assert bare < 0.2 * HOST_NS["launch"]
     assert eager > 2 * bare
+
+
+def test_validation_re_predicts_rows_when_the_host_factor_changes(monkeypatch):
+    from maya.validation.plan import predictor_digest
+
+    monkeypatch.delenv("MAYA_HOST_FACTOR", raising=False)
+    default = predictor_digest()
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "0")
+    assert predictor_digest() != default
