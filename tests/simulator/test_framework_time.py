@@ -132,17 +132,18 @@ def test_a_host_bound_loop_is_predicted_at_the_host_s_pace(tmp_path, monkeypatch
     monkeypatch.setenv("MAYA_HOST_FACTOR", "0.5")
     half = summarize(simulate(run, hardware.get("h100-sxm"), RooflineDurations(unknown_kernel_ns=2_000)))
     assert half.iteration_ns == pytest.approx(gap / 2 + HOST_NS["launch"], rel=0.05)
-    monkeypatch.setenv("MAYA_HOST_FACTOR", "0")
+    monkeypatch.delenv("MAYA_HOST_FACTOR")  # the default: read and reported, not added
     off = summarize(simulate(run, hardware.get("h100-sxm"), RooflineDurations(unknown_kernel_ns=2_000)))
     assert off.iteration_ns == pytest.approx(HOST_NS["launch"], rel=0.05)
-    assert not any("framework host time" in n for n in off.notes)
+    assert any("not added to the prediction" in n for n in off.notes)
 
 
-def test_measured_host_times_get_no_framework_time_added(tmp_path):
+def test_measured_host_times_get_no_framework_time_added(tmp_path, monkeypatch):
     """A measured trace's gaps are its framework time already: replayed as measured, nothing is added."""
     run = builder_trace(tmp_path, 20_000)
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "1")
     with_framework = simulate(run, hardware.get("h100-sxm"), MeasuredDurations())
-    assert with_framework.host_factor == 1.0
+    assert with_framework.host_factor == 0.0
     host = with_framework.programs[0].host
     assert host.sum() == pytest.approx(MeasuredDurations().host_ns(with_framework.programs[0].frame).sum())
 
@@ -150,7 +151,7 @@ def test_measured_host_times_get_no_framework_time_added(tmp_path):
 def test_the_host_factor_comes_from_the_switch_then_the_cluster(monkeypatch):
     h100 = hardware.get("h100-sxm")
     monkeypatch.delenv("MAYA_HOST_FACTOR", raising=False)
-    assert host_factor(None, h100)[0] == 1.0
+    assert host_factor(None, h100) == (0.0, "not stated")
     monkeypatch.setenv("MAYA_HOST_FACTOR", "0.8")
     assert host_factor(None, h100) == (0.8, "MAYA_HOST_FACTOR")
     monkeypatch.setenv("MAYA_HOST_FACTOR", "fast")

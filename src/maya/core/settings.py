@@ -125,9 +125,10 @@ NANOGPT_REPO = Switch(
 )
 HOST_FACTOR = Switch(
     "MAYA_HOST_FACTOR",
-    "the cluster's `host_factor`, else `1`",
-    "`maya predict`: the framework host time (Python, dispatch, hooks) measured between calls on the emulating CPU "
-    "is multiplied by this for the target host (`0`: left out); `1` assumes the target host runs it as fast",
+    "the cluster's `host_factor`, else `0`",
+    "`maya predict`: the framework host time (Python, dispatch, hooks) read between calls on the emulating CPU is "
+    "multiplied by this for the target host and added to it; `0` reports it without adding it, `1` assumes the "
+    "target host runs it as fast",
 )
 EMU_CONFIG = Switch("MAYA_EMU_CONFIG", "", "the virtual devices (read by `native/config.c`)", rank=True)
 EMU_OUT = Switch("MAYA_EMU_OUT", "", "the rank's capture folder", rank=True)

@@ -194,10 +194,10 @@ def _ranges(ranks: list[int]) -> str:
 
 
 def host_notes(sim: Simulation, iteration_ns: float, host_bound_ns: float) -> list[str]:
-    """A note on the framework's host time (`durations.framework`) when the simulator added it: per steady
-    iteration of the captured rank that spends the most, its share of the predicted step, and how long the GPU
-    waited on the host."""
-    if sim.provider.measures_host_time or not sim.host_factor or not iteration_ns:
+    """A note on the framework's host time read from an emulated trace (`durations.framework`): per steady
+    iteration of the captured rank that spends the most, its share of the predicted step and, when the host factor
+    added it, how long the GPU waited on the host; otherwise that it was not added."""
+    if sim.provider.measures_host_time or not iteration_ns:
         return []
     per_step = []
     for rank, program in sim.programs.items():
@@ -206,13 +206,17 @@ def host_notes(sim: Simulation, iteration_ns: float, host_bound_ns: float) -> li
             continue
         framework = program.frame["framework_ns"].to_numpy()
         sums = np.add.reduceat(framework, steady.bounds[:-1])[steady.steady]
-        per_step.append((float(np.median(sums)) * sim.host_factor, rank))
-    if not per_step:
+        per_step.append((float(np.median(sums)), rank))
+    if not per_step or not max(per_step)[0]:
         return []
     ns, rank = max(per_step)
+    read = (
+        "framework host time (Python, dispatch, hooks between device calls) read on the emulating CPU: "
+        f"{ns / 1e6:.2f} ms a step on rank {rank} ({ns / iteration_ns:.0%} of the predicted step)"
+    )
+    if not sim.host_factor:
+        return [f"{read}; not added to the prediction (MAYA_HOST_FACTOR=1 adds it as is: docs/host-time.md)"]
     return [
-        f"framework host time (Python, dispatch, hooks between device calls, measured on the emulating CPU x "
-        f"{sim.host_factor:g} for the target host): {ns / 1e6:.2f} ms a step on rank {rank} "
-        f"({ns / iteration_ns:.0%} of the step); the GPU waits on the host {host_bound_ns / 1e6:.2f} ms "
-        f"({host_bound_ns / iteration_ns:.0%})"
+        f"{read}, added x {sim.host_factor:g} for the target host: the GPU waits on the host "
+        f"{host_bound_ns / 1e6:.2f} ms ({host_bound_ns / iteration_ns:.0%}) of the step"
     ]

@@ -47,8 +47,8 @@ class Simulation:
     notes: list[str]
     replays: int = 1
     """Event-loop passes: 2 when the collectives' contention re-timed the kernels."""
-    host_factor: float = 1.0
-    """Target host time per second of framework time on the emulating CPU (`host_factor`)."""
+    host_factor: float = 0.0
+    """Target host time per second of framework time on the emulating CPU (`host_factor`; 0: not added)."""
 
     @property
     def calls(self) -> int:
@@ -106,14 +106,15 @@ def make_provider(
 
 def host_factor(cluster: str | None, hardware: Hardware) -> tuple[float, str]:
     """The target host's framework time per second of it on the emulating CPU, and where it comes from:
-    `$MAYA_HOST_FACTOR`, else the cluster's `host_factor`, else 1 (assumed as fast)."""
+    `$MAYA_HOST_FACTOR`, else the cluster's `host_factor`, else 0 (not stated: framework time is reported, not
+    added; `docs/host-time.md` says why)."""
     chosen = settings.host_factor()
     if chosen is not None:
         return chosen, settings.HOST_FACTOR.name
     spec = cluster_spec(cluster, hardware)
     if spec is not None and spec.host_factor is not None:
         return spec.host_factor, f"cluster {spec.name}"
-    return 1.0, "assumed: the target host runs framework code as fast as the emulating CPU"
+    return 0.0, "not stated"
 
 
 def simulate(
@@ -148,7 +149,7 @@ def simulate(
             reprice_collectives=reprice_collectives,
         )
     replicas, comms = expand(traces, programs)
-    factor = host_factor(cluster, hardware)[0] if not provider.measures_host_time else 1.0
+    factor = host_factor(cluster, hardware)[0] if not provider.measures_host_time else 0.0
     iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
     devices = price(traces, replicas, comms, provider, hardware, factor, iterations)
     notes += provider.notes
