@@ -68,6 +68,9 @@ class ClusterSpec:
     """Whether GPUs reach each other's memory (else NCCL stages every transfer through host memory)."""
     hardware: str | None = None
     description: str = ""
+    host_factor: float | None = None
+    """The nodes' host CPU time for framework code (Python, dispatch) per second of it on the emulating CPU; None:
+    not stated (the simulator then assumes 1)."""
 
     def link_between(self, a: int, b: int) -> str:
         """Link class between local GPUs `a` and `b` of one node."""
@@ -143,6 +146,8 @@ MAX_GPUS_PER_NODE = 4096
 """More GPUs than any NVLink domain holds: beyond it a spec is a typo."""
 MAX_GBS = 1e6
 """GB/s beyond any link (a petabyte per second): beyond it a spec is a typo."""
+MAX_HOST_FACTOR = 100.0
+"""A host factor above this is a typo (a host a hundred times slower than the emulating CPU)."""
 
 
 def load_cluster(name_or_path: str | Path) -> ClusterSpec:
@@ -205,6 +210,7 @@ def parse_cluster(raw: dict) -> ClusterSpec:
         p2p=_flag(raw, "p2p", True),
         hardware=hardware,
         description=_get(raw, "description", str, default=""),
+        host_factor=_factor(raw, "host_factor"),
     )
 
 
@@ -260,6 +266,15 @@ def _rate(raw: dict, key: str, where: str = "") -> float:
     value = raw.get(key)
     if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_GBS):
         raise ClusterSpecError(f"{where}{key} must be a rate above 0 and at most {MAX_GBS:g}, not {value!r:.40}")
+    return float(value)
+
+
+def _factor(raw: dict, key: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_HOST_FACTOR):
+        raise ClusterSpecError(f"{key} must be a number above 0 and at most {MAX_HOST_FACTOR:g}, not {value!r:.40}")
     return float(value)
 
 

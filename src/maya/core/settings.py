@@ -123,6 +123,13 @@ NANOGPT_REPO = Switch(
     "tests and `benchmarks/frameworks.py` only: a checkout of karpathy/nanoGPT, for its DDP end-to-end test and "
     "matrix rows (skipped without)",
 )
+HOST_FACTOR = Switch(
+    "MAYA_HOST_FACTOR",
+    "the cluster's `host_factor`, else `0`",
+    "`maya predict`: the framework host time (Python, dispatch, hooks) read between calls on the emulating CPU is "
+    "multiplied by this for the target host and added to it; `0` reports it without adding it, `1` assumes the "
+    "target host runs it as fast",
+)
 EMU_CONFIG = Switch("MAYA_EMU_CONFIG", "", "the virtual devices (read by `native/config.c`)", rank=True)
 EMU_OUT = Switch("MAYA_EMU_OUT", "", "the rank's capture folder", rank=True)
 EMU_LIBS = Switch("MAYA_EMU_LIBS", "", "the built stubs", rank=True)
@@ -182,6 +189,20 @@ def mailbox_timeout_s() -> float:
         return float(raw) if raw else 600.0
     except ValueError:
         raise ValueError(f"{EMU_MAILBOX_TIMEOUT.name}={raw!r} is not a number of seconds") from None
+
+
+def host_factor() -> float | None:
+    """`$MAYA_HOST_FACTOR` as a number (None when unset); ValueError when it is not a number at or above 0."""
+    raw = HOST_FACTOR.get()
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.0 or value == float("inf"):
+        raise ValueError(f"{HOST_FACTOR.name}={raw!r} is not a factor at or above 0 (0 leaves framework time out)")
+    return value
 
 
 def markdown() -> str:

@@ -191,3 +191,32 @@ def _ranges(ranks: list[int]) -> str:
         else:
             out.append([r, r])
     return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
+
+
+def host_notes(sim: Simulation, iteration_ns: float, host_bound_ns: float) -> list[str]:
+    """A note on the framework's host time read from an emulated trace (`durations.framework`): per steady
+    iteration of the captured rank that spends the most, its share of the predicted step and, when the host factor
+    added it, how long the GPU waited on the host; otherwise that it was not added."""
+    if sim.provider.measures_host_time or not iteration_ns:
+        return []
+    per_step = []
+    for rank, program in sim.programs.items():
+        steady = sim.iterations[rank]
+        if program.frame is None or not len(steady.steady):
+            continue
+        framework = program.frame["framework_ns"].to_numpy()
+        sums = np.add.reduceat(framework, steady.bounds[:-1])[steady.steady]
+        per_step.append((float(np.median(sums)), rank))
+    if not per_step or not max(per_step)[0]:
+        return []
+    ns, rank = max(per_step)
+    read = (
+        "framework host time (Python, dispatch, hooks between device calls) read on the emulating CPU: "
+        f"{ns / 1e6:.2f} ms a step on rank {rank} ({ns / iteration_ns:.0%} of the predicted step)"
+    )
+    if not sim.host_factor:
+        return [f"{read}; not added to the prediction (MAYA_HOST_FACTOR=1 adds it as is: docs/host-time.md)"]
+    return [
+        f"{read}, added x {sim.host_factor:g} for the target host: the GPU waits on the host "
+        f"{host_bound_ns / 1e6:.2f} ms ({host_bound_ns / iteration_ns:.0%}) of the step"
+    ]

@@ -11,6 +11,8 @@ import pandas as pd
 from maya.core.hardware import Hardware
 
 from .durations import DurationProvider
+from .durations.framework import framework_ns
+from .iterations import Iterations
 from .launch_shape import launch_factor
 from .opcodes import COLL, NOP
 from .program import Program
@@ -19,9 +21,10 @@ from .trace import TraceSet
 from .work import work_frame
 
 
-def priced_frame(program: Program, traces: TraceSet) -> pd.DataFrame:
-    """api_calls + `opcode` + work columns. Every collective operation (grouped ones too) is a COLL row;
-    a group's launching `ncclGroupEnd` carries no work of its own."""
+def priced_frame(program: Program, traces: TraceSet, iterations: Iterations | None = None) -> pd.DataFrame:
+    """api_calls + `opcode` + work columns + `framework_ns` (the framework's host time before each call on the
+    emulating CPU, `durations.framework`, over the program's `iterations`). Every collective operation (grouped ones too) is a COLL row; a group's
+    launching `ncclGroupEnd` carries no work of its own."""
     opcodes = program.opcodes.copy()
     opcodes[program.launch_call] = NOP
     for launch in program.launches:
@@ -30,6 +33,7 @@ def priced_frame(program: Program, traces: TraceSet) -> pd.DataFrame:
     work = work_frame(trace, opcodes)
     frame = pd.concat([trace.calls, work], axis=1)
     frame["opcode"] = opcodes
+    frame["framework_ns"] = framework_ns(trace.calls, trace.ops, program.opcodes, iterations)
     frame["comm_size"] = np.nan
     frame["comm_nodes"] = np.nan
     frame["comm_gpus"] = None
@@ -76,15 +80,23 @@ def _with_layout(frame: pd.DataFrame, program: Program, layouts: list[tuple]) ->
 
 
 def price(
-    traces: TraceSet, replicas: list[Replica], comms: list[GlobalComm], provider: DurationProvider, hardware: Hardware
+    traces: TraceSet,
+    replicas: list[Replica],
+    comms: list[GlobalComm],
+    provider: DurationProvider,
+    hardware: Hardware,
+    host_factor: float = 1.0,
+    iterations: dict[int, Iterations] | None = None,
 ) -> list[np.ndarray]:
-    """Price each program (sets its `frame`, `device`, `host`) and return each replica's device times."""
+    """Price each program (sets its `frame`, `device`, `host`) and return each replica's device times. A call's host
+    time is the provider's plus, unless the provider measured it, the framework time before it times
+    `host_factor` (the target host's time per second of the emulating CPU's), read over each rank's `iterations`."""
     by_layout: dict[tuple, np.ndarray] = {}
     devices = []
     for replica in replicas:
         program = replica.program
         if program.frame is None:
-            program.frame = priced_frame(program, traces)
+            program.frame = priced_frame(program, traces, (iterations or {}).get(program.rank))
         layouts = _layouts(program, replica, comms, traces)
         layout = (program.rank, tuple(layouts))
         if layout not in by_layout:
@@ -93,9 +105,12 @@ def price(
                 frame = program.frame
                 for column in LAYOUT_COLUMNS:
                     frame.loc[coll.index, column] = coll[column]
+                host = provider.host_ns(frame)
+                if not provider.measures_host_time:
+                    host = host + host_factor * frame["framework_ns"].to_numpy()
                 program.price(
                     provider.device_ns(frame, hardware) * launch_factor(frame, hardware),
-                    provider.host_ns(frame),
+                    host,
                     provider.launch_ns(frame),
                 )
                 by_layout[layout] = program.device

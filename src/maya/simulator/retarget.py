@@ -155,6 +155,7 @@ class RepricedDurations(DurationProvider):
     collectives: DurationProvider | None = None
     measured: MeasuredDurations = field(default_factory=MeasuredDurations)
     replays_measured_kernels = True
+    measures_host_time = True
 
     @property
     def name(self) -> str:

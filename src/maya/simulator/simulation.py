@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from maya.core import settings
 from maya.core.hardware import Hardware
 
 from . import sustained_clock as sustained
@@ -46,6 +47,8 @@ class Simulation:
     notes: list[str]
     replays: int = 1
     """Event-loop passes: 2 when the collectives' contention re-timed the kernels."""
+    host_factor: float = 0.0
+    """Target host time per second of framework time on the emulating CPU (`host_factor`; 0: not added)."""
 
     @property
     def calls(self) -> int:
@@ -101,6 +104,19 @@ def make_provider(
         return RooflineDurations(), [f"{e}; durations from the analytical roofline"]
 
 
+def host_factor(cluster: str | None, hardware: Hardware) -> tuple[float, str]:
+    """The target host's framework time per second of it on the emulating CPU, and where it comes from:
+    `$MAYA_HOST_FACTOR`, else the cluster's `host_factor`, else 0 (not stated: framework time is reported, not
+    added; `docs/host-time.md` says why)."""
+    chosen = settings.host_factor()
+    if chosen is not None:
+        return chosen, settings.HOST_FACTOR.name
+    spec = cluster_spec(cluster, hardware)
+    if spec is not None and spec.host_factor is not None:
+        return spec.host_factor, f"cluster {spec.name}"
+    return 0.0, "not stated"
+
+
 def simulate(
     traces: TraceSet,
     hardware: Hardware,
@@ -133,9 +149,10 @@ def simulate(
             reprice_collectives=reprice_collectives,
         )
     replicas, comms = expand(traces, programs)
-    devices = price(traces, replicas, comms, provider, hardware)
-    notes += provider.notes
+    factor = host_factor(cluster, hardware)[0] if not provider.measures_host_time else 0.0
     iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
+    devices = price(traces, replicas, comms, provider, hardware, factor, iterations)
+    notes += provider.notes
     if sustained_clock and provider.prices_burst_kernels:
         devices, clock_notes = sustained.apply(programs, replicas, devices, iterations, hardware)
         notes += clock_notes
@@ -160,5 +177,17 @@ def simulate(
             results = engine.run()
             seconds, replays = seconds + time.perf_counter() - t0, 2
     return Simulation(
-        traces, hardware, provider, programs, iterations, replicas, comms, devices, results, seconds, notes, replays
+        traces,
+        hardware,
+        provider,
+        programs,
+        iterations,
+        replicas,
+        comms,
+        devices,
+        results,
+        seconds,
+        notes,
+        replays,
+        factor,
     )

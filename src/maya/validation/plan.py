@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import maya
+from maya.core import settings
 from maya.core.paths import data_dir
 from maya.emulator.capture_cache import emulator_digest
 
@@ -121,11 +122,16 @@ def predict_plan(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | N
     )
 
 
-@lru_cache(maxsize=1)
 def predictor_digest() -> str:
     """Of what turns a trace and an estimator version into a prediction: the simulator, estimators and
-    validation sources, the hardware, cluster and collective data, the band's discrepancy widths and the public
-    kernel measurements the attention model is fitted on. A changed one re-predicts every row."""
+    validation sources, the hardware, cluster and collective data, the band's discrepancy widths, the public
+    kernel measurements the attention model is fitted on and the host factor (`MAYA_HOST_FACTOR`). A changed one
+    re-predicts every row."""
+    return hashlib.sha256(f"{_sources_digest()}\0{settings.HOST_FACTOR.get()}".encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def _sources_digest() -> str:
     root = Path(maya.__file__).parent
     files = [p for package in ("simulator", "estimators", "validation") for p in sorted((root / package).rglob("*.py"))]
     files += [

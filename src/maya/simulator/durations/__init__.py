@@ -49,6 +49,9 @@ class DurationProvider:
     prices_burst_kernels: bool = False
     """True when kernel durations come from short-loop (burst) timings, which a training step's sustained clock
     under the board's power cap can undercut (`maya.simulator.sustained_clock`)."""
+    measures_host_time: bool = False
+    """True when host times are the trace's own measurements, whose gaps hold the framework's time: the simulator
+    then adds none (`durations.framework`)."""
 
     @property
     def notes(self) -> list[str]:
@@ -92,6 +95,7 @@ class MeasuredDurations(DurationProvider):
     name: str = "measured"
     collective_includes_wait: bool = True
     replays_measured_kernels = True
+    measures_host_time = True
 
     def device_ns(self, calls: pd.DataFrame, hardware: Hardware) -> np.ndarray:
         measured = calls["device_duration_ns"].to_numpy(dtype="float64", na_value=np.nan)

@@ -1,0 +1,129 @@
+"""Framework host time: what the script's own host code (Python, ATen dispatch, autograd, hooks, optimizer loops)
+spends between two device-API calls, read from an emulated trace.
+
+The emulator answers every call at once, so the host time between two calls on a thread that issues device work
+is the framework's, measured on the emulating CPU, plus what Maya's recording adds there: the op observer's
+callbacks (every recorded op), the module hooks (every `nn.Module: ` range) and the description of each Triton
+launch. Those are measured per record (`benchmarks/host_overhead.py`, in thread CPU time: the same loop run
+plainly and under `maya emulate`) and taken off each gap. The stubs' own cost is inside each call's duration,
+never in a gap (the records' `duration_ns`: 20–50 ns a call).
+
+Wall gaps also hold the time other processes ran on the emulating CPU (eight ranks on two cores): preemption only
+ever lengthens a gap, so after the first iteration each call's framework time is the shortest of the same call over
+the iterations (the k-th call of one API under one op name on one thread, per iteration), and at most
+`OUTLIER_FACTOR` times the median of its API under its op on its thread. A long gap that happens once a step before
+a call of a common kind (data loading before a host-to-device copy, `gc.collect()` before an event record) is cut
+too: a wall clock cannot tell it from preemption. Nor can it take off the slowdown a loaded CPU causes everywhere
+(caches, frequency): a trace captured on a busy machine carries more framework time than one captured on a quiet
+one. A per-call thread CPU clock in the stubs would answer both; the trace has none.
+
+The simulator adds the result, scaled by the target host's factor (`host_factor`), to each call's host time when
+the trace's device times are not measured (a measured trace's gaps already hold its framework time).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from maya_trace_spec.vocabulary import MODULE_RANGE_PREFIX
+
+from ..iterations import Iterations
+from ..opcodes import DEVICE_OPS
+
+OBSERVER_OP_NS = 3_000.0
+"""Host time the op observer adds per recorded op (RecordFunction with its inputs, the callbacks, host-value
+tracking): eager `add_` +3.2 us, `mm` +1.7 us, an autograd step +3.9 us a record (`benchmarks/host_overhead.py`
+on the 2-core AMD EPYC (Zen 4) VM that emulates here)."""
+MODULE_HOOK_NS = 4_200.0
+"""Host time a module's forward hooks add (the `nn.Module: ` range opened and closed through ctypes), measured as
+`OBSERVER_OP_NS`; the range itself is one of the recorded ops, so this replaces that op's cost."""
+TRITON_NOTE_NS = 2_100.0
+"""Host time describing one Triton launch adds (`emulator.triton_launches.LaunchNotes.launch`, six arguments)."""
+TRITON_NOTE_KEY = '"triton"'
+"""What a described Triton launch's `args` JSON holds."""
+OUTLIER_FACTOR = 3.0
+"""A call's gap longer than this many times the median of its API under its op on its thread (in every iteration
+after the first) was preempted there: it is cut to that."""
+
+
+def emulation_overhead_ns(ops: int | np.ndarray, modules: int | np.ndarray, triton: int | np.ndarray) -> np.ndarray:
+    """Host time Maya's recording spends in a gap holding `ops` recorded ops (`modules` of them module ranges) and
+    `triton` described Triton launches."""
+    ops, modules, triton = (np.asarray(x, dtype="float64") for x in (ops, modules, triton))
+    return (ops - modules) * OBSERVER_OP_NS + modules * MODULE_HOOK_NS + triton * TRITON_NOTE_NS
+
+
+def framework_ns(
+    calls: pd.DataFrame, ops: pd.DataFrame, opcodes: np.ndarray, iterations: Iterations | None
+) -> np.ndarray:
+    """Framework host time before every call of one emulated rank, on the emulating CPU (ns; 0 on calls of threads
+    that issue no device work, such as NCCL's watchdog, and on device rows). `calls` are the rank's api_calls in
+    `seq` order, `ops` its ops, `opcodes` the calls' opcodes and `iterations` the training iterations the simulator
+    found in them (None: each gap stands alone). The first of several iterations gets none: its host time is
+    compilation, autotuning and lazy set-up, much of it the emulator's, and what it costs differs from rank to
+    rank (replayed, it would offset their steady iterations)."""
+    out = np.zeros(len(calls))
+    host = (calls["domain"] != "device").to_numpy()
+    thread = calls["thread_id"].fillna(-1).to_numpy(dtype="int64")
+    issuing = host & np.isin(thread, np.unique(thread[np.isin(opcodes, DEVICE_OPS) & host]))
+    rows = np.flatnonzero(issuing)
+    if len(rows) < 2:
+        return out
+    start = calls["start_ns"].to_numpy(dtype="int64")[rows]
+    end = start + calls["duration_ns"].to_numpy(dtype="float64", na_value=0.0)[rows].astype("int64")
+    before = np.concatenate([start[:1], np.maximum.accumulate(end)[:-1]])
+    gap = np.maximum(start - before, 0).astype("float64")
+    gap -= emulation_overhead_ns(*_recorded_in(ops, calls, rows, before, start))
+    gap = np.maximum(gap, 0.0)
+    if iterations is not None and iterations.count > 1:
+        labels = np.repeat(np.arange(iterations.count), np.diff(iterations.bounds))[rows]
+        later = labels > 0
+        gap[later] = _robust(calls.iloc[rows[later]], ops, gap[later], labels[later])
+        gap[~later] = 0.0
+    out[rows] = gap
+    return out
+
+
+def _recorded_in(
+    ops: pd.DataFrame, calls: pd.DataFrame, rows: np.ndarray, after: np.ndarray, until: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per gap (after, until]: the ops the observer recorded there on the issuing threads, the module ranges among
+    them, and whether the call ending the gap is a described Triton launch."""
+    threads = np.unique(calls["thread_id"].fillna(-1).to_numpy(dtype="int64")[rows])
+    recorded = ops[ops["thread_id"].fillna(-1).isin(threads)] if len(ops) and "thread_id" in ops else ops
+    starts = np.sort(recorded["start_ns"].to_numpy(dtype="int64")) if len(recorded) else np.zeros(0, np.int64)
+    module = recorded["name"].astype(str).str.startswith(MODULE_RANGE_PREFIX).to_numpy() if len(recorded) else []
+    module_starts = np.sort(recorded["start_ns"].to_numpy(dtype="int64")[module]) if len(recorded) else starts
+
+    def within(sorted_starts: np.ndarray) -> np.ndarray:
+        return np.searchsorted(sorted_starts, until, "right") - np.searchsorted(sorted_starts, after, "right")
+
+    args = calls["args"].iloc[rows] if "args" in calls else pd.Series([None] * len(rows))
+    launch = calls["api"].iloc[rows].astype(str).str.contains("LaunchKernel", regex=False).to_numpy()
+    triton = np.zeros(len(rows), dtype=bool)
+    if launch.any():
+        triton[launch] = args[launch].fillna("").astype(str).str.contains(TRITON_NOTE_KEY, regex=False).to_numpy()
+    return within(starts), within(module_starts), triton.astype(int)
+
+
+def _robust(calls: pd.DataFrame, ops: pd.DataFrame, gap: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The gaps of the iterations after the first made robust to the other processes that ran meanwhile: each
+    call's is the shortest of the same call over those iterations (the k-th call of its API under its op's name on
+    its thread), and at most `OUTLIER_FACTOR` times the median of that API under that op on that thread."""
+    names = pd.Series(ops["name"].to_numpy(), index=ops["op_id"].to_numpy()) if len(ops) else pd.Series(dtype=object)
+    names = names[~names.index.duplicated()]
+    frame = pd.DataFrame(
+        {
+            "thread": calls["thread_id"].fillna(-1).to_numpy(dtype="int64"),
+            "api": calls["api"].astype(str).to_numpy(),
+            "op": calls["op_id"].map(names).astype(object).fillna("").astype(str).to_numpy(),
+            "iteration": labels,
+            "gap": gap,
+        }
+    )
+    key = ["thread", "api", "op"]
+    frame["k"] = frame.groupby([*key, "iteration"], sort=False).cumcount()
+    shortest = frame.groupby([*key, "k"], sort=False)["gap"].transform("min")
+    typical = frame.groupby(key, sort=False)["gap"].transform("median")
+    return np.minimum(shortest, OUTLIER_FACTOR * typical).to_numpy()

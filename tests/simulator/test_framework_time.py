@@ -1,0 +1,189 @@
+"""Framework host time read from an emulated trace (`durations.framework`) and added to the host timeline."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from paths import WORKLOADS
+from typer.testing import CliRunner
+
+from maya.cli import app
+from maya.core import hardware
+from maya.core.clusters import ClusterSpecError, parse_cluster
+from maya.simulator import simulate, summarize
+from maya.simulator.durations import HOST_NS, MeasuredDurations, RooflineDurations
+from maya.simulator.durations.framework import (
+    MODULE_HOOK_NS,
+    OBSERVER_OP_NS,
+    OUTLIER_FACTOR,
+    TRITON_NOTE_NS,
+    emulation_overhead_ns,
+    framework_ns,
+)
+from maya.simulator.iterations import Iterations
+from maya.simulator.opcodes import NOP, WORK, classify
+from maya.simulator.simulation import host_factor
+from maya.simulator.trace import load
+from maya.simulator.trace_builder import TraceBuilder
+
+MAIN, WATCHDOG = 1, 2
+
+
+def calls_frame(rows: list[tuple]) -> pd.DataFrame:
+    """api_calls rows from (thread, api, start_ns, duration_ns, op_id)."""
+    frame = pd.DataFrame(rows, columns=["thread_id", "api", "start_ns", "duration_ns", "op_id"])
+    frame["domain"] = "runtime"
+    frame["memcpy_kind"] = None
+    frame["collective_name"] = None
+    frame["args"] = None
+    return frame
+
+
+def opcodes(calls: pd.DataFrame) -> np.ndarray:
+    """Launches are device work; anything else is not."""
+    return np.where(calls["api"] == "cudaLaunchKernel", WORK, NOP)
+
+
+def ops_frame(rows: list[tuple]) -> pd.DataFrame:
+    """ops rows from (op_id, thread, name, start_ns)."""
+    return pd.DataFrame(rows, columns=["op_id", "thread_id", "name", "start_ns"])
+
+
+def test_a_gap_the_recording_explains_is_no_framework_time():
+    calls = calls_frame([(MAIN, "cudaLaunchKernel", 0, 100, 1), (MAIN, "cudaLaunchKernel", 100 + 2 * 3_000, 100, 2)])
+    ops = ops_frame([(1, MAIN, "aten::add_", 0), (2, MAIN, "aten::add_", 100 + 3_000)])
+    # the second call's gap: one op recorded (3 us) and 3 us of its own
+    second = 100 + 3_000 - 1  # the op opens after the first call's end
+    ops.loc[1, "start_ns"] = second
+    out = framework_ns(calls, ops, opcodes(calls), None)
+    assert out[0] == 0.0
+    assert out[1] == pytest.approx(2 * 3_000 - OBSERVER_OP_NS)
+    # a gap holding only recording costs is no framework time at all
+    busy = ops_frame([(1, MAIN, "aten::add_", 0), (2, MAIN, "nn.Module: M", 200), (3, MAIN, "aten::add_", 300)])
+    calls.loc[1, "start_ns"] = 100 + int(emulation_overhead_ns(2, 1, 0))
+    assert framework_ns(calls, busy, opcodes(calls), None)[1] == 0.0
+
+
+def test_emulation_overhead_counts_each_kind_of_record():
+    assert emulation_overhead_ns(3, 1, 2) == pytest.approx(2 * OBSERVER_OP_NS + MODULE_HOOK_NS + 2 * TRITON_NOTE_NS)
+
+
+def test_threads_that_issue_no_device_work_and_preemption_are_left_out():
+    """The watchdog's calls carry none; a steady iteration in which a call's gap was preempted takes the other
+    steady iteration's; the first (warm-up) iteration gets none."""
+    rows, t = [], 0
+    for extra in (7_000, 50_000, 0):  # iteration 1 was preempted before its launch
+        rows.append((MAIN, "cudaLaunchKernel", t, 100, np.nan))
+        t += 100 + 1_000
+        rows.append((WATCHDOG, "cudaEventQuery", t, 100, np.nan))
+        t += 100 + 1_000 + extra
+    rows.append((MAIN, "cudaLaunchKernel", t, 100, np.nan))
+    calls = calls_frame(rows)
+    iterations = Iterations(np.array([0, 3, 5, 7]), np.array([1, 2]), "ops")
+    out = framework_ns(calls, ops_frame([]), opcodes(calls), iterations)
+    watchdog = (calls["thread_id"] == WATCHDOG).to_numpy()
+    assert (out[watchdog] == 0).all()
+    launches = out[~watchdog]
+    assert launches[1] == 0.0  # warm-up
+    assert launches[2] == launches[3] == 1_000 + 100 + 1_000  # not 52,100: the shorter of the two
+
+
+def test_a_preempted_gap_in_every_iteration_is_cut_to_its_kind_s_typical_one():
+    """Among many launches of one kind, one preempted in every steady iteration is cut to `OUTLIER_FACTOR` times
+    their median."""
+    rows, t = [], 0
+    for iteration in range(3):
+        for k in range(10):
+            t += 1_000 + (1_000_000 if k == 4 and iteration else 0)
+            rows.append((MAIN, "cudaLaunchKernel", t, 0, np.nan))
+    calls = calls_frame(rows)
+    out = framework_ns(
+        calls, ops_frame([]), opcodes(calls), Iterations(np.array([0, 10, 20, 30]), np.array([1, 2]), "ops")
+    )
+    assert out[14] == out[24] == pytest.approx(OUTLIER_FACTOR * 1_000)
+    assert out[15] == 1_000
+
+
+def builder_trace(tmp_path, gap_ns: int, kernel_ns: int = 2_000, n: int = 50):
+    """One rank launching `n` kernels of `kernel_ns` with `gap_ns` of framework time before each, emulated."""
+    b = TraceBuilder(1, hardware="h100-sxm")
+    r = b.rank(0)
+    for _ in range(n):
+        r.clock += gap_ns
+        r.kernel(kernel_ns)
+    r.stream_sync()
+    path = b.write(tmp_path / "run")
+    run = load(path)
+    for trace in run.ranks.values():
+        trace.calls["time_source"] = "emulated"
+    return run
+
+
+def test_a_host_bound_loop_is_predicted_at_the_host_s_pace(tmp_path, monkeypatch):
+    """Kernels shorter than the host time between their launches: the step (one launch: the loop repeats) is the
+    host's, and the breakdown says the GPU waited on it."""
+    gap = 20_000
+    run = builder_trace(tmp_path, gap)
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "1")
+    sim = simulate(run, hardware.get("h100-sxm"), RooflineDurations(unknown_kernel_ns=2_000))
+    p = summarize(sim)
+    assert p.iteration_ns == pytest.approx(gap + HOST_NS["launch"], rel=0.05)
+    assert p.host_bound_ns > 0.8 * p.iteration_ns
+    assert any("framework host time" in n for n in p.notes)
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "0.5")
+    half = summarize(simulate(run, hardware.get("h100-sxm"), RooflineDurations(unknown_kernel_ns=2_000)))
+    assert half.iteration_ns == pytest.approx(gap / 2 + HOST_NS["launch"], rel=0.05)
+    monkeypatch.delenv("MAYA_HOST_FACTOR")  # the default: read and reported, not added
+    off = summarize(simulate(run, hardware.get("h100-sxm"), RooflineDurations(unknown_kernel_ns=2_000)))
+    assert off.iteration_ns == pytest.approx(HOST_NS["launch"], rel=0.05)
+    assert any("not added to the prediction" in n for n in off.notes)
+
+
+def test_measured_host_times_get_no_framework_time_added(tmp_path, monkeypatch):
+    """A measured trace's gaps are its framework time already: replayed as measured, nothing is added."""
+    run = builder_trace(tmp_path, 20_000)
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "1")
+    with_framework = simulate(run, hardware.get("h100-sxm"), MeasuredDurations())
+    assert with_framework.host_factor == 0.0
+    host = with_framework.programs[0].host
+    assert host.sum() == pytest.approx(MeasuredDurations().host_ns(with_framework.programs[0].frame).sum())
+
+
+def test_the_host_factor_comes_from_the_switch_then_the_cluster(monkeypatch):
+    h100 = hardware.get("h100-sxm")
+    monkeypatch.delenv("MAYA_HOST_FACTOR", raising=False)
+    assert host_factor(None, h100) == (0.0, "not stated")
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "0.8")
+    assert host_factor(None, h100) == (0.8, "MAYA_HOST_FACTOR")
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "fast")
+    with pytest.raises(ValueError, match="MAYA_HOST_FACTOR='fast' is not a factor"):
+        host_factor(None, h100)
+    raw = {"name": "n", "gpus_per_node": 8, "pcie": {"generation": 5}, "host_factor": 0.7}
+    assert parse_cluster(raw).host_factor == 0.7
+    with pytest.raises(ClusterSpecError, match="host_factor must be a number above 0"):
+        parse_cluster(raw | {"host_factor": -1})
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_loop_that_does_nothing_between_launches_has_no_framework_time(tmp_path, maya_home):
+    """Emulated: back-to-back `cudaMemsetAsync` from a bare ctypes loop is well under the per-call constant, while
+    eager `add_` (ATen's dispatch between launches) is not: the recording's own cost is not counted."""
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["emulate", "--out", str(out), "--", "python", str(WORKLOADS / "host_gaps.py")])
+    assert r.exit_code == 0, r.output
+    trace = load(out).ranks[0]
+    calls = trace.calls
+    framework = framework_ns(calls, trace.ops, classify(calls), None)
+    bare = np.median(framework[(calls["api"] == "cudaMemsetAsync").to_numpy() & calls["op_id"].isna().to_numpy()])
+    eager = np.median(framework[(calls["api"] == "cudaLaunchKernel").to_numpy()])
+    assert bare < 0.2 * HOST_NS["launch"]
+    assert eager > 2 * bare
+
+
+def test_validation_re_predicts_rows_when_the_host_factor_changes(monkeypatch):
+    from maya.validation.plan import predictor_digest
+
+    monkeypatch.delenv("MAYA_HOST_FACTOR", raising=False)
+    default = predictor_digest()
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "0")
+    assert predictor_digest() != default
