@@ -340,3 +340,32 @@ def test_point_to_point_takes_ll_only_up_to_nccls_threshold_and_never_ll128():
         chosen = CollectiveModel(cluster).time("send", sizes, ranks=2)
         assert "LL128" not in set(chosen.protocol)
         assert set(chosen.protocol[sizes > P2P_LL_THRESHOLD]) == {"simple"}
+
+
+def test_a_ring_across_a_described_network_pays_nccls_network_steps():
+    """tuning.cc: a ring over `nodes` nodes crosses the network `nodes - 1` times (twice that for an
+    all-reduce) at NCCL's network step latency; its other steps cost at least NCCL's per-step network
+    overhead (1 us, three times for Simple). An undescribed network keeps its learned step latency."""
+    from maya.estimators.collectives import NCCL_NET_HOP_US
+
+    params = shipped_params()
+    model = CollectiveModel("dgx-h100")  # 8 x 400 Gb/s InfiniBand: a described network
+    tiny = 8.0
+    for name, ranks, nodes, steps, inter in [("allgather", 512, 64, 511, 63), ("allreduce", 16, 2, 30, 2)]:
+        ring = model.time(name, tiny, ranks=ranks, nodes=nodes, algorithm="ring")
+        protocol = ring.protocol[0]
+        nvswitch = params.links["nvswitch"].hop_us * (1.0 if protocol == "simple" else params.hop_ratio[protocol])
+        intra = max(nvswitch, 3.0 if protocol == "simple" else 1.0)
+        expected = params.base_us[protocol] + (steps - inter) * intra + inter * NCCL_NET_HOP_US["ring"][protocol]
+        assert ring.seconds[0] * 1e6 == pytest.approx(expected, rel=1e-3)
+    # the 512-rank all-gather's latency: 63 network steps at NCCL's figure, not the undescribed networks' mean
+    undescribed = CollectiveModel(load_cluster("dgx-h100").without_network())
+    described_us = model.time("allgather", tiny, ranks=512, algorithm="ring").seconds[0] * 1e6
+    learned_us = undescribed.time("allgather", tiny, ranks=512, algorithm="ring").seconds[0] * 1e6
+    assert described_us != pytest.approx(learned_us, rel=1e-3)
+    tree = model.time("allreduce", tiny, ranks=16, algorithm="tree")
+    p = tree.protocol[0]
+    hop = params.links["nvswitch"].hop_us * (1.0 if p == "simple" else params.hop_ratio[p])
+    assert tree.seconds[0] * 1e6 == pytest.approx(
+        params.base_us[p] + 2 * (7 * hop + 1 * NCCL_NET_HOP_US["tree"][p]), rel=1e-3
+    )

@@ -9,7 +9,10 @@ bus-bandwidth factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter (n-1)/n; o
 is that of the ring's slowest hop: a link's spec line rate (`ClusterSpec`) times the share NCCL reaches on
 that kind of link, and across nodes what the node's network carries. On nodes whose NVLink joins pairs,
 the ring crosses PCIe between pairs, so PCIe sets its bandwidth. Shares and protocol bandwidth ratios are
-learned from measurements (`CollectiveParams`), latencies inside a node are NCCL's tuning model's; NVLS
+learned from measurements (`CollectiveParams`), latencies inside a node are NCCL's tuning model's, and so are
+those across a described network (InfiniBand, RoCE NICs: `NCCL_NET_HOP_US`), counted as NCCL counts a ring's
+steps across nodes (`nodes - 1` network steps, twice for an all-reduce; the other steps at least NCCL's
+per-step network overhead); an undescribed network's step latency is learned with its bandwidth. NVLS
 (in-switch reduction) moves S each way per GPU after NCCL's NVLS latency (25 us, no per-hop term), a tree
 all-reduce runs at 0.92 x half the ring's bus bandwidth (NCCL's own tree model). A send/recv takes only the
 protocols NCCL's point-to-point path has: LL up to `NCCL_P2P_LL_THRESHOLD` (16 KiB), Simple (`enqueue.cc`;
@@ -59,6 +62,16 @@ P2P_LL_THRESHOLD = 16 * 2**10
 """Largest send/recv NCCL moves with the LL protocol (`NCCL_P2P_LL_THRESHOLD` default); larger ones use Simple
 (LL's fitted bandwidth is an effective figure, so below it the model may still price Simple, keeping time monotone
 in size)."""
+NCCL_NET_HOP_US = {
+    "ring": {"LL": 2.7, "LL128": 4.0, "simple": 14.0},
+    "tree": {"LL": 5.0, "LL128": 8.5, "simple": 14.0},
+}
+"""Latency of one step across a described inter-node network per algorithm and protocol: NCCL's tuning model
+(`src/graph/tuning.cc`, `hwLat[NCCL_HW_NET]`; the ring's row unchanged from 2.18 to 2.29, the tree's since 2.23)."""
+NCCL_NET_OVERHEAD_US = 1.0
+"""What NCCL's proxy pays to post a network step (`getNetOverhead`: 1 us, 2 on AMD CPUs): every step of a ring
+that spans nodes takes at least this, three times with Simple (`tuning.cc`: `intraLat = max(intraLat,
+netOverhead)`)."""
 TREE_BANDWIDTH = 0.92
 """Tree all-reduce bus bandwidth relative to the ring's, per NCCL's tuning model."""
 
@@ -75,6 +88,8 @@ class _Network:
     gpu_gbs: float
     node_gbs: float
     hop_us: float
+    """Simple-protocol step latency of an undescribed network (learned); a described one takes NCCL's."""
+    described: bool = False
 
     def ring_gbs(self, per_node: int) -> float:
         return min(per_node * self.gpu_gbs, self.node_gbs)
@@ -172,13 +187,28 @@ class CollectiveModel:
         p, net = self.params, self.cluster.network
         if net is not None:  # a described network: its NICs at the PCIe link's share
             share = p.links[PCIE].efficiency
-            return _Network(net.nic_gbs * share, net.nics_per_node * net.nic_gbs * share, p.default_network.hop_us)
+            simple = NCCL_NET_HOP_US["ring"]["simple"]
+            return _Network(net.nic_gbs * share, net.nics_per_node * net.nic_gbs * share, simple, described=True)
         measured: NetworkParams = p.networks[name] if name else p.default_network
         return _Network(measured.gpu_gbs, measured.node_gbs, measured.hop_us)
 
-    def _hop_us(self, link: str, protocol: str) -> float:
+    def _hop_us(self, link: str, protocol: str, algorithm: str = "ring") -> float:
+        if link == NETWORK and self._network.described:
+            return NCCL_NET_HOP_US[algorithm][protocol]
         base = self._network.hop_us if link == NETWORK else self.params.links[link].hop_us
         return base * (1.0 if protocol == "simple" else self.params.hop_ratio[protocol])
+
+    def _ring_latency_us(self, name: str, protocol: str, steps: int, nodes: int, chain: list[str]) -> float:
+        """NCCL's ring latency: its base, then each step's hop. Inside one node the hops are the ring's links;
+        across nodes `nodes - 1` steps (twice that for an all-reduce) cross the network and the others cost at
+        least NCCL's per-step network overhead (`tuning.cc`)."""
+        p = self.params
+        if nodes == 1:
+            return p.base_us[protocol] + steps * float(np.mean([self._hop_us(h, protocol) for h in chain]))
+        inter = (2 if name == "allreduce" else 1) * (nodes - 1)
+        overhead = NCCL_NET_OVERHEAD_US * (3 if protocol == "simple" else 1)
+        intra = max(float(np.mean([self._hop_us(h, protocol) for h in chain] or [0.0])), overhead)
+        return p.base_us[protocol] + (steps - inter) * intra + inter * self._hop_us(NETWORK, protocol)
 
     def _link_gbs(self, link: str) -> float:
         """Simple-protocol ring bus bandwidth of one intra-node link class."""
@@ -235,14 +265,13 @@ class CollectiveModel:
         }.get(name, 1.0)
         steps = 2 * (ranks - 1) if name == "allreduce" else ranks - 1
         for protocol in self._protocols(hops):
-            hop = np.mean([self._hop_us(h, protocol) for h in hops])
-            latency = p.base_us[protocol] + steps * hop
+            latency = self._ring_latency_us(name, protocol, steps, nodes, chain)
             yield "ring", protocol, latency + size * factor / self._bandwidth(protocol, gbs)
         if name == "allreduce" and nodes > 1:  # a chain inside each node, a binary tree across nodes
             for protocol in self._protocols(hops):
                 intra = max((self._hop_us(h, protocol) for h in chain), default=0.0)
                 latency = p.base_us[protocol] + 2 * (
-                    (per_node - 1) * intra + math.ceil(math.log2(nodes)) * self._hop_us(NETWORK, protocol)
+                    (per_node - 1) * intra + math.ceil(math.log2(nodes)) * self._hop_us(NETWORK, protocol, "tree")
                 )
                 yield "tree", protocol, latency + 2 * size / self._bandwidth(protocol, TREE_BANDWIDTH * gbs)
         nv = self.cluster.nvlink
