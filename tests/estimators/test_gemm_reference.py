@@ -53,26 +53,26 @@ def test_the_same_silicon_and_power_share_a_reference():
         assert reference_of(part) is None
 
 
-def test_only_the_time_the_tensor_cores_set_speeds_up():
+def test_only_the_time_the_tensor_cores_set_in_a_reference_dtype_speeds_up():
     calls = pd.DataFrame(
         {
             "hardware": "h100-sxm",
             "family": "gemm",
-            "dtype": ["bf16", "bf16", "fp32"],
-            "m": [8192.0, 8192.0, 8192.0],
-            "n": [8192.0, 1.0, 8192.0],  # compute-bound, a matrix-vector product (memory-bound), fp32 (CUDA cores)
-            "k": [8192.0, 8192.0, 8192.0],
+            "dtype": ["bf16", "bf16", "fp32", "fp8"],
+            "m": [8192.0, 8192.0, 8192.0, 8192.0],
+            "n": [8192.0, 1.0, 8192.0, 8192.0],  # compute-bound, matrix-vector (memory-bound), fp32 (CUDA cores), fp8
+            "k": [8192.0, 8192.0, 8192.0, 8192.0],
         }
     )
     hw = hardware_arrays(calls)
     flops = 2 * calls["m"] * calls["n"] * calls["k"]
     moved = 2.0 * (calls["m"] * calls["k"] + calls["k"] * calls["n"] + calls["m"] * calls["n"])
-    factor = time_factor(hw, flops.to_numpy(), moved.to_numpy())
+    factor = time_factor(calls["dtype"], hw, flops.to_numpy(), moved.to_numpy())
     ratio = REFERENCES["h100-sxm"].ratio
     assert factor[0] == pytest.approx(1 / ratio)
     share = (flops[1] / hw.peak_flops[1]) / (moved[1] / hw.bandwidth[1])  # ~1% of its roofline is compute
     assert factor[1] == pytest.approx(1 - share + share / ratio) and factor[1] > 0.999
-    assert factor[2] == 1.0
+    assert factor[2] == factor[3] == 1.0  # fp8's kernels were not among the reference rows
 
 
 def test_reference_rows_are_compute_bound_cublas_rows_neither_selected_nor_power_capped_on_hopper():

@@ -17,7 +17,8 @@ with `s` the compute share of the call's roofline (FLOPs / peak over the larger 
 and power envelope (architecture, SM count, boost clock and board power: an A100 SXM4 40GB or an A800 prices as the
 80GB, an H800 or H200 as the H100 SXM), not to a PCIe or NVL part whose cap binds lower (an A100 PCIe 40GB at 250 W
 sustains 224 TFLOP/s against the SXM's 270), nor to GPUs with no public cuBLAS row (the A40, any part of another
-architecture: their price stays the learned one).
+architecture: their price stays the learned one). It applies to the dtypes the reference rows were measured in
+(bf16, fp16, TF32): fp8 GEMMs (DeepGEMM, `_scaled_mm`) run other kernels and keep the learned price.
 
 Each `ratio` is the median over the part's reference rows (`reference_rows`) of measured rate / learned rate, with
 v1 (the demo's estimator: 20,000 shipped rows) pricing them, read off `benchmarks/gemm_bias.py` section 3.
@@ -98,11 +99,12 @@ def reference_of(name: str) -> Reference | None:
     return next((r for r in REFERENCES.values() if r.same_envelope(part)), None)
 
 
-def time_factor(hw: HardwareArrays, flops: np.ndarray, moved: np.ndarray) -> np.ndarray:
-    """Per GEMM call, the factor its learned time is multiplied by: `1 - s + s / ratio` on a tensor-core call of a part
-    with a reference (`s` the compute share of its roofline), 1 elsewhere."""
+def time_factor(dtype: pd.Series, hw: HardwareArrays, flops: np.ndarray, moved: np.ndarray) -> np.ndarray:
+    """Per GEMM call, the factor its learned time is multiplied by: `1 - s + s / ratio` on a tensor-core call in a
+    reference dtype (`REFERENCE_DTYPES`: fp8 was not measured in them) on a part with a reference (`s` the compute share
+    of its roofline), 1 elsewhere."""
     factor = np.ones(len(flops))
-    tensor = hw.peak_flops > hw.fp32_peak_flops
+    tensor = (hw.peak_flops > hw.fp32_peak_flops) & dtype.isin(REFERENCE_DTYPES).to_numpy()
     codes, names = pd.factorize(pd.Series(hw.name))
     for code, name in enumerate(names):
         ref = reference_of(str(name))

@@ -339,7 +339,7 @@ def _calibrate_gemms(priced: dict[str, np.ndarray], calls: pd.DataFrame) -> None
     gemms = calls.iloc[rows]
     hw = hardware_arrays(gemms)
     work = PREDICTORS["gemm"].work(gemms, hw)
-    factor = time_factor(hw, work.flops, work.bytes)
+    factor = time_factor(gemms["dtype"].astype(str), hw, work.flops, work.bytes)
     if (factor == 1).all():
         return
     roofline = priced["roofline_ns"][rows]
