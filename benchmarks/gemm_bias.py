@@ -11,8 +11,9 @@ Sections:
    every one of batch, m, n, k within the shipped rows' range), outside them, or on a GPU never measured in that
    segment (a transfer); error = predicted / measured - 1 (mean signed, mean |error|);
 2. leave-one-GPU-out: the GEMM family trained (a seeded sample of `--sample` shipped GEMM rows) without one GPU's rows,
-   tested on that GPU's Vidur or NeuSight rows (a seeded sample) and its public rows: the transfer to a GPU not
-   measured (`--skip-logo` skips it; ~25 CPU-s per fold);
+   tested on that GPU's Vidur or NeuSight rows (a seeded sample) and its public rows, by the learned price alone (the
+   GPU's public rows are its reference calibration): the transfer to a GPU not measured (`--skip-logo` skips it;
+   ~25 CPU-s per fold);
 3. the public cuBLAS reference rows per part against the estimator, with and without the reference calibration
    (`maya.estimators.gemm_reference`): how far the learned tensor-core price sits from public cuBLAS on the same part.
 
@@ -166,6 +167,7 @@ def section_logo(shipped: pd.DataFrame, rows: pd.DataFrame, sample: int) -> None
             kept.sample(min(sample, len(kept)), random_state=0).reset_index(drop=True),
             TrainConfig(validate=False, seen_model=False),
         ).estimator
+        fitted = uncalibrated(fitted)  # the held-out GPU's public rows are its reference: not used to price it
         held = rows[rows["hardware"] == gpu]
         parts = [
             g.sample(min(TEST_ROWS, len(g)), random_state=0) if not s.startswith("kp:") else g
