@@ -14,6 +14,10 @@
    products, the special-function and FP32 rates of the spec sheet, corrected by the model learned on public
    attention measurements where it covers the kernel; `families/attention.py`, `attention_model.py`).
 
+A tensor-core GEMM (bf16, fp16, TF32) on a part with public cuBLAS reference measurements, whatever its method, has
+the compute-bound share of its time anchored to them (`gemm_reference`: the learned price carries Vidur's harness,
+slower than public cuBLAS on the same part; `gemm_reference=False` keeps the learned price).
+
 An Inductor-generated normalization or softmax (`INDUCTOR_ROW_FAMILIES`) that moves more bytes than its family counts
 for its own rows is that family's kernel plus the pointwise work fused around it: the rest of its bytes take what
 they add to the add moving the row kernel's own bytes (`KernelEstimator._price_fused_rest`): the time of the eager
