@@ -32,6 +32,7 @@ fastest of thousands of shapes is selected for being fast); on Hopper not the ro
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,9 @@ import pandas as pd
 from maya.core import hardware
 
 from .hardware_table import HardwareArrays
+
+if TYPE_CHECKING:  # kernel_estimator imports this module
+    from .kernel_estimator import KernelEstimator
 
 MIN_FLOPS = 1e10
 """Reference rows are compute-bound GEMMs of at least this many FLOPs (2,048^3 and up)."""
@@ -124,9 +128,9 @@ def reference_rows(rows: pd.DataFrame) -> pd.DataFrame:
     from: cuBLAS, a reference dtype, at least `MIN_FLOPS`, not a sweep's best shape, on Hopper not sustained."""
     source = rows["source"].astype(str).str.removeprefix("kp:")
     flops = 2 * rows["batch"].fillna(1.0) * rows["m"] * rows["n"] * rows["k"]
-    architecture = pd.Series(
-        [hardware.get(h).sm_major * 10 + hardware.get(h).sm_minor for h in rows["hardware"]], index=rows.index
-    )
+    codes, parts = pd.factorize(rows["hardware"])
+    capability = np.array([hardware.get(p).sm_major * 10 + hardware.get(p).sm_minor for p in parts] + [0])
+    architecture = pd.Series(capability[codes], index=rows.index)
     chosen = (
         rows["source"].astype(str).str.startswith("kp:")
         & rows["impl"].fillna("").str.contains(CUBLAS)
@@ -138,6 +142,6 @@ def reference_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[chosen]
 
 
-def uncalibrated(estimator):
+def uncalibrated(estimator: KernelEstimator) -> KernelEstimator:
     """The estimator with its learned GEMM price alone (`KernelEstimator.gemm_reference` off)."""
     return replace(estimator, gemm_reference=False)
