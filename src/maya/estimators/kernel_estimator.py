@@ -14,6 +14,10 @@
    products, the special-function and FP32 rates of the spec sheet, corrected by the model learned on public
    attention measurements where it covers the kernel; `families/attention.py`, `attention_model.py`).
 
+A tensor-core GEMM (bf16, fp16, TF32) on a part with public cuBLAS reference measurements, whatever its method, has
+the compute-bound share of its time anchored to them (`gemm_reference`: the learned price carries Vidur's harness,
+slower than public cuBLAS on the same part; `gemm_reference=False` keeps the learned price).
+
 An Inductor-generated normalization or softmax (`INDUCTOR_ROW_FAMILIES`) that moves more bytes than its family counts
 for its own rows is that family's kernel plus the pointwise work fused around it: the rest of its bytes take what
 they add to the add moving the row kernel's own bytes (`KernelEstimator._price_fused_rest`): the time of the eager
@@ -48,6 +52,7 @@ from .calls import INDUCTOR_OPS, INDUCTOR_ROW_FAMILIES, coded, element_bytes, no
 from .efficiency_model import Band, EfficiencyModel
 from .families import PREDICTORS, Work
 from .features import features_of
+from .gemm_reference import time_factor
 from .hardware_table import catalog_names, hardware_arrays
 from .launch_floor import DEVICE_FLOOR_S, POST_LAUNCH_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes, shape_keys
@@ -102,6 +107,9 @@ class KernelEstimator:
     lookup: MeasuredShapes | None = None
     roofline_bands: dict[str, Band] = field(default_factory=dict)
     """Per family segment (`segments.model_key`), the spread of log(measured / roofline) in training."""
+    gemm_reference: bool = True
+    """Anchor the tensor-core GEMM price to public cuBLAS measurements on the parts they were taken on
+    (`gemm_reference`); off: the learned price alone."""
     last: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, init=False, repr=False, compare=False)
     """The prediction columns of the last distinct shapes priced, by their digest (`_price_once`)."""
 
@@ -159,6 +167,8 @@ class KernelEstimator:
                     priced[name][rows] = values
         if self.lookup is not None:
             self._use_measurements(priced, keys)
+        if self.gemm_reference:
+            _calibrate_gemms(priced, calls)
         if len(fused):
             self._price_fused_rest(priced, calls.iloc[fused], fused, own, rest)
         dispatch = priced.pop("dispatch_ns")
@@ -322,6 +332,24 @@ class KernelEstimator:
         priced["duration_high_ns"][hit] = p90[hit]
         priced["efficiency"][hit] = np.minimum(priced["roofline_ns"][hit] / median[hit], 1.0)
         priced["method"][hit] = METHODS.index("lookup")
+
+
+def _calibrate_gemms(priced: dict[str, np.ndarray], calls: pd.DataFrame) -> None:
+    """Scale the GEMM rows' times by their part's public cuBLAS reference (`gemm_reference.time_factor`), no time
+    below the roofline (in place)."""
+    rows = np.flatnonzero((calls["family"] == "gemm").to_numpy())
+    if not len(rows):
+        return
+    gemms = calls.iloc[rows]
+    hw = hardware_arrays(gemms)
+    work = PREDICTORS["gemm"].work(gemms, hw)
+    factor = time_factor(gemms["dtype"].astype(str), hw, work.flops, work.bytes)
+    if (factor == 1).all():
+        return
+    roofline = priced["roofline_ns"][rows]
+    for name in ("duration_ns", "duration_low_ns", "duration_high_ns"):
+        priced[name][rows] = np.maximum(priced[name][rows] * factor, roofline)
+    priced["efficiency"][rows] = roofline / priced["duration_ns"][rows]
 
 
 def _learned_ns(models: FamilyModels, family: str, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

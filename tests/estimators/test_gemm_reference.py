@@ -1,0 +1,94 @@
+"""The tensor-core GEMM price anchored to public cuBLAS rows: which parts, which calls, by how much."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from maya.estimators import TrainConfig, train
+from maya.estimators.efficiency_model import ModelParams
+from maya.estimators.gemm_reference import REFERENCES, reference_of, reference_rows, time_factor, uncalibrated
+from maya.estimators.hardware_table import hardware_arrays
+
+SMALL = TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=False)
+SIZES = (2048.0, 3072.0, 4096.0, 6144.0, 8192.0)
+
+
+def gemms(hw: str, dtype: str = "bf16") -> pd.DataFrame:
+    """Square-ish GEMMs of every size pair on `hw`, timed at 231 TFLOP/s (Vidur's A100 at 8192^3)."""
+    sizes = [(m, n, 8192.0) for m in SIZES for n in SIZES]
+    frame = pd.DataFrame(sizes, columns=["m", "n", "k"]).assign(hardware=hw, family="gemm", op="mm", dtype=dtype)
+    return frame.assign(measured_ns=2 * frame["m"] * frame["n"] * frame["k"] / 231e12 * 1e9)
+
+
+@pytest.fixture(scope="module")
+def estimator():
+    return train(pd.concat([gemms("a100-sxm-80gb"), gemms("a40")], ignore_index=True), SMALL).estimator
+
+
+def test_a_compute_bound_gemm_on_a_reference_part_runs_at_the_public_rate(estimator):
+    call = gemms("a100-sxm-80gb").iloc[[-1]].drop(columns="measured_ns")  # 8192^3, measured: the exact lookup
+    learned = uncalibrated(estimator).predict(call)
+    calibrated = estimator.predict(call)
+    assert learned["method"].iat[0] == calibrated["method"].iat[0] == "lookup"
+    assert learned["duration_ns"].iat[0] == pytest.approx(2 * 8192.0**3 / 231e12 * 1e9)
+    ratio = REFERENCES["a100-sxm-80gb"].ratio
+    assert calibrated["duration_ns"].iat[0] == pytest.approx(learned["duration_ns"].iat[0] / ratio)
+    assert calibrated["duration_low_ns"].iat[0] == pytest.approx(
+        max(learned["duration_low_ns"].iat[0] / ratio, calibrated["roofline_ns"].iat[0])
+    )
+
+
+def test_parts_of_another_envelope_keep_the_learned_price(estimator):
+    for part in ("a40", "a100-pcie-40gb"):  # no public cuBLAS row; a PCIe part's cap binds lower
+        call = gemms(part).iloc[[-1]].drop(columns="measured_ns")
+        assert (
+            estimator.predict(call)["duration_ns"].iat[0] == uncalibrated(estimator).predict(call)["duration_ns"].iat[0]
+        )
+
+
+def test_the_same_silicon_and_power_share_a_reference():
+    assert reference_of("a100-sxm-40gb") is reference_of("a800-sxm-80gb") is REFERENCES["a100-sxm-80gb"]
+    assert reference_of("h800") is reference_of("h200") is REFERENCES["h100-sxm"]
+    for part in ("a100-pcie-40gb", "a100-pcie-80gb", "h100-pcie", "h100-nvl", "a40", "b200", "l40s"):
+        assert reference_of(part) is None
+
+
+def test_only_the_time_the_tensor_cores_set_in_a_reference_dtype_speeds_up():
+    calls = pd.DataFrame(
+        {
+            "hardware": "h100-sxm",
+            "family": "gemm",
+            "dtype": ["bf16", "bf16", "fp32", "fp8"],
+            "m": [8192.0, 8192.0, 8192.0, 8192.0],
+            "n": [8192.0, 1.0, 8192.0, 8192.0],  # compute-bound, matrix-vector (memory-bound), fp32 (CUDA cores), fp8
+            "k": [8192.0, 8192.0, 8192.0, 8192.0],
+        }
+    )
+    hw = hardware_arrays(calls)
+    flops = 2 * calls["m"] * calls["n"] * calls["k"]
+    moved = 2.0 * (calls["m"] * calls["k"] + calls["k"] * calls["n"] + calls["m"] * calls["n"])
+    factor = time_factor(calls["dtype"], hw, flops.to_numpy(), moved.to_numpy())
+    ratio = REFERENCES["h100-sxm"].ratio
+    assert factor[0] == pytest.approx(1 / ratio)
+    share = (flops[1] / hw.peak_flops[1]) / (moved[1] / hw.bandwidth[1])  # ~1% of its roofline is compute
+    assert factor[1] == pytest.approx(1 - share + share / ratio) and factor[1] > 0.999
+    assert factor[2] == factor[3] == 1.0  # fp8's kernels were not among the reference rows
+
+
+def test_reference_rows_are_compute_bound_cublas_rows_neither_selected_nor_power_capped_on_hopper():
+    def row(source, impl, hw="h100-sxm", dtype="bf16", size=8192.0):
+        return {"source": f"kp:{source}", "impl": impl, "hardware": hw, "dtype": dtype, "m": size, "n": size, "k": size}
+
+    rows = pd.DataFrame(
+        [
+            row("zzc_issue79_h100", "torch.matmul (cuBLAS)"),
+            row("zzc_issue79_h100", "torch.matmul (cuBLAS)", size=1024.0),  # launch-bound
+            row("fastcu_readme", "fast.cu best hand-written kernel"),  # not cuBLAS
+            row("mamf_table", "torch.mm (cuBLAS/cuBLASLt)"),  # a sweep's best shape
+            row("gpu_fryer_1.1.0", "cuBLASLt"),  # Hopper at its sustained clock
+            row("gpu_fryer_1.1.0", "cuBLASLt", hw="a100-sxm-80gb"),  # Ampere: no burst/sustained gap
+            row("gpu_fryer_1.1.0", "cuBLASLt", dtype="fp8"),
+        ]
+    ).assign(batch=np.nan)
+    chosen = reference_rows(rows)
+    assert chosen.index.tolist() == [0, 5]
