@@ -1,9 +1,15 @@
-"""A training loop whose first step leaves the caching allocator holding more than it hands out: a 100 MiB
-block is freed, then two 60 MiB tensors are made; the first splits the cached block (40 MiB stay free in it),
-the second needs a new 60 MiB segment. Peak allocated 120 MiB, reserved 160 MiB (plus the model's few KiB);
-prints what torch's allocator says at the end."""
+"""A training loop whose first step leaves the caching allocator holding more than tensors ever take: two 40 MiB
+tensors, the first freed, then a 100 MiB one that fits none of the freed blocks (a new segment, or the
+expandable segment grown past the second). Peak allocated 140 MiB, held 180 MiB (plus the model's few KiB).
+`expandable` as the argument sets `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` first, as the
+modded-nanogpt records do. Prints what torch's allocator says at the end."""
 
 import json
+import os
+import sys
+
+if sys.argv[1:] == ["expandable"]:
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 import torch
 
@@ -12,10 +18,11 @@ model = torch.nn.Linear(64, 64).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(3):
     if step == 0:
-        del_me = torch.empty(100 * MIB, dtype=torch.uint8, device="cuda")
-        del del_me
-        held = [torch.empty(60 * MIB, dtype=torch.uint8, device="cuda") for _ in range(2)]
-        del held
+        first = torch.empty(40 * MIB, dtype=torch.uint8, device="cuda")
+        second = torch.empty(40 * MIB, dtype=torch.uint8, device="cuda")
+        del first
+        large = torch.empty(100 * MIB, dtype=torch.uint8, device="cuda")
+        del second, large
     model(torch.randn(8, 64, device="cuda")).sum().backward()
     opt.step()
     opt.zero_grad()
