@@ -94,6 +94,24 @@ def test_peak_memory_is_what_the_caching_allocator_reserved(tmp_path):
     assert abs(peak - reserved) <= 0.01 * reserved
 
 
+@pytest.mark.parametrize("allocator", ["default", "expandable"])
+def test_the_prediction_tells_allocated_from_held_memory(tmp_path, allocator):
+    """A large tensor that fits none of the freed blocks leaves the allocator holding 180 MiB while tensors never
+    take more than 140 MiB at once (with expandable segments too: a block is one contiguous range): the
+    prediction's peak allocated is the script's `max_memory_allocated()`, its peak memory what the allocator
+    held (`max_memory_reserved()`), as a GPU's would be."""
+    r, out = emulate(tmp_path, script="cached_blocks.py", script_args=[allocator])
+    assert r.exit_code == 0, r.output
+    log = (out / "logs" / "rank0.txt").read_text()
+    script_saw = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    assert script_saw["max_memory_allocated"] < 141 << 20 < 180 << 20 <= script_saw["max_memory_reserved"]
+    predicted = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
+    assert predicted.exit_code == 0, predicted.output
+    p = json.loads(predicted.stdout)
+    assert p["peak_allocated_bytes"] == script_saw["max_memory_allocated"]
+    assert p["peak_memory_bytes"] == script_saw["max_memory_reserved"]
+
+
 def test_oom_exactly_at_capacity(tmp_path):
     hw = get_hardware("l4")
     fits = hw.memory_bytes - (64 << 20)

@@ -4,13 +4,15 @@ holding synthetic FineWeb shards, the memory comparison, and the shards' format 
 
 import json
 import shutil
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from maya.core import fineweb_shards
 from maya.validation import SuiteError, load_suite, modded_nanogpt
-from maya.validation.plan import RowPlan
+from maya.validation.plan import Predicted, RowPlan
 
 RECORDS = (
     "2024-10-14_ModernArch",
@@ -93,9 +95,22 @@ def test_memory_is_compared_where_the_record_prints_it():
     assert modded_nanogpt.memory_comparison(40 * 2**30, 40960.0) == {
         "peak_memory_published_mib": 40960.0,
         "memory_error_pct": pytest.approx(0.0),
+        "memory_compared": "allocated",
     }
     assert modded_nanogpt.memory_comparison(44 * 2**30, 40960.0)["memory_error_pct"] == pytest.approx(10.0)
     assert modded_nanogpt.memory_comparison(40 * 2**30, None) == {}
+
+
+@pytest.mark.parametrize(("allocated", "error", "compared"), [(40 * 2**30, 0.0, "allocated"), (None, 10.0, "held")])
+def test_the_published_peak_is_compared_with_the_allocated_one(monkeypatch, allocated, error, compared):
+    """The records print `max_memory_allocated()`: the prediction's allocated peak is compared with it, not the
+    device memory the allocator held (its cached blocks included); a capture without it falls back, saying so."""
+    held = Predicted(1.0, None, None, False, None, 44 * 2**30, 80 * 2**30, 0.4, {"peak_allocated_bytes": allocated})
+    monkeypatch.setattr(modded_nanogpt, "predict_plan", lambda *args: held)
+    plan = SimpleNamespace(measured_memory_mib=40960.0)
+    details = modded_nanogpt.predict(plan, Path("run"), "v1", None).details
+    assert details["memory_error_pct"] == pytest.approx(error)
+    assert details["memory_compared"].startswith(compared)
 
 
 def test_shards_hold_documents_of_realistic_length(tmp_path):

@@ -137,7 +137,9 @@ def print_prediction(p, prediction_id: str | None, timeline: Path | None, consol
         t.add_row(label, f"{_ms(ns)}  ({share:5.1%})")
     t.add_row("MFU (model FLOPs)", f"{p.mfu:.1%} of {p.mfu_dtype} peak")
     t.add_row("HFU (hardware FLOPs)", f"{p.hfu:.1%} of {p.mfu_dtype} peak")
-    t.add_row("peak memory", f"{_gib(p.peak_memory_bytes)} of {_gib(p.memory_capacity_bytes)}")
+    t.add_row("peak memory (held)", f"{_gib(p.peak_memory_bytes)} of {_gib(p.memory_capacity_bytes)}")
+    if p.peak_allocated_bytes is not None:
+        t.add_row("  allocated to tensors", _gib(p.peak_allocated_bytes))
     t.add_row("headroom", _gib(p.headroom_bytes))
     t.add_row("predicted OOM", f"[red]yes[/] ({p.oom_reason})" if p.oom else "[green]no[/]")
     if p.tokens_per_s is not None:

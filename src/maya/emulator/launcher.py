@@ -576,6 +576,7 @@ class _Job:
                     for r in results
                     if r.info.get("host_values", {}).get("routing")
                 },
+                "allocator_peaks": {r.rank: r.info["allocator"] for r in results if r.info.get("allocator")},
                 **(
                     {"device_time_answers": {r.rank: r.info.get("device_time") for r in results}}
                     if self.device_time

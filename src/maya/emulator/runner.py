@@ -151,6 +151,23 @@ def _cpu_seconds() -> float:
     )
 
 
+def _allocator_peaks(torch) -> dict[str, dict[str, int]]:
+    """Per device the rank used: the peak bytes torch's CUDA caching allocator handed out to tensors
+    (`torch.cuda.max_memory_allocated`) and held from the device (`max_memory_reserved`: what the stubs' memory
+    events record), as the script would read them at its end; empty when it never initialised CUDA."""
+    if not torch.cuda.is_initialized():
+        return {}
+    peaks = {}
+    for device in range(torch.cuda.device_count()):
+        stats = torch.cuda.memory_stats(device)
+        if stats.get("reserved_bytes.all.peak"):
+            peaks[str(device)] = {
+                "allocated_bytes": int(stats["allocated_bytes.all.peak"]),
+                "reserved_bytes": int(stats["reserved_bytes.all.peak"]),
+            }
+    return peaks
+
+
 def _stop_reason(e: BaseException) -> str | None:
     """Why the emulator stopped the rank (a loop on device values that makes no progress), with the
     script line that read the value; None if it did not."""
@@ -265,6 +282,7 @@ def main(argv: list[str]) -> int:
                     "optimizer_iterations": clock.iteration,
                     "host_values": observer.values(),
                     "device_time": timings.report() if timings else None,
+                    "allocator": _allocator_peaks(torch),
                 }
             )
         )

@@ -27,7 +27,7 @@ from .intervals import union
 from .iterations import Iterations
 from .opcodes import WORK, WORK_SYNC
 from .program import Program
-from .trace import RankTrace
+from .trace import RankTrace, TraceSet
 
 BREAKDOWN = ("compute_ns", "exposed_comm_ns", "peer_wait_ns", "host_bound_ns", "idle_ns")
 
@@ -104,6 +104,10 @@ class Prediction:
     unchanged: the simulator's own fidelity."""
     band: dict | None = None
     """10–90% band of the iteration time from the estimators' held-out residuals (`band.IterationBand`)."""
+    peak_allocated_bytes: int | None = None
+    """Peak bytes torch's caching allocator handed out to tensors (`torch.cuda.max_memory_allocated()`), where
+    the capture recorded it (emulated runs); `peak_memory_bytes` is the device memory held, the allocator's
+    cached blocks included, which can be more (a large block that fits none of the freed ones)."""
 
     def to_dict(self, *, per_rank: bool = True) -> dict:
         """JSON-ready: times also in milliseconds (`iteration_ms`, ...)."""
@@ -231,6 +235,18 @@ def memory_peak(trace: RankTrace) -> tuple[int, bool]:
         device["kind"] == "alloc", device["bytes"], np.where(device["kind"] == "free", -device["bytes"], 0)
     )
     return int(np.maximum(np.cumsum(signed), 0).max(initial=0)), oom
+
+
+def allocator_peak(traces: TraceSet) -> int | None:
+    """The most bytes torch's caching allocator handed out to tensors on any captured rank's GPU (what the
+    script's `torch.cuda.max_memory_allocated()` reads; the emulator's attrs `allocator_peaks`); None when
+    the capture did not record it (measured traces, emulations before it was recorded)."""
+    peaks = [
+        device.get("allocated_bytes")
+        for devices in (traces.attrs.get("allocator_peaks") or {}).values()
+        for device in devices.values()
+    ]
+    return max((int(p) for p in peaks if p is not None), default=None)
 
 
 def job_figures(

@@ -72,7 +72,9 @@ ASSUMPTION = (
 WITHOUT_SP = (
     "sequence parallelism dropped: Megatron's local transformer implementation refuses it without apex or "
     "Transformer Engine (torch LayerNorm); the tensor-parallel all-reduces move what its reduce-scatters and "
-    "all-gathers would, and layer norm and dropout run over the whole sequence instead of 1/TP of it"
+    "all-gathers would, and layer norm and dropout run over the whole sequence instead of 1/TP of it, and keep "
+    "their activations whole: with selective recomputation s·b·h·(10 + 24/t) bytes a layer instead of s·b·h·34/t "
+    "(3x at TP 8), so a row that fits a GPU with sequence parallelism can run out of memory without it"
 )
 
 
