@@ -185,6 +185,26 @@ def test_identical_commands_are_never_evaluated_twice_across_searches(tmp_path):
     assert len(fake.calls) == 4 and {r.outcome.source for r in result.records} == {"command-cache"}
 
 
+def test_a_search_under_another_host_factor_or_cluster_file_reuses_no_command(tmp_path, monkeypatch):
+    """The command cache's salt holds the host factor as resolved (unset and 0 are one) and the cluster spec
+    file's contents, not only its name: a search that would predict otherwise evaluates afresh."""
+    from maya.search import MayaEvaluator, evaluator_salt
+
+    spec = tmp_path / "c.json"
+    spec.write_text(json.dumps({"name": "c", "hardware": "h100-sxm", "gpus_per_node": 8, "pcie": {"generation": 5}}))
+    monkeypatch.delenv("MAYA_HOST_FACTOR", raising=False)
+    salt = evaluator_salt("h100-sxm", 8, "auto", str(spec))
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "0")
+    assert evaluator_salt("h100-sxm", 8, "auto", str(spec)) == salt
+    assert MayaEvaluator(str(tmp_path), "h100-sxm", 8, "auto", str(spec)).salt == salt
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "1")
+    assert evaluator_salt("h100-sxm", 8, "auto", str(spec)) != salt
+    monkeypatch.delenv("MAYA_HOST_FACTOR")
+    spec.write_text(spec.read_text().replace('"generation": 5', '"generation": 4'))
+    assert evaluator_salt("h100-sxm", 8, "auto", str(spec)) != salt
+    assert evaluator_salt("h100-sxm", 8, "auto", "dgx-h100") != evaluator_salt("h100-sxm", 8, "auto", None)
+
+
 def test_evaluators_are_told_the_traces_already_predicted():
     s = space({"tp": [1, 2, 4]})
     seen = []

@@ -1,5 +1,7 @@
 """Framework host time read from an emulated trace (`durations.framework`) and added to the host timeline."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,6 +18,7 @@ from maya.simulator.durations.framework import (
     OBSERVER_OP_NS,
     OUTLIER_FACTOR,
     TRITON_NOTE_NS,
+    emulated,
     emulation_overhead_ns,
     framework_ns,
 )
@@ -103,8 +106,9 @@ def test_a_preempted_gap_in_every_iteration_is_cut_to_its_kind_s_typical_one():
     assert out[15] == 1_000
 
 
-def builder_trace(tmp_path, gap_ns: int, kernel_ns: int = 2_000, n: int = 50):
-    """One rank launching `n` kernels of `kernel_ns` with `gap_ns` of framework time before each, emulated."""
+def builder_trace(tmp_path, gap_ns: int, kernel_ns: int = 2_000, n: int = 50, time_source: str = "emulated"):
+    """One rank launching `n` kernels of `kernel_ns` with `gap_ns` of framework time before each, timed by
+    `time_source`."""
     b = TraceBuilder(1, hardware="h100-sxm")
     r = b.rank(0)
     for _ in range(n):
@@ -114,7 +118,7 @@ def builder_trace(tmp_path, gap_ns: int, kernel_ns: int = 2_000, n: int = 50):
     path = b.write(tmp_path / "run")
     run = load(path)
     for trace in run.ranks.values():
-        trace.calls["time_source"] = "emulated"
+        trace.calls["time_source"] = time_source
     return run
 
 
@@ -148,6 +152,40 @@ def test_measured_host_times_get_no_framework_time_added(tmp_path, monkeypatch):
     assert host.sum() == pytest.approx(MeasuredDurations().host_ns(with_framework.programs[0].frame).sum())
 
 
+def test_a_measured_trace_priced_by_a_model_gets_no_framework_time(tmp_path, monkeypatch):
+    """A profiler's (or Kineto's) trace priced by the roofline: its gaps were timed on the GPU's own host, not the
+    emulating CPU, so the host factor adds nothing and no note reads framework time from it."""
+    run = builder_trace(tmp_path, 20_000, time_source="measured")
+    h100 = hardware.get("h100-sxm")
+    predicted = {}
+    for factor in ("0", "1"):
+        monkeypatch.setenv("MAYA_HOST_FACTOR", factor)
+        sim = simulate(run, h100, RooflineDurations(unknown_kernel_ns=2_000))
+        assert sim.host_factor == 0.0
+        assert not sim.programs[0].frame["framework_ns"].any()
+        p = summarize(sim)
+        assert not any("framework host time" in n for n in p.notes)
+        predicted[factor] = p.iteration_ns
+    assert predicted["1"] == predicted["0"]
+
+
+def test_the_run_s_source_stands_for_calls_that_state_no_time_source():
+    calls = pd.DataFrame({"time_source": ["emulated", "measured", None]})
+    assert emulated(calls).tolist() == [True, False, False]
+    assert emulated(calls, "emulator").tolist() == [True, False, True]
+    assert emulated(calls.drop(columns="time_source"), "emulator").tolist() == [True] * 3
+    assert not emulated(calls.drop(columns="time_source"), "kineto-import").any()
+
+
+def test_price_adds_no_framework_time_unless_asked():
+    """`price`'s default host factor is 0, as documented: framework time is read, not added."""
+    import inspect
+
+    from maya.simulator.pricing import price
+
+    assert inspect.signature(price).parameters["host_factor"].default == 0.0
+
+
 def test_the_host_factor_comes_from_the_switch_then_the_cluster(monkeypatch):
     h100 = hardware.get("h100-sxm")
     monkeypatch.delenv("MAYA_HOST_FACTOR", raising=False)
@@ -161,6 +199,26 @@ def test_the_host_factor_comes_from_the_switch_then_the_cluster(monkeypatch):
     assert parse_cluster(raw).host_factor == 0.7
     with pytest.raises(ClusterSpecError, match="host_factor must be a number above 0"):
         parse_cluster(raw | {"host_factor": -1})
+
+
+def test_a_cluster_file_s_host_factor_stands_when_the_switch_is_unset(tmp_path, monkeypatch):
+    h100 = hardware.get("h100-sxm")
+    spec = tmp_path / "slow-hosts.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "slow-hosts",
+                "hardware": "h100-sxm",
+                "gpus_per_node": 8,
+                "pcie": {"generation": 5},
+                "host_factor": 1.5,
+            }
+        )
+    )
+    monkeypatch.delenv("MAYA_HOST_FACTOR", raising=False)
+    assert host_factor(str(spec), h100) == (1.5, "cluster slow-hosts")
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "0")  # the switch wins over the file
+    assert host_factor(str(spec), h100) == (0.0, "MAYA_HOST_FACTOR")
 
 
 @pytest.mark.slow
@@ -185,5 +243,8 @@ def test_validation_re_predicts_rows_when_the_host_factor_changes(monkeypatch):
 
     monkeypatch.delenv("MAYA_HOST_FACTOR", raising=False)
     default = predictor_digest()
-    monkeypatch.setenv("MAYA_HOST_FACTOR", "0")
+    for same in ("0", "0.0"):  # what the factor resolves to, not how it is spelled
+        monkeypatch.setenv("MAYA_HOST_FACTOR", same)
+        assert predictor_digest() == default
+    monkeypatch.setenv("MAYA_HOST_FACTOR", "1")
     assert predictor_digest() != default

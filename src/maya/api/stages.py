@@ -243,6 +243,16 @@ class CaptureInterrupted(KeyboardInterrupt):
         self.exit_code = exit_code
 
 
+def host_factor(hardware: str = DEFAULT_HARDWARE, cluster: str | None = None) -> tuple[float, str]:
+    """The host factor a prediction on `hardware` and `cluster` scales emulated framework time by, and where it
+    comes from: `$MAYA_HOST_FACTOR`, else the cluster's `host_factor`, else 0 (`docs/host-time.md`). ValueError
+    for a switch that is not a factor or an unknown cluster."""
+    from maya.core import hardware as catalog
+    from maya.simulator.simulation import host_factor as resolve
+
+    return resolve(cluster, catalog.get(hardware))
+
+
 def predict(run_dir: str | Path, options: PredictOptions = PredictOptions()) -> Prediction:
     """Predict a run's iteration time, breakdown, MFU, memory and cost. Stores nothing (`record` does); writes
     only `options.timeline`, when given."""

@@ -98,7 +98,10 @@ def search_cmd(
         the_space = load_space(space, command, gpus)
     except SpaceError as e:
         fail(f"{space}: {e}", 2)
-    salt = evaluator_salt(hardware, per_node, durations.value, cluster)
+    try:
+        salt = evaluator_salt(hardware, per_node, durations.value, cluster)
+    except ValueError as e:  # MAYA_HOST_FACTOR that is not a factor
+        fail(str(e), 2)
     sid = resume or search_id(the_space, algorithm.value, objective.value, seed, salt, price_per_gpu_hour)
     target = out_dir or maya_home() / "searches" / sid
     evaluator = MayaEvaluator(

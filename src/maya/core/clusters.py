@@ -150,15 +150,23 @@ MAX_HOST_FACTOR = 100.0
 """A host factor above this is a typo (a host a hundred times slower than the emulating CPU)."""
 
 
+def cluster_file(name_or_path: str | Path) -> Path:
+    """The spec file of a shipped cluster's name (`dgx-h100`; unknown: `UnknownCluster`) or of a `.json` path (as
+    given, read or not)."""
+    path = Path(name_or_path)
+    if path.suffix == ".json":
+        return path
+    path = clusters_dir() / f"{name_or_path}.json"
+    if not path.is_file():
+        raise UnknownCluster(str(name_or_path))
+    return path
+
+
 def load_cluster(name_or_path: str | Path) -> ClusterSpec:
     """A shipped cluster by name (`dgx-h100`) or a spec file of the same form. Raises `UnknownCluster` for an
     unknown name and `ClusterSpecError` (a ValueError) naming the file and the field for a file that cannot be
     read or does not describe a cluster."""
-    path = Path(name_or_path)
-    if path.suffix != ".json":
-        path = clusters_dir() / f"{name_or_path}.json"
-        if not path.is_file():
-            raise UnknownCluster(str(name_or_path))
+    path = cluster_file(name_or_path)
     try:
         raw = json.loads(path.read_bytes())
     except OSError as e:

@@ -85,8 +85,11 @@ PRELOAD = ("torch", "torch.distributed", "torch.distributed.tensor", "maya.core.
 Inductor's settings and temporary directories from the environment, so a script that sets them itself
 before importing torch would run with the zygote's instead. `torch.distributed.tensor` (with SymPy) is the part
 of that import that reads no switch of torch's, Inductor's or Triton's, only SymPy's and mpmath's own (SYMPY_*,
-MPMATH_*, SAGE_ROOT, in IMPORT_TIME), ~0.7 of its CPU-s. Python's `random` reseeds itself in a fork, and each
-rank reseeds numpy's global generator, so ranks draw apart as new processes would."""
+MPMATH_*, SAGE_ROOT, in IMPORT_TIME), ~0.7 of its CPU-s. The price of that speed: torch does not import SymPy at
+import, so in a new interpreter a script that sets SYMPY_*/MPMATH_* itself (`os.environ`) before importing torch
+gets its own values, while a forked rank keeps the zygote's (as with torch's own variables, `TORCH_LOGS` say);
+`MAYA_EMU_FORKSERVER=0` runs such a script as written (`docs/emulator.md`). Python's `random` reseeds itself in
+a fork, and each rank reseeds numpy's global generator, so ranks draw apart as new processes would."""
 _HEADER = struct.Struct("!I")
 
 

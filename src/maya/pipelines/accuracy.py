@@ -43,13 +43,27 @@ class Evaluation:
 def load_inputs(sources: DataSources) -> Inputs:
     test = neusight_dir() / "kernels_test.parquet"
     kernels = load_kernels(test) if sources.neusight else pd.DataFrame()
+    workloads = ground_truth.workloads(sources.ground_truth)
     parts = [
         hashlib.sha256(test.read_bytes()).hexdigest() if sources.neusight else "",
         ground_truth.digest(sources.ground_truth),
+        _host_factors(workloads),
     ]
-    return Inputs(
-        kernels, ground_truth.workloads(sources.ground_truth), hashlib.sha256(json.dumps(parts).encode()).hexdigest()
-    )
+    return Inputs(kernels, workloads, hashlib.sha256(json.dumps(parts).encode()).hexdigest())
+
+
+def _host_factors(workloads: list[ground_truth.Workload]) -> dict[str, str]:
+    """The host factor each workload's hardware resolves to (`maya.api.host_factor`: the switch, else its default
+    cluster's; it scales the framework time of emulated traces), by hardware."""
+    from maya.api import host_factor
+
+    out = {}
+    for name in sorted({w.hardware for w in workloads}):
+        try:
+            out[name] = repr(host_factor(name)[0])
+        except (KeyError, ValueError) as e:  # unknown hardware, or a switch that is not a factor
+            out[name] = f"unresolved: {e}"
+    return out
 
 
 def evaluate(registry: Registry, version: str, inputs: Inputs) -> Evaluation:

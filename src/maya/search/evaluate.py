@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from maya.core.clusters import UnknownCluster, cluster_file
 from maya.core.digest import trace_digest
 from maya.core.hardware import DEFAULT_HARDWARE
 
@@ -36,8 +37,23 @@ class Evaluator(Protocol):
 
 
 def evaluator_salt(hardware: str, gpus_per_node: int, durations: str, cluster: str | None) -> str:
-    """What besides the command changes a point's result (part of its command hash and the search id)."""
-    return f"{hardware}/{gpus_per_node}/{durations}/{cluster}"
+    """What besides the command changes a point's result (part of its command hash and the search id): the
+    settings, the contents of the cluster's spec file and the host factor they resolve to (`maya.api.host_factor`).
+    ValueError for a host factor that is not one or an unknown cluster."""
+    from maya.api import host_factor
+
+    factor, _ = host_factor(hardware, cluster)
+    return f"{hardware}/{gpus_per_node}/{durations}/{cluster}/{cluster_digest(cluster)}/{factor!r}"
+
+
+def cluster_digest(cluster: str | None) -> str:
+    """Of the named cluster's spec file ("" for none; "unreadable" for a file that cannot be read)."""
+    if cluster is None:
+        return ""
+    try:
+        return hashlib.sha256(cluster_file(cluster).read_bytes()).hexdigest()[:16]
+    except (OSError, UnknownCluster):
+        return "unreadable"
 
 
 @dataclass(frozen=True)

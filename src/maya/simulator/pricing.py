@@ -11,7 +11,7 @@ import pandas as pd
 from maya.core.hardware import Hardware
 
 from .durations import DurationProvider
-from .durations.framework import framework_ns
+from .durations.framework import emulated, framework_ns
 from .iterations import Iterations
 from .launch_shape import launch_factor
 from .opcodes import COLL, NOP
@@ -22,9 +22,9 @@ from .work import work_frame
 
 
 def priced_frame(program: Program, traces: TraceSet, iterations: Iterations | None = None) -> pd.DataFrame:
-    """api_calls + `opcode` + work columns + `framework_ns` (the framework's host time before each call on the
-    emulating CPU, `durations.framework`, over the program's `iterations`). Every collective operation (grouped ones too) is a COLL row; a group's
-    launching `ncclGroupEnd` carries no work of its own."""
+    """api_calls + `opcode` + work columns + `framework_ns` (the framework's host time before each emulated call on
+    the emulating CPU, `durations.framework`, over the program's `iterations`; 0 on measured calls). Every collective
+    operation (grouped ones too) is a COLL row; a group's launching `ncclGroupEnd` carries no work of its own."""
     opcodes = program.opcodes.copy()
     opcodes[program.launch_call] = NOP
     for launch in program.launches:
@@ -33,7 +33,12 @@ def priced_frame(program: Program, traces: TraceSet, iterations: Iterations | No
     work = work_frame(trace, opcodes)
     frame = pd.concat([trace.calls, work], axis=1)
     frame["opcode"] = opcodes
-    frame["framework_ns"] = framework_ns(trace.calls, trace.ops, program.opcodes, iterations)
+    timed_here = emulated(trace.calls, traces.info.get("source"))
+    frame["framework_ns"] = (
+        np.where(timed_here, framework_ns(trace.calls, trace.ops, program.opcodes, iterations), 0.0)
+        if timed_here.any()
+        else 0.0
+    )
     frame["comm_size"] = np.nan
     frame["comm_nodes"] = np.nan
     frame["comm_gpus"] = None
@@ -85,12 +90,13 @@ def price(
     comms: list[GlobalComm],
     provider: DurationProvider,
     hardware: Hardware,
-    host_factor: float = 1.0,
+    host_factor: float = 0.0,
     iterations: dict[int, Iterations] | None = None,
 ) -> list[np.ndarray]:
     """Price each program (sets its `frame`, `device`, `host`) and return each replica's device times. A call's host
-    time is the provider's plus, unless the provider measured it, the framework time before it times
-    `host_factor` (the target host's time per second of the emulating CPU's), read over each rank's `iterations`."""
+    time is the provider's plus, unless the provider measured it, the framework time before it (emulated calls
+    only) times `host_factor` (the target host's time per second of the emulating CPU's; default 0: not added),
+    read over each rank's `iterations`."""
     by_layout: dict[tuple, np.ndarray] = {}
     devices = []
     for replica in replicas:

@@ -17,6 +17,7 @@ from . import sustained_clock as sustained
 from .contention import contend
 from .durations import DurationProvider, MeasuredDurations, RooflineDurations, is_measured
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable, cluster_spec
+from .durations.framework import emulated
 from .engine import Engine, RankResult
 from .iterations import Iterations, detect
 from .opcodes import classify
@@ -117,6 +118,12 @@ def host_factor(cluster: str | None, hardware: Hardware) -> tuple[float, str]:
     return 0.0, "not stated"
 
 
+def _emulated(traces: TraceSet) -> bool:
+    """Whether any rank holds calls the emulator timed (the only ones with framework time to add)."""
+    source = traces.info.get("source")
+    return any(emulated(t.calls, source).any() for t in traces.ranks.values())
+
+
 def simulate(
     traces: TraceSet,
     hardware: Hardware,
@@ -149,7 +156,7 @@ def simulate(
             reprice_collectives=reprice_collectives,
         )
     replicas, comms = expand(traces, programs)
-    factor = host_factor(cluster, hardware)[0] if not provider.measures_host_time else 0.0
+    factor = host_factor(cluster, hardware)[0] if not provider.measures_host_time and _emulated(traces) else 0.0
     iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
     devices = price(traces, replicas, comms, provider, hardware, factor, iterations)
     notes += provider.notes

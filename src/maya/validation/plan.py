@@ -11,6 +11,7 @@ from pathlib import Path
 
 import maya
 from maya.core import settings
+from maya.core.clusters import cluster_names, load_cluster
 from maya.core.paths import data_dir
 from maya.emulator.capture_cache import emulator_digest
 
@@ -126,9 +127,18 @@ def predict_plan(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | N
 def predictor_digest() -> str:
     """Of what turns a trace and an estimator version into a prediction: the simulator, estimators and
     validation sources, the hardware, cluster and collective data, the band's discrepancy widths, the public
-    kernel measurements the attention model is fitted on and the host factor (`MAYA_HOST_FACTOR`). A changed one
-    re-predicts every row."""
-    return hashlib.sha256(f"{_sources_digest()}\0{settings.HOST_FACTOR.get()}".encode()).hexdigest()[:16]
+    kernel measurements the attention model is fitted on and the host factor (`MAYA_HOST_FACTOR`, as resolved:
+    unset and `0` are one). A changed one re-predicts every row."""
+    return hashlib.sha256(f"{_sources_digest()}\0{_host_factor()}".encode()).hexdigest()[:16]
+
+
+def _host_factor() -> str:
+    """The host factor the rows are predicted with: `$MAYA_HOST_FACTOR` as a number; unset, 0 unless a shipped
+    cluster states its own (then each row's cluster's, whose file is in the sources digest)."""
+    chosen = settings.host_factor()
+    if chosen is None and any(load_cluster(name).host_factor is not None for name in cluster_names()):
+        return "clusters"
+    return repr(chosen or 0.0)
 
 
 @lru_cache(maxsize=1)

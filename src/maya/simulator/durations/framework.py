@@ -17,8 +17,10 @@ too: a wall clock cannot tell it from preemption. Nor can it take off the slowdo
 (caches, frequency): a trace captured on a busy machine carries more framework time than one captured on a quiet
 one. A per-call thread CPU clock in the stubs would answer both; the trace has none.
 
-The simulator adds the result, scaled by the target host's factor (`host_factor`), to each call's host time when
-the trace's device times are not measured (a measured trace's gaps already hold its framework time).
+The simulator adds the result, scaled by the target host's factor (`host_factor`), to each emulated call's host time
+(`emulated`) when the provider does not replay measured host times. A measured call (a profiler or Kineto trace,
+`time_source` `measured`) gets none, whatever prices it: its gaps were timed on the GPU's own host, and its
+provider's host times (the roofline's, the estimators') already stand for that host's framework.
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ TRITON_NOTE_KEY = '"triton"'
 OUTLIER_FACTOR = 3.0
 """A call's gap longer than this many times the median of its API under its op on its thread (in every iteration
 after the first) was preempted there: it is cut to that."""
+
+
+def emulated(calls: pd.DataFrame, run_source: str | None = None) -> np.ndarray:
+    """Which calls the emulator timed: `time_source` `emulated`; where a call states none, whether the run's
+    `source` is the emulator."""
+    run = run_source == "emulator"
+    if "time_source" not in calls:
+        return np.full(len(calls), run)
+    source = calls["time_source"]
+    return ((source == "emulated") | (source.isna() & run)).to_numpy(dtype=bool)
 
 
 def emulation_overhead_ns(ops: int | np.ndarray, modules: int | np.ndarray, triton: int | np.ndarray) -> np.ndarray:
