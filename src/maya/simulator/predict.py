@@ -13,7 +13,15 @@ from maya.core.hardware import Hardware
 
 from .device_time import timing_notes
 from .durations import DurationProvider
-from .notes import evaluation_notes, flex_mask_notes, out_of_memory, routing_notes, stand_in_notes, subset_notes
+from .notes import (
+    evaluation_notes,
+    flex_mask_notes,
+    out_of_memory,
+    routing_notes,
+    stand_in_notes,
+    subset_notes,
+    te_kernel_notes,
+)
 from .oom import check_stopped_by_oom
 from .report import Prediction, job_figures, measured_iteration, memory_peak, mfu_dtype, rank_report
 from .retarget import gpu_assumption, retarget, source_hardware
@@ -80,6 +88,7 @@ def summarize(
     elif traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
     notes += stand_in_notes(traces) + routing_notes(traces) + flex_mask_notes(traces) + subset_notes(traces)
+    notes += te_kernel_notes(traces)
     notes += evaluation_notes(sim)
     notes += timing_notes(traces, hw.name)
     assumptions = [*(assumptions or []), *gpu_assumption(traces, hw, sim.provider)]
