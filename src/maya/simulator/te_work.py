@@ -103,8 +103,11 @@ def fill(
     inside = launched & pd.Series(op, dtype=object).fillna("").str.startswith(TE_CALL_PREFIX).to_numpy()
     inside &= ~np.isin(family, NOT_TE_WORK)
     done = np.zeros(len(calls), dtype=bool)
+    if not inside.any():
+        return done
     last_norm_grid = {}  # per enclosing op: the grid of its norm backward kernel, for its finalize
-    grids = calls[["grid_x", "grid_y", "grid_z"]].to_numpy(dtype="float64", na_value=1.0).prod(axis=1)
+    dims = [c for c in ("grid_x", "grid_y", "grid_z") if c in calls]
+    grids = calls[dims].to_numpy(dtype="float64", na_value=1.0).prod(axis=1) if dims else np.full(len(calls), np.nan)
     op_ids = calls["op_id"].to_numpy()
     for i in np.flatnonzero(inside):
         call = op[i][len(TE_CALL_PREFIX) :]
