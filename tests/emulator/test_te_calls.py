@@ -48,12 +48,12 @@ def test_each_function_runs_inside_a_range_with_its_tensors_shapes():
     te_calls._wrap_extension(module, lib)
     storage = SimpleNamespace(_data=torch.zeros(8, 4, dtype=torch.uint8))
     with pytest.raises((TypeError, ValueError)):  # math.hypot takes no tensors of several elements
-        module.hypot(torch.zeros(2, 3, dtype=torch.bfloat16), storage, [torch.zeros(1)], 0.5)
+        module.hypot(torch.zeros(2, 3, dtype=torch.bfloat16), storage, [torch.zeros(1)], [[torch.zeros(1)]], 0.5)
     assert lib.events == [
         (
             "enter",
             "te::hypot",
-            {"s": [[2, 3], [8, 4], [], []], "t": ["bfloat16", "uint8", "TensorList", ""]},
+            {"s": [[2, 3], [8, 4], [], [], []], "t": ["bfloat16", "uint8", "TensorList", "TensorList", ""]},
         ),
         ("exit", 1),
     ]

@@ -158,3 +158,19 @@ def test_each_kind_is_priced_by_its_size(tmp_path, estimator):
     grows = np.delete(large / small, finalize)
     assert (grows > 2).all(), pd.Series(large / small).round(2).tolist()
     assert large[finalize] == pytest.approx(small[finalize])
+
+
+def test_a_multi_tensor_kernel_is_not_sized_by_its_calls_flag(tmp_path):
+    """TE's fused Adam (`te::multi_tensor_adam(chunk, noop_flag, tensor_lists, ...)`): its lists carry no sizes, so
+    its kernel's size is unknown, as torch's foreach kernels' are, not the one-element flag's."""
+    kernel = "_ZN18transformer_engine17multi_tensor_apply_kernelI18TensorListMetadataILi4EE12AdamFunctor"
+    ops = [
+        {
+            "op_id": 0,
+            "name": "te::multi_tensor_adam",
+            "input_shapes": [[], [1], []],
+            "input_dtypes": ["", "int", "TensorList"],
+        }
+    ]
+    f = frame(write_trace(tmp_path, [kernel], ops, [{"kernel_id": 0, "op_id": 0}], ["optimizer"]))
+    assert f.loc[0, "family"] == "optimizer" and np.isnan(f.loc[0, "numel"])

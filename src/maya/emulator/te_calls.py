@@ -7,7 +7,7 @@ op. Right after TE loads the extension (before its Python code binds the functio
 to open a range named `te::<function>` (`vocabulary.TE_CALL_PREFIX`) whose inputs are its tensor arguments' shapes
 and dtypes, in the op observer's signature form; the simulator prices the kernels inside from them
 (`simulator/te_work.py`). A quantized tensor that is not a `torch.Tensor` (TE's tensor storages) is described by
-its data tensor; a list of tensors as the observer describes one (`TensorList`, no shape).
+its data tensor; a list of tensors (or of lists of them) as the observer describes one (`TensorList`, no shape).
 """
 
 from __future__ import annotations
@@ -51,17 +51,18 @@ class _Signatures:
                 return data
         return None
 
+    def _tensor_list(self, a: Any) -> bool:
+        """A list of tensors, or of lists of them (TE's multi-tensor functions take one list per role)."""
+        if not isinstance(a, (list, tuple)) or not a:
+            return False
+        first = a[0]
+        return self._tensor_of(first) is not None or self._tensor_list(first)
+
     def of(self, name: int, args: tuple, kwargs: dict) -> int:
         key = [name]
         for a in (*args, *kwargs.values()):
             t = self._tensor_of(a)
-            key.append(
-                (tuple(t.shape), t.dtype)
-                if t is not None
-                else "TensorList"
-                if isinstance(a, (list, tuple)) and a and self._tensor_of(a[0]) is not None
-                else None
-            )
+            key.append((tuple(t.shape), t.dtype) if t is not None else "TensorList" if self._tensor_list(a) else None)
         key = tuple(key)
         found = self._ids.get(key)
         if found is not None:

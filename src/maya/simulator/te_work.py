@@ -101,6 +101,10 @@ def fill(
     """Price every TE kernel launched inside a `te::` call (`op` holds the enclosing op's name) as its kind's eager
     kernel (in place); returns which rows. `num` holds the call's sizes from the enclosing op (`numel`, `row`)."""
     inside = launched & pd.Series(op, dtype=object).fillna("").str.startswith(TE_CALL_PREFIX).to_numpy()
+    # a multi-tensor kernel (TE's fused Adam, its multi-tensor scale) covers a chunk of its call's tensor lists,
+    # which carry no sizes: its size is unknown, as torch's foreach kernels' are (not the call's scalar flag's)
+    num["numel"][inside & (family == "optimizer")] = np.nan
+    num["row"][inside & (family == "optimizer")] = np.nan
     inside &= ~np.isin(family, NOT_TE_WORK)
     done = np.zeros(len(calls), dtype=bool)
     if not inside.any():
