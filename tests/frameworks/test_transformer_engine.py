@@ -108,3 +108,22 @@ def test_te_grouped_linear_runs_and_its_grouped_gemm_fails_with_its_reason(tmp_p
     r = CliRunner().invoke(app, ["emulate", "--out", str(tmp_path / "ops"), "--", "python", script, "--ops"])
     assert r.exit_code != 0
     assert "cuBLASLt's grouped GEMM reads every group's shape from device arrays" in r.output
+
+
+def test_te_cudnn_layer_norm_graphs_are_priced_as_layer_norms(tmp_path, emulate_and_predict, monkeypatch):
+    """With `NVTE_NORM_FWD_USE_CUDNN`/`NVTE_NORM_BWD_USE_CUDNN` TE runs its layer norms as cuDNN normalization graphs:
+    each execution is one kernel over its input's elements, sized by its TE call and priced as torch's layer norm."""
+    monkeypatch.setenv("NVTE_NORM_FWD_USE_CUDNN", "1")
+    monkeypatch.setenv("NVTE_NORM_BWD_USE_CUDNN", "1")
+    out = tmp_path / "run"
+    output, prediction = emulate_and_predict(out, ["python", str(WORKLOADS / "te_layers.py"), "--steps", "3"])
+    assert "te steps 3" in output
+    trace = load(out).ranks[0]
+    frame = work_frame(trace, classify(trace.calls))
+    names = trace.calls["kernel_id"].map(trace.kernels.set_index("kernel_id")["name"]).fillna("")
+    for direction, op in (("fwd", "native_layer_norm"), ("bwd", "native_layer_norm_backward")):
+        graphs = frame[(names == f"cudnn_layer_norm_{direction}").to_numpy()]
+        assert len(graphs) == 12  # the LayerNormLinear's, the LayerNormMLP's and the TransformerLayer's two, 3 steps
+        assert (
+            (graphs["op"] == op).all() and (graphs["numel"] == 512 * 4 * 1024).all() and (graphs["row"] == 1024).all()
+        )

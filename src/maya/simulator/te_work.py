@@ -5,7 +5,8 @@ into TE's PyTorch extension as an op `te::<function>` with its tensor arguments'
 so a kernel launched inside one is sized by that call's largest tensor (`numel`, its last dimension `row`, its
 dtype: `work._op_shapes`). By the kernel's name (first match of `KINDS`), it is then priced as the eager kernel of
 the same work (a stand-in: TE's kernels have no measurements of their own):
-- LayerNorm / RMSNorm forward and backward: torch's layer-norm kernels (`native_layer_norm`,
+- LayerNorm / RMSNorm forward and backward (TE's own kernels, or its cuDNN normalization graphs, which the emulator
+  records as one kernel `cudnn_layer_norm_fwd` and the like): torch's layer-norm kernels (`native_layer_norm`,
   `native_layer_norm_backward`; RMSNorm as torch's fused RMSNorm, `_fused_rms_norm`);
 - the backward's finalize kernel (the weight gradients from the per-block partial sums): a column sum of the fp32
   partials, one row per block of the backward kernel launched before it in the call (its grid);
@@ -36,8 +37,8 @@ from maya_trace_spec.vocabulary import DTYPE_BYTES, TE_CALL_PREFIX
 KINDS: tuple[tuple[str, re.Pattern], ...] = (
     ("scalar", re.compile(r"extract_seed_and_offset")),
     ("norm_finalize", re.compile(r"bwd_finalize")),
-    ("norm_backward", re.compile(r"(?:ln|rmsnorm|rms)_bwd")),
-    ("norm_forward", re.compile(r"(?:ln|rmsnorm|rms)_fwd")),
+    ("norm_backward", re.compile(r"(?:ln|rmsnorm|rms|layer_norm|rms_norm)_bwd")),
+    ("norm_forward", re.compile(r"(?:ln|rmsnorm|rms|layer_norm|rms_norm)_fwd")),
     ("dbias", re.compile(r"reduce_dbias")),
     ("amax", re.compile(r"amax|compute_scale")),
     ("softmax", re.compile(r"softmax")),
