@@ -172,5 +172,8 @@ def test_a_multi_tensor_kernel_is_not_sized_by_its_calls_flag(tmp_path):
             "input_dtypes": ["", "int", "TensorList"],
         }
     ]
-    f = frame(write_trace(tmp_path, [kernel], ops, [{"kernel_id": 0, "op_id": 0}], ["optimizer"]))
+    run = write_trace(tmp_path, [kernel], ops, [{"kernel_id": 0, "op_id": 0}], ["optimizer"])
+    f = frame(run)
     assert f.loc[0, "family"] == "optimizer" and np.isnan(f.loc[0, "numel"])
+    trace = load(run).ranks[0]
+    assert te_work.notes({0: kernel}, trace.calls, trace.ops) == {}  # nor counted as an unsized TE kernel

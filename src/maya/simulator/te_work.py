@@ -54,6 +54,9 @@ ACTIVATIONS = re.compile(
 GATED = re.compile(r"glu$")
 NOT_TE_WORK = ("gemm", "attention", "collective", "optimizer", "copy")
 """Families a kernel launched inside a `te::` call keeps: its GEMMs, fused attention, fused optimizer, copies."""
+MULTI_TENSOR = re.compile(r"multi_tensor")
+"""TE's multi-tensor kernels (its fused Adam, gradient norm and scale): an optimizer's, sized as torch's foreach
+kernels are (not at all: their tensor lists carry no sizes), so not counted among the unsized TE kernels."""
 TE_KERNEL = re.compile(r"transformer_engine|(?:cast_)?transpose(?:_fusion)?_kernel_optimized|transpose_optimized")
 """Kernel names that are TE's whatever encloses them (its NVRTC kernels have plain names)."""
 STAND_INS = {
@@ -169,8 +172,8 @@ def notes(kernel_names: dict[int, str], calls: pd.DataFrame, ops: pd.DataFrame) 
     counts: dict[str, int] = {}
     for name, call in zip(names, enclosing):
         te_call = call.startswith(TE_CALL_PREFIX)
-        if not te_call and not TE_KERNEL.search(name.lower()):
-            continue
+        if (not te_call and not TE_KERNEL.search(name.lower())) or MULTI_TENSOR.search(name):
+            continue  # not TE's; or its fused optimizer's, unsized as torch's foreach kernels are
         kind = kind_of(name, call[len(TE_CALL_PREFIX) :]) if te_call else None
         if kind is None and not TE_KERNEL.search(name.lower()):
             continue  # a GEMM or fused attention inside a TE call, priced by its own shape
