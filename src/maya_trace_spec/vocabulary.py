@@ -119,6 +119,9 @@ MODULE_RANGE_PREFIX = "nn.Module: "
 """`ops.name` prefix of the range around a module's forward (`nn.Module: model.layers.3.mlp`, PyTorch profiler's
 spelling): the ops under it carry its `module_path`. One in the backward phase is a forward pass run again
 (activation recomputation)."""
+TE_CALL_PREFIX = "te::"
+"""`ops.name` prefix of a call into Transformer Engine's PyTorch extension (`te::layernorm_fwd`, `te::quantize`), with
+the shapes and dtypes of its tensor arguments: its own kernels carry no sizes, the call's arguments do."""
 EVAL_RANGE = "maya::eval"
 """`ops.name` of the range a capture opens around an evaluation forward pass (a model called in eval mode or
 under inference mode): its ops are phase `eval`, and each one is an evaluation the simulator counts."""

@@ -6,7 +6,8 @@ op, autograd node and record_function range with its input shapes, tagged onto t
 makes), module hooks that open a range per module (`nn.Module: GPT.blocks.0.mlp`) and, around a
 model called in eval mode or under inference mode, a `maya::eval` range (its ops are phase `eval`),
 the iteration clock (iteration_clock.py: optimizer steps, `--iterations`), the arguments of Triton
-launches (triton_launches.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
+launches (triton_launches.py), Transformer Engine's extension calls as `te::` ops with their tensors' shapes
+(te_calls.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
 timings (device_time.py). A stop signal (SIGINT, SIGTERM, SIGHUP: the launcher passes its own on as SIGINT)
 interrupts the script as Ctrl-C does, once; its status is then `interrupted`. At exit the script's
 outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
@@ -223,6 +224,7 @@ def main(argv: list[str]) -> int:
     from .device_time import install as answer_event_timings
     from .isolation import install as isolate_ranks
     from .iteration_clock import ITERATIONS_ENV, IterationLimitReached, native_clock
+    from .te_calls import install as describe_te_calls
     from .triton_launches import install as describe_triton_launches
 
     isolate_ranks()
@@ -231,6 +233,7 @@ def main(argv: list[str]) -> int:
     status, error, code, stopped, interrupted_by = "complete", None, 0, None, None
     observer = _Observer(Path(os.environ[settings.EMU_LIBS.name]), out)
     launches.provenance = observer.value_provenance
+    describe_te_calls(observer.lib)
     clock = native_clock(observer.lib, ctypes.CDLL(None), int(os.environ.get(ITERATIONS_ENV) or 0))
     groups = _ProcessGroups()
     handles = [

@@ -166,6 +166,32 @@ def flex_mask_notes(traces: TraceSet) -> list[str]:
     ]
 
 
+def te_kernel_notes(traces: TraceSet) -> list[str]:
+    """A note on Transformer Engine's own kernels: priced as the eager kernels of the same work (stand-ins, sized by
+    the extension call enclosing them: `te_work`), and those without sizes (outside a recorded call)."""
+    from . import te_work
+
+    counts: dict[str, int] = {}
+    for trace in traces.ranks.values():
+        names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])) if len(trace.kernels) else {}
+        for key, n in te_work.notes(names, trace.calls, trace.ops.drop_duplicates("op_id")).items():
+            counts[key] = counts.get(key, 0) + n
+    unsized = counts.pop("unsized", 0)
+    out = []
+    if counts:
+        shown = ", ".join(f"{words} ({n})" for words, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        out.append(
+            f"Transformer Engine's own kernels ({sum(counts.values())} launches) are priced as the eager kernels of "
+            f"the same work, sized by the TE call that launched them: {shown}"
+        )
+    if unsized:
+        out.append(
+            f"{unsized} launches of Transformer Engine's kernels have no sizes (launched outside a recorded TE call, "
+            "or of a kind not known): priced as unknown work from their enclosing op"
+        )
+    return out
+
+
 def subset_notes(traces: TraceSet) -> list[str]:
     """A note on ranks `maya emulate --ranks` did not capture and a captured rank of their pipeline stage stands
     for (run attrs `represents_assumed`, from the emulator's `subset.py`): an SPMD job is assumed, unverified."""

@@ -21,6 +21,7 @@ from .notes import (
     routing_notes,
     stand_in_notes,
     subset_notes,
+    te_kernel_notes,
 )
 from .oom import check_stopped_by_oom
 from .report import Prediction, allocator_peak, job_figures, measured_iteration, memory_peak, mfu_dtype, rank_report
@@ -88,6 +89,7 @@ def summarize(
     elif traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
     notes += stand_in_notes(traces) + routing_notes(traces) + flex_mask_notes(traces) + subset_notes(traces)
+    notes += te_kernel_notes(traces)
     notes += evaluation_notes(sim)
     notes += host_notes(sim, job["iteration_ns"], job["host_bound_ns"])
     notes += timing_notes(traces, hw.name)

@@ -3,7 +3,8 @@
 GEMM template's output tile (`tile_m`, `tile_n`: `launch_shape.py`), plus
 the collective columns (`collective`, `comm_bytes`: nccl-tests message size). Built from the call's own columns, its kernel's family and, for
 kernels without shapes of their own, the input shapes of the enclosing framework op (attention kernels:
-`attention_shapes`); Triton kernels from the arguments of their launch (`triton_work`)."""
+`attention_shapes`); Triton kernels from the arguments of their launch (`triton_work`); Transformer Engine's kernels
+from the extension call enclosing them, as the eager kernels of the same work (`te_work`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 from maya.estimators.calls import GATHER_OPS, gathered_size, gemm_of_row_major
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, MODULE_RANGE_PREFIX, dtype_bytes, dtype_name
 
-from . import triton_work
+from . import te_work, triton_work
 from .attention_shapes import shape_attention
 from .opcodes import COLL
 from .split_kernels import share_split_pieces
@@ -189,6 +190,7 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         share_split_pieces(calls, names, launched, num["numel"])
         known = launched & op_rows["dtype"].notna().to_numpy()
         dtype[known] = op_rows["dtype"].to_numpy()[known]
+        te_work.fill(calls, _codes_map(calls["kernel_id"], names, ""), launched, family, op, dtype, num)
         unshaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy()  # measured traces' GEMMs
         if unshaped.any():
             gemms = _op_gemms(ops).reindex(calls["op_id"].to_numpy())

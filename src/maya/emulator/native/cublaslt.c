@@ -1,5 +1,6 @@
 /* libcublasLt.so.13 stub: descriptors keep their attributes; a heuristic query answers one algorithm;
  * cublasLtMatmul records the GEMM (m, n, k, batch, transposes, types) from the descriptors. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,31 @@ MAYA_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l,
   m->ld = ld;
   *l = (cublasLtMatrixLayout_t)m;
   return CUBLAS_STATUS_SUCCESS;
+}
+
+/* cuBLASLt's grouped GEMM (CUBLASLT_BATCH_MODE_GROUPED, cuBLASLt 13.3+: Transformer Engine's te.ops.GroupedLinear on
+ * Hopper and Blackwell) reads each group's rows, columns and leading dimension from device arrays, which the caller
+ * fills with a kernel (TE computes them from the split sizes on the GPU): a virtual GPU holds no values there, so no
+ * group's shape can be known. It fails, saying so. */
+static cublasStatus_t grouped_layout(const char *name) {
+  fprintf(stderr,
+          "maya emulator: %s: cuBLASLt's grouped GEMM reads every group's shape from device arrays a kernel "
+          "wrote, which a virtual GPU has no values for; not emulated (Transformer Engine's te.GroupedLinear module "
+          "runs: it issues one GEMM per group from host split sizes)\n",
+          name);
+  maya_unimplemented(name, D_CUBLASLT);
+  return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+MAYA_EXPORT cublasStatus_t cublasLtGroupedMatrixLayoutInit_internal(cublasLtMatrixLayout_t l, size_t size,
+                                                                    cudaDataType type, int groups, const void *rows,
+                                                                    const void *cols, const void *ld) {
+  return grouped_layout("cublasLtGroupedMatrixLayoutInit_internal");
+}
+
+MAYA_EXPORT cublasStatus_t cublasLtGroupedMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, int groups,
+                                                             const void *rows, const void *cols, const void *ld) {
+  return grouped_layout("cublasLtGroupedMatrixLayoutCreate");
 }
 
 MAYA_EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "cudnn_compat.h"
+#include "cudnn_legacy.h"
 #include "gemm.h"
 #include "maya_emu.h"
 
@@ -273,7 +274,7 @@ static int cudnn_dtype(bdesc *tensor) {
 
 typedef struct {
   int matmuls, causal, backward;
-  bdesc *first_matmul, *sdpa, *conv;
+  bdesc *first_matmul, *sdpa, *conv, *norm;
 } graph_summary;
 
 /* Walks an operation graph, and the score-modifier subgraph of a unified SDPA operation. */
@@ -295,6 +296,10 @@ static void summarize(bdesc *graph, graph_summary *s, int depth) {
          op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR) &&
         !s->conv)
       s->conv = op;
+    if ((op->type == CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR ||
+         op->type == CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR) &&
+        !s->norm)
+      s->norm = op;
     if (op->type == CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR) s->causal = 1;
     if (op->type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR &&
         int_attr(child(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR), CUDNN_ATTR_POINTWISE_MODE, -1) ==
@@ -356,6 +361,20 @@ static void record_convolution(bdesc *conv, int64_t stream) {
   maya_record_gemm(API("cudnnBackendExecute"), D_CUDNN, stream, m, n, k, groups, 0, 0, dt, dt, dt, dt);
 }
 
+/* A normalization graph (Transformer Engine's layer norms with NVTE_NORM_FWD_USE_CUDNN / NVTE_NORM_BWD_USE_CUDNN): one
+ * kernel named by its mode and direction ("cudnn_layer_norm_fwd", "cudnn_rms_norm_bwd"; a normalization by its
+ * name) over the elements of its input X. */
+static void record_norm(bdesc *norm, int64_t stream) {
+  int backward = norm->type == CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR;
+  int64_t mode = int_attr(norm, backward ? CUDNN_ATTR_OPERATION_NORM_BWD_MODE : CUDNN_ATTR_OPERATION_NORM_FWD_MODE, -1);
+  int64_t x[8] = {0};
+  int n =
+      dims_of(child(norm, backward ? CUDNN_ATTR_OPERATION_NORM_BWD_XDESC : CUDNN_ATTR_OPERATION_NORM_FWD_XDESC), x, 8);
+  const char *name = mode == CUDNN_RMS_NORM ? (backward ? "cudnn_rms_norm_bwd" : "cudnn_rms_norm_fwd")
+                                            : (backward ? "cudnn_layer_norm_bwd" : "cudnn_layer_norm_fwd");
+  record_kernel(API("cudnnBackendExecute"), stream, name, n ? product(x, 0, n) : 0);
+}
+
 MAYA_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
                                               cudnnBackendDescriptor_t pack) {
   bdesc *graph =
@@ -368,7 +387,9 @@ MAYA_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackend
   battr *ops = graph ? find(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS) : NULL;
   int64_t stream = maya_stream_id(((maya_cudnn *)handle)->stream);
   int64_t q[8] = {0}, k[8] = {0};
-  if (g.conv && !sdpa && !matmuls) {
+  if (g.norm && !sdpa && !matmuls) {
+    record_norm(g.norm, stream);
+  } else if (g.conv && !sdpa && !matmuls) {
     record_convolution(g.conv, stream);
   } else if (sdpa || matmuls >= 2) {
     if (sdpa) {

@@ -387,6 +387,13 @@ __attribute__((visibility("default"))) int64_t maya_ops_range_enter(int32_t name
   if (forked_child) return -1;
   return enter(state(), name, -1, static_cast<int32_t>(at::RecordScope::USER_SCOPE), -1);
 }
+/* Open a range with inputs: `inputs` is an interned `{"s": shapes, "t": types}` text (signature_text's form) of a
+ * library call outside the dispatcher (Transformer Engine's extension functions, `te_calls.py`), so the kernels
+ * it launches carry their sizes. */
+__attribute__((visibility("default"))) int64_t maya_ops_range_enter_inputs(int32_t name, int32_t inputs) {
+  if (forked_child) return -1;
+  return enter(state(), name, inputs, static_cast<int32_t>(at::RecordScope::USER_SCOPE), -1);
+}
 __attribute__((visibility("default"))) void maya_ops_range_exit(int64_t id) {
   if (!forked_child) leave(state(), id);
 }

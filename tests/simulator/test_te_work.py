@@ -1,0 +1,179 @@
+"""Transformer Engine's own kernels priced by their work (`simulator/te_work.py`), on synthetic traces whose TE kernels
+are launched inside `te::` calls carrying their tensors' shapes (as `emulator/te_calls.py` records them): each kind is
+priced as the eager kernel of the same work, and its price follows the call's size; a TE kernel outside a recorded
+call is counted as unsized in the prediction's note."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from simulator.test_work_shapes import frame, write_trace
+
+from maya.estimators import TrainConfig, train
+from maya.estimators.efficiency_model import ModelParams
+from maya.estimators.training_data import shipped_measurements
+from maya.simulator import te_work
+from maya.simulator.trace import load
+
+LN_FWD = (
+    "&::transformer_engine::normalization::ln_fwd_tuned_kernel<::transformer_engine::normalization::Kernel_traits<"
+    "::transformer_engine::normalization::bf16, ::transformer_engine::normalization::bf16, "
+    "::transformer_engine::normalization::fp8e4m3, ::transformer_engine::normalization::fp32, uint32_t, 1024>>"
+)
+LN_BWD = LN_FWD.replace("ln_fwd", "ln_bwd")
+LN_FINALIZE = LN_FWD.replace("ln_fwd_tuned_kernel", "ln_bwd_finalize_tuned_kernel")
+CAST = (
+    "_ZN18transformer_engine12unary_kernelILi16ELb1EfNS_5EmptyEXadL_ZNS_8dispatch3fp86detail8identityEfRKS1_EE13"
+    "__nv_bfloat1613__nv_fp8_e4m3EEvPKT4_PKT1_PT5_SE_PSC_SH_T2_mm"
+)
+GELU = (
+    "_ZN18transformer_engine12unary_kernelILi16ELb1EfNS_5EmptyEXadL_ZNS_4geluIffEET_T0_RKS1_EE13__nv_bfloat1613"
+    "__nv_fp8_e4m3EEvPKT4_PKT1_PT5_SE_PSC_SH_T2_mm"
+)
+DBIAS = "_ZN18transformer_engine6detail19reduce_dbias_kernelILi4Ef13__nv_bfloat16EEvPT1_PKT0_ii"
+AMAX = (
+    "_ZN18transformer_engine22delayed_scaling_recipe51_GLOBAL__N__5782aad1_18_delayed_scaling_cu_061efdc126"
+    "amax_and_scale_update_impl11kernel_bulkEPfNS1_10AmaxParamsEmNS1_15AmaxComputeAlgoEf"
+)
+SOFTMAX = "_ZN3mha43scaled_masked_softmax_warp_forward"
+EAGER_LN = "_ZN2at6native53_GLOBAL__N__vectorized_layer_norm_kernel"
+HIDDEN = 1024
+
+# (te call, its kernels, its tensor inputs as (shape, dtype) per rows of the hidden size)
+CALLS = {
+    "layernorm_fwd": ([LN_FWD], lambda t: [([t, HIDDEN], "bfloat16"), ([HIDDEN], "bfloat16")]),
+    "layernorm_bwd": (
+        [LN_BWD, LN_FINALIZE],
+        lambda t: [([t, HIDDEN], "bfloat16"), ([t, HIDDEN], "bfloat16"), ([t], "float32")],
+    ),
+    "quantize": ([CAST, "cast_transpose_optimized_kernel"], lambda t: [([t, HIDDEN], "bfloat16")]),
+    "fp8_transpose": (["transpose_optimized_kernel"], lambda t: [([t, HIDDEN], "uint8")]),
+    "gelu": ([GELU], lambda t: [([t, 4 * HIDDEN], "bfloat16")]),
+    "dbias_dgelu": (
+        ["cast_transpose_fusion_kernel_optimized", DBIAS],
+        lambda t: [([t, 4 * HIDDEN], "bfloat16"), ([t, 4 * HIDDEN], "bfloat16")],
+    ),
+    "compute_amax": ([AMAX], lambda t: [([t, HIDDEN], "bfloat16")]),
+    "scaled_masked_softmax_forward": ([SOFTMAX], lambda t: [([4, 16, t // 4, t // 4], "bfloat16")]),
+}
+
+
+def te_run(tmp_path, tokens: int, name: str = "run"):
+    """One rank launching every kernel of `CALLS` inside its `te::` call, for `tokens` rows; an eager layer norm of
+    the same input; and a TE kernel outside any TE call."""
+    kernels = [k for ks, _ in CALLS.values() for k in ks] + [EAGER_LN]
+    ops, launches = [], []
+    for op_id, (call, (names, inputs)) in enumerate(CALLS.items()):
+        shapes = inputs(tokens)
+        ops.append(
+            {
+                "op_id": op_id,
+                "name": f"te::{call}",
+                "input_shapes": [s for s, _ in shapes],
+                "input_dtypes": [d for _, d in shapes],
+            }
+        )
+        launches += [{"kernel_id": kernels.index(k), "op_id": op_id, "grid_x": 264} for k in names]
+    eager = len(ops)
+    ops.append(
+        {
+            "op_id": eager,
+            "name": "aten::native_layer_norm",
+            "input_shapes": [[tokens, HIDDEN], [HIDDEN], [HIDDEN], []],
+            "input_dtypes": ["c10::BFloat16"] * 3 + ["Scalar"],
+        }
+    )
+    launches.append({"kernel_id": len(kernels) - 1, "op_id": eager})
+    ops.append({"op_id": eager + 1, "name": "_LayerNormLinear", "input_shapes": [[tokens, HIDDEN]]})
+    launches.append({"kernel_id": 0, "op_id": eager + 1})  # outside a TE call: unsized
+    families = ["normalization" if k == EAGER_LN else "softmax" if "softmax" in k else "other" for k in kernels]
+    (tmp_path / name).mkdir()
+    return write_trace(tmp_path / name, kernels, ops, launches, families)
+
+
+def test_te_kernels_are_framed_as_the_eager_kernels_of_the_same_work(tmp_path):
+    f = frame(te_run(tmp_path, 2048))
+    rows = f.iloc[:-2].reset_index(drop=True)
+    t = 2048
+    expected = [
+        ("normalization", "native_layer_norm", "bf16", t * HIDDEN, HIDDEN),
+        ("normalization", "native_layer_norm_backward", "bf16", t * HIDDEN, HIDDEN),
+        ("reduction", "sum", "fp32", 2 * HIDDEN * 264, 264),  # the fp32 partials of the backward's 264 blocks
+        ("elementwise", "cast", "bf16", t * HIDDEN, HIDDEN),
+        ("elementwise", "cast", "bf16", t * HIDDEN, HIDDEN),
+        ("elementwise", "cast", "fp8", t * HIDDEN, HIDDEN),
+        ("elementwise", "gelu", "bf16", t * 4 * HIDDEN, 4 * HIDDEN),
+        ("elementwise", "gelu_bwd", "bf16", t * 4 * HIDDEN, 4 * HIDDEN),
+        ("reduction", "sum", "bf16", t * 4 * HIDDEN, t),
+        ("reduction", "amax", "bf16", t * HIDDEN, t * HIDDEN),
+        ("softmax", "softmax_fwd", "bf16", t * t * 4, t // 4),
+    ]
+    got = list(rows[["family", "op", "dtype", "numel", "row"]].itertuples(index=False, name=None))
+    assert got == expected
+    # a cast reads bf16 once and writes one fp8 tensor, a cast-transpose two, a transpose one byte in and out
+    assert rows["work_bytes"].iloc[3:6].tolist() == [t * HIDDEN * 3, t * HIDDEN * 4, t * HIDDEN * 2]
+    eager = f.iloc[-2]
+    assert (eager["family"], eager["op"], eager["numel"], eager["row"]) == tuple(
+        rows.loc[0, ["family", "op", "numel", "row"]]
+    )
+    outside = f.iloc[-1]
+    assert outside["family"] == "other"
+
+
+def test_notes_count_the_stand_ins_and_the_unsized_kernels(tmp_path):
+    trace = load(te_run(tmp_path, 2048)).ranks[0]
+    counts = te_work.notes(dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])), trace.calls, trace.ops)
+    assert counts == {
+        "LayerNorm/RMSNorm as torch's layer norm": 1,
+        "their backward as torch's": 1,
+        "their weight-gradient finalize as a column sum": 1,
+        "fp8 casts as torch's cast": 2,
+        "fp8 transposes as a one-byte cast": 1,
+        "activations as torch's": 2,
+        "bias gradients as torch's column sum": 1,
+        "amax/scale kernels as torch's amax": 1,
+        "softmax as torch's": 1,
+        "unsized": 1,
+    }
+
+
+@pytest.fixture(scope="module")
+def estimator():
+    measured = shipped_measurements()
+    rows = measured[measured["family"].isin(("elementwise", "normalization", "softmax", "reduction"))]
+    rows = rows.sample(frac=1.0, random_state=0).groupby(["hardware", "family", "op", "dtype"]).head(40)
+    config = TrainConfig(params=ModelParams(n_estimators=30, max_depth=4), validate=False)
+    return train(rows.reset_index(drop=True), config).estimator
+
+
+def test_each_kind_is_priced_by_its_size(tmp_path, estimator):
+    """Each TE kernel kind at 16x the rows is priced longer; the finalize, whose size is the backward's grid (the
+    same here), costs the same."""
+    priced = []
+    for tokens in (1024, 16384):
+        f = frame(te_run(tmp_path, tokens, f"t{tokens}")).iloc[:-2]
+        calls = f.rename(columns={"work_bytes": "bytes"}).assign(hardware="h100-sxm")
+        priced.append(estimator.predict(calls)["duration_ns"].to_numpy())
+    small, large = priced
+    finalize = 2
+    grows = np.delete(large / small, finalize)
+    assert (grows > 2).all(), pd.Series(large / small).round(2).tolist()
+    assert large[finalize] == pytest.approx(small[finalize])
+
+
+def test_a_multi_tensor_kernel_is_not_sized_by_its_calls_flag(tmp_path):
+    """TE's fused Adam (`te::multi_tensor_adam(chunk, noop_flag, tensor_lists, ...)`): its lists carry no sizes, so
+    its kernel's size is unknown, as torch's foreach kernels' are, not the one-element flag's."""
+    kernel = "_ZN18transformer_engine17multi_tensor_apply_kernelI18TensorListMetadataILi4EE12AdamFunctor"
+    ops = [
+        {
+            "op_id": 0,
+            "name": "te::multi_tensor_adam",
+            "input_shapes": [[], [1], []],
+            "input_dtypes": ["", "int", "TensorList"],
+        }
+    ]
+    run = write_trace(tmp_path, [kernel], ops, [{"kernel_id": 0, "op_id": 0}], ["optimizer"])
+    f = frame(run)
+    assert f.loc[0, "family"] == "optimizer" and np.isnan(f.loc[0, "numel"])
+    trace = load(run).ranks[0]
+    assert te_work.notes({0: kernel}, trace.calls, trace.ops) == {}  # nor counted as an unsized TE kernel
