@@ -1,6 +1,8 @@
 """`maya emulate`: unmodified scripts on virtual GPUs; what the trace must say about them."""
 
 import json
+import shutil
+import subprocess
 
 import pyarrow.compute as pc
 import pytest
@@ -110,6 +112,34 @@ def test_the_prediction_tells_allocated_from_held_memory(tmp_path, allocator):
     p = json.loads(predicted.stdout)
     assert p["peak_allocated_bytes"] == script_saw["max_memory_allocated"]
     assert p["peak_memory_bytes"] == script_saw["max_memory_reserved"]
+
+
+PLUGGABLE_ALLOCATOR_C = """#include <stdlib.h>
+#include <sys/types.h>
+void* my_malloc(ssize_t size, int device, void* stream){ return malloc(size ? size : 1); }
+void my_free(void* ptr, ssize_t size, int device, void* stream){ free(ptr); }
+"""
+
+
+def test_a_script_with_a_pluggable_allocator_completes_without_allocator_peaks(tmp_path):
+    """`torch.cuda.memory_stats` raises under a `CUDAPluggableAllocator`: the allocator's peaks are best effort, so
+    the completed script is recorded as ok with its calls (not failed with none) and the prediction falls back to
+    the memory events' peak, as for captures that predate the peaks."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "alloc.c").write_text(PLUGGABLE_ALLOCATOR_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", tmp_path / "alloc.so", tmp_path / "alloc.c"], check=True)
+    r, out = emulate(tmp_path, script="pluggable_allocator.py", script_args=[tmp_path / "alloc.so"])
+    assert r.exit_code == 0, r.output
+    assert "script done" in (out / "logs" / "rank0.txt").read_text()
+    run = Run(out)
+    assert run.info["status"] == "complete"
+    assert not json.loads(run.info["attrs"] or "{}").get("allocator_peaks")
+    assert run.table("api_calls").num_rows > 0
+    predicted = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
+    assert predicted.exit_code == 0, predicted.output
+    assert json.loads(predicted.stdout)["peak_allocated_bytes"] is None
 
 
 def test_oom_exactly_at_capacity(tmp_path):

@@ -6,7 +6,14 @@ import pytest
 
 from maya.estimators import TrainConfig, train
 from maya.estimators.efficiency_model import ModelParams
-from maya.estimators.gemm_reference import REFERENCES, reference_of, reference_rows, time_factor, uncalibrated
+from maya.estimators.gemm_reference import (
+    MIN_FLOPS,
+    REFERENCES,
+    reference_of,
+    reference_rows,
+    time_factor,
+    uncalibrated,
+)
 from maya.estimators.hardware_table import hardware_arrays
 
 SMALL = TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=False)
@@ -60,7 +67,7 @@ def test_only_the_time_the_tensor_cores_set_in_a_reference_dtype_speeds_up():
             "family": "gemm",
             "dtype": ["bf16", "bf16", "fp32", "fp8"],
             "m": [8192.0, 8192.0, 8192.0, 8192.0],
-            "n": [8192.0, 1.0, 8192.0, 8192.0],  # compute-bound, matrix-vector (memory-bound), fp32 (CUDA cores), fp8
+            "n": [8192.0, 256.0, 8192.0, 8192.0],  # compute-bound, memory-bound, fp32 (CUDA cores), fp8
             "k": [8192.0, 8192.0, 8192.0, 8192.0],
         }
     )
@@ -70,8 +77,8 @@ def test_only_the_time_the_tensor_cores_set_in_a_reference_dtype_speeds_up():
     factor = time_factor(calls["dtype"], hw, flops.to_numpy(), moved.to_numpy())
     ratio = REFERENCES["h100-sxm"].ratio
     assert factor[0] == pytest.approx(1 / ratio)
-    share = (flops[1] / hw.peak_flops[1]) / (moved[1] / hw.bandwidth[1])  # ~1% of its roofline is compute
-    assert factor[1] == pytest.approx(1 - share + share / ratio) and factor[1] > 0.999
+    share = (flops[1] / hw.peak_flops[1]) / (moved[1] / hw.bandwidth[1])  # most of its roofline is memory's
+    assert share < 1 and factor[1] == pytest.approx(1 - share + share / ratio) and factor[0] < factor[1] < 1
     assert factor[2] == factor[3] == 1.0  # fp8's kernels were not among the reference rows
 
 
@@ -92,3 +99,20 @@ def test_reference_rows_are_compute_bound_cublas_rows_neither_selected_nor_power
     ).assign(batch=np.nan)
     chosen = reference_rows(rows)
     assert chosen.index.tolist() == [0, 5]
+
+
+def test_a_launch_bound_gemm_keeps_the_learned_price_a_large_one_the_reference(estimator):
+    """The reference rows are all >= MIN_FLOPS: a 512^3 bf16 GEMM (launch-bound) on an A100 keeps its learned time,
+    an 8192^3 one is sped up by the part's ratio."""
+    calls = pd.DataFrame({"m": [512.0, 8192.0], "n": [512.0, 8192.0], "k": [512.0, 8192.0]}).assign(
+        hardware="a100-sxm-80gb", family="gemm", op="mm", dtype="bf16"
+    )
+    assert 2 * 512.0**3 < MIN_FLOPS <= 2 * 8192.0**3
+    learned = uncalibrated(estimator).predict(calls)["duration_ns"].to_numpy()
+    calibrated = estimator.predict(calls)["duration_ns"].to_numpy()
+    assert calibrated[0] == learned[0]
+    assert calibrated[1] == pytest.approx(learned[1] / REFERENCES["a100-sxm-80gb"].ratio)
+    hw = hardware_arrays(calls)
+    flops = 2 * calls["m"] * calls["n"] * calls["k"]
+    moved = 2.0 * (calls["m"] * calls["k"] + calls["k"] * calls["n"] + calls["m"] * calls["n"])
+    assert time_factor(calls["dtype"], hw, flops.to_numpy(), moved.to_numpy())[0] == 1.0

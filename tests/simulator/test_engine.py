@@ -529,3 +529,21 @@ def test_a_failed_allocation_the_script_survived_is_no_oom(tmp_path):
         assert failed.oom and failed.oom_reason.startswith(  # the recorded failure named (tests/simulator/test_oom.py)
             "rank 0 ran out of device memory outside any recorded op: it requested 30.00 GiB with 30.00 GiB in use"
         )
+
+
+def test_allocator_peaks_are_kept_per_rank():
+    """Each captured rank's allocated peak (the most over its devices), and the job's the most of them."""
+    from types import SimpleNamespace
+
+    from maya.simulator.report import allocator_peak, allocator_peaks
+
+    attrs = {
+        "allocator_peaks": {
+            "1": {"0": {"allocated_bytes": 5, "reserved_bytes": 9}, "1": {"allocated_bytes": 7, "reserved_bytes": 9}},
+            "0": {"0": {"allocated_bytes": 3, "reserved_bytes": 4}},
+        }
+    }
+    traces = SimpleNamespace(attrs=attrs)
+    assert allocator_peaks(traces) == {0: 3, 1: 7}
+    assert allocator_peak(traces) == 7
+    assert allocator_peaks(SimpleNamespace(attrs={})) == {} and allocator_peak(SimpleNamespace(attrs={})) is None

@@ -130,7 +130,7 @@ def test_notes_count_the_stand_ins_and_the_unsized_kernels(tmp_path):
         "fp8 transposes as a one-byte cast": 1,
         "activations as torch's": 2,
         "bias gradients as torch's column sum": 1,
-        "amax/scale kernels as torch's amax": 1,
+        "amax kernels as torch's amax": 1,
         "softmax as torch's": 1,
         "unsized": 1,
     }
@@ -177,3 +177,83 @@ def test_a_multi_tensor_kernel_is_not_sized_by_its_calls_flag(tmp_path):
     assert f.loc[0, "family"] == "optimizer" and np.isnan(f.loc[0, "numel"])
     trace = load(run).ranks[0]
     assert te_work.notes({0: kernel}, trace.calls, trace.ops) == {}  # nor counted as an unsized TE kernel
+
+
+def one_call_run(tmp_path, call: str, inputs: list, kernels: list[str], repeat: int = 1):
+    """One rank launching `kernels` (`repeat` times each) inside one `te::<call>` with tensor inputs `inputs`
+    ((shape, dtype) pairs)."""
+    ops = [
+        {
+            "op_id": 0,
+            "name": f"te::{call}",
+            "input_shapes": [s for s, _ in inputs],
+            "input_dtypes": [d for _, d in inputs],
+        }
+    ]
+    launches = [{"kernel_id": i, "op_id": 0, "grid_x": 264} for i in range(len(kernels)) for _ in range(repeat)]
+    (tmp_path / call).mkdir()
+    return write_trace(tmp_path / call, kernels, ops, launches, ["other"] * len(kernels))
+
+
+SWIGLU = GELU.replace("geluIffEE", "swigluIffEE")
+
+
+def test_a_gated_activation_is_priced_as_the_models_silu_and_mul(tmp_path):
+    """`te::swiglu` reads [T, 2F] and writes [T, F]: vLLM's `silu_and_mul` in the model's convention (Vidur's
+    `mlp_act`: numel the output's T x F, two operands), not numel 2TF of one operand; its gradient reads the
+    gradient [T, F] and the input [T, 2F] and writes [T, 2F]: 5TF elements moved."""
+    t, ffn = 2048, 4 * HIDDEN
+    f = frame(one_call_run(tmp_path, "swiglu", [([t, 2 * ffn], "bfloat16")], [SWIGLU])).iloc[0]
+    assert (f["family"], f["op"], f["numel"], f["row"], f["operands"]) == (
+        "elementwise",
+        "silu_and_mul",
+        t * ffn,
+        ffn,
+        2,
+    )
+    b = frame(one_call_run(tmp_path, "dswiglu", [([t, ffn], "bfloat16"), ([t, 2 * ffn], "bfloat16")], [SWIGLU])).iloc[0]
+    assert (b["op"], b["numel"], b["row"]) == ("silu_bwd", 2 * t * ffn, 2 * ffn)
+    assert b["numel"] * (b["operands"] + 1) == 5 * t * ffn  # the elementwise family's elements moved
+    g = frame(one_call_run(tmp_path, "gelu", [([t, ffn], "bfloat16")], [GELU])).iloc[0]
+    assert (g["op"], g["numel"], g["operands"]) == ("gelu", t * ffn, 1)  # not gated: unchanged
+
+
+def test_scale_and_amax_reset_kernels_are_launches_not_amax_passes(tmp_path):
+    """Current scaling's `compute_scale_from_amax_kernel` (one thread) and the grouped amax reset are scalar
+    kernels: priced as a launch, not as an amax over the call's input; TE's amax kernel itself still is one."""
+    t = 2048
+    kernels = [
+        "_ZN18transformer_engine6detail30compute_scale_from_amax_kernelEPKfPfS3_fbfb",
+        "_ZN18transformer_engine6detail24grouped_amax_zero_kernelEPPfi",
+        "_ZN18transformer_engine6detail11amax_kernelILi16E13__nv_bfloat16EEvPKT0_PfPKfm",
+    ]
+    f = frame(one_call_run(tmp_path, "quantize", [([t, HIDDEN], "bfloat16")], kernels))
+    assert f["family"].tolist()[:2] == ["other", "other"] and f["numel"].tolist()[:2] == [1.0, 1.0]
+    assert (f.loc[2, "op"], f.loc[2, "numel"]) == ("amax", t * HIDDEN)
+    assert te_work.kind_of(kernels[0], "quantize") == te_work.kind_of(kernels[1], "quantize") == "scalar"
+
+
+def test_notes_match_each_distinct_kernel_once_and_skip_a_trace_without_te(tmp_path, monkeypatch):
+    """The notes' work is per distinct (kernel, call), not per launch: 50 launches of one TE kernel in one call are
+    one kind lookup, counted 50 times; a trace with no `te::` call and no TE kernel name is answered at once."""
+    looked_up = []
+    kind_of = te_work.kind_of
+    monkeypatch.setattr(te_work, "kind_of", lambda k, c: looked_up.append(k) or kind_of(k, c))
+    run = one_call_run(tmp_path, "gelu", [([2048, HIDDEN], "bfloat16")], [GELU], repeat=50)
+    trace = load(run).ranks[0]
+    assert te_work.notes({0: GELU}, trace.calls, trace.ops) == {"activations as torch's": 50}
+    assert looked_up == [GELU]
+
+    searched = []
+
+    class Spy:
+        def search(self, text):
+            searched.append(text)
+            return None
+
+    monkeypatch.setattr(te_work, "TE_KERNEL", Spy())
+    ops = [{"op_id": 0, "name": "aten::native_layer_norm", "input_shapes": [[2048, HIDDEN]]}]
+    eager = write_trace(tmp_path, [EAGER_LN], ops, [{"kernel_id": 0, "op_id": 0}] * 50, ["normalization"])
+    trace = load(eager).ranks[0]
+    assert te_work.notes({0: EAGER_LN}, trace.calls, trace.ops) == {}
+    assert len(searched) <= 1  # the kernel's name once, not once per launch

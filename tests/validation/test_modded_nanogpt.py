@@ -127,3 +127,20 @@ def test_shards_hold_documents_of_realistic_length(tmp_path):
     assert not np.array_equal(fineweb_shards.tokens(2_000_000, seed=1), tokens)
     with pytest.raises(ValueError, match="at least one token"):
         fineweb_shards.tokens(0)
+
+
+@pytest.mark.parametrize(
+    ("by_rank", "error", "named"),
+    [({0: 40 * 2**30, 3: 48 * 2**30}, 0.0, None), ({"2": 44 * 2**30, "5": 48 * 2**30}, 10.0, "rank 2's")],
+)
+def test_the_published_peak_is_compared_with_rank_0s(monkeypatch, by_rank, error, named):
+    """The records print rank 0's `max_memory_allocated()`: it is compared with rank 0's predicted peak, not the
+    most of any rank's; where rank 0 was not captured, with the lowest captured rank's, named."""
+    details = {"peak_allocated_bytes": 48 * 2**30, "peak_allocated_bytes_by_rank": by_rank}
+    held = Predicted(1.0, None, None, False, None, 50 * 2**30, 80 * 2**30, 0.4, details)
+    monkeypatch.setattr(modded_nanogpt, "predict_plan", lambda *args: held)
+    plan = SimpleNamespace(measured_memory_mib=40960.0)
+    out = modded_nanogpt.predict(plan, Path("run"), "v1", None).details
+    assert out["memory_error_pct"] == pytest.approx(error)
+    assert out["memory_compared"].startswith("allocated")
+    assert (named in out["memory_compared"]) if named else out["memory_compared"] == "allocated"

@@ -155,12 +155,21 @@ def _cpu_seconds() -> float:
 def _allocator_peaks(torch) -> dict[str, dict[str, int]]:
     """Per device the rank used: the peak bytes torch's CUDA caching allocator handed out to tensors
     (`torch.cuda.max_memory_allocated`) and held from the device (`max_memory_reserved`: what the stubs' memory
-    events record), as the script would read them at its end; empty when it never initialised CUDA."""
-    if not torch.cuda.is_initialized():
+    events record), as the script would read them at its end; empty when it never initialised CUDA. Best effort: a
+    device whose statistics cannot be read (a script that swapped in a `CUDAPluggableAllocator`, which has none)
+    records no peaks, and the prediction falls back as it does for captures that predate them."""
+    try:
+        if not torch.cuda.is_initialized():
+            return {}
+        devices = torch.cuda.device_count()
+    except Exception:
         return {}
     peaks = {}
-    for device in range(torch.cuda.device_count()):
-        stats = torch.cuda.memory_stats(device)
+    for device in range(devices):
+        try:
+            stats = torch.cuda.memory_stats(device)
+        except Exception:  # e.g. "CUDAPluggableAllocator does not yet support getDeviceStats"
+            continue
         if stats.get("reserved_bytes.all.peak"):
             peaks[str(device)] = {
                 "allocated_bytes": int(stats["allocated_bytes.all.peak"]),
@@ -271,25 +280,27 @@ def main(argv: list[str]) -> int:
             h.remove()
         observer.finish()
         (out / "process_groups.json").write_text(json.dumps(groups.snapshot()))
-        (out / "status.json").write_text(
-            json.dumps(
-                {
-                    "status": status,
-                    "exit_code": code,
-                    "error": error,
-                    "pid": os.getpid(),
-                    "torch": torch.__version__,
-                    "cpu_s": _cpu_seconds(),
-                    "stopped_at_iteration": stopped,
-                    "interrupted_by": interrupted_by,
-                    "optimizer_iterations": clock.iteration,
-                    "host_values": observer.values(),
-                    "device_time": timings.report() if timings else None,
-                    "allocator": _allocator_peaks(torch),
-                }
+        try:
+            (out / "status.json").write_text(
+                json.dumps(
+                    {
+                        "status": status,
+                        "exit_code": code,
+                        "error": error,
+                        "pid": os.getpid(),
+                        "torch": torch.__version__,
+                        "cpu_s": _cpu_seconds(),
+                        "stopped_at_iteration": stopped,
+                        "interrupted_by": interrupted_by,
+                        "optimizer_iterations": clock.iteration,
+                        "host_values": observer.values(),
+                        "device_time": timings.report() if timings else None,
+                        "allocator": _allocator_peaks(torch),
+                    }
+                )
             )
-        )
-        ctypes.CDLL(None).maya_emu_finish()
+        finally:  # the capture is closed whatever the status's writing raised
+            ctypes.CDLL(None).maya_emu_finish()
     return code
 
 

@@ -14,7 +14,8 @@
    products, the special-function and FP32 rates of the spec sheet, corrected by the model learned on public
    attention measurements where it covers the kernel; `families/attention.py`, `attention_model.py`).
 
-A tensor-core GEMM (bf16, fp16, TF32) on a part with public cuBLAS reference measurements, whatever its method, has
+A tensor-core GEMM (bf16, fp16, TF32) of at least `gemm_reference.MIN_FLOPS` (smaller ones are launch-bound) on a part
+with public cuBLAS reference measurements, whatever its method, has
 the compute-bound share of its time anchored to them (`gemm_reference`: the learned price carries Vidur's harness,
 slower than public cuBLAS on the same part; `gemm_reference=False` keeps the learned price).
 

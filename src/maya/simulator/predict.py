@@ -24,7 +24,16 @@ from .notes import (
     te_kernel_notes,
 )
 from .oom import check_stopped_by_oom
-from .report import Prediction, allocator_peak, job_figures, measured_iteration, memory_peak, mfu_dtype, rank_report
+from .report import (
+    Prediction,
+    allocator_peak,
+    allocator_peaks,
+    job_figures,
+    measured_iteration,
+    memory_peak,
+    mfu_dtype,
+    rank_report,
+)
 from .retarget import gpu_assumption, retarget, source_hardware
 from .simulation import Simulation, simulate
 from .timeline import write_timeline
@@ -115,6 +124,7 @@ def summarize(
         mfu_dtype=dtype,
         peak_memory_bytes=peak_memory,
         peak_allocated_bytes=allocator_peak(traces),
+        allocated_peaks_by_rank=allocator_peaks(traces) or None,
         memory_capacity_bytes=hw.memory_bytes,
         headroom_bytes=hw.memory_bytes - peak_memory,
         oom=oom_reason is not None,

@@ -108,6 +108,8 @@ class Prediction:
     """Peak bytes torch's caching allocator handed out to tensors (`torch.cuda.max_memory_allocated()`), where
     the capture recorded it (emulated runs); `peak_memory_bytes` is the device memory held, the allocator's
     cached blocks included, which can be more (a large block that fits none of the freed ones)."""
+    allocated_peaks_by_rank: dict[int, int] | None = None
+    """`peak_allocated_bytes` per captured rank (what each rank's `max_memory_allocated()` reads), where recorded."""
 
     def to_dict(self, *, per_rank: bool = True) -> dict:
         """JSON-ready: times also in milliseconds (`iteration_ms`, ...)."""
@@ -237,16 +239,23 @@ def memory_peak(trace: RankTrace) -> tuple[int, bool]:
     return int(np.maximum(np.cumsum(signed), 0).max(initial=0)), oom
 
 
+def allocator_peaks(traces: TraceSet) -> dict[int, int]:
+    """Per captured rank, the most bytes torch's caching allocator handed out to tensors on its GPU(s) (what the
+    rank's `torch.cuda.max_memory_allocated()` reads; the emulator's attrs `allocator_peaks`); empty when the
+    capture did not record them (measured traces, emulations before they were recorded, a rank whose allocator has
+    no statistics)."""
+    peaks = {}
+    for rank, devices in (traces.attrs.get("allocator_peaks") or {}).items():
+        known = [int(d["allocated_bytes"]) for d in (devices or {}).values() if d.get("allocated_bytes") is not None]
+        if known:
+            peaks[int(rank)] = max(known)
+    return dict(sorted(peaks.items()))
+
+
 def allocator_peak(traces: TraceSet) -> int | None:
-    """The most bytes torch's caching allocator handed out to tensors on any captured rank's GPU (what the
-    script's `torch.cuda.max_memory_allocated()` reads; the emulator's attrs `allocator_peaks`); None when
-    the capture did not record it (measured traces, emulations before it was recorded)."""
-    peaks = [
-        device.get("allocated_bytes")
-        for devices in (traces.attrs.get("allocator_peaks") or {}).values()
-        for device in devices.values()
-    ]
-    return max((int(p) for p in peaks if p is not None), default=None)
+    """The most bytes torch's caching allocator handed out to tensors on any captured rank's GPU (`allocator_peaks`);
+    None when the capture did not record it."""
+    return max(allocator_peaks(traces).values(), default=None)
 
 
 def job_figures(

@@ -13,13 +13,16 @@ the same work (a stand-in: TE's kernels have no measurements of their own):
 - casts to fp8 (`cast_transpose*`, TE's vectorised `unary_kernel<identity>`): torch's cast moving the input once
   and each fp8 output (a cast-transpose writes two) once; fp8 transposes likewise, one byte in and out;
 - activations and their gradients (the call `te::gelu`, `te::dswiglu`, `te::dbias_dgelu`, ...): torch's activation
-  kernels (a gated one, SwiGLU and the like, as vLLM's `silu_and_mul`);
-- amax and scale kernels (current scaling's amax, delayed scaling's history update): torch's `amax` over the call's
-  largest tensor;
+  kernels (a gated one, SwiGLU and the like, as vLLM's `silu_and_mul` sized by its output, two operands, as the
+  model's rows are; its gradient as the activation's backward moving the gradient, the input and its gradient);
+- amax kernels (current scaling's amax, delayed scaling's history update): torch's `amax` over the call's largest
+  tensor;
 - the bias gradient's `reduce_dbias`: torch's column sum of the gradient (`grad.sum(0)`, the eager bias gradient),
   an upper bound: TE sums per-tile partials its cast kernel wrote;
 - softmax (`scaled_*softmax*`): torch's softmax kernels over rows of the last dimension;
-- fused attention's one-thread setup (`extract_seed_and_offset`): one element of unknown work (a launch).
+- one-thread or scalar kernels (fused attention's setup `extract_seed_and_offset`, current scaling's
+  `compute_scale_from_amax_kernel`, the grouped amax reset `grouped_amax_zero_kernel`): one element of unknown work
+  (a launch), matched before the amax kernels.
 TE's GEMMs (cuBLASLt, their own shapes) and fused attention (cuDNN) are not its kernels here. A TE kernel outside a
 `te::` call (a trace captured before the calls were recorded) or of no known kind keeps its family from its name and
 whatever size its enclosing op gives (`notes` says how many).
@@ -35,12 +38,12 @@ import pandas as pd
 from maya_trace_spec.vocabulary import DTYPE_BYTES, TE_CALL_PREFIX
 
 KINDS: tuple[tuple[str, re.Pattern], ...] = (
-    ("scalar", re.compile(r"extract_seed_and_offset")),
+    ("scalar", re.compile(r"extract_seed_and_offset|compute_scale_from_amax|amax_zero")),
     ("norm_finalize", re.compile(r"bwd_finalize")),
     ("norm_backward", re.compile(r"(?:ln|rmsnorm|rms|layer_norm|rms_norm)_bwd")),
     ("norm_forward", re.compile(r"(?:ln|rmsnorm|rms|layer_norm|rms_norm)_fwd")),
     ("dbias", re.compile(r"reduce_dbias")),
-    ("amax", re.compile(r"amax|compute_scale")),
+    ("amax", re.compile(r"amax")),
     ("softmax", re.compile(r"softmax")),
     ("cast", re.compile(r"cast|identity|quantize")),
     ("transpose", re.compile(r"transpose")),
@@ -66,10 +69,10 @@ STAND_INS = {
     "cast": "fp8 casts as torch's cast",
     "transpose": "fp8 transposes as a one-byte cast",
     "activation": "activations as torch's",
-    "amax": "amax/scale kernels as torch's amax",
+    "amax": "amax kernels as torch's amax",
     "dbias": "bias gradients as torch's column sum",
     "softmax": "softmax as torch's",
-    "scalar": "one-thread setup kernels as a launch",
+    "scalar": "one-thread setup and scale kernels as a launch",
 }
 """How each kind is priced, in the prediction's note."""
 
@@ -84,13 +87,18 @@ def kind_of(kernel: str, call: str) -> str | None:
     return found
 
 
-def _activation_op(call: str) -> tuple[str, float]:
-    """The eager activation kernel an extension call's activation is priced as, and its tensor inputs."""
+def _activation_op(call: str) -> tuple[str, float, float]:
+    """The eager activation kernel an extension call's activation is priced as, its tensor inputs, and the share of
+    the call's largest tensor its `numel` (and row) is. A gated forward (`swiglu`: [T, 2F] in, [T, F] out) is
+    vLLM's `silu_and_mul` in the model's convention (`estimators.vidur_data`): numel the output's T x F, two
+    operands (its halves), so 3TF elements moved. A gated backward reads the gradient [T, F] and the input
+    [T, 2F] and writes the input's gradient [T, 2F]: numel 2TF with one and a half operands, 5TF moved."""
     backward, name = ACTIVATIONS.match(call).groups()
     base = "silu" if "silu" in name or "swiglu" in name else "relu" if "relu" in name else "gelu"
+    gated = bool(GATED.search(name))
     if backward:
-        return f"{base}_bwd" if base != "relu" else "relu", 2.0
-    return ("silu_and_mul", 1.0) if GATED.search(name) else (base, 1.0)
+        return (f"{base}_bwd" if base != "relu" else "relu"), 1.5 if gated else 2.0, 1.0
+    return ("silu_and_mul", 2.0, 0.5) if gated else (base, 1.0, 1.0)
 
 
 def fill(
@@ -149,7 +157,8 @@ def fill(
             family[i], op[i] = "softmax", "softmax_bwd" if "backward" in call else "softmax_fwd"
         elif kind == "activation":
             family[i] = "elementwise"
-            op[i], num["operands"][i] = _activation_op(call)
+            op[i], num["operands"][i], share = _activation_op(call)
+            num["numel"][i], num["row"][i] = numel * share, row * share
         else:  # cast, transpose
             family[i], op[i] = "elementwise", "cast"
             if kind == "transpose":
@@ -162,15 +171,27 @@ def fill(
 
 def notes(kernel_names: dict[int, str], calls: pd.DataFrame, ops: pd.DataFrame) -> dict[str, int]:
     """Per stand-in (`STAND_INS`'s words, or `unsized`), how many TE kernel launches of one rank it prices:
-    kernels inside a `te::` call by their kind, TE's kernels outside one (or of no known kind) as `unsized`."""
+    kernels inside a `te::` call by their kind, TE's kernels outside one (or of no known kind) as `unsized`. Nothing
+    to count (an empty answer, at once) when no op is a `te::` call and no kernel name is TE's; otherwise the names
+    are matched once per distinct (kernel, enclosing op name)."""
     launched = calls["kernel_id"].notna()
     if not launched.any() or not kernel_names:
         return {}
-    names = calls.loc[launched, "kernel_id"].map(kernel_names).fillna("").astype(str)
     op_names = dict(zip(ops["op_id"], ops["name"].astype(str))) if len(ops) else {}
-    enclosing = calls.loc[launched, "op_id"].map(op_names).fillna("").astype(str)
+    te_ops = [op_id for op_id, name in op_names.items() if name.startswith(TE_CALL_PREFIX)]
+    te_kernels = [k for k, name in kernel_names.items() if TE_KERNEL.search(str(name).lower())]
+    if not te_ops and not te_kernels:
+        return {}
+    rows = calls.loc[launched, ["kernel_id", "op_id"]]
+    rows = rows[rows["kernel_id"].isin(te_kernels) | rows["op_id"].isin(te_ops)]
+    pairs = pd.DataFrame(
+        {
+            "name": rows["kernel_id"].map(kernel_names).fillna("").astype(str),
+            "call": rows["op_id"].map(op_names).fillna("").astype(str),
+        }
+    ).value_counts(sort=False)
     counts: dict[str, int] = {}
-    for name, call in zip(names, enclosing):
+    for (name, call), launches in pairs.items():
         te_call = call.startswith(TE_CALL_PREFIX)
         if (not te_call and not TE_KERNEL.search(name.lower())) or MULTI_TENSOR.search(name):
             continue  # not TE's; or its fused optimizer's, unsized as torch's foreach kernels are
@@ -178,5 +199,5 @@ def notes(kernel_names: dict[int, str], calls: pd.DataFrame, ops: pd.DataFrame) 
         if kind is None and not TE_KERNEL.search(name.lower()):
             continue  # a GEMM or fused attention inside a TE call, priced by its own shape
         key = STAND_INS[kind] if kind else "unsized"
-        counts[key] = counts.get(key, 0) + 1
+        counts[key] = counts.get(key, 0) + int(launches)
     return counts

@@ -110,11 +110,24 @@ def plan(row: int, values: pd.Series) -> RowPlan:
 def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) -> Predicted:
     """The steady step on 8 H100 SXM of a DGX-H100, its band, and rank 0's predicted peak allocated memory."""
     predicted = predict_plan(plan, run_dir, version, warehouse)
-    allocated = predicted.details.get("peak_allocated_bytes")
-    predicted.details.update(
-        memory_comparison(allocated or predicted.peak_memory_bytes, plan.measured_memory_mib, held=not allocated)
+    allocated, rank = rank_0_allocated(predicted.details)
+    comparison = memory_comparison(
+        allocated or predicted.peak_memory_bytes, plan.measured_memory_mib, held=not allocated
     )
+    if comparison and allocated and rank not in (0, None):  # rank 0 was not captured: another rank's peak, named
+        comparison["memory_compared"] += f" (rank {rank}'s: rank 0 was not captured)"
+    predicted.details.update(comparison)
     return predicted
+
+
+def rank_0_allocated(details: dict) -> tuple[int | None, int | None]:
+    """The allocated peak the records' rank 0 prints, and the rank it is from: rank 0's where captured, else the
+    lowest captured rank's; (the job's peak, None) from a prediction without per-rank peaks."""
+    by_rank = {int(r): int(b) for r, b in (details.get("peak_allocated_bytes_by_rank") or {}).items()}
+    if not by_rank:
+        return details.get("peak_allocated_bytes"), None
+    rank = 0 if 0 in by_rank else min(by_rank)
+    return by_rank[rank], rank
 
 
 def memory_comparison(peak_bytes: int | None, published_mib: float | None, *, held: bool = False) -> dict:
