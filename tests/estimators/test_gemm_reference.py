@@ -116,3 +116,26 @@ def test_a_launch_bound_gemm_keeps_the_learned_price_a_large_one_the_reference(e
     flops = 2 * calls["m"] * calls["n"] * calls["k"]
     moved = 2.0 * (calls["m"] * calls["k"] + calls["k"] * calls["n"] + calls["m"] * calls["n"])
     assert time_factor(calls["dtype"], hw, flops.to_numpy(), moved.to_numpy())[0] == 1.0
+
+
+def test_the_reference_ramps_in_over_the_decade_below_min_flops_without_a_step():
+    """Between MIN_FLOPS / 10 and MIN_FLOPS the ratio grows with log10 of FLOPs: no price step at either edge, and a
+    compute-bound GEMM's calibrated time keeps growing with its size."""
+    sizes = np.geomspace(256.0, 8192.0, 200)  # square: compute-bound from ~470 on an A100 in bf16
+    calls = pd.DataFrame({"m": sizes, "n": sizes, "k": sizes}).assign(
+        hardware="a100-sxm-80gb", family="gemm", dtype="bf16"
+    )
+    hw = hardware_arrays(calls)
+    flops = (2 * calls["m"] * calls["n"] * calls["k"]).to_numpy()
+    moved = (2.0 * (calls["m"] * calls["k"] + calls["k"] * calls["n"] + calls["m"] * calls["n"])).to_numpy()
+    factor = time_factor(calls["dtype"], hw, flops, moved)
+    ratio = REFERENCES["a100-sxm-80gb"].ratio
+    assert (factor[flops <= MIN_FLOPS / 10] == 1.0).all()
+    full = flops >= MIN_FLOPS
+    compute_bound = full & (flops / hw.peak_flops >= moved / hw.bandwidth)
+    assert factor[compute_bound] == pytest.approx(1 / ratio)
+    ramp = (flops > MIN_FLOPS / 10) & ~full
+    assert ramp.any() and ((factor[ramp] < 1.0) & (factor[ramp] > 1 / ratio - 1e-12)).all()
+    assert np.abs(np.diff(factor)).max() < 0.01  # no step anywhere along the sweep
+    roofline = np.maximum(flops / hw.peak_flops, moved / hw.bandwidth)
+    assert (np.diff(roofline * factor) > 0).all()

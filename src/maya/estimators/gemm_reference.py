@@ -13,8 +13,8 @@ frame can learn it from Vidur's rows alone.
 The mechanism: the learned price carries Vidur's harness, a rate `ratio` times below public cuBLAS on compute-bound
 calls of the part. The time a call's tensor cores set is sped up by it, the time its memory traffic sets is not:
 with `s` the compute share of the call's roofline (FLOPs / peak over the larger of that and bytes / bandwidth),
-`time' = time * (1 - s + s / ratio)`, on calls of at least `MIN_FLOPS` only (the reference rows' range; smaller GEMMs
-are launch-bound and keep the learned time). The calibration applies to the reference part and to parts of the same silicon
+`time' = time * (1 - s + s / ratio)`, on calls of at least `MIN_FLOPS` (the reference rows' range); GEMMs under
+`MIN_FLOPS / 10` are launch-bound and keep the learned time, and the decade between ramps in (`time_factor`). The calibration applies to the reference part and to parts of the same silicon
 and power envelope (architecture, SM count, boost clock and board power: an A100 SXM4 40GB or an A800 prices as the
 80GB, an H800 or H200 as the H100 SXM), not to a PCIe or NVL part whose cap binds lower (an A100 PCIe 40GB at 250 W
 sustains 224 TFLOP/s against the SXM's 270), nor to GPUs with no public cuBLAS row (the A40, any part of another
@@ -107,15 +107,17 @@ def reference_of(name: str) -> Reference | None:
 def time_factor(dtype: pd.Series, hw: HardwareArrays, flops: np.ndarray, moved: np.ndarray) -> np.ndarray:
     """Per GEMM call, the factor its learned time is multiplied by: `1 - s + s / ratio` on a tensor-core call in a
     reference dtype (`REFERENCE_DTYPES`: fp8 was not measured in them) of at least `MIN_FLOPS` on a part with a
-    reference (`s` the compute share of its roofline), 1 elsewhere: the reference rows are all >= `MIN_FLOPS`, and a
-    smaller GEMM's time is mostly its launch (a 512^3 bf16 one on an A100 is 7.4 us), which they say nothing of. The
-    price steps there: a GEMM just under `MIN_FLOPS` keeps the learned time."""
+    reference (`s` the compute share of its roofline), 1 under `MIN_FLOPS / 10`: the reference rows are all >=
+    `MIN_FLOPS`, and a smaller GEMM's time is mostly its launch (a 512^3 bf16 one on an A100 is 7.4 us), which they
+    say nothing of. In the decade between, the ratio is taken to the power of the call's place in it (log10 of FLOPs),
+    so the price has no step: a GEMM a little larger never prices faster than a smaller one of the same shape family."""
     factor = np.ones(len(flops))
     tensor = (
         (hw.peak_flops > hw.fp32_peak_flops)
         & dtype.isin(REFERENCE_DTYPES).to_numpy()
-        & (np.asarray(flops) >= MIN_FLOPS)
+        & (np.asarray(flops) > MIN_FLOPS / 10)
     )
+    weight = np.clip(np.log10(np.maximum(np.asarray(flops, dtype="float64"), 1.0) / MIN_FLOPS) + 1.0, 0.0, 1.0)
     codes, names = pd.factorize(pd.Series(hw.name))
     for code, name in enumerate(names):
         ref = reference_of(str(name))
@@ -126,7 +128,7 @@ def time_factor(dtype: pd.Series, hw: HardwareArrays, flops: np.ndarray, moved: 
         memory_s = moved[rows] / hw.bandwidth[rows]
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.nan_to_num(compute_s / np.maximum(compute_s, memory_s), nan=0.0)
-        factor[rows] = 1 - share + share / ref.ratio
+        factor[rows] = 1 - share + share / ref.ratio ** weight[rows]
     return factor
 
 
