@@ -139,3 +139,19 @@ def test_the_reference_ramps_in_over_the_decade_below_min_flops_without_a_step()
     assert np.abs(np.diff(factor)).max() < 0.01  # no step anywhere along the sweep
     roofline = np.maximum(flops / hw.peak_flops, moved / hw.bandwidth)
     assert (np.diff(roofline * factor) > 0).all()
+
+
+def test_a_roofline_price_carries_no_harness_and_is_not_calibrated():
+    """Only prices made from measurements (looked up or learned) carry the measuring harness the reference corrects:
+    a GEMM priced at its roofline band keeps its band on a reference part, the high end included."""
+    from maya.estimators import KernelEstimator
+    from maya.estimators.efficiency_model import Band
+
+    calls = pd.DataFrame({"m": [8192.0], "n": [8192.0], "k": [8192.0]}).assign(
+        hardware="h100-sxm", family="gemm", op="mm", dtype="bf16"
+    )
+    on = KernelEstimator(roofline_bands={"gemm": Band(0.0, 0.4)}).predict(calls)
+    off = KernelEstimator(roofline_bands={"gemm": Band(0.0, 0.4)}, gemm_reference=False).predict(calls)
+    assert on["method"].tolist() == ["roofline"]
+    for column in ("duration_ns", "duration_low_ns", "duration_high_ns"):
+        assert on[column].tolist() == off[column].tolist()

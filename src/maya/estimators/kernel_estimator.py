@@ -336,9 +336,11 @@ class KernelEstimator:
 
 
 def _calibrate_gemms(priced: dict[str, np.ndarray], calls: pd.DataFrame) -> None:
-    """Scale the GEMM rows' times by their part's public cuBLAS reference (`gemm_reference.time_factor`), no time
-    below the roofline (in place)."""
-    rows = np.flatnonzero((calls["family"] == "gemm").to_numpy())
+    """Scale the GEMM rows priced from measurements (looked up or learned: they carry the measuring harness) by their
+    part's public cuBLAS reference (`gemm_reference.time_factor`), no time below the roofline (in place); a roofline
+    or composed price carries no harness and is left as it is."""
+    measured = np.isin(priced["method"], [METHODS.index(m) for m in ("lookup", "model", "model_transfer")])
+    rows = np.flatnonzero((calls["family"] == "gemm").to_numpy() & measured)
     if not len(rows):
         return
     gemms = calls.iloc[rows]
