@@ -44,21 +44,16 @@ sms = torch.cuda.get_device_properties(0).multi_processor_count
 # y = x @ w.T: TE's "TN" layout, the weight as A (transposed), the input as B
 lib.nvte_cublas_gemm.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_bool] * 3 + [ctypes.c_void_p]
 lib.nvte_cublas_gemm.argtypes += [ctypes.c_bool, ctypes.c_bool, ctypes.c_int, ctypes.c_void_p]
-lib.nvte_cublas_gemm(
-    nvte(w),
-    nvte(x),
-    nvte(y),
-    nvte(None),
-    nvte(None),
-    True,
-    False,
-    False,
-    nvte(workspace, BYTE),
-    False,
-    False,
-    0,
-    stream,
-)
+
+
+def gemm(a: ctypes.c_void_p, b: ctypes.c_void_p) -> None:
+    """y = b @ a.T in TE's "TN" layout (the weight `a` transposed), bf16 out, no bias, no accumulation."""
+    lib.nvte_cublas_gemm(
+        a, b, nvte(y), nvte(None), nvte(None), True, False, False, nvte(workspace, BYTE), False, False, 0, stream
+    )
+
+
+gemm(nvte(w), nvte(x))
 
 # the same GEMM in fp8 (E4M3 operands, each with its inverse scale, as delayed scaling quantizes them), bf16 out
 FP8E4M3, ROWWISE_SCALE_INV = 7, 4
@@ -77,21 +72,7 @@ def fp8(t: torch.Tensor) -> ctypes.c_void_p:
 keep = []
 x8 = torch.empty(tokens, k, device="cuda", dtype=torch.uint8)
 w8 = torch.empty(n, k, device="cuda", dtype=torch.uint8)
-lib.nvte_cublas_gemm(
-    fp8(w8),
-    fp8(x8),
-    nvte(y),
-    nvte(None),
-    nvte(None),
-    True,
-    False,
-    False,
-    nvte(workspace, BYTE),
-    False,
-    False,
-    0,
-    stream,
-)
+gemm(fp8(w8), fp8(x8))
 
 gamma = torch.ones(k, device="cuda", dtype=torch.bfloat16)
 beta = torch.zeros(k, device="cuda", dtype=torch.bfloat16)
