@@ -23,7 +23,7 @@ from typing import Any
 
 from maya_trace_spec.vocabulary import TE_CALL_PREFIX
 
-from .triton_launches import _AfterImport
+from .triton_launches import AfterImport
 
 TE_EXTENSION = "transformer_engine_torch"
 TE_LOADER = "transformer_engine.common"
@@ -123,4 +123,4 @@ def install(lib: ctypes.CDLL) -> None:
     elif TE_LOADER in sys.modules:
         _wrap_loader(sys.modules[TE_LOADER], lib)
     else:
-        sys.meta_path.insert(0, _AfterImport({TE_LOADER: lambda m: _wrap_loader(m, lib)}))
+        sys.meta_path.insert(0, AfterImport({TE_LOADER: lambda m: _wrap_loader(m, lib)}))

@@ -292,7 +292,7 @@ def _wrap_inductor(module: ModuleType, notes: LaunchNotes) -> None:
     cls._build_fast_launcher = build_described
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
+class AfterImport(importlib.abc.MetaPathFinder):
     """Runs a function on a module right after its first import."""
 
     def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]):
@@ -338,5 +338,5 @@ def install(out: Path) -> LaunchNotes:
         if name in sys.modules:
             hooks.pop(name)(sys.modules[name])
     if hooks:
-        sys.meta_path.insert(0, _AfterImport(hooks))
+        sys.meta_path.insert(0, AfterImport(hooks))
     return notes
