@@ -48,6 +48,8 @@ def _residual(band: dict, low: float, high: float) -> tuple[float, float]:
     itself where no discrepancy was applied (NaN otherwise)."""
     if band.get("residual_low_ns") is not None:
         return band["residual_low_ns"] / 1e9, band["residual_high_ns"] / 1e9
+    if band.get("residual_ms") is not None:  # NeuSight's rows: the replays' forward + backward windows
+        return band["residual_ms"][0] / 1e3, band["residual_ms"][1] / 1e3
     applied = band.get("discrepancy") or {}
     if applied.get("low", 0.0) == 0.0 and applied.get("high", 0.0) == 0.0 and applied.get("residual_scale", 1.0) == 1:
         return low, high
@@ -85,7 +87,10 @@ def warehouse_rows(warehouse: Path | None) -> list[dict]:
     out = []
     for r in frame.itertuples():
         details = json.loads(r.details) if isinstance(r.details, str) and r.details else {}
-        stored = details.get("band") or {"discrepancy": details.get("band_discrepancy") or {}}
+        stored = details.get("band") or {
+            "discrepancy": details.get("band_discrepancy") or {},
+            "residual_ms": details.get("band_residual_ms"),
+        }
         low, high = _residual(stored, r.band_low_s, r.band_high_s)
         a_low, a_high = _apriori(r.suite, int(r.row), stored)
         out.append(
@@ -103,12 +108,11 @@ def warehouse_rows(warehouse: Path | None) -> list[dict]:
 def predicted_rows(spec: str) -> list[dict]:
     """`SUITE=DIR`: the `maya predict --json` files in DIR named by their row's label, measured from the suite."""
     from maya.validation import modded_nanogpt
-    from maya.validation.suites import load_suite as load
 
     suite_name, _, folder = spec.partition("=")
     if not folder or not Path(folder).is_dir():
         raise SystemExit(f"--predicted {spec!r}: expected SUITE=DIR with DIR a folder of `maya predict --json` files")
-    suite = load(suite_name)
+    suite = load_suite(suite_name)
     if suite.kind != "modded-nanogpt":
         raise SystemExit(
             f"--predicted {spec!r}: only modded-nanogpt suites (rows labelled by record) are read from files"
