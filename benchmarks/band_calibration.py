@@ -1,14 +1,24 @@
-"""The band's model discrepancy, calibrated across groups of rows: widths set on one suite's (or GPU's) stored
-results, coverage judged on the others' (`maya.simulator.discrepancy`).
+"""The band's calibrated width, judged on whole suites and GPUs left out (`maya.simulator.discrepancy`).
 
-Reads the latest `maya validate` results of one or more warehouses (`validation_rows`), takes each row's
-residual band (the stored band with the discrepancy it was widened with taken out again), and prints, per suite
-and GPU: rows, coverage and median width ((high - low) / predicted) of the residual band, then of the band
-widened with the widths calibrated on each group (`--split suite` or `gpu`) and judged on the *other* groups
-(split conformal, `discrepancy.calibrate`). Nothing is fitted to a point prediction. `--write` stores the widths
-calibrated on `--calibrate-on` in `data/band/discrepancy.json` with the check on the others as provenance.
+Reads predicted suite rows: the latest `maya validate` results of one or more warehouses (`validation_rows`), and
+`maya predict --json` files of a suite's rows (`--predicted SUITE=DIR`: every `<row label>.json` in DIR, its
+measured time from the suite's own table). Per row it takes the prediction, the measured time, the residual band
+(the replays') and the a-priori widths of proxy-priced kernels, and prints per suite and per suite/GPU (rows,
+coverage, median width (high - low) / predicted, mean signed and mean |error|, error = predicted / measured - 1):
 
-Usage: python benchmarks/band_calibration.py [--warehouse PATH ...] [--split suite|gpu] [--calibrate-on NAME] [--write]
+- the band as stored (as each row was predicted);
+- leave one suite out: widths calibrated (split conformal, 10% a side) on the other suites, judged on it: the
+  honest figure;
+- leave one GPU out: widths calibrated on the other GPUs' rows of every suite, judged on that GPU;
+- in sample: widths calibrated on every row, judged on the same rows (not a check).
+
+Nothing is fitted to a point prediction. `--write` stores the widths calibrated on every row in
+`data/band/discrepancy.json`, with the suites, rows, date, code version and the leave-one-suite-out figures as
+provenance, and the rows themselves in `data/band/calibration_rows.csv`; with no input named, the script reads
+that file, so the shipped widths are re-derived from the repository alone.
+
+Usage: python benchmarks/band_calibration.py [--warehouse PATH ...] [--predicted SUITE=DIR ...]
+       [--rows SUITE=QUERY ...] [--rows-file CSV] [--residual-scale S] [--write]
 """
 
 from __future__ import annotations
@@ -16,103 +26,270 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from maya.estimators.attention_model import PROXY_UNCERTAINTY
 from maya.estimators.registry import write_atomic
-from maya.simulator.discrepancy import Discrepancy, calibrate, narrow, shipped_path, widen
+from maya.simulator.discrepancy import Discrepancy, apriori_widths, band, base_widths, calibrate, shipped_path
+from maya.validation import load_suite
 from maya.validation.store import latest
 
+ROWS_FILE = Path("calibration_rows.csv")
+"""Beside the shipped widths: the rows they were calibrated on, so `band_calibration.py` alone re-derives them."""
+COLUMNS = ("suite", "gpu", "row", "predicted", "measured", "low", "high", "residual_low", "residual_high")
 
-def residual_rows(warehouses: list[Path | None]) -> pd.DataFrame:
-    """Predicted rows with a band: suite, gpu, predicted, measured and the residual band (low, high)."""
-    frame = pd.concat([latest(w) for w in warehouses], ignore_index=True)
+
+def _residual(band: dict, low: float, high: float) -> tuple[float, float]:
+    """The replays' band of a stored row: stored beside the band since the band is calibrated; before, the band
+    itself where no discrepancy was applied (NaN otherwise)."""
+    if band.get("residual_low_ns") is not None:
+        return band["residual_low_ns"] / 1e9, band["residual_high_ns"] / 1e9
+    if band.get("residual_ms") is not None:  # NeuSight's rows: the replays' forward + backward windows
+        return band["residual_ms"][0] / 1e3, band["residual_ms"][1] / 1e3
+    applied = band.get("discrepancy") or {}
+    if applied.get("low", 0.0) == 0.0 and applied.get("high", 0.0) == 0.0 and applied.get("residual_scale", 1.0) == 1:
+        return low, high
+    return float("nan"), float("nan")
+
+
+def _apriori(suite: str, row: int, band: dict) -> tuple[float, float]:
+    """The a-priori widths a row was predicted with; for llm-foundry rows stored before they were recorded, its
+    composed (attention) share where the row ran llm-foundry's Triton kernel (`mpt_rows.stack_settings`: every
+    composed call of such a row is that kernel)."""
+    if "apriori" in band:
+        return tuple(band["apriori"])
+    if suite != "llm-foundry":
+        return 0.0, 0.0
+    from maya.data.workloads.mpt_rows import stack_settings
+
+    values = _suite_table("llm-foundry").loc[row]
+    triton = stack_settings(values.astype(str).to_dict())["attn_impl"] == "triton"
+    return apriori_widths({PROXY_UNCERTAINTY["lftriton"]: band.get("composed_share", 0.0)} if triton else {})
+
+
+_TABLES: dict[str, pd.DataFrame] = {}
+
+
+def _suite_table(name: str) -> pd.DataFrame:
+    if name not in _TABLES:
+        _TABLES[name] = load_suite(name).table
+    return _TABLES[name]
+
+
+def warehouse_rows(warehouse: Path | None) -> list[dict]:
+    """Predicted rows with a band of a warehouse's latest suite results."""
+    frame = latest(warehouse)
     frame = frame[(frame["status"] == "ok") & frame["band_low_s"].notna() & frame["predicted_s"].notna()]
-    if frame.empty:
-        raise SystemExit("no predicted suite rows with a band in the warehouse: run `maya validate` first")
-    details = frame["details"].map(lambda d: json.loads(d) if isinstance(d, str) and d else {})
-    applied = details.map(lambda d: (d.get("band") or {}).get("discrepancy") or d.get("band_discrepancy") or {})
-    d_low, d_high = (applied.map(lambda a, k=k: float(a.get(k, 0.0))).to_numpy() for k in ("low", "high"))
-    low, high = narrow(frame["predicted_s"], frame["band_low_s"], frame["band_high_s"], d_low, d_high)
-    return pd.DataFrame(
-        {
-            "suite": frame["suite"].to_numpy(),
-            "gpu": frame["gpu"].to_numpy(),
-            "predicted": frame["predicted_s"].to_numpy(dtype="float64"),
-            "measured": frame["measured_s"].to_numpy(dtype="float64"),
-            "low": low,
-            "high": high,
+    out = []
+    for r in frame.itertuples():
+        details = json.loads(r.details) if isinstance(r.details, str) and r.details else {}
+        stored = details.get("band") or {
+            "discrepancy": details.get("band_discrepancy") or {},
+            "residual_ms": details.get("band_residual_ms"),
         }
+        low, high = _residual(stored, r.band_low_s, r.band_high_s)
+        a_low, a_high = _apriori(r.suite, int(r.row), stored)
+        out.append(
+            dict(
+                zip(
+                    COLUMNS,
+                    (r.suite, r.gpu, int(r.row), r.predicted_s, r.measured_s, r.band_low_s, r.band_high_s, low, high),
+                )
+            )
+            | {"apriori_low": a_low, "apriori_high": a_high, "source": str(warehouse), "recorded": r.recorded_at}
+        )
+    return out
+
+
+def predicted_rows(spec: str) -> list[dict]:
+    """`SUITE=DIR`: the `maya predict --json` files in DIR named by their row's label, measured from the suite."""
+    from maya.validation import modded_nanogpt
+
+    suite_name, _, folder = spec.partition("=")
+    if not folder or not Path(folder).is_dir():
+        raise SystemExit(f"--predicted {spec!r}: expected SUITE=DIR with DIR a folder of `maya predict --json` files")
+    suite = load_suite(suite_name)
+    if suite.kind != "modded-nanogpt":
+        raise SystemExit(
+            f"--predicted {spec!r}: only modded-nanogpt suites (rows labelled by record) are read from files"
+        )
+    table = suite.table
+    labels = {str(v["record"]): i for i, v in table.iterrows()}
+    out = []
+    for path in sorted(Path(folder).glob("*.json")):
+        if path.stem not in labels:
+            raise SystemExit(f"{path}: no row labelled {path.stem!r} in suite {suite_name} ({', '.join(labels)})")
+        row = labels[path.stem]
+        p = json.loads(path.read_text())
+        b = p.get("band") or {}
+        if not b:
+            raise SystemExit(f"{path}: the prediction has no band")
+        predicted, low, high = p["iteration_ns"] / 1e9, b["low_ns"] / 1e9, b["high_ns"] / 1e9
+        r_low, r_high = _residual(b, low, high)
+        a_low, a_high = b.get("apriori", (0.0, 0.0))
+        measured = modded_nanogpt.measured_s(table.loc[row])
+        values = (suite_name, "h100_80gb", int(row), predicted, measured, low, high, r_low, r_high)
+        recorded = pd.Timestamp(path.stat().st_mtime, unit="s")
+        out.append(
+            dict(zip(COLUMNS, values))
+            | {"apriori_low": a_low, "apriori_high": a_high, "source": str(path), "recorded": recorded}
+        )
+    return out
+
+
+SCALES = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Residual scales `--residual-scale auto` chooses from."""
+
+
+def widths_for(rows: pd.DataFrame, scale: float | None) -> tuple[float, float, float]:
+    """(d_low, d_high, residual scale) calibrated on `rows`; scale None: of `SCALES`, the one whose calibrated band
+    is narrowest (median width) on these same rows, each scale's widths covering them alike."""
+    if scale is None:
+        return min((widths_for(rows, s) for s in SCALES), key=lambda w: _median_width(rows, w))
+    below, above = base_widths(
+        rows["predicted"], rows["residual_low"], rows["residual_high"], rows["apriori_low"], rows["apriori_high"], scale
+    )
+    return (*calibrate(rows["predicted"], rows["measured"], below, above), scale)
+
+
+def _median_width(rows: pd.DataFrame, widths: tuple[float, float, float]) -> float:
+    low, high = band_of(rows, widths)
+    return float(np.median((high - low) / rows["predicted"]))
+
+
+def band_of(rows: pd.DataFrame, widths: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray]:
+    return band(
+        rows["predicted"],
+        rows["residual_low"],
+        rows["residual_high"],
+        rows["apriori_low"],
+        rows["apriori_high"],
+        *widths,
     )
 
 
-def coverage_table(rows: pd.DataFrame, low: np.ndarray, high: np.ndarray) -> pd.DataFrame:
-    """Per suite and GPU (and `all` per suite): rows, coverage %, median width %, mean signed error %."""
+def table(rows: pd.DataFrame, low, high, by: str = "suite") -> pd.DataFrame:
+    """Per `by` (suite: also per suite/GPU): rows, coverage %, median width %, mean signed and mean |error| %."""
     judged = rows.assign(
-        covered=(low <= rows["measured"]) & (rows["measured"] <= high),
-        width=(high - low) / rows["predicted"],
+        covered=(np.asarray(low) <= rows["measured"]) & (rows["measured"] <= np.asarray(high)),
+        width=(np.asarray(high) - np.asarray(low)) / rows["predicted"],
         error=rows["predicted"] / rows["measured"] - 1,
     )
     agg = {
         "rows": ("covered", "size"),
         "coverage_pct": ("covered", lambda c: 100 * c.mean()),
         "median_width_pct": ("width", lambda w: 100 * w.median()),
-        "mean_error_pct": ("error", lambda e: 100 * e.mean()),
+        "signed_pct": ("error", lambda e: 100 * e.mean()),
+        "abs_pct": ("error", lambda e: 100 * e.abs().mean()),
     }
+    if by != "suite":
+        return judged.groupby(by).agg(**agg).reset_index().round(1)
     per_gpu = judged.groupby(["suite", "gpu"]).agg(**agg).reset_index()
     per_suite = judged.groupby("suite").agg(**agg).reset_index().assign(gpu="all")
     return pd.concat([per_gpu, per_suite], ignore_index=True).sort_values(["suite", "gpu"]).round(1)
 
 
+def left_out(rows: pd.DataFrame, key: str, scale: float | None) -> tuple[pd.DataFrame, dict]:
+    """Each group of `key` (suite or gpu) judged with widths calibrated on the rows of the other groups."""
+    low, high = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    widths = {}
+    for group in sorted(rows[key].unique()):
+        mine = (rows[key] == group).to_numpy()
+        if mine.all():
+            raise SystemExit(f"only one {key} ({group}): nothing to calibrate on when it is left out")
+        widths[group] = widths_for(rows[~mine], scale)
+        low[mine], high[mine] = band_of(rows[mine], widths[group])
+    return table(rows, low, high, key), widths
+
+
+def _rounded(widths: dict) -> str:
+    return ", ".join(f"{k} -{v[0]:.3f}/+{v[1]:.3f} (residuals x {v[2]:g})" for k, v in widths.items())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--warehouse", type=Path, action="append", help="warehouse file, repeatable (default: Maya's)")
-    parser.add_argument("--split", choices=("suite", "gpu"), default="suite", help="what a calibration group is")
-    parser.add_argument("--calibrate-on", default="neusight", help="group whose rows set the shipped widths")
+    parser.add_argument("--warehouse", type=Path, action="append", default=[], help="warehouse file, repeatable")
+    parser.add_argument("--predicted", action="append", default=[], help="SUITE=DIR of `maya predict --json` files")
+    parser.add_argument(
+        "--rows",
+        action="append",
+        default=[],
+        help="SUITE=QUERY: only that suite's rows matching "
+        "the pandas query over row, gpu, predicted, measured (e.g. 'llm-foundry=row %% 3 == 0')",
+    )
+    parser.add_argument(
+        "--rows-file",
+        type=Path,
+        help=f"rows a --write stored (read by default when no --warehouse or --predicted is given: {ROWS_FILE})",
+    )
+    parser.add_argument(
+        "--residual-scale",
+        default="auto",
+        help="factor on the residual band (0: none), or auto: per calibration, the scale of "
+        f"{', '.join(map(str, SCALES))} whose band is narrowest on the calibration rows",
+    )
     parser.add_argument("--write", action="store_true", help="store the widths in data/band/discrepancy.json")
     args = parser.parse_args()
-    rows = residual_rows(args.warehouse or [None])
-    groups = sorted(rows[args.split].unique())
-    if args.write and args.calibrate_on not in groups:
-        raise SystemExit(f"no rows of {args.split} {args.calibrate_on!r}; stored: {', '.join(groups)}")
+    found = [r for w in args.warehouse for r in warehouse_rows(w)]
+    found += [r for spec in args.predicted for r in predicted_rows(spec)]
+    if args.rows_file or not found:
+        path = args.rows_file or shipped_path().parent / ROWS_FILE.name
+        found += pd.read_csv(path, parse_dates=["recorded"]).to_dict("records")
+    rows = pd.DataFrame(found).sort_values("recorded").drop_duplicates(["suite", "row"], keep="last")
+    rows = rows.sort_values(["suite", "row"]).reset_index(drop=True)  # each row's latest result
+    for spec in args.rows:
+        suite, _, query = spec.partition("=")
+        if suite not in set(rows["suite"]) or not query:
+            raise SystemExit(
+                f"--rows {spec!r}: expected SUITE=QUERY with SUITE one of {', '.join(sorted(set(rows['suite'])))}"
+            )
+        keep = rows.index.isin(rows[rows["suite"] == suite].query(query).index)
+        rows = rows[(rows["suite"] != suite) | keep].reset_index(drop=True)
+    if rows["suite"].nunique() < 2:
+        raise SystemExit(f"rows of {rows['suite'].nunique()} suite(s): calibration across suites needs two or more")
+    scale = None if args.residual_scale == "auto" else float(args.residual_scale)
+    if scale != 0 and rows[["residual_low", "residual_high"]].isna().any().any():
+        raise SystemExit("some rows have no residual band stored: --residual-scale needs it")
     pd.set_option("display.width", 200)
-    print("Residual band (no discrepancy):")
-    print(coverage_table(rows, rows["low"].to_numpy(), rows["high"].to_numpy()).to_string(index=False), "\n")
-    widths = {}
-    for group in groups:
-        mine = rows[rows[args.split] == group]
-        widths[group] = calibrate(mine["predicted"], mine["low"], mine["high"], mine["measured"])
-        print(f"calibrated on {group} ({len(mine)} rows): d_low {widths[group][0]:.3f}, d_high {widths[group][1]:.3f}")
-    for group in groups:
-        others = rows[rows[args.split] != group]
-        if others.empty:
-            continue
-        low, high = widen(others["predicted"], others["low"], others["high"], *widths[group])
-        print(f"\nWidths calibrated on {group}, judged on the other rows:")
-        print(coverage_table(others, low, high).to_string(index=False))
+    print("The band as stored (as each row was predicted):")
+    print(table(rows, rows["low"], rows["high"]).to_string(index=False))
+    loso, loso_widths = left_out(rows, "suite", scale)
+    print(f"\nLeave one suite out; log widths from the other suites: {_rounded(loso_widths)}")
+    print(loso.to_string(index=False))
+    logo, logo_widths = left_out(rows, "gpu", scale)
+    print(f"\nLeave one GPU out; log widths from the other GPUs' rows: {_rounded(logo_widths)}")
+    print(logo.to_string(index=False))
+    widths = widths_for(rows, scale)
+    print(f"\nIn sample: widths from every row {_rounded({'all': widths})} (not a check)")
+    print(table(rows, *band_of(rows, widths)).to_string(index=False))
     if args.write:
-        chosen = widths[args.calibrate_on]
-        others = rows[rows[args.split] != args.calibrate_on]
-        checked = {}
-        if not others.empty:
-            low, high = widen(others["predicted"], others["low"], others["high"], *chosen)
-            table = coverage_table(others, low, high)
-            checked = {
-                f"{r.suite}/{r.gpu}": [int(r.rows), r.coverage_pct, r.median_width_pct] for r in table.itertuples()
-            }
+        suites = sorted(rows["suite"].unique())
         provenance = {
-            "calibrated_on": f"{args.split} {args.calibrate_on}",
-            "rows": int((rows[args.split] == args.calibrate_on).sum()),
-            "method": "split conformal, 10% per side, widths added in quadrature to the residual band",
-            "checked_on": "[rows, coverage %, median width %] per suite/gpu",
-            "checked": checked,
+            "calibrated_on": "suites " + ", ".join(suites),
+            "rows": len(rows),
+            "rows_by_suite": {s: sorted(int(r) for r in rows.loc[rows["suite"] == s, "row"]) for s in suites},
+            "sources": sorted(set(rows["source"])),
+            "method": "split conformal, 10% a side, added in quadrature to the larger of the residual band x "
+            "residual_scale and the a-priori proxy widths; point predictions untouched",
+            "residual_scale_chosen": "given" if scale is not None else f"narrowest on the calibration rows of {SCALES}",
+            "left_out": {
+                f"{r.suite}/{r.gpu}": [int(r.rows), r.coverage_pct, r.median_width_pct] for r in loso.itertuples()
+            },
+            "left_out_gpu": {r.gpu: [int(r.rows), r.coverage_pct, r.median_width_pct] for r in logo.itertuples()},
+            "left_out_columns": "[rows, coverage %, median width %]: per suite/gpu with widths from the other suites; "
+            "per gpu with widths from the other GPUs",
+            "maya": version("maya"),
             "written": datetime.now(UTC).strftime("%Y-%m-%d"),
         }
-        out = Discrepancy(round(chosen[0], 4), round(chosen[1], 4), provenance)
+        out = Discrepancy(round(widths[0], 4), round(widths[1], 4), widths[2], provenance)
+        rows_path = shipped_path().parent / ROWS_FILE.name
+        write_atomic(rows_path, rows.to_csv(index=False, float_format="%.9g").encode())
         write_atomic(shipped_path(), (json.dumps(out.to_json(), indent=1, sort_keys=True) + "\n").encode())
-        print(f"\nwrote {shipped_path()}")
+        print(f"\nwrote {shipped_path()} and {rows_path}")
 
 
 if __name__ == "__main__":

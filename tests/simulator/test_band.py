@@ -138,4 +138,37 @@ def test_model_discrepancy_widens_the_band_in_quadrature_and_leaves_the_predicti
     above = math.log(residual["high_ns"] / p.iteration_ns)
     assert widened["high_ns"] == pytest.approx(p.iteration_ns * math.exp(math.hypot(above, 0.3)), rel=1e-6)
     assert widened["low_ns"] == pytest.approx(p.iteration_ns * math.exp(-0.1), rel=1e-6)  # residual low: none
-    assert widened["discrepancy"] == {"low": 0.1, "high": 0.3}
+    assert widened["discrepancy"] == {"low": 0.1, "high": 0.3, "residual_scale": 1.0}
+    assert (widened["residual_low_ns"], widened["residual_high_ns"]) == (residual["low_ns"], residual["high_ns"])
+
+
+def test_a_band_calibrated_without_residuals_is_the_discrepancy_and_says_so(tmp_path, warehouse, monkeypatch):
+    path = trace(tmp_path / "g", gemms=1)
+    p, residual = band_of(path, warehouse)
+    calibrated = Discrepancy(0.1, 0.05, 0.0, {"calibrated_on": "suites a, b", "rows": 12, "written": "2026-11-29"})
+    monkeypatch.setattr("maya.simulator.band.shipped_discrepancy", lambda: calibrated)
+    q, band = band_of(path, warehouse)
+    assert q.iteration_ns == p.iteration_ns
+    assert band["high_ns"] == pytest.approx(p.iteration_ns * math.exp(0.05), rel=1e-9)  # not the residuals' +40%
+    assert band["low_ns"] == pytest.approx(p.iteration_ns * math.exp(-0.1), rel=1e-9)
+    assert band["residual_high_ns"] == pytest.approx(residual["high_ns"])  # kept beside it
+    assert "calibrated by split conformal on suites a, b (12 rows, 2026-11-29)" in band["meaning"]
+    assert any(n.startswith("10-90% band: model discrepancy") for n in q.notes)
+
+
+def test_proxied_shares_are_the_proxy_priced_kernels_share_of_the_iteration():
+    """llm-foundry's Triton attention (`lftriton_*`, priced from FlashAttention v1) carries its stated +-20%
+    over the share of the iteration it takes; other kernels carry none."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from maya.simulator.band import _proxied_shares
+
+    ops = ["lftriton_fwd_causal", "lftriton_bwd_causal", "flash_fwd", "gemm", "nccl"]
+    program = SimpleNamespace(frame=pd.DataFrame({"op": ops}))
+    device = np.array([10.0, 20.0, 30.0, 40.0, 50.0])
+    compute = np.array([True, True, True, True, False])
+    prediction = SimpleNamespace(compute_ns=80.0, iteration_ns=100.0)
+    assert _proxied_shares(program, device, compute, prediction) == pytest.approx({0.2: 0.8 * 30 / 100})
+    assert _proxied_shares(SimpleNamespace(frame=None), device, compute, prediction) == {}

@@ -13,9 +13,12 @@ Where the errors come from (never from end-to-end measurements):
   (`maya.estimators.collective_residuals`);
 - host overhead: its per-API costs are engineering defaults with no measurement to hold out, so host time
   is not varied (the band says which share of the iteration is outside it);
+- kernels priced from a proxy (llm-foundry's Triton attention as FlashAttention v1): the a-priori uncertainty
+  the data's README states, over the share of the iteration they take;
 - model discrepancy: what the residuals cannot see (a missing mechanism moves a whole prediction), widths
-  calibrated on one validation suite's rows and checked on another (`maya.simulator.discrepancy`), added in
-  quadrature to the replays' band at the end. It widens the band only; the prediction is unchanged.
+  calibrated by split conformal on measured suites and judged on suites left out (`maya.simulator.discrepancy`),
+  added in quadrature at the end to the larger of the (scaled) replays' band and the a-priori widths. The
+  prediction is unchanged; the band says what it is calibrated on (`meaning`).
 
 Errors within a kernel family, or within a collective scope, are taken as fully correlated (one error
 draw moves every call of the family: its shapes share kernels and the model's bias) and independent
@@ -39,7 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from .discrepancy import NONE, Discrepancy, shipped_discrepancy
+from .discrepancy import NONE, Discrepancy, apriori_widths, shipped_discrepancy
 from .engine import Engine
 from .opcodes import COLL, DEVICE_OPS
 from .report import rank_report
@@ -73,11 +76,17 @@ class IterationBand:
     """The low and high replays (`Simulation`), for figures other than the iteration time (their times carry
     the residuals only: `widen` adds the model discrepancy to a band read off them)."""
     discrepancy: Discrepancy = NONE
-    """The model discrepancy the band was widened with (`low_ns`, `high_ns` include it)."""
+    """The model discrepancy the band was calibrated with (`low_ns`, `high_ns` include it)."""
+    residual_low_ns: float | None = None
+    residual_high_ns: float | None = None
+    """The replays' band: the estimators' held-out residuals alone (None: no replay)."""
+    apriori: tuple[float, float] = (0.0, 0.0)
+    """Log widths (below, above) of kernels priced from a proxy (`discrepancy.apriori_widths`)."""
 
     def widen(self, center: float, low: float, high: float) -> tuple[float, float]:
-        """A band read off the replays (another figure than the iteration time) with the model discrepancy."""
-        return self.discrepancy.widen(center, low, high)
+        """The calibrated band of another figure than the iteration time, from its residual band [low, high] read
+        off the replays (the iteration's a-priori widths taken as that figure's)."""
+        return self.discrepancy.band(center, low, high, self.apriori)
 
     def to_dict(self) -> dict:
         return {
@@ -88,7 +97,15 @@ class IterationBand:
             "shares": self.shares,
             "unmodelled_share": self.unmodelled_share,
             "composed_share": self.composed_share,
-            "discrepancy": {"low": self.discrepancy.low, "high": self.discrepancy.high},
+            "residual_low_ns": self.residual_low_ns,
+            "residual_high_ns": self.residual_high_ns,
+            "apriori": list(self.apriori),
+            "discrepancy": {
+                "low": self.discrepancy.low,
+                "high": self.discrepancy.high,
+                "residual_scale": self.discrepancy.residual_scale,
+            },
+            "meaning": self.discrepancy.meaning,
         }
 
 
@@ -223,16 +240,39 @@ def iteration_band(
         else 0.0
     )
     discrepancy = shipped_discrepancy()
+    apriori = apriori_widths(_proxied_shares(replica.program, device, compute_calls, prediction))
     if not terms or not total:
-        return IterationBand(*discrepancy.widen(total, total, total), shares, 1.0, composed, (), discrepancy)
+        band = discrepancy.band(total, total, total, apriori)
+        return IterationBand(*band, shares, 1.0, composed, (), discrepancy, total, total, apriori)
     fixed = total - modelled
     draws = _normal_draws(samples, len(names), seed)
     linear = fixed + sum(_group_time(share, w, q, draws[:, g]) for g, share, w, q in terms)
     q_low, q_high = np.quantile(linear, [0.1, 0.9])
     points = [_design_point(terms, len(names), fixed, target, side) for target, side in ((q_low, 0), (q_high, 2))]
     replays = [_replay(sim, per_program, z) for z in points]
-    low, high = discrepancy.widen(total, *sorted(_iteration_ns(r) for r in replays))
-    return IterationBand(low, high, shares, 1.0 - modelled / total, composed, tuple(replays), discrepancy)
+    residual = sorted(_iteration_ns(r) for r in replays)
+    low, high = discrepancy.band(total, *residual, apriori)
+    return IterationBand(
+        low, high, shares, 1.0 - modelled / total, composed, tuple(replays), discrepancy, *residual, apriori
+    )
+
+
+def _proxied_shares(program, device: np.ndarray, compute: np.ndarray, prediction: Prediction) -> dict[float, float]:
+    """Share of the iteration in kernels priced from a proxy, per stated uncertainty (`PROXY_UNCERTAINTY`): their
+    share of the critical rank's steady compute time."""
+    from maya.estimators.attention_model import PROXY_UNCERTAINTY
+
+    weight = device[compute].sum()
+    if program.frame is None or not weight or not prediction.iteration_ns:
+        return {}
+    kernel = program.frame["op"].astype(str).str.split("_").str[0].to_numpy()
+    out: dict[float, float] = {}
+    for name, u in PROXY_UNCERTAINTY.items():
+        mine = compute & (kernel == name)
+        if mine.any():
+            share = prediction.compute_ns * device[mine].sum() / weight / prediction.iteration_ns
+            out[u] = out.get(u, 0.0) + share
+    return out
 
 
 def _normal_draws(samples: int, groups: int, seed: int) -> np.ndarray:

@@ -1,15 +1,20 @@
-"""Model discrepancy: how far a whole prediction falls from the truth beyond what the estimators' held-out
-residuals see (a mechanism the models lack moves every call the same way, which no kernel residual measures).
+"""The band's calibrated width: how far a whole prediction falls from the truth, judged on measured suites.
 
-It widens the 10-90% band (`maya.simulator.band`) of a predicted time `p` whose residual band is [low, high]:
+The estimators' held-out residuals (`maya.simulator.band`'s replays) cannot see a mechanism the models lack, and
+they do not rank a prediction's end-to-end error either (on the MPT rows up to 4k tokens their width correlates
+with the error at Spearman -0.15): so the 10-90% band of a predicted time `p` is, per side,
 
-    high' = p x exp(sqrt(ln(high / p)^2 + d_high^2)),  low' = p x exp(-sqrt(ln(p / low)^2 + d_low^2))
+    high = p x exp(sqrt(max(s x r_high, a_high)^2 + d_high^2)),  low = p x exp(-sqrt(max(s x r_low, a_low)^2 + d_low^2))
 
-the two errors taken as independent at the same percentile (exact for normal log errors). `d_low`, `d_high` are
-set by split conformal calibration on one validation suite's measured rows (`calibrate`): the smallest widths
-that put at most 10% of that suite's rows above the band and 10% below it (with the finite-sample correction).
-The point prediction never changes; only the band's width does, and it is judged on another suite
-(`benchmarks/band_calibration.py`). Shipped as `data/band/discrepancy.json`.
+- `r`: the residual band's log widths (the replays), scaled by `residual_scale` `s` (1: as the residuals make it);
+- `a`: the a-priori log widths of kernels priced from a proxy (`attention_model.PROXY_UNCERTAINTY`, stated by the
+  data's README, not fitted): the share of the iteration they take, moved by their stated uncertainty;
+- `d`: the model discrepancy, set by split conformal calibration on measured suites (`calibrate`): the smallest
+  widths that leave at most 10% of those rows above the band and 10% below it (with the finite-sample correction).
+
+The point prediction never changes; only the band's width does. The widths are calibrated on whole suites and
+judged on a suite left out (`benchmarks/band_calibration.py`); shipped as `data/band/discrepancy.json` with
+their provenance, which every prediction names (`Discrepancy.meaning`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 
 from maya.core.paths import data_dir
 
-FORMAT = "maya-band-discrepancy/1"
+FORMAT = "maya-band-discrepancy/2"
 MISS = 0.1
 """Share of rows a calibrated band may leave on each side (a 10-90% band)."""
 
@@ -35,16 +40,39 @@ class Discrepancy:
     """Log width added below the prediction at the 10th percentile."""
     high: float
     """Log width added above the prediction at the 90th percentile."""
+    residual_scale: float = 1.0
+    """Factor on the residual band's log widths (0: the band is the discrepancy and the a-priori widths alone)."""
     provenance: dict = field(default_factory=dict, compare=False)
-    """Calibration suite, rows, and the coverage checked on another suite; not used to widen."""
+    """Calibration suites, rows, date and the coverage checked on suites left out; not used to widen."""
 
     def __post_init__(self):
-        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low >= 0 and self.high >= 0):
-            raise ValueError(f"discrepancy widths must be finite and >= 0, got low={self.low}, high={self.high}")
+        values = (self.low, self.high, self.residual_scale)
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise ValueError(
+                f"discrepancy widths and residual scale must be finite and >= 0, got low={self.low}, "
+                f"high={self.high}, residual_scale={self.residual_scale}"
+            )
 
-    def widen(self, center: float, low: float, high: float) -> tuple[float, float]:
-        """The band [low, high] around `center` with the discrepancy added in quadrature."""
-        return widen(center, low, high, self.low, self.high)
+    def band(self, center: float, low: float, high: float, apriori: tuple[float, float] = (0.0, 0.0)):
+        """The calibrated band around `center` from the residual band [low, high] and the a-priori log widths."""
+        return band(center, low, high, *apriori, self.low, self.high, self.residual_scale)
+
+    @property
+    def meaning(self) -> str:
+        """What the band is, in a sentence a prediction carries."""
+        p = self.provenance
+        if not p.get("calibrated_on"):
+            return "10-90% band: the estimators' held-out residuals only (no calibrated model discrepancy)"
+        residuals = (
+            "without the estimators' residual band"
+            if self.residual_scale == 0
+            else f"with the estimators' residual band x {self.residual_scale:g}"
+        )
+        return (
+            f"10-90% band: model discrepancy (-{self.low:.3f} / +{self.high:.3f} in log) calibrated by split conformal "
+            f"on {p['calibrated_on']} ({p.get('rows', '?')} rows, {p.get('written', '?')}), {residuals}, with the "
+            "a-priori uncertainty of proxy-priced kernels"
+        )
 
     def to_json(self) -> dict:
         return {"format": FORMAT, **asdict(self)}
@@ -53,41 +81,52 @@ class Discrepancy:
     def from_json(cls, raw: dict) -> Discrepancy:
         if raw.get("format") != FORMAT:
             raise ValueError(f"model discrepancy of format {raw.get('format')!r}, expected {FORMAT!r}")
-        return cls(float(raw["low"]), float(raw["high"]), raw.get("provenance", {}))
+        return cls(float(raw["low"]), float(raw["high"]), float(raw["residual_scale"]), raw.get("provenance", {}))
 
 
 NONE = Discrepancy(0.0, 0.0)
+"""The residual band as the replays make it."""
 
 
-def widen(center, low, high, d_low: float, d_high: float):
-    """`low` and `high` (scalars or arrays) around `center` widened by the log widths `d_low`, `d_high`."""
+def base_widths(center, low, high, apriori_low, apriori_high, residual_scale: float):
+    """Per side, the log width the discrepancy is added to: the larger of the scaled residual band's and the
+    a-priori one (scalars or arrays)."""
     center, low, high = (np.asarray(x, dtype="float64") for x in (center, low, high))
-    below = np.log(center / np.minimum(low, center))
-    above = np.log(np.maximum(high, center) / center)
-    new_low = center * np.exp(-np.hypot(below, d_low))
-    new_high = center * np.exp(np.hypot(above, d_high))
+    below = residual_scale * np.log(center / np.minimum(low, center))
+    above = residual_scale * np.log(np.maximum(high, center) / center)
+    return np.maximum(below, apriori_low), np.maximum(above, apriori_high)
+
+
+def band(center, low, high, apriori_low, apriori_high, d_low: float, d_high: float, residual_scale: float):
+    """The band around `center` (scalars or arrays): base widths (`base_widths`) and the discrepancy in
+    quadrature, each side on its own."""
+    below, above = base_widths(center, low, high, apriori_low, apriori_high, residual_scale)
+    center = np.asarray(center, dtype="float64")
+    new_low, new_high = center * np.exp(-np.hypot(below, d_low)), center * np.exp(np.hypot(above, d_high))
     if new_low.ndim == 0:
         return float(new_low), float(new_high)
     return new_low, new_high
 
 
-def narrow(center, low, high, d_low, d_high):
-    """The inverse of `widen`: the residual band a widened one was built from (per row widths allowed)."""
-    center, low, high = (np.asarray(x, dtype="float64") for x in (center, low, high))
-    below = np.sqrt(np.maximum(np.log(center / low) ** 2 - np.asarray(d_low) ** 2, 0.0))
-    above = np.sqrt(np.maximum(np.log(high / center) ** 2 - np.asarray(d_high) ** 2, 0.0))
-    return center * np.exp(-below), center * np.exp(above)
+def apriori_widths(proxied: dict[float, float]) -> tuple[float, float]:
+    """Log widths (below, above) of an iteration of which kernels priced from a proxy of relative uncertainty
+    `u` take `share` (`proxied`: u -> share), each such kernel (1 + u) x slower or faster than priced."""
+    slower = sum(share * u for u, share in proxied.items())
+    faster = sum(share * u / (1 + u) for u, share in proxied.items())
+    return 0.0 - float(np.log1p(-faster)), float(np.log1p(slower))
 
 
-def calibrate(predicted, low, high, measured, *, miss: float = MISS) -> tuple[float, float]:
-    """Split conformal widths (d_low, d_high): per row the smallest width that brings its measured time into
-    its residual band [low, high] on that side (0 when inside), then the ceil((n + 1)(1 - miss))-th smallest
-    of each side, so at most `miss` of exchangeable new rows fall outside on each side."""
-    predicted, low, high, measured = (np.asarray(x, dtype="float64") for x in (predicted, low, high, measured))
+def calibrate(predicted, measured, below, above, *, miss: float = MISS) -> tuple[float, float]:
+    """Split conformal widths (d_low, d_high): per row the smallest width that, added in quadrature to its base
+    log widths `below`, `above` (`base_widths`), brings its measured time into the band on that side (0 when
+    inside), then the ceil((n + 1)(1 - miss))-th smallest of each side, so at most `miss` of exchangeable new
+    rows fall outside on each side."""
+    predicted, measured, below, above = (np.asarray(x, dtype="float64") for x in (predicted, measured, below, above))
     if not len(predicted) or not (np.isfinite(predicted).all() and np.isfinite(measured).all()):
         raise ValueError("calibration needs at least one row with a finite prediction and measurement")
+    if (predicted <= 0).any() or (measured <= 0).any():
+        raise ValueError("calibration needs positive predicted and measured times")
     error = np.log(measured / predicted)
-    above, below = np.log(high / predicted), np.log(predicted / low)
     need_high = np.where(error > above, np.sqrt(np.maximum(error**2 - above**2, 0.0)), 0.0)
     need_low = np.where(-error > below, np.sqrt(np.maximum(error**2 - below**2, 0.0)), 0.0)
     n = len(error)

@@ -151,6 +151,7 @@ def add_band(sim: Simulation, prediction: Prediction) -> IterationBand | None:
         prediction.notes.append(f"no 10-90% band: durations from {sim.provider.name} carry no held-out residuals")
         return None
     prediction.band = found.to_dict()
+    prediction.notes.append(found.discrepancy.meaning)
     if found.unmodelled_share >= 0.1:
         prediction.notes.append(
             f"{found.unmodelled_share:.0%} of the iteration is outside the band's error model "

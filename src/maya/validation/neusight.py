@@ -81,9 +81,8 @@ def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) 
     replayed = replay(run_dir, options)
     sim, prediction, band = replayed.simulation, replayed.prediction, replayed.band
     fw, bw = windows(sim)
-    spans = (
-        band.widen(fw + bw, *sorted(sum(windows(s)) for s in band.simulations)) if band and band.simulations else None
-    )
+    residual = sorted(sum(windows(s)) for s in band.simulations) if band and band.simulations else None
+    spans = band.widen(fw + bw, *residual) if residual else None
     families, flops, dependent = where_time_goes(sim)
     return Predicted(
         predicted_s=(fw + bw) / 1e3,
@@ -104,6 +103,7 @@ def predict(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None) 
             "data_dependent": dependent,
             "notes": prediction.notes,
             "band_discrepancy": band.to_dict()["discrepancy"] if band else None,
+            "band_residual_ms": residual,
         },
     )
 

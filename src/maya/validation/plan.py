@@ -79,8 +79,17 @@ class Predicted:
     """Breakdown, notes, assumptions and kind-specific figures (stored as JSON)."""
 
 
-BAND_DETAILS = ("shares", "unmodelled_share", "composed_share", "discrepancy")
-"""What of a prediction's band a row keeps (`benchmarks/band_calibration.py` reads `discrepancy` back)."""
+BAND_DETAILS = (
+    "shares",
+    "unmodelled_share",
+    "composed_share",
+    "discrepancy",
+    "residual_low_ns",
+    "residual_high_ns",
+    "apriori",
+)
+"""What of a prediction's band a row keeps (`benchmarks/band_calibration.py` reads the residual band, the
+a-priori widths and the discrepancy back)."""
 
 
 def predict_plan(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None, **details) -> Predicted:
