@@ -6,8 +6,9 @@ import pytest
 
 from maya.core import hardware
 from maya.core.clusters import load_cluster
-from maya.simulator import MeasuredDurations, RooflineDurations, simulate, summarize
+from maya.simulator import DurationProvider, MeasuredDurations, RooflineDurations, simulate, summarize
 from maya.simulator.contention import footprints, ring_channels, slowdowns
+from maya.simulator.opcodes import COLL
 from maya.simulator.trace import load
 from maya.simulator.trace_builder import TraceBuilder
 
@@ -99,3 +100,59 @@ def test_grouped_transfers_contend_too(tmp_path):
     contended = simulate(traces, H100, RooflineDurations())
     gemm = 4  # group start, send, recv, group end, then the GEMM
     assert contended.devices[0][gemm] > free.devices[0][gemm]
+
+
+class Burst(DurationProvider):
+    """bf16 GEMMs at the H100 SXM's short-loop rate (MAMF finder, 794.5 TFLOP/s), collectives 2 ms: as models
+    trained on short-loop timings price them."""
+
+    name = "burst"
+    prices_burst_kernels = True
+
+    def device_ns(self, calls, hw):
+        flops = calls["flops"].to_numpy(dtype="float64", na_value=np.nan)
+        return np.where(calls["opcode"].to_numpy() == COLL, 2e6, flops / 794.5e12 * 1e9)
+
+
+def long_steps(tmp_path):
+    """Two ranks, three steps of 200 bf16 8192^3 GEMMs (0.28 s: the sustained regime), an all-gather beside the
+    first GEMM of each step."""
+    b = TraceBuilder(2)
+    b.communicator("dp", [0, 1])
+    for r in (0, 1):
+        k = b.rank(r)
+        for step in range(3):
+            k.iteration = step
+            k.collective("allgather", "dp", 0, stream=1, nelems=1 << 28)
+            for _ in range(200):
+                k.gemm(8192, 8192, 8192, 0)
+            k.device_sync()
+    return load(b.write(tmp_path / "run"))
+
+
+def test_a_collective_lowers_the_power_capped_clock_of_the_gemm_beside_it(tmp_path):
+    """On an H100 at its cap the GEMM beside the all-gather runs at 1575 of 1980 MHz (the overlap observation) on
+    top of the SMs the collective holds; without the sustained clock, or on an A100, only the SMs count."""
+    traces = long_steps(tmp_path)
+    for hw, sustained, power in ((H100, True, True), (H100, False, False), (A100, True, False)):
+        free = simulate(traces, hw, Burst(), contention=False, sustained_clock=sustained)
+        contended = simulate(traces, hw, Burst(), sustained_clock=sustained)
+        frame = free.programs[0].frame
+        frame_gemms = np.flatnonzero((frame["family"] == "gemm").to_numpy())
+        coll = np.flatnonzero(frame["collective"].notna().to_numpy())
+        beside, alone = frame_gemms[-200], frame_gemms[-1]  # the last step's first and last GEMM
+        end, device = free.result(0).end, free.devices[0]
+        c = coll[-1]
+        overlap = min(end[c], end[beside]) - max(end[c] - device[c], end[beside] - device[beside])
+        assert overlap > 0
+        factor = 1 / (1 - 24 / (hw.sm_count))  # one NVSwitch node: 24 channels
+        if power:
+            ratio = (8192**3 * 2 / 794.5e12 * 1e9) / device[alone]  # the sustained clock the step runs at
+            assert 0.9 < ratio < 0.95
+            factor *= ratio / (1575 / 1980)
+            assert any(n.startswith("power cap beside collectives") for n in contended.notes)
+        else:
+            assert not any(n.startswith("power cap beside collectives") for n in contended.notes)
+        expected = device[beside] + overlap * (factor - 1)
+        assert contended.devices[0][beside] == pytest.approx(expected, abs=2)
+        assert contended.devices[0][alone] == device[alone]  # nothing beside it

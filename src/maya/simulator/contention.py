@@ -24,6 +24,16 @@ one channel less per step. This gives 24 channels inside an A100 or H100 NVSwitc
 all-reduce) through each GPU; each byte sent is read from HBM and each byte received written to it
 (`HBM_PASSES`: 2), and a reduction also reads the local operand it adds (3).
 
+**Power** (Hopper): a part whose power cap binds (`sustained_clock`) runs its compute-bound tensor-core kernels
+at the clock their mix sustains. A collective beside them draws power too (its NVLink, network and HBM traffic,
+its SMs), and the cap takes it from the SM clock: the one public observation, in the handed
+`kernels_public/sustained_gemm` context rows (DeepGEMM issue #120, a Hopper GPU at its cap), saw the SM clock
+fall from 1,980 to 1,575 MHz while computation overlapped communication. So on such a part a compute-bound
+tensor-core kernel's overlapped part runs at `OVERLAP_CLOCK` of the burst clock instead of the program's
+sustained ratio `r`: a further `max(1, r / OVERLAP_CLOCK)` on top of the SMs it loses. Parts without a
+burst/sustained reference (Ampere and older: their measurements carry the cap) and steps in bursts keep the
+SM and HBM shares alone.
+
 The replay runs once, the contention is read from its schedule (`contended_devices`: each collective of a
 launch, grouped ones too, ends with its launch after its own duration), and the replay runs again with the
 slowed kernels (one correction: the second schedule's overlaps are not fed back). The collective itself is
@@ -43,6 +53,7 @@ from maya.core.hardware import Hardware
 from .engine import RankResult
 from .opcodes import WORK, WORK_SYNC
 from .program import Program
+from .sustained_clock import power_rows
 from .topology import GlobalComm, Replica
 from .trace import TraceSet
 
@@ -86,6 +97,9 @@ BUS_FACTOR = {
 }
 MAX_SHARE = 0.9
 """A collective never takes more than this share of SMs or bandwidth (guards short collectives' rates)."""
+OVERLAP_CLOCK = {9: 1575 / 1980}
+"""Per compute capability major: SM clock over the burst clock while compute overlaps a collective at the power
+cap (DeepGEMM issue #120, `kernels_public/sustained_gemm`, row `deepgemm_issue120`: 1,980 -> 1,575 MHz)."""
 MEMORY_FAMILIES = frozenset({"elementwise", "reduction", "normalization", "softmax", "embedding", "optimizer", "copy"})
 
 
@@ -194,11 +208,18 @@ Shares = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def contended_devices(
-    program: Program, result: RankResult, device: np.ndarray, shares: Shares, hw: Hardware
+    program: Program,
+    result: RankResult,
+    device: np.ndarray,
+    shares: Shares,
+    hw: Hardware,
+    clock_ratio: float | None = None,
 ) -> np.ndarray:
     """`device` with every kernel of `program` lengthened by its overlap with the rank's collectives (each ending
     with its launch in the first replay, `result`, after its own duration) times its slowdown beside each; the
-    shares of only the collectives some kernel overlaps are asked for."""
+    shares of only the collectives some kernel overlaps are asked for. `clock_ratio`: the sustained clock ratio
+    the program's compute-bound tensor-core kernels already run at (None: not under the cap's control), which
+    a collective beside them lowers to `OVERLAP_CLOCK` on parts that have one."""
     coll = program.launch_ops
     kernels = np.flatnonzero(np.isin(program.opcodes, (WORK, WORK_SYNC)) & (device > 0))
     if not len(coll) or not len(kernels):
@@ -237,9 +258,27 @@ def contended_devices(
         sm_share[pair_c],
         hbm_share[pair_c],
     )
+    overlap_clock = OVERLAP_CLOCK.get(hw.sm_major)
+    if clock_ratio is not None and overlap_clock is not None and clock_ratio > overlap_clock:
+        tensor = power_rows(frame, hw)[kernel_calls]
+        factor = np.where(tensor, factor * clock_ratio / overlap_clock, factor)
     extra = np.zeros(len(device))
     np.add.at(extra, kernel_calls, overlap * (factor - 1.0))
     return device + np.rint(extra).astype(np.int64)
+
+
+def power_notes(hw: Hardware, clock_ratios: dict[int, float]) -> list[str]:
+    """A note when collectives lower the clock of the tensor-core kernels beside them (see the module docstring)."""
+    overlap_clock = OVERLAP_CLOCK.get(hw.sm_major)
+    slowed = [r for r in clock_ratios.values() if overlap_clock is not None and r > overlap_clock]
+    if not slowed:
+        return []
+    return [
+        f"power cap beside collectives: {hw.name}'s compute-bound tensor-core kernels run at {overlap_clock:.3f} x "
+        f"their burst clock (~{overlap_clock * hw.boost_clock_mhz:,.0f} MHz) while a collective runs beside them, "
+        f"not at the step's sustained {max(slowed):.3f}: the collective's traffic draws on the same power cap "
+        "(one public observation of a Hopper GPU at its cap, DeepGEMM issue #120)"
+    ]
 
 
 def contend(
@@ -250,10 +289,13 @@ def contend(
     results: list[RankResult],
     hw: Hardware,
     cluster: ClusterSpec | None,
+    clock_ratios: dict[int, float] | None = None,
 ) -> list[np.ndarray]:
     """Device times with the contention of each rank's collectives on its kernels, read from a replay's
     `results`. A program's copies (deduplicated ranks) get the stretch of its captured replica; replicas that
-    shared a device array share the new one."""
+    shared a device array share the new one. `clock_ratios`: the sustained clock ratio of each program (by
+    rank) under the power cap's control (`sustained_clock.apply`)."""
+    ratios = clock_ratios or {}
     stretch: dict[int, np.ndarray] = {}
     for replica, device, result in zip(replicas, devices, results):
         if not replica.captured or id(replica.program) in stretch:
@@ -262,7 +304,8 @@ def contend(
         def shares(positions: np.ndarray, replica: Replica = replica, device: np.ndarray = device):
             return _shares(traces, replica, comms, device, hw, cluster, positions)
 
-        stretch[id(replica.program)] = contended_devices(replica.program, result, device, shares, hw) - device
+        ratio = ratios.get(replica.program.rank)
+        stretch[id(replica.program)] = contended_devices(replica.program, result, device, shares, hw, ratio) - device
     if not any(extra.any() for extra in stretch.values()):
         return devices
     out: dict[int, np.ndarray] = {}

@@ -14,7 +14,7 @@ from maya.core import settings
 from maya.core.hardware import Hardware
 
 from . import sustained_clock as sustained
-from .contention import contend
+from .contention import contend, power_notes
 from .durations import DurationProvider, MeasuredDurations, RooflineDurations, is_measured
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable, cluster_spec
 from .durations.framework import emulated
@@ -138,10 +138,10 @@ def simulate(
 ) -> Simulation:
     """Replay every rank of `traces` on `hardware` with `provider` (or a `--durations` choice; measured
     collectives are re-priced with `reprice_collectives`, for a re-targeted degree or cluster). With
-    `contention`, kernels running beside a collective are slowed by the SMs and bandwidth NCCL takes
-    (`contention`: a second replay), unless the kernel durations were measured, as they are or scaled to
-    another GPU (they hold it already). With `sustained_clock`, a provider that prices burst (short-loop) kernel
-    timings has its compute-bound tensor-core kernels slowed to the clock their mix sustains under the board's
+    `contention`, kernels running beside a collective are slowed by the SMs and bandwidth NCCL takes and, on a
+    power-capped Hopper part, the clock its traffic takes (`contention`: a second replay), unless the kernel
+    durations were measured, as they are or scaled to another GPU (they hold it already). With
+    `sustained_clock`, a provider that prices burst (short-loop) kernel timings has its compute-bound tensor-core kernels slowed to the clock their mix sustains under the board's
     power cap, on parts where it binds (`sustained_clock`)."""
     programs = {rank: compile_rank(trace) for rank, trace in traces.ranks.items()}
     notes: list[str] = []
@@ -160,8 +160,9 @@ def simulate(
     iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
     devices = price(traces, replicas, comms, provider, hardware, factor, iterations)
     notes += provider.notes
+    clock_ratios: dict[int, float] = {}
     if sustained_clock and provider.prices_burst_kernels:
-        devices, clock_notes = sustained.apply(programs, replicas, devices, iterations, hardware)
+        devices, clock_notes, clock_ratios = sustained.apply(programs, replicas, devices, iterations, hardware)
         notes += clock_notes
     by = interrupted_by(traces)
     whole = [rank for rank, found in iterations.items() if found.source == "whole"]
@@ -176,9 +177,11 @@ def simulate(
     results = engine.run()
     seconds, replays = time.perf_counter() - t0, 1
     if contention and not provider.replays_measured_kernels:
-        contended = contend(traces, replicas, comms, devices, results, hardware, cluster_spec(cluster, hardware))
+        spec = cluster_spec(cluster, hardware)
+        contended = contend(traces, replicas, comms, devices, results, hardware, spec, clock_ratios)
         if contended is not devices:
             devices = contended
+            notes += power_notes(hardware, clock_ratios)
             engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
             t0 = time.perf_counter()
             results = engine.run()

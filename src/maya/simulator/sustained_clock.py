@@ -175,9 +175,11 @@ def apply(
     devices: list[np.ndarray],
     iterations: dict[int, Iterations],
     hardware: Hardware,
-) -> tuple[list[np.ndarray], list[str]]:
+) -> tuple[list[np.ndarray], list[str], dict[int, float]]:
     """Each replica's device times with its program's compute-bound tensor-core kernels at the sustained clock,
-    and a note on the clock used (nothing when no program reaches the steady state or the cap does not bind)."""
+    a note on the clock used (nothing when no program reaches the steady state or the cap does not bind), and
+    the clock ratio of each program (by rank) whose steady state runs under the cap's control (1: it does not
+    bind; programs in bursts or on parts without a reference are absent)."""
     by_array: dict[int, np.ndarray] = {}
     applied: list[Derate] = []
     found: dict[int, Derate | None] = {}
@@ -195,7 +197,8 @@ def apply(
         if id(device) not in by_array:
             by_array[id(device)] = np.where(d.rows, np.rint(device / d.clock.ratio), device).astype(device.dtype)
         out.append(by_array[id(device)])
-    return out, _notes(applied, hardware)
+    ratios = {rank: d.clock.ratio for rank, d in found.items() if d is not None}
+    return out, _notes(applied, hardware), ratios
 
 
 def _notes(applied: list[Derate], hardware: Hardware) -> list[str]:
