@@ -53,9 +53,9 @@ def _largest_inputs(shapes: pd.Series, dtypes: pd.Series) -> tuple[np.ndarray, n
     raw = np.full(n, None, dtype=object)
     offsets = np.cumsum(lengths) - lengths
     raw[chosen_op[has_dtype]] = spelled[offsets[chosen_op[has_dtype]] + chosen_at[has_dtype]]
-    names = {spelling: dtype_name(spelling) for spelling in set(raw[chosen_op[has_dtype]])}
-    dtype = np.array([names.get(x) if x is not None else None for x in raw], dtype=object)
-    return numel, row, dtype
+    codes, spellings = pd.factorize(raw)  # None: code -1, the last of `named` below
+    named = np.array([*(dtype_name(spelling) for spelling in spellings), None], dtype=object)
+    return numel, row, named[codes]
 
 
 def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
