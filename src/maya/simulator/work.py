@@ -147,10 +147,9 @@ def _own_sizes(calls: pd.DataFrame, launched: np.ndarray, numel: np.ndarray) -> 
     """Library kernels that carry their own element count (`args.elements`: a cuDNN RNN's cell kernel
     per time step, where the enclosing op's shapes cover all steps) are sized by it (in place)."""
     args = calls["args"]
-    for i in np.flatnonzero(launched & args.notna().to_numpy()):
-        text = args.iat[i]
-        if '"elements"' in text:
-            numel[i] = float(json.loads(text)["elements"])
+    sized = launched & args.notna().to_numpy() & args.astype(str).str.contains('"elements"', regex=False).to_numpy()
+    for i, text in zip(np.flatnonzero(sized), args[sized].tolist()):
+        numel[i] = float(json.loads(text)["elements"])
 
 
 def _codes_map(values: pd.Series, table: dict, default=None) -> np.ndarray:
