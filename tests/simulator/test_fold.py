@@ -12,9 +12,10 @@ from maya.simulator.engine import Engine, RankResult
 from maya.simulator.fold import fold
 from maya.simulator.topology import GlobalComm, Replica
 from maya.simulator.trace import load
-from maya.simulator.trace_builder import gpt_3d
+from maya.simulator.trace_builder import TraceBuilder, gpt_3d
 
 H100 = hardware.get("h100-sxm")
+US = 1_000
 
 
 def _replays(sim) -> tuple[Engine, list[RankResult], list[RankResult]]:
@@ -35,6 +36,32 @@ def test_a_folded_replay_gives_every_rank_the_times_of_the_whole_replay(tmp_path
     for a, b in zip(folded, whole):
         for f in fields(RankResult):
             np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f"rank {a.rank} {f.name}")
+
+
+def test_collectives_between_classes_wait_for_the_slower_class(tmp_path):
+    """Ranks 0 and 1 (each standing for itself and the rank two above) run different kernels and meet in
+    tensor-parallel all-reduces: the faster class waits for the slower one, as every rank does in the whole
+    replay."""
+    b = TraceBuilder(4)
+    for r in (0, 1):
+        tp, dp = [0, 1], [0, 2] if r == 0 else [1, 3]
+        b.communicator("tp0", tp)
+        b.communicator(f"dp{r}", dp)
+        k = b.rank(r, represents=[r, r + 2])
+        for it in range(3):
+            k.iteration = it
+            k.kernel((70 if r else 20) * US)
+            k.allreduce("tp0", 5 * US)
+            k.kernel(10 * US)
+            k.allreduce(f"dp{r}", 40 * US, stream=1)
+            k.stream_sync(1)
+    sim = simulate(load(b.write(tmp_path / "run")), H100, MeasuredDurations())
+    engine, folded, whole = _replays(sim)
+    assert len(engine.ranks) == 2
+    for a, c in zip(folded, whole):
+        np.testing.assert_array_equal(a.end, c.end)
+        np.testing.assert_array_equal(a.launch_ready, c.launch_ready)
+    assert folded[0].launch_ready[0] == 70 * US  # rank 0's first all-reduce waited for rank 1's 70 us kernel
 
 
 def test_ranks_whose_peers_differ_are_not_folded_together():
@@ -63,3 +90,18 @@ def test_nothing_folds_when_every_rank_was_captured(tmp_path):
     job = gpt_3d(2, 2, 2, layers=1, microbatches=2, iterations=2, hidden=512, seq=256, dedup=False)
     sim = simulate(load(job.write(tmp_path / "run")), H100, MeasuredDurations(), contention=False)
     assert fold(sim.replicas, sim.devices, sim.comms) is None
+
+
+def test_a_prediction_is_the_same_whether_its_ranks_are_folded_or_not(tmp_path, monkeypatch):
+    """The whole prediction (contention's second replay, per-rank reports, breakdown) of a deduplicated 32-rank job
+    over 4 nodes, with and without folding."""
+    from maya.simulator import engine
+    from maya.simulator.predict import predict
+
+    run = gpt_3d(2, 2, 8, layers=2, microbatches=4, iterations=3, hidden=1024, seq=512).write(tmp_path / "run")
+    folded = predict(run, hardware="h100-sxm", durations="roofline").to_dict()
+    monkeypatch.setattr(engine, "fold", lambda *args: None)
+    whole = predict(run, hardware="h100-sxm", durations="roofline").to_dict()
+    for figures in (folded, whole):
+        figures.pop("simulation_s")  # the replays' own wall time
+    assert folded["simulated_ranks"] == 32 and folded == whole
