@@ -49,6 +49,7 @@ def fold(replicas: list[Replica], devices: list[np.ndarray], comms: list[GlobalC
     locals_of: list[dict[int, list[int]]] = []
     members: dict[int, list[int]] = defaultdict(list)
     p2p: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
+    sends: dict[int, bool] = {}  # per program: whether it has p2p operations (most have none: no key to scan)
     for i, replica in enumerate(replicas):
         local: dict[int, list[int]] = defaultdict(list)
         for c, g in enumerate(replica.comms):
@@ -57,6 +58,11 @@ def fold(replicas: list[Replica], devices: list[np.ndarray], comms: list[GlobalC
         for g in local:
             members[g].append(i)
         locals_of.append(local)
+        program = replica.program
+        if id(program) not in sends:
+            sends[id(program)] = any(op.p2p for launch in program.launches for op in launch)
+        if not sends[id(program)]:
+            continue
         for L, launch_keys in enumerate(replica.keys):
             for j, (key, _) in enumerate(launch_keys):
                 if len(key) != 2:
