@@ -18,10 +18,16 @@ million simulated calls within 15 s (`--large RUN`); the whole `maya emulate` of
   Compiled / eager emulate wall is not measured here: a compiled rank compiles and autotunes for tens of CPU
   seconds (`docs/emulator.md` has the compile-once figures).
 
+- suite rows (`--suite-rows EXPR`): the llm-foundry MPT rows the warehouse last stored (`maya validate
+  llm-foundry`, a pandas query on `row` such as 'row % 3 == 0') predicted again from their cached traces in one
+  process, as the suite's runner does with one job (its one-time costs, such as fitting the attention
+  correction, paid once): wall and CPU seconds per row, and the largest relative change of any row's predicted
+  step or band edge against the stored one (no prediction may move).
+
 Predictions are recorded in a scratch copy of the warehouse (and its estimator artifacts), never in yours.
 Without RUN, the newest demo run under $MAYA_HOME/runs is used, made with `maya demo` when there is none.
 Wall time is inflated by other jobs on a shared machine: read the CPU seconds there.
-Usage: python benchmarks/time_to_prediction.py [RUN] [--repeat K] [--large RUN ...] [--emulate]
+Usage: python benchmarks/time_to_prediction.py [RUN] [--repeat K] [--large RUN ...] [--suite-rows EXPR] [--emulate]
 """
 
 from __future__ import annotations
@@ -48,17 +54,36 @@ TARGET_S = 3.0
 LARGE_TARGET_S = 15.0
 EMULATE_TARGET_S = 5.0
 STEP_TARGET = 0.10
+SUITE_TARGET_S, SUITE_ROWS = 20 * 60, 162
+"""The 162-row MPT suite within 20 minutes on 2 cores: the per-row share of it."""
 MAYA = [sys.executable, "-m", "maya"]
 PHASES = (
     "CLI import",
     "trace loading",
+    "rank expansion",
     "call-frame building",
+    "host-time reading",
     "estimator loading",
     "inference",
+    "sustained-clock pass",
+    "rank folding",
     "replays",
+    "contention",
+    "per-rank reports",
     "band",
+    "notes",
     "warehouse write",
     "other",
+)
+NOTES = (
+    "stand_in_notes",
+    "routing_notes",
+    "flex_mask_notes",
+    "subset_notes",
+    "te_kernel_notes",
+    "evaluation_notes",
+    "host_notes",
+    "timing_notes",
 )
 
 
@@ -99,18 +124,27 @@ def phases_child(run: str) -> None:
     for module, attr, name in (
         ("maya.simulator.predict", "load", "trace loading"),
         ("maya.simulator.predict", "add_band", "band"),
+        ("maya.simulator.simulation", "expand", "rank expansion"),
         ("maya.simulator.simulation", "compile_rank", "call-frame building"),
         ("maya.simulator.pricing", "priced_frame", "call-frame building"),
+        ("maya.simulator.pricing", "framework_ns", "host-time reading"),
         ("maya.simulator.simulation", "make_provider", "estimator loading"),
         ("maya.simulator.simulation", "price", "inference"),
+        ("maya.simulator.sustained_clock", "apply", "sustained-clock pass"),
+        ("maya.simulator.engine", "fold", "rank folding"),
         ("maya.simulator.engine", "Engine.run", "replays"),
+        ("maya.simulator.simulation", "contend", "contention"),
+        ("maya.simulator.predict", "rank_reports", "per-rank reports"),
+        ("maya.simulator.band", "rank_reports", "per-rank reports"),
+        *(("maya.simulator.predict", note, "notes") for note in NOTES),
         ("maya.api", "record", "warehouse write"),
     ):
         owner = import_module(module)
         *path, attr = attr.split(".")
         for part in path:
             owner = getattr(owner, part)
-        setattr(owner, attr, phases.wrap(name, getattr(owner, attr)))
+        if hasattr(owner, attr):  # an older checkout (PYTHONPATH) may lack a phase: it counts as `other` there
+            setattr(owner, attr, phases.wrap(name, getattr(owner, attr)))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         maya.cli.app(["predict", run, "--json"], standalone_mode=False)
@@ -119,6 +153,65 @@ def phases_child(run: str) -> None:
     phases.cpu["other"] = total_cpu - sum(phases.cpu.values())
     prediction = json.loads(out.getvalue())
     print(json.dumps({"wall": phases.wall, "cpu": phases.cpu, "calls": prediction["simulated_calls"]}))
+
+
+def suite_child(expr: str) -> None:
+    """Predict the stored llm-foundry rows `expr` picks from their cached traces, in this process as the suite's
+    runner does with one job; print one JSON line per row (wall, CPU, the largest relative change of the predicted
+    step and band edges against the stored row)."""
+    from maya.api import PredictOptions, predict
+    from maya.core.warehouse import read_only
+    from maya.validation.runner import traces_dir
+
+    with read_only() as con:
+        stored = con.execute(
+            "SELECT row, command_hash, hardware, cluster, estimator_version, predicted_s, band_low_s, band_high_s "
+            "FROM validation_rows WHERE kind = 'llm-foundry' AND status = 'ok' "
+            "QUALIFY row_number() OVER (PARTITION BY row ORDER BY recorded_at DESC) = 1 ORDER BY row"
+        ).df()
+    for values in stored.query(expr).itertuples():
+        run = traces_dir() / values.command_hash
+        if not run.is_dir():
+            continue
+        options = PredictOptions(
+            hardware=values.hardware,
+            cluster=values.cluster if isinstance(values.cluster, str) else None,
+            durations="estimators",
+            estimator_version=values.estimator_version,
+            band=True,
+        )
+        t, c = time.perf_counter(), time.process_time()
+        p = predict(run, options)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        got = (p.iteration_ns, p.band["low_ns"], p.band["high_ns"]) if p.band else (p.iteration_ns,)
+        was = (values.predicted_s, values.band_low_s, values.band_high_s)
+        change = max(abs(a / 1e9 / b - 1.0) for a, b in zip(got, was))
+        print(
+            json.dumps({"row": int(values.row), "wall": wall, "cpu": cpu, "change": change, "calls": p.simulated_calls})
+        )
+
+
+def suite_rows(expr: str, env: dict[str, str]) -> list[tuple]:
+    """Table rows of `suite_child` run in a fresh interpreter: per row, then the suite's mean and slowest."""
+    child = subprocess.run(
+        [sys.executable, __file__, "--suite-child", expr], env=env, check=True, capture_output=True, text=True
+    )
+    found = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    if not found:
+        return [(f"suite rows {expr!r}: none stored with a cached trace", None, None, "", "")]
+    rows = [
+        (f"  row {r['row']} ({r['calls']:,} calls)", r["wall"], r["cpu"], f"{r['change']:.0e}", "change <= 1e-3")
+        for r in found
+    ]
+    wall, cpu = sum(r["wall"] for r in found), sum(r["cpu"] for r in found)
+    slowest = max(found, key=lambda r: r["cpu"])
+    return [
+        *rows,
+        (f"suite rows {expr!r}: {len(found)} predicted", wall, cpu, "", ""),
+        ("  per row (mean)", wall / len(found), cpu / len(found), "", f"<= {SUITE_TARGET_S / SUITE_ROWS:.1f} s"),
+        (f"  slowest row ({slowest['row']})", slowest["wall"], slowest["cpu"], "", ""),
+        ("  largest change of a figure", None, None, f"{max(r['change'] for r in found):.0e}", "<= 1e-3"),
+    ]
 
 
 def demo_run() -> Path:
@@ -196,10 +289,15 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--large", type=Path, nargs="*", default=[], help="larger runs to time `maya predict` on")
     p.add_argument("--emulate", action="store_true", help="also emulate the 1.3B GPT (minutes on a loaded machine)")
+    p.add_argument("--suite-rows", help="also predict these stored MPT rows from the capture cache ('row %% 3 == 0')")
     p.add_argument("--phases-child", help=argparse.SUPPRESS)
+    p.add_argument("--suite-child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.phases_child:
         phases_child(args.phases_child)
+        return
+    if args.suite_child:
+        suite_child(args.suite_child)
         return
     run = str((args.run or demo_run()).resolve())
     rows: list[tuple] = []  # (figure, wall s, cpu s, ratio, target)
@@ -239,6 +337,8 @@ def main() -> None:
             target = f"<= {LARGE_TARGET_S:g} s at 8 M calls"
             rows.append((f"maya predict {large.name}", wall, cpu, f"{wall / LARGE_TARGET_S:.2f}", target))
             rows.append((f"  per simulated call ({n:,})", wall / n, cpu / n, "", ""))
+        if args.suite_rows:
+            rows += suite_rows(args.suite_rows, warm)
         if args.emulate:
             rows += emulate_rows(warehouse)
     print(f"maya predict {run}  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")

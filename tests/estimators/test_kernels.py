@@ -132,6 +132,22 @@ def test_repeated_shapes_priced_once_and_consistently(estimator, measured):
     np.testing.assert_array_equal(out["duration_ns"][:50], out["duration_ns"][100:])
 
 
+def test_calls_priced_again_after_others_are_not_priced_twice(estimator, measured, monkeypatch):
+    """The band prices each program's kernels again after every other program's (and the GEMMs composed attention
+    prices in between): each set of distinct shapes is priced once, and its prices come back the same."""
+    priced = []
+    price = KernelEstimator._price
+    monkeypatch.setattr(
+        KernelEstimator, "_price", lambda self, calls, keys: priced.append(len(calls)) or price(self, calls, keys)
+    )
+    programs = [measured.head(40).assign(m=lambda d, i=i: d["m"] + i) for i in range(3)]
+    first = [estimator.predict(p) for p in programs]
+    again = [estimator.predict(p) for p in programs]
+    assert len(priced) == 3  # once each, not six times
+    for a, b in zip(first, again):
+        pd.testing.assert_frame_equal(a, b)
+
+
 def test_bad_call_frames():
     with pytest.raises(CallFrameError, match="missing column"):
         KernelEstimator().predict(pd.DataFrame({"hardware": ["h100-sxm"]}))

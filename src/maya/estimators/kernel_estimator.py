@@ -67,6 +67,9 @@ REFERENCE_FAMILY, REFERENCE_KERNEL = "elementwise", "add"
 kernels a segment never measured are related."""
 CHUNK_ROWS = 1 << 16
 """Calls of one family priced at a time: their intermediate arrays stay in cache."""
+PRICED_KEPT = 64
+"""Sets of distinct shapes whose prices `KernelEstimator` keeps (arrays over the distinct shapes only): every program of a job, with
+the GEMMs its composed attention prices, priced again by the band without pricing anything twice."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,8 @@ class KernelEstimator:
     """Anchor the tensor-core GEMM price to public cuBLAS measurements on the parts they were taken on
     (`gemm_reference`); off: the learned price alone."""
     last: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, init=False, repr=False, compare=False)
-    """The prediction columns of the last distinct shapes priced, by their digest (`_price_once`)."""
+    """The prediction columns of the last `PRICED_KEPT` sets of distinct shapes priced, by their digest, oldest
+    first (`_price_once`)."""
 
     def predict(self, calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
         """The normalised call frame with `roofline_ns`, `efficiency`, `duration_ns`, `duration_low_ns`,
@@ -137,14 +141,18 @@ class KernelEstimator:
         return frame.assign(**priced, method=pd.Series(method, index=frame.index, dtype="str"), below_measured=below)
 
     def _price_once(self, calls: pd.DataFrame, keys: np.ndarray) -> dict[str, np.ndarray]:
-        """`_price`, or a copy of its columns when the same calls were the last priced (`last`)."""
+        """`_price`, or a copy of its columns when the same calls were among the last priced (`last`: a program's
+        kernels are priced again by the band after every other program and the GEMMs composed attention prices
+        in between)."""
         digest = hashlib.sha256(repr(list(calls.columns)).encode())
         digest.update(pd.util.hash_pandas_object(calls, index=True).to_numpy().tobytes())
-        priced = self.last.get(digest.hexdigest())
+        key = digest.hexdigest()
+        priced = self.last.pop(key, None)
         if priced is None:
             priced = self._price(calls, keys)
-            self.last.clear()
-            self.last[digest.hexdigest()] = priced
+            while len(self.last) >= PRICED_KEPT:
+                del self.last[next(iter(self.last))]
+        self.last[key] = priced
         return {name: values.copy() for name, values in priced.items()}
 
     def _price(self, calls: pd.DataFrame, keys: np.ndarray) -> dict[str, np.ndarray]:

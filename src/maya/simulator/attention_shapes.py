@@ -82,7 +82,7 @@ def ranged_attention_ops(ops: pd.DataFrame, range_name: str = TRITON_ATTENTION_R
     differentiates."""
     if "seq_nr" not in ops.columns or not (ops["name"] == range_name).any():
         return set()
-    parent = dict(zip(ops["op_id"], ops["parent_op_id"]))
+    parent = dict(zip(ops["op_id"].tolist(), ops["parent_op_id"].tolist()))
     seq_nr = dict(zip(ops["op_id"], ops["seq_nr"]))
     ranges = set(ops.loc[ops["name"] == range_name, "op_id"])
     attention = ops[ops["name"].isin(list(ATTENTION_OPS))]
@@ -124,8 +124,11 @@ def op_attention_shapes(ops: pd.DataFrame) -> pd.DataFrame:
     """Per attention op of `ATTENTION_OPS`: batch x heads, queries, keys, head dim, whether it is a backward, and
     its dtype (indexed by op_id)."""
     rows = {}
+    names = ops["name"].astype(str)
+    keep = names.isin(list(ATTENTION_OPS)).to_numpy(dtype=bool)  # no other op is read
+    ops, names = ops[keep], names[keep]
     for op_id, name, shapes, dtypes in zip(
-        ops["op_id"], ops["name"].astype(str), ops["input_shapes"], ops["input_dtypes"]
+        ops["op_id"].tolist(), names.tolist(), ops["input_shapes"].tolist(), ops["input_dtypes"].tolist()
     ):
         spec = ATTENTION_OPS.get(name)
         if spec is None or shapes is None or len(shapes) <= spec[1]:
@@ -151,7 +154,7 @@ def op_attention_shapes(ops: pd.DataFrame) -> pd.DataFrame:
 def attention_ancestors(ops: pd.DataFrame, op_ids: np.ndarray) -> dict[int, int]:
     """For each of `op_ids`: the op id of its nearest enclosing op (itself included) of `ATTENTION_OPS`, where
     there is one."""
-    parent = dict(zip(ops["op_id"], ops["parent_op_id"]))
+    parent = dict(zip(ops["op_id"].tolist(), ops["parent_op_id"].tolist()))
     named = set(ops.loc[ops["name"].isin(list(ATTENTION_OPS)), "op_id"])
     found: dict[int, int] = {}
     for op_id in pd.unique(op_ids):
@@ -200,24 +203,26 @@ def shape_attention(
         return
     ancestor = attention_ancestors(ops, calls["op_id"].to_numpy()[launched])
     ranged = ranged_attention_ops(ops)
-    names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"].astype(str)))
+    names = dict(zip(trace.kernels["kernel_id"].tolist(), trace.kernels["name"].astype(str).tolist()))
+    by_op = dict(zip(shapes.index.tolist(), shapes.itertuples(index=False)))
+    op_ids, kernel_ids = calls["op_id"].to_numpy(), calls["kernel_id"].to_numpy()
     for i in np.flatnonzero(launched):
-        owner = ancestor.get(calls["op_id"].iat[i])
-        if owner is None or owner not in shapes.index:
+        owner = ancestor.get(op_ids[i])
+        if owner is None or owner not in by_op:
             continue
-        s = shapes.loc[owner]
-        name = names.get(calls["kernel_id"].iat[i], "")
-        role = kernel_role(name) or ("bwd" if s["backward"] else "fwd")
+        s = by_op[owner]
+        name = names.get(kernel_ids[i], "")
+        role = kernel_role(name) or ("bwd" if s.backward else "fwd")
         _set(
             i,
             "lftriton" if owner in ranged else kernel_implementation(name),
             role,
             bool(kernel_causal(name)),
-            s["batch"],
-            s["m"],
-            s["n"],
-            s["k"],
-            s["dtype"],
+            s.batch,
+            s.m,
+            s.n,
+            s.k,
+            s.dtype,
             family,
             op,
             dtype,

@@ -45,7 +45,7 @@ import pandas as pd
 from .discrepancy import NONE, Discrepancy, apriori_widths, shipped_discrepancy
 from .engine import Engine
 from .opcodes import COLL, DEVICE_OPS
-from .report import rank_report
+from .report import rank_reports
 
 if TYPE_CHECKING:
     from .report import Prediction
@@ -352,7 +352,4 @@ def _replay(sim: Simulation, per_program: dict, z: np.ndarray) -> Simulation:
 
 def _iteration_ns(sim: Simulation) -> float:
     """The job's steady iteration time of a replay: its slowest rank's."""
-    return max(
-        rank_report(res, rep.program, dev, sim.iterations[rep.program.rank], 1.0, 0).iteration_ns
-        for rep, res, dev in zip(sim.replicas, sim.results, sim.devices)
-    )
+    return max(r.iteration_ns for r in rank_reports(sim.replicas, sim.results, sim.devices, sim.iterations, 1.0))

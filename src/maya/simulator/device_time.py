@@ -78,8 +78,12 @@ def timing_notes(traces, hardware: str) -> list[str]:
         rows = trace.calls["api"] == TIMING_API
         timings += int(rows.sum())
         answered += int(trace.calls.loc[rows, "args"].fillna("").str.contains("device_time_ns", regex=False).sum())
-        names = dict(zip(trace.ops["op_id"], trace.ops["name"])) if rows.any() and len(trace.ops) else {}
-        for op in trace.calls.loc[rows, "op_id"]:
+        timed_ops = trace.calls.loc[rows, "op_id"]
+        names = {}
+        if rows.any() and len(trace.ops):
+            ops = trace.ops[trace.ops["op_id"].isin(timed_ops)]
+            names = dict(zip(ops["op_id"].tolist(), ops["name"].tolist()))
+        for op in timed_ops.tolist():
             name = names.get(op, "(no op)") if op == op else "(no op)"
             sites[name] = sites.get(name, 0) + 1
     if not timings:

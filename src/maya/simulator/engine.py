@@ -11,7 +11,8 @@ notes its issue time. A collective's members all finish at `latest arrival + dur
 pairs likewise. When a head unblocks, its stream goes on a FIFO of ready streams, drained before the
 next timed event. Host synchronisations block the host until their condition holds; a `HostResume`
 event (on a heap, in time order) then continues it. Results do not depend on the order in which ready
-work is processed: every time is a max-plus function of its dependencies.
+work is processed: every time is a max-plus function of its dependencies. Ranks that replay alike (the same
+program and device times, collectives joining the same kinds of peers: `fold`) are replayed once per class.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .fold import fold
 from .opcodes import COLL, DEVICE_SYNC, EVENT_SYNC, NOP, RECORD, WAIT, WORK, WORK_SYNC
 from .topology import GlobalComm, Replica
 
@@ -157,10 +159,18 @@ class Engine:
         comms: list[GlobalComm],
         *,
         shortest_collective: bool = False,
+        folded: bool = True,
     ):
         """`devices[r]`: device time per call of replica r (its program's, collectives priced for its
         communicators). `shortest_collective`: a collective lasts its shortest member's duration
-        (measured durations include waiting for peers) instead of the longest."""
+        (measured durations include waiting for peers) instead of the longest. `folded`: replay one rank per
+        class of ranks that replay alike (`fold`; the results are the same)."""
+        self.replicas, self.devices = replicas, devices
+        self.folding = fold(replicas, devices, comms) if folded else None
+        if self.folding is not None:
+            chosen = self.folding.representatives
+            replicas = [replace(replicas[i], keys=keys) for i, keys in zip(chosen, self.folding.keys)]
+            devices = [devices[i] for i in chosen]
         cache: dict[tuple[int, int], tuple] = {}
         self.ranks: list[_Rank] = []
         for replica, device in zip(replicas, devices):
@@ -197,6 +207,18 @@ class Engine:
         heapq.heappush(self.heap, (event.time, self.counter, event))
 
     def run(self) -> list[RankResult]:
+        """Every replica's result, in the order of the replicas."""
+        if self.folding is None:
+            return self._run()
+        try:
+            results = self._run()
+        except Deadlock:  # the whole replay names the stuck ranks one by one
+            return Engine(
+                self.replicas, self.devices, self.comms, shortest_collective=self.shortest, folded=False
+            ).run()
+        return [replace(results[k], rank=r.rank) for k, r in zip(self.folding.classes, self.replicas)]
+
+    def _run(self) -> list[RankResult]:
         for r in range(len(self.ranks)):
             self.schedule(HostResume(0, r))
         heap, ready, drain = self.heap, self.ready, self.drain

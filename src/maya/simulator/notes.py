@@ -63,11 +63,13 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
         calls = trace.calls
         if "data_dependent" not in calls or not calls["data_dependent"].fillna(False).any():
             continue
-        names = dict(zip(trace.ops["op_id"], trace.ops["name"])) if len(trace.ops) else {}
         read = calls["data_dependent"].fillna(False).astype(bool) & (calls["api"] != TIMING_API)  # timings: own note
         if "args" in calls:  # values the emulator computed on the host from values it knew are not stand-ins
             read &= ~calls["args"].fillna("").str.contains(KNOWN_READS, regex=True)
-        for op in calls.loc[read, "op_id"]:
+        read_ops = calls.loc[read, "op_id"]
+        ops = trace.ops[trace.ops["op_id"].isin(read_ops)] if len(trace.ops) else trace.ops
+        names = dict(zip(ops["op_id"].tolist(), ops["name"].tolist())) if len(ops) else {}
+        for op in read_ops.tolist():
             name = names.get(op, "(no op)") if op == op else "(no op)"
             counts[name] = counts.get(name, 0) + 1
     if not set(counts) - SCALAR_READS:
@@ -173,7 +175,9 @@ def te_kernel_notes(traces: TraceSet) -> list[str]:
 
     counts: dict[str, int] = {}
     for trace in traces.ranks.values():
-        names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])) if len(trace.kernels) else {}
+        if not te_work.touched(trace.kernels, trace.ops):
+            continue
+        names = dict(zip(trace.kernels["kernel_id"].tolist(), trace.kernels["name"].tolist()))
         for key, n in te_work.notes(names, trace.calls, trace.ops.drop_duplicates("op_id")).items():
             counts[key] = counts.get(key, 0) + n
     unsized = counts.pop("unsized", 0)

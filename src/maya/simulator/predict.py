@@ -32,7 +32,7 @@ from .report import (
     measured_iteration,
     memory_peak,
     mfu_dtype,
-    rank_report,
+    rank_reports,
 )
 from .retarget import gpu_assumption, retarget, source_hardware
 from .simulation import Simulation, simulate
@@ -74,10 +74,9 @@ def summarize(
     dtype = mfu_dtype([p.frame for p in sim.programs.values()])
     peak = hw.peak_flops(dtype)
     memory = {rank: memory_peak(trace) for rank, trace in traces.ranks.items()}
-    reports = [
-        rank_report(res, rep.program, dev, sim.iterations[rep.program.rank], peak, memory[rep.program.rank][0])
-        for rep, res, dev in zip(sim.replicas, sim.results, sim.devices)
-    ]
+    reports = rank_reports(
+        sim.replicas, sim.results, sim.devices, sim.iterations, peak, {rank: m for rank, (m, _) in memory.items()}
+    )
     job = job_figures(
         reports,
         int(traces.info["world_size"]),

@@ -98,12 +98,20 @@ def price(
     only) times `host_factor` (the target host's time per second of the emulating CPU's; default 0: not added),
     read over each rank's `iterations`."""
     by_layout: dict[tuple, np.ndarray] = {}
+    seen: dict[tuple, list[tuple]] = {}
     devices = []
     for replica in replicas:
         program = replica.program
         if program.frame is None:
             program.frame = priced_frame(program, traces, (iterations or {}).get(program.rank))
-        layouts = _layouts(program, replica, comms, traces)
+        # without p2p, a replica's layouts follow from its program, communicators and node
+        p2p = any(op.p2p for launch in program.launches for op in launch)
+        same = None if p2p else (id(program), tuple(replica.comms), traces.node_of(replica.rank))
+        layouts = seen.get(same) if same is not None else None
+        if layouts is None:
+            layouts = _layouts(program, replica, comms, traces)
+            if same is not None:
+                seen[same] = layouts
         layout = (program.rank, tuple(layouts))
         if layout not in by_layout:
             coll = _with_layout(program.frame, program, layouts)

@@ -16,7 +16,7 @@ iteration (the mean of the two middle ones for an even count); the job's are tho
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,7 @@ from .intervals import union
 from .iterations import Iterations
 from .opcodes import WORK, WORK_SYNC
 from .program import Program
+from .topology import Replica
 from .trace import RankTrace, TraceSet
 
 BREAKDOWN = ("compute_ns", "exposed_comm_ns", "peer_wait_ns", "host_bound_ns", "idle_ns")
@@ -148,6 +149,29 @@ def _median_pick(durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if m % 2:
         return order[[m // 2]], np.array([1.0])
     return order[[m // 2 - 1, m // 2]], np.array([0.5, 0.5])
+
+
+def rank_reports(
+    replicas: list[Replica],
+    results: list[RankResult],
+    devices: list[np.ndarray],
+    iterations: dict[int, Iterations],
+    peak_flops: float,
+    peak_memory: dict[int, int] | None = None,
+) -> list[RankReport]:
+    """`rank_report` of every replica (`peak_memory` per program rank; None: 0), computed once per distinct
+    (result, program, device times): the ranks a folded replay gave the same times share it."""
+    done: dict[tuple[int, int, int], RankReport] = {}
+    out = []
+    for replica, result, device in zip(replicas, results, devices):
+        program = replica.program
+        key = (id(result.end), id(program), id(device))
+        if key not in done:
+            memory = peak_memory[program.rank] if peak_memory is not None else 0
+            done[key] = rank_report(result, program, device, iterations[program.rank], peak_flops, memory)
+        report = done[key]
+        out.append(report if report.rank == result.rank else replace(report, rank=result.rank))
+    return out
 
 
 def rank_report(

@@ -169,6 +169,16 @@ def fill(
     return done
 
 
+def touched(kernels: pd.DataFrame, ops: pd.DataFrame) -> bool:
+    """Whether a rank ran a `te::` call or a kernel named as TE's (else `notes` has nothing to count); vectorised,
+    as a rank's ops run to millions of rows."""
+    if not len(kernels):
+        return False
+    if len(ops) and ops["name"].astype(str).str.startswith(TE_CALL_PREFIX).fillna(False).to_numpy(dtype=bool).any():
+        return True
+    return any(TE_KERNEL.search(str(name).lower()) for name in kernels["name"].tolist())
+
+
 def notes(kernel_names: dict[int, str], calls: pd.DataFrame, ops: pd.DataFrame) -> dict[str, int]:
     """Per stand-in (`STAND_INS`'s words, or `unsized`), how many TE kernel launches of one rank it prices:
     kernels inside a `te::` call by their kind, TE's kernels outside one (or of no known kind) as `unsized`. Nothing

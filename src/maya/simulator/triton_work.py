@@ -332,8 +332,12 @@ def fill(
     pass's (Inductor names a forward kernel for the backward ops whose values it saves, too)."""
     args = calls["args"]
     rows = (args.notna() & args.astype(str).str.contains('"triton"', regex=False)).to_numpy()
-    for i in np.flatnonzero(rows):
-        work = describe(str(kernel_names[i]), args.iat[i], "backward" in str(op[i]).lower())
+    described: dict[tuple[str, str, bool], dict] = {}  # a launch repeats every layer and step: described once
+    for i, text in zip(np.flatnonzero(rows), args[rows].tolist()):
+        key = (str(kernel_names[i]), text, "backward" in str(op[i]).lower())
+        work = described.get(key)
+        if work is None:
+            work = described[key] = describe(*key)
         if "family" in work:
             family[i] = work["family"]
         op[i] = work["op"]

@@ -53,9 +53,9 @@ def _largest_inputs(shapes: pd.Series, dtypes: pd.Series) -> tuple[np.ndarray, n
     raw = np.full(n, None, dtype=object)
     offsets = np.cumsum(lengths) - lengths
     raw[chosen_op[has_dtype]] = spelled[offsets[chosen_op[has_dtype]] + chosen_at[has_dtype]]
-    names = {spelling: dtype_name(spelling) for spelling in set(raw[chosen_op[has_dtype]])}
-    dtype = np.array([names.get(x) if x is not None else None for x in raw], dtype=object)
-    return numel, row, dtype
+    codes, spellings = pd.factorize(raw)  # None: code -1, the last of `named` below
+    named = np.array([*(dtype_name(spelling) for spelling in spellings), None], dtype=object)
+    return numel, row, named[codes]
 
 
 def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
@@ -147,10 +147,9 @@ def _own_sizes(calls: pd.DataFrame, launched: np.ndarray, numel: np.ndarray) -> 
     """Library kernels that carry their own element count (`args.elements`: a cuDNN RNN's cell kernel
     per time step, where the enclosing op's shapes cover all steps) are sized by it (in place)."""
     args = calls["args"]
-    for i in np.flatnonzero(launched & args.notna().to_numpy()):
-        text = args.iat[i]
-        if '"elements"' in text:
-            numel[i] = float(json.loads(text)["elements"])
+    sized = launched & args.notna().to_numpy() & args.astype(str).str.contains('"elements"', regex=False).to_numpy()
+    for i, text in zip(np.flatnonzero(sized), args[sized].tolist()):
+        numel[i] = float(json.loads(text)["elements"])
 
 
 def _codes_map(values: pd.Series, table: dict, default=None) -> np.ndarray:

@@ -1,0 +1,108 @@
+"""Folding ranks that replay alike (`simulator/fold.py`): the engine replays one rank per class and gives every
+rank exactly the times a replay of every rank gives."""
+
+from dataclasses import fields
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from maya.core import hardware
+from maya.simulator import MeasuredDurations, RooflineDurations, simulate
+from maya.simulator.engine import Engine, RankResult
+from maya.simulator.fold import fold
+from maya.simulator.topology import GlobalComm, Replica
+from maya.simulator.trace import load
+from maya.simulator.trace_builder import TraceBuilder, gpt_3d
+
+H100 = hardware.get("h100-sxm")
+US = 1_000
+
+
+def _replays(sim) -> tuple[Engine, list[RankResult], list[RankResult]]:
+    shortest = sim.provider.collective_includes_wait
+    folded = Engine(sim.replicas, sim.devices, sim.comms, shortest_collective=shortest)
+    whole = Engine(sim.replicas, sim.devices, sim.comms, shortest_collective=shortest, folded=False)
+    return folded, folded.run(), whole.run()
+
+
+@pytest.mark.parametrize(("tp", "pp", "dp", "per_node"), [(2, 4, 2, 8), (2, 2, 4, 4), (1, 2, 8, 8), (4, 1, 4, 8)])
+def test_a_folded_replay_gives_every_rank_the_times_of_the_whole_replay(tmp_path, tp, pp, dp, per_node):
+    """Tensor, pipeline (p2p) and data parallel groups of a deduplicated job, within and across nodes."""
+    job = gpt_3d(tp, pp, dp, layers=2, microbatches=4, iterations=2, hidden=1024, seq=512, gpus_per_node=per_node)
+    sim = simulate(load(job.write(tmp_path / "run")), H100, RooflineDurations(), contention=False)
+    engine, folded, whole = _replays(sim)
+    assert len(engine.ranks) < len(sim.replicas)  # it folded
+    assert [r.rank for r in folded] == [r.rank for r in whole] == [r.rank for r in sim.replicas]
+    for a, b in zip(folded, whole):
+        for f in fields(RankResult):
+            np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f"rank {a.rank} {f.name}")
+
+
+def test_collectives_between_classes_wait_for_the_slower_class(tmp_path):
+    """Ranks 0 and 1 (each standing for itself and the rank two above) run different kernels and meet in
+    tensor-parallel all-reduces: the faster class waits for the slower one, as every rank does in the whole
+    replay."""
+    b = TraceBuilder(4)
+    for r in (0, 1):
+        tp, dp = [0, 1], [0, 2] if r == 0 else [1, 3]
+        b.communicator("tp0", tp)
+        b.communicator(f"dp{r}", dp)
+        k = b.rank(r, represents=[r, r + 2])
+        for it in range(3):
+            k.iteration = it
+            k.kernel((70 if r else 20) * US)
+            k.allreduce("tp0", 5 * US)
+            k.kernel(10 * US)
+            k.allreduce(f"dp{r}", 40 * US, stream=1)
+            k.stream_sync(1)
+    sim = simulate(load(b.write(tmp_path / "run")), H100, MeasuredDurations())
+    engine, folded, whole = _replays(sim)
+    assert len(engine.ranks) == 2
+    for a, c in zip(folded, whole):
+        np.testing.assert_array_equal(a.end, c.end)
+        np.testing.assert_array_equal(a.launch_ready, c.launch_ready)
+    assert folded[0].launch_ready[0] == 70 * US  # rank 0's first all-reduce waited for rank 1's 70 us kernel
+
+
+def test_ranks_whose_peers_differ_are_not_folded_together():
+    """Six ranks of one program and device times but for C's: A0 and A2 meet a B, A1 meets C, so A1 is apart
+    from A0 and A2 although all three replay the same program with the same times."""
+    a, b, c = (SimpleNamespace(launches=[]) for _ in range(3))  # programs: their identity (and no p2p) matter
+    d_ab, d_c = np.zeros(1), np.zeros(1)
+    comms = [GlobalComm("g0", (0, 3), 1), GlobalComm("g1", (1, 5), 1), GlobalComm("g2", (2, 4), 1)]
+
+    def replica(rank: int, program: object, g: int) -> Replica:
+        return Replica(rank, program, True, [g], [[((g, 0), 2)]])
+
+    replicas = [replica(0, a, 0), replica(1, a, 1), replica(2, a, 2), replica(3, b, 0), replica(4, b, 2)]
+    replicas.append(replica(5, c, 1))
+    found = fold(replicas, [d_ab] * 5 + [d_c], comms)
+    assert found is not None
+    classes = found.classes
+    assert classes[0] == classes[2] != classes[1] and classes[3] == classes[4] and len(set(classes)) == 4
+    # one quotient key per collective that meets: A0/A2 with B, A1 with C
+    keys = {classes[i]: found.keys[k][0][0] for k, i in enumerate(found.representatives)}
+    assert keys[classes[0]] == keys[classes[3]] != keys[classes[1]] == keys[classes[5]]
+    assert keys[classes[0]][1] == 2
+
+
+def test_nothing_folds_when_every_rank_was_captured(tmp_path):
+    job = gpt_3d(2, 2, 2, layers=1, microbatches=2, iterations=2, hidden=512, seq=256, dedup=False)
+    sim = simulate(load(job.write(tmp_path / "run")), H100, MeasuredDurations(), contention=False)
+    assert fold(sim.replicas, sim.devices, sim.comms) is None
+
+
+def test_a_prediction_is_the_same_whether_its_ranks_are_folded_or_not(tmp_path, monkeypatch):
+    """The whole prediction (contention's second replay, per-rank reports, breakdown) of a deduplicated 32-rank job
+    over 4 nodes, with and without folding."""
+    from maya.simulator import engine
+    from maya.simulator.predict import predict
+
+    run = gpt_3d(2, 2, 8, layers=2, microbatches=4, iterations=3, hidden=1024, seq=512).write(tmp_path / "run")
+    folded = predict(run, hardware="h100-sxm", durations="roofline").to_dict()
+    monkeypatch.setattr(engine, "fold", lambda *args: None)
+    whole = predict(run, hardware="h100-sxm", durations="roofline").to_dict()
+    for figures in (folded, whole):
+        figures.pop("simulation_s")  # the replays' own wall time
+    assert folded["simulated_ranks"] == 32 and folded == whole
