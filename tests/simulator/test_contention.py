@@ -186,7 +186,7 @@ def test_a_mix_under_the_cap_loses_only_what_the_collective_draws(tmp_path):
     assert lowered == pytest.approx(0.956, abs=0.002)
     factor = 1 / (1 - 24 / 132) / lowered
     assert contended.devices[0][beside] == pytest.approx(device[beside] + overlap * (factor - 1), abs=2)
-    assert any("run at 0.956 x" in n for n in contended.notes)
+    assert any("run at 0.956 x" in n and "not at their burst clock" in n for n in contended.notes)
 
 
 def test_a_mix_far_under_the_cap_keeps_its_clock_and_gets_no_note():

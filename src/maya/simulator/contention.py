@@ -285,10 +285,11 @@ def power_note(hw: Hardware, lowered: float, clock: SustainedClock) -> str:
     """The note on a collective lowering the clock of the tensor-core kernels beside it (see the module
     docstring)."""
     share = collective_power_share(hw)
+    alone = "their burst clock" if clock.ratio >= 1 else f"the step's sustained {clock.ratio:.3f}"
     return (
         f"power cap beside collectives: {hw.name}'s compute-bound tensor-core kernels run at {lowered:.3f} x their "
-        f"burst clock (~{lowered * hw.boost_clock_mhz:,.0f} MHz) while a collective runs beside them, not at the "
-        f"step's sustained {clock.ratio:.3f}: their mix (~{clock.demand_w:,.0f} W at the burst clock) and the "
+        f"burst clock (~{lowered * hw.boost_clock_mhz:,.0f} MHz) while a collective runs beside them, not at "
+        f"{alone}: their mix (~{clock.demand_w:,.0f} W at the burst clock) and the "
         f"collective's traffic (~{share * clock.cap_w:,.0f} W, from one public observation of a Hopper GPU at its "
         f"cap, DeepGEMM issue #120) share the {clock.cap_w:,.0f} W cap"
     )
