@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -206,6 +207,19 @@ def left_out(rows: pd.DataFrame, key: str, scale: float | None) -> tuple[pd.Data
     return table(rows, low, high, key), widths
 
 
+def shipped_widths(widths: tuple[float, float, float]) -> tuple[float, float, float]:
+    """The widths as shipped: each rounded outward to 4 decimals, so the rows they were calibrated on stay covered."""
+    return math.ceil(widths[0] * 1e4) / 1e4, math.ceil(widths[1] * 1e4) / 1e4, widths[2]
+
+
+def measured_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a measurement to calibrate on (a finite, positive `measured` time), saying how many had none."""
+    keep = np.isfinite(rows["measured"].to_numpy(dtype="float64")) & (rows["measured"] > 0).to_numpy()
+    if not keep.all():
+        print(f"{(~keep).sum()} of {len(rows)} rows have no measurement (NaN or <= 0 `measured`): left out")
+    return rows[keep].reset_index(drop=True)
+
+
 def _rounded(widths: dict) -> str:
     return ", ".join(f"{k} -{v[0]:.3f}/+{v[1]:.3f} (residuals x {v[2]:g})" for k, v in widths.items())
 
@@ -240,7 +254,7 @@ def main() -> None:
         path = args.rows_file or shipped_path().parent / ROWS_FILE.name
         found += pd.read_csv(path, parse_dates=["recorded"]).to_dict("records")
     rows = pd.DataFrame(found).sort_values("recorded").drop_duplicates(["suite", "row"], keep="last")
-    rows = rows.sort_values(["suite", "row"]).reset_index(drop=True)  # each row's latest result
+    rows = measured_rows(rows.sort_values(["suite", "row"]).reset_index(drop=True))  # each row's latest result
     for spec in args.rows:
         suite, _, query = spec.partition("=")
         if suite not in set(rows["suite"]) or not query:
@@ -263,8 +277,8 @@ def main() -> None:
     logo, logo_widths = left_out(rows, "gpu", scale)
     print(f"\nLeave one GPU out; log widths from the other GPUs' rows: {_rounded(logo_widths)}")
     print(logo.to_string(index=False))
-    widths = widths_for(rows, scale)
-    print(f"\nIn sample: widths from every row {_rounded({'all': widths})} (not a check)")
+    widths = shipped_widths(widths_for(rows, scale))
+    print(f"\nIn sample: widths from every row, as shipped, {_rounded({'all': widths})} (not a check)")
     print(table(rows, *band_of(rows, widths)).to_string(index=False))
     if args.write:
         suites = sorted(rows["suite"].unique())
@@ -285,7 +299,7 @@ def main() -> None:
             "maya": version("maya"),
             "written": datetime.now(UTC).strftime("%Y-%m-%d"),
         }
-        out = Discrepancy(round(widths[0], 4), round(widths[1], 4), widths[2], provenance)
+        out = Discrepancy(*widths, provenance)
         rows_path = shipped_path().parent / ROWS_FILE.name
         write_atomic(rows_path, rows.to_csv(index=False, float_format="%.9g").encode())
         write_atomic(shipped_path(), (json.dumps(out.to_json(), indent=1, sort_keys=True) + "\n").encode())

@@ -5,9 +5,9 @@ capture cache under `MAYA_HOME/validation/traces`) and, for each, prints the ban
 predicted) with one term varied at a time through the band's own linear model (`maya.simulator.band`: a
 group's share of the iteration times its calls' 10th and 90th percentile factors): each kernel family
 (composed fused attention apart, split into its model's held-out residuals and the proxy's widening,
-`attention_model.PROXY_UNCERTAINTY`), each collective scope, and the model discrepancy; then the band as
-`maya predict` reports it. Nothing is fitted; the terms are independent draws, so their widths add roughly
-in quadrature, not linearly.
+`attention_model.PROXY_UNCERTAINTY`) and each collective scope; then the band as `maya predict` reports it
+(with the calibrated model discrepancy, `maya.simulator.discrepancy`, which is not varied here as a term).
+Nothing is fitted; the terms are independent draws, so their widths add roughly in quadrature, not linearly.
 
 Usage: python benchmarks/band_terms.py --rows 0,12,27 [--warehouse PATH] [--json OUT]
 """

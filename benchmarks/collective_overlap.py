@@ -32,15 +32,20 @@ def covered(starts: np.ndarray, ends: np.ndarray) -> float:
 
 def overlap_report(sim: Simulation) -> tuple[dict[str, float], pd.DataFrame]:
     """Milliseconds of the last steady step of the lowest captured rank (span, kernels running, kernel time,
-    exposed collective time) and its collectives by name and dtype."""
+    exposed collective time) and its collectives by name and dtype. Raises ValueError when that rank has no
+    steady step or its last one runs no kernel (nothing to measure the collectives against)."""
     rank = min(sim.programs)
     program, its = sim.programs[rank], sim.iterations[rank]
     result = sim.result(rank)
     device = next(d for r, d in zip(sim.replicas, sim.devices) if r.rank == rank)
+    if not len(its.steady):
+        raise ValueError(f"rank {rank} shows no steady step: capture more iterations")
     step = its.steady[-1]
     lo, hi = its.bounds[step], its.bounds[step + 1]
     calls = np.arange(lo, hi)
     kernels = calls[np.isin(program.opcodes[calls], (WORK, WORK_SYNC)) & (device[calls] > 0)]
+    if not len(kernels):
+        raise ValueError(f"rank {rank}'s steady step {step} runs no kernel: nothing for its collectives to overlap")
     k_end = result.end[kernels].astype("float64")
     k_start = k_end - device[kernels]
     frame = program.frame
@@ -84,7 +89,10 @@ def main() -> None:
         for label, on in (("without contention", False), ("with contention", True))
     }
     for label, sim in runs.items():
-        figures, table = overlap_report(sim)
+        try:
+            figures, table = overlap_report(sim)
+        except ValueError as e:
+            raise SystemExit(f"{args.run_dir}: {e}") from None
         print(f"{label}: " + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()))
     print(table.to_string(float_format=lambda x: f"{x:.3f}"))
     for note in runs["with contention"].notes:

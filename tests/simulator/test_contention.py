@@ -9,6 +9,7 @@ from maya.core.clusters import load_cluster
 from maya.simulator import DurationProvider, MeasuredDurations, RooflineDurations, simulate, summarize
 from maya.simulator.contention import footprints, ring_channels, slowdowns
 from maya.simulator.opcodes import COLL
+from maya.simulator.sustained_clock import EXPONENT, REFERENCES, SustainedClock, overlap_ratio
 from maya.simulator.trace import load
 from maya.simulator.trace_builder import TraceBuilder
 
@@ -149,10 +150,84 @@ def test_a_collective_lowers_the_power_capped_clock_of_the_gemm_beside_it(tmp_pa
         if power:
             ratio = (8192**3 * 2 / 794.5e12 * 1e9) / device[alone]  # the sustained clock the step runs at
             assert 0.9 < ratio < 0.95
-            factor *= ratio / (1575 / 1980)
+            factor *= ratio / (1575 / 1980)  # the reference's burst mix: the observed overlap clock itself
             assert any(n.startswith("power cap beside collectives") for n in contended.notes)
         else:
             assert not any(n.startswith("power cap beside collectives") for n in contended.notes)
         expected = device[beside] + overlap * (factor - 1)
         assert contended.devices[0][beside] == pytest.approx(expected, abs=2)
         assert contended.devices[0][alone] == device[alone]  # nothing beside it
+
+
+class Slow(Burst):
+    """bf16 GEMMs at 500 TFLOP/s on an H100 SXM: ~545 W at the burst clock, under the 700 W cap."""
+
+    def device_ns(self, calls, hw):
+        flops = calls["flops"].to_numpy(dtype="float64", na_value=np.nan)
+        return np.where(calls["opcode"].to_numpy() == COLL, 2e6, flops / 500e12 * 1e9)
+
+
+def test_a_mix_under_the_cap_loses_only_what_the_collective_draws(tmp_path):
+    """A step at 500 TFLOP/s (~545 W of 700) keeps its burst clock alone and beside the all-gather runs at the
+    clock where its demand plus the collective's ~214 W meets the cap (~0.956), not at the observed 0.795."""
+    traces = long_steps(tmp_path)
+    free = simulate(traces, H100, Slow(), contention=False)
+    contended = simulate(traces, H100, Slow())
+    frame = free.programs[0].frame
+    gemms = np.flatnonzero((frame["family"] == "gemm").to_numpy())
+    beside, alone, c = gemms[-200], gemms[-1], np.flatnonzero(frame["collective"].notna().to_numpy())[-1]
+    end, device = free.result(0).end, free.devices[0]
+    assert device[alone] == round(8192**3 * 2 / 500e12 * 1e9)  # under the cap: the burst clock
+    overlap = min(end[c], end[beside]) - max(end[c] - device[c], end[beside] - device[beside])
+    a, reference_w = EXPONENT, REFERENCES[9].burst_power_w  # ~2.52, ~866 W
+    demand = reference_w * 500 / 794.5
+    collective_w = 700 - reference_w * (1575 / 1980) ** a  # the observation's cap less its compute's draw
+    lowered = ((700 - collective_w) / demand) ** (1 / a)
+    assert lowered == pytest.approx(0.956, abs=0.002)
+    factor = 1 / (1 - 24 / 132) / lowered
+    assert contended.devices[0][beside] == pytest.approx(device[beside] + overlap * (factor - 1), abs=2)
+    assert any("run at 0.956 x" in n and "not at their burst clock" in n for n in contended.notes)
+
+
+def test_a_mix_far_under_the_cap_keeps_its_clock_and_gets_no_note():
+    """An H20-class demand (152 W of a 400 W cap) plus a collective's share stays under the cap: ratio 1."""
+    h20 = hardware.get("h20")
+    clock = SustainedClock(demand_w=152.0, cap_w=h20.tdp_w, ratio=1.0)
+    assert overlap_ratio(clock, h20) == 1.0
+    assert overlap_ratio(SustainedClock(866.0, 700.0, 0.92), A100) is None  # no overlap observation on Ampere
+
+
+def test_the_clock_term_counts_a_kernel_once_beside_two_collectives(tmp_path):
+    """A GEMM beside a TP all-gather and a DP all-reduce on two streams at once: the SMs of each count, the
+    lowered clock once over the time either runs (not once per collective)."""
+    b = TraceBuilder(2)
+    b.communicator("tp", [0, 1])
+    b.communicator("dp", [0, 1])
+    for r in (0, 1):
+        k = b.rank(r)
+        for step in range(3):
+            k.iteration = step
+            k.collective("allgather", "tp", 0, stream=1, nelems=1 << 28)
+            k.collective("allreduce", "dp", 0, stream=2, nelems=1 << 28)
+            for _ in range(200):
+                k.gemm(8192, 8192, 8192, 0)
+            k.device_sync()
+    traces = load(b.write(tmp_path / "run"))
+    free = simulate(traces, H100, Burst(), contention=False)
+    contended = simulate(traces, H100, Burst())
+    frame = free.programs[0].frame
+    gemms = np.flatnonzero((frame["family"] == "gemm").to_numpy())
+    colls = np.flatnonzero(frame["collective"].notna().to_numpy())[-2:]
+    beside, alone = gemms[-200], gemms[-1]
+    end, device = free.result(0).end, free.devices[0]
+    spans = [(end[c] - device[c], end[c]) for c in colls]
+    start, stop = end[beside] - device[beside], end[beside]
+    overlaps = [min(stop, e) - max(start, s) for s, e in spans]
+    assert all(o > 0 for o in overlaps)
+    union = min(stop, max(e for _, e in spans)) - max(start, min(s for s, _ in spans))
+    assert union < sum(overlaps)  # the two collectives run at the same time
+    ratio = (8192**3 * 2 / 794.5e12 * 1e9) / device[alone]
+    sm = 24 / 132
+    contention = sum(overlaps) * (1 / (1 - sm) - 1)
+    expected = device[beside] + contention + (union + contention) * (ratio / (1575 / 1980) - 1)
+    assert contended.devices[0][beside] == pytest.approx(expected, abs=3)

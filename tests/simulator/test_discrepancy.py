@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from maya.simulator.discrepancy import Discrepancy, apriori_widths, band, calibrate, shipped_discrepancy
+from maya.simulator.discrepancy import (
+    Discrepancy,
+    apriori_widths,
+    band,
+    base_widths,
+    calibrate,
+    shipped_discrepancy,
+)
 
 
 def test_the_band_adds_the_discrepancy_in_quadrature_to_the_larger_base_width():
@@ -67,3 +74,18 @@ def test_shipped_widths_name_their_calibration_and_check():
     assert p["left_out"], "the widths were never judged on suites they were not calibrated on"
     assert p["calibrated_on"] in shipped.meaning
     assert Discrepancy.from_json(json.loads(json.dumps(shipped.to_json()))) == shipped
+
+
+def test_at_residual_scale_0_a_row_without_a_residual_band_keeps_its_apriori_width():
+    """Residual scale 0 ignores the residual band, so a row without one (NaN) gets its a-priori width, not NaN:
+    calibration and the band it gives judge that row alike."""
+    predicted, measured = np.array([1.0, 1.0, 1.0]), np.array([1.3, 1.05, 0.9])
+    nan = np.full(3, np.nan)
+    apriori = np.array([0.0, 0.1, 0.0])
+    below, above = base_widths(predicted, nan, nan, apriori, apriori, 0.0)
+    assert np.array_equal(below, apriori) and np.array_equal(above, apriori)
+    d_low, d_high = calibrate(predicted, measured, below, above, miss=0.0)
+    assert d_high == pytest.approx(math.log(1.3)) and d_low == pytest.approx(-math.log(0.9))
+    low, high = band(predicted, nan, nan, apriori, apriori, d_low, d_high, 0.0)
+    assert np.isfinite(low).all() and np.isfinite(high).all()
+    assert ((low <= measured * (1 + 1e-12)) & (measured <= high * (1 + 1e-12))).all()

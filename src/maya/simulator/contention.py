@@ -26,13 +26,13 @@ all-reduce) through each GPU; each byte sent is read from HBM and each byte rece
 
 **Power** (Hopper): a part whose power cap binds (`sustained_clock`) runs its compute-bound tensor-core kernels
 at the clock their mix sustains. A collective beside them draws power too (its NVLink, network and HBM traffic,
-its SMs), and the cap takes it from the SM clock: the one public observation, in the handed
-`kernels_public/sustained_gemm` context rows (DeepGEMM issue #120, a Hopper GPU at its cap), saw the SM clock
-fall from 1,980 to 1,575 MHz while computation overlapped communication. So on such a part a compute-bound
-tensor-core kernel's overlapped part runs at `OVERLAP_CLOCK` of the burst clock instead of the program's
-sustained ratio `r`: a further `max(1, r / OVERLAP_CLOCK)` on top of the SMs it loses. Parts without a
-burst/sustained reference (Ampere and older: their measurements carry the cap) and steps in bursts keep the
-SM and HBM shares alone.
+its SMs), and the cap takes it from the SM clock: `sustained_clock.overlap_ratio` derives the power a collective
+adds from the one public observation (DeepGEMM issue #120, a Hopper GPU at its cap, 1,575 of 1,980 MHz while
+computation overlapped communication) and gives the clock `r_o` at which the step's mix meets the cap with it.
+A compute-bound tensor-core kernel's overlapped time (the union of its overlaps with the rank's collectives,
+stretched by the SMs they take) runs a further `r / r_o` longer than at the step's sustained ratio `r`; a mix
+well under the cap keeps its clock. Parts without a burst/sustained reference (Ampere and older: their
+measurements carry the cap) and steps in bursts keep the SM and HBM shares alone.
 
 The replay runs once, the contention is read from its schedule (`contended_devices`: each collective of a
 launch, grouped ones too, ends with its launch after its own duration), and the replay runs again with the
@@ -53,7 +53,7 @@ from maya.core.hardware import Hardware
 from .engine import RankResult
 from .opcodes import WORK, WORK_SYNC
 from .program import Program
-from .sustained_clock import power_rows
+from .sustained_clock import SustainedClock, collective_power_share, overlap_ratio, power_rows
 from .topology import GlobalComm, Replica
 from .trace import TraceSet
 
@@ -97,9 +97,6 @@ BUS_FACTOR = {
 }
 MAX_SHARE = 0.9
 """A collective never takes more than this share of SMs or bandwidth (guards short collectives' rates)."""
-OVERLAP_CLOCK = {9: 1575 / 1980}
-"""Per compute capability major: SM clock over the burst clock while compute overlaps a collective at the power
-cap (DeepGEMM issue #120, `kernels_public/sustained_gemm`, row `deepgemm_issue120`: 1,980 -> 1,575 MHz)."""
 MEMORY_FAMILIES = frozenset({"elementwise", "reduction", "normalization", "softmax", "embedding", "optimizer", "copy"})
 
 
@@ -213,17 +210,18 @@ def contended_devices(
     device: np.ndarray,
     shares: Shares,
     hw: Hardware,
-    clock_ratio: float | None = None,
-) -> np.ndarray:
+    clock: SustainedClock | None = None,
+) -> tuple[np.ndarray, float | None]:
     """`device` with every kernel of `program` lengthened by its overlap with the rank's collectives (each ending
     with its launch in the first replay, `result`, after its own duration) times its slowdown beside each; the
-    shares of only the collectives some kernel overlaps are asked for. `clock_ratio`: the sustained clock ratio
-    the program's compute-bound tensor-core kernels already run at (None: not under the cap's control), which
-    a collective beside them lowers to `OVERLAP_CLOCK` on parts that have one."""
+    shares of only the collectives some kernel overlaps are asked for. `clock`: the sustained clock the
+    program's compute-bound tensor-core kernels run at (None: not in the steady state or no reference), which a
+    collective beside them lowers to `sustained_clock.overlap_ratio`. Also gives that lowered ratio when some
+    such kernel overlapped a collective and ran slower for it (else None)."""
     coll = program.launch_ops
     kernels = np.flatnonzero(np.isin(program.opcodes, (WORK, WORK_SYNC)) & (device > 0))
     if not len(coll) or not len(kernels):
-        return device
+        return device, None
     launch_of = np.repeat(np.arange(len(program.launches)), [len(launch) for launch in program.launches])
     position = np.flatnonzero(device[coll] > 0)
     calls = coll[position]
@@ -238,14 +236,15 @@ def contended_devices(
     hi = np.searchsorted(k_start, c_end, side="left")
     counts = np.maximum(hi - lo, 0)
     if not counts.sum():
-        return device
+        return device, None
     pair_c = np.repeat(np.arange(len(calls)), counts)
     pair_k = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
-    overlap = np.minimum(k_end[pair_k], c_end[pair_c]) - np.maximum(k_start[pair_k], c_start[pair_c])
-    hit = overlap > 0
+    o_start = np.maximum(k_start[pair_k], c_start[pair_c])
+    o_end = np.minimum(k_end[pair_k], c_end[pair_c])
+    hit = o_end > o_start
     if not hit.any():
-        return device
-    pair_c, pair_k, overlap = pair_c[hit], pair_k[hit], overlap[hit]
+        return device, None
+    pair_c, pair_k, o_start, o_end = pair_c[hit], pair_k[hit], o_start[hit], o_end[hit]
     needed, pair_c = np.unique(pair_c, return_inverse=True)
     sm_share, hbm_share = shares(position[needed])
     frame = program.frame
@@ -258,27 +257,42 @@ def contended_devices(
         sm_share[pair_c],
         hbm_share[pair_c],
     )
-    overlap_clock = OVERLAP_CLOCK.get(hw.sm_major)
-    if clock_ratio is not None and overlap_clock is not None and clock_ratio > overlap_clock:
-        tensor = power_rows(frame, hw)[kernel_calls]
-        factor = np.where(tensor, factor * clock_ratio / overlap_clock, factor)
     extra = np.zeros(len(device))
-    np.add.at(extra, kernel_calls, overlap * (factor - 1.0))
-    return device + np.rint(extra).astype(np.int64)
+    np.add.at(extra, kernel_calls, (o_end - o_start) * (factor - 1.0))
+    lowered = None if clock is None else overlap_ratio(clock, hw)
+    tensor = power_rows(frame, hw)[kernel_calls] if lowered is not None and lowered < clock.ratio else None
+    if tensor is not None and tensor.any():
+        covered = _covered(kernel_calls[tensor], o_start[tensor], o_end[tensor], len(device))
+        extra += (covered + np.where(covered > 0, extra, 0.0)) * (clock.ratio / lowered - 1.0)
+    else:
+        lowered = None
+    return device + np.rint(extra).astype(np.int64), lowered
 
 
-def power_notes(hw: Hardware, clock_ratios: dict[int, float]) -> list[str]:
-    """A note when collectives lower the clock of the tensor-core kernels beside them (see the module docstring)."""
-    overlap_clock = OVERLAP_CLOCK.get(hw.sm_major)
-    slowed = [r for r in clock_ratios.values() if overlap_clock is not None and r > overlap_clock]
-    if not slowed:
-        return []
-    return [
-        f"power cap beside collectives: {hw.name}'s compute-bound tensor-core kernels run at {overlap_clock:.3f} x "
-        f"their burst clock (~{overlap_clock * hw.boost_clock_mhz:,.0f} MHz) while a collective runs beside them, "
-        f"not at the step's sustained {max(slowed):.3f}: the collective's traffic draws on the same power cap "
-        "(one public observation of a Hopper GPU at its cap, DeepGEMM issue #120)"
-    ]
+def _covered(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, size: int) -> np.ndarray:
+    """Per group (0..size-1): the length the union of its intervals covers (overlapping intervals count once)."""
+    order = np.lexsort((starts, groups))
+    groups, starts, ends = groups[order], starts[order], ends[order]
+    reach = pd.Series(ends).groupby(groups).cummax().to_numpy()
+    before = np.r_[-np.inf, reach[:-1]]
+    before[np.r_[True, groups[1:] != groups[:-1]]] = -np.inf
+    out = np.zeros(size)
+    np.add.at(out, groups, np.maximum(ends - np.maximum(starts, before), 0.0))
+    return out
+
+
+def power_note(hw: Hardware, lowered: float, clock: SustainedClock) -> str:
+    """The note on a collective lowering the clock of the tensor-core kernels beside it (see the module
+    docstring)."""
+    share = collective_power_share(hw)
+    alone = "their burst clock" if clock.ratio >= 1 else f"the step's sustained {clock.ratio:.3f}"
+    return (
+        f"power cap beside collectives: {hw.name}'s compute-bound tensor-core kernels run at {lowered:.3f} x their "
+        f"burst clock (~{lowered * hw.boost_clock_mhz:,.0f} MHz) while a collective runs beside them, not at "
+        f"{alone}: their mix (~{clock.demand_w:,.0f} W at the burst clock) and the "
+        f"collective's traffic (~{share * clock.cap_w:,.0f} W, from one public observation of a Hopper GPU at its "
+        f"cap, DeepGEMM issue #120) share the {clock.cap_w:,.0f} W cap"
+    )
 
 
 def contend(
@@ -289,14 +303,16 @@ def contend(
     results: list[RankResult],
     hw: Hardware,
     cluster: ClusterSpec | None,
-    clock_ratios: dict[int, float] | None = None,
-) -> list[np.ndarray]:
+    clocks: dict[int, SustainedClock] | None = None,
+) -> tuple[list[np.ndarray], list[str]]:
     """Device times with the contention of each rank's collectives on its kernels, read from a replay's
-    `results`. A program's copies (deduplicated ranks) get the stretch of its captured replica; replicas that
-    shared a device array share the new one. `clock_ratios`: the sustained clock ratio of each program (by
-    rank) under the power cap's control (`sustained_clock.apply`)."""
-    ratios = clock_ratios or {}
+    `results`, and a note when a collective lowered the power-capped clock of a kernel beside it. A program's
+    copies (deduplicated ranks) get the stretch of its captured replica; replicas that shared a device array
+    share the new one. `clocks`: the sustained clock of each program (by rank) in the steady state
+    (`sustained_clock.apply`)."""
+    clocks = clocks or {}
     stretch: dict[int, np.ndarray] = {}
+    lowest: tuple[float, SustainedClock] | None = None
     for replica, device, result in zip(replicas, devices, results):
         if not replica.captured or id(replica.program) in stretch:
             continue
@@ -304,16 +320,19 @@ def contend(
         def shares(positions: np.ndarray, replica: Replica = replica, device: np.ndarray = device):
             return _shares(traces, replica, comms, device, hw, cluster, positions)
 
-        ratio = ratios.get(replica.program.rank)
-        stretch[id(replica.program)] = contended_devices(replica.program, result, device, shares, hw, ratio) - device
+        clock = clocks.get(replica.program.rank)
+        contended, lowered = contended_devices(replica.program, result, device, shares, hw, clock)
+        stretch[id(replica.program)] = contended - device
+        if lowered is not None and (lowest is None or lowered < lowest[0]):
+            lowest = (lowered, clock)
     if not any(extra.any() for extra in stretch.values()):
-        return devices
+        return devices, []
     out: dict[int, np.ndarray] = {}
     for replica, device in zip(replicas, devices):
         if id(device) not in out:
             extra = stretch.get(id(replica.program))
             out[id(device)] = device if extra is None else device + extra
-    return [out[id(device)] for device in devices]
+    return [out[id(device)] for device in devices], [] if lowest is None else [power_note(hw, *lowest)]
 
 
 def _shares(

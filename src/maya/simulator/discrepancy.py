@@ -90,10 +90,13 @@ NONE = Discrepancy(0.0, 0.0)
 
 def base_widths(center, low, high, apriori_low, apriori_high, residual_scale: float):
     """Per side, the log width the discrepancy is added to: the larger of the scaled residual band's and the
-    a-priori one (scalars or arrays)."""
+    a-priori one (scalars or arrays). At scale 0 the residual band takes no part (a row without one is fine)."""
     center, low, high = (np.asarray(x, dtype="float64") for x in (center, low, high))
-    below = residual_scale * np.log(center / np.minimum(low, center))
-    above = residual_scale * np.log(np.maximum(high, center) / center)
+    if residual_scale == 0:
+        below = above = np.zeros(np.broadcast(center, low, high).shape)
+    else:
+        below = residual_scale * np.log(center / np.minimum(low, center))
+        above = residual_scale * np.log(np.maximum(high, center) / center)
     return np.maximum(below, apriori_low), np.maximum(above, apriori_high)
 
 

@@ -159,8 +159,9 @@ def add_band(sim: Simulation, prediction: Prediction) -> IterationBand | None:
     if found.composed_share >= 0.1:
         prediction.notes.append(
             f"{found.composed_share:.0%} of the iteration is in composed kernels (fused "
-            "attention): the band varies the GEMMs they are priced from; the composition itself "
-            "was never measured, so its own error is not in the band"
+            "attention): the band varies the GEMMs they are priced from and, where public measurements price "
+            "the kernel (FlashAttention-2, CUTLASS, FlexAttention, llm-foundry's Triton), that model's held-out "
+            "residuals; cuDNN's attention, never measured, carries its GEMMs' band alone"
         )
     return found
 

@@ -14,7 +14,7 @@ from maya.core import settings
 from maya.core.hardware import Hardware
 
 from . import sustained_clock as sustained
-from .contention import contend, power_notes
+from .contention import contend
 from .durations import DurationProvider, MeasuredDurations, RooflineDurations, is_measured
 from .durations.estimated import CollectiveDurations, EstimatorDurations, EstimatorsUnavailable, cluster_spec
 from .durations.framework import emulated
@@ -160,9 +160,9 @@ def simulate(
     iterations = {rank: detect(traces.ranks[rank], p.opcodes) for rank, p in programs.items()}
     devices = price(traces, replicas, comms, provider, hardware, factor, iterations)
     notes += provider.notes
-    clock_ratios: dict[int, float] = {}
+    clocks: dict[int, sustained.SustainedClock] = {}
     if sustained_clock and provider.prices_burst_kernels:
-        devices, clock_notes, clock_ratios = sustained.apply(programs, replicas, devices, iterations, hardware)
+        devices, clock_notes, clocks = sustained.apply(programs, replicas, devices, iterations, hardware)
         notes += clock_notes
     by = interrupted_by(traces)
     whole = [rank for rank, found in iterations.items() if found.source == "whole"]
@@ -178,10 +178,10 @@ def simulate(
     seconds, replays = time.perf_counter() - t0, 1
     if contention and not provider.replays_measured_kernels:
         spec = cluster_spec(cluster, hardware)
-        contended = contend(traces, replicas, comms, devices, results, hardware, spec, clock_ratios)
+        contended, power_notes = contend(traces, replicas, comms, devices, results, hardware, spec, clocks)
         if contended is not devices:
             devices = contended
-            notes += power_notes(hardware, clock_ratios)
+            notes += power_notes
             engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
             t0 = time.perf_counter()
             results = engine.run()

@@ -42,6 +42,15 @@ lowers the SM clock, not the HBM clock their time is set by. FP32 GEMMs on the C
 H100 SXM (gpu-fryer issue #4): under the cap. The mix rate R is the step's tensor-core FLOPs over their burst
 device time, so a step of GEMMs that run far below peak draws less and slows less.
 
+Beside a collective: a collective draws power too (its NVLink, network and HBM traffic, its SMs) from the same
+cap. The one public observation (DeepGEMM issue #120, `kernels_public/sustained_gemm` row `deepgemm_issue120`)
+saw a Hopper GPU at its cap run at 1,575 of 1,980 MHz while computation overlapped communication
+(`OVERLAP_CLOCK`). Assuming that run's compute was a compute-bound GEMM mix at the reference's burst rate (its
+demand `REFERENCES[9].burst_power_w`, ~866 W), the collective added `dP = cap - P_ref * r_o^a` (~214 W of
+700 W), taken as that share of a part's cap (`collective_power_share`). A step whose mix demands `D` at the burst
+clock then runs beside a collective at the `r` solving `D r^a + dP = cap` (`overlap_ratio`; at most 1): a mix
+well under the cap keeps its clock.
+
 When: in the steady state. A step whose tensor-core work runs for less than `SUSTAINED_AFTER_S` is a burst,
 as MAMF's timing loops are (<= 150 calls of <= 1 ms per shape, interleaved with L2 flushes): its clock is kept.
 Training repeats its steps back to back, so a step past that length runs in the sustained regime.
@@ -100,6 +109,11 @@ REFERENCES: dict[int, Reference] = {
 """Per compute capability major: the reference pair. Architectures without one keep their kernels' times."""
 
 
+OVERLAP_CLOCK = {9: 1575 / 1980}
+"""Per compute capability major: SM clock over the burst clock while compute overlapped a collective at the power
+cap (DeepGEMM issue #120, `kernels_public/sustained_gemm`, row `deepgemm_issue120`: 1,980 -> 1,575 MHz)."""
+
+
 @dataclass(frozen=True)
 class SustainedClock:
     """The clock a mix of tensor-core work sustains on one part: the demand at the burst clock and the ratio."""
@@ -124,6 +138,27 @@ def sustained_clock(hardware: Hardware, burst_tflops: float) -> SustainedClock |
         * (hardware.boost_clock_mhz / ref.boost_mhz) ** (EXPONENT - 1)
     )
     return SustainedClock(demand, hardware.tdp_w, min(1.0, (hardware.tdp_w / demand) ** (1 / EXPONENT)))
+
+
+def collective_power_share(hardware: Hardware) -> float | None:
+    """The share of the power cap a collective draws beside compute on `hardware`'s architecture: the overlap
+    observation's cap less what its compute (assumed the reference's compute-bound burst mix) drew at the
+    observed clock; None without a reference or an overlap observation."""
+    ref, observed = REFERENCES.get(hardware.sm_major), OVERLAP_CLOCK.get(hardware.sm_major)
+    if ref is None or observed is None:
+        return None
+    return 1.0 - ref.burst_power_w / ref.cap_w * observed**EXPONENT
+
+
+def overlap_ratio(clock: SustainedClock, hardware: Hardware) -> float | None:
+    """The clock (over the burst clock) of a mix of sustained clock `clock` while a collective runs beside it: the
+    `r` solving `demand r^a + dP = cap`, at most the mix's own sustained ratio; None where the architecture has no
+    overlap observation (the sustained ratio stands)."""
+    share = collective_power_share(hardware)
+    if share is None:
+        return None
+    left = clock.cap_w * (1.0 - share)
+    return min(clock.ratio, (left / clock.demand_w) ** (1 / EXPONENT))
 
 
 def power_rows(frame: pd.DataFrame, hardware: Hardware) -> np.ndarray:
@@ -175,11 +210,11 @@ def apply(
     devices: list[np.ndarray],
     iterations: dict[int, Iterations],
     hardware: Hardware,
-) -> tuple[list[np.ndarray], list[str], dict[int, float]]:
+) -> tuple[list[np.ndarray], list[str], dict[int, SustainedClock]]:
     """Each replica's device times with its program's compute-bound tensor-core kernels at the sustained clock,
     a note on the clock used (nothing when no program reaches the steady state or the cap does not bind), and
-    the clock ratio of each program (by rank) whose steady state runs under the cap's control (1: it does not
-    bind; programs in bursts or on parts without a reference are absent)."""
+    the sustained clock of each program (by rank) in the steady state (its ratio 1: the cap does not bind;
+    programs in bursts or on parts without a reference are absent)."""
     by_array: dict[int, np.ndarray] = {}
     applied: list[Derate] = []
     found: dict[int, Derate | None] = {}
@@ -197,8 +232,8 @@ def apply(
         if id(device) not in by_array:
             by_array[id(device)] = np.where(d.rows, np.rint(device / d.clock.ratio), device).astype(device.dtype)
         out.append(by_array[id(device)])
-    ratios = {rank: d.clock.ratio for rank, d in found.items() if d is not None}
-    return out, _notes(applied, hardware), ratios
+    clocks = {rank: d.clock for rank, d in found.items() if d is not None}
+    return out, _notes(applied, hardware), clocks
 
 
 def _notes(applied: list[Derate], hardware: Hardware) -> list[str]:
