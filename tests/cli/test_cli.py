@@ -1,6 +1,7 @@
 """The `maya` CLI: version, read-only SQL, trace check and migration, the demo."""
 
 import json
+import os
 
 import pytest
 from helpers import tree_digest
@@ -153,4 +154,46 @@ def test_torchrun_commands_give_the_script_and_the_jobs_shape(command, expected)
 )
 def test_torchrun_commands_maya_cannot_take_are_refused(args, message):
     r = maya("emulate", *args)
+    assert r.exit_code == 2 and message in r.stderr
+
+
+def _console_script(folder, name, interpreter):
+    """A console script as pip and uv write one: `#!INTERPRETER`, then Python that records its argv."""
+    path = folder / name
+    path.write_text(
+        f"#!{interpreter}\nimport json, pathlib, sys\n"
+        "if __name__ == '__main__':\n"
+        "    pathlib.Path(sys.argv[0] + '.argv').write_text(json.dumps(sys.argv[1:]))\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def test_a_console_script_on_path_runs_as_its_python_file(tmp_path, monkeypatch):
+    """`maya emulate -- litgpt pretrain ...` (LitGPT's entry point, run in-process: Fabric sees torchrun's
+    environment) resolves `litgpt` on PATH to its console script and runs that file with the arguments."""
+    import sys
+
+    from maya.cli.common import script_argv
+    from maya.core.script_runner import run_script
+
+    script = _console_script(tmp_path, "litgpt", sys.executable)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path.parent)
+    argv = script_argv(["litgpt", "pretrain", "pythia-14m"])
+    assert argv == [str(script), "pretrain", "pythia-14m"]
+    run_script(argv)
+    assert json.loads((tmp_path / "litgpt.argv").read_text()) == ["pretrain", "pythia-14m"]
+
+
+@pytest.mark.parametrize(
+    "interpreter, message",
+    [("/elsewhere/env/bin/python3", "a console script of another Python environment"), ("/bin/sh", "no such script")],
+)
+def test_console_scripts_maya_cannot_run_are_refused(tmp_path, monkeypatch, interpreter, message):
+    """A console script of another environment would import its packages from the wrong one: refused, naming
+    both Pythons; an executable that is no Python script is no script."""
+    _console_script(tmp_path, "sometool", interpreter)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    r = maya("emulate", "--", "sometool", "x")
     assert r.exit_code == 2 and message in r.stderr

@@ -2,6 +2,7 @@
 bookkeeping."""
 
 import os
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -21,6 +22,11 @@ print("scatter", shard[0])
 cpu_group = dist.new_group(backend="gloo")
 flag = torch.ones(1)
 dist.all_reduce(flag, group=cpu_group)
+dist.monitored_barrier(group=cpu_group)
+barrier_group = dist.new_group(backend="gloo", timeout=timedelta(days=10000))  # Lightning Fabric's _InfiniteBarrier
+barrier_group.monitored_barrier()
+print("monitored_barrier")
+dist.destroy_process_group(barrier_group)
 x = torch.ones(1024, device="cuda")
 dist.all_reduce(x)
 print("done")

@@ -160,12 +160,40 @@ def torchrun_command(args: list[str]) -> tuple[list[str], tuple[int, int] | None
     return [*script, *parsed.training_script_args], (int(nodes), int(parsed.nproc_per_node))
 
 
-LAUNCHERS = frozenset({"accelerate", "deepspeed", "lightning", "mpirun", "srun", "composer", "litgpt", "tune"})
+LAUNCHERS = frozenset({"accelerate", "deepspeed", "lightning", "mpirun", "srun", "composer", "tune"})
 """Commands that start a job's ranks (as torchrun does, whose commands `torchrun_command` reads)."""
 
 
+def console_script(name: str) -> Path | None:
+    """The file of `name` when it is a Python console script on PATH (`litgpt`, `tune`: a file whose `#!` line
+    names a Python), or None; one of another Python environment than this one fails, naming both."""
+    import shutil
+    import sys
+
+    found = shutil.which(name)
+    if found is None:
+        return None
+    try:
+        with open(found, "rb") as f:
+            first = f.readline(4096).decode(errors="replace")
+    except OSError:
+        return None
+    words = first[2:].split() if first.startswith("#!") else []
+    if not words or not Path(words[0]).name.startswith("python"):
+        return None
+    here = Path(sys.executable).parent
+    if Path(words[0]).parent.resolve() != here.resolve():
+        fail(
+            f"{name}: a console script of another Python environment ({words[0]}); maya runs scripts in its own "
+            f"({sys.executable}): install maya in that environment and run its maya",
+            2,
+        )
+    return Path(found)
+
+
 def script_argv(args: list[str]) -> list[str]:
-    """`python SCRIPT ARGS` / `python -m MODULE ARGS` / `SCRIPT ARGS` -> what runpy needs."""
+    """`python SCRIPT ARGS` / `python -m MODULE ARGS` / `SCRIPT ARGS` / `CONSOLE_SCRIPT ARGS` -> what runpy
+    needs (a console script on PATH, `litgpt pretrain ...`, runs as the Python file it is)."""
     if args and Path(args[0]).name.startswith("python"):
         args = args[1:]
     if not args:
@@ -178,7 +206,10 @@ def script_argv(args: list[str]) -> list[str]:
                 "as they are)",
                 2,
             )
-        fail(f"{args[0]}: no such script", 2)
+        script = console_script(args[0])
+        if script is None:
+            fail(f"{args[0]}: no such script", 2)
+        return [str(script), *args[1:]]
     return args
 
 

@@ -138,6 +138,24 @@ def _gloo_without_peers() -> None:
     )
 
 
+def _peerless_monitored_barrier() -> None:
+    """Gloo's monitored barrier (`dist.monitored_barrier`; Lightning Fabric's `rank_zero_first` waits in one on a
+    Gloo group of its own) returns at once on a peerless Gloo group, as that group's other collectives do;
+    torch's FakeProcessGroup would refuse it. On any other group it is torch's."""
+    import torch
+    from torch._C._distributed_c10d import FakeProcessGroup
+
+    monitored = dist.ProcessGroup.monitored_barrier
+    cpu = torch.device("cpu")
+
+    def monitored_barrier(self, *args, **kwargs):
+        if cpu in self._device_types and isinstance(self._get_backend(cpu), FakeProcessGroup):
+            return None
+        return monitored(self, *args, **kwargs)
+
+    dist.ProcessGroup.monitored_barrier = monitored_barrier
+
+
 def _gloo_as_fake_before_2_8(fake) -> None:
     """torch < 2.8 cannot register another Gloo backend: its group constructor (which c10d checks
     with isinstance) is replaced by one making a FakeProcessGroup."""
@@ -155,12 +173,13 @@ def _gloo_as_fake_before_2_8(fake) -> None:
 
 def install() -> None:
     """Route every rendezvous scheme to an isolated store; announce communicator splits; make Gloo
-    groups peerless; exchange pickled objects through the launcher's mailbox."""
+    groups peerless (their monitored barriers too); exchange pickled objects through the launcher's mailbox."""
     handlers = sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers
     for scheme in ("env", "tcp", "file"):
         handlers[scheme] = _handler
     _announce_split_colors()
     _gloo_without_peers()
+    _peerless_monitored_barrier()
     if settings.EMU_MAILBOX.get():
         from pathlib import Path
 

@@ -96,6 +96,12 @@ class Interrupted(KeyboardInterrupt):
         return 128 + signal.Signals[self.result.interrupted_by].value
 
 
+def nvlinks(hw: Hardware) -> int:
+    """NVLinks per GPU (`nvidia-smi topo -m`'s NV#): its NVLink bandwidth over a link's, 50 GB/s both ways from
+    NVLink 2 to 4 (V100 6, A100 12, H100 18), 100 GB/s from NVLink 5 (Blackwell, 18)."""
+    return round(hw.nvlink_gbs / (100 if hw.sm_major >= 10 else 50))
+
+
 def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
     lines = {
         "out_dir": raw,
@@ -115,6 +121,7 @@ def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
         "max_threads_per_sm": hw.max_threads_per_sm,
         "regs_per_sm": hw.registers_per_sm,
         "power_limit_w": round(hw.tdp_w),
+        "nvlinks": nvlinks(hw),
     }
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 

@@ -1,6 +1,7 @@
 """`nvidia-smi` for the virtual GPUs: first on an emulated rank's PATH, answering from the NVML stub
 (libnvidia-ml.so.1) as the real tool does: the default table, `-L`, `--query-gpu=FIELDS
---format=csv[,noheader][,nounits]` (with `-i`/`--id`). Any other option fails loudly, naming itself.
+--format=csv[,noheader][,nounits]` (with `-i`/`--id`), and `topo -m` (every pair of GPUs joined by the
+emulated GPU's NVLinks, as on an HGX board). Any other option fails loudly, naming itself.
 
     python -m maya.emulator.nvidia_smi [ARGS]   (the `nvidia-smi` build.py writes runs this)
 """
@@ -8,10 +9,13 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from maya.core import settings
 
 NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
 CLOCK_SM, CLOCK_MEM = 1, 2
@@ -258,6 +262,45 @@ def _process_name(pid: int) -> str:
         return "python"
 
 
+def nvlinks(config: str) -> int:
+    """The NVLinks per GPU in the virtual devices' config (`nvlinks=N`, written by the launcher; 0 without)."""
+    try:
+        with open(config) as fh:
+            for line in fh:
+                key, _, value = line.strip().partition("=")
+                if key == "nvlinks":
+                    return int(value)
+    except OSError:
+        pass
+    return 0
+
+
+LEGEND = [
+    "Legend:",
+    "",
+    "  X    = Self",
+    "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
+    "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+    "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+    "  PIX  = Connection traversing at most a single PCIe bridge",
+    "  NV#  = Connection traversing a bonded set of # NVLinks",
+]
+
+
+def topology(count: int, links: int) -> list[str]:
+    """`nvidia-smi topo -m`: the GPU matrix, every pair joined by `links` NVLinks (HGX's NVSwitch board), or
+    through the PCIe host bridges of one NUMA node (`NODE`) when the GPU has none; the CPUs of this machine."""
+    pair = f"NV{links}" if links else "NODE"
+    cpus = f"0-{os.cpu_count() - 1}" if (os.cpu_count() or 1) > 1 else "0"
+    gpus = [f"GPU{i}" for i in range(count)]
+    lines = ["\t" + "\t".join([*gpus, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])]
+    for i in range(count):
+        cells = [" X " if j == i else pair for j in range(count)]
+        lines.append("\t".join([gpus[i], *cells, cpus, "0", "\tN/A"]))
+    return [*lines, "", *LEGEND]
+
+
 class UsageError(Exception):
     """nvidia-smi's own complaint about its arguments (exit code 2)."""
 
@@ -283,6 +326,9 @@ def main(argv: Sequence[str], lib: ctypes.CDLL | None = None) -> int:
             arg = args.pop(0)
             if arg in ("-L", "--list-gpus"):
                 mode = "list"
+            elif arg == "topo" and args and args[0] in ("-m", "--matrix"):
+                args.pop(0)
+                mode = "topo"
             elif arg.startswith("--query-gpu="):
                 fields, mode = [f.strip() for f in arg.split("=", 1)[1].split(",") if f.strip()], "query"
             elif arg.startswith("--format="):
@@ -295,8 +341,9 @@ def main(argv: Sequence[str], lib: ctypes.CDLL | None = None) -> int:
                 spec = arg.split("=", 1)[1]
             else:
                 raise UsageError(
-                    f"option {arg!r} is not emulated by Maya's nvidia-smi (it answers the default "
-                    "table, -L, and --query-gpu=... --format=csv[,noheader][,nounits] with -i)"
+                    f"option {' '.join([arg, *args[:1]]) if arg == 'topo' else arg!r} is not emulated by Maya's "
+                    "nvidia-smi (it answers the default table, -L, --query-gpu=... --format=csv[,noheader][,nounits] "
+                    "with -i, and topo -m)"
                 )
         if mode == "query" and not fmt:
             raise UsageError("--query-gpu requires --format=csv")
@@ -306,7 +353,9 @@ def main(argv: Sequence[str], lib: ctypes.CDLL | None = None) -> int:
         nvml = Nvml(lib or ctypes.CDLL("libnvidia-ml.so.1"))
         ids = _ids(spec, nvml.count())
         lines = (
-            listing(nvml, ids)
+            topology(len(ids), nvlinks(settings.EMU_CONFIG.get() or ""))
+            if mode == "topo"
+            else listing(nvml, ids)
             if mode == "list"
             else query(nvml, fields or [], fmt, ids)
             if mode == "query"
