@@ -145,6 +145,8 @@ def test_args_give_each_value_its_own_words_or_none():
         "1",
         "--bf16",
     ]
+    spec["parameters"]["recompute"]["values"] = ["none", "selective"]  # a space cut down keeps its mapping
+    assert load_space(spec, ["pretrain_gpt.py", "{recompute}", "{vp}"]).size == 4
 
 
 def test_a_parameter_reaches_the_script_through_a_derived_value():

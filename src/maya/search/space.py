@@ -261,12 +261,10 @@ def _parameter(name: str, body: Any) -> Parameter:
 
 def _args(name: str, values: list[Any], spec: Any) -> tuple[tuple[str, ...], ...]:
     """The words of each value (in the order of `values`) from an `args:` mapping of every value to a list of
-    words (strings or numbers; an empty list: nothing)."""
+    words (strings or numbers; an empty list: nothing). Keys of values the parameter does not list are ignored (a
+    space cut to fewer values keeps its mapping); a value without a key is an error, so a misspelt key is one."""
     if not isinstance(spec, Mapping):
         raise SpaceError(f"parameter {name!r}: `args:` must map each value to a list of words")
-    unknown = [key for key in spec if not any(_same(key, v) for v in values)]
-    if unknown:
-        raise SpaceError(f"parameter {name!r}: `args:` names {unknown!r}, not among its values")
     words = []
     for value in values:
         given = next((w for key, w in spec.items() if _same(key, value)), None)
