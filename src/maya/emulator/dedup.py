@@ -28,7 +28,8 @@ def stage_classes(world_size: int, api_calls: pa.Table, communicators: pa.Table)
     members = {
         row["comm_id"]: row["ranks"] for row in communicators.to_pylist() if row["ranks"] and len(row["ranks"]) > 1
     }
-    used = list(zip(p2p.column("comm_id").to_pylist(), p2p.column("peer_rank").to_pylist()))
+    peer_ranks = p2p.column("peer_rank").to_pylist() if "peer_rank" in p2p.column_names else [None] * len(p2p)
+    used = list(zip(p2p.column("comm_id").to_pylist(), peer_ranks))
     groups = [members[comm] for comm in {comm for comm, _ in used} if comm in members]
     if not groups:
         return {0: list(range(world_size))}
