@@ -12,6 +12,7 @@ import yaml
 from paths import REPO
 
 from maya.search import load_space
+from maya.search.space import ROLES
 
 DOCS = REPO / "docs"
 README_MAX_LINES = 200
@@ -84,3 +85,27 @@ def test_python_api_page_example_runs(tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "iteration_ms" in out.stdout and "stored as" in out.stdout
+
+
+def test_search_page_megatron_space_loads_for_its_command():
+    """benchmarks/workloads/megatron_gpt_space.yaml loads for docs/search.md's Megatron command with the counts the
+    page states, declares every role the pruning rules read, and renders Megatron's own flags."""
+    command = shlex.split(marked_block("search.md", "megatron-search-command").replace("\\\n", " "))
+    path = REPO / command[command.index("--space") + 1].split("/path/to/maya/", 1)[1]
+    script = command[command.index("--") + 1 :]
+    space = load_space(path, script)
+    assert (space.size, len(space.valid_points())) == (432, 180)
+    assert "432 points, of which 180" in " ".join((DOCS / "search.md").read_text().split())
+    assert {p.role for p in space.parameters} - {None} == set(ROLES)
+    point = {"tp": 4, "pp": 2, "vp": 2, "microbatches": 4, "recompute": "full", "sp": True, "dist_opt": False}
+    argv, env = space.render(space.point(point))
+    assert argv[argv.index("--tensor-model-parallel-size") :] == [
+        *("--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "2"),
+        *("--num-virtual-stages-per-pipeline-rank", "2", "--micro-batch-size", "4"),
+        *("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"),
+        "--sequence-parallel",
+    ]
+    plain = space.render(space.point(point | {"tp": 2, "pp": 1, "vp": 1, "recompute": "none", "sp": False}))[0]
+    assert plain[plain.index("--tensor-model-parallel-size") :] == [
+        *("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "1", "--micro-batch-size", "1")
+    ]

@@ -371,6 +371,21 @@ def test_dedup_one_capture_per_pipeline_stage(tmp_path):
     assert _represents(out) == {0: [0, 1], 2: [2, 3]}
 
 
+def test_dedup_finds_the_pipeline_group_when_one_direction_goes_over_the_world_group(tmp_path):
+    """Megatron-LM's two-stage pipelines send gradients back over the world group: the stages are still the
+    pipeline group's (one capture each, not every rank), and the deduplicated run predicts what every rank's
+    capture predicts."""
+    predicted = {}
+    for dedup in ("--dedup", "--no-dedup"):
+        r, out = emulate(tmp_path / dedup, "--nproc-per-node", "4", dedup, script="world_group_p2p.py")
+        assert r.exit_code == 0, r.output
+        p = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
+        assert p.exit_code == 0, p.output
+        predicted[dedup] = json.loads(p.output)
+    assert _represents(tmp_path / "--dedup" / "run") == {0: [0, 1], 2: [2, 3]}
+    assert predicted["--dedup"]["iteration_ms"] == pytest.approx(predicted["--no-dedup"]["iteration_ms"], rel=1e-6)
+
+
 def test_dedup_splits_a_rank_that_behaves_differently(tmp_path):
     """Rank 0 logs (a host sync the others lack): the check capture differs, so rank 0 stands for
     itself and the checked rank for the others."""

@@ -111,6 +111,58 @@ def test_space_file_from_yaml_renders_placeholders_flags_and_env(tmp_path):
     assert argv == ["train.py", "--tp=1", "--pp", "1", "--dp", "16"]
 
 
+def test_args_give_each_value_its_own_words_or_none():
+    """Megatron's recompute knob: nothing for none, one flag and its value for selective, three flags for full;
+    its virtual stages as a flag and the count."""
+    recompute = {
+        "none": [],
+        "selective": ["--recompute-granularity", "selective"],
+        "full": ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1],
+    }
+    spec = {
+        "gpus": 8,
+        "parameters": {
+            "recompute": {"values": ["none", "selective", "full"], "role": "recompute", "args": recompute},
+            "vp": {"values": [1, 2], "args": {1: [], 2: ["--num-virtual-stages-per-pipeline-rank", 2]}},
+        },
+    }
+    s = load_space(spec, ["pretrain_gpt.py", "{recompute}", "--bf16", "{vp}"])
+    assert s.render(s.point({"recompute": "none", "vp": 1}))[0] == ["pretrain_gpt.py", "--bf16"]
+    assert s.render(s.point({"recompute": "selective", "vp": 2}))[0] == [
+        "pretrain_gpt.py",
+        "--recompute-granularity",
+        "selective",
+        "--bf16",
+        "--num-virtual-stages-per-pipeline-rank",
+        "2",
+    ]
+    assert s.render(s.point({"recompute": "full", "vp": 1}))[0][1:] == [
+        "--recompute-granularity",
+        "full",
+        "--recompute-method",
+        "uniform",
+        "--recompute-num-layers",
+        "1",
+        "--bf16",
+    ]
+    spec["parameters"]["recompute"]["values"] = ["none", "selective"]  # a space cut down keeps its mapping
+    assert load_space(spec, ["pretrain_gpt.py", "{recompute}", "{vp}"]).size == 4
+
+
+def test_a_parameter_reaches_the_script_through_a_derived_value():
+    """Megatron takes no micro-batch count: it follows from the global and the micro-batch size, so the count's
+    parameter reaches the script as the derived micro-batch size (through another derived value too)."""
+    spec = {
+        "gpus": 8,
+        "parameters": {"tp": [1, 2], "microbatches": {"values": [1, 2], "role": "microbatches"}},
+        "derived": {"dp": "gpus // tp", "per_rank": "16 // dp", "mbs": "per_rank // microbatches"},
+    }
+    s = load_space(spec, ["pretrain_gpt.py", "--tensor-model-parallel-size", "{tp}", "--micro-batch-size", "{mbs}"])
+    assert s.render(s.point({"tp": 2, "microbatches": 2}))[0][-1] == "2"
+    with pytest.raises(SpaceError, match="neither by a {microbatches} placeholder"):
+        load_space(spec, ["pretrain_gpt.py", "--tensor-model-parallel-size", "{tp}", "--dp", "{dp}"])
+
+
 # pruning rules ----------------------------------------------------------------------------------------
 
 

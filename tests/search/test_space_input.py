@@ -54,6 +54,13 @@ def test_string_joins_and_bounded_repetition_still_work():
         ({"parameters": {"tp": [1, 2]}, "derived": {"dp": "tp + 'a'"}}, ["t.py", "{tp}", "{dp}"], "add of int"),
         ({"parameters": {"tp": {"values": [1, 2], "env": ["A"]}}}, ["t.py"], "not an environment variable"),
         ({"parameters": {"tp": {"values": [1, 2], "flag": 3}}}, CMD, "not a command-line argument"),
+        ({"parameters": {"tp": {"values": [1, 2], "args": [1]}}}, CMD, "must map each value"),
+        ({"parameters": {"tp": {"values": [1, 2], "args": {1: []}}}}, CMD, "no words for the value 2"),
+        ({"parameters": {"tp": {"values": [1, 2], "args": {1: [], "2": []}}}}, CMD, "no words for the value 2"),
+        ({"parameters": {"tp": {"values": [1, 2], "args": {1: [], 2: "--tp 2"}}}}, CMD, "not a list of words"),
+        ({"parameters": {"tp": {"values": [1, 2], "args": {1: [], 2: [True]}}}}, CMD, "not a list of words"),
+        ({"parameters": {"tp": {"values": [1, 2], "args": {1: [], 2: []}, "env": "TP"}}}, CMD, "one of `args:`"),
+        ({"parameters": {"tp": {"values": [1, 2], "args": {1: [], 2: []}}}}, ["t.py", "--tp={tp}"], "of its own"),
         ({"parameters": {"tp": [1, 2]}}, ["t.py", "{tp:>999999999}"], "plain {name}"),  # huge format widths
         ({"parameters": {"tp": ["a", "b"]}}, ["t.py", "{tp:d}"], "plain {name}"),  # was ValueError at render
         ({"parameters": {"tp": [1, 2]}}, ["t.py", "{tp!r}"], "plain {name}"),

@@ -10,6 +10,7 @@ from maya.core import hardware as catalog
 from maya.simulator import simulation
 from maya.simulator.iterations import Iterations
 from maya.simulator.predict import summarize
+from maya.simulator.report import model_flops_of
 from maya.simulator.trace import load
 from maya.simulator.work import recomputed
 from maya_trace_spec import synthetic
@@ -70,3 +71,18 @@ def test_a_forward_run_again_in_the_backward_counts_in_hfu_not_mfu(traces):
     model_again, hardware_again, _ = flops(traces)
     assert hardware_again == pytest.approx(model)
     assert hardware_again - model_again == pytest.approx(every[expected].sum()) and every[expected].sum() > 0
+
+
+def test_a_fused_attention_backward_counts_twice_its_forward_in_mfu_and_its_own_flops_in_hfu():
+    """Megatron-LM's formula counts a backward as twice its forward; a fused attention backward also recomputes
+    QK^T (2.5 forwards), which is hardware FLOPs: model FLOPs take 2 of its 2.5, a recomputed call none."""
+    frame = pd.DataFrame(
+        {
+            "family": ["attention", "attention", "attention", "gemm", "attention"],
+            "op": ["fa2_fwd_causal", "fa2_bwd_causal", "fa2_bwd_preprocess", "mm", "flex_bwd"],
+            "recomputed": [False, False, False, True, False],
+        }
+    )
+    forward = 8.0e9
+    hardware = np.array([forward, 2.5 * forward, 0.0, 3.0e9, 5.0e9])
+    assert model_flops_of(frame, hardware).tolist() == [forward, 2 * forward, 0.0, 0.0, 4.0e9]

@@ -1,9 +1,11 @@
 """Equivalent ranks: which ranks of a job behave alike, so that one capture stands for many.
 
 Ranks are grouped by pipeline stage, the one axis along which SPMD training scripts run different
-code: the stages are read from rank 0's point-to-point traffic (the members of the process group its
-sends and receives use, assumed evenly strided across the world, as Megatron-LM and DeviceMesh lay
-them out). Without point-to-point traffic all ranks form one class. Every class is then checked by
+code: the stages are read from rank 0's point-to-point traffic (the members of the smallest process group
+its sends and receives use that holds every peer they reach, assumed evenly strided across the world, as
+Megatron-LM and DeviceMesh lay them out: Megatron's two-stage pipelines send one direction over the world
+group, whose peers are global ranks, and the other over the pipeline group). Without point-to-point
+traffic all ranks form one class. Every class is then checked by
 capturing one more of its members and comparing call signatures; a member that differs from its
 representative (rank 0 logging, say; `convert.signature`) splits the class.
 
@@ -23,15 +25,21 @@ import pyarrow.compute as pc
 def stage_classes(world_size: int, api_calls: pa.Table, communicators: pa.Table) -> dict[int, list[int]]:
     """Representative rank -> ranks it stands for, from rank 0's trace (tables of rank 0)."""
     p2p = api_calls.filter(pc.is_in(api_calls.column("collective_name"), pa.array(["send", "recv"])))
-    comm_ids = set(p2p.column("comm_id").drop_null().to_pylist())
-    groups = [
-        row["ranks"]
-        for row in communicators.to_pylist()
-        if row["comm_id"] in comm_ids and row["ranks"] and len(row["ranks"]) > 1
-    ]
+    members = {
+        row["comm_id"]: row["ranks"] for row in communicators.to_pylist() if row["ranks"] and len(row["ranks"]) > 1
+    }
+    peer_ranks = p2p.column("peer_rank").to_pylist() if "peer_rank" in p2p.column_names else [None] * len(p2p)
+    used = list(zip(p2p.column("comm_id").to_pylist(), peer_ranks))
+    groups = [members[comm] for comm in {comm for comm, _ in used} if comm in members]
     if not groups:
         return {0: list(range(world_size))}
-    stages = sorted(max(groups, key=len))
+    peers = {
+        members[comm][int(peer)]
+        for comm, peer in used
+        if comm in members and peer is not None and 0 <= peer < len(members[comm])
+    }
+    holding = [group for group in groups if peers <= set(group)]
+    stages = sorted(min(holding, key=len) if holding else max(groups, key=len))
     stride = stages[1] - stages[0]
     if any(b - a != stride for a, b in zip(stages, stages[1:])) or stride <= 0:
         raise ValueError(f"pipeline group {stages} is not evenly strided: emulate every rank (--no-dedup)")

@@ -1,6 +1,6 @@
 """Search spaces: parameters with their values, how each reaches the script (a `{name}` placeholder in
-the command or an environment variable), derived values, constraints and the roles the pruning rules
-read. Everything is checked against the command when the space is loaded."""
+the command, the words `args:` gives each value, or an environment variable), derived values, constraints
+and the roles the pruning rules read. Everything is checked against the command when the space is loaded."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ class Parameter:
     """Environment variable carrying the value (else the command's `{name}` placeholder)."""
     flag: str | None = None
     """For a boolean: the placeholder becomes this argument when on and disappears when off."""
+    args: tuple[tuple[str, ...], ...] | None = None
+    """The words each value's placeholder (a whole argument) becomes, in the order of `values`; () for none."""
 
 
 def is_on(value: Any) -> bool:
@@ -106,7 +108,11 @@ class Space:
         env = self.assign(point)
         shown = {p.name: (p.flag if is_on(env[p.name]) else "") if p.flag else env[p.name] for p in self.parameters}
         words = {**env, **shown}
-        argv = [arg for arg in (a.format_map(words) for a in self.command) if arg]
+        expanded = {f"{{{p.name}}}": p.args[i] for p, i in zip(self.parameters, point) if p.args is not None}
+        argv: list[str] = []
+        for arg in self.command:
+            argv += expanded[arg] if arg in expanded else [arg.format_map(words)]
+        argv = [arg for arg in argv if arg]
         extra = {p.env: str(env[p.name]) for p in self.parameters if p.env}
         return argv, extra
 
@@ -231,7 +237,7 @@ def _parameter(name: str, body: Any) -> Parameter:
     body = {"values": body} if isinstance(body, list) else body
     if not isinstance(body, Mapping):
         raise SpaceError(f"parameter {name!r}: give a list of values or a mapping with `values:`")
-    extra = set(body) - {"values", "role", "env", "flag"}
+    extra = set(body) - {"values", "role", "env", "flag", "args"}
     if extra:
         raise SpaceError(f"parameter {name!r}: unknown key(s) {sorted(map(str, extra))}")
     values = body.get("values")
@@ -247,7 +253,34 @@ def _parameter(name: str, body: Any) -> Parameter:
         raise SpaceError(f"parameter {name!r}: env {env!r} is not an environment variable name")
     if flag is not None and not isinstance(flag, str):
         raise SpaceError(f"parameter {name!r}: flag {flag!r} is not a command-line argument")
-    return Parameter(name, tuple(values), role, env, flag)
+    words = _args(name, values, body["args"]) if "args" in body else None
+    if words is not None and (env is not None or flag is not None):
+        raise SpaceError(f"parameter {name!r}: give one of `args:`, `flag:` and `env:`")
+    return Parameter(name, tuple(values), role, env, flag, words)
+
+
+def _args(name: str, values: list[Any], spec: Any) -> tuple[tuple[str, ...], ...]:
+    """The words of each value (in the order of `values`) from an `args:` mapping of every value to a list of
+    words (strings or numbers; an empty list: nothing). Keys of values the parameter does not list are ignored (a
+    space cut to fewer values keeps its mapping); a value without a key is an error, so a misspelt key is one."""
+    if not isinstance(spec, Mapping):
+        raise SpaceError(f"parameter {name!r}: `args:` must map each value to a list of words")
+    words = []
+    for value in values:
+        given = next((w for key, w in spec.items() if _same(key, value)), None)
+        if given is None:
+            raise SpaceError(f"parameter {name!r}: `args:` gives no words for the value {value!r} (give [] for none)")
+        if not isinstance(given, list) or not all(
+            isinstance(w, (str, int, float)) and not isinstance(w, bool) for w in given
+        ):
+            raise SpaceError(f"parameter {name!r}: `args:` for {value!r} is not a list of words: {given!r}")
+        words.append(tuple(str(w) for w in given))
+    return tuple(words)
+
+
+def _same(key: Any, value: Any) -> bool:
+    """An `args:` key names this value: equal and of the same type (YAML's `1` is not `'1'` nor `true`)."""
+    return type(key) is type(value) and key == value
 
 
 def _expr(source: Any, names: set[str], what: str) -> Expr:
@@ -263,6 +296,7 @@ def _expr(source: Any, names: set[str], what: str) -> Expr:
 
 def _check_command(space: Space, names: set[str]) -> None:
     used = set()
+    worded = {p.name for p in space.parameters if p.args is not None}
     for arg in space.command:
         try:
             fields = [
@@ -277,9 +311,18 @@ def _check_command(space: Space, names: set[str]) -> None:
                 )
             if f not in names:
                 raise SpaceError(f"the command's placeholder {{{f}}} names no parameter or derived value")
+            if f in worded and arg != f"{{{f}}}":
+                raise SpaceError(
+                    f"command argument {arg!r}: {{{f}}} becomes the words its `args:` give, so it must be an "
+                    "argument of its own"
+                )
             used.add(f)
+    for name in reversed(space.derived):  # a derived value reaches the script with what it is computed from
+        if name in used:
+            used |= space.derived[name].names
     for p in space.parameters:
         if p.env is None and p.name not in used and p.name != "gpus":
             raise SpaceError(
-                f"parameter {p.name!r} reaches the script neither by a {{{p.name}}} placeholder nor by `env:`"
+                f"parameter {p.name!r} reaches the script neither by a {{{p.name}}} placeholder (its own or a "
+                "derived value's computed from it) nor by `env:`"
             )

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from .attention_shapes import ATTENTION_BACKWARD_FLOPS
 from .durations import device_end, rebased
 from .engine import RankResult
 from .intervals import union
@@ -43,8 +44,9 @@ class RankReport:
     host_bound_ns: float
     idle_ns: float
     model_flops: float
-    """GEMM and attention FLOPs of one steady iteration, less those of recomputed forward passes (model FLOPs, as
-    Megatron-LM and the MFU literature count them)."""
+    """GEMM and attention FLOPs of one steady iteration, less those of recomputed forward passes and with a fused
+    attention backward counted as twice its forward (model FLOPs, as Megatron-LM and the MFU literature count them:
+    `model_flops`)."""
     mfu: float
     """Model FLOPs utilization: `model_flops` over the iteration time at the GPU's peak."""
     hardware_flops: float
@@ -172,6 +174,20 @@ def rank_reports(
         report = done[key]
         out.append(report if report.rank == result.rank else replace(report, rank=result.rank))
     return out
+MODEL_ATTENTION_BACKWARD = 2.0
+"""Model FLOPs of an attention backward, in forwards: its four products (Megatron-LM's formula counts every
+backward as twice its forward); a fused kernel's recomputed QK^T (`ATTENTION_BACKWARD_FLOPS`) is hardware FLOPs."""
+
+
+def model_flops_of(frame: pd.DataFrame, flops: np.ndarray) -> np.ndarray:
+    """Per call, the model FLOPs of its `flops`: none for a recomputed forward pass, a fused attention backward's
+    without its recomputed QK^T."""
+    recomputed = frame["recomputed"].to_numpy(dtype=bool) if "recomputed" in frame else np.zeros(len(flops), bool)
+    backward = np.zeros(len(flops), bool)
+    if {"family", "op"} <= set(frame.columns):
+        backward = (frame["family"].to_numpy() == "attention") & frame["op"].astype(str).str.contains("_bwd").to_numpy()
+    share = np.where(backward, MODEL_ATTENTION_BACKWARD / ATTENTION_BACKWARD_FLOPS, 1.0)
+    return np.where(recomputed, 0.0, flops * share)
 
 
 def rank_report(
@@ -207,9 +223,8 @@ def rank_report(
     covered = np.array([np.zeros_like(a), *(layer.covered(a, b) for layer in layers), b - a], float)
     parts = np.diff(covered, axis=0)
     every = np.nan_to_num(program.frame["flops"].to_numpy(dtype="float64"))
-    again = program.frame["recomputed"].to_numpy(dtype=bool) if "recomputed" in program.frame else False
     iteration = float(weights @ durations[k])
-    model_flops = float(weights @ np.add.reduceat(np.where(again, 0.0, every), starts)[k])
+    model_flops = float(weights @ np.add.reduceat(model_flops_of(program.frame, every), starts)[k])
     hardware_flops = float(weights @ np.add.reduceat(every, starts)[k])
     return RankReport(
         rank=result.rank,
