@@ -172,8 +172,8 @@ def section_logo(shipped: pd.DataFrame, rows: pd.DataFrame, sample: int) -> None
 def section_reference(estimator: KernelEstimator, rows: pd.DataFrame) -> None:
     print(
         "\n3. public cuBLAS reference rows (`gemm_reference.reference_rows`) per part: median predicted / measured, "
-        "the learned price alone and with the reference calibration (the version's ratio: its learned price over "
-        "these rows, derived when it was trained)"
+        "the learned price alone and with the reference calibration (the version's own ratio: `maya estimators show` "
+        "says where it came from)"
     )
     references = {r.part: r.ratio for r in estimator.gemm_references.references}
     reference = reference_rows(rows)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
 from .common import CLUSTER, ESTIMATOR_VERSION, JSON, WAREHOUSE, command, err, fail, out
 
@@ -87,7 +87,9 @@ def list_cmd(warehouse: WAREHOUSE = None):
     if not versions:
         out.print(f"no estimator versions in {registry.warehouse}; train one with `maya estimators train`")
         return
-    table = Table("version", "created", "hardware", "families", "rows", "data hash", "GEMM reference")
+    table = Table(
+        Column("version", no_wrap=True), "created", "hardware", "families", "rows", "data hash", "GEMM reference"
+    )
     for r in versions:
         name = f"{r.version} (latest)" if r.version == latest else r.version
         try:
