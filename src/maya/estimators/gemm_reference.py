@@ -312,9 +312,10 @@ def derive(estimator: KernelEstimator, measurements: pd.DataFrame) -> GemmRefere
         return GemmReferences(
             learned_from=sources, note=f"none: no public cuBLAS reference rows on the parts {HARNESS_SOURCE} measured"
         )
-    return GemmReferences(
-        references, sources, f"derived at training: the parts' GEMMs were learned from {HARNESS_SOURCE}"
+    note = (
+        f"derived when the version was trained, on the parts whose tensor-core GEMMs it learned from {HARNESS_SOURCE}"
     )
+    return GemmReferences(references, sources, note)
 
 
 def uncalibrated(estimator: KernelEstimator) -> KernelEstimator:
