@@ -79,7 +79,10 @@ def _sources_table(sources, rows) -> Table:
 
 @estimators_app.command("list")
 def list_cmd(warehouse: WAREHOUSE = None):
-    """List every registered estimator version, with its GEMM reference ratios (`maya estimators show`: why)."""
+    """List every registered estimator version.
+
+    With each version's GEMM reference ratios (`maya estimators show` says why, or why none).
+    """
     from maya.estimators import Registry, RegistryError
 
     registry = Registry(warehouse)
@@ -113,7 +116,11 @@ def show_cmd(
     version: Annotated[str, typer.Argument(metavar="VERSION", help="Version (e.g. v3) or `latest`.")],
     warehouse: WAREHOUSE = None,
 ):
-    """Show a version's record, artifact, GEMM references (and what they answer for) and accuracy metrics."""
+    """Show a version's record, artifact, GEMM references and metrics.
+
+    The GEMM references: each part's ratio, the public rows it is the median over, why the version has them (or
+    none) and the sources its tensor-core GEMMs learned from.
+    """
     from maya.estimators import Registry, RegistryError
 
     registry = Registry(warehouse)
