@@ -29,10 +29,9 @@ import pandas as pd
 
 from maya.estimators import Registry
 from maya.estimators.evaluation import comparable_ns
-from maya.estimators.gemm_reference import REFERENCES, reference_rows, uncalibrated
+from maya.estimators.gemm_reference import public_gemm_rows, reference_rows, uncalibrated
 from maya.estimators.hardware_table import catalog_names, hardware_arrays
 from maya.estimators.kernel_estimator import KernelEstimator
-from maya.estimators.kernels_public_data import load, measured_calls
 from maya.estimators.neusight_data import load_kernels, neusight_dir
 from maya.estimators.segments import segments
 from maya.estimators.training import TrainConfig, train
@@ -61,16 +60,7 @@ def gemm_rows() -> pd.DataFrame:
         ]
     )
     neusight = neusight[neusight["family"] == "gemm"]
-    rows = load().rows
-    public = rows[rows["direction"] == "gemm"].reset_index(drop=True)
-    calls, _ = measured_calls(public)
-    at = calls["measurement"].to_numpy()
-    calls = calls.assign(
-        measured_ns=public["time_s"].to_numpy()[at] * 1e9,
-        source="kp:" + public["source_id"].to_numpy()[at],
-        impl=public["kernel_impl"].to_numpy()[at],
-    )
-    frame = pd.concat([vidur, neusight, calls], ignore_index=True)
+    frame = pd.concat([vidur, neusight, public_gemm_rows()], ignore_index=True)
     frame["hardware"] = catalog_names(frame["hardware"].astype(str))
     frame["timing"] = frame["timing"].fillna("device")
     return frame
@@ -182,16 +172,18 @@ def section_logo(shipped: pd.DataFrame, rows: pd.DataFrame, sample: int) -> None
 def section_reference(estimator: KernelEstimator, rows: pd.DataFrame) -> None:
     print(
         "\n3. public cuBLAS reference rows (`gemm_reference.reference_rows`) per part: median predicted / measured, "
-        "the learned price alone and with the reference calibration"
+        "the learned price alone and with the reference calibration (the version's own ratio: `maya estimators show` "
+        "says where it came from)"
     )
+    references = {r.part: r.ratio for r in estimator.gemm_references.references}
     reference = reference_rows(rows)
     raw, calibrated = priced(uncalibrated(estimator), reference), priced(estimator, reference)
     for part, group in reference.groupby("hardware"):
         at = group.index
         print(
             f"   {part:<16}{len(group):>3} rows  learned {np.median(raw.loc[at, 'error'] + 1):.3f}  with the calibration "
-            f"{np.median(calibrated.loc[at, 'error'] + 1):.3f}  (catalog reference: "
-            f"{REFERENCES[part].ratio if part in REFERENCES else 'none'})"
+            f"{np.median(calibrated.loc[at, 'error'] + 1):.3f}  (the version's reference: "
+            f"{f'{references[part]:.3f}' if part in references else 'none'})"
         )
 
 

@@ -41,6 +41,37 @@ def test_train_list_show(trained):
     shown = maya("estimators", "show", "latest")
     record = Registry().get("v1")
     assert shown.exit_code == 0 and record.artifact_sha256[:16] in shown.stdout and "gemm" in shown.stdout
+    references = Registry().gemm_references("v1")
+    assert references.learned_from and all("vidur" in names for names in references.learned_from.values())
+    text = words(shown.stdout)
+    assert "tensor-core GEMMs learned from" in text
+    for reference in references.references:  # the shipped rows' sample: Vidur's GEMMs on the A100 and H100
+        assert f"{reference.part}: {reference.ratio:.3f}" in text
+
+
+def test_list_and_show_say_a_version_of_ones_own_measurements_has_no_gemm_reference():
+    """Trained on a user's own A100 GEMMs only: the listing's GEMM reference column says none and `show` says why."""
+    from maya.estimators import TrainConfig, train_version
+    from maya.estimators.efficiency_model import ModelParams
+
+    sizes = [(m, n, 8192.0) for m in (2048.0, 4096.0, 8192.0) for n in (1024.0, 2048.0, 4096.0, 8192.0)]
+    mine = pd.DataFrame(sizes * 2, columns=["m", "n", "k"]).assign(
+        hardware="a100-sxm-80gb", family="gemm", op="mm", dtype="bf16", source="profiles:mine"
+    )
+    mine["measured_ns"] = 2 * mine["m"] * mine["n"] * mine["k"] / 250e12 * 1e9
+    train_version(mine, TrainConfig(params=ModelParams(n_estimators=5, max_depth=2), validate=False))
+    listing = maya("estimators", "list")
+    (row,) = [words(line) for line in listing.stdout.splitlines() if words(line).startswith("v1 ")]
+    assert listing.exit_code == 0 and row.endswith(" none")  # the GEMM reference column, the last
+    shown = words(maya("estimators", "show", "v1").stdout)
+    assert "GEMM references none" in shown
+    assert "the tensor-core GEMMs were learned from profiles:mine, not vidur" in shown
+    assert "tensor-core GEMMs learned from a100-sxm-80gb: profiles:mine" in shown
+
+
+def words(text: str) -> str:
+    """A rich table's text as its words, cell borders left out (cells wrap at the terminal's width)."""
+    return " ".join(text.replace("│", " ").split())
 
 
 def test_eval_mape_matches_a_hand_computation(trained, test_rows, tmp_path):

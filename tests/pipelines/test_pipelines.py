@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from maya.core.paths import data_dir
-from maya.estimators import KernelEstimator
+from maya.estimators import KernelEstimator, Registry
 from maya.estimators.neusight_data import load_kernels, neusight_dir
 from maya.estimators.vidur_data import load_compute
 from maya.pipelines import ground_truth
@@ -202,6 +202,15 @@ def graph(tmp_path_factory) -> Graph:
     return Graph(home, instance, resources, partitions, networks, expected, ingested, result)
 
 
+def test_campaigns_train_as_their_source():
+    """Vidur's and NeuSight's campaigns train under the shipped sources' names (the GEMM references answer to
+    Vidur's); a profiling campaign is never taken for one of them, whatever it is called."""
+    assert estimators.training_source(VIDUR_COMPUTE_CAMPAIGN) == "vidur"
+    assert estimators.training_source("neusight-train") == "neusight"
+    assert estimators.training_source(CAMPAIGN.campaign) == f"profiles:{CAMPAIGN.campaign}"
+    assert estimators.training_source("vidur") == "profiles:vidur"
+
+
 def test_definitions_load_from_the_defs_folder():
     assets = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert assets == {
@@ -280,6 +289,9 @@ def test_whole_graph_fills_the_warehouse(graph):
     versions = query(graph.warehouse, "SELECT version, training_rows FROM estimator_versions")
     assert versions == [("v1", TRAINING["sample_rows"])]
     assert metadata(graph.result, "kernel_estimators")["reused"] is False
+    references = Registry(graph.warehouse).gemm_references("v1")  # Vidur's campaign trained as Vidur's rows
+    assert references.learned_from and all("vidur" in names for names in references.learned_from.values())
+    assert metadata(graph.result, "kernel_estimators")["gemm_references"] == references.ratios() != "none"
     test = load_kernels(neusight_dir() / "kernels_test.parquet")
     kernel_rows, kernel_mape, workloads = query(
         graph.warehouse, "SELECT kernel_rows, kernel_mape, workloads FROM estimator_evaluations WHERE version = 'v1'"

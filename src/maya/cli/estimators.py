@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
 from .common import CLUSTER, ESTIMATOR_VERSION, JSON, WAREHOUSE, command, err, fail, out
 
@@ -79,17 +79,26 @@ def _sources_table(sources, rows) -> Table:
 
 @estimators_app.command("list")
 def list_cmd(warehouse: WAREHOUSE = None):
-    """List every registered estimator version."""
-    from maya.estimators import Registry
+    """List every registered estimator version.
+
+    With each version's GEMM reference ratios (`maya estimators show` says why, or why none).
+    """
+    from maya.estimators import Registry, RegistryError
 
     registry = Registry(warehouse)
     versions, latest = registry.versions(), registry.latest()
     if not versions:
         out.print(f"no estimator versions in {registry.warehouse}; train one with `maya estimators train`")
         return
-    table = Table("version", "created", "hardware", "families", "rows", "data hash")
+    table = Table(
+        Column("version", no_wrap=True), "created", "hardware", "families", "rows", "data hash", "GEMM reference"
+    )
     for r in versions:
         name = f"{r.version} (latest)" if r.version == latest else r.version
+        try:
+            references = registry.gemm_references(r).ratios()
+        except RegistryError:
+            references = "artifact unreadable (`maya estimators show`)"
         table.add_row(
             name,
             f"{r.created_at:%Y-%m-%d %H:%M:%S}",
@@ -97,6 +106,7 @@ def list_cmd(warehouse: WAREHOUSE = None):
             ", ".join(r.families),
             f"{r.training_rows:,}",
             r.data_hash[:12],
+            references,
         )
     out.print(table)
 
@@ -106,7 +116,11 @@ def show_cmd(
     version: Annotated[str, typer.Argument(metavar="VERSION", help="Version (e.g. v3) or `latest`.")],
     warehouse: WAREHOUSE = None,
 ):
-    """Show a version's record, artifact and accuracy metrics."""
+    """Show a version's record, artifact, GEMM references and metrics.
+
+    The GEMM references: each part's ratio, the public rows it is the median over, why the version has them (or
+    none) and the sources its tensor-core GEMMs learned from.
+    """
     from maya.estimators import Registry, RegistryError
 
     registry = Registry(warehouse)
@@ -129,10 +143,32 @@ def show_cmd(
         ("artifact sha256", record.artifact_sha256),
         ("artifact bytes", f"{record.artifact_bytes:,}"),
         ("maya", record.maya_version),
+        *_references_rows(registry, record),
     ]:
         table.add_row(name, value)
     out.print(table)
     out.print(_family_table(record.metrics))
+
+
+def _references_rows(registry, record) -> list[tuple[str, str]]:
+    """`show`'s rows on the version's GEMM references: each part's ratio, why (or why none) and the sources its
+    tensor-core GEMMs learned from; the artifact's problem when it cannot be read."""
+    from maya.estimators import RegistryError
+
+    try:
+        references = registry.gemm_references(record)
+    except RegistryError as e:
+        return [("GEMM references", f"unknown: {e}")]
+    ratios = [
+        f"{r.part}: {r.ratio:.3f}, median over {len(r.rows)} public cuBLAS rows ({', '.join(r.sources)})"
+        for r in references.references
+    ]
+    sources = [f"{part}: {', '.join(names)}" for part, names in sorted(references.learned_from.items())]
+    return [
+        ("GEMM references", "\n".join(ratios) or "none"),
+        ("GEMM references: why", references.note),
+        ("tensor-core GEMMs learned from", "; ".join(sources) or "not recorded"),
+    ]
 
 
 @estimators_app.command("eval", cls=command({"--version": "--estimator-version"}))

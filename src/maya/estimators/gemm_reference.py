@@ -21,8 +21,15 @@ sustains 224 TFLOP/s against the SXM's 270), nor to GPUs with no public cuBLAS r
 architecture: their price stays the learned one). It applies to the dtypes the reference rows were measured in
 (bf16, fp16, TF32): fp8 GEMMs (DeepGEMM, `_scaled_mm`) run other kernels and keep the learned price.
 
-Each `ratio` is the median over the part's reference rows (`reference_rows`) of measured rate / learned rate, with
-v1 (the demo's estimator: 20,000 shipped rows) pricing them, read off `benchmarks/gemm_bias.py` section 3.
+Each `ratio` belongs to the estimator version it corrects: training derives it (`derive`) as the median over the
+part's reference rows (`reference_rows`) of the version's learned time over the measured one (`benchmarks/gemm_bias.py`
+section 3), and the artifact stores it with the rows used and the sources the tensor-core GEMM model learned from
+(`GemmReferences`). Only a part whose tensor-core GEMMs were learned from Vidur's rows (`HARNESS_SOURCE`, on a part of
+its envelope) gets one: a version that learned them from other measurements (a user's own profiles of the part)
+carries that harness, not Vidur's, and keeps its learned price. An artifact from before versions recorded their own
+has v1's ratios if it is v1's artifact (`V1_ARTIFACT_SHA256`: they were read off it by hand, 1.104 and 1.056), none
+otherwise.
+
 Which rows: cuBLAS (torch.matmul / torch.mm / cuBLAS / cuBLASLt) in a 16-bit or TF32 tensor-core dtype, compute-bound
 (>= `MIN_FLOPS`: the 1024^3 calls are launch-bound); not the best shape of a brute-force sweep (MAMF finder: the
 fastest of thousands of shapes is selected for being fast); on Hopper not the rows at the sustained clock either
@@ -32,7 +39,9 @@ fastest of thousands of shapes is selected for being fast); on Hopper not the ro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,7 +49,8 @@ import pandas as pd
 
 from maya.core import hardware
 
-from .hardware_table import HardwareArrays
+from .hardware_table import HardwareArrays, catalog_names, hardware_arrays
+from .segments import segments
 
 if TYPE_CHECKING:  # kernel_estimator imports this module
     from .kernel_estimator import KernelEstimator
@@ -57,6 +67,12 @@ SUSTAINED = ("gpu_fryer_1.0.0", "gpu_fryer_1.1.0")
 """Sources timed at the sustained clock (>= 60 s back to back)."""
 BURST_ONLY_ARCHITECTURES = (90,)
 """Architectures whose sustained GEMM rate sits below the burst (Hopper's power cap): their references are burst rows."""
+HARNESS_SOURCE = "vidur"
+"""The training source whose harness the references correct (`vidur_data.SOURCE`, the `source` of Vidur's rows)."""
+UNNAMED_SOURCE = "unnamed"
+"""The source of training rows given without a `source` column."""
+PRICED_METHODS = ("lookup", "model", "model_transfer")
+"""Prices made from measurements, which carry their harness (`kernel_estimator.METHODS`)."""
 
 
 @dataclass(frozen=True)
@@ -65,53 +81,126 @@ class Reference:
 
     part: str
     ratio: float
-    rows: int
-    source: str
+    rows: tuple[str, ...]
+    """The public rows' `row_id`s (`data/kernels_public/`) the ratio is the median over."""
+    sources: tuple[str, ...]
+    """Their `source_id`s."""
 
     def same_envelope(self, part: hardware.Hardware) -> bool:
         """Whether `part` is the reference's silicon at its clock and board power."""
-        ref = hardware.get(self.part)
-        return (part.sm_major, part.sm_minor, part.sm_count, part.boost_clock_mhz, part.tdp_w) == (
-            ref.sm_major,
-            ref.sm_minor,
-            ref.sm_count,
-            ref.boost_clock_mhz,
-            ref.tdp_w,
+        return same_envelope(hardware.get(self.part), part)
+
+    def to_json(self) -> dict:
+        return {"part": self.part, "ratio": self.ratio, "rows": list(self.rows), "sources": list(self.sources)}
+
+    @classmethod
+    def from_json(cls, entry: dict) -> Reference:
+        return cls(entry["part"], float(entry["ratio"]), tuple(entry["rows"]), tuple(entry["sources"]))
+
+
+@dataclass(frozen=True)
+class GemmReferences:
+    """An estimator version's references and what they answer for: the sources its tensor-core GEMM model learned
+    from per part (catalog name), and a note on how they were found or why there are none."""
+
+    references: tuple[Reference, ...] = ()
+    learned_from: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    note: str = "none: built without training (no sources recorded)"
+
+    def ratios(self) -> str:
+        """Each part's ratio (`a100-sxm-80gb 1.104, h100-sxm 1.056`), or `none`."""
+        return ", ".join(f"{r.part} {r.ratio:.3f}" for r in self.references) or "none"
+
+    def to_json(self) -> dict:
+        return {
+            "references": [r.to_json() for r in self.references],
+            "learned_from": {part: list(sources) for part, sources in sorted(self.learned_from.items())},
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_json(cls, entry: dict) -> GemmReferences:
+        return cls(
+            tuple(Reference.from_json(r) for r in entry["references"]),
+            {part: tuple(sources) for part, sources in entry["learned_from"].items()},
+            entry["note"],
         )
 
 
-REFERENCES: dict[str, Reference] = {
-    "a100-sxm-80gb": Reference(
-        part="a100-sxm-80gb",
-        ratio=1.104,
-        rows=2,
-        source="gpu-fryer 1.1.0 (cuBLASLt, 8192^3, >= 60 s): bf16 270 TFLOP/s (learned 1.133x slower), TF32 130 (1.076x)",
+NONE = GemmReferences(note="none: off (the learned price alone)")
+"""No reference: the learned GEMM price alone (`uncalibrated`)."""
+V1_ARTIFACT_SHA256 = "94cb3142d3dfea4de309acf35b1e31de6250ce984c1e60dd362894f746194c66"
+"""The SHA-256 of estimator v1's artifact (the demo's: 20,000 shipped rows, data hash 8b01adae...), which predates
+references stored with their version."""
+V1 = GemmReferences(
+    references=(
+        Reference("a100-sxm-80gb", 1.104, ("gemm_sustained-0026", "gemm_sustained-0027"), ("gpu_fryer_1.1.0",)),
+        Reference(
+            "h100-sxm",
+            1.056,
+            (
+                "gemm-0084",
+                "gemm-0086",
+                "gemm-0090",
+                "gemm-0091",
+                "gemm-0092",
+                "gemm-0093",
+                "gemm-0095",
+                "gemm-0096",
+                "gemm-0097",
+                "gemm-0098",
+                "gemm-0100",
+                "gemm-0101",
+                "gemm-0102",
+                "gemm-0103",
+            ),
+            ("fastcu_readme", "zzc_issue79_h100"),
+        ),
     ),
-    "h100-sxm": Reference(
-        part="h100-sxm",
-        ratio=1.056,
-        rows=14,
-        source="torch.matmul square sweep 2048-10240 bf16/fp16/TF32 (zzc0721 issue #79) and fast.cu's cuBLAS "
-        "baseline 4096^3 / 8192^3 bf16",
-    ),
-}
-"""Per reference part (catalog name): its calibration, from `benchmarks/gemm_bias.py` section 3 with v1."""
+    learned_from={part: (HARNESS_SOURCE,) for part in ("a100-sxm-80gb", "a40", "h100-sxm")},
+    note="v1's ratios as read off it by hand (benchmarks/gemm_bias.py section 3), before versions stored their own",
+)
+"""v1's references (its artifact carries none): what `derive` gives v1 to three decimals (1.1042, 1.0561)."""
+NOT_RECORDED = GemmReferences(
+    note="none: the artifact predates references stored with their version (train a new version to derive them)"
+)
+"""An artifact without references other than v1's: what its GEMM model learned from is not known."""
 
 
-def reference_of(name: str) -> Reference | None:
-    """The reference whose envelope the catalog part `name` shares, None when none does."""
+def legacy(artifact_sha256: str) -> GemmReferences:
+    """The references of an artifact that stores none: v1's for v1's artifact, none for any other."""
+    return V1 if artifact_sha256 == V1_ARTIFACT_SHA256 else NOT_RECORDED
+
+
+def same_envelope(a: hardware.Hardware, b: hardware.Hardware) -> bool:
+    """Whether two parts are the same silicon at the same clock and board power."""
+    return (a.sm_major, a.sm_minor, a.sm_count, a.boost_clock_mhz, a.tdp_w) == (
+        b.sm_major,
+        b.sm_minor,
+        b.sm_count,
+        b.boost_clock_mhz,
+        b.tdp_w,
+    )
+
+
+def reference_of(name: str, references: tuple[Reference, ...]) -> Reference | None:
+    """The reference among `references` whose envelope the catalog part `name` shares, None when none does."""
     part = hardware.get(name)
-    return next((r for r in REFERENCES.values() if r.same_envelope(part)), None)
+    return next((r for r in references if r.same_envelope(part)), None)
 
 
-def time_factor(dtype: pd.Series, hw: HardwareArrays, flops: np.ndarray, moved: np.ndarray) -> np.ndarray:
+def time_factor(
+    dtype: pd.Series, hw: HardwareArrays, flops: np.ndarray, moved: np.ndarray, references: tuple[Reference, ...]
+) -> np.ndarray:
     """Per GEMM call, the factor its learned time is multiplied by: `1 - s + s / ratio` on a tensor-core call in a
-    reference dtype (`REFERENCE_DTYPES`: fp8 was not measured in them) of at least `MIN_FLOPS` on a part with a
-    reference (`s` the compute share of its roofline), 1 under `MIN_FLOPS / 10`: the reference rows are all >=
+    reference dtype (`REFERENCE_DTYPES`: fp8 was not measured in them) of at least `MIN_FLOPS` on a part with one of
+    `references` (`s` the compute share of its roofline), 1 under `MIN_FLOPS / 10`: the reference rows are all >=
     `MIN_FLOPS`, and a smaller GEMM's time is mostly its launch (a 512^3 bf16 one on an A100 is 7.4 us), which they
     say nothing of. In the decade between, the ratio is taken to the power of the call's place in it (log10 of FLOPs),
     so the price has no step: a GEMM a little larger never prices faster than a smaller one of the same shape family."""
     factor = np.ones(len(flops))
+    if not references:
+        return factor
     tensor = (
         (hw.peak_flops > hw.fp32_peak_flops)
         & dtype.isin(REFERENCE_DTYPES).to_numpy()
@@ -120,7 +209,7 @@ def time_factor(dtype: pd.Series, hw: HardwareArrays, flops: np.ndarray, moved: 
     weight = np.clip(np.log10(np.maximum(np.asarray(flops, dtype="float64"), 1.0) / MIN_FLOPS) + 1.0, 0.0, 1.0)
     codes, names = pd.factorize(pd.Series(hw.name))
     for code, name in enumerate(names):
-        ref = reference_of(str(name))
+        ref = reference_of(str(name), references)
         rows = (codes == code) & tensor
         if ref is None or not rows.any():
             continue
@@ -151,6 +240,84 @@ def reference_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[chosen]
 
 
+def public_gemm_rows() -> pd.DataFrame:
+    """The shipped public GEMM measurements (`data/kernels_public/`) as measured calls with `measured_ns`, `source`
+    (kp:<source_id>), `impl` (the row's `kernel_impl`) and `row_id`, hardware as catalog names."""
+    from .kernels_public_data import kernels_public_dir
+
+    return _public_gemm_rows(kernels_public_dir()).copy()
+
+
+@lru_cache(maxsize=2)
+def _public_gemm_rows(directory: Path) -> pd.DataFrame:
+    """`public_gemm_rows` of the files under `directory` (read once per process: every training derives from them)."""
+    from .kernels_public_data import FILES, load, measured_calls
+
+    rows = pd.concat([load(directory / f).rows for f in FILES], ignore_index=True)
+    public = rows[rows["direction"] == "gemm"].reset_index(drop=True)
+    calls, _ = measured_calls(public)
+    at = calls["measurement"].to_numpy()
+    calls = calls.assign(
+        measured_ns=public["time_s"].to_numpy()[at] * 1e9,
+        source="kp:" + public["source_id"].to_numpy()[at],
+        impl=public["kernel_impl"].to_numpy()[at],
+        row_id=public["row_id"].to_numpy()[at],
+    )
+    calls["hardware"] = catalog_names(calls["hardware"].astype(str))
+    return calls
+
+
+def learned_from(measurements: pd.DataFrame) -> dict[str, tuple[str, ...]]:
+    """Per part (catalog name), the sources (`source` column, else `UNNAMED_SOURCE`) of the tensor-core GEMMs among
+    normalised measured calls."""
+    gemms = measurements[measurements["family"] == "gemm"]
+    if gemms.empty:
+        return {}
+    tensor = gemms[segments("gemm", gemms, hardware_arrays(gemms)) == "tensor"]
+    source = tensor["source"].astype(str) if "source" in tensor else pd.Series(UNNAMED_SOURCE, index=tensor.index)
+    return {
+        str(part): tuple(sorted(set(group)))
+        for part, group in source.groupby(tensor["hardware"].astype(str), observed=True)
+    }
+
+
+def derive(estimator: KernelEstimator, measurements: pd.DataFrame) -> GemmReferences:
+    """The references of `estimator`, trained on `measurements` (normalised measured calls, with their `source`): per
+    public reference part with a part of its envelope whose tensor-core GEMMs were learned from Vidur's rows, the
+    median of the estimator's learned time (without references) over the measured time of its reference rows priced
+    from measurements; none for the other parts."""
+    sources = learned_from(measurements)
+    harnessed = [hardware.get(part) for part, names in sources.items() if HARNESS_SOURCE in names]
+    if not harnessed:
+        learned = ", ".join(sorted({s for names in sources.values() for s in names})) or "no tensor-core GEMMs"
+        return GemmReferences(
+            learned_from=sources, note=f"none: the tensor-core GEMMs were learned from {learned}, not {HARNESS_SOURCE}"
+        )
+    rows = reference_rows(public_gemm_rows())
+    rows = rows[[any(same_envelope(hardware.get(p), h) for h in harnessed) for p in rows["hardware"]]]
+    priced = uncalibrated(estimator).predict(rows[["hardware", "family", "op", "dtype", "batch", "m", "n", "k"]])
+    ratio = priced["duration_ns"].to_numpy() / rows["measured_ns"].to_numpy()
+    measured = priced["method"].isin(PRICED_METHODS).to_numpy()
+    references = tuple(
+        Reference(
+            str(part),
+            float(np.median(ratio[at])),
+            tuple(rows["row_id"].to_numpy()[at]),
+            tuple(sorted({s.removeprefix("kp:") for s in rows["source"].to_numpy()[at]})),
+        )
+        for part in sorted(set(rows["hardware"][measured]))
+        for at in [measured & (rows["hardware"] == part).to_numpy()]
+    )
+    if not references:
+        return GemmReferences(
+            learned_from=sources, note=f"none: no public cuBLAS reference rows on the parts {HARNESS_SOURCE} measured"
+        )
+    note = (
+        f"derived when the version was trained, on the parts whose tensor-core GEMMs it learned from {HARNESS_SOURCE}"
+    )
+    return GemmReferences(references, sources, note)
+
+
 def uncalibrated(estimator: KernelEstimator) -> KernelEstimator:
-    """The estimator with its learned GEMM price alone (`KernelEstimator.gemm_reference` off)."""
-    return replace(estimator, gemm_reference=False)
+    """The estimator with its learned GEMM price alone (no references)."""
+    return replace(estimator, gemm_references=NONE)

@@ -14,10 +14,10 @@
    products, the special-function and FP32 rates of the spec sheet, corrected by the model learned on public
    attention measurements where it covers the kernel; `families/attention.py`, `attention_model.py`).
 
-A tensor-core GEMM (bf16, fp16, TF32) of at least `gemm_reference.MIN_FLOPS` (smaller ones are launch-bound) on a part
-with public cuBLAS reference measurements, whatever its method, has
-the compute-bound share of its time anchored to them (`gemm_reference`: the learned price carries Vidur's harness,
-slower than public cuBLAS on the same part; `gemm_reference=False` keeps the learned price).
+A tensor-core GEMM (bf16, fp16, TF32) of at least `gemm_reference.MIN_FLOPS` (smaller ones are launch-bound) priced
+from measurements on a part with one of the estimator's references (`gemm_references`, derived when it was trained)
+has the compute-bound share of its time anchored to public cuBLAS measurements (`gemm_reference`: a price learned
+from Vidur's rows carries Vidur's harness, slower than public cuBLAS on the same part; none keeps the learned price).
 
 An Inductor-generated normalization or softmax (`INDUCTOR_ROW_FAMILIES`) that moves more bytes than its family counts
 for its own rows is that family's kernel plus the pointwise work fused around it: the rest of its bytes take what
@@ -53,7 +53,7 @@ from .calls import INDUCTOR_OPS, INDUCTOR_ROW_FAMILIES, coded, element_bytes, no
 from .efficiency_model import Band, EfficiencyModel
 from .families import PREDICTORS, Work
 from .features import features_of
-from .gemm_reference import time_factor
+from .gemm_reference import PRICED_METHODS, GemmReferences, Reference, time_factor
 from .hardware_table import catalog_names, hardware_arrays
 from .launch_floor import DEVICE_FLOOR_S, POST_LAUNCH_S, LaunchFloors, isolated_seconds
 from .lookup import MeasuredShapes, shape_keys
@@ -111,9 +111,10 @@ class KernelEstimator:
     lookup: MeasuredShapes | None = None
     roofline_bands: dict[str, Band] = field(default_factory=dict)
     """Per family segment (`segments.model_key`), the spread of log(measured / roofline) in training."""
-    gemm_reference: bool = True
-    """Anchor the tensor-core GEMM price to public cuBLAS measurements on the parts they were taken on
-    (`gemm_reference`); off: the learned price alone."""
+    gemm_references: GemmReferences = field(default_factory=GemmReferences)
+    """The ratios anchoring this estimator's tensor-core GEMM price to public cuBLAS measurements on the parts they
+    were taken on, with what they answer for (`gemm_reference`: derived when it was trained); none: the learned
+    price alone."""
     last: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, init=False, repr=False, compare=False)
     """The prediction columns of the last `PRICED_KEPT` sets of distinct shapes priced, by their digest, oldest
     first (`_price_once`)."""
@@ -176,8 +177,8 @@ class KernelEstimator:
                     priced[name][rows] = values
         if self.lookup is not None:
             self._use_measurements(priced, keys)
-        if self.gemm_reference:
-            _calibrate_gemms(priced, calls)
+        if self.gemm_references.references:
+            _calibrate_gemms(priced, calls, self.gemm_references.references)
         if len(fused):
             self._price_fused_rest(priced, calls.iloc[fused], fused, own, rest)
         dispatch = priced.pop("dispatch_ns")
@@ -343,18 +344,18 @@ class KernelEstimator:
         priced["method"][hit] = METHODS.index("lookup")
 
 
-def _calibrate_gemms(priced: dict[str, np.ndarray], calls: pd.DataFrame) -> None:
+def _calibrate_gemms(priced: dict[str, np.ndarray], calls: pd.DataFrame, references: tuple[Reference, ...]) -> None:
     """Scale the GEMM rows priced from measurements (looked up or learned: they carry the measuring harness) by their
-    part's public cuBLAS reference (`gemm_reference.time_factor`), no time below the roofline (in place); a roofline
-    or composed price carries no harness and is left as it is."""
-    measured = np.isin(priced["method"], [METHODS.index(m) for m in ("lookup", "model", "model_transfer")])
+    part's public cuBLAS reference among `references` (`gemm_reference.time_factor`), no time below the roofline (in
+    place); a roofline or composed price carries no harness and is left as it is."""
+    measured = np.isin(priced["method"], [METHODS.index(m) for m in PRICED_METHODS])
     rows = np.flatnonzero((calls["family"] == "gemm").to_numpy() & measured)
     if not len(rows):
         return
     gemms = calls.iloc[rows]
     hw = hardware_arrays(gemms)
     work = PREDICTORS["gemm"].work(gemms, hw)
-    factor = time_factor(gemms["dtype"].astype(str), hw, work.flops, work.bytes)
+    factor = time_factor(gemms["dtype"].astype(str), hw, work.flops, work.bytes, references)
     if (factor == 1).all():
         return
     roofline = priced["roofline_ns"][rows]

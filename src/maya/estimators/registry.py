@@ -41,6 +41,7 @@ from maya.core.paths import warehouse_path
 from maya.core.warehouse import insert_row, read_only, transaction
 
 from . import artifact
+from .gemm_reference import GemmReferences
 from .kernel_estimator import KernelEstimator
 from .segments import family_of
 
@@ -116,6 +117,17 @@ class Registry:
                 LOADED.pop(next(iter(LOADED)))
             LOADED[digest] = estimator
         return estimator
+
+    def gemm_references(self, version: str | VersionRecord = LATEST) -> GemmReferences:
+        """A version's GEMM references and what they answer for, read from its artifact's manifest after checking the
+        artifact against the recorded SHA-256 (no model is parsed)."""
+        record = version if isinstance(version, VersionRecord) else self.get(version)
+        raw = artifact_bytes(self.warehouse, record)
+        try:
+            return artifact.gemm_references(raw)
+        except artifact.ArtifactFormatError as e:
+            path = self.artifacts / record.artifact_path
+            raise ArtifactError(f"estimator version {record.version}: artifact {path} cannot be read: {e}") from e
 
     def register(self, estimator: KernelEstimator, *, data_hash: str, config_hash: str, metrics: dict) -> Registered:
         """Store a trained estimator as a new version and point `latest` at it (or return the version

@@ -16,13 +16,16 @@ measurements (`timing` column) give device time once their hosts' dispatch is ta
 their launch floor, which only bound it (below by the device floor and roofline, above by the post-launch
 host time and the floor's jitter): they train at the geometric middle of those bounds, and the exact
 lookup leaves them out (`maya.estimators.launch_floor`).
+
+The trained estimator's GEMM references are its own (`gemm_reference.derive`): the ratio of its learned tensor-core
+GEMM price to public cuBLAS rows, on the parts whose GEMMs it learned from Vidur's rows (`source`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,6 +35,7 @@ from sklearn.model_selection import GroupKFold, ShuffleSplit
 
 from maya.core.paths import data_dir
 
+from . import gemm_reference
 from .calls import KEY_COLUMNS, normalize
 from .efficiency_model import Band, EfficiencyModel, ModelParams
 from .evaluation import mape
@@ -47,6 +51,9 @@ MEASURED = "measured_ns"
 TIMING = "timing"
 WORKLOAD = "model"
 """The column naming the workload a measured call came from (Vidur's model), for the held-out-workload split."""
+SOURCE = "source"
+"""The column naming the source a measured call came from (`training_data`: neusight, vidur, a profiled run), which
+the version's GEMM references answer to (`gemm_reference.derive`)."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +96,8 @@ class TrainingResult:
 
 
 def measurements_frame(measurements: pd.DataFrame) -> pd.DataFrame:
-    """Normalised calls with catalog hardware names, positive `measured_ns` and their `timing` (default
-    `device`)."""
+    """Normalised calls with catalog hardware names, positive `measured_ns`, their `timing` (default `device`) and
+    `source` (default `gemm_reference.UNNAMED_SOURCE`)."""
     if MEASURED not in measurements.columns:
         raise ValueError(f"measurements need a {MEASURED} column")
     frame = normalize(measurements)
@@ -98,6 +105,9 @@ def measurements_frame(measurements: pd.DataFrame) -> pd.DataFrame:
     frame[MEASURED] = measurements[MEASURED].astype("float64").to_numpy()
     frame[TIMING] = measurements[TIMING].to_numpy() if TIMING in measurements.columns else DEVICE
     frame[WORKLOAD] = measurements[WORKLOAD].to_numpy() if WORKLOAD in measurements.columns else None
+    frame[SOURCE] = (
+        measurements[SOURCE].astype(str).to_numpy() if SOURCE in measurements.columns else gemm_reference.UNNAMED_SOURCE
+    )
     unknown = sorted(set(frame[TIMING].astype(str)) - {DEVICE, ISOLATED})
     if unknown:
         raise ValueError(
@@ -133,6 +143,7 @@ def train(measurements: pd.DataFrame, config: TrainConfig = TrainConfig()) -> Tr
     device_ns, known = _device_ns(frame, keys, models)
     lookup = MeasuredShapes.from_measurements(frame[known], device_ns[known])
     estimator = KernelEstimator(models=models, lookup=lookup, roofline_bands=bands)
+    estimator = replace(estimator, gemm_references=gemm_reference.derive(estimator, frame))
     return TrainingResult(
         estimator, {"rows": len(frame), "hardware": sorted(frame["hardware"].unique()), "families": family_metrics}
     )

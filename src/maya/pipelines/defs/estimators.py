@@ -1,15 +1,24 @@
 """Validated kernel profiles → a registered kernel-estimator version (`maya.estimators.train_version`:
-training data and configuration already registered give back that version, nothing is retrained)."""
+training data and configuration already registered give back that version, nothing is retrained). Each row trains
+with its `source` (`training_source`), which the version's GEMM references answer to (`gemm_reference.derive`)."""
 
 import dagster as dg
 from pydantic import Field
 
 from maya.estimators import Registry, TrainConfig, train_version
 from maya.estimators.efficiency_model import ModelParams
+from maya.estimators.vidur_data import SOURCE as VIDUR_SOURCE
 
 from ..resources import Warehouse
+from ..sources import NEUSIGHT_CAMPAIGN, VIDUR_COMPUTE_CAMPAIGN
 from ..tables import CALL_COLUMNS
 from .profiles import validated_kernel_profiles
+
+
+def training_source(campaign: str) -> str:
+    """The `source` a campaign's rows train with: the shipped sources' own names (`training_data`), else
+    `profiles:<campaign>` (a profiling campaign, never taken for one of them whatever its name)."""
+    return {NEUSIGHT_CAMPAIGN: "neusight", VIDUR_COMPUTE_CAMPAIGN: VIDUR_SOURCE}.get(campaign, f"profiles:{campaign}")
 
 
 class TrainingConfig(dg.Config):
@@ -28,13 +37,14 @@ def kernel_estimators(
     context: dg.AssetExecutionContext, config: TrainingConfig, warehouse: Warehouse
 ) -> dg.MaterializeResult:
     """One estimator version trained on every validated kernel profile (`estimator_versions`)."""
-    columns = ", ".join(f'"{c}"' for c in ("hardware", *CALL_COLUMNS, "timing", "measured_ns"))
+    columns = ", ".join(f'"{c}"' for c in ("hardware", "campaign", *CALL_COLUMNS, "timing", "measured_ns"))
     with warehouse.connect() as con:
         measurements = con.execute(
             f"SELECT {columns} FROM kernel_profiles ORDER BY hardware, campaign, path, row_index"
         ).df()
     if measurements.empty:
         raise dg.Failure("no validated kernel profiles in the warehouse: materialize validated_kernel_profiles first")
+    measurements["source"] = measurements.pop("campaign").map(training_source)
     if config.sample_rows is not None and config.sample_rows < len(measurements):
         measurements = measurements.sample(config.sample_rows, random_state=0).reset_index(drop=True)
     params = {k: v for k, v in (("n_estimators", config.trees), ("max_depth", config.depth)) if v is not None}
@@ -42,7 +52,11 @@ def kernel_estimators(
     registry = Registry(warehouse.file)
     registered = train_version(measurements, train_config, registry)
     record = registered.record
-    context.log.info(f"{'reused' if registered.reused else 'registered'} estimator version {record.version}")
+    references = registry.gemm_references(record)
+    context.log.info(
+        f"{'reused' if registered.reused else 'registered'} estimator version {record.version}; "
+        f"GEMM references: {references.ratios()} ({references.note})"
+    )
     families = {family: m.get("validation_mape") for family, m in record.metrics.get("families", {}).items()}
     return dg.MaterializeResult(
         metadata={
@@ -51,6 +65,7 @@ def kernel_estimators(
             "training_rows": record.training_rows,
             "hardware": ", ".join(record.hardware),
             "data_hash": record.data_hash,
+            "gemm_references": references.ratios(),
             "validation_mape": {f: v for f, v in families.items() if v is not None},
         },
         data_version=dg.DataVersion(record.version),
