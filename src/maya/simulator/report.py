@@ -174,6 +174,8 @@ def rank_reports(
         report = done[key]
         out.append(report if report.rank == result.rank else replace(report, rank=result.rank))
     return out
+
+
 MODEL_ATTENTION_BACKWARD = 2.0
 """Model FLOPs of an attention backward, in forwards: its four products (Megatron-LM's formula counts every
 backward as twice its forward); a fused kernel's recomputed QK^T (`ATTENTION_BACKWARD_FLOPS`) is hardware FLOPs."""
