@@ -1,7 +1,11 @@
 """Device time of one steady optimizer step of a captured rank, by kernel family and by collective, as
-the simulator priced it (for finding the mechanism behind a prediction's error, not a prediction).
+the simulator priced it, optionally split by the phase each call ran in (for finding the mechanism behind a
+prediction's error, not a prediction).
 
-    .venv/bin/python benchmarks/step_families.py RUN_DIR --hardware h100-sxm --cluster dgx-h100
+    .venv/bin/python benchmarks/step_families.py RUN_DIR --hardware h100-sxm --cluster dgx-h100 [--phases]
+
+A call's phase is its op's in the trace (`ops.phase`: forward, backward, optimizer, eval; the emulator marks
+it from autograd and the optimizer's `step`); calls without an op are `other`.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from maya.simulator.simulation import simulate
 from maya.simulator.trace import load
 
 
-def step_families(run_dir: str, hardware: str | None = None, cluster: str | None = None) -> pd.DataFrame:
+def step_families(
+    run_dir: str, hardware: str | None = None, cluster: str | None = None, phases: bool = False
+) -> pd.DataFrame:
     """Seconds per steady step of each (kind, name) on the lowest captured rank: kernels by family,
-    collectives by name and dtype, with call counts."""
+    collectives by name and dtype, with call counts; with `phases`, of each (phase, kind, name)."""
     traces = load(run_dir)
     hw = resolve_hardware(traces, hardware)
     traces, assumptions = retarget(traces, hw, cluster=cluster)
@@ -36,10 +42,19 @@ def step_families(run_dir: str, hardware: str | None = None, cluster: str | None
         collective, frame["collective"].astype(str) + " " + frame["comm_dtype"].astype(str), frame["family"].astype(str)
     )
     rows = pd.DataFrame({"kind": kind, "name": name, "device_s": program.device / 1e9, "calls": 1})
+    keys = ["kind", "name"]
+    if phases:
+        ops = traces.ranks[rank].ops
+        phase_of = pd.Series(ops["phase"].to_numpy(), index=ops["op_id"].to_numpy()) if "phase" in ops else None
+        op_phase = frame["op_id"].map(phase_of) if phase_of is not None else pd.Series(np.nan, index=frame.index)
+        rows["phase"] = op_phase.fillna("other").to_numpy()
+        keys = ["phase", *keys]
     rows = rows[steady & (program.device > 0)]
-    table = rows.groupby(["kind", "name"], as_index=False)[["device_s", "calls"]].sum()
+    table = rows.groupby(keys, as_index=False)[["device_s", "calls"]].sum()
     table[["device_s", "calls"]] = table[["device_s", "calls"]] / len(its.steady)
-    return table.sort_values(["kind", "device_s"], ascending=[False, False]).reset_index(drop=True)
+    return table.sort_values([*keys[:-1], "device_s"], ascending=[True] * (len(keys) - 2) + [False, False]).reset_index(
+        drop=True
+    )
 
 
 def main() -> None:
@@ -47,8 +62,9 @@ def main() -> None:
     ap.add_argument("run_dir")
     ap.add_argument("--hardware")
     ap.add_argument("--cluster")
+    ap.add_argument("--phases", action="store_true", help="split each family by the phase its calls ran in")
     args = ap.parse_args()
-    table = step_families(args.run_dir, args.hardware, args.cluster)
+    table = step_families(args.run_dir, args.hardware, args.cluster, args.phases)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
 
 

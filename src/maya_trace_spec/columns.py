@@ -193,7 +193,8 @@ API_CALLS = Table(
             "a Triton kernel's launch (Inductor's generated kernels, user kernels) — `args`, each argument by name in "
             "the kernel's order, a tensor with its `dtype`, `shape` and `bytes` (elements x element size), a scalar "
             "(`xnumel`, `r0_numel`, ...) with its `value`; `constexprs`, the compile-time constants by name where the "
-            "launcher knows them; `num_stages`).",
+            "launcher knows them; `num_stages`; `name`, Inductor's own name for a kernel it compiled under its "
+            "placeholder `triton_`, as before torch 2.6).",
         ),
     ),
     unique=("seq",),

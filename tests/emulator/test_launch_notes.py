@@ -83,3 +83,54 @@ def test_inductor_results_describe_their_config_and_template_constants(tmp_path)
     dynamic.kernel.run = SimpleNamespace(_maya_launch=("triton_mm", ["arg_A"], (("XBLOCK", 8),), 4))
     dynamic.make_launcher()
     assert dict(dynamic.kernel.run._maya_launch[2]) == {"XBLOCK": 8, "EVEN_K": True, "BLOCK_M": 64, "BLOCK_N": 32}
+
+
+def test_launches_of_one_placeholder_name_are_told_apart_by_inductors_names(tmp_path):
+    n, told = notes(tmp_path)
+    x = torch.empty(4, 8)
+    n.launch("triton_", ["in_ptr0", "xnumel"], (x, 32), (), 1, "triton_poi_fused_add_0")
+    n.launch("triton_", ["in_ptr0", "xnumel"], (x, 32), (), 1, "triton_poi_fused_mul_1")  # same arguments
+    n.launch("triton_", ["in_ptr0", "xnumel"], (x, 32), (), 1, "triton_poi_fused_add_0")
+    assert told == [1, 2, 1]
+    entries = [json.loads(line) for line in (tmp_path / NOTES_FILE).read_text().splitlines()]
+    assert [(e["kernel"], e["name"]) for e in entries] == [
+        ("triton_", "triton_poi_fused_add_0"),
+        ("triton_", "triton_poi_fused_mul_1"),
+    ]
+
+
+def test_inductor_names_the_launcher_of_a_kernel_compiled_under_its_placeholder(tmp_path):
+    """torch 2.5's `_precompile_config` returns (CompiledKernel, launcher); the kernel's Triton launcher (described
+    as `triton_`) takes the autotuner's `kernel_name`, read without `run`'s lookup (which loads the module)."""
+
+    class CompiledKernel:
+        def __init__(self, name):
+            self.run = SimpleNamespace(_maya_launch=(name, ["in_ptr0"], (("XBLOCK", 8),), 1))
+
+        def __getattribute__(self, attr):
+            if attr == "run":
+                raise AssertionError("looking up run loads the kernel onto the device")
+            return super().__getattribute__(attr)
+
+    class CachingAutotuner:
+        def __init__(self, name, compiled):
+            self.inductor_meta = {"kernel_name": name}
+            self.compiled = compiled
+
+        def _precompile_config(self, cfg, warm_cache_only):
+            return self.compiled, None if warm_cache_only else "launcher"
+
+    n, _ = notes(tmp_path)
+    triton_launches._wrap_inductor(SimpleNamespace(CachingAutotuner=CachingAutotuner), n)
+    placeholder = CompiledKernel("triton_")
+    assert CachingAutotuner("triton_poi_fused_add_0", placeholder)._precompile_config("cfg", False)[1] == "launcher"
+    assert vars(placeholder)["run"]._maya_launch == (
+        "triton_",
+        ["in_ptr0"],
+        (("XBLOCK", 8),),
+        1,
+        "triton_poi_fused_add_0",
+    )
+    named = CompiledKernel("triton_poi_fused_mul_1")  # torch 2.6+: the kernel has its own name already
+    CachingAutotuner("triton_poi_fused_mul_1", named)._precompile_config("cfg", False)
+    assert len(vars(named)["run"]._maya_launch) == 4

@@ -41,6 +41,18 @@ def test_pointwise_counts_xnumel_and_the_bytes_of_its_tensors():
     assert "flops" not in work
 
 
+def test_a_kernel_compiled_under_inductors_placeholder_name_is_described_by_its_own():
+    """torch 2.5 compiles every generated kernel as `triton_`: the launch's recorded Inductor name says its kind."""
+    args = (tensor("in_ptr0", (4096, 768)), tensor("out_ptr0", (4096,), "float32", 4))
+    scalars = (scalar("xnumel", 4096), scalar("rnumel", 768))
+    named = json.dumps({"triton": {"args": [*args, *scalars], "constexprs": {}, "name": "triton_per_fused_sum_0"}})
+    work = describe("triton_", named)
+    assert (work["family"], work["op"]) == ("reduction", "inductor_persistent_reduction")
+    assert (work["numel"], work["row"]) == (4096 * 768, 768)
+    unnamed = describe("triton_", note(*args, *scalars))
+    assert "family" not in unnamed and unnamed["op"] == "triton"  # the placeholder alone says nothing
+
+
 def test_two_dimensional_pointwise_multiplies_its_extents():
     work = describe(
         "triton_poi_fused_transpose_1",

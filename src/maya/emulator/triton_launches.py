@@ -29,6 +29,11 @@ TRITON_LAUNCHER = "triton.backends.nvidia.driver"
 TRITON_BACKENDS = "triton.backends"
 STATIC_LAUNCHER = "torch._inductor.runtime.static_triton_launcher"
 INDUCTOR_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+INDUCTOR_PLACEHOLDER = "triton_"
+"""The name Inductor compiles every generated kernel under unless `triton.unique_kernel_names` is set (its default
+until torch 2.6), so that kernels of the same source share a cache entry: the CUDA function and Triton's name are
+this placeholder, and the kernel's own name (`triton_poi_fused_add_0`, ...) is only in its autotuner's
+`inductor_meta["kernel_name"]`."""
 FLEX_BLOCK_COUNTS = ("arg_KV_NUM_BLKS", "arg_FULL_KV_NUM_BLKS", "arg_Q_NUM_BLKS", "arg_FULL_Q_NUM_BLKS")
 """Flex-attention templates' BlockMask arguments holding the number of blocks each row computes (int32,
 [batch, heads, row blocks]): partial blocks (mask applied) and full ones."""
@@ -50,15 +55,23 @@ class LaunchNotes:
         set once the op observer is loaded; until then no device value is read."""
 
     def launch(
-        self, kernel: str, names: list[str], args: tuple, constants: tuple = (), num_stages: int | None = None
+        self,
+        kernel: str,
+        names: list[str],
+        args: tuple,
+        constants: tuple = (),
+        num_stages: int | None = None,
+        name: str | None = None,
     ) -> None:
         """Describe the launch that follows on this thread (`constants`: the kernel's constexprs as
-        `constant_items` gives them). Never fails the launch: what cannot be described goes undescribed."""
+        `constant_items` gives them; `name`: Inductor's name for a kernel compiled under its shared placeholder
+        name, `INDUCTOR_PLACEHOLDER`). Never fails the launch: what cannot be described goes undescribed."""
         try:
             tensor = self._tensor
             blocks = self._block_counts(names, args) if FLEX_BLOCK_COUNTS[0] in names else None
             key = (
                 kernel,
+                name,
                 constants,
                 *[(a.shape, a.dtype) if isinstance(a, tensor) else _key(a) for a in args[: len(names)]],
                 blocks,
@@ -71,6 +84,8 @@ class LaunchNotes:
                     "args": [_describe(n, a) for n, a in zip(names, args)],
                     "constexprs": dict(constants),
                 }
+                if name is not None:
+                    entry["name"] = name
                 if blocks is not None:
                     entry["block_counts"] = dict(blocks)
                 if num_stages is not None:
@@ -159,8 +174,7 @@ def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
     def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args):
         described = getattr(self, "_maya_launch", None)
         if described is not None:
-            kernel, names, constants, stages = described
-            notes.launch(kernel, names, args, constants, stages)
+            notes.launch(described[0], described[1], args, *described[2:])
         return call(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args)
 
     cls.__init__, cls.__call__ = __init__, __call__
@@ -177,7 +191,8 @@ def _wrap_backend_launchers(module: ModuleType, notes: LaunchNotes) -> None:
 
 
 def _triton_description(src, metadata) -> tuple:
-    """Kernel name, argument names (in launch order), constexprs and stages of a kernel Triton compiled."""
+    """Kernel name, argument names (in launch order), constexprs and stages of a kernel Triton compiled (and,
+    added by `_name_placeholder`, Inductor's name for it where Triton's is `INDUCTOR_PLACEHOLDER`)."""
     fn = getattr(src, "fn", None)
     arg_names = list(getattr(fn, "arg_names", ()))
     keys = list(src.signature) if isinstance(getattr(src, "signature", None), dict) else []
@@ -256,12 +271,12 @@ def _wrap_inductor(module: ModuleType, notes: LaunchNotes) -> None:
             launcher = make_triton(self)
             try:
                 runner = self.kernel.run  # Triton's CudaLauncher of this kernel
-                kernel, names, constants, stages = runner._maya_launch
+                kernel, names, constants, *rest = runner._maya_launch
                 runner._maya_launch = (
                     kernel,
                     names,
                     constant_items({**dict(constants), **_config_constants(self)}),
-                    stages,
+                    *rest,
                 )
             except Exception:  # described with Triton's own constants
                 pass
@@ -269,6 +284,15 @@ def _wrap_inductor(module: ModuleType, notes: LaunchNotes) -> None:
 
         compiled.make_launcher = make_triton_launcher
     cls = module.CachingAutotuner
+    precompile = getattr(cls, "_precompile_config", None)
+    if precompile is not None:
+
+        def precompile_named(self, *args, **kwargs):
+            result = precompile(self, *args, **kwargs)
+            _name_placeholder(result, getattr(self, "inductor_meta", {}).get("kernel_name"))
+            return result
+
+        cls._precompile_config = precompile_named
     build = getattr(cls, "_build_fast_launcher", None)
     if build is None:
         return
@@ -290,6 +314,24 @@ def _wrap_inductor(module: ModuleType, notes: LaunchNotes) -> None:
         return fast
 
     cls._build_fast_launcher = build_described
+
+
+def _name_placeholder(result: Any, name: str | None) -> None:
+    """Give the launches of a kernel Inductor compiled under `INDUCTOR_PLACEHOLDER` (torch 2.5's default) its own
+    name, `name`: a config's compile result is `(CompiledKernel, launcher)` (torch 2.5, 2.6) or holds the kernel
+    (`TritonCompileResult.kernel`); the kernel's `run` is Triton's launcher, described when it was made (read
+    from the instance: Triton's `CompiledKernel` loads its module onto the device when `run` is looked up, which
+    a result compiled only to warm the cache must not do). Without it, every generated kernel's launch says only
+    `triton_`, and its kind (pointwise, reduction) is lost."""
+    try:
+        kernel = result[0] if isinstance(result, tuple) else getattr(result, "kernel", None)
+        runner = getattr(kernel, "__dict__", {}).get("run")
+        described = getattr(runner, "_maya_launch", None)
+        if described is None or not name or described[0] != INDUCTOR_PLACEHOLDER or name == INDUCTOR_PLACEHOLDER:
+            return
+        runner._maya_launch = (*described[:4], name)
+    except Exception:  # a result this code does not know: described under the placeholder
+        pass
 
 
 class AfterImport(importlib.abc.MetaPathFinder):

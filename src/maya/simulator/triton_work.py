@@ -253,9 +253,12 @@ def _attention(tensors: dict[str, dict], note: dict, scalars: dict[str, float]) 
 @lru_cache(maxsize=4096)
 def describe(kernel: str, text: str, backward: bool = False) -> dict:
     """Call-frame values (family, op, dtype, numel, row, operands, batch, m, n, k, flops, work_bytes; flex
-    attention's `mask`: where its block count comes from) of one Triton launch: `kernel` its name, `text` its
-    `args` JSON, `backward` whether it runs in a backward pass. Keys it cannot tell are absent."""
+    attention's `mask`: where its block count comes from) of one Triton launch: `kernel` its name (Inductor's
+    own where the launch records one: a kernel compiled under Inductor's shared placeholder name, torch 2.5's
+    default, is `triton_` on the device), `text` its `args` JSON, `backward` whether it runs in a backward pass.
+    Keys it cannot tell are absent."""
     note = json.loads(text)["triton"]
+    kernel = note.get("name") or kernel
     args = note.get("args", [])
     tensors = _tensors(args)
     scalars = _scalars(note)
