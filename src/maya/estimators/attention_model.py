@@ -19,7 +19,10 @@ A fwd+bwd row does not say how its time splits: the split follows the TritonBenc
 measured over backward / forward composed is fitted on the sequence length (`RATIO_IMPLEMENTATIONS`); the ratio
 is a property of the kernels, so it is taken from that device although its absolute times are not. FlexAttention
 (Triton templates) is measured on that device only, next to FlashAttention-2: it is priced as FlashAttention-2
-times the measured flex / FlashAttention-2 ratio per direction (`flex_ratio`).
+times the measured flex / FlashAttention-2 ratio per direction (`flex_ratio`). cuDNN's SDPA kernels, never
+measured, are priced from their nearest measured kernel: on Hopper their own composed time times a correction
+per direction to TritonBench's FlashAttention-3 rows carried to an SXM5 (`hopper_rows`, `device_ratio`), judged
+with each length band left out (`hopper_held_out`); before Hopper as FlashAttention-2.
 
 Each priced call's band is the 10th-90th percentile of log(measured / predicted) on GPUs held out (the family's
 rows on one GPU alone: its residuals in training, which understate the error on another GPU).

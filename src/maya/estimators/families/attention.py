@@ -56,7 +56,8 @@ templates) or `lftriton` (llm-foundry's Triton flash attention: `simulator.atten
 
 Kernels measured in public (FlashAttention-2, the CUTLASS kernels, FlexAttention, and FlashAttention v1 as the
 proxy of llm-foundry's Triton kernel) are priced by `compose` as this mechanism times a correction learned on
-their measurements (`maya.estimators.attention_model`); cuDNN's, never measured, by the mechanism alone.
+their measurements (`maya.estimators.attention_model`); cuDNN's, never measured, from their nearest measured
+kernel: FlashAttention-3 on Hopper, FlashAttention-2 before it.
 """
 
 from __future__ import annotations
