@@ -9,6 +9,8 @@ import pytest
 from maya.estimators import KernelEstimator, TrainConfig, train
 from maya.estimators.artifact import dumps, loads
 from maya.estimators.efficiency_model import Band, ModelParams
+from maya.estimators.families.attention import AttentionPredictor
+from maya.estimators.hardware_table import hardware_arrays
 
 CONFIG = TrainConfig(params=ModelParams(n_estimators=30, max_depth=4))
 WORKLOADS = 8
@@ -113,8 +115,9 @@ def test_artifact_keeps_the_unseen_gpu_band(trained):
 
 
 def test_composed_attention_carries_its_products_band():
-    """Fused attention the learned model does not price (cuDNN's) is composed from GEMM-priced products: with a
-    GEMM band it has one, without none (the learned model's band: `test_attention_model.py`)."""
+    """The composed mechanism (the learned attention model's prior) is composed from GEMM-priced products: with a
+    GEMM band it has one, without none. A priced call carries the learned model's band either way (every fused
+    kernel, cuDNN's included, is priced from measurements or a measured proxy: `test_attention_model.py`)."""
     call = pd.DataFrame(
         {
             "hardware": ["h100-sxm"],
@@ -127,8 +130,10 @@ def test_composed_attention_carries_its_products_band():
             "k": [128.0],
         }
     )
-    banded = KernelEstimator(roofline_bands={"gemm@tensor": Band(0.0, 0.4)}).predict(call).iloc[0]
-    assert banded["method"] == "composed"
-    assert banded["duration_ns"] < banded["duration_high_ns"] < banded["duration_ns"] * np.exp(0.4) * 1.001
-    bare = KernelEstimator().predict(call).iloc[0]
-    assert bare["method"] == "composed" and np.isnan(bare["duration_high_ns"])
+    banded = KernelEstimator(roofline_bands={"gemm@tensor": Band(0.0, 0.4)})
+    prior = AttentionPredictor().mechanism(call, hardware_arrays(call), banded.predict)
+    assert prior.seconds[0] < prior.high_s[0] < prior.seconds[0] * np.exp(0.4) * 1.001
+    bare = KernelEstimator()
+    assert np.isnan(AttentionPredictor().mechanism(call, hardware_arrays(call), bare.predict).high_s[0])
+    priced = bare.predict(call).iloc[0]
+    assert priced["method"] == "composed" and priced["duration_ns"] < priced["duration_high_ns"]

@@ -19,7 +19,10 @@ A fwd+bwd row does not say how its time splits: the split follows the TritonBenc
 measured over backward / forward composed is fitted on the sequence length (`RATIO_IMPLEMENTATIONS`); the ratio
 is a property of the kernels, so it is taken from that device although its absolute times are not. FlexAttention
 (Triton templates) is measured on that device only, next to FlashAttention-2: it is priced as FlashAttention-2
-times the measured flex / FlashAttention-2 ratio per direction (`flex_ratio`).
+times the measured flex / FlashAttention-2 ratio per direction (`flex_ratio`). cuDNN's SDPA kernels, never
+measured, are priced from their nearest measured kernel: on Hopper their own composed time times a correction
+per direction to TritonBench's FlashAttention-3 rows carried to an SXM5 (`hopper_rows`, `device_ratio`), judged
+with each length band left out (`hopper_held_out`); before Hopper as FlashAttention-2.
 
 Each priced call's band is the 10th-90th percentile of log(measured / predicted) on GPUs held out (the family's
 rows on one GPU alone: its residuals in training, which understate the error on another GPU).
@@ -35,6 +38,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+from .hardware_table import hardware_arrays
 
 if TYPE_CHECKING:  # the attention family prices by this module; scikit-learn loads at the first fit
     from sklearn.linear_model import Ridge
@@ -54,6 +59,7 @@ RATIO_IMPLEMENTATIONS = ("sdpa", "flash_v2")
 split."""
 FLEX = "flex_attention"
 CALL_KERNELS: dict[str, tuple[str, str]] = {
+    "sdpa": ("flash2", "flash"),
     "flash": ("flash2", "flash"),
     "efficient": ("efficient", "efficient"),
     "flex": ("flash2", "flash"),
@@ -61,11 +67,24 @@ CALL_KERNELS: dict[str, tuple[str, str]] = {
 }
 """Call-frame kernel (op prefix) -> the family that prices it and the composed kernel its prior is (`flex`:
 FlashAttention-2 times `flex_ratio`; `lftriton`, llm-foundry's Triton kernel, which has no public timing: its
-proxy, FlashAttention v1, `attention/README.md` section 3). `sdpa`, cuDNN, was never measured: the composed
-mechanism alone."""
-PROXY_UNCERTAINTY: dict[str, float] = {"lftriton": 0.20}
+proxy, FlashAttention v1, `attention/README.md` section 3; `sdpa`, cuDNN, never measured: before Hopper its
+kernels are FlashAttention-2-like, priced as FlashAttention-2; on Hopper by `AttentionModel.hopper`)."""
+WARP_SPECIALISED_MIN_ARCHITECTURE = 90
+"""cuDNN's SDPA engines from sm_90 on use asynchronous warpgroup MMA with warp specialisation."""
+HOPPER_PROXY = "flash_v3"
+"""TritonBench's FlashAttention-3: the measured kernel nearest cuDNN's sm_90 SDPA engines (warp-specialised,
+asynchronous warpgroup MMA, TMA), which price `sdpa` calls on Hopper (`AttentionModel.hopper`)."""
+INLINE_PASSES = frozenset({"sdpa"})
+"""Call kernels whose backward has no memory-pass calls of its own: their backward carries the prior's passes."""
+PROXY_UNCERTAINTY: dict[str, float] = {"lftriton": 0.20, "sdpa": 0.20}
 """Relative uncertainty of a kernel priced from a proxy, beyond the proxy's own band: the band's ends move out by
-this factor ("±20 % would not be surprising", `attention/README.md` section 3)."""
+this factor. llm-foundry's Triton kernel: "±20 % would not be surprising" (`attention/README.md` section 3).
+cuDNN: no handed row compares it with FlashAttention-3 or FlashAttention-2, so the same 20 %, a conservative
+figure, not a measured spread."""
+DEVICE_RATIO_MIN_SEQ = 8192.0
+"""TritonBench's FlashAttention-2 rows compared with the SXM5 figures from this length (`device_ratio`)."""
+SEQ_BANDS = (1024.0, 4096.0)
+"""Sequence bands the Hopper proxy's fit is judged on, each left out in turn: up to 1k, 2k-4k, 8k and more."""
 COMPOSED_KERNEL: dict[str, str] = {"flash2": "flash", "flash1": "flash", "triton": "flash", "efficient": "efficient"}
 """The composed mechanism each family's rows are compared with."""
 RIDGE_ALPHA = 1e-2
@@ -119,12 +138,15 @@ def _fit(seq: pd.Series, head_dim: pd.Series, causal: pd.Series, y: np.ndarray, 
 @dataclass(frozen=True)
 class AttentionModel:
     """Per family, the fitted log correction of fwd+bwd and its band; the backward / forward split; FlexAttention's
-    ratio to FlashAttention-2 per direction."""
+    ratio to FlashAttention-2 per direction; per direction, the log correction of cuDNN's composed time on Hopper
+    to FlashAttention-3's measured one (`hopper`, `hopper_fit`) and its band."""
 
     corrections: dict[str, ShapeFit]
     bands: dict[str, tuple[float, float]]
     split: ShapeFit
     flex_ratio: dict[str, ShapeFit]
+    hopper: dict[str, ShapeFit]
+    hopper_bands: dict[str, tuple[float, float]]
 
     def factors(
         self,
@@ -254,7 +276,106 @@ def fit(mechanism: Mechanism) -> AttentionModel:
         out = _held_out_residuals(group)
         residuals = out if out is not None else _log_residual(group["time_s"], _learned(corrections[family], group))
         bands[family] = tuple(float(q) for q in np.quantile(residuals, BAND))
-    return AttentionModel(corrections, bands, _split(tritonbench, mechanism), _flex_ratio(tritonbench))
+    hopper, hopper_bands = {}, {}
+    for direction, group in hopper_rows(mechanism).groupby("direction"):
+        hopper[direction] = hopper_fit(group)
+        hopper_bands[direction] = tuple(float(q) for q in np.quantile(_held_out_by_band(group)[0], BAND))
+    return AttentionModel(
+        corrections, bands, _split(tritonbench, mechanism), _flex_ratio(tritonbench), hopper, hopper_bands
+    )
+
+
+def device_ratio(found: pd.DataFrame) -> float:
+    """log(H100 SXM5 / TritonBench's device) of FlashAttention-2's measured fwd+bwd times, the mean over the shapes
+    both measured from `DEVICE_RATIO_MIN_SEQ` tokens (the figures' FlashAttention-2 and TritonBench's `flash_v2`,
+    head dim 128, causal or not): how much faster the SXM5 runs the same kernel (-4 % at 16k, `attention/README.md`
+    section 2). Shorter shapes are left out: there TritonBench's backward timing carries a fixed overhead of
+    about 0.6 ms (its backward / forward ratio 5.5 at 512 tokens, 2.9 at 16k), not a property of the device."""
+    from .kernels_public_data import OWN_DEVICE
+
+    keys = ["seqlen", "head_dim", "causal"]
+    tritonbench = found[(found["device"] == OWN_DEVICE) & (found["kernel_impl"] == "flash_v2")]
+    both = tritonbench.groupby(keys)["time_s"].agg(["sum", "size"]).reset_index()
+    both = both[(both["size"] == 2) & (both["seqlen"] >= DEVICE_RATIO_MIN_SEQ)]  # one forward and one backward
+    sxm = found[(found["device"] == "h100-sxm") & (found["kernel_impl"] == "FlashAttention-2")]
+    paired = both.merge(sxm[[*keys, "time_s"]], on=keys)
+    if paired.empty:
+        raise ValueError("kernels_public: no FlashAttention-2 shape measured both on an H100 SXM5 and by TritonBench")
+    return float(np.log(paired["time_s"] / paired["sum"]).mean())
+
+
+def hopper_rows(mechanism: Mechanism) -> pd.DataFrame:
+    """FlashAttention-3's TritonBench rows (`HOPPER_PROXY`, non-causal), each with its time carried to an H100
+    SXM5 (`sxm_s`: times `device_ratio`) and the composed time of cuDNN's kernel (`sdpa`) there
+    (`composed_s`)."""
+    from .kernels_public_data import OWN_DEVICE
+
+    found = rows()
+    proxy = found[(found["device"] == OWN_DEVICE) & (found["kernel_impl"] == HOPPER_PROXY)].copy()
+    proxy["sxm_s"] = proxy["time_s"] * np.exp(device_ratio(found))
+    suffix = np.where(proxy["causal"].to_numpy(bool), "_causal", "")
+    calls = pd.DataFrame(
+        {
+            "hardware": "h100-sxm",
+            "family": "attention",
+            "op": np.char.add(np.char.add("sdpa_", proxy["direction"].to_numpy().astype(str)), suffix),
+            "dtype": proxy["dtype_name"].to_numpy(),
+            "batch": (proxy["batch"] * proxy["n_heads"]).to_numpy(),
+            "m": proxy["seqlen"].to_numpy(),
+            "n": proxy["seqlen"].to_numpy(),
+            "k": proxy["head_dim"].to_numpy(),
+        }
+    )
+    return proxy.assign(composed_s=mechanism(calls).seconds)
+
+
+def hopper_fit(frame: pd.DataFrame) -> ShapeFit:
+    """log(FlashAttention-3 on an SXM5 / cuDNN composed) of one direction's rows on the sequence length, and on
+    the head dimension where more than one was measured (the backward: head dim 64 alone, so head dim 128's
+    backward takes 64's correction on its own composed time). The rows are non-causal: a causal call keeps
+    the composed mechanism's causal share of tiles."""
+    columns = 2 if frame["head_dim"].nunique() > 1 else 1
+    y = _log_residual(frame["sxm_s"], frame["composed_s"])
+    return _fit(frame["seqlen"], frame["head_dim"], frame["causal"], y, columns)
+
+
+def _held_out_by_band(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """log(measured / learned) of each row with its sequence band (`SEQ_BANDS`) left out of the fit, and the
+    rows' bands."""
+    band = np.searchsorted(SEQ_BANDS, frame["seqlen"].to_numpy("float64"))
+    out = np.zeros(len(frame))
+    for b in np.unique(band):
+        train, test = frame[band != b], frame[band == b]
+        learned_s = test["composed_s"] * np.exp(
+            hopper_fit(train).predict(test["seqlen"], test["head_dim"], test["causal"])
+        )
+        out[band == b] = _log_residual(test["sxm_s"], learned_s)
+    return out, band
+
+
+def hopper_held_out(mechanism: Mechanism) -> pd.DataFrame:
+    """Per direction and sequence band left out: rows, cuDNN's composed mechanism's and the learned model's (fitted
+    on the other bands) mean signed and mean absolute error against FlashAttention-3 carried to an SXM5
+    (fractions, predicted / measured - 1)."""
+    out = []
+    for direction, group in hopper_rows(mechanism).groupby("direction"):
+        residual, band = _held_out_by_band(group)
+        composed = (group["composed_s"] / group["sxm_s"] - 1).to_numpy()
+        for b in np.unique(band):
+            mine = band == b
+            learned_error = np.exp(-residual[mine]) - 1
+            out.append(
+                {
+                    "direction": direction,
+                    "band": ("<=1k", "2k-4k", ">=8k")[b],
+                    "rows": int(mine.sum()),
+                    "composed_signed": composed[mine].mean(),
+                    "composed_mape": np.abs(composed[mine]).mean(),
+                    "learned_signed": learned_error.mean(),
+                    "learned_mape": np.abs(learned_error).mean(),
+                }
+            )
+    return pd.DataFrame(out)
 
 
 def _held_out_residuals(group: pd.DataFrame) -> np.ndarray | None:
@@ -324,7 +445,9 @@ def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanis
     """`composed` with the calls of a measured implementation, or of one with a measured proxy (`CALL_KERNELS`),
     priced by the learned model: the composed time of the call (of its prior's kernel) times its direction's
     factor (`AttentionModel.factors`; FlexAttention also times `flex_ratio`), in the band of its family's held-out
-    residuals widened by `PROXY_UNCERTAINTY`. `mechanism` prices attention calls by the composed mechanism."""
+    residuals widened by `PROXY_UNCERTAINTY`; cuDNN's (`sdpa`) on Hopper: its own composed time times its
+    direction's `AttentionModel.hopper` correction. `mechanism` prices attention calls by the composed
+    mechanism."""
     op = calls["op"].astype(str)
     kernel = op.str.split("_").str[0].to_numpy()
     priced = np.isin(kernel, list(CALL_KERNELS))
@@ -353,6 +476,7 @@ def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanis
         if present.any():
             seconds[name][present] = mechanism(frame[present].assign(op=values[present])).seconds
     fwd_s, bwd_s = seconds["fwd"], seconds["bwd"] + seconds["pre"] + seconds["post"]
+    hopper = (kernel == "sdpa") & (hardware_arrays(frame).architecture >= WARP_SPECIALISED_MIN_ARCHITECTURE)
     seq, head_dim = frame["m"].to_numpy("float64"), frame["k"].to_numpy("float64")
     factor, low, high = np.ones(len(frame)), np.ones(len(frame)), np.ones(len(frame))
     for name in np.unique(family):
@@ -361,10 +485,15 @@ def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanis
         factor[mine] = np.where(backward[mine], b, f)
         low[mine], high[mine] = np.exp(model.bands[name][0]), np.exp(model.bands[name][1])
     widen = np.array([1.0 + PROXY_UNCERTAINTY.get(k, 0.0) for k in kernel])
-    # a fused call of a kernel other than its prior's is priced as the prior's fused kernel of its direction
-    own = np.where(
-        (kernel != base) & ~passes, np.where(backward, seconds["bwd"], seconds["fwd"]), composed.seconds[priced]
-    )
+    for direction, mine in (("fwd", hopper & ~backward), ("bwd", hopper & backward)):
+        if mine.any():
+            factor[mine] = np.exp(model.hopper[direction].predict(seq[mine], head_dim[mine], causal[mine]))
+            low[mine], high[mine] = (np.exp(q) for q in model.hopper_bands[direction])
+    # a fused call of a kernel other than its prior's is priced as the prior's fused kernel of its direction (with
+    # the prior's memory passes where the kernel has none of its own); cuDNN on Hopper from its own composed time
+    inline = np.isin(kernel, list(INLINE_PASSES))
+    prior = np.where(backward, np.where(inline, bwd_s, seconds["bwd"]), seconds["fwd"])
+    own = np.where((kernel != base) & ~passes & ~hopper, prior, composed.seconds[priced])
     flex = kernel == "flex"
     if flex.any():
         shape = (seq[flex], head_dim[flex], causal[flex])

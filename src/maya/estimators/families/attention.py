@@ -56,7 +56,8 @@ templates) or `lftriton` (llm-foundry's Triton flash attention: `simulator.atten
 
 Kernels measured in public (FlashAttention-2, the CUTLASS kernels, FlexAttention, and FlashAttention v1 as the
 proxy of llm-foundry's Triton kernel) are priced by `compose` as this mechanism times a correction learned on
-their measurements (`maya.estimators.attention_model`); cuDNN's, never measured, by the mechanism alone.
+their measurements (`maya.estimators.attention_model`); cuDNN's, never measured, from their nearest measured
+kernel: FlashAttention-3 on Hopper, FlashAttention-2 before it.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..attention_model import learned
+from ..attention_model import WARP_SPECIALISED_MIN_ARCHITECTURE, learned
 from ..calls import element_bytes, gemm_of_row_major
 from ..hardware_table import HardwareArrays, hardware_arrays
 from .base import Composed, FamilyPredictor, PriceCalls, Work, count_or_one, log2
@@ -111,8 +112,6 @@ SFU_OPS_PER_CLOCK: dict[int, float] = {
 """Results per clock per SM of exp2 (MUFU.EX2) by compute capability (major * 10 + minor), from the CUDA C++
 Programming Guide's table of native arithmetic instruction throughput. Newer architectures: 16."""
 DEFAULT_SFU_OPS_PER_CLOCK = 16.0
-WARP_SPECIALISED_MIN_ARCHITECTURE = 90
-"""cuDNN's SDPA engines from sm_90 on use asynchronous warpgroup MMA with warp specialisation."""
 SYNCHRONOUS_MMA_SHARE: dict[int, float] = {90: 2 / 3}
 """Share of the tensor-core peak synchronous `mma.sync` reaches, by compute capability, where the peak needs
 warpgroup MMA (FlashAttention-3 paper, section 2, citing Luo et al.'s Hopper microbenchmarks)."""
