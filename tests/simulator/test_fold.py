@@ -9,7 +9,7 @@ import pytest
 
 from maya.core import hardware
 from maya.simulator import MeasuredDurations, RooflineDurations, simulate
-from maya.simulator.engine import Engine, RankResult
+from maya.simulator.engine import Deadlock, Engine, RankResult
 from maya.simulator.fold import fold
 from maya.simulator.topology import GlobalComm, Replica
 from maya.simulator.trace import load
@@ -63,6 +63,30 @@ def test_collectives_between_classes_wait_for_the_slower_class(tmp_path):
         np.testing.assert_array_equal(a.end, c.end)
         np.testing.assert_array_equal(a.launch_ready, c.launch_ready)
     assert folded[0].launch_ready[0] == 70 * US  # rank 0's first all-reduce waited for rank 1's 70 us kernel
+
+
+def test_a_folded_replay_that_deadlocks_is_reported_by_the_whole_replay(tmp_path):
+    """Rank 1 (standing for ranks 1 and 3) skips its last tensor-parallel all-reduce: the folded replay's quotient
+    keys cannot name the stuck ranks, so the unfolded replay reruns and names them and the absent peers."""
+    b = TraceBuilder(4)
+    for r in (0, 1):
+        b.communicator("tp0", [0, 1])
+        b.communicator(f"dp{r}", [0, 2] if r == 0 else [1, 3])
+        k = b.rank(r, represents=[r, r + 2])
+        for it in range(3):
+            k.iteration = it
+            k.kernel((70 if r else 20) * US)
+            if not (r == 1 and it == 2):
+                k.allreduce("tp0", 5 * US)
+            k.kernel(10 * US)
+            k.allreduce(f"dp{r}", 40 * US, stream=1)
+            k.stream_sync(1)
+    with pytest.raises(
+        Deadlock,
+        match=r"simulation deadlocked: rank\(s\) 0, .*collective #\d+ on tp0: ranks \[0\] "
+        r"arrived, \[1\] never did",
+    ):
+        simulate(load(b.write(tmp_path / "run")), H100, MeasuredDurations())
 
 
 def test_ranks_whose_peers_differ_are_not_folded_together():
