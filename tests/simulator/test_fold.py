@@ -111,6 +111,36 @@ def test_ranks_whose_peers_differ_are_not_folded_together():
     assert keys[classes[0]][1] == 2
 
 
+def test_p2p_peers_fold_by_where_each_end_meets_them_not_by_their_order():
+    """i meets an A rank in its first launch and a B rank in its second, i' the other way round (A and B run for
+    other times): the same peers, met at other positions of their program, so they replay differently; a third
+    rank meeting them as i does folds with i, whatever order its peers come in."""
+    op = SimpleNamespace(p2p=True)
+    both, a, b = (
+        SimpleNamespace(launches=[[op], [op]]),
+        SimpleNamespace(launches=[[op]]),
+        SimpleNamespace(launches=[[op]]),
+    )
+    end, times_a, times_b = np.zeros(2), np.ones(1), np.full(1, 5.0)
+
+    def key(src, dst):
+        return ((0, src, dst, 0), 2)
+
+    replicas = [
+        Replica(0, a, True, [], [[key(0, 2)]]),
+        Replica(1, b, True, [], [[key(1, 2)]]),
+        Replica(2, both, True, [], [[key(0, 2)], [key(1, 2)]]),
+        Replica(3, a, True, [], [[key(3, 5)]]),
+        Replica(4, b, True, [], [[key(4, 5)]]),
+        Replica(5, both, True, [], [[key(4, 5)], [key(3, 5)]]),
+        Replica(6, b, True, [], [[key(6, 8)]]),  # its B listed before its A
+        Replica(7, a, True, [], [[key(7, 8)]]),
+        Replica(8, both, True, [], [[key(7, 8)], [key(6, 8)]]),  # as i
+    ]
+    folding = fold(replicas, [times_a, times_b, end] * 2 + [times_b, times_a, end], [])
+    assert folding is not None and folding.classes[2] == folding.classes[8] != folding.classes[5]
+
+
 def test_nothing_folds_when_every_rank_was_captured(tmp_path):
     job = gpt_3d(2, 2, 2, layers=1, microbatches=2, iterations=2, hidden=512, seq=256, dedup=False)
     sim = simulate(load(job.write(tmp_path / "run")), H100, MeasuredDurations(), contention=False)
