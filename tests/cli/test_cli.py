@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from helpers import tree_digest
@@ -197,3 +198,54 @@ def test_console_scripts_maya_cannot_run_are_refused(tmp_path, monkeypatch, inte
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     r = maya("emulate", "--", "sometool", "x")
     assert r.exit_code == 2 and message in r.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["search", "--space", "space.yaml"],
+        ["profile", "workload", "-o", "out"],
+        ["profile", "workload", "-o", "out", "--measure"],
+    ],
+)
+@pytest.mark.parametrize(
+    "launcher",
+    [["torchrun", "--nproc-per-node", "2"], ["python", "-m", "torch.distributed.run"], ["/venv/bin/horovodrun"]],
+)
+def test_commands_that_read_no_torchrun_command_refuse_every_launcher(tmp_path, monkeypatch, command, launcher):
+    """`maya search` and `maya profile` take the script itself: a launcher (torchrun too, which only `maya
+    emulate` reads) is refused before anything runs, rather than run as the training script."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("raise SystemExit('the script ran')\n")
+    r = maya(*command, "--", *launcher, "train.py")
+    assert r.exit_code == 2 and "a launcher, which maya does not run" in r.stderr, r.output
+
+
+@pytest.mark.parametrize(
+    "shebang",
+    [
+        "#!/usr/bin/env {name}\n",
+        "#!/bin/sh\n'''exec' {python} \"$0\" \"$@\"\n' '''\n",
+    ],
+)
+def test_console_scripts_of_both_other_shebang_forms_are_read(tmp_path, monkeypatch, shebang):
+    """`#!/usr/bin/env python3` (the first Python on PATH) and pip's `#!/bin/sh` wrapper for long paths name their
+    Python too: this environment's runs; another's is refused, naming it."""
+    import sys
+
+    from maya.cli.common import script_argv
+
+    here = Path(sys.executable)
+    other = tmp_path / "other" / "bin"
+    other.mkdir(parents=True)
+    (other / here.name).symlink_to("/bin/true")
+    for folder, expect in ((here.parent, None), (other, "a console script of another Python environment")):
+        script = tmp_path / "tool"
+        script.write_text(shebang.format(name=here.name, python=folder / here.name) + "print('hi')\n")
+        script.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}:{folder}:{os.environ['PATH']}")
+        if expect is None:
+            assert script_argv(["tool", "x"]) == [str(script), "x"]
+        else:
+            r = maya("emulate", "--", "tool", "x")
+            assert r.exit_code == 2 and expect in r.stderr and str(other) in r.stderr, r.output

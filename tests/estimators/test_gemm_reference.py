@@ -260,3 +260,29 @@ def test_a_roofline_price_carries_no_harness_and_is_not_calibrated():
     assert on["method"].tolist() == ["roofline"]
     for column in ("duration_ns", "duration_low_ns", "duration_high_ns"):
         assert on[column].tolist() == off[column].tolist()
+
+
+def test_a_version_is_reused_only_with_the_same_sources_and_public_reference_rows(maya_home, monkeypatch):
+    """The data hash sees neither the rows' `source` labels nor the public rows a reference is derived from: the
+    same calls relabelled, or a changed public reference row, train a new version instead of reusing one whose
+    ratios were derived from other inputs."""
+    from maya.estimators.versioning import train_version
+
+    vidur = gemms("a100-sxm-80gb").assign(source="vidur")
+    first = train_version(vidur, SMALL)
+    assert train_version(vidur, SMALL).reused
+    mine = train_version(vidur.assign(source="profiles:mine"), SMALL)
+    assert not mine.reused and mine.record.data_hash == first.record.data_hash
+    public = public_gemm_rows()
+    (row,) = np.flatnonzero(
+        public["row_id"] == reference_rows(public).query("hardware == 'a100-sxm-80gb'")["row_id"].iloc[0]
+    )
+    monkeypatch.setattr(
+        gemm_reference,
+        "public_gemm_rows",
+        lambda: public.assign(
+            measured_ns=public["measured_ns"].where(public.index != row, public["measured_ns"] * 1.1)
+        ),
+    )
+    moved = train_version(vidur, SMALL)
+    assert not moved.reused and [first.record.version, mine.record.version, moved.record.version] == ["v1", "v2", "v3"]

@@ -163,6 +163,33 @@ def test_a_parameter_reaches_the_script_through_a_derived_value():
         load_space(spec, ["pretrain_gpt.py", "--tensor-model-parallel-size", "{tp}", "--dp", "{dp}"])
 
 
+@pytest.mark.parametrize("role", ["tp", "pp", "sequence_parallel", "distributed_optimizer", "recompute"])
+def test_a_parallelism_parameter_must_reach_the_script_itself(role):
+    """A command that names only `{dp}` (computed from pp) never tells Megatron pp: refused, while the same
+    parameter without a role, or with the micro-batch role, may reach the script as a derived value."""
+    spec = {"gpus": 8, "parameters": {"x": {"values": [1, 2], "role": role}}, "derived": {"dp": "gpus // x"}}
+    command = ["pretrain_gpt.py", "--dp", "{dp}"]
+    with pytest.raises(SpaceError, match=f"parameter 'x' \\(role {role}\\) must reach the script by its own {{x}}"):
+        load_space(spec, command)
+    for other in (None, "microbatches"):
+        spec["parameters"]["x"]["role"] = other
+        assert load_space(spec, command).size == 2
+    spec["parameters"]["x"] = {"values": [1, 2], "role": role, "env": "X"}
+    assert load_space(spec, command).size == 2  # `env:` tells the script itself
+
+
+def test_a_parameter_with_args_needs_its_own_placeholder():
+    """`args:` words replace the parameter's own `{vp}` argument: without one they would be dropped silently."""
+    spec = {
+        "gpus": 8,
+        "parameters": {"tp": [1, 2], "vp": {"values": [1, 2], "args": {1: [], 2: ["--virtual", "2"]}}},
+        "derived": {"stages": "vp * 2"},
+    }
+    with pytest.raises(SpaceError, match="parameter 'vp': its `args:` words reach the script only by its own {vp}"):
+        load_space(spec, ["pretrain_gpt.py", "{tp}", "--stages", "{stages}"])
+    assert load_space(spec, ["pretrain_gpt.py", "{tp}", "{vp}"]).size == 4
+
+
 # pruning rules ----------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from maya.core import hardware
 from maya.simulator import MeasuredDurations, RooflineDurations, simulate
-from maya.simulator.engine import Engine, RankResult
+from maya.simulator.engine import Deadlock, Engine, RankResult
 from maya.simulator.fold import fold
 from maya.simulator.topology import GlobalComm, Replica
 from maya.simulator.trace import load
@@ -65,6 +65,30 @@ def test_collectives_between_classes_wait_for_the_slower_class(tmp_path):
     assert folded[0].launch_ready[0] == 70 * US  # rank 0's first all-reduce waited for rank 1's 70 us kernel
 
 
+def test_a_folded_replay_that_deadlocks_is_reported_by_the_whole_replay(tmp_path):
+    """Rank 1 (standing for ranks 1 and 3) skips its last tensor-parallel all-reduce: the folded replay's quotient
+    keys cannot name the stuck ranks, so the unfolded replay reruns and names them and the absent peers."""
+    b = TraceBuilder(4)
+    for r in (0, 1):
+        b.communicator("tp0", [0, 1])
+        b.communicator(f"dp{r}", [0, 2] if r == 0 else [1, 3])
+        k = b.rank(r, represents=[r, r + 2])
+        for it in range(3):
+            k.iteration = it
+            k.kernel((70 if r else 20) * US)
+            if not (r == 1 and it == 2):
+                k.allreduce("tp0", 5 * US)
+            k.kernel(10 * US)
+            k.allreduce(f"dp{r}", 40 * US, stream=1)
+            k.stream_sync(1)
+    with pytest.raises(
+        Deadlock,
+        match=r"simulation deadlocked: rank\(s\) 0, .*collective #\d+ on tp0: ranks \[0\] "
+        r"arrived, \[1\] never did",
+    ):
+        simulate(load(b.write(tmp_path / "run")), H100, MeasuredDurations())
+
+
 def test_ranks_whose_peers_differ_are_not_folded_together():
     """Six ranks of one program and device times but for C's: A0 and A2 meet a B, A1 meets C, so A1 is apart
     from A0 and A2 although all three replay the same program with the same times."""
@@ -85,6 +109,36 @@ def test_ranks_whose_peers_differ_are_not_folded_together():
     keys = {classes[i]: found.keys[k][0][0] for k, i in enumerate(found.representatives)}
     assert keys[classes[0]] == keys[classes[3]] != keys[classes[1]] == keys[classes[5]]
     assert keys[classes[0]][1] == 2
+
+
+def test_p2p_peers_fold_by_where_each_end_meets_them_not_by_their_order():
+    """i meets an A rank in its first launch and a B rank in its second, i' the other way round (A and B run for
+    other times): the same peers, met at other positions of their program, so they replay differently; a third
+    rank meeting them as i does folds with i, whatever order its peers come in."""
+    op = SimpleNamespace(p2p=True)
+    both, a, b = (
+        SimpleNamespace(launches=[[op], [op]]),
+        SimpleNamespace(launches=[[op]]),
+        SimpleNamespace(launches=[[op]]),
+    )
+    end, times_a, times_b = np.zeros(2), np.ones(1), np.full(1, 5.0)
+
+    def key(src, dst):
+        return ((0, src, dst, 0), 2)
+
+    replicas = [
+        Replica(0, a, True, [], [[key(0, 2)]]),
+        Replica(1, b, True, [], [[key(1, 2)]]),
+        Replica(2, both, True, [], [[key(0, 2)], [key(1, 2)]]),
+        Replica(3, a, True, [], [[key(3, 5)]]),
+        Replica(4, b, True, [], [[key(4, 5)]]),
+        Replica(5, both, True, [], [[key(4, 5)], [key(3, 5)]]),
+        Replica(6, b, True, [], [[key(6, 8)]]),  # its B listed before its A
+        Replica(7, a, True, [], [[key(7, 8)]]),
+        Replica(8, both, True, [], [[key(7, 8)], [key(6, 8)]]),  # as i
+    ]
+    folding = fold(replicas, [times_a, times_b, end] * 2 + [times_b, times_a, end], [])
+    assert folding is not None and folding.classes[2] == folding.classes[8] != folding.classes[5]
 
 
 def test_nothing_folds_when_every_rank_was_captured(tmp_path):

@@ -160,31 +160,61 @@ def torchrun_command(args: list[str]) -> tuple[list[str], tuple[int, int] | None
     return [*script, *parsed.training_script_args], (int(nodes), int(parsed.nproc_per_node))
 
 
-LAUNCHERS = frozenset({"accelerate", "deepspeed", "lightning", "mpirun", "srun", "composer", "tune"})
-"""Commands that start a job's ranks (as torchrun does, whose commands `torchrun_command` reads)."""
+LAUNCHERS = frozenset(
+    {
+        "accelerate",
+        "deepspeed",
+        "lightning",
+        "mpirun",
+        "srun",
+        "composer",
+        "tune",
+        "torchrun",
+        "torchx",
+        "horovodrun",
+        "colossalai",
+        "ray",
+    }
+)
+"""Commands that start a job's ranks: `script_argv` refuses them all (only `maya emulate` reads torchrun's, with
+`torchrun_command`, before)."""
+
+PIP_SH_WRAPPER = "'''exec' "
+"""The second line of pip's `#!/bin/sh` console script (when its Python's path is too long for `#!`)."""
+
+
+def _interpreter(path: str) -> str | None:
+    """The Python that runs the script at `path`: `#!PYTHON`, `#!/usr/bin/env python3` (the first on PATH) or
+    pip's `#!/bin/sh` wrapper (`'''exec' PYTHON "$0" "$@"` on its second line); None for anything else."""
+    import shlex
+    import shutil
+
+    try:
+        with open(path, "rb") as f:
+            first, second = (f.readline(4096).decode(errors="replace") for _ in range(2))
+    except OSError:
+        return None
+    words = first[2:].split() if first.startswith("#!") else []
+    if len(words) > 1 and Path(words[0]).name == "env":
+        words = [shutil.which(words[1]) or words[1]]
+    elif words and Path(words[0]).name == "sh" and second.startswith(PIP_SH_WRAPPER):
+        words = shlex.split(second[len(PIP_SH_WRAPPER) :])[:1]
+    return words[0] if words and Path(words[0]).name.startswith("python") else None
 
 
 def console_script(name: str) -> Path | None:
-    """The file of `name` when it is a Python console script on PATH (`litgpt`, `tune`: a file whose `#!` line
-    names a Python), or None; one of another Python environment than this one fails, naming both."""
+    """The file of `name` when it is a Python console script on PATH (`litgpt`; its Python as `_interpreter`
+    reads it), or None; one of another Python environment than this one fails, naming both."""
     import shutil
     import sys
 
     found = shutil.which(name)
-    if found is None:
+    python = None if found is None else _interpreter(found)
+    if python is None:
         return None
-    try:
-        with open(found, "rb") as f:
-            first = f.readline(4096).decode(errors="replace")
-    except OSError:
-        return None
-    words = first[2:].split() if first.startswith("#!") else []
-    if not words or not Path(words[0]).name.startswith("python"):
-        return None
-    here = Path(sys.executable).parent
-    if Path(words[0]).parent.resolve() != here.resolve():
+    if Path(python).parent.resolve() != Path(sys.executable).parent.resolve():
         fail(
-            f"{name}: a console script of another Python environment ({words[0]}); maya runs scripts in its own "
+            f"{name}: a console script of another Python environment ({python}); maya runs scripts in its own "
             f"({sys.executable}): install maya in that environment and run its maya",
             2,
         )
@@ -193,19 +223,20 @@ def console_script(name: str) -> Path | None:
 
 def script_argv(args: list[str]) -> list[str]:
     """`python SCRIPT ARGS` / `python -m MODULE ARGS` / `SCRIPT ARGS` / `CONSOLE_SCRIPT ARGS` -> what runpy
-    needs (a console script on PATH, `litgpt pretrain ...`, runs as the Python file it is)."""
+    needs (a console script on PATH, `litgpt pretrain ...`, runs as the Python file it is); launchers fail."""
     if args and Path(args[0]).name.startswith("python"):
         args = args[1:]
     if not args:
         fail("give the script after --, e.g. `-- python train.py --steps 3`", 2)
+    launcher = args[1] if args[0] == "-m" and len(args) > 1 else Path(args[0]).name
+    if launcher in LAUNCHERS or launcher in TORCHRUN_MODULES:
+        fail(
+            f"{launcher}: a launcher, which maya does not run: it starts every rank itself; give the GPUs "
+            "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun commands are read "
+            "as they are by maya emulate)",
+            2,
+        )
     if args[0] != "-m" and not Path(args[0]).is_file():
-        if Path(args[0]).name in LAUNCHERS:
-            fail(
-                f"{args[0]}: a launcher, which maya does not run: it starts every rank itself; give the GPUs "
-                "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun commands are read "
-                "as they are)",
-                2,
-            )
         script = console_script(args[0])
         if script is None:
             fail(f"{args[0]}: no such script", 2)

@@ -30,7 +30,8 @@ def stage_classes(world_size: int, api_calls: pa.Table, communicators: pa.Table)
     }
     peer_ranks = p2p.column("peer_rank").to_pylist() if "peer_rank" in p2p.column_names else [None] * len(p2p)
     used = list(zip(p2p.column("comm_id").to_pylist(), peer_ranks))
-    groups = [members[comm] for comm in {comm for comm, _ in used} if comm in members]
+    used_comms = {comm for comm, _ in used}
+    groups = [ranks for comm, ranks in members.items() if comm in used_comms]  # table order: ties are stable
     if not groups:
         return {0: list(range(world_size))}
     peers = {

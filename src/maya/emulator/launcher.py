@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -98,8 +99,18 @@ class Interrupted(KeyboardInterrupt):
 
 def nvlinks(hw: Hardware) -> int:
     """NVLinks per GPU (`nvidia-smi topo -m`'s NV#): its NVLink bandwidth over a link's, 50 GB/s both ways from
-    NVLink 2 to 4 (V100 6, A100 12, H100 18), 100 GB/s from NVLink 5 (Blackwell, 18)."""
-    return round(hw.nvlink_gbs / (100 if hw.sm_major >= 10 else 50))
+    NVLink 2 to 4 (V100 6, A100 12, H100 18), 100 GB/s from NVLink 5 (Blackwell, 18), 28.125 GB/s on the
+    half-width links of the graphics dies (compute capability x.y, y > 0: the A40's 4)."""
+    per_link = 100 if hw.sm_major >= 10 else 50 if hw.sm_minor == 0 else 28.125
+    return round(hw.nvlink_gbs / per_link)
+
+
+def nvlink_bridged(hw: Hardware) -> bool:
+    """Whether the GPU's NVLinks join it to one other GPU by a bridge (PCIe cards: the catalog names them `pcie`
+    or `nvl`, and the graphics dies, compute capability x.y with y > 0, come only as such) rather than to every
+    GPU by NVSwitches (SXM boards). The catalog has no form-factor field: this is what its names and dies say."""
+    names = f"{hw.name} {hw.device_name}".lower()
+    return hw.nvlink_gbs > 0 and (hw.sm_minor != 0 or re.search(r"pcie|\bnvl\b", names) is not None)
 
 
 def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
@@ -122,6 +133,7 @@ def _config(hw: Hardware, raw: Path, rank: int, devices: int) -> str:
         "regs_per_sm": hw.registers_per_sm,
         "power_limit_w": round(hw.tdp_w),
         "nvlinks": nvlinks(hw),
+        "nvlink_bridged": int(nvlink_bridged(hw)),
     }
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 

@@ -262,17 +262,18 @@ def _process_name(pid: int) -> str:
         return "python"
 
 
-def nvlinks(config: str) -> int:
-    """The NVLinks per GPU in the virtual devices' config (`nvlinks=N`, written by the launcher; 0 without)."""
+def nvlinks(config: str) -> tuple[int, bool]:
+    """The NVLinks per GPU in the virtual devices' config (`nvlinks=N`, written by the launcher; 0 without) and
+    whether they bridge GPUs in pairs (`nvlink_bridged=1`) rather than join every pair."""
+    values = {}
     try:
         with open(config) as fh:
             for line in fh:
                 key, _, value = line.strip().partition("=")
-                if key == "nvlinks":
-                    return int(value)
+                values[key] = value
     except OSError:
         pass
-    return 0
+    return int(values.get("nvlinks", 0)), values.get("nvlink_bridged") == "1"
 
 
 LEGEND = [
@@ -288,15 +289,18 @@ LEGEND = [
 ]
 
 
-def topology(count: int, links: int) -> list[str]:
-    """`nvidia-smi topo -m`: the GPU matrix, every pair joined by `links` NVLinks (HGX's NVSwitch board), or
-    through the PCIe host bridges of one NUMA node (`NODE`) when the GPU has none; the CPUs of this machine."""
-    pair = f"NV{links}" if links else "NODE"
+def topology(count: int, links: int, bridged: bool = False) -> list[str]:
+    """`nvidia-smi topo -m`: the GPU matrix, every pair joined by `links` NVLinks (an SXM board's NVSwitches), or
+    when `bridged` (PCIe cards) only GPUs 2i and 2i+1, the others through the PCIe host bridges of one NUMA node
+    (`NODE`, as every pair is when the GPU has no NVLink); the CPUs of this machine."""
     cpus = f"0-{os.cpu_count() - 1}" if (os.cpu_count() or 1) > 1 else "0"
     gpus = [f"GPU{i}" for i in range(count)]
     lines = ["\t" + "\t".join([*gpus, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])]
     for i in range(count):
-        cells = [" X " if j == i else pair for j in range(count)]
+        cells = [
+            " X " if j == i else f"NV{links}" if links and (not bridged or i // 2 == j // 2) else "NODE"
+            for j in range(count)
+        ]
         lines.append("\t".join([gpus[i], *cells, cpus, "0", "\tN/A"]))
     return [*lines, "", *LEGEND]
 
@@ -353,7 +357,7 @@ def main(argv: Sequence[str], lib: ctypes.CDLL | None = None) -> int:
         nvml = Nvml(lib or ctypes.CDLL("libnvidia-ml.so.1"))
         ids = _ids(spec, nvml.count())
         lines = (
-            topology(len(ids), nvlinks(settings.EMU_CONFIG.get() or ""))
+            topology(len(ids), *nvlinks(settings.EMU_CONFIG.get() or ""))
             if mode == "topo"
             else listing(nvml, ids)
             if mode == "list"

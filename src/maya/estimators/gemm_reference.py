@@ -39,6 +39,8 @@ fastest of thousands of shapes is selected for being fast); on Hopper not the ro
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -281,20 +283,37 @@ def learned_from(measurements: pd.DataFrame) -> dict[str, tuple[str, ...]]:
     }
 
 
+def _candidate_rows(sources: dict[str, tuple[str, ...]]) -> pd.DataFrame | None:
+    """The public reference rows on the envelopes of the parts whose tensor-core GEMMs were learned from
+    `HARNESS_SOURCE` (`learned_from`'s `sources`), or None when there are no such parts."""
+    harnessed = [hardware.get(part) for part, names in sources.items() if HARNESS_SOURCE in names]
+    if not harnessed:
+        return None
+    rows = reference_rows(public_gemm_rows())
+    return rows[[any(same_envelope(hardware.get(p), h) for h in harnessed) for p in rows["hardware"]]]
+
+
+def inputs_digest(measurements: pd.DataFrame) -> str:
+    """SHA-256 of what `derive` reads besides the estimator: the tensor-core GEMMs' sources per part and the
+    public reference rows it may use (ids and measured times), which a version's data hash does not see."""
+    sources = learned_from(measurements)
+    rows = _candidate_rows(sources)
+    used = [] if rows is None else sorted(zip(rows["row_id"].astype(str), rows["measured_ns"].astype(float)))
+    return hashlib.sha256(json.dumps({"learned_from": sources, "rows": used}, sort_keys=True).encode()).hexdigest()
+
+
 def derive(estimator: KernelEstimator, measurements: pd.DataFrame) -> GemmReferences:
     """The references of `estimator`, trained on `measurements` (normalised measured calls, with their `source`): per
     public reference part with a part of its envelope whose tensor-core GEMMs were learned from Vidur's rows, the
     median of the estimator's learned time (without references) over the measured time of its reference rows priced
     from measurements; none for the other parts."""
     sources = learned_from(measurements)
-    harnessed = [hardware.get(part) for part, names in sources.items() if HARNESS_SOURCE in names]
-    if not harnessed:
+    rows = _candidate_rows(sources)
+    if rows is None:
         learned = ", ".join(sorted({s for names in sources.values() for s in names})) or "no tensor-core GEMMs"
         return GemmReferences(
             learned_from=sources, note=f"none: the tensor-core GEMMs were learned from {learned}, not {HARNESS_SOURCE}"
         )
-    rows = reference_rows(public_gemm_rows())
-    rows = rows[[any(same_envelope(hardware.get(p), h) for h in harnessed) for p in rows["hardware"]]]
     priced = uncalibrated(estimator).predict(rows[["hardware", "family", "op", "dtype", "batch", "m", "n", "k"]])
     ratio = priced["duration_ns"].to_numpy() / rows["measured_ns"].to_numpy()
     measured = priced["method"].isin(PRICED_METHODS).to_numpy()

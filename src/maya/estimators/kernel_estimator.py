@@ -68,8 +68,9 @@ kernels a segment never measured are related."""
 CHUNK_ROWS = 1 << 16
 """Calls of one family priced at a time: their intermediate arrays stay in cache."""
 PRICED_KEPT = 64
-"""Sets of distinct shapes whose prices `KernelEstimator` keeps (arrays over the distinct shapes only): every program of a job, with
-the GEMMs its composed attention prices, priced again by the band without pricing anything twice."""
+"""Sets of distinct shapes whose prices `KernelEstimator` keeps (arrays over the distinct shapes only): every
+program of a job, with the GEMMs its composed attention prices, priced again by the band without pricing anything
+twice."""
 
 
 @dataclass(frozen=True)

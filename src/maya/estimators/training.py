@@ -71,9 +71,11 @@ class TrainConfig:
     """Fit the model with spec-sheet features for the trained hardware (off: the transfer model prices
     every call; half the training, for leave-one-GPU-out runs that only use the transfer model)."""
 
-    def digest(self) -> str:
-        """Of this configuration and of the code it runs (`code_digest`)."""
-        return hashlib.sha256(json.dumps({**asdict(self), "code": code_digest()}, sort_keys=True).encode()).hexdigest()
+    def digest(self, references: str) -> str:
+        """Of this configuration, of the code it runs (`code_digest`) and of the GEMM references' inputs
+        (`gemm_reference.inputs_digest` of the measurements)."""
+        body = {**asdict(self), "code": code_digest(), "gemm_references": references}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 @lru_cache(maxsize=1)

@@ -18,6 +18,8 @@ from typing import Any
 from .expr import Expr, ExprError
 
 ROLES = ("recompute", "sequence_parallel", "distributed_optimizer", "microbatches", "pp", "tp")
+OWN_PLACEHOLDER_ROLES = frozenset(ROLES) - {"microbatches"}
+"""Roles whose parameter the script must be told itself (micro-batches may reach it as a derived batch size)."""
 MAX_POINTS = 1_000_000
 """Points a space may have (every point is checked against the constraints when it is loaded)."""
 MAX_VALUES = 100_000
@@ -317,10 +319,21 @@ def _check_command(space: Space, names: set[str]) -> None:
                     "argument of its own"
                 )
             used.add(f)
+    own = set(used)
     for name in reversed(space.derived):  # a derived value reaches the script with what it is computed from
         if name in used:
             used |= space.derived[name].names
     for p in space.parameters:
+        if p.args is not None and p.name not in own:
+            raise SpaceError(
+                f"parameter {p.name!r}: its `args:` words reach the script only by its own {{{p.name}}} argument "
+                "in the command, which has none"
+            )
+        if p.role in OWN_PLACEHOLDER_ROLES and p.env is None and p.name not in own:
+            raise SpaceError(
+                f"parameter {p.name!r} (role {p.role}) must reach the script by its own {{{p.name}}} placeholder "
+                "or `env:`: a derived value computed from it does not tell the script its value"
+            )
         if p.env is None and p.name not in used and p.name != "gpus":
             raise SpaceError(
                 f"parameter {p.name!r} reaches the script neither by a {{{p.name}}} placeholder (its own or a "

@@ -6,8 +6,9 @@ rank's program, durations and the collectives that join it to its peers, so two 
 durations whose every collective gathers the same kinds of peers at the same positions of their programs have
 the same times, call by call. `fold` finds the coarsest such partition (colour refinement: start from
 (program, device times) and split a class while its members' collectives see differently coloured peers) and
-gives each class's representative its collectives' keys in the quotient: one key per distinct set of
-(class, launch, operation) that meets in it. The engine then replays one rank per class, and every rank of a
+gives each class's representative its collectives' keys in the quotient: a collective's key is the set of
+(class, local communicator) its communicator gathers with its sequence number, a point-to-point operation's the
+set of (class, launch, operation) of its two ends. The engine then replays one rank per class, and every rank of a
 class gets its representative's times: the same numbers a replay of every rank gives, not an approximation.
 """
 
@@ -71,10 +72,10 @@ def fold(replicas: list[Replica], devices: list[np.ndarray], comms: list[GlobalC
         return None
     if any(len(ends) != 2 for ends in p2p.values()):
         return None
-    peer_of: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+    peer_of: list[list[tuple[int, int, int, int, int]]] = [[] for _ in range(n)]  # (own L, j, peer, its L, j)
     for ends in p2p.values():
-        for end in ends:
-            peer_of[end[0]].extend(other for other in ends if other is not end)
+        for i, L, j in ends:
+            peer_of[i].extend((L, j, *other) for other in ends if other != (i, L, j))
     count = len(first)
     while True:
         seen = _comm_signatures(members, locals_of, color)
@@ -84,7 +85,7 @@ def fold(replicas: list[Replica], devices: list[np.ndarray], comms: list[GlobalC
                 (
                     color[i],
                     tuple(seen[g] if g >= 0 else None for g in replicas[i].comms),
-                    tuple((color[o], L, j) for o, L, j in peer_of[i]),
+                    tuple(sorted((L, j, color[o], oL, oj) for L, j, o, oL, oj in peer_of[i])),
                 ),
                 len(signatures),
             )

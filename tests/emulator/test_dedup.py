@@ -1,0 +1,32 @@
+"""Pipeline stages read from rank 0's point-to-point traffic (`emulator/dedup.stage_classes`)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from maya.emulator import dedup
+
+SCRIPT = """
+import importlib.util, json, sys, pyarrow as pa
+spec = importlib.util.spec_from_file_location("dedup", sys.argv[1])  # the module alone: a quick interpreter
+dedup = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(dedup)
+stage_classes = dedup.stage_classes
+calls = pa.table({"collective_name": ["send", "recv"], "comm_id": ["b", "a"], "peer_rank": [1, 2]})
+comms = pa.table({"comm_id": ["b", "a"], "ranks": [[0, 2, 4, 6], [0, 1, 2, 3]]})
+print(json.dumps(stage_classes(8, calls, comms)))
+"""
+
+
+def test_groups_of_one_size_that_both_hold_the_peers_tie_in_table_order():
+    """Rank 0 reaches rank 2 over two four-rank groups: the first in the communicators table is the pipeline
+    group, whatever the process's string hash seed (a set of comm ids decided before)."""
+    answers = set()
+    for seed in range(8):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run(
+            [sys.executable, "-c", SCRIPT, dedup.__file__], env=env, capture_output=True, text=True, check=True
+        )
+        answers.add(out.stdout.strip())
+    assert [json.loads(a) for a in answers] == [{"0": [0, 1], "2": [2, 3], "4": [4, 5], "6": [6, 7]}]
