@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SPEC_VERSION = "1.3.0"
+SPEC_VERSION = "1.4.0"
 """Semantic version of the schema. Minor versions only add nullable columns, allowed values and `args` entries
 (1.1: phase `eval`, domain `nvml`; 1.2: `args.triton`, a Triton launch's arguments; 1.3: run status
 `interrupted`)."""
