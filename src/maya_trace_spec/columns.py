@@ -14,7 +14,7 @@ import pyarrow as pa
 SPEC_VERSION = "1.4.0"
 """Semantic version of the schema. Minor versions only add nullable columns, allowed values and `args` entries
 (1.1: phase `eval`, domain `nvml`; 1.2: `args.triton`, a Triton launch's arguments; 1.3: run status
-`interrupted`)."""
+`interrupted`; 1.4: `args.triton.name`, Inductor's own name of a kernel compiled under `triton_`)."""
 
 TIME_SOURCES = ("emulated", "measured", "predicted")
 PHASES = ("forward", "backward", "optimizer", "eval", "other")
@@ -193,7 +193,7 @@ API_CALLS = Table(
             "a Triton kernel's launch (Inductor's generated kernels, user kernels) — `args`, each argument by name in "
             "the kernel's order, a tensor with its `dtype`, `shape` and `bytes` (elements x element size), a scalar "
             "(`xnumel`, `r0_numel`, ...) with its `value`; `constexprs`, the compile-time constants by name where the "
-            "launcher knows them; `num_stages`; `name`, Inductor's own name for a kernel it compiled under its "
+            "launcher knows them; `num_stages`; `name` (1.4), Inductor's own name for a kernel it compiled under its "
             "placeholder `triton_`, as before torch 2.6).",
         ),
     ),

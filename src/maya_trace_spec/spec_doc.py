@@ -33,7 +33,8 @@ predicted traces share it, so they can be joined call by call.
 
 - Minor versions only add nullable columns, allowed values and `args` entries (1.1: `ops.phase`
   `eval`, `api_calls.domain` `nvml`; 1.2: `api_calls.args.triton`, a Triton launch's arguments; 1.3:
-  `run.status` `interrupted`):
+  `run.status` `interrupted`; 1.4: `api_calls.args.triton.name`, Inductor's own name of a kernel compiled under
+  its placeholder `triton_`):
   readers fill a column missing from an older minor with nulls and ignore unknown columns and
   `args` entries of a newer minor.
 - A file of an older major is upgraded by the registered migrations (`maya trace migrate` rewrites
