@@ -1,7 +1,11 @@
 """Helpers the tests share (fixtures stay in conftest.py)."""
 
 import hashlib
+import importlib.util
 from pathlib import Path
+from types import ModuleType
+
+from paths import REPO
 
 
 def tree_digest(root: Path) -> dict[str, str]:
@@ -11,3 +15,11 @@ def tree_digest(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """The script `benchmarks/<name>.py` loaded as a module (benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"maya_benchmark_{name}", REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

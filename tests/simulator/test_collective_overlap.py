@@ -1,11 +1,9 @@
 """`benchmarks/collective_overlap.py`: a rank with no steady step, or whose steady step runs no kernel, gets a
 clear error instead of an IndexError or a ValueError from an empty array."""
 
-import importlib.util
-
 import numpy as np
 import pytest
-from paths import REPO
+from helpers import benchmark_module
 
 from maya.core import hardware
 from maya.simulator import RooflineDurations, simulate
@@ -18,11 +16,7 @@ H100 = hardware.get("h100-sxm")
 
 @pytest.fixture(scope="module")
 def overlap():
-    path = REPO / "benchmarks" / "collective_overlap.py"
-    spec = importlib.util.spec_from_file_location("maya_benchmark_collective_overlap", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("collective_overlap")
 
 
 def steps(tmp_path, gemm: bool):

@@ -1,14 +1,13 @@
 """`benchmarks/band_calibration.py`: the shipped band widths re-derive from the rows shipped beside them, a suite
 left out never shapes its own band, and stored rows give back their residual band."""
 
-import importlib.util
 import math
 import sys
 
 import numpy as np
 import pandas as pd
 import pytest
-from paths import REPO
+from helpers import benchmark_module
 
 from maya.simulator.discrepancy import MISS, shipped_discrepancy, shipped_path
 from maya.validation.store import RowKey, RowResult, save
@@ -16,11 +15,7 @@ from maya.validation.store import RowKey, RowResult, save
 
 @pytest.fixture(scope="module")
 def calibration():
-    path = REPO / "benchmarks" / "band_calibration.py"
-    spec = importlib.util.spec_from_file_location("maya_benchmark_band_calibration", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("band_calibration")
 
 
 @pytest.fixture(scope="module")

@@ -8,17 +8,14 @@ import sys
 import textwrap
 
 import pytest
-from paths import REPO
+from helpers import benchmark_module
 
 from maya.validation.store import RowKey, RowResult, save
 
 
 @pytest.fixture(scope="module")
 def peers():
-    spec = importlib.util.spec_from_file_location("maya_benchmark_peers", REPO / "benchmarks" / "peers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("peers")
 
 
 @pytest.fixture(scope="module")
