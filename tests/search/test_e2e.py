@@ -51,10 +51,11 @@ def test_search_emulates_predicts_logs_and_resumes(cli, tmp_path, maya_home):
     assert (out / "pareto.html").read_text().count("plotly") > 10
     con = duckdb.connect(str(maya_home / "warehouse.duckdb"), read_only=True)
     rows = con.execute(
-        "SELECT params, status, source, iteration_ns, peak_memory_bytes, cost_per_iteration FROM search_points"
+        "SELECT params, status, source, iteration_ns, peak_memory_bytes, cost_per_iteration, mfu, hfu FROM search_points"
     ).fetchall()
     con.close()
     assert len(rows) == 4 and all(r[1] == "ok" and r[2] == "evaluated" and r[3] > 0 and r[4] > 0 for r in rows)
+    assert all(0 < r[6] <= r[7] for r in rows)  # model and hardware FLOPs utilisation both logged
     memory = {json.loads(r[0])["width"]: r[4] for r in rows if json.loads(r[0])["batch"] == 16}
     assert memory[512] > memory[256]  # the environment reached the script
     again = CliRunner().invoke(cli, args)  # resumed by space and command: nothing runs again

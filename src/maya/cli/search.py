@@ -189,6 +189,7 @@ def _print(result, unit: str, objective: str) -> None:
         "iteration",
         "peak memory",
         "MFU",
+        "HFU",
         f"cost/iter ({unit})",
         "source",
         title=f"search {result.search_id}: best by {objective}",
@@ -202,6 +203,7 @@ def _print(result, unit: str, objective: str) -> None:
             f"{o.iteration_ns / 1e6:,.2f} ms",
             f"{o.peak_memory_bytes / 2**30:,.2f} GiB" if o.peak_memory_bytes is not None else "-",
             f"{o.mfu:.1%}" if o.mfu is not None else "-",
+            f"{o.hfu:.1%}" if o.hfu is not None else "-",
             f"{r.cost:.4g}",
             o.source if o.status != "derived" else "derived",
         )

@@ -85,6 +85,7 @@ TABLES: dict[str, str] = {
     iteration_ns       DOUBLE,
     peak_memory_bytes  BIGINT,
     mfu                DOUBLE,
+    hfu                DOUBLE,
     world_size         INTEGER,
     tokens_per_iteration DOUBLE,
     cost_per_iteration DOUBLE,
@@ -233,6 +234,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # older rows: NULL (their exposed_comm_ms still holds the wait for peers; their mfu counted recomputation)
     Migration("predictions", "peer_wait_ms", "DOUBLE", since="2026-11-29"),
     Migration("predictions", "hfu", "DOUBLE", since="2026-11-29"),
+    Migration("search_points", "hfu", "DOUBLE", since="2026-11-29"),  # older points: NULL
 )
 """Every migration, oldest first. A migration runs on a warehouse whose table lacks its column; a table
 created from `TABLES` already has every column, so none runs on it."""

@@ -20,6 +20,7 @@ OUTCOME_COLUMNS = (
     "iteration_ns",
     "peak_memory_bytes",
     "mfu",
+    "hfu",
     "world_size",
     "reason",
     "command_hash",

@@ -17,6 +17,9 @@ class Outcome:
     iteration_ns: float | None = None
     peak_memory_bytes: int | None = None
     mfu: float | None = None
+    """Model FLOPs utilisation (recomputation not counted)."""
+    hfu: float | None = None
+    """Hardware FLOPs utilisation (recomputation counted)."""
     world_size: int | None = None
     source: str = "evaluated"
     reason: str | None = None
