@@ -284,6 +284,57 @@ def test_a_search_under_another_host_factor_or_cluster_file_reuses_no_command(tm
     assert evaluator_salt("h100-sxm", 8, "auto", "dgx-h100") != evaluator_salt("h100-sxm", 8, "auto", None)
 
 
+def test_a_search_after_an_edit_of_the_script_or_the_estimators_reuses_no_command(tmp_path, monkeypatch):
+    """The salt holds the script's contents and the estimator version `auto` resolves to: an edited script, or
+    retrained estimators, evaluate afresh instead of answering from the command cache."""
+    from maya.core.warehouse import insert_row, transaction
+    from maya.search import evaluator_salt, script_digest
+
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    warehouse = str(tmp_path / "wh.duckdb")
+
+    def salt() -> str:
+        return evaluator_salt("h100-sxm", 8, "auto", None, script=script_digest([str(script)]), warehouse=warehouse)
+
+    first = salt()
+    assert salt() == first
+    script.write_text("print(2)\n")
+    edited = salt()
+    assert edited != first
+    assert script_digest(["-m", "json.tool"]) != "" and script_digest([str(tmp_path / "gone.py")]) == ""
+    with transaction(warehouse) as con:
+        for version, sha in (("v1", "a" * 64), ("v2", "b" * 64)):
+            insert_row(
+                con,
+                "estimator_versions",
+                {
+                    "version": version,
+                    "created_at": "2026-11-29 00:00:00",
+                    "data_hash": "d",
+                    "config_hash": "c",
+                    "hardware": ["h100-sxm"],
+                    "families": ["gemm"],
+                    "training_rows": 1,
+                    "metrics": "{}",
+                    "artifact_path": f"{version}.tar",
+                    "artifact_sha256": sha,
+                    "artifact_bytes": 1,
+                    "maya_version": "0",
+                },
+            )
+        insert_row(con, "estimator_aliases", {"alias": "latest", "version": "v1"})
+    on_v1 = salt()
+    assert on_v1 != edited
+    with transaction(warehouse) as con:
+        con.execute("UPDATE estimator_aliases SET version = 'v2'")
+    assert salt() != on_v1
+    roofline = evaluator_salt("h100-sxm", 8, "roofline", None, warehouse=warehouse)
+    with transaction(warehouse) as con:
+        con.execute("UPDATE estimator_aliases SET version = 'v1'")
+    assert evaluator_salt("h100-sxm", 8, "roofline", None, warehouse=warehouse) == roofline  # no estimators used
+
+
 def test_evaluators_are_told_the_traces_already_predicted():
     s = space({"tp": [1, 2, 4]})
     seen = []

@@ -80,6 +80,7 @@ def search_cmd(
         evaluator_salt,
         load_space,
         run_search,
+        script_digest,
         search_id,
         write_pareto_html,
     )
@@ -99,13 +100,16 @@ def search_cmd(
     except SpaceError as e:
         fail(f"{space}: {e}", 2)
     try:
-        salt = evaluator_salt(hardware, per_node, durations.value, cluster)
+        script = script_digest(command)
+        salt = evaluator_salt(
+            hardware, per_node, durations.value, cluster, script=script, warehouse=str(warehouse) if warehouse else None
+        )
     except ValueError as e:  # MAYA_HOST_FACTOR that is not a factor
         fail(str(e), 2)
     sid = resume or search_id(the_space, algorithm.value, objective.value, seed, salt, price_per_gpu_hour)
     target = out_dir or maya_home() / "searches" / sid
     evaluator = MayaEvaluator(
-        str(target), hardware, per_node, durations.value, cluster, str(warehouse) if warehouse else None
+        str(target), hardware, per_node, durations.value, cluster, str(warehouse) if warehouse else None, script
     )
     log = SearchLog(sid, warehouse)
     try:

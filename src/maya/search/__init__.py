@@ -2,7 +2,7 @@
 predicting candidate points, with Maya's pruning rules, caching and a resumable log in the warehouse."""
 
 from .algorithms import ALGORITHMS, CMAES, Grid, Random
-from .evaluate import Evaluator, MayaEvaluator, Task, evaluator_salt, trace_digest
+from .evaluate import Evaluator, MayaEvaluator, Task, evaluator_salt, script_digest, trace_digest
 from .executors import LocalExecutor, RayExecutor
 from .expr import Expr, ExprError
 from .log import SearchLog, UnknownSearch
@@ -36,6 +36,7 @@ __all__ = [
     "Task",
     "UnknownSearch",
     "evaluator_salt",
+    "script_digest",
     "load_space",
     "pareto_front",
     "run_search",

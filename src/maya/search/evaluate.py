@@ -36,14 +36,63 @@ class Evaluator(Protocol):
     def __call__(self, task: Task, known_traces: Mapping[str, Outcome]) -> Outcome: ...
 
 
-def evaluator_salt(hardware: str, gpus_per_node: int, durations: str, cluster: str | None) -> str:
-    """What besides the command changes a point's result (part of its command hash and the search id): the
-    settings, the contents of the cluster's spec file and the host factor they resolve to (`maya.api.host_factor`).
-    ValueError for a host factor that is not one or an unknown cluster."""
+def evaluator_salt(
+    hardware: str,
+    gpus_per_node: int,
+    durations: str,
+    cluster: str | None,
+    *,
+    script: str = "",
+    warehouse: str | None = None,
+) -> str:
+    """What besides the command line changes a point's result (part of its command hash and the search id): the
+    settings, the contents of the cluster's spec file and the host factor they resolve to (`maya.api.host_factor`),
+    the script's contents (`script_digest`), the emulator's source and the estimator version `durations` resolve to
+    in `warehouse`, so a search after an edit of any of them evaluates afresh. ValueError for a host factor that is
+    not one or an unknown cluster."""
     from maya.api import host_factor
+    from maya.emulator.capture_cache import emulator_digest
 
     factor, _ = host_factor(hardware, cluster)
-    return f"{hardware}/{gpus_per_node}/{durations}/{cluster}/{cluster_digest(cluster)}/{factor!r}"
+    return (
+        f"{hardware}/{gpus_per_node}/{durations}/{cluster}/{cluster_digest(cluster)}/{factor!r}/{script}/"
+        f"{emulator_digest()}/{estimators_digest(durations, warehouse)}"
+    )
+
+
+def script_digest(command: list[str] | tuple[str, ...]) -> str:
+    """Of the file the command runs (`SCRIPT ...`, or the module of `-m MODULE ...` where it resolves to a file);
+    "" when there is none to read."""
+    import importlib.util
+
+    path: str | None = command[0] if command else None
+    if command and command[0] == "-m":
+        try:
+            spec = importlib.util.find_spec(command[1]) if len(command) > 1 else None
+        except (ImportError, ValueError):
+            spec = None
+        path = spec.origin if spec is not None else None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if path else ""
+    except OSError:
+        return ""
+
+
+def estimators_digest(durations: str, warehouse: str | None) -> str:
+    """The estimator version `durations` prices with (its name and artifact digest; "" for the roofline or
+    measured durations, and where no version is registered: the roofline prices then)."""
+    import duckdb
+
+    from maya.core import settings
+    from maya.core.estimator_versions import UnknownVersion, resolve
+
+    if durations not in ("auto", "estimators"):
+        return ""
+    try:
+        record = resolve(Path(warehouse) if warehouse else settings.warehouse())
+    except (UnknownVersion, duckdb.Error, OSError):
+        return ""
+    return f"{record.version}:{record.artifact_sha256[:16]}"
 
 
 def cluster_digest(cluster: str | None) -> str:
@@ -69,11 +118,20 @@ class MayaEvaluator:
     cluster: str | None = None
     warehouse: str | None = None
     """Where predictions look up their estimator version (None: the default warehouse)."""
+    script: str = ""
+    """The digest of the script the points run (`script_digest`)."""
 
     @property
     def salt(self) -> str:
         """What besides the command changes a result."""
-        return evaluator_salt(self.hardware, self.gpus_per_node, self.durations, self.cluster)
+        return evaluator_salt(
+            self.hardware,
+            self.gpus_per_node,
+            self.durations,
+            self.cluster,
+            script=self.script,
+            warehouse=self.warehouse,
+        )
 
     def __call__(self, task: Task, known_traces: Mapping[str, Outcome]) -> Outcome:
         from maya.api import EmulateOptions, PredictOptions, capture, predict
