@@ -7,7 +7,8 @@ on the A100 alone); TritonBench's forward and backward timed separately on Meta'
 (`kernels_public_data.OWN_DEVICE`).
 
 The model, per implementation family (`IMPLEMENTATIONS`): log(measured / composed) of a fwd+bwd row is linear in
-the shape (`features`: log2 sequence length, log2 head dimension, causal), fitted by ridge regression. Every fit
+the shape (`features`: log2 sequence length, log2 head dimension, causal, and the inverse length: a fixed cost per
+call, `SHAPE`), fitted by ridge regression. Every fit
 (the correction, the split, FlexAttention's ratio) holds the sequence length to the range it was measured on
 (`ShapeFit`): beyond it, the composed mechanism alone carries the change with length. The
 composed time carries what differs between GPUs (the GEMM family's products on that GPU, its exp2 and FP32 rates,
@@ -15,9 +16,11 @@ its tensor-core generation, HBM bandwidth); with two measured GPUs the correctio
 of its own, so it stays a function of the shape and transfers through the composed prior. How it transfers is
 judged by leaving each GPU out (`leave_one_gpu_out`).
 
-A fwd+bwd row does not say how its time splits: the split follows the TritonBench rows, where backward / forward
-measured over backward / forward composed is fitted on the sequence length (`RATIO_IMPLEMENTATIONS`); the ratio
-is a property of the kernels, so it is taken from that device although its absolute times are not. FlexAttention
+A fwd+bwd row does not say how its time splits: the split is the TritonBench rows' measured backward / forward
+time, fitted on the sequence length (`RATIO_IMPLEMENTATIONS`, `SPLIT`); the ratio is a property of the kernels,
+so it is taken from that device, for every GPU, although its absolute times are not. llm-foundry's Triton kernel
+takes FlashAttention v1's correction at head dim 64 and a Triton kernel's measured change with the head dim
+(`TritonProxyFit`). FlexAttention
 (Triton templates) is measured on that device only, next to FlashAttention-2: it is priced as FlashAttention-2
 times the measured flex / FlashAttention-2 ratio per direction (`flex_ratio`). cuDNN's SDPA kernels, never
 measured, are priced from their nearest measured kernel: on Hopper their own composed time times a correction
@@ -64,13 +67,20 @@ CALL_KERNELS: dict[str, tuple[str, str]] = {
     "flash": ("flash2", "flash"),
     "efficient": ("efficient", "efficient"),
     "flex": ("flash2", "flash"),
-    "lftriton": ("flash1", "flash"),
+    "flash1": ("flash1", "flash"),
+    "lftriton": ("lftriton", "flash"),
 }
 """Call-frame kernel (op prefix) -> the family that prices it and the composed kernel its prior is (`flex`:
-FlashAttention-2 times `flex_ratio`; `lftriton`, llm-foundry's Triton kernel, which has no public timing: its
-proxy, FlashAttention v1, `attention/README.md` section 3; `sdpa`, cuDNN, never measured: before Hopper its
+FlashAttention-2 times `flex_ratio`; `flash1`, FlashAttention v1's CUDA kernels (the figures' rows; no traced call
+is named so); `lftriton`, llm-foundry's Triton kernel, which has no public timing: its proxy, FlashAttention v1 at
+head dim 64 with a Triton kernel's change with the head dim (`TritonProxyFit`), `attention/README.md` section 3; `sdpa`, cuDNN, never measured: before Hopper its
 kernels are FlashAttention-2-like, priced as FlashAttention-2; on Hopper by `AttentionModel.hopper`; after
 Hopper by the composed mechanism alone)."""
+TRITON_FAMILY = "triton"
+"""OpenAI Triton's flash attention (the A100 figure): the Triton kernel whose head-dimension dependence llm-foundry's
+kernel is priced with (`TritonProxyFit`)."""
+PROXY_HEAD_DIM = 64.0
+"""The head dimension at which llm-foundry's kernel takes FlashAttention v1's measured level (`TritonProxyFit`)."""
 WARP_SPECIALISED_MIN_ARCHITECTURE = 90
 """cuDNN's SDPA engines from sm_90 on use asynchronous warpgroup MMA with warp specialisation."""
 HOPPER_ARCHITECTURE = 90
@@ -104,20 +114,34 @@ BAND = (0.1, 0.9)
 REFERENCE_SEQ, REFERENCE_HEAD_DIM = 4096.0, 64.0
 
 
+SHAPE, LENGTH, SPLIT = (0, 1, 2, 3), (0,), (0, 3)
+"""Columns of `features` a fit takes: the whole shape with the reference length over the length (the corrections),
+the log2 length (FlexAttention's ratio), the log2 length and the reference length over the length (the backward /
+forward split). The inverse length is a fixed cost per call over work that grows with the length (the figures and
+TritonBench run 16k tokens a call, so a call's FLOPs grow with its length): measured rates rise steeply to 2k
+tokens and saturate by 16k, which a line in log2 length cannot follow. Without it the fits missed at 16k, the
+length every longer call is priced at: FlashAttention v1's correction in training +6 % on average (A100 +3 to
++18 %), its leave-one-GPU-out error 10.0 / 11.5 % (A100 / H100; 9.7 / 9.3 % with it); the split 2.53 for a
+measured 2.71 (with the inverse length alone 2.93; with both every measured length within 3 %)."""
+
+
 def features(seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.ndarray:
-    """The shape as the correction sees it: log2 sequence and head dimension (centred) and the causal flag."""
+    """The shape as the fits see it: log2 sequence and head dimension (centred), the causal flag, and the reference
+    length over the sequence length."""
+    seq = np.asarray(seq, "float64")
     return np.column_stack(
         [
-            np.log2(np.asarray(seq, "float64") / REFERENCE_SEQ),
+            np.log2(seq / REFERENCE_SEQ),
             np.log2(np.asarray(head_dim, "float64") / REFERENCE_HEAD_DIM),
             np.asarray(causal, "float64"),
+            REFERENCE_SEQ / seq,
         ]
     )
 
 
 @dataclass(frozen=True)
 class ShapeFit:
-    """A log ratio fitted by ridge regression on the first `columns` of `features`, priced with the sequence length
+    """A log ratio fitted by ridge regression on the `columns` of `features`, priced with the sequence length
     held to `seq_range`, the lengths it was fitted on.
 
     Measured attention throughput saturates in sequence length (the fused kernels of the FlashAttention-2 figures
@@ -130,7 +154,7 @@ class ShapeFit:
 
     ridge: Ridge
     seq_range: tuple[float, float]
-    columns: int
+    columns: tuple[int, ...]
     head_dim_range: tuple[float, float] | None = None
     """Where set, the head dimension is held to this range too (the measured head dimensions)."""
 
@@ -139,14 +163,42 @@ class ShapeFit:
         held = np.clip(np.asarray(seq, "float64"), *self.seq_range)
         if self.head_dim_range is not None:
             head_dim = np.clip(np.asarray(head_dim, "float64"), *self.head_dim_range)
-        return self.ridge.predict(features(held, head_dim, causal)[:, : self.columns])
+        return self.ridge.predict(features(held, head_dim, causal)[:, list(self.columns)])
 
 
-def _fit(seq: pd.Series, head_dim: pd.Series, causal: pd.Series, y: np.ndarray, columns: int = 3) -> ShapeFit:
-    """`y` fitted on the shapes' first `columns` features, with the lengths' range."""
+@dataclass(frozen=True)
+class TritonProxyFit:
+    """The log correction of llm-foundry's Triton kernel: FlashAttention v1's (`level`) at head dim
+    `PROXY_HEAD_DIM`, carried to other head dims as a Triton flash kernel's measured time changes with the head
+    dim (`head_dim`: OpenAI Triton's, relative to its composed prior).
+
+    The kernel is Tri Dao's Triton port of OpenAI's Triton fused-attention tutorial (its docstring: tiles of
+    128 x 128 queries x keys for every head dim up to 128, and "Make the backward for d=128 much faster by
+    reducing register spilling"), not FlashAttention v1's CUDA kernels, whose head dim 128 runs 14-25 % slower
+    per FLOP than head dim 64 on the A100 (16k tokens: 83 vs 97 causal, 83 vs 110 TFLOP/s not), 12-17 % on the
+    H100; OpenAI Triton's kernel runs both at one rate (80 vs 80, 95 vs 100). FlashAttention v1 is the measured
+    proxy of the level and of the change with length and causality, the Triton kernel of the head dim."""
+
+    level: ShapeFit
+    head_dim: ShapeFit
+
+    def predict(self, seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.ndarray:
+        """The log correction for each shape."""
+        reference = np.full(np.shape(head_dim), PROXY_HEAD_DIM)
+        return (
+            self.level.predict(seq, reference, causal)
+            + self.head_dim.predict(seq, head_dim, causal)
+            - self.head_dim.predict(seq, reference, causal)
+        )
+
+
+def _fit(
+    seq: pd.Series, head_dim: pd.Series, causal: pd.Series, y: np.ndarray, columns: tuple[int, ...] = SHAPE
+) -> ShapeFit:
+    """`y` fitted on the shapes' `columns` of `features`, with the lengths' range."""
     from sklearn.linear_model import Ridge  # scikit-learn (~1 s) loads when a model is fitted, not with the family
 
-    x = features(seq, head_dim, causal)[:, :columns]
+    x = features(seq, head_dim, causal)[:, list(columns)]
     seq_range = (float(np.min(seq)), float(np.max(seq)))
     return ShapeFit(Ridge(alpha=RIDGE_ALPHA).fit(x, y), seq_range, columns)
 
@@ -157,7 +209,7 @@ class AttentionModel:
     ratio to FlashAttention-2 per direction; per direction, the log correction of cuDNN's composed time on Hopper
     to FlashAttention-3's measured one (`hopper`, `hopper_fit`) and its band."""
 
-    corrections: dict[str, ShapeFit]
+    corrections: dict[str, ShapeFit | TritonProxyFit]
     bands: dict[str, tuple[float, float]]
     split: ShapeFit
     flex_ratio: dict[str, ShapeFit]
@@ -174,11 +226,11 @@ class AttentionModel:
         bwd_s: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Per shape, the (forward, backward) factors on the composed times `fwd_s`, `bwd_s` (the backward with its
-        memory passes): together they make fwd+bwd the learned correction, split as `split` says."""
-        total = np.exp(self.corrections[family].predict(seq, head_dim, causal))
+        memory passes): together they make fwd+bwd the learned correction, its backward / forward time the
+        measured ratio `split` says."""
+        total = np.exp(self.corrections[family].predict(seq, head_dim, causal)) * (fwd_s + bwd_s)
         ratio = np.exp(self.split.predict(seq, head_dim, causal))
-        forward = total * (fwd_s + bwd_s) / (fwd_s + ratio * bwd_s)
-        return forward, forward * ratio
+        return total / (1.0 + ratio) / fwd_s, total * ratio / (1.0 + ratio) / bwd_s
 
 
 def rows() -> pd.DataFrame:
@@ -239,18 +291,23 @@ def _log_residual(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return np.log(np.asarray(measured, "float64") / np.asarray(predicted, "float64"))
 
 
-def _split(tritonbench: pd.DataFrame, mechanism: Mechanism) -> ShapeFit:
-    """log(measured bwd/fwd over composed bwd/fwd) on the sequence length, from TritonBench's FlashAttention-2
-    rows timed both ways on one shape (composed on an H100 SXM: a ratio, not that device's times)."""
-    rows_ = tritonbench[tritonbench["kernel_impl"].isin(RATIO_IMPLEMENTATIONS)].assign(family="flash2")
+def _split(tritonbench: pd.DataFrame) -> ShapeFit:
+    """log(measured backward / forward time) on the sequence length, from TritonBench's FlashAttention-2 rows timed
+    both ways on one shape: a property of the kernel's algorithm (five products against two, and the backward's
+    extra passes), taken as it was measured on every GPU.
+
+    The ratio was once the measured one over the composed mechanism's on an H100, carried to other GPUs through
+    their composed ratio; on the A100 that priced the forward 28 % slower per FLOP than the backward (backward /
+    forward 1.95 at 16k tokens, head dim 128), against the one split measured (2.56-2.86 at 16k: the forward the
+    faster per FLOP) and llm-foundry's Triton kernel's docstring (its forward faster than FlashAttention v1's,
+    its backward slower), and activation checkpointing, which runs the forward twice, made it count twice."""
+    rows_ = tritonbench[tritonbench["kernel_impl"].isin(RATIO_IMPLEMENTATIONS)]
     keys = ["source_commit", "kernel_impl", "batch", "n_heads", "seqlen", "head_dim", "causal"]
     paired = rows_[rows_["direction"] == "fwd"].merge(
         rows_[rows_["direction"] == "bwd"][[*keys, "time_s"]], on=keys, suffixes=("", "_bwd")
     )
-    composed = composed_rows(paired, mechanism, pd.Series("h100-sxm", index=paired.index))
     measured_ratio = paired["time_s_bwd"].to_numpy() / paired["time_s"].to_numpy()
-    composed_ratio = composed["bwd_s"].to_numpy() / composed["fwd_s"].to_numpy()
-    return _fit(paired["seqlen"], paired["head_dim"], paired["causal"], np.log(measured_ratio / composed_ratio), 1)
+    return _fit(paired["seqlen"], paired["head_dim"], paired["causal"], np.log(measured_ratio), SPLIT)
 
 
 def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, ShapeFit]:
@@ -263,7 +320,7 @@ def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, ShapeFit]:
     for direction in ("fwd", "bwd"):
         here = paired[paired["direction"] == direction]
         ratio = np.log(here["time_s"].to_numpy() / here["time_s_flash"].to_numpy())
-        out[direction] = _fit(here["seqlen"], here["head_dim"], here["causal"], ratio, 1)
+        out[direction] = _fit(here["seqlen"], here["head_dim"], here["causal"], ratio, LENGTH)
     return out
 
 
@@ -283,7 +340,7 @@ def fit(mechanism: Mechanism) -> AttentionModel:
     from .kernels_public_data import OWN_DEVICE
 
     figures = measured_rows(mechanism)
-    figures = figures[figures["family"].isin({family for family, _ in CALL_KERNELS.values()})]
+    figures = figures[figures["family"].isin({family for family, _ in CALL_KERNELS.values()} | {TRITON_FAMILY})]
     found = rows()
     tritonbench = found[found["device"] == OWN_DEVICE]
     corrections, bands = {}, {}
@@ -292,13 +349,14 @@ def fit(mechanism: Mechanism) -> AttentionModel:
         out = _held_out_residuals(group)
         residuals = out if out is not None else _log_residual(group["time_s"], _learned(corrections[family], group))
         bands[family] = tuple(float(q) for q in np.quantile(residuals, BAND))
+    corrections["lftriton"] = TritonProxyFit(corrections["flash1"], corrections.pop(TRITON_FAMILY))
+    bands.pop(TRITON_FAMILY)
+    bands["lftriton"] = bands["flash1"]
     hopper, hopper_bands = {}, {}
     for direction, group in hopper_rows(mechanism).groupby("direction"):
         hopper[direction] = hopper_fit(group)
         hopper_bands[direction] = tuple(float(q) for q in np.quantile(_held_out_by_band(group)[0], BAND))
-    return AttentionModel(
-        corrections, bands, _split(tritonbench, mechanism), _flex_ratio(tritonbench), hopper, hopper_bands
-    )
+    return AttentionModel(corrections, bands, _split(tritonbench), _flex_ratio(tritonbench), hopper, hopper_bands)
 
 
 def device_ratio(found: pd.DataFrame) -> float:
@@ -352,7 +410,7 @@ def hopper_fit(frame: pd.DataFrame) -> ShapeFit:
     the head dimension where more than one was measured (the backward: head dim 64 alone, so head dim 128's
     backward takes 64's correction on its own composed time), both held to the measured range (a head dim of 256
     takes 128's). The rows are non-causal: a causal call keeps the composed mechanism's causal share of tiles."""
-    columns = 2 if frame["head_dim"].nunique() > 1 else 1
+    columns = (0, 1) if frame["head_dim"].nunique() > 1 else LENGTH
     y = _log_residual(frame["sxm_s"], frame["composed_s"])
     shape_fit = _fit(frame["seqlen"], frame["head_dim"], frame["causal"], y, columns)
     return replace(shape_fit, head_dim_range=(float(frame["head_dim"].min()), float(frame["head_dim"].max())))

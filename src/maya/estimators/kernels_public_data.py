@@ -179,14 +179,14 @@ def load(path: Path | None = None) -> Checked:
 
 FUSED_KERNELS: dict[str, str] = {
     "FlashAttention-2": "flash",
-    "FlashAttention": "lftriton",
+    "FlashAttention": "flash1",
     "xformers": "efficient",
     "sdpa": "flash",
     "flash_v2": "flash",
     "flex_attention": "flex",
 }
-"""A fused implementation measured -> the call-frame kernel that runs it (FlashAttention v1 is the kernel the
-`lftriton` calls are priced from, `attention_model`); the others (OpenAI-Triton's 2023 kernel, FlashAttention-3,
+"""A fused implementation measured -> the call-frame kernel that runs it (FlashAttention v1, `flash1`, is the
+kernel the `lftriton` calls are priced from, `attention_model`); the others (OpenAI-Triton's 2023 kernel, FlashAttention-3,
 ThunderKittens, ...) are not a kernel a traced call is priced as."""
 EAGER = "Pytorch"
 """Eager attention (baddbmm, causal mask add, softmax, einsum; autograd backward): Maya's own kernels."""
@@ -225,7 +225,7 @@ def _row_calls(row) -> list[dict] | str:
     shape = {"family": "attention", "batch": heads, "m": s, "n": s, "k": d}
     suffix = "_causal" if row.causal else ""
     out = [{**shape, "op": f"{kernel}_{direction}{suffix}"} for direction in directions]
-    if "bwd" in directions and kernel in ("flash", "lftriton"):
+    if "bwd" in directions and kernel in ("flash", "flash1", "lftriton"):
         out += [{**shape, "op": f"{kernel}_bwd_{part}"} for part in ("preprocess", "postprocess")]
     return out
 

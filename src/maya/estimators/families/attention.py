@@ -52,7 +52,8 @@ elementwise family prices such a pass.
 
 Call frame: `batch` = batch x heads, `m` query length, `n` key length, `k` head dimension; op
 `<kernel>_<fwd|bwd>[_causal]` with kernel `sdpa` (cuDNN), `flash`, `efficient` (CUTLASS), `flex` (Triton
-templates) or `lftriton` (llm-foundry's Triton flash attention: `simulator.attention_shapes`).
+templates), `lftriton` (llm-foundry's Triton flash attention: `simulator.attention_shapes`) or `flash1`
+(FlashAttention v1's CUDA kernels, which only the public measurements name).
 
 Kernels measured in public (FlashAttention-2, the CUTLASS kernels, FlexAttention, and FlashAttention v1 as the
 proxy of llm-foundry's Triton kernel) are priced by `compose` as this mechanism times a correction learned on
@@ -162,6 +163,12 @@ class AttentionPredictor(FamilyPredictor):
         "efficient_bwd_causal",
         "flex_fwd",
         "flex_bwd",
+        "flash1_fwd",
+        "flash1_bwd",
+        "flash1_fwd_causal",
+        "flash1_bwd_causal",
+        "flash1_bwd_preprocess",
+        "flash1_bwd_postprocess",
         "lftriton_fwd",
         "lftriton_bwd",
         "lftriton_fwd_causal",
