@@ -172,7 +172,7 @@ def run_search(
                 command_hash = task.command_hash(capture_salt)
                 cached = log.emulated(prediction_hash(command_hash, prediction_salt)) if log else None
                 earlier = log.captured(command_hash) if log and cached is None else None
-                if earlier is not None and earlier.trace_hash is None:  # out of memory while emulating
+                if earlier is not None and earlier.status == "oom" and earlier.trace_hash is None:  # while emulating
                     earlier.prediction_hash, cached = prediction_hash(command_hash, prediction_salt), earlier
                 if cached is not None:
                     cached.source = "command-cache"
