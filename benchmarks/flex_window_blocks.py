@@ -17,6 +17,7 @@ tokens), 128-token blocks. Each record's mask is rebuilt as its script builds it
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -63,25 +64,18 @@ def main() -> None:
         documents = stand_in_documents(tokens)
         stand_in = stand_in_blocks(tokens, tokens, BLOCK, BLOCK, True)
         partial, full, distance = block_masks(documents)
-        cache: dict[int, int] = {}
         if name.startswith("2024"):
-            windows = [int(64 * ((s / steps * (1792 - 64) + 64) // 64)) for s in range(steps)]
-            blocks = [cache.setdefault(w, document_blocks(documents, tokens, tokens, BLOCK, BLOCK, w)) for w in windows]
+            count = functools.cache(functools.partial(document_blocks, documents, tokens, tokens, BLOCK, BLOCK))
+            blocks = [count(int(64 * ((s / steps * (1792 - 64) + 64) // 64))) for s in range(steps)]
         elif long_short is None:
-            blocks = [
-                cache.setdefault(sw, windowed_blocks(partial, full, distance, sw))
-                for sw in (window(s, steps) // BLOCK for s in range(steps))
-            ]
+            count = functools.cache(functools.partial(windowed_blocks, partial, full, distance))
+            blocks = [count(window(s, steps) // BLOCK) for s in range(steps)]
         else:
             layers_long, layers_short = long_short
-            sws = [window(s, steps) // BLOCK for s in range(steps)]
+            count = functools.cache(functools.partial(clamped_blocks, partial, full))
             blocks = [
-                (
-                    layers_long * cache.setdefault(sw, clamped_blocks(partial, full, sw))
-                    + layers_short * cache.setdefault(sw // 2, clamped_blocks(partial, full, sw // 2))
-                )
-                / (layers_long + layers_short)
-                for sw in sws
+                (layers_long * count(sw) + layers_short * count(sw // 2)) / (layers_long + layers_short)
+                for sw in (window(s, steps) // BLOCK for s in range(steps))
             ]
         mean = float(np.mean(blocks))
         print(

@@ -1,7 +1,8 @@
 """The published MPT rows against their own neighbours (for telling a mechanism Maya misses from a row the table
 itself does not explain; not a prediction): step time per token processed on a GPU, by sequence length at a fixed
-number of tokens a micro-batch, and by GPU count at a fixed model and sequence, measured and, where a results CSV
-gives a prediction, predicted.
+number of tokens a micro-batch, and by GPU count at a fixed model and sequence (with both ends' micro-batch and
+gradient accumulation, which the tables often change with the GPU count), measured and, where a results CSV gives
+a prediction, predicted.
 
     .venv/bin/python benchmarks/mpt_neighbours.py [--results RESULTS.csv] [--model 760m]
 
@@ -73,7 +74,8 @@ def by_sequence(rows: pd.DataFrame) -> pd.DataFrame:
 def by_gpu_count(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (table, model, sequence, checkpointing) seen at two GPU counts or more: the growth in percent of the
     time per token from the fewest GPUs to the most, measured and, when `rows` carry predictions, predicted
-    (then over the predicted rows only)."""
+    (then over the predicted rows only), with both ends' micro-batch and gradient accumulation (`mb`, `ga`):
+    the tables often change them with the GPU count, so a growth may hold their change as well as the count's."""
     keys = ["table", "model", "seq", "checkpointing"]
     if "predicted_us_per_token" in rows:
         rows = rows.dropna(subset=["predicted_us_per_token"])
@@ -84,6 +86,8 @@ def by_gpu_count(rows: pd.DataFrame) -> pd.DataFrame:
         group = group.sort_values(["gpus", "row"])
         first, last = group.iloc[0], group.iloc[-1]
         record = dict(zip(keys, key), rows=f"{first.row}->{last.row}", gpus=f"{first.gpus}->{last.gpus}")
+        record["mb"] = f"{first.micro_batch}->{last.micro_batch}"
+        record["ga"] = f"{first.grad_accum}->{last.grad_accum}"
         record["measured_growth_pct"] = (last.measured_us_per_token / first.measured_us_per_token - 1) * 100
         if "predicted_us_per_token" in group:
             record["predicted_growth_pct"] = (last.predicted_us_per_token / first.predicted_us_per_token - 1) * 100
@@ -107,7 +111,7 @@ def main() -> None:
     columns += ["predicted_us_per_token", "error_pct"] if args.results else []
     print("By sequence length at a fixed number of tokens a micro-batch:")
     print(by_sequence(rows)[columns + ["rises"]].round(2).to_string())
-    print("\nBy GPU count at a fixed model and sequence:")
+    print("\nBy GPU count at a fixed model and sequence (mb, ga: micro-batch and gradient accumulation at each end):")
     print(by_gpu_count(rows).round(2).to_string(index=False))
 
 

@@ -30,7 +30,17 @@ from pathlib import Path
 
 from maya.core.hardware import DEFAULT_HARDWARE
 from maya.core.paths import maya_home
-from maya.search import LocalExecutor, MayaEvaluator, Outcome, SearchLog, load_space, run_search, search_id
+from maya.search import (
+    LocalExecutor,
+    MayaEvaluator,
+    Outcome,
+    SearchLog,
+    evaluator_salts,
+    load_space,
+    run_search,
+    script_digest,
+    search_id,
+)
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workloads" / "fsdp_tp_gpt.py"
@@ -60,7 +70,8 @@ def space():
 
 
 def evaluator(out_dir: Path) -> MayaEvaluator:
-    return MayaEvaluator(str(out_dir), DEFAULT_HARDWARE, 8, DURATIONS)
+    salts = evaluator_salts(DEFAULT_HARDWARE, 8, DURATIONS, None, script=script_digest([str(WORKLOAD)]))
+    return MayaEvaluator(str(out_dir), salts, DEFAULT_HARDWARE, 8, DURATIONS)
 
 
 def regrid(parallel: int) -> None:
@@ -70,7 +81,7 @@ def regrid(parallel: int) -> None:
 
     work = maya_home() / "benchmarks" / "search-grid"
     sp, ev = space(), evaluator(work)
-    log = SearchLog(search_id(sp, "grid", "time", 0, getattr(ev, "salt", ""), None), work / "warehouse.duckdb")
+    log = SearchLog(search_id(sp, "grid", "time", 0, ev.salts.search, None), work / "warehouse.duckdb")
     log.open(sp.digest(), COMMAND, {"algorithm": "grid", "durations": DURATIONS})
     clock = work / "wall_s"
     before = float(clock.read_text()) if clock.exists() and log.points() else 0.0
@@ -172,7 +183,7 @@ def cmaes(seeds: int, replay: bool, parallel: int) -> None:
     for seed in range(seeds):
         with tempfile.TemporaryDirectory() as tmp:
             ev = Replay(outcomes) if replay else evaluator(Path(tmp) / "out")
-            salt = "replay" if replay else ev.salt
+            salt = "replay" if replay else ev.salts.search
             log = SearchLog(search_id(sp, "cmaes", "time", seed, salt, None), Path(tmp) / "warehouse.duckdb")
             log.open(sp.digest(), COMMAND, {"algorithm": "cmaes", "seed": seed})
             t0 = time.monotonic()

@@ -264,45 +264,45 @@ def test_identical_commands_are_never_evaluated_twice_across_searches(tmp_path):
     assert len(fake.calls) == 4 and {r.outcome.source for r in result.records} == {"command-cache"}
 
 
-def test_a_search_under_another_host_factor_or_cluster_file_reuses_no_command(tmp_path, monkeypatch):
-    """The command cache's salt holds the host factor as resolved (unset and 0 are one) and the cluster spec
-    file's contents, not only its name: a search that would predict otherwise evaluates afresh."""
-    from maya.search import MayaEvaluator, evaluator_salt
+def test_a_search_under_another_host_factor_or_cluster_file_predicts_afresh(tmp_path, monkeypatch):
+    """The prediction salt holds the host factor as resolved (unset and 0 are one) and the cluster spec file's
+    contents, not only its name: a search that would predict otherwise reuses no logged outcome."""
+    from maya.search import evaluator_salts
 
     spec = tmp_path / "c.json"
     spec.write_text(json.dumps({"name": "c", "hardware": "h100-sxm", "gpus_per_node": 8, "pcie": {"generation": 5}}))
     monkeypatch.delenv("MAYA_HOST_FACTOR", raising=False)
-    salt = evaluator_salt("h100-sxm", 8, "auto", str(spec))
+    salt = evaluator_salts("h100-sxm", 8, "auto", str(spec)).prediction
     monkeypatch.setenv("MAYA_HOST_FACTOR", "0")
-    assert evaluator_salt("h100-sxm", 8, "auto", str(spec)) == salt
-    assert MayaEvaluator(str(tmp_path), "h100-sxm", 8, "auto", str(spec)).salt == salt
+    assert evaluator_salts("h100-sxm", 8, "auto", str(spec)).prediction == salt
     monkeypatch.setenv("MAYA_HOST_FACTOR", "1")
-    assert evaluator_salt("h100-sxm", 8, "auto", str(spec)) != salt
+    assert evaluator_salts("h100-sxm", 8, "auto", str(spec)).prediction != salt
     monkeypatch.delenv("MAYA_HOST_FACTOR")
     spec.write_text(spec.read_text().replace('"generation": 5', '"generation": 4'))
-    assert evaluator_salt("h100-sxm", 8, "auto", str(spec)) != salt
-    assert evaluator_salt("h100-sxm", 8, "auto", "dgx-h100") != evaluator_salt("h100-sxm", 8, "auto", None)
+    assert evaluator_salts("h100-sxm", 8, "auto", str(spec)).prediction != salt
+    assert evaluator_salts("h100-sxm", 8, "auto", "dgx-h100") != evaluator_salts("h100-sxm", 8, "auto", None)
 
 
-def test_a_search_after_an_edit_of_the_script_or_the_estimators_reuses_no_command(tmp_path, monkeypatch):
-    """The salt holds the script's contents and the estimator version `auto` resolves to: an edited script, or
-    retrained estimators, evaluate afresh instead of answering from the command cache."""
+def test_an_edited_script_captures_anew_and_retrained_estimators_or_predictor_predict_anew(tmp_path, monkeypatch):
+    """The capture salt holds the script's contents (and the emulator's), the prediction salt the estimator version
+    `auto` resolves to and the predictor's digest: an edited script captures afresh; retrained estimators or an
+    edited predictor keep the capture and predict it again."""
+    import maya.api
     from maya.core.warehouse import insert_row, transaction
-    from maya.search import evaluator_salt, script_digest
+    from maya.search import evaluator_salts, script_digest
 
     script = tmp_path / "train.py"
     script.write_text("print(1)\n")
     warehouse = str(tmp_path / "wh.duckdb")
 
-    def salt() -> str:
-        return evaluator_salt("h100-sxm", 8, "auto", None, script=script_digest([str(script)]), warehouse=warehouse)
+    def salts(durations="auto"):
+        return evaluator_salts("h100-sxm", 8, durations, None, script=script_digest([str(script)]), warehouse=warehouse)
 
-    first = salt()
-    assert salt() == first
+    first = salts()
+    assert salts() == first and first.estimator_version is None
     script.write_text("print(2)\n")
-    edited = salt()
-    assert edited != first
-    assert script_digest(["-m", "json.tool"]) != "" and script_digest([str(tmp_path / "gone.py")]) == ""
+    edited = salts()
+    assert edited.capture != first.capture and edited.prediction == first.prediction
     with transaction(warehouse) as con:
         for version, sha in (("v1", "a" * 64), ("v2", "b" * 64)):
             insert_row(
@@ -324,15 +324,164 @@ def test_a_search_after_an_edit_of_the_script_or_the_estimators_reuses_no_comman
                 },
             )
         insert_row(con, "estimator_aliases", {"alias": "latest", "version": "v1"})
-    on_v1 = salt()
-    assert on_v1 != edited
+    on_v1 = salts()
+    assert on_v1.prediction != edited.prediction and on_v1.capture == edited.capture
+    assert on_v1.estimator_version == "v1"  # what the points' PredictOptions name, not the moving alias
     with transaction(warehouse) as con:
         con.execute("UPDATE estimator_aliases SET version = 'v2'")
-    assert salt() != on_v1
-    roofline = evaluator_salt("h100-sxm", 8, "roofline", None, warehouse=warehouse)
+    assert salts().prediction != on_v1.prediction and salts().estimator_version == "v2"
+    roofline = salts("roofline")
     with transaction(warehouse) as con:
         con.execute("UPDATE estimator_aliases SET version = 'v1'")
-    assert evaluator_salt("h100-sxm", 8, "roofline", None, warehouse=warehouse) == roofline  # no estimators used
+    assert salts("roofline") == roofline and roofline.estimator_version is None  # no estimators used
+    monkeypatch.setattr(maya.api, "predictor_digest", lambda: "edited simulator")
+    assert salts().prediction != on_v1.prediction and salts().capture == on_v1.capture
+
+
+def test_an_unreadable_warehouse_is_an_error_not_an_empty_salt(tmp_path):
+    """A warehouse that cannot be read raises instead of hashing as "no estimator version" (which would price with
+    the roofline label while a worker prices with the estimators)."""
+    import duckdb
+
+    from maya.search import evaluator_salts
+
+    broken = tmp_path / "wh.duckdb"
+    broken.write_bytes(b"not a duckdb file" * 100)
+    with pytest.raises((duckdb.Error, OSError)):
+        evaluator_salts("h100-sxm", 8, "auto", None, warehouse=str(broken))
+    assert evaluator_salts("h100-sxm", 8, "roofline", None, warehouse=str(broken)).estimator_version is None
+
+
+def test_the_predictor_digest_covers_the_shipped_data_the_estimators_fit(tmp_path, monkeypatch):
+    """`predictor_digest` changes with a public kernel measurement (the attention model is fitted on them when
+    loaded), not with their documentation."""
+    import shutil
+
+    import maya.core.paths
+    from maya.api.stages import PREDICTOR_DATA, predictor_digest
+
+    data = tmp_path / "data"
+    for folder in PREDICTOR_DATA:
+        shutil.copytree(maya.core.paths.data_dir() / folder, data / folder)
+    monkeypatch.setattr(maya.core.paths, "data_dir", lambda: data)
+    predictor_digest.cache_clear()
+    try:
+        before = predictor_digest()
+        (data / "kernels_public" / "README.md").write_text("edited")
+        assert predictor_digest.__wrapped__() == before
+        measurements = next((data / "kernels_public").rglob("*.csv"))
+        measurements.write_text(measurements.read_text() + "\n")
+        assert predictor_digest.__wrapped__() != before
+    finally:
+        predictor_digest.cache_clear()
+
+
+def test_script_digest_finds_a_local_module_without_importing_its_package(tmp_path, monkeypatch):
+    """`-m pkg.train` resolves from the working directory, as the emulated ranks run it, without importing `pkg`
+    (whose `__init__` may fail outside the job); the module's folder is hashed; what cannot be found is `UNRESOLVED`,
+    never an exception."""
+    import sys
+
+    from maya.search import UNRESOLVED, script_digest
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (pkg / "train.py").write_text("print(1)\n")
+    (pkg / "__main__.py").write_text("print(0)\n")
+    (tmp_path / "localmod.py").write_text("print(3)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", ["/nonexistent-script-dir", *[p for p in sys.path if p not in ("", ".")]])
+    first = script_digest(["-m", "pkg.train", "--steps", "1"])
+    assert first != UNRESOLVED and "pkg" not in sys.modules
+    assert script_digest(["-m", "localmod"]) != UNRESOLVED
+    assert script_digest(["-m", "pkg"]) not in (UNRESOLVED, first)  # a package runs its __main__
+    (pkg / "util.py").write_text("X = 1\n")  # a module beside it, which it may import
+    assert script_digest(["-m", "pkg.train"]) != first
+    assert script_digest([str(pkg / "train.py")]) == script_digest(["-m", "pkg.train"])
+    assert script_digest(["-m", "pkg.missing"]) == UNRESOLVED
+    assert script_digest(["-m", "localmod.sub"]) == UNRESOLVED
+    assert script_digest(["-m", "json.tool"]) != UNRESOLVED
+    assert script_digest([str(tmp_path / "gone.py")]) == UNRESOLVED
+
+
+class Salted(Fake):
+    """A fake with the salts of a search; every point it evaluates names its capture `runs/<command hash>`."""
+
+    def __init__(self, figures, prediction="p1"):
+        from maya.search import Salts
+
+        super().__init__(figures)
+        self.salts, self.tasks = Salts("c1", prediction, None), []
+
+    def __call__(self, task, known):
+        self.tasks.append(task)
+        outcome = super().__call__(task, known)
+        outcome.run_dir = f"runs/{task.command_hash(self.salts.capture)}"
+        outcome.trace_hash = outcome.run_dir if outcome.status == "ok" else None  # oom: while emulating
+        return outcome
+
+
+def test_a_changed_predictor_predicts_the_earlier_captures_again(tmp_path):
+    """Across searches, a point whose command was captured alike but predicted otherwise is evaluated again from
+    that capture (its task names it); one predicted alike is answered from the command cache; one that ran out of
+    memory while emulating is not emulated again."""
+    s = space({"tp": [1, 2], "mbs": [1, 2]})
+    figures = lambda v: (int(v["tp"]) + int(v["mbs"]), 200 if v["tp"] == "2" and v["mbs"] == "2" else 10)  # noqa: E731
+    wh = tmp_path / "wh.duckdb"
+
+    def search(fake, sid):
+        log = SearchLog(sid, wh)
+        log.open(s.digest(), s.command, {})
+        return run_search(s, fake, algorithm="grid", log=log)
+
+    first = Salted(figures)
+    search(first, "a")
+    assert len(first.tasks) == 4 and all(t.capture is None for t in first.tasks)
+    same = Salted(figures)
+    result = search(same, "b")
+    assert same.tasks == [] and {r.outcome.source for r in result.records} == {"command-cache"}
+    edited = Salted(figures, prediction="p2")
+    result = search(edited, "c")
+    assert len(edited.tasks) == 3 and all(t.capture == f"runs/{t.command_hash('c1')}" for t in edited.tasks)
+    oom = next(r for r in result.records if r.params == {"tp": 2, "mbs": 2})
+    assert oom.outcome.status == "oom" and oom.outcome.source == "command-cache"
+    again = Salted(figures, prediction="p2")
+    assert {r.outcome.source for r in search(again, "d").records} == {"command-cache"} and again.tasks == []
+
+
+def test_maya_evaluator_predicts_a_named_capture_with_the_resolved_version(tmp_path, monkeypatch):
+    """A task naming an earlier complete capture is predicted from it, not emulated, and with the estimator version
+    the search resolved (a `latest` that moves mid-search cannot relabel it)."""
+    from types import SimpleNamespace
+
+    import maya.api
+    import maya.search.evaluate
+    from maya.emulator.capture_cache import CaptureCache
+    from maya.search import MayaEvaluator, Salts, Task
+
+    task = Task("k", ("train.py",), (), 8)
+    salts = Salts("c1", "p1", "v7")
+    earlier = tmp_path / "earlier" / "runs" / task.command_hash("c1")
+    earlier.mkdir(parents=True)
+    asked = []
+
+    def emulate(*args, **kwargs):
+        raise AssertionError("emulated again")
+
+    def predict(run_dir, options):
+        asked.append((run_dir, options.estimator_version))
+        return SimpleNamespace(oom=False, iteration_ns=5.0, peak_memory_bytes=1, mfu=0.1, hfu=0.2, oom_reason=None)
+
+    monkeypatch.setattr(CaptureCache, "lookup", lambda self, key: p if (p := self.path(key)).is_dir() else None)
+    monkeypatch.setattr(maya.api, "capture", emulate)
+    monkeypatch.setattr(maya.api, "predict", predict)
+    monkeypatch.setattr(maya.search.evaluate, "trace_digest", lambda run_dir: "t")
+    evaluator = MayaEvaluator(str(tmp_path / "out"), salts, "h100-sxm", 8, "auto")
+    outcome = evaluator(Task("k", ("train.py",), (), 8, capture=str(earlier)), {})
+    assert asked == [(earlier, "v7")]
+    assert outcome.status == "ok" and outcome.source == "capture-cache" and outcome.run_dir == str(earlier)
+    assert outcome.command_hash == task.command_hash("c1") and outcome.prediction_hash not in (None, "")
 
 
 def test_evaluators_are_told_the_traces_already_predicted():

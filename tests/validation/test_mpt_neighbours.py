@@ -42,6 +42,14 @@ def test_growth_with_gpu_count_over_predicted_rows(neighbours):
     assert growth["predicted_growth_pct"] == pytest.approx(2.0)
 
 
+def test_gpu_count_growth_shows_both_ends_micro_batch_and_accumulation(neighbours):
+    """A family whose ends differ in micro-batch or gradient accumulation says so beside its growth."""
+    table = rows([("a", 8, 2048, 4, 1.0), ("a", 64, 2048, 8, 2.2)])
+    table.loc[0, "grad_accum"] = 4
+    growth = neighbours.by_gpu_count(table).iloc[0]
+    assert (growth["mb"], growth["ga"]) == ("4->8", "4->1")
+
+
 def test_results_without_predictions_are_refused(neighbours):
     with pytest.raises(ValueError, match="'row' and 'predicted'"):
         neighbours.with_predictions(rows([("a", 8, 2048, 4, 1.0)]), pd.DataFrame({"row": [0]}))

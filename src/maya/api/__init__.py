@@ -23,6 +23,7 @@ from .stages import (
     device_time,
     host_factor,
     predict,
+    predictor_digest,
     record,
     replay,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "host_factor",
     "open_run",
     "predict",
+    "predictor_digest",
     "record",
     "replay",
 ]

@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -251,6 +252,30 @@ def host_factor(hardware: str = DEFAULT_HARDWARE, cluster: str | None = None) ->
     from maya.simulator.simulation import host_factor as resolve
 
     return resolve(cluster, catalog.get(hardware))
+
+
+PREDICTOR_SOURCES = ("api", "simulator", "estimators")
+"""Maya's packages whose source turns a trace into a prediction (`predictor_digest`)."""
+PREDICTOR_DATA = ("hardware", "clusters", "collectives", "band", "kernels_public")
+"""The folders of shipped data the predictor reads at run time (the attention model is fitted on
+`kernels_public` when loaded): their files, documentation aside, are part of `predictor_digest`."""
+
+
+@lru_cache(maxsize=1)
+def predictor_digest() -> str:
+    """Of what turns a trace and an estimator version into a prediction besides the options: Maya's version, the
+    source of `PREDICTOR_SOURCES` and the shipped data of `PREDICTOR_DATA`. Equal digests predict alike."""
+    import maya
+    from maya.core.paths import data_dir
+
+    root, data = Path(maya.__file__).parent, data_dir()
+    files = [(p, root) for package in PREDICTOR_SOURCES for p in sorted((root / package).rglob("*.py"))]
+    files += [(p, data) for folder in PREDICTOR_DATA for p in sorted((data / folder).rglob("*")) if p.suffix != ".md"]
+    h = hashlib.sha256(maya.__version__.encode())
+    for path, base in files:
+        if path.is_file():
+            h.update(str(path.relative_to(base)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def predict(run_dir: str | Path, options: PredictOptions = PredictOptions()) -> Prediction:

@@ -69,15 +69,18 @@ def search_cmd(
     pruning rules skip the points they decide, and every point is logged in the warehouse
     (`search_points`).
     """
+    import duckdb
+
     from maya.core.paths import maya_home
     from maya.search import (
+        UNRESOLVED,
         LocalExecutor,
         MayaEvaluator,
         RayExecutor,
         SearchLog,
         SpaceError,
         UnknownSearch,
-        evaluator_salt,
+        evaluator_salts,
         load_space,
         run_search,
         script_digest,
@@ -99,17 +102,24 @@ def search_cmd(
         the_space = load_space(space, command, gpus)
     except SpaceError as e:
         fail(f"{space}: {e}", 2)
+    script = script_digest(command)
+    if script == UNRESOLVED:
+        err.print(
+            f"[yellow]warning:[/] cannot read the script of `{' '.join(command[:2])}`: the command cache cannot see "
+            "its edits (searches after an edit reuse the earlier captures)"
+        )
     try:
-        script = script_digest(command)
-        salt = evaluator_salt(
+        salts = evaluator_salts(
             hardware, per_node, durations.value, cluster, script=script, warehouse=str(warehouse) if warehouse else None
         )
     except ValueError as e:  # MAYA_HOST_FACTOR that is not a factor
         fail(str(e), 2)
-    sid = resume or search_id(the_space, algorithm.value, objective.value, seed, salt, price_per_gpu_hour)
+    except (duckdb.Error, OSError) as e:
+        fail(f"cannot read the estimator version from the warehouse: {e}", 2)
+    sid = resume or search_id(the_space, algorithm.value, objective.value, seed, salts.search, price_per_gpu_hour)
     target = out_dir or maya_home() / "searches" / sid
     evaluator = MayaEvaluator(
-        str(target), hardware, per_node, durations.value, cluster, str(warehouse) if warehouse else None, script
+        str(target), salts, hardware, per_node, durations.value, cluster, str(warehouse) if warehouse else None
     )
     log = SearchLog(sid, warehouse)
     try:

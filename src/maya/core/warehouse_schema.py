@@ -92,6 +92,7 @@ TABLES: dict[str, str] = {
     objective          DOUBLE,
     reason             VARCHAR,
     command_hash       VARCHAR,
+    prediction_hash    VARCHAR,
     trace_hash         VARCHAR,
     run_dir            VARCHAR,
     command            VARCHAR,
@@ -235,6 +236,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("predictions", "peer_wait_ms", "DOUBLE", since="2026-11-29"),
     Migration("predictions", "hfu", "DOUBLE", since="2026-11-29"),
     Migration("search_points", "hfu", "DOUBLE", since="2026-11-29"),  # older points: NULL
+    # older points: NULL (never reused whole: their capture is predicted again)
+    Migration("search_points", "prediction_hash", "VARCHAR", since="2026-11-29"),
 )
 """Every migration, oldest first. A migration runs on a warehouse whose table lacks its column; a table
 created from `TABLES` already has every column, so none runs on it."""

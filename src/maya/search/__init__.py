@@ -2,7 +2,7 @@
 predicting candidate points, with Maya's pruning rules, caching and a resumable log in the warehouse."""
 
 from .algorithms import ALGORITHMS, CMAES, Grid, Random
-from .evaluate import Evaluator, MayaEvaluator, Task, evaluator_salt, script_digest, trace_digest
+from .evaluate import UNRESOLVED, Evaluator, MayaEvaluator, Salts, Task, evaluator_salts, script_digest, trace_digest
 from .executors import LocalExecutor, RayExecutor
 from .expr import Expr, ExprError
 from .log import SearchLog, UnknownSearch
@@ -15,6 +15,7 @@ from .space import Parameter, Space, SpaceError, load_space
 
 __all__ = [
     "ALGORITHMS",
+    "UNRESOLVED",
     "CMAES",
     "Evaluator",
     "Expr",
@@ -30,12 +31,13 @@ __all__ = [
     "Record",
     "Rules",
     "SearchLog",
+    "Salts",
     "SearchResult",
     "Space",
     "SpaceError",
     "Task",
     "UnknownSearch",
-    "evaluator_salt",
+    "evaluator_salts",
     "script_digest",
     "load_space",
     "pareto_front",

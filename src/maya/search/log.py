@@ -24,6 +24,7 @@ OUTCOME_COLUMNS = (
     "world_size",
     "reason",
     "command_hash",
+    "prediction_hash",
     "trace_hash",
     "run_dir",
     "seconds",
@@ -70,13 +71,22 @@ class SearchLog:
             ).fetchall()
         return {r[0]: Outcome.from_dict(dict(zip(OUTCOME_COLUMNS, r[1:]))) for r in rows}
 
-    def emulated(self, command_hash: str) -> Outcome | None:
-        """An earlier evaluation (of any search) of the same command, if one was logged."""
+    def emulated(self, prediction_hash: str) -> Outcome | None:
+        """An earlier outcome (of any search) of the same command, emulated and predicted alike, if one was
+        logged."""
+        return self._first("prediction_hash", prediction_hash)
+
+    def captured(self, command_hash: str) -> Outcome | None:
+        """An earlier outcome (of any search) of the same command emulated alike, however it was predicted, if one
+        was logged: its capture (`run_dir`) can be predicted again."""
+        return self._first("command_hash", command_hash)
+
+    def _first(self, column: str, value: str) -> Outcome | None:
         with transaction(self.warehouse) as con:
             row = con.execute(
-                f"SELECT {', '.join(OUTCOME_COLUMNS)} FROM search_points WHERE command_hash = ? "
+                f"SELECT {', '.join(OUTCOME_COLUMNS)} FROM search_points WHERE {column} = ? "
                 "AND status IN ('ok', 'oom') ORDER BY recorded_at LIMIT 1",
-                [command_hash],
+                [value],
             ).fetchone()
         return None if row is None else Outcome.from_dict(dict(zip(OUTCOME_COLUMNS, row)))
 

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 STATUSES = ("ok", "oom", "failed", "pruned", "derived")
-SOURCES = ("evaluated", "command-cache", "trace-cache", "rule")
+SOURCES = ("evaluated", "capture-cache", "command-cache", "trace-cache", "rule")
 
 
 @dataclass
@@ -24,6 +24,9 @@ class Outcome:
     source: str = "evaluated"
     reason: str | None = None
     command_hash: str | None = None
+    """What keys the capture: the command and what changes its trace (`Task.command_hash`)."""
+    prediction_hash: str | None = None
+    """What keys this outcome: the command hash and what changes the prediction (`prediction_hash`)."""
     trace_hash: str | None = None
     run_dir: str | None = None
     seconds: float = 0.0
@@ -37,7 +40,7 @@ class Outcome:
     @property
     def counts(self) -> bool:
         """Whether this point cost an emulation or a simulation."""
-        return self.source in ("evaluated", "trace-cache") and self.status not in ("pruned", "derived")
+        return self.source in ("evaluated", "capture-cache", "trace-cache") and self.status not in ("pruned", "derived")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

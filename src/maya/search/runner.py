@@ -1,5 +1,6 @@
 """The search loop: the algorithm proposes points; each is answered from the log, by a pruning rule,
-from the command cache, or evaluated on the executor; every answer is logged and told back."""
+from the command cache, or evaluated on the executor (predicted from an earlier capture of its command where
+only the predictor changed); every answer is logged and told back."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .algorithms import ALGORITHMS, CMAES, Algorithm, Grid, Random
-from .evaluate import Evaluator, Task
+from .evaluate import Evaluator, Task, prediction_hash
 from .executors import Executor, LocalExecutor
 from .log import SearchLog
 from .objective import OBJECTIVES, cost_per_iteration, objective_value
@@ -106,8 +107,13 @@ def run_search(
     points = rules.order(space.valid_points())
     if budget is None:
         budget = len(points) if algorithm == "grid" else max(1, math.floor(DEFAULT_SHARE * len(points)))
-    salt = getattr(evaluator, "salt", "")
-    sid = log.search_id if log else search_id(space, algorithm, objective, seed, salt, price_per_gpu_hour)
+    salts = getattr(evaluator, "salts", None)
+    capture_salt, prediction_salt = (salts.capture, salts.prediction) if salts else ("", "")
+    sid = (
+        log.search_id
+        if log
+        else search_id(space, algorithm, objective, seed, salts.search if salts else "", price_per_gpu_hour)
+    )
     result = SearchResult(sid, objective, valid_points=len(points))
     logged = log.points() if log else {}
     known: dict[Point, Outcome] = {}
@@ -145,7 +151,8 @@ def run_search(
         by_key = {task.key: point for point, task in tasks}
         jobs = [(evaluator, task, dict(traces)) for _, task in tasks]
         for (_, task, _), outcome in executor.map(_evaluate, jobs):
-            outcome.command_hash = outcome.command_hash or task.command_hash(salt)
+            outcome.command_hash = outcome.command_hash or task.command_hash(capture_salt)
+            outcome.prediction_hash = outcome.prediction_hash or prediction_hash(outcome.command_hash, prediction_salt)
             finish(by_key[task.key], outcome)
 
     try:
@@ -162,11 +169,17 @@ def run_search(
                     finish(point, implied)
                     continue
                 task = _task(space, point)
-                cached = log.emulated(task.command_hash(salt)) if log else None
+                command_hash = task.command_hash(capture_salt)
+                cached = log.emulated(prediction_hash(command_hash, prediction_salt)) if log else None
+                earlier = log.captured(command_hash) if log and cached is None else None
+                if earlier is not None and earlier.status == "oom" and earlier.trace_hash is None:  # while emulating
+                    earlier.prediction_hash, cached = prediction_hash(command_hash, prediction_salt), earlier
                 if cached is not None:
                     cached.source = "command-cache"
                     finish(point, cached)
                     continue
+                if earlier is not None and earlier.run_dir:
+                    task = replace(task, capture=earlier.run_dir)
                 if _spent(result) + len(pending) >= budget:
                     break
                 pending.append((point, task))
