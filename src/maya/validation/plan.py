@@ -12,7 +12,6 @@ from pathlib import Path
 import maya
 from maya.core import settings
 from maya.core.clusters import cluster_names, load_cluster
-from maya.core.paths import data_dir
 from maya.emulator.capture_cache import emulator_digest
 
 from .store import RowKey
@@ -135,9 +134,9 @@ def predict_plan(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | N
 
 
 def predictor_digest() -> str:
-    """Of what turns a trace and an estimator version into a prediction: the simulator, estimators and
-    validation sources, the hardware, cluster and collective data, the band's discrepancy widths, the public
-    kernel measurements the attention model is fitted on and the host factor (`MAYA_HOST_FACTOR`, as resolved:
+    """Of what turns a trace and an estimator version into a prediction: `maya.api.predictor_digest` (the api,
+    simulator and estimators sources, the hardware, cluster and collective data, the band's discrepancy widths, the
+    public kernel measurements the attention model is fitted on), validation's source and the host factor (`MAYA_HOST_FACTOR`, as resolved:
     unset and `0` are one). A changed one re-predicts every row."""
     return hashlib.sha256(f"{_sources_digest()}\0{_host_factor()}".encode()).hexdigest()[:16]
 
@@ -153,19 +152,10 @@ def _host_factor() -> str:
 
 @lru_cache(maxsize=1)
 def _sources_digest() -> str:
-    root = Path(maya.__file__).parent
-    files = [p for package in ("simulator", "estimators", "validation") for p in sorted((root / package).rglob("*.py"))]
-    files += [
-        p
-        for folder in ("hardware", "clusters", "collectives", "band")
-        for p in sorted((data_dir() / folder).glob("*.json"))
-    ]
-    files += sorted((data_dir() / "kernels_public").rglob("*.csv"))
-    return _digest(files, maya.__version__)
+    """The predictor's digest (`maya.api.predictor_digest`: its source and shipped data) and validation's source."""
+    from maya.api import predictor_digest as predictor_source
 
-
-def _digest(files: list[Path], salt: str) -> str:
-    h = hashlib.sha256(salt.encode())
-    for path in files:
+    h = hashlib.sha256(predictor_source().encode())
+    for path in sorted((Path(maya.__file__).parent / "validation").rglob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
