@@ -92,8 +92,9 @@ WITHOUT_SP = (
 TE_ASSUMPTION = (
     "Megatron rows run pretrain_gpt.py with Transformer Engine (--transformer-impl transformer_engine) and TE's "
     "unfused dot-product attention (--attention-backend unfused): QK^T and the weighted sum of values as GEMMs with "
-    "TE's fused scaled upper-triangular masked softmax between them, as the measured runs used apex's (no flash or "
-    "cuDNN fused attention in 2022); TE's fused layer norm (in its LayerNormLinear), sequence parallelism as the row "
+    "TE's fused scaled masked softmax between them (one kernel each way, the causal mask read as a tensor), as the "
+    "measured runs used apex's upper-triangular one (no flash or cuDNN fused attention in 2022); TE's fused layer "
+    "norm (in its LayerNormLinear), sequence parallelism as the row "
     "asks; weight-gradient accumulation unfused (separate adds into the fp32 main gradients), where the measured "
     "runs fused it with apex"
 )
