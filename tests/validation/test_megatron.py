@@ -37,7 +37,13 @@ def test_korthikanti2022_is_built_in():
     assert suite.table["measured_step_s"].tolist()[:2] == [1.42, 1.1]
 
 
-def test_rows_plan_pretrain_gpt_with_their_arguments(checkout):
+@pytest.fixture
+def without_te(monkeypatch):
+    """An interpreter without Transformer Engine: rows run Megatron's local implementation."""
+    monkeypatch.setattr(megatron, "transformer_engine", lambda: False)
+
+
+def test_rows_plan_pretrain_gpt_with_their_arguments(checkout, without_te):
     suite = load_suite("korthikanti2022")
     full = megatron.plan(2, suite.table.loc[2])  # 175B, TP8 PP8 VP4, full recompute
     assert full.script == checkout / "pretrain_gpt.py"
@@ -54,6 +60,8 @@ def test_rows_plan_pretrain_gpt_with_their_arguments(checkout):
     assert dict(full.env) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     assert full.key.measured_s == 18.13 and full.seq == 2048
     assert full.assumptions == (megatron.ASSUMPTION,)
+    assert flags["--transformer-impl"] == "local" and "--no-masked-softmax-fusion" in flags
+    assert "--attention-backend" not in flags
     selective_plan = megatron.plan(3, suite.table.loc[3])
     selective = _flags(selective_plan)
     assert selective["--recompute-granularity"] == "selective" and "--recompute-method" not in selective
@@ -61,6 +69,36 @@ def test_rows_plan_pretrain_gpt_with_their_arguments(checkout):
     assert "--sequence-parallel" not in selective and megatron.WITHOUT_SP in selective_plan.assumptions
     assert selective_plan.key.label.endswith(" sp")
     assert megatron.plan(2, suite.table.loc[2]).command_hash() != megatron.plan(3, suite.table.loc[3]).command_hash()
+
+
+def test_with_transformer_engine_rows_run_its_unfused_attention_and_keep_sequence_parallelism(checkout, monkeypatch):
+    monkeypatch.setattr(megatron, "transformer_engine", lambda: True)
+    suite = load_suite("korthikanti2022")
+    full_plan, selective_plan = megatron.plan(0, suite.table.loc[0]), megatron.plan(1, suite.table.loc[1])
+    full, selective = _flags(full_plan), _flags(selective_plan)
+    for flags in (full, selective):
+        assert flags["--transformer-impl"] == "transformer_engine" and flags["--attention-backend"] == "unfused"
+        assert "--no-gradient-accumulation-fusion" in flags  # Megatron's LM head needs apex for the fusion
+        assert "--no-masked-softmax-fusion" not in flags and "--no-persist-layer-norm" not in flags
+        assert flags["--train-iters"] == str(megatron.STEPS) and "--mock-data" in flags
+    assert "--sequence-parallel" in selective and "--sequence-parallel" not in full
+    assert full_plan.assumptions == selective_plan.assumptions == (megatron.TE_ASSUMPTION,)
+    monkeypatch.setattr(megatron, "transformer_engine", lambda: False)
+    assert megatron.plan(1, suite.table.loc[1]).command_hash() != selective_plan.command_hash()
+
+
+def test_transformer_engine_is_its_torch_extension_installed(monkeypatch):
+    installed = {"transformer-engine": "2.20.2"}
+
+    def version(name):
+        if name not in installed:
+            raise megatron.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(megatron.metadata, "version", version)
+    assert not megatron.transformer_engine()  # TE's core without its PyTorch extension cannot run Megatron's layers
+    installed["transformer-engine-torch"] = "2.20.2"
+    assert megatron.transformer_engine()
 
 
 def test_a_suite_file_of_that_layout_with_its_own_cluster_and_gqa(checkout, tmp_path):
@@ -94,7 +132,7 @@ def test_a_suite_file_of_that_layout_with_its_own_cluster_and_gqa(checkout, tmp_
     "change, message",
     [({"precision": "fp4"}, "precision 'fp4'"), ({"gpu": "v100"}, "GPU 'v100'"), ({"gpus": 12}, "12 GPUs")],
 )
-def test_rows_that_cannot_run_say_why(checkout, change, message):
+def test_rows_that_cannot_run_say_why(checkout, without_te, change, message):
     values = load_suite("korthikanti2022").table.loc[0].copy()
     for k, v in change.items():
         values[k] = v

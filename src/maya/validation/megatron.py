@@ -42,15 +42,10 @@ CLUSTERS = {"a100_40gb": "dgx-a100", "a100_80gb": "dgx-a100", "h100_80gb": "dgx-
 PRECISION = {"fp16": ("--fp16",), "bf16": ("--bf16",), "fp8": ("--bf16", "--fp8-format", "hybrid")}
 STEPS = 2
 """Training iterations emulated: the first is the warm-up, the second the steady iteration predicted."""
-FIXED_ARGS = (
+COMMON_ARGS = (
     "--mock-data",
     "--tokenizer-type",
     "NullTokenizer",
-    "--transformer-impl",
-    "local",
-    "--no-gradient-accumulation-fusion",
-    "--no-persist-layer-norm",
-    "--no-masked-softmax-fusion",
     "--lr",
     "1e-4",
     "--eval-iters",
@@ -60,11 +55,29 @@ FIXED_ARGS = (
     "--log-interval",
     "1",
 )
-"""What every row adds: mock data, and what Megatron needs without apex and Transformer Engine."""
+"""What every row adds: mock data and Megatron's logging of every iteration."""
+LOCAL_ARGS = (
+    "--transformer-impl",
+    "local",
+    "--no-gradient-accumulation-fusion",
+    "--no-persist-layer-norm",
+    "--no-masked-softmax-fusion",
+)
+"""Without Transformer Engine: Megatron's local implementation, as it runs without apex."""
+TE_ARGS = (
+    "--transformer-impl",
+    "transformer_engine",
+    "--attention-backend",
+    "unfused",
+    "--no-gradient-accumulation-fusion",
+)
+"""With Transformer Engine: TE's layers and its unfused dot-product attention (Megatron sets NVTE_FLASH_ATTN=0,
+NVTE_FUSED_ATTN=0, NVTE_UNFUSED_ATTN=1 for it); weight-gradient accumulation stays unfused, since Megatron's own
+LM head (`ColumnParallelLinear`) refuses the fusion without apex's `fused_weight_gradient_mlp_cuda`."""
 ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 """What Megatron asks of the environment for tensor and sequence parallelism."""
 ASSUMPTION = (
-    "Megatron rows run pretrain_gpt.py's local transformer implementation without apex: layer norm, masked softmax "
+    "Transformer Engine is not installed for the interpreter that ran the row, so Megatron rows run pretrain_gpt.py's local transformer implementation without apex: layer norm, masked softmax "
     "and weight-gradient accumulation unfused, where the measured runs used apex's fused kernels; the unfused "
     "masked softmax alone (scale, mask and their autograd copies over the whole score tensor) makes the prediction "
     "slower than the measured stack (measured on the korthikanti2022 22B rows: docs/validation-and-accuracy.md)"
@@ -75,6 +88,15 @@ WITHOUT_SP = (
     "all-gathers would, and layer norm and dropout run over the whole sequence instead of 1/TP of it, and keep "
     "their activations whole: with selective recomputation s·b·h·(10 + 24/t) bytes a layer instead of s·b·h·34/t "
     "(3x at TP 8), so a row that fits a GPU with sequence parallelism can run out of memory without it"
+)
+TE_ASSUMPTION = (
+    "Megatron rows run pretrain_gpt.py with Transformer Engine (--transformer-impl transformer_engine) and TE's "
+    "unfused dot-product attention (--attention-backend unfused): QK^T and the weighted sum of values as GEMMs with "
+    "TE's fused scaled masked softmax between them (one kernel each way, the causal mask read as a tensor), as the "
+    "measured runs used apex's upper-triangular one (no flash or cuDNN fused attention in 2022); TE's fused layer "
+    "norm (in its LayerNormLinear), sequence parallelism as the row "
+    "asks; weight-gradient accumulation unfused (separate adds into the fp32 main gradients), where the measured "
+    "runs fused it with apex"
 )
 
 
@@ -123,6 +145,16 @@ def _clone(branch: str, into: Path) -> str | None:
     return done.stderr.strip()[-300:] if done.returncode else None
 
 
+def transformer_engine() -> bool:
+    """Whether Transformer Engine's PyTorch extension (`transformer-engine-torch`) is installed for this interpreter,
+    which runs the rows' ranks; looked up, not imported (TE loads CUDA's libraries at import)."""
+    try:
+        metadata.version("transformer-engine-torch")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def measured_s(values: pd.Series) -> float:
     """The measured seconds per iteration."""
     return float(values["measured_step_s"])
@@ -142,13 +174,13 @@ def _integer(value: object) -> str:
     return text[:-2] if text.endswith(".0") and text[:-2].isdigit() else text
 
 
-def pretrain_args(values: pd.Series) -> list[str]:
-    """The row's `pretrain_gpt.py` arguments (`FIXED_ARGS` not included; sequence parallelism dropped, see
-    `WITHOUT_SP`); ValueError names a bad cell."""
+def pretrain_args(values: pd.Series, sequence_parallel: bool) -> list[str]:
+    """The row's `pretrain_gpt.py` arguments (`COMMON_ARGS` and the implementation's not included); its
+    `--sequence-parallel` only where `sequence_parallel` (see `WITHOUT_SP`). ValueError names a bad cell."""
     args: list[str] = []
     for column, value in values.items():
         text = _given(value)
-        if column in META or column == "sequence_parallel" or text is None:
+        if column in META or (column == "sequence_parallel" and not sequence_parallel) or text is None:
             continue
         flag = "--" + str(column).replace("_", "-")
         lowered = text.lower()
@@ -173,14 +205,17 @@ def _sequence_parallel(values: pd.Series) -> bool:
 
 
 def plan(row: int, values: pd.Series) -> RowPlan:
-    """The row as an emulation and prediction; ValueError names what the row asks that cannot be run."""
+    """The row as an emulation and prediction, with Transformer Engine where this interpreter has it; ValueError names
+    what the row asks that cannot be run."""
     gpu, gpus = str(values["gpu"]), int(values["gpus"])
     if gpu not in HARDWARE:
         raise ValueError(f"GPU {gpu!r} is not one of {', '.join(HARDWARE)}")
     if gpus < 1 or (gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE):
         raise ValueError(f"{gpus} GPUs do not fill nodes of {GPUS_PER_NODE}")
     script = checkout() / "pretrain_gpt.py"
-    args = [*pretrain_args(values), *FIXED_ARGS, "--train-iters", str(STEPS)]
+    te = transformer_engine()
+    args = [*pretrain_args(values, sequence_parallel=te), *COMMON_ARGS, *(TE_ARGS if te else LOCAL_ARGS)]
+    args += ["--train-iters", str(STEPS)]
     granularity = _given(values.get("recompute_granularity")) or "none"
     parallel = "".join(
         f" {name}{_integer(values[column])}"
@@ -203,7 +238,7 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         nnodes=math.ceil(gpus / per_node),
         per_node=per_node,
         iterations=STEPS,
-        assumptions=(ASSUMPTION, *([WITHOUT_SP] if _sequence_parallel(values) else [])),
+        assumptions=(TE_ASSUMPTION,) if te else (ASSUMPTION, *([WITHOUT_SP] if _sequence_parallel(values) else [])),
         seq=int(float(seq)) if seq else None,
         env=tuple(sorted(ENV.items())),
     )

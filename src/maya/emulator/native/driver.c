@@ -342,11 +342,10 @@ MAYA_EXPORT CUresult cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache config) {
   return CUDA_SUCCESS;
 }
 
-MAYA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                    unsigned bz, unsigned smem, CUstream s, void **params, void **extra) {
-  (void)params;
-  (void)extra;
-  maya_rec *r = maya_begin(API("cuLaunchKernel"), D_DRIVER, K_LAUNCH);
+/* One launch of a module's kernel, recorded under the driver API that made it. */
+static CUresult record_launch(int api, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                              unsigned bz, unsigned smem, CUstream s) {
+  maya_rec *r = maya_begin(api, D_DRIVER, K_LAUNCH);
   r->stream = maya_stream_id(s);
   r->a[0] = maya_kernel_id_by_name(((maya_function *)f)->name);
   r->a[1] = (int64_t)gx | ((int64_t)gy << 32);
@@ -357,6 +356,21 @@ MAYA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsi
   r->a[6] = maya_take_launch_note();
   maya_end(r, 0);
   return CUDA_SUCCESS;
+}
+
+MAYA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                    unsigned bz, unsigned smem, CUstream s, void **params, void **extra) {
+  (void)params;
+  (void)extra;
+  return record_launch(API("cuLaunchKernel"), f, gx, gy, gz, bx, by, bz, smem, s);
+}
+
+/* A grid that synchronizes across its blocks (TE's multi-block LayerNorm for wide rows, compiled by NVRTC): timed
+ * as any launch of its grid; that all its blocks fit on the GPU at once is the caller's to have checked. */
+MAYA_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                               unsigned by, unsigned bz, unsigned smem, CUstream s, void **params) {
+  (void)params;
+  return record_launch(API("cuLaunchCooperativeKernel"), f, gx, gy, gz, bx, by, bz, smem, s);
 }
 
 MAYA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
