@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from .discrepancy import NONE, Discrepancy, apriori_widths, shipped_discrepancy
+from .distinct import per_distinct
 from .engine import Engine
 from .opcodes import COLL, DEVICE_OPS
 from .report import rank_reports
@@ -265,7 +266,7 @@ def _proxied_shares(program, device: np.ndarray, compute: np.ndarray, prediction
     weight = device[compute].sum()
     if program.frame is None or not weight or not prediction.iteration_ns:
         return {}
-    kernel = program.frame["op"].astype(str).str.split("_").str[0].to_numpy()
+    kernel = per_distinct(program.frame["op"], lambda op: str(op).split("_")[0], "")
     out: dict[float, float] = {}
     for name, u in PROXY_UNCERTAINTY.items():
         mine = compute & (kernel == name)
