@@ -188,7 +188,7 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
     kernel_family = _codes_map(calls["kernel_id"], families, "other")
     family[launched] = np.where(np.isin(kernel_family, KERNEL_FAMILIES), kernel_family, "other")[launched]
     if len(trace.ops) and launched.any():
-        ops = trace.ops.drop_duplicates("op_id")
+        ops = trace.ops[["op_id", "name", "input_shapes", "input_dtypes"]].drop_duplicates("op_id")
         op_rows = _op_shapes(ops).reindex(calls["op_id"].to_numpy())
         op[launched] = op_rows["op_name"].fillna("").to_numpy()[launched]
         # traces captured before gather kernels were classified as embedding lookups (`vocabulary`)
@@ -257,7 +257,7 @@ def recomputed(trace: RankTrace) -> np.ndarray:
     calls = trace.calls
     if not len(trace.ops) or not len(calls) or not {"phase", "parent_op_id"} <= set(trace.ops.columns):
         return np.zeros(len(calls), dtype=bool)
-    ops = trace.ops.drop_duplicates("op_id")
+    ops = trace.ops[["op_id", "name", "phase", "parent_op_id"]].drop_duplicates("op_id")
     backward = ops["phase"].eq("backward").fillna(False).to_numpy(dtype=bool)
     inside = backward & ops["name"].astype(str).str.startswith(MODULE_RANGE_PREFIX).to_numpy()
     ids = pd.Index(ops["op_id"])
