@@ -3,6 +3,7 @@ kernels shaped from their attention op (causal flag from the kernel's template a
 op TensorIterator split at 32-bit offsets each given their share, and `torch._grouped_mm`'s CUTLASS grouped GEMMs
 shaped from their op (an MoE's experts) with their one-block setup kernel sized by the group offsets."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -341,3 +342,33 @@ def test_classify_gives_a_call_without_an_api_name_no_other_calls_opcode():
     )
     ops = classify(calls)
     assert ops[1] == NOP and ops[0] != ops[2]
+
+
+def test_op_inputs_stay_in_arrow_and_price_as_the_python_lists_did(tmp_path):
+    """`load` keeps ops' input lists in Arrow (`trace.ARROW_LISTS`): the call frame built from them equals, column
+    by column, the one built from the same ops as Python objects (the representation before), over attention ops, a
+    grouped GEMM, an embedding lookup and an op with no recorded inputs (null lists)."""
+    ops = [
+        *sdpa_ops(),
+        {
+            "op_id": 5,
+            "name": "aten::_grouped_mm",
+            "input_shapes": [[4096, 1024], [8, 1024, 2048], [8], [], []],
+            "input_dtypes": ["c10::BFloat16", "c10::BFloat16", "int", "", ""],
+        },
+        {"op_id": 6, "name": "aten::embedding", "input_shapes": [[50304, 768], [4, 1024]], "input_dtypes": None},
+        {"op_id": 7, "name": "aten::mul"},
+    ]
+    kernels = [FWD.format(causal=1), PRE, BWD.format(causal=1), POST, GROUPED, SETUP, COPY]
+    launches = [{"kernel_id": k, "op_id": op} for k, op in ((0, 3), (1, 4), (2, 4), (3, 4), (4, 5), (5, 5))]
+    launches += [{"kernel_id": 6, "op_id": 6}, {"kernel_id": 6, "op_id": 7}]
+    families = [classify_kernel(k)["family"] for k in kernels[:-1]] + ["elementwise"]
+    trace = load(write_trace(tmp_path, kernels, ops, launches, families)).ranks[0]
+    assert all(isinstance(trace.ops[c].dtype, pd.ArrowDtype) for c in ("input_shapes", "input_dtypes"))
+    python = {c: trace.ops[c].array.__arrow_array__().to_pandas().to_numpy() for c in ("input_shapes", "input_dtypes")}
+    as_objects = replace(trace, ops=trace.ops.assign(**python))  # as `Table.to_pandas` gives them: NumPy arrays
+    assert isinstance(as_objects.ops["input_shapes"].iat[0][0], np.ndarray)
+    got, before = (work_frame(t, classify(t.calls)) for t in (trace, as_objects))
+    pd.testing.assert_frame_equal(got, before)
+    assert got["family"].tolist()[4:] == ["gemm", "other", "embedding", "elementwise"]
+    assert got["numel"].iat[6] == 4 * 1024 * 768 and np.isnan(got["numel"].iat[7])  # the rows it gathers; no inputs

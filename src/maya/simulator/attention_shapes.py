@@ -25,7 +25,8 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import DTYPE_BYTES, dtype_name
 
-from .trace import RankTrace
+from .distinct import contains
+from .trace import RankTrace, listed
 
 ATTENTION_BACKWARD_FLOPS = 2.5
 """Backward attention recomputes QK^T and runs four more products: 2.5 times the forward's FLOPs."""
@@ -128,7 +129,7 @@ def op_attention_shapes(ops: pd.DataFrame) -> pd.DataFrame:
     keep = names.isin(list(ATTENTION_OPS)).to_numpy(dtype=bool)  # no other op is read
     ops, names = ops[keep], names[keep]
     for op_id, name, shapes, dtypes in zip(
-        ops["op_id"].tolist(), names.tolist(), ops["input_shapes"].tolist(), ops["input_dtypes"].tolist()
+        ops["op_id"].tolist(), names.tolist(), listed(ops["input_shapes"]), listed(ops["input_dtypes"])
     ):
         spec = ATTENTION_OPS.get(name)
         if spec is None or shapes is None or len(shapes) <= spec[1]:
@@ -173,7 +174,7 @@ def shape_attention(
     from their `args`, torch's own kernels from their enclosing op."""
     calls = trace.calls
     args = calls["args"]
-    graphs = (args.notna() & args.astype(str).str.contains('"attention"', regex=False)).to_numpy()
+    graphs = contains(args, '"attention"')
     for i in np.flatnonzero(graphs):
         a = json.loads(args.iat[i])["attention"]
         kind = dtype_name(a.get("dtype")) or "bf16"

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from .discrepancy import NONE, Discrepancy, apriori_widths, shipped_discrepancy
+from .distinct import per_distinct
 from .engine import Engine
 from .opcodes import COLL, DEVICE_OPS
 from .report import rank_reports
@@ -140,13 +141,13 @@ def call_groups(sim: Simulation) -> tuple[list[str], dict[int, _Groups]] | None:
         if kernels.any():
             family, q, composed[kernels] = _kernel_quantiles(sim, frame.loc[kernels])
             quantiles[kernels] = q
-            group[kernels] = _codes(names, np.char.add("kernels: ", family.astype(str)))
+            group[kernels] = _codes(names, "kernels: ", family)
         coll = ops == COLL
         if coll.any():
             c = frame.loc[coll]
             scope = np.where(c["comm_nodes"].fillna(1).to_numpy(dtype="float64") > 1, "inter-node", "intra-node")
             quantiles[coll] = residuals.of(scope, c["comm_bytes"].fillna(0.0).to_numpy(dtype="float64"))
-            group[coll] = _codes(names, np.char.add("collectives: ", scope.astype(str)))
+            group[coll] = _codes(names, "collectives: ", scope)
         unmodelled = ~np.isfinite(quantiles).all(axis=1)
         quantiles[unmodelled] = UNMODELLED
         per_program[rank] = _Groups(np.where(unmodelled, -1, group), quantiles, composed)
@@ -188,13 +189,16 @@ def _error_family(family: np.ndarray, method: np.ndarray) -> np.ndarray:
     return out
 
 
-def _codes(names: list[str], labels) -> np.ndarray:
-    labels = np.asarray(labels, dtype=object)
-    for label in pd.unique(labels):
+def _codes(names: list[str], prefix: str, values: np.ndarray) -> np.ndarray:
+    """Each `prefix + value` label's index in `names` (`values`: strings), labels not in it appended in order of
+    first appearance (in place); labelled once per distinct value."""
+    codes, distinct = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
+    distinct = [prefix + str(value) for value in distinct]
+    for label in distinct:
         if label not in names:
             names.append(label)
     index = {name: i for i, name in enumerate(names)}
-    return np.array([index[x] for x in labels], dtype=np.int64)
+    return np.array([index[label] for label in distinct], dtype=np.int64)[codes]
 
 
 def log_factor(quantiles: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -265,7 +269,7 @@ def _proxied_shares(program, device: np.ndarray, compute: np.ndarray, prediction
     weight = device[compute].sum()
     if program.frame is None or not weight or not prediction.iteration_ns:
         return {}
-    kernel = program.frame["op"].astype(str).str.split("_").str[0].to_numpy()
+    kernel = per_distinct(program.frame["op"], lambda op: str(op).split("_")[0], "")
     out: dict[float, float] = {}
     for name, u in PROXY_UNCERTAINTY.items():
         mine = compute & (kernel == name)

@@ -80,7 +80,7 @@ def call_iterations(trace: RankTrace) -> np.ndarray | None:
     ops = trace.ops
     if not len(ops) or ops["iteration"].isna().all() or trace.calls["op_id"].isna().all():
         return None
-    ops = ops.drop_duplicates("op_id")
+    ops = ops[["op_id", "iteration"]].drop_duplicates("op_id")
     iteration = pd.Series(ops["iteration"].to_numpy(), index=ops["op_id"].to_numpy())
     return _monotone(trace.calls["op_id"].map(iteration))
 
@@ -90,7 +90,7 @@ def evaluating(trace: RankTrace) -> np.ndarray:
     ops = trace.ops
     if not len(ops) or "phase" not in ops or not (ops["phase"] == "eval").any():
         return np.zeros(len(trace.calls), dtype=bool)
-    ops = ops.drop_duplicates("op_id")
+    ops = ops[["op_id", "phase"]].drop_duplicates("op_id")
     phase = pd.Series(ops["phase"].to_numpy(), index=ops["op_id"].to_numpy())
     return (trace.calls["op_id"].map(phase) == "eval").to_numpy()
 

@@ -178,7 +178,7 @@ def te_kernel_notes(traces: TraceSet) -> list[str]:
         if not te_work.touched(trace.kernels, trace.ops):
             continue
         names = dict(zip(trace.kernels["kernel_id"].tolist(), trace.kernels["name"].tolist()))
-        for key, n in te_work.notes(names, trace.calls, trace.ops.drop_duplicates("op_id")).items():
+        for key, n in te_work.notes(names, trace.calls, trace.ops[["op_id", "name"]].drop_duplicates("op_id")).items():
             counts[key] = counts.get(key, 0) + n
     unsized = counts.pop("unsized", 0)
     out = []

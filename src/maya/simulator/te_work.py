@@ -37,6 +37,8 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import DTYPE_BYTES, TE_CALL_PREFIX
 
+from .distinct import per_distinct
+
 KINDS: tuple[tuple[str, re.Pattern], ...] = (
     ("scalar", re.compile(r"extract_seed_and_offset|compute_scale_from_amax|amax_zero")),
     ("norm_finalize", re.compile(r"bwd_finalize")),
@@ -112,7 +114,7 @@ def fill(
 ) -> np.ndarray:
     """Price every TE kernel launched inside a `te::` call (`op` holds the enclosing op's name) as its kind's eager
     kernel (in place); returns which rows. `num` holds the call's sizes from the enclosing op (`numel`, `row`)."""
-    inside = launched & pd.Series(op, dtype=object).fillna("").str.startswith(TE_CALL_PREFIX).to_numpy()
+    inside = launched & per_distinct(op, lambda name: name.startswith(TE_CALL_PREFIX), False, bool)
     # a multi-tensor kernel (TE's fused Adam, its multi-tensor scale) covers a chunk of its call's tensor lists,
     # which carry no sizes: its size is unknown, as torch's foreach kernels' are (not the call's scalar flag's)
     num["numel"][inside & (family == "optimizer")] = np.nan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,37 +84,73 @@ EXACT_TIMES = ("device_start_ns", "end_ns")
 """Nullable epoch-nanosecond columns, read as nullable integers (float64 would round them to 256 ns)."""
 
 
+ARROW_LISTS = ("input_shapes", "input_dtypes")
+"""ops' per-input lists, kept in Arrow (`pd.ArrowDtype`): a Python object per tensor of every op would cost more than
+the rest of a trace's tables; the work columns read them in Arrow (`work._largest_inputs`), and turn only the few ops
+they read one by one into Python lists (None where null)."""
+
+
+def listed(values: pd.Series) -> list:
+    """An `ARROW_LISTS` column (or one of Python lists) as Python values: None where null."""
+    return [None if value is pd.NA else value for value in values.tolist()]
+
+
 def _frame(table: pa.Table) -> pd.DataFrame:
-    frame = table.to_pandas()
+    lists = [name for name in ARROW_LISTS if name in table.column_names]
+    frame = table.drop_columns(lists).to_pandas()
+    for name in lists:
+        at = table.column_names.index(name)
+        frame.insert(at, name, pd.Series(pd.arrays.ArrowExtensionArray(table.column(name)), index=frame.index))
     for name in EXACT_TIMES:
         if name in table.column_names:
             frame[name] = table.column(name).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     return frame
 
 
+def _split(frame: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """Per rank, its rows without `rank`, in their order: slices where the rows are grouped by rank already (as
+    the reader concatenates a table's files, rank by rank), else grouped."""
+    ranks = frame["rank"].to_numpy()
+    if len(ranks) and (ranks[1:] >= ranks[:-1]).all():
+        starts = np.r_[0, np.flatnonzero(ranks[1:] != ranks[:-1]) + 1, len(ranks)]
+        return {
+            int(ranks[a]): frame.iloc[a:b].drop(columns="rank").reset_index(drop=True)
+            for a, b in zip(starts[:-1], starts[1:])
+        }
+    return {int(r): g.drop(columns="rank").reset_index(drop=True) for r, g in frame.groupby("rank", sort=True)}
+
+
 def _by_rank(run: Run, name: str) -> dict[int, pd.DataFrame]:
     table = run.table(name)
     if table.num_rows == 0:
         return {}
-    frame = _frame(table)
-    return {int(r): g.drop(columns="rank").reset_index(drop=True) for r, g in frame.groupby("rank", sort=True)}
+    return _split(_frame(table))
+
+
+def _sorted(calls: pa.Table) -> pa.Table:
+    """api_calls ordered by rank, then `seq` (a reordering only where the files are not in that order)."""
+    rank, seq = (calls.column(c).to_numpy() for c in ("rank", "seq"))
+    ordered = (rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (seq[1:] >= seq[:-1]))
+    if ordered.all():
+        return calls
+    return calls.take(pc.sort_indices(calls, [("rank", "ascending"), ("seq", "ascending")]))
 
 
 def load(run_dir: str | Path) -> TraceSet:
     """Read every per-rank table of a run (ranks without api_calls are not captured)."""
     run = Run(run_dir)
-    calls = run.table("api_calls")
-    calls = calls.take(pc.sort_indices(calls, [("rank", "ascending"), ("seq", "ascending")]))
-    frames = {
-        int(r): g.drop(columns="rank").reset_index(drop=True) for r, g in _frame(calls).groupby("rank", sort=True)
-    }
+    frames = _split(_frame(_sorted(run.table("api_calls"))))
     tables = {name: _by_rank(run, name) for name in ("ops", "kernels", "communicators", "memory_events", "devices")}
-    empty = {name: run.table(name).to_pandas().drop(columns="rank").iloc[:0] for name in tables}
+
+    @functools.cache
+    def empty(name: str) -> pd.DataFrame:  # read again only for a rank without rows in the table
+        return run.table(name).to_pandas().drop(columns="rank").iloc[:0]
+
     ranks = {}
     for rank, frame in frames.items():
 
         def get(name: str) -> pd.DataFrame:
-            return tables[name].get(rank, empty[name])
+            return tables[name][rank] if rank in tables[name] else empty(name)
 
         devices = get("devices")
         ranks[rank] = RankTrace(

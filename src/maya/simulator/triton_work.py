@@ -36,6 +36,7 @@ from maya.estimators.calls import INDUCTOR_ROW_FAMILIES, gemm_of_row_major, indu
 from maya_trace_spec.vocabulary import classify_kernel, dtype_name
 
 from .attention_shapes import ATTENTION_BACKWARD_FLOPS
+from .distinct import contains, per_distinct
 
 NUMEL_ARGS = ("xnumel", "ynumel", "znumel")
 REDUCED_ARGS = ("r0_numel", "r1_numel", "rnumel")
@@ -334,18 +335,21 @@ def fill(
     each call's enclosing op on entry: a launch inside a backward op (`CompiledFunctionBackward`) is a backward
     pass's (Inductor names a forward kernel for the backward ops whose values it saves, too)."""
     args = calls["args"]
-    rows = (args.notna() & args.astype(str).str.contains('"triton"', regex=False)).to_numpy()
-    described: dict[tuple[str, str, bool], dict] = {}  # a launch repeats every layer and step: described once
-    for i, text in zip(np.flatnonzero(rows), args[rows].tolist()):
-        key = (str(kernel_names[i]), text, "backward" in str(op[i]).lower())
-        work = described.get(key)
-        if work is None:
-            work = described[key] = describe(*key)
-        if "family" in work:
-            family[i] = work["family"]
-        op[i] = work["op"]
-        if "dtype" in work:
-            dtype[i] = work["dtype"]
-        for column in FRAME_COLUMNS:
-            num[column][i] = work.get(column, np.nan)
+    rows = contains(args, '"triton"')
+    at = np.flatnonzero(rows)
+    if not len(at):
+        return rows
+    # a launch repeats every layer and step: each distinct (kernel, arguments, backward) is described once
+    texts = args.to_numpy()[at]
+    names = kernel_names[at]  # strings: '' where the kernel is unnamed
+    backward = per_distinct(op[at], lambda name: "backward" in str(name).lower(), False, bool)
+    keys = pd.MultiIndex.from_arrays([names, texts, backward])
+    codes, distinct = pd.factorize(keys)
+    works = [describe(name, text, bool(back)) for name, text, back in distinct]
+    for column, out in (("family", family), ("dtype", dtype)):  # kept where the description has none
+        has = np.array([column in work for work in works], dtype=bool)[codes]
+        out[at[has]] = np.array([work.get(column) for work in works], dtype=object)[codes[has]]
+    op[at] = np.array([work["op"] for work in works], dtype=object)[codes]
+    for column in FRAME_COLUMNS:
+        num[column][at] = np.array([work.get(column, np.nan) for work in works], dtype="float64")[codes]
     return rows

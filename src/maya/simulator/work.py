@@ -20,17 +20,25 @@ from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, MODULE_RANG
 
 from . import te_work, triton_work
 from .attention_shapes import shape_attention
+from .distinct import contains, per_distinct
 from .opcodes import COLL
 from .split_kernels import share_split_pieces
-from .trace import RankTrace
+from .trace import RankTrace, listed
+
+
+def _arrow(values: pd.Series, kind: pa.DataType) -> pa.Array:
+    """`values` as one Arrow array of `kind`: without a copy where the column is Arrow already (`trace.ARROW_LISTS`)."""
+    if isinstance(values.dtype, pd.ArrowDtype):
+        return values.array.__arrow_array__().combine_chunks().cast(kind)
+    return pa.array(values.to_numpy(), type=kind, from_pandas=True)
 
 
 def _largest_inputs(shapes: pd.Series, dtypes: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per op (its `input_shapes`, `input_dtypes`): the element count, last dimension and dtype name of its
     largest input tensor of at least one dimension, the first of equal ones (NaN, NaN, None without one).
     Vectorised over every tensor of every op: a trace holds about as many ops as device calls."""
-    nested = pa.array(shapes.to_numpy(), type=pa.list_(pa.list_(pa.int64())), from_pandas=True)
-    named = pa.array(dtypes.to_numpy(), type=pa.list_(pa.string()), from_pandas=True)
+    nested = _arrow(shapes, pa.list_(pa.list_(pa.int64())))
+    named = _arrow(dtypes, pa.list_(pa.string()))
     n = len(nested)
     per_op = pc.fill_null(pc.list_value_length(nested), 0).to_numpy()
     tensors = nested.flatten()
@@ -63,10 +71,11 @@ def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
     dtype of its largest input tensor (`_largest_inputs`)."""
     numel, row, dtype = _largest_inputs(ops["input_shapes"], ops["input_dtypes"])
     names = ops["name"].astype(str).str.replace(r"^aten::", "", regex=True).str.rstrip("_")
-    for i in np.flatnonzero(names.isin(list(GATHER_OPS)).to_numpy()):  # sized by what they gather, not the table
-        numel[i], row[i] = gathered_size(names.iat[i], ops["input_shapes"].iat[i], numel[i], row[i])
-    for i in np.flatnonzero((names == "_grouped_mm").to_numpy()):  # its kernel besides the GEMM (a one-block
-        offsets = ops["input_shapes"].iat[i]  # setup) reads the group offsets
+    gathers = np.flatnonzero(names.isin(list(GATHER_OPS)).to_numpy())  # sized by what they gather, not the table
+    for i, shapes in zip(gathers, listed(ops["input_shapes"].iloc[gathers])):
+        numel[i], row[i] = gathered_size(names.iat[i], shapes, numel[i], row[i])
+    grouped = np.flatnonzero((names == "_grouped_mm").to_numpy())  # its kernel besides the GEMM (a one-block
+    for i, offsets in zip(grouped, listed(ops["input_shapes"].iloc[grouped])):  # setup) reads the group offsets
         if offsets is not None and len(offsets) > 2 and offsets[2] is not None and len(offsets[2]):
             numel[i] = row[i] = float(np.prod(offsets[2]))
     return pd.DataFrame(
@@ -106,7 +115,11 @@ def _op_gemms(ops: pd.DataFrame) -> pd.DataFrame:
     dimensions of the input fold into the output's rows). Kernels of a measured trace carry no GEMM shapes
     of their own; these price them."""
     rows = {}
-    for op_id, name, shapes in zip(ops["op_id"], ops["name"].astype(str), ops["input_shapes"]):
+    names = ops["name"].astype(str)
+    gemms = np.flatnonzero(names.str.removeprefix("aten::").isin(list(GEMM_OPERANDS)).to_numpy())  # no other is read
+    for op_id, name, shapes in zip(
+        ops["op_id"].iloc[gemms], names.iloc[gemms], listed(ops["input_shapes"].iloc[gemms])
+    ):
         positions = GEMM_OPERANDS.get(name.removeprefix("aten::"))
         if positions is None or shapes is None or len(shapes) <= max(positions):
             continue
@@ -147,16 +160,14 @@ def _own_sizes(calls: pd.DataFrame, launched: np.ndarray, numel: np.ndarray) -> 
     """Library kernels that carry their own element count (`args.elements`: a cuDNN RNN's cell kernel
     per time step, where the enclosing op's shapes cover all steps) are sized by it (in place)."""
     args = calls["args"]
-    sized = launched & args.notna().to_numpy() & args.astype(str).str.contains('"elements"', regex=False).to_numpy()
+    sized = launched & contains(args, '"elements"')
     for i, text in zip(np.flatnonzero(sized), args[sized].tolist()):
         numel[i] = float(json.loads(text)["elements"])
 
 
 def _codes_map(values: pd.Series, table: dict, default=None) -> np.ndarray:
     """`table[value]` for each value (one dictionary lookup per distinct value)."""
-    codes, uniques = pd.factorize(values)
-    mapped = np.array([table.get(u, default) for u in uniques] + [default], dtype=object)
-    return mapped[codes]
+    return per_distinct(values, lambda value: table.get(value, default), default)
 
 
 def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
@@ -177,7 +188,7 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
     kernel_family = _codes_map(calls["kernel_id"], families, "other")
     family[launched] = np.where(np.isin(kernel_family, KERNEL_FAMILIES), kernel_family, "other")[launched]
     if len(trace.ops) and launched.any():
-        ops = trace.ops.drop_duplicates("op_id")
+        ops = trace.ops[["op_id", "name", "input_shapes", "input_dtypes"]].drop_duplicates("op_id")
         op_rows = _op_shapes(ops).reindex(calls["op_id"].to_numpy())
         op[launched] = op_rows["op_name"].fillna("").to_numpy()[launched]
         # traces captured before gather kernels were classified as embedding lookups (`vocabulary`)
@@ -196,10 +207,11 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
             shaped = unshaped & gemms["m"].notna().to_numpy()
             _set_gemms(shaped, *(gemms[c].to_numpy()[shaped] for c in ("batch", "m", "n", "k")), dtype[shaped], op, num)
     # copies and memsets
-    api = calls["api"].astype(str).str.lower()
-    copy = (api.str.contains("memcpy|memset", regex=True) & calls["bytes"].notna()).to_numpy() & not_coll
+    api = per_distinct(calls["api"], lambda name: str(name).lower(), "none")
+    copy = per_distinct(api, lambda name: "memcpy" in name or "memset" in name, False, bool)
+    copy &= calls["bytes"].notna().to_numpy() & not_coll
     family[copy] = "copy"
-    memset = api.str.contains("memset", regex=False).to_numpy()
+    memset = per_distinct(api, lambda name: "memset" in name, False, bool)
     op[copy] = np.where(memset, "memset", calls["memcpy_kind"].fillna("DtoD").astype(str).to_numpy())[copy]
     num["work_bytes"][copy] = calls["bytes"].to_numpy(dtype="float64", na_value=np.nan)[copy]
     dtype[copy] = "u8"
@@ -245,7 +257,7 @@ def recomputed(trace: RankTrace) -> np.ndarray:
     calls = trace.calls
     if not len(trace.ops) or not len(calls) or not {"phase", "parent_op_id"} <= set(trace.ops.columns):
         return np.zeros(len(calls), dtype=bool)
-    ops = trace.ops.drop_duplicates("op_id")
+    ops = trace.ops[["op_id", "name", "phase", "parent_op_id"]].drop_duplicates("op_id")
     backward = ops["phase"].eq("backward").fillna(False).to_numpy(dtype=bool)
     inside = backward & ops["name"].astype(str).str.startswith(MODULE_RANGE_PREFIX).to_numpy()
     ids = pd.Index(ops["op_id"])

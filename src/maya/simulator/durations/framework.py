@@ -103,7 +103,8 @@ def _recorded_in(
     """Per gap (after, until]: the ops the observer recorded there on the issuing threads, the module ranges among
     them, and whether the call ending the gap is a described Triton launch."""
     threads = np.unique(calls["thread_id"].fillna(-1).to_numpy(dtype="int64")[rows])
-    recorded = ops[ops["thread_id"].fillna(-1).isin(threads)] if len(ops) and "thread_id" in ops else ops
+    on_threads = ops["thread_id"].fillna(-1).isin(threads) if len(ops) and "thread_id" in ops else slice(None)
+    recorded = ops.loc[on_threads, ["start_ns", "name"]] if len(ops) else ops
     starts = np.sort(recorded["start_ns"].to_numpy(dtype="int64")) if len(recorded) else np.zeros(0, np.int64)
     module = recorded["name"].astype(str).str.startswith(MODULE_RANGE_PREFIX).to_numpy() if len(recorded) else []
     module_starts = np.sort(recorded["start_ns"].to_numpy(dtype="int64")[module]) if len(recorded) else starts
