@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from maya.search import Expr, ExprError, Outcome, SearchLog, SpaceError, load_space, run_search, search_id
+from maya.search import Expr, ExprError, Outcome, Salts, SearchLog, SpaceError, load_space, run_search, search_id
 
 
 class Fake:
@@ -448,6 +448,32 @@ def test_a_changed_predictor_predicts_the_earlier_captures_again(tmp_path):
     assert oom.outcome.status == "oom" and oom.outcome.source == "command-cache"
     again = Salted(figures, prediction="p2")
     assert {r.outcome.source for r in search(again, "d").records} == {"command-cache"} and again.tasks == []
+
+
+def test_a_trace_predicted_again_from_its_capture_answers_its_twins(tmp_path):
+    """After a predictor change, points whose earlier captures hold one trace are predicted once: the first from
+    its capture, the others from the trace cache."""
+    s = space({"tp": [1, 2], "mbs": [1, 2]})
+    wh = tmp_path / "wh.duckdb"
+
+    class OneTrace:
+        def __init__(self, prediction: str) -> None:
+            self.salts, self.sources = Salts("c1", prediction, None), []
+
+        def __call__(self, task, known):
+            source = "trace-cache" if "same" in known else "capture-cache" if task.capture else "evaluated"
+            self.sources.append(source)
+            run_dir = f"runs/{task.command_hash(self.salts.capture)}"
+            return Outcome(
+                "ok", 10, 1, 0.5, world_size=task.world_size, source=source, trace_hash="same", run_dir=run_dir
+            )
+
+    for sid, prediction in (("a", "p1"), ("b", "p2")):
+        evaluator = OneTrace(prediction)
+        log = SearchLog(sid, wh)
+        log.open(s.digest(), s.command, {})
+        run_search(s, evaluator, algorithm="grid", log=log)
+    assert evaluator.sources.count("capture-cache") == 1 and evaluator.sources.count("trace-cache") == 3
 
 
 def test_maya_evaluator_predicts_a_named_capture_with_the_resolved_version(tmp_path, monkeypatch):

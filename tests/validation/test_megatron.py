@@ -1,6 +1,7 @@
 """The megatron suite kind: a CSV of `pretrain_gpt.py` arguments and measured iteration times (the built-in
 `korthikanti2022`) planned as Megatron-LM's own script on the row's GPUs and cluster."""
 
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -87,17 +88,15 @@ def test_with_transformer_engine_rows_run_its_unfused_attention_and_keep_sequenc
     assert megatron.plan(1, suite.table.loc[1]).command_hash() != selective_plan.command_hash()
 
 
-def test_transformer_engine_is_its_torch_extension_installed(monkeypatch):
-    installed = {"transformer-engine": "2.20.2"}
-
-    def version(name):
-        if name not in installed:
-            raise megatron.metadata.PackageNotFoundError(name)
-        return installed[name]
-
-    monkeypatch.setattr(megatron.metadata, "version", version)
-    assert not megatron.transformer_engine()  # TE's core without its PyTorch extension cannot run Megatron's layers
-    installed["transformer-engine-torch"] = "2.20.2"
+def test_transformer_engine_is_its_torch_extension_installed(monkeypatch, tmp_path):
+    """TE's core alone cannot run Megatron's layers; its PyTorch extension module, from the wheel or from a source
+    build's single distribution, can: found on the path, not imported."""
+    monkeypatch.delitem(sys.modules, "transformer_engine_torch", raising=False)
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    (tmp_path / "transformer_engine").mkdir()
+    (tmp_path / "transformer_engine" / "__init__.py").write_text("raise ImportError('imported')\n")
+    assert not megatron.transformer_engine()
+    (tmp_path / "transformer_engine_torch.py").write_text("raise ImportError('imported')\n")
     assert megatron.transformer_engine()
 
 

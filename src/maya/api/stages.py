@@ -254,8 +254,10 @@ def host_factor(hardware: str = DEFAULT_HARDWARE, cluster: str | None = None) ->
     return resolve(cluster, catalog.get(hardware))
 
 
-PREDICTOR_SOURCES = ("api", "simulator", "estimators")
-"""Maya's packages whose source turns a trace into a prediction (`predictor_digest`)."""
+PREDICTOR_SOURCES = ("api", "simulator", "estimators", "core")
+"""Maya's packages whose source turns a trace into a prediction (`predictor_digest`; `core` holds the hardware and
+cluster catalogs and the synthetic corpus' document lengths), beside the trace format's own (`maya_trace_spec`: its
+vocabulary classifies kernels and sizes dtypes)."""
 PREDICTOR_DATA = ("hardware", "clusters", "collectives", "band", "kernels_public")
 """The folders of shipped data the predictor reads at run time (the attention model is fitted on
 `kernels_public` when loaded): their files, documentation aside, are part of `predictor_digest`."""
@@ -264,18 +266,19 @@ PREDICTOR_DATA = ("hardware", "clusters", "collectives", "band", "kernels_public
 @lru_cache(maxsize=1)
 def predictor_digest() -> str:
     """Of what turns a trace and an estimator version into a prediction besides the options: Maya's version, the
-    source of `PREDICTOR_SOURCES` and the shipped data of `PREDICTOR_DATA`. Equal digests predict alike."""
+    source of `PREDICTOR_SOURCES` and of `maya_trace_spec`, and the shipped data of `PREDICTOR_DATA`. Equal digests
+    predict alike."""
     import maya
+    import maya_trace_spec
+    from maya.core.digest import files_digest
     from maya.core.paths import data_dir
 
     root, data = Path(maya.__file__).parent, data_dir()
+    spec = Path(maya_trace_spec.__file__).parent
     files = [(p, root) for package in PREDICTOR_SOURCES for p in sorted((root / package).rglob("*.py"))]
+    files += [(p, spec.parent) for p in sorted(spec.rglob("*.py"))]
     files += [(p, data) for folder in PREDICTOR_DATA for p in sorted((data / folder).rglob("*")) if p.suffix != ".md"]
-    h = hashlib.sha256(maya.__version__.encode())
-    for path, base in files:
-        if path.is_file():
-            h.update(str(path.relative_to(base)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
+    return files_digest(maya.__version__, files)
 
 
 def predict(run_dir: str | Path, options: PredictOptions = PredictOptions()) -> Prediction:

@@ -57,7 +57,11 @@ def search_cmd(
     durations: DURATIONS = Durations.auto,
     seed: Annotated[int, typer.Option(help="Seed of random and CMA-ES searches.")] = 0,
     resume: Annotated[
-        str | None, typer.Option(help="Search id to resume (searches resume by space and command anyway).")
+        str | None,
+        typer.Option(
+            help="Search id to resume (a search with the same space, command, settings, script, emulator and predictor "
+            "resumes anyway)."
+        ),
     ] = None,
     out_dir: Annotated[Path | None, out_option("Directory for traces and the Pareto plot.")] = None,
     warehouse: WAREHOUSE = None,
@@ -117,7 +121,7 @@ def search_cmd(
     except (duckdb.Error, OSError) as e:
         fail(f"cannot read the estimator version from the warehouse: {e}", 2)
     sid = resume or search_id(the_space, algorithm.value, objective.value, seed, salts.search, price_per_gpu_hour)
-    target = out_dir or maya_home() / "searches" / sid
+    target = (out_dir or maya_home() / "searches" / sid).resolve()
     evaluator = MayaEvaluator(
         str(target), salts, hardware, per_node, durations.value, cluster, str(warehouse) if warehouse else None
     )

@@ -1,8 +1,10 @@
-"""Content digests of traces: two captures of the same program digest alike, whatever their timings."""
+"""Content digests: of traces (two captures of the same program digest alike, whatever their timings) and of the
+source and data files a cache key depends on."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 
 VOLATILE = {
@@ -36,4 +38,14 @@ def trace_digest(run_dir: str | Path) -> str:
         with pa.ipc.new_stream(sink, table.select(keep).schema) as writer:
             writer.write_table(table.select(keep))
         h.update(sink.getvalue().to_pybytes())
+    return h.hexdigest()[:16]
+
+
+def files_digest(salt: str, files: Iterable[tuple[Path, Path]]) -> str:
+    """Of `salt` and each `(file, base)`'s path relative to `base` and contents, in the given order (files that do not
+    exist are skipped): equal digests, equal files."""
+    h = hashlib.sha256(salt.encode())
+    for path, base in files:
+        if path.is_file():
+            h.update(str(path.relative_to(base)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]

@@ -236,7 +236,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("predictions", "peer_wait_ms", "DOUBLE", since="2026-11-29"),
     Migration("predictions", "hfu", "DOUBLE", since="2026-11-29"),
     Migration("search_points", "hfu", "DOUBLE", since="2026-11-29"),  # older points: NULL
-    # older points: NULL (never reused whole: their capture is predicted again)
+    # older points: NULL (never reused: their command hash used the one salt of before, so they are emulated again)
     Migration("search_points", "prediction_hash", "VARCHAR", since="2026-11-29"),
 )
 """Every migration, oldest first. A migration runs on a warehouse whose table lacks its column; a table

@@ -5,7 +5,6 @@ of the key tries again). Also the one summary of why an emulation did not comple
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import tempfile
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import maya
+from maya.core.digest import files_digest
 
 if TYPE_CHECKING:
     from .launcher import EmulationResult
@@ -94,10 +94,26 @@ def emulator_digest() -> str:
     """Of the emulator's source and Maya's version: part of every cache key, so a changed emulator captures
     anew."""
     root = Path(__file__).parent
-    h = hashlib.sha256(maya.__version__.encode())
-    for path in [*sorted(root.rglob("*.py")), *sorted((root / "native").glob("*.[ch]*"))]:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
+    files = [*sorted(root.rglob("*.py")), *sorted((root / "native").glob("*.[ch]*"))]
+    return files_digest(maya.__version__, [(path, root) for path in files])
+
+
+FRAMEWORKS = ("torch", "triton", "transformer-engine-torch", "megatron-core")
+"""Installed distributions whose release changes what a script issues (its trace): part of capture keys."""
+
+
+def framework_versions() -> str:
+    """`name=version` of each of `FRAMEWORKS` installed for this interpreter (`-` where absent), read from the
+    installed metadata, not imported."""
+    from importlib import metadata
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "-"
+
+    return ",".join(f"{name}={installed(name)}" for name in FRAMEWORKS)
 
 
 def _complete(run_dir: Path) -> bool:

@@ -21,6 +21,7 @@ rows.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import math
 import shutil
 import subprocess
@@ -146,13 +147,10 @@ def _clone(branch: str, into: Path) -> str | None:
 
 
 def transformer_engine() -> bool:
-    """Whether Transformer Engine's PyTorch extension (`transformer-engine-torch`) is installed for this interpreter,
-    which runs the rows' ranks; looked up, not imported (TE loads CUDA's libraries at import)."""
-    try:
-        metadata.version("transformer-engine-torch")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
+    """Whether Transformer Engine's PyTorch extension (the `transformer_engine_torch` module: the
+    `transformer-engine-torch` wheel, or a source or container build's single `transformer_engine`) is installed
+    for this interpreter, which runs the rows' ranks; looked up, not imported (TE loads CUDA's libraries at import)."""
+    return importlib.util.find_spec("transformer_engine_torch") is not None
 
 
 def measured_s(values: pd.Series) -> float:

@@ -12,7 +12,8 @@ from pathlib import Path
 import maya
 from maya.core import settings
 from maya.core.clusters import cluster_names, load_cluster
-from maya.emulator.capture_cache import emulator_digest
+from maya.core.digest import files_digest
+from maya.emulator.capture_cache import emulator_digest, framework_versions
 
 from .store import RowKey
 
@@ -45,7 +46,8 @@ class RowPlan:
     """The row's measured peak allocated memory, where it has one."""
 
     def command_hash(self) -> str:
-        """Identifies the emulation: the script's content, its arguments, the virtual GPUs and the emulator."""
+        """Identifies the emulation: the script's content, its arguments, the virtual GPUs, the emulator and the
+        installed frameworks' releases."""
         blob = json.dumps(
             [
                 hashlib.sha256(self.script.read_bytes()).hexdigest(),
@@ -55,6 +57,7 @@ class RowPlan:
                 self.per_node,
                 self.iterations,
                 emulator_digest(),
+                framework_versions(),
                 *([self.env] if self.env else []),
                 *([str(self.workdir)] if self.workdir else []),
             ]
@@ -155,7 +158,5 @@ def _sources_digest() -> str:
     """The predictor's digest (`maya.api.predictor_digest`: its source and shipped data) and validation's source."""
     from maya.api import predictor_digest as predictor_source
 
-    h = hashlib.sha256(predictor_source().encode())
-    for path in sorted((Path(maya.__file__).parent / "validation").rglob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
+    root = Path(maya.__file__).parent
+    return files_digest(predictor_source(), [(p, root) for p in sorted((root / "validation").rglob("*.py"))])
