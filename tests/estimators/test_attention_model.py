@@ -142,6 +142,22 @@ def test_llm_foundry_triton_runs_head_dim_128_at_openai_tritons_measured_rate_re
     assert proxy.predict(*at64) == pytest.approx(flash1.predict(*at64))  # v1's level at head dim 64
 
 
+def test_llm_foundry_tritons_gap_needs_openai_triton_on_one_gpu_at_flashattention_v1s_lengths(model):
+    found = attention_model.rows()
+    figures = found[found["direction"] == "fwd+bwd"]
+    level = model.corrections["flash1"]
+    seq, causal = np.array([700.0, 3000.0, 16384.0]), np.array([True, False, True])
+    assert attention_model.triton_proxy(level, figures).gap(seq, causal) == pytest.approx(
+        model.corrections["lftriton"].gap(seq, causal)
+    )
+    triton = figures["family"] == "triton"
+    elsewhere = pd.concat([figures, figures[triton].assign(device="h100-sxm")])
+    with pytest.raises(ValueError, match="one GPU"):
+        attention_model.triton_proxy(level, elsewhere)
+    with pytest.raises(ValueError, match="same lengths"):
+        attention_model.triton_proxy(level, figures[~(triton & (figures["seqlen"] == 512) & figures["causal"])])
+
+
 def test_past_the_measured_lengths_a_call_keeps_the_factors_of_the_longest_measured_one(model):
     """The figures stop at 16k tokens, where measured throughput has saturated: a 64k-token call's correction and
     backward / forward split are those of 16k (a line in log2 length would keep slowing FlashAttention v1, the
