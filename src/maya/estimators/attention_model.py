@@ -7,8 +7,8 @@ on the A100 alone); TritonBench's forward and backward timed separately on Meta'
 (`kernels_public_data.OWN_DEVICE`).
 
 The model, per implementation family (`IMPLEMENTATIONS`): log(measured / composed) of a fwd+bwd row is linear in
-the shape (`features`: log2 sequence length, log2 head dimension, causal, and the inverse length: a fixed cost per
-call, `SHAPE`), fitted by ridge regression. Every fit
+the shape (`features`: log2 sequence length, log2 head dimension, causal; for FlashAttention v1 also the inverse
+length, `INVERSE_LENGTH_FAMILIES`), fitted by ridge regression. Every fit
 (the correction, the split, FlexAttention's ratio) holds the sequence length to the range it was measured on
 (`ShapeFit`): beyond it, the composed mechanism alone carries the change with length. The
 composed time carries what differs between GPUs (the GEMM family's products on that GPU, its exp2 and FP32 rates,
@@ -17,10 +17,10 @@ of its own, so it stays a function of the shape and transfers through the compos
 judged by leaving each GPU out (`leave_one_gpu_out`).
 
 A fwd+bwd row does not say how its time splits: the split is the TritonBench rows' measured backward / forward
-time, fitted on the sequence length (`RATIO_IMPLEMENTATIONS`, `SPLIT`); the ratio is a property of the kernels,
-so it is taken from that device, for every GPU, although its absolute times are not. llm-foundry's Triton kernel
-takes FlashAttention v1's correction at head dim 64 and a Triton kernel's measured change with the head dim
-(`TritonProxyFit`). FlexAttention
+time from `DEVICE_RATIO_MIN_SEQ` tokens, fitted on the sequence length and causality (`RATIO_IMPLEMENTATIONS`,
+`SPLIT`); the ratio is a property of the kernels, so it is taken from that device, for every GPU, although its
+absolute times are not. llm-foundry's Triton kernel takes FlashAttention v1's correction less the measured gap
+between FlashAttention v1's and OpenAI Triton's change from head dim 64 to 128 (`TritonProxyFit`). FlexAttention
 (Triton templates) is measured on that device only, next to FlashAttention-2: it is priced as FlashAttention-2
 times the measured flex / FlashAttention-2 ratio per direction (`flex_ratio`). cuDNN's SDPA kernels, never
 measured, are priced from their nearest measured kernel: on Hopper their own composed time times a correction
@@ -79,8 +79,9 @@ Hopper by the composed mechanism alone)."""
 TRITON_FAMILY = "triton"
 """OpenAI Triton's flash attention (the A100 figure): the Triton kernel whose head-dimension dependence llm-foundry's
 kernel is priced with (`TritonProxyFit`)."""
-PROXY_HEAD_DIM = 64.0
-"""The head dimension at which llm-foundry's kernel takes FlashAttention v1's measured level (`TritonProxyFit`)."""
+PROXY_HEAD_DIMS = (64.0, 128.0)
+"""The head dimensions both FlashAttention v1 and OpenAI Triton were measured at: at the first llm-foundry's kernel
+takes FlashAttention v1's correction, at the second that less the measured gap (`TritonProxyFit`)."""
 WARP_SPECIALISED_MIN_ARCHITECTURE = 90
 """cuDNN's SDPA engines from sm_90 on use asynchronous warpgroup MMA with warp specialisation."""
 HOPPER_ARCHITECTURE = 90
@@ -98,7 +99,9 @@ this factor. llm-foundry's Triton kernel: "±20 % would not be surprising" (`att
 cuDNN: no handed row compares it with FlashAttention-3 or FlashAttention-2, so the same 20 %, a conservative
 figure, not a measured spread."""
 DEVICE_RATIO_MIN_SEQ = 8192.0
-"""TritonBench's FlashAttention-2 rows compared with the SXM5 figures from this length (`device_ratio`)."""
+"""TritonBench's FlashAttention-2 rows compared with the SXM5 figures (`device_ratio`) and the backward / forward
+split fitted (`_split`) from this length: shorter, TritonBench's backward carries a fixed timing overhead of about
+0.6 ms (backward / forward 5.5-5.8 at 512 tokens, 2.6-3.0 from 8k)."""
 HOPPER_MIN_SEQ = 2048.0
 """FlashAttention-3's rows fitted and judged from this length (`hopper_rows`). Shorter, a fixed cost of the harness
 dominates TritonBench's timing: its 2025 backward at 128 tokens (2 GFLOP) takes 69 us, 29 TFLOP/s, and at 1k
@@ -114,15 +117,18 @@ BAND = (0.1, 0.9)
 REFERENCE_SEQ, REFERENCE_HEAD_DIM = 4096.0, 64.0
 
 
-SHAPE, LENGTH, SPLIT = (0, 1, 2, 3), (0,), (0, 3)
-"""Columns of `features` a fit takes: the whole shape with the reference length over the length (the corrections),
-the log2 length (FlexAttention's ratio), the log2 length and the reference length over the length (the backward /
-forward split). The inverse length is a fixed cost per call over work that grows with the length (the figures and
-TritonBench run 16k tokens a call, so a call's FLOPs grow with its length): measured rates rise steeply to 2k
-tokens and saturate by 16k, which a line in log2 length cannot follow. Without it the fits missed at 16k, the
-length every longer call is priced at: FlashAttention v1's correction in training +6 % on average (A100 +3 to
-+18 %), its leave-one-GPU-out error 10.0 / 11.5 % (A100 / H100; 9.7 / 9.3 % with it); the split 2.53 for a
-measured 2.71 (with the inverse length alone 2.93; with both every measured length within 3 %)."""
+SHAPE, INVERSE_SHAPE, LENGTH, SPLIT = (0, 1, 2), (0, 1, 2, 3), (0,), (0, 2)
+"""Columns of `features` a fit takes: the shape (the corrections), with the reference length over the length for
+`INVERSE_LENGTH_FAMILIES`, the log2 length (FlexAttention's ratio), the log2 length and causality (the backward /
+forward split)."""
+INVERSE_LENGTH_FAMILIES = frozenset({"flash1"})
+"""Families whose correction also takes the inverse length: measured rates rise steeply to 2k tokens and saturate by
+16k, which a line in log2 length cannot follow. The figures run 16k tokens a call at every length, so the term
+cannot tell a cost per call from one per tile; it is kept where it improves the family's leave-one-GPU-out error
+(`benchmarks/estimators_public.py --attention-only`): FlashAttention v1 10.0 / 11.5 % without it, 9.7 / 9.3 % with
+it (A100 / H100), and its 16k rows, where every longer call is priced, +4 % in training without it. FlashAttention-2
+is worse with it (A100 4.4 -> 5.6 %, H100 5.8 -> 5.7 %); the CUTLASS kernels (`efficient`) are measured on one GPU,
+so nothing shows it transfers."""
 
 
 def features(seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.ndarray:
@@ -168,28 +174,55 @@ class ShapeFit:
 
 @dataclass(frozen=True)
 class TritonProxyFit:
-    """The log correction of llm-foundry's Triton kernel: FlashAttention v1's (`level`) at head dim
-    `PROXY_HEAD_DIM`, carried to other head dims as a Triton flash kernel's measured time changes with the head
-    dim (`head_dim`: OpenAI Triton's, relative to its composed prior).
+    """The log correction of llm-foundry's Triton kernel: FlashAttention v1's (`level`) less, in proportion to
+    log2(head dim / 64) held to `PROXY_HEAD_DIMS`, the measured gap between FlashAttention v1's and OpenAI Triton's
+    change from head dim 64 to 128: log(v1 / Triton) at 128 less at 64, the A100 figure's fwd+bwd times per length
+    and causality (`gap_seq`, `gap_causal`, `gap_plain`), interpolated in log2 length and held to the measured
+    lengths past them.
 
     The kernel is Tri Dao's Triton port of OpenAI's Triton fused-attention tutorial (its docstring: tiles of
     128 x 128 queries x keys for every head dim up to 128, and "Make the backward for d=128 much faster by
-    reducing register spilling"), not FlashAttention v1's CUDA kernels, whose head dim 128 runs 14-25 % slower
-    per FLOP than head dim 64 on the A100 (16k tokens: 83 vs 97 causal, 83 vs 110 TFLOP/s not), 12-17 % on the
-    H100; OpenAI Triton's kernel runs both at one rate (80 vs 80, 95 vs 100). FlashAttention v1 is the measured
-    proxy of the level and of the change with length and causality, the Triton kernel of the head dim."""
+    reducing register spilling"), not FlashAttention v1's CUDA kernels. The gap depends on the length and the mask:
+    at 16k tokens 0.156 causal, 0.230 not (v1's head dim 128 runs 14-25 % slower per FLOP than its 64, OpenAI
+    Triton's at one rate); at 512-2k causal -0.04 to -0.11 (there Triton's head dim 128 loses more than v1's). It
+    is measured on the A100 alone and carried to every GPU."""
 
     level: ShapeFit
-    head_dim: ShapeFit
+    gap_seq: np.ndarray
+    gap_causal: np.ndarray
+    gap_plain: np.ndarray
+
+    def gap(self, seq: np.ndarray, causal: np.ndarray) -> np.ndarray:
+        """log(v1 / Triton) at head dim 128 less at 64 for each length and mask."""
+        x, at = np.log2(self.gap_seq), np.log2(np.asarray(seq, "float64"))
+        return np.where(np.asarray(causal, bool), np.interp(at, x, self.gap_causal), np.interp(at, x, self.gap_plain))
 
     def predict(self, seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.ndarray:
         """The log correction for each shape."""
-        reference = np.full(np.shape(head_dim), PROXY_HEAD_DIM)
-        return (
-            self.level.predict(seq, reference, causal)
-            + self.head_dim.predict(seq, head_dim, causal)
-            - self.head_dim.predict(seq, reference, causal)
-        )
+        low, high = PROXY_HEAD_DIMS
+        weight = np.log2(np.clip(np.asarray(head_dim, "float64"), low, high) / low) / np.log2(high / low)
+        return self.level.predict(seq, head_dim, causal) - weight * self.gap(seq, causal)
+
+
+def triton_proxy(level: ShapeFit, figures: pd.DataFrame) -> TritonProxyFit:
+    """llm-foundry's kernel priced from FlashAttention v1's correction `level` and the gap of `figures`' fwd+bwd
+    rows of v1 and OpenAI Triton measured on one GPU at both `PROXY_HEAD_DIMS`, per length and mask."""
+    both = figures[figures["family"].isin(["flash1", TRITON_FAMILY]) & figures["head_dim"].isin(PROXY_HEAD_DIMS)]
+    device = both.loc[both["family"] == TRITON_FAMILY, "device"].unique()
+    if len(device) != 1:
+        raise ValueError(f"kernels_public: OpenAI Triton's attention must be measured on one GPU, found {list(device)}")
+    times = both[both["device"] == device[0]].pivot_table(
+        index=["causal", "seqlen"], columns=["family", "head_dim"], values="time_s"
+    )
+    low, high = PROXY_HEAD_DIMS
+    gap = np.log(times["flash1", high] / times[TRITON_FAMILY, high]) - np.log(
+        times["flash1", low] / times[TRITON_FAMILY, low]
+    )
+    gap = gap.dropna()
+    causal, plain = gap.xs(True, level="causal"), gap.xs(False, level="causal")
+    if not causal.index.equals(plain.index) or len(causal) < 2:
+        raise ValueError("kernels_public: FlashAttention v1 and OpenAI Triton need the same lengths, causal and not")
+    return TritonProxyFit(level, causal.index.to_numpy("float64"), causal.to_numpy(), plain.to_numpy())
 
 
 def _fit(
@@ -301,7 +334,9 @@ def _split(tritonbench: pd.DataFrame) -> ShapeFit:
     forward 1.95 at 16k tokens, head dim 128), against the one split measured (2.56-2.86 at 16k: the forward the
     faster per FLOP) and llm-foundry's Triton kernel's docstring (its forward faster than FlashAttention v1's,
     its backward slower), and activation checkpointing, which runs the forward twice, made it count twice."""
-    rows_ = tritonbench[tritonbench["kernel_impl"].isin(RATIO_IMPLEMENTATIONS)]
+    rows_ = tritonbench[
+        tritonbench["kernel_impl"].isin(RATIO_IMPLEMENTATIONS) & (tritonbench["seqlen"] >= DEVICE_RATIO_MIN_SEQ)
+    ]
     keys = ["source_commit", "kernel_impl", "batch", "n_heads", "seqlen", "head_dim", "causal"]
     paired = rows_[rows_["direction"] == "fwd"].merge(
         rows_[rows_["direction"] == "bwd"][[*keys, "time_s"]], on=keys, suffixes=("", "_bwd")
@@ -339,8 +374,8 @@ def fit(mechanism: Mechanism) -> AttentionModel:
     bands from each GPU held out in turn (a family measured on one GPU: its training residuals)."""
     from .kernels_public_data import OWN_DEVICE
 
-    figures = measured_rows(mechanism)
-    figures = figures[figures["family"].isin({family for family, _ in CALL_KERNELS.values()} | {TRITON_FAMILY})]
+    measured = measured_rows(mechanism)
+    figures = measured[measured["family"].isin({family for family, _ in CALL_KERNELS.values()})]
     found = rows()
     tritonbench = found[found["device"] == OWN_DEVICE]
     corrections, bands = {}, {}
@@ -349,8 +384,7 @@ def fit(mechanism: Mechanism) -> AttentionModel:
         out = _held_out_residuals(group)
         residuals = out if out is not None else _log_residual(group["time_s"], _learned(corrections[family], group))
         bands[family] = tuple(float(q) for q in np.quantile(residuals, BAND))
-    corrections["lftriton"] = TritonProxyFit(corrections["flash1"], corrections.pop(TRITON_FAMILY))
-    bands.pop(TRITON_FAMILY)
+    corrections["lftriton"] = triton_proxy(corrections["flash1"], measured)
     bands["lftriton"] = bands["flash1"]
     hopper, hopper_bands = {}, {}
     for direction, group in hopper_rows(mechanism).groupby("direction"):
@@ -468,9 +502,14 @@ def _held_out_residuals(group: pd.DataFrame) -> np.ndarray | None:
 
 
 def _correction(frame: pd.DataFrame) -> ShapeFit:
-    """The log correction of the composed times (`composed_s`) fitted on `frame`'s measured rows."""
+    """The log correction of the composed times (`composed_s`) fitted on `frame`'s measured rows (of one family)."""
+    columns = INVERSE_SHAPE if frame["family"].iloc[0] in INVERSE_LENGTH_FAMILIES else SHAPE
     return _fit(
-        frame["seqlen"], frame["head_dim"], frame["causal"], _log_residual(frame["time_s"], frame["composed_s"])
+        frame["seqlen"],
+        frame["head_dim"],
+        frame["causal"],
+        _log_residual(frame["time_s"], frame["composed_s"]),
+        columns,
     )
 
 
