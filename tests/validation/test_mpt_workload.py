@@ -67,6 +67,19 @@ def test_model_on_cpu_ties_the_output_to_the_embedding():
     assert emb.grad is not None and not any(p is emb for n, p in model.named_parameters() if "wte" not in n)
 
 
+def test_positions_follow_the_attention_mask_per_sequence():
+    """llm-foundry's learned positions: one row per sequence, shifted past left padding (so the position
+    embedding's backward covers every token, not one sequence's worth)."""
+    model = _tiny("triton")
+    seen = []
+    model.transformer.wpe.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+    ids = torch.randint(0, 64, (2, 4))
+    model(ids, torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]]))
+    model(ids)  # no mask: the collator's all-ones one
+    assert seen[0].tolist() == [[0, 0, 0, 1], [0, 1, 2, 3]]
+    assert seen[1].tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
+
+
 def test_flash_path_computes_what_the_fused_path_does():
     """flash-attn's unpad / attend / pad on an all-ones mask changes nothing but the work done."""
     ids = torch.randint(0, 64, (2, 16))

@@ -10,8 +10,9 @@ random tokens. No Maya imports; `README.md` lists every difference from the publ
 Model (llm-foundry `MPTForCausalLM` with the yamls' sizes and its defaults): learned positional
 embeddings, biases on every linear layer, low-precision LayerNorm (computed in the autocast dtype),
 fused QKV projection, GELU (exact) MLP of 4·d_model, embedding tied to the output projection (the
-embedding module is called a second time to unembed), no dropout, vocabulary 50368.
-Training (Composer's per-step work): the batch copied to the GPU, gradients set to None, per
+embedding module is called a second time to unembed), no dropout, vocabulary 50368; positions per sequence
+from the batch's attention mask (`[b, s]` rows, so the position embedding's backward covers every token).
+Training (Composer's per-step work): the batch (tokens, labels, the collator's all-ones attention mask) copied to the GPU, gradients set to None, per
 micro-batch a copy of it, the forward under autocast, flash-attn's fused cross-entropy on the bf16 logits
 (llm-foundry's default `loss_fn`), the backward, the logits kept until the next forward returns
 (Composer's `state.outputs`); the two training metrics (cross-entropy, perplexity: each a full cross-entropy of the
@@ -192,7 +193,7 @@ class Attention(nn.Module):
             )
         return o.transpose(1, 2)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
         q, k, v = self.Wqkv(x).split(d, dim=2)
         shape = (b, s, self.heads, d // self.heads)
@@ -200,8 +201,7 @@ class Attention(nn.Module):
             # the range tells the simulator which kernel the published runs used (SDPA's kernels stand in for it)
             with torch.profiler.record_function(TRITON_ATTENTION_RANGE):
                 out = self._sdpa(q.view(shape), k.view(shape), v.view(shape)).reshape(b, s, d)
-        else:  # "flash": flash-attn 2's variable-length path (unpad q, k, v; attend; pad the output)
-            mask = torch.ones((b, s), dtype=torch.bool, device=x.device)
+        else:  # "flash": flash-attn 2's variable-length path (unpad q, k, v by the mask; attend; pad the output)
             (q, indices), (k, _), (v, _) = _unpad(q, mask), _unpad(k, mask), _unpad(v, mask)
             o = self._sdpa(q.view(shape), k.view(shape), v.view(shape)).reshape(b * s, d)
             out = _PutRows.apply(o, indices, b * s).view(b, s, d)
@@ -231,8 +231,8 @@ class MPTBlock(nn.Module):
         self.resid_attn_dropout = nn.Dropout(0.0)
         self.resid_ffn_dropout = nn.Dropout(0.0)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.resid_attn_dropout(self.attn(self.norm_1(x)))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.resid_attn_dropout(self.attn(self.norm_1(x), mask))
         return x + self.resid_ffn_dropout(self.ffn(self.norm_2(x)))
 
 
@@ -245,11 +245,17 @@ class MPTModel(nn.Module):
         self.blocks = nn.ModuleList(MPTBlock(cfg, attn_impl, sdpa_backend, fp8) for _ in range(cfg.n_layers))
         self.norm_f = LowPrecisionLayerNorm(cfg.d_model)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states; positions count only the unmasked tokens before each one (llm-foundry shifts them
+        past left padding whenever the batch has an attention mask, as its collators' batches do)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        mask = attention_mask.bool()
         pos = torch.arange(input_ids.shape[1], dtype=torch.long, device=input_ids.device).unsqueeze(0)
+        pos = torch.clamp(pos - torch.cumsum((~mask).to(torch.int32), dim=1), min=0)  # [b, s]: one row per sequence
         x = self.emb_drop(self.wte(input_ids) + self.wpe(pos))
         for block in self.blocks:
-            x = block(x)
+            x = block(x, mask)
         return self.norm_f(x)
 
 
@@ -261,8 +267,8 @@ class MPTForCausalLM(nn.Module):
         self.cfg = cfg
         self.transformer = MPTModel(cfg, attn_impl, sdpa_backend, fp8)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.transformer.wte(self.transformer(input_ids), True)  # logits, tied to the embedding
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.transformer.wte(self.transformer(input_ids, attention_mask), True)  # logits, tied to the embedding
 
     def fsdp_units(self) -> set[nn.Module]:
         """Modules llm-foundry makes FSDP units: every block and every other child of the transformer."""
@@ -717,6 +723,7 @@ def train(args: argparse.Namespace) -> None:
     for step in range(args.steps):
         host = {"input_ids": torch.randint(0, cfg.vocab_size, (per_rank, args.seq_len)).pin_memory()}
         host["labels"] = host["input_ids"].clone().pin_memory()
+        host["attention_mask"] = torch.ones_like(host["input_ids"]).pin_memory()  # the collator's, all ones
         batch = {k: v.to("cuda", non_blocking=True) for k, v in host.items()}
         opt.zero_grad(set_to_none=True)
         total = torch.zeros(1, device="cuda")
@@ -732,7 +739,7 @@ def train(args: argparse.Namespace) -> None:
             start += size
             copy = {k: v.clone() for k, v in micro.items()}  # Composer's deepcopy of the micro-batch
             with precision_context(args.precision):
-                logits = model(micro["input_ids"])
+                logits = model(micro["input_ids"], micro["attention_mask"])
             loss = cross_entropy(logits.view(-1, logits.shape[-1]), targets_of(micro["labels"]).view(-1), args.loss_fn)
             micro_loss = torch.zeros(1, device="cuda").add_(loss.mean())
             total += micro_loss.detach().clone().mean() * (size / per_rank)
