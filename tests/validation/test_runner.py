@@ -225,3 +225,30 @@ def test_validate_rejects_bad_rows_and_missing_versions(tmp_path, monkeypatch):
 def test_the_json_document_of_nothing():
     doc = to_json([], summarize([]), suite="s", version="v1")
     assert doc["rows"] == [] and doc["mean_abs_error_pct"] is None
+
+
+def test_a_rows_capture_key_follows_its_checkout_sources_and_the_installed_packages(tmp_path, monkeypatch):
+    """Editing the checkout's package the script imports, or installing another release of any package, makes the
+    row's emulation another one (its capture is not reused)."""
+    from maya.emulator import capture_cache
+    from maya.validation import plan as plans
+
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text("import megatron\n")
+    package = tmp_path / "megatron"
+    package.mkdir()
+    (package / "core.py").write_text("LAYERS = 1\n")
+    key = store.RowKey(row=0, label="r", gpu="a100_80gb", size="1b", gpus=8, measured_s=1.0)
+    plan = plans.RowPlan(key=key, script=script, args=(), hardware="a100-sxm-80gb", cluster=None, sources=package)
+    first = plan.command_hash()
+    (package / "core.py").write_text("LAYERS = 2\n")
+    plans.sources_digest.cache_clear()
+    edited = plan.command_hash()
+    assert edited != first
+    site = tmp_path / "site"
+    (site / "somelib-1.0.dist-info").mkdir(parents=True)
+    (site / "somelib-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: somelib\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(site))
+    capture_cache.installed_packages.cache_clear()
+    assert plan.command_hash() != edited
+    capture_cache.installed_packages.cache_clear()

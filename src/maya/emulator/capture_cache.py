@@ -5,6 +5,7 @@ of the key tries again). Also the one summary of why an emulation did not comple
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import tempfile
@@ -98,22 +99,15 @@ def emulator_digest() -> str:
     return files_digest(maya.__version__, [(path, root) for path in files])
 
 
-FRAMEWORKS = ("torch", "triton", "transformer-engine-torch", "megatron-core")
-"""Installed distributions whose release changes what a script issues (its trace): part of capture keys."""
-
-
-def framework_versions() -> str:
-    """`name=version` of each of `FRAMEWORKS` installed for this interpreter (`-` where absent), read from the
-    installed metadata, not imported."""
+@lru_cache(maxsize=1)
+def installed_packages() -> str:
+    """Digest of every distribution installed for this interpreter, by name and version (torch, Triton, Transformer
+    Engine however it was built, the script's own libraries): part of capture keys, since a release changes what a
+    script issues. Read from the installed metadata, nothing imported."""
     from importlib import metadata
 
-    def installed(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "-"
-
-    return ",".join(f"{name}={installed(name)}" for name in FRAMEWORKS)
+    found = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]})
+    return hashlib.sha256("\n".join(found).encode()).hexdigest()[:16]
 
 
 def _complete(run_dir: Path) -> bool:

@@ -58,7 +58,7 @@ class Salts:
 
     capture: str
     """What changes the trace: hardware, GPUs per node, the script's digest, the emulator's and the installed
-    frameworks' releases (`framework_versions`)."""
+    packages' releases (`installed_packages`)."""
     prediction: str
     """What changes the prediction of a trace: durations, the estimator version they resolve to, the cluster and
     its spec file, the host factor and `maya.api.predictor_digest`."""
@@ -85,13 +85,13 @@ def evaluator_salts(
     for a host factor that is not one or an unknown cluster; `duckdb.Error` or OSError for a warehouse that cannot
     be read."""
     from maya.api import host_factor, predictor_digest
-    from maya.emulator.capture_cache import emulator_digest, framework_versions
+    from maya.emulator.capture_cache import emulator_digest, installed_packages
 
     factor, _ = host_factor(hardware, cluster)
     version = estimator_version(durations, warehouse)
     label = f"{version.version}:{version.artifact_sha256[:16]}" if version else ""
     return Salts(
-        capture=f"{hardware}/{gpus_per_node}/{script}/{emulator_digest()}/{framework_versions()}",
+        capture=f"{hardware}/{gpus_per_node}/{script}/{emulator_digest()}/{installed_packages()}",
         prediction=f"{durations}/{label}/{cluster}/{cluster_digest(cluster)}/{factor!r}/{predictor_digest()}",
         estimator_version=version.version if version else None,
     )

@@ -239,6 +239,7 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         assumptions=(TE_ASSUMPTION,) if te else (ASSUMPTION, *([WITHOUT_SP] if _sequence_parallel(values) else [])),
         seq=int(float(seq)) if seq else None,
         env=tuple(sorted(ENV.items())),
+        sources=script.parent / "megatron",
     )
 
 

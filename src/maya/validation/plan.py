@@ -13,7 +13,7 @@ import maya
 from maya.core import settings
 from maya.core.clusters import cluster_names, load_cluster
 from maya.core.digest import files_digest
-from maya.emulator.capture_cache import emulator_digest, framework_versions
+from maya.emulator.capture_cache import emulator_digest, installed_packages
 
 from .store import RowKey
 
@@ -44,10 +44,13 @@ class RowPlan:
     """The working directory the script runs in (the data it reads relative to it); None: the caller's."""
     measured_memory_mib: float | None = None
     """The row's measured peak allocated memory, where it has one."""
+    sources: Path | None = None
+    """A folder of Python code the script imports from outside the installed packages (a checkout's package): its
+    `.py` files are part of `command_hash`."""
 
     def command_hash(self) -> str:
-        """Identifies the emulation: the script's content, its arguments, the virtual GPUs, the emulator and the
-        installed frameworks' releases."""
+        """Identifies the emulation: the script's content and its `sources`' Python files, its arguments, the virtual
+        GPUs, the emulator and the installed packages' releases."""
         blob = json.dumps(
             [
                 hashlib.sha256(self.script.read_bytes()).hexdigest(),
@@ -57,9 +60,10 @@ class RowPlan:
                 self.per_node,
                 self.iterations,
                 emulator_digest(),
-                framework_versions(),
+                installed_packages(),
                 *([self.env] if self.env else []),
                 *([str(self.workdir)] if self.workdir else []),
+                *([sources_digest(self.sources)] if self.sources else []),
             ]
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -151,6 +155,12 @@ def _host_factor() -> str:
     if chosen is None and any(load_cluster(name).host_factor is not None for name in cluster_names()):
         return "clusters"
     return repr(chosen or 0.0)
+
+
+@lru_cache(maxsize=8)
+def sources_digest(folder: Path) -> str:
+    """Of the `.py` files under `folder` (a checkout's package), by path and contents."""
+    return files_digest("", [(p, folder) for p in sorted(folder.rglob("*.py"))])
 
 
 @lru_cache(maxsize=1)
