@@ -143,6 +143,8 @@ def test_llm_foundry_triton_runs_head_dim_128_at_openai_tritons_measured_rate_re
 
 
 def test_llm_foundry_tritons_gap_needs_openai_triton_on_one_gpu_at_flashattention_v1s_lengths(model):
+    """The head-dim gap is taken where both kernels were measured: without OpenAI Triton's rows, or on another
+    layout, the proxy refuses to fit and says why."""
     found = attention_model.rows()
     figures = found[found["direction"] == "fwd+bwd"]
     level = model.corrections["flash1"]

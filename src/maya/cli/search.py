@@ -59,8 +59,8 @@ def search_cmd(
     resume: Annotated[
         str | None,
         typer.Option(
-            help="Search id to resume (a search with the same space, command, settings, script, emulator and predictor "
-            "resumes anyway)."
+            help="Search id to resume (a search with the same space, command, settings, script, installed packages, "
+            "emulator and predictor resumes anyway)."
         ),
     ] = None,
     out_dir: Annotated[Path | None, out_option("Directory for traces and the Pareto plot.")] = None,

@@ -72,8 +72,9 @@ CALL_KERNELS: dict[str, tuple[str, str]] = {
 }
 """Call-frame kernel (op prefix) -> the family that prices it and the composed kernel its prior is (`flex`:
 FlashAttention-2 times `flex_ratio`; `flash1`, FlashAttention v1's CUDA kernels (the figures' rows; no traced call
-is named so); `lftriton`, llm-foundry's Triton kernel, which has no public timing: its proxy, FlashAttention v1 at
-head dim 64 with a Triton kernel's change with the head dim (`TritonProxyFit`), `attention/README.md` section 3; `sdpa`, cuDNN, never measured: before Hopper its
+is named so); `lftriton`, llm-foundry's Triton kernel, which has no public timing: its proxy, FlashAttention v1's
+correction less the measured A100 gap between FA1's and OpenAI Triton's change from head dim 64 to 128, per length
+and mask (`TritonProxyFit`), `attention/README.md` section 3; `sdpa`, cuDNN, never measured: before Hopper its
 kernels are FlashAttention-2-like, priced as FlashAttention-2; on Hopper by `AttentionModel.hopper`; after
 Hopper by the composed mechanism alone)."""
 TRITON_FAMILY = "triton"
@@ -325,8 +326,9 @@ def _log_residual(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
 
 
 def _split(tritonbench: pd.DataFrame) -> ShapeFit:
-    """log(measured backward / forward time) on the sequence length, from TritonBench's FlashAttention-2 rows timed
-    both ways on one shape: a property of the kernel's algorithm (five products against two, and the backward's
+    """log(measured backward / forward time) on the log2 sequence length and causality, fitted from 8k tokens
+    (`DEVICE_RATIO_MIN_SEQ`; shorter calls take the 8k value), from TritonBench's FlashAttention-2 rows timed both
+    ways on one shape: a property of the kernel's algorithm (five products against two, and the backward's
     extra passes), taken as it was measured on every GPU.
 
     The ratio was once the measured one over the composed mechanism's on an H100, carried to other GPUs through

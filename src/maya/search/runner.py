@@ -130,7 +130,11 @@ def run_search(
             record.cost = cost_per_iteration(outcome.iteration_ns, space.world_size(point), price_per_gpu_hour)
             record.objective = objective_value(objective, outcome.iteration_ns, record.cost, record.tokens)
         known[point] = outcome
-        if outcome.trace_hash and outcome.status in ("ok", "oom") and outcome.source in ("evaluated", "capture-cache"):
+        if (
+            outcome.trace_hash
+            and outcome.status in ("ok", "oom")
+            and outcome.source in ("evaluated", "capture-cache", "command-cache")
+        ):
             traces[outcome.trace_hash] = outcome
         result.records.append(record)
         if log and not resumed:

@@ -142,7 +142,7 @@ def predict_plan(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | N
 
 def predictor_digest() -> str:
     """Of what turns a trace and an estimator version into a prediction: `maya.api.predictor_digest` (the api,
-    simulator and estimators sources, the hardware, cluster and collective data, the band's discrepancy widths, the
+    simulator, estimators, core and maya_trace_spec sources, the hardware, cluster and collective data, the band's discrepancy widths, the
     public kernel measurements the attention model is fitted on), validation's source and the host factor (`MAYA_HOST_FACTOR`, as resolved:
     unset and `0` are one). A changed one re-predicts every row."""
     return hashlib.sha256(f"{_sources_digest()}\0{_host_factor()}".encode()).hexdigest()[:16]
