@@ -23,3 +23,22 @@ def benchmark_module(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def version_row(version: str, artifact_path: str, artifact_sha256: str, artifact_bytes: int) -> dict:
+    """An `estimator_versions` row as the registry writes it (one GEMM family on the H100), for tests that register a
+    version by hand."""
+    return {
+        "version": version,
+        "created_at": "2026-11-29 00:00:00",
+        "data_hash": "d",
+        "config_hash": "c",
+        "hardware": ["h100-sxm"],
+        "families": ["gemm"],
+        "training_rows": 1,
+        "metrics": "{}",
+        "artifact_path": artifact_path,
+        "artifact_sha256": artifact_sha256,
+        "artifact_bytes": artifact_bytes,
+        "maya_version": "0",
+    }

@@ -1,11 +1,11 @@
 """Naming the device-time oracle for `maya emulate --device-time` (`maya.emulator.device_time.resolve`)."""
 
-import datetime
 import hashlib
 import subprocess
 import sys
 
 import pytest
+from helpers import version_row
 
 from maya.core.warehouse import insert_row, transaction
 from maya.emulator.device_time import FACTORY, load, resolve, spec
@@ -27,20 +27,7 @@ def _register(warehouse, version: str, artifact: bytes) -> None:
     (warehouse.parent / "estimators" / version).mkdir(parents=True)
     (warehouse.parent / "estimators" / version / "estimator.zip").write_bytes(artifact)
     with transaction(warehouse) as con:
-        row = {
-            "version": version,
-            "created_at": datetime.datetime(2026, 11, 29),
-            "data_hash": "d",
-            "config_hash": "c",
-            "hardware": ["h100-sxm"],
-            "families": ["gemm"],
-            "training_rows": 1,
-            "metrics": "{}",
-            "artifact_path": f"{version}/estimator.zip",
-            "artifact_sha256": hashlib.sha256(artifact).hexdigest(),
-            "artifact_bytes": len(artifact),
-            "maya_version": "0",
-        }
+        row = version_row(version, f"{version}/estimator.zip", hashlib.sha256(artifact).hexdigest(), len(artifact))
         insert_row(con, "estimator_versions", row)
         insert_row(con, "estimator_aliases", {"alias": "latest", "version": version})
 

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from helpers import version_row
 
 from maya.search import Expr, ExprError, Outcome, Salts, SearchLog, SpaceError, load_space, run_search, search_id
 
@@ -305,24 +306,7 @@ def test_an_edited_script_captures_anew_and_retrained_estimators_or_predictor_pr
     assert edited.capture != first.capture and edited.prediction == first.prediction
     with transaction(warehouse) as con:
         for version, sha in (("v1", "a" * 64), ("v2", "b" * 64)):
-            insert_row(
-                con,
-                "estimator_versions",
-                {
-                    "version": version,
-                    "created_at": "2026-11-29 00:00:00",
-                    "data_hash": "d",
-                    "config_hash": "c",
-                    "hardware": ["h100-sxm"],
-                    "families": ["gemm"],
-                    "training_rows": 1,
-                    "metrics": "{}",
-                    "artifact_path": f"{version}.tar",
-                    "artifact_sha256": sha,
-                    "artifact_bytes": 1,
-                    "maya_version": "0",
-                },
-            )
+            insert_row(con, "estimator_versions", version_row(version, f"{version}.tar", sha, 1))
         insert_row(con, "estimator_aliases", {"alias": "latest", "version": "v1"})
     on_v1 = salts()
     assert on_v1.prediction != edited.prediction and on_v1.capture == edited.capture
