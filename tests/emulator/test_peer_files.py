@@ -18,9 +18,7 @@ def as_rank(monkeypatch, tmp_path):
     monkeypatch.setattr(os.path, "exists", os.path.exists)
     monkeypatch.setattr(dist, "barrier", lambda *args, **kwargs: None)
     monkeypatch.setattr(dist.distributed_c10d, "barrier", dist.distributed_c10d.barrier)
-    mailbox = tmp_path / "mailbox"
-    mailbox.mkdir()
-    return lambda rank: peer_files.install(mailbox, rank)
+    return lambda rank: peer_files.install(tmp_path / "mailbox", rank)  # made by install when missing
 
 
 def test_a_signal_file_removed_after_a_barrier_exists_for_peers_behind_it(as_rank, tmp_path):

@@ -84,6 +84,7 @@ def install(mailbox: Path, rank: int) -> PeerFiles:
 
     import torch.distributed as dist
 
+    mailbox.mkdir(parents=True, exist_ok=True)
     files = PeerFiles(mailbox, rank)
     barrier, remove, exists = dist.barrier, os.remove, os.path.exists
 
