@@ -41,6 +41,7 @@ class PeerFiles:
         self._removed: dict[str, list[tuple[int, int]]] = {}  # path -> peers' (written, removed) barrier counts
 
     def passed_barrier(self) -> None:
+        """Note that this rank has just passed a barrier."""
         self.barriers_ns.append(time.time_ns())
 
     def removed(self, path: str, mtime_ns: int) -> None:
@@ -57,25 +58,29 @@ class PeerFiles:
             os.close(fd)
 
     def existed_for_us(self, path: str) -> bool:
-        """Whether a peer removed `path` (missing now) after this rank's next barrier, having written it before."""
+        """Whether a peer wrote `path` (missing now) before the barrier this rank is to pass next and removed it
+        after that barrier."""
         self._read_journal()
         entries = self._removed.get(os.path.abspath(path))
         passed = len(self.barriers_ns)
         return bool(entries) and any(written <= passed < removed for written, removed in entries)
 
     def _read_journal(self) -> None:
+        """Read the journal again when it has grown (whole lines only: a peer may be appending)."""
         try:
             size = self.journal.stat().st_size
         except FileNotFoundError:
             return
         if size == self._seen_size:
             return
+        data = self.journal.read_bytes()
+        whole = data[: data.rfind(b"\n") + 1]
         self._removed = {}
-        for line in self.journal.read_text().splitlines():
+        for line in whole.decode().splitlines():
             entry = json.loads(line)
             if entry["rank"] != self.rank:
                 self._removed.setdefault(entry["path"], []).append((entry["written"], entry["removed"]))
-        self._seen_size = size
+        self._seen_size = len(whole)
 
 
 def install(mailbox: Path, rank: int) -> PeerFiles:

@@ -27,6 +27,7 @@ class StreamingBarrierWithoutPeers(RuntimeError):
 
 
 def refuse(num_procs: int, local_world_size: int) -> None:
+    """Raise the error that names the barrier, the processes it waits for and the way out."""
     raise StreamingBarrierWithoutPeers(
         f"maya emulator: MosaicML Streaming's shared-memory barrier waits for {num_procs} dataloader worker "
         f"processes, those of all {local_world_size} local ranks; an emulated rank runs without its peers, so "
