@@ -25,6 +25,8 @@ import torch.distributed as dist
 
 from maya.core import settings
 
+from .streaming_barrier import install as refuse_streaming_barriers
+
 PLACEHOLDER_BYTES = 128  # the size of an ncclUniqueId, the most common value read from a peer
 _stores: list = []  # C++ holds the stores; Python must keep their objects alive
 
@@ -173,16 +175,21 @@ def _gloo_as_fake_before_2_8(fake) -> None:
 
 def install() -> None:
     """Route every rendezvous scheme to an isolated store; announce communicator splits; make Gloo
-    groups peerless (their monitored barriers too); exchange pickled objects through the launcher's mailbox."""
+    groups peerless (their monitored barriers too); make MosaicML Streaming's shared-memory barrier fail
+    with local peers (streaming_barrier.py); exchange pickled objects through the launcher's mailbox, where
+    removals of files a peer may still wait for are journalled (peer_files.py)."""
     handlers = sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers
     for scheme in ("env", "tcp", "file"):
         handlers[scheme] = _handler
     _announce_split_colors()
     _gloo_without_peers()
     _peerless_monitored_barrier()
+    refuse_streaming_barriers()
     if settings.EMU_MAILBOX.get():
         from pathlib import Path
 
         from .mailbox import install as exchange_objects
+        from .peer_files import install as see_peers_removed_files
 
         exchange_objects(Path(settings.EMU_MAILBOX.get()), int(os.environ.get("RANK", "0")))
+        see_peers_removed_files(Path(settings.EMU_MAILBOX.get()), int(os.environ.get("RANK", "0")))
