@@ -4,6 +4,7 @@
 import sys
 import threading
 import time
+import types
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
@@ -97,6 +98,11 @@ def test_transformer_engine_is_its_torch_extension_installed(monkeypatch, tmp_pa
     (tmp_path / "transformer_engine" / "__init__.py").write_text("raise ImportError('imported')\n")
     assert not megatron.transformer_engine()
     (tmp_path / "transformer_engine_torch.py").write_text("raise ImportError('imported')\n")
+    assert megatron.transformer_engine()
+    (tmp_path / "transformer_engine_torch.py").unlink()
+    loaded = types.ModuleType("transformer_engine_torch")
+    loaded.__spec__ = None  # as Transformer Engine's import leaves the extension it loads by path
+    monkeypatch.setitem(sys.modules, "transformer_engine_torch", loaded)
     assert megatron.transformer_engine()
 
 

@@ -25,6 +25,7 @@ import importlib.util
 import math
 import shutil
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -150,6 +151,8 @@ def transformer_engine() -> bool:
     """Whether Transformer Engine's PyTorch extension (the `transformer_engine_torch` module: the
     `transformer-engine-torch` wheel, or a source or container build's single `transformer_engine`) is installed
     for this interpreter, which runs the rows' ranks; looked up, not imported (TE loads CUDA's libraries at import)."""
+    if "transformer_engine_torch" in sys.modules:  # already loaded (TE loads it by path: no module spec)
+        return True
     return importlib.util.find_spec("transformer_engine_torch") is not None
 
 
