@@ -228,27 +228,6 @@ def test_ranks_checking_agreement_receive_what_the_source_broadcast(tmp_path, de
     assert Run(out).info["status"] == "complete"
 
 
-@pytest.mark.parametrize("dedup", ["--dedup", "--no-dedup"])
-def test_local_ranks_waiting_for_local_rank_zeros_signal_file_see_it(tmp_path, dedup):
-    """Local rank 0 writes a signal file, passes a barrier and removes it; the other local ranks wait for it
-    before that barrier (Composer's `local_rank_zero_download_and_wait`, llm-foundry's tokenizer set-up). Rank 0
-    ran alone first (dedup) or beside them, its barrier returning at once, and removed it: they see it all the
-    same, as in the real job, while a file rank 0 writes only after a later barrier does not exist for them yet."""
-    files = tmp_path / "files"
-    files.mkdir()
-    r, out = emulate(
-        tmp_path,
-        "--nproc-per-node",
-        "3",
-        dedup,
-        script="local_rank_zero_signal.py",
-        script_args=[files, "--timeout", 30],
-    )
-    assert r.exit_code == 0, r.output
-    assert Run(out).info["status"] == "complete"
-    assert list(files.iterdir()) == []  # local rank 0 removed both, the others none
-
-
 def test_a_rank_failing_where_others_complete_gets_its_whole_message_and_a_way_out(tmp_path):
     """A rank that fails alone (here it raises on purpose) reports its exception, whole, and the note that
     isolated ranks receive their own data where a peer's was sent, with the way out: capture rank 0."""

@@ -1,7 +1,6 @@
 """Objects exchanged between isolated ranks through the launcher's mailbox (no emulator needed)."""
 
 import threading
-from types import SimpleNamespace
 
 import pytest
 import torch.distributed as dist
@@ -98,17 +97,3 @@ def test_broadcast_calls_a_torch_without_group_src_as_it_is_called(as_rank, monk
     assert calls == [(0, None, False), (0, None, True)]
     with pytest.raises(TypeError, match="group_src"):  # as torch 2.5 itself answers
         dist.broadcast(torch.zeros(4), group_src=0)
-
-
-def test_all_gather_object_holds_the_first_ranks_real_object(as_rank, monkeypatch):
-    """As llm-foundry's `dist_mkdtemp`: local rank 0 gathers the directory it made, the others `None`, and every
-    rank reads entry 0; the other entries are copies of the rank's own object."""
-    monkeypatch.setattr(dist, "group", SimpleNamespace(WORLD=SimpleNamespace(group_name="0")))
-    as_rank(0)
-    gathered = [None] * 4
-    dist.all_gather_object(gathered, "/tmp/made-by-rank-0")
-    assert gathered == ["/tmp/made-by-rank-0"] * 4
-    as_rank(3)
-    gathered = [None] * 4
-    dist.all_gather_object(gathered, None)
-    assert gathered == ["/tmp/made-by-rank-0", None, None, None]

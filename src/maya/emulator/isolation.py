@@ -176,8 +176,7 @@ def _gloo_as_fake_before_2_8(fake) -> None:
 def install() -> None:
     """Route every rendezvous scheme to an isolated store; announce communicator splits; make Gloo
     groups peerless (their monitored barriers too); make MosaicML Streaming's shared-memory barrier fail
-    with local peers (streaming_barrier.py); exchange pickled objects through the launcher's mailbox, where
-    removals of files a peer may still wait for are journalled (peer_files.py)."""
+    with local peers (streaming_barrier.py); exchange pickled objects through the launcher's mailbox."""
     handlers = sys.modules["torch.distributed.rendezvous"]._rendezvous_handlers
     for scheme in ("env", "tcp", "file"):
         handlers[scheme] = _handler
@@ -189,7 +188,5 @@ def install() -> None:
         from pathlib import Path
 
         from .mailbox import install as exchange_objects
-        from .peer_files import install as see_peers_removed_files
 
         exchange_objects(Path(settings.EMU_MAILBOX.get()), int(os.environ.get("RANK", "0")))
-        see_peers_removed_files(Path(settings.EMU_MAILBOX.get()), int(os.environ.get("RANK", "0")))

@@ -6,9 +6,7 @@ object cannot be: its bytes would be garbage. So in an emulated rank:
   way) and `broadcast_object_list`/`scatter_object_list` deliver the sender's real objects through
   `$MAYA_EMU_MAILBOX`: the sender writes a file, the receiver waits for it and asks the launcher
   (`want-<src>`) to emulate the sender if it is not running yet;
-- `all_gather_object` delivers the group's first rank's real object the same way (llm-foundry's `dist_mkdtemp`
-  reads the directory local rank 0 made from it); every other peer's object is a copy of this rank's, and
-  `gather_object` is SPMD;
+- `all_gather_object`/`gather_object` are SPMD: every peer's object is a copy of this rank's;
 - a `broadcast` of a small tensor (up to `SMALL_BROADCAST_BYTES`: a count, a flag, ids that ranks check
   they agree on, as DeepSpeed ZeRO-3 does) is recorded as the NCCL call it is, and the source's bytes are
   delivered through the mailbox into the receivers' buffers (emulated device memory is host memory), so
@@ -130,14 +128,7 @@ def install(mailbox: Path, rank: int) -> None:
         scatter_object_output_list[0] = objects[dist.get_rank(group)]
 
     def all_gather_object(object_list, obj, group=None) -> None:
-        src = dist.get_global_rank(group, 0) if group is not None else 0
-        path = next_path("allgather", group_name(group), src)
-        if rank == src:
-            _deliver(path, [obj])
-            object_list[:] = copies(obj, len(object_list))
-        else:
-            first = _receive(mailbox, path, rank, src, "all_gather_object")[0]
-            object_list[:] = [first, *copies(obj, len(object_list) - 1)]
+        object_list[:] = copies(obj, len(object_list))
 
     def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None) -> None:
         if object_gather_list is not None:
