@@ -42,3 +42,26 @@ def version_row(version: str, artifact_path: str, artifact_sha256: str, artifact
         "artifact_bytes": artifact_bytes,
         "maya_version": "0",
     }
+
+
+def overlapped_steps(
+    path: Path, collectives: list[tuple[str, str, int]], *, nelems: int, gemms: int, size: int
+) -> Path:
+    """A two-rank run of three steps, each: the `collectives` ((kind, communicator, stream) of `nelems` elements,
+    every communicator joining both ranks), then `gemms` bf16 GEMMs of `size`^3 on the compute stream beside them,
+    then a device sync; written to `path`."""
+    from maya.simulator.trace_builder import TraceBuilder
+
+    b = TraceBuilder(2)
+    for comm in dict.fromkeys(comm for _, comm, _ in collectives):
+        b.communicator(comm, [0, 1])
+    for r in (0, 1):
+        k = b.rank(r)
+        for step in range(3):
+            k.iteration = step
+            for kind, comm, stream in collectives:
+                k.collective(kind, comm, 0, stream=stream, nelems=nelems)
+            for _ in range(gemms):
+                k.gemm(size, size, size, 0)
+            k.device_sync()
+    return b.write(path)

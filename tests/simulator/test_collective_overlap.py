@@ -3,13 +3,12 @@ clear error instead of an IndexError or a ValueError from an empty array."""
 
 import numpy as np
 import pytest
-from helpers import benchmark_module
+from helpers import benchmark_module, overlapped_steps
 
 from maya.core import hardware
 from maya.simulator import RooflineDurations, simulate
 from maya.simulator.iterations import Iterations
 from maya.simulator.trace import load
-from maya.simulator.trace_builder import TraceBuilder
 
 H100 = hardware.get("h100-sxm")
 
@@ -21,17 +20,10 @@ def overlap():
 
 def steps(tmp_path, gemm: bool):
     """Two ranks, three steps of an all-gather (and, if `gemm`, a GEMM beside it)."""
-    b = TraceBuilder(2)
-    b.communicator("dp", [0, 1])
-    for r in (0, 1):
-        k = b.rank(r)
-        for step in range(3):
-            k.iteration = step
-            k.collective("allgather", "dp", 0, stream=1, nelems=1 << 20)
-            if gemm:
-                k.gemm(1024, 1024, 1024, 0)
-            k.device_sync()
-    return simulate(load(b.write(tmp_path / f"run{gemm}")), H100, RooflineDurations())
+    run = overlapped_steps(
+        tmp_path / f"run{gemm}", [("allgather", "dp", 1)], nelems=1 << 20, gemms=int(gemm), size=1024
+    )
+    return simulate(load(run), H100, RooflineDurations())
 
 
 def test_a_step_with_kernels_is_reported(overlap, tmp_path):

@@ -3,6 +3,7 @@ slowed by the SMs its channels hold and (memory-bound ones) by the bandwidth its
 
 import numpy as np
 import pytest
+from helpers import overlapped_steps
 
 from maya.core import hardware
 from maya.core.clusters import load_cluster
@@ -118,17 +119,7 @@ class Burst(DurationProvider):
 def long_steps(tmp_path):
     """Two ranks, three steps of 200 bf16 8192^3 GEMMs (0.28 s: the sustained regime), an all-gather beside the
     first GEMM of each step."""
-    b = TraceBuilder(2)
-    b.communicator("dp", [0, 1])
-    for r in (0, 1):
-        k = b.rank(r)
-        for step in range(3):
-            k.iteration = step
-            k.collective("allgather", "dp", 0, stream=1, nelems=1 << 28)
-            for _ in range(200):
-                k.gemm(8192, 8192, 8192, 0)
-            k.device_sync()
-    return load(b.write(tmp_path / "run"))
+    return load(overlapped_steps(tmp_path / "run", [("allgather", "dp", 1)], nelems=1 << 28, gemms=200, size=8192))
 
 
 def test_a_collective_lowers_the_power_capped_clock_of_the_gemm_beside_it(tmp_path):
@@ -200,19 +191,8 @@ def test_a_mix_far_under_the_cap_keeps_its_clock_and_gets_no_note():
 def test_the_clock_term_counts_a_kernel_once_beside_two_collectives(tmp_path):
     """A GEMM beside a TP all-gather and a DP all-reduce on two streams at once: the SMs of each count, the
     lowered clock once over the time either runs (not once per collective)."""
-    b = TraceBuilder(2)
-    b.communicator("tp", [0, 1])
-    b.communicator("dp", [0, 1])
-    for r in (0, 1):
-        k = b.rank(r)
-        for step in range(3):
-            k.iteration = step
-            k.collective("allgather", "tp", 0, stream=1, nelems=1 << 28)
-            k.collective("allreduce", "dp", 0, stream=2, nelems=1 << 28)
-            for _ in range(200):
-                k.gemm(8192, 8192, 8192, 0)
-            k.device_sync()
-    traces = load(b.write(tmp_path / "run"))
+    collectives = [("allgather", "tp", 1), ("allreduce", "dp", 2)]
+    traces = load(overlapped_steps(tmp_path / "run", collectives, nelems=1 << 28, gemms=200, size=8192))
     free = simulate(traces, H100, Burst(), contention=False)
     contended = simulate(traces, H100, Burst())
     frame = free.programs[0].frame
