@@ -107,14 +107,13 @@ def script_digest(command: list[str] | tuple[str, ...]) -> str:
         entry = Path(command[0])
     if entry is None or not entry.is_file():
         return UNRESOLVED
+    from maya.core.digest import files_digest
+
+    files = [entry, *sorted(p for p in entry.parent.glob("*.py") if p != entry)]
     try:
-        files = [entry, *sorted(p for p in entry.parent.glob("*.py") if p != entry and p.is_file())]
-        h = hashlib.sha256()
-        for path in files:
-            h.update(path.name.encode() + b"\0" + path.read_bytes())
+        return files_digest("", [(path, entry.parent) for path in files])
     except OSError:
         return UNRESOLVED
-    return h.hexdigest()[:16]
 
 
 def _module_file(name: str) -> Path | None:
