@@ -61,9 +61,9 @@ def _largest_inputs(shapes: pd.Series, dtypes: pd.Series) -> tuple[np.ndarray, n
     raw = np.full(n, None, dtype=object)
     offsets = np.cumsum(lengths) - lengths
     raw[chosen_op[has_dtype]] = spelled[offsets[chosen_op[has_dtype]] + chosen_at[has_dtype]]
-    codes, spellings = pd.factorize(raw)  # None: code -1, the last of `named` below
-    named = np.array([*(dtype_name(spelling) for spelling in spellings), None], dtype=object)
-    return numel, row, named[codes]
+    codes, spellings = pd.factorize(raw)  # None: code -1, the last of `by_code` below
+    by_code = np.array([*(dtype_name(spelling) for spelling in spellings), None], dtype=object)
+    return numel, row, by_code[codes]
 
 
 def _op_shapes(ops: pd.DataFrame) -> pd.DataFrame:
