@@ -84,6 +84,8 @@ def test_an_unmeasured_machine_gets_the_model_and_a_cluster_file_says_what_it_wa
     big = np.array([64.0, 256.0]) * MiB
     dgx = load_cluster("dgx-a100")
     assert dgx.measured_as == "a100_dgx" and load_cluster("dgx-h100").measured_as is None
+    assert dgx.summary().endswith("collectives inside a node as measured on a100_dgx")
+    assert "measured" not in load_cluster("dgx-h100").summary()
     unmeasured = CollectiveModel(replace(dgx, measured_as=None)).time("allreduce", big, 8).seconds
     assert (unmeasured == CollectiveModel("dgx-a100", measured=None).time("allreduce", big, 8).seconds).all()
     h100 = CollectiveModel("dgx-h100")

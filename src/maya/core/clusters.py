@@ -131,7 +131,8 @@ class ClusterSpec:
             if net
             else "an undescribed network"
         )
-        return f"{self.gpus_per_node} GPUs per node, {inside}; {across}"
+        measured = f"; collectives inside a node as measured on {self.measured_as}" if self.measured_as else ""
+        return f"{self.gpus_per_node} GPUs per node, {inside}; {across}{measured}"
 
     def without_network(self) -> ClusterSpec:
         """The same nodes on an undescribed network."""
