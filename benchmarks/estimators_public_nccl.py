@@ -8,8 +8,17 @@ machines' inter-node networks are not described: a held-out network's multi-node
 mean of the others' learned networks, and the tables split intra- from inter-node rows.
 Curves that copy another network's measurements value for value are left out (named in the output).
 
+A cluster that is a measured machine (`measured_as`) prices the collectives that machine measured inside a node
+from its own curves (`maya.estimators.collective_measured`). The splits: `in-sample` and `held-out` price with the
+model alone (held out, a machine's curves are left out with its rows, so its figures are the model's whatever the
+curves do); `measured` prices every row with the fit and every machine's curves (where a curve applies: one node,
+the GPU counts measured, from `MEASURED_FROM_BYTES` up, what the model prices below); `measured, sizes held out`
+builds the curves from every other quarter octave of size and prices the rows of the others (interpolation);
+`measured, extended` builds them from rows under 32 MiB and prices those from 32 MiB (the bus bandwidth carried past
+the largest measured size).
+
 `nccl_report(dataset_path)` returns the figures as a DataFrame (one row per split, held-out network,
-collective, ranks, GPUs per node, nodes and size band (<1 MB, 1-64 MB, >=64 MB), plus `all` rows per network,
+collective, ranks, GPUs per node, nodes and size band (<1 MB, 1-16 MB, 16-64 MB, >=64 MB), plus `all` rows per network,
 per network and scope, and per machine x collective x node count x size band): rows, MAPE and mean signed
 error (predicted / measured - 1: negative is too fast). The first table printed is that last one, in-sample
 and held out side by side: where each machine's error sits, and with which sign.
@@ -28,6 +37,7 @@ import pandas as pd
 
 from maya.estimators.collective_data import load_collectives, shipped_dataset
 from maya.estimators.collective_fit import fit, predict
+from maya.estimators.collective_measured import KNOTS_PER_OCTAVE, build
 
 TARGET = 0.10
 PAIRWISE = ("a100_pairwise_nvlink", "h100_pairwise_nvlink", "a40_pairwise_nvlink")
@@ -37,9 +47,10 @@ AGG = {"rows": ("ape", "size"), "mape": ("ape", "mean"), "signed": ("error", "me
 
 
 def size_band(nbytes: pd.Series) -> pd.Series:
-    """Message-size band of each row: <1MB (latency-bound), 1-64MB, >=64MB (bandwidth-bound)."""
-    edges = [0, 2**20, 64 * 2**20, np.inf]
-    return pd.cut(nbytes, edges, labels=["<1MB", "1-64MB", ">=64MB"], right=False).astype(str)
+    """Message-size band of each row: <1MB (latency-bound), 1-16MB, 16-64MB (where a measured machine's curves
+    price alone), >=64MB (bandwidth-bound)."""
+    edges = [0, 2**20, 16 * 2**20, 64 * 2**20, np.inf]
+    return pd.cut(nbytes, edges, labels=["<1MB", "1-16MB", "16-64MB", ">=64MB"], right=False).astype(str)
 
 
 def nccl_report(dataset_path: str | Path | None = None, *, lono: bool = True) -> pd.DataFrame:
@@ -50,7 +61,15 @@ def nccl_report(dataset_path: str | Path | None = None, *, lono: bool = True) ->
     frame = frame[frame["duplicate_of"].isna()].reset_index(drop=True)
     frame["regime"] = size_band(frame["bytes"])
     frame["scope"] = np.where(frame["nodes"] > 1, "inter-node", "intra-node")
-    parts = [frame.assign(split="in-sample", predicted_us=predict(frame, fit(frame).params))]
+    params = fit(frame).params
+    parts = [frame.assign(split="in-sample", predicted_us=predict(frame, params))]
+    parts.append(frame.assign(split="measured", predicted_us=predict(frame, params, build(frame))))
+    odd = np.floor(np.log2(frame["bytes"]) * KNOTS_PER_OCTAVE) % 2 == 1
+    held = frame[odd]
+    parts.append(held.assign(split="measured, sizes held out", predicted_us=predict(held, params, build(frame[~odd]))))
+    large = frame["bytes"] >= 32 * 2**20
+    held = frame[large]
+    parts.append(held.assign(split="measured, extended", predicted_us=predict(held, params, build(frame[~large]))))
     if lono:
         for network in sorted(frame["network"].unique()):
             held = frame[frame["network"] == network]

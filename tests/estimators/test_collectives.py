@@ -52,7 +52,8 @@ def test_large_messages_run_at_the_learned_share_of_the_spec_line_rate():
     assert bus_gbs == pytest.approx(450 * params.links["nvswitch"].efficiency, rel=0.01)
     nvls = model.time("allreduce", size, ranks=n)
     assert nvls.algorithm[0] == "nvls" and nvls.seconds[0] < ring
-    assert CollectiveModel("dgx-a100").time("allreduce", size, ranks=8).algorithm[0] == "ring"  # no NVLS on A100
+    a100 = CollectiveModel("dgx-a100", measured=None)
+    assert a100.time("allreduce", size, ranks=8).algorithm[0] == "ring"  # no NVLS on A100
 
 
 @pytest.mark.parametrize("cluster", ["dgx-a100", "dgx-h100", PAIRS, "a40-nvlink-pairs-8gpu", "pcie-gen5-8gpu"])
@@ -67,7 +68,7 @@ def test_monotone_in_size(cluster, collective, ranks, nodes):
 
 
 def test_small_messages_take_a_low_latency_protocol_and_trees_win_across_many_nodes():
-    a100 = CollectiveModel("dgx-a100")
+    a100 = CollectiveModel("dgx-a100", measured=None)
     assert a100.time("allreduce", 1024, ranks=8).protocol[0] in ("LL", "LL128")
     assert a100.time("allreduce", 64 * GiB, ranks=8).protocol[0] == "simple"
     model = CollectiveModel("dgx-h100")
@@ -99,7 +100,7 @@ def test_predict_frame_with_local_gpus():
             "gpus": [(0, 1), (1, 2), None, ()],
         }
     )
-    out = CollectiveModel(PAIRS).predict(frame)
+    out = CollectiveModel(PAIRS, measured=None).predict(frame)
     assert (out["duration_ns"] > 0).all()
     assert out.loc[1, "duration_ns"] > 3 * out.loc[0, "duration_ns"]
     assert list(out["algorithm"]) == ["ring", "ring", "p2p", "ring"]
@@ -299,7 +300,9 @@ def test_a_send_timed_on_the_sender_ends_one_fifo_early_where_nccls_p2p_transpor
     from maya.estimators.collectives import P2P_READ_FIFO_BYTES
 
     sizes = np.array([64.0, 128.0]) * 2**20
-    a100 = CollectiveModel(PAIRS)  # A100 (sm_80) pairs on NVLink: the receiver reads from the sender's FIFO
+    a100 = CollectiveModel(
+        PAIRS, measured=None
+    )  # A100 (sm_80) pairs on NVLink: the receiver reads from the sender's FIFO
     transfer = a100.time("send", sizes, ranks=2)
     sender = a100.time("send", sizes, ranks=2, sender=True)
     assert list(transfer.protocol) == list(sender.protocol) == ["simple", "simple"]
@@ -313,8 +316,8 @@ def test_a_send_timed_on_the_sender_ends_one_fifo_early_where_nccls_p2p_transpor
     for model, kwargs in [
         (a100, {"gpus": [1, 2]}),  # PCIe between the pairs: written, not read
         (a100, {"nodes": 2}),  # across nodes
-        (CollectiveModel("h100-nvl-nvlink-pairs-4gpu"), {}),  # Hopper: NCCL writes by default
-        (CollectiveModel("a40-nvlink-pairs-8gpu"), {}),
+        (CollectiveModel("h100-nvl-nvlink-pairs-4gpu", measured=None), {}),  # Hopper: NCCL writes by default
+        (CollectiveModel("a40-nvlink-pairs-8gpu", measured=None), {}),
     ]:  # host memory
         assert (
             model.time("send", sizes, ranks=2, sender=True, **kwargs).seconds
@@ -337,7 +340,7 @@ def test_point_to_point_takes_ll_only_up_to_nccls_threshold_and_never_ll128():
 
     sizes = np.logspace(3, 30, 55, base=2)
     for cluster in ("dgx-h100", "dgx-a100", PAIRS):
-        chosen = CollectiveModel(cluster).time("send", sizes, ranks=2)
+        chosen = CollectiveModel(cluster, measured=None).time("send", sizes, ranks=2)
         assert "LL128" not in set(chosen.protocol)
         assert set(chosen.protocol[sizes > P2P_LL_THRESHOLD]) == {"simple"}
 

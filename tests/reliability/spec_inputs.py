@@ -37,6 +37,7 @@ CLUSTER_PATHS = [
     ("network", "nic_gbps"),
     ("p2p",),
     ("hardware",),
+    ("measured_as",),
     ("description",),
     ("intra_node",),
     ("extra",),

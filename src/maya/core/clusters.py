@@ -6,7 +6,8 @@ A node's GPUs talk over NVLink — through NVSwitch (every pair) or bridges (`gr
 joins) — else over PCIe through the host (a PCIe switch or the CPU); on a node without peer-to-peer access
 (`p2p: false`, e.g. GPUs passed to a virtual machine) every transfer is staged through host memory.
 `link_between` and `ring` give the link class of each hop NCCL's ring or a send/recv crosses. A node whose `network` is absent has an
-inter-node network its source does not describe."""
+inter-node network its source does not describe. A node that is a machine whose collectives were measured says so
+(`measured_as`), and its collectives inside a node are then priced from those measurements."""
 
 from __future__ import annotations
 
@@ -71,6 +72,9 @@ class ClusterSpec:
     host_factor: float | None = None
     """The nodes' host CPU time for framework code (Python, dispatch) per second of it on the emulating CPU; None:
     not stated (the simulator then assumes 1)."""
+    measured_as: str | None = None
+    """The measured machine these nodes are (a machine of `data/collectives/measured.json`): collectives inside a
+    node that it measured are priced from its measurements; None: from the model alone."""
 
     def link_between(self, a: int, b: int) -> str:
         """Link class between local GPUs `a` and `b` of one node."""
@@ -127,7 +131,8 @@ class ClusterSpec:
             if net
             else "an undescribed network"
         )
-        return f"{self.gpus_per_node} GPUs per node, {inside}; {across}"
+        measured = f"; collectives inside a node as measured on {self.measured_as}" if self.measured_as else ""
+        return f"{self.gpus_per_node} GPUs per node, {inside}; {across}{measured}"
 
     def without_network(self) -> ClusterSpec:
         """The same nodes on an undescribed network."""
@@ -209,6 +214,9 @@ def parse_cluster(raw: dict) -> ClusterSpec:
     hardware = raw.get("hardware")
     if hardware is not None and not isinstance(hardware, str):
         raise ClusterSpecError(f"hardware must be a hardware catalog name, not {hardware!r:.40}")
+    measured_as = raw.get("measured_as")
+    if measured_as is not None and not (isinstance(measured_as, str) and measured_as):
+        raise ClusterSpecError(f"measured_as must be the name of a measured machine, not {measured_as!r:.40}")
     return ClusterSpec(
         name=name,
         gpus_per_node=gpus,
@@ -219,6 +227,7 @@ def parse_cluster(raw: dict) -> ClusterSpec:
         hardware=hardware,
         description=_get(raw, "description", str, default=""),
         host_factor=_factor(raw, "host_factor"),
+        measured_as=measured_as,
     )
 
 

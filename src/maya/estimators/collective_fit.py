@@ -13,6 +13,9 @@ undescribed network gets its own bandwidth per GPU and hop latency; the cap per 
 the bandwidth per GPU. The fit is deterministic.
 
     python -m maya.estimators.collective_fit [--dataset collectives.parquet] [--out data/collectives/nccl.json]
+        [--measured-out data/collectives/measured.json]
+
+writes the fit and, from the same dataset, the measured machines' curves (`collective_measured`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from scipy.optimize import least_squares
 from maya.core.clusters import ClusterSpec, load_cluster
 
 from .collective_data import GROUP, VIDUR_CLUSTERS, load_collectives, shipped_dataset
+from .collective_measured import KNOTS_PER_OCTAVE, LARGE_OCTAVES, MeasuredCollectives, build
+from .collective_measured import shipped_path as measured_path
 from .collective_params import FALLBACK, LINKS, CollectiveParams, LinkParams, NetworkParams, shipped_path
 from .collectives import CollectiveModel
 from .registry import write_atomic
@@ -116,11 +121,13 @@ def fit(frame: pd.DataFrame, *, exclude: Sequence[str] = ()) -> FitResult:
     return FitResult(params, len(train), float(result.cost))
 
 
-def predict(frame: pd.DataFrame, params: CollectiveParams) -> np.ndarray:
-    """Predicted microseconds of every row; a network without learned figures is priced on the default."""
+def predict(frame: pd.DataFrame, params: CollectiveParams, measured: MeasuredCollectives | None = None) -> np.ndarray:
+    """Predicted microseconds of every row; a network without learned figures is priced on the default. `measured`:
+    the measured machines' curves a network's cluster prices with where it is one of them (default: the model
+    alone, as fitted)."""
     out = np.full(len(frame), np.nan)
     for curve in _curves(frame):
-        out[curve.rows] = _predict_curve(params, curve)
+        out[curve.rows] = _predict_curve(params, curve, measured)
     return out
 
 
@@ -164,10 +171,10 @@ def _links(curve: _Curve) -> set[str]:
     return set(curve.cluster.ring(range(per_node)))
 
 
-def _predict_curve(params: CollectiveParams, curve: _Curve) -> np.ndarray:
+def _predict_curve(params: CollectiveParams, curve: _Curve, measured: MeasuredCollectives | None = None) -> np.ndarray:
     """Microseconds of the curve's rows as Vidur timed them (send/recv on the sender)."""
     network = curve.network if curve.network in params.networks else None
-    model = CollectiveModel(curve.cluster, params, network=network)
+    model = CollectiveModel(curve.cluster, params, network=network, measured=measured)
     return model.time(curve.collective, curve.bytes, curve.ranks, curve.nodes, sender=True).seconds * 1e6
 
 
@@ -225,6 +232,9 @@ def main(argv: list[str] | None = None) -> None:
         help="Vidur-layout collectives Parquet (default: the shipped data/vidur/collectives.parquet)",
     )
     parser.add_argument("--out", type=Path, default=shipped_path(), help="where to write the parameters (JSON)")
+    parser.add_argument(
+        "--measured-out", type=Path, default=measured_path(), help="where to write the measured machines' curves (JSON)"
+    )
     args = parser.parse_args(argv)
     frame = load_collectives(args.dataset)
     result = fit(frame)
@@ -247,6 +257,15 @@ def main(argv: list[str] | None = None) -> None:
     text = json.dumps(params.to_json(), indent=1, sort_keys=True) + "\n"
     write_atomic(args.out, text.encode())
     print(f"fitted on {result.rows} rows of {args.dataset} -> {args.out} ({params.digest[:12]})")
+    curves = build(frame)
+    method = (
+        f"median per 1/{KNOTS_PER_OCTAVE} octave, never decreasing; past the largest size the bus bandwidth of a "
+        f"Theil-Sen line through the largest {LARGE_OCTAVES} octaves' rows; one-node rows only"
+    )
+    about = {"dataset": args.dataset.name, "sha256": provenance["sha256"], "method": method}
+    measured = MeasuredCollectives(curves.machines, about).to_json()
+    write_atomic(args.measured_out, (json.dumps(measured, indent=1, sort_keys=True) + "\n").encode())
+    print(f"{sum(map(len, curves.machines.values()))} curves of {len(curves.machines)} machines -> {args.measured_out}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ all-reduce runs at 0.92 x half the ring's bus bandwidth (NCCL's own tree model).
 protocols NCCL's point-to-point path has: LL up to `NCCL_P2P_LL_THRESHOLD` (16 KiB), Simple (`enqueue.cc`;
 never LL128).
 
+A cluster whose spec names the measured machine it is (`measured_as`) prices what that machine measured inside a
+node from its own curves instead (`CollectiveModel`, `collective_measured`); clusters never measured keep the model.
+
 A send/recv is priced as the transfer the receiver waits for. Timed on the sender (`sender=True`, as Vidur
 measured), a Simple-protocol send between Ampere GPUs on NVLink ends one FIFO earlier: there NCCL's P2P
 transport reads (the receiver pulls from the sender's FIFO, `ncclTopoCheckP2p`: "P2P Read for Ampere/NVLink
@@ -31,14 +34,16 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from maya.core import hardware
-from maya.core.clusters import NETWORK, NVLINK, NVSWITCH, PCIE, SHM, ClusterSpec, load_cluster
+from maya.core.clusters import NETWORK, NVLINK, NVSWITCH, PCIE, SHM, ClusterSpec, ClusterSpecError, load_cluster
 from maya_trace_spec.vocabulary import collective_name
 
+from .collective_measured import MeasuredCollectives, MeasuredCurve, shipped_measured
 from .collective_params import CollectiveParams, NetworkParams, shipped_params
 
 PRICED_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv")
@@ -74,6 +79,16 @@ that spans nodes takes at least this, three times with Simple (`tuning.cc`: `int
 netOverhead)`)."""
 TREE_BANDWIDTH = 0.92
 """Tree all-reduce bus bandwidth relative to the ring's, per NCCL's tuning model."""
+MEASURED_FROM_BYTES = 16 * 2**20
+"""Smallest message priced from a measured machine's curve alone. Vidur's times include waiting for the peer that
+launched later (10-60 us, `data/collectives/README.md`; the DGX A100's 2-GPU all-reduces take ~50 us up to 1 MB
+whatever the size), so a measured time bounds the transfer from above; from 16 MiB that wait is a small part of
+it (the 2-GPU all-reduce takes 141 us there, the 8-GPU one 265 us) and NCCL runs the Simple protocol (the
+8-GPU curve's LL128 kink lies below)."""
+HALF_OF_ALLREDUCE = ("allgather", "reducescatter")
+"""Collectives a measured machine did not time, priced as half its measured all-reduce of the same size: NCCL's
+ring all-reduce is a reduce-scatter then an all-gather over the same ring (n - 1 steps and S (n - 1) / n bus
+bytes each)."""
 
 
 @dataclass(frozen=True)
@@ -97,10 +112,25 @@ class _Network:
 
 class CollectiveModel:
     """`cluster`: a `ClusterSpec`, a shipped name or a spec file; `params`: learned figures (default the
-    shipped fit); `network`: which measured network prices an undescribed one (default their mean)."""
+    shipped fit); `network`: which measured network prices an undescribed one (default their mean); `measured`:
+    the measured machines' curves (default the shipped ones; None: the model alone).
+
+    A cluster that is a measured machine (`ClusterSpec.measured_as`) has the collectives that machine measured
+    inside one node priced from its curve (`collective_measured`) for its GPU count, all-gathers and
+    reduce-scatters as half its all-reduce (`HALF_OF_ALLREDUCE`), and send/recv as the sender's measured time plus
+    what the model says the receiver waits longer, from `MEASURED_FROM_BYTES` up (`algorithm` "measured", `protocol`
+    the machine); smaller messages take the model's time, scaled down by the measured / modelled ratio at
+    `MEASURED_FROM_BYTES` where that is under 1 (a measured time bounds the transfer from above), so time stays
+    continuous and rising. Everything else (other GPU counts, collectives or layouts, several nodes, an explicit
+    `algorithm`) is the model's."""
 
     def __init__(
-        self, cluster: ClusterSpec | str | Path, params: CollectiveParams | None = None, *, network: str | None = None
+        self,
+        cluster: ClusterSpec | str | Path,
+        params: CollectiveParams | None = None,
+        *,
+        network: str | None = None,
+        measured: MeasuredCollectives | Literal["shipped"] | None = "shipped",
     ):
         self.cluster = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
         self.params = params or shipped_params()
@@ -108,6 +138,15 @@ class CollectiveModel:
             raise ValueError(f"no measured network {network!r}; known: {', '.join(sorted(self.params.networks))}")
         self._network = self._network_of(network)
         self._ampere = self._is_ampere()
+        if isinstance(measured, str) and measured != "shipped":
+            raise ValueError(f"measured must be 'shipped', None or a MeasuredCollectives, not {measured!r}")
+        self.machine = self.cluster.measured_as if measured is not None else None
+        self._measured = shipped_measured() if measured == "shipped" else measured
+        if self.machine is not None and self.machine not in self._measured.machines:
+            raise ClusterSpecError(
+                f"cluster {self.cluster.name!r} is measured as {self.machine!r}, which no measurement names; "
+                f"measured machines: {', '.join(sorted(self._measured.machines))}"
+            )
 
     def time(
         self,
@@ -129,6 +168,34 @@ class CollectiveModel:
             raise ValueError(f"unknown collective {collective!r}; known: {', '.join(PRICED_COLLECTIVES)}")
         size = np.atleast_1d(np.asarray(nbytes, dtype="float64"))
         nodes, gpus = self._layout(name, ranks, nodes, gpus)
+        curve = self._curve(name, ranks, nodes, gpus) if algorithm is None else None
+        if curve is None:
+            return self._modelled(name, size, ranks, nodes, gpus, sender, algorithm)
+        both = np.append(size, MEASURED_FROM_BYTES)  # the sizes, then where the curve starts to price alone
+        modelled = self._modelled(name, both, ranks, nodes, gpus, sender, None)
+        model_us = modelled.seconds * 1e6
+        us = curve.time_us(both) / (2 if name in HALF_OF_ALLREDUCE else 1)
+        if name == "sendrecv" and not sender:  # measured on the sender: add what the receiver waits longer
+            us = us + model_us - self._modelled(name, both, ranks, nodes, gpus, True, None).seconds * 1e6
+        below = min(us[-1] / model_us[-1], 1.0)
+        measured = size >= MEASURED_FROM_BYTES
+        return CollectiveTime(
+            seconds=np.where(measured, us[:-1], below * model_us[:-1]) * 1e-6,
+            algorithm=np.where(measured, "measured", modelled.algorithm[:-1]).astype(object),
+            protocol=np.where(measured, self.machine, modelled.protocol[:-1]).astype(object),
+        )
+
+    def _modelled(
+        self,
+        name: str,
+        size: np.ndarray,
+        ranks: int,
+        nodes: int,
+        gpus: tuple[int, ...],
+        sender: bool,
+        algorithm: str | None,
+    ) -> CollectiveTime:
+        """The model's fastest (or `algorithm`'s) way to run the collective."""
         candidates = [c for c in self._candidates(name, size, ranks, nodes, gpus, sender) if algorithm in (None, c[0])]
         if not candidates:
             raise ValueError(f"{algorithm!r} does not run {name} on {ranks} ranks over {nodes} node(s)")
@@ -139,6 +206,19 @@ class CollectiveModel:
             algorithm=np.array([c[0] for c in candidates], dtype=object)[best],
             protocol=np.array([c[1] for c in candidates], dtype=object)[best],
         )
+
+    def _curve(self, name: str, ranks: int, nodes: int, gpus: tuple[int, ...]) -> MeasuredCurve | None:
+        """The measured machine's curve that prices this collective, if it measured it on these links (the
+        measurements ran on a node's first GPUs)."""
+        if self.machine is None or nodes != 1 or ranks < 2:
+            return None
+        if name == "sendrecv":
+            if self.cluster.link_between(*gpus[:2]) != self.cluster.link_between(0, 1):
+                return None
+        elif sorted(self.cluster.ring(gpus)) != sorted(self.cluster.ring(range(len(gpus)))):
+            return None
+        measured = "allreduce" if name in HALF_OF_ALLREDUCE else name
+        return self._measured.curve(self.machine, measured, ranks)
 
     def predict(self, frame: pd.DataFrame, *, sender: bool = False) -> pd.DataFrame:
         """`frame` (columns `collective`, `bytes`, `ranks`, optional `nodes` and `gpus`: tuples of local GPU

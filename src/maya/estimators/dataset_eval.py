@@ -1,6 +1,7 @@
 """Accuracy on a measurement file of any shipped layout, told apart by its columns (`vidur_data.detect_layout`):
 NeuSight kernels and Vidur compute against a kernel estimator, Vidur collectives against the collective model
-of each network's cluster (`CollectiveModel(cluster).predict`, so it follows the model as it improves); and on
+of each network's cluster (`CollectiveModel(cluster).predict`, so it follows the model as it improves; the model
+alone, not a measured machine's curves, which would be these rows); and on
 the public kernel measurements (`KERNELS_PUBLIC`, or one of their CSV files) per GPU, implementation and
 direction."""
 
@@ -185,7 +186,7 @@ def _collectives(raw: pd.DataFrame, cluster: str | None) -> DatasetEvaluation:
     for network, rows in calls.groupby("network").groups.items():
         spec = cluster or VIDUR_CLUSTERS.get(str(network))
         try:
-            model = CollectiveModel(load_cluster(spec)) if spec else None
+            model = CollectiveModel(load_cluster(spec), measured=None) if spec else None
         except UnknownCluster:
             model = None
         if model is None:
