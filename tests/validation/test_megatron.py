@@ -104,6 +104,15 @@ def test_transformer_engine_is_its_torch_extension_installed(monkeypatch, tmp_pa
     loaded.__spec__ = None  # as Transformer Engine's import leaves the extension it loads by path
     monkeypatch.setitem(sys.modules, "transformer_engine_torch", loaded)
     assert megatron.transformer_engine()
+    monkeypatch.delitem(sys.modules, "transformer_engine_torch")
+    assert not megatron.transformer_engine()
+    # the wheel: its module inside TE's package, found by the distribution's metadata
+    (tmp_path / "transformer_engine" / "wheel_lib").mkdir()
+    (tmp_path / "transformer_engine" / "wheel_lib" / "transformer_engine_torch.py").write_text("")
+    info = tmp_path / "transformer_engine_torch-2.20.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformer_engine_torch\nVersion: 2.20.2\n")
+    assert megatron.transformer_engine()
 
 
 def test_a_suite_file_of_that_layout_with_its_own_cluster_and_gqa(checkout, tmp_path):

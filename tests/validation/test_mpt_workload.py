@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import json
 import sys
+from collections import Counter
 
 import pyarrow.compute as pc
 import pytest
@@ -15,6 +16,9 @@ from paths import SRC
 from typer.testing import CliRunner
 
 from maya.cli import app
+from maya.estimators import KernelEstimator, Registry
+from maya.validation import llm_foundry, load_suite, megatron, run_suite
+from maya.validation.runner import traces_dir
 from maya_trace_spec import Run
 
 TABLE = SRC / "maya" / "data" / "published" / "llm_foundry_mpt.csv"
@@ -357,3 +361,37 @@ def test_emulated_step_allocates_the_logits_and_their_gradient_once(tmp_path):
             if e["kind"] == "alloc" and e["space"] == "device" and e["op_id"] in first_step and e["bytes"] >= logits
         )
     assert blocks == {"fused_crossentropy": [1, 1], "torch_crossentropy": [1, 1, 1, 1]}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not megatron.transformer_engine(),
+    reason="Transformer Engine is not installed (MAYA_WITH_TE=1 scripts/setup installs it)",
+)
+def test_an_fp8_row_of_the_shipped_layout_validates_on_fp8_gemms(tmp_path):
+    """An `amp_fp8` row (125m, sequence 512, one virtual H100) through the suite's machinery: its 4 projections a
+    layer are TE's cuBLASLt GEMMs, E4M3 operands forward and E4M3 x E5M2 in the backward (HYBRID), 3 a projection a
+    step; the tied unembedding stays a bf16 GEMM; TE's casts are sized and priced; MFU is of the fp8 peak."""
+    row = {**ROWS[20], "Model": "125m", "SeqLen (T)": "512", "# GPUs": "1", "MicroBatchSize": "2"}
+    row.update({"GradAccum": "1", "GlobalBatchSize": "2", "Precision": "amp_fp8"})
+    path = tmp_path / "fp8.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    warehouse = tmp_path / "warehouse.duckdb"
+    Registry(warehouse).register(KernelEstimator(), data_hash="stub", config_hash="stub", metrics={})
+    suite = load_suite(str(path))
+    (result,) = run_suite(suite, suite.table, warehouse=warehouse).results
+    assert result.status == "ok", result.reason
+    assert result.predicted_s > 0 and result.details["mfu_dtype"] == "fp8"
+    projections = 12 * 4 * 3 * llm_foundry.STEPS  # layers x projections x (forward, dgrad, wgrad) x steps
+    assert f"fp8 casts as torch's cast ({projections})" in " ".join(result.details["notes"])
+    calls = Run(traces_dir() / result.command_hash).table("api_calls").to_pylist()
+    gemms = Counter((c["api"], c["gemm_dtype_a"], c["gemm_dtype_b"]) for c in calls if c["gemm_m"] is not None)
+    assert gemms == {
+        ("cublasLtMatmul", "fp8e4m3", "fp8e4m3"): projections // 3,
+        ("cublasLtMatmul", "fp8e4m3", "fp8e5m2"): 2 * projections // 3,
+        ("cublasGemmEx", "bf16", "bf16"): 3 * llm_foundry.STEPS,
+    }

@@ -1,10 +1,15 @@
 """Suites and their rows: the built-ins, `--rows` (numbers and pandas queries) and its errors, and every
-published row planned as an emulation on its GPUs and cluster (fp8 and other rows of the same layout too)."""
+published row planned as an emulation on its GPUs and cluster (fp8 and other rows of the same layout too); an fp8
+row without Transformer Engine fails, naming the setup that installs it, and the suite goes on."""
 
+import duckdb
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
-from maya.validation import SuiteError, llm_foundry, load_suite, neusight
+from maya.cli import app
+from maya.estimators import KernelEstimator, Registry
+from maya.validation import SuiteError, llm_foundry, load_suite, megatron, neusight
 from maya.validation.suites import SMOKE_ROWS
 
 
@@ -73,8 +78,10 @@ def test_every_published_row_plans_on_its_gpus_and_cluster():
     assert len({p.command_hash() for p in plans}) == len(plans)
 
 
-def test_other_rows_of_the_layout_plan_too():
-    """fp8 rows, other sizes and GPU counts are accepted; what cannot run names itself."""
+def test_other_rows_of_the_layout_plan_too(monkeypatch):
+    """fp8 rows (with Transformer Engine installed), other sizes and GPU counts are accepted; what cannot run names
+    itself."""
+    monkeypatch.setattr(megatron, "transformer_engine", lambda: True)
     row = load_suite("llm-foundry").table.loc[20].copy()
     row[["Model", "Precision", "# GPUs", "GlobalBatchSize", "GPU"]] = ["13b", "amp_fp8", 16, 16 * 14, "a100_80gb"]
     plan = llm_foundry.plan(0, row)
@@ -86,6 +93,38 @@ def test_other_rows_of_the_layout_plan_too():
         llm_foundry.plan(0, row.replace({"a100_80gb": "v100"}))
     with pytest.raises(ValueError, match="12 GPUs do not fill nodes of 8"):
         llm_foundry.plan(0, pd.Series({**row.to_dict(), "# GPUs": 12}))
+
+
+def test_an_fp8_row_without_transformer_engine_is_a_failed_row_naming_the_setup(tmp_path, monkeypatch):
+    """Without TE's PyTorch extension `maya validate` stores an amp_fp8 row as failed, its reason naming the setup
+    switch, before anything is emulated; the suite's other rows still run (here a bf16 row that fails planning too,
+    so that nothing is emulated)."""
+    monkeypatch.setattr(megatron, "transformer_engine", lambda: False)
+    warehouse = tmp_path / "warehouse.duckdb"
+    Registry(warehouse).register(KernelEstimator(), data_hash="stub", config_hash="stub", metrics={})
+    monkeypatch.setenv("MAYA_WAREHOUSE", str(warehouse))
+    rows = load_suite("llm-foundry").table.loc[[20, 20]].copy()
+    rows["Precision"] = ["amp_fp8", "amp_bf16"]
+    rows["# GPUs"] = [8, 12]
+    path = tmp_path / "mine.csv"
+    rows.to_csv(path, index=False)
+    out = CliRunner().invoke(app, ["validate", str(path)])
+    assert out.exit_code == 0, out.output
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        stored = con.execute('SELECT "row", status, reason, emulate_s FROM validation_rows ORDER BY "row"').fetchall()
+    finally:
+        con.close()
+    assert [(row, status, emulated) for row, status, _, emulated in stored] == [
+        (0, "failed", None),
+        (1, "failed", None),
+    ]
+    assert stored[0][2] == (
+        "cannot run this row: precision amp_fp8 runs the projections as Transformer Engine fp8 GEMMs (llm-foundry's "
+        "fc_type: te), and Transformer Engine's PyTorch extension is not installed for this interpreter: set Maya up "
+        "with `MAYA_WITH_TE=1 scripts/setup`"
+    )
+    assert stored[1][2] == "cannot run this row: 12 GPUs do not fill nodes of 8"
 
 
 def test_neusight_rows_plan_on_their_gpu():

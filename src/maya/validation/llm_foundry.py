@@ -11,6 +11,9 @@ is predicted on the row's GPU and cluster:
 - H100 rows: `dgx-h100`. The tables name no network; as the data's README says, this assumes
   DGX-H100-class nodes (8 H100 SXM on NVSwitch, 8 x 400 Gb/s InfiniBand).
 
+`amp_fp8` rows run the projections as Transformer Engine's `te.Linear` under its fp8 autocast (Composer's recipe):
+they need TE's PyTorch extension (`MAYA_WITH_TE=1 scripts/setup`); without it such a row fails, saying so.
+
 SDPA runs torch's FlashAttention-2 kernels on every GPU (`--sdpa-backend flash`): the kernel generation the
 published runs used, shaped by the simulator from their aten op (see `data/workloads/README.md`).
 """
@@ -28,6 +31,7 @@ import pandas as pd
 
 from maya.core.paths import data_dir
 
+from . import megatron
 from .plan import GPUS_PER_NODE, Predicted, RowPlan, predict_plan
 from .store import RowKey
 
@@ -42,6 +46,8 @@ ASSUMPTIONS["a100_80gb"] = ASSUMPTIONS["a100_40gb"]
 STEPS = 2
 """Optimizer steps emulated: the first is the warm-up, the second the steady step predicted."""
 SDPA_BACKEND = "flash"
+TE_SETUP = "MAYA_WITH_TE=1 scripts/setup"
+"""The setup that installs Transformer Engine, which `amp_fp8` rows need."""
 
 
 def workload_script() -> Path:
@@ -73,6 +79,12 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         raise ValueError(f"GPU {gpu!r} is not one of {', '.join(rows.HARDWARE)}")
     if gpus < 1 or (gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE):
         raise ValueError(f"{gpus} GPUs do not fill nodes of {GPUS_PER_NODE}")
+    if columns["Precision"] == "amp_fp8" and not megatron.transformer_engine():
+        raise ValueError(
+            "precision amp_fp8 runs the projections as Transformer Engine fp8 GEMMs (llm-foundry's fc_type: te), "
+            f"and Transformer Engine's PyTorch extension is not installed for this interpreter: set Maya up with "
+            f"`{TE_SETUP}`"
+        )
     columns.setdefault("table", "")
     args = rows.workload_args(columns, steps=STEPS, sdpa_backend=SDPA_BACKEND)
     label = (

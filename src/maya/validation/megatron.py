@@ -150,10 +150,16 @@ def _clone(branch: str, into: Path) -> str | None:
 def transformer_engine() -> bool:
     """Whether Transformer Engine's PyTorch extension (the `transformer_engine_torch` module: the
     `transformer-engine-torch` wheel, or a source or container build's single `transformer_engine`) is installed
-    for this interpreter, which runs the rows' ranks; looked up, not imported (TE loads CUDA's libraries at import)."""
+    for this interpreter, which runs the rows' ranks; looked up, not imported (TE loads CUDA's libraries at import).
+    The wheel puts the module inside TE's package (`transformer_engine/wheel_lib/`), where TE loads it by path, so
+    it is found by its distribution; a source build's by its module."""
     if "transformer_engine_torch" in sys.modules:  # already loaded (TE loads it by path: no module spec)
         return True
-    return importlib.util.find_spec("transformer_engine_torch") is not None
+    try:
+        metadata.distribution("transformer_engine_torch")
+        return True
+    except metadata.PackageNotFoundError:
+        return importlib.util.find_spec("transformer_engine_torch") is not None
 
 
 def measured_s(values: pd.Series) -> float:

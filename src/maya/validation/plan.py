@@ -127,6 +127,7 @@ def predict_plan(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | N
         details={
             "breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()},
             "hfu": p.hfu,
+            "mfu_dtype": p.mfu_dtype,
             "peak_allocated_bytes": p.peak_allocated_bytes,
             "peak_allocated_bytes_by_rank": p.allocated_peaks_by_rank,
             "steady_iterations": p.steady_iterations,

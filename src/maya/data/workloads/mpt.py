@@ -12,13 +12,14 @@ embeddings, biases on every linear layer, low-precision LayerNorm (computed in t
 fused QKV projection, GELU (exact) MLP of 4·d_model, embedding tied to the output projection (the
 embedding module is called a second time to unembed), no dropout, vocabulary 50368; positions per sequence
 from the batch's attention mask (`[b, s]` rows, so the position embedding's backward covers every token).
-Training (Composer's per-step work): the batch (tokens, labels, the collator's all-ones attention mask) copied to the GPU, gradients set to None, per
-micro-batch a copy of it, the forward under autocast, flash-attn's fused cross-entropy on the bf16 logits
-(llm-foundry's default `loss_fn`), the backward, the logits kept until the next forward returns
-(Composer's `state.outputs`); the two training metrics (cross-entropy, perplexity: each a full cross-entropy of the
-logits under autocast, no grad); gradient clipping at norm 1 (FSDP's `clip_grad_norm_`); Composer's
-DecoupledAdamW (or DecoupledLionW), one parameter at a time with its step counter read back; then
-the loss and the step's timing all-reduced and the metrics gathered across ranks.
+Training (Composer's per-step work): the batch (tokens, labels, the collator's all-ones attention mask) copied to
+the GPU, gradients set to None, per micro-batch a copy of it, the forward under the precision's context (bf16
+autocast, or for `amp_fp8` Transformer Engine's fp8 autocast), flash-attn's fused cross-entropy on the bf16 logits
+(llm-foundry's default `loss_fn`), the backward, the logits kept until the next forward returns (Composer's
+`state.outputs`); the two training metrics (cross-entropy, perplexity: each a full cross-entropy of the logits under
+that context, no grad); gradient clipping at norm 1 (FSDP's `clip_grad_norm_`); Composer's DecoupledAdamW (or
+DecoupledLionW), one parameter at a time with its step counter read back; then the loss and the step's timing
+all-reduced and the metrics gathered across ranks.
 """
 
 from __future__ import annotations
@@ -117,11 +118,16 @@ class SharedEmbedding(nn.Embedding):
 
 
 def _linear_class(fp8: bool):
+    """`nn.Linear`, or for fp8 (llm-foundry's `fc_type: te`) Transformer Engine's `te.Linear` on the device the model
+    is built on: llm-foundry gives TE's layers no device (TE's default is the GPU) but builds the model inside
+    accelerate's `init_empty_weights`, which moves every parameter registered to the meta device, so FSDP
+    materialises them unit by unit like the others (TE defers its own initialisation only for the device named
+    by the string "meta")."""
     if not fp8:
         return nn.Linear
     import transformer_engine.pytorch as te  # checked by require_fp8() before any model is built
 
-    return te.Linear
+    return partial(te.Linear, device=str(torch.get_default_device()))
 
 
 class _GatherRows(torch.autograd.Function):
@@ -301,7 +307,8 @@ def require_fp8() -> None:
     except ImportError as e:
         sys.exit(
             f"error: --precision amp_fp8 needs NVIDIA Transformer Engine (import transformer_engine.pytorch "
-            f"failed: {e}); install Transformer Engine for PyTorch, or use amp_bf16 or bf16"
+            f"failed: {e}); install Transformer Engine for PyTorch (Maya's setup: MAYA_WITH_TE=1 scripts/setup), "
+            f"or use amp_bf16 or bf16"
         )
     if torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 9):
         sys.exit(
@@ -658,10 +665,12 @@ def targets_of(labels: torch.Tensor) -> torch.Tensor:
     return targets
 
 
-def update_metrics(logits: torch.Tensor, labels: torch.Tensor, states: list[torch.Tensor]) -> None:
+def update_metrics(logits: torch.Tensor, labels: torch.Tensor, states: list[torch.Tensor], precision: str) -> None:
     """Composer's training metrics on one micro-batch: labels shifted, then per metric (cross-entropy,
-    perplexity) a summed cross-entropy of the logits under autocast and the count of scored tokens."""
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+    perplexity) a summed cross-entropy of the logits and the count of scored tokens, under the precision's
+    context as Composer updates them (bf16 autocast, which computes the cross-entropy in fp32; under `amp_fp8`
+    TE's fp8 autocast, no torch autocast: the cross-entropy runs in the logits' bf16)."""
+    with torch.no_grad(), precision_context(precision):
         labels[:, :-1] = labels[:, 1:].clone()
         labels[:, -1] = IGNORE_INDEX
         target = labels.view(-1)
@@ -746,7 +755,7 @@ def train(args: argparse.Namespace) -> None:
             micro_loss.mul_(size / per_rank)
             micro_loss.backward()
             if args.train_metrics:
-                update_metrics(logits.detach(), copy["labels"], states)
+                update_metrics(logits.detach(), copy["labels"], states, args.precision)
             del loss, micro_loss  # the logits stay until the next forward returns (Composer's state.outputs)
         if args.clip_norm:
             model.clip_grad_norm_(args.clip_norm)
