@@ -6,6 +6,8 @@ import threading
 import time
 import types
 from concurrent.futures import ThreadPoolExecutor
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -106,12 +108,15 @@ def test_transformer_engine_is_its_torch_extension_installed(monkeypatch, tmp_pa
     assert megatron.transformer_engine()
     monkeypatch.delitem(sys.modules, "transformer_engine_torch")
     assert not megatron.transformer_engine()
-    # the wheel: its module inside TE's package, found by the distribution's metadata
-    (tmp_path / "transformer_engine" / "wheel_lib").mkdir()
-    (tmp_path / "transformer_engine" / "wheel_lib" / "transformer_engine_torch.py").write_text("")
+    # the wheel: its extension inside TE's package, found by the distribution's record of it, if on disk
+    extension = Path("transformer_engine") / "wheel_lib" / f"transformer_engine_torch{EXTENSION_SUFFIXES[0]}"
     info = tmp_path / "transformer_engine_torch-2.20.2.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformer_engine_torch\nVersion: 2.20.2\n")
+    (info / "RECORD").write_text(f"{extension.as_posix()},,\n{info.name}/METADATA,,\n")
+    assert not megatron.transformer_engine()  # metadata without its extension: cannot be imported
+    (tmp_path / extension).parent.mkdir()
+    (tmp_path / extension).write_bytes(b"")
     assert megatron.transformer_engine()
 
 

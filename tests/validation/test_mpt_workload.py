@@ -187,6 +187,30 @@ def test_fp8_without_transformer_engine_says_so():
         mpt.require_fp8()
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        "OSError('libnccl.so.2: cannot open shared object file')",
+        "AssertionError('transformer_engine_torch 2.1 does not match transformer_engine 2.20')",
+        "RuntimeError('no CUDA runtime')",
+    ],
+    ids=["OSError", "AssertionError", "RuntimeError"],
+)
+def test_fp8_with_transformer_engine_that_cannot_be_imported_says_so(tmp_path, monkeypatch, error):
+    """TE installed but failing at import (a missing shared library, its version check, CUDA) exits naming the
+    exception and the setup that installs TE, as a missing TE does."""
+    (tmp_path / "transformer_engine").mkdir()
+    (tmp_path / "transformer_engine" / "__init__.py").write_text(f"raise {error}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n.split(".")[0] == "transformer_engine"]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(SystemExit) as exited:
+        mpt.require_fp8()
+    message = str(exited.value)
+    assert message.startswith("error: --precision amp_fp8 needs NVIDIA Transformer Engine")
+    assert f"failed: {error.split('(')[0]}: " in message and "MAYA_WITH_TE=1 scripts/setup" in message
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, reduce_dtype, attn_impl", [("DEFAULT", "fp32", "flash"), ("PURE", "bf16", "triton")])
 @pytest.mark.e2e
@@ -369,12 +393,16 @@ def test_emulated_step_allocates_the_logits_and_their_gradient_once(tmp_path):
     not megatron.transformer_engine(),
     reason="Transformer Engine is not installed (MAYA_WITH_TE=1 scripts/setup installs it)",
 )
-def test_an_fp8_row_of_the_shipped_layout_validates_on_fp8_gemms(tmp_path):
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["no-checkpointing", "checkpointing"])
+def test_an_fp8_row_of_the_shipped_layout_validates_on_fp8_gemms(tmp_path, checkpointing):
     """An `amp_fp8` row (125m, sequence 512, one virtual H100) through the suite's machinery: its 4 projections a
     layer are TE's cuBLASLt GEMMs, E4M3 operands forward and E4M3 x E5M2 in the backward (HYBRID), 3 a projection a
-    step; the tied unembedding stays a bf16 GEMM; TE's casts are sized and priced; MFU is of the fp8 peak."""
+    step; with activation checkpointing each block's recompute runs its forward GEMMs again in fp8 (TE's checkpoint:
+    the recompute under the forward's recipe); the tied unembedding stays a bf16 GEMM; TE's casts are sized and
+    priced; MFU is of the fp8 peak."""
     row = {**ROWS[20], "Model": "125m", "SeqLen (T)": "512", "# GPUs": "1", "MicroBatchSize": "2"}
     row.update({"GradAccum": "1", "GlobalBatchSize": "2", "Precision": "amp_fp8"})
+    row["Activation Checkpointing"] = str(checkpointing)
     path = tmp_path / "fp8.csv"
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(row))
@@ -386,12 +414,14 @@ def test_an_fp8_row_of_the_shipped_layout_validates_on_fp8_gemms(tmp_path):
     (result,) = run_suite(suite, suite.table, warehouse=warehouse).results
     assert result.status == "ok", result.reason
     assert result.predicted_s > 0 and result.details["mfu_dtype"] == "fp8"
-    projections = 12 * 4 * 3 * llm_foundry.STEPS  # layers x projections x (forward, dgrad, wgrad) x steps
-    assert f"fp8 casts as torch's cast ({projections})" in " ".join(result.details["notes"])
+    per_pass = 12 * 4 * llm_foundry.STEPS  # layers x projections x steps
+    forwards = per_pass * (2 if checkpointing else 1)  # the recompute runs each block's forward again
+    casts = 2 * forwards + per_pass  # input and weight per forward GEMM, the output's gradient per backward
+    assert f"fp8 casts as torch's cast ({casts})" in " ".join(result.details["notes"])
     calls = Run(traces_dir() / result.command_hash).table("api_calls").to_pylist()
     gemms = Counter((c["api"], c["gemm_dtype_a"], c["gemm_dtype_b"]) for c in calls if c["gemm_m"] is not None)
     assert gemms == {
-        ("cublasLtMatmul", "fp8e4m3", "fp8e4m3"): projections // 3,
-        ("cublasLtMatmul", "fp8e4m3", "fp8e5m2"): 2 * projections // 3,
+        ("cublasLtMatmul", "fp8e4m3", "fp8e4m3"): forwards,
+        ("cublasLtMatmul", "fp8e4m3", "fp8e5m2"): 2 * per_pass,  # dgrad and wgrad
         ("cublasGemmEx", "bf16", "bf16"): 3 * llm_foundry.STEPS,
     }

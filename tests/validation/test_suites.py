@@ -79,18 +79,28 @@ def test_every_published_row_plans_on_its_gpus_and_cluster():
 
 
 def test_other_rows_of_the_layout_plan_too(monkeypatch):
-    """fp8 rows (with Transformer Engine installed), other sizes and GPU counts are accepted; what cannot run names
-    itself."""
+    """fp8 rows (on an H100, with Transformer Engine installed), other sizes and GPU counts are accepted; what cannot
+    run names itself: an fp8 row on an A100 (no fp8 tensor cores), an unknown GPU, GPUs that do not fill nodes."""
     monkeypatch.setattr(megatron, "transformer_engine", lambda: True)
     row = load_suite("llm-foundry").table.loc[20].copy()
-    row[["Model", "Precision", "# GPUs", "GlobalBatchSize", "GPU"]] = ["13b", "amp_fp8", 16, 16 * 14, "a100_80gb"]
+    row[["Model", "Precision", "# GPUs", "GlobalBatchSize", "GPU"]] = ["13b", "amp_fp8", 16, 16 * 14, "h100_80gb"]
     plan = llm_foundry.plan(0, row)
     assert ("--precision", "amp_fp8") in zip(plan.args, plan.args[1:]) and (plan.nnodes, plan.hardware) == (
         2,
-        "a100-sxm-80gb",
+        "h100-sxm",
+    )
+    for gpu, part in [("a100_80gb", "a100-sxm-80gb"), ("a100_40gb", "a100-sxm-40gb")]:
+        with pytest.raises(ValueError) as refused:
+            llm_foundry.plan(0, row.replace({"h100_80gb": gpu}))
+        assert str(refused.value) == (
+            f"precision amp_fp8 needs fp8 tensor cores (compute capability 8.9 or newer); GPU '{gpu}' ({part}) is 8.0: "
+            "use amp_bf16"
+        )
+    assert (
+        llm_foundry.plan(0, row.replace({"h100_80gb": "a100_80gb", "amp_fp8": "amp_bf16"})).hardware == "a100-sxm-80gb"
     )
     with pytest.raises(ValueError, match="'v100'"):
-        llm_foundry.plan(0, row.replace({"a100_80gb": "v100"}))
+        llm_foundry.plan(0, row.replace({"h100_80gb": "v100"}))
     with pytest.raises(ValueError, match="12 GPUs do not fill nodes of 8"):
         llm_foundry.plan(0, pd.Series({**row.to_dict(), "# GPUs": 12}))
 

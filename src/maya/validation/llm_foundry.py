@@ -12,7 +12,8 @@ is predicted on the row's GPU and cluster:
   DGX-H100-class nodes (8 H100 SXM on NVSwitch, 8 x 400 Gb/s InfiniBand).
 
 `amp_fp8` rows run the projections as Transformer Engine's `te.Linear` under its fp8 autocast (Composer's recipe):
-they need TE's PyTorch extension (`MAYA_WITH_TE=1 scripts/setup`); without it such a row fails, saying so.
+they need TE's PyTorch extension (`MAYA_WITH_TE=1 scripts/setup`) and fp8 tensor cores (not the A100 rows' GPUs);
+without either such a row fails, saying so.
 
 SDPA runs torch's FlashAttention-2 kernels on every GPU (`--sdpa-backend flash`): the kernel generation the
 published runs used, shaped by the simulator from their aten op (see `data/workloads/README.md`).
@@ -29,6 +30,7 @@ from types import ModuleType
 
 import pandas as pd
 
+from maya.core import hardware
 from maya.core.paths import data_dir
 
 from . import megatron
@@ -46,6 +48,8 @@ ASSUMPTIONS["a100_80gb"] = ASSUMPTIONS["a100_40gb"]
 STEPS = 2
 """Optimizer steps emulated: the first is the warm-up, the second the steady step predicted."""
 SDPA_BACKEND = "flash"
+FP8_CAPABILITY = (8, 9)
+"""The first compute capability with fp8 tensor cores (Ada; Hopper is 9.0)."""
 TE_SETUP = "MAYA_WITH_TE=1 scripts/setup"
 """The setup that installs Transformer Engine, which `amp_fp8` rows need."""
 
@@ -70,6 +74,23 @@ def measured_s(values: pd.Series) -> float:
     return float(values["step_time_s_derived"])
 
 
+def _check_fp8(gpu: str, part: str) -> None:
+    """ValueError unless an `amp_fp8` row can run: on fp8 tensor cores (compute capability 8.9 or newer, from the
+    hardware catalog), with Transformer Engine installed."""
+    spec = hardware.get(part)
+    if (spec.sm_major, spec.sm_minor) < FP8_CAPABILITY:
+        raise ValueError(
+            f"precision amp_fp8 needs fp8 tensor cores (compute capability {FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or "
+            f"newer); GPU {gpu!r} ({part}) is {spec.sm_major}.{spec.sm_minor}: use amp_bf16"
+        )
+    if not megatron.transformer_engine():
+        raise ValueError(
+            "precision amp_fp8 runs the projections as Transformer Engine fp8 GEMMs (llm-foundry's fc_type: te), "
+            f"and Transformer Engine's PyTorch extension is not installed for this interpreter: set Maya up with "
+            f"`{TE_SETUP}`"
+        )
+
+
 def plan(row: int, values: pd.Series) -> RowPlan:
     """The row as an emulation and prediction; ValueError names what the row asks that cannot be run."""
     columns = {k: str(v) for k, v in values.items()}
@@ -79,12 +100,8 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         raise ValueError(f"GPU {gpu!r} is not one of {', '.join(rows.HARDWARE)}")
     if gpus < 1 or (gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE):
         raise ValueError(f"{gpus} GPUs do not fill nodes of {GPUS_PER_NODE}")
-    if columns["Precision"] == "amp_fp8" and not megatron.transformer_engine():
-        raise ValueError(
-            "precision amp_fp8 runs the projections as Transformer Engine fp8 GEMMs (llm-foundry's fc_type: te), "
-            f"and Transformer Engine's PyTorch extension is not installed for this interpreter: set Maya up with "
-            f"`{TE_SETUP}`"
-        )
+    if columns["Precision"] == "amp_fp8":
+        _check_fp8(gpu, rows.HARDWARE[gpu])
     columns.setdefault("table", "")
     args = rows.workload_args(columns, steps=STEPS, sdpa_backend=SDPA_BACKEND)
     label = (

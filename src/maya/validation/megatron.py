@@ -21,6 +21,7 @@ rows.
 from __future__ import annotations
 
 import fcntl
+import importlib.machinery
 import importlib.util
 import math
 import shutil
@@ -152,14 +153,18 @@ def transformer_engine() -> bool:
     `transformer-engine-torch` wheel, or a source or container build's single `transformer_engine`) is installed
     for this interpreter, which runs the rows' ranks; looked up, not imported (TE loads CUDA's libraries at import).
     The wheel puts the module inside TE's package (`transformer_engine/wheel_lib/`), where TE loads it by path, so
-    it is found by its distribution; a source build's by its module."""
+    it is found by its distribution's record of the extension's file, which must be on disk (metadata left behind
+    by a partial removal does not count); a source build's by its module."""
     if "transformer_engine_torch" in sys.modules:  # already loaded (TE loads it by path: no module spec)
         return True
     try:
-        metadata.distribution("transformer_engine_torch")
-        return True
+        files = metadata.distribution("transformer_engine_torch").files or []
     except metadata.PackageNotFoundError:
-        return importlib.util.find_spec("transformer_engine_torch") is not None
+        files = []
+    extension = {f"transformer_engine_torch{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES}
+    if any(f.name in extension and f.locate().is_file() for f in files):
+        return True
+    return importlib.util.find_spec("transformer_engine_torch") is not None
 
 
 def measured_s(values: pd.Series) -> float:

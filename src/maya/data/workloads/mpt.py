@@ -304,11 +304,11 @@ def require_fp8() -> None:
     """`amp_fp8` runs the projections as Transformer Engine fp8 GEMMs: fail clearly without it."""
     try:
         import transformer_engine.pytorch  # noqa: F401
-    except ImportError as e:
+    except Exception as e:  # TE's import also fails by OSError (a library), AssertionError (versions), RuntimeError
         sys.exit(
             f"error: --precision amp_fp8 needs NVIDIA Transformer Engine (import transformer_engine.pytorch "
-            f"failed: {e}); install Transformer Engine for PyTorch (Maya's setup: MAYA_WITH_TE=1 scripts/setup), "
-            f"or use amp_bf16 or bf16"
+            f"failed: {type(e).__name__}: {e}); install Transformer Engine for PyTorch (Maya's setup: "
+            f"MAYA_WITH_TE=1 scripts/setup), or use amp_bf16 or bf16"
         )
     if torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 9):
         sys.exit(
@@ -558,9 +558,8 @@ def mixed_precision(precision: str, mode: str):
 def shard(model: MPTForCausalLM, args: argparse.Namespace) -> nn.Module:
     """FSDP1 as Composer wraps llm-foundry's model: one unit per block and per other child of the
     transformer, the model itself the root; parameters built on the meta device and materialised unit
-    by unit; then non-reentrant activation checkpointing of every block."""
+    by unit; then non-reentrant activation checkpointing of every block (`checkpoint_kwargs`)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl,
         apply_activation_checkpointing,
         checkpoint_wrapper,
     )
@@ -593,10 +592,24 @@ def shard(model: MPTForCausalLM, args: argparse.Namespace) -> nn.Module:
     if args.activation_checkpointing:
         apply_activation_checkpointing(
             wrapped,
-            checkpoint_wrapper_fn=partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            checkpoint_wrapper_fn=partial(checkpoint_wrapper, **checkpoint_kwargs(args.precision)),
             check_fn=lambda m: isinstance(m, MPTBlock),
         )
     return wrapped
+
+
+def checkpoint_kwargs(precision: str) -> dict[str, object]:
+    """How each block is checkpointed: torch's non-reentrant checkpoint, or for `amp_fp8` Transformer Engine's
+    (Composer's `te_checkpoint_wrapper`, which fp8 needs): the backward runs outside `te.fp8_autocast`, and TE's
+    checkpoint recomputes the block under the fp8 recipe of its forward, so its layers save the same tensors.
+    Composer's RNG-state tracker is left out: no MPT layer draws random numbers."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl
+
+    if precision != "amp_fp8":
+        return {"checkpoint_impl": CheckpointImpl.NO_REENTRANT}
+    import transformer_engine.pytorch as te
+
+    return {"checkpoint_fn": te.distributed.checkpoint, "use_reentrant": False}
 
 
 # ---- loss (llm-foundry's `loss_fn`) -------------------------------------------------------------------
