@@ -91,8 +91,9 @@ def evaluating(trace: RankTrace) -> np.ndarray:
     if not len(ops) or "phase" not in ops or not (ops["phase"] == "eval").any():
         return np.zeros(len(trace.calls), dtype=bool)
     ops = ops[["op_id", "phase"]].drop_duplicates("op_id")
-    phase = pd.Series(ops["phase"].to_numpy(), index=ops["op_id"].to_numpy())
-    return (trace.calls["op_id"].map(phase) == "eval").to_numpy()
+    evaluated = (ops["phase"] == "eval").to_numpy(dtype=bool)  # per op, looked up by position: no string per call
+    where = pd.Index(ops["op_id"]).get_indexer(trace.calls["op_id"])
+    return np.where(where >= 0, evaluated[np.maximum(where, 0)], False)
 
 
 def _from_profiler_steps(trace: RankTrace) -> np.ndarray | None:

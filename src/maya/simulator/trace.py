@@ -97,7 +97,7 @@ def listed(values: pd.Series) -> list:
 
 def _frame(table: pa.Table) -> pd.DataFrame:
     lists = [name for name in ARROW_LISTS if name in table.column_names]
-    frame = table.drop_columns(lists).to_pandas()
+    frame = table.drop_columns(lists).to_pandas(split_blocks=True)  # no copy into 2-D blocks of a dtype
     for name in lists:
         at = table.column_names.index(name)
         frame.insert(at, name, pd.Series(pd.arrays.ArrowExtensionArray(table.column(name)), index=frame.index))
