@@ -310,3 +310,42 @@ def test_work_frame_prices_triton_launches_from_their_arguments_not_the_enclosin
     assert frame.loc[2, "numel"] == 1e6  # an undescribed launch keeps the enclosing op's shapes
     # the same generated kernel in the compiled backward is a backward pass's
     assert frame["op"].tolist()[::3] == ["inductor_pointwise", "inductor_pointwise_backward"]
+
+
+def test_work_frame_describes_each_distinct_launch_once_as_it_would_each_launch():
+    """Launches keyed by codes (kernel name, argument text, backward op) get what `describe` gives each launch on its
+    own: the same arguments under two kernels, and the same kernel under a forward and a backward op, stay apart."""
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": [0, 1],
+            "name": ["triton_poi_fused_gelu_0", "triton_red_fused_sum_1"],
+            "family": ["elementwise", "reduction"],
+        }
+    )
+    small = note(tensor("in_ptr0", (8, 8)), tensor("out_ptr0", (8, 8)), scalar("xnumel", 64))
+    large = note(tensor("in_ptr0", (64, 32)), tensor("out_ptr0", (64,)), scalar("xnumel", 64), scalar("rnumel", 32))
+    pattern = [(0, small, 7), (1, small, 7), (0, small, 8), (1, large, 8), (0, large, 7), (1, large, 7)]
+    kernel_id, args, op_id = (list(column) for column in zip(*(pattern * 4)))
+    calls = pd.DataFrame({"kernel_id": kernel_id, "op_id": op_id, "api": ["cuLaunchKernel"] * len(kernel_id)})
+    calls["args"] = pd.Series(args, dtype="str")
+    for column in ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "bytes", "memcpy_kind", "gemm_dtype_a"):
+        calls[column] = None
+    for column in ("gemm_compute_type", "collective_name", "in_msg_nelems", "out_msg_nelems", "comm_dtype"):
+        calls[column] = None
+    ops = pd.DataFrame(
+        {
+            "op_id": [7, 8],
+            "name": ["CompiledFunction", "CompiledFunctionBackward"],
+            "input_shapes": [[[8, 8]], [[8, 8]]],
+            "input_dtypes": [["float"], ["float"]],
+        }
+    )
+    trace = RankTrace(0, calls, ops, kernels, pd.DataFrame(), pd.DataFrame())
+    frame = work_frame(trace, np.zeros(len(calls), dtype=np.int64))
+    names = kernels.set_index("kernel_id")["name"]
+    for i, (kernel, text, op) in enumerate(zip(kernel_id, args, op_id)):
+        work = describe(names[kernel], text, op == 8)
+        assert frame.loc[i, "op"] == work["op"]
+        for column in ("numel", "work_bytes", "operands"):
+            assert frame.loc[i, column] == work[column]
+    assert len({tuple(frame.loc[i, ["op", "numel", "work_bytes"]]) for i in range(6)}) == 6

@@ -189,17 +189,23 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
     family[launched] = np.where(np.isin(kernel_family, KERNEL_FAMILIES), kernel_family, "other")[launched]
     if len(trace.ops) and launched.any():
         ops = trace.ops[["op_id", "name", "input_shapes", "input_dtypes"]].drop_duplicates("op_id")
-        op_rows = _op_shapes(ops).reindex(calls["op_id"].to_numpy())
-        op[launched] = op_rows["op_name"].fillna("").to_numpy()[launched]
+        shapes = _op_shapes(ops)
+        where = shapes.index.get_indexer(calls["op_id"].to_numpy())  # each call's op (-1: none)
+        enclosed = launched & (where >= 0)
+        at = where[enclosed]
+        name_codes, op_names = pd.factorize(shapes["op_name"])  # names by code: no string per call
+        op[enclosed] = np.array([*op_names, ""], dtype=object)[name_codes[at]]
         # traces captured before gather kernels were classified as embedding lookups (`vocabulary`)
         family[launched & np.isin(op, list(GATHER_OPS)) & (family == "elementwise")] = "embedding"
-        num["numel"][launched] = op_rows["numel"].to_numpy()[launched]
-        num["row"][launched] = op_rows["row"].to_numpy()[launched]
+        num["numel"][enclosed] = shapes["numel"].to_numpy()[at]
+        num["row"][enclosed] = shapes["row"].to_numpy()[at]
         _own_sizes(calls, launched, num["numel"])
         names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])) if len(trace.kernels) else {}
         share_split_pieces(calls, names, launched, num["numel"])
-        known = launched & op_rows["dtype"].notna().to_numpy()
-        dtype[known] = op_rows["dtype"].to_numpy()[known]
+        op_dtype = shapes["dtype"].to_numpy()
+        known = enclosed.copy()
+        known[enclosed] = pd.notna(op_dtype[at])
+        dtype[known] = op_dtype[where[known]]
         te_work.fill(calls, _codes_map(calls["kernel_id"], names, ""), launched, family, op, dtype, num)
         unshaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy()  # measured traces' GEMMs
         if unshaped.any():
