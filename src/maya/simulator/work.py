@@ -188,9 +188,9 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
     kernel_family = _codes_map(calls["kernel_id"], families, "other")
     family[launched] = np.where(np.isin(kernel_family, KERNEL_FAMILIES), kernel_family, "other")[launched]
     if len(trace.ops) and launched.any():
-        ops = trace.ops[["op_id", "name", "input_shapes", "input_dtypes"]].drop_duplicates("op_id")
+        ops = trace.distinct_ops(["op_id", "name", "input_shapes", "input_dtypes"])
         shapes = _op_shapes(ops)
-        where = shapes.index.get_indexer(calls["op_id"].to_numpy())  # each call's op (-1: none)
+        where = trace.call_ops()[1]  # each call's op among `shapes` (-1: none)
         enclosed = launched & (where >= 0)
         at = where[enclosed]
         name_codes, op_names = pd.factorize(shapes["op_name"])  # names by code: no string per call
@@ -263,7 +263,7 @@ def recomputed(trace: RankTrace) -> np.ndarray:
     calls = trace.calls
     if not len(trace.ops) or not len(calls) or not {"phase", "parent_op_id"} <= set(trace.ops.columns):
         return np.zeros(len(calls), dtype=bool)
-    ops = trace.ops[["op_id", "name", "phase", "parent_op_id"]].drop_duplicates("op_id")
+    ops = trace.distinct_ops(["op_id", "name", "phase", "parent_op_id"])
     backward = ops["phase"].eq("backward").fillna(False).to_numpy(dtype=bool)
     inside = backward & ops["name"].astype(str).str.startswith(MODULE_RANGE_PREFIX).to_numpy()
     ids = pd.Index(ops["op_id"])
@@ -278,7 +278,7 @@ def recomputed(trace: RankTrace) -> np.ndarray:
         inside[pending[found]] = True
         up[pending] = parent[above]
         pending = pending[~found & (up[pending] >= 0)]
-    where = ids.get_indexer(calls["op_id"])
+    where = trace.call_ops()[1]
     return np.where(where >= 0, inside[where], False)
 
 
