@@ -349,3 +349,29 @@ def test_work_frame_describes_each_distinct_launch_once_as_it_would_each_launch(
         for column in ("numel", "work_bytes", "operands"):
             assert frame.loc[i, column] == work[column]
     assert len({tuple(frame.loc[i, ["op", "numel", "work_bytes"]]) for i in range(6)}) == 6
+
+
+def test_notes_count_every_stand_in_launch_and_read_once_described_per_distinct_text():
+    """The flex-mask and host-read notes count launches and reads call by call (repeated texts included) while each
+    distinct text is described once; known reads (`stand_in: computed`) and calls without arguments are not stand-ins."""
+    from pathlib import Path
+
+    from maya.simulator.notes import flex_mask_notes, stand_in_notes
+    from maya.simulator.trace import TraceSet
+
+    causal, documents = flex_note(65536, 6, 128), flex_note(65536, 6, 128, documents=True)
+    known = json.dumps({"stand_in": "computed"})
+    calls = pd.DataFrame(
+        {
+            "api": ["cuLaunchKernel"] * 5 + ["aten_read"] * 4,
+            "op_id": [1, 1, 1, 1, 1, 2, 2, 3, 2],
+            "args": pd.Series([causal, documents, causal, None, causal, known, None, "{}", "{}"], dtype="str"),
+            "data_dependent": [False] * 5 + [True] * 4,
+        }
+    )
+    ops = pd.DataFrame({"op_id": [1, 2, 3], "name": ["flex", "aten::nonzero", "aten::item"]})
+    traces = TraceSet("r", Path("."), {}, {0: RankTrace(0, calls, ops, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())})
+    (flex,) = flex_mask_notes(traces)
+    assert "in 4 launches (3 as a causal stand-in, 1 as a document-causal stand-in)" in flex
+    (reads,) = stand_in_notes(traces)
+    assert reads.startswith("3 host reads of device values got emulated stand-ins (aten::nonzero 2, aten::item 1)")
