@@ -395,20 +395,16 @@ def test_a_shape_fit_predicts_as_the_ridge_regression_it_was_fitted_by():
 def test_the_fit_of_an_estimator_read_from_an_artifact_is_stored_and_read_back_equal(tmp_path, monkeypatch):
     """Fitted once per artifact and Maya's sources and data: another process reading the same artifact reads the
     stored model (no fit) and prices with it exactly as with the fit; a damaged file is fitted again."""
-    from maya.estimators import registry
-
     monkeypatch.setenv("MAYA_HOME", str(tmp_path))
-    first, second = KernelEstimator(), KernelEstimator()
-    assert attention_model.stored_fit(first) is None  # not read from an artifact: fitted in memory alone
-    monkeypatch.setitem(registry.LOADED, "a" * 64, first)
+    assert attention_model.stored_fit(KernelEstimator()) is None  # not read from an artifact: fitted in memory alone
+    first, second, third = (KernelEstimator(artifact_sha256="a" * 64) for _ in range(3))
     fresh = attention_model.fit(AttentionPredictor().priced_by(first.predict))
     attention_model.fitted(first.predict, AttentionPredictor().priced_by(first.predict))
     path = attention_model.stored_fit(first)
-    assert path.is_file() and path.is_relative_to(tmp_path)
-    monkeypatch.setitem(registry.LOADED, "a" * 64, second)  # the same artifact, read in another process
+    assert path.is_file() and path.is_relative_to(tmp_path) and attention_model.stored_fit(second) == path
     real_fit = attention_model.fit
     monkeypatch.setattr(attention_model, "fit", lambda mechanism: pytest.fail("fitted again"))
-    stored = attention_model.fitted(second.predict, AttentionPredictor().priced_by(second.predict))
+    stored = attention_model.fitted(second.predict, AttentionPredictor().priced_by(second.predict))  # another process
     assert stored.to_dict() == fresh.to_dict()
     shape = (np.array([512.0, 4096.0, 65536.0]), np.array([64.0, 128.0, 256.0]), np.array([True, False, True]))
     for fit in (*stored.corrections, "split"):
@@ -417,8 +413,6 @@ def test_the_fit_of_an_estimator_read_from_an_artifact_is_stored_and_read_back_e
     priced = [estimator.predict(attention("lftriton_bwd_causal")) for estimator in (first, second)]
     assert priced[0]["duration_ns"].tolist() == priced[1]["duration_ns"].tolist()
     path.write_text("{not json")
-    third = KernelEstimator()
-    monkeypatch.setitem(registry.LOADED, "a" * 64, third)
     monkeypatch.setattr(attention_model, "fit", real_fit)
     assert (
         attention_model.fitted(third.predict, AttentionPredictor().priced_by(third.predict)).to_dict()

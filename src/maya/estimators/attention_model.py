@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from maya.core.paths import write_atomic
+
 from .hardware_table import hardware_arrays
 
 if TYPE_CHECKING:  # the attention family prices by this module; scikit-learn loads at the first fit
@@ -630,8 +632,6 @@ def fitted(price: PriceCalls, mechanism: Mechanism) -> AttentionModel:
         if model is None:
             model = fit(mechanism)
             if path is not None:
-                from .registry import write_atomic
-
                 write_atomic(path, json.dumps(model.to_dict(), sort_keys=True).encode())
         _FITTED[key] = model
         weakref.finalize(owner, _FITTED.pop, key, None)
@@ -640,15 +640,13 @@ def fitted(price: PriceCalls, mechanism: Mechanism) -> AttentionModel:
 
 def stored_fit(estimator: object) -> Path | None:
     """Where the attention model fitted with a registered estimator is kept (`$MAYA_HOME/cache/attention_model/`),
-    named by its artifact's SHA-256 and the digest of `FIT_INPUTS`; None for an estimator not read from an artifact
-    in this process (`registry.LOADED`)."""
+    named by its artifact's SHA-256 (`KernelEstimator.artifact_sha256`) and the digest of `FIT_INPUTS`; None for an
+    estimator not read from an artifact."""
     from maya import __version__
     from maya.core.digest import files_digest
     from maya.core.paths import maya_home
 
-    from .registry import LOADED
-
-    artifact = next((digest for digest, loaded in LOADED.items() if loaded is estimator), None)
+    artifact = getattr(estimator, "artifact_sha256", None)
     if artifact is None:
         return None
     root = Path(__file__).resolve().parent.parent
