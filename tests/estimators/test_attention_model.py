@@ -419,3 +419,13 @@ def test_the_fit_of_an_estimator_read_from_an_artifact_is_stored_and_read_back_e
         == fresh.to_dict()
     )
     assert attention_model.AttentionModel.from_dict(json.loads(path.read_text())).to_dict() == fresh.to_dict()
+
+    def unwritable(path, data):
+        raise PermissionError(path)
+
+    monkeypatch.setattr(attention_model, "write_atomic", unwritable)  # a home it cannot write to: fitted, not stored
+    unstored = KernelEstimator(artifact_sha256="b" * 64)
+    assert (
+        attention_model.fitted(unstored.predict, AttentionPredictor().priced_by(unstored.predict)).to_dict()
+        == fresh.to_dict()
+    )

@@ -632,7 +632,10 @@ def fitted(price: PriceCalls, mechanism: Mechanism) -> AttentionModel:
         if model is None:
             model = fit(mechanism)
             if path is not None:
-                write_atomic(path, json.dumps(model.to_dict(), sort_keys=True).encode())
+                try:
+                    write_atomic(path, json.dumps(model.to_dict(), sort_keys=True).encode())
+                except OSError:  # a home it cannot write to (read-only, full): fitted again next time
+                    pass
         _FITTED[key] = model
         weakref.finalize(owner, _FITTED.pop, key, None)
     return model
