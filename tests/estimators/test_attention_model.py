@@ -2,6 +2,7 @@
 model learned on them: the fwd/bwd split, FlexAttention's ratio, the proxy of llm-foundry's Triton kernel and
 its wider band, and the evaluation per GPU, implementation and direction."""
 
+import json
 import subprocess
 import sys
 
@@ -375,3 +376,56 @@ def test_a_fit_reads_the_shipped_files_once_and_fits_only_families_calls_are_pri
     assert sorted(reads) == sorted(f.split("/")[-1] for f in FILES)  # each once, though fit reads rows twice
     assert set(fitted.corrections) == {family for family, _ in attention_model.CALL_KERNELS.values()}
     assert "triton" not in fitted.corrections  # measured, but no call kernel is priced by it
+
+
+def test_a_shape_fit_predicts_as_the_ridge_regression_it_was_fitted_by():
+    from sklearn.linear_model import Ridge
+
+    rng = np.random.default_rng(0)
+    seq, head_dim = 2.0 ** rng.integers(9, 15, 40), 2.0 ** rng.integers(6, 8, 40)
+    causal, y = rng.integers(0, 2, 40).astype(bool), rng.normal(size=40)
+    columns = attention_model.INVERSE_SHAPE
+    fitted = attention_model._fit(pd.Series(seq), pd.Series(head_dim), pd.Series(causal), y, columns)
+    ridge = Ridge(alpha=attention_model.RIDGE_ALPHA).fit(attention_model.features(seq, head_dim, causal)[:, columns], y)
+    at = (2.0 ** rng.uniform(9, 14, 25), 2.0 ** rng.integers(6, 8, 25), rng.integers(0, 2, 25).astype(bool))
+    x = attention_model.features(*at)[:, columns]
+    assert np.array_equal(fitted.predict(*at), ridge.predict(x))  # bit for bit: no prediction moves
+
+
+def test_the_fit_of_an_estimator_read_from_an_artifact_is_stored_and_read_back_equal(tmp_path, monkeypatch):
+    """Fitted once per artifact and Maya's sources and data: another process reading the same artifact reads the
+    stored model (no fit) and prices with it exactly as with the fit; a damaged file is fitted again."""
+    monkeypatch.setenv("MAYA_HOME", str(tmp_path))
+    assert attention_model.stored_fit(KernelEstimator()) is None  # not read from an artifact: fitted in memory alone
+    first, second, third = (KernelEstimator(artifact_sha256="a" * 64) for _ in range(3))
+    fresh = attention_model.fit(AttentionPredictor().priced_by(first.predict))
+    attention_model.fitted(first.predict, AttentionPredictor().priced_by(first.predict))
+    path = attention_model.stored_fit(first)
+    assert path.is_file() and path.is_relative_to(tmp_path) and attention_model.stored_fit(second) == path
+    real_fit = attention_model.fit
+    monkeypatch.setattr(attention_model, "fit", lambda mechanism: pytest.fail("fitted again"))
+    stored = attention_model.fitted(second.predict, AttentionPredictor().priced_by(second.predict))  # another process
+    assert stored.to_dict() == fresh.to_dict()
+    shape = (np.array([512.0, 4096.0, 65536.0]), np.array([64.0, 128.0, 256.0]), np.array([True, False, True]))
+    for fit in (*stored.corrections, "split"):
+        mine, theirs = (m.split if fit == "split" else m.corrections[fit] for m in (stored, fresh))
+        assert np.array_equal(mine.predict(*shape), theirs.predict(*shape))
+    priced = [estimator.predict(attention("lftriton_bwd_causal")) for estimator in (first, second)]
+    assert priced[0]["duration_ns"].tolist() == priced[1]["duration_ns"].tolist()
+    path.write_text("{not json")
+    monkeypatch.setattr(attention_model, "fit", real_fit)
+    assert (
+        attention_model.fitted(third.predict, AttentionPredictor().priced_by(third.predict)).to_dict()
+        == fresh.to_dict()
+    )
+    assert attention_model.AttentionModel.from_dict(json.loads(path.read_text())).to_dict() == fresh.to_dict()
+
+    def unwritable(path, data):
+        raise PermissionError(path)
+
+    monkeypatch.setattr(attention_model, "write_atomic", unwritable)  # a home it cannot write to: fitted, not stored
+    unstored = KernelEstimator(artifact_sha256="b" * 64)
+    assert (
+        attention_model.fitted(unstored.predict, AttentionPredictor().priced_by(unstored.predict)).to_dict()
+        == fresh.to_dict()
+    )

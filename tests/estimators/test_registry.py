@@ -94,6 +94,7 @@ def test_an_artifact_is_parsed_once_and_still_checked_on_every_load(measured, ma
     first = registry.load("v1")
     assert registry.load("latest") is first and Registry().load("v1") is first
     assert registry.load(registry.get("latest")) is first
+    assert first.artifact_sha256 == registry.get("v1").artifact_sha256  # names the stored attention fit
     artifact = maya_home / "estimators" / "v1" / "model.zip"
     raw = bytearray(artifact.read_bytes())
     raw[len(raw) // 2] ^= 0xFF

@@ -310,3 +310,68 @@ def test_work_frame_prices_triton_launches_from_their_arguments_not_the_enclosin
     assert frame.loc[2, "numel"] == 1e6  # an undescribed launch keeps the enclosing op's shapes
     # the same generated kernel in the compiled backward is a backward pass's
     assert frame["op"].tolist()[::3] == ["inductor_pointwise", "inductor_pointwise_backward"]
+
+
+def test_work_frame_describes_each_distinct_launch_once_as_it_would_each_launch():
+    """Launches keyed by codes (kernel name, argument text, backward op) get what `describe` gives each launch on its
+    own: the same arguments under two kernels, and the same kernel under a forward and a backward op, stay apart."""
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": [0, 1],
+            "name": ["triton_poi_fused_gelu_0", "triton_red_fused_sum_1"],
+            "family": ["elementwise", "reduction"],
+        }
+    )
+    small = note(tensor("in_ptr0", (8, 8)), tensor("out_ptr0", (8, 8)), scalar("xnumel", 64))
+    large = note(tensor("in_ptr0", (64, 32)), tensor("out_ptr0", (64,)), scalar("xnumel", 64), scalar("rnumel", 32))
+    pattern = [(0, small, 7), (1, small, 7), (0, small, 8), (1, large, 8), (0, large, 7), (1, large, 7)]
+    kernel_id, args, op_id = (list(column) for column in zip(*(pattern * 4)))
+    calls = pd.DataFrame({"kernel_id": kernel_id, "op_id": op_id, "api": ["cuLaunchKernel"] * len(kernel_id)})
+    calls["args"] = pd.Series(args, dtype="str")
+    for column in ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "bytes", "memcpy_kind", "gemm_dtype_a"):
+        calls[column] = None
+    for column in ("gemm_compute_type", "collective_name", "in_msg_nelems", "out_msg_nelems", "comm_dtype"):
+        calls[column] = None
+    ops = pd.DataFrame(
+        {
+            "op_id": [7, 8],
+            "name": ["CompiledFunction", "CompiledFunctionBackward"],
+            "input_shapes": [[[8, 8]], [[8, 8]]],
+            "input_dtypes": [["float"], ["float"]],
+        }
+    )
+    trace = RankTrace(0, calls, ops, kernels, pd.DataFrame(), pd.DataFrame())
+    frame = work_frame(trace, np.zeros(len(calls), dtype=np.int64))
+    names = kernels.set_index("kernel_id")["name"]
+    for i, (kernel, text, op) in enumerate(zip(kernel_id, args, op_id)):
+        work = describe(names[kernel], text, op == 8)
+        assert frame.loc[i, "op"] == work["op"]
+        for column in ("numel", "work_bytes", "operands"):
+            assert frame.loc[i, column] == work[column]
+    assert len({tuple(frame.loc[i, ["op", "numel", "work_bytes"]]) for i in range(6)}) == 6
+
+
+def test_notes_count_every_stand_in_launch_and_read_once_described_per_distinct_text():
+    """The flex-mask and host-read notes count launches and reads call by call (repeated texts included) while each
+    distinct text is described once; known reads (`stand_in: computed`) and calls without arguments are not stand-ins."""
+    from pathlib import Path
+
+    from maya.simulator.notes import flex_mask_notes, stand_in_notes
+    from maya.simulator.trace import TraceSet
+
+    causal, documents = flex_note(65536, 6, 128), flex_note(65536, 6, 128, documents=True)
+    known = json.dumps({"stand_in": "computed"})
+    calls = pd.DataFrame(
+        {
+            "api": ["cuLaunchKernel"] * 5 + ["aten_read"] * 4,
+            "op_id": [1, 1, 1, 1, 1, 2, 2, 3, 2],
+            "args": pd.Series([causal, documents, causal, None, causal, known, None, "{}", "{}"], dtype="str"),
+            "data_dependent": [False] * 5 + [True] * 4,
+        }
+    )
+    ops = pd.DataFrame({"op_id": [1, 2, 3], "name": ["flex", "aten::nonzero", "aten::item"]})
+    traces = TraceSet("r", Path("."), {}, {0: RankTrace(0, calls, ops, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())})
+    (flex,) = flex_mask_notes(traces)
+    assert "in 4 launches (3 as a causal stand-in, 1 as a document-causal stand-in)" in flex
+    (reads,) = stand_in_notes(traces)
+    assert reads.startswith("3 host reads of device values got emulated stand-ins (aten::nonzero 2, aten::item 1)")

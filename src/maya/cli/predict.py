@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,17 @@ EXIT_OOM = 3
 """As `maya emulate`: the run stopped on an out-of-memory failure."""
 PER_RANK_ROWS = 16
 """Ranks listed one by one up to this many; beyond, their spread."""
+
+
+def _system_allocator_for_arrow() -> None:
+    """Arrow's buffers from the C library's allocator, unless `ARROW_DEFAULT_MEMORY_POOL` names one: a trace of ~2M
+    calls is ~1 GB of fresh buffers, and bundled mimalloc's page handling took ~1 CPU-s more system time to read
+    them on the 2-core machine of `docs/benchmarks.md` (the fifth pass of `time_to_prediction.py`)."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
 
 
 def predict_cmd(
@@ -70,6 +82,7 @@ def predict_cmd(
     from maya.simulator.oom import RecordedOutOfMemory
     from maya_trace_spec import TraceError
 
+    _system_allocator_for_arrow()
     try:
         options = PredictOptions(
             hardware=hardware,

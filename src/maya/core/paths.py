@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from importlib.resources import files
 from pathlib import Path
 
@@ -36,3 +38,19 @@ def data_dir() -> Path:
 def example_script() -> Path:
     """The bundled example training script."""
     return Path(str(files("maya.examples") / "train_gpt.py"))
+
+
+def write_atomic(path: Path, data: bytes) -> Path:
+    """Write via a temporary file in the same directory, flushed to disk, then renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -35,19 +35,22 @@ rows on one GPU alone: its residuals in training, which understate the error on 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from maya.core.paths import write_atomic
+
 from .hardware_table import hardware_arrays
 
 if TYPE_CHECKING:  # the attention family prices by this module; scikit-learn loads at the first fit
-    from sklearn.linear_model import Ridge
-
     from .families.base import Composed, PriceCalls
 
 IMPLEMENTATIONS: dict[str, str] = {
@@ -159,18 +162,41 @@ class ShapeFit:
     twice under activation checkpointing) ever slower per FLOP. Past the measured lengths a fit keeps its value
     at the nearer end; the composed mechanism's own (saturating) dependence on length carries the rest."""
 
-    ridge: Ridge
+    coef: np.ndarray
+    """The ridge regression's coefficients on `columns` (`Ridge.coef_`)."""
+    intercept: float
     seq_range: tuple[float, float]
     columns: tuple[int, ...]
     head_dim_range: tuple[float, float] | None = None
     """Where set, the head dimension is held to this range too (the measured head dimensions)."""
 
     def predict(self, seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.ndarray:
-        """The fitted log ratio for each shape."""
+        """The fitted log ratio for each shape: `Ridge.predict`'s own product, `x @ coef_ + intercept_`."""
         held = np.clip(np.asarray(seq, "float64"), *self.seq_range)
         if self.head_dim_range is not None:
             head_dim = np.clip(np.asarray(head_dim, "float64"), *self.head_dim_range)
-        return self.ridge.predict(features(held, head_dim, causal)[:, list(self.columns)])
+        return features(held, head_dim, causal)[:, list(self.columns)] @ self.coef + self.intercept
+
+    def to_dict(self) -> dict:
+        """JSON-ready (floats round-trip exactly)."""
+        return {
+            "coef": self.coef.tolist(),
+            "intercept": self.intercept,
+            "seq_range": list(self.seq_range),
+            "columns": list(self.columns),
+            "head_dim_range": None if self.head_dim_range is None else list(self.head_dim_range),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ShapeFit:
+        head_dim_range = data["head_dim_range"]
+        return cls(
+            np.array(data["coef"], dtype="float64"),
+            float(data["intercept"]),
+            (float(data["seq_range"][0]), float(data["seq_range"][1])),
+            tuple(int(c) for c in data["columns"]),
+            None if head_dim_range is None else (float(head_dim_range[0]), float(head_dim_range[1])),
+        )
 
 
 @dataclass(frozen=True)
@@ -204,6 +230,20 @@ class TritonProxyFit:
         weight = np.log2(np.clip(np.asarray(head_dim, "float64"), low, high) / low) / np.log2(high / low)
         return self.level.predict(seq, head_dim, causal) - weight * self.gap(seq, causal)
 
+    def to_dict(self) -> dict:
+        """JSON-ready (floats round-trip exactly)."""
+        return {
+            "level": self.level.to_dict(),
+            "gap_seq": self.gap_seq.tolist(),
+            "gap_causal": self.gap_causal.tolist(),
+            "gap_plain": self.gap_plain.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TritonProxyFit:
+        arrays = (np.array(data[name], dtype="float64") for name in ("gap_seq", "gap_causal", "gap_plain"))
+        return cls(ShapeFit.from_dict(data["level"]), *arrays)
+
 
 def triton_proxy(level: ShapeFit, figures: pd.DataFrame) -> TritonProxyFit:
     """llm-foundry's kernel priced from FlashAttention v1's correction `level` and the gap of `figures`' fwd+bwd
@@ -234,7 +274,8 @@ def _fit(
 
     x = features(seq, head_dim, causal)[:, list(columns)]
     seq_range = (float(np.min(seq)), float(np.max(seq)))
-    return ShapeFit(Ridge(alpha=RIDGE_ALPHA).fit(x, y), seq_range, columns)
+    ridge = Ridge(alpha=RIDGE_ALPHA).fit(x, y)
+    return ShapeFit(np.asarray(ridge.coef_, dtype="float64"), float(ridge.intercept_), seq_range, columns)
 
 
 @dataclass(frozen=True)
@@ -265,6 +306,33 @@ class AttentionModel:
         total = np.exp(self.corrections[family].predict(seq, head_dim, causal)) * (fwd_s + bwd_s)
         ratio = np.exp(self.split.predict(seq, head_dim, causal))
         return total / (1.0 + ratio) / fwd_s, total * ratio / (1.0 + ratio) / bwd_s
+
+    def to_dict(self) -> dict:
+        """JSON-ready: every fit's coefficients and ranges, every band (floats round-trip exactly)."""
+        return {
+            "corrections": {name: fit.to_dict() for name, fit in self.corrections.items()},
+            "proxied": sorted(name for name, fit in self.corrections.items() if isinstance(fit, TritonProxyFit)),
+            "bands": {name: list(band) for name, band in self.bands.items()},
+            "split": self.split.to_dict(),
+            "flex_ratio": {name: fit.to_dict() for name, fit in self.flex_ratio.items()},
+            "hopper": {name: fit.to_dict() for name, fit in self.hopper.items()},
+            "hopper_bands": {name: list(band) for name, band in self.hopper_bands.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AttentionModel:
+        proxied = set(data["proxied"])
+        return cls(
+            {
+                name: (TritonProxyFit if name in proxied else ShapeFit).from_dict(fit)
+                for name, fit in data["corrections"].items()
+            },
+            {name: (float(low), float(high)) for name, (low, high) in data["bands"].items()},
+            ShapeFit.from_dict(data["split"]),
+            {name: ShapeFit.from_dict(fit) for name, fit in data["flex_ratio"].items()},
+            {name: ShapeFit.from_dict(fit) for name, fit in data["hopper"].items()},
+            {name: (float(low), float(high)) for name, (low, high) in data["hopper_bands"].items()},
+        )
 
 
 def rows() -> pd.DataFrame:
@@ -546,17 +614,57 @@ def leave_one_gpu_out(mechanism: Mechanism) -> pd.DataFrame:
 
 _FITTED: dict[int, AttentionModel] = {}
 
+FIT_INPUTS = ("estimators", "core", "data/kernels_public", "data/hardware")
+"""What a fit depends on besides the estimator's artifact (sources and shipped data under the `maya` package): the
+pricing of the composed mechanism and the measured rows it is fitted on."""
+
 
 def fitted(price: PriceCalls, mechanism: Mechanism) -> AttentionModel:
     """The model fitted with `mechanism` priced by `price` (an estimator's `predict`: the composed times are that
-    estimator's), once per estimator."""
+    estimator's), once per estimator; for an estimator read from a registered artifact, once per artifact and Maya's
+    sources and data (`stored_fit`: fitted in one process, read back in the next)."""
     owner = getattr(price, "__self__", price)
     key = id(owner)
     model = _FITTED.get(key)
     if model is None:
-        model = _FITTED[key] = fit(mechanism)
+        path = stored_fit(owner)
+        model = _read_fit(path) if path is not None else None
+        if model is None:
+            model = fit(mechanism)
+            if path is not None:
+                try:
+                    write_atomic(path, json.dumps(model.to_dict(), sort_keys=True).encode())
+                except OSError:  # a home it cannot write to (read-only, full): fitted again next time
+                    pass
+        _FITTED[key] = model
         weakref.finalize(owner, _FITTED.pop, key, None)
     return model
+
+
+def stored_fit(estimator: object) -> Path | None:
+    """Where the attention model fitted with a registered estimator is kept (`$MAYA_HOME/cache/attention_model/`),
+    named by its artifact's SHA-256 (`KernelEstimator.artifact_sha256`) and the digest of `FIT_INPUTS`; None for an
+    estimator not read from an artifact."""
+    from maya import __version__
+    from maya.core.digest import files_digest
+    from maya.core.paths import maya_home
+
+    artifact = getattr(estimator, "artifact_sha256", None)
+    if artifact is None:
+        return None
+    root = Path(__file__).resolve().parent.parent
+    files = [(p, root) for folder in FIT_INPUTS for p in sorted((root / folder).rglob("*")) if p.suffix != ".pyc"]
+    inputs = files_digest(__version__, files)
+    name = hashlib.sha256(f"{artifact}:{inputs}".encode()).hexdigest()[:24]
+    return maya_home() / "cache" / "attention_model" / f"{name}.json"
+
+
+def _read_fit(path: Path) -> AttentionModel | None:
+    """The stored model, None when there is none or it cannot be read (it is fitted again and rewritten)."""
+    try:
+        return AttentionModel.from_dict(json.loads(path.read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanism: Mechanism) -> Composed:

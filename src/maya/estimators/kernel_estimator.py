@@ -119,6 +119,8 @@ class KernelEstimator:
     last: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, init=False, repr=False, compare=False)
     """The prediction columns of the last `PRICED_KEPT` sets of distinct shapes priced, by their digest, oldest
     first (`_price_once`)."""
+    artifact_sha256: str | None = field(default=None, repr=False, compare=False)
+    """The SHA-256 of the registered artifact it was read from (`Registry.load`); None when built in this process."""
 
     def predict(self, calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
         """The normalised call frame with `roofline_ns`, `efficiency`, `duration_ns`, `duration_low_ns`,

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,7 +35,7 @@ from maya.core.estimator_versions import (
     records,
     resolve,
 )
-from maya.core.paths import warehouse_path
+from maya.core.paths import warehouse_path, write_atomic
 from maya.core.warehouse import insert_row, read_only, transaction
 
 from . import artifact
@@ -110,7 +108,7 @@ class Registry:
         estimator = LOADED.get(digest)
         if estimator is None:
             try:
-                estimator = artifact.loads(raw)
+                estimator = replace(artifact.loads(raw), artifact_sha256=digest)
             except artifact.ArtifactFormatError as e:
                 raise ArtifactError(f"estimator version {record.version}: artifact {path} cannot be read: {e}") from e
             while len(LOADED) >= LOADED_KEPT:
@@ -174,19 +172,3 @@ class Registry:
         """Records of a read-only query; none when the warehouse or the registry tables do not exist yet."""
         with read_only(self.warehouse) as con:
             return records(con, sql, params)
-
-
-def write_atomic(path: Path, data: bytes) -> Path:
-    """Write via a temporary file in the same directory, flushed to disk, then renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path

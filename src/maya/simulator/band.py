@@ -125,6 +125,8 @@ def call_groups(sim: Simulation) -> tuple[list[str], dict[int, _Groups]] | None:
     kernel estimator (measured or roofline durations carry no residuals)."""
     from maya.estimators.collective_residuals import shipped_residuals
 
+    from .durations.estimated import CALL_FRAME_COLUMNS
+
     if sim.provider.kernel_estimator is None:
         return None
 
@@ -139,12 +141,14 @@ def call_groups(sim: Simulation) -> tuple[list[str], dict[int, _Groups]] | None:
         composed = np.zeros(program.n, dtype=bool)
         kernels = np.isin(ops, DEVICE_OPS) & (ops != COLL)
         if kernels.any():
-            family, q, composed[kernels] = _kernel_quantiles(sim, frame.loc[kernels])
+            family, q, composed[kernels] = _kernel_quantiles(
+                sim, frame.loc[kernels, [*CALL_FRAME_COLUMNS, "work_bytes"]]
+            )
             quantiles[kernels] = q
             group[kernels] = _codes(names, "kernels: ", family)
         coll = ops == COLL
         if coll.any():
-            c = frame.loc[coll]
+            c = frame.loc[coll, ["comm_nodes", "comm_bytes"]]
             scope = np.where(c["comm_nodes"].fillna(1).to_numpy(dtype="float64") > 1, "inter-node", "intra-node")
             quantiles[coll] = residuals.of(scope, c["comm_bytes"].fillna(0.0).to_numpy(dtype="float64"))
             group[coll] = _codes(names, "collectives: ", scope)

@@ -80,9 +80,9 @@ def call_iterations(trace: RankTrace) -> np.ndarray | None:
     ops = trace.ops
     if not len(ops) or ops["iteration"].isna().all() or trace.calls["op_id"].isna().all():
         return None
-    ops = ops[["op_id", "iteration"]].drop_duplicates("op_id")
-    iteration = pd.Series(ops["iteration"].to_numpy(), index=ops["op_id"].to_numpy())
-    return _monotone(trace.calls["op_id"].map(iteration))
+    first, where = trace.call_ops()
+    iteration = ops["iteration"].to_numpy(dtype="float64", na_value=np.nan)[first]
+    return _monotone(pd.Series(np.where(where >= 0, iteration[np.maximum(where, 0)], np.nan)))
 
 
 def evaluating(trace: RankTrace) -> np.ndarray:
@@ -90,9 +90,9 @@ def evaluating(trace: RankTrace) -> np.ndarray:
     ops = trace.ops
     if not len(ops) or "phase" not in ops or not (ops["phase"] == "eval").any():
         return np.zeros(len(trace.calls), dtype=bool)
-    ops = ops[["op_id", "phase"]].drop_duplicates("op_id")
-    phase = pd.Series(ops["phase"].to_numpy(), index=ops["op_id"].to_numpy())
-    return (trace.calls["op_id"].map(phase) == "eval").to_numpy()
+    first, where = trace.call_ops()
+    evaluated = (ops["phase"] == "eval").to_numpy(dtype=bool)[first]  # per op, looked up by position
+    return np.where(where >= 0, evaluated[np.maximum(where, 0)], False)
 
 
 def _from_profiler_steps(trace: RankTrace) -> np.ndarray | None:

@@ -4,6 +4,7 @@ passes the steady state leaves out."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -12,6 +13,7 @@ from maya.core.hardware import Hardware
 from maya_trace_spec.vocabulary import EVAL_RANGE
 
 from .device_time import TIMING_API
+from .distinct import contains, per_distinct
 from .iterations import evaluating
 from .oom import recorded_ooms
 from .trace import TraceSet
@@ -64,8 +66,11 @@ def stand_in_notes(traces: TraceSet) -> list[str]:
         if "data_dependent" not in calls or not calls["data_dependent"].fillna(False).any():
             continue
         read = calls["data_dependent"].fillna(False).astype(bool) & (calls["api"] != TIMING_API)  # timings: own note
+        read = read.to_numpy(dtype=bool, copy=True)
         if "args" in calls:  # values the emulator computed on the host from values it knew are not stand-ins
-            read &= ~calls["args"].fillna("").str.contains(KNOWN_READS, regex=True)
+            read[read] = ~per_distinct(
+                calls["args"][read], lambda text: re.search(KNOWN_READS, text) is not None, False, bool
+            )
         read_ops = calls.loc[read, "op_id"]
         ops = trace.ops[trace.ops["op_id"].isin(read_ops)] if len(trace.ops) else trace.ops
         names = dict(zip(ops["op_id"].tolist(), ops["name"].tolist())) if len(ops) else {}
@@ -152,11 +157,12 @@ def flex_mask_notes(traces: TraceSet) -> list[str]:
     for trace in traces.ranks.values():
         if "args" not in trace.calls:
             continue
-        args = trace.calls["args"].dropna().astype(str)
-        for text in args[args.str.contains(f'"{triton_work.KV_COUNTS[0]}"', regex=False)]:
-            source = triton_work.describe("flex_attention", text).get("mask")
+        args = trace.calls["args"]
+        launches = args[contains(args, f'"{triton_work.KV_COUNTS[0]}"')].value_counts(sort=False)
+        for text, n in launches.items():  # each distinct launch described once
+            source = triton_work.describe("flex_attention", str(text)).get("mask")
             if source and source != triton_work.MASK_COUNTED:
-                counts[source] = counts.get(source, 0) + 1
+                counts[source] = counts.get(source, 0) + int(n)
     if not counts:
         return []
     kinds = ", ".join(f"{n} as a {source}" for source, n in sorted(counts.items()))

@@ -128,21 +128,24 @@ def compile_rank(trace: RankTrace) -> Program:
 
 
 def _resolve_events(calls: pd.DataFrame, ops: np.ndarray, arg: np.ndarray) -> int:
-    """Record ids for RECORD and the record waited for by WAIT / EVENT_SYNC (in place). Calls without an
-    event id: a record or wait becomes a NOP, an event synchronise a device synchronise."""
+    """Record ids for RECORD and the record waited for by WAIT / EVENT_SYNC (in place): records are numbered in
+    call order, a wait takes the latest record of its event id before it (-1: none). Calls without an event id: a
+    record or wait becomes a NOP, an event synchronise a device synchronise."""
     event_ids = calls["event_id"].to_numpy(dtype="float64", na_value=np.nan)
-    latest: dict[float, int] = {}
-    n_records = 0
-    for i in np.flatnonzero(np.isin(ops, (RECORD, WAIT, EVENT_SYNC))):
-        e = event_ids[i]
-        if np.isnan(e):
-            ops[i] = DEVICE_SYNC if ops[i] == EVENT_SYNC else NOP
-        elif ops[i] == RECORD:
-            latest[e] = arg[i] = n_records
-            n_records += 1
-        else:
-            arg[i] = latest.get(e, -1)
-    return n_records
+    rows = np.flatnonzero(np.isin(ops, (RECORD, WAIT, EVENT_SYNC)))
+    unnamed = rows[np.isnan(event_ids[rows])]
+    ops[unnamed] = np.where(ops[unnamed] == EVENT_SYNC, DEVICE_SYNC, NOP)
+    rows = rows[~np.isnan(event_ids[rows])]
+    record = ops[rows] == RECORD
+    order = np.lexsort((rows, event_ids[rows]))  # by event id, then call order
+    at = np.arange(len(order))
+    latest = np.maximum.accumulate(np.where(record[order], at, -1))  # each event's last record so far, ...
+    same = event_ids[rows][order]
+    begins = np.maximum.accumulate(np.where(np.r_[True, same[1:] != same[:-1]], at, 0))
+    latest = np.where(latest >= begins, latest, -1)  # ... of this event id alone
+    numbers = (np.cumsum(record) - 1)[order]
+    arg[rows[order]] = np.where(latest >= 0, numbers[np.maximum(latest, 0)], -1)
+    return int(record.sum())
 
 
 def _launches(

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .attention_shapes import ATTENTION_BACKWARD_FLOPS
+from .distinct import contains, per_distinct
 from .durations import device_end, rebased
 from .engine import RankResult
 from .intervals import union
@@ -187,7 +188,8 @@ def model_flops_of(frame: pd.DataFrame, flops: np.ndarray) -> np.ndarray:
     recomputed = frame["recomputed"].to_numpy(dtype=bool) if "recomputed" in frame else np.zeros(len(flops), bool)
     backward = np.zeros(len(flops), bool)
     if {"family", "op"} <= set(frame.columns):
-        backward = (frame["family"].to_numpy() == "attention") & frame["op"].astype(str).str.contains("_bwd").to_numpy()
+        backward = per_distinct(frame["family"], lambda family: family == "attention", False, bool)
+        backward &= contains(frame["op"], "_bwd")
     share = np.where(backward, MODEL_ATTENTION_BACKWARD / ATTENTION_BACKWARD_FLOPS, 1.0)
     return np.where(recomputed, 0.0, flops * share)
 

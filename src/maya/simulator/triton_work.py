@@ -340,12 +340,17 @@ def fill(
     if not len(at):
         return rows
     # a launch repeats every layer and step: each distinct (kernel, arguments, backward) is described once
-    texts = args.to_numpy()[at]
-    names = kernel_names[at]  # strings: '' where the kernel is unnamed
+    # (by codes: the launches' argument strings stay in Arrow, none becomes a Python string per launch)
+    text_codes, texts = pd.factorize(args.iloc[at])
+    name_codes, names = pd.factorize(kernel_names[at])  # strings: '' where the kernel is unnamed
     backward = per_distinct(op[at], lambda name: "backward" in str(name).lower(), False, bool)
-    keys = pd.MultiIndex.from_arrays([names, texts, backward])
-    codes, distinct = pd.factorize(keys)
-    works = [describe(name, text, bool(back)) for name, text, back in distinct]
+    key = (name_codes.astype(np.int64) * len(texts) + text_codes) * 2 + backward
+    codes, _ = pd.factorize(key)
+    first = np.unique(codes, return_index=True)[1]  # each distinct key's first launch, in code order
+    works = [
+        describe(names[n], texts[t], bool(back))
+        for n, t, back in zip(name_codes[first], text_codes[first], backward[first])
+    ]
     for column, out in (("family", family), ("dtype", dtype)):  # kept where the description has none
         has = np.array([column in work for work in works], dtype=bool)[codes]
         out[at[has]] = np.array([work.get(column) for work in works], dtype=object)[codes[has]]

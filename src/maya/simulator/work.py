@@ -188,18 +188,24 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
     kernel_family = _codes_map(calls["kernel_id"], families, "other")
     family[launched] = np.where(np.isin(kernel_family, KERNEL_FAMILIES), kernel_family, "other")[launched]
     if len(trace.ops) and launched.any():
-        ops = trace.ops[["op_id", "name", "input_shapes", "input_dtypes"]].drop_duplicates("op_id")
-        op_rows = _op_shapes(ops).reindex(calls["op_id"].to_numpy())
-        op[launched] = op_rows["op_name"].fillna("").to_numpy()[launched]
+        ops = trace.distinct_ops(["op_id", "name", "input_shapes", "input_dtypes"])
+        shapes = _op_shapes(ops)
+        where = trace.call_ops()[1]  # each call's op among `shapes` (-1: none)
+        enclosed = launched & (where >= 0)
+        at = where[enclosed]
+        name_codes, op_names = pd.factorize(shapes["op_name"])  # names by code: no string per call
+        op[enclosed] = np.array([*op_names, ""], dtype=object)[name_codes[at]]
         # traces captured before gather kernels were classified as embedding lookups (`vocabulary`)
         family[launched & np.isin(op, list(GATHER_OPS)) & (family == "elementwise")] = "embedding"
-        num["numel"][launched] = op_rows["numel"].to_numpy()[launched]
-        num["row"][launched] = op_rows["row"].to_numpy()[launched]
+        num["numel"][enclosed] = shapes["numel"].to_numpy()[at]
+        num["row"][enclosed] = shapes["row"].to_numpy()[at]
         _own_sizes(calls, launched, num["numel"])
         names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"])) if len(trace.kernels) else {}
         share_split_pieces(calls, names, launched, num["numel"])
-        known = launched & op_rows["dtype"].notna().to_numpy()
-        dtype[known] = op_rows["dtype"].to_numpy()[known]
+        op_dtype = shapes["dtype"].to_numpy()
+        known = enclosed.copy()
+        known[enclosed] = pd.notna(op_dtype[at])
+        dtype[known] = op_dtype[where[known]]
         te_work.fill(calls, _codes_map(calls["kernel_id"], names, ""), launched, family, op, dtype, num)
         unshaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy()  # measured traces' GEMMs
         if unshaped.any():
@@ -257,7 +263,7 @@ def recomputed(trace: RankTrace) -> np.ndarray:
     calls = trace.calls
     if not len(trace.ops) or not len(calls) or not {"phase", "parent_op_id"} <= set(trace.ops.columns):
         return np.zeros(len(calls), dtype=bool)
-    ops = trace.ops[["op_id", "name", "phase", "parent_op_id"]].drop_duplicates("op_id")
+    ops = trace.distinct_ops(["op_id", "name", "phase", "parent_op_id"])
     backward = ops["phase"].eq("backward").fillna(False).to_numpy(dtype=bool)
     inside = backward & ops["name"].astype(str).str.startswith(MODULE_RANGE_PREFIX).to_numpy()
     ids = pd.Index(ops["op_id"])
@@ -272,7 +278,7 @@ def recomputed(trace: RankTrace) -> np.ndarray:
         inside[pending[found]] = True
         up[pending] = parent[above]
         pending = pending[~found & (up[pending] >= 0)]
-    where = ids.get_indexer(calls["op_id"])
+    where = trace.call_ops()[1]
     return np.where(where >= 0, inside[where], False)
 
 

@@ -177,6 +177,12 @@ def _after_awaited(calls: pd.DataFrame, start: np.ndarray, own: np.ndarray) -> n
     return np.clip(start + own - np.maximum(start, awaited), 0.0, own)
 
 
+ROOFLINE_KERNEL_COLUMNS = ("dtype", "flops", "work_bytes", "numel", "op")
+ROOFLINE_COLLECTIVE_COLUMNS = ("comm_size", "comm_nodes", "comm_bytes", "collective")
+"""The call-frame columns `RooflineDurations` prices kernels and collectives from: only these rows' columns are taken
+(a call frame holds ~60 columns over ~1M calls)."""
+
+
 @dataclass
 class RooflineDurations(DurationProvider):
     """Analytical durations: a kernel takes `max(FLOPs / (peak x compute_efficiency), bytes / (bandwidth x
@@ -202,9 +208,9 @@ class RooflineDurations(DurationProvider):
         ops = calls["opcode"].to_numpy()
         out = np.zeros(len(calls))
         kernels = np.isin(ops, DEVICE_OPS) & (ops != COLL)
-        out[kernels] = self._kernels(calls.loc[kernels], hardware)
+        out[kernels] = self._kernels(calls.loc[kernels, list(ROOFLINE_KERNEL_COLUMNS)], hardware)
         coll = ops == COLL
-        out[coll] = self._collectives(calls.loc[coll], hardware)
+        out[coll] = self._collectives(calls.loc[coll, list(ROOFLINE_COLLECTIVE_COLUMNS)], hardware)
         return out
 
     def _kernels(self, calls: pd.DataFrame, hw: Hardware) -> np.ndarray:

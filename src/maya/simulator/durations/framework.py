@@ -30,6 +30,7 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import MODULE_RANGE_PREFIX
 
+from ..distinct import contains, per_distinct
 from ..iterations import Iterations
 from ..opcodes import DEVICE_OPS
 
@@ -112,11 +113,10 @@ def _recorded_in(
     def within(sorted_starts: np.ndarray) -> np.ndarray:
         return np.searchsorted(sorted_starts, until, "right") - np.searchsorted(sorted_starts, after, "right")
 
-    args = calls["args"].iloc[rows] if "args" in calls else pd.Series([None] * len(rows))
-    launch = calls["api"].iloc[rows].astype(str).str.contains("LaunchKernel", regex=False).to_numpy()
+    launch = per_distinct(calls["api"].iloc[rows], lambda api: "LaunchKernel" in str(api), False, bool)
     triton = np.zeros(len(rows), dtype=bool)
-    if launch.any():
-        triton[launch] = args[launch].fillna("").astype(str).str.contains(TRITON_NOTE_KEY, regex=False).to_numpy()
+    if launch.any() and "args" in calls:
+        triton[launch] = contains(calls["args"].iloc[rows[launch]], TRITON_NOTE_KEY)
     return within(starts), within(module_starts), triton.astype(int)
 
 
