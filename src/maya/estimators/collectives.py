@@ -84,7 +84,8 @@ MEASURED_BLEND = (8 * 2**20, 32 * 2**20)
 linearly in log size, so price stays continuous where the curve and the model disagree. Vidur's times include
 waiting for the peer that launched later (10-60 us, `data/collectives/README.md`; the DGX A100's 2-GPU all-reduces
 take ~50 us up to 1 MB whatever the size), so a measured time bounds the transfer from above; from 32 MiB that wait
-is a small part of it and NCCL runs the Simple protocol (the 8-GPU curve's LL128 kink lies below)."""
+is a smaller part of it (what it may weigh: docs/estimators-and-data.md) and NCCL runs the Simple protocol (the 8-GPU
+curve's LL128 kink lies below)."""
 HALF_OF_ALLREDUCE = ("allgather", "reducescatter")
 """Collectives a measured machine did not time, priced as half its measured all-reduce of the same size: NCCL's
 ring all-reduce is a reduce-scatter then an all-gather over the same ring (n - 1 steps and S (n - 1) / n bus
@@ -124,8 +125,8 @@ class CollectiveModel:
     the two, so time stays continuous and rising in size. A GPU count the machine did not time, between (or past)
     those it did, takes the model's time scaled by the measured / modelled ratio of its nearest measured counts at
     that size (`_count_ratio`); and no count takes less than a smaller one of the same node (the DGX's 8-GPU curve
-    runs at a higher bus bandwidth than its 4-GPU one and would pass under it near 500 MiB). Everything else (other collectives or layouts,
-    several nodes, an explicit `algorithm`) is the model's."""
+    runs at a higher bus bandwidth than its 4-GPU one and would pass under it near 500 MiB). Everything else (other
+    collectives or layouts, several nodes, an explicit `algorithm`) is the model's."""
 
     def __init__(
         self,
