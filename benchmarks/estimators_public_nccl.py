@@ -10,9 +10,9 @@ Curves that copy another network's measurements value for value are left out (na
 
 A cluster that is a measured machine (`measured_as`) prices the collectives that machine measured inside a node
 from its own curves (`maya.estimators.collective_measured`). The splits: `in-sample` and `held-out` price with the
-model alone (held out, a machine's curves are left out with its rows, so its figures are the model's whatever the
-curves do); `measured` prices every row with the fit and every machine's curves (where a curve applies: one node,
-the GPU counts measured, from `MEASURED_FROM_BYTES` up, what the model prices below); `measured, sizes held out`
+model alone (held out, a machine is priced by the model alone: its curves go with it); `measured` prices every row
+with the fit and every machine's curves (where they apply: one node, from `MEASURED_BLEND`, the model scaled below
+it); `measured, sizes held out`
 builds the curves from every other quarter octave of size and prices the rows of the others (interpolation);
 `measured, extended` builds them from rows under 32 MiB and prices those from 32 MiB (the bus bandwidth carried past
 the largest measured size).

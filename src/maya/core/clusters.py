@@ -7,15 +7,18 @@ joins) — else over PCIe through the host (a PCIe switch or the CPU); on a node
 (`p2p: false`, e.g. GPUs passed to a virtual machine) every transfer is staged through host memory.
 `link_between` and `ring` give the link class of each hop NCCL's ring or a send/recv crosses. A node whose `network` is absent has an
 inter-node network its source does not describe. A node that is a machine whose collectives were measured says so
-(`measured_as`), and its collectives inside a node are then priced from those measurements."""
+(`measured_as`, checked against the nodes that machine was: `measured_machines`), and its collectives inside a node
+are then priced from those measurements, unless a run puts another GPU in it (`ClusterSpec.on_gpu`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
+from . import hardware as catalog
 from .paths import data_dir
 
 NVLINK, NVSWITCH, PCIE, SHM, NETWORK = "nvlink", "nvswitch", "pcie", "shm", "network"
@@ -75,6 +78,8 @@ class ClusterSpec:
     measured_as: str | None = None
     """The measured machine these nodes are (a machine of `data/collectives/measured.json`): collectives inside a
     node that it measured are priced from its measurements; None: from the model alone."""
+    unmeasured: str = ""
+    """Why a measured machine's measurements do not price these nodes (a run put another GPU in them: `on_gpu`)."""
 
     def link_between(self, a: int, b: int) -> str:
         """Link class between local GPUs `a` and `b` of one node."""
@@ -132,11 +137,81 @@ class ClusterSpec:
             else "an undescribed network"
         )
         measured = f"; collectives inside a node as measured on {self.measured_as}" if self.measured_as else ""
+        if self.unmeasured:
+            measured = f"; collectives inside a node priced by the model: {self.unmeasured}"
         return f"{self.gpus_per_node} GPUs per node, {inside}; {across}{measured}"
+
+    def on_gpu(self, gpu: catalog.Hardware) -> ClusterSpec:
+        """These nodes holding `gpu`: without their measured machine (and saying why) when `gpu` is not its GPU."""
+        if self.measured_as is None:
+            return self
+        machine = measured_machines()[self.measured_as]
+        if catalog.same_gpu(catalog.get(machine.hardware), gpu):
+            return self
+        why = f"{self.measured_as} was measured with {machine.hardware} GPUs, not {gpu.name}"
+        return replace(self, measured_as=None, unmeasured=why)
 
     def without_network(self) -> ClusterSpec:
         """The same nodes on an undescribed network."""
         return replace(self, network=None)
+
+
+@dataclass(frozen=True)
+class MeasuredMachine:
+    """The nodes a measured machine's collectives were timed on (`data/collectives/measured.json`'s `reference`):
+    a cluster measured as it must have its GPU (where the cluster names one), GPUs per node and NVLink fabric."""
+
+    hardware: str
+    gpus_per_node: int
+    fabric: str | None
+    """NVLink fabric (`FABRICS`); None: no NVLink."""
+
+    @classmethod
+    def of(cls, spec: ClusterSpec) -> MeasuredMachine:
+        if spec.hardware is None:
+            raise ClusterSpecError(
+                f"cluster {spec.name!r} names no hardware: it cannot be a measured machine's reference"
+            )
+        return cls(spec.hardware, spec.gpus_per_node, spec.nvlink.fabric if spec.nvlink else None)
+
+    def to_json(self) -> dict:
+        return {"hardware": self.hardware, "gpus_per_node": self.gpus_per_node, "fabric": self.fabric}
+
+    def runs_on(self, name: str) -> bool:
+        """Whether the catalog part `name` is this machine's GPU but for its memory (an unknown name is not)."""
+        try:
+            return name == self.hardware or catalog.same_gpu(catalog.get(name), catalog.get(self.hardware))
+        except catalog.UnknownHardware:
+            return False
+
+    def mismatch(self, spec: ClusterSpec) -> str | None:
+        """What of `spec`'s nodes differs from this machine's, in words; None: nothing."""
+        fabric = spec.nvlink.fabric if spec.nvlink else None
+        if spec.hardware is not None and not self.runs_on(spec.hardware):
+            return f"{spec.hardware} GPUs, where it was measured with {self.hardware}"
+        if spec.gpus_per_node != self.gpus_per_node:
+            return f"{spec.gpus_per_node} GPUs per node, where it was measured with {self.gpus_per_node}"
+        if fabric != self.fabric:
+            return f"NVLink fabric {fabric}, where it was measured on {self.fabric}"
+        return None
+
+
+def measured_machines_path() -> Path:
+    return data_dir() / "collectives" / "measured.json"
+
+
+@lru_cache(maxsize=1)
+def measured_machines() -> dict[str, MeasuredMachine]:
+    """The measured machines by name, each with the nodes it was (read from the measured curves' file)."""
+    path = measured_machines_path()
+    try:
+        machines = json.loads(path.read_bytes())["machines"]
+        return {name: MeasuredMachine(**m["reference"]) for name, m in machines.items()}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ClusterSpecError(
+            f"{path}: cannot read the measured machines ({e!r:.80}); rebuild it with "
+            "`python -m maya.estimators.collective_fit`"
+        ) from None
 
 
 def clusters_dir() -> Path:
@@ -217,7 +292,7 @@ def parse_cluster(raw: dict) -> ClusterSpec:
     measured_as = raw.get("measured_as")
     if measured_as is not None and not (isinstance(measured_as, str) and measured_as):
         raise ClusterSpecError(f"measured_as must be the name of a measured machine, not {measured_as!r:.40}")
-    return ClusterSpec(
+    spec = ClusterSpec(
         name=name,
         gpus_per_node=gpus,
         pcie_gbs=PCIE_GBS_PER_LANE[generation] * lanes,
@@ -229,6 +304,16 @@ def parse_cluster(raw: dict) -> ClusterSpec:
         host_factor=_factor(raw, "host_factor"),
         measured_as=measured_as,
     )
+    if measured_as is not None:
+        machines = measured_machines()
+        if measured_as not in machines:
+            raise ClusterSpecError(
+                f"measured_as {measured_as!r} is no measured machine; known: {', '.join(sorted(machines))}"
+            )
+        wrong = machines[measured_as].mismatch(spec)
+        if wrong is not None:
+            raise ClusterSpecError(f"cluster {name!r} is measured as {measured_as!r} but has {wrong}")
+    return spec
 
 
 def _nvlink(raw: dict, gpus: int) -> NVLinkSpec:

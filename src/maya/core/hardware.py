@@ -50,6 +50,25 @@ class Hardware:
         return self.memory_bandwidth_gbs * 1e9
 
 
+MEMORY_FIELDS = (
+    "name",
+    "device_name",
+    "source",
+    "memory_bytes",
+    "memory_bandwidth_gbs",
+    "memory_bus_width_bits",
+    "memory_clock_mhz",
+)
+"""What two parts of one GPU may differ in (an A100 SXM of 40 and of 80 GB)."""
+
+
+def same_gpu(a: Hardware, b: Hardware) -> bool:
+    """Whether `a` and `b` are one GPU but for their memory: the same chip, clocks, power and links."""
+    return all(
+        getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(Hardware) if f.name not in MEMORY_FIELDS
+    )
+
+
 class UnknownHardware(KeyError):
     def __str__(self) -> str:
         return (

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from maya.core.clusters import ClusterSpec, load_cluster
+from maya.core.clusters import ClusterSpec, MeasuredMachine, cluster_file, load_cluster, parse_cluster
 
 from .collective_data import GROUP, VIDUR_CLUSTERS, load_collectives, shipped_dataset
 from .collective_measured import KNOTS_PER_OCTAVE, LARGE_OCTAVES, MeasuredCollectives, build
@@ -223,6 +223,13 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _reference(machine: str) -> MeasuredMachine:
+    """The nodes a measured machine was: its cluster spec's (`VIDUR_CLUSTERS`), read without its `measured_as`,
+    which names the curves being built."""
+    raw = json.loads(cluster_file(VIDUR_CLUSTERS[machine]).read_bytes())
+    return MeasuredMachine.of(parse_cluster({**raw, "measured_as": None}))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -254,16 +261,15 @@ def main(argv: list[str] | None = None) -> None:
         "cost": round(result.cost, 6),
     }
     params = CollectiveParams(**{**result.params.__dict__, "provenance": provenance})
-    text = json.dumps(params.to_json(), indent=1, sort_keys=True) + "\n"
-    write_atomic(args.out, text.encode())
-    print(f"fitted on {result.rows} rows of {args.dataset} -> {args.out} ({params.digest[:12]})")
     curves = build(frame)
     method = (
         f"median per 1/{KNOTS_PER_OCTAVE} octave, never decreasing; past the largest size the bus bandwidth of a "
         f"Theil-Sen line through the largest {LARGE_OCTAVES} octaves' rows; one-node rows only"
     )
     about = {"dataset": args.dataset.name, "sha256": provenance["sha256"], "method": method}
-    measured = MeasuredCollectives(curves.machines, about).to_json()
+    measured = MeasuredCollectives(curves.machines, {m: _reference(m) for m in curves.machines}, about).to_json()
+    write_atomic(args.out, (json.dumps(params.to_json(), indent=1, sort_keys=True) + "\n").encode())
+    print(f"fitted on {result.rows} rows of {args.dataset} -> {args.out} ({params.digest[:12]})")
     write_atomic(args.measured_out, (json.dumps(measured, indent=1, sort_keys=True) + "\n").encode())
     print(f"{sum(map(len, curves.machines.values()))} curves of {len(curves.machines)} machines -> {args.measured_out}")
 

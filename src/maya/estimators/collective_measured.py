@@ -5,7 +5,9 @@ Built from Vidur's measured NCCL times (`maya.estimators.collective_data`) per m
 one node: the rows' median time per quarter octave of size (never decreasing: a larger message never takes less),
 and a straight line (Theil-Sen) through the rows of the largest two octaves (`time = a + size x factor / bus bandwidth`) whose bus
 bandwidth carries the curve past its largest measured size. Multi-node rows are left out: their network is not
-the one any cluster spec describes. Curves that copy another machine's value for value are left out too.
+the one any cluster spec describes. Curves that copy another machine's value for value are left out too. Each
+machine keeps the nodes it was (its `reference`: GPU, GPUs per node, NVLink fabric, from its cluster spec in
+`collective_data.VIDUR_CLUSTERS`), which a cluster measured as it must match (`maya.core.clusters.measured_machines`).
 
 Written with the fit, from the same dataset: `python -m maya.estimators.collective_fit`.
 """
@@ -20,9 +22,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import theilslopes
 
-from maya.core.paths import data_dir
+from maya.core.clusters import MeasuredMachine, measured_machines_path
 
-FORMAT = "maya-collective-measured/1"
+FORMAT = "maya-collective-measured/2"
 KNOTS_PER_OCTAVE = 4
 """Knots of a curve per doubling of the message size (each the median of the rows it spans)."""
 MEASURED = ("allreduce", "sendrecv")
@@ -57,41 +59,48 @@ class MeasuredCurve:
     """Bus bandwidth of the largest measured octaves: what each byte past the largest knot costs."""
     rows: int
 
-    def time_us(self, nbytes: np.ndarray) -> np.ndarray:
+    def time_us(self, nbytes: np.ndarray, max_bus_gbs: float = np.inf) -> np.ndarray:
         """Microseconds of each size: interpolated in log size and log time between knots, the first knot's time
-        below it, and past the last knot its time plus the extra bytes at `large_bus_gbs`."""
+        below it, and past the last knot its time plus the extra bytes at `large_bus_gbs`, or at `max_bus_gbs`
+        (the links' line rate) where that is lower."""
         size = np.asarray(nbytes, dtype="float64")
         knots, times = np.log(self.sizes), np.log(self.us)
         inside = np.exp(np.interp(np.log(np.maximum(size, 1.0)), knots, times))
-        slope = bus_factor(self.collective, self.ranks) / (self.large_bus_gbs * 1e3)  # us per byte
+        slope = bus_factor(self.collective, self.ranks) / (min(self.large_bus_gbs, max_bus_gbs) * 1e3)  # us per byte
         beyond = self.us[-1] + (size - self.sizes[-1]) * slope
         return np.where(size > self.sizes[-1], beyond, inside)
 
 
 @dataclass(frozen=True)
 class MeasuredCollectives:
-    """Curves per measured machine (Vidur's network names), keyed by (collective, ranks)."""
+    """Curves per measured machine (Vidur's network names), keyed by (collective, ranks), and the nodes each
+    machine was."""
 
     machines: dict[str, dict[tuple[str, int], MeasuredCurve]]
+    references: dict[str, MeasuredMachine] = field(default_factory=dict)
+    """The nodes each machine was (needed to write the curves)."""
     provenance: dict = field(default_factory=dict, compare=False)
 
     def curve(self, machine: str, collective: str, ranks: int) -> MeasuredCurve | None:
         return self.machines.get(machine, {}).get((collective, ranks))
 
-    def without(self, machine: str) -> MeasuredCollectives:
-        """The same curves less `machine`'s (held out)."""
-        return MeasuredCollectives({m: c for m, c in self.machines.items() if m != machine}, self.provenance)
+    def counts(self, machine: str, collective: str) -> list[int]:
+        """The GPU counts `machine` measured `collective` on, increasing."""
+        return sorted(r for c, r in self.machines.get(machine, {}) if c == collective)
 
     def to_json(self) -> dict:
         machines = {
             m: {
-                f"{c.collective}/{c.ranks}": {
-                    "bytes": list(c.sizes),
-                    "us": list(c.us),
-                    "large_bus_gbs": c.large_bus_gbs,
-                    "rows": c.rows,
-                }
-                for c in curves.values()
+                "reference": self.references[m].to_json(),
+                "curves": {
+                    f"{c.collective}/{c.ranks}": {
+                        "bytes": list(c.sizes),
+                        "us": list(c.us),
+                        "large_bus_gbs": c.large_bus_gbs,
+                        "rows": c.rows,
+                    }
+                    for c in curves.values()
+                },
             }
             for m, curves in self.machines.items()
         }
@@ -101,21 +110,22 @@ class MeasuredCollectives:
     def from_json(cls, raw: dict) -> MeasuredCollectives:
         if raw.get("format") != FORMAT:
             raise ValueError(f"measured collectives of format {raw.get('format')!r}, expected {FORMAT!r}")
-        machines = {}
-        for machine, curves in raw["machines"].items():
-            machines[machine] = {}
-            for key, c in curves.items():
+        machines, references = {}, {}
+        for machine, entry in raw["machines"].items():
+            machines[machine], references[machine] = {}, MeasuredMachine(**entry["reference"])
+            for key, c in entry["curves"].items():
                 collective, ranks = key.split("/")
                 curve = MeasuredCurve(
                     collective, int(ranks), tuple(map(float, c["bytes"])), tuple(map(float, c["us"])),
                     float(c["large_bus_gbs"]), int(c["rows"])
                 )  # fmt: skip
                 machines[machine][collective, int(ranks)] = curve
-        return cls(machines, raw.get("provenance", {}))
+        return cls(machines, references, raw.get("provenance", {}))
 
 
 def build(frame: pd.DataFrame) -> MeasuredCollectives:
-    """Curves of every one-node measured collective of `frame` (`collective_data.load_collectives`'s layout)."""
+    """Curves of every one-node measured collective of `frame` (`collective_data.load_collectives`'s layout), without
+    their machines' references (`collective_fit` adds them before writing)."""
     rows = frame[(frame["nodes"] == 1) & frame["duplicate_of"].isna() & frame["collective"].isin(MEASURED)]
     machines: dict[str, dict[tuple[str, int], MeasuredCurve]] = {}
     for (machine, collective, ranks), part in rows.groupby(["network", "collective", "ranks"], sort=True):
@@ -147,7 +157,7 @@ def _curve(collective: str, ranks: int, part: pd.DataFrame) -> MeasuredCurve:
 
 
 def shipped_path() -> Path:
-    return data_dir() / "collectives" / "measured.json"
+    return measured_machines_path()
 
 
 _SHIPPED: MeasuredCollectives | None = None

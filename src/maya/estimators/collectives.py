@@ -43,7 +43,7 @@ from maya.core import hardware
 from maya.core.clusters import NETWORK, NVLINK, NVSWITCH, PCIE, SHM, ClusterSpec, ClusterSpecError, load_cluster
 from maya_trace_spec.vocabulary import collective_name
 
-from .collective_measured import MeasuredCollectives, MeasuredCurve, shipped_measured
+from .collective_measured import MeasuredCollectives, shipped_measured
 from .collective_params import CollectiveParams, NetworkParams, shipped_params
 
 PRICED_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv")
@@ -79,12 +79,13 @@ that spans nodes takes at least this, three times with Simple (`tuning.cc`: `int
 netOverhead)`)."""
 TREE_BANDWIDTH = 0.92
 """Tree all-reduce bus bandwidth relative to the ring's, per NCCL's tuning model."""
-MEASURED_FROM_BYTES = 16 * 2**20
-"""Smallest message priced from a measured machine's curve alone. Vidur's times include waiting for the peer that
-launched later (10-60 us, `data/collectives/README.md`; the DGX A100's 2-GPU all-reduces take ~50 us up to 1 MB
-whatever the size), so a measured time bounds the transfer from above; from 16 MiB that wait is a small part of
-it (the 2-GPU all-reduce takes 141 us there, the 8-GPU one 265 us) and NCCL runs the Simple protocol (the
-8-GPU curve's LL128 kink lies below)."""
+MEASURED_BLEND = (8 * 2**20, 32 * 2**20)
+"""Sizes over which a measured machine's price moves from the model's (scaled, below) to its curve's alone (above),
+linearly in log size, so price stays continuous where the curve and the model disagree. Vidur's times include
+waiting for the peer that launched later (10-60 us, `data/collectives/README.md`; the DGX A100's 2-GPU all-reduces
+take ~50 us up to 1 MB whatever the size), so a measured time bounds the transfer from above; from 32 MiB that wait
+is a smaller part of it (what it may weigh: docs/estimators-and-data.md) and NCCL runs the Simple protocol (the 8-GPU
+curve's LL128 kink lies below)."""
 HALF_OF_ALLREDUCE = ("allgather", "reducescatter")
 """Collectives a measured machine did not time, priced as half its measured all-reduce of the same size: NCCL's
 ring all-reduce is a reduce-scatter then an all-gather over the same ring (n - 1 steps and S (n - 1) / n bus
@@ -118,11 +119,14 @@ class CollectiveModel:
     A cluster that is a measured machine (`ClusterSpec.measured_as`) has the collectives that machine measured
     inside one node priced from its curve (`collective_measured`) for its GPU count, all-gathers and
     reduce-scatters as half its all-reduce (`HALF_OF_ALLREDUCE`), and send/recv as the sender's measured time plus
-    what the model says the receiver waits longer, from `MEASURED_FROM_BYTES` up (`algorithm` "measured", `protocol`
-    the machine); smaller messages take the model's time, scaled down by the measured / modelled ratio at
-    `MEASURED_FROM_BYTES` where that is under 1 (a measured time bounds the transfer from above), so time stays
-    continuous and rising. Everything else (other GPU counts, collectives or layouts, several nodes, an explicit
-    `algorithm`) is the model's."""
+    what the model says the receiver waits longer, from the top of `MEASURED_BLEND` up (`algorithm` "measured",
+    `protocol` the machine); below its bottom they take the model's time, scaled down by the measured / modelled
+    ratio there where that is under 1 (a measured time bounds the transfer from above), and in between a blend of
+    the two, so time stays continuous and rising in size. A GPU count the machine did not time, between (or past)
+    those it did, takes the model's time scaled by the measured / modelled ratio of its nearest measured counts at
+    that size (`_count_ratio`); and no count takes less than a smaller one of the same node (the DGX's 8-GPU curve
+    runs at a higher bus bandwidth than its 4-GPU one and would pass under it near 500 MiB). Everything else (other
+    collectives or layouts, several nodes, an explicit `algorithm`) is the model's."""
 
     def __init__(
         self,
@@ -141,7 +145,9 @@ class CollectiveModel:
         if isinstance(measured, str) and measured != "shipped":
             raise ValueError(f"measured must be 'shipped', None or a MeasuredCollectives, not {measured!r}")
         self.machine = self.cluster.measured_as if measured is not None else None
-        self._measured = shipped_measured() if measured == "shipped" else measured
+        self._measured = None
+        if self.machine is not None:
+            self._measured = shipped_measured() if measured == "shipped" else measured
         if self.machine is not None and self.machine not in self._measured.machines:
             raise ClusterSpecError(
                 f"cluster {self.cluster.name!r} is measured as {self.machine!r}, which no measurement names; "
@@ -168,22 +174,65 @@ class CollectiveModel:
             raise ValueError(f"unknown collective {collective!r}; known: {', '.join(PRICED_COLLECTIVES)}")
         size = np.atleast_1d(np.asarray(nbytes, dtype="float64"))
         nodes, gpus = self._layout(name, ranks, nodes, gpus)
-        curve = self._curve(name, ranks, nodes, gpus) if algorithm is None else None
-        if curve is None:
-            return self._modelled(name, size, ranks, nodes, gpus, sender, algorithm)
-        both = np.append(size, MEASURED_FROM_BYTES)  # the sizes, then where the curve starts to price alone
-        modelled = self._modelled(name, both, ranks, nodes, gpus, sender, None)
-        model_us = modelled.seconds * 1e6
-        us = curve.time_us(both) / (2 if name in HALF_OF_ALLREDUCE else 1)
-        if name == "sendrecv" and not sender:  # measured on the sender: add what the receiver waits longer
-            us = us + model_us - self._modelled(name, both, ranks, nodes, gpus, True, None).seconds * 1e6
-        below = min(us[-1] / model_us[-1], 1.0)
-        measured = size >= MEASURED_FROM_BYTES
+        counts = self._measured_counts(name, ranks, nodes, gpus) if algorithm is None else []
+        modelled = self._modelled(name, size, ranks, nodes, gpus, sender, algorithm)
+        if not counts:
+            return modelled
+        ratios = {
+            c: self._measured_ratio(name, size, c, gpus if c == ranks else tuple(range(c)), sender) for c in counts
+        }
+
+        def own(n: int) -> np.ndarray:
+            model = modelled if n == ranks else self._modelled(name, size, n, 1, tuple(range(n)), sender, None)
+            return self._count_ratio(ratios, n) * model.seconds
+
+        seconds, lower = np.zeros_like(size), 1  # the measured counts up to `ranks`, each never under the last
+        for n in sorted(c for c in counts if c <= ranks):
+            seconds, lower = np.maximum(own(n), seconds), n
+        if lower != ranks:  # never under a smaller count, never over the next measured one
+            floor = seconds
+            for n in range(lower + 1, ranks + 1):
+                seconds = np.maximum(seconds, own(n))
+            upper = min((c for c in counts if c > ranks), default=None)
+            if upper is not None:
+                seconds = np.minimum(seconds, np.maximum(own(upper), floor))
+        measured = (size > MEASURED_BLEND[0]) & (ranks in counts)
         return CollectiveTime(
-            seconds=np.where(measured, us[:-1], below * model_us[:-1]) * 1e-6,
-            algorithm=np.where(measured, "measured", modelled.algorithm[:-1]).astype(object),
-            protocol=np.where(measured, self.machine, modelled.protocol[:-1]).astype(object),
+            seconds=seconds,
+            algorithm=np.where(measured, "measured", modelled.algorithm).astype(object),
+            protocol=np.where(measured, self.machine, modelled.protocol).astype(object),
         )
+
+    @staticmethod
+    def _count_ratio(ratios: dict[int, np.ndarray], ranks: int) -> np.ndarray:
+        """The measured / modelled ratio on `ranks` GPUs: its own where measured, else its nearest measured
+        counts' (geometric, weighted linearly in GPUs; past the measured counts the nearest one's)."""
+        if ranks in ratios:
+            return ratios[ranks]
+        lower = max([c for c in ratios if c < ranks], default=min(ratios))
+        upper = min([c for c in ratios if c > ranks], default=max(ratios))
+        weight = (ranks - lower) / (upper - lower) if upper != lower else 0.0
+        return ratios[lower] ** (1 - weight) * ratios[upper] ** weight
+
+    def _measured_ratio(
+        self, name: str, size: np.ndarray, ranks: int, gpus: tuple[int, ...], sender: bool
+    ) -> np.ndarray:
+        """The measured machine's price over the model's of each size on `ranks` GPUs it measured: the model's
+        scaled by the measured / modelled ratio at the bottom of `MEASURED_BLEND` (if under 1) below it, the curve's
+        above it, in between a blend linear in log size."""
+        curve = self._measured.curve(self.machine, "allreduce" if name in HALF_OF_ALLREDUCE else name, ranks)
+        both = np.append(size, MEASURED_BLEND[0])  # the sizes, then where the curve starts to count
+        model_us = self._modelled(name, both, ranks, 1, gpus, sender, None).seconds * 1e6
+        links = [self.cluster.link_between(*gpus[:2])] if name == "sendrecv" else self.cluster.ring(gpus)
+        us = curve.time_us(both, min(self.cluster.link_gbs(link) for link in links))
+        us = us / (2 if name in HALF_OF_ALLREDUCE else 1)
+        if name == "sendrecv" and not sender:  # measured on the sender: add what the receiver waits longer
+            us = us + model_us - self._modelled(name, both, ranks, 1, gpus, True, None).seconds * 1e6
+        ratio = us / model_us
+        below = min(ratio[-1], 1.0)
+        lo, hi = np.log(MEASURED_BLEND)
+        weight = np.clip((np.log(np.maximum(size, 1.0)) - lo) / (hi - lo), 0.0, 1.0)
+        return below ** (1 - weight) * ratio[:-1] ** weight
 
     def _modelled(
         self,
@@ -207,18 +256,17 @@ class CollectiveModel:
             protocol=np.array([c[1] for c in candidates], dtype=object)[best],
         )
 
-    def _curve(self, name: str, ranks: int, nodes: int, gpus: tuple[int, ...]) -> MeasuredCurve | None:
-        """The measured machine's curve that prices this collective, if it measured it on these links (the
-        measurements ran on a node's first GPUs)."""
+    def _measured_counts(self, name: str, ranks: int, nodes: int, gpus: tuple[int, ...]) -> list[int]:
+        """The GPU counts the measured machine timed this collective on, if it did on these links (the
+        measurements ran on a node's first GPUs); none where its curves do not price it."""
         if self.machine is None or nodes != 1 or ranks < 2:
-            return None
+            return []
         if name == "sendrecv":
             if self.cluster.link_between(*gpus[:2]) != self.cluster.link_between(0, 1):
-                return None
+                return []
         elif sorted(self.cluster.ring(gpus)) != sorted(self.cluster.ring(range(len(gpus)))):
-            return None
-        measured = "allreduce" if name in HALF_OF_ALLREDUCE else name
-        return self._measured.curve(self.machine, measured, ranks)
+            return []
+        return self._measured.counts(self.machine, "allreduce" if name in HALF_OF_ALLREDUCE else name)
 
     def predict(self, frame: pd.DataFrame, *, sender: bool = False) -> pd.DataFrame:
         """`frame` (columns `collective`, `bytes`, `ranks`, optional `nodes` and `gpus`: tuples of local GPU

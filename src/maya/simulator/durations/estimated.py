@@ -31,14 +31,16 @@ class EstimatorsUnavailable(RuntimeError):
 
 def cluster_spec(name: str | None, hardware: Hardware | None) -> ClusterSpec | None:
     """The named cluster spec (shipped name or file; unknown: ValueError), else the first shipped cluster
-    of `hardware`, else None."""
+    of `hardware`, else None; holding `hardware` (`ClusterSpec.on_gpu`: a measured machine's curves do not price
+    another GPU)."""
     from maya.core.clusters import UnknownCluster, cluster_names, load_cluster
 
     if name is not None:
         try:
-            return load_cluster(name)
+            spec = load_cluster(name)
         except UnknownCluster as e:
             raise ValueError(str(e)) from None
+        return spec.on_gpu(hardware) if hardware is not None else spec
     if hardware is None:
         return None
     return next((spec for spec in map(load_cluster, cluster_names()) if spec.hardware == hardware.name), None)
