@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from maya.core.paths import write_atomic
 from maya.estimators.attention_model import PROXY_UNCERTAINTY
-from maya.estimators.registry import write_atomic
 from maya.simulator.discrepancy import Discrepancy, apriori_widths, band, base_widths, calibrate, shipped_path
 from maya.validation import load_suite
 from maya.validation.store import latest

@@ -249,3 +249,31 @@ def test_console_scripts_of_both_other_shebang_forms_are_read(tmp_path, monkeypa
         else:
             r = maya("emulate", "--", "tool", "x")
             assert r.exit_code == 2 and expect in r.stderr and str(other) in r.stderr, r.output
+
+
+def test_predict_reads_on_the_system_allocator_and_restores_the_callers_pool(tmp_path, monkeypatch):
+    """`maya predict` switches Arrow to the C library's allocator for its own duration only (an error exit too),
+    and not at all where `ARROW_DEFAULT_MEMORY_POOL` names one."""
+    import pyarrow as pa
+
+    from maya import api
+
+    seen = []
+
+    def predict(run_dir, options):
+        seen.append(pa.default_memory_pool().backend_name)
+        raise ValueError("stopped here")
+
+    monkeypatch.setattr(api, "predict", predict)
+    own = pa.default_memory_pool()
+    pa.set_memory_pool(pa.mimalloc_memory_pool())
+    try:
+        monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+        r = maya("predict", tmp_path)
+        assert r.exit_code == 1 and "stopped here" in r.output
+        assert pa.default_memory_pool().backend_name == "mimalloc"
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "mimalloc")
+        assert maya("predict", tmp_path).exit_code == 1
+        assert seen == ["system", "mimalloc"]
+    finally:
+        pa.set_memory_pool(own)

@@ -11,9 +11,14 @@ from maya.core.paths import maya_home, warehouse_path
 from maya.emulator import mailbox
 
 PY_READS = re.compile(
-    r"""(?:environ\.get\(|environ\[|getenv\(|setenv\(|delenv\()\s*["'](MAYA_\w+)["']"""
-    r"""|["'](MAYA_\w+)["']\s+in\s+os\.environ|_ENV\s*=\s*["'](MAYA_\w+)["']"""
+    r"""(?:environ\.get\(|environ\[|getenv\(|setenv\(|delenv\()\s*["']([A-Z][A-Z0-9_]*)["']"""
+    r"""|["']([A-Z][A-Z0-9_]*)["']\s+in\s+os\.environ|_ENV\s*=\s*["'](MAYA_\w+)["']"""
 )
+SHIPPED_SCRIPTS = SRC / "maya" / "data"
+"""Training scripts and workloads shipped as data (published records, the example): what they read is theirs."""
+TORCH_DISTRIBUTED = {"RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
+"""torch.distributed's own variables (set per rank as torchrun does), which the emulator's rendezvous and barrier
+read as PyTorch does: not switches of Maya."""
 C_READS = re.compile(r'getenv\("(\w+)"\)')
 SHELL_READS = re.compile(r"\$\{?(MAYA_\w+)")
 TEST_OWN = "MAYA_TEST_"
@@ -21,12 +26,16 @@ TEST_OWN = "MAYA_TEST_"
 
 
 def names_read() -> dict[str, str]:
-    """Every environment variable name read (or set by a test) outside the settings module -> where."""
+    """Every environment variable name read (or set by a test) outside the settings module -> where: any name in
+    Maya's own sources (`src/` less `SHIPPED_SCRIPTS`), `MAYA_*` ones in the benchmarks and tests."""
     found = {}
     for path in [*SRC.rglob("*.py"), *(REPO / "benchmarks").rglob("*.py"), *TESTS.rglob("*.py")]:
         if path.name != "settings.py":
+            own = path.is_relative_to(SRC) and not path.is_relative_to(SHIPPED_SCRIPTS)
             for match in PY_READS.finditer(path.read_text()):
-                found.setdefault(next(filter(None, match.groups())), str(path.relative_to(REPO)))
+                name = next(filter(None, match.groups()))
+                if own or name.startswith("MAYA_"):
+                    found.setdefault(name, str(path.relative_to(REPO)))
     for path in (SRC / "maya" / "emulator" / "native").glob("*.[ch]*"):
         for name in C_READS.findall(path.read_text()):
             if name.startswith("MAYA_"):
@@ -41,7 +50,8 @@ def names_read() -> dict[str, str]:
 def test_every_variable_read_is_a_documented_switch():
     read = names_read()
     assert {"MAYA_EMU_LOOP_LIMIT", "MAYA_INSTALL", "MAYA_NANOGPT_REPO"} <= set(read)  # C, shell and Python seen
-    switches = {s.name for s in settings.SWITCHES}
+    assert TORCH_DISTRIBUTED <= set(read)  # and variables not Maya's, read in its sources
+    switches = {s.name for s in settings.SWITCHES} | TORCH_DISTRIBUTED
     undocumented = {
         name: where for name, where in read.items() if name not in switches and not name.startswith(TEST_OWN)
     }
@@ -49,7 +59,10 @@ def test_every_variable_read_is_a_documented_switch():
 
 
 def test_no_module_reads_a_switch_past_the_settings_module():
-    direct = re.compile(r"""(?:environ\.get\(|environ\[|getenv\()\s*["']MAYA_|["']MAYA_\w+["']\s+in\s+os\.environ""")
+    names = "|".join(["MAYA_", *(re.escape(s.name) + "[\"']" for s in settings.SWITCHES)])
+    direct = re.compile(
+        rf"""(?:environ\.get\(|environ\[|getenv\()\s*["'](?:{names})|["']MAYA_\w+["']\s+in\s+os\.environ"""
+    )
     readers = [
         str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if p.name != "settings.py" and direct.search(p.read_text())
     ]

@@ -429,3 +429,57 @@ def test_the_fit_of_an_estimator_read_from_an_artifact_is_stored_and_read_back_e
         attention_model.fitted(unstored.predict, AttentionPredictor().priced_by(unstored.predict)).to_dict()
         == fresh.to_dict()
     )
+
+
+def test_the_stored_fit_is_named_by_the_trace_spec_and_the_libraries_versions_too(tmp_path, monkeypatch):
+    """The composed times read the trace spec's dtypes and kernel families and come from XGBoost, the fit from
+    scikit-learn: a change to either names another file."""
+    import importlib.metadata
+
+    from maya.core import digest
+
+    monkeypatch.setenv("MAYA_HOME", str(tmp_path))
+    estimator = KernelEstimator(artifact_sha256="a" * 64)
+    read = []
+    own_digest = digest.files_digest
+    monkeypatch.setattr(digest, "files_digest", lambda salt, files: read.append(files) or own_digest(salt, files))
+    path = attention_model.stored_fit(estimator)
+    assert any(p.name == "columns.py" and p.parent.name == "maya_trace_spec" for p, _ in read[0])
+    own_version = importlib.metadata.version
+    for names in attention_model.FIT_LIBRARIES:
+        monkeypatch.setattr(
+            importlib.metadata, "version", lambda name, lib=names: "0.0.1" if name in lib else own_version(name)
+        )
+        assert attention_model.stored_fit(estimator) != path, names
+    monkeypatch.setattr(importlib.metadata, "version", own_version)
+    assert attention_model.stored_fit(estimator) == path
+
+
+def test_a_shape_with_a_length_or_head_dimension_not_finite_is_an_error_naming_it(model):
+    """As `Ridge.predict` raised on NaN or infinite features: no NaN seconds priced silently."""
+    fit = model.corrections["flash2"]
+    ok = fit.predict(np.array([4096.0]), np.array([128.0]), np.array([True]))
+    assert np.isfinite(ok).all()
+    with pytest.raises(ValueError, match="sequence length 2048.0, head dimension nan, causal False"):
+        fit.predict(np.array([4096.0, 2048.0]), np.array([128.0, np.nan]), np.array([True, False]))
+    with pytest.raises(ValueError, match="sequence length nan"):
+        model.corrections["lftriton"].predict(np.array([np.nan]), np.array([64.0]), np.array([True]))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data.update(bands=[]),
+        lambda data: data["split"].update(coef=data["split"]["coef"][:-1]),
+        lambda data: data["split"].update(seq_range=[]),
+    ],
+    ids=["bands-list", "short-coefficients", "empty-range"],
+)
+def test_a_damaged_stored_fit_is_fitted_again(model, tmp_path, damage):
+    data = json.loads(json.dumps(model.to_dict()))
+    damage(data)
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(data))
+    assert attention_model._read_fit(path) is None
+    path.write_text(json.dumps(model.to_dict()))
+    assert attention_model._read_fit(path).to_dict() == model.to_dict()

@@ -286,3 +286,15 @@ def test_a_version_is_reused_only_with_the_same_sources_and_public_reference_row
     )
     moved = train_version(vidur, SMALL)
     assert not moved.reused and [first.record.version, mine.record.version, moved.record.version] == ["v1", "v2", "v3"]
+
+
+def test_the_uncalibrated_copy_is_not_the_registered_artifacts_and_keeps_no_stored_attention_fit(estimator):
+    """It prices GEMMs differently, so it must not share the artifact's stored attention fit (named by its SHA)."""
+    from dataclasses import replace
+
+    from maya.estimators import attention_model
+
+    registered = replace(estimator, artifact_sha256="a" * 64)
+    assert attention_model.stored_fit(registered) is not None
+    assert uncalibrated(registered).artifact_sha256 is None
+    assert attention_model.stored_fit(uncalibrated(registered)) is None

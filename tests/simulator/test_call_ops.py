@@ -35,3 +35,24 @@ def test_call_ops_is_looked_up_again_when_the_calls_are_replaced():
     assert trace.call_ops()[1].tolist() == [2, 2, 1, 0]
     assert call_iterations(trace).tolist() == [2, 2, 2, 2]
     assert np.array_equal(trace.distinct_ops(["op_id"]).index, ops.index)
+
+
+def test_a_null_phase_is_not_an_evaluation_in_a_nullable_string_column():
+    ops = pd.DataFrame({"op_id": [1, 2, 3], "phase": pd.array(["eval", None, "forward"], dtype="string")})
+    trace = trace_of(pd.DataFrame({"op_id": [2.0, 1.0, 3.0, np.nan]}), ops)
+    assert evaluating(trace).tolist() == [False, True, False, False]
+
+
+def test_replacing_the_calls_releases_the_old_frame_and_the_lookup_is_read_only():
+    import gc
+    import weakref
+
+    ops = pd.DataFrame({"op_id": [1, 2], "phase": ["forward"] * 2, "iteration": [0, 1]})
+    trace = trace_of(pd.DataFrame({"op_id": [1.0, 2.0]}), ops)
+    first, where = trace.call_ops()
+    assert not first.flags.writeable and not where.flags.writeable
+    old = weakref.ref(trace.calls)
+    trace.calls = pd.DataFrame({"op_id": [2.0]})  # as a cut replaces them, before the next lookup
+    gc.collect()
+    assert old() is None
+    assert trace.call_ops()[1].tolist() == [1]

@@ -58,3 +58,30 @@ def test_collectives_priced_on_their_members_gpus_and_nodes(tmp_path):
     allreduce, send = (_device_ns(sim, 1)[seq] for seq in _coll_seqs(sim, 1))
     assert allreduce == pytest.approx(model.time("allreduce", nbytes, ranks=2, gpus=[0, 1]).seconds[0] * 1e9, rel=1e-6)
     assert send == pytest.approx(model.time("send", nbytes, ranks=2, nodes=2).seconds[0] * 1e9, rel=1e-6)
+
+
+def test_layout_columns_are_written_into_copies_of_read_only_columns(tmp_path, monkeypatch):
+    """A priced frame whose layout columns share read-only Arrow buffers (as a trace's columns do once its
+    `TraceSet` is released) is priced as one of its own: the layouts are written into copies."""
+    import pyarrow as pa
+
+    from maya.simulator import pricing
+
+    b = TraceBuilder(4, hardware="a100-pcie-80gb", nproc_per_node=2)
+    b.communicator("tp", [0, 1])
+    for rank in (0, 1):
+        b.rank(rank).allreduce("tp", US, nelems=NELEMS)
+    run = b.write(tmp_path / "run")
+    gpu, durations = hardware.get("a100-pcie-80gb"), CollectiveDurations(PAIRS)
+    expected = _device_ns(simulate(load(run), gpu, durations), 1)
+    own = pricing.priced_frame
+
+    def read_only(program, traces, iterations=None):
+        frame = own(program, traces, iterations)
+        table = pa.table({c: frame[c].to_numpy("float64") for c in ("comm_size", "comm_nodes")})
+        shared = table.to_pandas(split_blocks=True)
+        assert not shared["comm_size"].to_numpy().flags.writeable
+        return frame.assign(**{c: shared[c] for c in shared})
+
+    monkeypatch.setattr(pricing, "priced_frame", read_only)
+    assert np.array_equal(_device_ns(simulate(load(run), gpu, durations), 1), expected)

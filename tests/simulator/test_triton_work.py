@@ -351,6 +351,29 @@ def test_work_frame_describes_each_distinct_launch_once_as_it_would_each_launch(
     assert len({tuple(frame.loc[i, ["op", "numel", "work_bytes"]]) for i in range(6)}) == 6
 
 
+def test_a_triton_launch_of_a_kernel_with_a_null_name_is_an_error_naming_the_call():
+    """A null name (the spec writes '' for an unnamed kernel) is refused, not described as another kernel's."""
+    kernels = pd.DataFrame(
+        {"kernel_id": [0, 1], "name": ["triton_poi_fused_gelu_0", None], "family": ["elementwise", "reduction"]}
+    )
+    args = [
+        note(tensor("in_ptr0", (8, 8)), tensor("out_ptr0", (8, 8)), scalar("xnumel", 64)),
+        note(tensor("in_ptr0", (64, 32)), tensor("out_ptr0", (64,)), scalar("xnumel", 64), scalar("rnumel", 32)),
+    ]
+    calls = pd.DataFrame({"seq": [10, 11], "kernel_id": [0, 1], "op_id": [7, 7], "api": ["cuLaunchKernel"] * 2})
+    calls["args"] = args
+    for column in ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "bytes", "memcpy_kind", "gemm_dtype_a"):
+        calls[column] = None
+    for column in ("gemm_compute_type", "collective_name", "in_msg_nelems", "out_msg_nelems", "comm_dtype"):
+        calls[column] = None
+    ops = pd.DataFrame(
+        {"op_id": [7], "name": ["CompiledFunction"], "input_shapes": [[[8, 8]]], "input_dtypes": [["float"]]}
+    )
+    trace = RankTrace(0, calls, ops, kernels, pd.DataFrame(), pd.DataFrame())
+    with pytest.raises(ValueError, match="call 11 has a null kernel name"):
+        work_frame(trace, np.zeros(len(calls), dtype=np.int64))
+
+
 def test_notes_count_every_stand_in_launch_and_read_once_described_per_distinct_text():
     """The flex-mask and host-read notes count launches and reads call by call (repeated texts included) while each
     distinct text is described once; known reads (`stand_in: computed`) and calls without arguments are not stand-ins."""

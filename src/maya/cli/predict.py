@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from maya.core import settings
 
 from .common import CLUSTER, DURATIONS, ESTIMATOR_VERSION, JSON, WAREHOUSE, Durations, fail, hardware_option, out
 
@@ -21,15 +23,23 @@ PER_RANK_ROWS = 16
 """Ranks listed one by one up to this many; beyond, their spread."""
 
 
-def _system_allocator_for_arrow() -> None:
-    """Arrow's buffers from the C library's allocator, unless `ARROW_DEFAULT_MEMORY_POOL` names one: a trace of ~2M
-    calls is ~1 GB of fresh buffers, and bundled mimalloc's page handling took ~1 CPU-s more system time to read
-    them on the 2-core machine of `docs/benchmarks.md` (the fifth pass of `time_to_prediction.py`)."""
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+@contextlib.contextmanager
+def _system_allocator_for_arrow() -> Iterator[None]:
+    """Within it, Arrow's buffers from the C library's allocator, unless `ARROW_DEFAULT_MEMORY_POOL` names one: a
+    trace of ~2M calls is ~1 GB of fresh buffers, and bundled mimalloc's page handling took ~1 CPU-s more system
+    time to read them on the 2-core machine of `docs/benchmarks.md` (the fifth pass of `time_to_prediction.py`).
+    The previous pool is restored after it, so an in-process caller (a test) keeps its own."""
+    if settings.ARROW_MEMORY_POOL.get():
+        yield
         return
     import pyarrow as pa
 
+    previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(previous)
 
 
 def predict_cmd(
@@ -82,39 +92,39 @@ def predict_cmd(
     from maya.simulator.oom import RecordedOutOfMemory
     from maya_trace_spec import TraceError
 
-    _system_allocator_for_arrow()
-    try:
-        options = PredictOptions(
-            hardware=hardware,
-            dp=dp,
-            cluster=cluster,
-            durations=durations.value,
-            estimator_version=estimator_version,
-            price_per_gpu_hour=price_per_gpu_hour,
-            tokens_per_iteration=tokens_per_iteration,
-            warehouse=warehouse,
-            band=True,
-            sustained_clock=not burst_clock,
-            timeline=timeline,
-        )
-        prediction = predict(run_dir, options)
-    except RecordedOutOfMemory as e:
-        fail(str(e), EXIT_OOM)
-    except (
-        TraceError,
-        MissingRanks,
-        Deadlock,
-        EstimatorsUnavailable,
-        MissingDurations,
-        UnknownHardware,
-        ValueError,
-    ) as e:
-        fail(str(e))
-    prediction_id = record(prediction, warehouse=warehouse)
-    if as_json:
-        sys.stdout.write(json.dumps({"prediction_id": prediction_id, **prediction.to_dict()}) + "\n")
-        return
-    print_prediction(prediction, prediction_id, timeline)
+    with _system_allocator_for_arrow():
+        try:
+            options = PredictOptions(
+                hardware=hardware,
+                dp=dp,
+                cluster=cluster,
+                durations=durations.value,
+                estimator_version=estimator_version,
+                price_per_gpu_hour=price_per_gpu_hour,
+                tokens_per_iteration=tokens_per_iteration,
+                warehouse=warehouse,
+                band=True,
+                sustained_clock=not burst_clock,
+                timeline=timeline,
+            )
+            prediction = predict(run_dir, options)
+        except RecordedOutOfMemory as e:
+            fail(str(e), EXIT_OOM)
+        except (
+            TraceError,
+            MissingRanks,
+            Deadlock,
+            EstimatorsUnavailable,
+            MissingDurations,
+            UnknownHardware,
+            ValueError,
+        ) as e:
+            fail(str(e))
+        prediction_id = record(prediction, warehouse=warehouse)
+        if as_json:
+            sys.stdout.write(json.dumps({"prediction_id": prediction_id, **prediction.to_dict()}) + "\n")
+            return
+        print_prediction(prediction, prediction_id, timeline)
 
 
 def _ms(ns: float) -> str:

@@ -33,7 +33,8 @@ class Switch:
 HOME = Switch(
     "MAYA_HOME",
     "`~/.maya`",
-    "where the warehouse, captured runs, estimator artifacts and the emulator's build cache live",
+    "where the warehouse, captured runs, estimator artifacts, the emulator's build cache and the attention models "
+    "fitted per estimator artifact (`cache/attention_model/`) live",
 )
 WAREHOUSE = Switch("MAYA_WAREHOUSE", "`$MAYA_HOME/warehouse.duckdb`", "the warehouse file")
 EMULATOR_CACHE = Switch(
@@ -96,6 +97,12 @@ MAX_JOBS = Switch(
     "MAX_JOBS",
     "`2`",
     "`scripts/setup` with `MAYA_WITH_TE=1`: how many files Transformer Engine's extension build compiles at once",
+)
+ARROW_MEMORY_POOL = Switch(
+    "ARROW_DEFAULT_MEMORY_POOL",
+    "unset",
+    "Arrow's own: the allocator of Arrow's buffers (`system`, `jemalloc`, `mimalloc`); unset, `maya predict` reads "
+    "traces into the C library's allocator (`system`) for the command's duration",
 )
 CC = Switch("CC", "`gcc`", "the C compiler that builds the emulator's stubs")
 CXX = Switch("CXX", "`g++`", "the C++ compiler that builds the emulator's op observer")

@@ -171,11 +171,22 @@ class ShapeFit:
     """Where set, the head dimension is held to this range too (the measured head dimensions)."""
 
     def predict(self, seq: np.ndarray, head_dim: np.ndarray, causal: np.ndarray) -> np.ndarray:
-        """The fitted log ratio for each shape: `Ridge.predict`'s own product, `x @ coef_ + intercept_`."""
+        """The fitted log ratio for each shape: `Ridge.predict`'s own product, `x @ coef_ + intercept_`; ValueError
+        naming the first shape whose features are not finite (a NaN or infinite length or head dimension), as
+        `Ridge.predict` raised."""
         held = np.clip(np.asarray(seq, "float64"), *self.seq_range)
         if self.head_dim_range is not None:
             head_dim = np.clip(np.asarray(head_dim, "float64"), *self.head_dim_range)
-        return features(held, head_dim, causal)[:, list(self.columns)] @ self.coef + self.intercept
+        x = features(held, head_dim, causal)[:, list(self.columns)]
+        finite = np.isfinite(x).all(axis=1)
+        if not finite.all():
+            at = int(np.flatnonzero(~finite)[0])
+            shape = (np.broadcast_to(v, finite.shape)[at] for v in (seq, head_dim, causal))
+            raise ValueError(
+                "attention call of sequence length {}, head dimension {}, causal {}: not a finite shape, "
+                "cannot be priced".format(*shape)
+            )
+        return x @ self.coef + self.intercept
 
     def to_dict(self) -> dict:
         """JSON-ready (floats round-trip exactly)."""
@@ -189,12 +200,16 @@ class ShapeFit:
 
     @classmethod
     def from_dict(cls, data: dict) -> ShapeFit:
+        """As `to_dict` wrote it; ValueError when its coefficients are not one per column."""
         head_dim_range = data["head_dim_range"]
+        coef, columns = np.array(data["coef"], dtype="float64"), tuple(int(c) for c in data["columns"])
+        if coef.shape != (len(columns),):
+            raise ValueError(f"a shape fit of {len(columns)} columns has coefficients of shape {coef.shape}")
         return cls(
-            np.array(data["coef"], dtype="float64"),
+            coef,
             float(data["intercept"]),
             (float(data["seq_range"][0]), float(data["seq_range"][1])),
-            tuple(int(c) for c in data["columns"]),
+            columns,
             None if head_dim_range is None else (float(head_dim_range[0]), float(head_dim_range[1])),
         )
 
@@ -614,9 +629,31 @@ def leave_one_gpu_out(mechanism: Mechanism) -> pd.DataFrame:
 
 _FITTED: dict[int, AttentionModel] = {}
 
-FIT_INPUTS = ("estimators", "core", "data/kernels_public", "data/hardware")
-"""What a fit depends on besides the estimator's artifact (sources and shipped data under the `maya` package): the
-pricing of the composed mechanism and the measured rows it is fitted on."""
+FIT_INPUTS = ("maya/estimators", "maya/core", "maya/data/kernels_public", "maya/data/hardware", "maya_trace_spec")
+"""What a fit depends on besides the estimator's artifact (sources and shipped data, relative to the folder holding
+the `maya` package): the pricing of the composed mechanism (with the trace spec's dtypes and kernel families) and
+the measured rows it is fitted on."""
+FIT_LIBRARIES = (("xgboost", "xgboost-cpu"), ("scikit-learn",), ("numpy",), ("pandas",))
+"""The installed libraries whose versions a fit depends on too, each by its distribution names (XGBoost's CPU-only
+wheel is `xgboost-cpu`): XGBoost gives the composed times, scikit-learn's ridge regression fits them, numpy and
+pandas compute both."""
+
+
+def _versions() -> str:
+    """Maya's version and each of `FIT_LIBRARIES`' installed one (`none` where it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from maya import __version__
+
+    def installed(names: tuple[str, ...]) -> str:
+        for name in names:
+            try:
+                return f"{name}={version(name)}"
+            except PackageNotFoundError:
+                pass
+        return f"{names[0]}=none"
+
+    return ",".join([f"maya={__version__}", *(installed(names) for names in FIT_LIBRARIES)])
 
 
 def fitted(price: PriceCalls, mechanism: Mechanism) -> AttentionModel:
@@ -643,27 +680,27 @@ def fitted(price: PriceCalls, mechanism: Mechanism) -> AttentionModel:
 
 def stored_fit(estimator: object) -> Path | None:
     """Where the attention model fitted with a registered estimator is kept (`$MAYA_HOME/cache/attention_model/`),
-    named by its artifact's SHA-256 (`KernelEstimator.artifact_sha256`) and the digest of `FIT_INPUTS`; None for an
-    estimator not read from an artifact."""
-    from maya import __version__
+    named by its artifact's SHA-256 (`KernelEstimator.artifact_sha256`), the digest of `FIT_INPUTS` and the versions
+    of Maya and `FIT_LIBRARIES`; None for an estimator not read from an artifact."""
     from maya.core.digest import files_digest
     from maya.core.paths import maya_home
 
     artifact = getattr(estimator, "artifact_sha256", None)
     if artifact is None:
         return None
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parent.parent.parent
     files = [(p, root) for folder in FIT_INPUTS for p in sorted((root / folder).rglob("*")) if p.suffix != ".pyc"]
-    inputs = files_digest(__version__, files)
+    inputs = files_digest(_versions(), files)
     name = hashlib.sha256(f"{artifact}:{inputs}".encode()).hexdigest()[:24]
     return maya_home() / "cache" / "attention_model" / f"{name}.json"
 
 
 def _read_fit(path: Path) -> AttentionModel | None:
-    """The stored model, None when there is none or it cannot be read (it is fitted again and rewritten)."""
+    """The stored model, None when there is none or it cannot be read (it is fitted again and rewritten): missing,
+    not JSON, or damaged (a missing or misshapen entry, a fit whose coefficients do not match its columns)."""
     try:
         return AttentionModel.from_dict(json.loads(path.read_bytes()))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
 
 

@@ -32,13 +32,13 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from maya.core.clusters import ClusterSpec, MeasuredMachine, cluster_file, load_cluster, parse_cluster
+from maya.core.paths import write_atomic
 
 from .collective_data import GROUP, VIDUR_CLUSTERS, load_collectives, shipped_dataset
 from .collective_measured import KNOTS_PER_OCTAVE, LARGE_OCTAVES, MeasuredCollectives, build
 from .collective_measured import shipped_path as measured_path
 from .collective_params import FALLBACK, LINKS, CollectiveParams, LinkParams, NetworkParams, shipped_path
 from .collectives import CollectiveModel
-from .registry import write_atomic
 
 SCALE = 0.1
 """Relative error where the loss turns from squared to linear."""

@@ -25,10 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from maya.core.paths import data_dir
+from maya.core.paths import data_dir, write_atomic
 
 from .collective_data import load_collectives, shipped_dataset, size_regime
-from .registry import write_atomic
 
 FORMAT = "maya-collective-residuals/1"
 QUANTILES = (0.1, 0.5, 0.9)

@@ -338,5 +338,6 @@ def derive(estimator: KernelEstimator, measurements: pd.DataFrame) -> GemmRefere
 
 
 def uncalibrated(estimator: KernelEstimator) -> KernelEstimator:
-    """The estimator with its learned GEMM price alone (no references)."""
-    return replace(estimator, gemm_references=NONE)
+    """The estimator with its learned GEMM price alone (no references): it prices differently, so it is no longer
+    the registered artifact's (`artifact_sha256` cleared: its attention fit is not the stored one's)."""
+    return replace(estimator, gemm_references=NONE, artifact_sha256=None)

@@ -120,7 +120,9 @@ class KernelEstimator:
     """The prediction columns of the last `PRICED_KEPT` sets of distinct shapes priced, by their digest, oldest
     first (`_price_once`)."""
     artifact_sha256: str | None = field(default=None, repr=False, compare=False)
-    """The SHA-256 of the registered artifact it was read from (`Registry.load`); None when built in this process."""
+    """The SHA-256 of the registered artifact it was read from (`Registry.load`); None when built in this process.
+    It names the stored attention fit (`attention_model.stored_fit`), so a `replace()` that changes how the copy
+    prices must clear it (`artifact_sha256=None`), as `gemm_reference.uncalibrated` does."""
 
     def predict(self, calls: pd.DataFrame | pa.Table) -> pd.DataFrame:
         """The normalised call frame with `roofline_ns`, `efficiency`, `duration_ns`, `duration_low_ns`,

@@ -52,7 +52,6 @@ __all__ = [
     "RegistryError",
     "UnknownVersion",
     "VersionRecord",
-    "write_atomic",
 ]
 
 ARTIFACT_NAME = "model.zip"

@@ -21,8 +21,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from maya.core.paths import write_atomic
 from maya.core.warehouse import read_only
-from maya.estimators.registry import write_atomic
 
 TARGET = 0.05
 SCATTER_POINTS = 1500

@@ -91,7 +91,7 @@ def evaluating(trace: RankTrace) -> np.ndarray:
     if not len(ops) or "phase" not in ops or not (ops["phase"] == "eval").any():
         return np.zeros(len(trace.calls), dtype=bool)
     first, where = trace.call_ops()
-    evaluated = (ops["phase"] == "eval").to_numpy(dtype=bool)[first]  # per op, looked up by position
+    evaluated = ops["phase"].eq("eval").fillna(False).to_numpy(dtype=bool)[first]  # per op, by position; NA: not
     return np.where(where >= 0, evaluated[np.maximum(where, 0)], False)
 
 

@@ -117,8 +117,10 @@ def price(
             coll = _with_layout(program.frame, program, layouts)
             if not len(program.device):  # the program's first layout: price everything
                 frame = program.frame
-                for column in LAYOUT_COLUMNS:
-                    frame.loc[coll.index, column] = coll[column]
+                for column in LAYOUT_COLUMNS:  # into copies: a frame's columns may be a trace's read-only buffers
+                    written = frame[column].copy()
+                    written.loc[coll.index] = coll[column]
+                    frame[column] = written
                 host = provider.host_ns(frame)
                 if not provider.measures_host_time:
                     host = host + host_factor * frame["framework_ns"].to_numpy()

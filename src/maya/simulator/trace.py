@@ -19,7 +19,10 @@ from .iterations import call_iterations
 
 @dataclass
 class RankTrace:
-    """The captured tables of one rank; `calls` is ordered by `seq`."""
+    """The captured tables of one rank; `calls` is ordered by `seq`.
+
+    Tables read from a run share Arrow's buffers (`_frame`): their numeric columns are read-only, so code that
+    writes into a frame built from them writes into columns of its own (a copy, or a new column)."""
 
     rank: int
     calls: pd.DataFrame
@@ -30,10 +33,16 @@ class RankTrace:
     device: dict = field(default_factory=dict)
     _call_ops: tuple = field(default=(), init=False, repr=False, compare=False)
 
+    def __setattr__(self, name: str, value: object) -> None:
+        """Replacing `calls` or `ops` drops the lookup `call_ops` kept of the old ones (and with it the old frame)."""
+        if name in ("calls", "ops"):
+            object.__setattr__(self, "_call_ops", ())
+        object.__setattr__(self, name, value)
+
     def call_ops(self) -> tuple[np.ndarray, np.ndarray]:
         """(`first`, `where`): the rows of `ops` that `ops.drop_duplicates("op_id")` keeps, and per call the position
-        of its op among them (-1: none). Looked up once per `calls` and `ops` (again when either is replaced): a
-        rank's ~1M calls and ~700k ops, read by the work columns, the iterations and the host time."""
+        of its op among them (-1: none), both read-only. Looked up once per `calls` and `ops` (again when either is
+        replaced): a rank's ~1M calls and ~700k ops, read by the work columns, the iterations and the host time."""
         if self._call_ops and self._call_ops[0] is self.calls and self._call_ops[1] is self.ops:
             return self._call_ops[2], self._call_ops[3]
         if len(self.ops):
@@ -42,6 +51,8 @@ class RankTrace:
             where = ids.get_indexer(self.calls["op_id"]) if len(self.calls) else np.zeros(0, dtype=np.intp)
         else:
             first, where = np.zeros(0, dtype=np.intp), np.full(len(self.calls), -1, dtype=np.intp)
+        first.setflags(write=False)
+        where.setflags(write=False)
         self._call_ops = (self.calls, self.ops, first, where)
         return first, where
 

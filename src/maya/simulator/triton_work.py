@@ -343,6 +343,10 @@ def fill(
     # (by codes: the launches' argument strings stay in Arrow, none becomes a Python string per launch)
     text_codes, texts = pd.factorize(args.iloc[at])
     name_codes, names = pd.factorize(kernel_names[at])  # strings: '' where the kernel is unnamed
+    if (name_codes < 0).any():  # a null name: the spec makes kernel names non-null ('' when unnamed)
+        row = at[np.flatnonzero(name_codes < 0)[0]]
+        seq = calls["seq"].iat[row] if "seq" in calls else row
+        raise ValueError(f"the Triton launch of call {seq} has a null kernel name (the trace spec writes '' if none)")
     backward = per_distinct(op[at], lambda name: "backward" in str(name).lower(), False, bool)
     key = (name_codes.astype(np.int64) * len(texts) + text_codes) * 2 + backward
     codes, _ = pd.factorize(key)
