@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import theilslopes
 
 from maya.core.clusters import MeasuredMachine, measured_machines_path
 
@@ -137,6 +136,8 @@ def build(frame: pd.DataFrame) -> MeasuredCollectives:
 
 
 def _curve(collective: str, ranks: int, part: pd.DataFrame) -> MeasuredCurve:
+    from scipy.stats import theilslopes  # fit time only: pricing reads the stored curves and never imports SciPy
+
     size, us = part["bytes"].to_numpy(dtype="float64"), part["measured_us"].to_numpy(dtype="float64")
     knot = np.floor(np.log2(size) * KNOTS_PER_OCTAVE)
     grouped = pd.DataFrame({"knot": knot, "log_size": np.log(size), "us": us}).groupby("knot").median()
