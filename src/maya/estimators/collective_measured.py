@@ -14,7 +14,7 @@ Written with the fit, from the same dataset: `python -m maya.estimators.collecti
 
 from __future__ import annotations
 
-import json
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from maya.core.clusters import MeasuredMachine, measured_machines_path
+from maya.estimators.collective_params import read_fitted
 
 FORMAT = "maya-collective-measured/2"
 KNOTS_PER_OCTAVE = 4
@@ -161,19 +162,7 @@ def shipped_path() -> Path:
     return measured_machines_path()
 
 
-_SHIPPED: MeasuredCollectives | None = None
-
-
+@functools.cache
 def shipped_measured() -> MeasuredCollectives:
     """The curves built from the shipped measurements (`data/collectives/measured.json`)."""
-    global _SHIPPED
-    if _SHIPPED is None:
-        path = shipped_path()
-        try:
-            _SHIPPED = MeasuredCollectives.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(
-                f"{path}: cannot read the measured collectives ({e}); rebuild them with "
-                "`python -m maya.estimators.collective_fit`"
-            ) from None
-    return _SHIPPED
+    return read_fitted(shipped_path(), MeasuredCollectives.from_json, "the measured collectives")

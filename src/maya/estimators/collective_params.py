@@ -9,12 +9,17 @@ efficiency (their traffic is PCIe DMA) and the undescribed networks' hop latency
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from maya.core.paths import data_dir
+
+T = TypeVar("T")
 
 FORMAT = "maya-collective-params/2"
 PROTOCOLS = ("LL", "LL128", "simple")
@@ -90,19 +95,17 @@ def shipped_path() -> Path:
     return data_dir() / "collectives" / "nccl.json"
 
 
-_SHIPPED: CollectiveParams | None = None
+def read_fitted(path: Path, parse: Callable[[dict], T], what: str) -> T:
+    """A fitted collectives file read with `parse`, or a ValueError naming the file, `what` it holds and how to rebuild it."""
+    try:
+        return parse(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f"{path}: cannot read {what} ({e}); rebuild them with `python -m maya.estimators.collective_fit`"
+        ) from None
 
 
+@functools.cache
 def shipped_params() -> CollectiveParams:
     """The parameters fitted on the shipped measurements (`data/collectives/nccl.json`)."""
-    global _SHIPPED
-    if _SHIPPED is None:
-        path = shipped_path()
-        try:
-            _SHIPPED = CollectiveParams.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(
-                f"{path}: cannot read the fitted collective parameters ({e}); rebuild them with "
-                "`python -m maya.estimators.collective_fit`"
-            ) from None
-    return _SHIPPED
+    return read_fitted(shipped_path(), CollectiveParams.from_json, "the fitted collective parameters")
