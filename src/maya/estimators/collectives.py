@@ -43,7 +43,7 @@ from maya.core import hardware
 from maya.core.clusters import NETWORK, NVLINK, NVSWITCH, PCIE, SHM, ClusterSpec, ClusterSpecError, load_cluster
 from maya_trace_spec.vocabulary import collective_name
 
-from .collective_measured import MeasuredCollectives, shipped_measured
+from .collective_measured import MeasuredCollectives, bus_factor, shipped_measured
 from .collective_params import CollectiveParams, NetworkParams, shipped_params
 
 PRICED_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv")
@@ -386,11 +386,7 @@ class CollectiveModel:
         if name == "alltoall":
             yield "p2p", "simple", self._alltoall(size, ranks, nodes, ring)
             return
-        factor = {
-            "allreduce": 2 * (ranks - 1) / ranks,
-            "allgather": (ranks - 1) / ranks,
-            "reducescatter": (ranks - 1) / ranks,
-        }.get(name, 1.0)
+        factor = bus_factor(name, ranks)
         steps = 2 * (ranks - 1) if name == "allreduce" else ranks - 1
         for protocol in self._protocols(hops):
             latency = self._ring_latency_us(name, protocol, steps, nodes, chain)

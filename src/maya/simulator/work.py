@@ -165,6 +165,12 @@ def _own_sizes(calls: pd.DataFrame, launched: np.ndarray, numel: np.ndarray) -> 
         numel[i] = float(json.loads(text)["elements"])
 
 
+def _transfer_kind(api: object) -> str:
+    """ "memset" or "memcpy" for an API name that holds it (any case), else ""."""
+    name = str(api).lower()
+    return "memset" if "memset" in name else "memcpy" if "memcpy" in name else ""
+
+
 def _codes_map(values: pd.Series, table: dict, default=None) -> np.ndarray:
     """`table[value]` for each value (one dictionary lookup per distinct value)."""
     return per_distinct(values, lambda value: table.get(value, default), default)
@@ -213,11 +219,10 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
             shaped = unshaped & gemms["m"].notna().to_numpy()
             _set_gemms(shaped, *(gemms[c].to_numpy()[shaped] for c in ("batch", "m", "n", "k")), dtype[shaped], op, num)
     # copies and memsets
-    api = per_distinct(calls["api"], lambda name: str(name).lower(), "none")
-    copy = per_distinct(api, lambda name: "memcpy" in name or "memset" in name, False, bool)
-    copy &= calls["bytes"].notna().to_numpy() & not_coll
+    kind = per_distinct(calls["api"], _transfer_kind, "")
+    copy = (kind != "") & calls["bytes"].notna().to_numpy() & not_coll
     family[copy] = "copy"
-    memset = per_distinct(api, lambda name: "memset" in name, False, bool)
+    memset = kind == "memset"
     op[copy] = np.where(memset, "memset", calls["memcpy_kind"].fillna("DtoD").astype(str).to_numpy())[copy]
     num["work_bytes"][copy] = calls["bytes"].to_numpy(dtype="float64", na_value=np.nan)[copy]
     dtype[copy] = "u8"

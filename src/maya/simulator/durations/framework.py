@@ -30,7 +30,7 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import MODULE_RANGE_PREFIX
 
-from ..distinct import contains, per_distinct
+from ..distinct import contains
 from ..iterations import Iterations
 from ..opcodes import DEVICE_OPS
 
@@ -113,7 +113,7 @@ def _recorded_in(
     def within(sorted_starts: np.ndarray) -> np.ndarray:
         return np.searchsorted(sorted_starts, until, "right") - np.searchsorted(sorted_starts, after, "right")
 
-    launch = per_distinct(calls["api"].iloc[rows], lambda api: "LaunchKernel" in str(api), False, bool)
+    launch = contains(calls["api"].iloc[rows], "LaunchKernel")
     triton = np.zeros(len(rows), dtype=bool)
     if launch.any() and "args" in calls:
         triton[launch] = contains(calls["args"].iloc[rows[launch]], TRITON_NOTE_KEY)
