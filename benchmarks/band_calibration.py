@@ -174,15 +174,20 @@ def band_of(rows: pd.DataFrame, widths: tuple[float, float, float]) -> tuple[np.
 
 
 def table(rows: pd.DataFrame, low, high, by: str = "suite") -> pd.DataFrame:
-    """Per `by` (suite: also per suite/GPU): rows, coverage %, median width %, mean signed and mean |error| %."""
+    """Per `by` (suite: also per suite/GPU): rows, coverage %, % of rows measured below and above the band, median
+    width %, mean signed and mean |error| %."""
     judged = rows.assign(
         covered=(np.asarray(low) <= rows["measured"]) & (rows["measured"] <= np.asarray(high)),
+        below=rows["measured"] < np.asarray(low),
+        above=rows["measured"] > np.asarray(high),
         width=(np.asarray(high) - np.asarray(low)) / rows["predicted"],
         error=rows["predicted"] / rows["measured"] - 1,
     )
     agg = {
         "rows": ("covered", "size"),
         "coverage_pct": ("covered", lambda c: 100 * c.mean()),
+        "below_pct": ("below", lambda c: 100 * c.mean()),
+        "above_pct": ("above", lambda c: 100 * c.mean()),
         "median_width_pct": ("width", lambda w: 100 * w.median()),
         "signed_pct": ("error", lambda e: 100 * e.mean()),
         "abs_pct": ("error", lambda e: 100 * e.abs().mean()),
@@ -218,6 +223,11 @@ def measured_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if not keep.all():
         print(f"{(~keep).sum()} of {len(rows)} rows have no measurement (NaN or <= 0 `measured`): left out")
     return rows[keep].reset_index(drop=True)
+
+
+def _judged(r) -> list:
+    """A left-out table row as stored in the provenance (`left_out_columns`)."""
+    return [int(r.rows), r.coverage_pct, r.median_width_pct, r.below_pct, r.above_pct]
 
 
 def _rounded(widths: dict) -> str:
@@ -290,12 +300,10 @@ def main() -> None:
             "method": "split conformal, 10% a side, added in quadrature to the larger of the residual band x "
             "residual_scale and the a-priori proxy widths; point predictions untouched",
             "residual_scale_chosen": "given" if scale is not None else f"narrowest on the calibration rows of {SCALES}",
-            "left_out": {
-                f"{r.suite}/{r.gpu}": [int(r.rows), r.coverage_pct, r.median_width_pct] for r in loso.itertuples()
-            },
-            "left_out_gpu": {r.gpu: [int(r.rows), r.coverage_pct, r.median_width_pct] for r in logo.itertuples()},
-            "left_out_columns": "[rows, coverage %, median width %]: per suite/gpu with widths from the other suites; "
-            "per gpu with widths from the other GPUs",
+            "left_out": {f"{r.suite}/{r.gpu}": _judged(r) for r in loso.itertuples()},
+            "left_out_gpu": {r.gpu: _judged(r) for r in logo.itertuples()},
+            "left_out_columns": "[rows, coverage %, median width %, % measured below the band, % above]: per "
+            "suite/gpu with widths from the other suites; per gpu with widths from the other GPUs",
             "maya": version("maya"),
             "written": datetime.now(UTC).strftime("%Y-%m-%d"),
         }

@@ -29,7 +29,9 @@ def test_the_shipped_widths_are_those_of_the_shipped_rows(calibration, rows):
     assert widths == (shipped.low, shipped.high, shipped.residual_scale)
     table, _ = calibration.left_out(rows, "suite", None)
     for r in table.itertuples():
-        assert shipped.provenance["left_out"][f"{r.suite}/{r.gpu}"] == [r.rows, r.coverage_pct, r.median_width_pct]
+        stored = shipped.provenance["left_out"][f"{r.suite}/{r.gpu}"]
+        assert stored == [r.rows, r.coverage_pct, r.median_width_pct, r.below_pct, r.above_pct]
+        assert r.coverage_pct + r.below_pct + r.above_pct == pytest.approx(100, abs=0.2)  # each rounded to 0.1
     assert shipped.provenance["rows"] == len(rows) and rows["suite"].nunique() >= 2
 
 
