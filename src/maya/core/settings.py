@@ -98,7 +98,7 @@ TE_AUTO = Switch(
     "`build`",
     "what needs Transformer Engine when it is not installed (an `amp_fp8` MPT row, `maya emulate` of a script that "
     "imports it) installs it into Maya's environment: `build` from the wheel cached in `$MAYA_HOME/wheels/`, "
-    "building that once if there is none (about 15 minutes on 2 cores); `cached` only from a cached wheel; `off` "
+    "building that once if there is none (about 10 minutes on 2 idle cores); `cached` only from a cached wheel; `off` "
     "never (it fails, naming `MAYA_WITH_TE=1 scripts/setup`)",
 )
 MAX_JOBS = Switch(

@@ -1,7 +1,7 @@
 """Transformer Engine for the interpreter that runs Maya: found, or installed the first time something needs it.
 
 The registry has no `transformer-engine-torch` wheel (TE's PyTorch extension) for Maya's torch, so its sdist is built
-once against the installed torch (about 15 minutes on 2 cores) into `$MAYA_HOME/wheels/<key>/`, renamed into place
+once against the installed torch (about 10 minutes on 2 idle cores) into `$MAYA_HOME/wheels/<key>/`, renamed into place
 when complete, and every later install with the same TE, torch and Python installs that wheel in seconds. `ensure`
 is the one route: `scripts/setup` with `MAYA_WITH_TE=1` runs it (`python -m maya.core.transformer_engine`), and so
 do an `amp_fp8` MPT row and `maya emulate` of a script that imports TE, so that they run after the plain setup.
@@ -36,9 +36,9 @@ SETUP = "MAYA_WITH_TE=1 scripts/setup"
 EXTRA = "te"
 """Maya's extra that lists TE's Python packages and the extension's build and run requirements."""
 EXTENSION = "transformer-engine-torch"
-BUILD_MINUTES_2_CORES = 15
-"""The extension's build on 2 free cores (`MAX_JOBS=2`), measured on 2026-11-29; it scales about inversely with
-`MAX_JOBS` up to the free cores."""
+BUILD_MINUTES_2_CORES = 10
+"""The extension's build on 2 idle cores (`MAX_JOBS=2`, 33 C++ files), measured on 2026-11-29 in a fresh clone; several
+times longer on busy cores."""
 MODES = ("build", "cached", "off")
 HEARTBEAT_S = 60.0
 """How often a running build says on stderr that it is still running."""
@@ -82,15 +82,21 @@ def mode() -> str:
 
 
 def requirements() -> list[str]:
-    """The `te` extra's requirements, as Maya's installed metadata lists them (pyproject.toml is their one source)."""
+    """The `te` extra's requirements, as Maya's installed metadata lists them (pyproject.toml is their one source);
+    `Unavailable` without them."""
+    try:
+        listed = metadata.requires("maya") or []
+    except metadata.PackageNotFoundError:
+        listed = []
     found = []
-    for requirement in metadata.requires("maya") or []:
+    for requirement in listed:
         spec, _, marker = requirement.partition(";")
         if marker.strip().replace("'", '"') == f'extra == "{EXTRA}"':
             found.append(spec.strip())
     if not any(r.startswith("transformer-engine[") for r in found):
-        raise RuntimeError(
-            f"Maya's installed metadata has no `{EXTRA}` extra pinning transformer-engine: reinstall Maya"
+        raise Unavailable(
+            f"Maya's installed metadata (none where Maya runs from its sources alone) has no `{EXTRA}` extra pinning "
+            f"transformer-engine, so Transformer Engine cannot be installed for it: set Maya up with `{SETUP}`"
         )
     return found
 
@@ -100,7 +106,7 @@ def version() -> str:
     for requirement in requirements():
         if requirement.startswith("transformer-engine[") and "==" in requirement:
             return requirement.split("==", 1)[1].strip()
-    raise RuntimeError(f"Maya's `{EXTRA}` extra does not pin transformer-engine to one release (`==`)")
+    raise Unavailable(f"Maya's `{EXTRA}` extra does not pin transformer-engine to one release (`==`): reinstall Maya")
 
 
 def wheel_folder() -> Path:
@@ -170,13 +176,13 @@ def ensure(needed_by: str) -> None:
         if installed():  # the holder installed it meanwhile
             return
         for stale in folder.parent.glob(f".{EXTENSION}-build-*"):  # a killed build's: no one else holds the lock
-            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+            shutil.rmtree(stale, ignore_errors=True)
         wheel = cached_wheel(folder)
         if wheel is None and allowed == "cached":
             raise Unavailable(
                 f"{needed_by} needs Transformer Engine's PyTorch extension, and no built wheel is cached in {folder} "
                 f"({settings.TE_AUTO.name}=cached refuses building it, about {BUILD_MINUTES_2_CORES} minutes on 2 "
-                f"cores): build and install it with `{SETUP}`"
+                f"idle cores): build and install it with `{SETUP}`"
             )
         _say(f"{needed_by} needs Transformer Engine {version()}: installing Maya's `{EXTRA}` extra")
         _install(list(requirements()), "the `te` extra's packages")
@@ -234,8 +240,8 @@ def _build(folder: Path) -> Path:
     log = folder.parent / f"{folder.name}.log"
     _say(
         f"building {EXTENSION} {version()} for {folder.name.split('-', 4)[-1]} once, cached in {folder}: about "
-        f"{BUILD_MINUTES_2_CORES} minutes on 2 free cores with MAX_JOBS={jobs} ({os.cpu_count()} here); log: {log}; "
-        f"{settings.TE_AUTO.name}=cached refuses building"
+        f"{BUILD_MINUTES_2_CORES} minutes on 2 idle cores with MAX_JOBS={jobs} ({os.cpu_count()} cores here; longer "
+        f"when they are busy); log: {log}; {settings.TE_AUTO.name}=cached refuses building"
     )
     started = time.monotonic()
     try:
