@@ -241,6 +241,7 @@ def test_concurrent_needs_build_once(stand_ins, monkeypatch, capsys):
         ("if __name__ == '__main__':\n    import transformer_engine\n", True),
         ("try:\n    import transformer_engine\nexcept ImportError:\n    pass\n", False),
         ("def fp8():\n    import transformer_engine.pytorch\n", False),
+        ("if args.fp8:\n    import transformer_engine.pytorch\n", False),
         ("from .transformer_engine import x\n", False),
         ("import transformer_engines\n", False),
         ("this is not python(\n", False),

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -126,7 +126,8 @@ def cached_wheel(folder: Path) -> Path | None:
 
 def imports_te(argv: Sequence[str]) -> bool:
     """Whether the script `argv` runs (`script.py args`; not `-m module`) imports Transformer Engine unconditionally:
-    at module level, outside a `try` (a guarded or function-level import is optional: Megatron's, `mpt.py`'s)."""
+    at module level or under `if __name__ == "__main__"`, outside a `try` (an import that is guarded, conditional or in
+    a function is optional: Megatron's, `mpt.py`'s)."""
     script = Path(argv[0]) if argv and argv[0] != "-m" else None
     if script is None or not script.is_file():
         return False
@@ -135,13 +136,12 @@ def imports_te(argv: Sequence[str]) -> bool:
     except (SyntaxError, ValueError):
         return False  # the script's own run reports it
 
-    def top_level(statements: list[ast.stmt]):
+    def top_level(statements: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
         for node in statements:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 yield node
-            elif isinstance(node, (ast.If, ast.With)):  # `if __name__ == ...`, a context: still unconditional enough
-                yield from top_level(node.body)
-                yield from top_level(getattr(node, "orelse", []))
+            elif isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == '__name__ == "__main__"':
+                yield from top_level(node.body)  # what a script runs as a script
 
     for node in top_level(tree.body):
         if isinstance(node, ast.Import):
