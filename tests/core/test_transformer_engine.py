@@ -128,7 +128,7 @@ def test_off_refuses_naming_the_setup(stand_ins, maya_home, monkeypatch):
     assert stand_ins.installs() == [] and not (maya_home / "wheels").exists()
 
 
-def test_an_unknown_mode_is_named(monkeypatch):
+def test_an_unknown_mode_is_named(stand_ins, monkeypatch):
     monkeypatch.setenv("MAYA_TE_AUTO", "yes")
     with pytest.raises(ValueError, match=r"MAYA_TE_AUTO='yes' is not one of build, cached, off"):
         te.ensure("this row")
