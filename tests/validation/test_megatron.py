@@ -1,17 +1,14 @@
 """The megatron suite kind: a CSV of `pretrain_gpt.py` arguments and measured iteration times (the built-in
 `korthikanti2022`) planned as Megatron-LM's own script on the row's GPUs and cluster."""
 
-import sys
 import threading
 import time
-import types
 from concurrent.futures import ThreadPoolExecutor
-from importlib.machinery import EXTENSION_SUFFIXES
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from maya.core import transformer_engine
 from maya.validation import load_suite, megatron
 from maya.validation.plan import RowPlan
 
@@ -44,7 +41,7 @@ def test_korthikanti2022_is_built_in():
 @pytest.fixture
 def without_te(monkeypatch):
     """An interpreter without Transformer Engine: rows run Megatron's local implementation."""
-    monkeypatch.setattr(megatron, "transformer_engine", lambda: False)
+    monkeypatch.setattr(transformer_engine, "installed", lambda: False)
 
 
 def test_rows_plan_pretrain_gpt_with_their_arguments(checkout, without_te):
@@ -76,7 +73,7 @@ def test_rows_plan_pretrain_gpt_with_their_arguments(checkout, without_te):
 
 
 def test_with_transformer_engine_rows_run_its_unfused_attention_and_keep_sequence_parallelism(checkout, monkeypatch):
-    monkeypatch.setattr(megatron, "transformer_engine", lambda: True)
+    monkeypatch.setattr(transformer_engine, "installed", lambda: True)
     suite = load_suite("korthikanti2022")
     full_plan, selective_plan = megatron.plan(0, suite.table.loc[0]), megatron.plan(1, suite.table.loc[1])
     full, selective = _flags(full_plan), _flags(selective_plan)
@@ -87,37 +84,8 @@ def test_with_transformer_engine_rows_run_its_unfused_attention_and_keep_sequenc
         assert flags["--train-iters"] == str(megatron.STEPS) and "--mock-data" in flags
     assert "--sequence-parallel" in selective and "--sequence-parallel" not in full
     assert full_plan.assumptions == selective_plan.assumptions == (megatron.TE_ASSUMPTION,)
-    monkeypatch.setattr(megatron, "transformer_engine", lambda: False)
+    monkeypatch.setattr(transformer_engine, "installed", lambda: False)
     assert megatron.plan(1, suite.table.loc[1]).command_hash() != selective_plan.command_hash()
-
-
-def test_transformer_engine_is_its_torch_extension_installed(monkeypatch, tmp_path):
-    """TE's core alone cannot run Megatron's layers; its PyTorch extension module, from the wheel or from a source
-    build's single distribution, can: found on the path, not imported."""
-    monkeypatch.delitem(sys.modules, "transformer_engine_torch", raising=False)
-    monkeypatch.setattr(sys, "path", [str(tmp_path)])
-    (tmp_path / "transformer_engine").mkdir()
-    (tmp_path / "transformer_engine" / "__init__.py").write_text("raise ImportError('imported')\n")
-    assert not megatron.transformer_engine()
-    (tmp_path / "transformer_engine_torch.py").write_text("raise ImportError('imported')\n")
-    assert megatron.transformer_engine()
-    (tmp_path / "transformer_engine_torch.py").unlink()
-    loaded = types.ModuleType("transformer_engine_torch")
-    loaded.__spec__ = None  # as Transformer Engine's import leaves the extension it loads by path
-    monkeypatch.setitem(sys.modules, "transformer_engine_torch", loaded)
-    assert megatron.transformer_engine()
-    monkeypatch.delitem(sys.modules, "transformer_engine_torch")
-    assert not megatron.transformer_engine()
-    # the wheel: its extension inside TE's package, found by the distribution's record of it, if on disk
-    extension = Path("transformer_engine") / "wheel_lib" / f"transformer_engine_torch{EXTENSION_SUFFIXES[0]}"
-    info = tmp_path / "transformer_engine_torch-2.20.2.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformer_engine_torch\nVersion: 2.20.2\n")
-    (info / "RECORD").write_text(f"{extension.as_posix()},,\n{info.name}/METADATA,,\n")
-    assert not megatron.transformer_engine()  # metadata without its extension: cannot be imported
-    (tmp_path / extension).parent.mkdir()
-    (tmp_path / extension).write_bytes(b"")
-    assert megatron.transformer_engine()
 
 
 def test_a_suite_file_of_that_layout_with_its_own_cluster_and_gqa(checkout, tmp_path):

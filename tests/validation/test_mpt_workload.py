@@ -16,8 +16,9 @@ from paths import SRC
 from typer.testing import CliRunner
 
 from maya.cli import app
+from maya.core import transformer_engine
 from maya.estimators import KernelEstimator, Registry
-from maya.validation import llm_foundry, load_suite, megatron, run_suite
+from maya.validation import llm_foundry, load_suite, run_suite
 from maya.validation.runner import traces_dir
 from maya_trace_spec import Run
 
@@ -390,7 +391,7 @@ def test_emulated_step_allocates_the_logits_and_their_gradient_once(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not megatron.transformer_engine(),
+    not transformer_engine.installed(),
     reason="Transformer Engine is not installed (MAYA_WITH_TE=1 scripts/setup installs it)",
 )
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["no-checkpointing", "checkpointing"])

@@ -8,8 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from maya.cli import app
+from maya.core import transformer_engine
 from maya.estimators import KernelEstimator, Registry
-from maya.validation import SuiteError, llm_foundry, load_suite, megatron, neusight
+from maya.validation import SuiteError, llm_foundry, load_suite, neusight
 from maya.validation.suites import SMOKE_ROWS
 
 
@@ -81,7 +82,7 @@ def test_every_published_row_plans_on_its_gpus_and_cluster():
 def test_other_rows_of_the_layout_plan_too(monkeypatch):
     """fp8 rows (on an H100, with Transformer Engine installed), other sizes and GPU counts are accepted; what cannot
     run names itself: an fp8 row on an A100 (no fp8 tensor cores), an unknown GPU, GPUs that do not fill nodes."""
-    monkeypatch.setattr(megatron, "transformer_engine", lambda: True)
+    monkeypatch.setattr(transformer_engine, "installed", lambda: True)
     row = load_suite("llm-foundry").table.loc[20].copy()
     row[["Model", "Precision", "# GPUs", "GlobalBatchSize", "GPU"]] = ["13b", "amp_fp8", 16, 16 * 14, "h100_80gb"]
     plan = llm_foundry.plan(0, row)
@@ -106,10 +107,11 @@ def test_other_rows_of_the_layout_plan_too(monkeypatch):
 
 
 def test_an_fp8_row_without_transformer_engine_is_a_failed_row_naming_the_setup(tmp_path, monkeypatch):
-    """Without TE's PyTorch extension `maya validate` stores an amp_fp8 row as failed, its reason naming the setup
-    switch, before anything is emulated; the suite's other rows still run (here a bf16 row that fails planning too,
+    """Without TE's PyTorch extension, and with its installation on first need refused (MAYA_TE_AUTO=off, as the
+    tests run), `maya validate` stores an amp_fp8 row as failed, its reason naming the switch and the setup that
+    installs it, before anything is emulated; the suite's other rows still run (here a bf16 row that fails planning too,
     so that nothing is emulated)."""
-    monkeypatch.setattr(megatron, "transformer_engine", lambda: False)
+    monkeypatch.setattr(transformer_engine, "installed", lambda: False)
     warehouse = tmp_path / "warehouse.duckdb"
     Registry(warehouse).register(KernelEstimator(), data_hash="stub", config_hash="stub", metrics={})
     monkeypatch.setenv("MAYA_WAREHOUSE", str(warehouse))
@@ -130,9 +132,9 @@ def test_an_fp8_row_without_transformer_engine_is_a_failed_row_naming_the_setup(
         (1, "failed", None),
     ]
     assert stored[0][2] == (
-        "cannot run this row: precision amp_fp8 runs the projections as Transformer Engine fp8 GEMMs (llm-foundry's "
-        "fc_type: te), and Transformer Engine's PyTorch extension is not installed for this interpreter: set Maya up "
-        "with `MAYA_WITH_TE=1 scripts/setup`"
+        "cannot run this row: precision amp_fp8 (the projections as Transformer Engine fp8 GEMMs: llm-foundry's "
+        "fc_type te) needs Transformer Engine's PyTorch extension, which is not installed for this interpreter, and "
+        "MAYA_TE_AUTO=off refuses installing it: install it with `MAYA_WITH_TE=1 scripts/setup`"
     )
     assert stored[1][2] == "cannot run this row: 12 GPUs do not fill nodes of 8"
 

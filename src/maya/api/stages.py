@@ -184,9 +184,11 @@ def capture(
     """Emulate `argv` (`script.py args` or `-m module args`) on virtual GPUs. Into `out_dir` (default a new
     folder under `$MAYA_HOME/runs`), or through `cache`: the complete run of `key` (default `command_key`)
     reused, else captured atomically. Raises `BuildError`, `FileExistsError` (`out_dir` not empty) and
-    ValueError (bad options); a script that fails or runs out of memory is the capture's status; a stop signal raises
+    ValueError (bad options; `transformer_engine.Unavailable`: the script imports Transformer Engine, which could not be
+    installed); a script that fails or runs out of memory is the capture's status; a stop signal raises
     `CaptureInterrupted` once what the ranks captured is written. `oracle`:
     the device-time oracle if already resolved (`device_time(options)`)."""
+    from maya.core import transformer_engine
     from maya.core.paths import runs_dir
     from maya.emulator.capture_cache import failure_summary
     from maya.emulator.launcher import Interrupted, Topology, emulate
@@ -198,6 +200,8 @@ def capture(
     spec = (oracle or device_time(options)).spec
 
     def run(target: Path) -> EmulationResult:
+        if transformer_engine.imports_te(argv):  # installed on first need (MAYA_TE_AUTO), not by a cached capture
+            transformer_engine.ensure(f"{Path(argv[0]).name}, which imports transformer_engine,")
         return emulate(
             list(argv),
             target,

@@ -90,13 +90,22 @@ INSTALL = Switch("MAYA_INSTALL", "`wheel`", "`scripts/setup`: `editable` install
 WITH_TE = Switch(
     "MAYA_WITH_TE",
     "`0`",
-    "`scripts/setup`: `1` adds Transformer Engine (the `te` extra, and its PyTorch extension built once into "
-    "`$MAYA_HOME/wheels/`)",
+    "`scripts/setup`: `1` installs Transformer Engine now (the `te` extra, and its PyTorch extension built once into "
+    "`$MAYA_HOME/wheels/`) rather than on first need (`MAYA_TE_AUTO`)",
+)
+TE_AUTO = Switch(
+    "MAYA_TE_AUTO",
+    "`build`",
+    "what needs Transformer Engine when it is not installed (an `amp_fp8` MPT row, `maya emulate` of a script that "
+    "imports it) installs it into Maya's environment: `build` from the wheel cached in `$MAYA_HOME/wheels/`, "
+    "building that once if there is none (about 10 minutes on 2 idle cores); `cached` only from a cached wheel; `off` "
+    "never (it fails, naming `MAYA_WITH_TE=1 scripts/setup`)",
 )
 MAX_JOBS = Switch(
     "MAX_JOBS",
     "`2`",
-    "`scripts/setup` with `MAYA_WITH_TE=1`: how many files Transformer Engine's extension build compiles at once",
+    "how many files Transformer Engine's extension build compiles at once (`MAYA_WITH_TE=1 scripts/setup`, "
+    "`MAYA_TE_AUTO=build`)",
 )
 ARROW_MEMORY_POOL = Switch(
     "ARROW_DEFAULT_MEMORY_POOL",

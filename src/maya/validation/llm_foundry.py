@@ -12,8 +12,9 @@ is predicted on the row's GPU and cluster:
   DGX-H100-class nodes (8 H100 SXM on NVSwitch, 8 x 400 Gb/s InfiniBand).
 
 `amp_fp8` rows run the projections as Transformer Engine's `te.Linear` under its fp8 autocast (Composer's recipe):
-they need TE's PyTorch extension (`MAYA_WITH_TE=1 scripts/setup`) and fp8 tensor cores (not the A100 rows' GPUs);
-without either such a row fails, saying so.
+they need fp8 tensor cores (not the A100 rows' GPUs) and TE's PyTorch extension, which the first such row installs
+when it is missing (`maya.core.transformer_engine`, as `MAYA_TE_AUTO` allows); without either the row fails, saying
+why.
 
 SDPA runs torch's FlashAttention-2 kernels on every GPU (`--sdpa-backend flash`): the kernel generation the
 published runs used, shaped by the simulator from their aten op (see `data/workloads/README.md`).
@@ -30,10 +31,9 @@ from types import ModuleType
 
 import pandas as pd
 
-from maya.core import hardware
+from maya.core import hardware, transformer_engine
 from maya.core.paths import data_dir
 
-from . import megatron
 from .plan import GPUS_PER_NODE, Predicted, RowPlan, predict_plan
 from .store import RowKey
 
@@ -50,8 +50,6 @@ STEPS = 2
 SDPA_BACKEND = "flash"
 FP8_CAPABILITY = (8, 9)
 """The first compute capability with fp8 tensor cores (Ada; Hopper is 9.0)."""
-TE_SETUP = "MAYA_WITH_TE=1 scripts/setup"
-"""The setup that installs Transformer Engine, which `amp_fp8` rows need."""
 
 
 def workload_script() -> Path:
@@ -76,19 +74,16 @@ def measured_s(values: pd.Series) -> float:
 
 def _check_fp8(gpu: str, part: str) -> None:
     """ValueError unless an `amp_fp8` row can run: on fp8 tensor cores (compute capability 8.9 or newer, from the
-    hardware catalog), with Transformer Engine installed."""
+    hardware catalog), with Transformer Engine, installed here if it is not (`transformer_engine.ensure`)."""
     spec = hardware.get(part)
     if (spec.sm_major, spec.sm_minor) < FP8_CAPABILITY:
         raise ValueError(
             f"precision amp_fp8 needs fp8 tensor cores (compute capability {FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or "
             f"newer); GPU {gpu!r} ({part}) is {spec.sm_major}.{spec.sm_minor}: use amp_bf16"
         )
-    if not megatron.transformer_engine():
-        raise ValueError(
-            "precision amp_fp8 runs the projections as Transformer Engine fp8 GEMMs (llm-foundry's fc_type: te), "
-            f"and Transformer Engine's PyTorch extension is not installed for this interpreter: set Maya up with "
-            f"`{TE_SETUP}`"
-        )
+    transformer_engine.ensure(
+        "precision amp_fp8 (the projections as Transformer Engine fp8 GEMMs: llm-foundry's fc_type te)"
+    )
 
 
 def plan(row: int, values: pd.Series) -> RowPlan:

@@ -21,18 +21,15 @@ rows.
 from __future__ import annotations
 
 import fcntl
-import importlib.machinery
-import importlib.util
 import math
 import shutil
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 
-from maya.core import settings
+from maya.core import settings, transformer_engine
 
 from .plan import GPUS_PER_NODE, Predicted, RowPlan, predict_plan
 from .store import RowKey
@@ -148,25 +145,6 @@ def _clone(branch: str, into: Path) -> str | None:
     return done.stderr.strip()[-300:] if done.returncode else None
 
 
-def transformer_engine() -> bool:
-    """Whether Transformer Engine's PyTorch extension (the `transformer_engine_torch` module: the
-    `transformer-engine-torch` wheel, or a source or container build's single `transformer_engine`) is installed
-    for this interpreter, which runs the rows' ranks; looked up, not imported (TE loads CUDA's libraries at import).
-    The wheel puts the module inside TE's package (`transformer_engine/wheel_lib/`), where TE loads it by path, so
-    it is found by its distribution's record of the extension's file, which must be on disk (metadata left behind
-    by a partial removal does not count); a source build's by its module."""
-    if "transformer_engine_torch" in sys.modules:  # already loaded (TE loads it by path: no module spec)
-        return True
-    try:
-        files = metadata.distribution("transformer_engine_torch").files or []
-    except metadata.PackageNotFoundError:
-        files = []
-    extension = {f"transformer_engine_torch{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES}
-    if any(f.name in extension and f.locate().is_file() for f in files):
-        return True
-    return importlib.util.find_spec("transformer_engine_torch") is not None
-
-
 def measured_s(values: pd.Series) -> float:
     """The measured seconds per iteration."""
     return float(values["measured_step_s"])
@@ -225,7 +203,7 @@ def plan(row: int, values: pd.Series) -> RowPlan:
     if gpus < 1 or (gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE):
         raise ValueError(f"{gpus} GPUs do not fill nodes of {GPUS_PER_NODE}")
     script = checkout() / "pretrain_gpt.py"
-    te = transformer_engine()
+    te = transformer_engine.installed()
     args = [*pretrain_args(values, sequence_parallel=te), *COMMON_ARGS, *(TE_ARGS if te else LOCAL_ARGS)]
     args += ["--train-iters", str(STEPS)]
     granularity = _given(values.get("recompute_granularity")) or "none"
