@@ -1,4 +1,6 @@
-"""The band's calibrated width, judged on whole suites and GPUs left out (`maya.simulator.discrepancy`).
+"""The band's calibrated width, judged on whole suites and GPUs left out.
+
+The widths are `maya.simulator.discrepancy`'s.
 
 Reads predicted suite rows: the latest `maya validate` results of one or more warehouses (`validation_rows`), as
 stored or, with `--repredict`, re-predicted from their cached traces (`$MAYA_HOME/validation/traces/<command hash>`
@@ -242,8 +244,10 @@ SCALES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def widths_for(rows: pd.DataFrame, scale: float | None) -> tuple[float, float, float]:
-    """(d_low, d_high, residual scale) calibrated on `rows`; scale None: of `SCALES`, the one whose calibrated band
-    is narrowest (median width) on these same rows, each scale's widths covering them alike."""
+    """(d_low, d_high, residual scale) calibrated on `rows`.
+
+    Scale None: of `SCALES`, the one whose calibrated band is narrowest (median width) on these same rows, each
+    scale's widths covering them alike."""
     if scale is None:
         return min((widths_for(rows, s) for s in SCALES), key=lambda w: _median_width(rows, w))
     below, above = base_widths(
@@ -268,9 +272,11 @@ def band_of(rows: pd.DataFrame, widths: tuple[float, float, float]) -> tuple[np.
     )
 
 
-def table(rows: pd.DataFrame, low, high, by: str = "suite") -> pd.DataFrame:
-    """Per `by` (suite: also per suite/GPU): rows, coverage %, % of rows measured below and above the band, median
-    width %, mean signed and mean |error| %."""
+def table(rows: pd.DataFrame, low, high, by: str | list[str] = "suite") -> pd.DataFrame:
+    """The band (`low`, `high` per row) judged per `by`: a column or list of columns ("suite": per suite/GPU too).
+
+    Columns: rows, coverage %, % of rows measured below and above the band, median width %, mean signed and mean
+    |error| %."""
     judged = rows.assign(
         covered=(np.asarray(low) <= rows["measured"]) & (rows["measured"] <= np.asarray(high)),
         below=rows["measured"] < np.asarray(low),
