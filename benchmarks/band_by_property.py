@@ -1,18 +1,20 @@
-"""Whether a band whose width follows a property of the prediction beats the scalar widths on rows left out.
+"""Whether a band whose width follows a property of the prediction beats one scalar width, left out.
 
 The shipped band adds one model-discrepancy width per side to every prediction (`maya.simulator.discrepancy`). This
 script judges the alternative where that width grows with a property the prediction itself knows: normalised split
 conformal (Lei et al. 2018, "Distribution-free predictive inference for regression", section 5.2). Per row a spread
 s = 1 + beta x, with x the property (log2 of a count, or a share of the step as it is); beta = max(b, 0) / a from the
 least-squares line a + b x of |log(measured / predicted)| on the calibration rows (scikit-learn's
-`LinearRegression`); then the split-conformal widths of the needed width divided by s, so a row's discrepancy is
-d x s. Three calibrated parameters (d_low, d_high, beta), with the residual scale chosen as `band_calibration.py`
-chooses it. Nothing is fitted to a point prediction and no suite's label or measured time enters the width.
+`LinearRegression`), its intercept a floored at `INTERCEPT_FLOOR` of the mean |log error|; then the split-conformal
+widths of the needed width divided by s, so a row's discrepancy is d x s. Three calibrated parameters (d_low, d_high,
+beta), with the residual scale chosen as `band_calibration.py` chooses it. Lei et al. fit the spread on a split of
+its own; here beta and the quantile come from the same rows, so the 10%-a-side guarantee is approximate. Nothing is
+fitted to a point prediction and no suite's label or measured time enters the width.
 
 Reads the calibration rows (`data/band/calibration_rows.csv` or `--rows-file`) with the property columns
-`band_calibration.py --write` keeps when its input has them (`gpus`, `nodes`, `exposed_comm_share`,
-`inter_node_share`), and prints, left out by suite and by GPU, coverage, % below and above, and median width per
-suite/GPU for the scalar widths and for the width by each property.
+`band_calibration.py --write` keeps (`PROPERTIES`), and prints, left out by suite and by GPU, coverage, % below and
+above, and median width per suite/GPU and per suite/node span for the scalar widths and for the width by each
+property.
 
 Usage: python benchmarks/band_by_property.py [--rows-file CSV] [--by PROPERTY ...]
 """
@@ -41,6 +43,9 @@ PROPERTIES = {
 }
 """Properties the width may follow: each is known to `maya predict` for every run (none reads a suite or a
 measurement)."""
+INTERCEPT_FLOOR = 0.1
+"""The least-squares line's intercept is floored at this fraction of the rows' mean |log error|: a line through
+about 0 at x = 0 would otherwise make beta = b / a unbounded (an intercept of 1e-5 with a slope of 0.02: beta 2000)."""
 
 
 def feature(rows: pd.DataFrame, prop: str | None) -> np.ndarray:
@@ -56,18 +61,23 @@ def feature(rows: pd.DataFrame, prop: str | None) -> np.ndarray:
 
 
 def slope(rows: pd.DataFrame, x: np.ndarray) -> float:
-    """beta: how much the spread grows per unit of x, from the line of |log error| on x (0 when it does not grow)."""
-    if not np.ptp(x):
-        return 0.0
+    """beta: how much the spread grows per unit of x, from the line of |log error| on x (0 when it does not grow).
+
+    The line's slope over its intercept, the intercept floored at `INTERCEPT_FLOOR` of the mean |log error|."""
     error = np.abs(np.log(rows["measured"] / rows["predicted"])).to_numpy()
+    if not np.ptp(x) or not error.any():
+        return 0.0
     line = LinearRegression().fit(x[:, None], error)
-    return max(float(line.coef_[0]), 0.0) / max(float(line.intercept_), 1e-3)
+    return max(float(line.coef_[0]), 0.0) / max(float(line.intercept_), INTERCEPT_FLOOR * float(error.mean()))
 
 
 def widths_for(rows: pd.DataFrame, prop: str | None, scale: float | None) -> tuple[float, float, float, float]:
-    """(d_low, d_high, residual scale, beta) calibrated on `rows`: per side the split-conformal width of the need
-    divided by the spread (`calibrate` on the log error and base widths divided by it: the same quantile); scale
-    None: of `band_calibration.SCALES` the one whose band is narrowest on these rows."""
+    """(d_low, d_high, residual scale, beta) calibrated on `rows`.
+
+    Per side the split-conformal width of the need divided by the spread (`calibrate` on the log error and base
+    widths divided by it: the same quantile); scale None: of `band_calibration.SCALES` the one whose band is
+    narrowest on these rows. A row without the base widths the scale needs (no residual band stored) is an
+    error."""
     if scale is None:
         found = [widths_for(rows, prop, s) for s in band_calibration.SCALES]
         return min(
@@ -80,6 +90,10 @@ def widths_for(rows: pd.DataFrame, prop: str | None, scale: float | None) -> tup
     below, above = base_widths(
         predicted, rows["residual_low"], rows["residual_high"], rows["apriori_low"], rows["apriori_high"], scale
     )
+    missing = np.isnan(below) | np.isnan(above)
+    if missing.any():
+        named = ", ".join(f"{r.suite} {r.row}" for r in rows[missing].head(5).itertuples())
+        raise ValueError(f"{missing.sum()} rows without a residual band for residual scale {scale:g} (e.g. {named})")
     error = np.log(rows["measured"].to_numpy(dtype="float64") / predicted)
     d_low, d_high = calibrate(predicted, predicted * np.exp(error / spread), below / spread, above / spread)
     return d_low, d_high, scale, beta
@@ -102,12 +116,15 @@ def band_of(rows: pd.DataFrame, prop: str | None, widths: tuple[float, float, fl
 
 
 def left_out(rows: pd.DataFrame, key: str, prop: str | None) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Each group of `key` (suite or gpu) banded with widths calibrated on the other groups' rows: (low, high) per
-    row and the widths per group."""
+    """Each group of `key` (suite or gpu) banded with widths calibrated on the other groups' rows.
+
+    Returns (low, high) per row and the widths per group; one group alone has nothing to calibrate on (an error)."""
     low, high = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
     widths = {}
     for group in sorted(rows[key].unique()):
         mine = (rows[key] == group).to_numpy()
+        if mine.all():
+            raise ValueError(f"only one {key} ({group}): nothing to calibrate on when it is left out")
         widths[group] = widths_for(rows[~mine], prop, None)
         low[mine], high[mine] = band_of(rows[mine], prop, widths[group])
     return low, high, widths
@@ -119,17 +136,30 @@ def span(rows: pd.DataFrame) -> pd.Series:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Print the left-out coverage and width of the scalar band and of the band by each property."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="properties: " + "; ".join(f"{k}: {v}" for k, v in PROPERTIES.items()),
+    )
     parser.add_argument("--rows-file", type=Path, default=shipped_path().parent / band_calibration.ROWS_FILE.name)
     parser.add_argument("--by", action="append", choices=list(PROPERTIES), help="property, repeatable (default all)")
     args = parser.parse_args()
     rows = pd.read_csv(args.rows_file).sort_values(["suite", "row"]).reset_index(drop=True)
-    columns = ["rows", "coverage_pct", "below_pct", "above_pct", "median_width_pct"]
+    rows = band_calibration.measured_rows(rows)
     pd.set_option("display.width", 250)
     rows["span"] = span(rows)
+    try:
+        judge(rows, args.by or list(PROPERTIES))
+    except ValueError as e:
+        raise SystemExit(f"{args.rows_file}: {e}") from None
+
+
+def judge(rows: pd.DataFrame, properties: list[str]) -> None:
+    """Print, left out by suite and by GPU, the scalar widths' and each property's band per suite/GPU and span."""
+    columns = ["rows", "coverage_pct", "below_pct", "above_pct", "median_width_pct"]
     for key in ("suite", "gpu"):
         by_gpu, by_span = {}, {}
-        for prop in [None, *(args.by or PROPERTIES)]:
+        for prop in [None, *properties]:
             low, high, widths = left_out(rows, key, prop)
             name = prop or "scalar"
             by_gpu[name] = band_calibration.table(rows, low, high).set_index(["suite", "gpu"])[columns]

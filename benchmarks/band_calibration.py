@@ -1,10 +1,15 @@
-"""The band's calibrated width, judged on whole suites and GPUs left out (`maya.simulator.discrepancy`).
+"""The band's calibrated width, judged on whole suites and GPUs left out.
 
-Reads predicted suite rows: the latest `maya validate` results of one or more warehouses (`validation_rows`), and
+The widths are `maya.simulator.discrepancy`'s.
+
+Reads predicted suite rows: the latest `maya validate` results of one or more warehouses (`validation_rows`), as
+stored or, with `--repredict`, re-predicted from their cached traces (`$MAYA_HOME/validation/traces/<command hash>`
+beside the warehouse) with this checkout's code (`maya.api.replay`, as `maya validate` predicts them); and
 `maya predict --json` files of a suite's rows (`--predicted SUITE=DIR`: every `<row label>.json` in DIR, its
 measured time from the suite's own table). Per row it takes the prediction, the measured time, the residual band
-(the replays') and the a-priori widths of proxy-priced kernels, and prints per suite and per suite/GPU (rows,
-coverage, median width (high - low) / predicted, mean signed and mean |error|, error = predicted / measured - 1):
+(the replays'), the a-priori widths of proxy-priced kernels and the prediction's own properties that
+`band_by_property.py` reads (`PROPERTY_COLUMNS`), and prints per suite and per suite/GPU (rows, coverage, median
+width (high - low) / predicted, mean signed and mean |error|, error = predicted / measured - 1):
 
 - the band as stored (as each row was predicted);
 - leave one suite out: widths calibrated (split conformal, 10% a side) on the other suites, judged on it: the
@@ -17,7 +22,7 @@ Nothing is fitted to a point prediction. `--write` stores the widths calibrated 
 provenance, and the rows themselves in `data/band/calibration_rows.csv`; with no input named, the script reads
 that file, so the shipped widths are re-derived from the repository alone.
 
-Usage: python benchmarks/band_calibration.py [--warehouse PATH ...] [--predicted SUITE=DIR ...]
+Usage: python benchmarks/band_calibration.py [--warehouse PATH ...] [--repredict] [--predicted SUITE=DIR ...]
        [--rows SUITE=QUERY ...] [--rows-file CSV] [--residual-scale S] [--write]
 """
 
@@ -37,7 +42,10 @@ from maya.core.paths import write_atomic
 from maya.estimators.attention_model import PROXY_UNCERTAINTY
 from maya.simulator.discrepancy import Discrepancy, apriori_widths, band, base_widths, calibrate, shipped_path
 from maya.validation import load_suite
+from maya.validation.plan import BAND_DETAILS
+from maya.validation.runner import traces_dir
 from maya.validation.store import latest
+from maya_trace_spec import Run
 
 ROWS_FILE = Path("calibration_rows.csv")
 """Beside the shipped widths: the rows they were calibrated on, so `band_calibration.py` alone re-derives them."""
@@ -81,28 +89,101 @@ def _suite_table(name: str) -> pd.DataFrame:
     return _TABLES[name]
 
 
-def warehouse_rows(warehouse: Path | None) -> list[dict]:
-    """Predicted rows with a band of a warehouse's latest suite results."""
+PROPERTY_COLUMNS = ("gpus", "nodes", "exposed_comm_share", "inter_node_share")
+"""A prediction's own properties a row keeps (NaN where its input lacks one): its GPUs, the nodes they span (the
+trace's GPUs per node, as the simulator places ranks), the share of the step in exposed communication and the
+band's share of the step in inter-node collectives."""
+
+
+def properties(details: dict, predicted_s: float, gpus: int, run_dir: Path | None) -> dict:
+    """`PROPERTY_COLUMNS` of a prediction from its stored `details` (`breakdown_s`, `band.shares`, as
+    `maya.validation.plan.predict_plan` keeps them) and its trace's run directory (None or missing: nodes NaN)."""
+    breakdown = details.get("breakdown_s") or {}
+    shares = (details.get("band") or {}).get("shares")
+    nodes = float("nan")
+    if run_dir is not None and (run_dir / "run.parquet").is_file():
+        info = Run(run_dir).info
+        per_node = info.get("nproc_per_node")
+        nodes = -(-gpus // per_node) if per_node else (info.get("nnodes") or 1)
+    return {
+        "gpus": gpus,
+        "nodes": nodes,
+        "exposed_comm_share": breakdown["exposed_comm"] / predicted_s if "exposed_comm" in breakdown else math.nan,
+        "inter_node_share": shares.get("collectives: inter-node", 0.0) if shares is not None else math.nan,
+    }
+
+
+def _row(r, details: dict, predicted: float, low: float, high: float, run_dir: Path | None, source: str) -> dict:
+    """One calibration row of a stored result `r` (a `latest` row) predicted as `predicted` (`low`, `high`)."""
+    stored = details.get("band") or {
+        "discrepancy": details.get("band_discrepancy") or {},
+        "residual_ms": details.get("band_residual_ms"),
+    }
+    r_low, r_high = _residual(stored, low, high)
+    a_low, a_high = _apriori(r.suite, int(r.row), stored)
+    values = (r.suite, r.gpu, int(r.row), predicted, r.measured_s, low, high, r_low, r_high)
+    return (
+        dict(zip(COLUMNS, values))
+        | {"apriori_low": a_low, "apriori_high": a_high, "source": source}
+        | properties(details, predicted, int(r.gpus), run_dir)
+    )
+
+
+def _stored(warehouse: Path | None) -> pd.DataFrame:
+    """A warehouse's latest suite results that were predicted with a band."""
     frame = latest(warehouse)
-    frame = frame[(frame["status"] == "ok") & frame["band_low_s"].notna() & frame["predicted_s"].notna()]
+    return frame[(frame["status"] == "ok") & frame["band_low_s"].notna() & frame["predicted_s"].notna()]
+
+
+def _traces(warehouse: Path | None) -> Path:
+    """The cached traces of a warehouse's suite rows: `maya validate` keeps them in the same MAYA_HOME."""
+    return (warehouse.parent / "validation" / "traces") if warehouse else traces_dir()
+
+
+def warehouse_rows(warehouse: Path | None) -> list[dict]:
+    """Predicted rows with a band of a warehouse's latest suite results, as stored."""
     out = []
-    for r in frame.itertuples():
+    for r in _stored(warehouse).itertuples():
         details = json.loads(r.details) if isinstance(r.details, str) and r.details else {}
-        stored = details.get("band") or {
-            "discrepancy": details.get("band_discrepancy") or {},
-            "residual_ms": details.get("band_residual_ms"),
-        }
-        low, high = _residual(stored, r.band_low_s, r.band_high_s)
-        a_low, a_high = _apriori(r.suite, int(r.row), stored)
-        out.append(
-            dict(
-                zip(
-                    COLUMNS,
-                    (r.suite, r.gpu, int(r.row), r.predicted_s, r.measured_s, r.band_low_s, r.band_high_s, low, high),
-                )
-            )
-            | {"apriori_low": a_low, "apriori_high": a_high, "source": str(warehouse), "recorded": r.recorded_at}
+        run_dir = _traces(warehouse) / r.command_hash if isinstance(r.command_hash, str) else None
+        row = _row(r, details, r.predicted_s, r.band_low_s, r.band_high_s, run_dir, str(warehouse))
+        out.append(row | {"recorded": r.recorded_at})
+    return out
+
+
+def repredicted_rows(warehouse: Path | None, rows: list[str]) -> list[dict]:
+    """A warehouse's latest suite results (those `rows` selects, `--rows` queries) re-predicted from their cached
+    traces with this code, with the options `maya validate` predicted them with (`predict_plan`: the row's hardware,
+    cluster and estimator version, with a band); measured times as stored. NeuSight's rows (windows of the replay,
+    not its iteration) and rows whose trace is gone are named and read as stored."""
+    from maya.api import PredictOptions, predict
+
+    stored = _stored(warehouse).rename(columns={"predicted_s": "predicted", "measured_s": "measured"})
+    stored = select(stored.reset_index(drop=True), rows, strict=False)
+    out, now = [], datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    as_stored = {(x["suite"], x["row"]): x for x in warehouse_rows(warehouse)}
+    source = f"re-predicted from {warehouse or 'MAYA_HOME'}'s cached traces (band_calibration.py --repredict)"
+    for r in stored.rename(columns={"predicted": "predicted_s", "measured": "measured_s"}).itertuples():
+        run_dir = _traces(warehouse) / r.command_hash if isinstance(r.command_hash, str) else None
+        if r.kind == "neusight" or run_dir is None or not run_dir.is_dir():
+            print(f"{r.suite} row {r.row}: {'not a step' if r.kind == 'neusight' else 'no cached trace'}: as stored")
+            out.append(as_stored[(r.suite, int(r.row))])
+            continue
+        options = PredictOptions(
+            hardware=r.hardware,
+            cluster=r.cluster if isinstance(r.cluster, str) else None,
+            durations="estimators",
+            estimator_version=r.estimator_version,
+            warehouse=warehouse,
+            band=True,
         )
+        p = predict(run_dir, options)
+        band_ = p.band or {}
+        details = {"breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()}}
+        details["band"] = {k: v for k, v in band_.items() if k in BAND_DETAILS}
+        predicted, low, high = p.iteration_ns / 1e9, band_["low_ns"] / 1e9, band_["high_ns"] / 1e9
+        out.append(_row(r, details, predicted, low, high, run_dir, source) | {"recorded": now})
+        print(f"{r.suite} row {r.row}: {100 * (predicted / r.measured_s - 1):+.1f}% (stored {r.predicted_s:.4g} s)")
     return out
 
 
@@ -135,11 +216,27 @@ def predicted_rows(spec: str) -> list[dict]:
         measured = modded_nanogpt.measured_s(table.loc[row])
         values = (suite_name, "h100_80gb", int(row), predicted, measured, low, high, r_low, r_high)
         recorded = pd.Timestamp(path.stat().st_mtime, unit="s")
+        details = {"breakdown_s": {k: v / 1e3 for k, v in p["breakdown_ms"].items()}, "band": b}
         out.append(
             dict(zip(COLUMNS, values))
             | {"apriori_low": a_low, "apriori_high": a_high, "source": str(path), "recorded": recorded}
+            | properties(details, predicted, int(p["world_size"]), Path(p["run_path"]))
         )
     return out
+
+
+def select(rows: pd.DataFrame, specs: list[str], strict: bool = True) -> pd.DataFrame:
+    """The rows each `SUITE=QUERY` of `specs` keeps of its suite (a pandas query over row, gpu, predicted,
+    measured); `strict`: a suite absent from `rows` is an error."""
+    for spec in specs:
+        suite, _, query = spec.partition("=")
+        if not query or (strict and suite not in set(rows["suite"])):
+            raise SystemExit(
+                f"--rows {spec!r}: expected SUITE=QUERY with SUITE one of {', '.join(sorted(set(rows['suite'])))}"
+            )
+        keep = rows.index.isin(rows[rows["suite"] == suite].query(query).index)
+        rows = rows[(rows["suite"] != suite) | keep].reset_index(drop=True)
+    return rows
 
 
 SCALES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -147,8 +244,10 @@ SCALES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def widths_for(rows: pd.DataFrame, scale: float | None) -> tuple[float, float, float]:
-    """(d_low, d_high, residual scale) calibrated on `rows`; scale None: of `SCALES`, the one whose calibrated band
-    is narrowest (median width) on these same rows, each scale's widths covering them alike."""
+    """(d_low, d_high, residual scale) calibrated on `rows`.
+
+    Scale None: of `SCALES`, the one whose calibrated band is narrowest (median width) on these same rows, each
+    scale's widths covering them alike."""
     if scale is None:
         return min((widths_for(rows, s) for s in SCALES), key=lambda w: _median_width(rows, w))
     below, above = base_widths(
@@ -173,9 +272,11 @@ def band_of(rows: pd.DataFrame, widths: tuple[float, float, float]) -> tuple[np.
     )
 
 
-def table(rows: pd.DataFrame, low, high, by: str = "suite") -> pd.DataFrame:
-    """Per `by` (suite: also per suite/GPU): rows, coverage %, % of rows measured below and above the band, median
-    width %, mean signed and mean |error| %."""
+def table(rows: pd.DataFrame, low, high, by: str | list[str] = "suite") -> pd.DataFrame:
+    """The band (`low`, `high` per row) judged per `by`: a column or list of columns ("suite": per suite/GPU too).
+
+    Columns: rows, coverage %, % of rows measured below and above the band, median width %, mean signed and mean
+    |error| %."""
     judged = rows.assign(
         covered=(np.asarray(low) <= rows["measured"]) & (rows["measured"] <= np.asarray(high)),
         below=rows["measured"] < np.asarray(low),
@@ -237,6 +338,11 @@ def _rounded(widths: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warehouse", type=Path, action="append", default=[], help="warehouse file, repeatable")
+    parser.add_argument(
+        "--repredict",
+        action="store_true",
+        help="re-predict the --warehouse rows (those --rows selects) from their cached traces with this code",
+    )
     parser.add_argument("--predicted", action="append", default=[], help="SUITE=DIR of `maya predict --json` files")
     parser.add_argument(
         "--rows",
@@ -258,21 +364,17 @@ def main() -> None:
     )
     parser.add_argument("--write", action="store_true", help="store the widths in data/band/discrepancy.json")
     args = parser.parse_args()
-    found = [r for w in args.warehouse for r in warehouse_rows(w)]
+    if args.repredict and not args.warehouse:
+        raise SystemExit("--repredict re-predicts the rows of the --warehouse files: name one or more")
+    stored = (lambda w: repredicted_rows(w, args.rows)) if args.repredict else warehouse_rows
+    found = [r for w in args.warehouse for r in stored(w)]
     found += [r for spec in args.predicted for r in predicted_rows(spec)]
     if args.rows_file or not found:
         path = args.rows_file or shipped_path().parent / ROWS_FILE.name
         found += pd.read_csv(path, parse_dates=["recorded"]).to_dict("records")
     rows = pd.DataFrame(found).sort_values("recorded").drop_duplicates(["suite", "row"], keep="last")
     rows = measured_rows(rows.sort_values(["suite", "row"]).reset_index(drop=True))  # each row's latest result
-    for spec in args.rows:
-        suite, _, query = spec.partition("=")
-        if suite not in set(rows["suite"]) or not query:
-            raise SystemExit(
-                f"--rows {spec!r}: expected SUITE=QUERY with SUITE one of {', '.join(sorted(set(rows['suite'])))}"
-            )
-        keep = rows.index.isin(rows[rows["suite"] == suite].query(query).index)
-        rows = rows[(rows["suite"] != suite) | keep].reset_index(drop=True)
+    rows = select(rows, args.rows)
     if rows["suite"].nunique() < 2:
         raise SystemExit(f"rows of {rows['suite'].nunique()} suite(s): calibration across suites needs two or more")
     scale = None if args.residual_scale == "auto" else float(args.residual_scale)

@@ -1,6 +1,8 @@
-"""`benchmarks/band_by_property.py`: a width that follows a property of the prediction (normalised split conformal)
-covers rows whose error grows with it where one scalar width cannot, a suite left out never shapes its own widths,
-and a property the rows lack is named."""
+"""`benchmarks/band_by_property.py`: a width that follows a property of the prediction beats a scalar one.
+
+Normalised split conformal covers rows whose error grows with the property where one scalar width cannot; a suite
+left out never shapes its own widths; a property, a residual band or a second group the rows lack is named; and a
+line of |log error| through zero gives a bounded slope."""
 
 import numpy as np
 import pandas as pd
@@ -58,10 +60,19 @@ def test_a_suite_left_out_never_shapes_its_own_widths(by_property):
     moved = rows.copy()
     mine = moved["suite"] == "a"
     moved.loc[mine, "measured"] *= np.exp(np.linspace(-0.5, 0.5, mine.sum()))
-    before = by_property.left_out(rows, "suite", "nodes")[2]["a"]
-    after = by_property.left_out(moved, "suite", "nodes")[2]["a"]
-    assert before == after
-    assert by_property.left_out(moved, "suite", "nodes")[2]["b"] != before  # calibrated on a's moved rows
+    before = by_property.left_out(rows, "suite", "nodes")[2]
+    after = by_property.left_out(moved, "suite", "nodes")[2]
+    assert before["a"] == after["a"]
+    assert after["b"] != before["b"]  # b's widths are calibrated on a's rows, which moved
+
+
+def test_b_s_widths_stay_when_nothing_moves(by_property):
+    """The check above can fail: with a's rows unmoved, b's widths are the same on a second calibration."""
+    rows = pd.concat([synthetic(200, 2).assign(suite="a"), synthetic(200, 3).assign(suite="b")], ignore_index=True)
+    assert (
+        by_property.left_out(rows, "suite", "nodes")[2]["b"]
+        == by_property.left_out(rows.copy(), "suite", "nodes")[2]["b"]
+    )
 
 
 def test_a_property_the_rows_lack_is_named(by_property):
@@ -70,3 +81,23 @@ def test_a_property_the_rows_lack_is_named(by_property):
         by_property.widths_for(rows, "exposed_comm_share", 0.0)
     with pytest.raises(ValueError, match="no property 'colour'"):
         by_property.feature(rows, "colour")
+
+
+def test_a_line_through_zero_gives_a_bounded_slope(by_property):
+    """|log error| = 0.02 x exactly: intercept 0, so beta is the slope over the floored intercept (a tenth of the
+    mean |log error|), not over 1e-3 (beta 20)."""
+    x = np.tile(np.arange(7.0), 20)
+    rows = synthetic(len(x), 5).assign(measured=np.exp(0.02 * x * np.resize([1, -1], len(x))))
+    beta = by_property.slope(rows, x)
+    assert beta == pytest.approx(0.02 / (by_property.INTERCEPT_FLOOR * 0.02 * x.mean()))
+    assert beta < 4  # 1 + beta x stays within 25x at x = 6
+
+
+def test_rows_without_a_residual_band_or_a_second_group_are_named(by_property):
+    rows = synthetic(50, 6)
+    rows.loc[3, "residual_low"] = np.nan
+    with pytest.raises(ValueError, match="1 rows without a residual band for residual scale 0.5 \\(e.g. s 3\\)"):
+        by_property.widths_for(rows, "nodes", 0.5)
+    assert by_property.widths_for(rows, "nodes", 0.0)[2] == 0.0  # scale 0 needs no residual band
+    with pytest.raises(ValueError, match="only one suite \\(s\\)"):
+        by_property.left_out(synthetic(50, 7), "suite", None)
