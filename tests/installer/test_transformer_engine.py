@@ -164,6 +164,16 @@ def test_a_mismatched_te_is_replaced_by_the_cached_wheel(stand_ins, monkeypatch)
     assert len(stand_ins.installs()) == 1
 
 
+def test_an_install_that_leaves_a_mismatch_says_so_rather_than_installing_at_every_need(stand_ins, monkeypatch):
+    monkeypatch.setenv("MAYA_TE_AUTO", "cached")
+    monkeypatch.setattr(te, "mismatch", lambda: "transformer-engine 2.19.0 is installed where Maya pins 2.20.2")
+    folder = te.wheel_folder()
+    folder.mkdir(parents=True)
+    (folder / WHEEL).write_bytes(b"wheel")
+    with pytest.raises(te.Unavailable, match=r"installed, but transformer-engine 2.19.0 is installed where Maya pins"):
+        te.ensure("this row")
+
+
 def test_the_te_extra_is_read_from_the_installed_metadata():
     """The requirements installed and the release built are pyproject.toml's `te` extra (one source); the build's
     requirements are all of it but TE itself, with what `pip wheel --no-build-isolation` needs."""

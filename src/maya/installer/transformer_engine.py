@@ -332,6 +332,8 @@ def ensure(needed_by: str, *, explicit: bool = False) -> None:
     importlib.invalidate_caches()
     if not installed():
         raise Unavailable(f"{wheel} installed, but its extension is not found for {sys.executable}; {retry}")
+    if wrong := mismatch():  # else every later need would install it again
+        raise Unavailable(f"{wheel} installed, but {wrong}; {retry}")
     _say(f"Transformer Engine {version()} is installed ({wheel})")
 
 
