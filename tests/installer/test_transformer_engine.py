@@ -312,8 +312,8 @@ def test_pip_uninstalls_an_installed_extension_before_installing_the_wheel(stand
     monkeypatch.setenv("MAYA_TE_AUTO", "cached")
     monkeypatch.setattr(te, "_uses_uv", lambda: False)
     (stand_ins.work / "installed").touch()
-    monkeypatch.setattr(te, "mismatch", lambda: None if len(stand_ins.installs()) else "built for another torch")
     ran: list[list[str]] = []
+    monkeypatch.setattr(te, "mismatch", lambda: None if len(ran) == 2 else "built for another torch")
     real_run = te._run
     monkeypatch.setattr(te, "_run", lambda command, what, retry: ran.append(command) or real_run(command, what, retry))
     monkeypatch.setattr(te.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 0, "", ""))
