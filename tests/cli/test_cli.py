@@ -277,3 +277,25 @@ def test_predict_reads_on_the_system_allocator_and_restores_the_callers_pool(tmp
         assert seen == ["system", "mimalloc"]
     finally:
         pa.set_memory_pool(own)
+
+
+def test_search_installs_transformer_engine_before_its_capture_salt(tmp_path, monkeypatch):
+    """`maya search` of a script importing Transformer Engine installs it before digesting the installed packages into
+    the capture salt, so captures made with TE are not cached under a salt without it."""
+    from maya import search
+    from maya.installer import transformer_engine
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import transformer_engine.pytorch as te\n")
+    (tmp_path / "space.yaml").write_text("gpus: 8\nparameters:\n  tp: [1, 2]\n")
+    order = []
+    monkeypatch.setattr(transformer_engine, "ensure", lambda needed_by: order.append(f"ensure: {needed_by}"))
+
+    def salts(*args, **kwargs):
+        order.append("salts")
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(search, "evaluator_salts", salts)
+    r = maya("search", "--space", "space.yaml", "--", "python", "train.py", "--tp", "{tp}")
+    assert r.exit_code == 2 and "stop here" in r.stderr, r.output
+    assert order == ["ensure: train.py, which imports transformer_engine,", "salts"]

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pandas as pd
 import pytest
 
-from maya.core import transformer_engine
+from maya.installer import transformer_engine
 from maya.validation import load_suite, megatron
 from maya.validation.plan import RowPlan
 
@@ -68,7 +68,7 @@ def test_rows_plan_pretrain_gpt_with_their_arguments(checkout, without_te):
     assert selective["--recompute-granularity"] == "selective" and "--recompute-method" not in selective
     # Megatron's local implementation refuses sequence parallelism without apex/TE: dropped, and said
     assert "--sequence-parallel" not in selective and megatron.WITHOUT_SP in selective_plan.assumptions
-    assert selective_plan.key.label.endswith(" sp")
+    assert selective_plan.key.label.endswith(" sp [local]")  # the layers that ran, named in the stored row
     assert megatron.plan(2, suite.table.loc[2]).command_hash() != megatron.plan(3, suite.table.loc[3]).command_hash()
 
 
@@ -84,6 +84,7 @@ def test_with_transformer_engine_rows_run_its_unfused_attention_and_keep_sequenc
         assert flags["--train-iters"] == str(megatron.STEPS) and "--mock-data" in flags
     assert "--sequence-parallel" in selective and "--sequence-parallel" not in full
     assert full_plan.assumptions == selective_plan.assumptions == (megatron.TE_ASSUMPTION,)
+    assert full_plan.key.label.endswith(" recompute full [TE]") and selective_plan.key.label.endswith(" sp [TE]")
     monkeypatch.setattr(transformer_engine, "installed", lambda: False)
     assert megatron.plan(1, suite.table.loc[1]).command_hash() != selective_plan.command_hash()
 

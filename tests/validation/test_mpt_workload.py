@@ -16,8 +16,8 @@ from paths import SRC
 from typer.testing import CliRunner
 
 from maya.cli import app
-from maya.core import transformer_engine
 from maya.estimators import KernelEstimator, Registry
+from maya.installer import transformer_engine
 from maya.validation import llm_foundry, load_suite, run_suite
 from maya.validation.runner import traces_dir
 from maya_trace_spec import Run

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from maya.cli import app
-from maya.core import transformer_engine
 from maya.estimators import KernelEstimator, Registry
+from maya.installer import transformer_engine
 from maya.validation import SuiteError, llm_foundry, load_suite, neusight
 from maya.validation.suites import SMOKE_ROWS
 
@@ -137,6 +137,31 @@ def test_an_fp8_row_without_transformer_engine_is_a_failed_row_naming_the_setup(
         "MAYA_TE_AUTO=off refuses installing it: install it with `MAYA_WITH_TE=1 scripts/setup`"
     )
     assert stored[1][2] == "cannot run this row: 12 GPUs do not fill nodes of 8"
+
+
+def test_an_fp8_row_whose_install_fails_on_the_disk_is_a_failed_row(tmp_path, monkeypatch):
+    """An OSError from installing Transformer Engine (a read-only `$MAYA_HOME`) fails that row, with the reason, and
+    not the whole `maya validate`."""
+
+    def read_only(needed_by: str) -> None:
+        raise PermissionError(13, "Permission denied", "/home/u/.maya/wheels")
+
+    monkeypatch.setattr(transformer_engine, "ensure", read_only)
+    warehouse = tmp_path / "warehouse.duckdb"
+    Registry(warehouse).register(KernelEstimator(), data_hash="stub", config_hash="stub", metrics={})
+    monkeypatch.setenv("MAYA_WAREHOUSE", str(warehouse))
+    rows = load_suite("llm-foundry").table.loc[[20]].copy()
+    rows["Precision"] = ["amp_fp8"]
+    path = tmp_path / "mine.csv"
+    rows.to_csv(path, index=False)
+    out = CliRunner().invoke(app, ["validate", str(path)])
+    assert out.exit_code == 0, out.output
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        stored = con.execute("SELECT status, reason FROM validation_rows").fetchall()
+    finally:
+        con.close()
+    assert stored == [("failed", "cannot run this row: [Errno 13] Permission denied: '/home/u/.maya/wheels'")]
 
 
 def test_neusight_rows_plan_on_their_gpu():

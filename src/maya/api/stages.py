@@ -185,13 +185,14 @@ def capture(
     folder under `$MAYA_HOME/runs`), or through `cache`: the complete run of `key` (default `command_key`)
     reused, else captured atomically. Raises `BuildError`, `FileExistsError` (`out_dir` not empty) and
     ValueError (bad options; `transformer_engine.Unavailable`: the script imports Transformer Engine, which could not be
-    installed); a script that fails or runs out of memory is the capture's status; a stop signal raises
+    installed), OSError (installing it); a script that fails or runs out of memory is the capture's status (one that
+    fails importing Transformer Engine says how to install it); a stop signal raises
     `CaptureInterrupted` once what the ranks captured is written. `oracle`:
     the device-time oracle if already resolved (`device_time(options)`)."""
-    from maya.core import transformer_engine
     from maya.core.paths import runs_dir
     from maya.emulator.capture_cache import failure_summary
     from maya.emulator.launcher import Interrupted, Topology, emulate
+    from maya.installer import transformer_engine
 
     if cache is not None and out_dir is not None:
         raise ValueError("give out_dir or cache, not both")
@@ -229,7 +230,11 @@ def capture(
         raise CaptureInterrupted(
             _outcome(e.result, cached_key, f"interrupted by {e.result.interrupted_by}"), e.exit_code
         ) from None
-    return _outcome(result, cached_key, None if result.status == "complete" else failure_summary(result))
+    if result.status == "complete":
+        return _outcome(result, cached_key, None)
+    reason = failure_summary(result)
+    hint = transformer_engine.missing_hint(reason)  # an import of TE the scan above did not see
+    return _outcome(result, cached_key, f"{reason}; {hint}" if hint else reason)
 
 
 def _outcome(result: EmulationResult, key: str | None, reason: str | None) -> Capture:

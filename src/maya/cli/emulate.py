@@ -132,7 +132,7 @@ def emulate_cmd(
                 on_rank_done=lambda _: progress.advance(task),
                 on_output=lambda line: progress.console.print(line, end="", markup=False, highlight=False),
             )
-        except (BuildError, FileExistsError, ValueError) as e:
+        except (BuildError, OSError, ValueError) as e:  # OSError: FileExistsError, Transformer Engine's install
             fail(str(e))
         except api.CaptureInterrupted as e:
             captured, interrupted = e.capture, e

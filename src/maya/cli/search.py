@@ -112,6 +112,13 @@ def search_cmd(
             f"[yellow]warning:[/] cannot read the script of `{' '.join(command[:2])}`: the command cache cannot see "
             "its edits (searches after an edit reuse the earlier captures)"
         )
+    from maya.installer import transformer_engine
+
+    if transformer_engine.imports_te(command):  # before the salts: the capture salt digests the installed packages
+        try:
+            transformer_engine.ensure(f"{Path(command[0]).name}, which imports transformer_engine,")
+        except (ValueError, OSError) as e:
+            fail(str(e), 2)
     try:
         salts = evaluator_salts(
             hardware, per_node, durations.value, cluster, script=script, warehouse=str(warehouse) if warehouse else None

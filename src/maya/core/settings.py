@@ -91,15 +91,17 @@ WITH_TE = Switch(
     "MAYA_WITH_TE",
     "`0`",
     "`scripts/setup`: `1` installs Transformer Engine now (the `te` extra, and its PyTorch extension built once into "
-    "`$MAYA_HOME/wheels/`) rather than on first need (`MAYA_TE_AUTO`)",
+    "`$MAYA_HOME/wheels/`) rather than on first need (`MAYA_TE_AUTO`), whatever that says, and retries a failed build",
 )
 TE_AUTO = Switch(
     "MAYA_TE_AUTO",
     "`build`",
-    "what needs Transformer Engine when it is not installed (an `amp_fp8` MPT row, `maya emulate` of a script that "
-    "imports it) installs it into Maya's environment: `build` from the wheel cached in `$MAYA_HOME/wheels/`, "
-    "building that once if there is none (about 10 minutes on 2 idle cores); `cached` only from a cached wheel; `off` "
-    "never (it fails, naming `MAYA_WITH_TE=1 scripts/setup`)",
+    "what needs Transformer Engine when it is not installed, or not the pinned release for this torch (an `amp_fp8` "
+    "MPT row when planned; a capture of a script that imports it: `maya emulate`, a validation row, `maya search` "
+    "before its first point) installs it into Maya's own environment (the `.venv` `scripts/setup` made; elsewhere it "
+    "names the command): `build` from the wheel cached in `$MAYA_HOME/wheels/`, building that once if there is none "
+    "(about 10 minutes on 2 idle cores; a failure is remembered there and not repeated); `cached` only from a cached "
+    "wheel; `off` never (it fails, naming `MAYA_WITH_TE=1 scripts/setup`)",
 )
 MAX_JOBS = Switch(
     "MAX_JOBS",

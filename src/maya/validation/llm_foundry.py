@@ -13,7 +13,7 @@ is predicted on the row's GPU and cluster:
 
 `amp_fp8` rows run the projections as Transformer Engine's `te.Linear` under its fp8 autocast (Composer's recipe):
 they need fp8 tensor cores (not the A100 rows' GPUs) and TE's PyTorch extension, which the first such row installs
-when it is missing (`maya.core.transformer_engine`, as `MAYA_TE_AUTO` allows); without either the row fails, saying
+when it is missing (`maya.installer.transformer_engine`, as `MAYA_TE_AUTO` allows); without either the row fails, saying
 why.
 
 SDPA runs torch's FlashAttention-2 kernels on every GPU (`--sdpa-backend flash`): the kernel generation the
@@ -31,8 +31,9 @@ from types import ModuleType
 
 import pandas as pd
 
-from maya.core import hardware, transformer_engine
+from maya.core import hardware
 from maya.core.paths import data_dir
+from maya.installer import transformer_engine
 
 from .plan import GPUS_PER_NODE, Predicted, RowPlan, predict_plan
 from .store import RowKey

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from maya.core import settings, transformer_engine
+from maya.core import settings
+from maya.installer import transformer_engine
 
 from .plan import GPUS_PER_NODE, Predicted, RowPlan, predict_plan
 from .store import RowKey
@@ -195,8 +196,8 @@ def _sequence_parallel(values: pd.Series) -> bool:
 
 
 def plan(row: int, values: pd.Series) -> RowPlan:
-    """The row as an emulation and prediction, with Transformer Engine where this interpreter has it; ValueError names
-    what the row asks that cannot be run."""
+    """The row as an emulation and prediction, with Transformer Engine where this interpreter has it (its label ends
+    `[TE]`, else `[local]`, and its assumptions say which); ValueError names what the row asks that cannot be run."""
     gpu, gpus = str(values["gpu"]), int(values["gpus"])
     if gpu not in HARDWARE:
         raise ValueError(f"GPU {gpu!r} is not one of {', '.join(HARDWARE)}")
@@ -214,8 +215,8 @@ def plan(row: int, values: pd.Series) -> RowPlan:
     )
     label = (
         f"{values['model']} {gpus}×{gpu}{parallel} {values['precision']} recompute {granularity}"
-        f"{' sp' if _sequence_parallel(values) else ''}"
-    )
+        f"{' sp' if _sequence_parallel(values) else ''} [{'TE' if te else 'local'}]"
+    )  # which layers ran: Transformer Engine's once it is installed for this interpreter (by hand or on first need)
     cluster = _given(values.get("cluster")) or CLUSTERS[gpu]
     per_node = min(gpus, GPUS_PER_NODE)
     seq = _given(values.get("seq_length"))

@@ -144,7 +144,8 @@ def _task(
             details={"row_assumptions": list(plan.assumptions)},
             seq=plan.seq,
         )
-    except (ValueError, KeyError) as e:  # a row the kind cannot run: stored as failed, with the reason
+    except (ValueError, KeyError, OSError) as e:  # a row the kind cannot run (Transformer Engine's install failed on
+        # the disk, too): stored as failed, with the reason
         plan = None
         try:
             measured = kind.measured_s(values)
