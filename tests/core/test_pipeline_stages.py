@@ -25,9 +25,13 @@ def _call(rows: list[dict], api: str, **columns) -> None:
     rows.append({"api": api, "start_ns": 1000 * len(rows), "duration_ns": 10, **columns})
 
 
-def stage_calls(stage: int, microbatches: int, steps: int = 2, extra: int | None = None) -> tuple:
+def stage_calls(
+    stage: int, microbatches: int, steps: int = 2, extra: int | None = None, counted: bool = False
+) -> tuple:
     """(calls, communicators, ops) of the first rank of interior `stage`: its 1F1B steps, an optimizer kernel after
-    each; micro-batch `extra`'s forward launches one kernel more (an uneven stage)."""
+    each; micro-batch `extra`'s forward launches one kernel more (an uneven stage); with `counted`, each forward's
+    token count is added by a kernel of its own, after the send in the warm-up, ending the forward in the steady state
+    (as Megatron-LM does)."""
     rank = stage * STRIDE
     communicators = pd.DataFrame(
         {
@@ -39,13 +43,19 @@ def stage_calls(stage: int, microbatches: int, steps: int = 2, extra: int | None
     rows: list[dict] = []
     _call(rows, "cudaStreamCreate")
     for _ in range(steps):
-        for event in schedule(STAGES, stage, microbatches):
+        pattern = schedule(STAGES, stage, microbatches, counted)
+        for event in pattern:
+            if event[0] == "T":
+                _call(rows, "cudaLaunchKernel", kernel_id=700, grid_x=1)
+                continue
             if event[0] in "FB":
                 kernel = (1 if event[0] == "F" else 100) + int(event[1:])
                 _call(rows, "cudaLaunchKernel", kernel_id=kernel, grid_x=kernel)
                 _call(rows, "ncclAllReduce", collective_name="all_reduce", comm_id="tp", in_msg_nelems=kernel)
                 if extra is not None and event == f"F{extra}":
                     _call(rows, "cudaLaunchKernel", kernel_id=999, grid_x=1)
+                if counted and event[0] == "F" and f"T{event[1:]}" not in pattern:
+                    _call(rows, "cudaLaunchKernel", kernel_id=700, grid_x=1)
                 continue
             for launch in event.split(","):
                 _call(rows, "cudaEventRecordWithFlags", event_id=7)
@@ -70,13 +80,13 @@ def stage_calls(stage: int, microbatches: int, steps: int = 2, extra: int | None
     return calls, communicators, ops
 
 
-def rebuilt_from_stage_1(stage: int, microbatches: int, extra: int | None = None) -> str | None:
+def rebuilt_from_stage_1(stage: int, microbatches: int, extra: int | None = None, counted: bool = False) -> str | None:
     """How stage `stage` rebuilt from stage 1's calls differs from the stage's own (None: not at all)."""
-    calls, communicators, ops = stage_calls(1, microbatches, extra=extra)
+    calls, communicators, ops = stage_calls(1, microbatches, extra=extra, counted=counted)
     cut = split(calls, communicators, PIPE, 1)
-    assert cut.microbatches == microbatches
+    assert (cut.microbatches, cut.counted) == (microbatches, counted)
     rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, cut, stage)
-    own, own_communicators, _ = stage_calls(stage, microbatches)
+    own, own_communicators, _ = stage_calls(stage, microbatches, counted=counted)
     names = {k: f"kernel {k}" for k in range(1000)}
     return difference(rebuilt, global_peers(rebuilt, moved), own, global_peers(own, own_communicators), (names, names))
 
@@ -91,11 +101,13 @@ def test_schedule_is_megatrons_warm_up_steady_state_and_cool_down():
     assert {len(schedule(6, s, 8)) for s in range(1, 5)} == {2 * 2 * 8 + 1}
 
 
+@pytest.mark.parametrize("counted", [False, True])
 @pytest.mark.parametrize("microbatches", [6, 8])
 @pytest.mark.parametrize("stage", [2, 3, 4])
-def test_every_interior_stage_is_stage_1_reordered(stage, microbatches):
-    """Each interior stage is stage 1's blocks in its own order, peers and tensor-parallel group moved."""
-    assert rebuilt_from_stage_1(stage, microbatches) is None
+def test_every_interior_stage_is_stage_1_reordered(stage, microbatches, counted):
+    """Each interior stage is stage 1's blocks in its own order, peers and tensor-parallel group moved; a token
+    count after a warm-up send ends the forward where that forward is in the steady state."""
+    assert rebuilt_from_stage_1(stage, microbatches, counted=counted) is None
 
 
 def test_a_rebuild_moves_the_groups_and_peers():

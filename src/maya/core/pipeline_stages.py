@@ -15,6 +15,7 @@ groups move by the stage difference (`Pipeline.translate`). `difference` compare
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,11 @@ COMPARED = (
 """What `difference` compares of each call (besides point-to-point peers and kernel names)."""
 
 
+TEMPLATE_INTEGER = re.compile(r"Li-?\d+E")
+"""An integer template argument in an Itanium-mangled kernel name (`ILi4E`: the literal 4): torch picks an
+elementwise kernel's vector width from its pointers' alignment, which differs from rank to rank."""
+
+
 class ScheduleError(ValueError):
     """A stage's calls do not follow the non-interleaved 1F1B schedule, or cannot be rebuilt for another stage."""
 
@@ -69,15 +75,18 @@ class Pipeline:
         return rank + ((stage + shift) % self.stages - stage) * self.stride
 
 
-def schedule(stages: int, stage: int, microbatches: int) -> list[str]:
+def schedule(stages: int, stage: int, microbatches: int, counted: bool = False) -> list[str]:
     """An interior stage's step as exchanges and blocks: exchange kinds (`R-` receive from `stage - 1`, `S+R+` send
     to and receive from `stage + 1` in one launch, `S+,R-` two launches with no device work between) alternating
-    with `F<i>` / `B<i>` (micro-batch i's forward or backward, from 0)."""
+    with `F<i>` / `B<i>` (micro-batch i's forward or backward, from 0). With `counted`, a warm-up forward's send is
+    followed by a block `T<i>` (Megatron-LM adds the micro-batch's token count, `total_num_tokens += num_tokens`,
+    after `send_forward` in the warm-up and before `send_forward_recv_backward` in the steady state, where the
+    count's kernels end `F<i>`)."""
     warmup = min(stages - stage - 1, microbatches)
     steady = microbatches - warmup
     events: list[str] = []
     for i in range(warmup):
-        events += ["R-", f"F{i}", "S+"]
+        events += ["R-", f"F{i}", "S+", *([f"T{i}"] if counted else [])]
     if steady:
         events.append("R-")
     for j in range(steady):
@@ -96,10 +105,12 @@ def schedule(stages: int, stage: int, microbatches: int) -> list[str]:
 @dataclass
 class Split:
     """An interior stage's calls cut by `split`: `pieces` are row ranges `[start, end)` covering every call, `labels`
-    name them (`head`, `between`, `tail`, an exchange kind, `F<i>` / `B<i>`), `step` numbers the steps (-1 outside)."""
+    name them (`head`, `between`, `tail`, an exchange kind, `F<i>` / `B<i>` / `T<i>`), `step` numbers the steps (-1
+    outside); `counted`: the schedule's warm-up sends are followed by a block (`schedule`)."""
 
     stage: int
     microbatches: int
+    counted: bool
     pieces: list[tuple[int, int]]
     labels: list[str]
     step: list[int]
@@ -167,8 +178,8 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
     if not exchanges:
         raise ScheduleError(f"stage {stage} makes no point-to-point exchange")
     kinds = [k for _, _, k in exchanges]
-    for microbatches in range(1, len(kinds) + 1):
-        pattern = schedule(pipeline.stages, stage, microbatches)
+    for microbatches, counted in ((m, c) for m in range(1, len(kinds) + 1) for c in (False, True)):
+        pattern = schedule(pipeline.stages, stage, microbatches, counted)
         exchanges_per_step = (len(pattern) + 1) // 2
         if kinds[:exchanges_per_step] == pattern[::2]:
             break
@@ -195,7 +206,7 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
             pieces.append((end, following))
             labels.append(pattern[2 * at + 1])
             step.append(t)
-    return Split(stage, microbatches, pieces, labels, step)
+    return Split(stage, microbatches, counted, pieces, labels, step)
 
 
 def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
@@ -203,7 +214,7 @@ def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
     when `stage` makes an exchange the cut stage never made."""
     if not 0 < stage < stages - 1:
         raise ScheduleError(f"stage {stage} is not an interior stage of {stages}")
-    pattern = schedule(stages, stage, cut.microbatches)
+    pattern = schedule(stages, stage, cut.microbatches, cut.counted)
     by_step: dict[int, dict[str, list[tuple[int, int]]]] = {}
     for piece, label, t in zip(cut.pieces, cut.labels, cut.step):
         by_step.setdefault(t, {}).setdefault(label, []).append(piece)
@@ -224,6 +235,9 @@ def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
                 )
             out.append(own[used.get(wanted, 0) % len(own)])
             used[wanted] = used.get(wanted, 0) + 1
+            count = f"T{wanted[1:]}"
+            if wanted[0] == "F" and count in by_step[t] and count not in pattern:
+                out += by_step[t][count]  # a warm-up forward there, a steady one here: its count ends it
     return out
 
 
@@ -269,14 +283,16 @@ def difference(
     kernel_names: tuple[dict, dict],
 ) -> str | None:
     """How a rebuilt stage's calls differ from that stage's capture, or None when they agree: the same calls in the
-    same order with the same kernels (by name), launch shapes, GEMM shapes, copy sizes, collectives and message sizes,
+    same order with the same kernels (by name, integer template arguments left out: `TEMPLATE_INTEGER`), launch shapes, GEMM shapes, copy sizes, collectives and message sizes,
     and point-to-point peers (global ranks, `*_peers`). Ignored: timestamps and durations, threads, streams, events,
     op and correlation ids, and polls (`cudaEventQuery`: their count depends on how long the capture ran)."""
     frames = []
     for calls, peers, names in ((rebuilt, rebuilt_peers, kernel_names[0]), (captured, captured_peers, kernel_names[1])):
         keep = ~calls["api"].astype(str).isin(POLLS).to_numpy()
         frame = calls.loc[keep, list(COMPARED)].astype(object).reset_index(drop=True)
-        frame["kernel_id"] = [names.get(k) if pd.notna(k) else None for k in frame["kernel_id"]]
+        frame["kernel_id"] = [
+            TEMPLATE_INTEGER.sub("LiE", names.get(k, "")) if pd.notna(k) else None for k in frame["kernel_id"]
+        ]
         frame["peer"] = [p for p, k in zip(peers, keep) if k]
         frames.append([tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)])
     ours, theirs = frames
