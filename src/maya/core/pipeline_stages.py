@@ -324,7 +324,8 @@ def rebuilt_tables(
     """Stage `stage`'s `(calls, ops, communicators)` rebuilt from the cut stage's (`rebuild`): calls renumbered in
     their new order, each piece moved in time as a whole (its calls and the ops that began within it keep their
     offsets and the gaps before them, so host time between calls is what it was), peers and groups moved by the
-    stage difference. A piece used twice (an exchange kind the cut stage made fewer times) repeats its ops."""
+    stage difference. A piece used twice (an exchange kind the cut stage made fewer times) repeats its ops, and the
+    ops of a piece not used (an exchange kind made more often there) are left out."""
     pieces = rebuild(cut, pipeline.stages, stage)
     shift = stage - cut.stage
     start = calls["start_ns"].to_numpy(dtype="int64")
@@ -350,7 +351,9 @@ def rebuilt_tables(
         out["device_start_ns"] = device + pd.array(moved, dtype=device.dtype if device.dtype.kind in "iu" else None)
     out["peer_rank"] = pd.array(moved_peers(calls, communicators, pipeline, shift)[order], dtype="Int64")
     picked = np.concatenate(op_rows) if op_rows else np.zeros(0, np.int64)
-    kept = np.setdiff1d(np.arange(len(ops)), picked)  # ops outside every piece (none begin after the last call)
+    last = int(start[-1]) + 1 if len(start) else 0
+    outside = (op_start < (int(start[0]) if len(start) else 0)) | (op_start >= last)
+    kept = np.setdiff1d(np.flatnonzero(outside), picked)  # before the first call or after the last: as they were
     new_ops = pd.concat([ops.iloc[picked], ops.iloc[kept]], ignore_index=True)
     op_moved = np.concatenate([*op_offsets, np.zeros(len(kept), np.int64)])
     for column in ("start_ns", "end_ns"):
