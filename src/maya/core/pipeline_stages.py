@@ -255,6 +255,7 @@ def moved_communicators(communicators: pd.DataFrame, pipeline: Pipeline, shift: 
 
 
 def _moved_group(ranks, pipeline: Pipeline, shift: int):
+    """A group's members moved `shift` stages on (`moved_communicators`)."""
     if ranks is None or not len(ranks):
         return ranks
     moved = [pipeline.translate(int(r), shift) for r in ranks]
@@ -283,9 +284,10 @@ def difference(
     kernel_names: tuple[dict, dict],
 ) -> str | None:
     """How a rebuilt stage's calls differ from that stage's capture, or None when they agree: the same calls in the
-    same order with the same kernels (by name, integer template arguments left out: `TEMPLATE_INTEGER`), launch shapes, GEMM shapes, copy sizes, collectives and message sizes,
-    and point-to-point peers (global ranks, `*_peers`). Ignored: timestamps and durations, threads, streams, events,
-    op and correlation ids, and polls (`cudaEventQuery`: their count depends on how long the capture ran)."""
+    same order with the same kernels (by name, integer template arguments left out: `TEMPLATE_INTEGER`), launch
+    shapes, GEMM shapes, copy sizes, collectives and message sizes, and point-to-point peers (global ranks,
+    `*_peers`). Ignored: timestamps and durations, threads, streams, events, op and correlation ids, collective
+    sequence numbers, and polls (`cudaEventQuery`: their count depends on how long the capture ran)."""
     frames = []
     for calls, peers, names in ((rebuilt, rebuilt_peers, kernel_names[0]), (captured, captured_peers, kernel_names[1])):
         keep = ~calls["api"].astype(str).isin(POLLS).to_numpy()
