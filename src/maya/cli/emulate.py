@@ -138,6 +138,16 @@ def emulate_cmd(
             captured, interrupted = e.capture, e
     result = captured.result
     _report(captured, hw)
+    rebuild = result.stage_rebuild or {}
+    if "rebuilt" in rebuild and rebuild["rebuilt"]:
+        err.print(
+            f"pipeline stages {rebuild['rebuilt'][0]}-{rebuild['rebuilt'][-1]} of {rebuild['stages']} not run: rebuilt "
+            f"from stage 1's capture in their 1F1B order ({rebuild['microbatches']} micro-batches; stage 2 rebuilt so "
+            "is stage 2's capture)",
+            highlight=False,
+        )
+    elif "refused" in rebuild:
+        err.print(f"every pipeline stage captured: {rebuild['refused']}", highlight=False)
     if interrupted:
         calls = sum(r.calls for r in result.ranks)
         err.print(

@@ -9,11 +9,15 @@ traffic all ranks form one class. Every class is then checked by
 capturing one more of its members and comparing call signatures; a member that differs from its
 representative (rank 0 logging, say; `convert.signature`) splits the class.
 
-Every stage is its own class, interior stages too: in 1F1B schedules (Megatron-LM's, with or without
-interleaving, and PiPPy's) stage `s` of `P` runs `P - s - 1` warm-up micro-batches (Megatron's interleaved
-schedule `2 (P - s - 1)` plus a constant) before its first backward, so no two stages issue the same calls in
-the same order. Replaying one interior stage's program for the others is not a cheaper equivalent: on a
-synthetic 1F1B job (`trace_builder.gpt_3d`) it doubles a 4-stage step and deadlocks from 5 stages on.
+Every stage is its own class. In 1F1B schedules (Megatron-LM's, with or without interleaving, and PiPPy's)
+stage `s` of `P` runs `P - s - 1` warm-up micro-batches (Megatron's interleaved schedule `2 (P - s - 1)` plus a
+constant) before its first backward, so no two stages issue the same calls in the same order, and replaying one
+interior stage's program for the others is not an equivalent (on a synthetic 1F1B job, `trace_builder.gpt_3d`, it
+doubles a 4-stage step and deadlocks from 5 stages on). Megatron-LM's non-interleaved 1F1B interior stages are
+instead rebuilt from one of them (`core/pipeline_stages.py`, `launcher._deduplicated`): with `REBUILT_FROM` stages
+or more, stages 0, 1, 2 and `P - 1` are captured first, stage 2 is rebuilt from stage 1's capture and compared with
+its own, and when they agree stages 3 to `P - 2` are rebuilt from stage 1's capture when the run is read
+(`simulator/trace.py`) instead of run; otherwise every stage is captured and the run's attrs say why.
 """
 
 from __future__ import annotations
@@ -21,9 +25,26 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from maya.core.pipeline_stages import Pipeline
+
+REBUILT_FROM = 5
+"""Fewest pipeline stages whose interior stages are rebuilt: stages 0, 1, 2 and `P - 1` are captured, so with 5 one
+stage (3) is rebuilt."""
+
 
 def stage_classes(world_size: int, api_calls: pa.Table, communicators: pa.Table) -> dict[int, list[int]]:
     """Representative rank -> ranks it stands for, from rank 0's trace (tables of rank 0)."""
+    pipeline = pipeline_of(api_calls, communicators)
+    if pipeline is None:
+        return {0: list(range(world_size))}
+    classes: dict[int, list[int]] = {stage * pipeline.stride: [] for stage in range(pipeline.stages)}
+    for rank in range(world_size):
+        classes[pipeline.stage(rank) * pipeline.stride].append(rank)
+    return classes
+
+
+def pipeline_of(api_calls: pa.Table, communicators: pa.Table) -> Pipeline | None:
+    """The pipeline stages read from rank 0's point-to-point traffic (tables of rank 0); None without any."""
     p2p = api_calls.filter(pc.is_in(api_calls.column("collective_name"), pa.array(["send", "recv"])))
     members = {
         row["comm_id"]: row["ranks"] for row in communicators.to_pylist() if row["ranks"] and len(row["ranks"]) > 1
@@ -33,7 +54,7 @@ def stage_classes(world_size: int, api_calls: pa.Table, communicators: pa.Table)
     used_comms = {comm for comm, _ in used}
     groups = [ranks for comm, ranks in members.items() if comm in used_comms]  # table order: ties are stable
     if not groups:
-        return {0: list(range(world_size))}
+        return None
     peers = {
         members[comm][int(peer)]
         for comm, peer in used
@@ -44,7 +65,4 @@ def stage_classes(world_size: int, api_calls: pa.Table, communicators: pa.Table)
     stride = stages[1] - stages[0]
     if any(b - a != stride for a, b in zip(stages, stages[1:])) or stride <= 0:
         raise ValueError(f"pipeline group {stages} is not evenly strided: emulate every rank (--no-dedup)")
-    classes: dict[int, list[int]] = {rep: [] for rep in stages}
-    for rank in range(world_size):
-        classes[stages[(rank // stride) % len(stages)]].append(rank)
-    return classes
+    return Pipeline(len(stages), stride)

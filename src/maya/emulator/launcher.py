@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from maya import __version__
-from maya.core import paths, settings
+from maya.core import paths, pipeline_stages, settings
 from maya.core.hardware import DEFAULT_HARDWARE, Hardware
 from maya.core.hardware import get as get_hardware
 from maya_trace_spec import RunWriter, read_table
 
-from . import forkserver
+from . import dedup, forkserver
 from .build import build, built_release, preload_list
 from .convert import RankSummary, signature, write_rank
 from .dedup import stage_classes
@@ -77,6 +77,7 @@ class EmulationResult:
     ranks: list[RankCapture] = field(default_factory=list)
     capture_cpu_seconds: float = 0.0  # of every rank process, verification captures included
     interrupted_by: str | None = None  # the stop signal's name, when one interrupted the run
+    stage_rebuild: dict | None = None  # the run's attrs `stage_rebuild` (dedup.py), when the job had enough stages
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -285,7 +286,7 @@ def emulate(
     with _stop_signals_to(job.stopping.handle):
         with Watcher(job.mailbox, topology.world_size, job.start):
             if dedup and ranks is None and topology.world_size > 1:
-                captured, represents = _deduplicated(
+                captured, represents, job.stage_rebuild = _deduplicated(
                     job.capture, job.writer, topology.world_size, workers, on_rank_done
                 )
             else:
@@ -426,6 +427,7 @@ class _Job:
         self.lock = threading.Lock()
         self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
         self.assumed: dict[int, list[int]] = {}  # uncaptured ranks a subset's capture stands for (subset.py)
+        self.stage_rebuild: dict | None = None  # interior pipeline stages rebuilt from stage 1 (dedup.py)
         self.env: dict[str, str] = {}  # added to every rank's environment
         self.stopping = _Stopping()
 
@@ -587,6 +589,7 @@ class _Job:
                 ),
                 "represents": represents,
                 **({"represents_assumed": self.assumed} if self.assumed else {}),
+                **({"stage_rebuild": self.stage_rebuild} if self.stage_rebuild else {}),
                 "stopped_at_iteration": {
                     r.rank: r.info.get("stopped_at_iteration") for r in results if r.info.get("stopped_at_iteration")
                 },
@@ -606,22 +609,48 @@ class _Job:
         if status in ("complete", "interrupted") and not settings.keep_capture():
             shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)  # converted
         cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None and f.result())
-        return EmulationResult(self.out_dir, status, results, cpu, interrupted_by)
+        return EmulationResult(self.out_dir, status, results, cpu, interrupted_by, self.stage_rebuild)
 
 
 def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done):
-    """Capture one representative per class of equivalent ranks (dedup.py), verified by one more
-    member per class that could be split; returns the captures kept and which ranks each stands for (ranks
-    a stop signal kept from starting are left out)."""
+    """Capture one representative per class of equivalent ranks (dedup.py), verified by one more member per class
+    that could be split; returns the captures kept, which ranks each stands for (ranks a stop signal kept from
+    starting are left out) and the run's `stage_rebuild` attrs (None when the job has too few pipeline stages).
+
+    With `dedup.REBUILT_FROM` pipeline stages or more, stages 0, 1, 2 and `P - 1` are captured first; when stage 2
+    rebuilt from stage 1's capture is stage 2's capture (`_rebuild_difference`), stages 3 to `P - 2` are left to be
+    rebuilt when the run is read, else they are captured too."""
     first = capture(0)
     if first is None:
-        return {}, {}
+        return {}, {}, None
     captured = {0: first}
     if first[1].status != "complete":
-        return captured, {0: [0]}
+        return captured, {0: [0]}, None
     communicators = read_table(writer.run_dir, "communicators", [0])
-    classes = stage_classes(world_size, read_table(writer.run_dir, "api_calls", [0]), communicators)
+    api_calls = read_table(writer.run_dir, "api_calls", [0])
+    classes = stage_classes(world_size, api_calls, communicators)
+    pipeline = dedup.pipeline_of(api_calls, communicators)
     sizes = communicators.column("comm_size").to_pylist()
+    if pipeline is None or pipeline.stages < dedup.REBUILT_FROM:
+        return captured, _capture_classes(capture, writer, classes, captured, sizes, workers, on_rank_done), None
+    reps = [stage * pipeline.stride for stage in range(pipeline.stages)]
+    ends = [reps[0], reps[1], reps[2], reps[-1]]
+    represents = _capture_classes(
+        capture, writer, {r: classes[r] for r in ends}, captured, sizes, workers, on_rank_done
+    )
+    attrs = {"stages": pipeline.stages, "stride": pipeline.stride, "from": 1, "checked": 2}
+    try:
+        microbatches = _rebuild_difference(writer, pipeline, captured, represents)
+    except pipeline_stages.ScheduleError as e:
+        rest = {r: classes[r] for r in reps if r not in ends}
+        represents.update(_capture_classes(capture, writer, rest, captured, sizes, workers, on_rank_done))
+        return captured, represents, {**attrs, "refused": str(e)}
+    return captured, represents, {**attrs, "microbatches": microbatches, "rebuilt": list(range(3, pipeline.stages - 1))}
+
+
+def _capture_classes(capture, writer: RunWriter, classes, captured, sizes, workers: int, on_rank_done):
+    """Capture the representatives of `classes` not in `captured` yet (adding them there) and one more member of
+    each class that could be split; returns which ranks each kept capture of these classes stands for."""
     # A class that shares smaller groups (tensor parallel) is never split: a lone rank cannot be cut out
     # of it and still be replayed, so the representative (e.g. rank 0 and its logging) stands for all,
     # and there is nothing for a second capture to decide.
@@ -631,7 +660,7 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         if len(members) > 1 and not any(1 < size < len(members) for size in sizes)
     }
     with ThreadPoolExecutor(workers) as pool:
-        others = [r for r in classes if r]
+        others = [r for r in classes if r not in captured]
         captured.update((r, c) for r, c in zip(others, pool.map(capture, others)) if c is not None)
         probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
     represents = {rep: list(members) for rep, members in classes.items() if rep in captured}
@@ -649,7 +678,56 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         captured[probe_rank] = (probe_raw, probe_result)
         represents[probe_rank] = [probe_rank] + [r for r in represents[rep] if r not in (rep, probe_rank)]
         represents[rep] = [rep]
-    return captured, represents
+    return represents
+
+
+def _rebuild_difference(writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured, represents) -> int:
+    """Stage 2 rebuilt from each of stage 1's captures, compared with stage 2's capture of the same part
+    (`pipeline_stages.difference`); returns the micro-batches a step, or raises ScheduleError saying why stage 1's
+    captures cannot stand for the interior stages (a capture not complete, the two stages split into other classes
+    of ranks, a schedule other than non-interleaved 1F1B, a difference)."""
+    ours = {rank: members for rank, members in represents.items() if pipeline.stage(rank) == 1}
+    theirs = {rank: members for rank, members in represents.items() if pipeline.stage(rank) == 2}
+    moved = {pipeline.translate(r, 1): [pipeline.translate(m, 1) for m in ranks] for r, ranks in ours.items()}
+    if moved != theirs:
+        raise pipeline_stages.ScheduleError(
+            f"stages 1 and 2 split into different classes of ranks ({sorted(ours)} and {sorted(theirs)})"
+        )
+    microbatches = 0
+    for rank in sorted(ours):
+        other = pipeline.translate(rank, 1)
+        for r in (rank, other):
+            if captured[r][1].status != "complete":
+                raise pipeline_stages.ScheduleError(f"rank {r}'s capture is {captured[r][1].status}")
+        tables = {
+            r: [
+                read_table(writer.run_dir, name, [r]).to_pandas()
+                for name in ("api_calls", "communicators", "ops", "kernels")
+            ]
+            for r in (rank, other)
+        }
+        calls, communicators, ops, kernels = tables[rank]
+        calls = calls.sort_values("seq", ignore_index=True)
+        cut = pipeline_stages.split(calls, communicators, pipeline, 1)
+        rebuilt, _, rebuilt_comms = pipeline_stages.rebuilt_tables(calls, ops, communicators, pipeline, cut, 2)
+        own, own_comms, _, own_kernels = tables[other]
+        own = own.sort_values("seq", ignore_index=True)
+        reason = pipeline_stages.difference(
+            rebuilt,
+            pipeline_stages.global_peers(rebuilt, rebuilt_comms),
+            own,
+            pipeline_stages.global_peers(own, own_comms),
+            (
+                dict(zip(kernels["kernel_id"], kernels["name"])),
+                dict(zip(own_kernels["kernel_id"], own_kernels["name"])),
+            ),
+        )
+        if reason:
+            raise pipeline_stages.ScheduleError(
+                f"stage 2 rebuilt from rank {rank}'s capture is not rank {other}'s: {reason}"
+            )
+        microbatches = cut.microbatches
+    return microbatches
 
 
 def _run_rank(

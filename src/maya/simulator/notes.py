@@ -218,6 +218,23 @@ def subset_notes(traces: TraceSet) -> list[str]:
     ]
 
 
+def stage_rebuild_notes(traces: TraceSet) -> list[str]:
+    """A note on interior pipeline stages rebuilt from stage 1's capture, or on why every stage was captured (run
+    attrs `stage_rebuild`, from the emulator's `dedup.py`)."""
+    rebuild = traces.attrs.get("stage_rebuild") or {}
+    if "refused" in rebuild:
+        return [f"every pipeline stage was captured: interior stages could not be rebuilt ({rebuild['refused']})"]
+    if not rebuild.get("rebuilt"):
+        return []
+    return [
+        f"1F1B stages rebuilt: pipeline stages {_ranges(rebuild['rebuilt'])} of {rebuild['stages']} were not captured; "
+        f"each replays stage {rebuild['from']}'s forwards and backwards of its {rebuild['microbatches']} micro-batches "
+        "in its own warm-up, steady and cool-down order, with its peers and groups moved (stage 2 rebuilt so was "
+        "checked against its own capture: the same calls in the same order); their peak memory is stage "
+        f"{rebuild['from']}'s (the trace holds the allocator's segments, not each tensor)"
+    ]
+
+
 def _ranges(ranks: list[int]) -> str:
     """`[1, 2, 3, 7]` -> `1-3, 7`."""
     out: list[list[int]] = []

@@ -19,6 +19,7 @@ from .notes import (
     host_notes,
     out_of_memory,
     routing_notes,
+    stage_rebuild_notes,
     stand_in_notes,
     subset_notes,
     te_kernel_notes,
@@ -97,6 +98,7 @@ def summarize(
     elif traces.info["status"] not in ("complete", "oom"):
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
     notes += stand_in_notes(traces) + routing_notes(traces) + flex_mask_notes(traces) + subset_notes(traces)
+    notes += stage_rebuild_notes(traces)
     notes += te_kernel_notes(traces)
     notes += evaluation_notes(sim)
     notes += host_notes(sim, job["iteration_ns"], job["host_bound_ns"])
@@ -116,7 +118,7 @@ def summarize(
         durations=sim.provider.name,
         world_size=int(traces.info["world_size"]),
         simulated_ranks=len(sim.replicas),
-        captured_ranks=len(sim.programs),
+        captured_ranks=sum("rebuilt_from" not in t.device for t in traces.ranks.values()),
         iterations=first.count,
         steady_iterations=len(first.steady),
         iteration_source=first.source,

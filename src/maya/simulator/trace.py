@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from maya.core import pipeline_stages
 from maya_trace_spec import Run
 
 from .iterations import call_iterations
@@ -200,7 +201,40 @@ def load(run_dir: str | Path) -> TraceSet:
     for rank, trace in ranks.items():
         if stopped.get(str(rank)) is not None:
             trace.calls = _before_iteration(trace, int(stopped[str(rank)]))
+    ranks.update(rebuilt_stages(traces))
     return traces
+
+
+def rebuilt_stages(traces: TraceSet) -> dict[int, RankTrace]:
+    """The interior pipeline stages the emulator left to be rebuilt from stage 1's captures (the run's attrs
+    `stage_rebuild`, `core/pipeline_stages.py`): per captured rank of stage 1 and stage `s` listed, the rank playing
+    its part in stage `s`, its calls in `s`'s 1F1B order, its peers and groups moved, standing for its stage-1
+    counterparts' ranks moved likewise (`device["rebuilt_from"]`: the captured rank). Its memory events are stage
+    1's: the allocator's segments as stage 1 grew them, at least what stage `s` (fewer micro-batches in flight)
+    holds."""
+    rebuild = traces.attrs.get("stage_rebuild") or {}
+    if not rebuild.get("rebuilt"):
+        return {}
+    pipeline = pipeline_stages.Pipeline(int(rebuild["stages"]), int(rebuild["stride"]))
+    source = int(rebuild["from"])
+    out = {}
+    for rank, trace in sorted(traces.ranks.items()):
+        if pipeline.stage(rank) != source:
+            continue
+        cut = pipeline_stages.split(trace.calls, trace.communicators, pipeline, source)
+        for stage in rebuild["rebuilt"]:
+            shift = int(stage) - source
+            moved = pipeline.translate(rank, shift)
+            calls, ops, communicators = pipeline_stages.rebuilt_tables(
+                trace.calls, trace.ops, trace.communicators, pipeline, cut, int(stage)
+            )
+            device = {
+                **trace.device,
+                "represents": [pipeline.translate(r, shift) for r in trace.represents],
+                "rebuilt_from": rank,
+            }
+            out[moved] = RankTrace(moved, calls, ops, trace.kernels, communicators, trace.memory, device)
+    return out
 
 
 INTERRUPTED = "interrupted"

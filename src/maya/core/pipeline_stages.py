@@ -1,0 +1,365 @@
+"""Interior pipeline stages of Megatron-LM's non-interleaved 1F1B schedule rebuilt from one stage's capture.
+
+Stage `s` of `P` with `M` micro-batches a step runs `w = min(P - s - 1, M)` warm-up forwards, then `M - w`
+(forward, backward) pairs, then `w` cool-down backwards, exchanging activations and gradients with stages `s - 1`
+and `s + 1` between them (`forward_backward_pipelining_without_interleaving`). Interior stages with the same layers
+run the same forward and backward of each micro-batch, in another order and with other peers. `split` cuts an
+interior stage's calls (`api_calls` rows in `seq` order) into exchanges (the maximal runs of calls without device
+work that hold point-to-point launches: receive buffers, the launch, its waits and syncs) and the blocks of device
+work between them; a block after an exchange that receives from `s - 1` is a forward, after one that receives from
+`s + 1` a backward. It reads `M` from the exchanges, which must follow the schedule step after step. `rebuild`
+orders one stage's blocks as another stage runs them: micro-batch `i`'s forward and backward keep their calls, each
+exchange is taken from the captured stage's exchanges of the same kind (in turn: a stage nearer the end makes more
+of the steady state's combined exchanges), what lies between steps (the optimizer) stays, and the peers and process
+groups move by the stage difference (`Pipeline.translate`). `difference` compares a rebuild with a capture."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+P2P = ("send", "recv")
+POLLS = ("cudaEventQuery", "cudaStreamQuery", "cuEventQuery", "cuStreamQuery")
+"""Calls whose count depends on how long the capture ran (`emulator/convert.POLLS`): not compared."""
+COMPARED = (
+    "api",
+    "kernel_id",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "shared_mem_bytes",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "gemm_batch",
+    "bytes",
+    "memcpy_kind",
+    "collective_name",
+    "in_msg_nelems",
+    "out_msg_nelems",
+    "comm_dtype",
+)
+"""What `difference` compares of each call (besides point-to-point peers and kernel names)."""
+
+
+TEMPLATE_INTEGER = re.compile(r"Li-?\d+E")
+"""An integer template argument in an Itanium-mangled kernel name (`ILi4E`: the literal 4): torch picks an
+elementwise kernel's vector width from its pointers' alignment, which differs from rank to rank."""
+
+
+class ScheduleError(ValueError):
+    """A stage's calls do not follow the non-interleaved 1F1B schedule, or cannot be rebuilt for another stage."""
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Pipeline stages of a job: rank `r` is in stage `(r // stride) % stages`."""
+
+    stages: int
+    stride: int
+
+    def stage(self, rank: int) -> int:
+        """The stage of `rank`."""
+        return rank // self.stride % self.stages
+
+    def translate(self, rank: int, shift: int) -> int:
+        """The rank that plays `rank`'s part `shift` stages on (cyclically: a group spanning the pipeline maps onto
+        itself, and an interior stage's neighbours never wrap)."""
+        stage = self.stage(rank)
+        return rank + ((stage + shift) % self.stages - stage) * self.stride
+
+
+def schedule(stages: int, stage: int, microbatches: int, counted: bool = False) -> list[str]:
+    """An interior stage's step as exchanges and blocks: exchange kinds (`R-` receive from `stage - 1`, `S+R+` send
+    to and receive from `stage + 1` in one launch, `S+,R-` two launches with no device work between) alternating
+    with `F<i>` / `B<i>` (micro-batch i's forward or backward, from 0). With `counted`, a warm-up forward's send is
+    followed by a block `T<i>` (Megatron-LM adds the micro-batch's token count, `total_num_tokens += num_tokens`,
+    after `send_forward` in the warm-up and before `send_forward_recv_backward` in the steady state, where the
+    count's kernels end `F<i>`)."""
+    warmup = min(stages - stage - 1, microbatches)
+    steady = microbatches - warmup
+    events: list[str] = []
+    for i in range(warmup):
+        events += ["R-", f"F{i}", "S+", *([f"T{i}"] if counted else [])]
+    if steady:
+        events.append("R-")
+    for j in range(steady):
+        events += [f"F{warmup + j}", "R+S+", f"B{j}", "S-" if j == steady - 1 else "R-S-"]
+    for k in range(warmup):
+        events += ["R+", f"B{steady + k}", "S-"]
+    out: list[str] = []
+    for event in events:
+        if event[0] in "RS" and out and out[-1][0] in "RS":
+            out[-1] += "," + event
+        else:
+            out.append(event)
+    return out
+
+
+@dataclass
+class Split:
+    """An interior stage's calls cut by `split`: `pieces` are row ranges `[start, end)` covering every call, `labels`
+    name them (`head`, `between`, `tail`, an exchange kind, `F<i>` / `B<i>` / `T<i>`), `step` numbers the steps (-1
+    outside); `counted`: the schedule's warm-up sends are followed by a block (`schedule`)."""
+
+    stage: int
+    microbatches: int
+    counted: bool
+    pieces: list[tuple[int, int]]
+    labels: list[str]
+    step: list[int]
+
+
+def _work(calls: pd.DataFrame) -> np.ndarray:
+    """Per call, whether it asks the device for work: a kernel, a GEMM, a copy or memset, a collective."""
+    api = calls["api"].astype(str)
+    collective = calls["collective_name"].notna() & ~calls["collective_name"].isin(P2P)
+    copies = api.str.contains("Memcpy|Memset", regex=True)
+    return (calls["kernel_id"].notna() | calls["gemm_m"].notna() | copies | collective).to_numpy()
+
+
+def _members(communicators: pd.DataFrame) -> dict[str, list[int]]:
+    """Communicator id -> global ranks by communicator rank (empty when not listed)."""
+    out = {}
+    for comm, ranks in zip(communicators["comm_id"], communicators["ranks"]):
+        out[str(comm)] = [int(r) for r in ranks] if ranks is not None and len(ranks) else []
+    return out
+
+
+def _direction(calls: pd.DataFrame, i: int, members: dict[str, list[int]], pipeline: Pipeline, stage: int) -> str:
+    """`R-`, `S+`, ...: call `i`'s operation and which neighbour it reaches."""
+    ranks = members.get(str(calls["comm_id"].iat[i]), [])
+    peer = calls["peer_rank"].iat[i]
+    if pd.isna(peer) or not 0 <= int(peer) < len(ranks):
+        raise ScheduleError(f"call {int(calls['seq'].iat[i])}: a point-to-point operation with no known peer")
+    other = pipeline.stage(ranks[int(peer)])
+    if other not in (stage - 1, stage + 1):
+        raise ScheduleError(f"stage {stage} exchanges with stage {other}, not a neighbour")
+    return ("S" if calls["collective_name"].iat[i] == "send" else "R") + ("+" if other > stage else "-")
+
+
+def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, stage: int) -> Split:
+    """Cut interior `stage`'s calls into exchanges and blocks (module docstring); ScheduleError when they do not
+    follow the non-interleaved 1F1B schedule of any micro-batch count, step after step."""
+    if not 0 < stage < pipeline.stages - 1:
+        raise ScheduleError(f"stage {stage} is not an interior stage of {pipeline.stages}")
+    members = _members(communicators)
+    work = _work(calls)
+    api = calls["api"].astype(str).to_numpy()
+    p2p = calls["collective_name"].isin(P2P).to_numpy()
+    exchanges: list[tuple[int, int, str]] = []  # [start, end) of each exchange and its kind
+    n, i = len(calls), 0
+    while i < n:
+        if not p2p[i]:
+            i += 1
+            continue
+        start = i
+        while start > 0 and not work[start - 1] and not (exchanges and start - 1 < exchanges[-1][1]):
+            start -= 1
+        end, kind, launch, depth = start, [], [], 0
+        while end < n and not work[end]:
+            depth += api[end] == "ncclGroupStart"
+            if p2p[end]:
+                launch.append(_direction(calls, end, members, pipeline, stage))
+            if api[end] == "ncclGroupEnd" and depth:
+                depth -= 1
+            if launch and not depth:
+                kind.append("".join(sorted(launch)))
+                launch = []
+            end += 1
+        exchanges.append((start, end, ",".join(kind)))
+        i = end
+    if not exchanges:
+        raise ScheduleError(f"stage {stage} makes no point-to-point exchange")
+    kinds = [k for _, _, k in exchanges]
+    for microbatches, counted in ((m, c) for m in range(1, len(kinds) + 1) for c in (False, True)):
+        pattern = schedule(pipeline.stages, stage, microbatches, counted)
+        exchanges_per_step = (len(pattern) + 1) // 2
+        if kinds[:exchanges_per_step] == pattern[::2]:
+            break
+    else:
+        raise ScheduleError(f"stage {stage}'s exchanges ({', '.join(kinds[:4])}, ...) follow no 1F1B schedule")
+    steps, rest = divmod(len(kinds), exchanges_per_step)
+    if kinds[: steps * exchanges_per_step] != pattern[::2] * steps or (rest and kinds[-rest:] != pattern[:1]):
+        raise ScheduleError(
+            f"stage {stage}'s steps do not all follow the 1F1B schedule of {microbatches} micro-batches"
+        )
+    pieces, labels, step = [(0, exchanges[0][0])], ["head"], [-1]
+    for k, (start, end, _) in enumerate(exchanges):
+        t, at = divmod(k, exchanges_per_step)
+        pieces.append((start, end))
+        labels.append(pattern[2 * at] if t < steps else "tail")
+        step.append(t if t < steps else -1)
+        following = exchanges[k + 1][0] if k + 1 < len(exchanges) else n
+        if t >= steps or at == exchanges_per_step - 1:
+            last = k + 1 == len(exchanges)
+            pieces.append((end, following))
+            labels.append("tail" if last else "between")
+            step.append(-1)
+        else:
+            pieces.append((end, following))
+            labels.append(pattern[2 * at + 1])
+            step.append(t)
+    return Split(stage, microbatches, counted, pieces, labels, step)
+
+
+def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
+    """The row ranges of `cut`'s calls, in the order interior `stage` runs them (module docstring); ScheduleError
+    when `stage` makes an exchange the cut stage never made."""
+    if not 0 < stage < stages - 1:
+        raise ScheduleError(f"stage {stage} is not an interior stage of {stages}")
+    pattern = schedule(stages, stage, cut.microbatches, cut.counted)
+    by_step: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    for piece, label, t in zip(cut.pieces, cut.labels, cut.step):
+        by_step.setdefault(t, {}).setdefault(label, []).append(piece)
+    out: list[tuple[int, int]] = []
+    for piece, label, t in zip(cut.pieces, cut.labels, cut.step):
+        if t < 0:
+            out.append(piece)
+            continue
+        if label != pattern[0] or piece != by_step[t][label][0]:
+            continue  # each step is emitted once, at its first exchange
+        used: dict[str, int] = {}
+        for wanted in pattern:
+            own = by_step[t].get(wanted)
+            if not own:
+                raise ScheduleError(
+                    f"stage {stage} makes exchanges {wanted} that stage {cut.stage} never makes "
+                    f"({cut.microbatches} micro-batches on {stages} stages)"
+                )
+            out.append(own[used.get(wanted, 0) % len(own)])
+            used[wanted] = used.get(wanted, 0) + 1
+            count = f"T{wanted[1:]}"
+            if wanted[0] == "F" and count in by_step[t] and count not in pattern:
+                out += by_step[t][count]  # a warm-up forward there, a steady one here: its count ends it
+    return out
+
+
+def rows(pieces: list[tuple[int, int]]) -> np.ndarray:
+    """The rows of `pieces`, in order."""
+    return np.concatenate([np.arange(a, b) for a, b in pieces]) if pieces else np.zeros(0, np.int64)
+
+
+def moved_communicators(communicators: pd.DataFrame, pipeline: Pipeline, shift: int) -> pd.DataFrame:
+    """`communicators` of a rank moved `shift` stages on: each group's members translated, a group that maps onto
+    itself (spanning the pipeline) kept as it is."""
+    out = communicators.copy()
+    out["ranks"] = [_moved_group(ranks, pipeline, shift) for ranks in communicators["ranks"]]
+    return out
+
+
+def _moved_group(ranks, pipeline: Pipeline, shift: int):
+    """A group's members moved `shift` stages on (`moved_communicators`)."""
+    if ranks is None or not len(ranks):
+        return ranks
+    moved = [pipeline.translate(int(r), shift) for r in ranks]
+    return ranks if sorted(moved) == sorted(int(r) for r in ranks) else np.array(moved, dtype=np.asarray(ranks).dtype)
+
+
+def moved_peers(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, shift: int) -> np.ndarray:
+    """`calls`' `peer_rank` (a communicator rank) once the rank moves `shift` stages on with its groups
+    (`moved_communicators`): the peer's global rank moved likewise, found in the moved group."""
+    members = _members(communicators)
+    moved = _members(moved_communicators(communicators, pipeline, shift))
+    peers = calls["peer_rank"].to_numpy(dtype="float64", na_value=np.nan).copy()
+    comms = calls["comm_id"].astype(object).to_numpy()
+    for i in np.flatnonzero(~np.isnan(peers)):
+        ranks, there = members.get(str(comms[i]), []), moved.get(str(comms[i]), [])
+        if 0 <= int(peers[i]) < len(ranks):
+            peers[i] = there.index(pipeline.translate(ranks[int(peers[i])], shift))
+    return peers
+
+
+def difference(
+    rebuilt: pd.DataFrame,
+    rebuilt_peers: list[int | None],
+    captured: pd.DataFrame,
+    captured_peers: list[int | None],
+    kernel_names: tuple[dict, dict],
+) -> str | None:
+    """How a rebuilt stage's calls differ from that stage's capture, or None when they agree: the same calls in the
+    same order with the same kernels (by name, integer template arguments left out: `TEMPLATE_INTEGER`), launch
+    shapes, GEMM shapes, copy sizes, collectives and message sizes, and point-to-point peers (global ranks,
+    `*_peers`). Ignored: timestamps and durations, threads, streams, events, op and correlation ids, collective
+    sequence numbers, and polls (`cudaEventQuery`: their count depends on how long the capture ran)."""
+    frames = []
+    for calls, peers, names in ((rebuilt, rebuilt_peers, kernel_names[0]), (captured, captured_peers, kernel_names[1])):
+        keep = ~calls["api"].astype(str).isin(POLLS).to_numpy()
+        frame = calls.loc[keep, list(COMPARED)].astype(object).reset_index(drop=True)
+        frame["kernel_id"] = [
+            TEMPLATE_INTEGER.sub("LiE", names.get(k, "")) if pd.notna(k) else None for k in frame["kernel_id"]
+        ]
+        frame["peer"] = [p for p, k in zip(peers, keep) if k]
+        frames.append([tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)])
+    ours, theirs = frames
+    names = (*COMPARED, "peer")
+    for k, (mine, other) in enumerate(zip(ours, theirs)):
+        if mine != other:
+            column, x, y = next((c, x, y) for c, x, y in zip(names, mine, other) if x != y)
+            return f"call {k} (polls left out): {mine[0]} with {column} {x!r} rebuilt, {other[0]} with {y!r} captured"
+    if len(ours) != len(theirs):
+        return f"{len(ours)} calls rebuilt, {len(theirs)} captured (polls left out)"
+    return None
+
+
+def global_peers(calls: pd.DataFrame, communicators: pd.DataFrame, peers: np.ndarray | None = None) -> list:
+    """Each call's point-to-point peer as a global rank (None: no peer), from `peers` (communicator ranks; default
+    the calls' `peer_rank`) and `communicators`."""
+    members = _members(communicators)
+    peers = calls["peer_rank"].to_numpy(dtype="float64", na_value=np.nan) if peers is None else peers
+    out: list = []
+    for comm, peer in zip(calls["comm_id"].astype(object), peers):
+        ranks = members.get(str(comm), [])
+        out.append(ranks[int(peer)] if not np.isnan(peer) and 0 <= int(peer) < len(ranks) else None)
+    return out
+
+
+def rebuilt_tables(
+    calls: pd.DataFrame, ops: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, cut: Split, stage: int
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Stage `stage`'s `(calls, ops, communicators)` rebuilt from the cut stage's (`rebuild`): calls renumbered in
+    their new order, each piece moved in time as a whole (its calls and the ops that began within it keep their
+    offsets and the gaps before them, so host time between calls is what it was), peers and groups moved by the
+    stage difference. A piece used twice (an exchange kind the cut stage made fewer times) repeats its ops, and the
+    ops of a piece not used (an exchange kind made more often there) are left out."""
+    pieces = rebuild(cut, pipeline.stages, stage)
+    shift = stage - cut.stage
+    start = calls["start_ns"].to_numpy(dtype="int64")
+    bounds = np.append(start, start[-1] + 1 if len(start) else 0)
+    op_start = ops["start_ns"].to_numpy(dtype="int64") if len(ops) else np.zeros(0, np.int64)
+    clock = int(start[0]) if len(start) else 0
+    offsets, op_rows, op_offsets = [], [], []
+    for a, b in pieces:
+        begin = int(bounds[a])
+        end = int(bounds[b]) if b < len(start) else int(start[b - 1]) + 1
+        offsets.append(np.full(b - a, clock - begin, dtype=np.int64))
+        inside = np.flatnonzero((op_start >= begin) & (op_start < end))
+        op_rows.append(inside)
+        op_offsets.append(np.full(len(inside), clock - begin, dtype=np.int64))
+        clock += end - begin
+    order = rows(pieces)
+    out = calls.iloc[order].reset_index(drop=True)
+    moved = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+    out["seq"] = np.arange(len(out), dtype=out["seq"].dtype)
+    out["start_ns"] = out["start_ns"].to_numpy(dtype="int64") + moved
+    if "device_start_ns" in out:
+        device = out["device_start_ns"]
+        out["device_start_ns"] = device + pd.array(moved, dtype=device.dtype if device.dtype.kind in "iu" else None)
+    out["peer_rank"] = pd.array(moved_peers(calls, communicators, pipeline, shift)[order], dtype="Int64")
+    picked = np.concatenate(op_rows) if op_rows else np.zeros(0, np.int64)
+    last = int(start[-1]) + 1 if len(start) else 0
+    outside = (op_start < (int(start[0]) if len(start) else 0)) | (op_start >= last)
+    kept = np.setdiff1d(np.flatnonzero(outside), picked)  # before the first call or after the last: as they were
+    new_ops = pd.concat([ops.iloc[picked], ops.iloc[kept]], ignore_index=True)
+    op_moved = np.concatenate([*op_offsets, np.zeros(len(kept), np.int64)])
+    for column in ("start_ns", "end_ns"):
+        if column in new_ops:
+            values = new_ops[column]
+            new_ops[column] = values + pd.array(op_moved, dtype=values.dtype if values.dtype.kind in "iu" else None)
+    return out, new_ops, moved_communicators(communicators, pipeline, shift)

@@ -1,0 +1,151 @@
+"""Interior 1F1B stages cut into exchanges and blocks and rebuilt for another stage (`core/pipeline_stages.py`), on
+calls written as Megatron-LM's schedule issues them: each block a kernel of its own (micro-batch and direction), each
+exchange a receive buffer's event, one NCCL group and a synchronise."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from maya.core.pipeline_stages import (
+    Pipeline,
+    ScheduleError,
+    difference,
+    global_peers,
+    rebuilt_tables,
+    schedule,
+    split,
+)
+
+STAGES, STRIDE, TP = 6, 2, 2
+"""6 stages of 2 tensor-parallel ranks: rank `r` is in stage `r // 2`."""
+PIPE = Pipeline(STAGES, STRIDE)
+
+
+def _call(rows: list[dict], api: str, **columns) -> None:
+    rows.append({"api": api, "start_ns": 1000 * len(rows), "duration_ns": 10, **columns})
+
+
+def stage_calls(
+    stage: int, microbatches: int, steps: int = 2, extra: int | None = None, counted: bool = False
+) -> tuple:
+    """(calls, communicators, ops) of the first rank of interior `stage`: its 1F1B steps, an optimizer kernel after
+    each; micro-batch `extra`'s forward launches one kernel more (an uneven stage); with `counted`, each forward's
+    token count is added by a kernel of its own, after the send in the warm-up, ending the forward in the steady state
+    (as Megatron-LM does)."""
+    rank = stage * STRIDE
+    communicators = pd.DataFrame(
+        {
+            "comm_id": ["pipe", "tp"],
+            "comm_size": [STAGES, TP],
+            "ranks": [np.arange(0, STAGES * STRIDE, STRIDE), np.arange(rank, rank + TP)],
+        }
+    )
+    rows: list[dict] = []
+    _call(rows, "cudaStreamCreate")
+    for _ in range(steps):
+        pattern = schedule(STAGES, stage, microbatches, counted)
+        for event in pattern:
+            if event[0] == "T":
+                _call(rows, "cudaLaunchKernel", kernel_id=700, grid_x=1)
+                continue
+            if event[0] in "FB":
+                kernel = (1 if event[0] == "F" else 100) + int(event[1:])
+                _call(rows, "cudaLaunchKernel", kernel_id=kernel, grid_x=kernel)
+                _call(rows, "ncclAllReduce", collective_name="all_reduce", comm_id="tp", in_msg_nelems=kernel)
+                if extra is not None and event == f"F{extra}":
+                    _call(rows, "cudaLaunchKernel", kernel_id=999, grid_x=1)
+                if counted and event[0] == "F" and f"T{event[1:]}" not in pattern:
+                    _call(rows, "cudaLaunchKernel", kernel_id=700, grid_x=1)
+                continue
+            for launch in event.split(","):
+                _call(rows, "cudaEventRecordWithFlags", event_id=7)
+                _call(rows, "ncclGroupStart")
+                for op in (launch[i : i + 2] for i in range(0, len(launch), 2)):
+                    peer = stage + (1 if op[1] == "+" else -1)
+                    _call(rows, "ncclSend" if op[0] == "S" else "ncclRecv", peer_rank=peer, comm_id="pipe")
+                    rows[-1]["collective_name"] = "send" if op[0] == "S" else "recv"
+                _call(rows, "ncclGroupEnd")
+                _call(rows, "cudaEventQuery")
+                _call(rows, "cudaDeviceSynchronize")
+        _call(rows, "cudaLaunchKernel", kernel_id=500, grid_x=500)
+    calls = pd.DataFrame(rows)
+    for column in ("kernel_id", "grid_x", "peer_rank", "event_id", "in_msg_nelems"):
+        calls[column] = calls[column].astype("Float64")
+    for column in ("grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_mem_bytes", "gemm_m", "gemm_n"):
+        calls[column] = pd.array([pd.NA] * len(calls), dtype="Float64")
+    for column in ("gemm_k", "gemm_batch", "bytes", "memcpy_kind", "out_msg_nelems", "comm_dtype"):
+        calls[column] = pd.array([pd.NA] * len(calls), dtype="Float64")
+    calls["seq"] = np.arange(len(calls))
+    ops = pd.DataFrame({"op_id": [0], "start_ns": [0], "end_ns": [5]})
+    return calls, communicators, ops
+
+
+def rebuilt_from_stage_1(stage: int, microbatches: int, extra: int | None = None, counted: bool = False) -> str | None:
+    """How stage `stage` rebuilt from stage 1's calls differs from the stage's own (None: not at all)."""
+    calls, communicators, ops = stage_calls(1, microbatches, extra=extra, counted=counted)
+    cut = split(calls, communicators, PIPE, 1)
+    assert (cut.microbatches, cut.counted) == (microbatches, counted)
+    rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, cut, stage)
+    own, own_communicators, _ = stage_calls(stage, microbatches, counted=counted)
+    names = {k: f"kernel {k}" for k in range(1000)}
+    return difference(rebuilt, global_peers(rebuilt, moved), own, global_peers(own, own_communicators), (names, names))
+
+
+def test_schedule_is_megatrons_warm_up_steady_state_and_cool_down():
+    """Stage 1 of 6 with 6 micro-batches: 4 warm-up forwards, 2 (forward, backward) pairs, 4 cool-down backwards,
+    each exchange named by its launches; every step makes 2M + 1 exchanges whatever the stage."""
+    assert schedule(6, 1, 6) == (
+        ["R-", "F0", "S+,R-", "F1", "S+,R-", "F2", "S+,R-", "F3", "S+,R-", "F4", "R+S+", "B0", "R-S-", "F5"]
+        + ["R+S+", "B1", "S-,R+", "B2", "S-,R+", "B3", "S-,R+", "B4", "S-,R+", "B5", "S-"]
+    )
+    assert {len(schedule(6, s, 8)) for s in range(1, 5)} == {2 * 2 * 8 + 1}
+
+
+@pytest.mark.parametrize("counted", [False, True])
+@pytest.mark.parametrize("microbatches", [6, 8])
+@pytest.mark.parametrize("stage", [2, 3, 4])
+def test_every_interior_stage_is_stage_1_reordered(stage, microbatches, counted):
+    """Each interior stage is stage 1's blocks in its own order, peers and tensor-parallel group moved; a token
+    count after a warm-up send ends the forward where that forward is in the steady state."""
+    assert rebuilt_from_stage_1(stage, microbatches, counted=counted) is None
+
+
+def test_a_rebuild_moves_the_groups_and_peers():
+    """Stage 3 rebuilt from stage 1: the tensor-parallel group is stage 3's ranks; the pipeline group (it spans the
+    pipeline) is kept, with each peer's communicator rank that of stage 3's neighbour."""
+    calls, communicators, ops = stage_calls(1, 6)
+    rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, split(calls, communicators, PIPE, 1), 3)
+    assert moved["ranks"].map(list).tolist() == [[0, 2, 4, 6, 8, 10], [6, 7]]
+    assert set(rebuilt["peer_rank"].dropna()) == {2, 4}
+    assert (np.diff(rebuilt["start_ns"].to_numpy()) > 0).all()  # pieces moved in time as wholes, in order
+
+
+def test_an_uneven_stage_is_told_apart():
+    """Stage 1 with a kernel more in micro-batch 3's forward: stage 2 rebuilt from it is not stage 2, and the reason
+    names the first call that differs."""
+    reason = rebuilt_from_stage_1(2, 6, extra=3)
+    assert reason == (
+        "call 44 (polls left out): cudaLaunchKernel with api 'cudaLaunchKernel' rebuilt, cudaEventRecordWithFlags "
+        "with 'cudaEventRecordWithFlags' captured"
+    )
+
+
+def test_another_schedule_is_refused():
+    """Calls that do not follow 1F1B (here: exchanging with a stage two away) cannot be cut."""
+    calls, communicators, _ = stage_calls(1, 6)
+    calls.loc[calls["collective_name"] == "send", "peer_rank"] = 4.0
+    with pytest.raises(ScheduleError, match="not a neighbour"):
+        split(calls, communicators, PIPE, 1)
+    calls, communicators, _ = stage_calls(1, 6)
+    dropped = calls.index[calls["collective_name"] == "recv"][3]
+    with pytest.raises(ScheduleError, match="1F1B"):
+        split(calls.drop(dropped).reset_index(drop=True), communicators, PIPE, 1)
+
+
+def test_too_few_micro_batches_for_the_steady_state_cannot_be_rebuilt():
+    """With M = P - 2 micro-batches stage 1 has no steady state, so it never makes the combined exchanges stage 2
+    needs: the rebuild refuses rather than invent them."""
+    calls, communicators, ops = stage_calls(1, 4)
+    cut = split(calls, communicators, PIPE, 1)
+    with pytest.raises(ScheduleError, match="never makes"):
+        rebuilt_tables(calls, ops, communicators, PIPE, cut, 2)

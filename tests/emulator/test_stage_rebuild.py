@@ -1,0 +1,84 @@
+"""Interior 1F1B pipeline stages rebuilt from stage 1's capture (`emulator/dedup.py`, `core/pipeline_stages.py`,
+`simulator/trace.rebuilt_stages`): Megatron-LM's non-interleaved schedule over plain point-to-point, 6 stages and
+6 micro-batches a step (`workloads/pipeline_1f1b.py`)."""
+
+import json
+
+import pytest
+from paths import WORKLOADS
+from typer.testing import CliRunner
+
+from maya.cli import app
+from maya.core import hardware
+from maya.simulator import simulate, summarize
+from maya.simulator.trace import load
+from maya_trace_spec import Run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+runner = CliRunner()
+
+
+def emulate(out, *flags, script_args=()):
+    r = runner.invoke(
+        app,
+        [
+            "emulate",
+            "--nproc-per-node",
+            "6",
+            *flags,
+            "--out",
+            str(out),
+            "--",
+            "python",
+            str(WORKLOADS / "pipeline_1f1b.py"),
+            *script_args,
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    return " ".join(r.output.split())
+
+
+def attrs(run) -> dict:
+    return json.loads(Run(run).table("run").column("attrs")[0].as_py())
+
+
+def prediction(run):
+    return summarize(simulate(load(run), hardware.get("h100-sxm"), "roofline"))
+
+
+def test_rebuilt_stages_predict_like_every_stage_captured(tmp_path):
+    """Stages 0, 1, 2 and 5 are captured and stages 3 and 4 rebuilt from stage 1: the step is that of all 6
+    captured, the job's peak memory too (a rebuilt stage is given stage 1's), and `maya predict` says so."""
+    output = emulate(tmp_path / "rebuilt")
+    assert "pipeline stages 3-4 of 6 not run: rebuilt from stage 1's capture" in output
+    emulate(tmp_path / "full", "--no-dedup")
+    rebuild = attrs(tmp_path / "rebuilt")["stage_rebuild"]
+    assert rebuild == {"stages": 6, "stride": 1, "from": 1, "checked": 2, "microbatches": 6, "rebuilt": [3, 4]}
+    traces = load(tmp_path / "rebuilt")
+    assert sorted(traces.ranks) == [0, 1, 2, 3, 4, 5]
+    assert {r: t.device.get("rebuilt_from") for r, t in traces.ranks.items() if r in (3, 4)} == {3: 1, 4: 1}
+    rebuilt, full = prediction(tmp_path / "rebuilt"), prediction(tmp_path / "full")
+    assert rebuilt.captured_ranks == 4 and full.captured_ranks == 6
+    assert rebuilt.iteration_ns == pytest.approx(full.iteration_ns, rel=1e-3)
+    assert [r.iteration_ns for r in rebuilt.ranks] == pytest.approx([r.iteration_ns for r in full.ranks], rel=1e-3)
+    peaks = {r.rank: r.peak_memory_bytes for r in rebuilt.ranks}
+    assert peaks[3] == peaks[4] == peaks[1]
+    assert max(peaks.values()) == max(r.peak_memory_bytes for r in full.ranks)
+    p = runner.invoke(app, ["predict", str(tmp_path / "rebuilt"), "--durations", "roofline", "--json"])
+    assert p.exit_code == 0, p.output
+    notes = json.loads(p.stdout)["notes"]
+    assert any(n.startswith("1F1B stages rebuilt: pipeline stages 3-4 of 6 were not captured") for n in notes)
+
+
+def test_an_uneven_stage_captures_every_stage_and_says_why(tmp_path):
+    """Stage 2 with a layer more: stage 2 rebuilt from stage 1 is not stage 2's capture, so every stage is captured,
+    and the run's attrs, `maya emulate` and `maya predict` say why."""
+    output = emulate(tmp_path / "uneven", script_args=["--layers", "2,2,3,2,2,2"])
+    assert "every pipeline stage captured: stage 2 rebuilt from rank 1's capture is not rank 2's: call " in output
+    assert "rebuilt from rank 1's capture is not rank 2's" in attrs(tmp_path / "uneven")["stage_rebuild"]["refused"]
+    assert sorted(load(tmp_path / "uneven").ranks) == [0, 1, 2, 3, 4, 5]
+    p = runner.invoke(app, ["predict", str(tmp_path / "uneven"), "--durations", "roofline", "--json"])
+    assert p.exit_code == 0, p.output
+    notes = json.loads(p.stdout)["notes"]
+    assert any(n.startswith("every pipeline stage was captured: interior stages could not be rebuilt") for n in notes)
