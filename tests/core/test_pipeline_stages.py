@@ -9,8 +9,11 @@ import pytest
 from maya.core.pipeline_stages import (
     Pipeline,
     ScheduleError,
+    check_rebuilds,
     difference,
-    global_peers,
+    differing_stage_options,
+    moved_communicators,
+    rebuild,
     rebuilt_tables,
     schedule,
     split,
@@ -26,12 +29,17 @@ def _call(rows: list[dict], api: str, **columns) -> None:
 
 
 def stage_calls(
-    stage: int, microbatches: int, steps: int = 2, extra: int | None = None, counted: bool = False
+    stage: int,
+    microbatches: int,
+    steps: int = 2,
+    extra: int | None = None,
+    counted: bool = False,
+    pattern: list[str] | None = None,
 ) -> tuple:
-    """(calls, communicators, ops) of the first rank of interior `stage`: its 1F1B steps, an optimizer kernel after
-    each; micro-batch `extra`'s forward launches one kernel more (an uneven stage); with `counted`, each forward's
-    token count is added by a kernel of its own, after the send in the warm-up, ending the forward in the steady state
-    (as Megatron-LM does)."""
+    """(calls, communicators, ops) of the first rank of interior `stage`: its 1F1B steps (`pattern`, default
+    `schedule`'s), an optimizer kernel after each; micro-batch `extra`'s forward launches one kernel more (an uneven
+    stage); with `counted`, each forward's token count is added by a kernel of its own, after the send in the
+    warm-up, ending the forward in the steady state (as Megatron-LM does)."""
     rank = stage * STRIDE
     communicators = pd.DataFrame(
         {
@@ -42,8 +50,8 @@ def stage_calls(
     )
     rows: list[dict] = []
     _call(rows, "cudaStreamCreate")
+    pattern = pattern or schedule(STAGES, stage, microbatches, counted)
     for _ in range(steps):
-        pattern = schedule(STAGES, stage, microbatches, counted)
         for event in pattern:
             if event[0] == "T":
                 _call(rows, "cudaLaunchKernel", kernel_id=700, grid_x=1)
@@ -87,8 +95,10 @@ def rebuilt_from_stage_1(stage: int, microbatches: int, extra: int | None = None
     assert (cut.microbatches, cut.counted) == (microbatches, counted)
     rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, cut, stage)
     own, own_communicators, _ = stage_calls(stage, microbatches, counted=counted)
-    names = {k: f"kernel {k}" for k in range(1000)}
-    return difference(rebuilt, global_peers(rebuilt, moved), own, global_peers(own, own_communicators), (names, names))
+    return difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES))
+
+
+NAMES = {k: f"kernel {k}" for k in range(1000)}
 
 
 def test_schedule_is_megatrons_warm_up_steady_state_and_cool_down():
@@ -149,3 +159,99 @@ def test_too_few_micro_batches_for_the_steady_state_cannot_be_rebuilt():
     cut = split(calls, communicators, PIPE, 1)
     with pytest.raises(ScheduleError, match="never makes"):
         rebuilt_tables(calls, ops, communicators, PIPE, cut, 2)
+
+
+MEGATRON_6_STAGES_7_MICRO_BATCHES = {
+    1: ["R-", "F0", "S+,R-", "F1", "S+,R-", "F2", "S+,R-", "F3", "S+,R-", "F4", "R+S+", "B0", "R-S-", "F5", "R+S+"]
+    + ["B1", "R-S-", "F6", "R+S+", "B2", "S-,R+", "B3", "S-,R+", "B4", "S-,R+", "B5", "S-,R+", "B6", "S-"],
+    3: ["R-", "F0", "S+,R-", "F1", "S+,R-", "F2", "R+S+", "B0", "R-S-", "F3", "R+S+", "B1", "R-S-", "F4", "R+S+"]
+    + ["B2", "R-S-", "F5", "R+S+", "B3", "R-S-", "F6", "R+S+", "B4", "S-,R+", "B5", "S-,R+", "B6", "S-"],
+}
+"""Stages 1 and 3 of 6 with 7 micro-batches, read off Megatron-LM's `forward_backward_pipelining_without_interleaving`
+(`min(P - s - 1, M)` warm-up `recv_forward`/`send_forward`, a `recv_forward` before the steady state, each steady
+step's `send_forward_recv_backward` and `send_backward_recv_forward` (`send_backward` the last), the cool-down's
+`recv_backward`/`send_backward`), consecutive launches joined."""
+
+
+def test_stage_3_rebuilt_from_stage_1_as_megatron_schedules_them():
+    """Both stages' calls written from Megatron's schedule by hand (not `schedule`): stage 3 rebuilt from stage 1 is
+    stage 3, and `schedule` agrees with the hand-written steps."""
+    calls, communicators, ops = stage_calls(1, 7, pattern=MEGATRON_6_STAGES_7_MICRO_BATCHES[1])
+    cut = split(calls, communicators, PIPE, 1)
+    assert cut.microbatches == 7
+    rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, cut, 3)
+    own, own_communicators, _ = stage_calls(3, 7, pattern=MEGATRON_6_STAGES_7_MICRO_BATCHES[3])
+    assert difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES)) is None
+    assert {s: schedule(6, s, 7) for s in (1, 3)} == MEGATRON_6_STAGES_7_MICRO_BATCHES
+
+
+@pytest.mark.parametrize("microbatches", [2, 3])
+def test_micro_batches_between_2_and_p_minus_3_pass_stage_2_but_cannot_rebuild_every_stage(microbatches):
+    """With 2 <= M <= P - 3 stages 1 and 2 are all warm-up and cool-down, so stage 2 rebuilds exactly, but stage 3 on
+    have a steady state with the combined exchanges stage 1 never makes: `check_rebuilds` refuses."""
+    assert rebuilt_from_stage_1(2, microbatches) is None
+    calls, communicators, _ = stage_calls(1, microbatches)
+    cut = split(calls, communicators, PIPE, 1)
+    with pytest.raises(ScheduleError, match="never makes"):
+        check_rebuilds(cut, STAGES)
+    check_rebuilds(split(*stage_calls(1, 6)[:2], PIPE, 1), STAGES)  # enough for a steady state everywhere
+
+
+def test_a_step_cut_short_is_the_tail():
+    """Calls that end within a step (`maya emulate --iterations` stops a rank as its next iteration begins): the
+    whole steps are cut as before, what follows is the tail, kept where it is by a rebuild."""
+    calls, communicators, _ = stage_calls(1, 6, steps=3)
+    exchanges = calls.index[calls["api"] == "cudaEventRecordWithFlags"]
+    short = calls.iloc[: exchanges[len(exchanges) // 3 * 2 + 3]].reset_index(drop=True)
+    cut = split(short, communicators, PIPE, 1)
+    assert max(cut.step) == 1 and cut.labels[-1] == "tail"
+    assert rebuild(cut, STAGES, 3)[-1] == cut.pieces[-1]
+
+
+def test_a_group_without_its_members_cannot_be_moved():
+    """A communicator whose members are not listed would keep stage 1's group on a rebuilt stage: refused."""
+    _, communicators, _ = stage_calls(1, 6)
+    communicators.at[1, "ranks"] = None
+    with pytest.raises(ScheduleError, match="members are not listed"):
+        moved_communicators(communicators, PIPE, 2)
+
+
+def test_a_collective_over_another_group_is_told_apart():
+    """Stage 2's tensor-parallel group listed with other members: its collectives differ from the rebuild's."""
+    calls, communicators, ops = stage_calls(1, 6)
+    rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, split(calls, communicators, PIPE, 1), 2)
+    own, own_communicators, _ = stage_calls(2, 6)
+    own_communicators.at[1, "ranks"] = np.array([4, 9])
+    reason = difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES))
+    assert reason is not None and "with group (4, 5) rebuilt, ncclAllReduce with (4, 9) captured" in reason
+
+
+def test_event_waits_are_compared_by_the_record_they_wait_for():
+    """A wait linked to another record is a difference; event ids numbered otherwise are not."""
+    calls, communicators, _ = stage_calls(2, 6)
+    syncs = calls.index[calls["api"] == "cudaDeviceSynchronize"]
+    calls.loc[syncs, "api"] = "cudaStreamWaitEvent"
+    calls.loc[syncs, "event_id"] = 7.0
+    renumbered = calls.copy()
+    renumbered["event_id"] = renumbered["event_id"] + 2
+    assert difference(calls, communicators, renumbered, communicators, (NAMES, NAMES)) is None
+    relinked = calls.copy()
+    records = calls.index[calls["api"] == "cudaEventRecordWithFlags"]
+    relinked.loc[records[records < syncs[3]][-1], "event_id"] = 8.0  # the fourth wait's exchange's record
+    reason = difference(calls, communicators, relinked, communicators, (NAMES, NAMES))
+    assert reason is not None and "waits_for" in reason
+
+
+@pytest.mark.parametrize(
+    ("argv", "found"),
+    [
+        (["pretrain_gpt.py", "--pipeline-model-parallel-layout", "Et*3|(tt|)*5L"], "--pipeline-model-parallel-layout"),
+        (["pretrain_gpt.py", "--moe-layer-freq=[0]*6+[1]*6"], "--moe-layer-freq=[0]*6+[1]*6"),
+        (["pretrain_gpt.py", "--hybrid-override-pattern", "M-M*|M-M*"], "--hybrid-override-pattern M-M*|M-M*"),
+        (["pretrain_gpt.py", "--moe-layer-freq", "2", "--hybrid-override-pattern", "M-M*"], None),
+    ],
+)
+def test_options_that_can_make_stages_differ_are_found(argv, found):
+    """Megatron-LM's options that can give stages different layers are named; their forms that cannot, not."""
+    reason = differing_stage_options(argv)
+    assert reason == found if found is None else reason.startswith(found.split("=")[0])

@@ -15,7 +15,7 @@ spec.loader.exec_module(dedup)
 stage_classes = dedup.stage_classes
 calls = pa.table({"collective_name": ["send", "recv"], "comm_id": ["b", "a"], "peer_rank": [1, 2]})
 comms = pa.table({"comm_id": ["b", "a"], "ranks": [[0, 2, 4, 6], [0, 1, 2, 3]]})
-print(json.dumps(stage_classes(8, calls, comms)))
+print(json.dumps(stage_classes(8, dedup.pipeline_of(calls, comms))))
 """
 
 

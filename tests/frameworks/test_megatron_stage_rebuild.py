@@ -1,5 +1,5 @@
 """Megatron-LM's own `pretrain_gpt.py` on 6 pipeline stages with 12 micro-batches a step (non-interleaved 1F1B):
-stages 3 and 4 are rebuilt from stage 1's capture (`emulator/dedup.py`, `core/pipeline_stages.py`) and the
+stage 3 is rebuilt from stage 1's capture (stages 2 and 4 are checked against their own) (`emulator/dedup.py`, `core/pipeline_stages.py`) and the
 prediction is that of every stage captured.
 
 Needs MAYA_MEGATRON_LM (a Megatron-LM checkout, tested at `core_r0.19.0`) under Python 3.12, as
@@ -50,13 +50,13 @@ OPTIONS = ("--hardware", "a100-sxm-80gb", "--iterations", "3")
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_rebuilt_stages_predict_like_every_stage_captured(tmp_path, emulate_and_predict, checkout, monkeypatch, tp):
-    """PP 6, and TP 2 x PP 6 (each tensor-parallel rank of stage 1 rebuilt for its counterparts in stages 3 and 4)."""
+    """PP 6, and TP 2 x PP 6 (each tensor-parallel rank of stage 1 rebuilt for its counterpart in stage 3)."""
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # Megatron asks for it with tensor parallelism
     options = ("--nproc-per-node", str(6 * tp), *OPTIONS)
     output, rebuilt = emulate_and_predict(tmp_path / "rebuilt", pp6(tp), *options, cwd=checkout)
-    assert "pipeline stages 3-4 of 6 not run: rebuilt from stage 1's capture" in " ".join(output.split())
+    assert "pipeline stage 3 of 6 not run: rebuilt from stage 1's capture" in " ".join(output.split())
     _, full = emulate_and_predict(tmp_path / "full", pp6(tp), *options, "--no-dedup", cwd=checkout)
-    assert full["captured_ranks"] == 6 * tp and rebuilt["captured_ranks"] <= 4 * tp  # stages 0, 1, 2 and 5
+    assert full["captured_ranks"] == 6 * tp and rebuilt["captured_ranks"] <= 5 * tp  # stages 0, 1, 2, 4 and 5
     assert rebuilt["iteration_ms"] == pytest.approx(full["iteration_ms"], rel=5e-3)
     assert max(r["peak_memory_bytes"] for r in rebuilt["ranks"]) == max(r["peak_memory_bytes"] for r in full["ranks"])
-    assert any(n.startswith("1F1B stages rebuilt: pipeline stages 3-4 of 6") for n in rebuilt["notes"])
+    assert any(n.startswith("1F1B stages rebuilt: pipeline stages 3 of 6") for n in rebuilt["notes"])

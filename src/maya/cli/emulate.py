@@ -140,10 +140,12 @@ def emulate_cmd(
     _report(captured, hw)
     rebuild = result.stage_rebuild or {}
     if "rebuilt" in rebuild and rebuild["rebuilt"]:
+        first, last = rebuild["rebuilt"][0], rebuild["rebuilt"][-1]
+        stages = f"stages {first}-{last}" if last > first else f"stage {first}"
+        checked = " and ".join(str(s) for s in rebuild["checked"])
         err.print(
-            f"pipeline stages {rebuild['rebuilt'][0]}-{rebuild['rebuilt'][-1]} of {rebuild['stages']} not run: rebuilt "
-            f"from stage 1's capture in their 1F1B order ({rebuild['microbatches']} micro-batches; stage 2 rebuilt so "
-            "is stage 2's capture)",
+            f"pipeline {stages} of {rebuild['stages']} not run: rebuilt from stage 1's capture in their 1F1B order "
+            f"({rebuild['microbatches']} micro-batches; stages {checked} rebuilt so are their captures)",
             highlight=False,
         )
     elif "refused" in rebuild:

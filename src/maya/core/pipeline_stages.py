@@ -45,7 +45,17 @@ COMPARED = (
     "out_msg_nelems",
     "comm_dtype",
 )
-"""What `difference` compares of each call (besides point-to-point peers and kernel names)."""
+"""What `difference` compares of each call (besides kernel names, point-to-point peers, groups and event links)."""
+RECORDS = ("cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord", "cuEventRecordWithFlags")
+WAITS = ("cudaStreamWaitEvent", "cuStreamWaitEvent", "cudaEventSynchronize", "cuEventSynchronize")
+"""Event records and the calls the simulator links to an event's latest earlier record (`simulator/program.py`)."""
+STAGE_OPTIONS = {
+    "--pipeline-model-parallel-layout": None,
+    "--moe-layer-freq": "[",
+    "--hybrid-override-pattern": "|",
+}
+"""Megatron-LM options that can give pipeline stages different layers (option -> the text in its value that does;
+None: any value): a stage that differs only from stage 3 on would pass the checks of stages 2 and `P - 2`."""
 
 
 TEMPLATE_INTEGER = re.compile(r"Li-?\d+E")
@@ -146,7 +156,8 @@ def _direction(calls: pd.DataFrame, i: int, members: dict[str, list[int]], pipel
 
 def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, stage: int) -> Split:
     """Cut interior `stage`'s calls into exchanges and blocks (module docstring); ScheduleError when they do not
-    follow the non-interleaved 1F1B schedule of any micro-batch count, step after step."""
+    follow the non-interleaved 1F1B schedule of any micro-batch count, step after step. A step begun but not
+    ended (`maya emulate --iterations` stops a rank where its next iteration begins) is its `tail`."""
     if not 0 < stage < pipeline.stages - 1:
         raise ScheduleError(f"stage {stage} is not an interior stage of {pipeline.stages}")
     members = _members(communicators)
@@ -186,7 +197,7 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
     else:
         raise ScheduleError(f"stage {stage}'s exchanges ({', '.join(kinds[:4])}, ...) follow no 1F1B schedule")
     steps, rest = divmod(len(kinds), exchanges_per_step)
-    if kinds[: steps * exchanges_per_step] != pattern[::2] * steps or (rest and kinds[-rest:] != pattern[:1]):
+    if kinds[: steps * exchanges_per_step] != pattern[::2] * steps or (rest and kinds[-rest:] != pattern[::2][:rest]):
         raise ScheduleError(
             f"stage {stage}'s steps do not all follow the 1F1B schedule of {microbatches} micro-batches"
         )
@@ -241,6 +252,26 @@ def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
     return out
 
 
+def check_rebuilds(cut: Split, stages: int) -> None:
+    """ScheduleError when an interior stage of `stages` makes an exchange `cut`'s stage never makes (with 2 to
+    `stages - 3` micro-batches stage 1 has no steady state, while a stage nearer the end has one)."""
+    for stage in range(1, stages - 1):
+        rebuild(cut, stages, stage)
+
+
+def differing_stage_options(argv: list[str]) -> str | None:
+    """The first option of `argv` that can give Megatron-LM's pipeline stages different layers (`STAGE_OPTIONS`),
+    as it was given; None when there is none."""
+    for k, arg in enumerate(argv):
+        name, _, value = arg.partition("=")
+        if name in STAGE_OPTIONS:
+            value = value or (argv[k + 1] if k + 1 < len(argv) else "")
+            marker = STAGE_OPTIONS[name]
+            if marker is None or marker in value:
+                return f"{name} {value}".strip()
+    return None
+
+
 def rows(pieces: list[tuple[int, int]]) -> np.ndarray:
     """The rows of `pieces`, in order."""
     return np.concatenate([np.arange(a, b) for a, b in pieces]) if pieces else np.zeros(0, np.int64)
@@ -257,7 +288,7 @@ def moved_communicators(communicators: pd.DataFrame, pipeline: Pipeline, shift: 
 def _moved_group(ranks, pipeline: Pipeline, shift: int):
     """A group's members moved `shift` stages on (`moved_communicators`)."""
     if ranks is None or not len(ranks):
-        return ranks
+        raise ScheduleError("a process group's members are not listed: it cannot be moved to another stage")
     moved = [pipeline.translate(int(r), shift) for r in ranks]
     return ranks if sorted(moved) == sorted(int(r) for r in ranks) else np.array(moved, dtype=np.asarray(ranks).dtype)
 
@@ -278,27 +309,38 @@ def moved_peers(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipe
 
 def difference(
     rebuilt: pd.DataFrame,
-    rebuilt_peers: list[int | None],
+    rebuilt_communicators: pd.DataFrame,
     captured: pd.DataFrame,
-    captured_peers: list[int | None],
+    captured_communicators: pd.DataFrame,
     kernel_names: tuple[dict, dict],
 ) -> str | None:
     """How a rebuilt stage's calls differ from that stage's capture, or None when they agree: the same calls in the
     same order with the same kernels (by name, integer template arguments left out: `TEMPLATE_INTEGER`), launch
-    shapes, GEMM shapes, copy sizes, collectives and message sizes, and point-to-point peers (global ranks,
-    `*_peers`). Ignored: timestamps and durations, threads, streams, events, op and correlation ids, collective
-    sequence numbers, and polls (`cudaEventQuery`: their count depends on how long the capture ran)."""
+    shapes, GEMM shapes, copy sizes, collectives and message sizes, point-to-point peers (global ranks), each
+    collective's group (its members' global ranks, by communicator rank) and each event wait's record (the call
+    it waits for, by position: event ids may be numbered otherwise). Ignored: timestamps and durations, threads,
+    streams, op and correlation ids, collective sequence numbers, and polls (`cudaEventQuery`: their count depends
+    on how long the capture ran)."""
     frames = []
-    for calls, peers, names in ((rebuilt, rebuilt_peers, kernel_names[0]), (captured, captured_peers, kernel_names[1])):
+    for calls, communicators, names in (
+        (rebuilt, rebuilt_communicators, kernel_names[0]),
+        (captured, captured_communicators, kernel_names[1]),
+    ):
         keep = ~calls["api"].astype(str).isin(POLLS).to_numpy()
         frame = calls.loc[keep, list(COMPARED)].astype(object).reset_index(drop=True)
         frame["kernel_id"] = [
             TEMPLATE_INTEGER.sub("LiE", names.get(k, "")) if pd.notna(k) else None for k in frame["kernel_id"]
         ]
-        frame["peer"] = [p for p, k in zip(peers, keep) if k]
-        frames.append([tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)])
+        kept = calls.loc[keep].reset_index(drop=True)
+        frame["peer"] = global_peers(kept, communicators)
+        members = _members(communicators)
+        frame["group"] = [
+            tuple(members.get(str(c), ())) if pd.notna(c) else None for c in kept["comm_id"].astype(object)
+        ]
+        frame["waits_for"] = _event_links(kept)
+        frames.append([tuple(None if _missing(v) else v for v in row) for row in frame.itertuples(index=False)])
     ours, theirs = frames
-    names = (*COMPARED, "peer")
+    names = (*COMPARED, "peer", "group", "waits_for")
     for k, (mine, other) in enumerate(zip(ours, theirs)):
         if mine != other:
             column, x, y = next((c, x, y) for c, x, y in zip(names, mine, other) if x != y)
@@ -308,11 +350,30 @@ def difference(
     return None
 
 
-def global_peers(calls: pd.DataFrame, communicators: pd.DataFrame, peers: np.ndarray | None = None) -> list:
-    """Each call's point-to-point peer as a global rank (None: no peer), from `peers` (communicator ranks; default
-    the calls' `peer_rank`) and `communicators`."""
+def _missing(value: object) -> bool:
+    """Whether a compared value is absent (None, NaN, pd.NA; a group is a tuple, never absent)."""
+    return not isinstance(value, tuple) and pd.isna(value)
+
+
+def _event_links(calls: pd.DataFrame) -> list[int | None]:
+    """Per call, the position of the record an event wait is linked to (the latest earlier record of its event id,
+    as the simulator links them), -1 for a wait with no earlier record; None for other calls."""
+    latest: dict[float, int] = {}
+    out: list[int | None] = []
+    for k, (api, event) in enumerate(zip(calls["api"].astype(str), calls["event_id"].astype(object))):
+        link = None
+        if pd.notna(event) and api in RECORDS:
+            latest[float(event)] = k
+        elif pd.notna(event) and api in WAITS:
+            link = latest.get(float(event), -1)
+        out.append(link)
+    return out
+
+
+def global_peers(calls: pd.DataFrame, communicators: pd.DataFrame) -> list:
+    """Each call's point-to-point peer (`peer_rank`, a communicator rank) as a global rank (None: no peer)."""
     members = _members(communicators)
-    peers = calls["peer_rank"].to_numpy(dtype="float64", na_value=np.nan) if peers is None else peers
+    peers = calls["peer_rank"].to_numpy(dtype="float64", na_value=np.nan)
     out: list = []
     for comm, peer in zip(calls["comm_id"].astype(object), peers):
         ranks = members.get(str(comm), [])

@@ -15,9 +15,11 @@ constant) before its first backward, so no two stages issue the same calls in th
 interior stage's program for the others is not an equivalent (on a synthetic 1F1B job, `trace_builder.gpt_3d`, it
 doubles a 4-stage step and deadlocks from 5 stages on). Megatron-LM's non-interleaved 1F1B interior stages are
 instead rebuilt from one of them (`core/pipeline_stages.py`, `launcher._deduplicated`): with `REBUILT_FROM` stages
-or more, stages 0, 1, 2 and `P - 1` are captured first, stage 2 is rebuilt from stage 1's capture and compared with
-its own, and when they agree stages 3 to `P - 2` are rebuilt from stage 1's capture when the run is read
-(`simulator/trace.py`) instead of run; otherwise every stage is captured and the run's attrs say why.
+or more, stages 0, 1, 2, `P - 2` and `P - 1` are captured first, stages 2 and `P - 2` are rebuilt from stage 1's
+capture and compared with their own, and when they agree and every interior stage's exchanges are among stage 1's,
+stages 3 to `P - 3` are rebuilt from stage 1's capture when the run is read (`simulator/trace.py`) instead of run;
+otherwise (or when the command line sets an option that can give the stages different layers,
+`pipeline_stages.STAGE_OPTIONS`) every stage is captured and the run's attrs say why.
 """
 
 from __future__ import annotations
@@ -27,14 +29,14 @@ import pyarrow.compute as pc
 
 from maya.core.pipeline_stages import Pipeline
 
-REBUILT_FROM = 5
-"""Fewest pipeline stages whose interior stages are rebuilt: stages 0, 1, 2 and `P - 1` are captured, so with 5 one
-stage (3) is rebuilt."""
+REBUILT_FROM = 6
+"""Fewest pipeline stages whose interior stages are rebuilt: stages 0, 1, 2, `P - 2` and `P - 1` are captured, so
+with 6 one stage (3) is rebuilt."""
 
 
-def stage_classes(world_size: int, api_calls: pa.Table, communicators: pa.Table) -> dict[int, list[int]]:
-    """Representative rank -> ranks it stands for, from rank 0's trace (tables of rank 0)."""
-    pipeline = pipeline_of(api_calls, communicators)
+def stage_classes(world_size: int, pipeline: Pipeline | None) -> dict[int, list[int]]:
+    """Representative rank -> ranks it stands for: one class per stage of `pipeline` (`pipeline_of`; None: one
+    class)."""
     if pipeline is None:
         return {0: list(range(world_size))}
     classes: dict[int, list[int]] = {stage * pipeline.stride: [] for stage in range(pipeline.stages)}

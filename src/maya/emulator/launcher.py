@@ -287,7 +287,7 @@ def emulate(
         with Watcher(job.mailbox, topology.world_size, job.start):
             if dedup and ranks is None and topology.world_size > 1:
                 captured, represents, job.stage_rebuild = _deduplicated(
-                    job.capture, job.writer, topology.world_size, workers, on_rank_done
+                    job.capture, job.writer, topology.world_size, workers, on_rank_done, list(argv)
                 )
             else:
                 with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
@@ -612,14 +612,15 @@ class _Job:
         return EmulationResult(self.out_dir, status, results, cpu, interrupted_by, self.stage_rebuild)
 
 
-def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done):
+def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done, argv: list[str]):
     """Capture one representative per class of equivalent ranks (dedup.py), verified by one more member per class
     that could be split; returns the captures kept, which ranks each stands for (ranks a stop signal kept from
     starting are left out) and the run's `stage_rebuild` attrs (None when the job has too few pipeline stages).
 
-    With `dedup.REBUILT_FROM` pipeline stages or more, stages 0, 1, 2 and `P - 1` are captured first; when stage 2
-    rebuilt from stage 1's capture is stage 2's capture (`_rebuild_difference`), stages 3 to `P - 2` are left to be
-    rebuilt when the run is read, else they are captured too."""
+    With `dedup.REBUILT_FROM` pipeline stages or more, stages 0, 1, 2, `P - 2` and `P - 1` are captured first; when
+    stages 2 and `P - 2` rebuilt from stage 1's capture are their captures and every interior stage can be rebuilt
+    (`_rebuild_difference`), stages 3 to `P - 3` are left to be rebuilt when the run is read, else they are captured
+    too, as they are when `argv` sets an option that can give the stages different layers."""
     first = capture(0)
     if first is None:
         return {}, {}, None
@@ -628,24 +629,31 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         return captured, {0: [0]}, None
     communicators = read_table(writer.run_dir, "communicators", [0])
     api_calls = read_table(writer.run_dir, "api_calls", [0])
-    classes = stage_classes(world_size, api_calls, communicators)
     pipeline = dedup.pipeline_of(api_calls, communicators)
+    classes = stage_classes(world_size, pipeline)
     sizes = communicators.column("comm_size").to_pylist()
     if pipeline is None or pipeline.stages < dedup.REBUILT_FROM:
         return captured, _capture_classes(capture, writer, classes, captured, sizes, workers, on_rank_done), None
     reps = [stage * pipeline.stride for stage in range(pipeline.stages)]
-    ends = [reps[0], reps[1], reps[2], reps[-1]]
+    checked = [2, pipeline.stages - 2]
+    ends = [reps[0], reps[1], *(reps[s] for s in checked), reps[-1]]
+    attrs = {"stages": pipeline.stages, "stride": pipeline.stride, "from": 1, "checked": checked}
+    option = pipeline_stages.differing_stage_options(argv)
+    if option:
+        everything = _capture_classes(capture, writer, classes, captured, sizes, workers, on_rank_done)
+        return captured, everything, {**attrs, "refused": f"{option} can give the pipeline stages different layers"}
     represents = _capture_classes(
         capture, writer, {r: classes[r] for r in ends}, captured, sizes, workers, on_rank_done
     )
-    attrs = {"stages": pipeline.stages, "stride": pipeline.stride, "from": 1, "checked": 2}
     try:
-        microbatches = _rebuild_difference(writer, pipeline, captured, represents)
+        microbatches = _rebuild_difference(writer, pipeline, captured, represents, checked)
     except pipeline_stages.ScheduleError as e:
         rest = {r: classes[r] for r in reps if r not in ends}
         represents.update(_capture_classes(capture, writer, rest, captured, sizes, workers, on_rank_done))
         return captured, represents, {**attrs, "refused": str(e)}
-    return captured, represents, {**attrs, "microbatches": microbatches, "rebuilt": list(range(3, pipeline.stages - 1))}
+    rebuilt = list(range(3, pipeline.stages - 2))
+    ranks = sorted(r for r in range(world_size) if pipeline.stage(r) in rebuilt)
+    return captured, represents, {**attrs, "microbatches": microbatches, "rebuilt": rebuilt, "rebuilt_ranks": ranks}
 
 
 def _capture_classes(capture, writer: RunWriter, classes, captured, sizes, workers: int, on_rank_done):
@@ -681,22 +689,27 @@ def _capture_classes(capture, writer: RunWriter, classes, captured, sizes, worke
     return represents
 
 
-def _rebuild_difference(writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured, represents) -> int:
-    """Stage 2 rebuilt from each of stage 1's captures, compared with stage 2's capture of the same part
-    (`pipeline_stages.difference`); returns the micro-batches a step, or raises ScheduleError saying why stage 1's
-    captures cannot stand for the interior stages (a capture not complete, the two stages split into other classes
-    of ranks, a schedule other than non-interleaved 1F1B, a difference)."""
+def _rebuild_difference(
+    writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured, represents, checked: list[int]
+) -> int:
+    """Each `checked` stage rebuilt from each of stage 1's captures, compared with that stage's capture of the same
+    part (`pipeline_stages.difference`), and every interior stage shown rebuildable (`check_rebuilds`); returns the
+    micro-batches a step, or raises ScheduleError saying why stage 1's captures cannot stand for the interior stages
+    (a capture not complete, the stages split into other classes of ranks, a schedule other than non-interleaved
+    1F1B, too few micro-batches for a stage's steady state, a difference)."""
     ours = {rank: members for rank, members in represents.items() if pipeline.stage(rank) == 1}
-    theirs = {rank: members for rank, members in represents.items() if pipeline.stage(rank) == 2}
-    moved = {pipeline.translate(r, 1): [pipeline.translate(m, 1) for m in ranks] for r, ranks in ours.items()}
-    if moved != theirs:
-        raise pipeline_stages.ScheduleError(
-            f"stages 1 and 2 split into different classes of ranks ({sorted(ours)} and {sorted(theirs)})"
-        )
+    for stage in checked:
+        theirs = {rank: members for rank, members in represents.items() if pipeline.stage(rank) == stage}
+        shift = stage - 1
+        moved = {pipeline.translate(r, shift): [pipeline.translate(m, shift) for m in ms] for r, ms in ours.items()}
+        if moved != theirs:
+            raise pipeline_stages.ScheduleError(
+                f"stages 1 and {stage} split into different classes of ranks ({sorted(ours)} and {sorted(theirs)})"
+            )
     microbatches = 0
     for rank in sorted(ours):
-        other = pipeline.translate(rank, 1)
-        for r in (rank, other):
+        others = [pipeline.translate(rank, stage - 1) for stage in checked]
+        for r in (rank, *others):
             if captured[r][1].status != "complete":
                 raise pipeline_stages.ScheduleError(f"rank {r}'s capture is {captured[r][1].status}")
         tables = {
@@ -704,28 +717,29 @@ def _rebuild_difference(writer: RunWriter, pipeline: pipeline_stages.Pipeline, c
                 read_table(writer.run_dir, name, [r]).to_pandas()
                 for name in ("api_calls", "communicators", "ops", "kernels")
             ]
-            for r in (rank, other)
+            for r in (rank, *others)
         }
         calls, communicators, ops, kernels = tables[rank]
         calls = calls.sort_values("seq", ignore_index=True)
         cut = pipeline_stages.split(calls, communicators, pipeline, 1)
-        rebuilt, _, rebuilt_comms = pipeline_stages.rebuilt_tables(calls, ops, communicators, pipeline, cut, 2)
-        own, own_comms, _, own_kernels = tables[other]
-        own = own.sort_values("seq", ignore_index=True)
-        reason = pipeline_stages.difference(
-            rebuilt,
-            pipeline_stages.global_peers(rebuilt, rebuilt_comms),
-            own,
-            pipeline_stages.global_peers(own, own_comms),
-            (
-                dict(zip(kernels["kernel_id"], kernels["name"])),
-                dict(zip(own_kernels["kernel_id"], own_kernels["name"])),
-            ),
-        )
-        if reason:
-            raise pipeline_stages.ScheduleError(
-                f"stage 2 rebuilt from rank {rank}'s capture is not rank {other}'s: {reason}"
+        pipeline_stages.check_rebuilds(cut, pipeline.stages)
+        for stage, other in zip(checked, others):
+            rebuilt, _, rebuilt_comms = pipeline_stages.rebuilt_tables(calls, ops, communicators, pipeline, cut, stage)
+            own, own_comms, _, own_kernels = tables[other]
+            reason = pipeline_stages.difference(
+                rebuilt,
+                rebuilt_comms,
+                own.sort_values("seq", ignore_index=True),
+                own_comms,
+                (
+                    dict(zip(kernels["kernel_id"], kernels["name"])),
+                    dict(zip(own_kernels["kernel_id"], own_kernels["name"])),
+                ),
             )
+            if reason:
+                raise pipeline_stages.ScheduleError(
+                    f"stage {stage} rebuilt from rank {rank}'s capture is not rank {other}'s: {reason}"
+                )
         microbatches = cut.microbatches
     return microbatches
 

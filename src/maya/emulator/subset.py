@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .dedup import stage_classes
+from .dedup import pipeline_of, stage_classes
 
 
 def subset_represents(
@@ -27,7 +27,7 @@ def subset_represents(
     represents = {rank: [rank] for rank in captured}
     assumed: dict[int, list[int]] = {}
     taken = set(captured)
-    for members in stage_classes(world_size, api_calls, communicators).values():
+    for members in stage_classes(world_size, pipeline_of(api_calls, communicators)).values():
         ours = [rank for rank in members if rank in taken]
         if not ours or len(ours) == len(members):
             continue

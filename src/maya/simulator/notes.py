@@ -32,6 +32,7 @@ def out_of_memory(
     it: the capture's status is `oom`, or the run failed on a rank where an allocation failed. Otherwise the
     peak must fit the GPU priced (another, smaller GPU than the one emulated may not hold it)."""
     failed = sorted(rank for rank, (_, oom) in memory.items() if oom)
+    counted = [rank for rank in failed if "rebuilt_from" not in traces.ranks[rank].device]  # once, as captured
     status = traces.info["status"]
     if status == "oom" or (status == "failed" and failed):
         ooms = recorded_ooms(traces)
@@ -40,7 +41,7 @@ def out_of_memory(
         return f"peak {peak_memory / 2**30:.2f} GiB exceeds {hw.memory_bytes / 2**30:.2f} GiB", None
     if not failed:
         return None, None
-    counts = {rank: int((traces.ranks[rank].memory["kind"] == "oom").sum()) for rank in failed}
+    counts = {rank: int((traces.ranks[rank].memory["kind"] == "oom").sum()) for rank in counted}
     shown = ", ".join(f"rank {rank}: {n}" for rank, n in list(counts.items())[:4])
     return None, (
         f"{sum(counts.values())} device allocation(s) failed ({shown}{' ...' if len(counts) > 4 else ''}) "
@@ -229,8 +230,9 @@ def stage_rebuild_notes(traces: TraceSet) -> list[str]:
     return [
         f"1F1B stages rebuilt: pipeline stages {_ranges(rebuild['rebuilt'])} of {rebuild['stages']} were not captured; "
         f"each replays stage {rebuild['from']}'s forwards and backwards of its {rebuild['microbatches']} micro-batches "
-        "in its own warm-up, steady and cool-down order, with its peers and groups moved (stage 2 rebuilt so was "
-        "checked against its own capture: the same calls in the same order); their peak memory is stage "
+        "in its own warm-up, steady and cool-down order, with its peers and groups moved (stages "
+        f"{' and '.join(str(s) for s in rebuild['checked'])} rebuilt so were checked against their own captures: the "
+        "same calls in the same order); their peak memory is stage "
         f"{rebuild['from']}'s (the trace holds the allocator's segments, not each tensor)"
     ]
 

@@ -201,7 +201,13 @@ def load(run_dir: str | Path) -> TraceSet:
     for rank, trace in ranks.items():
         if stopped.get(str(rank)) is not None:
             trace.calls = _before_iteration(trace, int(stopped[str(rank)]))
-    ranks.update(rebuilt_stages(traces))
+    try:
+        ranks.update(rebuilt_stages(traces))
+    except pipeline_stages.ScheduleError as e:
+        raise ValueError(
+            f"run {traces.run_id} ({run_dir}): its interior pipeline stages cannot be rebuilt from stage 1's capture "
+            f"({e}); emulate it again with --no-dedup to capture every stage"
+        ) from e
     return traces
 
 
