@@ -71,8 +71,11 @@ def finish(code):
     os._exit(code if code >= 0 else 128 - code)
 def stop(*_):
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
-    os.killpg(job.pid, signal.SIGKILL)  # the job's whole process group: its compilers too
-    job.wait()
+    try:
+        os.killpg(job.pid, signal.SIGKILL)  # the job's whole process group: its compilers too
+        os.waitpid(job.pid, 0)  # not job.wait(): its lock may be held by the wait this signal interrupted
+    except (ProcessLookupError, ChildProcessError):  # it had ended
+        pass
     finish(128 + signal.SIGTERM)
 for number in STOP:
     signal.signal(number, stop)
@@ -516,7 +519,9 @@ def _build(folder: Path, job: _Job) -> Path:
 
 def _build_command(into: Path) -> list[str]:
     """pip's build of the extension's sdist into `into`, against the installed torch (whose ABI it must match): from
-    the sdist only (`--no-binary`: a registry wheel, built for another torch, is never taken for one built here)."""
+    the sdist only (`--no-binary`: a registry wheel is never taken for one built here) and compiled now
+    (`--no-cache-dir`: pip's cache of wheels it built, keyed by the sdist alone, may hold one built for another
+    torch)."""
     return [
         sys.executable,
         "-m",
@@ -524,6 +529,7 @@ def _build_command(into: Path) -> list[str]:
         "wheel",
         "--no-deps",
         "--no-build-isolation",
+        "--no-cache-dir",
         "--no-binary",
         EXTENSION,
         "--disable-pip-version-check",
