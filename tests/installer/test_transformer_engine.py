@@ -314,7 +314,7 @@ def test_installers_command_lines(monkeypatch, tmp_path):
     removal that undoes a failed install."""
     ran: list[tuple[list[str], Path]] = []
 
-    def supervise(self, command, log, *, cwd, env=None):
+    def supervise(self, command, log, *, cwd, env=None, doing=None):
         ran.append((command, cwd))
         return 0
 
@@ -430,7 +430,7 @@ def test_an_interrupted_build_stops_its_processes_and_leaves_no_wheel(stand_ins,
     stand_ins.build(f"Path(sys.argv[1], {WHEEL!r}).write_bytes(b'half')\ntime.sleep(60)")
 
     def say(message: str) -> None:
-        if message.startswith("still building"):
+        if message.startswith("still building") and stand_ins.builds.exists():  # the build runs
             raise KeyboardInterrupt
 
     monkeypatch.setattr(te, "_say", say)
@@ -510,6 +510,24 @@ def test_a_job_ends_with_maya_however_it_is_stopped_and_holds_the_lock_until_und
             time.sleep(0.05)
         time.sleep(0.2)
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no one installs
+
+
+def test_an_interrupt_that_kills_the_supervisor_before_it_can_undo_undoes_in_maya(monkeypatch, tmp_path):
+    """Ctrl-C while the supervisor is still starting (before its handlers, SIGTERM kills it outright): Maya runs
+    the undo itself."""
+    monkeypatch.setattr(te, "SUPERVISOR", "import time; time.sleep(60)")  # a supervisor with no handlers yet
+    monkeypatch.setattr(te, "HEARTBEAT_S", 0.1)
+
+    def say(message: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(te, "_say", say)
+    undone = tmp_path / "undone"
+    with open(tmp_path / "lock", "w") as lock:
+        job = te._Job(lock, "retry", [sys.executable, "-c", f"open({str(undone)!r}, 'w')"])
+        with pytest.raises(KeyboardInterrupt):
+            job.supervise(["true"], tmp_path / "log", cwd=tmp_path, doing="installing")
+    assert undone.exists()
 
 
 def test_a_killed_builds_leftovers_are_removed_and_never_used(stand_ins, monkeypatch):

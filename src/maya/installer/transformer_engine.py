@@ -457,10 +457,13 @@ class _Job:
                     f"{log.read_text(errors='replace').strip()[-1500:]}; {self.retry}"
                 )
 
-    def supervise(self, command: list[str], log: Path, *, cwd: Path, env: dict[str, str] | None = None) -> int:
-        """Run `command` under the supervisor, its output into `log`, saying every `HEARTBEAT_S` that it still runs
-        when it is the build; its exit code. Interrupted (Ctrl-C, a stop signal raised as an exception), it stops
-        the supervisor, which kills the command and runs the undo, and waits for it."""
+    def supervise(
+        self, command: list[str], log: Path, *, cwd: Path, env: dict[str, str] | None = None, doing: str | None = None
+    ) -> int:
+        """Run `command` under the supervisor, its output into `log`, saying every `HEARTBEAT_S` that it is still
+        `doing` that (if given); its exit code. Interrupted (Ctrl-C, a stop signal raised as an exception), it stops
+        the supervisor, which kills the command and runs the undo (run here if the supervisor ended before it could),
+        and waits for it."""
         started = time.monotonic()
         with open(log, "w") as out:
             supervisor = subprocess.Popen(
@@ -479,11 +482,12 @@ class _Job:
                     try:
                         return supervisor.wait(timeout=HEARTBEAT_S)
                     except subprocess.TimeoutExpired:
-                        if env is not None:
-                            _say(f"still building {EXTENSION} ({(time.monotonic() - started) / 60:.0f} min so far)")
+                        if doing:
+                            _say(f"still {doing} ({(time.monotonic() - started) / 60:.0f} min so far)")
             except BaseException:
                 supervisor.terminate()
-                supervisor.wait()
+                if supervisor.wait() < 0 and self.undo:  # killed by the signal before it could undo
+                    subprocess.run(self.undo, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
                 raise
 
 
@@ -500,7 +504,7 @@ def _build(folder: Path, job: _Job) -> Path:
     )
     started = time.monotonic()
     try:
-        code = job.supervise(_build_command(build), log, cwd=build, env=_build_env(jobs))
+        code = job.supervise(_build_command(build), log, cwd=build, env=_build_env(jobs), doing=f"building {EXTENSION}")
         wheel = cached_wheel(build)
         if code or wheel is None:
             tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-LOG_TAIL:])
