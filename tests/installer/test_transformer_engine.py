@@ -472,11 +472,16 @@ def holds(pid: int, path: Path) -> bool:
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP], ids=["TERM", "KILL", "HUP"])
 def test_a_job_ends_with_maya_however_it_is_stopped_and_holds_the_lock_until_undone(stop, phase, maya_home, tmp_path):
     """Maya stopped, during the build or the final install, by a signal it does not turn into an exception, or killed:
-    the job's processes end with it (the supervisor's parent-death signal), what was installed is uninstalled again,
+    the job's processes end with it (the supervisor's parent-death signal; in process groups of their own too), what
+    was installed is uninstalled again,
     and the lock stays taken (the job and its supervisor hold it) until all that is over, so no second install starts
     beside a running one."""
     pids, undone = tmp_path / "pids", tmp_path / "undone"
-    hang = f"import os, time\nopen({str(pids)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)"
+    hang = (  # and a child in a process group of its own, as ninja starts each compiler
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], process_group=0)\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\ntime.sleep(120)"
+    )
     if phase == "install":  # a cached wheel: no build, the install hangs
         folder = te.wheel_folder()
         folder.mkdir(parents=True)
@@ -489,9 +494,9 @@ def test_a_job_ends_with_maya_however_it_is_stopped_and_holds_the_lock_until_und
     while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
         assert parent.poll() is None, parent.stderr.read()
         time.sleep(0.05)
-    pid = int(pids.read_text())
+    pid, child = map(int, pids.read_text().split())
     locks = list((maya_home / "wheels").glob(".*.lock"))
-    assert len(locks) == 1 and alive(pid)
+    assert len(locks) == 1 and alive(pid) and alive(child)
     supervisor = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
     assert supervisor != parent.pid and holds(supervisor, locks[0]) and holds(pid, locks[0])
     parent.send_signal(stop)
@@ -500,7 +505,7 @@ def test_a_job_ends_with_maya_however_it_is_stopped_and_holds_the_lock_until_und
     while not (undone.exists() and undone.read_text()) and time.monotonic() < deadline:
         time.sleep(0.02)
     undoer = int(undone.read_text())
-    assert not alive(pid)  # killed before the undo
+    assert not alive(pid) and not alive(child)  # killed before the undo
     with open(locks[0], "w") as lock:
         assert alive(undoer)
         with pytest.raises(BlockingIOError):  # still held while the undo runs

@@ -56,7 +56,7 @@ HEARTBEAT_S = 60.0
 LOG_TAIL = 30
 """Lines of a failed build's log shown in its error."""
 SUPERVISOR = """
-import ctypes, json, os, signal, subprocess, sys
+import ctypes, json, os, signal, subprocess, sys, time
 STOP = {signal.SIGTERM, signal.SIGHUP}
 signal.pthread_sigmask(signal.SIG_BLOCK, STOP)  # delivered once the job has started
 ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: when the thread that started it ends
@@ -69,13 +69,31 @@ def finish(code):
     if code and undo:
         subprocess.run(undo, stdin=subprocess.DEVNULL)
     os._exit(code if code >= 0 else 128 - code)
+def session():
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and int(entry) != job.pid and os.getsid(int(entry)) == job.pid:
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
 def stop(*_):
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
     try:
-        os.killpg(job.pid, signal.SIGKILL)  # the job's whole process group: its compilers too
+        os.killpg(job.pid, signal.SIGKILL)  # the job's process group: it spawns no more
         os.waitpid(job.pid, 0)  # not job.wait(): its lock may be held by the wait this signal interrupted
     except (ProcessLookupError, ChildProcessError):  # it had ended
         pass
+    for _ in range(200):  # then its whole session: ninja runs each compiler in a process group of its own
+        if not (left := session()):
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
     finish(128 + signal.SIGTERM)
 for number in STOP:
     signal.signal(number, stop)
@@ -84,10 +102,10 @@ if os.getppid() != parent:  # Maya ended before prctl
 signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP)
 finish(job.wait())
 """
-"""Runs a job (`argv[4:]`: an install or the build) in its own process group, it and the job holding the lock file
+"""Runs a job (`argv[4:]`: an install or the build) in its own session, it and the job holding the lock file
 (descriptor `argv[2]`) they inherit; when the job fails, or Maya's process (or the thread that started the supervisor)
-ends, SIGKILL included (the kernel's parent-death signal), or Maya signals it (SIGTERM), it kills the job's group and
-runs `argv[3]`, the command that undoes what the job installed (JSON; `[]`: none). The lock is free only once none
+ends, SIGKILL included (the kernel's parent-death signal), or Maya signals it (SIGTERM), it kills every process of the
+job's session (compilers in process groups of their own included) and runs `argv[3]`, the command that undoes what the job installed (JSON; `[]`: none). The lock is free only once none
 runs."""
 
 
@@ -504,7 +522,11 @@ def _build(folder: Path, job: _Job) -> Path:
     )
     started = time.monotonic()
     try:
-        code = job.supervise(_build_command(build), log, cwd=build, env=_build_env(jobs), doing=f"building {EXTENSION}")
+        scratch = build / "tmp"  # pip's temporary folders, removed with the build's even when it is killed
+        scratch.mkdir()
+        env = {**_build_env(jobs), "TMPDIR": str(scratch)}
+        code = job.supervise(_build_command(build), log, cwd=build, env=env, doing=f"building {EXTENSION}")
+        shutil.rmtree(scratch, ignore_errors=True)
         wheel = cached_wheel(build)
         if code or wheel is None:
             tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-LOG_TAIL:])
