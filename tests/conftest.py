@@ -63,7 +63,7 @@ def checkout_build(tmp_path_factory) -> Callable[[], AbstractContextManager]:
 @pytest.fixture(autouse=True)
 def maya_home(tmp_path_factory, monkeypatch, emulator_cache):
     """Every test gets its own MAYA_HOME (warehouse, runs) so nothing touches the user's, and installs no Transformer
-    Engine on first need (MAYA_TE_AUTO=off: CI has no cached wheel and must not spend 15 minutes building one)."""
+    Engine on first need (MAYA_TE_AUTO=off: CI has no cached wheel and must not spend a build's minutes on one)."""
     home = tmp_path_factory.mktemp("maya_home")
     monkeypatch.setenv("MAYA_HOME", str(home))
     monkeypatch.delenv("MAYA_WAREHOUSE", raising=False)

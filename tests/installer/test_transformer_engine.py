@@ -33,8 +33,10 @@ with log.open("a") as f:
     f.write(json.dumps(sys.argv[2:]) + "\\n")
 if any(a.endswith(".whl") for a in sys.argv[2:]):
     (log.parent / "installed").touch()
+if sys.argv[2] == "uninstall":
+    (log.parent / "installed").unlink(missing_ok=True)
 """
-"""Stands in for uv: records each install's arguments; installing a wheel marks TE installed."""
+"""Stands in for uv: records each install's (and uninstall's) arguments; installing a wheel marks TE installed."""
 
 
 @pytest.fixture
@@ -48,6 +50,11 @@ def stand_ins(tmp_path, monkeypatch):
     log = work / "installs.jsonl"
     monkeypatch.setattr(te, "_uses_uv", lambda: True)
     monkeypatch.setattr(te, "_installer", lambda: [sys.executable, str(work / "installer.py"), str(log)])
+    monkeypatch.setattr(
+        te,
+        "_uninstall_command",
+        lambda names: [sys.executable, str(work / "installer.py"), str(log), "uninstall", *names],
+    )
     monkeypatch.setattr(te, "installed", lambda: (work / "installed").exists())
     monkeypatch.setattr(te, "mismatch", lambda: None)
     monkeypatch.setattr(te, "own_environment", lambda: True)
@@ -73,8 +80,18 @@ REPLACE = ["--reinstall-package", "transformer-engine-torch"]
 
 
 def leftovers(folder: Path) -> list[str]:
-    """The build's temporary folders beside the cache's folders."""
-    return sorted(p.name for p in folder.parent.glob(".transformer-engine-torch-build-*"))
+    """The build's temporary folders beside the cache's folders (any key's)."""
+    return sorted(p.name for p in folder.parent.glob(".*.build-*"))
+
+
+def build_install() -> list[str]:
+    """What a build installs before it: TE (its core) and the extension's build requirements, around the torch."""
+    return [*te.requirements(), te.torch_pin()]
+
+
+def rollback() -> list[str]:
+    """What a failed or interrupted install or build undoes: TE installed without its extension."""
+    return ["uninstall", "transformer-engine", "transformer-engine-cu13", "transformer-engine-torch"]
 
 
 def final_install(wheel: Path) -> list[str]:
@@ -130,13 +147,17 @@ def fake_distribution(site: Path, name: str, version: str, url: str | None = Non
 
 def test_an_installed_te_of_another_release_or_torch_is_a_mismatch(monkeypatch, tmp_path):
     """After a pin bump, or with the extension's wheel built for another torch or Python (its cache key, from the
-    installer's record of the file it installed), the installed TE is not the one Maya installs."""
+    installer's record of the file it installed), or without TE's core or core library (an extension wheel alone), the
+    installed TE is not the one Maya installs."""
     key = te.wheel_folder().name
     other = key.replace("-cp", "-cp99-was-cp")
     site = tmp_path / "site"
     monkeypatch.setattr(sys, "path", [str(site), *sys.path])
-    fake_distribution(site, "transformer_engine", "2.20.2")
     fake_distribution(site, "transformer_engine_torch", "2.20.2", f"file://{tmp_path}/wheels/{key}/{WHEEL}")
+    assert te.mismatch() == "transformer-engine is not installed"
+    fake_distribution(site, "transformer_engine", "2.20.2")
+    assert te.mismatch() == "transformer-engine-cu13 is not installed"
+    fake_distribution(site, "transformer_engine_cu13", "2.20.2")
     assert te.installed_key() == key and te.mismatch() is None
     (site / "transformer_engine_torch-2.20.2.dist-info" / "direct_url.json").write_text(
         json.dumps({"url": f"file://{tmp_path}/wheels/{other}/{WHEEL}"})
@@ -147,6 +168,10 @@ def test_an_installed_te_of_another_release_or_torch_is_a_mismatch(monkeypatch, 
         "Metadata-Version: 2.1\nName: transformer_engine\nVersion: 2.19.0\n"
     )
     assert te.mismatch() == "transformer-engine 2.19.0 is installed where Maya pins 2.20.2"
+    (site / "transformer_engine-2.19.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: transformer_engine\nVersion: 2.20.2+git1234abc\n"
+    )  # a source build's
+    assert te.mismatch() == "transformer-engine 2.20.2+git1234abc is installed where Maya pins 2.20.2"
 
 
 def test_a_mismatched_te_is_replaced_by_the_cached_wheel(stand_ins, monkeypatch):
@@ -175,15 +200,14 @@ def test_an_install_that_leaves_a_mismatch_says_so_rather_than_installing_at_eve
 
 
 def test_the_te_extra_is_read_from_the_installed_metadata():
-    """The requirements installed and the release built are pyproject.toml's `te` extra (one source); the build's
-    requirements are all of it but TE itself, with what `pip wheel --no-build-isolation` needs."""
+    """The requirements installed and the release built are pyproject.toml's `te` extra (one source): TE's core, whose
+    core library its extra names, and what `pip wheel --no-build-isolation` needs."""
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["te"]
     assert [r.replace(" ", "") for r in te.requirements()] == [r.replace(" ", "") for r in extra]
     pin = next(r for r in extra if r.startswith("transformer-engine["))
     assert te.version() == pin.split("==")[1]
-    build = te.build_requirements()
-    assert pin not in build and len(build) == len(extra) - 1
-    assert {"setuptools", "pip", "wheel"} <= {r.split(">")[0].split("=")[0] for r in build}
+    assert te.core_library() == f"transformer-engine-{pin.split('[core-')[1].split(']')[0]}"
+    assert {"setuptools", "pip", "wheel"} <= {r.split(">")[0].split("=")[0] for r in extra}
 
 
 def test_without_maya_s_metadata_it_says_how_to_set_up(monkeypatch):
@@ -198,6 +222,7 @@ def test_without_maya_s_metadata_it_says_how_to_set_up(monkeypatch):
 
 
 def test_off_refuses_naming_the_setup(stand_ins, maya_home, monkeypatch):
+    """In Maya's own environment the refusal names the setup; anywhere else the command that installs TE there."""
     monkeypatch.setenv("MAYA_TE_AUTO", "off")
     with pytest.raises(te.Unavailable) as refused:
         te.ensure("this row")
@@ -205,6 +230,10 @@ def test_off_refuses_naming_the_setup(stand_ins, maya_home, monkeypatch):
         "this row needs Transformer Engine's PyTorch extension, which is not installed for this interpreter, and "
         "MAYA_TE_AUTO=off refuses installing it: install it with `MAYA_WITH_TE=1 scripts/setup`"
     )
+    monkeypatch.setattr(te, "own_environment", lambda: False)
+    with pytest.raises(te.Unavailable) as refused:
+        te.ensure("this row")
+    assert str(refused.value).endswith(f"install it with `{sys.executable} -m maya.installer.transformer_engine`")
     assert stand_ins.installs() == [] and not (maya_home / "wheels").exists()
 
 
@@ -269,65 +298,86 @@ def test_a_cached_wheel_is_installed_with_te_in_one_install_without_building(sta
     assert "this row needs Transformer Engine 2.20.2" in capsys.readouterr().err
 
 
-def test_a_build_installs_only_its_requirements_before_it_and_te_with_the_wheel(stand_ins, monkeypatch):
+def test_a_build_installs_te_and_its_requirements_before_it_and_then_the_wheel(stand_ins, monkeypatch):
+    """The verified order: the `te` extra (TE's core included: the extension's build needs it) before `pip wheel`, then
+    TE with the wheel."""
     monkeypatch.setenv("MAYA_TE_AUTO", "build")
     stand_ins.build(GOOD_BUILD)
     te.ensure("this row")
     folder = te.wheel_folder()
-    assert stand_ins.installs() == [[*te.build_requirements(), te.torch_pin()], final_install(folder / WHEEL)]
+    assert stand_ins.installs() == [build_install(), final_install(folder / WHEEL)]
 
 
-def test_installers_command_lines(monkeypatch):
+def test_installers_command_lines(monkeypatch, tmp_path):
     """uv: no project's configuration (`--no-config`), the extension replaced by `--reinstall-package`; pip (no uv
-    beside the interpreter): pip's own flags, an installed extension uninstalled first (pip keeps one of the same
-    version). Both run in a neutral folder, not the user's project."""
-    ran: list[tuple[list[str], str]] = []
+    beside the interpreter): pip's own flags. Both run in a neutral folder, not the user's project, and so does the
+    removal that undoes a failed install."""
+    ran: list[tuple[list[str], Path]] = []
 
-    def run(command, **kwargs):
-        ran.append((command, kwargs["cwd"]))
-        return subprocess.CompletedProcess(command, 0, "", "")
+    def supervise(self, command, log, *, cwd, env=None, doing=None):
+        ran.append((command, cwd))
+        return 0
 
-    monkeypatch.setattr(te.subprocess, "run", run)
+    monkeypatch.setattr(te._Job, "supervise", supervise)
+    job = te._Job(None, "retry", [])
     monkeypatch.setattr(te, "_uses_uv", lambda: True)
-    te._install(["pkg"], "it", "retry", replace=True)
+    job.install(["pkg"], "it", replace=True)
     uv = str(Path(sys.executable).parent / "uv")
     assert ran[-1][0] == [
         *[uv, "pip", "install", "--quiet", "--compile-bytecode", "--no-config", "--python", sys.executable],
         *REPLACE,
         "pkg",
     ]
-    te._install(["pkg"], "it", "retry")  # the build's requirements: nothing replaced
+    job.install(["pkg"], "it")  # the build's requirements: nothing replaced
     assert ran[-1][0] == [uv, "pip", "install", "--quiet", "--compile-bytecode", "--no-config", "--python"] + [
         sys.executable,
         "pkg",
     ]
+    assert te._uninstall_command(["a", "b"]) == [uv, "pip", "uninstall", "--quiet", "--no-config", "--python"] + [
+        sys.executable,
+        "a",
+        "b",
+    ]
     monkeypatch.setattr(te, "_uses_uv", lambda: False)
-    te._install(["pkg"], "it", "retry", replace=True)
+    job.install(["pkg"], "it", replace=True)
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "pkg"]
     assert ran[-1][0] == pip
-    assert all(cwd != os.getcwd() and not Path(cwd).exists() for _, cwd in ran)  # a temporary folder, removed
+    assert te._uninstall_command(["a"]) == [sys.executable, "-m", "pip", "uninstall", "--yes", "--quiet"] + [
+        "--disable-pip-version-check",
+        "a",
+    ]
+    assert all(cwd != Path.cwd() and not cwd.exists() for _, cwd in ran)  # a temporary folder, removed
 
 
-def test_pip_uninstalls_an_installed_extension_before_installing_the_wheel(stand_ins, monkeypatch):
+def test_the_build_is_from_the_sdist_against_the_installed_torch(tmp_path):
+    """`pip wheel` builds the pinned extension's sdist without build isolation (the installed torch), never taking a
+    registry wheel or one pip built earlier (maybe for another torch) for one built here."""
+    command = te._build_command(tmp_path)
+    assert command[:3] == [sys.executable, "-m", "pip"] and command[3] == "wheel"
+    assert command[command.index("--no-binary") + 1] == "transformer-engine-torch"
+    assert {"--no-deps", "--no-build-isolation", "--no-cache-dir"} <= set(command)
+    assert command[-3:] == ["transformer-engine-torch==2.20.2", "-w", str(tmp_path)]
+
+
+def test_pip_uninstalls_an_installed_extension_before_installing_the_wheel(stand_ins, monkeypatch, tmp_path):
+    """pip keeps an installed wheel of the same version, so the extension is uninstalled first whenever its
+    distribution is there: metadata left without its extension's file (not `installed()`) too."""
     monkeypatch.setenv("MAYA_TE_AUTO", "cached")
     monkeypatch.setattr(te, "_uses_uv", lambda: False)
-    (stand_ins.work / "installed").touch()
-    ran: list[list[str]] = []
-    monkeypatch.setattr(te, "mismatch", lambda: None if len(ran) == 2 else "built for another torch")
-    real_run = te._run
-    monkeypatch.setattr(te, "_run", lambda command, what, retry: ran.append(command) or real_run(command, what, retry))
-    monkeypatch.setattr(te.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(command, 0, "", ""))
+    site = tmp_path / "site"
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    fake_distribution(site, "transformer_engine_torch", "2.20.2")  # its .so gone: not installed, but pip's record is
+    assert not te.installed()
     folder = te.wheel_folder()
     folder.mkdir(parents=True)
     (folder / WHEEL).write_bytes(b"wheel")
     te.ensure("this row")
-    assert ran[0] == [sys.executable, "-m", "pip", "uninstall", "--yes", "transformer-engine-torch"]
-    assert ran[1][-1] == str(folder / WHEEL) and "--reinstall-package" not in ran[1]
+    assert stand_ins.installs() == [["uninstall", "transformer-engine-torch"], final_install(folder / WHEEL)[2:]]
 
 
 def test_a_failed_build_leaves_no_wheel_nor_te_and_is_remembered_for_every_process(stand_ins, monkeypatch):
-    """The build fails: no wheel, no TE (only its build requirements were installed), a marker beside the wheels naming
-    the log. No later process builds again on its own (the marker is on disk, not in this process); it says how to
+    """The build fails: no wheel, no TE (what was installed for the build is uninstalled again), a marker beside the
+    wheels naming the log. No later process builds again on its own (the marker is on disk, not in this process); it says how to
     retry, and the explicit command (`MAYA_WITH_TE=1 scripts/setup`'s) does."""
     monkeypatch.setenv("MAYA_TE_AUTO", "build")
     stand_ins.build(f"Path(sys.argv[1], {WHEEL!r}).write_bytes(b'half')\nprint('nvcc: error 42')\nsys.exit(3)")
@@ -339,7 +389,7 @@ def test_a_failed_build_leaves_no_wheel_nor_te_and_is_remembered_for_every_proce
     assert "retry with `MAYA_WITH_TE=1 scripts/setup`" in message and message.endswith("nvcc: error 42\n")
     assert not folder.exists() and leftovers(folder) == []
     assert "nvcc: error 42" in (folder.parent / f"{folder.name}.log").read_text()  # kept for the user
-    assert stand_ins.installs() == [[*te.build_requirements(), te.torch_pin()]]  # TE itself never installed
+    assert stand_ins.installs() == [build_install(), rollback()]  # no importable TE without its extension
     marker = te.failure_marker(folder)
     assert marker.read_text() == message + "\n"
     with pytest.raises(te.Unavailable) as again:
@@ -360,22 +410,27 @@ def test_a_failed_install_is_remembered_too(stand_ins, monkeypatch):
     folder = te.wheel_folder()
     folder.mkdir(parents=True)
     (folder / WHEEL).write_bytes(b"wheel")
+    rolled_back = stand_ins.work / "rolled-back"
+    monkeypatch.setattr(
+        te, "_uninstall_command", lambda names: [sys.executable, "-c", f"open({str(rolled_back)!r}, 'w')"]
+    )
     with pytest.raises(te.Unavailable, match="no network"):
         te.ensure("this row")
     assert "no network" in te.failure_marker(folder).read_text()
+    assert rolled_back.exists()  # what it may have installed before failing is uninstalled again
     with pytest.raises(te.Unavailable, match="an earlier attempt to install it failed"):
         te.ensure("the next row")
 
 
 def test_an_interrupted_build_stops_its_processes_and_leaves_no_wheel(stand_ins, monkeypatch):
     """Ctrl-C during the build (raised here at its progress line): the build's processes are killed, its
-    temporary folder removed, nothing cached, TE not installed."""
+    temporary folder removed, nothing cached, TE uninstalled again."""
     monkeypatch.setenv("MAYA_TE_AUTO", "build")
     monkeypatch.setattr(te, "HEARTBEAT_S", 0.1)
     stand_ins.build(f"Path(sys.argv[1], {WHEEL!r}).write_bytes(b'half')\ntime.sleep(60)")
 
     def say(message: str) -> None:
-        if message.startswith("still building"):
+        if message.startswith("still building") and stand_ins.builds.exists():  # the build runs
             raise KeyboardInterrupt
 
     monkeypatch.setattr(te, "_say", say)
@@ -390,7 +445,7 @@ def test_an_interrupted_build_stops_its_processes_and_leaves_no_wheel(stand_ins,
         time.sleep(0.05)
     assert not alive(pid)
     assert not folder.exists() and leftovers(folder) == []
-    assert stand_ins.installs() == [[*te.build_requirements(), te.torch_pin()]]
+    assert stand_ins.installs() == [build_install(), rollback()]
 
 
 PARENT = """
@@ -398,50 +453,102 @@ import sys
 from maya.installer import transformer_engine as te
 te.own_environment = lambda: True
 te.installed = lambda: False
-te._install = lambda args, what, retry, replace=False: None
+te._installer = lambda: [sys.executable, "-c", sys.argv[2]]
+te._uninstall_command = lambda names: [sys.executable, "-c", sys.argv[3]]
 te._build_command = lambda into: [sys.executable, "-c", sys.argv[1], str(into)]
 te.ensure("this row")
 """
-"""A Maya process that needs TE and builds it with the stand-in build `argv[1]`."""
+"""A Maya process that needs TE and installs it with the stand-in build `argv[1]`, installer `argv[2]` and removal
+`argv[3]`."""
 
 
+def holds(pid: int, path: Path) -> bool:
+    """Whether process `pid` has `path` open."""
+    fds = Path(f"/proc/{pid}/fd")
+    return any(os.path.realpath(fd) == str(path.resolve()) for fd in fds.iterdir())
+
+
+@pytest.mark.parametrize("phase", ["build", "install"])
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP], ids=["TERM", "KILL", "HUP"])
-def test_a_build_ends_with_maya_however_it_is_stopped_and_holds_the_lock_until_then(stop, maya_home, tmp_path):
-    """Maya stopped by a signal it does not turn into an exception, or killed: the build's processes end with it (the
-    supervisor's parent-death signal), and the lock stays taken until they have, so no second build starts beside a
-    running one."""
-    pids = tmp_path / "pids"
-    build = f"import os, time\nopen({str(pids)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)"
+def test_a_job_ends_with_maya_however_it_is_stopped_and_holds_the_lock_until_undone(stop, phase, maya_home, tmp_path):
+    """Maya stopped, during the build or the final install, by a signal it does not turn into an exception, or killed:
+    the job's processes end with it (the supervisor's parent-death signal; in process groups of their own too), what
+    was installed is uninstalled again,
+    and the lock stays taken (the job and its supervisor hold it) until all that is over, so no second install starts
+    beside a running one."""
+    pids, undone = tmp_path / "pids", tmp_path / "undone"
+    hang = (  # and a child in a process group of its own, as ninja starts each compiler
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], process_group=0)\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\ntime.sleep(120)"
+    )
+    if phase == "install":  # a cached wheel: no build, the install hangs
+        folder = te.wheel_folder()
+        folder.mkdir(parents=True)
+        (folder / WHEEL).write_bytes(b"wheel")
+    build, installer = (hang, "pass") if phase == "build" else ("raise SystemExit(9)", hang)
+    undo = f"import os, time\nopen({str(undone)!r}, 'w').write(str(os.getpid()))\ntime.sleep(3)"
     env = {**os.environ, "MAYA_TE_AUTO": "build", "MAYA_HOME": str(maya_home)}
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, build], env=env, stderr=subprocess.PIPE)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, build, installer, undo], env=env, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
         assert parent.poll() is None, parent.stderr.read()
         time.sleep(0.05)
-    pid = int(pids.read_text())
+    pid, child = map(int, pids.read_text().split())
     locks = list((maya_home / "wheels").glob(".*.lock"))
-    assert len(locks) == 1 and alive(pid)
+    assert len(locks) == 1 and alive(pid) and alive(child)
+    supervisor = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
+    assert supervisor != parent.pid and holds(supervisor, locks[0]) and holds(pid, locks[0])
     parent.send_signal(stop)
     parent.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(pid)
+    while not (undone.exists() and undone.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    undoer = int(undone.read_text())
+    assert not alive(pid) and not alive(child)  # killed before the undo
     with open(locks[0], "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no one builds
+        assert alive(undoer)
+        with pytest.raises(BlockingIOError):  # still held while the undo runs
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        deadline = time.monotonic() + 10
+        while alive(undoer) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no one installs
+
+
+def test_an_interrupt_that_kills_the_supervisor_before_it_can_undo_undoes_in_maya(monkeypatch, tmp_path):
+    """Ctrl-C while the supervisor is still starting (before its handlers, SIGTERM kills it outright): Maya runs
+    the undo itself."""
+    monkeypatch.setattr(te, "SUPERVISOR", "import time; time.sleep(60)")  # a supervisor with no handlers yet
+    monkeypatch.setattr(te, "HEARTBEAT_S", 0.1)
+
+    def say(message: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(te, "_say", say)
+    undone = tmp_path / "undone"
+    with open(tmp_path / "lock", "w") as lock:
+        job = te._Job(lock, "retry", [sys.executable, "-c", f"open({str(undone)!r}, 'w')"])
+        with pytest.raises(KeyboardInterrupt):
+            job.supervise(["true"], tmp_path / "log", cwd=tmp_path, doing="installing")
+    assert undone.exists()
 
 
 def test_a_killed_builds_leftovers_are_removed_and_never_used(stand_ins, monkeypatch):
     """A build killed outright (SIGKILL) leaves its temporary folder, a half-written wheel in it: the next holder of
-    the lock removes it, builds anew and caches only the whole wheel."""
+    the key's lock removes it, builds anew and caches only the whole wheel; another key's build folder (another lock's,
+    maybe building now) is left alone."""
     monkeypatch.setenv("MAYA_TE_AUTO", "build")
     folder = te.wheel_folder()
-    stale = folder.parent / ".transformer-engine-torch-build-k1lled"
+    stale = folder.parent / f"{te.build_prefix(folder)}k1lled"
     stale.mkdir(parents=True)
     (stale / WHEEL).write_bytes(b"half")
+    other = folder.parent / f"{te.build_prefix(folder.with_name(folder.name.replace('-cp', '-cp99-')))}running"
+    other.mkdir()
     stand_ins.build(GOOD_BUILD)
     te.ensure("this row")
-    assert leftovers(folder) == [] and (folder / WHEEL).read_bytes() == b"wheel"
+    assert leftovers(folder) == [other.name] and (folder / WHEEL).read_bytes() == b"wheel"
     assert not (folder.parent / f"{folder.name}.log").exists()
 
 
@@ -465,6 +572,35 @@ def test_concurrent_needs_build_once(stand_ins, monkeypatch, capsys):
     assert "another process is installing it; waiting for it" in err
     assert f"about {te.BUILD_MINUTES_2_CORES} minutes on 2 idle cores with MAX_JOBS=2" in err  # said up front
     assert (te.wheel_folder() / WHEEL).is_file()
+
+
+def test_a_build_for_one_key_survives_an_install_for_another(stand_ins, monkeypatch):
+    """Two keys at once (two Pythons sharing `$MAYA_HOME`; threads here): one builds while the other installs its
+    cached wheel under its own lock; the install does not remove the build's folder, and both succeed."""
+    monkeypatch.setenv("MAYA_TE_AUTO", "build")
+    building, cached = te.wheel_folder(), te.wheel_folder().with_name(te.wheel_folder().name.replace("-cp", "-cp99-"))
+    cached.mkdir(parents=True)
+    (cached / WHEEL).write_bytes(b"wheel")
+    started = stand_ins.work / "started"
+    stand_ins.build(f"open({str(started)!r}, 'w')\ntime.sleep(1.5)\n{GOOD_BUILD}")
+    key = threading.local()
+    monkeypatch.setattr(te, "wheel_folder", lambda: key.folder)
+    monkeypatch.setattr(te, "installed", lambda: False)
+    monkeypatch.setattr(te, "mismatch", lambda: None)
+
+    def need(folder: Path) -> None:
+        key.folder = folder
+        if folder == cached:
+            deadline = time.monotonic() + 30
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(leftovers(building)) == 1
+        with pytest.raises(te.Unavailable, match="its extension is not found"):  # `installed` says no, on purpose
+            te.ensure(folder.name)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(need, [building, cached]))
+    assert (building / WHEEL).read_bytes() == b"wheel" and not te.failure_marker(building).exists()
 
 
 def test_the_lock_is_per_wheel_key(stand_ins, monkeypatch, capsys):
@@ -501,6 +637,28 @@ def test_a_script_needs_te_when_it_imports_it_unconditionally(tmp_path, source, 
     script = tmp_path / "train.py"
     script.write_text(source)
     assert te.imports_te([str(script), "--steps", "2"]) is imports
+
+
+@pytest.mark.parametrize(
+    "module, source, imports",
+    [
+        ("model.py", "import transformer_engine.pytorch as te\n", True),
+        ("model/__init__.py", "from transformer_engine.pytorch import Linear\n", True),
+        ("model.py", "try:\n    import transformer_engine\nexcept ImportError:\n    pass\n", False),
+        ("model.py", "if __name__ == '__main__':\n    import transformer_engine\n", False),  # not run on import
+        ("model.py", "import layers\n", False),  # one level only: layers.py is not read
+        ("other.py", "import transformer_engine\n", False),  # not imported by the script
+    ],
+)
+def test_a_script_needs_te_when_a_module_beside_it_imports_it(tmp_path, module, source, imports):
+    """`from model import GPT` where `model.py` (or the package `model/`) beside the script imports TE at its module
+    level: one level of the script's own modules is read."""
+    (tmp_path / module).parent.mkdir(exist_ok=True)
+    (tmp_path / module).write_text(source)
+    (tmp_path / "layers.py").write_text("import transformer_engine\n")
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nfrom model import GPT\n")
+    assert te.imports_te([str(script)]) is imports
 
 
 def test_a_module_run_is_not_read():

@@ -252,3 +252,41 @@ def test_a_rows_capture_key_follows_its_checkout_sources_and_the_installed_packa
     capture_cache.installed_packages.cache_clear()
     assert plan.command_hash() != edited
     capture_cache.installed_packages.cache_clear()
+
+
+def test_a_row_whose_script_imports_te_installs_it_before_its_capture_key(tmp_path, monkeypatch):
+    """The row's command hash digests the installed packages, so Transformer Engine is installed before it is
+    computed (as `maya search` does): the capture is stored under the key the next run, with TE installed, looks up."""
+    from maya import api
+    from maya.emulator import capture_cache
+    from maya.installer import transformer_engine
+    from maya.validation import plan as plans
+
+    script = tmp_path / "train_te.py"
+    script.write_text("import transformer_engine.pytorch\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+
+    def ensure(needed_by: str) -> None:  # installs a distribution, as the real one does
+        info = site / "transformer_engine-2.20.2.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformer_engine\nVersion: 2.20.2\n")
+
+    keys: list[str] = []
+
+    def capture(argv, options, *, cache, key):
+        keys.append(key)
+        raise RuntimeError("not emulated here")
+
+    monkeypatch.setattr(transformer_engine, "ensure", ensure)
+    monkeypatch.setattr(api, "capture", capture)
+    capture_cache.installed_packages.cache_clear()
+    key = store.RowKey(row=0, label="r", gpu="h100_80gb", size="te", gpus=1, measured_s=1.0)
+    plan = plans.RowPlan(key=key, script=script, args=(), hardware="h100-sxm", cluster=None)
+    before = plan.command_hash()
+    base = store.RowResult("s", "d", "tiny", key, "v1", predictor_digest())
+    done = runner.evaluate(runner._Task(base, plan, KIND, None, str(tmp_path / "traces")))
+    assert done.status == "failed" and "not emulated here" in done.reason
+    capture_cache.installed_packages.cache_clear()
+    assert keys == [plan.command_hash()] != [before] and done.command_hash == keys[0]

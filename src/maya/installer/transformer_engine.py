@@ -10,10 +10,11 @@ go, and it goes only into the environment `scripts/setup` made (its marker file)
 command installs.
 
 Processes share the work through a lock file per wheel key beside the wheels: one installs (or builds), the others wait
-and find it installed. The build runs under a supervisor that holds the lock and kills the build's process group when
-Maya ends, however it ends. Only the build's requirements are installed before it; TE itself (its core and Python
-package) is installed together with the extension's wheel, in one install, so a failed build leaves no importable TE.
-A failure is remembered in a marker beside the wheels, so no later process repeats it until the user retries.
+and find it installed. Every install and the build run under a supervisor that holds the lock and, when Maya's
+process ends (killed included) or the thread that started it ends, kills them and undoes what they installed. The
+build needs TE's core installed (the `te` extra, as the verified route installs it before `pip wheel`); a failed or
+interrupted build or install uninstalls it again, so no importable TE is left without its extension. A failure is
+remembered in a marker beside the wheels, so no later process repeats it until the user retries.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,27 +48,65 @@ EXTENSION = "transformer-engine-torch"
 MARKER = "maya-environment"
 """The file `scripts/setup` writes at the root of the environment it makes (`.venv/`): automatic installs go there only."""
 BUILD_MINUTES_2_CORES = 10
-"""The extension's build on 2 idle cores (`MAX_JOBS=2`, 33 C++ files), measured on 2026-11-29 in a fresh clone; several
-times longer on busy cores."""
+"""The extension's build on 2 idle cores (`MAX_JOBS=2`, 33 C++ files): 1,094 CPU-s for `MAYA_WITH_TE=1 scripts/setup`
+in a fresh clone (2026-11-29), about 9 minutes on 2 cores; 18 minutes when it gets one core's worth of busy ones."""
 MODES = ("build", "cached", "off")
 HEARTBEAT_S = 60.0
 """How often a running build says on stderr that it is still running."""
 LOG_TAIL = 30
 """Lines of a failed build's log shown in its error."""
 SUPERVISOR = """
-import ctypes, os, signal, subprocess, sys
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM when Maya's process ends
+import ctypes, json, os, signal, subprocess, sys, time
+STOP = {signal.SIGTERM, signal.SIGHUP}
+signal.pthread_sigmask(signal.SIG_BLOCK, STOP)  # delivered once the job has started
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: when the thread that started it ends
+parent, lock, undo, command = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4:]
+def own_group():
+    os.setsid()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP)
+job = subprocess.Popen(command, preexec_fn=own_group, pass_fds=(lock,))
+def finish(code):
+    if code and undo:
+        subprocess.run(undo, stdin=subprocess.DEVNULL)
+    os._exit(code if code >= 0 else 128 - code)
+def session():
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and int(entry) != job.pid and os.getsid(int(entry)) == job.pid:
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
 def stop(*_):
-    os.killpg(0, signal.SIGKILL)  # the build's whole process group, this supervisor (and its lock) included
-for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
+    try:
+        os.killpg(job.pid, signal.SIGKILL)  # the job's process group: it spawns no more
+        os.waitpid(job.pid, 0)  # not job.wait(): its lock may be held by the wait this signal interrupted
+    except (ProcessLookupError, ChildProcessError):  # it had ended
+        pass
+    for _ in range(200):  # then its whole session: ninja runs each compiler in a process group of its own
+        if not (left := session()):
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    finish(128 + signal.SIGTERM)
+for number in STOP:
     signal.signal(number, stop)
-if os.getppid() != int(sys.argv[1]):  # Maya ended before prctl
+if os.getppid() != parent:  # Maya ended before prctl
     stop()
-sys.exit(subprocess.run(sys.argv[2:]).returncode)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP)
+finish(job.wait())
 """
-"""Runs the build (`argv[2:]`) in its process group, holding the lock file it inherits; when Maya's process ends
-(SIGKILL included: the kernel's parent-death signal) or it is signalled, it kills the group, so no build outlives Maya
-and the lock is free only once none runs."""
+"""Runs a job (`argv[4:]`: an install or the build) in its own session, it and the job holding the lock file
+(descriptor `argv[2]`) they inherit; when the job fails, or Maya's process (or the thread that started the supervisor)
+ends, SIGKILL included (the kernel's parent-death signal), or Maya signals it (SIGTERM), it kills every process of the
+job's session (compilers in process groups of their own included) and runs `argv[3]`, the command that undoes what the job installed (JSON; `[]`: none). The lock is free only once none
+runs."""
 
 
 class Unavailable(ValueError):
@@ -95,18 +133,18 @@ def installed() -> bool:
 
 
 def mismatch() -> str | None:
-    """Why the installed Transformer Engine is not the one Maya installs (its core or extension of another release than
-    the `te` extra pins, or the extension's wheel cached under another key: built for another torch or Python); None
-    when it is, or when that cannot be told (a source build, Maya without its metadata)."""
+    """Why the installed Transformer Engine is not the one Maya installs (its core, core library or extension missing
+    or of another release than the `te` extra pins: a source build's `2.20.2+git…` too; or the extension's wheel cached
+    under another key: built for another torch or Python); None when it is, or when Maya has no metadata to tell."""
     try:
         pin = version()
     except Unavailable:
         return None
-    for name in (CORE, EXTENSION):
+    for name in (CORE, core_library(), EXTENSION):
         try:
             found = metadata.version(name)
         except metadata.PackageNotFoundError:
-            continue
+            return f"{name} is not installed"
         if found != pin:
             return f"{name} {found} is installed where Maya pins {pin}"
     key = installed_key()
@@ -170,10 +208,11 @@ def requirements() -> list[str]:
     return found
 
 
-def build_requirements() -> list[str]:
-    """What the extension's build needs beside torch: the `te` extra without TE itself, which is installed only with
-    the built wheel."""
-    return [r for r in requirements() if not r.startswith(f"{CORE}[")]
+def core_library() -> str:
+    """The distribution of TE's core library that the `te` extra's pin selects (`transformer-engine[core-cu13]`:
+    `transformer-engine-cu13`)."""
+    pin = next(r for r in requirements() if r.startswith(f"{CORE}["))
+    return f"{CORE}-{pin[len(CORE) + 1 : pin.index(']')].removeprefix('core-')}"
 
 
 def version() -> str:
@@ -198,6 +237,12 @@ def wheel_folder() -> Path:
     return settings.home() / "wheels" / f"{EXTENSION}-{version()}-torch{torch.__version__}-{python}"
 
 
+def build_prefix(folder: Path) -> str:
+    """The name prefix of the wheel key `folder`'s temporary build folders beside it (its key in it: the lock is per
+    key, so a build removes only its own key's leftovers)."""
+    return f".{folder.name}.build-"
+
+
 def failure_marker(folder: Path) -> Path:
     """Where a failed build or install for the wheel key `folder` is remembered (what failed, its log), for every
     process."""
@@ -213,31 +258,45 @@ def cached_wheel(folder: Path) -> Path | None:
 def imports_te(argv: Sequence[str]) -> bool:
     """Whether the script `argv` runs (`script.py args`; not `-m module`) imports Transformer Engine unconditionally:
     at module level or under `if __name__ == "__main__"`, outside a `try` (an import that is guarded, conditional or in
-    a function is optional: Megatron's, `mpt.py`'s; one in a function the script calls is missed, and a rank that
-    fails on it says how to install TE: `missing_hint`)."""
+    a function is optional: Megatron's, `mpt.py`'s), or imports a module beside it (`from model import GPT`: `model.py`
+    or `model/__init__.py` in the script's folder) that does so at its module level; deeper imports, and one in a
+    function the script calls, are missed, and a rank that fails on such an import says how to install TE:
+    `missing_hint`)."""
     script = Path(argv[0]) if argv and argv[0] != "-m" else None
     if script is None or not script.is_file():
         return False
+    imported = _imported(script, as_script=True)
+    if "transformer_engine" in imported:
+        return True
+    for name in imported:  # the script's own modules, one level
+        for module in (script.parent / f"{name}.py", script.parent / name / "__init__.py"):
+            if module.is_file() and "transformer_engine" in _imported(module, as_script=False):
+                return True
+    return False
+
+
+def _imported(source: Path, *, as_script: bool) -> set[str]:
+    """The top-level names of the modules `source` imports unconditionally (at module level, and under `if __name__ ==
+    "__main__"` when run `as_script`); none when it does not parse (its own run reports it)."""
     try:
-        tree = ast.parse(script.read_bytes(), filename=str(script))
+        tree = ast.parse(source.read_bytes(), filename=str(source))
     except (SyntaxError, ValueError):
-        return False  # the script's own run reports it
+        return set()
 
     def top_level(statements: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
         for node in statements:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 yield node
-            elif isinstance(node, ast.If) and _is_main_guard(node.test):
+            elif as_script and isinstance(node, ast.If) and _is_main_guard(node.test):
                 yield from top_level(node.body)  # what a script runs as a script
 
+    names: set[str] = set()
     for node in top_level(tree.body):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        else:
-            names = [node.module or ""] if node.level == 0 else []  # a relative import is the script's own
-        if any(name.split(".")[0] == "transformer_engine" for name in names):
-            return True
-    return False
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif node.level == 0 and node.module:  # a relative import is a package's own
+            names.add(node.module.split(".")[0])
+    return names
 
 
 def _is_main_guard(test: ast.expr) -> bool:
@@ -260,12 +319,13 @@ def missing_hint(reason: str) -> str | None:
 
 
 def ensure(needed_by: str, *, explicit: bool = False) -> None:
-    """Install Transformer Engine for this interpreter unless the one Maya pins is installed: the extension's build
-    requirements and its build into the cache if no wheel is cached there, then TE with that wheel in one install.
-    `needed_by` names what needs it, for the messages. Automatically (as `mode()` allows) only into Maya's own
-    environment and only while no earlier failure is remembered; `explicit` (the command asked for it) installs
-    wherever this interpreter runs, building if needed, and retries a remembered failure. Raises `Unavailable`,
-    naming the command that fixes it, when it is not allowed or fails."""
+    """Install Transformer Engine for this interpreter unless the one Maya pins is installed: if no wheel is cached,
+    TE's core with the extension's build requirements (the `te` extra) and the extension's build into the cache; then
+    TE with that wheel. `needed_by` names what needs it, for the messages. Automatically (as `mode()` allows) only
+    into Maya's own environment and only while no earlier failure is remembered; `explicit` (the command asked for it)
+    installs wherever this interpreter runs, building if needed, and retries a remembered failure. Raises
+    `Unavailable`, naming the command that fixes it, when it is not allowed or fails (having uninstalled again the TE
+    it installed, when no extension was installed before)."""
     allowed = "build" if explicit else mode()
     present = installed()
     if present and (allowed == "off" or not (explicit or own_environment()) or mismatch() is None):
@@ -275,10 +335,11 @@ def ensure(needed_by: str, *, explicit: bool = False) -> None:
         if not present
         else f"whose installed version is not the one Maya installs ({mismatch()})"
     )
+    command = SETUP if own_environment() else install_command()
     if allowed == "off":
         raise Unavailable(
             f"{needed_by} needs Transformer Engine's PyTorch extension, {missing}, and {settings.TE_AUTO.name}=off "
-            f"refuses installing it: install it with `{SETUP}`"
+            f"refuses installing it: install it with `{command}`"
         )
     if not explicit and not own_environment():
         raise Unavailable(
@@ -289,7 +350,7 @@ def ensure(needed_by: str, *, explicit: bool = False) -> None:
         )
     folder = wheel_folder()
     folder.parent.mkdir(parents=True, exist_ok=True)
-    retry = f"retry with `{SETUP if own_environment() else install_command()}`"
+    retry = f"retry with `{command}`"
     with open(folder.parent / f".{folder.name}.lock", "w") as lock:
         if not _try_lock(lock):
             _say(f"{needed_by} needs Transformer Engine: another process is installing it; waiting for it")
@@ -297,7 +358,7 @@ def ensure(needed_by: str, *, explicit: bool = False) -> None:
         importlib.invalidate_caches()
         if installed() and mismatch() is None:  # the holder installed it meanwhile
             return
-        for stale in folder.parent.glob(f".{EXTENSION}-build-*"):  # a killed build's: no one else holds the lock
+        for stale in folder.parent.glob(f"{build_prefix(folder)}*"):  # a killed build's of this key: ours to remove
             shutil.rmtree(stale, ignore_errors=True)
         failed = failure_marker(folder)
         if failed.is_file():
@@ -315,17 +376,18 @@ def ensure(needed_by: str, *, explicit: bool = False) -> None:
                 f"({settings.TE_AUTO.name}=cached refuses building it, about {BUILD_MINUTES_2_CORES} minutes on 2 "
                 f"idle cores): build and install it with `{SETUP}`"
             )
+        # what a failure undoes: TE installed here without its extension (an installed one is not Maya's to remove)
+        undo = [] if present else _uninstall_command([CORE, core_library(), EXTENSION])
+        job = _Job(lock, retry, undo)
         try:
             if wheel is None:
-                _say(f"{needed_by} needs Transformer Engine {version()}: installing what its extension's build needs")
-                _install([*build_requirements(), torch_pin()], "the extension's build requirements", retry)
-                wheel = _build(folder, lock, retry)
+                _say(f"{needed_by} needs Transformer Engine {version()}: installing it and its extension's build needs")
+                job.install([*requirements(), torch_pin()], f"Transformer Engine {version()} for its extension's build")
+                wheel = _build(folder, job)
             _say(f"{needed_by} needs Transformer Engine {version()}: installing it with {wheel.name}")
-            if present and not _uses_uv():
-                _run([sys.executable, "-m", "pip", "uninstall", "--yes", EXTENSION], wheel.name, retry)
-            _install(
-                [*requirements(), torch_pin(), str(wheel)], f"Transformer Engine with {wheel.name}", retry, replace=True
-            )
+            if _has_distribution(EXTENSION) and not _uses_uv():  # pip keeps an installed wheel of the same version
+                job.run(_uninstall_command([EXTENSION]), f"the installed {EXTENSION}")
+            job.install([*requirements(), torch_pin(), str(wheel)], f"Transformer Engine with {wheel.name}", True)
         except Unavailable as e:
             _remember(failed, str(e))
             raise
@@ -335,6 +397,15 @@ def ensure(needed_by: str, *, explicit: bool = False) -> None:
     if wrong := mismatch():  # else every later need would install it again
         raise Unavailable(f"{wheel} installed, but {wrong}; {retry}")
     _say(f"Transformer Engine {version()} is installed ({wheel})")
+
+
+def _has_distribution(name: str) -> bool:
+    """Whether `name`'s metadata is installed (its files on disk or not)."""
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _remember(marker: Path, message: str) -> None:
@@ -370,33 +441,79 @@ def _installer() -> list[str]:
     return [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
 
 
-def _install(args: list[str], what: str, retry: str, *, replace: bool = False) -> None:
-    """Install `args` into this interpreter's environment, with `replace` an installed extension replaced (uv's
-    `--reinstall-package`; pip keeps an installed wheel of the same version, so `ensure` has pip uninstall it first);
-    `Unavailable` with the installer's error if it fails."""
-    command = _installer()
-    if replace and _uses_uv():
-        command += ["--reinstall-package", EXTENSION]
-    _run([*command, *args], what, retry)
+def _uninstall_command(names: list[str]) -> list[str]:
+    """The installer's removal of the distributions `names` from this interpreter's environment (those installed)."""
+    if _uses_uv():
+        uv = str(Path(sys.executable).parent / "uv")
+        return [uv, "pip", "uninstall", "--quiet", "--no-config", "--python", sys.executable, *names]
+    return [sys.executable, "-m", "pip", "uninstall", "--yes", "--quiet", "--disable-pip-version-check", *names]
 
 
-def _run(command: list[str], what: str, retry: str) -> None:
-    """Run an installer's `command` outside any project (a neutral working directory)."""
-    with tempfile.TemporaryDirectory(prefix="maya-te-") as neutral:
-        done = subprocess.run(command, capture_output=True, text=True, cwd=neutral)
-    if done.returncode:
-        raise Unavailable(
-            f"installing {what} for Transformer Engine failed (exit {done.returncode}): "
-            f"{(done.stderr or done.stdout).strip()[-1500:]}; {retry}"
-        )
+class _Job:
+    """Runs `ensure`'s installs and build under `SUPERVISOR`, holding `lock`, with `undo` run when one fails or Maya
+    ends; a failure raises `Unavailable` naming `retry`."""
+
+    def __init__(self, lock, retry: str, undo: list[str]):
+        self.lock, self.retry, self.undo = lock, retry, undo
+
+    def install(self, args: list[str], what: str, replace: bool = False) -> None:
+        """Install `args`, with `replace` an installed extension replaced (uv's `--reinstall-package`; pip keeps an
+        installed wheel of the same version, so `ensure` has pip uninstall it first)."""
+        command = _installer()
+        if replace and _uses_uv():
+            command += ["--reinstall-package", EXTENSION]
+        self.run([*command, *args], what)
+
+    def run(self, command: list[str], what: str) -> None:
+        """Run an installer's `command` outside any project (a neutral working directory)."""
+        with tempfile.TemporaryDirectory(prefix="maya-te-") as neutral:
+            log = Path(neutral) / "log"
+            code = self.supervise(command, log, cwd=Path(neutral))
+            if code:
+                raise Unavailable(
+                    f"installing {what} for Transformer Engine failed (exit {code}): "
+                    f"{log.read_text(errors='replace').strip()[-1500:]}; {self.retry}"
+                )
+
+    def supervise(
+        self, command: list[str], log: Path, *, cwd: Path, env: dict[str, str] | None = None, doing: str | None = None
+    ) -> int:
+        """Run `command` under the supervisor, its output into `log`, saying every `HEARTBEAT_S` that it is still
+        `doing` that (if given); its exit code. Interrupted (Ctrl-C, a stop signal raised as an exception), it stops
+        the supervisor, which kills the command and runs the undo (run here if the supervisor ended before it could),
+        and waits for it."""
+        started = time.monotonic()
+        with open(log, "w") as out:
+            supervisor = subprocess.Popen(
+                [sys.executable, "-c", SUPERVISOR, str(os.getpid()), str(self.lock.fileno()), json.dumps(self.undo)]
+                + command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,  # a terminal's Ctrl-C reaches Maya, which stops it
+                pass_fds=(self.lock.fileno(),),
+            )
+            try:
+                while True:
+                    try:
+                        return supervisor.wait(timeout=HEARTBEAT_S)
+                    except subprocess.TimeoutExpired:
+                        if doing:
+                            _say(f"still {doing} ({(time.monotonic() - started) / 60:.0f} min so far)")
+            except BaseException:
+                supervisor.terminate()
+                if supervisor.wait() < 0 and self.undo:  # killed by the signal before it could undo
+                    subprocess.run(self.undo, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                raise
 
 
-def _build(folder: Path, lock, retry: str) -> Path:
+def _build(folder: Path, job: _Job) -> Path:
     """Build the extension's wheel into a temporary folder beside `folder` and rename it to `folder` (a reader sees
-    no wheel or a whole one), under `SUPERVISOR`, which holds `lock` for the build's lifetime; its output goes to a log
-    beside it, kept only when the build fails."""
+    no wheel or a whole one), as `job`; its output goes to a log beside it, kept only when the build fails."""
     jobs = settings.MAX_JOBS.get() or "2"
-    build = Path(tempfile.mkdtemp(prefix=f".{EXTENSION}-build-", dir=folder.parent))
+    build = Path(tempfile.mkdtemp(prefix=build_prefix(folder), dir=folder.parent))
     log = folder.parent / f"{folder.name}.log"
     _say(
         f"building {EXTENSION} {version()} for {folder.name.split('-', 4)[-1]} once, cached in {folder}: about "
@@ -405,33 +522,17 @@ def _build(folder: Path, lock, retry: str) -> Path:
     )
     started = time.monotonic()
     try:
-        with open(log, "w") as out:
-            child = subprocess.Popen(
-                [sys.executable, "-c", SUPERVISOR, str(os.getpid()), *_build_command(build)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=_build_env(jobs),
-                cwd=build,
-                start_new_session=True,  # its own process group, which the supervisor and the except below kill
-                pass_fds=(lock.fileno(),),
-            )
-            try:
-                while True:
-                    try:
-                        code = child.wait(timeout=HEARTBEAT_S)
-                        break
-                    except subprocess.TimeoutExpired:
-                        _say(f"still building {EXTENSION} ({(time.monotonic() - started) / 60:.0f} min so far)")
-            except BaseException:  # Ctrl-C, a stop signal raised as an exception: the compilers stop with pip
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-                raise
+        scratch = build / "tmp"  # pip's temporary folders, removed with the build's even when it is killed
+        scratch.mkdir()
+        env = {**_build_env(jobs), "TMPDIR": str(scratch)}
+        code = job.supervise(_build_command(build), log, cwd=build, env=env, doing=f"building {EXTENSION}")
+        shutil.rmtree(scratch, ignore_errors=True)
         wheel = cached_wheel(build)
         if code or wheel is None:
             tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-LOG_TAIL:])
             raise Unavailable(
                 f"{EXTENSION} {version()} did not build (exit {code}; log {log}, its end below); fix what it says and "
-                f"{retry}\n{tail}"
+                f"{job.retry}\n{tail}"
             )
         shutil.rmtree(folder, ignore_errors=True)  # a folder without its wheel (removed by hand) is not a cache
         build.rename(folder)  # atomic; the lock means no one else built it meanwhile
@@ -443,7 +544,10 @@ def _build(folder: Path, lock, retry: str) -> Path:
 
 
 def _build_command(into: Path) -> list[str]:
-    """pip's build of the extension's sdist into `into`, against the installed torch (whose ABI it must match)."""
+    """pip's build of the extension's sdist into `into`, against the installed torch (whose ABI it must match): from
+    the sdist only (`--no-binary`: a registry wheel is never taken for one built here) and compiled now
+    (`--no-cache-dir`: pip's cache of wheels it built, keyed by the sdist alone, may hold one built for another
+    torch)."""
     return [
         sys.executable,
         "-m",
@@ -451,6 +555,9 @@ def _build_command(into: Path) -> list[str]:
         "wheel",
         "--no-deps",
         "--no-build-isolation",
+        "--no-cache-dir",
+        "--no-binary",
+        EXTENSION,
         "--disable-pip-version-check",
         f"{EXTENSION}=={version()}",
         "-w",

@@ -185,11 +185,13 @@ def evaluate(task: _Task) -> RowResult:
     if task.plan is None:
         return result
     plan, kind = task.plan, importlib.import_module(task.kind)
-    result.command_hash = plan.command_hash()
     t0 = time.monotonic()
     try:
+        _install_te(plan)
+        result.command_hash = plan.command_hash()
         run_dir, reused, failure = _trace(plan, Path(task.traces))
     except Exception as e:  # noqa: BLE001 - the emulator's failures are the row's
+        result.command_hash = result.command_hash or plan.command_hash()
         return _failed(result, f"emulate: {type(e).__name__}: {e}", traceback.format_exc())
     result.emulate_s, result.trace_reused = time.monotonic() - t0, reused
     if failure is not None:
@@ -236,6 +238,18 @@ def evaluate(task: _Task) -> RowResult:
     if result.band_low_s is not None:
         result.in_band = bool(result.band_low_s <= result.key.measured_s <= result.band_high_s)
     return result
+
+
+def _install_te(plan: RowPlan) -> None:
+    """Install Transformer Engine if the row's script imports it (as `MAYA_TE_AUTO` allows), before the row's command
+    hash, which digests the installed packages: `maya.api.capture` would install it only after, under a stale key."""
+    from maya.emulator.capture_cache import installed_packages
+    from maya.installer import transformer_engine
+
+    with contextlib.chdir(plan.workdir or Path.cwd()):
+        if transformer_engine.imports_te([str(plan.script), *plan.args]):
+            transformer_engine.ensure(f"{plan.script.name}, which imports transformer_engine,")
+            installed_packages.cache_clear()  # what it installed is part of the hash
 
 
 def _trace(plan: RowPlan, root: Path) -> tuple[Path, bool, tuple[str, str, int | None] | None]:
