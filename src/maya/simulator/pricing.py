@@ -89,6 +89,25 @@ def laid_out_frame(
     return frame
 
 
+def permutation(frame: pd.DataFrame, source: Program, order: np.ndarray) -> functools.partial[pd.DataFrame] | None:
+    """`frame` (a rebuilt stage's priced frame) built again from `source`'s (the captured stage's program it was
+    rebuilt from) as its rows `order` with the columns that differ kept (times, peers, framework time, layouts:
+    a few of its columns); None when `source` is not priced or its columns are not `frame`'s."""
+    if source.frame is None or list(source.frame.columns) != list(frame.columns):
+        return None
+    base = source.frame.take(order).reset_index(drop=True)
+    kept = {name: frame[name] for name in frame.columns if not frame[name].equals(base[name])}
+    return functools.partial(_permuted, source, order, kept)
+
+
+def _permuted(source: Program, order: np.ndarray, kept: dict[str, pd.Series]) -> pd.DataFrame:
+    """`source`'s priced frame, rows `order`, with the columns `kept` (`permutation`)."""
+    frame = source.frame.take(order).reset_index(drop=True)
+    for name, values in kept.items():
+        frame[name] = values
+    return frame
+
+
 def _with_layout(frame: pd.DataFrame, program: Program, layouts: list[tuple]) -> pd.DataFrame:
     """The collective rows of `frame` with the replica's sizes, node counts and local GPUs."""
     calls = [op.call for launch in program.launches for op in launch]
@@ -132,10 +151,12 @@ def price(
                     laid_out_frame, program, traces, (iterations or {}).get(program.rank), layouts
                 )
                 if isinstance(program, RebuiltProgram):
-                    program.derive = derive  # built again on each read, not held
+                    frame = derive()
+                    trace = traces.ranks[program.rank]
+                    source = next(r.program for r in replicas if r.program.rank == trace.device["rebuilt_from"])
+                    program.derive = permutation(frame, source, trace.order()) or derive
                 else:
-                    program.frame = derive()
-                frame = program.frame
+                    program.frame = frame = derive()
                 host = provider.host_ns(frame)
                 if not provider.measures_host_time:
                     host = host + host_factor * frame["framework_ns"].to_numpy()

@@ -225,21 +225,30 @@ class RebuiltTrace(RankTrace):
         object.__setattr__(self, "_assigned", None)
         super().__init__(rank, None, None, source.kernels, None, source.memory, device)
 
-    def _tables(self) -> dict:
-        """The rebuilt tables (`calls`, `ops`, `communicators`) and the `call_ops` lookup of them, built or the
-        last built."""
+    def _recent(self, name: str) -> pd.DataFrame:
+        """Rebuilt table `name` (`calls`, `communicators` or `ops`), built or the last built: the calls and groups
+        together, the ops only when read."""
         if _RECENT.get("trace") is not self:
             _RECENT.clear()  # the previous stage's tables go before this one's are built
+            _RECENT["trace"] = self
+        if name not in _RECENT:
             source, pipeline, cut, stage = self._recipe
-            calls, ops, communicators = pipeline_stages.rebuilt_tables(
-                source.calls, source.ops, source.communicators, pipeline, cut, stage
-            )
-            _RECENT.update(trace=self, calls=calls, ops=ops, communicators=communicators)
-        return _RECENT
+            if name == "ops":
+                _RECENT["ops"] = pipeline_stages.rebuilt_ops(source.calls, source.ops, pipeline, cut, stage)
+            else:
+                _RECENT["calls"], _RECENT["communicators"] = pipeline_stages.rebuilt_calls(
+                    source.calls, source.communicators, pipeline, cut, stage
+                )
+        return _RECENT[name]
+
+    def order(self) -> np.ndarray:
+        """Per call, its row in the captured rank's calls."""
+        _, pipeline, cut, stage = self._recipe
+        return pipeline_stages.rows(pipeline_stages.rebuild(cut, pipeline.stages, stage))
 
     @property
     def calls(self) -> pd.DataFrame:  # type: ignore[override]
-        return self._assigned if self._assigned is not None else self._tables()["calls"]
+        return self._assigned if self._assigned is not None else self._recent("calls")
 
     @calls.setter
     def calls(self, value: pd.DataFrame | None) -> None:
@@ -247,7 +256,7 @@ class RebuiltTrace(RankTrace):
 
     @property
     def ops(self) -> pd.DataFrame:  # type: ignore[override]
-        return self._tables()["ops"]
+        return self._recent("ops")
 
     @ops.setter
     def ops(self, value: None) -> None:
@@ -256,7 +265,7 @@ class RebuiltTrace(RankTrace):
 
     @property
     def communicators(self) -> pd.DataFrame:  # type: ignore[override]
-        return self._tables()["communicators"]
+        return self._recent("communicators")
 
     @communicators.setter
     def communicators(self, value: None) -> None:
@@ -265,13 +274,13 @@ class RebuiltTrace(RankTrace):
 
     def call_ops(self) -> tuple[np.ndarray, np.ndarray]:
         """`RankTrace.call_ops` of the tables read last (kept with them, not with the trace)."""
-        tables, calls = self._tables(), self.calls
-        if tables.get("lookup_of") is not calls:
+        calls = self.calls
+        if _RECENT.get("lookup_of") is not calls:
             object.__setattr__(self, "_call_ops", ())
-            tables["lookup"] = RankTrace.call_ops(self)
-            tables["lookup_of"] = calls
+            _RECENT["lookup"] = RankTrace.call_ops(self)
+            _RECENT["lookup_of"] = calls
             object.__setattr__(self, "_call_ops", ())
-        return tables["lookup"]
+        return _RECENT["lookup"]
 
 
 _RECENT: dict = {}
