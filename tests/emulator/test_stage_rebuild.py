@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from maya.cli import app
 from maya.core import hardware
-from maya.simulator import simulate, summarize
+from maya.simulator import pricing, simulate, summarize
 from maya.simulator.program import RebuiltProgram
 from maya.simulator.trace import RankTrace, RebuiltTrace, load
 from maya_trace_spec import Run
@@ -90,9 +90,9 @@ def test_an_uneven_stage_captures_every_stage_and_says_why(tmp_path):
 
 
 def test_rebuilt_stages_are_held_once_and_predict_as_copies(tmp_path):
-    """A rebuilt stage holds no tables of its own: its calls and its priced frame are built on each read, one stage's
-    at a time (reading stage 4's lets stage 3's go), and the prediction is, to the nanosecond and call by call, the
-    one of the same stages built as copies of stage 1's tables."""
+    """A rebuilt stage holds no tables of its own: its calls and its priced frame (stage 1's in its order) are built
+    on each read, one stage's at a time (reading stage 4's lets stage 3's go), and the prediction is, to the
+    nanosecond and call by call, the one of the same stages built as copies of stage 1's tables."""
     emulate(tmp_path / "rebuilt")
     traces = load(tmp_path / "rebuilt")
     assert isinstance(traces.ranks[3], RebuiltTrace) and isinstance(traces.ranks[4], RebuiltTrace)
@@ -110,6 +110,7 @@ def test_rebuilt_stages_are_held_once_and_predict_as_copies(tmp_path):
     h100 = hardware.get("h100-sxm")
     shared, copied = simulate(traces, h100, "roofline"), simulate(copies, h100, "roofline")
     assert isinstance(shared.programs[3], RebuiltProgram) and not isinstance(copied.programs[3], RebuiltProgram)
+    assert shared.programs[3].derive.func is pricing._permuted  # stage 1's frame in stage 3's order, not re-priced
     frame_3 = weakref.ref(shared.programs[3].frame)
     pd.testing.assert_frame_equal(shared.programs[4].frame, copied.programs[4].frame)
     gc.collect()
