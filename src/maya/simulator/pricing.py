@@ -96,7 +96,8 @@ def permutation(frame: pd.DataFrame, source: Program, order: np.ndarray) -> func
     if source.frame is None or list(source.frame.columns) != list(frame.columns):
         return None
     base = source.frame.take(order).reset_index(drop=True)
-    kept = {name: frame[name] for name in frame.columns if not frame[name].equals(base[name])}
+    # copies: a column of `frame` may be a view of a block of several, which it would keep
+    kept = {name: frame[name].copy() for name in frame.columns if not frame[name].equals(base[name])}
     return functools.partial(_permuted, source, order, kept)
 
 
