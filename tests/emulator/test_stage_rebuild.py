@@ -2,16 +2,21 @@
 `simulator/trace.rebuilt_stages`): Megatron-LM's non-interleaved schedule over plain point-to-point, 6 stages and
 6 micro-batches a step (`workloads/pipeline_1f1b.py`)."""
 
+import gc
 import json
+import weakref
 
+import numpy as np
+import pandas as pd
 import pytest
 from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli import app
 from maya.core import hardware
-from maya.simulator import simulate, summarize
-from maya.simulator.trace import load
+from maya.simulator import pricing, simulate, summarize
+from maya.simulator.program import RebuiltProgram
+from maya.simulator.trace import RankTrace, RebuiltTrace, load
 from maya_trace_spec import Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -110,3 +115,37 @@ def test_an_uneven_stage_captures_every_stage_and_says_why(tmp_path):
     assert p.exit_code == 0, p.output
     notes = json.loads(p.stdout)["notes"]
     assert any(n.startswith("every pipeline stage was captured: interior stages could not be rebuilt") for n in notes)
+
+
+def test_rebuilt_stages_are_held_once_and_predict_as_copies(tmp_path):
+    """A rebuilt stage holds no tables of its own: its calls and its priced frame (stage 1's in its order) are built
+    on each read, one stage's at a time (reading stage 4's lets stage 3's go), and the prediction is, to the
+    nanosecond and call by call, the one of the same stages built as copies of stage 1's tables."""
+    emulate(tmp_path / "rebuilt")
+    traces = load(tmp_path / "rebuilt")
+    assert isinstance(traces.ranks[3], RebuiltTrace) and isinstance(traces.ranks[4], RebuiltTrace)
+    stage_3 = weakref.ref(traces.ranks[3].calls)
+    assert traces.ranks[3].calls is stage_3()  # kept while it is the last read
+    stage_4 = traces.ranks[4].calls  # building stage 4's lets stage 3's go
+    gc.collect()
+    assert stage_3() is None and len(stage_4)
+    copies = load(tmp_path / "rebuilt")
+    for rank in (3, 4):
+        lazy = copies.ranks[rank]
+        copies.ranks[rank] = RankTrace(
+            rank, lazy.calls, lazy.ops, lazy.kernels, lazy.communicators, lazy.memory, dict(lazy.device)
+        )
+    h100 = hardware.get("h100-sxm")
+    shared, copied = simulate(traces, h100, "roofline"), simulate(copies, h100, "roofline")
+    assert isinstance(shared.programs[3], RebuiltProgram) and not isinstance(copied.programs[3], RebuiltProgram)
+    assert shared.programs[3].derive.func is pricing._permuted  # stage 1's frame in stage 3's order, not re-priced
+    frame_3 = weakref.ref(shared.programs[3].frame)
+    pd.testing.assert_frame_equal(shared.programs[4].frame, copied.programs[4].frame)
+    gc.collect()
+    assert frame_3() is None
+    pd.testing.assert_frame_equal(shared.programs[3].frame, copied.programs[3].frame)
+    for ours, theirs in zip(shared.results, copied.results):
+        assert ours.rank == theirs.rank
+        np.testing.assert_array_equal(ours.end, theirs.end)
+        np.testing.assert_array_equal(ours.issue, theirs.issue)
+    assert summarize(shared).to_dict() | {"simulation_s": 0} == summarize(copied).to_dict() | {"simulation_s": 0}

@@ -389,38 +389,64 @@ def rebuilt_tables(
     offsets and the gaps before them, so host time between calls is what it was), peers and groups moved by the
     stage difference. A piece used twice (an exchange kind the cut stage made fewer times) repeats its ops, and the
     ops of a piece not used (an exchange kind made more often there) are left out."""
+    moved, moved_groups = rebuilt_calls(calls, communicators, pipeline, cut, stage)
+    return moved, rebuilt_ops(calls, ops, pipeline, cut, stage), moved_groups
+
+
+def _spans(calls: pd.DataFrame, pieces: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """Per piece of `calls`, `(begin, end, offset)`: the time span it covers (to the next piece's first call, the
+    last piece to its last call) and how far it moves, laid end to end from the first call's time."""
+    start = calls["start_ns"].to_numpy(dtype="int64")
+    clock = int(start[0]) if len(start) else 0
+    out = []
+    for a, b in pieces:
+        begin = int(start[a]) if a < len(start) else int(start[-1]) + 1
+        end = int(start[b]) if b < len(start) else int(start[b - 1]) + 1
+        out.append((begin, end, clock - begin))
+        clock += end - begin
+    return out
+
+
+def rebuilt_calls(
+    calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, cut: Split, stage: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stage `stage`'s `(calls, communicators)` of `rebuilt_tables` (without its ops)."""
     pieces = rebuild(cut, pipeline.stages, stage)
     shift = stage - cut.stage
-    start = calls["start_ns"].to_numpy(dtype="int64")
-    bounds = np.append(start, start[-1] + 1 if len(start) else 0)
-    op_start = ops["start_ns"].to_numpy(dtype="int64") if len(ops) else np.zeros(0, np.int64)
-    clock = int(start[0]) if len(start) else 0
-    offsets, op_rows, op_offsets = [], [], []
-    for a, b in pieces:
-        begin = int(bounds[a])
-        end = int(bounds[b]) if b < len(start) else int(start[b - 1]) + 1
-        offsets.append(np.full(b - a, clock - begin, dtype=np.int64))
-        inside = np.flatnonzero((op_start >= begin) & (op_start < end))
-        op_rows.append(inside)
-        op_offsets.append(np.full(len(inside), clock - begin, dtype=np.int64))
-        clock += end - begin
     order = rows(pieces)
     out = calls.iloc[order].reset_index(drop=True)
-    moved = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+    spans = _spans(calls, pieces)
+    moved = np.repeat([offset for _, _, offset in spans], [b - a for a, b in pieces]).astype(np.int64)
     out["seq"] = np.arange(len(out), dtype=out["seq"].dtype)
     out["start_ns"] = out["start_ns"].to_numpy(dtype="int64") + moved
     if "device_start_ns" in out:
         device = out["device_start_ns"]
         out["device_start_ns"] = device + pd.array(moved, dtype=device.dtype if device.dtype.kind in "iu" else None)
     out["peer_rank"] = pd.array(moved_peers(calls, communicators, pipeline, shift)[order], dtype="Int64")
+    return out, moved_communicators(communicators, pipeline, shift)
+
+
+def rebuilt_ops(calls: pd.DataFrame, ops: pd.DataFrame, pipeline: Pipeline, cut: Split, stage: int) -> pd.DataFrame:
+    """Stage `stage`'s ops of `rebuilt_tables`: those that began within each piece, moved with it, then those before
+    the first call or after the last, as they were."""
+    start = calls["start_ns"].to_numpy(dtype="int64")
+    op_start = ops["start_ns"].to_numpy(dtype="int64") if len(ops) else np.zeros(0, np.int64)
+    by_start = np.argsort(op_start, kind="stable")  # the ops that began within a piece: a slice of these
+    sorted_start = op_start[by_start]
+    op_rows, op_offsets = [], []
+    for begin, end, offset in _spans(calls, rebuild(cut, pipeline.stages, stage)):
+        inside = np.sort(by_start[np.searchsorted(sorted_start, begin) : np.searchsorted(sorted_start, end)])
+        op_rows.append(inside)
+        op_offsets.append(np.full(len(inside), offset, dtype=np.int64))
     picked = np.concatenate(op_rows) if op_rows else np.zeros(0, np.int64)
     last = int(start[-1]) + 1 if len(start) else 0
     outside = (op_start < (int(start[0]) if len(start) else 0)) | (op_start >= last)
-    kept = np.setdiff1d(np.flatnonzero(outside), picked)  # before the first call or after the last: as they were
+    outside[picked] = False
+    kept = np.flatnonzero(outside)  # before the first call or after the last: as they were
     new_ops = pd.concat([ops.iloc[picked], ops.iloc[kept]], ignore_index=True)
     op_moved = np.concatenate([*op_offsets, np.zeros(len(kept), np.int64)])
     for column in ("start_ns", "end_ns"):
         if column in new_ops:
             values = new_ops[column]
             new_ops[column] = values + pd.array(op_moved, dtype=values.dtype if values.dtype.kind in "iu" else None)
-    return out, new_ops, moved_communicators(communicators, pipeline, shift)
+    return new_ops

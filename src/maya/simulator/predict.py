@@ -72,7 +72,7 @@ def summarize(
     measured iteration time and, when nothing was re-targeted (`assumptions` and the GPU), the replay's
     error against it."""
     traces, hw = sim.traces, sim.hardware
-    dtype = mfu_dtype([p.frame for p in sim.programs.values()])
+    dtype = mfu_dtype(p.frame for p in sim.programs.values())
     peak = hw.peak_flops(dtype)
     memory = {rank: memory_peak(trace) for rank, trace in traces.ranks.items()}
     reports = rank_reports(

@@ -5,6 +5,8 @@ receives cross other links, gets its own collective times)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -15,7 +17,7 @@ from .durations.framework import emulated, framework_ns
 from .iterations import Iterations
 from .launch_shape import launch_factor
 from .opcodes import COLL, NOP
-from .program import Program
+from .program import Program, RebuiltProgram
 from .topology import GlobalComm, Replica
 from .trace import TraceSet
 from .work import work_frame
@@ -74,6 +76,39 @@ def _layouts(program: Program, replica: Replica, comms: list[GlobalComm], traces
     return out
 
 
+def laid_out_frame(
+    program: Program, traces: TraceSet, iterations: Iterations | None, layouts: list[tuple]
+) -> pd.DataFrame:
+    """`priced_frame` with the collective rows' layout columns (`LAYOUT_COLUMNS`) those of `layouts`."""
+    frame = priced_frame(program, traces, iterations)
+    coll = _with_layout(frame, program, layouts)
+    for column in LAYOUT_COLUMNS:  # into copies: a frame's columns may be a trace's read-only buffers
+        written = frame[column].copy()
+        written.loc[coll.index] = coll[column]
+        frame[column] = written
+    return frame
+
+
+def permutation(frame: pd.DataFrame, source: Program, order: np.ndarray) -> functools.partial[pd.DataFrame] | None:
+    """`frame` (a rebuilt stage's priced frame) built again from `source`'s (the captured stage's program it was
+    rebuilt from) as its rows `order` with the columns that differ kept (times, peers, framework time, layouts:
+    a few of its columns); None when `source` is not priced or its columns are not `frame`'s."""
+    if source.frame is None or list(source.frame.columns) != list(frame.columns):
+        return None
+    base = source.frame.take(order).reset_index(drop=True)
+    # copies: a column of `frame` may be a view of a block of several, which it would keep
+    kept = {name: frame[name].copy() for name in frame.columns if not frame[name].equals(base[name])}
+    return functools.partial(_permuted, source, order, kept)
+
+
+def _permuted(source: Program, order: np.ndarray, kept: dict[str, pd.Series]) -> pd.DataFrame:
+    """`source`'s priced frame, rows `order`, with the columns `kept` (`permutation`)."""
+    frame = source.frame.take(order).reset_index(drop=True)
+    for name, values in kept.items():
+        frame[name] = values
+    return frame
+
+
 def _with_layout(frame: pd.DataFrame, program: Program, layouts: list[tuple]) -> pd.DataFrame:
     """The collective rows of `frame` with the replica's sizes, node counts and local GPUs."""
     calls = [op.call for launch in program.launches for op in launch]
@@ -102,8 +137,6 @@ def price(
     devices = []
     for replica in replicas:
         program = replica.program
-        if program.frame is None:
-            program.frame = priced_frame(program, traces, (iterations or {}).get(program.rank))
         # without p2p, a replica's layouts follow from its program, communicators and node
         p2p = any(op.p2p for launch in program.launches for op in launch)
         same = None if p2p else (id(program), tuple(replica.comms), traces.node_of(replica.rank))
@@ -114,13 +147,17 @@ def price(
                 seen[same] = layouts
         layout = (program.rank, tuple(layouts))
         if layout not in by_layout:
-            coll = _with_layout(program.frame, program, layouts)
             if not len(program.device):  # the program's first layout: price everything
-                frame = program.frame
-                for column in LAYOUT_COLUMNS:  # into copies: a frame's columns may be a trace's read-only buffers
-                    written = frame[column].copy()
-                    written.loc[coll.index] = coll[column]
-                    frame[column] = written
+                derive = functools.partial(
+                    laid_out_frame, program, traces, (iterations or {}).get(program.rank), layouts
+                )
+                if isinstance(program, RebuiltProgram):
+                    frame = derive()
+                    trace = traces.ranks[program.rank]
+                    source = next(r.program for r in replicas if r.program.rank == trace.device["rebuilt_from"])
+                    program.derive = permutation(frame, source, trace.order()) or derive
+                else:
+                    program.frame = frame = derive()
                 host = provider.host_ns(frame)
                 if not provider.measures_host_time:
                     host = host + host_factor * frame["framework_ns"].to_numpy()
@@ -131,6 +168,7 @@ def price(
                 )
                 by_layout[layout] = program.device
             else:
+                coll = _with_layout(program.frame, program, layouts)
                 device = program.device.copy()
                 if len(coll):
                     device[coll.index.to_numpy()] = np.rint(np.maximum(provider.device_ns(coll, hardware), 0))

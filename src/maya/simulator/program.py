@@ -9,6 +9,7 @@ group spanning several streams is replayed on that one)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -16,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .opcodes import COLL, DEVICE_SYNC, EVENT_SYNC, GROUP_END, GROUP_START, NOP, RECORD, WAIT, WORK, WORK_SYNC, classify
-from .trace import RankTrace
+from .trace import RankTrace, RebuiltTrace
 
 
 class CommOp(NamedTuple):
@@ -92,6 +93,32 @@ class Program:
         )
 
 
+class RebuiltProgram(Program):
+    """The program of a rebuilt pipeline stage (`trace.RebuiltTrace`): its priced frame is not held but built again
+    on each read by `derive` (set when it is priced; None before), the frame read last kept (`_RECENT_FRAME`), so a
+    job of 60 rebuilt stages holds one such frame at a time."""
+
+    derive: Callable[[], pd.DataFrame] | None = None
+
+    @property
+    def frame(self) -> pd.DataFrame | None:  # type: ignore[override]
+        if self.derive is None:
+            return None
+        if _RECENT_FRAME.get("program") is not self:
+            _RECENT_FRAME.clear()  # the previous frame goes before this one is built
+            _RECENT_FRAME.update(program=self, frame=self.derive())
+        return _RECENT_FRAME["frame"]
+
+    @frame.setter
+    def frame(self, value: None) -> None:
+        if value is not None:
+            raise TypeError("a rebuilt stage's priced frame is built on each read: set `derive`")
+
+
+_RECENT_FRAME: dict = {}
+"""The priced frame of the rebuilt program read last (`RebuiltProgram`)."""
+
+
 def _communicators(trace: RankTrace) -> tuple[list[Communicator], dict[str, int]]:
     comms, index = [], {}
     for row in trace.communicators.itertuples(index=False):
@@ -114,7 +141,7 @@ def compile_rank(trace: RankTrace) -> Program:
     stream = stream_codes.astype(np.int64)
     for call, launch in zip(launch_call, launches):
         stream[call] = stream[launch[0].call]
-    return Program(
+    return (RebuiltProgram if isinstance(trace, RebuiltTrace) else Program)(
         rank=trace.rank,
         opcodes=ops,
         stream=stream,

@@ -16,6 +16,7 @@ iteration (the mean of the two middle ones for an even count); the job's are tho
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -259,8 +260,9 @@ def measured_iteration(trace: RankTrace, iterations: Iterations) -> float | None
     return float(weights @ durations[iterations.steady][pick])
 
 
-def mfu_dtype(frames: list[pd.DataFrame]) -> str:
-    """The element type carrying most GEMM and attention FLOPs (its peak is the MFU denominator)."""
+def mfu_dtype(frames: Iterable[pd.DataFrame]) -> str:
+    """The element type carrying most GEMM and attention FLOPs (its peak is the MFU denominator); `frames` are
+    read one at a time (a rebuilt stage's is built on each read: `program.RebuiltProgram`)."""
     flops = pd.concat([f.loc[f["flops"].notna(), ["dtype", "flops"]] for f in frames])
     if flops.empty:
         return "bf16"

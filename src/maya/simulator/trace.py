@@ -211,35 +211,108 @@ def load(run_dir: str | Path) -> TraceSet:
     return traces
 
 
+class RebuiltTrace(RankTrace):
+    """An interior pipeline stage rebuilt from a captured stage's rank (`rebuilt_stages`) whose `calls`, `ops` and
+    `communicators` are not held: built from the captured rank's on each read (`pipeline_stages.rebuilt_tables`),
+    the last stage read kept (`_RECENT`), so a job of 60 rebuilt stages holds one rebuilt copy at a time. Its
+    `kernels`, `memory` are the captured rank's. Assigning `calls` (an interrupted run cut to whole iterations)
+    keeps the frame assigned."""
+
+    def __init__(
+        self, rank: int, source: RankTrace, pipeline: pipeline_stages.Pipeline, cut: pipeline_stages.Split, stage: int
+    ) -> None:
+        shift = stage - cut.stage
+        device = {
+            **source.device,
+            "represents": [pipeline.translate(r, shift) for r in source.represents],
+            "rebuilt_from": source.rank,
+        }
+        object.__setattr__(self, "_recipe", (source, pipeline, cut, stage))
+        object.__setattr__(self, "_assigned", None)
+        super().__init__(rank, None, None, source.kernels, None, source.memory, device)
+
+    def _recent(self, name: str) -> pd.DataFrame:
+        """Rebuilt table `name` (`calls`, `communicators` or `ops`), built or the last built: the calls and groups
+        together, the ops only when read."""
+        if _RECENT.get("trace") is not self:
+            _RECENT.clear()  # the previous stage's tables go before this one's are built
+            _RECENT["trace"] = self
+        if name not in _RECENT:
+            source, pipeline, cut, stage = self._recipe
+            if name == "ops":
+                _RECENT["ops"] = pipeline_stages.rebuilt_ops(source.calls, source.ops, pipeline, cut, stage)
+            else:
+                _RECENT["calls"], _RECENT["communicators"] = pipeline_stages.rebuilt_calls(
+                    source.calls, source.communicators, pipeline, cut, stage
+                )
+        return _RECENT[name]
+
+    def order(self) -> np.ndarray:
+        """Per call, its row in the captured rank's calls."""
+        _, pipeline, cut, stage = self._recipe
+        return pipeline_stages.rows(pipeline_stages.rebuild(cut, pipeline.stages, stage))
+
+    @property
+    def calls(self) -> pd.DataFrame:  # type: ignore[override]
+        return self._assigned if self._assigned is not None else self._recent("calls")
+
+    @calls.setter
+    def calls(self, value: pd.DataFrame | None) -> None:
+        object.__setattr__(self, "_assigned", value)
+
+    @property
+    def ops(self) -> pd.DataFrame:  # type: ignore[override]
+        return self._recent("ops")
+
+    @ops.setter
+    def ops(self, value: None) -> None:
+        if value is not None:
+            raise TypeError("a rebuilt stage's ops are built from its captured stage's")
+
+    @property
+    def communicators(self) -> pd.DataFrame:  # type: ignore[override]
+        return self._recent("communicators")
+
+    @communicators.setter
+    def communicators(self, value: None) -> None:
+        if value is not None:
+            raise TypeError("a rebuilt stage's communicators are moved from its captured stage's")
+
+    def call_ops(self) -> tuple[np.ndarray, np.ndarray]:
+        """`RankTrace.call_ops` of the tables read last (kept with them, not with the trace)."""
+        calls = self.calls
+        if _RECENT.get("lookup_of") is not calls:
+            object.__setattr__(self, "_call_ops", ())
+            _RECENT["lookup"] = RankTrace.call_ops(self)
+            _RECENT["lookup_of"] = calls
+            object.__setattr__(self, "_call_ops", ())
+        return _RECENT["lookup"]
+
+
+_RECENT: dict = {}
+"""The tables of the rebuilt stage read last (`RebuiltTrace`)."""
+
+
 def rebuilt_stages(traces: TraceSet) -> dict[int, RankTrace]:
     """The interior pipeline stages the emulator left to be rebuilt from stage 1's captures (the run's attrs
     `stage_rebuild`, `core/pipeline_stages.py`): per captured rank of stage 1 and stage `s` listed, the rank playing
-    its part in stage `s`, its calls in `s`'s 1F1B order, its peers and groups moved, standing for its stage-1
-    counterparts' ranks moved likewise (`device["rebuilt_from"]`: the captured rank). Its memory events are stage
-    1's: the allocator's segments as stage 1 grew them, at least what stage `s` (fewer micro-batches in flight)
-    holds."""
+    its part in stage `s` (a `RebuiltTrace`), its calls in `s`'s 1F1B order, its peers and groups moved, standing
+    for its stage-1 counterparts' ranks moved likewise (`device["rebuilt_from"]`: the captured rank). Its memory
+    events are stage 1's: the allocator's segments as stage 1 grew them, at least what stage `s` (fewer
+    micro-batches in flight) holds."""
     rebuild = traces.attrs.get("stage_rebuild") or {}
     if not rebuild.get("rebuilt"):
         return {}
     pipeline = pipeline_stages.Pipeline(int(rebuild["stages"]), int(rebuild["stride"]))
     source = int(rebuild["from"])
-    out = {}
+    out: dict[int, RankTrace] = {}
     for rank, trace in sorted(traces.ranks.items()):
         if pipeline.stage(rank) != source:
             continue
         cut = pipeline_stages.split(trace.calls, trace.communicators, pipeline, source)
         for stage in rebuild["rebuilt"]:
-            shift = int(stage) - source
-            moved = pipeline.translate(rank, shift)
-            calls, ops, communicators = pipeline_stages.rebuilt_tables(
-                trace.calls, trace.ops, trace.communicators, pipeline, cut, int(stage)
-            )
-            device = {
-                **trace.device,
-                "represents": [pipeline.translate(r, shift) for r in trace.represents],
-                "rebuilt_from": rank,
-            }
-            out[moved] = RankTrace(moved, calls, ops, trace.kernels, communicators, trace.memory, device)
+            moved = pipeline.translate(rank, int(stage) - source)
+            out[moved] = RebuiltTrace(moved, trace, pipeline, cut, int(stage))
     return out
 
 
