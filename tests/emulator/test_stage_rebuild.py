@@ -24,13 +24,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 runner = CliRunner()
 
 
-def emulate(out, *flags, script_args=()):
+def emulate(out, *flags, script_args=(), stages=6):
     r = runner.invoke(
         app,
         [
             "emulate",
             "--nproc-per-node",
-            "6",
+            str(stages),
             *flags,
             "--out",
             str(out),
@@ -120,8 +120,9 @@ def test_an_uneven_stage_captures_every_stage_and_says_why(tmp_path):
 def test_rebuilt_stages_are_held_once_and_predict_as_copies(tmp_path):
     """A rebuilt stage holds no tables of its own: its calls and its priced frame (stage 1's in its order) are built
     on each read, one stage's at a time (reading stage 4's lets stage 3's go), and the prediction is, to the
-    nanosecond and call by call, the one of the same stages built as copies of stage 1's tables."""
-    emulate(tmp_path / "rebuilt")
+    nanosecond and call by call, the one of the same stages built as copies of stage 1's tables (7 stages, 7
+    micro-batches: stages 3 and 4 rebuilt, 2 and 5 checked)."""
+    emulate(tmp_path / "rebuilt", script_args=["--stages", "7", "--microbatches", "7"], stages=7)
     traces = load(tmp_path / "rebuilt")
     assert isinstance(traces.ranks[3], RebuiltTrace) and isinstance(traces.ranks[4], RebuiltTrace)
     stage_3 = weakref.ref(traces.ranks[3].calls)

@@ -298,8 +298,8 @@ def rebuilt_stages(traces: TraceSet) -> dict[int, RankTrace]:
     `stage_rebuild`, `core/pipeline_stages.py`): per captured rank of stage 1 and stage `s` listed, the rank playing
     its part in stage `s` (a `RebuiltTrace`), its calls in `s`'s 1F1B order, its peers and groups moved, standing
     for its stage-1 counterparts' ranks moved likewise (`device["rebuilt_from"]`: the captured rank). Its memory
-    events are stage 1's: the allocator's segments as stage 1 grew them, at least what stage `s` (fewer
-    micro-batches in flight) holds."""
+    events are stage 1's: the allocator's segments as stage 1 grew them (stage 1 has the most micro-batches in flight,
+    but segments come in steps, so stage `s`'s own may hold a segment more)."""
     rebuild = traces.attrs.get("stage_rebuild") or {}
     if not rebuild.get("rebuilt"):
         return {}
