@@ -42,7 +42,7 @@ from maya.core.paths import write_atomic
 from maya.estimators.attention_model import PROXY_UNCERTAINTY
 from maya.simulator.discrepancy import Discrepancy, apriori_widths, band, base_widths, calibrate, shipped_path
 from maya.validation import load_suite
-from maya.validation.plan import BAND_DETAILS
+from maya.validation.plan import BAND_DETAILS, row_options
 from maya.validation.runner import traces_dir
 from maya.validation.store import latest
 from maya_trace_spec import Run
@@ -156,7 +156,7 @@ def repredicted_rows(warehouse: Path | None, rows: list[str]) -> list[dict]:
     traces with this code, with the options `maya validate` predicted them with (`predict_plan`: the row's hardware,
     cluster and estimator version, with a band); measured times as stored. NeuSight's rows (windows of the replay,
     not its iteration) and rows whose trace is gone are named and read as stored."""
-    from maya.api import PredictOptions, predict
+    from maya.api import predict
 
     stored = _stored(warehouse).rename(columns={"predicted_s": "predicted", "measured_s": "measured"})
     stored = select(stored.reset_index(drop=True), rows, strict=False)
@@ -169,15 +169,7 @@ def repredicted_rows(warehouse: Path | None, rows: list[str]) -> list[dict]:
             print(f"{r.suite} row {r.row}: {'not a step' if r.kind == 'neusight' else 'no cached trace'}: as stored")
             out.append(as_stored[(r.suite, int(r.row))])
             continue
-        options = PredictOptions(
-            hardware=r.hardware,
-            cluster=r.cluster if isinstance(r.cluster, str) else None,
-            durations="estimators",
-            estimator_version=r.estimator_version,
-            warehouse=warehouse,
-            band=True,
-        )
-        p = predict(run_dir, options)
+        p = predict(run_dir, row_options(r.hardware, r.cluster, r.estimator_version, warehouse))
         band_ = p.band or {}
         details = {"breakdown_s": {k: v / 1e3 for k, v in p.to_dict(per_rank=False)["breakdown_ms"].items()}}
         details["band"] = {k: v for k, v in band_.items() if k in BAND_DETAILS}

@@ -159,8 +159,9 @@ def suite_child(expr: str) -> None:
     """Predict the stored llm-foundry rows `expr` picks from their cached traces, in this process as the suite's
     runner does with one job; print one JSON line per row (wall, CPU, the largest relative change of the predicted
     step and band edges against the stored row)."""
-    from maya.api import PredictOptions, predict
+    from maya.api import predict
     from maya.core.warehouse import read_only
+    from maya.validation.plan import row_options
     from maya.validation.runner import traces_dir
 
     with read_only() as con:
@@ -173,13 +174,7 @@ def suite_child(expr: str) -> None:
         run = traces_dir() / values.command_hash
         if not run.is_dir():
             continue
-        options = PredictOptions(
-            hardware=values.hardware,
-            cluster=values.cluster if isinstance(values.cluster, str) else None,
-            durations="estimators",
-            estimator_version=values.estimator_version,
-            band=True,
-        )
+        options = row_options(values.hardware, values.cluster, values.estimator_version)
         t, c = time.perf_counter(), time.process_time()
         p = predict(run, options)
         wall, cpu = time.perf_counter() - t, time.process_time() - c

@@ -268,10 +268,11 @@ def test_a_row_whose_script_imports_te_installs_it_before_its_capture_key(tmp_pa
     site.mkdir()
     monkeypatch.syspath_prepend(str(site))
 
-    def ensure(needed_by: str) -> None:  # installs a distribution, as the real one does
-        info = site / "transformer_engine-2.20.2.dist-info"
+    def ensure(needed_by: str) -> None:  # installs a distribution, as the real one does (a name no venv has, so
+        # the digest changes where Transformer Engine is already installed too)
+        info = site / "maya_te_stand_in-1.0.dist-info"
         info.mkdir(exist_ok=True)
-        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformer_engine\nVersion: 2.20.2\n")
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: maya_te_stand_in\nVersion: 1.0\n")
 
     keys: list[str] = []
 

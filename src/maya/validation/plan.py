@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import maya
 from maya.core import settings
@@ -16,6 +17,9 @@ from maya.core.digest import files_digest
 from maya.emulator.capture_cache import emulator_digest, installed_packages
 
 from .store import RowKey
+
+if TYPE_CHECKING:
+    from maya.api import PredictOptions
 
 GPUS_PER_NODE = 8
 
@@ -98,22 +102,28 @@ BAND_DETAILS = (
 a-priori widths and the discrepancy back)."""
 
 
-def predict_plan(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None, **details) -> Predicted:
-    """The steady iteration of a row's trace on its GPUs and cluster with its 10-90% band (`maya.api.predict`,
-    nothing stored): its breakdown, MFU and HFU, notes, assumptions and band shares in `details`, with the
-    suite kind's own `details` added."""
+def row_options(hardware: str, cluster: object, version: str, warehouse: str | Path | None = None) -> PredictOptions:
+    """How `maya validate` predicts a row: on its GPU and cluster (a stored missing cluster, NaN, is none), with the
+    registered estimators of `version`, and with the band."""
     from maya.api import PredictOptions
-    from maya.api import predict as predict_run
 
-    options = PredictOptions(
-        hardware=plan.hardware,
-        cluster=plan.cluster,
+    return PredictOptions(
+        hardware=hardware,
+        cluster=cluster if isinstance(cluster, str) else None,
         durations="estimators",
         estimator_version=version,
         warehouse=warehouse,
         band=True,
     )
-    p = predict_run(run_dir, options)
+
+
+def predict_plan(plan: RowPlan, run_dir: Path, version: str, warehouse: Path | None, **details) -> Predicted:
+    """The steady iteration of a row's trace on its GPUs and cluster with its 10-90% band (`maya.api.predict`,
+    nothing stored): its breakdown, MFU and HFU, notes, assumptions and band shares in `details`, with the
+    suite kind's own `details` added."""
+    from maya.api import predict as predict_run
+
+    p = predict_run(run_dir, row_options(plan.hardware, plan.cluster, version, warehouse))
     band = p.band or {}
     return Predicted(
         predicted_s=p.iteration_ns / 1e9,
