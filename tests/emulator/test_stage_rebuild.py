@@ -16,7 +16,7 @@ from maya.cli import app
 from maya.core import hardware
 from maya.simulator import pricing, simulate, summarize
 from maya.simulator.program import RebuiltProgram
-from maya.simulator.trace import RankTrace, RebuiltTrace, load
+from maya.simulator.trace import INTERRUPTED, RankTrace, RebuiltTrace, keep_complete_iterations, load
 from maya_trace_spec import Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -150,3 +150,19 @@ def test_rebuilt_stages_are_held_once_and_predict_as_copies(tmp_path):
         np.testing.assert_array_equal(ours.end, theirs.end)
         np.testing.assert_array_equal(ours.issue, theirs.issue)
     assert summarize(shared).to_dict() | {"simulation_s": 0} == summarize(copied).to_dict() | {"simulation_s": 0}
+    # an interrupted capture is cut to its complete iterations: a rebuilt stage is cut as a copy of its tables
+    # (rebuilt from stage 1's uncut calls), as a stage built as a copy is
+    cut, cut_copies = load(tmp_path / "rebuilt"), load(tmp_path / "rebuilt")
+    for rank in (3, 4):
+        lazy = cut_copies.ranks[rank]
+        cut_copies.ranks[rank] = RankTrace(
+            rank, lazy.calls, lazy.ops, lazy.kernels, lazy.communicators, lazy.memory, dict(lazy.device)
+        )
+    for run in (cut, cut_copies):
+        run.info["status"] = INTERRUPTED
+        keep_complete_iterations(run)
+    for rank in (3, 4):
+        assert not isinstance(cut.ranks[rank], RebuiltTrace)
+        assert len(cut.ranks[rank].calls) < len(copies.ranks[rank].calls)
+        pd.testing.assert_frame_equal(cut.ranks[rank].calls, cut_copies.ranks[rank].calls)
+        pd.testing.assert_frame_equal(cut.ranks[rank].ops, cut_copies.ranks[rank].ops)

@@ -25,6 +25,7 @@ from .notes import (
     te_kernel_notes,
 )
 from .oom import check_stopped_by_oom
+from .program import forget_rebuilt_frame
 from .report import (
     Prediction,
     allocator_peak,
@@ -38,7 +39,7 @@ from .report import (
 from .retarget import gpu_assumption, retarget, source_hardware
 from .simulation import Simulation, simulate
 from .timeline import write_timeline
-from .trace import TraceSet, interrupted_by, keep_complete_iterations, load
+from .trace import TraceSet, forget_rebuilt_tables, interrupted_by, keep_complete_iterations, load
 
 if TYPE_CHECKING:
     from .band import IterationBand
@@ -233,6 +234,8 @@ def replay(
             traces,
             ranks=None if len(sim.replicas) <= TIMELINE_RANKS else captured,
         )
+    forget_rebuilt_tables()  # a later prediction in this process does not start with this one's stage held
+    forget_rebuilt_frame()
     return Replay(prediction, sim, found)
 
 

@@ -119,6 +119,11 @@ _RECENT_FRAME: dict = {}
 """The priced frame of the rebuilt program read last (`RebuiltProgram`)."""
 
 
+def forget_rebuilt_frame() -> None:
+    """Let the priced frame of the rebuilt program read last go (built again if read again)."""
+    _RECENT_FRAME.clear()
+
+
 def _communicators(trace: RankTrace) -> tuple[list[Communicator], dict[str, int]]:
     comms, index = [], {}
     for row in trace.communicators.itertuples(index=False):

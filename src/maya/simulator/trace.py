@@ -247,6 +247,11 @@ class RebuiltTrace(RankTrace):
                 )
         return _RECENT[name]
 
+    def copied(self) -> RankTrace:
+        """The stage as a `RankTrace` holding its own tables (for an interrupted capture's cut)."""
+        calls, ops, communicators = self.calls, self.ops, self.communicators
+        return RankTrace(self.rank, calls, ops, self.kernels, communicators, self.memory, dict(self.device))
+
     def order(self) -> np.ndarray:
         """Per call, its row in the captured rank's calls."""
         _, pipeline, cut, stage = self._recipe
@@ -291,6 +296,11 @@ class RebuiltTrace(RankTrace):
 
 _RECENT: dict = {}
 """The tables of the rebuilt stage read last (`RebuiltTrace`)."""
+
+
+def forget_rebuilt_tables() -> None:
+    """Let the tables of the rebuilt stage read last go (built again if read again)."""
+    _RECENT.clear()
 
 
 def rebuilt_stages(traces: TraceSet) -> dict[int, RankTrace]:
@@ -352,6 +362,9 @@ def keep_complete_iterations(traces: TraceSet) -> None:
             f"{traces.path}: the capture was interrupted by {by} before rank {first} completed a training "
             "iteration: there is nothing to predict from; capture it again and let it run longer"
         )
+    for rank, trace in list(traces.ranks.items()):
+        if isinstance(trace, RebuiltTrace):  # its tables are rebuilt from stage 1's uncut calls: cut a copy
+            traces.ranks[rank] = trace.copied()
     for trace in traces.ranks.values():
         trace.calls = _before_iteration(trace, last[first])
 
