@@ -14,7 +14,7 @@ from maya.core.pipeline_stages import (
     differing_stage_options,
     moved_communicators,
     rebuild,
-    rebuilt_tables,
+    rebuilt_calls,
     schedule,
     split,
 )
@@ -93,7 +93,7 @@ def rebuilt_from_stage_1(stage: int, microbatches: int, extra: int | None = None
     calls, communicators, ops = stage_calls(1, microbatches, extra=extra, counted=counted)
     cut = split(calls, communicators, PIPE, 1)
     assert (cut.microbatches, cut.counted) == (microbatches, counted)
-    rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, cut, stage)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, cut, stage)
     own, own_communicators, _ = stage_calls(stage, microbatches, counted=counted)
     return difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES))
 
@@ -124,7 +124,7 @@ def test_a_rebuild_moves_the_groups_and_peers():
     """Stage 3 rebuilt from stage 1: the tensor-parallel group is stage 3's ranks; the pipeline group (it spans the
     pipeline) is kept, with each peer's communicator rank that of stage 3's neighbour."""
     calls, communicators, ops = stage_calls(1, 6)
-    rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, split(calls, communicators, PIPE, 1), 3)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, split(calls, communicators, PIPE, 1), 3)
     assert moved["ranks"].map(list).tolist() == [[0, 2, 4, 6, 8, 10], [6, 7]]
     assert set(rebuilt["peer_rank"].dropna()) == {2, 4}
     assert (np.diff(rebuilt["start_ns"].to_numpy()) > 0).all()  # pieces moved in time as wholes, in order
@@ -158,7 +158,7 @@ def test_too_few_micro_batches_for_the_steady_state_cannot_be_rebuilt():
     calls, communicators, ops = stage_calls(1, 4)
     cut = split(calls, communicators, PIPE, 1)
     with pytest.raises(ScheduleError, match="never makes"):
-        rebuilt_tables(calls, ops, communicators, PIPE, cut, 2)
+        rebuilt_calls(calls, communicators, PIPE, cut, 2)
 
 
 MEGATRON_6_STAGES_7_MICRO_BATCHES = {
@@ -179,7 +179,7 @@ def test_stage_3_rebuilt_from_stage_1_as_megatron_schedules_them():
     calls, communicators, ops = stage_calls(1, 7, pattern=MEGATRON_6_STAGES_7_MICRO_BATCHES[1])
     cut = split(calls, communicators, PIPE, 1)
     assert cut.microbatches == 7
-    rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, cut, 3)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, cut, 3)
     own, own_communicators, _ = stage_calls(3, 7, pattern=MEGATRON_6_STAGES_7_MICRO_BATCHES[3])
     assert difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES)) is None
     assert {s: schedule(6, s, 7) for s in (1, 3)} == MEGATRON_6_STAGES_7_MICRO_BATCHES
@@ -219,7 +219,7 @@ def test_a_group_without_its_members_cannot_be_moved():
 def test_a_collective_over_another_group_is_told_apart():
     """Stage 2's tensor-parallel group listed with other members: its collectives differ from the rebuild's."""
     calls, communicators, ops = stage_calls(1, 6)
-    rebuilt, _, moved = rebuilt_tables(calls, ops, communicators, PIPE, split(calls, communicators, PIPE, 1), 2)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, split(calls, communicators, PIPE, 1), 2)
     own, own_communicators, _ = stage_calls(2, 6)
     own_communicators.at[1, "ranks"] = np.array([4, 9])
     reason = difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES))

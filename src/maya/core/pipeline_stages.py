@@ -381,18 +381,6 @@ def global_peers(calls: pd.DataFrame, communicators: pd.DataFrame) -> list:
     return out
 
 
-def rebuilt_tables(
-    calls: pd.DataFrame, ops: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, cut: Split, stage: int
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Stage `stage`'s `(calls, ops, communicators)` rebuilt from the cut stage's (`rebuild`): calls renumbered in
-    their new order, each piece moved in time as a whole (its calls and the ops that began within it keep their
-    offsets and the gaps before them, so host time between calls is what it was), peers and groups moved by the
-    stage difference. A piece used twice (an exchange kind the cut stage made fewer times) repeats its ops, and the
-    ops of a piece not used (an exchange kind made more often there) are left out."""
-    moved, moved_groups = rebuilt_calls(calls, communicators, pipeline, cut, stage)
-    return moved, rebuilt_ops(calls, ops, pipeline, cut, stage), moved_groups
-
-
 def _spans(calls: pd.DataFrame, pieces: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """Per piece of `calls`, `(begin, end, offset)`: the time span it covers (to the next piece's first call, the
     last piece to its last call) and how far it moves, laid end to end from the first call's time."""
@@ -410,7 +398,9 @@ def _spans(calls: pd.DataFrame, pieces: list[tuple[int, int]]) -> list[tuple[int
 def rebuilt_calls(
     calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, cut: Split, stage: int
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stage `stage`'s `(calls, communicators)` of `rebuilt_tables` (without its ops)."""
+    """Stage `stage`'s `(calls, communicators)` rebuilt from the cut stage's (`rebuild`): calls renumbered in their new
+    order, each piece moved in time as a whole (its calls keep their offsets and the gaps before them, so host time
+    between calls is what it was), peers and groups moved by the stage difference."""
     pieces = rebuild(cut, pipeline.stages, stage)
     shift = stage - cut.stage
     order = rows(pieces)
@@ -427,8 +417,9 @@ def rebuilt_calls(
 
 
 def rebuilt_ops(calls: pd.DataFrame, ops: pd.DataFrame, pipeline: Pipeline, cut: Split, stage: int) -> pd.DataFrame:
-    """Stage `stage`'s ops of `rebuilt_tables`: those that began within each piece, moved with it, then those before
-    the first call or after the last, as they were."""
+    """Stage `stage`'s ops rebuilt with `rebuilt_calls`: those that began within each piece, moved with it (a piece
+    used twice, an exchange kind the cut stage made fewer times, repeats its ops; those of a piece not used are left
+    out), then those before the first call or after the last, as they were."""
     start = calls["start_ns"].to_numpy(dtype="int64")
     op_start = ops["start_ns"].to_numpy(dtype="int64") if len(ops) else np.zeros(0, np.int64)
     by_start = np.argsort(op_start, kind="stable")  # the ops that began within a piece: a slice of these

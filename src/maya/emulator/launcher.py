@@ -713,19 +713,16 @@ def _rebuild_difference(
             if captured[r][1].status != "complete":
                 raise pipeline_stages.ScheduleError(f"rank {r}'s capture is {captured[r][1].status}")
         tables = {
-            r: [
-                read_table(writer.run_dir, name, [r]).to_pandas()
-                for name in ("api_calls", "communicators", "ops", "kernels")
-            ]
+            r: [read_table(writer.run_dir, name, [r]).to_pandas() for name in ("api_calls", "communicators", "kernels")]
             for r in (rank, *others)
         }
-        calls, communicators, ops, kernels = tables[rank]
+        calls, communicators, kernels = tables[rank]
         calls = calls.sort_values("seq", ignore_index=True)
         cut = pipeline_stages.split(calls, communicators, pipeline, 1)
         pipeline_stages.check_rebuilds(cut, pipeline.stages)
         for stage, other in zip(checked, others):
-            rebuilt, _, rebuilt_comms = pipeline_stages.rebuilt_tables(calls, ops, communicators, pipeline, cut, stage)
-            own, own_comms, _, own_kernels = tables[other]
+            rebuilt, rebuilt_comms = pipeline_stages.rebuilt_calls(calls, communicators, pipeline, cut, stage)
+            own, own_comms, own_kernels = tables[other]
             reason = pipeline_stages.difference(
                 rebuilt,
                 rebuilt_comms,

@@ -211,12 +211,23 @@ def load(run_dir: str | Path) -> TraceSet:
     return traces
 
 
+def _rebuilt_table(name: str) -> property:
+    """A rebuilt stage's table `name`, built from its captured stage's when read (`RebuiltTrace._recent`); only the
+    dataclass's own initial None may be assigned."""
+
+    def assign(trace: RebuiltTrace, value: None) -> None:
+        if value is not None:
+            raise TypeError(f"a rebuilt stage's {name} are built from its captured stage's: cut a copy (`copied`)")
+
+    return property(lambda trace: trace._recent(name), assign)
+
+
 class RebuiltTrace(RankTrace):
     """An interior pipeline stage rebuilt from a captured stage's rank (`rebuilt_stages`) whose `calls`, `ops` and
-    `communicators` are not held: built from the captured rank's on each read (`pipeline_stages.rebuilt_tables`),
-    the last stage read kept (`_RECENT`), so a job of 60 rebuilt stages holds one rebuilt copy at a time. Its
-    `kernels`, `memory` are the captured rank's. Assigning `calls` (an interrupted run cut to whole iterations)
-    keeps the frame assigned."""
+    `communicators` are not held: built from the captured rank's on each read (`pipeline_stages.rebuilt_calls`,
+    `rebuilt_ops`), the last stage read kept (`_RECENT`), so a job of 60 rebuilt stages holds one rebuilt copy at a
+    time. Its `kernels`, `memory` are the captured rank's. Its tables cannot be assigned: an interrupted run cuts a
+    copy (`copied`)."""
 
     def __init__(
         self, rank: int, source: RankTrace, pipeline: pipeline_stages.Pipeline, cut: pipeline_stages.Split, stage: int
@@ -228,7 +239,6 @@ class RebuiltTrace(RankTrace):
             "rebuilt_from": source.rank,
         }
         object.__setattr__(self, "_recipe", (source, pipeline, cut, stage))
-        object.__setattr__(self, "_assigned", None)
         super().__init__(rank, None, None, source.kernels, None, source.memory, device)
 
     def _recent(self, name: str) -> pd.DataFrame:
@@ -257,31 +267,9 @@ class RebuiltTrace(RankTrace):
         _, pipeline, cut, stage = self._recipe
         return pipeline_stages.rows(pipeline_stages.rebuild(cut, pipeline.stages, stage))
 
-    @property
-    def calls(self) -> pd.DataFrame:  # type: ignore[override]
-        return self._assigned if self._assigned is not None else self._recent("calls")
-
-    @calls.setter
-    def calls(self, value: pd.DataFrame | None) -> None:
-        object.__setattr__(self, "_assigned", value)
-
-    @property
-    def ops(self) -> pd.DataFrame:  # type: ignore[override]
-        return self._recent("ops")
-
-    @ops.setter
-    def ops(self, value: None) -> None:
-        if value is not None:
-            raise TypeError("a rebuilt stage's ops are built from its captured stage's")
-
-    @property
-    def communicators(self) -> pd.DataFrame:  # type: ignore[override]
-        return self._recent("communicators")
-
-    @communicators.setter
-    def communicators(self, value: None) -> None:
-        if value is not None:
-            raise TypeError("a rebuilt stage's communicators are moved from its captured stage's")
+    calls = _rebuilt_table("calls")
+    ops = _rebuilt_table("ops")
+    communicators = _rebuilt_table("communicators")
 
     def call_ops(self) -> tuple[np.ndarray, np.ndarray]:
         """`RankTrace.call_ops` of the tables read last (kept with them, not with the trace)."""
