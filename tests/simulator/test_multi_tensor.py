@@ -45,11 +45,11 @@ DROPOUT_BWD = (
 
 def test_each_kind_moves_its_lists_once_per_element():
     """Adam reads gradient, parameter and both moments and writes all but the gradient; a norm reads its list; a
-    scale reads one list and writes another (fp32 in, as its functor's first type says); ATen's foreach functors read
+    scale reads one list and writes another (fp32 in, fp16 out, as its functor's types say); ATen's foreach functors read
     their `r_args_depth` lists and write one."""
     assert traffic(TE_ADAM) == (7 * 4, 4.0, "fp32")
     assert traffic(TE_L2NORM) == (4, 1.0, "fp32")
-    assert traffic(TE_SCALE_TO_HALF) == (2 * 4, 1.0, "fp32")
+    assert traffic(TE_SCALE_TO_HALF) == (4 + 2, 1.0, "fp32")  # fp32 main parameters to fp16 model ones
     assert traffic(ATEN_UNSCALE) == (2 * 4, 1.0, "fp32")  # in place: read and written
     assert traffic(ATEN_ADD_OUT) == (3 * 2, 2.0, "bf16")  # two lists in, the third out
     assert traffic(DROPOUT_FWD) is None and traffic("multi_tensor_apply_kernel") is None  # no depth: unsized

@@ -15,7 +15,7 @@ element size from the kernel's functor (`f`: fp32; 4 bytes when not named):
 - Adam (`adam` in the name: TE's `AdamFunctor`, ATen's `FusedAdamMathFunctor`, apex's): every list read (gradient,
   parameter, moments, a master copy), every one but the gradient written: `2 depth - 1` passes;
 - `l2norm` (a gradient norm's partial sums) reads its lists: `depth` passes;
-- TE's and apex's `multi_tensor_scale` (in -> out lists): `depth` passes;
+- TE's and apex's `multi_tensor_scale` (an in list and an out list): one pass of each, of its functor's two types;
 - ATen's foreach functors (`<T, depth, r_args_depth, res_arg_index>`): the `r_args_depth` lists read, one written;
 - any other: every list read, one written back (`depth + 1`).
 """
@@ -36,8 +36,10 @@ CHUNK_ELEMENTS = 2048 * 32
 apex's and Transformer Engine's `MultiTensorApply(2048 * 32)`."""
 DEPTH = re.compile(r"TensorListMetadataILi(\d+)E")
 """The number of tensor lists (`TensorListMetadata<depth>`, ATen's `FusedOptimizerTensorListMetadata<depth>`)."""
-FUNCTOR_TYPE = re.compile(r"FunctorI(f|d|6__half|N3c104HalfE|N3c108BFloat16E|13__nv_bfloat16)")
-"""The first template argument of the kernel's functor: the element type of its lists."""
+TYPE_CODE = r"(f|d|6__half|N3c104HalfE|N3c108BFloat16E|13__nv_bfloat16)"
+FUNCTOR_TYPE = re.compile(r"FunctorI" + TYPE_CODE + TYPE_CODE + "?")
+"""The first two template arguments of the kernel's functor: the element type of its lists (the first), and of a
+scale's output list (TE's and apex's `ScaleFunctor<in, out>`)."""
 TYPE_NAMES = {
     "f": "fp32",
     "d": "fp64",
@@ -68,8 +70,9 @@ def traffic(kernel: str) -> tuple[float, float, str] | None:
         reads, passes = depth, 2 * depth - 1
     elif "l2norm" in lower:
         reads, passes = depth, depth
-    elif "multi_tensor_scale" in lower:
-        reads, passes = max(depth - 1, 1), depth
+    elif "multi_tensor_scale" in lower and depth == 2:  # one list in, one out, each of its functor's type
+        out = TYPE_NAMES[named.group(2)] if named and named.group(2) else dtype
+        return itemsize + DTYPE_BYTES[out], 1.0, dtype
     elif aten is not None:
         reads = int(aten.group(2))
         passes = reads + 1
