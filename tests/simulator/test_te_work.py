@@ -160,9 +160,9 @@ def test_each_kind_is_priced_by_its_size(tmp_path, estimator):
     assert large[finalize] == pytest.approx(small[finalize])
 
 
-def test_a_multi_tensor_kernel_is_not_sized_by_its_calls_flag(tmp_path):
+def test_a_multi_tensor_kernel_is_sized_by_its_grid_not_its_calls_flag(tmp_path):
     """TE's fused Adam (`te::multi_tensor_adam(chunk, noop_flag, tensor_lists, ...)`): its lists carry no sizes, so
-    its kernel's size is unknown, as torch's foreach kernels' are, not the one-element flag's."""
+    its kernel is sized by its grid (one chunk a block, `simulator.multi_tensor`), not by the one-element flag."""
     kernel = "_ZN18transformer_engine17multi_tensor_apply_kernelI18TensorListMetadataILi4EE12AdamFunctor"
     ops = [
         {
@@ -172,9 +172,9 @@ def test_a_multi_tensor_kernel_is_not_sized_by_its_calls_flag(tmp_path):
             "input_dtypes": ["", "int", "TensorList"],
         }
     ]
-    run = write_trace(tmp_path, [kernel], ops, [{"kernel_id": 0, "op_id": 0}], ["optimizer"])
+    run = write_trace(tmp_path, [kernel], ops, [{"kernel_id": 0, "op_id": 0, "grid_x": 3}], ["optimizer"])
     f = frame(run)
-    assert f.loc[0, "family"] == "optimizer" and np.isnan(f.loc[0, "numel"])
+    assert f.loc[0, "op"] == "multi_tensor" and f.loc[0, "numel"] == 3 * 2048 * 32
     trace = load(run).ranks[0]
     assert te_work.notes({0: kernel}, trace.calls, trace.ops) == {}  # nor counted as an unsized TE kernel
 

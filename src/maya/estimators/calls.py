@@ -144,6 +144,11 @@ INDUCTOR_ROW_FAMILIES: tuple[str, ...] = ("normalization", "softmax")
 `reduction`), whose kernels fuse pointwise work around the row's own (`kernel_estimator.fused_rest`)."""
 
 
+MULTI_TENSOR_OP = "multi_tensor"
+"""The op of a call to a multi-tensor kernel sized by its grid (`simulator.multi_tensor`): an elementwise pass over
+its lists' chunks, moving the call's `bytes`."""
+
+
 GATHER_OPS = {"embedding": (0, 1), "index_select": (0, 2), "gather": (0, 2)}
 """Aten ops that gather rows of a table, with the positions of the table and of the indices among their inputs.
 Their kernel's work is what they gather (`numel` of the output), not the table, which is their largest input."""

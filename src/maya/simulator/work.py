@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from maya.estimators.calls import GATHER_OPS, gathered_size, gemm_of_row_major
 from maya_trace_spec.vocabulary import DTYPE_BYTES, KERNEL_FAMILIES, MODULE_RANGE_PREFIX, dtype_bytes, dtype_name
 
-from . import te_work, triton_work
+from . import multi_tensor, te_work, triton_work
 from .attention_shapes import shape_attention
 from .distinct import contains, per_distinct
 from .opcodes import COLL
@@ -156,6 +156,23 @@ def _set_gemms(
     num["work_bytes"][rows] = itemsize * b * (m * k + k * n + m * n)
 
 
+DROPOUT_INPUTS = {"native_dropout": 1.0, "native_dropout_backward": 2.0}
+"""torch's dropout ops and their kernels' tensor inputs: the forward (`fused_dropout_kernel_vec`, which traces captured
+before `vocabulary` named it hold as `other`) reads its input and writes its output and a one-byte mask, the backward
+(`masked_scale_kernel`) reads the gradient and the mask and writes the input's gradient."""
+
+
+def _dropout_work(launched: np.ndarray, family: np.ndarray, op: np.ndarray, dtype: np.ndarray, num: dict) -> None:
+    """torch's dropout kernels (`DROPOUT_INPUTS`) framed as the elementwise add moving their bytes (in place)."""
+    rows = launched & np.isin(op, list(DROPOUT_INPUTS))
+    if not rows.any():
+        return
+    itemsize = np.array([DTYPE_BYTES.get(d, 4) for d in dtype[rows]], dtype="float64")
+    family[rows] = "elementwise"
+    num["operands"][rows] = np.array([DROPOUT_INPUTS[o] for o in op[rows]])
+    num["work_bytes"][rows] = num["numel"][rows] * (2 * itemsize + 1)
+
+
 def _own_sizes(calls: pd.DataFrame, launched: np.ndarray, numel: np.ndarray) -> None:
     """Library kernels that carry their own element count (`args.elements`: a cuDNN RNN's cell kernel
     per time step, where the enclosing op's shapes cover all steps) are sized by it (in place)."""
@@ -212,7 +229,10 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         known = enclosed.copy()
         known[enclosed] = pd.notna(op_dtype[at])
         dtype[known] = op_dtype[where[known]]
-        te_work.fill(calls, _codes_map(calls["kernel_id"], names, ""), launched, family, op, dtype, num)
+        _dropout_work(launched, family, op, dtype, num)
+        kernel_names = _codes_map(calls["kernel_id"], names, "")
+        te_work.fill(calls, kernel_names, launched, family, op, dtype, num)
+        multi_tensor.fill(calls, kernel_names, launched, family, op, dtype, num)
         unshaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy()  # measured traces' GEMMs
         if unshaped.any():
             gemms = _op_gemms(ops).reindex(calls["op_id"].to_numpy())

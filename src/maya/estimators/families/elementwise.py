@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..calls import MULTI_TENSOR_OP
 from ..hardware_table import HardwareArrays
 from .base import FamilyPredictor, Work, alignment_bits, inductor_kernels, log2
 from .rowwise import THREADS_PER_SM
@@ -44,9 +45,14 @@ class ElementwisePredictor(FamilyPredictor):
         "silu_fwd": "silu",
         "silu_bwd": "silu_backward",
         **inductor_kernels("add", kinds=("pointwise",)),
+        MULTI_TENSOR_OP: "add",
+        "native_dropout": "add",
+        "native_dropout_backward": "add",
     }
-    """The profiler's names for torch's activation kernels; Inductor's pointwise kernels run as torch's vectorized
-    add moving the same bytes (one load per input and one store per output element, nothing else to wait on)."""
+    """The profiler's names for torch's activation kernels; Inductor's pointwise kernels, the multi-tensor kernels of
+    optimizer steps (`simulator.multi_tensor`) and torch's dropout kernels as traced (`simulator.work.DROPOUT_INPUTS`)
+    run as torch's vectorized add moving the same bytes (one load per input and one store per output element, nothing
+    else to wait on)."""
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
         numel = calls["numel"].to_numpy()
