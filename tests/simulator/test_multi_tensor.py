@@ -125,8 +125,21 @@ def test_a_demangled_name_moves_what_its_mangled_one_does(kernel):
     assert demangled.startswith("void ") and traffic(demangled) == TRAFFIC[kernel]
 
 
-def test_a_kernel_not_naming_its_lists_is_unsized():
-    assert traffic(DROPOUT_FWD) is None and traffic("multi_tensor_apply_kernel") is None
+ATEN_COPY_INT16 = (
+    "_ZN2at6native55_GLOBAL__N__f86471ef_22_ForeachBinaryOpList_cu_a911ec4325multi_tensor_apply_kernelINS1_18Tensor"
+    "ListMetadataILi2EEENS1_14UnaryOpFunctorIsLi2ELi1ELi1EEEJNS0_4CopyIssEEEEEvT_T0_DpT1_"
+)
+ATEN_SUB_COMPLEX = (  # the functor's type a substitution of the metadata's complex<float>
+    "_ZN2at6native61_GLOBAL__N__832b9cb6_28_ForeachBinaryOpScalarList_cu_dda10a6925multi_tensor_apply_kernelINS1_28"
+    "TensorListScalarListMetadataIN3c107complexIfEELi2EEENS1_25BinaryOpScalarListFunctorIS6_Li2ELi1ELi1EEEJSt5minus"
+    "IS6_EEEEvT_T0_DpT1_"
+)
+
+
+@pytest.mark.parametrize("kernel", [DROPOUT_FWD, "multi_tensor_apply_kernel", ATEN_COPY_INT16, ATEN_SUB_COMPLEX])
+def test_a_kernel_not_naming_its_lists_or_their_size_is_unsized(kernel):
+    """Not a multi-tensor kernel, no depth in the name, an element type without a size (int16, complex): not guessed."""
+    assert traffic(kernel) is None
 
 
 def adam_run(tmp_path, blocks: list[int]):

@@ -50,7 +50,7 @@ _BUILTINS = {
     "d": "double",
 }
 """Itanium ABI codes of the builtin types a functor's template arguments hold."""
-_TYPE_SPELLINGS = {"__nv_bfloat16": "bf16", "short": "int16"}
+_TYPE_SPELLINGS = {"__nv_bfloat16": "bf16"}
 """Element types `dtype_name` does not know, as CUDA and C++ spell them."""
 Arg = str | int | None
 """A template argument: a type's spelling, an integer, or None (a substitution or expression not resolved)."""
@@ -197,15 +197,17 @@ def _demangled_args(kernel: str) -> tuple[tuple[str, list[Arg]], tuple[str, list
 
 
 def _dtype(arg: Arg) -> str | None:
+    """Maya's name of an element type with a size in `DTYPE_BYTES`; None for any other argument."""
     if not isinstance(arg, str):
         return None
     bare = arg.rsplit("::", 1)[-1] if "<" not in arg else arg
-    return _TYPE_SPELLINGS.get(bare) or dtype_name(arg) or dtype_name(bare)
+    name = _TYPE_SPELLINGS.get(bare) or dtype_name(arg) or dtype_name(bare)
+    return name if name in DTYPE_BYTES else None
 
 
 def lists(kernel: str) -> list[tuple[str, bool, bool]] | None:
     """The tensor lists of a multi-tensor kernel named `kernel`: (element type, read, written) each; None when it is
-    not one or its name does not say how many lists it has.
+    not one, its name does not say how many lists it has, or its element type has no size in `DTYPE_BYTES`.
 
     - TE's `AdamFunctor<param, grad, full, moment, index>` (lists gradient, parameter, two moments) and
       `AdamFunctorMaster<...>` (and an fp32 master copy it reads instead of the parameter), ATen's
@@ -228,6 +230,8 @@ def lists(kernel: str) -> list[tuple[str, bool, bool]] | None:
     (_, metadata), (functor, args) = parsed
     depth = next((a for a in metadata if isinstance(a, int)), None)
     if depth is None or depth < 1:
+        return None
+    if args and not isinstance(args[0], int) and _dtype(args[0]) is None:  # complex, int16, not resolved: unsized
         return None
     types = [_dtype(a) for a in args]
     first = next((t for t in types if t), "fp32")
