@@ -65,7 +65,9 @@ class _Mangled:
         self.s, self.i = text, 0
 
     def peek(self) -> str:
-        return self.s[self.i] if self.i < len(self.s) else ""
+        if self.i >= len(self.s):
+            raise ValueError(f"{self.s!r} ends inside its template arguments")
+        return self.s[self.i]
 
     def source_name(self) -> str:
         digits = re.match(r"\d+", self.s[self.i :])
@@ -78,7 +80,7 @@ class _Mangled:
 
     def substitution(self) -> None:
         self.i += 1  # S
-        if self.peek() in "tabsiod" and self.peek():  # St (std::) and the standard abbreviations
+        if self.peek() in "tabsiod":  # St (std::) and the standard abbreviations
             self.i += 1
             return None
         while self.peek() != "_":
