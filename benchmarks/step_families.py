@@ -5,7 +5,8 @@ prediction's error, not a prediction).
     .venv/bin/python benchmarks/step_families.py RUN_DIR --hardware h100-sxm --cluster dgx-h100 [--phases]
 
 A call's phase is its op's in the trace (`ops.phase`: forward, backward, optimizer, eval; the emulator marks
-it from autograd and the optimizer's `step`); calls without an op are `other`.
+it from autograd and the optimizer's `step`); calls without an op are `other`. Multi-tensor kernels (optimizer
+steps, gradient norms and scales, `simulator.multi_tensor`), priced as elementwise adds, are named `optimizer`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
+from maya.estimators.calls import MULTI_TENSOR_OP
 from maya.simulator.predict import resolve_hardware
 from maya.simulator.retarget import retarget
 from maya.simulator.simulation import simulate
@@ -38,9 +40,8 @@ def step_families(
         steady[its.bounds[i] : its.bounds[i + 1]] = True
     collective = frame["collective"].notna().to_numpy()
     kind = np.where(collective, "collective", "kernel")
-    name = np.where(
-        collective, frame["collective"].astype(str) + " " + frame["comm_dtype"].astype(str), frame["family"].astype(str)
-    )
+    family = frame["family"].astype(str).where(frame["op"] != MULTI_TENSOR_OP, "optimizer")  # priced as elementwise
+    name = np.where(collective, frame["collective"].astype(str) + " " + frame["comm_dtype"].astype(str), family)
     rows = pd.DataFrame({"kind": kind, "name": name, "device_s": program.device / 1e9, "calls": 1})
     keys = ["kind", "name"]
     if phases:

@@ -148,7 +148,7 @@ _KERNEL_PATTERNS = (
     ("embedding", re.compile(r"embedding|indexselect|gather_kernel")),  # torch's index_select runs a gather kernel
     ("reduction", re.compile(r"reduce|triton_red|triton_per")),
     ("copy", re.compile(r"copy")),
-    ("elementwise", re.compile(r"elementwise|vectorized|triton_poi|fused_dropout")),
+    ("elementwise", re.compile(r"elementwise|vectorized|triton_poi|(?<!apex_)fused_dropout_kernel")),
 )
 """Kernel family by the first pattern found in the lower-cased kernel name."""
 _CUBLAS = re.compile(r"sm\d+_xmma|ampere_|volta_|turing_|cutlass|nvjet")

@@ -163,7 +163,10 @@ def test_each_kind_is_priced_by_its_size(tmp_path, estimator):
 def test_a_multi_tensor_kernel_is_sized_by_its_grid_not_its_calls_flag(tmp_path):
     """TE's fused Adam (`te::multi_tensor_adam(chunk, noop_flag, tensor_lists, ...)`): its lists carry no sizes, so
     its kernel is sized by its grid (one chunk a block, `simulator.multi_tensor`), not by the one-element flag."""
-    kernel = "_ZN18transformer_engine17multi_tensor_apply_kernelI18TensorListMetadataILi4EE12AdamFunctor"
+    kernel = (
+        "_Z25multi_tensor_apply_kernelI18TensorListMetadataILi4ELb0EEN18transformer_engine17multi_tensor_adam11Adam"
+        "FunctorIffffiEEJffffffNS3_10adamMode_tEfEEvlPViT_T0_DpT1_"
+    )
     ops = [
         {
             "op_id": 0,
@@ -174,7 +177,7 @@ def test_a_multi_tensor_kernel_is_sized_by_its_grid_not_its_calls_flag(tmp_path)
     ]
     run = write_trace(tmp_path, [kernel], ops, [{"kernel_id": 0, "op_id": 0, "grid_x": 3}], ["optimizer"])
     f = frame(run)
-    assert f.loc[0, "op"] == "multi_tensor" and f.loc[0, "numel"] == 3 * 2048 * 32
+    assert f.loc[0, "op"] == "multi_tensor" and f.loc[0, "work_bytes"] == 3 * 2048 * 32 * 7 * 4  # 7 fp32 passes
     trace = load(run).ranks[0]
     assert te_work.notes({0: kernel}, trace.calls, trace.ops) == {}  # nor counted as an unsized TE kernel
 

@@ -115,8 +115,8 @@ def fill(
     """Price every TE kernel launched inside a `te::` call (`op` holds the enclosing op's name) as its kind's eager
     kernel (in place); returns which rows. `num` holds the call's sizes from the enclosing op (`numel`, `row`)."""
     inside = launched & per_distinct(op, lambda name: name.startswith(TE_CALL_PREFIX), False, bool)
-    # a multi-tensor kernel (TE's fused Adam, its multi-tensor scale) covers a chunk of its call's tensor lists,
-    # which carry no sizes: its size is unknown, as torch's foreach kernels' are (not the call's scalar flag's)
+    # a multi-tensor kernel (TE's fused Adam, its multi-tensor scale) covers chunks of its call's tensor lists, which
+    # carry no sizes: not the call's scalar flag's size; `multi_tensor.fill` sizes it by its grid
     num["numel"][inside & (family == "optimizer")] = np.nan
     num["row"][inside & (family == "optimizer")] = np.nan
     inside &= ~np.isin(family, NOT_TE_WORK)

@@ -9,6 +9,7 @@ from the extension call enclosing them, as the eager kernels of the same work (`
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -156,21 +157,28 @@ def _set_gemms(
     num["work_bytes"][rows] = itemsize * b * (m * k + k * n + m * n)
 
 
-DROPOUT_INPUTS = {"native_dropout": 1.0, "native_dropout_backward": 2.0}
-"""torch's dropout ops and their kernels' tensor inputs: the forward (`fused_dropout_kernel_vec`, which traces captured
-before `vocabulary` named it hold as `other`) reads its input and writes its output and a one-byte mask, the backward
-(`masked_scale_kernel`) reads the gradient and the mask and writes the input's gradient."""
+DROPOUT_KERNELS = {
+    "native_dropout": re.compile(r"(?<!apex_)fused_dropout_kernel"),
+    "native_dropout_backward": re.compile(r"masked_scale_kernel"),
+}
+"""torch's dropout ops and their kernels: the forward (`fused_dropout_kernel(_vec)`, which traces captured before
+`vocabulary` named it hold as `other`) reads its input and writes its output and a one-byte mask, the backward
+(`masked_scale_kernel`) reads the gradient and the mask and writes the input's gradient. Any other kernel such an op
+launches (a copy when not training) keeps its own family."""
 
 
-def _dropout_work(launched: np.ndarray, family: np.ndarray, op: np.ndarray, dtype: np.ndarray, num: dict) -> None:
-    """torch's dropout kernels (`DROPOUT_INPUTS`) framed as the elementwise add moving their bytes (in place)."""
-    rows = launched & np.isin(op, list(DROPOUT_INPUTS))
+def _dropout_work(
+    launched: np.ndarray, kernel_names: np.ndarray, family: np.ndarray, op: np.ndarray, dtype: np.ndarray, num: dict
+) -> None:
+    """torch's dropout kernels (`DROPOUT_KERNELS`) framed as the elementwise add moving their bytes (in place)."""
+    rows = launched & np.isin(op, list(DROPOUT_KERNELS))
+    for i in np.flatnonzero(rows):
+        rows[i] = bool(DROPOUT_KERNELS[op[i]].search(str(kernel_names[i])))
     if not rows.any():
         return
     itemsize = np.array([DTYPE_BYTES.get(d, 4) for d in dtype[rows]], dtype="float64")
     family[rows] = "elementwise"
-    num["operands"][rows] = np.array([DROPOUT_INPUTS[o] for o in op[rows]])
-    num["work_bytes"][rows] = num["numel"][rows] * (2 * itemsize + 1)
+    multi_tensor.frame_as_add(num["numel"][rows] * (2 * itemsize + 1), dtype, num, rows)
 
 
 def _own_sizes(calls: pd.DataFrame, launched: np.ndarray, numel: np.ndarray) -> None:
@@ -229,8 +237,8 @@ def work_frame(trace: RankTrace, opcodes: np.ndarray) -> pd.DataFrame:
         known = enclosed.copy()
         known[enclosed] = pd.notna(op_dtype[at])
         dtype[known] = op_dtype[where[known]]
-        _dropout_work(launched, family, op, dtype, num)
         kernel_names = _codes_map(calls["kernel_id"], names, "")
+        _dropout_work(launched, kernel_names, family, op, dtype, num)
         te_work.fill(calls, kernel_names, launched, family, op, dtype, num)
         multi_tensor.fill(calls, kernel_names, launched, family, op, dtype, num)
         unshaped = launched & (family == "gemm") & calls["gemm_m"].isna().to_numpy()  # measured traces' GEMMs

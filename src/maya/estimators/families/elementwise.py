@@ -50,7 +50,7 @@ class ElementwisePredictor(FamilyPredictor):
         "native_dropout_backward": "add",
     }
     """The profiler's names for torch's activation kernels; Inductor's pointwise kernels, the multi-tensor kernels of
-    optimizer steps (`simulator.multi_tensor`) and torch's dropout kernels as traced (`simulator.work.DROPOUT_INPUTS`)
+    optimizer steps (`simulator.multi_tensor`) and torch's dropout kernels as traced (`simulator.work.DROPOUT_KERNELS`)
     run as torch's vectorized add moving the same bytes (one load per input and one store per output element, nothing
     else to wait on)."""
 

@@ -15,6 +15,11 @@ SGD_TENSOR_PASSES, SGD_FLOPS = 3, 2
 
 
 class OptimizerPredictor(FamilyPredictor):
+    """Optimizer steps as the profiler measures them (`adamw_fused`, `adamw_foreach` over `numel` parameters).
+
+    In a predicted trace it prices only the `optimizer`-family kernels `simulator.multi_tensor` leaves unsized (a
+    launch without a grid, or a name that does not say its lists): the sized ones are framed as elementwise adds."""
+
     family = "optimizer"
     ops = ("adamw_fused", "adamw_foreach", "adam", "adamw", "sgd")
 
