@@ -152,7 +152,8 @@ def test_an_installed_te_of_another_release_or_torch_is_a_mismatch(monkeypatch, 
     key = te.wheel_folder().name
     other = key.replace("-cp", "-cp99-was-cp")
     site = tmp_path / "site"
-    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    without_te = [p for p in sys.path if not any(Path(p).glob("transformer_engine*.dist-info"))]
+    monkeypatch.setattr(sys, "path", [str(site), *without_te])  # a TE installed here must not answer
     fake_distribution(site, "transformer_engine_torch", "2.20.2", f"file://{tmp_path}/wheels/{key}/{WHEEL}")
     assert te.mismatch() == "transformer-engine is not installed"
     fake_distribution(site, "transformer_engine", "2.20.2")
