@@ -257,3 +257,27 @@ def test_notes_match_each_distinct_kernel_once_and_skip_a_trace_without_te(tmp_p
     trace = load(eager).ranks[0]
     assert te_work.notes({0: EAGER_LN}, trace.calls, trace.ops) == {}
     assert len(searched) <= 1  # the kernel's name once, not once per launch
+
+
+ROPE_FWD = "_ZN18transformer_engine25fused_rope_forward_kernelI13__nv_bfloat16EEvPKT_PKiPKfS6_PS2_biiiiiiiiiiiiii"
+ROPE_BWD = ROPE_FWD.replace("25fused_rope_forward", "26fused_rope_backward")
+
+
+@pytest.mark.parametrize(("call", "kernel"), [("fused_rope_forward", ROPE_FWD), ("fused_rope_backward", ROPE_BWD)])
+def test_a_fused_rope_is_priced_as_the_rotary_embedding_kernel(tmp_path, call, kernel):
+    """Megatron's Llama-style models rotate q and k with TE's fused RoPE (`te::fused_rope_forward(t, freqs, ...)`,
+    t [s, b, h, d], freqs [s, 1, 1, d] in fp32): priced as vLLM's `rotary_embedding` over t (numel its elements, row
+    its head dimension) and counted under its own stand-in, not as an unsized TE kernel."""
+    s, b, h, d = 256, 2, 8, 64
+    inputs = [([s, b, h, d], "bfloat16"), ([s, 1, 1, d], "float32")]
+    run = one_call_run(tmp_path, call, inputs, [kernel])
+    f = frame(run).iloc[0]
+    assert (f["family"], f["op"], f["dtype"], f["numel"], f["row"]) == (
+        "elementwise",
+        "rotary_embedding",
+        "bf16",
+        s * b * h * d,
+        d,
+    )
+    trace = load(run).ranks[0]
+    assert te_work.notes({0: kernel}, trace.calls, trace.ops) == {"fused RoPE as vLLM's rotary embedding": 1}
