@@ -219,18 +219,20 @@ def test_a_gated_activation_is_priced_as_the_models_silu_and_mul(tmp_path):
 
 
 def test_scale_and_amax_reset_kernels_are_launches_not_amax_passes(tmp_path):
-    """Current scaling's `compute_scale_from_amax_kernel` (one thread) and the grouped amax reset are scalar
+    """Current scaling's `compute_scale_from_amax_kernel` (one thread), its amax reset `zero_amax_kernel` (as
+    Megatron's `--fp8-recipe tensorwise` launches it before each amax) and the grouped amax reset are scalar
     kernels: priced as a launch, not as an amax over the call's input; TE's amax kernel itself still is one."""
     t = 2048
     kernels = [
         "_ZN18transformer_engine6detail30compute_scale_from_amax_kernelEPKfPfS3_fbfb",
         "_ZN18transformer_engine6detail24grouped_amax_zero_kernelEPPfi",
+        "_ZN18transformer_engine51_GLOBAL__N__95d1fbd5_18_current_scaling_cu_6a676ec616zero_amax_kernelEPfPKf",
         "_ZN18transformer_engine6detail11amax_kernelILi16E13__nv_bfloat16EEvPKT0_PfPKfm",
     ]
     f = frame(one_call_run(tmp_path, "quantize", [([t, HIDDEN], "bfloat16")], kernels))
-    assert f["family"].tolist()[:2] == ["other", "other"] and f["numel"].tolist()[:2] == [1.0, 1.0]
-    assert (f.loc[2, "op"], f.loc[2, "numel"]) == ("amax", t * HIDDEN)
-    assert te_work.kind_of(kernels[0], "quantize") == te_work.kind_of(kernels[1], "quantize") == "scalar"
+    assert f["family"].tolist()[:3] == ["other"] * 3 and f["numel"].tolist()[:3] == [1.0] * 3
+    assert (f.loc[3, "op"], f.loc[3, "numel"]) == ("amax", t * HIDDEN)
+    assert {te_work.kind_of(k, "quantize") for k in kernels[:3]} == {"scalar"}
 
 
 def test_notes_match_each_distinct_kernel_once_and_skip_a_trace_without_te(tmp_path, monkeypatch):

@@ -23,7 +23,8 @@ the same work (a stand-in: TE's kernels have no measurements of their own):
 - fused RoPE (`fused_rope_forward`, `fused_rope_backward`, their THD and QKV variants): vLLM's `rotary_embedding`
   (Vidur's `attn_rope`), the rotated tensor read and written once (numel its elements, row its head dimension);
 - one-thread or scalar kernels (fused attention's setup `extract_seed_and_offset`, current scaling's
-  `compute_scale_from_amax_kernel`, the grouped amax reset `grouped_amax_zero_kernel`): one element of unknown work
+  `compute_scale_from_amax_kernel`, its amax reset `zero_amax_kernel`, the grouped amax reset
+  `grouped_amax_zero_kernel`): one element of unknown work
   (a launch), matched before the amax kernels.
 TE's GEMMs (cuBLASLt, their own shapes) and fused attention (cuDNN) are not its kernels here. A TE kernel outside a
 `te::` call (a trace captured before the calls were recorded) or of no known kind keeps its family from its name and
@@ -42,7 +43,7 @@ from maya_trace_spec.vocabulary import DTYPE_BYTES, TE_CALL_PREFIX
 from .distinct import per_distinct
 
 KINDS: tuple[tuple[str, re.Pattern], ...] = (
-    ("scalar", re.compile(r"extract_seed_and_offset|compute_scale_from_amax|amax_zero")),
+    ("scalar", re.compile(r"extract_seed_and_offset|compute_scale_from_amax|amax_zero|zero_amax")),
     ("norm_finalize", re.compile(r"bwd_finalize")),
     ("norm_backward", re.compile(r"(?:ln|rmsnorm|rms|layer_norm|rms_norm)_bwd")),
     ("norm_forward", re.compile(r"(?:ln|rmsnorm|rms|layer_norm|rms_norm)_fwd")),
