@@ -28,7 +28,9 @@ print(f"expert 3 rows {torch.where(experts[:, 0] == 3)[0].numel()}")
 print(f"offsets {torch.cumsum(torch.bincount(experts.view(-1), minlength=8), 0).tolist()}")
 h = torch.randn(64, 64, device="cuda")
 counts = []
-for layer in range(4):  # Megatron's all-to-all dispatcher with one local expert: its 8-byte count to the host per layer
+for _layer in range(
+    4
+):  # Megatron's all-to-all dispatcher with one local expert: its 8-byte count to the host per layer
     h = h @ h
     _, chosen = h[:, :4].topk(2, dim=-1)
     counts.append(torch.bincount(chosen.view(-1), minlength=4)[:1].to("cpu", non_blocking=True))
