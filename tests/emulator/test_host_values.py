@@ -32,6 +32,7 @@ def test_bookkeeping_reads_are_computed(tmp_path):
     assert "histc [16, 16, 16, 16, 16, 16, 16, 16]" in output
     assert "expert 3 rows 8" in output  # first choices spread over all experts
     assert "offsets [16, 32, 48, 64, 80, 96, 112, 128]" in output
+    assert "one-expert counts [32, 32, 32, 32]" in output  # equal 8-byte copies in equal windows: none flipped
     assert "doubling loop ended after 20 passes" in output  # 2**20 > 1e6: the real count, no stand-in
     reads = [
         json.loads(c["args"])["stand_in"]
@@ -40,7 +41,7 @@ def test_bookkeeping_reads_are_computed(tmp_path):
     ]
     assert "computed" in reads and "routed" in reads
     attrs = json.loads(load(out).info["attrs"])
-    assert attrs["routing_stand_ins"]["0"] == {"aten::topk": 1}
+    assert attrs["routing_stand_ins"]["0"] == {"aten::topk": 5}  # the routing, then the four layers'
 
 
 def test_moe_routes_tokens_to_every_expert(tmp_path):

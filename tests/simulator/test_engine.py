@@ -6,6 +6,7 @@ import pytest
 from paths import FIXTURES
 
 from maya.core import hardware
+from maya.estimators import CollectiveModel
 from maya.simulator import Deadlock, MeasuredDurations, MissingRanks, RooflineDurations, simulate, summarize
 from maya.simulator.iterations import find_period
 from maya.simulator.trace import load
@@ -547,3 +548,31 @@ def test_allocator_peaks_are_kept_per_rank():
     assert allocator_peaks(traces) == {0: 3, 1: 7}
     assert allocator_peak(traces) == 7
     assert allocator_peaks(SimpleNamespace(attrs={})) == {} and allocator_peak(SimpleNamespace(attrs={})) is None
+
+
+def test_an_all_to_all_sends_each_rank_its_own_share_without_a_transfer(tmp_path):
+    """torch's `all_to_all_single` (Megatron's MoE all-to-all dispatcher) is one NCCL group of a send and a recv to
+    every member, the rank itself included: that pair spans one GPU, laid out as a one-rank collective (NCCL copies
+    it on the GPU), not as a send/recv between two GPUs (which the NCCL model refused: 'local GPUs (1, 1) are not
+    distinct GPUs')."""
+    b = TraceBuilder(2)
+    b.communicator("ep", [0, 1])
+    for r in (0, 1):
+        k = b.rank(r)
+        k.kernel(10 * US)
+        k.group_start()
+        for peer in (0, 1):
+            k.send("ep", peer, 0)
+            k.recv("ep", peer, 0)
+        k.group_end()
+        k.kernel(10 * US)
+    sim = simulate(load(b.write(tmp_path / "r")), H100, RooflineDurations())
+    frame = next(rep.program for rep in sim.replicas if rep.rank == 1).frame
+    p2p = frame[frame["collective_name"].isin(["send", "recv"])]
+    assert p2p["comm_size"].tolist() == [2, 2, 1, 1]  # to rank 0, then to itself
+    assert p2p["comm_gpus"].tolist() == [(1, 0), (0, 1), (1,), (1,)]
+    nccl = CollectiveModel("dgx-h100")
+    assert nccl.time("sendrecv", 1 << 20, 1, 1, gpus=(1,)).seconds[0] == 0.0  # its layout prices as no transfer
+    with pytest.raises(ValueError, match="not distinct"):
+        nccl.time("sendrecv", 1 << 20, 2, 1, gpus=(1, 1))
+    assert summarize(sim).iteration_ns > 20 * US

@@ -222,18 +222,20 @@ def test_a_gated_activation_is_priced_as_the_models_silu_and_mul(tmp_path):
 
 
 def test_scale_and_amax_reset_kernels_are_launches_not_amax_passes(tmp_path):
-    """Current scaling's `compute_scale_from_amax_kernel` (one thread) and the grouped amax reset are scalar
+    """Current scaling's `compute_scale_from_amax_kernel` (one thread), its amax reset `zero_amax_kernel` (as
+    Megatron's `--fp8-recipe tensorwise` launches it before each amax) and the grouped amax reset are scalar
     kernels: priced as a launch, not as an amax over the call's input; TE's amax kernel itself still is one."""
     t = 2048
     kernels = [
         "_ZN18transformer_engine6detail30compute_scale_from_amax_kernelEPKfPfS3_fbfb",
         "_ZN18transformer_engine6detail24grouped_amax_zero_kernelEPPfi",
+        "_ZN18transformer_engine51_GLOBAL__N__95d1fbd5_18_current_scaling_cu_6a676ec616zero_amax_kernelEPfPKf",
         "_ZN18transformer_engine6detail11amax_kernelILi16E13__nv_bfloat16EEvPKT0_PfPKfm",
     ]
     f = frame(one_call_run(tmp_path, "quantize", [([t, HIDDEN], "bfloat16")], kernels))
-    assert f["family"].tolist()[:2] == ["other", "other"] and f["numel"].tolist()[:2] == [1.0, 1.0]
-    assert (f.loc[2, "op"], f.loc[2, "numel"]) == ("amax", t * HIDDEN)
-    assert te_work.kind_of(kernels[0], "quantize") == te_work.kind_of(kernels[1], "quantize") == "scalar"
+    assert f["family"].tolist()[:3] == ["other"] * 3 and f["numel"].tolist()[:3] == [1.0] * 3
+    assert (f.loc[3, "op"], f.loc[3, "numel"]) == ("amax", t * HIDDEN)
+    assert {te_work.kind_of(k, "quantize") for k in kernels[:3]} == {"scalar"}
 
 
 def test_notes_match_each_distinct_kernel_once_and_skip_a_trace_without_te(tmp_path, monkeypatch):
@@ -260,3 +262,27 @@ def test_notes_match_each_distinct_kernel_once_and_skip_a_trace_without_te(tmp_p
     trace = load(eager).ranks[0]
     assert te_work.notes({0: EAGER_LN}, trace.calls, trace.ops) == {}
     assert len(searched) <= 1  # the kernel's name once, not once per launch
+
+
+ROPE_FWD = "_ZN18transformer_engine25fused_rope_forward_kernelI13__nv_bfloat16EEvPKT_PKiPKfS6_PS2_biiiiiiiiiiiiii"
+ROPE_BWD = ROPE_FWD.replace("25fused_rope_forward", "26fused_rope_backward")
+
+
+@pytest.mark.parametrize(("call", "kernel"), [("fused_rope_forward", ROPE_FWD), ("fused_rope_backward", ROPE_BWD)])
+def test_a_fused_rope_is_priced_as_the_rotary_embedding_kernel(tmp_path, call, kernel):
+    """Megatron's Llama-style models rotate q and k with TE's fused RoPE (`te::fused_rope_forward(t, freqs, ...)`,
+    t [s, b, h, d], freqs [s, 1, 1, d] in fp32): priced as vLLM's `rotary_embedding` over t (numel its elements, row
+    its head dimension) and counted under its own stand-in, not as an unsized TE kernel."""
+    s, b, h, d = 256, 2, 8, 64
+    inputs = [([s, b, h, d], "bfloat16"), ([s, 1, 1, d], "float32")]
+    run = one_call_run(tmp_path, call, inputs, [kernel])
+    f = frame(run).iloc[0]
+    assert (f["family"], f["op"], f["dtype"], f["numel"], f["row"]) == (
+        "elementwise",
+        "rotary_embedding",
+        "bf16",
+        s * b * h * d,
+        d,
+    )
+    trace = load(run).ranks[0]
+    assert te_work.notes({0: kernel}, trace.calls, trace.ops) == {"fused RoPE as vLLM's rotary embedding": 1}

@@ -53,7 +53,8 @@ LAYOUT_COLUMNS = ["comm_size", "comm_nodes", "comm_gpus"]
 def _layouts(program: Program, replica: Replica, comms: list[GlobalComm], traces: TraceSet) -> list[tuple]:
     """Per collective operation of the replica: (ranks, nodes, local GPUs) it spans. A collective spans its
     communicator (local GPUs: the members on this rank's node); a send or recv spans its two ends (local
-    GPUs: both ends when they share a node)."""
+    GPUs: both ends when they share a node), one rank when it is its own peer (an all-to-all's share for itself,
+    which NCCL copies on the GPU: no transfer, as a one-rank collective)."""
     node = traces.node_of(replica.rank)
     by_comm: dict[int, tuple] = {}
     out = []
@@ -61,6 +62,9 @@ def _layouts(program: Program, replica: Replica, comms: list[GlobalComm], traces
         for op, (key, _) in zip(launch, keys):
             if op.p2p:
                 ends = key[1:3]
+                if ends[0] == ends[1]:
+                    out.append((1, 1, (traces.local_of(ends[0]),)))
+                    continue
                 nodes = len({traces.node_of(r) for r in ends})
                 out.append((2, nodes, tuple(traces.local_of(r) for r in ends) if nodes == 1 else ()))
                 continue

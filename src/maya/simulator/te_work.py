@@ -20,8 +20,11 @@ the same work (a stand-in: TE's kernels have no measurements of their own):
 - the bias gradient's `reduce_dbias`: torch's column sum of the gradient (`grad.sum(0)`, the eager bias gradient),
   an upper bound: TE sums per-tile partials its cast kernel wrote;
 - softmax (`scaled_*softmax*`): torch's softmax kernels over rows of the last dimension;
+- fused RoPE (`fused_rope_forward`, `fused_rope_backward`, their THD and QKV variants): vLLM's `rotary_embedding`
+  (Vidur's `attn_rope`), the rotated tensor read and written once (numel its elements, row its head dimension);
 - one-thread or scalar kernels (fused attention's setup `extract_seed_and_offset`, current scaling's
-  `compute_scale_from_amax_kernel`, the grouped amax reset `grouped_amax_zero_kernel`): one element of unknown work
+  `compute_scale_from_amax_kernel`, its amax reset `zero_amax_kernel`, the grouped amax reset
+  `grouped_amax_zero_kernel`): one element of unknown work
   (a launch), matched before the amax kernels.
 TE's GEMMs (cuBLASLt, their own shapes) and fused attention (cuDNN) are not its kernels here. A TE kernel outside a
 `te::` call (a trace captured before the calls were recorded) or of no known kind keeps its family from its name and
@@ -40,13 +43,14 @@ from maya_trace_spec.vocabulary import DTYPE_BYTES, TE_CALL_PREFIX
 from .distinct import per_distinct
 
 KINDS: tuple[tuple[str, re.Pattern], ...] = (
-    ("scalar", re.compile(r"extract_seed_and_offset|compute_scale_from_amax|amax_zero")),
+    ("scalar", re.compile(r"extract_seed_and_offset|compute_scale_from_amax|amax_zero|zero_amax")),
     ("norm_finalize", re.compile(r"bwd_finalize")),
     ("norm_backward", re.compile(r"(?:ln|rmsnorm|rms|layer_norm|rms_norm)_bwd")),
     ("norm_forward", re.compile(r"(?:ln|rmsnorm|rms|layer_norm|rms_norm)_fwd")),
     ("dbias", re.compile(r"reduce_dbias")),
     ("amax", re.compile(r"amax")),
     ("softmax", re.compile(r"softmax")),
+    ("rope", re.compile(r"rope")),
     ("cast", re.compile(r"cast|identity|quantize")),
     ("transpose", re.compile(r"transpose")),
 )
@@ -74,6 +78,7 @@ STAND_INS = {
     "amax": "amax kernels as torch's amax",
     "dbias": "bias gradients as torch's column sum",
     "softmax": "softmax as torch's",
+    "rope": "fused RoPE as vLLM's rotary embedding",
     "scalar": "one-thread setup and scale kernels as a launch",
 }
 """How each kind is priced, in the prediction's note."""
@@ -157,6 +162,8 @@ def fill(
             num["row"][i] = numel
         elif kind == "softmax":
             family[i], op[i] = "softmax", "softmax_bwd" if "backward" in call else "softmax_fwd"
+        elif kind == "rope":
+            family[i], op[i] = "elementwise", "rotary_embedding"
         elif kind == "activation":
             family[i] = "elementwise"
             op[i], num["operands"][i], share = _activation_op(call)

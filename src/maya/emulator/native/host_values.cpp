@@ -22,7 +22,8 @@
  * healthy run's answer (nothing NaN or infinite), written to its output, which is then known: every read of
  * the answer, or of what is computed from it, agrees within a step and across steps.
  *
- * Host reads of known values are real: `.item()` reads the bytes as they are (no loop stand-in), and
+ * Host reads of known values are real: `.item()` and a copy to the host read the bytes as they are (no loop
+ * stand-in), and
  * `nonzero`, which reads its own count inside the op, gets the count of its known input. An `.item()` of a
  * value only a GPU computes reads 0 (no overflow found, no NaN, a flag not set; not the stale bytes of
  * whatever the allocation held), and a loop's stand-ins when repeated (host_read.c). */
@@ -491,6 +492,15 @@ void on_enter(const at::RecordFunction &fn, OpValues &op) {
                         p == UNKNOWN ? READ_UNKNOWN
                         : p == REAL  ? READ_COMPUTED
                                      : READ_ASSUMED);
+    op.read_set = true;
+  } else if (n == "aten::copy_" && !x.is_cuda() && in.size() >= 2 && in[1].isTensor()) {
+    // A known device value copied to the host (`.cpu()`, `.tolist()`: Megatron's token count of its one local
+    // expert, 8 bytes, every MoE layer) is read as it is: no loop stand-in flips the next layer's equal read.
+    const at::Tensor &src = in[1].toTensor();
+    if (!plain_device(src)) return;
+    uint8_t p = provenance(src);
+    if (p == UNKNOWN) return;
+    maya_emu_read_value(nullptr, 8, p == REAL ? READ_COMPUTED : READ_ASSUMED);
     op.read_set = true;
   } else if (n == "aten::nonzero") { // reads its own count: the count of its known input
     if (!plain_device(x)) return;
