@@ -12,6 +12,8 @@ from maya.core.pipeline_stages import (
     check_rebuilds,
     difference,
     differing_stage_options,
+    interleaved_schedule,
+    launches_of,
     moved_communicators,
     rebuild,
     rebuilt_calls,
@@ -35,11 +37,13 @@ def stage_calls(
     extra: int | None = None,
     counted: bool = False,
     pattern: list[str] | None = None,
+    grouped: bool = True,
 ) -> tuple:
     """(calls, communicators, ops) of the first rank of interior `stage`: its 1F1B steps (`pattern`, default
     `schedule`'s), an optimizer kernel after each; micro-batch `extra`'s forward launches one kernel more (an uneven
     stage); with `counted`, each forward's token count is added by a kernel of its own, after the send in the
-    warm-up, ending the forward in the steady state (as Megatron-LM does)."""
+    warm-up, ending the forward in the steady state (as Megatron-LM does); without `grouped` each point-to-point
+    operation is a launch of its own, not in an NCCL group, and the exchange's waits follow its launches."""
     rank = stage * STRIDE
     communicators = pd.DataFrame(
         {
@@ -65,16 +69,22 @@ def stage_calls(
                 if counted and event[0] == "F" and f"T{event[1:]}" not in pattern:
                     _call(rows, "cudaLaunchKernel", kernel_id=700, grid_x=1)
                 continue
-            for launch in event.split(","):
+            for launch in launches_of(event).split(","):
                 _call(rows, "cudaEventRecordWithFlags", event_id=7)
-                _call(rows, "ncclGroupStart")
+                if grouped:
+                    _call(rows, "ncclGroupStart")
                 for op in (launch[i : i + 2] for i in range(0, len(launch), 2)):
                     peer = stage + (1 if op[1] == "+" else -1)
                     _call(rows, "ncclSend" if op[0] == "S" else "ncclRecv", peer_rank=peer, comm_id="pipe")
                     rows[-1]["collective_name"] = "send" if op[0] == "S" else "recv"
-                _call(rows, "ncclGroupEnd")
+                    rows[-1]["in_msg_nelems"] = 10 if op[0] == "S" else 20
+                if grouped:
+                    _call(rows, "ncclGroupEnd")
+                    _call(rows, "cudaEventQuery")
+                    _call(rows, "cudaDeviceSynchronize")
+            if not grouped:  # each launch's wait, after them all
+                _call(rows, "cudaStreamWaitEvent", event_id=7)
                 _call(rows, "cudaEventQuery")
-                _call(rows, "cudaDeviceSynchronize")
         _call(rows, "cudaLaunchKernel", kernel_id=500, grid_x=500)
     calls = pd.DataFrame(rows)
     for column in ("kernel_id", "grid_x", "peer_rank", "event_id", "in_msg_nelems"):
@@ -255,3 +265,57 @@ def test_options_that_can_make_stages_differ_are_found(argv, found):
     """Megatron-LM's options that can give stages different layers are named; their forms that cannot, not."""
     reason = differing_stage_options(argv)
     assert reason == found if found is None else reason.startswith(found.split("=")[0])
+
+
+MEGATRON_INTERLEAVED_3_STAGES_STAGE_1 = (
+    ["R-", "R-,S+", "R-,S+", "R-,S+", "R-,S+", "R-,S+,R+", "S+", "R+,S-", "R+,S-", "R+,S-", "R+,S-", "R+,S-", "S-"],
+    ["F0", "F1", "F2", "F3", "F4", "F5", "B0", "B1", "B2", "B3", "B4", "B5"],
+)
+"""Stage 1 of 3 with 2 model chunks of 3 micro-batches (6 virtual ones, warm-up `2 (3 - 1 - 1) + (2 - 1) 3 = 5`)
+read off `forward_backward_pipelining_with_interleaving` with `overlap_p2p_comm`: `recv_forward`, each warm-up
+forward's `send_forward_recv_forward` (an odd stage receives first), the last one's `send_backward_recv_backward`
+receive, one steady step (`send_forward_recv_forward` without a receive, `send_backward_recv_backward`), the
+cool-down's `send_backward_recv_backward` (the last without a receive)."""
+
+
+def interleaved_from_stage_1(stage: int, virtual: int, extra: int) -> str | None:
+    """How interior `stage` of 6 rebuilt from stage 1's interleaved calls differs from its own (None: not at all)."""
+    calls, communicators, _ = stage_calls(1, 0, pattern=interleaved_schedule(STAGES, 1, virtual, extra), grouped=False)
+    cut = split(calls, communicators, PIPE, 1)
+    assert (cut.microbatches, cut.extra) == (virtual, extra)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, cut, stage)
+    own, own_communicators, _ = stage_calls(
+        stage, 0, pattern=interleaved_schedule(STAGES, stage, virtual, extra), grouped=False
+    )
+    return difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES))
+
+
+def test_interleaved_schedule_is_megatrons():
+    """The interleaved schedule of stage 1 of 3 as Megatron-LM runs it (hand-written), and stage 2 of 4 the same
+    with each exchange's launches the other way round (an even stage sends first)."""
+    pattern = interleaved_schedule(3, 1, 6, 3)
+    assert [launches_of(label) for label in pattern[::2]] == MEGATRON_INTERLEAVED_3_STAGES_STAGE_1[0]
+    assert pattern[1::2] == MEGATRON_INTERLEAVED_3_STAGES_STAGE_1[1]
+    even = interleaved_schedule(4, 2, 6, 3)
+    assert [launches_of(label) for label in even[::2]] == [
+        launches.replace("R-,S+", "S+,R-").replace("R+,S-", "S-,R+")
+        for launches in MEGATRON_INTERLEAVED_3_STAGES_STAGE_1[0]
+    ]
+    with pytest.raises(ScheduleError, match="all 6 virtual micro-batches in its warm-up"):
+        interleaved_schedule(6, 1, 6, 3)
+
+
+@pytest.mark.parametrize("stage", [2, 3, 4])
+def test_every_interleaved_interior_stage_is_stage_1_reordered(stage):
+    """6 stages, 2 model chunks of 12 micro-batches in groups of 6: each interior stage is stage 1's forwards and
+    backwards in its own order, its exchanges' launches in its parity's order (stages 2 and 4 send first)."""
+    assert interleaved_from_stage_1(stage, 24, 6) is None
+
+
+def test_an_interleaved_stage_needing_exchanges_stage_1_never_makes_is_refused():
+    """Stage 1 with two steady steps makes no steady exchange between its first and last, which stage 2's three
+    steady steps need: the rebuild refuses rather than invent one."""
+    calls, communicators, _ = stage_calls(1, 0, pattern=interleaved_schedule(STAGES, 1, 16, 6), grouped=False)
+    cut = split(calls, communicators, PIPE, 1)
+    with pytest.raises(ScheduleError, match="never makes"):
+        check_rebuilds(cut, STAGES)

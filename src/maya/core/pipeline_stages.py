@@ -112,6 +112,51 @@ def schedule(stages: int, stage: int, microbatches: int, counted: bool = False) 
     return out
 
 
+def interleaved_schedule(stages: int, stage: int, virtual: int, extra: int) -> list[str]:
+    """An interior stage's step under Megatron-LM's interleaved schedule with `overlap_p2p_comm` (its default, which
+    sends and receives each tensor with a launch of its own), as `schedule` writes the non-interleaved one: `F<k>` /
+    `B<k>` are the `k`th forward and backward of the step's `virtual` (micro-batch, model chunk) pairs, the warm-up
+    runs `2 (stages - stage - 1) + extra` forwards (`extra`: `(chunks - 1) microbatch_group_size_per_vp_stage`), the
+    steady state a forward and a backward per step with an exchange after each. An odd stage receives before it
+    sends, an even one sends first (`p2p_communication._p2p_ops`). Each exchange is named `<phase><place>:<kind>`:
+    the phase (`i` the first receive, `w` warm-up, `s` steady, `c` cool-down), its place among the phase's exchanges
+    of the same kind (`^` first, `$` last, none between: the first and last wait on no earlier send or are followed
+    by the next phase's waits) and its launches."""
+    warmup = min(2 * (stages - stage - 1) + extra, virtual)
+    steady = virtual - warmup
+    if steady < 1:
+        raise ScheduleError(f"stage {stage} runs all {virtual} virtual micro-batches in its warm-up")
+    forward = "R-,S+" if stage % 2 else "S+,R-"
+    backward = "R+,S-" if stage % 2 else "S-,R+"
+    exchanges, blocks = [("i", "R-")], []
+    for k in range(warmup):
+        blocks.append(f"F{k}")
+        exchanges.append(("w", forward + (",R+" if k == warmup - 1 else "")))
+    for k in range(steady):
+        blocks += [f"F{warmup + k}", f"B{k}"]
+        exchanges += [("s", forward if k < steady - 1 else "S+"), ("s", backward)]
+    for k in range(steady, virtual):
+        blocks.append(f"B{k}")
+        exchanges.append(("c", backward if k < virtual - 1 else "S-"))
+    counts: dict[tuple[str, str], int] = {}
+    for exchange in exchanges:
+        counts[exchange] = counts.get(exchange, 0) + 1
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for k, (phase, kind) in enumerate(exchanges):
+        n = seen[phase, kind] = seen.get((phase, kind), 0) + 1
+        place = "^" if n == 1 else "$" if n == counts[phase, kind] else ""
+        out.append(f"{phase}{place}:{kind}")
+        if k < len(blocks):
+            out.append(blocks[k])
+    return out
+
+
+def launches_of(label: str) -> str:
+    """The launches of an exchange's label (`schedule`, `interleaved_schedule`)."""
+    return label.rpartition(":")[2]
+
+
 @dataclass
 class Split:
     """An interior stage's calls cut by `split`: `pieces` are row ranges `[start, end)` covering every call, `labels`
@@ -124,6 +169,15 @@ class Split:
     pieces: list[tuple[int, int]]
     labels: list[str]
     step: list[int]
+    extra: int | None = None
+    launches: dict[tuple[int, int], list[tuple[int, int]]] | None = None
+
+    def pattern(self, stages: int, stage: int) -> list[str]:
+        """Stage `stage`'s step under the cut stage's schedule (`schedule`, or `interleaved_schedule` when `extra` is
+        set)."""
+        if self.extra is None:
+            return schedule(stages, stage, self.microbatches, self.counted)
+        return interleaved_schedule(stages, stage, self.microbatches, self.extra)
 
 
 def _work(calls: pd.DataFrame) -> np.ndarray:
@@ -165,6 +219,7 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
     api = calls["api"].astype(str).to_numpy()
     p2p = calls["collective_name"].isin(P2P).to_numpy()
     exchanges: list[tuple[int, int, str]] = []  # [start, end) of each exchange and its kind
+    launches: list[list[tuple[int, int]]] = []  # each exchange's launches: [start, end) of each
     n, i = len(calls), 0
     while i < n:
         if not p2p[i]:
@@ -173,38 +228,43 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
         start = i
         while start > 0 and not work[start - 1] and not (exchanges and start - 1 < exchanges[-1][1]):
             start -= 1
-        end, kind, launch, depth = start, [], [], 0
+        end, kind, launch, depth, began, ranges = start, [], [], 0, start, []
         while end < n and not work[end]:
+            if api[end] == "ncclGroupStart" and not depth:
+                began = end
             depth += api[end] == "ncclGroupStart"
             if p2p[end]:
+                began = end if not depth else began
                 launch.append(_direction(calls, end, members, pipeline, stage))
             if api[end] == "ncclGroupEnd" and depth:
                 depth -= 1
             if launch and not depth:
                 kind.append("".join(sorted(launch)))
+                ranges.append((began, end + 1))
                 launch = []
             end += 1
         exchanges.append((start, end, ",".join(kind)))
+        launches.append(ranges)
         i = end
     if not exchanges:
         raise ScheduleError(f"stage {stage} makes no point-to-point exchange")
     kinds = [k for _, _, k in exchanges]
-    for microbatches, counted in ((m, c) for m in range(1, len(kinds) + 1) for c in (False, True)):
-        pattern = schedule(pipeline.stages, stage, microbatches, counted)
-        exchanges_per_step = (len(pattern) + 1) // 2
-        if kinds[:exchanges_per_step] == pattern[::2]:
-            break
-    else:
-        raise ScheduleError(f"stage {stage}'s exchanges ({', '.join(kinds[:4])}, ...) follow no 1F1B schedule")
+    microbatches, counted, extra = _schedule_of(kinds, pipeline.stages, stage)
+    pattern = Split(stage, microbatches, counted, [], [], [], extra).pattern(pipeline.stages, stage)
+    exchanges_per_step = (len(pattern) + 1) // 2
     steps, rest = divmod(len(kinds), exchanges_per_step)
-    if kinds[: steps * exchanges_per_step] != pattern[::2] * steps or (rest and kinds[-rest:] != pattern[::2][:rest]):
+    step_kinds = [launches_of(label) for label in pattern[::2]]
+    if kinds[: steps * exchanges_per_step] != step_kinds * steps or (rest and kinds[-rest:] != step_kinds[:rest]):
         raise ScheduleError(
-            f"stage {stage}'s steps do not all follow the 1F1B schedule of {microbatches} micro-batches"
+            f"stage {stage}'s steps do not all follow the "
+            f"{'interleaved' if extra is not None else '1F1B'} schedule of {microbatches} micro-batches"
         )
     pieces, labels, step = [(0, exchanges[0][0])], ["head"], [-1]
+    within: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for k, (start, end, _) in enumerate(exchanges):
         t, at = divmod(k, exchanges_per_step)
         pieces.append((start, end))
+        within[start, end] = launches[k]
         labels.append(pattern[2 * at] if t < steps else "tail")
         step.append(t if t < steps else -1)
         following = exchanges[k + 1][0] if k + 1 < len(exchanges) else n
@@ -217,7 +277,29 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
             pieces.append((end, following))
             labels.append(pattern[2 * at + 1])
             step.append(t)
-    return Split(stage, microbatches, counted, pieces, labels, step)
+    return Split(stage, microbatches, counted, pieces, labels, step, extra, within)
+
+
+def _schedule_of(kinds: list[str], stages: int, stage: int) -> tuple[int, bool, int | None]:
+    """`(microbatches, counted, extra)` of the schedule whose first step's exchanges are `kinds`' first: the
+    non-interleaved 1F1B schedule (`extra` None) of any micro-batch count, or the interleaved one (`microbatches`
+    the virtual micro-batches, `extra` its warm-up's constant) whose warm-up ends at the first exchange that
+    receives from `stage + 1`; ScheduleError when none."""
+    for microbatches, counted in ((m, c) for m in range(1, len(kinds) + 1) for c in (False, True)):
+        pattern = schedule(stages, stage, microbatches, counted)
+        if kinds[: (len(pattern) + 1) // 2] == pattern[::2]:
+            return microbatches, counted, None
+    warmup = next((k for k, launches in enumerate(kinds) if "R+" in launches.split(",")), 0)
+    extra = warmup - 2 * (stages - stage - 1)
+    virtual = kinds.index("S-") // 2 if "S-" in kinds else 0  # a step's last exchange, its 2 virtual + 1st
+    if kinds[0] == "R-" and extra >= 0 and virtual > warmup:
+        pattern = interleaved_schedule(stages, stage, virtual, extra)
+        if kinds[: len(pattern) // 2 + 1] == [launches_of(label) for label in pattern[::2]]:
+            return virtual, False, extra
+    raise ScheduleError(
+        f"stage {stage}'s exchanges ({', '.join(kinds[:4])}, ...) follow neither the 1F1B schedule nor the "
+        "interleaved one with overlapped point-to-point communication"
+    )
 
 
 def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
@@ -225,7 +307,7 @@ def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
     when `stage` makes an exchange the cut stage never made."""
     if not 0 < stage < stages - 1:
         raise ScheduleError(f"stage {stage} is not an interior stage of {stages}")
-    pattern = schedule(stages, stage, cut.microbatches, cut.counted)
+    pattern = cut.pattern(stages, stage)
     by_step: dict[int, dict[str, list[tuple[int, int]]]] = {}
     for piece, label, t in zip(cut.pieces, cut.labels, cut.step):
         by_step.setdefault(t, {}).setdefault(label, []).append(piece)
@@ -238,18 +320,53 @@ def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
             continue  # each step is emitted once, at its first exchange
         used: dict[str, int] = {}
         for wanted in pattern:
-            own = by_step[t].get(wanted)
-            if not own:
+            found = wanted if wanted in by_step[t] else _reordered(wanted, by_step[t])
+            if not found:
                 raise ScheduleError(
                     f"stage {stage} makes exchanges {wanted} that stage {cut.stage} never makes "
                     f"({cut.microbatches} micro-batches on {stages} stages)"
                 )
-            out.append(own[used.get(wanted, 0) % len(own)])
+            own = by_step[t][found]
+            chosen = own[used.get(wanted, 0) % len(own)]
             used[wanted] = used.get(wanted, 0) + 1
+            out += [chosen] if found == wanted else _relaunched(chosen, cut, found, wanted)
             count = f"T{wanted[1:]}"
             if wanted[0] == "F" and count in by_step[t] and count not in pattern:
                 out += by_step[t][count]  # a warm-up forward there, a steady one here: its count ends it
     return out
+
+
+def _reordered(wanted: str, labels: dict) -> str | None:
+    """The exchange among `labels` that makes `wanted`'s launches in another order (an interleaved stage of the
+    other parity, `interleaved_schedule`), or None."""
+    phase, _, launches = wanted.rpartition(":")
+    if not phase:
+        return None
+    same = sorted(launches.split(","))
+    return next(
+        (
+            label
+            for label in labels
+            if label.rpartition(":")[0] == phase and sorted(launches_of(label).split(",")) == same
+        ),
+        None,
+    )
+
+
+def _relaunched(piece: tuple[int, int], cut: Split, found: str, wanted: str) -> list[tuple[int, int]]:
+    """Exchange `piece` (labelled `found`) as row ranges making its launches in `wanted`'s order: each launch's
+    calls (its point-to-point call, or its NCCL group) take the place of the launch of the wanted kind; the calls
+    around them (receive buffers, event records and waits) stay where they are."""
+    ranges = (cut.launches or {}).get(piece, [])
+    have, order = launches_of(found).split(","), launches_of(wanted).split(",")
+    if len(ranges) != len(have):
+        raise ScheduleError(f"exchange {found} at rows {piece} does not hold its {len(have)} launches apart")
+    out, at = [], piece[0]
+    for place, launch in zip(ranges, order):
+        out += [(at, place[0]), ranges[have.index(launch)]]
+        at = place[1]
+    out.append((at, piece[1]))
+    return [(a, b) for a, b in out if b > a]
 
 
 def check_rebuilds(cut: Split, stages: int) -> None:
