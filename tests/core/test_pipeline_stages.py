@@ -17,6 +17,7 @@ from maya.core.pipeline_stages import (
     moved_communicators,
     rebuild,
     rebuilt_calls,
+    rebuilt_difference,
     schedule,
     split,
 )
@@ -278,15 +279,20 @@ receive, one steady step (`send_forward_recv_forward` without a receive, `send_b
 cool-down's `send_backward_recv_backward` (the last without a receive)."""
 
 
-def interleaved_from_stage_1(stage: int, virtual: int, extra: int) -> str | None:
-    """How interior `stage` of 6 rebuilt from stage 1's interleaved calls differs from its own (None: not at all)."""
-    calls, communicators, _ = stage_calls(1, 0, pattern=interleaved_schedule(STAGES, 1, virtual, extra), grouped=False)
-    cut = split(calls, communicators, PIPE, 1)
-    assert (cut.microbatches, cut.extra) == (virtual, extra)
+def interleaved_calls(stage: int, virtual: int = 24, extra: int = 6) -> tuple:
+    """Interior `stage` of 6 under the interleaved schedule, each point-to-point operation a launch of its own."""
+    return stage_calls(stage, 0, pattern=interleaved_schedule(STAGES, stage, virtual, extra), grouped=False)
+
+
+def interleaved_rebuilt(source: int, stage: int) -> str | None:
+    """How interior `stage` of 6 rebuilt from stage `source`'s interleaved calls differs from its own (None: not at
+    all)."""
+    calls, communicators, _ = interleaved_calls(source)
+    cut = split(calls, communicators, PIPE, source)
+    assert (cut.microbatches, cut.extra) == (24, 6)
+    check_rebuilds(cut, STAGES)
     rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, cut, stage)
-    own, own_communicators, _ = stage_calls(
-        stage, 0, pattern=interleaved_schedule(STAGES, stage, virtual, extra), grouped=False
-    )
+    own, own_communicators, _ = interleaved_calls(stage)
     return difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES))
 
 
@@ -305,17 +311,60 @@ def test_interleaved_schedule_is_megatrons():
         interleaved_schedule(6, 1, 6, 3)
 
 
-@pytest.mark.parametrize("stage", [2, 3, 4])
-def test_every_interleaved_interior_stage_is_stage_1_reordered(stage):
-    """6 stages, 2 model chunks of 12 micro-batches in groups of 6: each interior stage is stage 1's forwards and
-    backwards in its own order, its exchanges' launches in its parity's order (stages 2 and 4 send first)."""
-    assert interleaved_from_stage_1(stage, 24, 6) is None
+@pytest.mark.parametrize(("source", "stage"), [(1, 3), (2, 4), (1, 1), (2, 2)])
+def test_interleaved_interior_stages_are_their_parity_sources_reordered(source, stage):
+    """6 stages, 2 model chunks of 12 micro-batches in groups of 6: stage 3 is stage 1's forwards and backwards in its
+    own order, stage 4 stage 2's (and each source rebuilt for itself is itself)."""
+    assert interleaved_rebuilt(source, stage) is None
 
 
-def test_an_interleaved_stage_needing_exchanges_stage_1_never_makes_is_refused():
-    """Stage 1 with two steady steps makes no steady exchange between its first and last, which stage 2's three
+def test_an_interleaved_stage_of_the_other_parity_is_not_rebuilt():
+    """Stage 2 sends before it receives, stage 1 the other way round: stage 2 is never rebuilt from stage 1, and
+    `check_rebuilds` of stage 1 checks its own parity only (stage 3)."""
+    calls, communicators, _ = interleaved_calls(1)
+    cut = split(calls, communicators, PIPE, 1)
+    check_rebuilds(cut, STAGES)
+    with pytest.raises(ScheduleError, match=r"makes exchanges w\^:S\+,R- that stage 1 never makes"):
+        rebuild(cut, STAGES, 2)
+
+
+def test_an_interleaved_stage_needing_exchanges_its_source_never_makes_is_refused():
+    """Stage 1 with two steady steps makes no steady exchange between its first and last, which stage 3's four
     steady steps need: the rebuild refuses rather than invent one."""
-    calls, communicators, _ = stage_calls(1, 0, pattern=interleaved_schedule(STAGES, 1, 16, 6), grouped=False)
+    calls, communicators, _ = interleaved_calls(1, virtual=16)
     cut = split(calls, communicators, PIPE, 1)
     with pytest.raises(ScheduleError, match="never makes"):
         check_rebuilds(cut, STAGES)
+
+
+def with_warm_up(calls: pd.DataFrame, autotuned: bool) -> pd.DataFrame:
+    """`calls` with a kernel launched after their first call, as Megatron's JIT warm-up runs a fused function before
+    training; `autotuned`: the autotuner's benchmark before it (a device sync and the kernel launched once more), as
+    the rank that first compiles the function makes."""
+    launch = calls.iloc[[1]].assign(api="cudaLaunchKernel", kernel_id=900.0, collective_name=None, comm_id=None)
+    sync = launch.assign(api="cudaDeviceSynchronize", kernel_id=np.nan)
+    warm_up = [sync, launch, launch] if autotuned else [launch]
+    out = pd.concat([calls.iloc[:1], *warm_up, calls.iloc[1:]], ignore_index=True)
+    out["seq"] = np.arange(len(out))
+    return out
+
+
+def test_the_check_leaves_out_what_precedes_the_first_exchange():
+    """Stage 2's own capture autotuned a kernel before its first exchange (it reached the shared compile cache
+    first), stage 1's did not: the rebuilt stage 2 still passes the check, which compares from the first exchange on;
+    a difference after it (micro-batch 3's forward) is still found."""
+    calls, communicators, _ = stage_calls(1, 6)
+    calls = with_warm_up(calls, autotuned=False)
+    cut = split(calls, communicators, PIPE, 1)
+    own, own_communicators, _ = stage_calls(2, 6)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, cut, 2)
+    names = (NAMES, NAMES)
+    autotuned = (with_warm_up(own, autotuned=True), own_communicators)
+    assert "cudaDeviceSynchronize with 'cudaDeviceSynchronize' captured" in difference(
+        rebuilt, moved, *autotuned, names
+    )
+    assert rebuilt_difference(calls, communicators, PIPE, cut, 2, autotuned, names) is None
+    uneven = (with_warm_up(stage_calls(2, 6, extra=3)[0], autotuned=True), own_communicators)
+    assert "cudaEventRecordWithFlags' rebuilt, cudaLaunchKernel with 'cudaLaunchKernel' captured" in rebuilt_difference(
+        calls, communicators, PIPE, cut, 2, uneven, names
+    )

@@ -1,4 +1,4 @@
-"""Interior pipeline stages of Megatron-LM's non-interleaved 1F1B schedule rebuilt from one stage's capture.
+"""Interior pipeline stages of Megatron-LM's 1F1B schedules rebuilt from one stage's capture.
 
 Stage `s` of `P` with `M` micro-batches a step runs `w = min(P - s - 1, M)` warm-up forwards, then `M - w`
 (forward, backward) pairs, then `w` cool-down backwards, exchanging activations and gradients with stages `s - 1`
@@ -11,7 +11,15 @@ work between them; a block after an exchange that receives from `s - 1` is a for
 orders one stage's blocks as another stage runs them: micro-batch `i`'s forward and backward keep their calls, each
 exchange is taken from the captured stage's exchanges of the same kind (in turn: a stage nearer the end makes more
 of the steady state's combined exchanges), what lies between steps (the optimizer) stays, and the peers and process
-groups move by the stage difference (`Pipeline.translate`). `difference` compares a rebuild with a capture."""
+groups move by the stage difference (`Pipeline.translate`). `difference` compares a rebuild with a capture.
+
+Megatron-LM's interleaved schedule (`forward_backward_pipelining_with_interleaving`, `V` model chunks a stage) is
+rebuilt the same way when it overlaps its point-to-point communication (`overlap_p2p_comm`, its default): an interior
+stage runs the step's `V M` virtual micro-batches' forwards and backwards in an order that depends on the stage only
+through its warm-up, `2 (P - s - 1) + (V - 1) N` forwards (`N`: `microbatch_group_size_per_vp_stage`), with an
+exchange after each forward and each backward (`interleaved_schedule`). An odd stage is rebuilt from stage 1, an even
+one from stage 2 (`INTERLEAVED_SOURCES`). Without the overlap (`--no-overlap-p2p-communication`) a steady step's
+forward and backward run with no exchange between them, so they cannot be told apart: every stage is captured."""
 
 from __future__ import annotations
 
@@ -64,7 +72,7 @@ elementwise kernel's vector width from its pointers' alignment, which differs fr
 
 
 class ScheduleError(ValueError):
-    """A stage's calls do not follow the non-interleaved 1F1B schedule, or cannot be rebuilt for another stage."""
+    """A stage's calls follow no schedule `split` reads, or cannot be rebuilt for another stage."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,8 @@ def interleaved_schedule(stages: int, stage: int, virtual: int, extra: int) -> l
     `B<k>` are the `k`th forward and backward of the step's `virtual` (micro-batch, model chunk) pairs, the warm-up
     runs `2 (stages - stage - 1) + extra` forwards (`extra`: `(chunks - 1) microbatch_group_size_per_vp_stage`), the
     steady state a forward and a backward per step with an exchange after each. An odd stage receives before it
-    sends, an even one sends first (`p2p_communication._p2p_ops`). Each exchange is named `<phase><place>:<kind>`:
+    sends, an even one sends first (`p2p_communication._p2p_ops`): stages are rebuilt from a stage of their parity
+    (`INTERLEAVED_SOURCES`). Each exchange is named `<phase><place>:<kind>`:
     the phase (`i` the first receive, `w` warm-up, `s` steady, `c` cool-down), its place among the phase's exchanges
     of the same kind (`^` first, `$` last, none between: the first and last wait on no earlier send or are followed
     by the next phase's waits) and its launches."""
@@ -160,8 +169,9 @@ def launches_of(label: str) -> str:
 @dataclass
 class Split:
     """An interior stage's calls cut by `split`: `pieces` are row ranges `[start, end)` covering every call, `labels`
-    name them (`head`, `between`, `tail`, an exchange kind, `F<i>` / `B<i>` / `T<i>`), `step` numbers the steps (-1
-    outside); `counted`: the schedule's warm-up sends are followed by a block (`schedule`)."""
+    name them (`head`, `between`, `tail`, an exchange's label, `F<i>` / `B<i>` / `T<i>`), `step` numbers the steps (-1
+    outside); `counted`: the schedule's warm-up sends are followed by a block (`schedule`); `extra`: the interleaved
+    schedule's warm-up constant (`interleaved_schedule`, `microbatches` then the virtual ones), None for 1F1B."""
 
     stage: int
     microbatches: int
@@ -170,7 +180,6 @@ class Split:
     labels: list[str]
     step: list[int]
     extra: int | None = None
-    launches: dict[tuple[int, int], list[tuple[int, int]]] | None = None
 
     def pattern(self, stages: int, stage: int) -> list[str]:
         """Stage `stage`'s step under the cut stage's schedule (`schedule`, or `interleaved_schedule` when `extra` is
@@ -210,7 +219,8 @@ def _direction(calls: pd.DataFrame, i: int, members: dict[str, list[int]], pipel
 
 def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, stage: int) -> Split:
     """Cut interior `stage`'s calls into exchanges and blocks (module docstring); ScheduleError when they do not
-    follow the non-interleaved 1F1B schedule of any micro-batch count, step after step. A step begun but not
+    follow the non-interleaved 1F1B schedule of any micro-batch count or the interleaved one (`_schedule_of`), step
+    after step. A step begun but not
     ended (`maya emulate --iterations` stops a rank where its next iteration begins) is its `tail`."""
     if not 0 < stage < pipeline.stages - 1:
         raise ScheduleError(f"stage {stage} is not an interior stage of {pipeline.stages}")
@@ -219,7 +229,6 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
     api = calls["api"].astype(str).to_numpy()
     p2p = calls["collective_name"].isin(P2P).to_numpy()
     exchanges: list[tuple[int, int, str]] = []  # [start, end) of each exchange and its kind
-    launches: list[list[tuple[int, int]]] = []  # each exchange's launches: [start, end) of each
     n, i = len(calls), 0
     while i < n:
         if not p2p[i]:
@@ -228,23 +237,18 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
         start = i
         while start > 0 and not work[start - 1] and not (exchanges and start - 1 < exchanges[-1][1]):
             start -= 1
-        end, kind, launch, depth, began, ranges = start, [], [], 0, start, []
+        end, kind, launch, depth = start, [], [], 0
         while end < n and not work[end]:
-            if api[end] == "ncclGroupStart" and not depth:
-                began = end
             depth += api[end] == "ncclGroupStart"
             if p2p[end]:
-                began = end if not depth else began
                 launch.append(_direction(calls, end, members, pipeline, stage))
             if api[end] == "ncclGroupEnd" and depth:
                 depth -= 1
             if launch and not depth:
                 kind.append("".join(sorted(launch)))
-                ranges.append((began, end + 1))
                 launch = []
             end += 1
         exchanges.append((start, end, ",".join(kind)))
-        launches.append(ranges)
         i = end
     if not exchanges:
         raise ScheduleError(f"stage {stage} makes no point-to-point exchange")
@@ -260,11 +264,9 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
             f"{'interleaved' if extra is not None else '1F1B'} schedule of {microbatches} micro-batches"
         )
     pieces, labels, step = [(0, exchanges[0][0])], ["head"], [-1]
-    within: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for k, (start, end, _) in enumerate(exchanges):
         t, at = divmod(k, exchanges_per_step)
         pieces.append((start, end))
-        within[start, end] = launches[k]
         labels.append(pattern[2 * at] if t < steps else "tail")
         step.append(t if t < steps else -1)
         following = exchanges[k + 1][0] if k + 1 < len(exchanges) else n
@@ -277,7 +279,7 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
             pieces.append((end, following))
             labels.append(pattern[2 * at + 1])
             step.append(t)
-    return Split(stage, microbatches, counted, pieces, labels, step, extra, within)
+    return Split(stage, microbatches, counted, pieces, labels, step, extra)
 
 
 def _schedule_of(kinds: list[str], stages: int, stage: int) -> tuple[int, bool, int | None]:
@@ -320,60 +322,41 @@ def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
             continue  # each step is emitted once, at its first exchange
         used: dict[str, int] = {}
         for wanted in pattern:
-            found = wanted if wanted in by_step[t] else _reordered(wanted, by_step[t])
-            if not found:
+            own = by_step[t].get(wanted)
+            if not own:
                 raise ScheduleError(
                     f"stage {stage} makes exchanges {wanted} that stage {cut.stage} never makes "
                     f"({cut.microbatches} micro-batches on {stages} stages)"
                 )
-            own = by_step[t][found]
-            chosen = own[used.get(wanted, 0) % len(own)]
+            out.append(own[used.get(wanted, 0) % len(own)])
             used[wanted] = used.get(wanted, 0) + 1
-            out += [chosen] if found == wanted else _relaunched(chosen, cut, found, wanted)
             count = f"T{wanted[1:]}"
             if wanted[0] == "F" and count in by_step[t] and count not in pattern:
                 out += by_step[t][count]  # a warm-up forward there, a steady one here: its count ends it
     return out
 
 
-def _reordered(wanted: str, labels: dict) -> str | None:
-    """The exchange among `labels` that makes `wanted`'s launches in another order (an interleaved stage of the
-    other parity, `interleaved_schedule`), or None."""
-    phase, _, launches = wanted.rpartition(":")
-    if not phase:
-        return None
-    same = sorted(launches.split(","))
-    return next(
-        (
-            label
-            for label in labels
-            if label.rpartition(":")[0] == phase and sorted(launches_of(label).split(",")) == same
-        ),
-        None,
-    )
-
-
-def _relaunched(piece: tuple[int, int], cut: Split, found: str, wanted: str) -> list[tuple[int, int]]:
-    """Exchange `piece` (labelled `found`) as row ranges making its launches in `wanted`'s order: each launch's
-    calls (its point-to-point call, or its NCCL group) take the place of the launch of the wanted kind; the calls
-    around them (receive buffers, event records and waits) stay where they are."""
-    ranges = (cut.launches or {}).get(piece, [])
-    have, order = launches_of(found).split(","), launches_of(wanted).split(",")
-    if len(ranges) != len(have):
-        raise ScheduleError(f"exchange {found} at rows {piece} does not hold its {len(have)} launches apart")
-    out, at = [], piece[0]
-    for place, launch in zip(ranges, order):
-        out += [(at, place[0]), ranges[have.index(launch)]]
-        at = place[1]
-    out.append((at, piece[1]))
-    return [(a, b) for a, b in out if b > a]
-
-
 def check_rebuilds(cut: Split, stages: int) -> None:
-    """ScheduleError when an interior stage of `stages` makes an exchange `cut`'s stage never makes (with 2 to
-    `stages - 3` micro-batches stage 1 has no steady state, while a stage nearer the end has one)."""
+    """ScheduleError when an interior stage of `stages` rebuilt from `cut` (those of its parity under the
+    interleaved schedule, `source`) makes an exchange `cut`'s stage never makes (with 2 to `stages - 3` micro-batches
+    stage 1 has no steady state, while a stage nearer the end has one)."""
     for stage in range(1, stages - 1):
-        rebuild(cut, stages, stage)
+        if source(stage, INTERLEAVED_SOURCES if cut.extra is not None else (cut.stage,)) == cut.stage:
+            rebuild(cut, stages, stage)
+
+
+INTERLEAVED_SOURCES = (1, 2)
+"""The stages interior stages are rebuilt from under the interleaved schedule: stage 1 for odd stages, 2 for even
+ones. An odd stage receives before it sends, an even one sends first (`interleaved_schedule`), and the calls differ
+by more than the launches' order: torch's NCCL process group polls the first launch's end event again before it
+makes the second, so the emulator finds an even stage's send complete (`emulator/native/completion.c`) and its
+`Work.wait()` makes no stream wait, while an odd stage's send is still running and waited for."""
+
+
+def source(stage: int, sources: tuple[int, ...] | list[int]) -> int:
+    """The stage of `sources` that interior `stage` is rebuilt from: the one `stage` is a multiple of `len(sources)`
+    stages from (one source: it; `INTERLEAVED_SOURCES`: by parity)."""
+    return sources[(stage - sources[0]) % len(sources)]
 
 
 def differing_stage_options(argv: list[str]) -> str | None:
@@ -465,6 +448,31 @@ def difference(
     if len(ours) != len(theirs):
         return f"{len(ours)} calls rebuilt, {len(theirs)} captured (polls left out)"
     return None
+
+
+def rebuilt_difference(
+    calls: pd.DataFrame,
+    communicators: pd.DataFrame,
+    pipeline: Pipeline,
+    cut: Split,
+    stage: int,
+    own: tuple[pd.DataFrame, pd.DataFrame],
+    kernel_names: tuple[dict, dict],
+) -> str | None:
+    """How stage `stage` rebuilt from `cut`'s calls (`rebuilt_calls`) differs from `own` (its captured calls and
+    communicators, `seq` order) from their first exchange on (`difference`; None: not at all). What comes before
+    (`head`: initialization) is left out: Megatron-LM warms its fused functions up there (`_warmup_jit_function`),
+    and the rank that first compiles one with torch.compile autotunes it (device syncs, memsets, repeated launches)
+    while the others find it in the job's shared compile cache, so stages differ there by which reached it first."""
+    rebuilt, moved = rebuilt_calls(calls, communicators, pipeline, cut, stage)
+    start = split(own[0], own[1], pipeline, stage).pieces[0][1]
+    return difference(
+        rebuilt.iloc[cut.pieces[0][1] :].reset_index(drop=True),
+        moved,
+        own[0].iloc[start:].reset_index(drop=True),
+        own[1],
+        kernel_names,
+    )
 
 
 def _missing(value: object) -> bool:
