@@ -461,9 +461,10 @@ def rebuilt_difference(
 ) -> str | None:
     """How stage `stage` rebuilt from `cut`'s calls (`rebuilt_calls`) differs from `own` (its captured calls and
     communicators, `seq` order) from their first exchange on (`difference`; None: not at all). What comes before
-    (`head`: initialization) is left out: Megatron-LM warms its fused functions up there (`_warmup_jit_function`),
-    and the rank that first compiles one with torch.compile autotunes it (device syncs, memsets, repeated launches)
-    while the others find it in the job's shared compile cache, so stages differ there by which reached it first."""
+    (`head`: initialization) is left out: Megatron-LM warms its torch.compile'd fused functions up there
+    (`_warmup_jit_function`), and one rank may autotune a kernel (device syncs, memsets, the kernel launched again)
+    where another finds its configuration in the job's shared compile cache (seen: PP 8, stage 6 autotuned
+    `triton_poi_fused_add_mul_tanh_0`, stage 2 did not), which is no difference in the steps."""
     rebuilt, moved = rebuilt_calls(calls, communicators, pipeline, cut, stage)
     start = split(own[0], own[1], pipeline, stage).pieces[0][1]
     return difference(
