@@ -348,9 +348,10 @@ def check_rebuilds(cut: Split, stages: int) -> None:
 INTERLEAVED_SOURCES = (1, 2)
 """The stages interior stages are rebuilt from under the interleaved schedule: stage 1 for odd stages, 2 for even
 ones. An odd stage receives before it sends, an even one sends first (`interleaved_schedule`), and the calls differ
-by more than the launches' order: torch's NCCL process group polls the first launch's end event again before it
-makes the second, so the emulator finds an even stage's send complete (`emulator/native/completion.c`) and its
-`Work.wait()` makes no stream wait, while an odd stage's send is still running and waited for."""
+by more than the launches' order: the first launch's end event is polled again before the second launch (seen in
+Megatron-LM core_r0.19.0 captures), so the emulator finds an even stage's send complete by its `Work.wait()`
+(`emulator/native/completion.c`), which then makes no stream wait, while an odd stage's send is still running and
+waited for."""
 
 
 def source(stage: int, sources: tuple[int, ...] | list[int]) -> int:
