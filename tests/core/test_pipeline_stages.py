@@ -12,9 +12,12 @@ from maya.core.pipeline_stages import (
     check_rebuilds,
     difference,
     differing_stage_options,
+    interleaved_schedule,
+    launches_of,
     moved_communicators,
     rebuild,
     rebuilt_calls,
+    rebuilt_difference,
     schedule,
     split,
 )
@@ -35,11 +38,13 @@ def stage_calls(
     extra: int | None = None,
     counted: bool = False,
     pattern: list[str] | None = None,
+    grouped: bool = True,
 ) -> tuple:
     """(calls, communicators, ops) of the first rank of interior `stage`: its 1F1B steps (`pattern`, default
     `schedule`'s), an optimizer kernel after each; micro-batch `extra`'s forward launches one kernel more (an uneven
     stage); with `counted`, each forward's token count is added by a kernel of its own, after the send in the
-    warm-up, ending the forward in the steady state (as Megatron-LM does)."""
+    warm-up, ending the forward in the steady state (as Megatron-LM does); without `grouped` each point-to-point
+    operation is a launch of its own, not in an NCCL group, and the exchange's waits follow its launches."""
     rank = stage * STRIDE
     communicators = pd.DataFrame(
         {
@@ -65,16 +70,22 @@ def stage_calls(
                 if counted and event[0] == "F" and f"T{event[1:]}" not in pattern:
                     _call(rows, "cudaLaunchKernel", kernel_id=700, grid_x=1)
                 continue
-            for launch in event.split(","):
+            for launch in launches_of(event).split(","):
                 _call(rows, "cudaEventRecordWithFlags", event_id=7)
-                _call(rows, "ncclGroupStart")
+                if grouped:
+                    _call(rows, "ncclGroupStart")
                 for op in (launch[i : i + 2] for i in range(0, len(launch), 2)):
                     peer = stage + (1 if op[1] == "+" else -1)
                     _call(rows, "ncclSend" if op[0] == "S" else "ncclRecv", peer_rank=peer, comm_id="pipe")
                     rows[-1]["collective_name"] = "send" if op[0] == "S" else "recv"
-                _call(rows, "ncclGroupEnd")
+                    rows[-1]["in_msg_nelems"] = 10 if op[0] == "S" else 20
+                if grouped:
+                    _call(rows, "ncclGroupEnd")
+                    _call(rows, "cudaEventQuery")
+                    _call(rows, "cudaDeviceSynchronize")
+            if not grouped:  # each launch's wait, after them all
+                _call(rows, "cudaStreamWaitEvent", event_id=7)
                 _call(rows, "cudaEventQuery")
-                _call(rows, "cudaDeviceSynchronize")
         _call(rows, "cudaLaunchKernel", kernel_id=500, grid_x=500)
     calls = pd.DataFrame(rows)
     for column in ("kernel_id", "grid_x", "peer_rank", "event_id", "in_msg_nelems"):
@@ -255,3 +266,105 @@ def test_options_that_can_make_stages_differ_are_found(argv, found):
     """Megatron-LM's options that can give stages different layers are named; their forms that cannot, not."""
     reason = differing_stage_options(argv)
     assert reason == found if found is None else reason.startswith(found.split("=")[0])
+
+
+MEGATRON_INTERLEAVED_3_STAGES_STAGE_1 = (
+    ["R-", "R-,S+", "R-,S+", "R-,S+", "R-,S+", "R-,S+,R+", "S+", "R+,S-", "R+,S-", "R+,S-", "R+,S-", "R+,S-", "S-"],
+    ["F0", "F1", "F2", "F3", "F4", "F5", "B0", "B1", "B2", "B3", "B4", "B5"],
+)
+"""Stage 1 of 3 with 2 model chunks of 3 micro-batches (6 virtual ones, warm-up `2 (3 - 1 - 1) + (2 - 1) 3 = 5`)
+read off `forward_backward_pipelining_with_interleaving` with `overlap_p2p_comm`: `recv_forward`, each warm-up
+forward's `send_forward_recv_forward` (an odd stage receives first), the last one's `send_backward_recv_backward`
+receive, one steady step (`send_forward_recv_forward` without a receive, `send_backward_recv_backward`), the
+cool-down's `send_backward_recv_backward` (the last without a receive)."""
+
+
+def interleaved_calls(stage: int, virtual: int = 24, extra: int = 6) -> tuple:
+    """Interior `stage` of 6 under the interleaved schedule, each point-to-point operation a launch of its own."""
+    return stage_calls(stage, 0, pattern=interleaved_schedule(STAGES, stage, virtual, extra), grouped=False)
+
+
+def interleaved_rebuilt(source: int, stage: int) -> str | None:
+    """How interior `stage` of 6 rebuilt from stage `source`'s interleaved calls differs from its own (None: not at
+    all)."""
+    calls, communicators, _ = interleaved_calls(source)
+    cut = split(calls, communicators, PIPE, source)
+    assert (cut.microbatches, cut.extra) == (24, 6)
+    check_rebuilds(cut, STAGES)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, cut, stage)
+    own, own_communicators, _ = interleaved_calls(stage)
+    return difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES))
+
+
+def test_interleaved_schedule_is_megatrons():
+    """The interleaved schedule of stage 1 of 3 as Megatron-LM runs it (hand-written), and stage 2 of 4 the same
+    with each exchange's launches the other way round (an even stage sends first)."""
+    pattern = interleaved_schedule(3, 1, 6, 3)
+    assert [launches_of(label) for label in pattern[::2]] == MEGATRON_INTERLEAVED_3_STAGES_STAGE_1[0]
+    assert pattern[1::2] == MEGATRON_INTERLEAVED_3_STAGES_STAGE_1[1]
+    even = interleaved_schedule(4, 2, 6, 3)
+    assert [launches_of(label) for label in even[::2]] == [
+        launches.replace("R-,S+", "S+,R-").replace("R+,S-", "S-,R+")
+        for launches in MEGATRON_INTERLEAVED_3_STAGES_STAGE_1[0]
+    ]
+    with pytest.raises(ScheduleError, match="all 6 virtual micro-batches in its warm-up"):
+        interleaved_schedule(6, 1, 6, 3)
+
+
+@pytest.mark.parametrize(("source", "stage"), [(1, 3), (2, 4), (1, 1), (2, 2)])
+def test_interleaved_interior_stages_are_their_parity_sources_reordered(source, stage):
+    """6 stages, 2 model chunks of 12 micro-batches in groups of 6: stage 3 is stage 1's forwards and backwards in its
+    own order, stage 4 stage 2's (and each source rebuilt for itself is itself)."""
+    assert interleaved_rebuilt(source, stage) is None
+
+
+def test_an_interleaved_stage_of_the_other_parity_is_not_rebuilt():
+    """Stage 2 sends before it receives, stage 1 the other way round: stage 2 is never rebuilt from stage 1, and
+    `check_rebuilds` of stage 1 checks its own parity only (stage 3)."""
+    calls, communicators, _ = interleaved_calls(1)
+    cut = split(calls, communicators, PIPE, 1)
+    check_rebuilds(cut, STAGES)
+    with pytest.raises(ScheduleError, match=r"makes exchanges w\^:S\+,R- that stage 1 never makes"):
+        rebuild(cut, STAGES, 2)
+
+
+def test_an_interleaved_stage_needing_exchanges_its_source_never_makes_is_refused():
+    """Stage 1 with two steady steps makes no steady exchange between its first and last, which stage 3's four
+    steady steps need: the rebuild refuses rather than invent one."""
+    calls, communicators, _ = interleaved_calls(1, virtual=16)
+    cut = split(calls, communicators, PIPE, 1)
+    with pytest.raises(ScheduleError, match="never makes"):
+        check_rebuilds(cut, STAGES)
+
+
+def with_warm_up(calls: pd.DataFrame, autotuned: bool) -> pd.DataFrame:
+    """`calls` with a kernel launched after their first call, as Megatron's JIT warm-up runs a fused function before
+    training; `autotuned`: the autotuner's benchmark before it (a device sync and the kernel launched once more), as
+    the rank that first compiles the function makes."""
+    launch = calls.iloc[[1]].assign(api="cudaLaunchKernel", kernel_id=900.0, collective_name=None, comm_id=None)
+    sync = launch.assign(api="cudaDeviceSynchronize", kernel_id=np.nan)
+    warm_up = [sync, launch, launch] if autotuned else [launch]
+    out = pd.concat([calls.iloc[:1], *warm_up, calls.iloc[1:]], ignore_index=True)
+    out["seq"] = np.arange(len(out))
+    return out
+
+
+def test_the_check_leaves_out_what_precedes_the_first_exchange():
+    """Stage 2's own capture autotuned a kernel before its first exchange (it reached the shared compile cache
+    first), stage 1's did not: the rebuilt stage 2 still passes the check, which compares from the first exchange on;
+    a difference after it (micro-batch 3's forward) is still found."""
+    calls, communicators, _ = stage_calls(1, 6)
+    calls = with_warm_up(calls, autotuned=False)
+    cut = split(calls, communicators, PIPE, 1)
+    own, own_communicators, _ = stage_calls(2, 6)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, cut, 2)
+    names = (NAMES, NAMES)
+    autotuned = (with_warm_up(own, autotuned=True), own_communicators)
+    assert "cudaDeviceSynchronize with 'cudaDeviceSynchronize' captured" in difference(
+        rebuilt, moved, *autotuned, names
+    )
+    assert rebuilt_difference(calls, communicators, PIPE, cut, 2, autotuned, names) is None
+    uneven = (with_warm_up(stage_calls(2, 6, extra=3)[0], autotuned=True), own_communicators)
+    assert "cudaEventRecordWithFlags' rebuilt, cudaLaunchKernel with 'cudaLaunchKernel' captured" in rebuilt_difference(
+        calls, communicators, PIPE, cut, 2, uneven, names
+    )

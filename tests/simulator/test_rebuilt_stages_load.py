@@ -15,4 +15,4 @@ def test_a_run_that_cannot_be_rebuilt_fails_naming_it(tmp_path):
     )
     with pytest.raises(ValueError, match=r"^run \w+ \(.*run\): its interior pipeline stages cannot be rebuilt") as e:
         load(run)
-    assert "follow no 1F1B schedule" in str(e.value) and "--no-dedup" in str(e.value)
+    assert "follow neither the 1F1B schedule nor the interleaved one" in str(e.value) and "--no-dedup" in str(e.value)

@@ -144,8 +144,11 @@ def emulate_cmd(
         stages = f"stages {first}-{last}" if last > first else f"stage {first}"
         checked = " and ".join(str(s) for s in rebuild["checked"])
         err.print(
-            f"pipeline {stages} of {rebuild['stages']} not run: rebuilt from stage 1's capture in their 1F1B order "
-            f"({rebuild['microbatches']} micro-batches; stages {checked} rebuilt so are their captures)",
+            f"pipeline {stages} of {rebuild['stages']} not run: rebuilt from "
+            f"{'stage 1' if isinstance(rebuild['from'], int) else 'stage 1 (odd stages) or 2 (even ones)'}'s capture in their "
+            f"{rebuild.get('schedule', '1F1B')} order ({rebuild['microbatches']} "
+            f"{'virtual ' if rebuild.get('schedule') else ''}micro-batches; stages {checked} rebuilt so are their "
+            "captures)",
             highlight=False,
         )
     elif "refused" in rebuild:

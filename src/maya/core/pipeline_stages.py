@@ -1,4 +1,4 @@
-"""Interior pipeline stages of Megatron-LM's non-interleaved 1F1B schedule rebuilt from one stage's capture.
+"""Interior pipeline stages of Megatron-LM's 1F1B schedules rebuilt from one stage's capture.
 
 Stage `s` of `P` with `M` micro-batches a step runs `w = min(P - s - 1, M)` warm-up forwards, then `M - w`
 (forward, backward) pairs, then `w` cool-down backwards, exchanging activations and gradients with stages `s - 1`
@@ -11,7 +11,15 @@ work between them; a block after an exchange that receives from `s - 1` is a for
 orders one stage's blocks as another stage runs them: micro-batch `i`'s forward and backward keep their calls, each
 exchange is taken from the captured stage's exchanges of the same kind (in turn: a stage nearer the end makes more
 of the steady state's combined exchanges), what lies between steps (the optimizer) stays, and the peers and process
-groups move by the stage difference (`Pipeline.translate`). `difference` compares a rebuild with a capture."""
+groups move by the stage difference (`Pipeline.translate`). `difference` compares a rebuild with a capture.
+
+Megatron-LM's interleaved schedule (`forward_backward_pipelining_with_interleaving`, `V` model chunks a stage) is
+rebuilt the same way when it overlaps its point-to-point communication (`overlap_p2p_comm`, its default): an interior
+stage runs the step's `V M` virtual micro-batches' forwards and backwards in an order that depends on the stage only
+through its warm-up, `2 (P - s - 1) + (V - 1) N` forwards (`N`: `microbatch_group_size_per_vp_stage`), with an
+exchange after each forward and each backward (`interleaved_schedule`). An odd stage is rebuilt from stage 1, an even
+one from stage 2 (`INTERLEAVED_SOURCES`). Without the overlap (`--no-overlap-p2p-communication`) a steady step's
+forward and backward run with no exchange between them, so they cannot be told apart: every stage is captured."""
 
 from __future__ import annotations
 
@@ -64,7 +72,7 @@ elementwise kernel's vector width from its pointers' alignment, which differs fr
 
 
 class ScheduleError(ValueError):
-    """A stage's calls do not follow the non-interleaved 1F1B schedule, or cannot be rebuilt for another stage."""
+    """A stage's calls follow no schedule `split` reads, or cannot be rebuilt for another stage."""
 
 
 @dataclass(frozen=True)
@@ -112,11 +120,58 @@ def schedule(stages: int, stage: int, microbatches: int, counted: bool = False) 
     return out
 
 
+def interleaved_schedule(stages: int, stage: int, virtual: int, extra: int) -> list[str]:
+    """An interior stage's step under Megatron-LM's interleaved schedule with `overlap_p2p_comm` (its default, which
+    sends and receives each tensor with a launch of its own), as `schedule` writes the non-interleaved one: `F<k>` /
+    `B<k>` are the `k`th forward and backward of the step's `virtual` (micro-batch, model chunk) pairs, the warm-up
+    runs `2 (stages - stage - 1) + extra` forwards (`extra`: `(chunks - 1) microbatch_group_size_per_vp_stage`), the
+    steady state a forward and a backward per step with an exchange after each. An odd stage receives before it
+    sends, an even one sends first (`p2p_communication._p2p_ops`): stages are rebuilt from a stage of their parity
+    (`INTERLEAVED_SOURCES`). Each exchange is named `<phase><place>:<kind>`:
+    the phase (`i` the first receive, `w` warm-up, `s` steady, `c` cool-down), its place among the phase's exchanges
+    of the same kind (`^` first, `$` last, none between: the first and last wait on no earlier send or are followed
+    by the next phase's waits) and its launches."""
+    warmup = min(2 * (stages - stage - 1) + extra, virtual)
+    steady = virtual - warmup
+    if steady < 1:
+        raise ScheduleError(f"stage {stage} runs all {virtual} virtual micro-batches in its warm-up")
+    forward = "R-,S+" if stage % 2 else "S+,R-"
+    backward = "R+,S-" if stage % 2 else "S-,R+"
+    exchanges, blocks = [("i", "R-")], []
+    for k in range(warmup):
+        blocks.append(f"F{k}")
+        exchanges.append(("w", forward + (",R+" if k == warmup - 1 else "")))
+    for k in range(steady):
+        blocks += [f"F{warmup + k}", f"B{k}"]
+        exchanges += [("s", forward if k < steady - 1 else "S+"), ("s", backward)]
+    for k in range(steady, virtual):
+        blocks.append(f"B{k}")
+        exchanges.append(("c", backward if k < virtual - 1 else "S-"))
+    counts: dict[tuple[str, str], int] = {}
+    for exchange in exchanges:
+        counts[exchange] = counts.get(exchange, 0) + 1
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for k, (phase, kind) in enumerate(exchanges):
+        n = seen[phase, kind] = seen.get((phase, kind), 0) + 1
+        place = "^" if n == 1 else "$" if n == counts[phase, kind] else ""
+        out.append(f"{phase}{place}:{kind}")
+        if k < len(blocks):
+            out.append(blocks[k])
+    return out
+
+
+def launches_of(label: str) -> str:
+    """The launches of an exchange's label (`schedule`, `interleaved_schedule`)."""
+    return label.rpartition(":")[2]
+
+
 @dataclass
 class Split:
     """An interior stage's calls cut by `split`: `pieces` are row ranges `[start, end)` covering every call, `labels`
-    name them (`head`, `between`, `tail`, an exchange kind, `F<i>` / `B<i>` / `T<i>`), `step` numbers the steps (-1
-    outside); `counted`: the schedule's warm-up sends are followed by a block (`schedule`)."""
+    name them (`head`, `between`, `tail`, an exchange's label, `F<i>` / `B<i>` / `T<i>`), `step` numbers the steps (-1
+    outside); `counted`: the schedule's warm-up sends are followed by a block (`schedule`); `extra`: the interleaved
+    schedule's warm-up constant (`interleaved_schedule`, `microbatches` then the virtual ones), None for 1F1B."""
 
     stage: int
     microbatches: int
@@ -124,6 +179,14 @@ class Split:
     pieces: list[tuple[int, int]]
     labels: list[str]
     step: list[int]
+    extra: int | None = None
+
+    def pattern(self, stages: int, stage: int) -> list[str]:
+        """Stage `stage`'s step under the cut stage's schedule (`schedule`, or `interleaved_schedule` when `extra` is
+        set)."""
+        if self.extra is None:
+            return schedule(stages, stage, self.microbatches, self.counted)
+        return interleaved_schedule(stages, stage, self.microbatches, self.extra)
 
 
 def _work(calls: pd.DataFrame) -> np.ndarray:
@@ -156,7 +219,8 @@ def _direction(calls: pd.DataFrame, i: int, members: dict[str, list[int]], pipel
 
 def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, stage: int) -> Split:
     """Cut interior `stage`'s calls into exchanges and blocks (module docstring); ScheduleError when they do not
-    follow the non-interleaved 1F1B schedule of any micro-batch count, step after step. A step begun but not
+    follow the non-interleaved 1F1B schedule of any micro-batch count or the interleaved one (`_schedule_of`), step
+    after step. A step begun but not
     ended (`maya emulate --iterations` stops a rank where its next iteration begins) is its `tail`."""
     if not 0 < stage < pipeline.stages - 1:
         raise ScheduleError(f"stage {stage} is not an interior stage of {pipeline.stages}")
@@ -189,17 +253,15 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
     if not exchanges:
         raise ScheduleError(f"stage {stage} makes no point-to-point exchange")
     kinds = [k for _, _, k in exchanges]
-    for microbatches, counted in ((m, c) for m in range(1, len(kinds) + 1) for c in (False, True)):
-        pattern = schedule(pipeline.stages, stage, microbatches, counted)
-        exchanges_per_step = (len(pattern) + 1) // 2
-        if kinds[:exchanges_per_step] == pattern[::2]:
-            break
-    else:
-        raise ScheduleError(f"stage {stage}'s exchanges ({', '.join(kinds[:4])}, ...) follow no 1F1B schedule")
+    microbatches, counted, extra = _schedule_of(kinds, pipeline.stages, stage)
+    pattern = Split(stage, microbatches, counted, [], [], [], extra).pattern(pipeline.stages, stage)
+    exchanges_per_step = (len(pattern) + 1) // 2
     steps, rest = divmod(len(kinds), exchanges_per_step)
-    if kinds[: steps * exchanges_per_step] != pattern[::2] * steps or (rest and kinds[-rest:] != pattern[::2][:rest]):
+    step_kinds = [launches_of(label) for label in pattern[::2]]
+    if kinds[: steps * exchanges_per_step] != step_kinds * steps or (rest and kinds[-rest:] != step_kinds[:rest]):
         raise ScheduleError(
-            f"stage {stage}'s steps do not all follow the 1F1B schedule of {microbatches} micro-batches"
+            f"stage {stage}'s steps do not all follow the "
+            f"{'interleaved' if extra is not None else '1F1B'} schedule of {microbatches} micro-batches"
         )
     pieces, labels, step = [(0, exchanges[0][0])], ["head"], [-1]
     for k, (start, end, _) in enumerate(exchanges):
@@ -217,7 +279,29 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
             pieces.append((end, following))
             labels.append(pattern[2 * at + 1])
             step.append(t)
-    return Split(stage, microbatches, counted, pieces, labels, step)
+    return Split(stage, microbatches, counted, pieces, labels, step, extra)
+
+
+def _schedule_of(kinds: list[str], stages: int, stage: int) -> tuple[int, bool, int | None]:
+    """`(microbatches, counted, extra)` of the schedule whose first step's exchanges are `kinds`' first: the
+    non-interleaved 1F1B schedule (`extra` None) of any micro-batch count, or the interleaved one (`microbatches`
+    the virtual micro-batches, `extra` its warm-up's constant) whose warm-up ends at the first exchange that
+    receives from `stage + 1`; ScheduleError when none."""
+    for microbatches, counted in ((m, c) for m in range(1, len(kinds) + 1) for c in (False, True)):
+        pattern = schedule(stages, stage, microbatches, counted)
+        if kinds[: (len(pattern) + 1) // 2] == pattern[::2]:
+            return microbatches, counted, None
+    warmup = next((k for k, launches in enumerate(kinds) if "R+" in launches.split(",")), 0)
+    extra = warmup - 2 * (stages - stage - 1)
+    virtual = kinds.index("S-") // 2 if "S-" in kinds else 0  # a step's last exchange, its 2 virtual + 1st
+    if kinds[0] == "R-" and extra >= 0 and virtual > warmup:
+        pattern = interleaved_schedule(stages, stage, virtual, extra)
+        if kinds[: len(pattern) // 2 + 1] == [launches_of(label) for label in pattern[::2]]:
+            return virtual, False, extra
+    raise ScheduleError(
+        f"stage {stage}'s exchanges ({', '.join(kinds[:4])}, ...) follow neither the 1F1B schedule nor the "
+        "interleaved one with overlapped point-to-point communication"
+    )
 
 
 def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
@@ -225,7 +309,7 @@ def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
     when `stage` makes an exchange the cut stage never made."""
     if not 0 < stage < stages - 1:
         raise ScheduleError(f"stage {stage} is not an interior stage of {stages}")
-    pattern = schedule(stages, stage, cut.microbatches, cut.counted)
+    pattern = cut.pattern(stages, stage)
     by_step: dict[int, dict[str, list[tuple[int, int]]]] = {}
     for piece, label, t in zip(cut.pieces, cut.labels, cut.step):
         by_step.setdefault(t, {}).setdefault(label, []).append(piece)
@@ -253,10 +337,27 @@ def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
 
 
 def check_rebuilds(cut: Split, stages: int) -> None:
-    """ScheduleError when an interior stage of `stages` makes an exchange `cut`'s stage never makes (with 2 to
-    `stages - 3` micro-batches stage 1 has no steady state, while a stage nearer the end has one)."""
+    """ScheduleError when an interior stage of `stages` rebuilt from `cut` (those of its parity under the
+    interleaved schedule, `source`) makes an exchange `cut`'s stage never makes (with 2 to `stages - 3` micro-batches
+    stage 1 has no steady state, while a stage nearer the end has one)."""
     for stage in range(1, stages - 1):
-        rebuild(cut, stages, stage)
+        if source(stage, INTERLEAVED_SOURCES if cut.extra is not None else (cut.stage,)) == cut.stage:
+            rebuild(cut, stages, stage)
+
+
+INTERLEAVED_SOURCES = (1, 2)
+"""The stages interior stages are rebuilt from under the interleaved schedule: stage 1 for odd stages, 2 for even
+ones. An odd stage receives before it sends, an even one sends first (`interleaved_schedule`), and the calls differ
+by more than the launches' order: the first launch's end event is polled again before the second launch (seen in
+Megatron-LM core_r0.19.0 captures), so the emulator finds an even stage's send complete by its `Work.wait()`
+(`emulator/native/completion.c`), which then makes no stream wait, while an odd stage's send is still running and
+waited for."""
+
+
+def source(stage: int, sources: tuple[int, ...] | list[int]) -> int:
+    """The stage of `sources` that interior `stage` is rebuilt from: the one `stage` is a multiple of `len(sources)`
+    stages from (one source: it; `INTERLEAVED_SOURCES`: by parity)."""
+    return sources[(stage - sources[0]) % len(sources)]
 
 
 def differing_stage_options(argv: list[str]) -> str | None:
@@ -348,6 +449,32 @@ def difference(
     if len(ours) != len(theirs):
         return f"{len(ours)} calls rebuilt, {len(theirs)} captured (polls left out)"
     return None
+
+
+def rebuilt_difference(
+    calls: pd.DataFrame,
+    communicators: pd.DataFrame,
+    pipeline: Pipeline,
+    cut: Split,
+    stage: int,
+    own: tuple[pd.DataFrame, pd.DataFrame],
+    kernel_names: tuple[dict, dict],
+) -> str | None:
+    """How stage `stage` rebuilt from `cut`'s calls (`rebuilt_calls`) differs from `own` (its captured calls and
+    communicators, `seq` order) from their first exchange on (`difference`; None: not at all). What comes before
+    (`head`: initialization) is left out: Megatron-LM warms its torch.compile'd fused functions up there
+    (`_warmup_jit_function`), and one rank may autotune a kernel (device syncs, memsets, the kernel launched again)
+    where another finds its configuration in the job's shared compile cache (seen: PP 8, stage 6 autotuned
+    `triton_poi_fused_add_mul_tanh_0`, stage 2 did not), which is no difference in the steps."""
+    rebuilt, moved = rebuilt_calls(calls, communicators, pipeline, cut, stage)
+    start = split(own[0], own[1], pipeline, stage).pieces[0][1]
+    return difference(
+        rebuilt.iloc[cut.pieces[0][1] :].reset_index(drop=True),
+        moved,
+        own[0].iloc[start:].reset_index(drop=True),
+        own[1],
+        kernel_names,
+    )
 
 
 def _missing(value: object) -> bool:

@@ -13,11 +13,13 @@ Every stage is its own class. In 1F1B schedules (Megatron-LM's, with or without 
 stage `s` of `P` runs `P - s - 1` warm-up micro-batches (Megatron's interleaved schedule `2 (P - s - 1)` plus a
 constant) before its first backward, so no two stages issue the same calls in the same order, and replaying one
 interior stage's program for the others is not an equivalent (on a synthetic 1F1B job, `trace_builder.gpt_3d`, it
-doubles a 4-stage step and deadlocks from 5 stages on). Megatron-LM's non-interleaved 1F1B interior stages are
-instead rebuilt from one of them (`core/pipeline_stages.py`, `launcher._deduplicated`): with `REBUILT_FROM` stages
-or more, stages 0, 1, 2, `P - 2` and `P - 1` are captured first, stages 2 and `P - 2` are rebuilt from stage 1's
-capture and compared with their own, and when they agree and every interior stage's exchanges are among stage 1's,
-stages 3 to `P - 3` are rebuilt from stage 1's capture when the run is read (`simulator/trace.py`) instead of run;
+doubles a 4-stage step and deadlocks from 5 stages on). Megatron-LM's 1F1B interior stages are instead rebuilt
+from one of them (`core/pipeline_stages.py`, `launcher._deduplicated`): with `REBUILT_FROM` stages or more, stages
+0, 1, 2, `P - 2` and `P - 1` are captured first, stages 2 and `P - 2` are rebuilt from stage 1's capture and
+compared with their own, and when they agree and every interior stage's exchanges are among stage 1's, stages 3 to
+`P - 3` are rebuilt from stage 1's capture when the run is read (`simulator/trace.py`) instead of run (under the
+interleaved schedule odd stages from stage 1's and even ones from stage 2's, stage `P - 3` captured too and checked
+with `P - 2`, stages 3 to `P - 4` rebuilt);
 otherwise (or when the command line sets an option that can give the stages different layers,
 `pipeline_stages.STAGE_OPTIONS`) every stage is captured and the run's attrs say why.
 """

@@ -620,7 +620,10 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     With `dedup.REBUILT_FROM` pipeline stages or more, stages 0, 1, 2, `P - 2` and `P - 1` are captured first; when
     stages 2 and `P - 2` rebuilt from stage 1's capture are their captures and every interior stage can be rebuilt
     (`_rebuild_difference`), stages 3 to `P - 3` are left to be rebuilt when the run is read, else they are captured
-    too, as they are when `argv` sets an option that can give the stages different layers."""
+    too, as they are when `argv` sets an option that can give the stages different layers. Under Megatron-LM's
+    interleaved schedule odd stages are rebuilt from stage 1 and even ones from stage 2
+    (`pipeline_stages.INTERLEAVED_SOURCES`): stage `P - 3` is captured too, and stages `P - 3` and `P - 2` (one of
+    each parity) are the ones checked, so stages 3 to `P - 4` are rebuilt."""
     first = capture(0)
     if first is None:
         return {}, {}, None
@@ -646,14 +649,34 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         capture, writer, {r: classes[r] for r in ends}, captured, sizes, workers, on_rank_done
     )
     try:
-        microbatches = _rebuild_difference(writer, pipeline, captured, represents, checked)
+        if _interleaved(writer, pipeline, captured):
+            checked = [pipeline.stages - 3, pipeline.stages - 2]
+            sources = list(pipeline_stages.INTERLEAVED_SOURCES)
+            attrs.update({"from": sources, "checked": checked, "schedule": "interleaved"})
+            more = {reps[s]: classes[reps[s]] for s in checked if reps[s] not in ends}
+            represents.update(_capture_classes(capture, writer, more, captured, sizes, workers, on_rank_done))
+        microbatches = _rebuild_difference(writer, pipeline, captured, represents, attrs["from"], checked)
     except pipeline_stages.ScheduleError as e:
-        rest = {r: classes[r] for r in reps if r not in ends}
+        rest = {r: classes[r] for r in reps if r not in captured}
         represents.update(_capture_classes(capture, writer, rest, captured, sizes, workers, on_rank_done))
         return captured, represents, {**attrs, "refused": str(e)}
-    rebuilt = list(range(3, pipeline.stages - 2))
+    rebuilt = [s for s in range(3, pipeline.stages - 2) if s not in checked]
     ranks = sorted(r for r in range(world_size) if pipeline.stage(r) in rebuilt)
     return captured, represents, {**attrs, "microbatches": microbatches, "rebuilt": rebuilt, "rebuilt_ranks": ranks}
+
+
+def _interleaved(writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured) -> bool:
+    """Whether stage 1's first rank runs Megatron-LM's interleaved schedule (`pipeline_stages.split`); ScheduleError
+    when its capture is not complete or follows no schedule that can be rebuilt."""
+    rank = pipeline.stride
+    if captured[rank][1].status != "complete":
+        raise pipeline_stages.ScheduleError(f"rank {rank}'s capture is {captured[rank][1].status}")
+    calls, communicators = (
+        read_table(writer.run_dir, name, [rank]).to_pandas() for name in ("api_calls", "communicators")
+    )
+    return (
+        pipeline_stages.split(calls.sort_values("seq", ignore_index=True), communicators, pipeline, 1).extra is not None
+    )
 
 
 def _capture_classes(capture, writer: RunWriter, classes, captured, sizes, workers: int, on_rank_done):
@@ -690,55 +713,79 @@ def _capture_classes(capture, writer: RunWriter, classes, captured, sizes, worke
 
 
 def _rebuild_difference(
-    writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured, represents, checked: list[int]
+    writer: RunWriter,
+    pipeline: pipeline_stages.Pipeline,
+    captured,
+    represents,
+    sources: int | list[int],
+    checked: list[int],
 ) -> int:
-    """Each `checked` stage rebuilt from each of stage 1's captures, compared with that stage's capture of the same
+    """Each `checked` stage rebuilt from each capture of its source stage (`sources`: stage 1, or one stage per
+    parity under the interleaved schedule, `pipeline_stages.source`), compared with that stage's capture of the same
     part (`pipeline_stages.difference`), and every interior stage shown rebuildable (`check_rebuilds`); returns the
-    micro-batches a step, or raises ScheduleError saying why stage 1's captures cannot stand for the interior stages
-    (a capture not complete, the stages split into other classes of ranks, a schedule other than non-interleaved
-    1F1B, too few micro-batches for a stage's steady state, a difference)."""
-    ours = {rank: members for rank, members in represents.items() if pipeline.stage(rank) == 1}
+    micro-batches a step (the interleaved schedule's virtual ones), or raises ScheduleError saying why the sources'
+    captures cannot stand for the interior stages (a capture not complete, the stages split into other classes of
+    ranks, a schedule neither 1F1B nor interleaved with overlapped point-to-point communication, too few micro-batches
+    for a stage's steady state, a difference)."""
+    sources = [sources] if isinstance(sources, int) else sources
     for stage in checked:
+        origin = pipeline_stages.source(stage, sources)
+        ours = {rank: members for rank, members in represents.items() if pipeline.stage(rank) == origin}
         theirs = {rank: members for rank, members in represents.items() if pipeline.stage(rank) == stage}
-        shift = stage - 1
+        shift = stage - origin
         moved = {pipeline.translate(r, shift): [pipeline.translate(m, shift) for m in ms] for r, ms in ours.items()}
         if moved != theirs:
             raise pipeline_stages.ScheduleError(
-                f"stages 1 and {stage} split into different classes of ranks ({sorted(ours)} and {sorted(theirs)})"
+                f"stages {origin} and {stage} split into different classes of ranks ({sorted(ours)} and "
+                f"{sorted(theirs)})"
             )
     microbatches = 0
-    for rank in sorted(ours):
-        others = [pipeline.translate(rank, stage - 1) for stage in checked]
-        for r in (rank, *others):
-            if captured[r][1].status != "complete":
-                raise pipeline_stages.ScheduleError(f"rank {r}'s capture is {captured[r][1].status}")
-        tables = {
-            r: [read_table(writer.run_dir, name, [r]).to_pandas() for name in ("api_calls", "communicators", "kernels")]
-            for r in (rank, *others)
-        }
-        calls, communicators, kernels = tables[rank]
-        calls = calls.sort_values("seq", ignore_index=True)
-        cut = pipeline_stages.split(calls, communicators, pipeline, 1)
-        pipeline_stages.check_rebuilds(cut, pipeline.stages)
-        for stage, other in zip(checked, others):
-            rebuilt, rebuilt_comms = pipeline_stages.rebuilt_calls(calls, communicators, pipeline, cut, stage)
-            own, own_comms, own_kernels = tables[other]
-            reason = pipeline_stages.difference(
-                rebuilt,
-                rebuilt_comms,
-                own.sort_values("seq", ignore_index=True),
-                own_comms,
-                (
-                    dict(zip(kernels["kernel_id"], kernels["name"])),
-                    dict(zip(own_kernels["kernel_id"], own_kernels["name"])),
-                ),
-            )
-            if reason:
-                raise pipeline_stages.ScheduleError(
-                    f"stage {stage} rebuilt from rank {rank}'s capture is not rank {other}'s: {reason}"
-                )
-        microbatches = cut.microbatches
+    for origin in sources:
+        mine = [stage for stage in checked if pipeline_stages.source(stage, sources) == origin]
+        for rank in sorted(r for r in represents if pipeline.stage(r) == origin):
+            microbatches = _rebuild_checked(writer, pipeline, captured, rank, mine, interleaved=len(sources) > 1)
     return microbatches
+
+
+def _rebuild_checked(
+    writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured, rank: int, checked: list[int], interleaved: bool
+) -> int:
+    """`rank`'s counterparts in the `checked` stages rebuilt from its capture and compared with their own
+    (`_rebuild_difference`); returns the micro-batches a step."""
+    origin = pipeline.stage(rank)
+    others = [pipeline.translate(rank, stage - origin) for stage in checked]
+    for r in (rank, *others):
+        if captured[r][1].status != "complete":
+            raise pipeline_stages.ScheduleError(f"rank {r}'s capture is {captured[r][1].status}")
+    tables = {
+        r: [read_table(writer.run_dir, name, [r]).to_pandas() for name in ("api_calls", "communicators", "kernels")]
+        for r in (rank, *others)
+    }
+    calls, communicators, kernels = tables[rank]
+    calls = calls.sort_values("seq", ignore_index=True)
+    cut = pipeline_stages.split(calls, communicators, pipeline, origin)
+    if (cut.extra is not None) != interleaved:
+        raise pipeline_stages.ScheduleError(f"rank {rank} runs another pipeline schedule than stage 1's first rank")
+    pipeline_stages.check_rebuilds(cut, pipeline.stages)
+    for stage, other in zip(checked, others):
+        own, own_comms, own_kernels = tables[other]
+        reason = pipeline_stages.rebuilt_difference(
+            calls,
+            communicators,
+            pipeline,
+            cut,
+            stage,
+            (own.sort_values("seq", ignore_index=True), own_comms),
+            (
+                dict(zip(kernels["kernel_id"], kernels["name"])),
+                dict(zip(own_kernels["kernel_id"], own_kernels["name"])),
+            ),
+        )
+        if reason:
+            raise pipeline_stages.ScheduleError(
+                f"stage {stage} rebuilt from rank {rank}'s capture is not rank {other}'s: {reason}"
+            )
+    return cut.microbatches
 
 
 def _run_rank(

@@ -293,24 +293,27 @@ def forget_rebuilt_tables() -> None:
 
 def rebuilt_stages(traces: TraceSet) -> dict[int, RankTrace]:
     """The interior pipeline stages the emulator left to be rebuilt from stage 1's captures (the run's attrs
-    `stage_rebuild`, `core/pipeline_stages.py`): per captured rank of stage 1 and stage `s` listed, the rank playing
-    its part in stage `s` (a `RebuiltTrace`), its calls in `s`'s 1F1B order, its peers and groups moved, standing
-    for its stage-1 counterparts' ranks moved likewise (`device["rebuilt_from"]`: the captured rank). Its memory
-    events are stage 1's: the allocator's segments as stage 1 grew them (stage 1 has the most micro-batches in flight,
-    but segments come in steps, so stage `s`'s own may hold a segment more)."""
+    `stage_rebuild`, `core/pipeline_stages.py`; under the interleaved schedule odd stages from stage 1's and even
+    ones from stage 2's, attrs `from`): per captured rank of a source stage and stage `s` listed that is rebuilt from
+    it, the rank playing its part in stage `s` (a `RebuiltTrace`), its calls in `s`'s order, its peers and groups
+    moved, standing for its source counterparts' ranks moved likewise (`device["rebuilt_from"]`: the captured rank).
+    Its memory events are its source's: the allocator's segments as the source grew them (a source has at least as
+    many micro-batches in flight, but segments come in steps, so stage `s`'s own may hold a segment more)."""
     rebuild = traces.attrs.get("stage_rebuild") or {}
     if not rebuild.get("rebuilt"):
         return {}
     pipeline = pipeline_stages.Pipeline(int(rebuild["stages"]), int(rebuild["stride"]))
-    source = int(rebuild["from"])
+    sources = [int(s) for s in np.atleast_1d(rebuild["from"])]
     out: dict[int, RankTrace] = {}
     for rank, trace in sorted(traces.ranks.items()):
-        if pipeline.stage(rank) != source:
+        source = pipeline.stage(rank)
+        stages = [int(s) for s in rebuild["rebuilt"] if pipeline_stages.source(int(s), sources) == source]
+        if source not in sources or not stages:
             continue
         cut = pipeline_stages.split(trace.calls, trace.communicators, pipeline, source)
-        for stage in rebuild["rebuilt"]:
-            moved = pipeline.translate(rank, int(stage) - source)
-            out[moved] = RebuiltTrace(moved, trace, pipeline, cut, int(stage))
+        for stage in stages:
+            moved = pipeline.translate(rank, stage - source)
+            out[moved] = RebuiltTrace(moved, trace, pipeline, cut, stage)
     return out
 
 
