@@ -64,3 +64,29 @@ def test_nan_checks_agree_within_a_step(tmp_path):
     window as the first, which a loop stand-in answered with 1 (Inf); the checks now answer as a healthy run."""
     output, _ = emulate(tmp_path, "grad_nan_checks.py")
     assert "gradient checks agreed in every step" in output
+
+
+def test_a_value_a_kernel_rewrote_is_read_as_unknown(tmp_path):
+    """`_foreach_add_` returns nothing: the buffer the host filled (known, 0) it writes must become unknown, or
+    a loop on it reads 0 for ever (30 passes, the script's cap); `.cpu()` and `.item()` of it then read as a
+    value only a GPU computes: 0 first, then the stand-in 1, as a GPU's one pass."""
+    output, _ = emulate(tmp_path, "stale_known_values.py")
+    assert "copy loop ended after 2 passes" in output
+    assert "item loop ended after 2 passes" in output
+    assert "unknown read: copy 0.0 item 0.0" in output  # the copy read the host's stale 7.0 before
+
+
+def test_a_loop_on_an_unchanging_known_value_is_stopped(tmp_path, monkeypatch):
+    """A known value read again after the same work counts toward MAYA_EMU_LOOP_LIMIT: a loop on it fails
+    loudly, naming the read, rather than spin silently (to the script's cap of 1000 passes here)."""
+    monkeypatch.setenv("MAYA_EMU_LOOP_LIMIT", "20")
+    out = tmp_path / "run"
+    r = runner.invoke(
+        app,
+        ["emulate", "--out", str(out), "--", "python", str(WORKLOADS / "stale_known_values.py"), "--endless"],
+    )
+    assert r.exit_code == 1, r.output
+    assert "read the same device value 20 times" in r.output
+    assert "the same known value each time" in r.output
+    assert "aten::_to_copy > aten::copy_" in r.output
+    assert "endless loop ran" not in r.output

@@ -7,7 +7,15 @@ from paths import FIXTURES
 
 from maya.core import hardware
 from maya.estimators import CollectiveModel
-from maya.simulator import Deadlock, MeasuredDurations, MissingRanks, RooflineDurations, simulate, summarize
+from maya.simulator import (
+    CollectiveDurations,
+    Deadlock,
+    MeasuredDurations,
+    MissingRanks,
+    RooflineDurations,
+    simulate,
+    summarize,
+)
 from maya.simulator.iterations import find_period
 from maya.simulator.trace import load
 from maya.simulator.trace_builder import TraceBuilder
@@ -550,11 +558,11 @@ def test_allocator_peaks_are_kept_per_rank():
     assert allocator_peaks(SimpleNamespace(attrs={})) == {} and allocator_peak(SimpleNamespace(attrs={})) is None
 
 
-def test_an_all_to_all_sends_each_rank_its_own_share_without_a_transfer(tmp_path):
+def test_an_all_to_all_prices_each_rank_its_own_share_as_a_copy(tmp_path):
     """torch's `all_to_all_single` (Megatron's MoE all-to-all dispatcher) is one NCCL group of a send and a recv to
-    every member, the rank itself included: that pair spans one GPU, laid out as a one-rank collective (NCCL copies
-    it on the GPU), not as a send/recv between two GPUs (which the NCCL model refused: 'local GPUs (1, 1) are not
-    distinct GPUs')."""
+    every member, the rank itself included: that pair spans one GPU, laid out as a one-rank collective, not as a
+    send/recv between two GPUs (which the NCCL model refused: 'local GPUs (1, 1) are not distinct GPUs'), and priced
+    as the copy NCCL makes of it on the GPU (its bytes read and written at the memory bandwidth), not as free."""
     b = TraceBuilder(2)
     b.communicator("ep", [0, 1])
     for r in (0, 1):
@@ -562,17 +570,22 @@ def test_an_all_to_all_sends_each_rank_its_own_share_without_a_transfer(tmp_path
         k.kernel(10 * US)
         k.group_start()
         for peer in (0, 1):
-            k.send("ep", peer, 0)
+            k.send("ep", peer, 0)  # 1 Mi bf16 elements: 2 MiB
             k.recv("ep", peer, 0)
         k.group_end()
         k.kernel(10 * US)
-    sim = simulate(load(b.write(tmp_path / "r")), H100, RooflineDurations())
-    frame = next(rep.program for rep in sim.replicas if rep.rank == 1).frame
-    p2p = frame[frame["collective_name"].isin(["send", "recv"])]
-    assert p2p["comm_size"].tolist() == [2, 2, 1, 1]  # to rank 0, then to itself
-    assert p2p["comm_gpus"].tolist() == [(1, 0), (0, 1), (1,), (1,)]
+    copy_ns = 2 * (2 << 20) / (H100.memory_bandwidth * RooflineDurations().memory_efficiency) * 1e9
+    traces = load(b.write(tmp_path / "r"))
+    for durations in (RooflineDurations(), CollectiveDurations("dgx-h100")):
+        sim = simulate(traces, H100, durations)
+        index = next(i for i, rep in enumerate(sim.replicas) if rep.rank == 1)
+        frame = sim.replicas[index].program.frame
+        p2p = frame[frame["collective_name"].isin(["send", "recv"])]
+        assert p2p["comm_size"].tolist() == [2, 2, 1, 1]  # to rank 0, then to itself
+        assert p2p["comm_gpus"].tolist() == [(1, 0), (0, 1), (1,), (1,)]
+        device = np.asarray(sim.devices[index])[p2p.index]
+        assert device[2:] == pytest.approx([copy_ns, copy_ns], abs=1), durations.name  # 1.6 us on H100 (whole ns)
+        assert (device[:2] > 5 * copy_ns).all(), (durations.name, device)  # over NVLink, with NCCL's latency
     nccl = CollectiveModel("dgx-h100")
-    assert nccl.time("sendrecv", 1 << 20, 1, 1, gpus=(1,)).seconds[0] == 0.0  # its layout prices as no transfer
     with pytest.raises(ValueError, match="not distinct"):
         nccl.time("sendrecv", 1 << 20, 2, 1, gpus=(1, 1))
-    assert summarize(sim).iteration_ns > 20 * US

@@ -266,23 +266,42 @@ def test_notes_match_each_distinct_kernel_once_and_skip_a_trace_without_te(tmp_p
 
 ROPE_FWD = "_ZN18transformer_engine25fused_rope_forward_kernelI13__nv_bfloat16EEvPKT_PKiPKfS6_PS2_biiiiiiiiiiiiii"
 ROPE_BWD = ROPE_FWD.replace("25fused_rope_forward", "26fused_rope_backward")
+ROPE_THD_BWD = "_ZN18transformer_engine42fused_rope_thd_linear_grid_backward_kernelI13__nv_bfloat16EEvPKT_PKiPKfS6_PS2_biiiiiiiiiiii"
+QKV_ROPE_FWD = (
+    "_ZN18transformer_engine29fused_qkv_rope_forward_kernelI13__nv_bfloat16EEvPKT_PKfS6_PKiPS2_S9_S9_15NVTE_QKV_Format"
+    "biiiiiiiiii"
+)
 
 
-@pytest.mark.parametrize(("call", "kernel"), [("fused_rope_forward", ROPE_FWD), ("fused_rope_backward", ROPE_BWD)])
-def test_a_fused_rope_is_priced_as_the_rotary_embedding_kernel(tmp_path, call, kernel):
+@pytest.mark.parametrize(
+    ("call", "kernel", "shape"),
+    [
+        ("fused_rope_forward", ROPE_FWD, [256, 2, 8, 64]),  # sbhd
+        ("fused_rope_backward", ROPE_BWD, [256, 2, 8, 64]),
+        ("fused_rope_backward", ROPE_THD_BWD, [512, 8, 64]),  # thd: packed sequences, cu_seqlens
+    ],
+)
+def test_a_fused_rope_is_priced_as_the_rotary_embedding_kernel(tmp_path, call, kernel, shape):
     """Megatron's Llama-style models rotate q and k with TE's fused RoPE (`te::fused_rope_forward(t, freqs, ...)`,
-    t [s, b, h, d], freqs [s, 1, 1, d] in fp32): priced as vLLM's `rotary_embedding` over t (numel its elements, row
-    its head dimension) and counted under its own stand-in, not as an unsized TE kernel."""
-    s, b, h, d = 256, 2, 8, 64
-    inputs = [([s, b, h, d], "bfloat16"), ([s, 1, 1, d], "float32")]
+    t [s, b, h, d] or THD's [t, h, d], freqs [s, 1, 1, d] in fp32): priced as vLLM's `rotary_embedding` over t
+    (numel its elements, row its head dimension) and counted under its own stand-in, not as an unsized TE kernel."""
+    inputs = [(shape, "bfloat16"), ([shape[0], 1, 1, shape[-1]], "float32")]
     run = one_call_run(tmp_path, call, inputs, [kernel])
     f = frame(run).iloc[0]
     assert (f["family"], f["op"], f["dtype"], f["numel"], f["row"]) == (
         "elementwise",
         "rotary_embedding",
         "bf16",
-        s * b * h * d,
-        d,
+        int(np.prod(shape)),
+        shape[-1],
     )
     trace = load(run).ranks[0]
     assert te_work.notes({0: kernel}, trace.calls, trace.ops) == {"fused RoPE as vLLM's rotary embedding": 1}
+
+
+def test_only_te_s_fused_rope_kernels_are_rope():
+    """The fused-QKV RoPE is left unsized (its tensor is the packed q/k/v, not one head's rows), and a kernel whose
+    mangled name holds `rope` elsewhere (`...PropE...`, lowered) is not RoPE."""
+    assert te_work.kind_of(QKV_ROPE_FWD, "fused_qkv_rope_forward") is None
+    assert te_work.kind_of("_ZN18transformer_engine6detail12PropEkernelEPf", "quantize") is None
+    assert te_work.kind_of(ROPE_FWD, "fused_rope_forward") == "rope"

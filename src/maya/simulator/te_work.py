@@ -20,8 +20,10 @@ the same work (a stand-in: TE's kernels have no measurements of their own):
 - the bias gradient's `reduce_dbias`: torch's column sum of the gradient (`grad.sum(0)`, the eager bias gradient),
   an upper bound: TE sums per-tile partials its cast kernel wrote;
 - softmax (`scaled_*softmax*`): torch's softmax kernels over rows of the last dimension;
-- fused RoPE (`fused_rope_forward`, `fused_rope_backward`, their THD and QKV variants): vLLM's `rotary_embedding`
-  (Vidur's `attn_rope`), the rotated tensor read and written once (numel its elements, row its head dimension);
+- fused RoPE (`fused_rope_forward_kernel`, `fused_rope_backward_kernel` and their THD kernels,
+  `fused_rope_thd_*`): vLLM's `rotary_embedding` (Vidur's `attn_rope`), the rotated tensor read and written once
+  (numel its elements, row its head dimension). The fused-QKV kernels (`fused_qkv_rope_*`) are left unsized: their
+  call's tensor is the packed q/k/v (its last dimension all heads' widths, V's copied too), not one head's rows;
 - one-thread or scalar kernels (fused attention's setup `extract_seed_and_offset`, current scaling's
   `compute_scale_from_amax_kernel`, its amax reset `zero_amax_kernel`, the grouped amax reset
   `grouped_amax_zero_kernel`): one element of unknown work
@@ -50,7 +52,7 @@ KINDS: tuple[tuple[str, re.Pattern], ...] = (
     ("dbias", re.compile(r"reduce_dbias")),
     ("amax", re.compile(r"amax")),
     ("softmax", re.compile(r"softmax")),
-    ("rope", re.compile(r"rope")),
+    ("rope", re.compile(r"fused_rope_(?:forward|backward|thd)")),
     ("cast", re.compile(r"cast|identity|quantize")),
     ("transpose", re.compile(r"transpose")),
 )

@@ -16,7 +16,9 @@
  * for MAYA_EMU_LOOP_LIMIT repeated reads (default 10000) without a new read or progress is stopped:
  * its read fails with a message naming the ops it is in, which the script sees as a CUDA error.
  * A value the host can know (host_values.cpp: computed on the host from values it put on the device) is
- * read as it is, or as the op observer computed it (nonzero's own count), with no loop stand-in. The window
+ * read as it is, or as the op observer computed it (nonzero's own count), with no loop stand-in; the same
+ * known value read again under the same key counts toward the same limit (a kernel the op observer does not
+ * see may have rewritten it: a loop on it would spin on stale bytes). The window
  * does not tell a loop from the same check run over a list of equal buffers (a bucket's NaN check after the
  * previous bucket's), so a check whose answer must not flip is made known there (NaN/Inf checks). */
 
@@ -78,15 +80,18 @@ static long loop_limit(void) {
 const char *maya_stop_reason(void) { return atomic_load(&stopped) ? stop_reason : NULL; }
 MAYA_EXPORT const char *maya_emu_stop_reason(void) { return maya_stop_reason(); } /* for the runner */
 
-static int stop_loop(void) {
+/* `known`: the value read is one the host knows, which read the same each time (no stand-in was tried). */
+static int stop_loop(int known) {
   if (!atomic_exchange(&stopped, 1)) {
     const char *ops = describe_ops ? describe_ops() : NULL;
     snprintf(stop_reason, sizeof stop_reason,
              "maya emulator stopped the rank: it read the same device value %ld times, each time after the same "
-             "work, with no training progress (no optimizer step, no backward) and the stand-ins 0 and 1 both "
-             "tried: a loop on device values that emulation cannot end (the read is in %s). Set "
-             "MAYA_EMU_LOOP_LIMIT to allow longer loops",
-             loop_limit(), ops && *ops ? ops : "no framework op");
+             "work, with no training progress (no optimizer step, no backward) and %s: a loop on device values "
+             "that emulation cannot end (the read is in %s). Set MAYA_EMU_LOOP_LIMIT to allow longer loops",
+             loop_limit(),
+             known ? "the same known value each time (one the host computed, unchanged by any op it saw)"
+                   : "the stand-ins 0 and 1 both tried",
+             ops && *ops ? ops : "no framework op");
     fprintf(stderr, "%s\n", stop_reason);
   }
   return -1;
@@ -99,13 +104,13 @@ int maya_host_read(maya_rec *r, void *dst, const void *src, size_t n) {
   int work = window_work;
   window = WINDOW_SEED;
   window_work = 0;
-  if (known_size && n > 0 && n <= 8 && dst) {
+  int known = known_size && n > 0 && n <= 8 && dst;
+  if (known) {
     if (known_given) {
       memset(dst, 0, n);
       memcpy(dst, known_value, n < (size_t)known_size ? n : (size_t)known_size);
     }
     r->a[3] = known_code;
-    return 0;
   }
   if (unknown_zero && n > 0 && n <= 8 && dst) {
     memset(dst, 0, n);
@@ -131,7 +136,12 @@ int maya_host_read(maya_rec *r, void *dst, const void *src, size_t n) {
     return 0;
   }
   long limit = loop_limit();
-  if (limit > 0 && ++loop_reads > limit) return stop_loop();
+  if (known) { /* read as it is; a changed value is a loop making progress, an unchanged one counts */
+    int same = memcmp(site->value, dst, n) == 0;
+    memcpy(site->value, dst, n);
+    return same && limit > 0 && ++loop_reads > limit ? stop_loop(1) : 0;
+  }
+  if (limit > 0 && ++loop_reads > limit) return stop_loop(0);
   int zero = 1;
   for (size_t i = 0; i < n; i++) zero &= site->value[i] == 0;
   unsigned char value[8] = {0};

@@ -23,10 +23,11 @@
  * the answer, or of what is computed from it, agrees within a step and across steps.
  *
  * Host reads of known values are real: `.item()` and a copy to the host read the bytes as they are (no loop
- * stand-in), and
- * `nonzero`, which reads its own count inside the op, gets the count of its known input. An `.item()` of a
- * value only a GPU computes reads 0 (no overflow found, no NaN, a flag not set; not the stale bytes of
- * whatever the allocation held), and a loop's stand-ins when repeated (host_read.c). */
+ * stand-in; the same known value read after the same work MAYA_EMU_LOOP_LIMIT times stops the rank,
+ * host_read.c), and `nonzero`, which reads its own count inside the op, gets the count of its known input.
+ * An `.item()` or a copy to the host of a value only a GPU computes reads 0 (no overflow found, no NaN, a flag
+ * not set; not the stale bytes of whatever the allocation held), and a loop's stand-ins when repeated
+ * (host_read.c). An op with unknown inputs leaves unknown every argument its schema writes, returned or not. */
 #include "host_values.h"
 
 #include <ATen/ATen.h>
@@ -79,8 +80,10 @@ void debug(const at::RecordFunction &fn, const char *what) {
 
 struct Info {
   std::optional<c10::OperatorHandle> handle;
-  bool runnable = false;  // not a view, not random, found in the dispatcher
-  std::vector<bool> outs; // per argument: an out= tensor (written, never read)
+  bool runnable = false;    // not a view, not random, found in the dispatcher
+  std::vector<bool> outs;   // per argument: an out= tensor (written, never read)
+  std::vector<bool> writes; // per argument: written (`Tensor(a!)`), returned or not
+  bool any_write = false;
 };
 
 bool plain_device(const at::Tensor &t) {
@@ -189,6 +192,8 @@ const Info &info_of(const at::RecordFunction &fn) {
       for (const c10::Argument &a : s.arguments()) {
         if (a.type()->str().find("Generator") != std::string::npos) random = true;
         info.outs.push_back(a.is_out());
+        info.writes.push_back(a.alias_info() && a.alias_info()->isWrite());
+        info.any_write = info.any_write || info.writes.back();
       }
       std::string_view n = name->name;
       bool bookkeeping = n.starts_with("aten::empty") || n.starts_with("aten::new_empty") || n == "aten::resize_" ||
@@ -332,6 +337,21 @@ void write_indices(const at::Tensor &idx, int64_t dim, int64_t n, bool kept, boo
   at::Tensor r = at::arange(rows, opts.dtype(at::kLong)).unsqueeze(1), j = at::arange(k, opts.dtype(at::kLong));
   at::Tensor v = identity ? j.expand({rows, k}) : (r + j) % n;
   moved.copy_(v.reshape(moved.sizes()));
+}
+
+/* An op with unknown inputs leaves every argument its schema writes unknown, returned or not: the in-place
+ * ops returning nothing (`_foreach_add_`, the unscale op's `found_inf`, `_amp_update_scale_`'s growth
+ * tracker) would otherwise leave a value known that a kernel rewrote, and a loop on it would read it stale. */
+void mark_written(const at::RecordFunction &fn, const std::vector<c10::IValue> &in) {
+  if (in.empty()) return;
+  const Info &info = info_of(fn);
+  for (size_t i = 0; i < in.size() && i < info.writes.size(); i++)
+    if (info.writes[i]) each_tensor(in[i], [&](const at::Tensor &t) { mark(t, UNKNOWN); });
+}
+
+/* Whether an op may leave a known value stale: something is known and its schema writes an argument. */
+bool may_write_known(const at::RecordFunction &fn) {
+  return any_known.load(std::memory_order_relaxed) && info_of(fn).any_write;
 }
 
 /* Ops that write their first argument without reading it. */
@@ -480,7 +500,7 @@ void on_enter(const at::RecordFunction &fn, OpValues &op) {
     int64_t bytes = 0;
     op.inputs_known = in.empty() ? UNKNOWN : read_inputs_known(fn, in, &bytes);
     if (op.inputs_known != UNKNOWN || is_routing(n) || n == "aten::copy_" || is_collective(n) ||
-        finiteness_answer(n) >= 0)
+        finiteness_answer(n) >= 0 || may_write_known(fn))
       op.inputs.assign(in.begin(), in.end());
   }
   if (in.empty() || !in[0].isTensor()) return;
@@ -494,13 +514,13 @@ void on_enter(const at::RecordFunction &fn, OpValues &op) {
                                      : READ_ASSUMED);
     op.read_set = true;
   } else if (n == "aten::copy_" && !x.is_cuda() && in.size() >= 2 && in[1].isTensor()) {
-    // A known device value copied to the host (`.cpu()`, `.tolist()`: Megatron's token count of its one local
-    // expert, 8 bytes, every MoE layer) is read as it is: no loop stand-in flips the next layer's equal read.
+    // A device value copied to the host (`.cpu()`, `.tolist()`) reads as `.item()` of it does: a known one as
+    // it is (Megatron's token count of its one local expert, 8 bytes, every MoE layer: no loop stand-in flips
+    // the next layer's equal read), an unknown one as 0 first.
     const at::Tensor &src = in[1].toTensor();
     if (!plain_device(src)) return;
     uint8_t p = provenance(src);
-    if (p == UNKNOWN) return;
-    maya_emu_read_value(nullptr, 8, p == REAL ? READ_COMPUTED : READ_ASSUMED);
+    maya_emu_read_value(nullptr, 8, p == UNKNOWN ? READ_UNKNOWN : p == REAL ? READ_COMPUTED : READ_ASSUMED);
     op.read_set = true;
   } else if (n == "aten::nonzero") { // reads its own count: the count of its known input
     if (!plain_device(x)) return;
@@ -554,6 +574,7 @@ void on_exit(const at::RecordFunction &fn, OpValues &op, int64_t own_work) {
     debug(fn, "inputs unknown: outputs unknown");
   }
   mark_outputs(fn, UNKNOWN);
+  mark_written(fn, op.inputs);
 }
 
 uint8_t provenance_of(const void *storage_base) {

@@ -244,7 +244,7 @@ int32_t inputs_id(const at::RecordFunction &fn, int32_t name) {
 
 struct OpContext : at::ObserverContext {
   int64_t op_id;
-  bool scalar_read = false;     // aten::_local_scalar_dense: the element type was handed to libmaya_emu
+  bool scalar_read = false;     // a scalar read (.item(), .cpu()): the element type was handed to libmaya_emu
   maya_values::OpValues values; // device values the host can know (host_values.cpp)
   explicit OpContext(int64_t id) : op_id(id) {}
 };
@@ -327,7 +327,17 @@ void leave(ThreadState &s, int64_t id) {
   maya_emu_set_op(s.open.empty() ? -1 : s.open.back().op_id);
 }
 
-int32_t local_scalar_dense = -1; // interned at install
+int32_t local_scalar_dense = -1, copy_op = -1; // interned at install
+
+/* The tensor whose one element the op reads to the host, or nullptr: `.item()`, or a copy of a one-element device
+ * tensor to the host (`.cpu()`), whose loop stand-in is then 1 of the element type too. */
+const at::Tensor *scalar_read_of(const at::RecordFunction &fn, int32_t name) {
+  const auto &in = fn.inputs();
+  if (name == local_scalar_dense && !in.empty() && in[0].isTensor()) return &in[0].toTensor();
+  if (name != copy_op || in.size() < 2 || !in[0].isTensor() || !in[1].isTensor()) return nullptr;
+  const at::Tensor &src = in[1].toTensor();
+  return !in[0].toTensor().is_cuda() && src.is_cuda() && src.numel() == 1 ? &src : nullptr;
+}
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
   if (forked_child) return nullptr;
@@ -342,9 +352,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
   ctx->values.work_at_enter = maya_emu_kernel_work();
   maya_values::on_enter(fn, ctx->values);
   open_contexts.push_back(ctx.get());
-  if (name == local_scalar_dense && !fn.inputs().empty() && fn.inputs()[0].isTensor()) {
+  if (const at::Tensor *read = scalar_read_of(fn, name)) {
     unsigned char one[8];
-    int size = one_of(fn.inputs()[0].toTensor().scalar_type(), one);
+    int size = one_of(read->scalar_type(), one);
     if (size) {
       maya_emu_read_one(one, size);
       ctx->scalar_read = true;
@@ -375,6 +385,7 @@ __attribute__((visibility("default"))) int maya_ops_install(const char *dir) {
   if (handle) return 0;
   out_dir = dir;
   local_scalar_dense = intern("aten::_local_scalar_dense");
+  copy_op = intern("aten::copy_");
   maya_emu_describe_ops(describe_open_ops);
   handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit).needsInputs(true).needsOutputs(true));
   pthread_atfork(nullptr, nullptr, [] { forked_child = true; });

@@ -188,7 +188,9 @@ class RooflineDurations(DurationProvider):
     """Analytical durations: a kernel takes `max(FLOPs / (peak x compute_efficiency), bytes / (bandwidth x
     memory_efficiency))` plus `kernel_overhead_ns`; a kernel whose work is unknown takes
     `unknown_kernel_ns`. Collectives: alpha-beta, `latency + S x factor / bus bandwidth` with nccl-tests'
-    bus-bandwidth factors, NVLink (else PCIe) inside a node and `network_gbs` per GPU across nodes."""
+    bus-bandwidth factors, NVLink (else PCIe) inside a node and `network_gbs` per GPU across nodes; a send or
+    recv to the rank itself (an all-to-all's own share, which NCCL copies on the GPU) as that copy: its bytes
+    read and written at the memory bandwidth (`self_copy_ns`)."""
 
     compute_efficiency: float = 0.7
     memory_efficiency: float = 0.8
@@ -253,7 +255,13 @@ class RooflineDurations(DurationProvider):
             + (nodes - 1) * self.network_hop_latency_ns
         )
         seconds = size * factor / bus
-        return np.where(ranks > 1, latency + seconds * 1e9, 0.0)
+        own = name.isin(["send", "recv"]).to_numpy() & (ranks == 1)
+        local = np.where(own, self.self_copy_ns(size, hw), 0.0)
+        return np.where(ranks > 1, latency + seconds * 1e9, local)
+
+    def self_copy_ns(self, size: np.ndarray, hw: Hardware) -> np.ndarray:
+        """A send to the rank itself: NCCL copies its `size` bytes on the GPU (read and written once)."""
+        return 2 * size / (hw.memory_bandwidth * self.memory_efficiency) * 1e9
 
 
 HOST_NS = {

@@ -85,7 +85,9 @@ class CollectiveDurations(DurationProvider):
 
             c = calls.loc[coll]
             name = c["collective"].astype(str).map(priced_name)
-            known = name.notna().to_numpy()
+            # a send to the rank itself is a copy on its GPU, priced by the fallback (`self_copy_ns`)
+            own = (name == "sendrecv") & (c["comm_size"] == 1)
+            known = (name.notna() & ~own).to_numpy()
             gpus = c["comm_gpus"] if "comm_gpus" in c else pd.Series([()] * len(c), index=c.index, dtype=object)
             frame = pd.DataFrame(
                 {
