@@ -227,11 +227,13 @@ def stage_rebuild_notes(traces: TraceSet) -> list[str]:
         return [f"every pipeline stage was captured: interior stages could not be rebuilt ({rebuild['refused']})"]
     if not rebuild.get("rebuilt"):
         return []
+    checked = rebuild["checked"]
+    checked = [checked] if isinstance(checked, int) else checked  # traces captured before stage P - 2 was checked
     return [
         f"1F1B stages rebuilt: pipeline stages {_ranges(rebuild['rebuilt'])} of {rebuild['stages']} were not captured; "
         f"each replays stage {rebuild['from']}'s forwards and backwards of its {rebuild['microbatches']} micro-batches "
         "in its own warm-up, steady and cool-down order, with its peers and groups moved (stages "
-        f"{' and '.join(str(s) for s in rebuild['checked'])} rebuilt so were checked against their own captures: the "
+        f"{' and '.join(str(s) for s in checked)} rebuilt so were checked against their own captures: the "
         "same calls in the same order); their peak memory is stage "
         f"{rebuild['from']}'s (the trace holds the allocator's segments, not each tensor)"
     ]
