@@ -118,8 +118,8 @@ def test_an_uneven_stage_captures_every_stage_and_says_why(tmp_path):
 
 
 def test_rebuilt_stages_are_held_once_and_predict_as_copies(tmp_path):
-    """A rebuilt stage holds no tables of its own: its calls and its priced frame (stage 1's in its order) are built
-    on each read, one stage's at a time (reading stage 4's lets stage 3's go), and the prediction is, to the
+    """A rebuilt stage holds no tables of its own: its calls and its priced frame (stage 1's in its order, with what
+    differs kept as small patches: call numbers and times as steps) are built on each read, one stage's at a time (reading stage 4's lets stage 3's go), and the prediction is, to the
     nanosecond and call by call, the one of the same stages built as copies of stage 1's tables (7 stages, 7
     micro-batches: stages 3 and 4 rebuilt, 2 and 5 checked)."""
     emulate(tmp_path / "rebuilt", script_args=["--stages", "7", "--microbatches", "7"], stages=7)
@@ -140,6 +140,11 @@ def test_rebuilt_stages_are_held_once_and_predict_as_copies(tmp_path):
     shared, copied = simulate(traces, h100, "roofline"), simulate(copies, h100, "roofline")
     assert isinstance(shared.programs[3], RebuiltProgram) and not isinstance(copied.programs[3], RebuiltProgram)
     assert shared.programs[3].derive.func is pricing._permuted  # stage 1's frame in stage 3's order, not re-priced
+    _, order, patches = shared.programs[3].derive.args  # what it holds: its recipe's order and small patches
+    assert not isinstance(order, np.ndarray) and np.array_equal(order(), traces.ranks[3].order())
+    frame_bytes = copied.programs[3].frame.memory_usage(index=False).sum()
+    assert patches and sum(p.nbytes for p in patches.values()) < frame_bytes / 20
+    assert {"seq", "start_ns"} <= set(patches) and isinstance(patches["seq"], pricing.Steps)
     frame_3 = weakref.ref(shared.programs[3].frame)
     pd.testing.assert_frame_equal(shared.programs[4].frame, copied.programs[4].frame)
     gc.collect()

@@ -23,9 +23,11 @@ from collections import deque
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
 
 from .fold import fold
 from .opcodes import COLL, DEVICE_SYNC, EVENT_SYNC, NOP, RECORD, WAIT, WORK, WORK_SYNC
+from .program import Program
 from .topology import GlobalComm, Replica
 
 IDLE = -1
@@ -151,6 +153,36 @@ class RankResult:
     """Per event record id (`Program.arg` of RECORD calls): when the event completes (-1: never)."""
 
 
+def _interned(values: np.ndarray, numbers: dict[int, int]) -> list[int]:
+    """`values.tolist()` with equal numbers one object, the one `numbers` holds (added when new): a job's device and
+    host times repeat call after call and program after program, so its lists cost a pointer per call, not an
+    integer object too."""
+    codes, distinct = pd.factorize(values)
+    objects = [numbers.setdefault(v, v) for v in distinct.tolist()]
+    return list(map(objects.__getitem__, codes.tolist()))
+
+
+def _sequences(p: Program, device: np.ndarray, numbers: dict[int, int]) -> tuple[tuple, list[list[int]]]:
+    """A program's per-call sequences as `_Rank` reads them (opcode, stream, arg, device, host and launch delay,
+    next item on the stream) and its collective durations per launch. Lists, whose items the replay's loops read
+    fastest, where their numbers repeat (small ones are Python's own objects; times are `_interned`); arrays of
+    machine integers for the call and record numbers, which do not repeat and are read at events, waits and
+    launches only (as lists they would cost an integer object per call: ~1 GB for a 1T-parameter job's 64
+    pipeline stages)."""
+    durations = device[p.launch_ops] if len(p.launch_ops) else np.zeros(0, np.int64)
+    per_launch = np.split(durations, np.cumsum([len(launch) for launch in p.launches])[:-1])
+    sequences = (
+        p.opcodes.tolist(),
+        p.stream.tolist(),
+        array("q", p.arg.astype(np.int64).tobytes()),
+        _interned(device, numbers),
+        _interned(p.host, numbers),
+        _interned(p.ready, numbers),
+        array("q", p.stream_successors().astype(np.int64).tobytes()),
+    )
+    return sequences, [d.tolist() for d in per_launch]
+
+
 class Engine:
     def __init__(
         self,
@@ -172,25 +204,13 @@ class Engine:
             replicas = [replace(replicas[i], keys=keys) for i, keys in zip(chosen, self.folding.keys)]
             devices = [devices[i] for i in chosen]
         cache: dict[tuple[int, int], tuple] = {}
+        numbers: dict[int, int] = {}
         self.ranks: list[_Rank] = []
         for replica, device in zip(replicas, devices):
             p = replica.program
             key = (id(p), id(device))
             if key not in cache:
-                durations = device[p.launch_ops] if len(p.launch_ops) else np.zeros(0, np.int64)
-                per_launch = np.split(durations, np.cumsum([len(launch) for launch in p.launches])[:-1])
-                cache[key] = (
-                    (
-                        p.opcodes.tolist(),
-                        p.stream.tolist(),
-                        p.arg.tolist(),
-                        device.tolist(),
-                        p.host.tolist(),
-                        p.ready.tolist(),
-                        p.stream_successors().tolist(),
-                    ),
-                    [d.tolist() for d in per_launch],
-                )
+                cache[key] = _sequences(p, device, numbers)
             lists, launch_durations = cache[key]
             self.ranks.append(_Rank(replica, lists, launch_durations))
         self.comms = comms

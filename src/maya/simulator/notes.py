@@ -229,12 +229,14 @@ def stage_rebuild_notes(traces: TraceSet) -> list[str]:
         return []
     sources = rebuild["from"]
     source = f"stage {sources}" if isinstance(sources, int) else "stage 1 (odd stages) or 2 (even ones)"
+    checked = rebuild["checked"]
+    checked = [checked] if isinstance(checked, int) else checked  # traces captured before stage P - 2 was checked
     return [
         f"{rebuild.get('schedule', '1F1B')} stages rebuilt: pipeline stages {_ranges(rebuild['rebuilt'])} of "
         f"{rebuild['stages']} were not captured; each replays {source}'s forwards and backwards of its "
         f"{rebuild['microbatches']} {'virtual ' if rebuild.get('schedule') else ''}micro-batches "
         "in its own warm-up, steady and cool-down order, with its peers and groups moved (stages "
-        f"{' and '.join(str(s) for s in rebuild['checked'])} rebuilt so were checked against their own captures: the "
+        f"{' and '.join(str(s) for s in checked)} rebuilt so were checked against their own captures: the "
         f"same calls in the same order); their peak memory is {source}'s (the trace holds the allocator's segments, "
         "not each tensor)"
     ]

@@ -6,6 +6,8 @@ receives cross other links, gets its own collective times)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -85,7 +87,7 @@ def laid_out_frame(
 ) -> pd.DataFrame:
     """`priced_frame` with the collective rows' layout columns (`LAYOUT_COLUMNS`) those of `layouts`."""
     frame = priced_frame(program, traces, iterations)
-    coll = _with_layout(frame, program, layouts)
+    coll = _with_layout(frame, program.launch_ops, layouts)
     for column in LAYOUT_COLUMNS:  # into copies: a frame's columns may be a trace's read-only buffers
         written = frame[column].copy()
         written.loc[coll.index] = coll[column]
@@ -93,34 +95,150 @@ def laid_out_frame(
     return frame
 
 
-def permutation(frame: pd.DataFrame, source: Program, order: np.ndarray) -> functools.partial[pd.DataFrame] | None:
+def permutation(
+    frame: pd.DataFrame, source: Program, order: Callable[[], np.ndarray]
+) -> functools.partial[pd.DataFrame]:
     """`frame` (a rebuilt stage's priced frame) built again from `source`'s (the captured stage's program it was
-    rebuilt from) as its rows `order` with the columns that differ kept (times, peers, framework time, layouts:
-    a few of its columns); None when `source` is not priced or its columns are not `frame`'s."""
+    rebuilt from, priced first) as its rows `order()` with what differs patched in (`_patch`: times, call numbers
+    and peers, framework time, a few rows of op shapes); ValueError when `source` is not priced or its columns are
+    not `frame`'s."""
     if source.frame is None or list(source.frame.columns) != list(frame.columns):
-        return None
-    base = source.frame.take(order).reset_index(drop=True)
-    # copies: a column of `frame` may be a view of a block of several, which it would keep
-    kept = {name: frame[name].copy() for name in frame.columns if not frame[name].equals(base[name])}
-    return functools.partial(_permuted, source, order, kept)
+        reason = "is not priced" if source.frame is None else "has other columns"
+        raise ValueError(f"rank {source.rank}'s priced frame {reason}: a stage rebuilt from it cannot be priced as it")
+    base = source.frame.take(order()).reset_index(drop=True)
+    patches = {name: _patch(frame[name], base[name]) for name in frame.columns}
+    return functools.partial(_permuted, source, order, {name: p for name, p in patches.items() if p is not None})
 
 
-def _permuted(source: Program, order: np.ndarray, kept: dict[str, pd.Series]) -> pd.DataFrame:
-    """`source`'s priced frame, rows `order`, with the columns `kept` (`permutation`)."""
-    frame = source.frame.take(order).reset_index(drop=True)
-    for name, values in kept.items():
-        frame[name] = values
+def _permuted(source: Program, order: Callable[[], np.ndarray], patches: dict[str, Patch]) -> pd.DataFrame:
+    """`source`'s priced frame, rows `order()`, with the columns `patches` (`permutation`)."""
+    frame = source.frame.take(order()).reset_index(drop=True)
+    for name, patch in patches.items():
+        frame[name] = patch.apply(frame[name])
     return frame
 
 
-def _with_layout(frame: pd.DataFrame, program: Program, layouts: list[tuple]) -> pd.DataFrame:
-    """The collective rows of `frame` with the replica's sizes, node counts and local GPUs."""
-    calls = [op.call for launch in program.launches for op in launch]
+@dataclass(frozen=True)
+class Rows:
+    """A column that differs from its base in some rows: those rows and their values."""
+
+    rows: np.ndarray
+    values: pd.api.extensions.ExtensionArray
+
+    def apply(self, base: pd.Series) -> pd.Series:
+        values = base.array.copy()
+        values[self.rows] = self.values
+        return pd.Series(values, index=base.index, name=base.name)
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes + self.values.nbytes
+
+
+@dataclass(frozen=True)
+class Steps:
+    """An integer column that differs from its base by a step function (a rebuilt stage's call times and numbers: one
+    offset over each piece it moved): where the difference changes, and its values from there."""
+
+    starts: np.ndarray
+    offsets: np.ndarray
+
+    def apply(self, base: pd.Series) -> pd.Series:
+        lengths = np.diff(np.r_[self.starts, len(base)])
+        return pd.Series(base.to_numpy() + np.repeat(self.offsets, lengths), index=base.index, name=base.name)
+
+    @property
+    def nbytes(self) -> int:
+        return self.starts.nbytes + self.offsets.nbytes
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A column that differs from its base throughout (or in its dtype): the column itself."""
+
+    values: pd.Series
+
+    def apply(self, base: pd.Series) -> pd.Series:
+        return pd.Series(self.values.array.copy(), index=base.index, name=base.name)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.memory_usage(index=False, deep=True))
+
+
+Patch = Rows | Steps | Whole
+
+
+def _patch(column: pd.Series, base: pd.Series) -> Patch | None:
+    """How `column` differs from `base` (same length), in the fewest bytes; None when it does not (`_differs`)."""
+    if column.dtype != base.dtype:
+        return Whole(column.copy())
+    differs = _differs(column, base)
+    if not differs.any():
+        return None
+    rows = np.flatnonzero(differs)
+    options: list[Patch] = [Rows(rows, column.array[rows].copy())]
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "iu":
+        delta = column.to_numpy() - base.to_numpy()  # exact, wrapping or not: base + delta is column
+        starts = np.flatnonzero(np.r_[True, delta[1:] != delta[:-1]])
+        options.append(Steps(starts, delta[starts]))
+    best = min(options, key=lambda p: p.nbytes)
+    return best if best.nbytes < column.memory_usage(index=False, deep=True) else Whole(column.copy())
+
+
+def _differs(column: pd.Series, base: pd.Series) -> np.ndarray:
+    """Per row, whether `column`'s value is not `base`'s: numbers bit for bit, other values by `==`, missing values
+    alike."""
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "fiub":
+        bits = np.dtype(f"u{column.dtype.itemsize}")
+        return column.to_numpy().view(bits) != base.to_numpy().view(bits)
+    equal = column.array == base.array
+    equal = equal.to_numpy(dtype=bool, na_value=False) if hasattr(equal, "to_numpy") else np.asarray(equal, dtype=bool)
+    return ~equal & ~(column.isna().to_numpy() & base.isna().to_numpy())
+
+
+def _with_layout(frame: pd.DataFrame, calls: np.ndarray, layouts: list[tuple]) -> pd.DataFrame:
+    """The rows `calls` of `frame` (collective operations) with the sizes, node counts and local GPUs `layouts`."""
     rows = frame.iloc[calls].copy()
     rows["comm_size"] = [x[0] for x in layouts]
     rows["comm_nodes"] = [x[1] for x in layouts]
     rows["comm_gpus"] = [x[2] for x in layouts]
     return rows
+
+
+def _relaid(
+    program: Program,
+    layouts: list[tuple],
+    first: list[tuple],
+    provider: DurationProvider,
+    hardware: Hardware,
+    known: dict[tuple, np.ndarray],
+) -> np.ndarray:
+    """`program.device` with its collective operations laid out as `layouts` instead of `first` (the layouts it was
+    priced with): those laid out otherwise priced again (a collective's time is its own row's). Times that come out
+    the same are the same array: `program.device` itself, else the one `known` holds for those layouts or those
+    times (added when new), so a job's copies of a program hold one array per distinct set of times."""
+    changed = [k for k, (ours, its) in enumerate(zip(layouts, first)) if ours != its]
+    if not changed:
+        return program.device
+    laid_out = (program.rank, tuple((k, layouts[k]) for k in changed))
+    if laid_out in known:
+        return known[laid_out]
+    calls = program.launch_ops[changed]
+    times = program.device[calls]  # the new times in the device array's integers, cast as written into it
+    rows = _with_layout(program.frame, calls, [layouts[k] for k in changed])
+    times[:] = np.rint(np.maximum(provider.device_ns(rows, hardware), 0))
+    differs = times != program.device[calls]
+    calls, times = calls[differs], times[differs]
+    timed = (program.rank, calls.tobytes(), times.tobytes())
+    if not len(calls):
+        known[laid_out] = program.device
+    elif timed in known:
+        known[laid_out] = known[timed]
+    else:
+        known[laid_out] = known[timed] = program.device.copy()
+        known[timed][calls] = times
+    return known[laid_out]
 
 
 def price(
@@ -136,7 +254,8 @@ def price(
     time is the provider's plus, unless the provider measured it, the framework time before it (emulated calls
     only) times `host_factor` (the target host's time per second of the emulating CPU's; default 0: not added),
     read over each rank's `iterations`."""
-    by_layout: dict[tuple, np.ndarray] = {}
+    first: dict[int, list[tuple]] = {}  # per program, the layouts it was priced with
+    known: dict[tuple, np.ndarray] = {}
     seen: dict[tuple, list[tuple]] = {}
     devices = []
     for replica in replicas:
@@ -149,33 +268,23 @@ def price(
             layouts = _layouts(program, replica, comms, traces)
             if same is not None:
                 seen[same] = layouts
-        layout = (program.rank, tuple(layouts))
-        if layout not in by_layout:
-            if not len(program.device):  # the program's first layout: price everything
-                derive = functools.partial(
-                    laid_out_frame, program, traces, (iterations or {}).get(program.rank), layouts
-                )
-                if isinstance(program, RebuiltProgram):
-                    frame = derive()
-                    trace = traces.ranks[program.rank]
-                    source = next(r.program for r in replicas if r.program.rank == trace.device["rebuilt_from"])
-                    program.derive = permutation(frame, source, trace.order()) or derive
-                else:
-                    program.frame = frame = derive()
-                host = provider.host_ns(frame)
-                if not provider.measures_host_time:
-                    host = host + host_factor * frame["framework_ns"].to_numpy()
-                program.price(
-                    provider.device_ns(frame, hardware) * launch_factor(frame, hardware),
-                    host,
-                    provider.launch_ns(frame),
-                )
-                by_layout[layout] = program.device
-            else:
-                coll = _with_layout(program.frame, program, layouts)
-                device = program.device.copy()
-                if len(coll):
-                    device[coll.index.to_numpy()] = np.rint(np.maximum(provider.device_ns(coll, hardware), 0))
-                by_layout[layout] = device
-        devices.append(by_layout[layout])
+        if program.rank in first:
+            devices.append(_relaid(program, layouts, first[program.rank], provider, hardware, known))
+            continue
+        # the program's first layout: price everything
+        frame = laid_out_frame(program, traces, (iterations or {}).get(program.rank), layouts)
+        if isinstance(program, RebuiltProgram):  # its captured stage's program (a lower rank) is priced
+            trace = traces.ranks[program.rank]
+            source = next(r.program for r in replicas if r.program.rank == trace.device["rebuilt_from"])
+            program.derive = permutation(frame, source, trace.order)
+        else:
+            program.frame = frame
+        host = provider.host_ns(frame)
+        if not provider.measures_host_time:
+            host = host + host_factor * frame["framework_ns"].to_numpy()
+        program.price(
+            provider.device_ns(frame, hardware) * launch_factor(frame, hardware), host, provider.launch_ns(frame)
+        )
+        first[program.rank] = layouts
+        devices.append(program.device)
     return devices

@@ -176,6 +176,7 @@ def simulate(
     t0 = time.perf_counter()
     results = engine.run()
     seconds, replays = time.perf_counter() - t0, 1
+    del engine  # it holds every call of the job as Python objects: let them go before the next
     if contention and not provider.replays_measured_kernels:
         spec = cluster_spec(cluster, hardware)
         contended, power_notes = contend(traces, replicas, comms, devices, results, hardware, spec, clocks)
@@ -186,6 +187,7 @@ def simulate(
             t0 = time.perf_counter()
             results = engine.run()
             seconds, replays = seconds + time.perf_counter() - t0, 2
+            del engine
     return Simulation(
         traces,
         hardware,

@@ -48,9 +48,11 @@ class Replica:
     captured: bool
     comms: list[int]
     """Per program communicator: index into the global communicator list (-1: not used)."""
-    keys: list[list[tuple[tuple, int]]]
+    keys: list[tuple[tuple[tuple, int], ...]]
     """Per launch, per operation: (matching key, number of participants). Keys: `(communicator, seq)`
-    for collectives, `(communicator, src, dst, order)` for p2p (global communicator index and ranks)."""
+    for collectives, `(communicator, src, dst, order)` for p2p (global communicator index and ranks). A launch's
+    keys are one object wherever they are equal (`expand`): the copies of a rank in one group, the two ends of a
+    send."""
 
 
 def expand(traces: TraceSet, programs: dict[int, Program]) -> tuple[list[Replica], list[GlobalComm]]:
@@ -67,6 +69,7 @@ def expand(traces: TraceSet, programs: dict[int, Program]) -> tuple[list[Replica
     comms: list[GlobalComm] = []
     missing: dict[str, set[int]] = {}
     replicas = []
+    launches: dict[tuple, tuple] = {}  # each launch's keys once: a 512-rank job holds ~10M of them otherwise
     for x, (y, j) in sorted(position.items()):
         program = programs[y]
         used = {op.comm for launch in program.launches for op in launch}
@@ -88,7 +91,7 @@ def expand(traces: TraceSet, programs: dict[int, Program]) -> tuple[list[Replica
                 comm_index[key] = len(comms)
                 comms.append(GlobalComm(comm.comm_id, key[1], len({traces.node_of(r) for r in key[1]})))
             local.append(comm_index[key])
-        replicas.append(Replica(x, program, j == 0, local, _keys(program, local, members, x, comms)))
+        replicas.append(Replica(x, program, j == 0, local, _keys(program, local, members, x, comms, launches)))
     if missing:
         raise MissingRanks(_missing_message(missing, programs))
     return replicas, comms
@@ -131,9 +134,15 @@ def _map_group(
 
 
 def _keys(
-    program: Program, local: list[int], members: dict[int, list[int]], rank: int, comms: list[GlobalComm]
-) -> list[list[tuple[tuple, int]]]:
-    """Matching key and participant count of every operation of every launch of `rank`."""
+    program: Program,
+    local: list[int],
+    members: dict[int, list[int]],
+    rank: int,
+    comms: list[GlobalComm],
+    launches: dict[tuple, tuple],
+) -> list[tuple[tuple[tuple, int], ...]]:
+    """Matching key and participant count of every operation of every launch of `rank`: each launch's keys, and
+    each send's or receive's, the object `launches` holds for them (added when new)."""
     out = []
     for launch in program.launches:
         keys = []
@@ -148,8 +157,10 @@ def _keys(
                     f"{program.communicators[c].comm_id!r} is not a listed member"
                 )
             other = members[c][peer]
-            keys.append(((g, rank, other, order) if send else (g, other, rank, order), 2))
-        out.append(keys)
+            key = ((g, rank, other, order) if send else (g, other, rank, order), 2)
+            keys.append(launches.setdefault(key, key))  # the other end's too
+        found = tuple(keys)
+        out.append(launches.setdefault(found, found))
     return out
 
 
