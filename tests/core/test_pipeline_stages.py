@@ -6,12 +6,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from maya.core import pipeline_stages
 from maya.core.pipeline_stages import (
+    INTERLEAVED_ORDER_OPTIONS,
+    INTERLEAVED_SOURCES,
+    INTERLEAVED_UNSUPPORTED,
     Pipeline,
     ScheduleError,
     check_rebuilds,
     difference,
     differing_stage_options,
+    given_option,
     interleaved_schedule,
     launches_of,
     moved_communicators,
@@ -19,6 +24,7 @@ from maya.core.pipeline_stages import (
     rebuilt_calls,
     rebuilt_difference,
     schedule,
+    source,
     split,
 )
 
@@ -368,3 +374,140 @@ def test_the_check_leaves_out_what_precedes_the_first_exchange():
     assert "cudaEventRecordWithFlags' rebuilt, cudaLaunchKernel with 'cudaLaunchKernel' captured" in rebuilt_difference(
         calls, communicators, PIPE, cut, 2, uneven, names
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "options", "found"),
+    [
+        (["pretrain_gpt.py", "--overlap-grad-reduce", "--bf16"], INTERLEAVED_ORDER_OPTIONS, "--overlap-grad-reduce"),
+        (["pretrain_gpt.py", "--overlap-param-gather"], INTERLEAVED_ORDER_OPTIONS, "--overlap-param-gather"),
+        (["pretrain_gpt.py", "--overlap-grad-reduce-x"], INTERLEAVED_ORDER_OPTIONS, None),
+        (
+            ["pretrain_gpt.py", "--no-overlap-p2p-communication"],
+            INTERLEAVED_UNSUPPORTED,
+            "--no-overlap-p2p-communication",
+        ),
+        (
+            ["pretrain_gpt.py", "--overlap-p2p-comm-warmup-flush=true"],
+            INTERLEAVED_UNSUPPORTED,
+            "--overlap-p2p-comm-warmup-flush",
+        ),
+        (["pretrain_gpt.py", "--bf16"], INTERLEAVED_UNSUPPORTED, None),
+    ],
+)
+def test_interleaved_options_are_named(argv, options, found):
+    """The options that make the interleaved order depend on the stage, or follow no order `split` reads, are named
+    as given (with or without a value); other options, or names that only begin like them, are not."""
+    assert given_option(argv, options) == found
+
+
+def test_the_schedule_is_found_from_one_step_s_length(monkeypatch):
+    """`split`'s schedule search builds a few 1F1B patterns, not one per micro-batch count (quadratic: seconds a step
+    for Megatron-LM's 530B interleaved rows), and still finds each 1F1B step and the interleaved one."""
+    built = []
+    original = pipeline_stages.schedule
+    monkeypatch.setattr(pipeline_stages, "schedule", lambda *a: built.append(a) or original(*a))
+    kinds = [launches_of(label) for label in interleaved_schedule(35, 1, 840, 70)[::2]] * 2
+    assert pipeline_stages._schedule_of(kinds, 35, 1) == (840, False, 70)
+    assert len(built) <= 3
+    for stages, stage, microbatches, counted in ((6, 1, 6, False), (6, 2, 9, True), (8, 3, 2, True), (5, 3, 1, False)):
+        step = [launches_of(label) for label in original(stages, stage, microbatches, counted)[::2]]
+        built.clear()
+        assert pipeline_stages._schedule_of(step * 3 + step[:2], stages, stage) == (
+            microbatches,
+            counted and min(stages - stage - 1, microbatches) > 0,
+            None,
+        )
+        assert len(built) <= 3
+
+
+def megatron_interleaved(stages: int, stage: int, chunks: int, microbatches: int, group: int) -> tuple[list, list]:
+    """Interior `stage`'s step as `forward_backward_pipelining_with_interleaving` runs it with `overlap_p2p_comm`
+    (Megatron-LM core_r0.19.0, written from its loop, not from `interleaved_schedule`): the blocks, and per exchange
+    its launches (`L:`) and waits (`W:`) in order. Warm-up: `2 (stages - stage - 1) + (chunks - 1) group` forwards,
+    each with its send and receive launched (odd stages receive first, `_p2p_ops`) and both waited for, the last also
+    launching the first backward's receive; steady state: a forward waits for its receive before running, launches
+    its send (and the next receive, but the last), waits for the previous send and the backward's receive; the
+    backward likewise; cool-down: backwards whose launches are waited for at once; the step ends waiting for its last
+    send."""
+    total = chunks * microbatches
+    warmup = min(2 * (stages - stage - 1) + (chunks - 1) * group, total)
+    steady = total - warmup
+    odd = stage % 2
+
+    def forward(receive):
+        return (["R-", "S+"] if odd else ["S+", "R-"]) if receive else ["S+"]
+
+    def backward(receive):
+        return (["R+", "S-"] if odd else ["S-", "R+"]) if receive else ["S-"]
+
+    exchanges, blocks = [["L:R-", "W:R-"]], []
+    pending_prev, pending_next, sent_next, sent_prev = 0, 0, False, False
+
+    def block(name):
+        blocks.append(name)
+        exchanges.append([])
+
+    for k in range(warmup):
+        block(f"F{k}")
+        exchanges[-1] += [f"L:{o}" for o in forward(True)] + [f"W:{o}" for o in forward(True)]
+        if k == warmup - 1:
+            exchanges[-1].append("L:R+")
+            pending_next += 1
+    for k in range(steady):
+        if pending_prev:
+            pending_prev -= 1
+            exchanges[-1].append("W:R-")
+        block(f"F{warmup + k}")
+        ops = forward(k != steady - 1)
+        exchanges[-1] += [f"L:{o}" for o in ops]
+        if sent_next:
+            exchanges[-1].append("W:S+")
+        sent_next = True
+        pending_prev += "R-" in ops
+        if pending_next:
+            pending_next -= 1
+            exchanges[-1].append("W:R+")
+        block(f"B{k}")
+        exchanges[-1] += [f"L:{o}" for o in backward(True)]
+        if sent_prev:
+            exchanges[-1].append("W:S-")
+        sent_prev = True
+        pending_next += 1
+    for k in range(steady, total):
+        block(f"B{k}")
+        ops = backward(k != total - 1)
+        exchanges[-1] += [f"L:{o}" for o in ops] + [f"W:{o}" for o in ops]
+    if sent_prev:
+        exchanges[-1].append("W:S-")
+    return exchanges, blocks
+
+
+@pytest.mark.parametrize(
+    ("stages", "chunks", "microbatches", "group"),
+    [(8, 2, 16, 8), (9, 3, 18, 9), (12, 2, 36, 12), (12, 4, 24, 12), (10, 2, 20, 6)],
+)
+def test_interleaved_stages_rebuilt_from_their_parity_source_wait_as_megatron_s(stages, chunks, microbatches, group):
+    """Each interior stage's step as Megatron-LM runs it (`megatron_interleaved`, launches and waits) is its parity
+    source's exchanges reordered by `interleaved_schedule`'s labels: every stage's blocks and launches are the
+    schedule's, and taking each label's exchanges from the source in turn gives the stage's own, waits included (a
+    wrong warm-up length or parity puts an exchange with other launches or waits at some place)."""
+    virtual, extra = chunks * microbatches, (chunks - 1) * group
+    steps = {}
+    for stage in range(1, stages - 1):
+        exchanges, blocks = megatron_interleaved(stages, stage, chunks, microbatches, group)
+        pattern = interleaved_schedule(stages, stage, virtual, extra)
+        assert pattern[1::2] == blocks
+        launched = [[o[2:] for o in exchange if o.startswith("L:")] for exchange in exchanges]
+        assert [",".join(ops) for ops in launched] == [launches_of(label) for label in pattern[::2]]
+        steps[stage] = list(zip(pattern[::2], exchanges))
+    for stage, own in steps.items():
+        by_label: dict[str, list] = {}
+        for label, exchange in steps[source(stage, INTERLEAVED_SOURCES)]:
+            by_label.setdefault(label, []).append(exchange)
+        used: dict[str, int] = {}
+        for at, (label, exchange) in enumerate(own):
+            assert label in by_label, (stage, at, label)
+            taken = by_label[label][used.get(label, 0) % len(by_label[label])]
+            used[label] = used.get(label, 0) + 1
+            assert taken == exchange, (stage, at, label)

@@ -1,6 +1,7 @@
-"""Interior 1F1B pipeline stages rebuilt from stage 1's capture (`emulator/dedup.py`, `core/pipeline_stages.py`,
+"""Interior pipeline stages rebuilt from stage 1's capture (`emulator/dedup.py`, `core/pipeline_stages.py`,
 `simulator/trace.rebuilt_stages`): Megatron-LM's non-interleaved schedule over plain point-to-point, 6 stages and
-6 micro-batches a step (`workloads/pipeline_1f1b.py`)."""
+6 micro-batches a step (`workloads/pipeline_1f1b.py`), and its interleaved one, 8 stages of 2 chunks and 16
+micro-batches, odd stages from stage 1 and even ones from stage 2 (`workloads/pipeline_interleaved.py`)."""
 
 import gc
 import json
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 runner = CliRunner()
 
 
-def emulate(out, *flags, script_args=(), stages=6):
+def emulate(out, *flags, script_args=(), stages=6, workload="pipeline_1f1b.py"):
     r = runner.invoke(
         app,
         [
@@ -36,7 +37,7 @@ def emulate(out, *flags, script_args=(), stages=6):
             str(out),
             "--",
             "python",
-            str(WORKLOADS / "pipeline_1f1b.py"),
+            str(WORKLOADS / workload),
             *script_args,
         ],
     )
@@ -86,6 +87,54 @@ def test_rebuilt_stages_predict_like_every_stage_captured(tmp_path):
     assert p.exit_code == 0, p.output
     notes = json.loads(p.stdout)["notes"]
     assert any(n.startswith("1F1B stages rebuilt: pipeline stages 3 of 6 were not captured") for n in notes)
+
+
+def test_interleaved_stages_rebuilt_predict_like_every_stage_captured(tmp_path):
+    """8 stages interleaved: stages 0, 1, 2, 5, 6 and 7 captured (5 and 6 checked), stage 3 rebuilt from stage 1 and
+    stage 4 from stage 2; every rank's step is that of all 8 captured, and `maya predict`'s note says so."""
+    output = emulate(tmp_path / "rebuilt", stages=8, workload="pipeline_interleaved.py")
+    assert "pipeline stages 3-4 of 8 not run: rebuilt from stage 1 (odd stages) or 2 (even ones)'s capture" in output
+    emulate(tmp_path / "full", "--no-dedup", stages=8, workload="pipeline_interleaved.py")
+    assert attrs(tmp_path / "rebuilt")["stage_rebuild"] == {
+        "stages": 8,
+        "stride": 1,
+        "from": [1, 2],
+        "checked": [5, 6],
+        "schedule": "interleaved",
+        "microbatches": 32,
+        "rebuilt": [3, 4],
+        "rebuilt_ranks": [3, 4],
+    }
+    traces = load(tmp_path / "rebuilt")
+    assert {r: t.device.get("rebuilt_from") for r, t in traces.ranks.items()} == {3: 1, 4: 2} | {
+        r: None for r in (0, 1, 2, 5, 6, 7)
+    }
+    rebuilt, full = prediction(tmp_path / "rebuilt"), prediction(tmp_path / "full")
+    assert rebuilt.captured_ranks == 6 and full.captured_ranks == 8
+    assert [r.iteration_ns for r in rebuilt.ranks] == pytest.approx([r.iteration_ns for r in full.ranks], rel=1e-3)
+    p = runner.invoke(app, ["predict", str(tmp_path / "rebuilt"), "--durations", "roofline", "--json"])
+    assert p.exit_code == 0, p.output
+    notes = json.loads(p.stdout)["notes"]
+    assert any(n.startswith("interleaved stages rebuilt: pipeline stages 3-4 of 8") for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("stages", "args", "reason"),
+    [
+        (
+            6,
+            ["--stages", "6", "--microbatches", "12"],
+            "with 6 stages under the interleaved schedule every interior stage is a source (1, 2) or checked",
+        ),
+        (8, ["--overlap-grad-reduce"], "under the interleaved schedule --overlap-grad-reduce reduces a model chunk's"),
+    ],
+)
+def test_interleaved_stages_not_rebuilt_say_why(tmp_path, stages, args, reason):
+    """6 interleaved stages leave none to rebuild, and `--overlap-grad-reduce` (work placed by the stage) is refused
+    by name before stage `P - 3` is captured: every stage is captured and `maya emulate` says why."""
+    output = emulate(tmp_path / "run", stages=stages, workload="pipeline_interleaved.py", script_args=args)
+    assert f"every pipeline stage captured: {reason}" in output
+    assert sorted(load(tmp_path / "run").ranks) == list(range(stages))
 
 
 @pytest.mark.parametrize(

@@ -151,8 +151,8 @@ def emulate_cmd(
             "captures)",
             highlight=False,
         )
-    elif "refused" in rebuild:
-        err.print(f"every pipeline stage captured: {rebuild['refused']}", highlight=False)
+    elif "refused" in rebuild or "reason" in rebuild:
+        err.print(f"every pipeline stage captured: {rebuild.get('refused') or rebuild['reason']}", highlight=False)
     if interrupted:
         calls = sum(r.calls for r in result.ranks)
         err.print(

@@ -15,11 +15,15 @@ groups move by the stage difference (`Pipeline.translate`). `difference` compare
 
 Megatron-LM's interleaved schedule (`forward_backward_pipelining_with_interleaving`, `V` model chunks a stage) is
 rebuilt the same way when it overlaps its point-to-point communication (`overlap_p2p_comm`, its default): an interior
-stage runs the step's `V M` virtual micro-batches' forwards and backwards in an order that depends on the stage only
-through its warm-up, `2 (P - s - 1) + (V - 1) N` forwards (`N`: `microbatch_group_size_per_vp_stage`), with an
+stage runs the step's `V M` virtual micro-batches' forwards and backwards in an order whose exchanges depend on the
+stage through its warm-up, `2 (P - s - 1) + (V - 1) N` forwards (`N`: `microbatch_group_size_per_vp_stage`), with an
 exchange after each forward and each backward (`interleaved_schedule`). An odd stage is rebuilt from stage 1, an even
-one from stage 2 (`INTERLEAVED_SOURCES`). Without the overlap (`--no-overlap-p2p-communication`) a steady step's
-forward and backward run with no exchange between them, so they cannot be told apart: every stage is captured."""
+one from stage 2 (`INTERLEAVED_SOURCES`). Other work can depend on the stage beyond its warm-up: the options of
+`INTERLEAVED_ORDER_OPTIONS` place it at a virtual micro-batch shifted by the stage, and Megatron-LM's
+`num_microbatches_with_partial_activation_checkpoints` (set in code, no option) checkpoints micro-batches counted from
+the stage's warm-up; a rebuild of such a stage differs from its capture and is refused. Without the overlap
+(`--no-overlap-p2p-communication`) a steady step's forward and backward run with no exchange between them, so they
+cannot be told apart: every stage is captured (`INTERLEAVED_UNSUPPORTED`)."""
 
 from __future__ import annotations
 
@@ -64,6 +68,22 @@ STAGE_OPTIONS = {
 }
 """Megatron-LM options that can give pipeline stages different layers (option -> the text in its value that does;
 None: any value): a stage that differs only from stage 3 on would pass the checks of stages 2 and `P - 2`."""
+
+INTERLEAVED_ORDER_OPTIONS = {
+    "--overlap-param-gather": "gathers a model chunk's parameters before virtual micro-batch `k + stage`'s forward "
+    "(`param_sync_func`, with 3 or more model chunks)",
+    "--overlap-grad-reduce": "reduces a model chunk's gradients after virtual micro-batch `k - stage`'s backward "
+    "(`grad_sync_func`, with data parallelism)",
+}
+"""Megatron-LM options whose work the interleaved schedule places by the stage beyond its warm-up (option -> where,
+`forward_backward_pipelining_with_interleaving`): such a job's interior stages are not rebuilt."""
+INTERLEAVED_UNSUPPORTED = {
+    "--no-overlap-p2p-communication": "a steady step's forward and backward run with no exchange between them",
+    "--overlap-p2p-comm-warmup-flush": "the warm-up waits for its sends and receives in another order",
+    "--overlap-moe-expert-parallel-comm": "the steady state runs combined forward-backward steps (MoE combined 1F1B)",
+}
+"""Megatron-LM options under which the interleaved schedule follows no order `split` reads (option -> why): named
+when stage 1's capture follows no schedule."""
 
 
 TEMPLATE_INTEGER = re.compile(r"Li-?\d+E")
@@ -287,10 +307,11 @@ def _schedule_of(kinds: list[str], stages: int, stage: int) -> tuple[int, bool, 
     non-interleaved 1F1B schedule (`extra` None) of any micro-batch count, or the interleaved one (`microbatches`
     the virtual micro-batches, `extra` its warm-up's constant) whose warm-up ends at the first exchange that
     receives from `stage + 1`; ScheduleError when none."""
-    for microbatches, counted in ((m, c) for m in range(1, len(kinds) + 1) for c in (False, True)):
-        pattern = schedule(stages, stage, microbatches, counted)
-        if kinds[: (len(pattern) + 1) // 2] == pattern[::2]:
-            return microbatches, counted, None
+    if "S-" in kinds:
+        for microbatches, counted in _step_counts(kinds.index("S-"), stages - stage - 1):
+            pattern = schedule(stages, stage, microbatches, counted)
+            if kinds[: (len(pattern) + 1) // 2] == pattern[::2]:
+                return microbatches, counted, None
     warmup = next((k for k, launches in enumerate(kinds) if "R+" in launches.split(",")), 0)
     extra = warmup - 2 * (stages - stage - 1)
     virtual = kinds.index("S-") // 2 if "S-" in kinds else 0  # a step's last exchange, its 2 virtual + 1st
@@ -302,6 +323,16 @@ def _schedule_of(kinds: list[str], stages: int, stage: int) -> tuple[int, bool, 
         f"stage {stage}'s exchanges ({', '.join(kinds[:4])}, ...) follow neither the 1F1B schedule nor the "
         "interleaved one with overlapped point-to-point communication"
     )
+
+
+def _step_counts(blocks: int, ahead: int) -> list[tuple[int, bool]]:
+    """The `(microbatches, counted)` whose 1F1B step (`schedule`) has `blocks` blocks, fewest micro-batches first:
+    `2 m` forwards and backwards, plus `min(ahead, m)` token counts when counted (`ahead`: the stages after this
+    one). A 1F1B step's only exchange that is a lone send to `stage - 1` (`S-`) is its last, so the first `S-` of a
+    stage's exchanges gives its blocks a step, and only these counts can match."""
+    out = [(blocks // 2, False)] if blocks % 2 == 0 else []
+    out += [(m, True) for m in ((blocks - ahead) // 2, blocks // 3) if 2 * m + min(ahead, m) == blocks]
+    return sorted({(m, c) for m, c in out if m >= 1})
 
 
 def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
@@ -371,6 +402,11 @@ def differing_stage_options(argv: list[str]) -> str | None:
             if marker is None or marker in value:
                 return f"{name} {value}".strip()
     return None
+
+
+def given_option(argv: list[str], options: dict[str, str]) -> str | None:
+    """The first of `options` that `argv` gives (as `--name` or `--name=value`); None when it gives none."""
+    return next((arg.partition("=")[0] for arg in argv if arg.partition("=")[0] in options), None)
 
 
 def rows(pieces: list[tuple[int, int]]) -> np.ndarray:

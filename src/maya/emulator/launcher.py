@@ -614,16 +614,17 @@ class _Job:
 
 def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done, argv: list[str]):
     """Capture one representative per class of equivalent ranks (dedup.py), verified by one more member per class
-    that could be split; returns the captures kept, which ranks each stands for (ranks a stop signal kept from
-    starting are left out) and the run's `stage_rebuild` attrs (None when the job has too few pipeline stages).
+        that could be split; returns the captures kept, which ranks each stands for (ranks a stop signal kept from
+        starting are left out) and the run's `stage_rebuild` attrs (None when the job has too few pipeline stages).
 
-    With `dedup.REBUILT_FROM` pipeline stages or more, stages 0, 1, 2, `P - 2` and `P - 1` are captured first; when
-    stages 2 and `P - 2` rebuilt from stage 1's capture are their captures and every interior stage can be rebuilt
-    (`_rebuild_difference`), stages 3 to `P - 3` are left to be rebuilt when the run is read, else they are captured
-    too, as they are when `argv` sets an option that can give the stages different layers. Under Megatron-LM's
-    interleaved schedule odd stages are rebuilt from stage 1 and even ones from stage 2
-    (`pipeline_stages.INTERLEAVED_SOURCES`): stage `P - 3` is captured too, and stages `P - 3` and `P - 2` (one of
-    each parity) are the ones checked, so stages 3 to `P - 4` are rebuilt."""
+        With `dedup.REBUILT_FROM` pipeline stages or more, stages 0, 1, 2, `P - 2` and `P - 1` are captured first; when
+        stages 2 and `P - 2` rebuilt from stage 1's capture are their captures and every interior stage can be rebuilt
+        (`_rebuild_difference`), stages 3 to `P - 3` are left to be rebuilt when the run is read, else they are captured
+        too, as they are when `argv` sets an option that can give the stages different layers (or, under the interleaved
+    schedule, one that places work by the stage: `pipeline_stages.INTERLEAVED_ORDER_OPTIONS`). Under Megatron-LM's
+        interleaved schedule odd stages are rebuilt from stage 1 and even ones from stage 2
+        (`pipeline_stages.INTERLEAVED_SOURCES`): stage `P - 3` is captured too, and stages `P - 3` and `P - 2` (one of
+        each parity) are the ones checked, so stages 3 to `P - 4` are rebuilt."""
     first = capture(0)
     if first is None:
         return {}, {}, None
@@ -649,10 +650,16 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         capture, writer, {r: classes[r] for r in ends}, captured, sizes, workers, on_rank_done
     )
     try:
-        if _interleaved(writer, pipeline, captured):
+        if _interleaved(writer, pipeline, captured, argv):
             checked = [pipeline.stages - 3, pipeline.stages - 2]
             sources = list(pipeline_stages.INTERLEAVED_SOURCES)
             attrs.update({"from": sources, "checked": checked, "schedule": "interleaved"})
+            option = pipeline_stages.given_option(argv, pipeline_stages.INTERLEAVED_ORDER_OPTIONS)
+            if option:
+                raise pipeline_stages.ScheduleError(
+                    f"under the interleaved schedule {option} {pipeline_stages.INTERLEAVED_ORDER_OPTIONS[option]}: "
+                    "the stages' order differs by more than their warm-up"
+                )
             more = {reps[s]: classes[reps[s]] for s in checked if reps[s] not in ends}
             represents.update(_capture_classes(capture, writer, more, captured, sizes, workers, on_rank_done))
         microbatches = _rebuild_difference(writer, pipeline, captured, represents, attrs["from"], checked)
@@ -662,21 +669,35 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         return captured, represents, {**attrs, "refused": str(e)}
     rebuilt = [s for s in range(3, pipeline.stages - 2) if s not in checked]
     ranks = sorted(r for r in range(world_size) if pipeline.stage(r) in rebuilt)
-    return captured, represents, {**attrs, "microbatches": microbatches, "rebuilt": rebuilt, "rebuilt_ranks": ranks}
+    attrs.update({"microbatches": microbatches, "rebuilt": rebuilt, "rebuilt_ranks": ranks})
+    if not rebuilt:  # 6 stages interleaved: 1 and 2 are the sources, 3 and 4 the checked ones
+        attrs["reason"] = (
+            f"with {pipeline.stages} stages under the interleaved schedule every interior stage is a source (1, 2) "
+            f"or checked ({' and '.join(str(s) for s in checked)}): none is left to rebuild"
+        )
+    return captured, represents, attrs
 
 
-def _interleaved(writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured) -> bool:
+def _interleaved(writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured, argv: list[str]) -> bool:
     """Whether stage 1's first rank runs Megatron-LM's interleaved schedule (`pipeline_stages.split`); ScheduleError
-    when its capture is not complete or follows no schedule that can be rebuilt."""
+    when its capture is not complete or follows no schedule that can be rebuilt (naming the option of `argv` that
+    makes it so, `pipeline_stages.INTERLEAVED_UNSUPPORTED`)."""
     rank = pipeline.stride
     if captured[rank][1].status != "complete":
         raise pipeline_stages.ScheduleError(f"rank {rank}'s capture is {captured[rank][1].status}")
     calls, communicators = (
         read_table(writer.run_dir, name, [rank]).to_pandas() for name in ("api_calls", "communicators")
     )
-    return (
-        pipeline_stages.split(calls.sort_values("seq", ignore_index=True), communicators, pipeline, 1).extra is not None
-    )
+    try:
+        cut = pipeline_stages.split(calls.sort_values("seq", ignore_index=True), communicators, pipeline, 1)
+    except pipeline_stages.ScheduleError as e:
+        option = pipeline_stages.given_option(argv, pipeline_stages.INTERLEAVED_UNSUPPORTED)
+        if option:
+            raise pipeline_stages.ScheduleError(
+                f"{option}: {pipeline_stages.INTERLEAVED_UNSUPPORTED[option]} ({e})"
+            ) from e
+        raise
+    return cut.extra is not None
 
 
 def _capture_classes(capture, writer: RunWriter, classes, captured, sizes, workers: int, on_rank_done):
@@ -726,7 +747,7 @@ def _rebuild_difference(
     micro-batches a step (the interleaved schedule's virtual ones), or raises ScheduleError saying why the sources'
     captures cannot stand for the interior stages (a capture not complete, the stages split into other classes of
     ranks, a schedule neither 1F1B nor interleaved with overlapped point-to-point communication, too few micro-batches
-    for a stage's steady state, a difference)."""
+    for a stage's steady state, a difference, sources that run different steps)."""
     sources = [sources] if isinstance(sources, int) else sources
     for stage in checked:
         origin = pipeline_stages.source(stage, sources)
@@ -739,19 +760,25 @@ def _rebuild_difference(
                 f"stages {origin} and {stage} split into different classes of ranks ({sorted(ours)} and "
                 f"{sorted(theirs)})"
             )
-    microbatches = 0
+    counts = {}
     for origin in sources:
         mine = [stage for stage in checked if pipeline_stages.source(stage, sources) == origin]
         for rank in sorted(r for r in represents if pipeline.stage(r) == origin):
-            microbatches = _rebuild_checked(writer, pipeline, captured, rank, mine, interleaved=len(sources) > 1)
-    return microbatches
+            counts[rank] = _rebuild_checked(writer, pipeline, captured, rank, mine, interleaved=len(sources) > 1)
+    if len(set(counts.values())) > 1:
+        raise pipeline_stages.ScheduleError(
+            "the sources run different steps ((micro-batches, warm-up constant) by rank: "
+            f"{', '.join(f'{r}: {c}' for r, c in sorted(counts.items()))})"
+        )
+    return next(iter(counts.values()))[0]
 
 
 def _rebuild_checked(
     writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured, rank: int, checked: list[int], interleaved: bool
-) -> int:
+) -> tuple[int, int | None]:
     """`rank`'s counterparts in the `checked` stages rebuilt from its capture and compared with their own
-    (`_rebuild_difference`); returns the micro-batches a step."""
+    (`_rebuild_difference`); returns the micro-batches a step and the interleaved schedule's warm-up constant (None
+    for 1F1B: `pipeline_stages.Split`)."""
     origin = pipeline.stage(rank)
     others = [pipeline.translate(rank, stage - origin) for stage in checked]
     for r in (rank, *others):
@@ -785,7 +812,7 @@ def _rebuild_checked(
             raise pipeline_stages.ScheduleError(
                 f"stage {stage} rebuilt from rank {rank}'s capture is not rank {other}'s: {reason}"
             )
-    return cut.microbatches
+    return cut.microbatches, cut.extra
 
 
 def _run_rank(

@@ -225,6 +225,8 @@ def stage_rebuild_notes(traces: TraceSet) -> list[str]:
     rebuild = traces.attrs.get("stage_rebuild") or {}
     if "refused" in rebuild:
         return [f"every pipeline stage was captured: interior stages could not be rebuilt ({rebuild['refused']})"]
+    if "reason" in rebuild:
+        return [f"every pipeline stage was captured: {rebuild['reason']}"]
     if not rebuild.get("rebuilt"):
         return []
     sources = rebuild["from"]
@@ -239,6 +241,13 @@ def stage_rebuild_notes(traces: TraceSet) -> list[str]:
         f"{' and '.join(str(s) for s in checked)} rebuilt so were checked against their own captures: the "
         f"same calls in the same order); their peak memory is {source}'s (the trace holds the allocator's segments, "
         "not each tensor)"
+        + (
+            f"; under the interleaved schedule {source} runs a longer warm-up than a stage nearer the end "
+            "(`2 (P - s - 1) + (V - 1) N` forwards), so holds more micro-batches' activations in flight: their peak "
+            "can be well above their own"
+            if rebuild.get("schedule") == "interleaved"
+            else ""
+        )
     ]
 
 
