@@ -6,12 +6,7 @@ Megatron-LM is a repository, not a package, and megatron-core 0.17 and later nee
 MAYA_MEGATRON_LM to a checkout (tested at its `core_r0.19.0` branch) in an environment with megatron-core and
 pybind11 to run this test; it skips otherwise."""
 
-import sys
-from pathlib import Path
-
 import pytest
-
-from maya.core import settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -23,10 +18,8 @@ TINY_GPT = (
 ).split()
 
 
-def test_pretrain_gpt_tp2_pp2_dp2(tmp_path, emulate_and_predict, monkeypatch):
-    checkout = Path(settings.MEGATRON_LM.get() or "")
-    if sys.version_info < (3, 12) or not (checkout / "pretrain_gpt.py").is_file():
-        pytest.skip("set MAYA_MEGATRON_LM to a Megatron-LM checkout, under Python 3.12")
+def test_pretrain_gpt_tp2_pp2_dp2(tmp_path, emulate_and_predict, monkeypatch, megatron_checkout):
+    checkout = megatron_checkout
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # Megatron asks for it with tensor parallelism
     argv = ["torchrun", "--nproc_per_node=8", "pretrain_gpt.py", *TINY_GPT]
     argv += ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]

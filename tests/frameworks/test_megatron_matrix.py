@@ -8,16 +8,14 @@ send of each rank's own share laid out on one GPU and priced as a copy).
 
 Needs what `test_megatron_te.py` needs (MAYA_MEGATRON_LM, Python 3.12, Transformer Engine); it skips otherwise."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from maya.core import hardware, settings
+from maya.core import hardware
 from maya.simulator import CollectiveDurations, RooflineDurations, simulate
 from maya.simulator.trace import load
 from maya_trace_spec import Run
@@ -77,12 +75,8 @@ def self_sends_priced(run: Path) -> None:
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-def test_pretrain_gpt_beyond_tp_pp_dp(tmp_path, emulate_and_predict, monkeypatch, config):
-    checkout = Path(settings.MEGATRON_LM.get() or "")
-    if sys.version_info < (3, 12) or not (checkout / "pretrain_gpt.py").is_file():
-        pytest.skip("set MAYA_MEGATRON_LM to a Megatron-LM checkout, under Python 3.12")
-    if importlib.util.find_spec("transformer_engine") is None:
-        pytest.skip("Transformer Engine is not installed (PYTHON=python3.12 MAYA_WITH_TE=1 scripts/setup)")
+def test_pretrain_gpt_beyond_tp_pp_dp(tmp_path, emulate_and_predict, monkeypatch, config, megatron_checkout_te):
+    checkout = megatron_checkout_te
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # Megatron asks for it with tensor parallelism
     out = tmp_path / "run"
     argv = ["torchrun", "--nproc_per_node=2", "pretrain_gpt.py", *COMMON, *CONFIGS[config]]

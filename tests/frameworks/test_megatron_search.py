@@ -6,11 +6,8 @@ derived by the pruning rule; model FLOPs as Megatron-LM's own count.
 Needs what `test_megatron_te.py` needs (MAYA_MEGATRON_LM, Python 3.12, Transformer Engine): sequence parallelism
 needs Transformer Engine; it skips otherwise. About 3 CPU-minutes."""
 
-import importlib.util
 import json
 import shlex
-import sys
-from pathlib import Path
 
 import duckdb
 import pytest
@@ -20,7 +17,7 @@ from test_docs import marked_block
 from typer.testing import CliRunner
 
 from maya.cli.app import app
-from maya.core import hardware, settings
+from maya.core import hardware
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -37,12 +34,10 @@ def megatron_flops(h: int, layers: int, seq: int, batch: int, vocab: int, tp: in
     return batch * seq * per_token + batch * seq * seq * 6 * h * layers
 
 
-def test_search_over_megatron_knobs_runs_points_and_derives_twins(tmp_path, maya_home, monkeypatch):
-    checkout = Path(settings.MEGATRON_LM.get() or "")
-    if sys.version_info < (3, 12) or not (checkout / "pretrain_gpt.py").is_file():
-        pytest.skip("set MAYA_MEGATRON_LM to a Megatron-LM checkout, under Python 3.12")
-    if importlib.util.find_spec("transformer_engine") is None:
-        pytest.skip("Transformer Engine is not installed (PYTHON=python3.12 MAYA_WITH_TE=1 scripts/setup)")
+def test_search_over_megatron_knobs_runs_points_and_derives_twins(
+    tmp_path, maya_home, monkeypatch, megatron_checkout_te
+):
+    checkout = megatron_checkout_te
     spec = yaml.safe_load((REPO / "benchmarks/workloads/megatron_gpt_space.yaml").read_text())
     for name, values in CHOSEN.items():
         spec["parameters"][name]["values"] = values

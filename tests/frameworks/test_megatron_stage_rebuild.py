@@ -6,13 +6,10 @@ are rebuilt from stages 1 and 2 (stages 5 and 6 checked).
 Needs MAYA_MEGATRON_LM (a Megatron-LM checkout, tested at `core_r0.19.0`) under Python 3.12, as
 test_megatron_lm.py; it skips otherwise."""
 
-import sys
 from pathlib import Path
 
 import pytest
 from frameworks.test_megatron_lm import TINY_GPT
-
-from maya.core import settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -39,11 +36,8 @@ def pp6(tp: int = 1, stages: int = 6) -> list[str]:
 
 
 @pytest.fixture
-def checkout() -> Path:
-    path = Path(settings.MEGATRON_LM.get() or "")
-    if sys.version_info < (3, 12) or not (path / "pretrain_gpt.py").is_file():
-        pytest.skip("set MAYA_MEGATRON_LM to a Megatron-LM checkout, under Python 3.12")
-    return path
+def checkout(megatron_checkout: Path) -> Path:
+    return megatron_checkout
 
 
 OPTIONS = ("--hardware", "a100-sxm-80gb", "--iterations", "3")

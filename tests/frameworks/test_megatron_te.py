@@ -5,13 +5,8 @@ GPT with TP 2 on 2 GPUs, bf16, mock data, its layers Transformer Engine's (`TELa
 Needs what `test_megatron_lm.py` needs (MAYA_MEGATRON_LM, Python 3.12) and Transformer Engine built for Python 3.12
 (`PYTHON=python3.12 MAYA_WITH_TE=1 scripts/setup`); it skips otherwise."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-from maya.core import settings
 from maya.simulator.trace import load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -25,12 +20,8 @@ TINY_GPT_TE = (
 """The flags beyond Megatron's defaults: without apex, `--no-gradient-accumulation-fusion`; nothing else."""
 
 
-def test_pretrain_gpt_with_transformer_engine_tp2(tmp_path, emulate_and_predict, monkeypatch):
-    checkout = Path(settings.MEGATRON_LM.get() or "")
-    if sys.version_info < (3, 12) or not (checkout / "pretrain_gpt.py").is_file():
-        pytest.skip("set MAYA_MEGATRON_LM to a Megatron-LM checkout, under Python 3.12")
-    if importlib.util.find_spec("transformer_engine") is None:
-        pytest.skip("Transformer Engine is not installed (PYTHON=python3.12 MAYA_WITH_TE=1 scripts/setup)")
+def test_pretrain_gpt_with_transformer_engine_tp2(tmp_path, emulate_and_predict, monkeypatch, megatron_checkout_te):
+    checkout = megatron_checkout_te
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # Megatron asks for it with tensor parallelism
     out = tmp_path / "run"
     _, p = emulate_and_predict(
