@@ -272,7 +272,7 @@ def emulate(
     bad = [r for r in wanted if not 0 <= r < topology.world_size]
     if bad:
         raise ValueError(f"rank(s) {bad} outside the world of {topology.world_size}")
-    out_dir = Path(out_dir).absolute()  # the ranks' children (a build a script starts) may run in other folders
+    out_dir = Path(os.path.abspath(out_dir))  # the ranks' children (a build a script starts) may run in other folders
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir}: output exists and is not empty")
     lib_dir = build(settings.emulator_cache())
