@@ -126,22 +126,24 @@ def test_trace_migrate_current_run_is_a_no_op(run_dir):
     [
         (
             ["torchrun", "--standalone", "--nproc_per_node=4", "train.py", "config/x.py", "--compile=False"],
-            (["train.py", "config/x.py", "--compile=False"], (1, 4)),
+            (["train.py", "config/x.py", "--compile=False"], 1, 4),
         ),
         (
             ["/usr/bin/torchrun", "--nnodes", "1:2", "--nproc-per-node", "8", "-m", "torchtitan.train", "--x"],
-            (["-m", "torchtitan.train", "--x"], (2, 8)),
+            (["-m", "torchtitan.train", "--x"], 2, 8),
         ),
-        (["python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"], (["train.py"], (1, 2))),
-        (["python", "train.py", "--nproc_per_node", "2"], (["python", "train.py", "--nproc_per_node", "2"], None)),
+        (["python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"], (["train.py"], 1, 2)),
+        (["python", "train.py", "--nproc_per_node", "2"], None),
     ],
 )
 def test_torchrun_commands_give_the_script_and_the_jobs_shape(command, expected):
     """`maya emulate -- torchrun ...` as training READMEs write the launch (nanoGPT's `torchrun --standalone
-    --nproc_per_node=4 train.py`): torchrun's own parser reads it."""
-    from maya.cli.common import torchrun_command
+    --nproc_per_node=4 train.py`): torchrun's own parser reads it; another command is no launch."""
+    from maya.emulator.launch_commands import read
 
-    assert torchrun_command(command) == expected
+    launch = read(command, None)
+    assert (launch and (launch.argv, launch.nnodes, launch.nproc_per_node)) == expected
+    assert launch is None or (launch.env, launch.rank_argument) == ({}, None)
 
 
 @pytest.mark.parametrize(
@@ -150,7 +152,7 @@ def test_torchrun_commands_give_the_script_and_the_jobs_shape(command, expected)
         (["--nproc-per-node", "4", "--", "torchrun", "--nproc_per_node=2", "x.py"], "give the job's shape once"),
         (["--", "torchrun", "--nproc_per_node=gpu", "x.py"], "give the number of GPUs per node"),
         (["--", "torchrun", "--no-python", "x.py"], "runs Python scripts"),
-        (["--", "accelerate", "launch", "--num_processes", "2", "x.py"], "a launcher, which maya does not run"),
+        (["--", "accelerate", "config"], "maya emulate runs `accelerate launch"),
     ],
 )
 def test_torchrun_commands_maya_cannot_take_are_refused(args, message):

@@ -16,9 +16,9 @@ PY_READS = re.compile(
 )
 SHIPPED_SCRIPTS = SRC / "maya" / "data"
 """Training scripts and workloads shipped as data (published records, the example): what they read is theirs."""
-TORCH_DISTRIBUTED = {"RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
-"""torch.distributed's own variables (set per rank as torchrun does), which the emulator's rendezvous and barrier
-read as PyTorch does: not switches of Maya."""
+TORCH_DISTRIBUTED = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
+"""torch.distributed's own variables (set per rank as torchrun does), which the emulator's rendezvous, barrier and
+spawned workers read as PyTorch does: not switches of Maya."""
 C_READS = re.compile(r'getenv\("(\w+)"\)')
 SHELL_READS = re.compile(r"\$\{?(MAYA_\w+)")
 TEST_OWN = "MAYA_TEST_"

@@ -45,6 +45,9 @@ class EmulateOptions:
     device_time: str = "host"
     estimator_version: str = "latest"
     env: tuple[tuple[str, str], ...] | Mapping[str, str] = field(default=())
+    rank_argument: str | None = None
+    """An argument given to each rank's script after its name, formatted with the rank's `local_rank` (DeepSpeed's
+    launcher gives `--local_rank={local_rank}`); None: none."""
     warehouse: str | Path | None = None
     """Where the device-time oracle's estimator version is looked up (None: the default warehouse)."""
 
@@ -213,6 +216,7 @@ def capture(
             iterations=options.iterations or None,
             device_time=spec,
             env=dict(options.env),
+            rank_argument=options.rank_argument,
             on_rank_done=on_rank_done,
             on_output=on_output,
         )

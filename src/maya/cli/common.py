@@ -118,48 +118,6 @@ def out_option(what: str) -> Any:
     return typer.Option("--out", "-o", help=what)
 
 
-TORCHRUN_MODULES = ("torch.distributed.run",)
-"""`python -m MODULE`: torchrun run as a module."""
-
-
-def torchrun_command(args: list[str]) -> tuple[list[str], tuple[int, int] | None]:
-    """`torchrun [OPTIONS] SCRIPT ARGS` (or `python -m torch.distributed.run ...`), as training READMEs write
-    the launch: the script's command (`SCRIPT ARGS` / `-m MODULE ARGS`) and the job's (nnodes, nproc_per_node),
-    parsed by torchrun's own parser; any other command is returned as it is, with None."""
-    words = list(args)
-    if words and Path(words[0]).name == "torchrun":
-        words = words[1:]
-    elif (
-        words
-        and Path(words[0]).name.startswith("python")
-        and len(words) > 2
-        and words[1] == "-m"
-        and words[2] in TORCHRUN_MODULES
-    ):
-        words = words[3:]
-    else:
-        return list(args), None
-    from torch.distributed.run import get_args_parser
-
-    try:
-        parsed = get_args_parser().parse_args(words)
-    except SystemExit:
-        fail(f"torchrun {' '.join(words)}: torchrun's parser refused these arguments (above)", 2)
-    if parsed.no_python:
-        fail("torchrun --no-python: maya emulate runs Python scripts (give the script itself)", 2)
-    if not str(parsed.nproc_per_node).isdigit() or int(parsed.nproc_per_node) < 1:
-        fail(
-            f"torchrun --nproc-per-node {parsed.nproc_per_node}: give the number of GPUs per node (maya emulate's "
-            "machine has none to count)",
-            2,
-        )
-    nodes = str(parsed.nnodes).rpartition(":")[2]  # MIN:MAX (elastic): the largest job
-    if not nodes.isdigit() or int(nodes) < 1:
-        fail(f"torchrun --nnodes {parsed.nnodes}: give the number of nodes", 2)
-    script = ["-m", parsed.training_script] if parsed.module else [parsed.training_script]
-    return [*script, *parsed.training_script_args], (int(nodes), int(parsed.nproc_per_node))
-
-
 LAUNCHERS = frozenset(
     {
         "accelerate",
@@ -176,8 +134,8 @@ LAUNCHERS = frozenset(
         "ray",
     }
 )
-"""Commands that start a job's ranks: `script_argv` refuses them all (only `maya emulate` reads torchrun's, with
-`torchrun_command`, before)."""
+"""Commands that start a job's ranks: `script_argv` refuses them all (only `maya emulate` reads torchrun's,
+`accelerate launch`'s and `deepspeed`'s, with `maya.emulator.launch_commands`, before)."""
 
 PIP_SH_WRAPPER = "'''exec' "
 """The second line of pip's `#!/bin/sh` console script (when its Python's path is too long for `#!`)."""
@@ -228,12 +186,14 @@ def script_argv(args: list[str]) -> list[str]:
         args = args[1:]
     if not args:
         fail("give the script after --, e.g. `-- python train.py --steps 3`", 2)
+    from maya.emulator.launch_commands import TORCHRUN_MODULES
+
     launcher = args[1] if args[0] == "-m" and len(args) > 1 else Path(args[0]).name
     if launcher in LAUNCHERS or launcher in TORCHRUN_MODULES:
         fail(
             f"{launcher}: a launcher, which maya does not run: it starts every rank itself; give the GPUs "
-            "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun commands are read "
-            "as they are by maya emulate)",
+            "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun, `accelerate launch` "
+            "and deepspeed commands are read as they are by maya emulate)",
             2,
         )
     if args[0] != "-m" and not Path(args[0]).is_file():

@@ -22,7 +22,6 @@ from .common import (
     out_option,
     parse_ranks,
     script_argv,
-    torchrun_command,
 )
 
 EXIT_OOM = 3
@@ -72,8 +71,8 @@ def emulate_cmd(
 ):
     """Run a training script on virtual GPUs and store its trace.
 
-    `maya emulate [OPTIONS] -- python SCRIPT ARGS` (or `-- torchrun --nproc-per-node N SCRIPT ARGS`): each
-    rank runs in isolation on a virtual GPU, and its device-API trace (maya_trace_spec) is stored and
+    `maya emulate [OPTIONS] -- python SCRIPT ARGS` (or a launch: `-- torchrun --nproc-per-node N SCRIPT ARGS`,
+    `-- accelerate launch --num_processes N SCRIPT ARGS`, `-- deepspeed --num_gpus N SCRIPT ARGS`): each rank runs in isolation on a virtual GPU, and its device-API trace (maya_trace_spec) is stored and
     catalogued in the warehouse. Exit code 3 when the script runs out of device memory. A stop signal (Ctrl-C, SIGTERM, SIGHUP)
     stops every rank and keeps what they captured, marked interrupted (exit code 128 + the signal's number).
     """
@@ -81,20 +80,31 @@ def emulate_cmd(
     from maya.core import hardware as catalog
     from maya.core.warehouse import register_run
     from maya.emulator.build import BuildError
+    from maya.emulator.launch_commands import LaunchCommandError
+    from maya.emulator.launch_commands import read as read_launch
 
-    command, launched = torchrun_command(ctx.args)
-    if launched:  # torchrun's --nnodes and --nproc-per-node say the job's shape, unless ours say it already
-        if world_size or (nproc_per_node and nproc_per_node != launched[1]) or nnodes not in (1, launched[0]):
+    try:
+        hw = catalog.get(hardware)
+        launch = read_launch(ctx.args, nproc_per_node, bf16=hw.sm_major >= 8)
+    except (KeyError, catalog.HardwareFileError, LaunchCommandError) as e:
+        fail(str(e), 2)
+    command, env, rank_argument = ctx.args, {}, None
+    if launch:  # the launcher's nodes and GPUs per node say the job's shape, unless ours say another
+        if (
+            world_size
+            or (nproc_per_node and nproc_per_node != launch.nproc_per_node)
+            or nnodes not in (1, launch.nnodes)
+        ):
             fail(
-                f"torchrun launches {launched[0]} x {launched[1]} ranks: give the job's shape once, to torchrun or "
-                "to maya emulate",
+                f"{launch.launcher} launches {launch.nnodes} x {launch.nproc_per_node} ranks: give the job's shape "
+                f"once, to {launch.launcher} or to maya emulate",
                 2,
             )
-        nnodes, nproc_per_node = launched
+        command, nnodes, nproc_per_node = launch.argv, launch.nnodes, launch.nproc_per_node
+        env, rank_argument = launch.env, launch.rank_argument
     argv = script_argv(command)
     per_node = _per_node(nnodes, nproc_per_node, world_size)
     try:
-        hw = catalog.get(hardware)
         options = api.EmulateOptions(
             hardware=hw.name,
             nnodes=nnodes,
@@ -104,6 +114,8 @@ def emulate_cmd(
             iterations=iterations or None,
             device_time=device_time,
             estimator_version=estimator_version,
+            env=env,
+            rank_argument=rank_argument,
             warehouse=warehouse,
         )
         oracle = api.device_time(options)

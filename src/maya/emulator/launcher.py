@@ -225,6 +225,15 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def rank_argv(argv: list[str], argument: str | None, local_rank: int) -> list[str]:
+    """`argv` (`SCRIPT ARGS` / `-m MODULE ARGS`) with `argument`, formatted with `local_rank`, after the script, as
+    DeepSpeed's launcher gives each rank `--local_rank=N`; `argv` itself when `argument` is None."""
+    if argument is None:
+        return argv
+    at = 2 if argv[0] == "-m" else 1
+    return [*argv[:at], argument.format(local_rank=local_rank), *argv[at:]]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -245,13 +254,15 @@ def emulate(
     iterations: int | None = None,
     device_time: str | None = None,
     env: Mapping[str, str] | None = None,
+    rank_argument: str | None = None,
 ) -> EmulationResult:
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
 
     With `iterations`, every rank stops cleanly once that many training iterations (optimizer steps)
     are done, at the start of the next one (iteration_clock.py). `device_time` names the oracle that answers
     CUDA-event timings (`device_time.spec`; None: host time). `env` adds to (or overrides) this process's
-    environment in every rank's, without changing this process's.
+    environment in every rank's, without changing this process's. `rank_argument`, formatted with the rank's
+    `local_rank`, is given to each rank's script after its name (`rank_argv`).
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
     passed to `on_output` as they come. With `dedup` and no explicit `ranks`, equivalent ranks are
@@ -261,7 +272,7 @@ def emulate(
     bad = [r for r in wanted if not 0 <= r < topology.world_size]
     if bad:
         raise ValueError(f"rank(s) {bad} outside the world of {topology.world_size}")
-    out_dir = Path(out_dir)
+    out_dir = Path(os.path.abspath(out_dir))  # the ranks' children (a build a script starts) may run in other folders
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir}: output exists and is not empty")
     lib_dir = build(settings.emulator_cache())
@@ -279,6 +290,7 @@ def emulate(
     )
     job.device_time = device_time
     job.env = dict(env or {})
+    job.rank_argument = rank_argument
     if wanted and forkserver.enabled():  # the zygote imports torch while this process writes the run's first row
         forkserver.prestart(job.rank_env(wanted[0], out_dir / ".capture" / f"rank{wanted[0]}"))
     job.write_run("running", {"captured_ranks": wanted})
@@ -429,6 +441,7 @@ class _Job:
         self.assumed: dict[int, list[int]] = {}  # uncaptured ranks a subset's capture stands for (subset.py)
         self.stage_rebuild: dict | None = None  # interior pipeline stages rebuilt from stage 1 (dedup.py)
         self.env: dict[str, str] = {}  # added to every rank's environment
+        self.rank_argument: str | None = None  # given to each rank's script after its name (rank_argv)
         self.stopping = _Stopping()
 
     def write_run(self, status: str, attrs: dict) -> None:
@@ -470,7 +483,7 @@ class _Job:
         env = self.rank_env(rank, raw)
         try:
             returncode = _run_rank(
-                self.argv,
+                rank_argv(self.argv, self.rank_argument, rank % self.topology.nproc_per_node),
                 env,
                 self.out_dir / "logs" / f"rank{rank}.txt",
                 echo=self.on_output if rank == self.echoed_rank else None,

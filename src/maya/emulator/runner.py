@@ -8,7 +8,8 @@ model called in eval mode or under inference mode, a `maya::eval` range (its ops
 the iteration clock (iteration_clock.py: optimizer steps, `--iterations`), the arguments of Triton
 launches (triton_launches.py), Transformer Engine's extension calls as `te::` ops with their tensors' shapes
 (te_calls.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
-timings (device_time.py). A stop signal (SIGINT, SIGTERM, SIGHUP: the launcher passes its own on as SIGINT)
+timings (device_time.py); a `torch.multiprocessing.spawn` runs the worker of the rank's local index in the rank
+(spawned_workers.py). A stop signal (SIGINT, SIGTERM, SIGHUP: the launcher passes its own on as SIGINT)
 interrupts the script as Ctrl-C does, once; its status is then `interrupted`. At exit the script's
 outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
 """
@@ -233,10 +234,12 @@ def main(argv: list[str]) -> int:
     from .device_time import install as answer_event_timings
     from .isolation import install as isolate_ranks
     from .iteration_clock import ITERATIONS_ENV, IterationLimitReached, native_clock
+    from .spawned_workers import install as run_spawned_workers_in_rank
     from .te_calls import install as describe_te_calls
     from .triton_launches import install as describe_triton_launches
 
     isolate_ranks()
+    run_spawned_workers_in_rank()
     launches = describe_triton_launches(out)
     timings = answer_event_timings(out)
     status, error, code, stopped, interrupted_by = "complete", None, 0, None, None

@@ -67,6 +67,9 @@ def oracle(
 
 
 TIMING_API = "cudaEventElapsedTime"
+STATISTICS_SITES = frozenset({"DistributedDataParallel.forward"})
+"""Ops whose CUDA-event timings are a framework's own statistics, which choose nothing: DDP times its passes for its
+logging data (`DistributedDataParallel._get_ddp_logging_data`), every few iterations."""
 
 
 def timing_notes(traces, hardware: str) -> list[str]:
@@ -88,6 +91,11 @@ def timing_notes(traces, hardware: str) -> list[str]:
             sites[name] = sites.get(name, 0) + 1
     if not timings:
         return []
+    if set(sites) <= STATISTICS_SITES:
+        return [
+            f"{timings} CUDA-event timings, all DDP's statistics of its own passes ({', '.join(sorted(sites))}): "
+            "no kernel was chosen by timing"
+        ]
     # who timed: an autotuner, or a framework's own statistics (DDP times its forward and backward passes)
     where = (
         " (timed in "

@@ -463,15 +463,23 @@ class Engine:
         )
 
     def _deadlock_message(self, stuck: list[_Rank]) -> str:
-        lines = []
+        lines, ended = [], set()
+        finished = {st.rank for st in self.ranks} - {st.rank for st in stuck}
         for key, entry in list(self.pending.items())[:5]:
             arrived = sorted(self.ranks[r].rank for r, _ in entry[3])
             comm = self.comms[key[0]]
             if len(key) == 2:
                 absent = sorted(set(comm.members) - set(arrived))
+                ended |= finished & set(absent)
                 lines.append(f"collective #{key[1]} on {comm.comm_id}: ranks {arrived} arrived, {absent} never did")
             else:
                 lines.append(f"p2p {key[1]}->{key[2]} #{key[3]} on {comm.comm_id}: only rank {arrived} arrived")
+        if ended:  # a peer replayed its whole capture without the collective: the captures differ, not the timing
+            lines.append(
+                f"rank(s) {sorted(ended)} ended without it: the ranks' captures made different collectives (isolated "
+                "ranks can decide differently on a device value, e.g. a step skipped on an overflow check); for an "
+                "SPMD job, capture one rank (maya emulate --ranks 0)"
+            )
         ranks = ", ".join(str(st.rank) for st in stuck[:10])
         return f"simulation deadlocked: rank(s) {ranks}{' ...' if len(stuck) > 10 else ''} cannot continue" + (
             "; " + "; ".join(lines) if lines else "; waits on events never recorded"

@@ -1,0 +1,46 @@
+"""`torch.multiprocessing.spawn` in an emulated rank: the rank runs the worker of its local index, in itself."""
+
+import sys
+
+import pytest
+import torch.multiprocessing as mp
+
+from maya.emulator import spawned_workers
+from maya.emulator.spawned_workers import SpawnNotEmulated
+
+
+@pytest.fixture
+def second_of_two_gpus(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    for owner in (mp, sys.modules["torch.multiprocessing.spawn"]):  # install() replaces them: torch's come back
+        for name in ("spawn", "start_processes"):
+            monkeypatch.setattr(owner, name, getattr(owner, name))
+
+
+def test_the_ranks_worker_runs_in_the_rank(second_of_two_gpus):
+    """`mp.spawn(fn, args, nprocs=2)` on local rank 1 of a two-GPU node calls `fn(1, *args)` here, once, and
+    returns as a joined spawn does (None)."""
+    calls = []
+    spawned_workers.install()
+    assert mp.spawn(lambda i, a, b: calls.append((i, a, b)), args=("x", 2), nprocs=2) is None
+    assert calls == [(1, "x", 2)]
+    mp.start_processes(lambda i: calls.append(i), nprocs=2, start_method="fork")
+    assert calls[-1] == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"nprocs": 4}, "spawns 4 worker\\(s\\) in a job of 2 GPU\\(s\\) per node.*--nproc-per-node 4"),
+        ({"nprocs": 2, "join": False}, "join=False"),
+    ],
+)
+def test_spawns_the_rank_cannot_stand_for_fail_naming_them(second_of_two_gpus, kwargs, message):
+    """Workers that are not the job's ranks (another count), or a spawn whose running processes the script watches
+    (join=False), would run unrecorded in spawned interpreters: refused, saying what to give."""
+    spawned_workers.install()
+    called = []
+    with pytest.raises(SpawnNotEmulated, match=message):
+        mp.spawn(called.append, **kwargs)
+    assert not called

@@ -1,0 +1,76 @@
+"""Launchers users type in front of a script, run under `maya emulate` as they are: `accelerate launch`, DeepSpeed's
+`deepspeed` with its own engine, and the DDP tutorial's `torch.multiprocessing.spawn` from `python train.py`; each
+on 2 virtual H100s, then predicted."""
+
+import json
+
+import pytest
+from paths import WORKLOADS
+
+from maya_trace_spec import Run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def _communicator_sizes(out) -> set[int]:
+    return {c["comm_size"] for c in Run(out).table("communicators").to_pylist()}
+
+
+def test_accelerate_launch_runs_its_script_on_the_gpus_it_asks_for(tmp_path, emulate_and_predict, monkeypatch):
+    """`accelerate launch --num_processes 2 --mixed_precision bf16 accelerate_loop.py` (no `accelerate config`
+    file): two ranks with accelerate's environment, DDP between them."""
+    pytest.importorskip("accelerate")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    argv = ["accelerate", "launch", "--num_processes", "2", "--mixed_precision", "bf16"]
+    output, prediction = emulate_and_predict(
+        tmp_path / "run", [*argv, str(WORKLOADS / "accelerate_loop.py")], "--iterations", "3"
+    )
+    assert "stopped after 3 training iterations" in output
+    assert prediction["world_size"] == 2 and prediction["iteration_ns"] > 0
+    assert _communicator_sizes(tmp_path / "run") == {2}
+
+
+def test_deepspeed_launcher_and_engine(tmp_path, emulate_and_predict):
+    """`deepspeed --num_gpus 2 deepspeed_engine.py --deepspeed_config ds.json`: each rank's script is given its own
+    `--local_rank=N` (the script checks it against LOCAL_RANK), and ZeRO-2's bf16 engine steps."""
+    pytest.importorskip("deepspeed")
+    config = tmp_path / "ds.json"
+    config.write_text(
+        json.dumps(
+            {
+                "train_micro_batch_size_per_gpu": 8,
+                "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "torch_adam": True}},
+                "bf16": {"enabled": True},
+                "zero_optimization": {"stage": 2},
+            }
+        )
+    )
+    argv = ["deepspeed", "--hostfile", str(tmp_path / "no-hostfile"), "--num_gpus", "2"]
+    output, prediction = emulate_and_predict(
+        tmp_path / "run",
+        [*argv, str(WORKLOADS / "deepspeed_engine.py"), "--deepspeed_config", str(config)],
+        "--iterations",
+        "3",
+        "--no-dedup",
+    )
+    assert "stopped after 3 training iterations" in output
+    assert prediction["world_size"] == 2 and prediction["iteration_ns"] > 0
+    assert _communicator_sizes(tmp_path / "run") == {2}
+    logs = [(tmp_path / "run" / "logs" / f"rank{r}.txt").read_text() for r in (0, 1)]
+    assert all("AssertionError" not in log for log in logs)
+
+
+def test_a_script_that_spawns_its_workers(tmp_path, emulate_and_predict):
+    """`python spawn_ddp.py` calling `mp.spawn(train, nprocs=torch.cuda.device_count())` under `--nproc-per-node 2`:
+    each rank runs the worker of its local rank, on its own GPU, and their DDP is recorded."""
+    output, prediction = emulate_and_predict(
+        tmp_path / "run",
+        ["python", str(WORKLOADS / "spawn_ddp.py"), "3"],
+        "--nproc-per-node",
+        "2",
+        "--no-dedup",
+    )
+    logs = [(tmp_path / "run" / "logs" / f"rank{r}.txt").read_text() for r in (0, 1)]
+    assert [f"worker {r} of 2 on cuda:{r} done" in log for r, log in enumerate(logs)] == [True, True]
+    assert prediction["world_size"] == 2 and prediction["iteration_ns"] > 0
+    assert _communicator_sizes(tmp_path / "run") == {2}
