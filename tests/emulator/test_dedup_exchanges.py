@@ -8,7 +8,7 @@ from maya.core import hardware
 from maya.emulator.dedup import layout_of, stage_classes
 from maya.simulator import MeasuredDurations, simulate, summarize
 from maya.simulator.trace import load
-from maya.simulator.trace_builder import TraceBuilder, one_f_one_b
+from maya.simulator.trace_builder import RankBuilder, TraceBuilder, one_f_one_b
 from maya_trace_spec import read_table
 
 
@@ -39,42 +39,46 @@ def megatron_job(tp: int, cp: int, ep: int, dp: int, pp: int, represents: dict[i
         names = {kind: f"{kind}{sorted(members)}" for kind, members in comms.items()}
         for kind, members in comms.items():
             b.communicator(names[kind], members)
-        k = b.rank(r, represents=represents[r] if represents is not None else None)
-
-        def ring(backward: bool) -> None:
-            for step in range(cp - 1):
-                k.group_start()
-                k.send(names["cp"], (c + 1) % cp, 20_000)
-                k.recv(names["cp"], (c - 1) % cp, 20_000)
-                k.group_end()
-                k.kernel((2 if (c - step - 1) % cp < c else 1) * (60_000 if backward else 30_000))
-
-        def all_to_all() -> None:
-            k.group_start()
-            for x in range(ep):
-                k.send(names["ep"], x, 5_000)
-                k.recv(names["ep"], x, 5_000)
-            k.group_end()
-
-        def layer(backward: bool) -> None:
-            k.module, k.backward = "decoder.layers.0.self_attention", backward
-            k.gemm(1024, 512, 1024, 40_000)
-            ring(backward)
-            k.allreduce(names["tp"], 15_000)
-            k.module = "decoder.layers.0.mlp"
-            if ep > 1:
-                all_to_all()
-            k.gemm(4096, 512, 1024, 80_000)
-            if ep > 1:
-                all_to_all()
-            k.module, k.backward = None, False
-
-        for it in range(2):
-            k.iteration = it
-            one_f_one_b(k, s, pp, 4, lambda: layer(False), lambda: layer(True), comm=names["pp"])
-            k.allreduce(names["dp"], 100_000)
-            k.stream_sync()
+        rank_program(b.rank(r, represents=represents[r] if represents is not None else None), names, c, cp, ep, s, pp)
     return b
+
+
+def rank_program(k: RankBuilder, names: dict[str, str], c: int, cp: int, ep: int, s: int, pp: int) -> None:
+    """`megatron_job`'s calls on one rank: ring position `c` of `cp`, stage `s` of `pp`, groups `names`."""
+
+    def ring(backward: bool) -> None:
+        for step in range(cp - 1):
+            k.group_start()
+            k.send(names["cp"], (c + 1) % cp, 20_000)
+            k.recv(names["cp"], (c - 1) % cp, 20_000)
+            k.group_end()
+            k.kernel((2 if (c - step - 1) % cp < c else 1) * (60_000 if backward else 30_000))
+
+    def all_to_all() -> None:
+        k.group_start()
+        for x in range(ep):
+            k.send(names["ep"], x, 5_000)
+            k.recv(names["ep"], x, 5_000)
+        k.group_end()
+
+    def layer(backward: bool) -> None:
+        k.module, k.backward = "decoder.layers.0.self_attention", backward
+        k.gemm(1024, 512, 1024, 40_000)
+        ring(backward)
+        k.allreduce(names["tp"], 15_000)
+        k.module = "decoder.layers.0.mlp"
+        if ep > 1:
+            all_to_all()
+        k.gemm(4096, 512, 1024, 80_000)
+        if ep > 1:
+            all_to_all()
+        k.module, k.backward = None, False
+
+    for it in range(2):
+        k.iteration = it
+        one_f_one_b(k, s, pp, 4, lambda: layer(False), lambda: layer(True), comm=names["pp"])
+        k.allreduce(names["dp"], 100_000)
+        k.stream_sync()
 
 
 def classes_of(tmp_path, job: TraceBuilder) -> dict[int, list[int]]:

@@ -240,7 +240,10 @@ def _ops(rows: list[dict]) -> dict[str, list] | None:
     return {
         "op_id": steps + list(ids.values()),
         "name": [f"ProfilerStep#{i}" for i in steps]
-        + [f"nn.Module: {module}" if module else "autograd::engine::evaluate_function: Backward" for _, (module, _) in keys],
+        + [
+            f"nn.Module: {module}" if module else "autograd::engine::evaluate_function: Backward"
+            for _, (module, _) in keys
+        ],
         "start_ns": steps + list(ids.values()),
         "module_path": [None] * len(steps) + [module for _, (module, _) in keys],
         "phase": ["other"] * len(steps) + ["backward" if back else "forward" for _, (_, back) in keys],
