@@ -117,7 +117,9 @@ def exchange(tensor: torch.Tensor | None, peer: int | None, receive: bool) -> to
         return None
     other = dist.get_global_rank(pipe, peer)
     got = torch.empty(SEQ, DIM, device="cuda", requires_grad=True) if receive else None
-    op = dist.P2POp(dist.irecv, got, other, group=pipe) if receive else dist.P2POp(dist.isend, tensor, other, group=pipe)
+    op = (
+        dist.P2POp(dist.irecv, got, other, group=pipe) if receive else dist.P2POp(dist.isend, tensor, other, group=pipe)
+    )
     for work in dist.batch_isend_irecv([op]):
         work.wait()
     return got
