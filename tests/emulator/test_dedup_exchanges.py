@@ -3,6 +3,7 @@ ranks are deduplicated (`emulator/dedup.layout_of`), and the classes they give r
 captured (`simulator/topology.py`), on synthetic Megatron-like jobs."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from paths import WORKLOADS
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from maya.cli import app
 from maya.core import hardware
+from maya.emulator import launcher
 from maya.emulator.dedup import layout_of, stage_classes
 from maya.simulator import MeasuredDurations, simulate, summarize
 from maya.simulator.trace import load
@@ -142,6 +144,21 @@ def test_without_ops_every_exchange_is_read_as_the_pipeline(tmp_path):
     run = megatron_job(2, 4, 1, 2, 1).write(tmp_path / "run")
     layout = layout_of(read_table(run, "api_calls", [0]), read_table(run, "communicators", [0]))
     assert layout.pipeline is not None and layout.exchanges == ()
+
+
+def test_stages_that_also_exchange_within_passes_are_not_rebuilt(tmp_path):
+    """PP 6 x CP 2: a stage is two classes, and stage 1's exchanges are not the schedule's alone; every class is
+    captured (none rebuilt) and the run's attrs say why."""
+    run = megatron_job(1, 2, 1, 1, 6).write(tmp_path / "run")
+    done = SimpleNamespace(status="complete")
+    captured, represents, attrs = launcher._deduplicated(
+        lambda rank, keep=True: (None, done), SimpleNamespace(run_dir=run), 12, 1, None, ["pretrain_gpt.py"]
+    )
+    assert sorted(captured) == list(range(12)) and represents == {r: [r] for r in range(12)}
+    assert attrs["refused"] == (
+        "ranks also exchange within the model's passes (a group of 2 ranks 1 apart): a stage is more than one class "
+        "of ranks, and stage 1's exchanges are not the schedule's alone"
+    )
 
 
 @pytest.mark.e2e
