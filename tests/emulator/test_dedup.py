@@ -1,4 +1,5 @@
-"""Pipeline stages read from rank 0's point-to-point traffic (`emulator/dedup.stage_classes`)."""
+"""Pipeline stages read from rank 0's point-to-point traffic (`emulator/dedup.stage_classes`); exchange groups in
+`test_dedup_exchanges.py`."""
 
 import json
 import os
@@ -10,12 +11,12 @@ from maya.emulator import dedup
 SCRIPT = """
 import importlib.util, json, sys, pyarrow as pa
 spec = importlib.util.spec_from_file_location("dedup", sys.argv[1])  # the module alone: a quick interpreter
-dedup = importlib.util.module_from_spec(spec)
+dedup = sys.modules["dedup"] = importlib.util.module_from_spec(spec)  # registered: its dataclass looks itself up
 spec.loader.exec_module(dedup)
 stage_classes = dedup.stage_classes
 calls = pa.table({"collective_name": ["send", "recv"], "comm_id": ["b", "a"], "peer_rank": [1, 2]})
 comms = pa.table({"comm_id": ["b", "a"], "ranks": [[0, 2, 4, 6], [0, 1, 2, 3]]})
-print(json.dumps(stage_classes(8, dedup.pipeline_of(calls, comms))))
+print(json.dumps(stage_classes(8, dedup.layout_of(calls, comms))))
 """
 
 

@@ -347,6 +347,7 @@ def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, 
             sorted(captured),
             read_table(writer.run_dir, "api_calls", [done[0]]),
             read_table(writer.run_dir, "communicators", [done[0]]),
+            read_table(writer.run_dir, "ops", [done[0]]),
         )
     except ValueError:
         return alone, {}
@@ -645,9 +646,11 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     if first[1].status != "complete":
         return captured, {0: [0]}, None
     communicators = read_table(writer.run_dir, "communicators", [0])
-    api_calls = read_table(writer.run_dir, "api_calls", [0])
-    pipeline = dedup.pipeline_of(api_calls, communicators)
-    classes = stage_classes(world_size, pipeline)
+    layout = dedup.layout_of(
+        read_table(writer.run_dir, "api_calls", [0]), communicators, read_table(writer.run_dir, "ops", [0])
+    )
+    pipeline = layout.pipeline
+    classes = stage_classes(world_size, layout)
     sizes = communicators.column("comm_size").to_pylist()
     if pipeline is None or pipeline.stages < dedup.REBUILT_FROM:
         return captured, _capture_classes(capture, writer, classes, captured, sizes, workers, on_rank_done), None
@@ -656,9 +659,17 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     ends = [reps[0], reps[1], *(reps[s] for s in checked), reps[-1]]
     attrs = {"stages": pipeline.stages, "stride": pipeline.stride, "from": 1, "checked": checked}
     option = pipeline_stages.differing_stage_options(argv)
-    if option:
+    refused = (
+        f"{option} can give the pipeline stages different layers"
+        if option
+        else f"ranks also exchange within the model's passes ({_exchange_groups(layout)}): a stage is more than one "
+        "class of ranks, and stage 1's exchanges are not the schedule's alone"
+        if layout.exchanges
+        else None
+    )
+    if refused:
         everything = _capture_classes(capture, writer, classes, captured, sizes, workers, on_rank_done)
-        return captured, everything, {**attrs, "refused": f"{option} can give the pipeline stages different layers"}
+        return captured, everything, {**attrs, "refused": refused}
     represents = _capture_classes(
         capture, writer, {r: classes[r] for r in ends}, captured, sizes, workers, on_rank_done
     )
@@ -689,6 +700,11 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
             f"or checked ({' and '.join(str(s) for s in checked)}): none is left to rebuild"
         )
     return captured, represents, attrs
+
+
+def _exchange_groups(layout: dedup.Layout) -> str:
+    """The layout's exchange groups in words (their sizes and strides), for the run's attrs."""
+    return ", ".join(f"a group of {axis.stages} ranks {axis.stride} apart" for axis in layout.exchanges)
 
 
 def _interleaved(writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured, argv: list[str]) -> bool:

@@ -28,7 +28,8 @@ KERNEL_NAME = "synthetic_kernel"
 
 
 class RankBuilder:
-    """The calls of one rank; `iteration` (when set) tags every call through one op per iteration."""
+    """The calls of one rank; `iteration` (when set) tags every call through one op per iteration, and `module` /
+    `backward` (when set) through an op in that module's forward (`nn.Module: <module>`) or in the backward phase."""
 
     def __init__(self, rank: int, host_ns: int, represents: list[int] | None):
         self.rank = rank
@@ -36,6 +37,8 @@ class RankBuilder:
         self.represents = represents
         self.rows: list[dict] = []
         self.iteration: int | None = None
+        self.module: str | None = None
+        self.backward = False
         self.clock = 0
         self.comm_seq: dict[str, int] = {}
 
@@ -51,6 +54,7 @@ class RankBuilder:
                 "time_source": "measured",
                 "stream_id": stream,
                 "_iteration": self.iteration,
+                "_scope": (self.module, self.backward) if self.module or self.backward else None,
                 **fields,
             }
         )
@@ -197,22 +201,9 @@ class TraceBuilder:
                 },
                 rank=rank,
             )
-            iterations = [row.pop("_iteration") for row in b.rows]
-            if any(i is not None for i in iterations):
-                steps = sorted({i for i in iterations if i is not None})
-                w.write(
-                    "ops",
-                    {
-                        "op_id": steps,
-                        "name": [f"ProfilerStep#{i}" for i in steps],
-                        "start_ns": steps,
-                        "phase": ["other"] * len(steps),
-                        "iteration": steps,
-                    },
-                    rank=rank,
-                )
-                for row, i in zip(b.rows, iterations):
-                    row["op_id"] = i
+            ops = _ops(b.rows)
+            if ops:
+                w.write("ops", ops, rank=rank)
             if b.rows:
                 w.write("api_calls", _columns(b.rows), rank=rank)
             w.write("kernels", {"kernel_id": [0], "name": [KERNEL_NAME], "family": ["other"]}, rank=rank)
@@ -231,6 +222,33 @@ class TraceBuilder:
             if rank in self.memory:
                 w.write("memory_events", _columns(self.memory[rank]), rank=rank)
         return Path(run_dir)
+
+
+def _ops(rows: list[dict]) -> dict[str, list] | None:
+    """The ops table of calls tagged with an iteration (op `ProfilerStep#<i>`, id `i`) or a scope (`nn.Module:
+    <module>` or `backward`, ids after the iterations'), each row given its op's id; None when none is tagged."""
+    iterations = [row.pop("_iteration") for row in rows]
+    scopes = [row.pop("_scope") for row in rows]
+    steps = sorted({i for i in iterations if i is not None})
+    keys = list(dict.fromkeys((i, s) for i, s in zip(iterations, scopes) if s is not None))
+    if not steps and not keys:
+        return None
+    first = max(steps, default=-1) + 1
+    ids = {key: first + n for n, key in enumerate(keys)}
+    for row, i, scope in zip(rows, iterations, scopes):
+        row["op_id"] = ids[(i, scope)] if scope is not None else i
+    return {
+        "op_id": steps + list(ids.values()),
+        "name": [f"ProfilerStep#{i}" for i in steps]
+        + [
+            f"nn.Module: {module}" if module else "autograd::engine::evaluate_function: Backward"
+            for _, (module, _) in keys
+        ],
+        "start_ns": steps + list(ids.values()),
+        "module_path": [None] * len(steps) + [module for _, (module, _) in keys],
+        "phase": ["other"] * len(steps) + ["backward" if back else "forward" for _, (_, back) in keys],
+        "iteration": steps + [i for i, _ in keys],
+    }
 
 
 def _columns(rows: list[dict]) -> dict[str, list]:
