@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from maya.cli import app
 from maya.emulator.capture_format import CUDA_ERROR_NOT_SUPPORTED
+from maya.emulator.unsupported import notes
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
+@pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.parametrize(("hardware", "multicast"), [("h100-sxm", 1), ("h100-pcie", 0), ("a100-sxm-80gb", 0)])
 def test_multicast_is_answered_as_the_board_would_and_not_emulated(tmp_path, hardware, multicast):
     r = CliRunner().invoke(
@@ -25,3 +25,10 @@ def test_multicast_is_answered_as_the_board_would_and_not_emulated(tmp_path, har
     assert answer, r.output
     assert answer.groups() == (str(multicast), "1", str(CUDA_ERROR_NOT_SUPPORTED))
     assert "unimplemented CUDA API cuMulticastGetGranularity" in r.output
+
+
+def test_unemulated_peer_memory_is_explained_with_the_flag_that_needs_it():
+    (note,) = notes({"cuMulticastGetGranularity", "cudaIpcGetMemHandle", "cusolverDnCreate"})
+    assert note.startswith("cuMulticastGetGranularity, cudaIpcGetMemHandle:")
+    assert "--tp-comm-overlap" in note and "userbuffers" in note
+    assert notes({"cusolverDnCreate"}) == []
