@@ -12,6 +12,7 @@ from maya.cli import app
 from maya.emulator.capture_format import CUDA_ERROR_NOT_SUPPORTED
 from maya.emulator.unsupported import notes
 
+
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize(("hardware", "multicast"), [("h100-sxm", 1), ("h100-pcie", 0), ("a100-sxm-80gb", 0)])

@@ -83,7 +83,9 @@ MAYA_EXPORT int maya_device_attribute(int attr, int device, int *value) {
    * multicast on Hopper and later whose NVLinks reach an NVSwitch (an HGX board), not on bridged PCIe cards. Their
    * APIs (cuMemExportToShareableHandle, cuMulticast*) are not emulated: they fail, naming themselves. */
   case 103 /* CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */: v = 1; break;
-  case 132 /* CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED */: v = d->major >= 9 && d->nvlinks > 0 && !d->nvlink_bridged; break;
+  case 132 /* CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED */:
+    v = d->major >= 9 && d->nvlinks > 0 && !d->nvlink_bridged;
+    break;
   default: {
     static int reported[1024];
     if (attr >= 0 && attr < 1024 && !reported[attr]++)

@@ -228,8 +228,8 @@ static CUresult not_emulated(const char *name) {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-MAYA_EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType t,
-                                                  unsigned long long flags) {
+MAYA_EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
+                                                  CUmemAllocationHandleType t, unsigned long long flags) {
   (void)out, (void)h, (void)t, (void)flags;
   return not_emulated("cuMemExportToShareableHandle");
 }
@@ -256,14 +256,15 @@ MAYA_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle h, CUdevi
   return not_emulated("cuMulticastAddDevice");
 }
 
-MAYA_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mc, size_t mc_offset, CUmemGenericAllocationHandle h,
-                                        size_t offset, size_t size, unsigned long long flags) {
+MAYA_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mc, size_t mc_offset,
+                                        CUmemGenericAllocationHandle h, size_t offset, size_t size,
+                                        unsigned long long flags) {
   (void)mc, (void)mc_offset, (void)h, (void)offset, (void)size, (void)flags;
   return not_emulated("cuMulticastBindMem");
 }
 
-MAYA_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mc, size_t mc_offset, CUdeviceptr ptr, size_t size,
-                                         unsigned long long flags) {
+MAYA_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mc, size_t mc_offset, CUdeviceptr ptr,
+                                         size_t size, unsigned long long flags) {
   (void)mc, (void)mc_offset, (void)ptr, (void)size, (void)flags;
   return not_emulated("cuMulticastBindAddr");
 }
