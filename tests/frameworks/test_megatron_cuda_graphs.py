@@ -1,12 +1,12 @@
 """Megatron-LM's own `pretrain_gpt.py`, unchanged, with its CUDA graphs (`--cuda-graph-impl local`: each transformer
-layer's forward and backward captured after the first iteration; `full_iteration`: the whole forward-backward), TP 2
-on 2 GPUs: the replayed layers' GEMMs and tensor-parallel all-reduces are in the trace with their shapes and priced,
+layer's forward and backward captured after the first iteration; `full_iteration`: the whole forward-backward;
+`transformer_engine`: TE's layers graphed by TE's `make_graphed_callables`), TP 2 on 2 GPUs: the replayed layers' GEMMs and tensor-parallel all-reduces are in the trace with their shapes and priced,
 and the step is predicted faster than the same step run eagerly, with a smaller host-bound share. And Megatron's
 `--tp-comm-overlap` (Transformer Engine's userbuffers), which virtual GPUs cannot run, fails loudly, naming the API
 and the flag.
 
-Needs what `test_megatron_lm.py` needs (MAYA_MEGATRON_LM, Python 3.12); the userbuffers test also Transformer
-Engine. It skips otherwise."""
+Needs what `test_megatron_lm.py` needs (MAYA_MEGATRON_LM, Python 3.12); the TE graphs and the userbuffers test
+also Transformer Engine. It skips otherwise."""
 
 from collections import Counter
 
@@ -26,11 +26,15 @@ TINY_GPT_TP2 = (
     "--eval-iters 0 --eval-interval 1000 --tensor-model-parallel-size 2"
 ).split()
 LOCAL = "--transformer-impl local --no-persist-layer-norm --no-masked-softmax-fusion".split()
-GRAPHS = {
-    "local": ["--cuda-graph-impl", "local"],
-    "full_iteration": "--cuda-graph-impl full_iteration --cuda-graph-warmup-steps 1 "
-    "--no-check-for-nan-in-loss-and-grad".split(),
+GRAPHS = {  # (the layers' implementation, the graphs' flags)
+    "local": ("local", ["--cuda-graph-impl", "local"]),
+    "full_iteration": (
+        "local",
+        "--cuda-graph-impl full_iteration --cuda-graph-warmup-steps 1 --no-check-for-nan-in-loss-and-grad".split(),
+    ),
+    "transformer_engine": ("te", "--cuda-graph-impl transformer_engine --cuda-graph-warmup-steps 1".split()),
 }
+LAYERS = {"local": LOCAL, "te": []}
 _predicted: dict[str, tuple] = {}
 
 
@@ -53,11 +57,14 @@ def _gemms(calls) -> Counter:
 
 @pytest.mark.parametrize("impl", sorted(GRAPHS))
 def test_cuda_graphs_replay_priced_work_and_save_host_time(
-    impl, tmp_path_factory, emulate_and_predict, monkeypatch, megatron_checkout
+    impl, request, tmp_path_factory, emulate_and_predict, monkeypatch, megatron_checkout
 ):
+    layers, flags = GRAPHS[impl]
+    if layers == "te":  # TE's layers, graphed by TE's make_graphed_callables
+        request.getfixturevalue("megatron_checkout_te")
     args = (tmp_path_factory, emulate_and_predict, monkeypatch, megatron_checkout)
-    eager, eager_calls = _run("eager", LOCAL, *args)
-    graph, calls = _run(impl, LOCAL + GRAPHS[impl], *args)
+    eager, eager_calls = _run(f"eager-{layers}", LAYERS[layers], *args)
+    graph, calls = _run(impl, LAYERS[layers] + flags, *args)
     replayed = calls[calls["args"].fillna("").str.contains("cuda_graph_replay")]
     assert (calls["api"] == "cudaGraphLaunch").any() and (replayed["domain"] == "device").all()
     gemms, eager_gemms = _gemms(replayed), set(_gemms(eager_calls))
