@@ -132,7 +132,8 @@ API_CALLS = Table(
         _c(
             "domain",
             s,
-            "Library the API belongs to.",
+            "Library the API belongs to; `device` for device work no host call of its own issued (a kernel "
+            "without its launch, work a CUDA graph launch replayed).",
             nullable=False,
             allowed=("runtime", "driver", "cublas", "cublaslt", "cudnn", "nccl", "nvml", "device", "other"),
         ),

@@ -493,7 +493,8 @@ def test_convolutions_are_recorded_as_their_implicit_gemms(tmp_path):
 
 def test_cuda_graphs_replay_what_was_captured(tmp_path):
     """A captured forward (two cuBLASLt GEMMs and a ReLU) is not issued at capture; each of the
-    three replays issues it on the launching stream, with the captured ops' context."""
+    three replays issues it on the launching stream, with the captured ops' context, as device work of no host
+    call (the launch is the host's only call)."""
     r, out = emulate(tmp_path, script="cuda_graph.py")
     assert r.exit_code == 0, r.output
     calls = Run(out).table("api_calls").to_pylist()
@@ -504,6 +505,7 @@ def test_cuda_graphs_replay_what_was_captured(tmp_path):
     assert captured[1] == captured[0] + 1  # nothing issued while capturing
     replays = [c for c in calls if c["args"] and json.loads(c["args"]).get("cuda_graph_replay")]
     assert len(replays) == 3 * 3
+    assert {c["domain"] for c in replays} == {"device"}  # issued by the launch, not by calls of their own
     launches = [c for c in calls if c["api"] == "cudaGraphLaunch"]
     assert {c["stream_id"] for c in replays} == {launches[0]["stream_id"]}
     assert sum(c["gemm_m"] is not None for c in replays) == 3 * 2

@@ -4,6 +4,7 @@ scripts call, NCCL inside CUDA graphs, the peak memory it reports, and conversio
 import json
 import re
 import shutil
+from collections import Counter
 
 import pyarrow.compute as pc
 import pytest
@@ -203,6 +204,29 @@ def test_nccl_collectives_captured_in_a_cuda_graph(tmp_path):
     assert all(c["status"] == 0 for c in calls if "UserObject" in c["api"])
     replayed = [c for c in calls if c["collective_name"] and c["args"] and "cuda_graph_replay" in c["args"]]
     assert len(replayed) == 3 * 4  # four gradients, three replays
+
+
+def test_cuda_graph_replays_cost_the_host_one_launch(tmp_path):
+    """A training step replayed as CUDA graphs (`make_graphed_callables`) issues its kernels with one launch each for
+    forward and backward: the step is predicted faster than the same step run eagerly, with a smaller host-bound
+    share, and its replayed kernels are priced with their sizes (the GEMMs' shapes, the same device time)."""
+    predicted = {}
+    for mode in ("graph", "eager"):
+        r, out = emulate(tmp_path / mode, "--iterations", "0", script="cuda_graph_training.py", script_args=[mode])
+        assert r.exit_code == 0, r.output
+        p = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
+        assert p.exit_code == 0, p.output
+        predicted[mode] = json.loads(p.stdout)
+        calls = Run(out).table("api_calls").to_pylist()
+        replayed = [c for c in calls if c["args"] and "cuda_graph_replay" in c["args"]]
+        assert bool(replayed) == (mode == "graph")
+        issued = replayed or calls  # the graphs' warm-up steps ran eagerly before capture
+        predicted[mode]["gemms"] = Counter((c["gemm_m"], c["gemm_n"], c["gemm_k"]) for c in issued if c["gemm_m"])
+    graph, eager = predicted["graph"], predicted["eager"]
+    assert graph["gemms"] == eager["gemms"] and eager["gemms"].total() == 8 * 23  # x needs no gradient
+    assert graph["compute_ns"] >= 0.9 * eager["compute_ns"]  # the same work priced, not empty launches
+    assert graph["iteration_ns"] < eager["iteration_ns"]
+    assert graph["host_bound_ns"] / graph["iteration_ns"] < eager["host_bound_ns"] / eager["iteration_ns"]
 
 
 def test_compiled_run_reports_the_peak_maya_predict_uses(tmp_path):

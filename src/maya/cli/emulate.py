@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from maya.core.hardware import DEFAULT_HARDWARE
+from maya.emulator import unsupported
 from maya.emulator.capture_cache import exception_message
 
 from .common import (
@@ -231,6 +232,8 @@ def _report(captured, hw) -> None:
     for r in result.ranks:
         if r.error:
             err.print(f"[red]rank {r.rank}:[/] {exception_message(r.error)}", highlight=False)
+    for note in unsupported.notes({api for r in result.ranks for api in r.unimplemented}):
+        err.print(f"[red]note:[/] {note}", highlight=False)
     for oom in captured.out_of_memory():
         err.print(f"[red]{oom.describe()}[/]", highlight=False)
     failed = [r.rank for r in result.ranks if r.status == "failed"]

@@ -24,6 +24,8 @@ static void set_defaults(maya_device_cfg *d) {
   d->max_threads_per_sm = 2048;
   d->regs_per_sm = 65536;
   d->power_limit_w = 700;
+  d->nvlinks = 18;
+  d->nvlink_bridged = 0;
 }
 
 void load_config(void) {
@@ -82,6 +84,10 @@ void load_config(void) {
       d.regs_per_sm = atoi(val);
     else if (!strcmp(key, "power_limit_w"))
       d.power_limit_w = atoi(val);
+    else if (!strcmp(key, "nvlinks"))
+      d.nvlinks = atoi(val);
+    else if (!strcmp(key, "nvlink_bridged"))
+      d.nvlink_bridged = atoi(val);
   }
   fclose(f);
   if (maya_ndev < 1) maya_ndev = 1;

@@ -79,6 +79,13 @@ MAYA_EXPORT int maya_device_attribute(int attr, int device, int *value) {
   case cudaDevAttrNumaId: v = -1; break;
   case cudaDevAttrHostNumaId: v = 0; break;
   case cudaDevAttrMpsEnabled: v = 0; break;
+  /* driver-only attributes (CUdevice_attribute): memory exportable as a POSIX file descriptor, as on Linux; switch
+   * multicast on Hopper and later whose NVLinks reach an NVSwitch (an HGX board), not on bridged PCIe cards. Their
+   * APIs (cuMemExportToShareableHandle, cuMulticast*) are not emulated: they fail, naming themselves. */
+  case 103 /* CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */: v = 1; break;
+  case 132 /* CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED */:
+    v = d->major >= 9 && d->nvlinks > 0 && !d->nvlink_bridged;
+    break;
   default: {
     static int reported[1024];
     if (attr >= 0 && attr < 1024 && !reported[attr]++)

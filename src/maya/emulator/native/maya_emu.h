@@ -60,6 +60,7 @@ typedef struct {
   int clock_khz, mem_clock_khz, bus_width_bits, l2_bytes;
   int smem_per_sm, smem_per_block_optin, max_threads_per_sm, regs_per_sm;
   int power_limit_w;
+  int nvlinks, nvlink_bridged; /* NVLinks per GPU; 1: they join it to one peer by a bridge (PCIe cards) */
 } maya_device_cfg;
 
 /* configuration (from the file named by $MAYA_EMU_CONFIG) */

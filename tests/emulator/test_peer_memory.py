@@ -1,0 +1,35 @@
+"""What a virtual GPU answers about memory shared between processes: switch multicast where the real board has it
+(Hopper with NVSwitch, not PCIe cards or Ampere), and the multicast and shareable-handle APIs themselves, which it
+does not emulate, fail loudly, naming themselves."""
+
+import re
+
+import pytest
+from paths import WORKLOADS
+from typer.testing import CliRunner
+
+from maya.cli import app
+from maya.emulator.capture_format import CUDA_ERROR_NOT_SUPPORTED
+from maya.emulator.unsupported import notes
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize(("hardware", "multicast"), [("h100-sxm", 1), ("h100-pcie", 0), ("a100-sxm-80gb", 0)])
+def test_multicast_is_answered_as_the_board_would_and_not_emulated(tmp_path, hardware, multicast):
+    r = CliRunner().invoke(
+        app,
+        ["emulate", "--out", str(tmp_path / "run"), "--hardware", hardware, "--", "python"]
+        + [str(WORKLOADS / "multicast_query.py")],
+    )
+    answer = re.search(r"multicast (\d) posix_fd (\d) granularity status (\d+)", r.output)
+    assert answer, r.output
+    assert answer.groups() == (str(multicast), "1", str(CUDA_ERROR_NOT_SUPPORTED))
+    assert "unimplemented CUDA API cuMulticastGetGranularity" in r.output
+
+
+def test_unemulated_peer_memory_is_explained_with_the_flag_that_needs_it():
+    (note,) = notes({"cuMulticastGetGranularity", "cudaIpcGetMemHandle", "cusolverDnCreate"})
+    assert note.startswith("cuMulticastGetGranularity, cudaIpcGetMemHandle:")
+    assert "--tp-comm-overlap" in note and "userbuffers" in note
+    assert notes({"cusolverDnCreate"}) == []
