@@ -153,6 +153,7 @@ def test_torchrun_commands_give_the_script_and_the_jobs_shape(command, expected)
         (["--", "torchrun", "--nproc_per_node=gpu", "x.py"], "give the number of GPUs per node"),
         (["--", "torchrun", "--no-python", "x.py"], "runs Python scripts"),
         (["--", "accelerate", "config"], "maya emulate runs `accelerate launch"),
+        (["--", "python", "-m", "deepspeed.launcher.launch", "x.py"], "a launcher, which maya does not run"),
     ],
 )
 def test_torchrun_commands_maya_cannot_take_are_refused(args, message):
@@ -212,7 +213,17 @@ def test_console_scripts_maya_cannot_run_are_refused(tmp_path, monkeypatch, inte
 )
 @pytest.mark.parametrize(
     "launcher",
-    [["torchrun", "--nproc-per-node", "2"], ["python", "-m", "torch.distributed.run"], ["/venv/bin/horovodrun"]],
+    [
+        ["torchrun", "--nproc-per-node", "2"],
+        ["python", "-m", "torch.distributed.run"],
+        ["/venv/bin/horovodrun"],
+        ["ds"],
+        ["deepspeed.pt"],
+        ["accelerate-launch"],
+        ["python", "-m", "accelerate.commands.launch"],
+        ["python", "-m", "deepspeed.launcher.runner"],
+        ["python", "-m", "deepspeed.launcher.launch"],
+    ],
 )
 def test_commands_that_read_no_torchrun_command_refuse_every_launcher(tmp_path, monkeypatch, command, launcher):
     """`maya search` and `maya profile` take the script itself: a launcher (torchrun too, which only `maya

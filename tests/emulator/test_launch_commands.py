@@ -1,20 +1,39 @@
 """Launch commands `maya emulate` reads by their launchers' own code (`accelerate launch`, `deepspeed`; torchrun's
 are in tests/cli/test_cli.py), the argument DeepSpeed's launcher gives each rank, and what is refused, by name."""
 
+import sys
+
 import pytest
 from typer.testing import CliRunner
 
 from maya.cli import app
+from maya.emulator import launcher
 from maya.emulator.launch_commands import LaunchCommandError, read
 from maya.emulator.launcher import rank_argv
 
 
-def test_an_accelerate_launch_gives_the_shape_and_accelerates_environment(tmp_path, monkeypatch):
+@pytest.fixture
+def no_accelerate_config(tmp_path, monkeypatch):
+    """No `accelerate config` file: accelerate fixes its default path at import, so HF_HOME alone does not isolate
+    a developer's ~/.cache/huggingface config."""
+    pytest.importorskip("accelerate")
+    import accelerate.commands.launch
+
+    monkeypatch.setattr(accelerate.commands.launch, "default_config_file", str(tmp_path / "no-config.yaml"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+
+
+@pytest.fixture
+def deepspeed_here(monkeypatch):
+    """DeepSpeed's runner with no CUDA_VISIBLE_DEVICES of this machine's."""
+    pytest.importorskip("deepspeed")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_an_accelerate_launch_gives_the_shape_and_accelerates_environment(no_accelerate_config):
     """`accelerate launch --num_processes 2 --mixed_precision bf16 --use_fsdp` with no config file: accelerate's
     validation sees the two virtual GPUs (multi-GPU, as on a real 2-GPU node) and its FSDP settings reach the ranks
     as its launcher's environment; what the emulator sets per rank (RANK, MASTER_PORT, ...) is left to it."""
-    pytest.importorskip("accelerate")
-    monkeypatch.setenv("HF_HOME", str(tmp_path))  # no `accelerate config` file
     launch = read(
         ["accelerate", "launch", "--num_processes", "2", "--mixed_precision", "bf16", "--use_fsdp", "t.py", "--x"],
         None,
@@ -24,11 +43,9 @@ def test_an_accelerate_launch_gives_the_shape_and_accelerates_environment(tmp_pa
     assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} & set(launch.env)
 
 
-def test_accelerate_launch_reads_its_config_file_and_the_nodes_gpus(tmp_path, monkeypatch):
+def test_accelerate_launch_reads_its_config_file_and_the_nodes_gpus(tmp_path, no_accelerate_config):
     """The settings of `accelerate config`'s file apply, as they do to `accelerate launch`; without --num_processes
     or a file, accelerate uses every GPU of the node (`maya emulate --nproc-per-node`)."""
-    pytest.importorskip("accelerate")
-    monkeypatch.setenv("HF_HOME", str(tmp_path))
     config = tmp_path / "config.yaml"
     config.write_text(
         "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: fp16\nnum_machines: 1\n"
@@ -50,25 +67,25 @@ def test_accelerate_launch_reads_its_config_file_and_the_nodes_gpus(tmp_path, mo
         (["accelerate", "launch", "--cpu", "t.py"], "accelerate launch --cpu"),
         (["accelerate", "launch", "--multi_gpu", "--num_processes", "1", "t.py"], "at least 2 processes"),
         (["accelerate", "env"], "maya emulate runs `accelerate launch"),
+        (  # accelerate's validation reads a missing --machine_rank: its TypeError, named
+            ["accelerate", "launch", "--num_machines", "2", "--num_processes", "4", "--multi_gpu", "t.py"],
+            "accelerate launch: TypeError",
+        ),
     ],
 )
-def test_accelerate_launches_maya_cannot_stand_for_are_refused(tmp_path, monkeypatch, command, refused):
-    if command[1] == "launch":
-        pytest.importorskip("accelerate")
-    monkeypatch.setenv("HF_HOME", str(tmp_path))
+def test_accelerate_launches_maya_cannot_stand_for_are_refused(no_accelerate_config, command, refused):
     with pytest.raises(LaunchCommandError, match=refused):
         read(command, None)
 
 
-def test_a_deepspeed_launch_gives_each_rank_its_local_rank_argument(tmp_path):
+def test_a_deepspeed_launch_gives_each_rank_its_local_rank_argument(tmp_path, deepspeed_here):
     """`deepspeed --num_gpus 2 train.py ARGS` (no hostfile: this node): two ranks, each script given
     `--local_rank=N` after its name as `deepspeed.launcher.launch` gives it, and its node's sizes."""
-    pytest.importorskip("deepspeed")
     launch = read(
         ["deepspeed", "--hostfile", str(tmp_path / "none"), "--num_gpus", "2", "t.py", "--c", "ds.json"], None
     )
     assert (launch.argv, launch.nnodes, launch.nproc_per_node) == (["t.py", "--c", "ds.json"], 1, 2)
-    assert launch.env == {"CROSS_SIZE": "1", "LOCAL_SIZE": "2", "CROSS_RANK": "0"}
+    assert launch.env == {"CROSS_SIZE": "1", "LOCAL_SIZE": "2"} and launch.node_rank_variables == ("CROSS_RANK",)
     assert [rank_argv(launch.argv, launch.rank_argument, r) for r in (0, 1)] == [
         ["t.py", "--local_rank=0", "--c", "ds.json"],
         ["t.py", "--local_rank=1", "--c", "ds.json"],
@@ -78,15 +95,14 @@ def test_a_deepspeed_launch_gives_each_rank_its_local_rank_argument(tmp_path):
     assert rank_argv(["-m", "pkg.t", "--x"], "--local_rank={local_rank}", 3) == ["-m", "pkg.t", "--local_rank=3", "--x"]
 
 
-def test_a_deepspeed_hostfile_gives_the_nodes_without_reaching_them(tmp_path):
+def test_a_deepspeed_hostfile_gives_the_nodes_without_reaching_them(tmp_path, deepspeed_here):
     """A hostfile's hosts and slots are the resource pool, selected by --num_nodes and --include as DeepSpeed does;
     no host is reached (pdsh and ssh are not run). Uneven slots are refused, naming them."""
-    pytest.importorskip("deepspeed")
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("worker-0 slots=8\nworker-1 slots=8\nworker-2 slots=4\n")
     launch = read(["deepspeed", "--hostfile", str(hostfile), "--num_nodes", "2", "t.py"], None)
     assert (launch.nnodes, launch.nproc_per_node, launch.env["CROSS_SIZE"]) == (2, 8, "2")
-    assert "CROSS_RANK" not in launch.env  # the node's rank differs between ranks: not given
+    assert launch.node_rank_variables == ("CROSS_RANK",)  # each rank's node index, as its node's launch.py sets it
     included = read(["deepspeed", "--hostfile", str(hostfile), "--include", "worker-0:0,1@worker-1:2,3", "t.py"], None)
     assert (included.nnodes, included.nproc_per_node) == (2, 2)
     with pytest.raises(LaunchCommandError, match="worker-2: 4 GPUs; maya emulate runs jobs of the same number"):
@@ -102,14 +118,130 @@ def test_a_deepspeed_hostfile_gives_the_nodes_without_reaching_them(tmp_path):
         (["deepspeed", "--no_python", "t.sh"], "deepspeed --no_python: not emulated"),
     ],
 )
-def test_deepspeed_launches_maya_cannot_stand_for_are_refused(tmp_path, command, refused):
-    pytest.importorskip("deepspeed")
+def test_deepspeed_launches_maya_cannot_stand_for_are_refused(tmp_path, deepspeed_here, command, refused):
     with pytest.raises(LaunchCommandError, match=refused):
         read([command[0], "--hostfile", str(tmp_path / "none"), *command[1:]], None)
 
 
-def test_maya_emulate_takes_the_jobs_shape_once():
-    """`maya emulate --nproc-per-node 4 -- deepspeed --num_gpus 2 ...`: two shapes; refused before anything runs."""
-    pytest.importorskip("deepspeed")
-    r = CliRunner().invoke(app, ["emulate", "--nproc-per-node", "4", "--", "deepspeed", "--num_gpus", "2", "t.py"])
-    assert r.exit_code == 2 and "deepspeed launches 1 x 2 ranks: give the job's shape once" in r.stderr
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--nproc-per-node", "4", "--", "torchrun", "--nproc_per_node=2", "t.py"],
+            "torchrun launches 1 x 2 ranks (torchrun's default --nnodes 1:1): give the job's shape once",
+        ),
+        (
+            ["--nnodes", "2", "--", "torchrun", "--nproc_per_node=2", "t.py"],
+            "torchrun launches 1 x 2 ranks (torchrun's default --nnodes 1:1)",
+        ),
+        (
+            ["--nnodes", "2", "--", "torchrun", "--nnodes", "1", "--nproc_per_node=2", "t.py"],
+            "torchrun launches 1 x 2 ranks: give the job's shape once",
+        ),
+    ],
+)
+def test_maya_emulate_takes_the_jobs_shape_once(args, message):
+    """Two shapes, ours and the launcher's, are refused before anything runs; a part the launcher chose itself
+    is said to be its default."""
+    r = CliRunner().invoke(app, ["emulate", *args])
+    assert r.exit_code == 2 and message in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    "command, launcher",
+    [
+        (["torchrun", "t.py"], None),
+        (["accelerate", "launch", "t.py"], "accelerate"),
+        (["/venv/bin/accelerate-launch", "t.py"], "accelerate"),
+        (["python", "-m", "accelerate.commands.launch", "t.py"], "accelerate"),
+        (["python3", "-m", "accelerate.commands.accelerate_cli", "launch", "t.py"], "accelerate"),
+        (["deepspeed", "t.py"], "deepspeed"),
+        (["ds", "t.py"], "deepspeed"),
+        (["deepspeed.pt", "t.py"], "deepspeed"),
+        (["python", "-m", "deepspeed.launcher.runner", "t.py"], "deepspeed"),
+    ],
+)
+def test_every_alias_of_a_launcher_is_read_by_its_launchers_code(monkeypatch, command, launcher):
+    """`ds`, `accelerate-launch`, `python -m deepspeed.launcher.runner`, ... are the same launchers: read by them
+    (here: a launcher that is not installed fails, naming it), never run as a rank's script."""
+    if launcher is None:
+        assert read(command, None).argv == ["t.py"]
+        return
+    for name in [launcher, *(n for n in sys.modules if n.startswith(f"{launcher}."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # an import of it fails, as where it is not installed
+    with pytest.raises(LaunchCommandError, match="is not installed in maya's environment"):
+        read(command, None)
+
+
+def test_an_accelerate_launch_of_one_process_is_one_rank(tmp_path, no_accelerate_config):
+    """`distributed_type: 'NO'` with --num_processes 4: accelerate runs its simple launcher, one process (its
+    validation leaves multi-GPU off), so the job is 1 x 1, said as accelerate's choice."""
+    config = tmp_path / "config.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nmixed_precision: 'no'\n")
+    launch = read(["accelerate", "launch", "--config_file", str(config), "--num_processes", "4", "t.py"], None)
+    assert (launch.nnodes, launch.nproc_per_node) == (1, 1)
+    assert "simple launcher" in launch.defaults[0]
+
+
+def test_the_launchers_pythonpath_reaches_the_ranks(tmp_path, monkeypatch, no_accelerate_config, deepspeed_here):
+    """accelerate's DeepSpeed launch adds the working directory to PYTHONPATH, DeepSpeed's multi-node runner puts
+    it first: a script importing a package of its folder runs as it does for real."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    accelerated = read(["accelerate", "launch", "--use_deepspeed", "--num_processes", "2", "t.py"], None)
+    assert str(tmp_path) in accelerated.env["PYTHONPATH"].split(":")
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("worker-0 slots=2\nworker-1 slots=2\n")
+    ds = read(["deepspeed", "--hostfile", str(hostfile), "t.py"], None)
+    assert ds.env["PYTHONPATH"] == f"{tmp_path}:/elsewhere"
+
+
+@pytest.mark.parametrize("runner", ["openmpi", "mpich", "impi", "slurm", "mvapich"])
+def test_deepspeeds_mpi_and_slurm_launchers_give_no_local_rank(tmp_path, deepspeed_here, runner):
+    """On two hosts, DeepSpeed's openmpi/mpich/impi/slurm/mvapich launchers start the script with no `--local_rank`
+    and no LOCAL_SIZE/CROSS_SIZE/CROSS_RANK; pdsh (the default) and --no_ssh run its launch.py, which gives them."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("worker-0 slots=2\nworker-1 slots=2\n")
+    mpi = read(["deepspeed", "--hostfile", str(hostfile), "--launcher", runner, "t.py"], None)
+    assert (mpi.nnodes, mpi.rank_argument, mpi.node_rank_variables) == (2, None, ())
+    assert not {"LOCAL_SIZE", "CROSS_SIZE"} & set(mpi.env)
+    for options in (["--launcher", "pdsh"], ["--launcher", runner, "--no_ssh", "--node_rank", "0"]):
+        own = read(["deepspeed", "--hostfile", str(hostfile), *options, "t.py"], None)
+        assert (own.rank_argument, own.env["CROSS_SIZE"]) == ("--local_rank={local_rank}", "2")
+
+
+def test_deepspeed_takes_cuda_visible_devices_as_its_include(tmp_path, deepspeed_here, monkeypatch):
+    """One node, no filter: DeepSpeed's runner makes CUDA_VISIBLE_DEVICES its --include (two GPUs here); a filter
+    of the command wins over it."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    none = str(tmp_path / "none")
+    assert read(["deepspeed", "--hostfile", none, "t.py"], None).nproc_per_node == 2
+    assert read(["deepspeed", "--hostfile", none, "t.py"], 8).nproc_per_node == 2
+    assert read(["deepspeed", "--hostfile", none, "--num_gpus", "4", "t.py"], 8).nproc_per_node == 4
+
+
+def test_node_rank_variables_are_each_ranks_node(tmp_path):
+    """DeepSpeed's `CROSS_RANK` is the node's index: rank 5 of 2 x 4 GPUs is on node 1."""
+    (tmp_path / "preload.txt").write_text("")
+    env = launcher._rank_env(
+        tmp_path,
+        tmp_path,
+        tmp_path,
+        tmp_path,
+        5,
+        launcher.Topology(2, 4),
+        1234,
+        None,
+        node_rank_variables=["CROSS_RANK"],
+    )
+    assert (env["CROSS_RANK"], env["NODE_RANK"]) == ("1", "1")
+
+
+def test_torchrun_nproc_per_node_gpu_is_the_nodes_gpus():
+    """`--nproc-per-node gpu` / `auto` count the node's GPUs: maya emulate's --nproc-per-node; unknown, refused."""
+    assert read(["torchrun", "--nproc-per-node", "gpu", "t.py"], 8).nproc_per_node == 8
+    assert read(["torchrun", "--nproc-per-node", "auto", "t.py"], 2).nproc_per_node == 2
+    with pytest.raises(LaunchCommandError, match="maya emulate --nproc-per-node N"):
+        read(["torchrun", "--nproc-per-node", "gpu", "t.py"], None)
+    with pytest.raises(LaunchCommandError, match="give the number of GPUs per node"):
+        read(["torchrun", "--nproc-per-node", "cpu", "t.py"], 8)

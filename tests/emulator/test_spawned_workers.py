@@ -44,3 +44,32 @@ def test_spawns_the_rank_cannot_stand_for_fail_naming_them(second_of_two_gpus, k
     with pytest.raises(SpawnNotEmulated, match=message):
         mp.spawn(called.append, **kwargs)
     assert not called
+
+
+def test_a_spawn_in_a_job_of_several_nodes_is_refused(second_of_two_gpus, monkeypatch):
+    """The tutorial's workers number themselves 0..nprocs-1: on the second node of two they would record as the
+    first node's ranks. Refused, saying to emulate one node."""
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    spawned_workers.install()
+    with pytest.raises(SpawnNotEmulated, match="in a job of 2 nodes.*--nnodes 1 --nproc-per-node 2"):
+        mp.spawn(print, nprocs=2)
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("env://?rank=1&world_size=2", "init_process_group\\(rank=1\\): this emulated rank is RANK=3"),
+        ("tcp://127.0.0.1:1?rank=3&world_size=2", "world_size=2\\): this emulated rank is WORLD_SIZE=4"),
+    ],
+)
+def test_a_rank_numbered_by_the_script_must_agree_with_the_job(monkeypatch, url, message):
+    """`init_process_group(rank=i, world_size=n)` that disagrees with the rank the emulator runs (RANK/WORLD_SIZE)
+    would record the capture as another rank: refused, naming both; agreeing values rendezvous."""
+    from maya.emulator.isolation import _handler
+
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match=message):
+        next(_handler(url))
+    _, rank, world = next(_handler("env://?rank=3&world_size=4"))
+    assert (rank, world) == (3, 4)

@@ -48,6 +48,8 @@ class EmulateOptions:
     rank_argument: str | None = None
     """An argument given to each rank's script after its name, formatted with the rank's `local_rank` (DeepSpeed's
     launcher gives `--local_rank={local_rank}`); None: none."""
+    node_rank_variables: tuple[str, ...] = ()
+    """Environment variables set to each rank's node index (DeepSpeed's launcher sets `CROSS_RANK`)."""
     warehouse: str | Path | None = None
     """Where the device-time oracle's estimator version is looked up (None: the default warehouse)."""
 
@@ -217,6 +219,7 @@ def capture(
             device_time=spec,
             env=dict(options.env),
             rank_argument=options.rank_argument,
+            node_rank_variables=options.node_rank_variables,
             on_rank_done=on_rank_done,
             on_output=on_output,
         )

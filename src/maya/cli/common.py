@@ -134,8 +134,9 @@ LAUNCHERS = frozenset(
         "ray",
     }
 )
-"""Commands that start a job's ranks: `script_argv` refuses them all (only `maya emulate` reads torchrun's,
-`accelerate launch`'s and `deepspeed`'s, with `maya.emulator.launch_commands`, before)."""
+"""Commands that start a job's ranks: `script_argv` refuses them all, with the console scripts and modules of
+`maya.emulator.launch_commands` (which only `maya emulate` reads, before: torchrun, `accelerate launch`, deepspeed
+and their aliases)."""
 
 PIP_SH_WRAPPER = "'''exec' "
 """The second line of pip's `#!/bin/sh` console script (when its Python's path is too long for `#!`)."""
@@ -186,10 +187,10 @@ def script_argv(args: list[str]) -> list[str]:
         args = args[1:]
     if not args:
         fail("give the script after --, e.g. `-- python train.py --steps 3`", 2)
-    from maya.emulator.launch_commands import TORCHRUN_MODULES
+    from maya.emulator.launch_commands import COMMANDS, MODULES, UNREAD_MODULES
 
     launcher = args[1] if args[0] == "-m" and len(args) > 1 else Path(args[0]).name
-    if launcher in LAUNCHERS or launcher in TORCHRUN_MODULES:
+    if launcher in LAUNCHERS or launcher in COMMANDS or launcher in MODULES or launcher in UNREAD_MODULES:
         fail(
             f"{launcher}: a launcher, which maya does not run: it starts every rank itself; give the GPUs "
             "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun, `accelerate launch` "

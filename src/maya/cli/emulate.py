@@ -89,20 +89,21 @@ def emulate_cmd(
         launch = read_launch(ctx.args, nproc_per_node, bf16=hw.sm_major >= 8)
     except (KeyError, catalog.HardwareFileError, LaunchCommandError) as e:
         fail(str(e), 2)
-    command, env, rank_argument = ctx.args, {}, None
+    command, env, rank_argument, node_rank_variables = ctx.args, {}, None, ()
     if launch:  # the launcher's nodes and GPUs per node say the job's shape, unless ours say another
         if (
             world_size
             or (nproc_per_node and nproc_per_node != launch.nproc_per_node)
             or nnodes not in (1, launch.nnodes)
         ):
+            chosen = f" ({'; '.join(launch.defaults)})" if launch.defaults else ""
             fail(
-                f"{launch.launcher} launches {launch.nnodes} x {launch.nproc_per_node} ranks: give the job's shape "
-                f"once, to {launch.launcher} or to maya emulate",
+                f"{launch.launcher} launches {launch.nnodes} x {launch.nproc_per_node} ranks{chosen}: give the "
+                f"job's shape once, to {launch.launcher} or to maya emulate",
                 2,
             )
         command, nnodes, nproc_per_node = launch.argv, launch.nnodes, launch.nproc_per_node
-        env, rank_argument = launch.env, launch.rank_argument
+        env, rank_argument, node_rank_variables = launch.env, launch.rank_argument, launch.node_rank_variables
     argv = script_argv(command)
     per_node = _per_node(nnodes, nproc_per_node, world_size)
     try:
@@ -117,6 +118,7 @@ def emulate_cmd(
             estimator_version=estimator_version,
             env=env,
             rank_argument=rank_argument,
+            node_rank_variables=node_rank_variables,
             warehouse=warehouse,
         )
         oracle = api.device_time(options)

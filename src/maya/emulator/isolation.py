@@ -75,6 +75,13 @@ def _handler(url: str, timeout: timedelta | None = None, **kwargs):
     query = {k: v[0] for k, v in parse_qs(urlparse(url).query).items()}
     rank = int(query.get("rank", kwargs.get("rank", os.environ.get("RANK", 0))))
     world_size = int(query.get("world_size", kwargs.get("world_size", os.environ.get("WORLD_SIZE", 1))))
+    for name, given, variable in (("rank", rank, "RANK"), ("world_size", world_size, "WORLD_SIZE")):
+        if variable in os.environ and given != int(os.environ[variable]):
+            raise ValueError(
+                f"init_process_group({name}={given}): this emulated rank is {variable}={os.environ[variable]} "
+                "of the job maya emulate runs; a script that numbers its ranks itself (mp.spawn's index on "
+                "another node) must agree with the job's shape (--nnodes, --nproc-per-node)"
+            )
     store = IsolatedStore(world_size)
     _stores.append(store)
     yield store, rank, world_size

@@ -1,4 +1,5 @@
-"""Launch commands `maya emulate` reads: `torchrun`, `accelerate launch` and `deepspeed`, each by its own parser.
+"""Launch commands `maya emulate` reads: `torchrun`, `accelerate launch` and `deepspeed` (their other console
+scripts and `python -m` forms too), each by its own parser.
 
 A launcher starts a job's ranks itself; under `maya emulate` the emulator starts them, so a launch command is read
 for what it would have given each rank: the script's command (`SCRIPT ARGS` / `-m MODULE ARGS`), the job's shape
@@ -16,16 +17,33 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-TORCHRUN_MODULES = ("torch.distributed.run",)
-"""`python -m MODULE`: torchrun run as a module."""
+COMMANDS = {
+    "torchrun": "torchrun",
+    "accelerate": "accelerate",
+    "accelerate-launch": "accelerate launch",
+    "deepspeed": "deepspeed",
+    "ds": "deepspeed",
+    "deepspeed.pt": "deepspeed",
+}
+"""Console scripts read as launch commands, by the launcher they start (DeepSpeed installs `ds` and
+`deepspeed.pt` beside `deepspeed`; accelerate `accelerate-launch` beside `accelerate`)."""
 
-RANK_VARIABLES = frozenset(
-    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"}
-)
+MODULES = {
+    "torch.distributed.run": "torchrun",
+    "accelerate.commands.accelerate_cli": "accelerate",
+    "accelerate.commands.launch": "accelerate launch",
+    "deepspeed.launcher.runner": "deepspeed",
+}
+"""`python -m MODULE ...`: the same launchers run as modules."""
+
+UNREAD_MODULES = frozenset({"deepspeed.launcher.launch", "torch.distributed.launch"})
+"""Launcher modules that start ranks but are not read (refused by name, as every other launcher)."""
+
+RANK_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
 """What a launcher sets that the emulator sets for each rank itself (torchrun's environment on its virtual GPUs;
-every rank sees the node's GPUs, as `CUDA_VISIBLE_DEVICES` gives them to a real rank; the script's folder is on
-the path as `python SCRIPT` puts it)."""
+every rank sees the node's GPUs, as `CUDA_VISIBLE_DEVICES` gives them to a real rank)."""
 
 
 class LaunchCommandError(ValueError):
@@ -35,7 +53,7 @@ class LaunchCommandError(ValueError):
 @dataclass(frozen=True)
 class Launch:
     """What a launch command gives the ranks: the script's command, the job's shape, the environment the launcher
-    adds and an argument after the script formatted with each rank's `local_rank` (None: none)."""
+    adds, an argument after the script formatted with each rank's `local_rank` (None: none)."""
 
     launcher: str
     argv: list[str]
@@ -43,6 +61,10 @@ class Launch:
     nproc_per_node: int
     env: dict[str, str] = field(default_factory=dict)
     rank_argument: str | None = None
+    node_rank_variables: tuple[str, ...] = ()
+    defaults: tuple[str, ...] = ()
+    """`node_rank_variables`: set to each rank's node index (DeepSpeed's `CROSS_RANK`); `defaults`: the parts of
+    the shape the launcher chose itself, said when maya emulate is given another."""
 
 
 def read(args: Sequence[str], node_gpus: int | None, bf16: bool = True) -> Launch | None:
@@ -52,47 +74,71 @@ def read(args: Sequence[str], node_gpus: int | None, bf16: bool = True) -> Launc
     `bf16`: whether the emulated GPU supports bf16 (accelerate checks it)."""
     words = list(args)
     name = Path(words[0]).name if words else ""
-    if name == "torchrun":
-        return torchrun(words[1:])
-    if name.startswith("python") and len(words) > 2 and words[1] == "-m" and words[2] in TORCHRUN_MODULES:
-        return torchrun(words[3:])
-    if name == "accelerate":
-        if len(words) < 2 or words[1] != "launch":
+    if name.startswith("python") and len(words) > 2 and words[1] == "-m" and words[2] in MODULES:
+        launcher, words = MODULES[words[2]], words[3:]
+    elif name in COMMANDS:
+        launcher, words = COMMANDS[name], words[1:]
+    else:
+        return None
+    if launcher == "accelerate":
+        if not words or words[0] != "launch":
             raise LaunchCommandError(
-                f"accelerate {' '.join(words[1:2])}: maya emulate runs `accelerate launch [OPTIONS] SCRIPT ARGS`"
+                f"accelerate {' '.join(words[:1])}: maya emulate runs `accelerate launch [OPTIONS] SCRIPT ARGS`"
             )
-        return accelerate(words[2:], node_gpus, bf16)
-    if name == "deepspeed":
-        return deepspeed(words[1:], node_gpus)
-    return None
+        launcher, words = "accelerate launch", words[1:]
+    if launcher == "torchrun":
+        return torchrun(words, node_gpus)
+    if launcher == "accelerate launch":
+        return accelerate(words, node_gpus, bf16)
+    return deepspeed(words, node_gpus)
+
+
+@contextmanager
+def _named(command: str) -> Iterator[None]:
+    """Any exception of a launcher's own code as a LaunchCommandError naming `command` (a parser's refusal, its
+    message printed above, included)."""
+    try:
+        yield
+    except LaunchCommandError:
+        raise
+    except SystemExit:
+        raise LaunchCommandError(f"{command}: its parser refused these arguments (above)") from None
+    except Exception as e:
+        raise LaunchCommandError(f"{command}: {type(e).__name__}: {e}") from None
 
 
 def _script(script: str, module: bool, args: Sequence[str]) -> list[str]:
     return [*(["-m", script] if module else [script]), *args]
 
 
-def torchrun(words: list[str]) -> Launch:
-    """`torchrun [OPTIONS] SCRIPT ARGS`, read by torchrun's own parser."""
+def torchrun(words: list[str], node_gpus: int | None = None) -> Launch:
+    """`torchrun [OPTIONS] SCRIPT ARGS`, read by torchrun's own parser; `--nproc-per-node gpu|auto` is the node's
+    GPUs (`node_gpus`, maya emulate's --nproc-per-node)."""
     from torch.distributed.run import get_args_parser
 
-    try:
-        parsed = get_args_parser().parse_args(words)
-    except SystemExit:
-        raise LaunchCommandError(
-            f"torchrun {' '.join(words)}: torchrun's parser refused these arguments (above)"
-        ) from None
+    parser = get_args_parser()
+    with _named(f"torchrun {' '.join(words)}"):
+        parsed = parser.parse_args(words)
     if parsed.no_python:
         raise LaunchCommandError("torchrun --no-python: maya emulate runs Python scripts (give the script itself)")
-    if not str(parsed.nproc_per_node).isdigit() or int(parsed.nproc_per_node) < 1:
+    per_node = str(parsed.nproc_per_node)
+    if per_node in ("gpu", "auto") and node_gpus:
+        per_node = str(node_gpus)
+    if not per_node.isdigit() or int(per_node) < 1:
         raise LaunchCommandError(
             f"torchrun --nproc-per-node {parsed.nproc_per_node}: give the number of GPUs per node (maya emulate's "
-            "machine has none to count)"
+            "machine has none to count: maya emulate --nproc-per-node N)"
         )
     nodes = str(parsed.nnodes).rpartition(":")[2]  # MIN:MAX (elastic): the largest job
     if not nodes.isdigit() or int(nodes) < 1:
         raise LaunchCommandError(f"torchrun --nnodes {parsed.nnodes}: give the number of nodes")
+    defaults = tuple(
+        f"torchrun's default {what} {parser.get_default(option)}"
+        for option, what in (("nnodes", "--nnodes"), ("nproc_per_node", "--nproc-per-node"))
+        if getattr(parsed, option) == parser.get_default(option)
+    )
     argv = _script(parsed.training_script, parsed.module, parsed.training_script_args)
-    return Launch("torchrun", argv, int(nodes), int(parsed.nproc_per_node))
+    return Launch("torchrun", argv, int(nodes), int(per_node), defaults=defaults)
 
 
 @contextmanager
@@ -118,7 +164,8 @@ def _added(env: dict[str, str]) -> dict[str, str]:
 
 def accelerate(words: list[str], node_gpus: int | None, bf16: bool) -> Launch:
     """`accelerate launch [OPTIONS] SCRIPT ARGS`, read by accelerate's parser and its validation (which reads
-    `accelerate config`'s file, as `accelerate launch` does); the environment its launcher would give the ranks."""
+    `accelerate config`'s file, as `accelerate launch` does); the environment its launcher would give the ranks.
+    A launch accelerate's simple launcher runs (no multi-GPU, FSDP, DeepSpeed or Megatron-LM) is one process."""
     try:
         from accelerate.commands.launch import _validate_launch_command, launch_command_parser
         from accelerate.utils import launch as prepare
@@ -126,60 +173,64 @@ def accelerate(words: list[str], node_gpus: int | None, bf16: bool) -> Launch:
         raise LaunchCommandError(
             f"accelerate launch: accelerate is not installed in maya's environment ({e})"
         ) from None
-    try:
+    with _named(f"accelerate launch {' '.join(words)}"):
         args = launch_command_parser().parse_args(words)
-    except SystemExit:
-        raise LaunchCommandError(
-            f"accelerate launch {' '.join(words)}: accelerate's parser refused these arguments"
-        ) from None
+    defaults = () if args.num_machines else ("accelerate's default --num_machines 1",)
     machines = args.num_machines or 1
     gpus = node_gpus or (args.num_processes // machines if args.num_processes else 1)
-    try:
-        with _virtual_gpus(gpus, bf16):
-            args, defaults, precision_from_config = _validate_launch_command(args)
-    except ValueError as e:
-        raise LaunchCommandError(f"accelerate launch: {e}") from None
+    with _named("accelerate launch"), _virtual_gpus(gpus, bf16):
+        args, config, precision_from_config = _validate_launch_command(args)
     for option, refused in (
         ("--cpu", args.cpu),
         ("--tpu", args.tpu),
         ("--no_python", args.no_python),
         ("--mpirun_hostfile", args.mpirun_hostfile),
-        ("a SageMaker compute environment", defaults is not None and defaults.compute_environment != "LOCAL_MACHINE"),
+        ("a SageMaker compute environment", config is not None and config.compute_environment != "LOCAL_MACHINE"),
     ):
         if refused:
             raise LaunchCommandError(f"accelerate launch {option}: maya emulate runs Python scripts on virtual GPUs")
-    try:
+    processes = args.num_processes or 1
+    with _named("accelerate launch"):
         if args.use_deepspeed:
-            fields = list(defaults.deepspeed_config) if defaults else []  # as accelerate's launch_command names them
+            fields = list(config.deepspeed_config) if config else []  # as accelerate's launch_command names them
             args.deepspeed_fields_from_accelerate_config = ",".join(
                 [*fields, "mixed_precision"] if precision_from_config else fields
             )
             _, env = prepare.prepare_deepspeed_cmd_env(args)
         elif args.use_fsdp or args.use_megatron_lm or args.multi_gpu:
             env = prepare.prepare_multi_gpu_env(args)
-        else:
+        else:  # accelerate's simple launcher: this one process, whatever --num_processes says
             _, env = prepare.prepare_simple_launcher_cmd_env(args)
-    except (ValueError, RuntimeError, AssertionError) as e:
-        raise LaunchCommandError(f"accelerate launch: {e}") from None
-    processes = args.num_processes or 1
+            machines = processes = 1
+            defaults = ("accelerate's simple launcher: one process (no multi-GPU, FSDP, DeepSpeed or Megatron-LM)",)
     if processes % machines:
         raise LaunchCommandError(f"accelerate launch --num_processes {processes} over {machines} machines: uneven")
     argv = _script(args.training_script, args.module, args.training_script_args)
-    return Launch("accelerate launch", argv, machines, processes // machines, _added(env))
+    return Launch("accelerate launch", argv, machines, processes // machines, _added(env), defaults=defaults)
+
+
+def _visible_devices(args: Any, pool: dict[str, int] | None) -> int | None:
+    """DeepSpeed's runner's rule: on one node with no resource filter, `CUDA_VISIBLE_DEVICES` is `--include`; the
+    number of GPUs it names (None where the rule does not apply)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if pool or not visible or args.include or args.exclude or args.num_nodes > 1 or args.num_gpus > 0:
+        return None
+    args.include = f"localhost:{visible}"
+    return len(visible.split(","))
 
 
 def deepspeed(words: list[str], node_gpus: int | None) -> Launch:
     """`deepspeed [OPTIONS] SCRIPT ARGS`, read by DeepSpeed's runner: its resource pool (a hostfile's hosts and
-    slots, else this node's GPUs), `--num_nodes`/`--num_gpus`/`--include`/`--exclude` on it, and what its
-    `deepspeed.launcher.launch` gives each rank."""
+    slots, else this node's GPUs), `--num_nodes`/`--num_gpus`/`--include`/`--exclude` on it (and
+    `CUDA_VISIBLE_DEVICES`, as its runner reads it), and what its launcher gives each rank: pdsh's (and one node's)
+    `deepspeed.launcher.launch` gives `--local_rank=N` and the node's sizes; openmpi, mpich, impi, mvapich and
+    slurm give neither."""
     try:
         from deepspeed.launcher import runner
     except ImportError as e:
         raise LaunchCommandError(f"deepspeed: DeepSpeed is not installed in maya's environment ({e})") from None
-    try:
+    with _named(f"deepspeed {' '.join(words)}"):
         args = runner.parse_args(words)
-    except SystemExit:
-        raise LaunchCommandError(f"deepspeed {' '.join(words)}: DeepSpeed's parser refused these arguments") from None
     for option, refused in (
         ("--no_python", args.no_python),
         (f"--autotuning {args.autotuning}", args.autotuning),
@@ -187,7 +238,10 @@ def deepspeed(words: list[str], node_gpus: int | None) -> Launch:
     ):
         if refused:
             raise LaunchCommandError(f"deepspeed {option}: not emulated (maya emulate runs one Python job)")
-    pool = runner.fetch_hostfile(args.hostfile) if os.path.isfile(args.hostfile) else None
+    with _named("deepspeed"):
+        pool = runner.fetch_hostfile(args.hostfile) if os.path.isfile(args.hostfile) else None
+    visible = _visible_devices(args, pool)
+    defaults: tuple[str, ...] = ()
     if not pool:
         if args.num_nodes > 1:
             raise LaunchCommandError(
@@ -195,7 +249,8 @@ def deepspeed(words: list[str], node_gpus: int | None) -> Launch:
                 f"{args.hostfile} by default, which does not exist); give one (its hosts are not reached under "
                 "maya emulate: every rank runs here)"
             )
-        pool = {"localhost": args.num_gpus if args.num_gpus > 0 else node_gpus or 1}
+        defaults = (f"DeepSpeed's default of one node: no hostfile at {args.hostfile}",)
+        pool = {"localhost": args.num_gpus if args.num_gpus > 0 else node_gpus or visible or 1}
     if (args.num_nodes >= 0 or args.num_gpus >= 0) and (args.include or args.exclude):
         raise LaunchCommandError("deepspeed: --num_nodes/--num_gpus cannot be given with --include/--exclude")
     try:
@@ -205,6 +260,8 @@ def deepspeed(words: list[str], node_gpus: int | None) -> Launch:
             "" if "localhost" not in pool else f" (a node of {pool['localhost']} GPUs: maya emulate --nproc-per-node)"
         )
         raise LaunchCommandError(f"deepspeed: {e}{local}") from None
+    except Exception as e:
+        raise LaunchCommandError(f"deepspeed: {type(e).__name__}: {e}") from None
     hosts = list(active)[: args.num_nodes] if args.num_nodes > 0 else list(active)
     slots = {args.num_gpus if args.num_gpus > 0 else len(active[host]) for host in hosts}
     if len(slots) != 1 or not hosts:
@@ -213,10 +270,16 @@ def deepspeed(words: list[str], node_gpus: int | None) -> Launch:
             "jobs of the same number of GPUs on every node"
         )
     per_node = slots.pop()
-    env = {"CROSS_SIZE": str(len(hosts)), "LOCAL_SIZE": str(per_node)}
-    if len(hosts) == 1:  # the node's rank: the same for every rank of a one-node job
-        env["CROSS_RANK"] = "0"
     argv = _script(args.user_script, args.module, args.user_args)
-    return Launch(
-        "deepspeed", argv, len(hosts), per_node, env, None if args.no_local_rank else "--local_rank={local_rank}"
-    )
+    multi_node = (args.force_multi or len(hosts) > 1) and not args.no_ssh
+    env = {"PYTHONPATH": _cwd_first(os.environ.get("PYTHONPATH"))} if multi_node else {}
+    if multi_node and args.launcher.lower() != runner.PDSH_LAUNCHER:  # mpirun/srun start the script itself
+        return Launch("deepspeed", argv, len(hosts), per_node, env, None, defaults=defaults)
+    env |= {"CROSS_SIZE": str(len(hosts)), "LOCAL_SIZE": str(per_node)}
+    rank_argument = None if args.no_local_rank else "--local_rank={local_rank}"
+    return Launch("deepspeed", argv, len(hosts), per_node, env, rank_argument, ("CROSS_RANK",), defaults)
+
+
+def _cwd_first(path: str | None) -> str:
+    """`PYTHONPATH` as DeepSpeed's multi-node runner gives it: the working directory first."""
+    return os.path.abspath(".") + (f":{path}" if path else "")

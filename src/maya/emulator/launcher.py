@@ -150,8 +150,9 @@ def _rank_env(
     iterations: int | None,
     device_time: str | None = None,
     extra: Mapping[str, str] | None = None,
+    node_rank_variables: Sequence[str] = (),
 ) -> dict[str, str]:
-    env = {**os.environ, **(extra or {})}
+    env = {**os.environ, **(extra or {}), **{name: str(rank // topo.nproc_per_node) for name in node_rank_variables}}
     env.update(
         {
             "LD_PRELOAD": ":".join(preload_list(lib_dir)),
@@ -255,6 +256,7 @@ def emulate(
     device_time: str | None = None,
     env: Mapping[str, str] | None = None,
     rank_argument: str | None = None,
+    node_rank_variables: Sequence[str] = (),
 ) -> EmulationResult:
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
 
@@ -262,7 +264,8 @@ def emulate(
     are done, at the start of the next one (iteration_clock.py). `device_time` names the oracle that answers
     CUDA-event timings (`device_time.spec`; None: host time). `env` adds to (or overrides) this process's
     environment in every rank's, without changing this process's. `rank_argument`, formatted with the rank's
-    `local_rank`, is given to each rank's script after its name (`rank_argv`).
+    `local_rank`, is given to each rank's script after its name (`rank_argv`); `node_rank_variables` are set to
+    each rank's node index.
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
     passed to `on_output` as they come. With `dedup` and no explicit `ranks`, equivalent ranks are
@@ -291,6 +294,7 @@ def emulate(
     job.device_time = device_time
     job.env = dict(env or {})
     job.rank_argument = rank_argument
+    job.node_rank_variables = tuple(node_rank_variables)
     if wanted and forkserver.enabled():  # the zygote imports torch while this process writes the run's first row
         forkserver.prestart(job.rank_env(wanted[0], out_dir / ".capture" / f"rank{wanted[0]}"))
     job.write_run("running", {"captured_ranks": wanted})
@@ -443,6 +447,7 @@ class _Job:
         self.stage_rebuild: dict | None = None  # interior pipeline stages rebuilt from stage 1 (dedup.py)
         self.env: dict[str, str] = {}  # added to every rank's environment
         self.rank_argument: str | None = None  # given to each rank's script after its name (rank_argv)
+        self.node_rank_variables: tuple[str, ...] = ()  # set to each rank's node index
         self.stopping = _Stopping()
 
     def write_run(self, status: str, attrs: dict) -> None:
@@ -473,6 +478,7 @@ class _Job:
             self.iterations,
             self.device_time,
             self.env,
+            self.node_rank_variables,
         )
 
     def run_rank(self, rank: int) -> tuple[Path, RankCapture]:

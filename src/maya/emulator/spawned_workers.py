@@ -4,7 +4,8 @@ The DDP tutorial's pattern, `python train.py` calling `mp.spawn(train, args=(wor
 per GPU of the node, starts its ranks itself. A spawned interpreter inherits the preloaded stubs but records nothing,
 so under `maya emulate --nproc-per-node N` each emulated rank is one of those workers: `spawn` and `start_processes`
 with `nprocs == N` call `fn(LOCAL_RANK, *args)` in the rank and return as a joined spawn does. Another worker count,
-or `join=False` (a context whose processes the script watches), fails, naming the call and what to give instead.
+a job of more than one node (the workers' own numbering is the node's), or `join=False` (a context whose processes
+the script watches), fails, naming the call and what to give instead.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ def start_processes(
 ) -> None:
     """`torch.multiprocessing.start_processes`, emulated: this rank is the worker of its local index."""
     local, per_node = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    world = int(os.environ.get("WORLD_SIZE", per_node))
+    if world != per_node:
+        raise SpawnNotEmulated(
+            f"torch.multiprocessing spawns workers on one node, in a job of {world // per_node} nodes: the "
+            "workers' own numbering (rank = their index) would give every node's ranks 0.."
+            f"{per_node - 1}; give maya emulate one node (--nnodes 1 --nproc-per-node {per_node})"
+        )
     if nprocs != per_node:
         raise SpawnNotEmulated(
             f"torch.multiprocessing spawns {nprocs} worker(s) in a job of {per_node} GPU(s) per node: each emulated "
