@@ -66,6 +66,20 @@ def test_nan_checks_agree_within_a_step(tmp_path):
     assert "gradient checks agreed in every step" in output
 
 
+def test_a_freed_known_storage_leaves_its_block_unknown(tmp_path):
+    """DeepSpeed's norm checks: a -1.0 sentinel the host filled is freed and a one-element `stack` (a copy no op
+    observes) takes its block. The stacked norm is a GPU's value: its `~isfinite | < 0` is read as unknown (a
+    healthy run's "valid"), not computed from the block's stale bytes as the freed sentinel's known value."""
+    output, out = emulate(tmp_path, "norm_sentinel_reuse.py")
+    assert "the stacked norm took the sentinel's block in 3 of 3 steps; invalid norm in steps []" in output
+    reads = [
+        json.loads(c["args"])["stand_in"]
+        for c in Run(out).table("api_calls").to_pylist()
+        if c["data_dependent"] and c["args"]
+    ]
+    assert reads == ["computed", "unknown"] * 3  # masked_fill_ reads the sentinel; the check reads a GPU's value
+
+
 def test_a_value_a_kernel_rewrote_is_read_as_unknown(tmp_path):
     """`_foreach_add_` returns nothing: the buffer the host filled (known, 0) it writes must become unknown, or
     a loop on it reads 0 for ever (30 passes, the script's cap); `.cpu()` and `.item()` of it then read as a

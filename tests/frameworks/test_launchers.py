@@ -30,21 +30,20 @@ def test_accelerate_launch_runs_its_script_on_the_gpus_it_asks_for(tmp_path, emu
     assert _communicator_sizes(tmp_path / "run") == {2}
 
 
-def test_deepspeed_launcher_and_engine(tmp_path, emulate_and_predict):
+@pytest.mark.parametrize("clipping", [None, 1.0])
+def test_deepspeed_launcher_and_engine(tmp_path, emulate_and_predict, clipping):
     """`deepspeed --num_gpus 2 deepspeed_engine.py --deepspeed_config ds.json`: each rank's script is given its own
-    `--local_rank=N` (the script checks it against LOCAL_RANK), and ZeRO-2's bf16 engine steps."""
+    `--local_rank=N` (the script checks it against LOCAL_RANK), and ZeRO-2's bf16 engine steps. With
+    `gradient_clipping` both ranks take every step (no overflow read on one rank: the prediction would deadlock)."""
     pytest.importorskip("deepspeed")
     config = tmp_path / "ds.json"
-    config.write_text(
-        json.dumps(
-            {
-                "train_micro_batch_size_per_gpu": 8,
-                "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "torch_adam": True}},
-                "bf16": {"enabled": True},
-                "zero_optimization": {"stage": 2},
-            }
-        )
-    )
+    settings = {
+        "train_micro_batch_size_per_gpu": 8,
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "torch_adam": True}},
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2},
+    }
+    config.write_text(json.dumps(settings if clipping is None else {**settings, "gradient_clipping": clipping}))
     argv = ["deepspeed", "--hostfile", str(tmp_path / "no-hostfile"), "--num_gpus", "2"]
     output, prediction = emulate_and_predict(
         tmp_path / "run",
@@ -58,6 +57,11 @@ def test_deepspeed_launcher_and_engine(tmp_path, emulate_and_predict):
     assert _communicator_sizes(tmp_path / "run") == {2}
     logs = [(tmp_path / "run" / "logs" / f"rank{r}.txt").read_text() for r in (0, 1)]
     assert all("AssertionError" not in log for log in logs)
+    assert "OVERFLOW" not in logs[0]  # DeepSpeed logs a skipped step on rank 0 only
+    collectives = [0, 0]
+    for call in Run(tmp_path / "run").table("api_calls").to_pylist():
+        collectives[call["rank"]] += call["collective_name"] is not None
+    assert collectives[0] == collectives[1] > 0  # equal steps: 12 all-reduces against 9 when rank 0 skipped one
 
 
 def test_a_script_that_spawns_its_workers(tmp_path, emulate_and_predict):

@@ -4,7 +4,8 @@
  * the host reads are bookkeeping over data the host itself put on the device: token counts of labels
  * copied there (`(labels != -100).sum()`), expert counts of a routing (`bincount`, `histc`, one-hot
  * sums), offsets (`cumsum`), indices (`nonzero`, `argsort` of expert ids). Such values are *known*:
- * a storage is known when a copy or memset from the host filled it or when its op was computed here.
+ * a storage is known when a copy or memset from the host filled it or when its op was computed here,
+ * until it is freed (the next storage in its block is not).
  * An aten op that issued kernels itself and whose inputs are all known and small (up to 4 MiB of
  * tensors, all on the device or host scalars) is run again on the host, on CPU views of the virtual
  * device memory, and its outputs become known; any other op that issued kernels leaves its outputs
@@ -62,7 +63,14 @@ constexpr int64_t kComputeBytes = 4 << 20; // the most tensor bytes an op may ha
 constexpr int64_t kCopyBytes = 1 << 20;    // copies and collectives move bytes up to this (MAYA_SMALL_COPY)
 
 std::mutex mu;
-std::unordered_map<const void *, uint8_t> known;      // storage base -> provenance
+/* A known storage's provenance and the storage object it was known in, held weakly (the object outlives its
+ * data while held, so no new storage can take its address): when a storage is freed its block's next storage
+ * holds stale bytes, not a known value, whatever op made it (a one-element `stack` is a copy no op sees). */
+struct Known {
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  uint8_t p;
+};
+std::unordered_map<const void *, Known> known;        // storage base -> its known storage
 std::atomic<bool> any_known{false};                   // !known.empty(), read without the lock by every op
 std::map<std::string, int64_t> routing;               // routing stand-ins whose indices were read, per op name
 std::unordered_map<const void *, std::string> unread; // storage base of stand-in indices not read yet -> op name
@@ -104,11 +112,21 @@ bool wrapped(const at::Tensor &t) {
   return keys.has(c10::DispatchKey::Python) || keys.has(c10::DispatchKey::Functionalize);
 }
 
+/* `t`'s entry in `known` (the lock held), or end(): an entry of a storage since freed, whose block `t` took, is
+ * erased. */
+std::unordered_map<const void *, Known>::iterator known_entry(const at::Tensor &t) {
+  auto it = known.find(key_of(t));
+  if (it == known.end() || it->second.storage._unsafe_get_target() == t.storage().unsafeGetStorageImpl()) return it;
+  known.erase(it);
+  any_known.store(!known.empty(), std::memory_order_relaxed);
+  return known.end();
+}
+
 uint8_t provenance(const at::Tensor &t) {
   if (!any_known.load(std::memory_order_relaxed)) return UNKNOWN; // most ops of a training step: no lock taken
   std::lock_guard<std::mutex> g(mu);
-  auto it = known.find(key_of(t));
-  return it == known.end() ? UNKNOWN : it->second;
+  auto it = known_entry(t);
+  return it == known.end() ? UNKNOWN : it->second.p;
 }
 
 bool covers_storage(const at::Tensor &t) {
@@ -123,13 +141,13 @@ void mark(const at::Tensor &t, uint8_t p) {
   if (!plain_device(t)) return;
   std::lock_guard<std::mutex> g(mu);
   if (unread.erase(key_of(t))) any_unread.store(!unread.empty(), std::memory_order_relaxed); // overwritten
-  auto it = known.find(key_of(t));
+  auto it = known_entry(t);
   if (p == UNKNOWN) {
     if (it != known.end()) known.erase(it);
   } else if (it != known.end()) {
-    it->second = std::max(it->second, p);
+    it->second.p = std::max(it->second.p, p);
   } else if (covers_storage(t)) {
-    known.emplace(key_of(t), p);
+    known.emplace(key_of(t), Known{t.storage().getWeakStorageImpl(), p});
   }
   any_known.store(!known.empty(), std::memory_order_relaxed);
 }
@@ -580,7 +598,7 @@ void on_exit(const at::RecordFunction &fn, OpValues &op, int64_t own_work) {
 uint8_t provenance_of(const void *storage_base) {
   std::lock_guard<std::mutex> g(mu);
   auto it = known.find(storage_base);
-  return it == known.end() ? UNKNOWN : it->second;
+  return it == known.end() || it->second.storage.expired() ? UNKNOWN : it->second.p;
 }
 
 std::string summary_json() {
