@@ -2,15 +2,23 @@
 (Hopper with NVSwitch, not PCIe cards or Ampere), and the multicast and shareable-handle APIs themselves, which it
 does not emulate, fail loudly, naming themselves."""
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli import app
+from maya.core import settings
+from maya.emulator.build import build
 from maya.emulator.capture_format import CUDA_ERROR_NOT_SUPPORTED
+from maya.emulator.nvidia_smi import nvlinks
 from maya.emulator.unsupported import notes
+
+MULTICAST_ATTRIBUTE = 132
 
 
 @pytest.mark.e2e
@@ -26,6 +34,20 @@ def test_multicast_is_answered_as_the_board_would_and_not_emulated(tmp_path, har
     assert answer, r.output
     assert answer.groups() == (str(multicast), "1", str(CUDA_ERROR_NOT_SUPPORTED))
     assert "unimplemented CUDA API cuMulticastGetGranularity" in r.output
+
+
+@pytest.mark.slow
+def test_without_a_configuration_the_driver_answers_as_nvidia_smi_does(tmp_path):
+    """No NVLink (nvidia-smi's answer without a config), so no switch multicast."""
+    libcuda = build(settings.emulator_cache()) / "libcuda.so.1"
+    query = (
+        f"import ctypes; cuda = ctypes.CDLL({str(libcuda)!r}); cuda.cuInit(0); v = ctypes.c_int(-1); "
+        f"cuda.cuDeviceGetAttribute(ctypes.byref(v), {MULTICAST_ATTRIBUTE}, 0); print(v.value)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MAYA_EMU_CONFIG"}
+    out = subprocess.run([sys.executable, "-c", query], env=env, capture_output=True, text=True, check=True)
+    assert nvlinks(str(tmp_path / "no-config")) == (0, False)
+    assert out.stdout.strip() == "0"
 
 
 def test_unemulated_peer_memory_is_explained_with_the_flag_that_needs_it():
