@@ -50,8 +50,24 @@ def test_without_a_configuration_the_driver_answers_as_nvidia_smi_does(tmp_path)
     assert out.stdout.strip() == "0"
 
 
-def test_unemulated_peer_memory_is_explained_with_the_flag_that_needs_it():
-    (note,) = notes({"cuMulticastGetGranularity", "cudaIpcGetMemHandle", "cusolverDnCreate"})
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_torch_only_cuda_ipc_handle_fails_loudly_with_the_generic_note(tmp_path):
+    r = CliRunner().invoke(
+        app, ["emulate", "--out", str(tmp_path / "run"), "--", "python", str(WORKLOADS / "cuda_ipc_share.py")]
+    )
+    assert r.exit_code != 0 and "shared" not in r.output.splitlines()  # the script stopped at the call
+    (note,) = [line for line in r.output.splitlines() if line.startswith("note: cudaIpcGetMemHandle")]
+    assert "not emulated" in note and "--tp-comm-overlap" not in note
+
+
+TE_TRACEBACK = 'File ".../transformer_engine/pytorch/module/base.py", line 497, in initialize_ub'
+
+
+def test_unemulated_peer_memory_names_userbuffers_only_where_transformer_engines_set_up_called_it():
+    (note,) = notes({"cuMulticastGetGranularity", "cudaIpcGetMemHandle", "cusolverDnCreate"}, [TE_TRACEBACK])
     assert note.startswith("cuMulticastGetGranularity, cudaIpcGetMemHandle:")
     assert "--tp-comm-overlap" in note and "userbuffers" in note
-    assert notes({"cusolverDnCreate"}) == []
+    (generic,) = notes({"cudaIpcGetMemHandle"}, ['File ".../torch/multiprocessing/reductions.py", in reduce_tensor'])
+    assert "not emulated" in generic and "--tp-comm-overlap" not in generic and "userbuffers" not in generic
+    assert notes({"cusolverDnCreate"}, [TE_TRACEBACK]) == []
