@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SPEC_VERSION = "1.4.0"
-"""Semantic version of the schema. Minor versions only add nullable columns, allowed values and `args` entries
+SPEC_VERSION = "1.5.0"
+"""Semantic version of the schema. Minor versions add nullable columns, allowed values and `args` entries
 (1.1: phase `eval`, domain `nvml`; 1.2: `args.triton`, a Triton launch's arguments; 1.3: run status
-`interrupted`; 1.4: `args.triton.name`, Inductor's own name of a kernel compiled under `triton_`)."""
+`interrupted`; 1.4: `args.triton.name`, Inductor's own name of a kernel compiled under `triton_`), or widen a value's
+meaning, which readers give older files (1.5: domain `device` also marks the work a CUDA graph launch replays)."""
 
 TIME_SOURCES = ("emulated", "measured", "predicted")
 PHASES = ("forward", "backward", "optimizer", "eval", "other")

@@ -1,5 +1,5 @@
-"""Reading trace runs: each file's identity and version checked, older versions migrated, every table
-conformed to the current spec; `migrate_run` rewrites a run's older files in place."""
+"""Reading trace runs: each file's identity and version checked, older versions migrated (an older minor's
+changed meanings included), every table conformed to the current spec; `migrate_run` rewrites a run's older files in place."""
 
 from __future__ import annotations
 
@@ -94,9 +94,10 @@ def read_file(path: str | Path, expect_table: str | None = None) -> pa.Table:
     if info.major < CURRENT_MAJOR:
         table = migrations.migrate(info.table, table, info.major, CURRENT_MAJOR)
         return _conform_checked(path, info.table, table, newer_minor=False, older_minor=True)
-    return _conform_checked(
+    table = _conform_checked(
         path, info.table, table, newer_minor=info.minor > CURRENT_MINOR, older_minor=info.minor < CURRENT_MINOR
     )
+    return migrations.upgrade_minor(info.table, table, info.minor)
 
 
 def _conform_checked(path: Path, name: str, table: pa.Table, *, newer_minor: bool, older_minor: bool) -> pa.Table:

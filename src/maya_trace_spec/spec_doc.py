@@ -31,12 +31,15 @@ predicted traces share it, so they can be joined call by call.
 
 ## Versioning
 
-- Minor versions only add nullable columns, allowed values and `args` entries (1.1: `ops.phase`
+- Minor versions add nullable columns, allowed values and `args` entries (1.1: `ops.phase`
   `eval`, `api_calls.domain` `nvml`; 1.2: `api_calls.args.triton`, a Triton launch's arguments; 1.3:
   `run.status` `interrupted`; 1.4: `api_calls.args.triton.name`, Inductor's own name of a kernel compiled under
   its placeholder `triton_`):
   readers fill a column missing from an older minor with nulls and ignore unknown columns and
   `args` entries of a newer minor.
+- A minor may widen a value's meaning; readers give an older minor's files the new one (1.5:
+  `api_calls.domain` `device` also marks the work a CUDA graph launch replays; a row of an older file whose
+  `args` holds `cuda_graph_replay` is read with domain `device`).
 - A file of an older major is upgraded by the registered migrations (`maya trace migrate` rewrites
   a run in place); a newer major, a missing or malformed version is rejected with an error naming
   the file.

@@ -589,3 +589,14 @@ def test_an_all_to_all_prices_each_rank_its_own_share_as_a_copy(tmp_path):
     nccl = CollectiveModel("dgx-h100")
     with pytest.raises(ValueError, match="not distinct"):
         nccl.time("sendrecv", 1 << 20, 2, 1, gpus=(1, 1))
+
+
+def test_a_d2h_copy_replayed_in_a_cuda_graph_never_blocks_the_host(tmp_path):
+    b = TraceBuilder(1, host_ns=1 * US)
+    k = b.rank(0)
+    k.kernel(100 * US)
+    k._call("cudaMemcpyAsync", "device", bytes=8, memcpy_kind="DtoH", device_duration_ns=2 * US)
+    k.host()
+    sim = run(b, tmp_path)
+    assert sim.result(0).wait.sum() == 0
+    assert sim.result(0).issue[2] == 3 * US  # the host ran ahead of the 100 us kernel

@@ -66,6 +66,20 @@ def test_a_gap_the_recording_explains_is_no_framework_time():
     assert framework_ns(calls, busy, opcodes(calls), None)[1] == 0.0
 
 
+def test_writing_a_graph_launchs_replayed_rows_is_no_framework_time():
+    calls = calls_frame(
+        [
+            (MAIN, "cudaGraphLaunch", 0, 100, np.nan),
+            (MAIN, "cudaLaunchKernel", 2_000, 0, np.nan),  # replayed rows, written 2 and 5 us on
+            (MAIN, "cudaLaunchKernel", 5_000, 0, np.nan),
+            (MAIN, "cudaLaunchKernel", 6_000, 100, np.nan),  # the next call: 1 us of the script's own
+        ]
+    )
+    calls.loc[1:2, "domain"] = "device"
+    codes = np.where(calls["api"] == "cudaGraphLaunch", WORK, opcodes(calls))
+    assert framework_ns(calls, ops_frame([]), codes, None).tolist() == [0.0, 0.0, 0.0, 1_000.0]
+
+
 def test_emulation_overhead_counts_each_kind_of_record():
     assert emulation_overhead_ns(3, 1, 2) == pytest.approx(2 * OBSERVER_OP_NS + MODULE_HOOK_NS + 2 * TRITON_NOTE_NS)
 

@@ -287,6 +287,19 @@ def test_newer_minor_extra_column_ignored(run_dir):
         read_file(f)
 
 
+def test_a_1_4_graph_replay_row_is_read_with_domain_device_as_1_5_writes_it(run_dir):
+    f = _one_file(run_dir)
+    t = pq.read_table(f)
+    n = t.num_rows
+    args = ['{"cuda_graph_replay": true}', '{"elements": 4}', None] + [None] * (n - 3)
+    t = t.set_column(t.schema.get_field_index("args"), "args", pa.array(args, pa.string()))
+    t = t.set_column(t.schema.get_field_index("domain"), "domain", pa.array(["runtime"] * n, pa.string()))
+    _rewrite(f, t, version="1.4.0")
+    assert read_file(f).column("domain").to_pylist()[:3] == ["device", "runtime", "runtime"]
+    _rewrite(f, t, version="1.5.0")  # a current file is read as written
+    assert read_file(f).column("domain").to_pylist()[:3] == ["runtime"] * 3
+
+
 # ------------------------------------------------------------------ migrations
 
 

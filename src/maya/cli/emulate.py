@@ -234,7 +234,8 @@ def _report(captured, hw) -> None:
     for r in result.ranks:
         if r.error:
             err.print(f"[red]rank {r.rank}:[/] {exception_message(r.error)}", highlight=False)
-    for note in unsupported.notes({api for r in result.ranks for api in r.unimplemented}):
+    unimplemented = {api for r in result.ranks for api in r.unimplemented}
+    for note in unsupported.notes(unimplemented, [r.error for r in result.ranks if r.error]):
         err.print(f"[red]note:[/] {note}", highlight=False)
     for oom in captured.out_of_memory():
         err.print(f"[red]{oom.describe()}[/]", highlight=False)

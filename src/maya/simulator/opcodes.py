@@ -88,7 +88,8 @@ def classify(calls: pd.DataFrame) -> np.ndarray:
         | (calls["domain"] == "device")
     ).to_numpy() | (copy_or_set & calls["bytes"].notna().to_numpy())
     ops[work] = WORK
-    ops[copy_or_set & (calls["memcpy_kind"] == "DtoH").to_numpy()] = WORK_SYNC
+    host_copy = (calls["memcpy_kind"] == "DtoH") & (calls["domain"] != "device")  # a graph's copy node never blocks
+    ops[copy_or_set & host_copy.to_numpy()] = WORK_SYNC
     named = api.map(BY_API).to_numpy(dtype="float64", na_value=np.nan)[codes]
     known = ~np.isnan(named)
     ops[known] = named[known].astype(np.int8)

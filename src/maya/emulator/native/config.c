@@ -24,7 +24,7 @@ static void set_defaults(maya_device_cfg *d) {
   d->max_threads_per_sm = 2048;
   d->regs_per_sm = 65536;
   d->power_limit_w = 700;
-  d->nvlinks = 18;
+  d->nvlinks = 0; /* as nvidia-smi answers without a configuration: no NVLink */
   d->nvlink_bridged = 0;
 }
 

@@ -220,60 +220,6 @@ MAYA_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
   return CUDA_SUCCESS;
 }
 
-/* Memory shared between processes (shareable handles) and switch multicast objects: userbuffers (Transformer
- * Engine's tensor-parallel communication overlap) map its peers' buffers and a multicast window with them. A virtual
- * GPU shares no memory with its peers' processes, so these fail, naming themselves. */
-static CUresult not_emulated(const char *name) {
-  maya_unimplemented(name, D_DRIVER);
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-MAYA_EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
-                                                  CUmemAllocationHandleType t, unsigned long long flags) {
-  (void)out, (void)h, (void)t, (void)flags;
-  return not_emulated("cuMemExportToShareableHandle");
-}
-
-MAYA_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle,
-                                                    CUmemAllocationHandleType t) {
-  (void)h, (void)os_handle, (void)t;
-  return not_emulated("cuMemImportFromShareableHandle");
-}
-
-MAYA_EXPORT CUresult cuMulticastGetGranularity(size_t *g, const CUmulticastObjectProp *prop,
-                                               CUmulticastGranularity_flags option) {
-  (void)g, (void)prop, (void)option;
-  return not_emulated("cuMulticastGetGranularity");
-}
-
-MAYA_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *h, const CUmulticastObjectProp *prop) {
-  (void)h, (void)prop;
-  return not_emulated("cuMulticastCreate");
-}
-
-MAYA_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle h, CUdevice dev) {
-  (void)h, (void)dev;
-  return not_emulated("cuMulticastAddDevice");
-}
-
-MAYA_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mc, size_t mc_offset,
-                                        CUmemGenericAllocationHandle h, size_t offset, size_t size,
-                                        unsigned long long flags) {
-  (void)mc, (void)mc_offset, (void)h, (void)offset, (void)size, (void)flags;
-  return not_emulated("cuMulticastBindMem");
-}
-
-MAYA_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mc, size_t mc_offset, CUdeviceptr ptr,
-                                         size_t size, unsigned long long flags) {
-  (void)mc, (void)mc_offset, (void)ptr, (void)size, (void)flags;
-  return not_emulated("cuMulticastBindAddr");
-}
-
-MAYA_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mc, CUdevice dev, size_t mc_offset, size_t size) {
-  (void)mc, (void)dev, (void)mc_offset, (void)size;
-  return not_emulated("cuMulticastUnbind");
-}
-
 MAYA_EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
   size_t s;
   if (maya_dev_lookup((void *)ptr, NULL, &s) != 1) return CUDA_ERROR_INVALID_VALUE;

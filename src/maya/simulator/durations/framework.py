@@ -6,7 +6,8 @@ is the framework's, measured on the emulating CPU, plus what Maya's recording ad
 callbacks (every recorded op), the module hooks (every `nn.Module: ` range) and the description of each Triton
 launch. Those are measured per record (`benchmarks/host_overhead.py`, in thread CPU time: the same loop run
 plainly and under `maya emulate`) and taken off each gap. The stubs' own cost is inside each call's duration,
-never in a gap (the records' `duration_ns`: 20–50 ns a call).
+never in a gap (the records' `duration_ns`: 20–50 ns a call); a CUDA graph launch writes its replayed rows after it
+returns, so a gap starts at the last row written.
 
 Wall gaps also hold the time other processes ran on the emulating CPU (eight ranks on two cores): preemption only
 ever lengthens a gap, so after the first iteration each call's framework time is the shortest of the same call over
@@ -83,9 +84,14 @@ def framework_ns(
     rows = np.flatnonzero(issuing)
     if len(rows) < 2:
         return out
-    start = calls["start_ns"].to_numpy(dtype="int64")[rows]
-    end = start + calls["duration_ns"].to_numpy(dtype="float64", na_value=0.0)[rows].astype("int64")
-    before = np.concatenate([start[:1], np.maximum.accumulate(end)[:-1]])
+    # a graph launch's replayed rows were written after it returned: the gap starts at the last one written
+    marks = np.flatnonzero(issuing | (~host & np.isin(thread, thread[rows])))
+    start = calls["start_ns"].to_numpy(dtype="int64")[marks]
+    end = start + np.where(host[marks], calls["duration_ns"].to_numpy(dtype="float64", na_value=0.0)[marks], 0)
+    reach = np.maximum.accumulate(end.astype("int64"))
+    own = issuing[marks]
+    before = np.concatenate([start[:1], reach[:-1]])[own]
+    start = start[own]
     gap = np.maximum(start - before, 0).astype("float64")
     gap -= emulation_overhead_ns(*_recorded_in(ops, calls, rows, before, start))
     gap = np.maximum(gap, 0.0)
