@@ -25,10 +25,14 @@ def triton_calls(run):
 
 def test_inductor_kernels_are_described_on_every_launcher(tmp_path):
     """The first launch of each kernel goes through Inductor's static launcher, later ones through the C fast
-    launcher it swaps in: both are described."""
+    launcher it swaps in: both are described. With a cold Inductor cache (`$MAYA_HOME`'s, shared by the suite's
+    runs) the first iteration also benchmarks each kernel's configs, hundreds of launches more: counted per kernel,
+    not in total, so the test holds whichever test compiled first."""
     assert emulate([str(WORKLOADS / "compiled_mlp.py")], tmp_path / "run").status == "complete"
     calls = triton_calls(tmp_path / "run")
-    assert len(calls) == 6 and calls["args"].notna().all()  # three kernels, two iterations
+    launches = calls.groupby("kernel").size()
+    assert len(launches) == 3 and (launches >= 2).all()  # three kernels, two iterations (and any benchmarking)
+    assert calls["args"].notna().all()
     gelu = calls[calls["kernel"] == "triton_poi_fused_gelu_0"].iloc[0]
     assert (gelu["family"], gelu["numel"], gelu["work_bytes"]) == ("elementwise", 32 * 1024, 2 * 32 * 1024 * 4)
     reduction = calls[calls["kernel"] == "triton_per_fused_sum_0"].iloc[0]
