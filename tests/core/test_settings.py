@@ -19,6 +19,10 @@ SHIPPED_SCRIPTS = SRC / "maya" / "data"
 TORCH_DISTRIBUTED = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
 """torch.distributed's own variables (set per rank as torchrun does), which the emulator's rendezvous, barrier and
 spawned workers read as PyTorch does: not switches of Maya."""
+LAUNCHERS_OWN = {"CUDA_VISIBLE_DEVICES", "PYTHONPATH"}
+"""Variables the launchers Maya reads a command of (`emulator/launch_commands.py`: DeepSpeed's runner turns
+CUDA_VISIBLE_DEVICES into `--include` and puts the working directory on PYTHONPATH) read themselves: read as they
+read them, not switches of Maya."""
 C_READS = re.compile(r'getenv\("(\w+)"\)')
 SHELL_READS = re.compile(r"\$\{?(MAYA_\w+)")
 TEST_OWN = "MAYA_TEST_"
@@ -51,7 +55,7 @@ def test_every_variable_read_is_a_documented_switch():
     read = names_read()
     assert {"MAYA_EMU_LOOP_LIMIT", "MAYA_INSTALL", "MAYA_NANOGPT_REPO"} <= set(read)  # C, shell and Python seen
     assert TORCH_DISTRIBUTED <= set(read)  # and variables not Maya's, read in its sources
-    switches = {s.name for s in settings.SWITCHES} | TORCH_DISTRIBUTED
+    switches = {s.name for s in settings.SWITCHES} | TORCH_DISTRIBUTED | LAUNCHERS_OWN
     undocumented = {
         name: where for name, where in read.items() if name not in switches and not name.startswith(TEST_OWN)
     }
