@@ -51,16 +51,8 @@ def start_processes(
     fn(local, *args)
 
 
-def spawn(
-    fn: Callable[..., Any],
-    args: tuple = (),
-    nprocs: int = 1,
-    join: bool = True,
-    daemon: bool = False,
-    start_method: str = "spawn",
-) -> None:
-    """`torch.multiprocessing.spawn`, emulated (`start_processes` with the 'spawn' start method)."""
-    start_processes(fn, args, nprocs, join, daemon, start_method)
+spawn = start_processes
+"""`torch.multiprocessing.spawn`, emulated: `start_processes` with its defaults (the 'spawn' start method)."""
 
 
 def install() -> None:
