@@ -197,8 +197,9 @@ def findings(rows: list[Row]) -> list[str]:
         out.append(
             f"- {', '.join(f'{r.model} b{r.batch}' for r in dependent)}: the forward reads device values on the "
             "host (data-dependent control flow, emulated with stand-in values). For switchxl4 this is the expert "
-            "routing of its sparse layers: the stand-ins route no token to any expert, so the expert GEMMs are "
-            "not in the trace."
+            "routing of its sparse layers: the emulator gives a balanced router's choices (every expert its share "
+            "of the tokens; `maya predict` says so), so the expert GEMMs are those of balanced routing, not of the "
+            "measured run's router on all-ones inputs."
         )
     return out
 
