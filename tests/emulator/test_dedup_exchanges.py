@@ -6,6 +6,7 @@ import json
 import shutil
 from types import SimpleNamespace
 
+import pyarrow.compute as pc
 import pytest
 from paths import WORKLOADS
 from typer.testing import CliRunner
@@ -336,3 +337,18 @@ def test_the_class_count_stays_bounded_at_a_thousand_ranks():
     layout = Layout(Pipeline(16, 64), (Pipeline(2, 8),))
     classes = stage_classes(1024, layout)
     assert len(classes) == 32 and {len(members) for members in classes.values()} == {32}
+
+
+def test_ops_numbered_otherwise_give_the_same_layout(tmp_path):
+    """`layout_of` looks calls' ops up by position when they are numbered 0, 1, ... as written, else by a sorted
+    search: ops renumbered (shifted by 1,000, in reverse order) give TP 2 x CP 2 x DP 2 x PP 2 the same layout."""
+    run = megatron_job(2, 2, 1, 2, 2).write(tmp_path / "run")
+    calls, communicators, ops = (read_table(run, name, [0]) for name in ("api_calls", "communicators", "ops"))
+    assert ops.column("op_id").to_pylist() == list(range(len(ops)))
+    layout = layout_of(calls, communicators, ops)
+    assert layout.pipeline == Pipeline(2, 8) and layout.exchanges == (Pipeline(2, 2),)
+
+    def shifted(table):
+        return table.set_column(table.schema.get_field_index("op_id"), "op_id", pc.add(table["op_id"], 1000))
+
+    assert layout_of(shifted(calls), communicators, shifted(ops).take(list(reversed(range(len(ops)))))) == layout

@@ -638,12 +638,13 @@ class _Job:
 
 
 def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done, argv: list[str], on_output):
-    """Capture one representative per class of equivalent ranks (dedup.py), verified by one more member per class;
-        returns the captures kept, which ranks each stands for (ranks a stop signal kept from starting are left out),
-        the run's `stage_rebuild` attrs (None when the job has too few pipeline stages) and its `dedup` attrs (the
-        number of classes; `refused`: why every rank was captured, when rank 0's layout cannot be read; `unverified`:
-        representative -> the member whose calls differ, where the class could not be split), the number of classes
-        (or the refusal) also given to `on_output` before the other ranks are captured.
+    """Capture one representative per class of equivalent ranks (dedup.py), checked by one more member per class
+        where a member can be cut out of its class (`dedup.splittable`, `_capture_classes`); returns the captures
+        kept, which ranks each stands for (ranks a stop signal kept from starting are left out), the run's
+        `stage_rebuild` attrs (None when the job has too few pipeline stages) and its `dedup` attrs (the number of
+        classes; `refused`: why every rank was captured, when rank 0's layout cannot be read; `unverified`:
+        representative -> the member whose calls differ, where the classes could not all be split alike), the number
+        of classes (or the refusal) also given to `on_output` before the other ranks are captured.
 
         With `dedup.REBUILT_FROM` pipeline stages or more, stages 0, 1, 2, `P - 2` and `P - 1` are captured first; when
         stages 2 and `P - 2` rebuilt from stage 1's capture are their captures and every interior stage can be rebuilt
@@ -652,8 +653,9 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     schedule, one that places work by the stage: `pipeline_stages.INTERLEAVED_ORDER_OPTIONS`). Under Megatron-LM's
         interleaved schedule odd stages are rebuilt from stage 1 and even ones from stage 2
         (`pipeline_stages.INTERLEAVED_SOURCES`): stage `P - 3` is captured too, and stages `P - 3` and `P - 2` (one of
-        each parity) are the ones checked, so stages 3 to `P - 4` are rebuilt. When every stage is captured for a
-        reason (`refused`), the `stage_rebuild` attrs give only the stages, their stride and that reason."""
+        each parity) are the ones checked, so stages 3 to `P - 4` are rebuilt. When every stage is captured before any
+        is checked (an option of `argv`, or ranks that also exchange within the model's passes), the `stage_rebuild`
+        attrs give only the stages, their stride and the reason (`refused`)."""
     first = capture(0)
     if first is None:
         return {}, {}, None, None

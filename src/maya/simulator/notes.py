@@ -232,8 +232,9 @@ def dedup_notes(traces: TraceSet) -> list[str]:
         )
         notes.append(
             f"deduplication unverified: in {len(unverified)} class(es) of equivalent ranks a member's calls differ from "
-            f"those of the rank replayed for it ({parts}), and the class shares a smaller group so could not be split: "
-            "the prediction may be wrong (`maya emulate --no-dedup` captures every rank)"
+            f"those of the rank replayed for it ({parts}); the class was not split (classes are split only all alike, "
+            "when they are all captured at once: not with 6 pipeline stages or more), so the prediction may be wrong "
+            "(`maya emulate --no-dedup` captures every rank)"
         )
     return notes
 
