@@ -14,11 +14,12 @@ Ranks are grouped by what sets them apart, read from rank 0's point-to-point tra
   hid the real stages (TP 2 x PP 2 x CP 2: the world group, used by the pipeline, held both the ring's peer and the
   next stage's, so every rank was a stage).
 A rank's class is its pipeline stage and its position in each exchange group; without point-to-point traffic all
-ranks form one class. Every class is then checked by capturing one more of its members and comparing call
-signatures; a member that differs from its representative (rank 0 logging, say; `convert.signature`) splits the
-class, or, where the class shares a smaller group (tensor parallelism) and cannot be split, is listed in the run's
-attrs (`dedup.unverified`) and `maya predict` says so. When the layout cannot be read (a group not evenly strided,
-no group holding the pipeline's peers), every rank is captured and the attrs say why (`dedup.refused`).
+ranks form one class. Where a member can be cut out of its class (`splittable`: no tensor-parallel group inside
+it), each class is checked by capturing its last member and comparing call signatures; a member that differs from
+its representative (rank 0 logging, say; `convert.signature`) splits every class alike when they were all checked
+at once (`launcher._capture_classes`), else is listed in the run's attrs (`dedup.unverified`) and `maya predict`
+says so. When the layout cannot be read (a group not evenly strided, no group holding the pipeline's peers), every
+rank is captured and the attrs say why (`dedup.refused`).
 
 Every stage is its own class. In 1F1B schedules (Megatron-LM's, with or without interleaving, and PiPPy's)
 stage `s` of `P` runs `P - s - 1` warm-up micro-batches (Megatron's interleaved schedule `2 (P - s - 1)` plus a
