@@ -1,5 +1,6 @@
 """Reading trace runs: each file's identity and version checked, older versions migrated (an older minor's
-changed meanings included), every table conformed to the current spec; `migrate_run` rewrites a run's older files in place."""
+changed meanings included), every table conformed to the current spec (or only the columns asked for);
+`migrate_run` rewrites a run's older files in place."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ def megatron_job(tp: int, cp: int, ep: int, dp: int, pp: int, represents: dict[i
     4 micro-batches in the 1F1B schedule, each layer's attention a context-parallel ring (a send to the next and a
     receive from the previous member in a module's forward, and again in the backward; step `i` of member `c` takes
     twice as long when the keys it holds come from a lower member, as a load-balanced causal ring's halves make the
-    members differ; a backward's calls have no module path, as autograd's do not) and its MLP two expert-parallel all-to-alls (a send and a receive to every member, itself
-    included; `ep` divides `dp`, with `tp = cp = 1`), gradients reduced over data x context parallelism. The CP
+    members differ; a backward's calls have no module path, as autograd's do not) and its MLP two expert-parallel
+    all-to-alls (a send and a receive to every member, itself included; `ep` divides `dp`, with `tp = cp = 1`), gradients reduced over data x context parallelism. The CP
     group is listed before the pipeline group: rank 0's ring and stage peers are in different 2-rank groups.
     `represents`: capture only its keys, each standing for its list (None: every rank captured)."""
     world = tp * cp * dp * pp

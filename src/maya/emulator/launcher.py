@@ -269,8 +269,8 @@ def emulate(
     each rank's node index.
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
-    passed to `on_output` as they come, and so is deduplication's number of classes. With `dedup` and no explicit `ranks`, equivalent ranks are
-    captured once (`devices.represents` says which ranks a capture stands for)."""
+    passed to `on_output` as they come, and so is deduplication's number of classes. With `dedup` and no explicit
+    `ranks`, equivalent ranks are captured once (`devices.represents` says which ranks a capture stands for)."""
     hw = get_hardware(hardware)
     wanted = sorted(set(ranks)) if ranks is not None else list(range(topology.world_size))
     bad = [r for r in wanted if not 0 <= r < topology.world_size]
