@@ -232,25 +232,26 @@ def test_a_ring_across_classes_does_not_keep_them_from_being_checked(tmp_path, m
     assert represents == {r: [r, r + 2, r + 4, r + 6] for r in (0, 1, 8, 9)} and found == {"classes": 4}
 
 
-@pytest.mark.parametrize(("tp", "cp", "dp", "pp"), [(1, 4, 4, 1), (1, 1, 4, 4)])
+@pytest.mark.parametrize(("tp", "cp", "dp", "pp"), [(1, 4, 4, 1), (1, 1, 4, 4), (1, 2, 4, 2)])
 def test_a_differing_member_splits_every_class_alike_and_the_replay_is_every_ranks(
     tmp_path, monkeypatch, tp, cp, dp, pp
 ):
-    """CP 4 x DP 4 and PP 4 x DP 4: rank 0 differs from the last member of its class. Splitting its class alone
-    (rank 0 for itself, the last member for the rest) misaligned the lists the topology maps the other classes'
-    peers by, and the replay deadlocked; every class is now split alike (its last member was captured to check it),
-    and the step is that of every rank captured."""
+    """CP 4 x DP 4, PP 4 x DP 4 and CP 2 x DP 4 x PP 2: rank 0 differs from the last member of its class. Splitting
+    its class alone (rank 0 for itself, the last member for the rest) misaligned the lists the topology maps the
+    other classes' peers by, and the replay deadlocked; every class is now split alike (its last member was captured
+    to check it), and the step is that of every rank captured."""
     world = tp * cp * dp * pp
     run = megatron_job(tp, cp, 1, dp, pp).write(tmp_path / "run")
     captured, represents, _, found, probes = deduplicate(run, world, monkeypatch, frozenset({0}))
+    classes = classes_of(tmp_path, megatron_job(tp, cp, 1, dp, pp))
     expected = {}
-    for rep, members in classes_of(tmp_path, megatron_job(tp, cp, 1, dp, pp)).items():
+    for rep, members in classes.items():
         expected.update({rep: [rep], members[-1]: [members[-1], *members[1:-1]]})
-    assert represents == expected and captured == sorted(expected) and len(probes) == 4
-    assert found == {"classes": 4}
+    assert represents == expected and captured == sorted(expected) and len(probes) == len(classes)
+    assert found == {"classes": len(classes)}
     every, _ = step_ns(tmp_path, megatron_job(tp, cp, 1, dp, pp), "every")
     deduplicated, programs = step_ns(tmp_path, megatron_job(tp, cp, 1, dp, pp, represents), "dedup")
-    assert programs == 8 and deduplicated == pytest.approx(every, rel=1e-9)
+    assert programs == 2 * len(classes) and deduplicated == pytest.approx(every, rel=1e-9)
 
 
 def test_a_differing_member_where_not_every_class_is_checked_at_once_is_unverified(tmp_path, monkeypatch):
