@@ -1,10 +1,11 @@
 """Reading trace runs: each file's identity and version checked, older versions migrated (an older minor's
-changed meanings included), every table conformed to the current spec; `migrate_run` rewrites a run's older files in place."""
+changed meanings included), every table conformed to the current spec (or only the columns asked for);
+`migrate_run` rewrites a run's older files in place."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from . import migrations
 from .columns import SPEC_VERSION, TABLES
 from .errors import TraceCorruptError, TraceError, TraceSchemaError, TraceVersionError
 from .layout import table_files
-from .schema import TABLE_KEY, VERSION_KEY, arrow_schema, empty_table, file_schema
+from .schema import TABLE_KEY, VERSION_KEY, arrow_schema, file_schema
 from .writer import atomic_write
 
 CURRENT_MAJOR = int(SPEC_VERSION.split(".")[0])
@@ -77,13 +78,20 @@ def inspect_file(path: str | Path, expect_table: str | None = None) -> FileInfo:
     return info
 
 
-def read_file(path: str | Path, expect_table: str | None = None) -> pa.Table:
-    """Read one table file, migrated and conformed to the current spec (without `rank`)."""
+def read_file(path: str | Path, expect_table: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+    """Read one table file, migrated and conformed to the current spec (without `rank`); with `columns`, only those
+    (read alone from a file of the current version, whose other columns are then not checked)."""
     info = inspect_file(path, expect_table)
+    current = info.major == CURRENT_MAJOR and info.minor == CURRENT_MINOR
     try:
         # partitioning=None: pyarrow 19 (as in an llm-foundry environment) infers a `rank` column from the `rank=N`
         # directory of the path (hive partitioning), which no trace file holds
-        table = pq.read_table(path, partitioning=None, page_checksum_verification=True)
+        table = pq.read_table(
+            path,
+            columns=list(columns) if columns is not None and current else None,
+            partitioning=None,
+            page_checksum_verification=True,
+        )
     except (pa.ArrowException, OSError) as e:
         raise TraceCorruptError(path, f"damaged Parquet data: {e}") from None
     if table.num_rows != info.num_rows:
@@ -91,17 +99,28 @@ def read_file(path: str | Path, expect_table: str | None = None) -> pa.Table:
             path, f"damaged Parquet footer: it counts {info.num_rows} rows, its row groups {table.num_rows}"
         )
     table = table.replace_schema_metadata(None)
+    expected = file_schema(info.table)
+    if current and columns is not None:
+        return _conform_checked(path, info.table, table, pa.schema([expected.field(c) for c in columns]))
     if info.major < CURRENT_MAJOR:
         table = migrations.migrate(info.table, table, info.major, CURRENT_MAJOR)
-        return _conform_checked(path, info.table, table, newer_minor=False, older_minor=True)
-    table = _conform_checked(
-        path, info.table, table, newer_minor=info.minor > CURRENT_MINOR, older_minor=info.minor < CURRENT_MINOR
-    )
-    return migrations.upgrade_minor(info.table, table, info.minor)
+        table = _conform_checked(path, info.table, table, expected, newer_minor=False, older_minor=True)
+    else:
+        table = _conform_checked(
+            path,
+            info.table,
+            table,
+            expected,
+            newer_minor=info.minor > CURRENT_MINOR,
+            older_minor=info.minor < CURRENT_MINOR,
+        )
+        table = migrations.upgrade_minor(info.table, table, info.minor)
+    return table if columns is None else table.select(list(columns))
 
 
-def _conform_checked(path: Path, name: str, table: pa.Table, *, newer_minor: bool, older_minor: bool) -> pa.Table:
-    expected = file_schema(name)
+def _conform_checked(
+    path: Path, name: str, table: pa.Table, expected: pa.Schema, *, newer_minor: bool = False, older_minor: bool = False
+) -> pa.Table:
     extra = [c for c in table.column_names if c not in expected.names]
     if extra and not newer_minor:
         raise TraceSchemaError(path, f"unexpected column(s) {extra}")
@@ -121,24 +140,30 @@ def _conform_checked(path: Path, name: str, table: pa.Table, *, newer_minor: boo
     return pa.Table.from_arrays(arrays, schema=expected)
 
 
-def read_table(run_dir: str | Path, name: str, ranks: Iterable[int] | None = None) -> pa.Table:
-    """Read table `name` of a run (all ranks, or `ranks`), with the `rank` column for per-rank tables."""
+def read_table(
+    run_dir: str | Path, name: str, ranks: Iterable[int] | None = None, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """Read table `name` of a run (all ranks, or `ranks`), with the `rank` column for per-rank tables; with
+    `columns`, only those (and `rank`: `read_file`)."""
     run_dir = Path(run_dir)
     if not (run_dir / "run.parquet").exists():
         raise TraceError(run_dir, "not a Maya run directory (no run.parquet)")
     wanted = None if ranks is None else set(ranks)
+    schema = arrow_schema(name)
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in ("rank", *columns) if c in schema.names], metadata=schema.metadata)
     pieces = []
     for rank, path in table_files(run_dir, name):
         if wanted is not None and rank not in wanted:
             continue
-        t = read_file(path, expect_table=name)
+        t = read_file(path, expect_table=name, columns=columns)
         if rank is not None:
             t = t.add_column(
                 0, pa.field("rank", pa.int32(), nullable=False), pa.repeat(pa.scalar(rank, pa.int32()), t.num_rows)
             )
-        pieces.append(t.cast(arrow_schema(name)))
+        pieces.append(t.cast(schema))
     if not pieces:
-        return empty_table(name)
+        return schema.empty_table()
     return pa.concat_tables(pieces)
 
 

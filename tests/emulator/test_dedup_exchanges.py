@@ -3,17 +3,20 @@ ranks are deduplicated (`emulator/dedup.layout_of`), and the classes they give r
 captured (`simulator/topology.py`), on synthetic Megatron-like jobs."""
 
 import json
+import shutil
 from types import SimpleNamespace
 
+import pyarrow.compute as pc
 import pytest
 from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli import app
 from maya.core import hardware
+from maya.core.pipeline_stages import Pipeline
 from maya.emulator import launcher
-from maya.emulator.dedup import layout_of, stage_classes
-from maya.simulator import MeasuredDurations, simulate, summarize
+from maya.emulator.dedup import Layout, layout_of, stage_classes
+from maya.simulator import MeasuredDurations, notes, simulate, summarize
 from maya.simulator.trace import load
 from maya.simulator.trace_builder import RankBuilder, TraceBuilder, one_f_one_b
 from maya_trace_spec import read_table
@@ -26,8 +29,8 @@ def megatron_job(tp: int, cp: int, ep: int, dp: int, pp: int, represents: dict[i
     4 micro-batches in the 1F1B schedule, each layer's attention a context-parallel ring (a send to the next and a
     receive from the previous member in a module's forward, and again in the backward; step `i` of member `c` takes
     twice as long when the keys it holds come from a lower member, as a load-balanced causal ring's halves make the
-    members differ) and its MLP two expert-parallel all-to-alls (a send and a receive to every member, itself
-    included; `ep` divides `dp`, with `tp = cp = 1`), gradients reduced over data x context parallelism. The CP
+    members differ; a backward's calls have no module path, as autograd's do not) and its MLP two expert-parallel
+    all-to-alls (a send and a receive to every member, itself included; `ep` divides `dp`, with `tp = cp = 1`), gradients reduced over data x context parallelism. The CP
     group is listed before the pipeline group: rank 0's ring and stage peers are in different 2-rank groups.
     `represents`: capture only its keys, each standing for its list (None: every rank captured)."""
     world = tp * cp * dp * pp
@@ -71,11 +74,12 @@ def rank_program(k: RankBuilder, names: dict[str, str], c: int, cp: int, ep: int
         k.group_end()
 
     def layer(backward: bool) -> None:
-        k.module, k.backward = "decoder.layers.0.self_attention", backward
+        # a backward's ops have no module path (autograd runs them), only the backward phase
+        k.module, k.backward = None if backward else "decoder.layers.0.self_attention", backward
         k.gemm(1024, 512, 1024, 40_000)
         ring(backward)
         k.allreduce(names["tp"], 15_000)
-        k.module = "decoder.layers.0.mlp"
+        k.module = None if backward else "decoder.layers.0.mlp"
         if ep > 1:
             all_to_all()
         k.gemm(4096, 512, 1024, 80_000)
@@ -151,14 +155,17 @@ def test_stages_that_also_exchange_within_passes_are_not_rebuilt(tmp_path):
     captured (none rebuilt) and the run's attrs say why."""
     run = megatron_job(1, 2, 1, 1, 6).write(tmp_path / "run")
     done = SimpleNamespace(status="complete")
-    captured, represents, attrs = launcher._deduplicated(
-        lambda rank, keep=True: (None, done), SimpleNamespace(run_dir=run), 12, 1, None, ["pretrain_gpt.py"]
+    captured, represents, attrs, found = launcher._deduplicated(
+        lambda rank, keep=True: (None, done), SimpleNamespace(run_dir=run), 12, 1, None, ["pretrain_gpt.py"], None
     )
     assert sorted(captured) == list(range(12)) and represents == {r: [r] for r in range(12)}
-    assert attrs["refused"] == (
-        "ranks also exchange within the model's passes (a group of 2 ranks 1 apart): a stage is more than one class "
-        "of ranks, and stage 1's exchanges are not the schedule's alone"
-    )
+    assert attrs == {
+        "stages": 6,
+        "stride": 2,
+        "refused": "ranks also exchange within the model's passes (a group of 2 ranks 1 apart): a stage is more than "
+        "one class of ranks, and stage 1's exchanges are not the schedule's alone",
+    }
+    assert found == {"classes": 12}
 
 
 @pytest.mark.e2e
@@ -182,3 +189,167 @@ def test_a_ring_within_a_pipeline_emulated_deduplicated_predicts_like_every_rank
     assert dict(zip(represents["rank"], represents["represents"])) == {0: [0, 2], 1: [1, 3], 4: [4, 6], 5: [5, 7]}
     assert steps["every"]["captured_ranks"] == 8 and steps["dedup"]["captured_ranks"] == 4
     assert steps["dedup"]["iteration_ms"] == pytest.approx(steps["every"]["iteration_ms"], rel=5e-3)
+
+
+def deduplicate(run, world: int, monkeypatch, differs: frozenset[int] = frozenset()):
+    """`launcher._deduplicated` on the job written at `run`, each capture standing in for the rank's own (the ranks
+    in `differs` with other calls than the rest: `convert.signature` is read from the rank); returns
+    (ranks captured, represents, stage_rebuild attrs, dedup attrs, ranks captured to check a class), checking
+    that the number of classes, or the refusal, was said before the other ranks were captured."""
+    done, probes, said = SimpleNamespace(status="complete"), [], []
+    monkeypatch.setattr(launcher, "signature", lambda rank: "other" if rank in differs else "")
+    monkeypatch.setattr(launcher, "write_rank", lambda raw, writer, rank: None)
+
+    def capture(rank: int, keep: bool = True):
+        if not keep:
+            probes.append(rank)
+        return rank, done
+
+    captured, represents, attrs, found = launcher._deduplicated(
+        capture, SimpleNamespace(run_dir=run), world, 1, None, ["pretrain_gpt.py"], said.append
+    )
+    (line,) = said  # before the other ranks are captured
+    assert f"{found['classes']} class(es)" in line or "refused" in line
+    return sorted(captured), represents, attrs, found, sorted(probes)
+
+
+def test_a_class_holding_a_tensor_parallel_group_is_not_checked(tmp_path, monkeypatch):
+    """TP 2 x CP 2 x DP 2 x PP 2: each class of 4 holds whole TP groups, whose lone rank cannot be replayed: no member
+    is captured to check it (a differing rank 0, which logs, stands for its class as before)."""
+    run = megatron_job(2, 2, 1, 2, 2).write(tmp_path / "run")
+    captured, represents, attrs, found, probes = deduplicate(run, 16, monkeypatch, frozenset({0}))
+    assert captured == [0, 2, 8, 10] and probes == [] and represents[0] == [0, 1, 4, 5]
+    assert attrs is None and found == {"classes": 4}
+
+
+def test_a_ring_across_classes_does_not_keep_them_from_being_checked(tmp_path, monkeypatch):
+    """CP 2 x DP 4 x PP 2 (TP 1): the CP group (2 ranks) is smaller than a class (4 data-parallel ranks) but lies
+    across classes, so each class's last member is captured and compared (it was not when any smaller group blocked
+    the check: lumped ring positions, TP 1 x CP 4 x DP 2 as one class, predicted -28% unnoticed)."""
+    run = megatron_job(1, 2, 1, 4, 2).write(tmp_path / "run")
+    captured, represents, attrs, found, probes = deduplicate(run, 16, monkeypatch)
+    assert captured == [0, 1, 8, 9] and probes == [6, 7, 14, 15]
+    assert represents == {r: [r, r + 2, r + 4, r + 6] for r in (0, 1, 8, 9)} and found == {"classes": 4}
+
+
+@pytest.mark.parametrize(("tp", "cp", "dp", "pp"), [(1, 4, 4, 1), (1, 1, 4, 4), (1, 2, 4, 2)])
+def test_a_differing_member_splits_every_class_alike_and_the_replay_is_every_ranks(
+    tmp_path, monkeypatch, tp, cp, dp, pp
+):
+    """CP 4 x DP 4, PP 4 x DP 4 and CP 2 x DP 4 x PP 2: rank 0 differs from the last member of its class. Splitting
+    its class alone (rank 0 for itself, the last member for the rest) misaligned the lists the topology maps the
+    other classes' peers by, and the replay deadlocked; every class is now split alike (its last member was captured
+    to check it), and the step is that of every rank captured."""
+    world = tp * cp * dp * pp
+    run = megatron_job(tp, cp, 1, dp, pp).write(tmp_path / "run")
+    captured, represents, _, found, probes = deduplicate(run, world, monkeypatch, frozenset({0}))
+    classes = classes_of(tmp_path, megatron_job(tp, cp, 1, dp, pp))
+    expected = {}
+    for rep, members in classes.items():
+        expected.update({rep: [rep], members[-1]: [members[-1], *members[1:-1]]})
+    assert represents == expected and captured == sorted(expected) and len(probes) == len(classes)
+    assert found == {"classes": len(classes)}
+    every, _ = step_ns(tmp_path, megatron_job(tp, cp, 1, dp, pp), "every")
+    deduplicated, programs = step_ns(tmp_path, megatron_job(tp, cp, 1, dp, pp, represents), "dedup")
+    assert programs == 2 * len(classes) and deduplicated == pytest.approx(every, rel=1e-9)
+
+
+def test_a_differing_member_where_not_every_class_is_checked_at_once_is_unverified(tmp_path, monkeypatch):
+    """PP 6 x DP 2: stages 0, 1, 2, 4 and 5 are captured and checked first, before the interior stages are rebuilt or
+    captured, so the classes cannot all be split alike: the last stage's differing member (Megatron logs on the last
+    rank) splits nothing, is listed in the run's attrs (`dedup.unverified`) and `maya predict` says so."""
+    run = megatron_job(1, 1, 1, 2, 6).write(tmp_path / "run")
+    captured, represents, _, found, probes = deduplicate(run, 12, monkeypatch, frozenset({11}))
+    assert 11 in probes and 11 not in captured and represents[10] == [10, 11]
+    assert all(members == [rep, rep + 1] for rep, members in represents.items())
+    assert found == {"classes": 6, "unverified": {10: 11}}
+    (note,) = notes.dedup_notes(SimpleNamespace(attrs={"dedup": json.loads(json.dumps(found))}))
+    assert "unverified" in note and "rank 11's differ from rank 10's" in note
+
+
+def test_exchanges_without_ops_refuse_deduplication_rather_than_drop_an_axis(tmp_path, monkeypatch):
+    """TP 2 x CP 2 x DP 2 x PP 2 read without ops: rank 0's ring peer (2, on the CP group) and next stage (8, on the
+    pipeline group) are in no one group; `max()` once kept the CP group as the pipeline (2 classes of 8, and the
+    replay deadlocked). Now the layout is refused and every rank captured, the attrs saying why."""
+    run = megatron_job(2, 2, 1, 2, 2).write(tmp_path / "run")
+    shutil.rmtree(run / "ops")
+    with pytest.raises(ValueError, match=r"holds every peer .*\[2, 8\]"):
+        layout_of(read_table(run, "api_calls", [0]), read_table(run, "communicators", [0]))
+    captured, represents, attrs, found, _ = deduplicate(run, 16, monkeypatch)
+    assert captured == list(range(16)) and represents == {r: [r] for r in range(16)} and attrs is None
+    assert found["classes"] == 16 and found["refused"].startswith("every rank captured: no group used between")
+    (note,) = notes.dedup_notes(SimpleNamespace(attrs={"dedup": found}))
+    assert note.startswith("deduplication refused: every rank captured")
+
+
+def test_a_group_used_within_a_pass_is_an_exchange_group_for_all_its_calls(tmp_path):
+    """A ring group also used between passes (a KV prefetch before the attention module's range opens) is not read as
+    the pipeline: one call within a pass makes the whole group an exchange."""
+    b = TraceBuilder(4)
+    b.communicator("cp", [0, 1, 2, 3])
+    for r in range(4):
+        k = b.rank(r)
+        k.send("cp", (r + 1) % 4, 20_000)  # the prefetch, between passes
+        k.module = "attention"
+        k.send("cp", (r + 1) % 4, 20_000)
+        k.module = None
+        k.stream_sync()
+    run = b.write(tmp_path / "run")
+    layout = layout_of(*(read_table(run, name, [0]) for name in ("api_calls", "communicators", "ops")))
+    assert layout.pipeline is None and [(a.stages, a.stride) for a in layout.exchanges] == [(4, 1)]
+
+
+def test_a_backward_only_ring_without_a_module_path_is_an_exchange_group(tmp_path):
+    """Autograd's backward ops have no module path: a group whose sends are all in a backward (its own communicator
+    for the gradients' ring) is an exchange group by the backward phase alone, not the pipeline."""
+    b = TraceBuilder(4)
+    b.communicator("dkv", [0, 1, 2, 3])
+    for r in range(4):
+        k = b.rank(r)
+        k.module, k.backward = None, True
+        k.send("dkv", (r + 1) % 4, 20_000)
+        k.backward = False
+        k.stream_sync()
+    run = b.write(tmp_path / "run")
+    layout = layout_of(*(read_table(run, name, [0]) for name in ("api_calls", "communicators", "ops")))
+    assert layout.pipeline is None and [(a.stages, a.stride) for a in layout.exchanges] == [(4, 1)]
+
+
+def test_a_non_strided_exchange_group_captures_every_rank_instead_of_aborting(tmp_path, monkeypatch):
+    """A ring over ranks 0, 2 and 3 (hierarchical CP, decoupled expert layouts) is not evenly strided: deduplication
+    captures every rank and says why, where it used to abort the emulation after rank 0's capture."""
+    b = TraceBuilder(4)
+    b.communicator("ring", [0, 2, 3])
+    for r in range(4):
+        k = b.rank(r)
+        if r != 1:
+            k.module = "attention"
+            k.send("ring", ([0, 2, 3].index(r) + 1) % 3, 20_000)
+            k.module = None
+        k.stream_sync()
+    run = b.write(tmp_path / "run")
+    captured, represents, attrs, found, _ = deduplicate(run, 4, monkeypatch)
+    assert captured == [0, 1, 2, 3] and represents == {r: [r] for r in range(4)} and attrs is None
+    assert found == {"classes": 4, "refused": "every rank captured: exchange group [0, 2, 3] is not evenly strided"}
+
+
+def test_the_class_count_stays_bounded_at_a_thousand_ranks():
+    """TP 8 x CP 2 x DP 4 x PP 16 on 1,024 ranks: a class per stage and ring position (32), not per rank."""
+    layout = Layout(Pipeline(16, 64), (Pipeline(2, 8),))
+    classes = stage_classes(1024, layout)
+    assert len(classes) == 32 and {len(members) for members in classes.values()} == {32}
+
+
+def test_ops_numbered_otherwise_give_the_same_layout(tmp_path):
+    """`layout_of` looks calls' ops up by position when they are numbered 0, 1, ... as written, else by a sorted
+    search: ops renumbered (shifted by 1,000, in reverse order) give TP 2 x CP 2 x DP 2 x PP 2 the same layout."""
+    run = megatron_job(2, 2, 1, 2, 2).write(tmp_path / "run")
+    calls, communicators, ops = (read_table(run, name, [0]) for name in ("api_calls", "communicators", "ops"))
+    assert ops.column("op_id").to_pylist() == list(range(len(ops)))
+    layout = layout_of(calls, communicators, ops)
+    assert layout.pipeline == Pipeline(2, 8) and layout.exchanges == (Pipeline(2, 2),)
+
+    def shifted(table):
+        return table.set_column(table.schema.get_field_index("op_id"), "op_id", pc.add(table["op_id"], 1000))
+
+    assert layout_of(shifted(calls), communicators, shifted(ops).take(list(reversed(range(len(ops)))))) == layout

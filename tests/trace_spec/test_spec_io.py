@@ -237,6 +237,24 @@ def test_mistyped_column(run_dir):
         read_table(run_dir, "api_calls")
 
 
+def test_a_projection_reads_only_the_columns_asked_for_and_checks_them(run_dir):
+    """`read_table(..., columns=...)` (deduplication reads a few of rank 0's columns): those and `rank`, equal to the
+    same columns of the whole table; a mistyped one is still an error, and a file of an older minor is read whole
+    (its missing nullable columns null) before the columns are taken."""
+    whole = read_table(run_dir, "api_calls")
+    part = read_table(run_dir, "api_calls", columns=["comm_id", "seq"])
+    assert part.column_names == ["rank", "comm_id", "seq"] and part.equals(whole.select(part.column_names))
+    f = _one_file(run_dir)
+    older = pq.read_table(f).drop_columns(["grid_x"])
+    _rewrite(f, older, version="1.0.0")
+    part = read_table(run_dir, "api_calls", [0], columns=["grid_x", "seq"])
+    assert part.column("grid_x").null_count == len(part) == len(older) and part.column("seq").equals(older["seq"])
+    t = older.set_column(older.schema.get_field_index("seq"), "seq", older.column("seq").cast(pa.float64()))
+    _rewrite(f, t.append_column(whole.schema.field("grid_x"), pa.nulls(len(t), pa.int32())))
+    with pytest.raises(TraceSchemaError, match="column 'seq' has type double, expected int64"):
+        read_table(run_dir, "api_calls", [0], columns=["seq"])
+
+
 def test_wrong_table_in_place(run_dir):
     f = _one_file(run_dir)
     _rewrite(f, pq.read_table(f), name="ops")

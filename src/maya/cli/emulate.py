@@ -153,6 +153,15 @@ def emulate_cmd(
             captured, interrupted = e.capture, e
     result = captured.result
     _report(captured, hw)
+    found = result.dedup or {}
+    if found.get("unverified"):
+        err.print(
+            "[yellow]unverified[/]: "
+            + ", ".join(f"rank {probe}'s calls differ from rank {rep}'s" for rep, probe in found["unverified"].items())
+            + " (not split: the classes of a pipeline whose interior stages may be rebuilt are captured in turns, "
+            "and a class split alone would misalign the replay; maya predict says so)",
+            highlight=False,
+        )
     rebuild = result.stage_rebuild or {}
     if "rebuilt" in rebuild and rebuild["rebuilt"]:
         first, last = rebuild["rebuilt"][0], rebuild["rebuilt"][-1]

@@ -14,9 +14,12 @@ Ranks are grouped by what sets them apart, read from rank 0's point-to-point tra
   hid the real stages (TP 2 x PP 2 x CP 2: the world group, used by the pipeline, held both the ring's peer and the
   next stage's, so every rank was a stage).
 A rank's class is its pipeline stage and its position in each exchange group; without point-to-point traffic all
-ranks form one class. Every class is then checked by capturing one more of its members and comparing call
-signatures; a member that differs from its representative (rank 0 logging, say; `convert.signature`) splits the
-class.
+ranks form one class. Where a member can be cut out of its class (`splittable`: no tensor-parallel group inside
+it), each class is checked by capturing its last member and comparing call signatures; a member that differs from
+its representative (rank 0 logging, say; `convert.signature`) splits every class alike when they were all checked
+at once (`launcher._capture_classes`), else is listed in the run's attrs (`dedup.unverified`) and `maya predict`
+says so. When the layout cannot be read (a group not evenly strided, no group holding the pipeline's peers), every
+rank is captured and the attrs say why (`dedup.refused`).
 
 Every stage is its own class. In 1F1B schedules (Megatron-LM's, with or without interleaving, and PiPPy's)
 stage `s` of `P` runs `P - s - 1` warm-up micro-batches (Megatron's interleaved schedule `2 (P - s - 1)` plus a
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -46,6 +50,16 @@ from maya.core.pipeline_stages import P2P, Pipeline
 REBUILT_FROM = 6
 """Fewest pipeline stages whose interior stages are rebuilt: stages 0, 1, 2, `P - 2` and `P - 1` are captured, so
 with 6 one stage (3) is rebuilt."""
+
+
+LAYOUT_COLUMNS = {
+    "api_calls": ("collective_name", "comm_id", "peer_rank", "op_id"),
+    "ops": ("op_id", "module_path", "phase"),
+}
+"""The columns `layout_of` reads of the large tables (a 5M-op trace's ops are mostly shapes)."""
+
+LAYOUT_TABLES = ("api_calls", "communicators", "ops")
+"""The tables `layout_of` reads, in the order it takes them."""
 
 
 @dataclass(frozen=True)
@@ -71,53 +85,98 @@ def stage_classes(world_size: int, layout: Layout) -> dict[int, list[int]]:
     return {members[0]: members for members in classes.values()}
 
 
+def splittable(classes: dict[int, list[int]], communicators: pa.Table) -> bool:
+    """Whether a member of a class can be cut out of it and replayed alone: not when one of rank 0's `communicators`
+    of more than one rank lies inside rank 0's class and is smaller than it (a tensor-parallel group: its members
+    can only be replayed together), or holds such a number of unlisted ranks. Every class is a translate of rank
+    0's (`stage_classes`), so rank 0's tells for all. A group across classes (a ring, an all-to-all, the pipeline)
+    or as large as the class (data parallelism alone) does not block a split."""
+    ours = set(classes[0])
+    for ranks, size in zip(communicators.column("ranks").to_pylist(), communicators.column("comm_size").to_pylist()):
+        if 1 < size < len(ours) and (ranks is None or set(ranks) <= ours):
+            return False
+    return True
+
+
 def layout_of(api_calls: pa.Table, communicators: pa.Table, ops: pa.Table | None = None) -> Layout:
     """The pipeline stages and exchange groups read from one rank's point-to-point traffic (its `api_calls`,
-    `communicators` and `ops`: a call whose op has a module path or is in the backward phase is within a pass;
-    without ops, every call is taken to be between passes)."""
+    `communicators` and `ops`, of which only the `LAYOUT_COLUMNS` are read: a call whose op has a module path or is in
+    the backward phase is within a pass, and a group with one call within a pass is an exchange group; without ops,
+    every call is taken to be between passes); ValueError when the groups do not give evenly strided axes or no group
+    holds the pipeline's peers."""
     p2p = api_calls.filter(pc.is_in(api_calls.column("collective_name"), pa.array(list(P2P))))
     members = {
-        row["comm_id"]: row["ranks"] for row in communicators.to_pylist() if row["ranks"] and len(row["ranks"]) > 1
+        row["comm_id"]: row["ranks"]
+        for row in communicators.select(["comm_id", "ranks"]).to_pylist()
+        if row["ranks"] and len(row["ranks"]) > 1
     }
-    peers = p2p.column("peer_rank").to_pylist() if "peer_rank" in p2p.column_names else [None] * len(p2p)
-    within = _within_passes(p2p, ops)
-    used = list(zip(p2p.column("comm_id").to_pylist(), peers, within))
-    pipeline = _pipeline(members, [(comm, peer) for comm, peer, inside in used if not inside])
+    used = pc.unique(p2p.column("comm_id")).to_pylist()  # in order of first use
+    inside = _exchange_comms(p2p, ops)
+    between = p2p.filter(pc.invert(pc.is_in(p2p.column("comm_id"), pa.array(sorted(inside), pa.string()))))
+    pipeline = _pipeline(members, between)
     exchanges: list[Pipeline] = []
-    for comm in dict.fromkeys(comm for comm, _, inside in used if inside and comm in members):  # first use first
-        axis = _strided(sorted(members[comm]), "exchange")
-        if axis not in exchanges:
-            exchanges.append(axis)
+    for comm in used:
+        if comm in inside and comm in members:
+            axis = _strided(sorted(members[comm]), "exchange")
+            if axis not in exchanges:
+                exchanges.append(axis)
     return Layout(pipeline, tuple(exchanges))
 
 
-def _within_passes(p2p: pa.Table, ops: pa.Table | None) -> list[bool]:
-    """Per call of `p2p`: whether it is made within a pass (its op in a module's forward, or in a backward)."""
+def _exchange_comms(p2p: pa.Table, ops: pa.Table | None) -> set[str]:
+    """The communicators of `p2p` with a call made within a pass (its op in a module's forward, or in a backward)."""
     if ops is None or not len(ops) or "op_id" not in p2p.column_names:
-        return [False] * len(p2p)
+        return set()
     inside = pc.or_(pc.is_valid(ops.column("module_path")), pc.equal(ops.column("phase"), "backward"))
-    within = set(ops.filter(pc.fill_null(inside, False)).column("op_id").to_pylist())
-    return [op in within for op in p2p.column("op_id").to_pylist()]
+    within = _looked_up(ops.column("op_id").to_numpy(), pc.fill_null(inside, False).to_numpy(), p2p.column("op_id"))
+    return set(pc.unique(p2p.column("comm_id").filter(pa.array(within))).to_pylist())
 
 
-def _pipeline(members: dict[str, list[int]], used: list[tuple[str, int | None]]) -> Pipeline | None:
-    """The smallest group among those `used` that holds every peer they reach (peers by communicator rank)."""
-    used_comms = {comm for comm, _ in used}
+def _looked_up(ids: np.ndarray, flags: np.ndarray, wanted: pa.ChunkedArray) -> np.ndarray:
+    """Per `wanted` op id, the flag of that op (False when absent), by position when the ops are numbered 0, 1, ...
+    as they are written, else by a sorted search (a hash set of 5M op ids took 2.4 s, a search in call order 2.9)."""
+    keys = pc.fill_null(wanted, -1).to_numpy()
+    if not np.array_equal(ids, np.arange(len(ids))):
+        order = np.argsort(ids, kind="stable")
+        ids, flags = ids[order], flags[order]
+        sort = np.argsort(keys, kind="stable")
+        at = np.empty_like(sort)
+        at[sort] = np.minimum(np.searchsorted(ids, keys[sort]), len(ids) - 1)
+        return (ids[at] == keys) & flags[at]
+    found = (keys >= 0) & (keys < len(ids))
+    out = np.zeros(len(keys), dtype=bool)
+    out[found] = flags[keys[found]]
+    return out
+
+
+def _pipeline(members: dict[str, list[int]], between: pa.Table) -> Pipeline | None:
+    """The smallest group among those used by the calls `between` passes that holds every peer they reach (peers by
+    communicator rank); ValueError when none does (an exchange the passes' ranges did not scope: which axis is the
+    pipeline's is not known)."""
+    if "peer_rank" not in between.column_names:
+        between = between.append_column("peer_rank", pa.nulls(len(between), pa.int64()))
+    pairs = between.group_by(["comm_id", "peer_rank"]).aggregate([]).to_pylist()  # each (group, peer) once
+    used_comms = {row["comm_id"] for row in pairs}
     groups = [ranks for comm, ranks in members.items() if comm in used_comms]  # table order: ties are stable
     if not groups:
         return None
     peers = {
-        members[comm][int(peer)]
-        for comm, peer in used
+        members[comm][peer]
+        for comm, peer in ((row["comm_id"], row["peer_rank"]) for row in pairs)
         if comm in members and peer is not None and 0 <= peer < len(members[comm])
     }
     holding = [group for group in groups if peers <= set(group)]
-    return _strided(sorted(min(holding, key=len) if holding else max(groups, key=len)), "pipeline")
+    if not holding:
+        raise ValueError(
+            f"no group used between the model's passes holds every peer of rank 0's sends and receives there "
+            f"({sorted(peers)}): the pipeline's axis is not known"
+        )
+    return _strided(sorted(min(holding, key=len)), "pipeline")
 
 
 def _strided(ranks: list[int], kind: str) -> Pipeline:
     """The axis of a group of sorted global `ranks`, which must be evenly strided."""
     stride = ranks[1] - ranks[0]
     if any(b - a != stride for a, b in zip(ranks, ranks[1:])) or stride <= 0:
-        raise ValueError(f"{kind} group {ranks} is not evenly strided: emulate every rank (--no-dedup)")
+        raise ValueError(f"{kind} group {ranks} is not evenly strided")
     return Pipeline(len(ranks), stride)

@@ -78,6 +78,7 @@ class EmulationResult:
     capture_cpu_seconds: float = 0.0  # of every rank process, verification captures included
     interrupted_by: str | None = None  # the stop signal's name, when one interrupted the run
     stage_rebuild: dict | None = None  # the run's attrs `stage_rebuild` (dedup.py), when the job had enough stages
+    dedup: dict | None = None  # the run's attrs `dedup` (classes, refused, unverified), when deduplicated
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -268,8 +269,8 @@ def emulate(
     each rank's node index.
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
-    passed to `on_output` as they come. With `dedup` and no explicit `ranks`, equivalent ranks are
-    captured once (`devices.represents` says which ranks a capture stands for)."""
+    passed to `on_output` as they come, and so is deduplication's number of classes. With `dedup` and no explicit
+    `ranks`, equivalent ranks are captured once (`devices.represents` says which ranks a capture stands for)."""
     hw = get_hardware(hardware)
     wanted = sorted(set(ranks)) if ranks is not None else list(range(topology.world_size))
     bad = [r for r in wanted if not 0 <= r < topology.world_size]
@@ -302,8 +303,8 @@ def emulate(
     with _stop_signals_to(job.stopping.handle):
         with Watcher(job.mailbox, topology.world_size, job.start):
             if dedup and ranks is None and topology.world_size > 1:
-                captured, represents, job.stage_rebuild = _deduplicated(
-                    job.capture, job.writer, topology.world_size, workers, on_rank_done, list(argv)
+                captured, represents, job.stage_rebuild, job.dedup = _deduplicated(
+                    job.capture, job.writer, topology.world_size, workers, on_rank_done, list(argv), on_output
                 )
             else:
                 with ThreadPoolExecutor(min(len(wanted), workers)) as pool:
@@ -346,15 +347,17 @@ def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, 
     if not done:
         return alone, {}
     try:
-        return subset_represents(
-            world_size,
-            sorted(captured),
-            read_table(writer.run_dir, "api_calls", [done[0]]),
-            read_table(writer.run_dir, "communicators", [done[0]]),
-            read_table(writer.run_dir, "ops", [done[0]]),
-        )
+        return subset_represents(world_size, sorted(captured), *_layout_tables(writer, done[0]))
     except ValueError:
         return alone, {}
+
+
+def _layout_tables(writer: RunWriter, rank: int):
+    """`rank`'s captured `api_calls`, `communicators` and `ops`, only the columns `dedup.layout_of` reads
+    (`dedup.LAYOUT_COLUMNS`)."""
+    return tuple(
+        read_table(writer.run_dir, name, [rank], dedup.LAYOUT_COLUMNS.get(name)) for name in dedup.LAYOUT_TABLES
+    )
 
 
 class _Stopping:
@@ -445,6 +448,7 @@ class _Job:
         self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
         self.assumed: dict[int, list[int]] = {}  # uncaptured ranks a subset's capture stands for (subset.py)
         self.stage_rebuild: dict | None = None  # interior pipeline stages rebuilt from stage 1 (dedup.py)
+        self.dedup: dict | None = None  # the classes of equivalent ranks, and what was not verified (dedup.py)
         self.env: dict[str, str] = {}  # added to every rank's environment
         self.rank_argument: str | None = None  # given to each rank's script after its name (rank_argv)
         self.node_rank_variables: tuple[str, ...] = ()  # set to each rank's node index
@@ -610,6 +614,7 @@ class _Job:
                 "represents": represents,
                 **({"represents_assumed": self.assumed} if self.assumed else {}),
                 **({"stage_rebuild": self.stage_rebuild} if self.stage_rebuild else {}),
+                **({"dedup": self.dedup} if self.dedup else {}),
                 "stopped_at_iteration": {
                     r.rank: r.info.get("stopped_at_iteration") for r in results if r.info.get("stopped_at_iteration")
                 },
@@ -629,13 +634,17 @@ class _Job:
         if status in ("complete", "interrupted") and not settings.keep_capture():
             shutil.rmtree(self.out_dir / ".capture", ignore_errors=True)  # converted
         cpu = sum(f.result()[1].cpu_seconds for f in self.runs.values() if f.exception() is None and f.result())
-        return EmulationResult(self.out_dir, status, results, cpu, interrupted_by, self.stage_rebuild)
+        return EmulationResult(self.out_dir, status, results, cpu, interrupted_by, self.stage_rebuild, self.dedup)
 
 
-def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done, argv: list[str]):
-    """Capture one representative per class of equivalent ranks (dedup.py), verified by one more member per class
-        that could be split; returns the captures kept, which ranks each stands for (ranks a stop signal kept from
-        starting are left out) and the run's `stage_rebuild` attrs (None when the job has too few pipeline stages).
+def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done, argv: list[str], on_output):
+    """Capture one representative per class of equivalent ranks (dedup.py), checked by one more member per class
+        where a member can be cut out of its class (`dedup.splittable`, `_capture_classes`); returns the captures
+        kept, which ranks each stands for (ranks a stop signal kept from starting are left out), the run's
+        `stage_rebuild` attrs (None when the job has too few pipeline stages) and its `dedup` attrs (the number of
+        classes; `refused`: why every rank was captured, when rank 0's layout cannot be read; `unverified`:
+        representative -> the member whose calls differ, where the classes could not all be split alike), the number
+        of classes (or the refusal) also given to `on_output` before the other ranks are captured.
 
         With `dedup.REBUILT_FROM` pipeline stages or more, stages 0, 1, 2, `P - 2` and `P - 1` are captured first; when
         stages 2 and `P - 2` rebuilt from stage 1's capture are their captures and every interior stage can be rebuilt
@@ -644,26 +653,45 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     schedule, one that places work by the stage: `pipeline_stages.INTERLEAVED_ORDER_OPTIONS`). Under Megatron-LM's
         interleaved schedule odd stages are rebuilt from stage 1 and even ones from stage 2
         (`pipeline_stages.INTERLEAVED_SOURCES`): stage `P - 3` is captured too, and stages `P - 3` and `P - 2` (one of
-        each parity) are the ones checked, so stages 3 to `P - 4` are rebuilt."""
+        each parity) are the ones checked, so stages 3 to `P - 4` are rebuilt. When every stage is captured before any
+        is checked (an option of `argv`, or ranks that also exchange within the model's passes), the `stage_rebuild`
+        attrs give only the stages, their stride and the reason (`refused`)."""
     first = capture(0)
     if first is None:
-        return {}, {}, None
+        return {}, {}, None, None
     captured = {0: first}
     if first[1].status != "complete":
-        return captured, {0: [0]}, None
-    communicators = read_table(writer.run_dir, "communicators", [0])
-    layout = dedup.layout_of(
-        read_table(writer.run_dir, "api_calls", [0]), communicators, read_table(writer.run_dir, "ops", [0])
-    )
+        return captured, {0: [0]}, None, None
+    tables = _layout_tables(writer, 0)
+    communicators = tables[1]
+    unverified: dict[int, int] = {}
+    try:
+        layout = dedup.layout_of(*tables)
+    except ValueError as e:
+        if on_output:
+            on_output(f"maya: deduplication refused, capturing all {world_size} ranks: {e}\n")
+        alone = {rank: [rank] for rank in range(world_size)}
+        represents = _capture_classes(capture, writer, alone, captured, workers, on_rank_done, False, True, {})
+        return captured, represents, None, {"classes": world_size, "refused": f"every rank captured: {e}"}
     pipeline = layout.pipeline
     classes = stage_classes(world_size, layout)
-    sizes = communicators.column("comm_size").to_pylist()
+    check = dedup.splittable(classes, communicators)
+    if on_output:
+        on_output(f"maya: {len(classes)} class(es) of equivalent ranks among {world_size}: capturing one of each\n")
+
+    def found() -> dict:
+        return {"classes": len(classes), **({"unverified": unverified} if unverified else {})}
+
+    def some(chosen: dict[int, list[int]], whole: bool = False) -> dict[int, list[int]]:
+        return _capture_classes(capture, writer, chosen, captured, workers, on_rank_done, check, whole, unverified)
+
     if pipeline is None or pipeline.stages < dedup.REBUILT_FROM:
-        return captured, _capture_classes(capture, writer, classes, captured, sizes, workers, on_rank_done), None
+        return captured, some(classes, whole=True), None, found()
     reps = [stage * pipeline.stride for stage in range(pipeline.stages)]
     checked = [2, pipeline.stages - 2]
     ends = [reps[0], reps[1], *(reps[s] for s in checked), reps[-1]]
-    attrs = {"stages": pipeline.stages, "stride": pipeline.stride, "from": 1, "checked": checked}
+    axis = {"stages": pipeline.stages, "stride": pipeline.stride}
+    attrs = {**axis, "from": 1, "checked": checked}
     option = pipeline_stages.differing_stage_options(argv)
     refused = (
         f"{option} can give the pipeline stages different layers"
@@ -674,11 +702,8 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         else None
     )
     if refused:
-        everything = _capture_classes(capture, writer, classes, captured, sizes, workers, on_rank_done)
-        return captured, everything, {**attrs, "refused": refused}
-    represents = _capture_classes(
-        capture, writer, {r: classes[r] for r in ends}, captured, sizes, workers, on_rank_done
-    )
+        return captured, some(classes, whole=True), {**axis, "refused": refused}, found()
+    represents = some({r: classes[r] for r in ends})
     try:
         if _interleaved(writer, pipeline, captured, argv):
             checked = [pipeline.stages - 3, pipeline.stages - 2]
@@ -691,12 +716,12 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
                     "the stages' order differs by more than their warm-up"
                 )
             more = {reps[s]: classes[reps[s]] for s in checked if reps[s] not in ends}
-            represents.update(_capture_classes(capture, writer, more, captured, sizes, workers, on_rank_done))
+            represents.update(some(more))
         microbatches = _rebuild_difference(writer, pipeline, captured, represents, attrs["from"], checked)
     except pipeline_stages.ScheduleError as e:
         rest = {r: classes[r] for r in reps if r not in captured}
-        represents.update(_capture_classes(capture, writer, rest, captured, sizes, workers, on_rank_done))
-        return captured, represents, {**attrs, "refused": str(e)}
+        represents.update(some(rest))
+        return captured, represents, {**attrs, "refused": str(e)}, found()
     rebuilt = [s for s in range(3, pipeline.stages - 2) if s not in checked]
     ranks = sorted(r for r in range(world_size) if pipeline.stage(r) in rebuilt)
     attrs.update({"microbatches": microbatches, "rebuilt": rebuilt, "rebuilt_ranks": ranks})
@@ -705,7 +730,7 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
             f"with {pipeline.stages} stages under the interleaved schedule every interior stage is a source (1, 2) "
             f"or checked ({' and '.join(str(s) for s in checked)}): none is left to rebuild"
         )
-    return captured, represents, attrs
+    return captured, represents, attrs, found()
 
 
 def _exchange_groups(layout: dedup.Layout) -> str:
@@ -735,35 +760,44 @@ def _interleaved(writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured
     return cut.extra is not None
 
 
-def _capture_classes(capture, writer: RunWriter, classes, captured, sizes, workers: int, on_rank_done):
-    """Capture the representatives of `classes` not in `captured` yet (adding them there) and one more member of
-    each class that could be split; returns which ranks each kept capture of these classes stands for."""
-    # A class that shares smaller groups (tensor parallel) is never split: a lone rank cannot be cut out
-    # of it and still be replayed, so the representative (e.g. rank 0 and its logging) stands for all,
-    # and there is nothing for a second capture to decide.
-    checks = {
-        rep: max(members)
-        for rep, members in classes.items()
-        if len(members) > 1 and not any(1 < size < len(members) for size in sizes)
-    }
+def _capture_classes(
+    capture, writer: RunWriter, classes, captured, workers: int, on_rank_done, check: bool, whole: bool, unverified
+):
+    """Capture the representatives of `classes` not in `captured` yet (adding them there) and, with `check`, the last
+    member of each class of more than one rank; returns which ranks each kept capture of these classes stands for.
+
+    When a last member's calls differ from its representative's (`convert.signature`: rank 0 logging, say) and
+    `classes` are the job's `whole` set of classes, every one checked, every class is split alike: its
+    representative stands for itself and its last member for the rest, so that the lists of all classes stay
+    aligned (`simulator/topology.py` maps another class's member by its position in that class's list: splitting
+    one class alone made a CP 4 x DP 4 replay deadlock). Otherwise no class is split, and each differing member is
+    added to `unverified` (representative -> that member)."""
+    checks = {rep: max(members) for rep, members in classes.items() if check and len(members) > 1}
     with ThreadPoolExecutor(workers) as pool:
         others = [r for r in classes if r not in captured]
         captured.update((r, c) for r, c in zip(others, pool.map(capture, others)) if c is not None)
         probes = dict(zip(checks.values(), pool.map(lambda r: capture(r, keep=False), checks.values())))
     represents = {rep: list(members) for rep, members in classes.items() if rep in captured}
-    for rep, probe_rank in checks.items():
-        probe = probes[probe_rank]
+    compared, differing = [], []
+    for rep, last in checks.items():
+        probe = probes[last]
         if probe is None or rep not in captured or "interrupted" in (probe[1].status, captured[rep][1].status):
             continue  # not both whole: nothing to compare
-        probe_raw, probe_result = probe
-        if signature(probe_raw) == signature(captured[rep][0]):
-            continue
-        # the representative is special (e.g. logs): it stands for itself, the probe for the rest
-        write_rank(probe_raw, writer, probe_rank)
+        compared.append(rep)
+        if signature(probe[0]) != signature(captured[rep][0]):
+            differing.append(rep)
+    if not differing:
+        return represents
+    if not whole or len(compared) < len(classes):
+        unverified.update((rep, checks[rep]) for rep in differing)
+        return represents
+    for rep, last in checks.items():
+        raw, result = probes[last]
+        write_rank(raw, writer, last)
         if on_rank_done:
-            on_rank_done(probe_result)
-        captured[probe_rank] = (probe_raw, probe_result)
-        represents[probe_rank] = [probe_rank] + [r for r in represents[rep] if r not in (rep, probe_rank)]
+            on_rank_done(result)
+        captured[last] = (raw, result)
+        represents[last] = [last] + [r for r in represents[rep] if r not in (rep, last)]
         represents[rep] = [rep]
     return represents
 

@@ -219,6 +219,26 @@ def subset_notes(traces: TraceSet) -> list[str]:
     ]
 
 
+def dedup_notes(traces: TraceSet) -> list[str]:
+    """Notes on deduplication's classes of equivalent ranks that were not verified, or on why every rank was captured
+    (run attrs `dedup`, from the emulator's `dedup.py`)."""
+    found = traces.attrs.get("dedup") or {}
+    notes = [f"deduplication refused: {found['refused']}"] if "refused" in found else []
+    unverified = found.get("unverified") or {}
+    if unverified:
+        parts = "; ".join(
+            f"rank {probe}'s differ from rank {rep}'s"
+            for rep, probe in sorted(unverified.items(), key=lambda kv: int(kv[0]))
+        )
+        notes.append(
+            f"deduplication unverified: in {len(unverified)} class(es) of equivalent ranks a member's calls differ from "
+            f"those of the rank replayed for it ({parts}); the class was not split (classes are split only all alike, "
+            "when they are all captured at once: not with 6 pipeline stages or more), so the prediction may be wrong "
+            "(`maya emulate --no-dedup` captures every rank)"
+        )
+    return notes
+
+
 def stage_rebuild_notes(traces: TraceSet) -> list[str]:
     """A note on interior pipeline stages rebuilt from stage 1's capture, or on why every stage was captured (run
     attrs `stage_rebuild`, from the emulator's `dedup.py`)."""
