@@ -119,6 +119,7 @@ def emulate_cmd(
             env=env,
             rank_argument=rank_argument,
             node_rank_variables=node_rank_variables,
+            launch_command=tuple(ctx.args) if launch else None,
             warehouse=warehouse,
         )
         oracle = api.device_time(options)
