@@ -102,3 +102,4 @@ def test_a_spawn_in_a_launched_rank_is_refused_and_the_launch_is_kept(tmp_path):
         "node_rank_variables": [],
     }
     assert json.loads(run["command"]) == ["python", str(WORKLOADS / "spawn_ddp.py"), "1"]
+    assert json.loads(run["attrs"])["rank_status"] == {"0": "failed", "1": "failed"}  # what a deadlock names

@@ -622,6 +622,7 @@ class _Job:
             status,
             {
                 "captured_ranks": sorted(captured),
+                "rank_status": {r.rank: r.status for r in results},
                 **(
                     {
                         "interrupted_by": interrupted_by,
