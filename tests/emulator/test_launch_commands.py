@@ -148,6 +148,34 @@ def test_maya_emulate_takes_the_jobs_shape_once(args, message):
 
 
 @pytest.mark.parametrize(
+    "launcher, command, message",
+    [
+        (
+            "deepspeed",
+            ["deepspeed", "--hostfile", "{none}", "--num_gpus", "2", "t.py"],
+            "deepspeed launches 1 x 2 ranks (DeepSpeed's default of one node: no hostfile at {none}): give the job's "
+            "shape once",
+        ),
+        (
+            "accelerate",
+            ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "t.py"],
+            "accelerate launch launches 1 x 2 ranks (accelerate's default --num_machines 1): give the job's shape once",
+        ),
+    ],
+)
+def test_the_shape_once_error_says_the_launchers_default(tmp_path, monkeypatch, launcher, command, message):
+    """`maya emulate --nnodes 2 -- deepspeed ...` with no hostfile: the one node is DeepSpeed's default, not a shape
+    the user gave; so is accelerate's one machine. The error says so (read apart: HF_HOME isolates accelerate's
+    config file in the reading process, which imports accelerate afresh)."""
+    pytest.importorskip(launcher)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    none = str(tmp_path / "no-hostfile")
+    r = CliRunner().invoke(app, ["emulate", "--nnodes", "2", "--", *(w.format(none=none) for w in command)])
+    assert r.exit_code == 2 and message.format(none=none) in " ".join(r.stderr.split()), r.stderr
+
+
+@pytest.mark.parametrize(
     "command, launcher",
     [
         (["torchrun", "t.py"], None),
