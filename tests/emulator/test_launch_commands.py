@@ -147,6 +147,7 @@ def test_maya_emulate_takes_the_jobs_shape_once(args, message):
     assert r.exit_code == 2 and message in r.stderr, r.stderr
 
 
+@pytest.mark.slow  # each reading process imports its launcher afresh (DeepSpeed: about 8 s)
 @pytest.mark.parametrize(
     "launcher, command, message",
     [
