@@ -239,6 +239,23 @@ def test_a_rank_failing_where_others_complete_gets_its_whole_message_and_a_way_o
     assert "--ranks 0" in r.stderr
 
 
+def test_ranks_that_decide_apart_deadlock_the_replay_and_one_rank_captured_predicts(tmp_path):
+    """Rank 1 skips an all-reduce on a value it read (its captures complete): `maya predict` says the captures made
+    different collectives and that capturing one rank was tried; with `--ranks 0` every rank replays rank 0's calls
+    and the job predicts (the advice the message gives is this test)."""
+    r, out = emulate(tmp_path, "--nproc-per-node", "2", "--no-dedup", script="ranks_decide_apart.py")
+    assert r.exit_code == 0, r.output
+    p = runner.invoke(app, ["predict", str(out), "--durations", "roofline"])
+    assert p.exit_code == 1
+    message = " ".join(p.stderr.split())
+    assert "rank(s) [1] ended without it, their captures complete: the ranks' captures made different" in message
+    one, out = emulate(tmp_path / "one", "--nproc-per-node", "2", "--ranks", "0", script="ranks_decide_apart.py")
+    assert one.exit_code == 0, one.output
+    p = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
+    assert p.exit_code == 0, p.output
+    assert json.loads(p.stdout)["world_size"] == 2
+
+
 def test_capture_a_subset_of_a_large_world(tmp_path):
     r, out = emulate(tmp_path, "--world-size", "4096", "--nnodes", "512", "--ranks", "4095", script="ddp_mlp.py")
     assert r.exit_code == 0, r.output

@@ -147,6 +147,35 @@ def test_maya_emulate_takes_the_jobs_shape_once(args, message):
     assert r.exit_code == 2 and message in r.stderr, r.stderr
 
 
+@pytest.mark.slow  # each reading process imports its launcher afresh (DeepSpeed: about 8 s)
+@pytest.mark.parametrize(
+    "launcher, command, message",
+    [
+        (
+            "deepspeed",
+            ["deepspeed", "--hostfile", "{none}", "--num_gpus", "2", "t.py"],
+            "deepspeed launches 1 x 2 ranks (DeepSpeed's default of one node: no hostfile at {none}): give the job's "
+            "shape once",
+        ),
+        (
+            "accelerate",
+            ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "t.py"],
+            "accelerate launch launches 1 x 2 ranks (accelerate's default --num_machines 1): give the job's shape once",
+        ),
+    ],
+)
+def test_the_shape_once_error_says_the_launchers_default(tmp_path, monkeypatch, launcher, command, message):
+    """`maya emulate --nnodes 2 -- deepspeed ...` with no hostfile: the one node is DeepSpeed's default, not a shape
+    the user gave; so is accelerate's one machine. The error says so (read apart: HF_HOME isolates accelerate's
+    config file in the reading process, which imports accelerate afresh)."""
+    pytest.importorskip(launcher)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    none = str(tmp_path / "no-hostfile")
+    r = CliRunner().invoke(app, ["emulate", "--nnodes", "2", "--", *(w.format(none=none) for w in command)])
+    assert r.exit_code == 2 and message.format(none=none) in " ".join(r.stderr.split()), r.stderr
+
+
 @pytest.mark.parametrize(
     "command, launcher",
     [
@@ -245,3 +274,36 @@ def test_torchrun_nproc_per_node_gpu_is_the_nodes_gpus():
         read(["torchrun", "--nproc-per-node", "gpu", "t.py"], None)
     with pytest.raises(LaunchCommandError, match="give the number of GPUs per node"):
         read(["torchrun", "--nproc-per-node", "cpu", "t.py"], 8)
+
+
+def test_a_launch_is_read_apart_as_in_process():
+    """`read_apart` answers with the launch `read` gives (a child process's JSON) and raises a refusal as the same
+    LaunchCommandError text; a command that is no launch starts no child."""
+    from maya.emulator.launch_commands import read_apart
+
+    command = ["python", "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "gpu", "t.py", "--x"]
+    assert read_apart(command, 4) == read(command, 4)
+    refused = ["torchrun", "--no-python", "t.sh"]
+    with pytest.raises(LaunchCommandError) as here:
+        read(refused, None)
+    with pytest.raises(LaunchCommandError) as apart:
+        read_apart(refused, None)
+    assert str(apart.value) == str(here.value)
+    assert read_apart(["python", "t.py"], None) is None
+
+
+def test_maya_emulate_reads_a_launch_without_importing_its_framework(tmp_path):
+    """The launcher's framework (torch for torchrun; DeepSpeed, accelerate) is imported by the process reading the
+    command, not by `maya emulate`'s, which stays as light while the ranks run; the launcher's refusal still
+    reaches the user (here torchrun's default shape against ours)."""
+    import subprocess
+
+    probe = (
+        "import sys\nfrom maya.cli import app\n"
+        "try:\n    app(['emulate', '--nnodes', '2', '--', 'torchrun', '--nproc-per-node', '2', 't.py'])\n"
+        "except SystemExit as e:\n    print('exit', e.code)\n"
+        "print('imported', sorted(m for m in ('torch', 'deepspeed', 'accelerate') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "exit 2" in r.stdout and "imported []" in r.stdout, r.stdout + r.stderr
+    assert "torchrun launches 1 x 2 ranks (torchrun's default --nnodes 1:1)" in r.stderr

@@ -13,6 +13,7 @@ from maya.emulator.spawned_workers import SpawnNotEmulated
 def second_of_two_gpus(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.delenv("MAYA_EMU_LAUNCH", raising=False)  # a job given as `python SCRIPT`
     for owner in (mp, sys.modules["torch.multiprocessing.spawn"]):  # install() replaces them: torch's come back
         for name in ("spawn", "start_processes"):
             monkeypatch.setattr(owner, name, getattr(owner, name))
@@ -43,6 +44,18 @@ def test_spawns_the_rank_cannot_stand_for_fail_naming_them(second_of_two_gpus, k
     called = []
     with pytest.raises(SpawnNotEmulated, match=message):
         mp.spawn(called.append, **kwargs)
+    assert not called
+
+
+def test_a_spawn_in_a_rank_a_launcher_started_is_refused(second_of_two_gpus, monkeypatch):
+    """Under `maya emulate -- torchrun ...` the launcher started the job's ranks: a spawn of as many workers as the
+    node's GPUs (data preparation, say) would otherwise run one worker in the rank, with no error; refused, naming
+    the spawn and the launch."""
+    monkeypatch.setenv("MAYA_EMU_LAUNCH", "torchrun --nproc-per-node 2 t.py")
+    spawned_workers.install()
+    called = []
+    with pytest.raises(SpawnNotEmulated, match="spawn of 2 worker\\(s\\) in a rank `torchrun --nproc-per-node 2 t.py`"):
+        mp.spawn(called.append, nprocs=2)
     assert not called
 
 

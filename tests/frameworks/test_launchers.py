@@ -78,3 +78,28 @@ def test_a_script_that_spawns_its_workers(tmp_path, emulate_and_predict):
     assert [f"worker {r} of 2 on cuda:{r} done" in log for r, log in enumerate(logs)] == [True, True]
     assert prediction["world_size"] == 2 and prediction["iteration_ns"] > 0
     assert _communicator_sizes(tmp_path / "run") == {2}
+
+
+def test_a_spawn_in_a_launched_rank_is_refused_and_the_launch_is_kept(tmp_path):
+    """`torchrun --nproc-per-node 2 spawn_ddp.py`: torchrun starts the job's ranks, so the script's own `mp.spawn`
+    would start workers outside the job (the stand-in that runs a worker in its rank is for `python SCRIPT` alone):
+    each rank fails, naming the spawn and the launch. The run keeps the launch as typed beside each rank's command."""
+    from typer.testing import CliRunner
+
+    from maya.cli import app
+
+    command = ["torchrun", "--nproc-per-node", "2", str(WORKLOADS / "spawn_ddp.py"), "1"]
+    r = CliRunner().invoke(app, ["emulate", "--out", str(tmp_path / "run"), "--no-dedup", "--", *command])
+    assert r.exit_code == 1, r.output
+    refusal = "SpawnNotEmulated: torch.multiprocessing spawn of 2 worker(s) in a rank `torchrun --nproc-per-node 2"
+    logs = [(tmp_path / "run" / "logs" / f"rank{rank}.txt").read_text() for rank in (0, 1)]
+    assert all(refusal in log and "worker 0 of 2" not in log for log in logs), logs[0][-2000:]
+    run = Run(tmp_path / "run").info
+    assert json.loads(run["attrs"])["launch"] == {
+        "command": command,
+        "env": {},
+        "rank_argument": None,
+        "node_rank_variables": [],
+    }
+    assert json.loads(run["command"]) == ["python", str(WORKLOADS / "spawn_ddp.py"), "1"]
+    assert json.loads(run["attrs"])["rank_status"] == {"0": "failed", "1": "failed"}  # what a deadlock names

@@ -65,11 +65,9 @@ def test_collectives_between_classes_wait_for_the_slower_class(tmp_path):
     assert folded[0].launch_ready[0] == 70 * US  # rank 0's first all-reduce waited for rank 1's 70 us kernel
 
 
-def test_a_folded_replay_that_deadlocks_is_reported_by_the_whole_replay(tmp_path):
-    """Rank 1 (standing for ranks 1 and 3) skips its last tensor-parallel all-reduce: the folded replay's quotient
-    keys cannot name the stuck ranks, so the unfolded replay reruns and names them and the absent peers, which ended
-    their captures without it: the captures differ (not the timing), and the message says so."""
-    b = TraceBuilder(4)
+def _skipping_peer(world: int = 4) -> TraceBuilder:
+    """Ranks 0 and 1 (standing for 2 and 3) of 4: rank 1 skips its last tensor-parallel all-reduce."""
+    b = TraceBuilder(world)
     for r in (0, 1):
         b.communicator("tp0", [0, 1])
         b.communicator(f"dp{r}", [0, 2] if r == 0 else [1, 3])
@@ -82,12 +80,43 @@ def test_a_folded_replay_that_deadlocks_is_reported_by_the_whole_replay(tmp_path
             k.kernel(10 * US)
             k.allreduce(f"dp{r}", 40 * US, stream=1)
             k.stream_sync(1)
+    return b
+
+
+def test_a_folded_replay_that_deadlocks_is_reported_by_the_whole_replay(tmp_path):
+    """Rank 1 (standing for ranks 1 and 3) skips its last tensor-parallel all-reduce: the folded replay's quotient
+    keys cannot name the stuck ranks, so the unfolded replay reruns and names them and the absent peers, which ended
+    their complete captures without it: the captures differ (not the timing), and the message says so and what was
+    tried."""
     with pytest.raises(
         Deadlock,
-        match=r"simulation deadlocked: rank\(s\) 0, .*collective #\d+ on tp0: ranks \[0\] "
-        r"arrived, \[1\] never did.*; rank\(s\) \[1, 3\] ended without it: the ranks' captures made different",
+        match=r"simulation deadlocked: rank\(s\) 0, .*collective #\d+ on tp0: ranks \[0\] arrived, \[1\] never did.*; "
+        r"rank\(s\) \[1, 3\] ended without it, their captures complete: the ranks' captures made different.*"
+        r"maya emulate --ranks 0.* was tried",
     ):
-        simulate(load(b.write(tmp_path / "run")), H100, MeasuredDurations())
+        simulate(load(_skipping_peer().write(tmp_path / "run")), H100, MeasuredDurations())
+
+
+@pytest.mark.parametrize(
+    "status, attrs, named",
+    [
+        ("failed", {"rank_status": {"0": "complete", "1": "failed"}}, "rank 1: failed, rank 3: failed"),
+        ("oom", None, "rank 1: oom, rank 3: oom"),  # a run of before `rank_status`: the run's status
+        (
+            "interrupted",
+            {"interrupted_by": "SIGTERM", "interrupted_ranks": [1]},
+            "rank 1: interrupted, rank 3: interrupted",
+        ),
+    ],
+)
+def test_a_deadlock_on_a_peer_whose_capture_stopped_early_names_its_status(tmp_path, status, attrs, named):
+    """The absent peer's capture did not complete: its calls stop where its script did, so the collective is
+    missing for that reason, not because the ranks decided differently; no advice to capture one rank."""
+    with pytest.raises(Deadlock) as e:
+        simulate(load(_skipping_peer().write(tmp_path / "run", status=status, attrs=attrs)), H100, MeasuredDurations())
+    message = str(e.value)
+    assert f"ended without it: their captures did not complete ({named}; the run's logs" in message, message
+    assert "made different" not in message and "--ranks 0" not in message
 
 
 def test_ranks_whose_peers_differ_are_not_folded_together():

@@ -50,6 +50,10 @@ class EmulateOptions:
     launcher gives `--local_rank={local_rank}`); None: none."""
     node_rank_variables: tuple[str, ...] = ()
     """Environment variables set to each rank's node index (DeepSpeed's launcher sets `CROSS_RANK`)."""
+    launch_command: tuple[str, ...] | None = None
+    """The launcher's command as the user typed it (`torchrun ...`, `deepspeed ...`), which `env`, `rank_argument`
+    and `node_rank_variables` were read from: kept in the run's attrs (`launch`), and a `torch.multiprocessing`
+    spawn in a rank it started is refused; None: the script was given itself (`python SCRIPT`)."""
     warehouse: str | Path | None = None
     """Where the device-time oracle's estimator version is looked up (None: the default warehouse)."""
 
@@ -73,6 +77,8 @@ class EmulateOptions:
         if bad:
             raise ValueError(f"env: names must be non-empty strings without '=' and values strings: {bad}")
         object.__setattr__(self, "env", env)
+        if self.launch_command is not None:
+            object.__setattr__(self, "launch_command", tuple(self.launch_command))
 
     @property
     def world_size(self) -> int:
@@ -220,6 +226,7 @@ def capture(
             env=dict(options.env),
             rank_argument=options.rank_argument,
             node_rank_variables=options.node_rank_variables,
+            launch_command=options.launch_command,
             on_rank_done=on_rank_done,
             on_output=on_output,
         )

@@ -82,7 +82,7 @@ def emulate_cmd(
     from maya.core.warehouse import register_run
     from maya.emulator.build import BuildError
     from maya.emulator.launch_commands import LaunchCommandError
-    from maya.emulator.launch_commands import read as read_launch
+    from maya.emulator.launch_commands import read_apart as read_launch
 
     try:
         hw = catalog.get(hardware)
@@ -119,6 +119,7 @@ def emulate_cmd(
             env=env,
             rank_argument=rank_argument,
             node_rank_variables=node_rank_variables,
+            launch_command=tuple(ctx.args) if launch else None,
             warehouse=warehouse,
         )
         oracle = api.device_time(options)

@@ -155,6 +155,13 @@ EMU_MAILBOX = Switch(
     "MAYA_EMU_MAILBOX", "", "object collectives and small tensor broadcasts between isolated ranks", rank=True
 )
 EMU_ITERATIONS = Switch("MAYA_EMU_ITERATIONS", "", "the `--iterations` bound", rank=True)
+EMU_LAUNCH = Switch(
+    "MAYA_EMU_LAUNCH",
+    "",
+    "the launcher's command the rank's job was read from (`maya emulate -- torchrun ...`): a `torch.multiprocessing` "
+    "spawn in the rank is refused, naming it; unset (`-- python SCRIPT`): the rank runs the worker of its local rank",
+    rank=True,
+)
 EMU_RANK_PID = Switch(
     "MAYA_EMU_RANK_PID",
     "",

@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -152,6 +153,7 @@ def _rank_env(
     device_time: str | None = None,
     extra: Mapping[str, str] | None = None,
     node_rank_variables: Sequence[str] = (),
+    launch_command: Sequence[str] | None = None,
 ) -> dict[str, str]:
     env = {**os.environ, **(extra or {}), **{name: str(rank // topo.nproc_per_node) for name in node_rank_variables}}
     env.update(
@@ -193,6 +195,10 @@ def _rank_env(
         env[ORACLE_ENV] = device_time
     else:
         env.pop(ORACLE_ENV, None)
+    if launch_command is not None:
+        env[settings.EMU_LAUNCH.name] = shlex.join(launch_command)
+    else:
+        env.pop(settings.EMU_LAUNCH.name, None)
     # every rank of a job and every re-run shares Inductor's and Triton's caches (as a real job's ranks
     # share a cache directory), so a kernel is compiled and autotuned once; a user's own directories win
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_dir / "inductor"))
@@ -258,6 +264,7 @@ def emulate(
     env: Mapping[str, str] | None = None,
     rank_argument: str | None = None,
     node_rank_variables: Sequence[str] = (),
+    launch_command: Sequence[str] | None = None,
 ) -> EmulationResult:
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
 
@@ -266,7 +273,9 @@ def emulate(
     CUDA-event timings (`device_time.spec`; None: host time). `env` adds to (or overrides) this process's
     environment in every rank's, without changing this process's. `rank_argument`, formatted with the rank's
     `local_rank`, is given to each rank's script after its name (`rank_argv`); `node_rank_variables` are set to
-    each rank's node index.
+    each rank's node index. `launch_command`: the launcher's command they were read from, as typed (None: the
+    script was given itself), kept in the run's attrs (`launch`); a rank it started refuses `torch.multiprocessing`
+    spawns (spawned_workers.py).
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
     passed to `on_output` as they come, and so is deduplication's number of classes. With `dedup` and no explicit
@@ -296,6 +305,7 @@ def emulate(
     job.env = dict(env or {})
     job.rank_argument = rank_argument
     job.node_rank_variables = tuple(node_rank_variables)
+    job.launch_command = None if launch_command is None else list(launch_command)
     if wanted and forkserver.enabled():  # the zygote imports torch while this process writes the run's first row
         forkserver.prestart(job.rank_env(wanted[0], out_dir / ".capture" / f"rank{wanted[0]}"))
     job.write_run("running", {"captured_ranks": wanted})
@@ -452,11 +462,14 @@ class _Job:
         self.env: dict[str, str] = {}  # added to every rank's environment
         self.rank_argument: str | None = None  # given to each rank's script after its name (rank_argv)
         self.node_rank_variables: tuple[str, ...] = ()  # set to each rank's node index
+        self.launch_command: list[str] | None = None  # the launcher's command as typed (None: `python SCRIPT`)
         self.stopping = _Stopping()
 
     def write_run(self, status: str, attrs: dict) -> None:
         if self.device_time:
             attrs = {**attrs, "device_time": json.loads(self.device_time)}
+        if self.launch_command is not None:
+            attrs = {**attrs, "launch": self.launch()}
         self.writer.write(
             "run",
             {
@@ -468,6 +481,15 @@ class _Job:
                 }.items()
             },
         )
+
+    def launch(self) -> dict:
+        """The run's attrs `launch`: the launcher's command as typed and what was read from it for the ranks."""
+        return {
+            "command": self.launch_command,
+            "env": self.env,
+            "rank_argument": self.rank_argument,
+            "node_rank_variables": list(self.node_rank_variables),
+        }
 
     def rank_env(self, rank: int, raw: Path) -> dict[str, str]:
         """The environment of `rank`'s process, whose capture goes to `raw`."""
@@ -483,6 +505,7 @@ class _Job:
             self.device_time,
             self.env,
             self.node_rank_variables,
+            self.launch_command,
         )
 
     def run_rank(self, rank: int) -> tuple[Path, RankCapture]:
@@ -603,6 +626,7 @@ class _Job:
             status,
             {
                 "captured_ranks": sorted(captured),
+                "rank_status": {r.rank: r.status for r in results},
                 **(
                     {
                         "interrupted_by": interrupted_by,

@@ -5,7 +5,9 @@ per GPU of the node, starts its ranks itself. A spawned interpreter inherits the
 so under `maya emulate --nproc-per-node N` each emulated rank is one of those workers: `spawn` and `start_processes`
 with `nprocs == N` call `fn(LOCAL_RANK, *args)` in the rank and return as a joined spawn does. Another worker count,
 a job of more than one node (the workers' own numbering is the node's), or `join=False` (a context whose processes
-the script watches), fails, naming the call and what to give instead.
+the script watches), fails, naming the call and what to give instead. So does any spawn in a rank a launcher's
+command started (`maya emulate -- torchrun ...`, `$MAYA_EMU_LAUNCH`): the launcher started the job's ranks, so the
+workers are not ranks, and they would run unrecorded.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from maya.core import settings
 
 
 class SpawnNotEmulated(RuntimeError):
@@ -29,6 +33,14 @@ def start_processes(
     start_method: str = "spawn",
 ) -> None:
     """`torch.multiprocessing.start_processes`, emulated: this rank is the worker of its local index."""
+    launch = settings.EMU_LAUNCH.get()
+    if launch:
+        raise SpawnNotEmulated(
+            f"torch.multiprocessing {start_method} of {nprocs} worker(s) in a rank `{launch}` started: the launcher "
+            "starts the job's ranks, and workers spawned from one would run unrecorded, outside the job (not "
+            "emulated); a script that spawns its ranks itself runs as `maya emulate --nproc-per-node N -- python "
+            "SCRIPT`"
+        )
     local, per_node = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     world = int(os.environ.get("WORLD_SIZE", per_node))
     if world != per_node:

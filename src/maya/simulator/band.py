@@ -47,6 +47,7 @@ from .distinct import per_distinct
 from .engine import Engine
 from .opcodes import COLL, DEVICE_OPS
 from .report import rank_reports
+from .trace import capture_statuses
 
 if TYPE_CHECKING:
     from .report import Prediction
@@ -354,7 +355,13 @@ def _replay(sim: Simulation, per_program: dict, z: np.ndarray) -> Simulation:
         if id(device) not in scaled:
             scaled[id(device)] = np.rint(device * factors[replica.program.rank]).astype(np.int64)
         devices.append(scaled[id(device)])
-    engine = Engine(sim.replicas, devices, sim.comms, shortest_collective=sim.provider.collective_includes_wait)
+    engine = Engine(
+        sim.replicas,
+        devices,
+        sim.comms,
+        shortest_collective=sim.provider.collective_includes_wait,
+        statuses=capture_statuses(sim.traces),
+    )
     return replace(sim, devices=devices, results=engine.run())
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -192,12 +193,15 @@ class Engine:
         *,
         shortest_collective: bool = False,
         folded: bool = True,
+        statuses: Mapping[int, str] | None = None,
     ):
         """`devices[r]`: device time per call of replica r (its program's, collectives priced for its
         communicators). `shortest_collective`: a collective lasts its shortest member's duration
         (measured durations include waiting for peers) instead of the longest. `folded`: replay one rank per
-        class of ranks that replay alike (`fold`; the results are the same)."""
+        class of ranks that replay alike (`fold`; the results are the same). `statuses`: each rank's capture
+        status (`trace.capture_statuses`), which a deadlock's message names."""
         self.replicas, self.devices = replicas, devices
+        self.statuses = dict(statuses or {})
         self.folding = fold(replicas, devices, comms) if folded else None
         if self.folding is not None:
             chosen = self.folding.representatives
@@ -234,7 +238,12 @@ class Engine:
             results = self._run()
         except Deadlock:  # the whole replay names the stuck ranks one by one
             return Engine(
-                self.replicas, self.devices, self.comms, shortest_collective=self.shortest, folded=False
+                self.replicas,
+                self.devices,
+                self.comms,
+                shortest_collective=self.shortest,
+                folded=False,
+                statuses=self.statuses,
             ).run()
         return [replace(results[k], rank=r.rank) for k, r in zip(self.folding.classes, self.replicas)]
 
@@ -462,6 +471,24 @@ class Engine:
             records=np.asarray(st.event_done, dtype=np.int64),
         )
 
+    def _ended_without(self, ended: list[int]) -> str:
+        """Why peers ended their replay without a collective: their captures are incomplete (named), or complete
+        and different."""
+        statuses = {rank: self.statuses.get(rank, "unknown") for rank in ended}
+        short = {rank: status for rank, status in statuses.items() if status != "complete"}
+        if short:
+            named = ", ".join(f"rank {rank}: {status}" for rank, status in short.items())
+            return (
+                f"rank(s) {ended} ended without it: their captures did not complete ({named}; the run's "
+                "logs/rank<N>.txt say why), so their calls stop where the script did"
+            )
+        return (
+            f"rank(s) {ended} ended without it, their captures complete: the ranks' captures made different "
+            "collectives (isolated ranks can decide differently on a device value, e.g. a step skipped on an overflow "
+            "check); capturing one rank instead (maya emulate --ranks 0: the others replay its calls, deciding as it "
+            "did) was tried on a job whose rank 1 skipped an all-reduce on a value it read, and predicted"
+        )
+
     def _deadlock_message(self, stuck: list[_Rank]) -> str:
         lines, ended = [], set()
         finished = {st.rank for st in self.ranks} - {st.rank for st in stuck}
@@ -475,11 +502,7 @@ class Engine:
             else:
                 lines.append(f"p2p {key[1]}->{key[2]} #{key[3]} on {comm.comm_id}: only rank {arrived} arrived")
         if ended:  # a peer replayed its whole capture without the collective: the captures differ, not the timing
-            lines.append(
-                f"rank(s) {sorted(ended)} ended without it: the ranks' captures made different collectives (isolated "
-                "ranks can decide differently on a device value, e.g. a step skipped on an overflow check); for an "
-                "SPMD job, capture one rank (maya emulate --ranks 0)"
-            )
+            lines.append(self._ended_without(sorted(ended)))
         ranks = ", ".join(str(st.rank) for st in stuck[:10])
         return f"simulation deadlocked: rank(s) {ranks}{' ...' if len(stuck) > 10 else ''} cannot continue" + (
             "; " + "; ".join(lines) if lines else "; waits on events never recorded"

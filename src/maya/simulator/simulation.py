@@ -25,7 +25,7 @@ from .pricing import price
 from .program import Program, compile_rank
 from .retarget import RepricedDurations, source_hardware
 from .topology import GlobalComm, Replica, expand
-from .trace import TraceSet, interrupted_by
+from .trace import TraceSet, capture_statuses, interrupted_by
 
 DURATION_CHOICES = ("auto", "estimators", "roofline", "measured")
 
@@ -172,7 +172,8 @@ def simulate(
             "iteration (no optimizer step, no repeated sequence): there is nothing to predict from; capture it "
             "again and let it run longer"
         )
-    engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
+    statuses = capture_statuses(traces)
+    engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait, statuses=statuses)
     t0 = time.perf_counter()
     results = engine.run()
     seconds, replays = time.perf_counter() - t0, 1
@@ -183,7 +184,9 @@ def simulate(
         if contended is not devices:
             devices = contended
             notes += power_notes
-            engine = Engine(replicas, devices, comms, shortest_collective=provider.collective_includes_wait)
+            engine = Engine(
+                replicas, devices, comms, shortest_collective=provider.collective_includes_wait, statuses=statuses
+            )
             t0 = time.perf_counter()
             results = engine.run()
             seconds, replays = seconds + time.perf_counter() - t0, 2

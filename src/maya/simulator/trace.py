@@ -328,6 +328,22 @@ def interrupted_by(traces: TraceSet) -> str | None:
     return str(traces.attrs.get("interrupted_by") or "signal")
 
 
+def capture_statuses(traces: TraceSet) -> dict[int, str]:
+    """Each rank's capture status (`complete`, `failed`, `oom`, `interrupted`, ...), a captured rank's also for the
+    ranks it stands for: the run's attrs `rank_status`, else (runs captured before it) the run's status, with
+    `interrupted_ranks` naming the ranks a signal stopped."""
+    run_status = str(traces.info.get("status"))
+    listed = traces.attrs.get("rank_status") or {}
+    stopped = traces.attrs.get("interrupted_ranks")
+    statuses = {}
+    for rank, trace in traces.ranks.items():
+        status = listed.get(str(rank), run_status)
+        if not listed and run_status == INTERRUPTED and stopped is not None and rank not in stopped:
+            status = "complete"  # its script ended before the signal
+        statuses |= dict.fromkeys(trace.represents, status)
+    return statuses
+
+
 def keep_complete_iterations(traces: TraceSet) -> None:
     """Cut an interrupted run to the training iterations every rank completed: the last one of each rank the
     signal stopped (attrs `interrupted_ranks`; all when not listed) was cut short, at its own point (ranks run
