@@ -88,11 +88,15 @@ def read_file(path: str | Path, expect_table: str | None = None, columns: Sequen
     if columns is not None:
         columns = _projection(path, info.table, columns, expected.names)
     try:
+        read = None  # every column; those asked of a current file that it holds (`_conform_checked` names the others)
+        if current and columns is not None:
+            held = set(pq.read_schema(path).names)
+            read = [c for c in columns if c in held]
         # partitioning=None: pyarrow 19 (as in an llm-foundry environment) infers a `rank` column from the `rank=N`
         # directory of the path (hive partitioning), which no trace file holds
         table = pq.read_table(
             path,
-            columns=[c for c in columns if c in pq.read_schema(path).names] if columns is not None and current else None,
+            columns=read,
             partitioning=None,
             page_checksum_verification=True,
         )

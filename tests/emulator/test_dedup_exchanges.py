@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 from maya.cli import app
 from maya.core import hardware
 from maya.core.pipeline_stages import Pipeline
-from maya.emulator import launcher
-from maya.emulator import dedup
+from maya.emulator import dedup, launcher
 from maya.emulator.dedup import LayoutError, layout_of, stage_classes
 from maya.simulator import MeasuredDurations, MissingRanks, notes, simulate, summarize
 from maya.simulator.trace import load
@@ -32,8 +31,9 @@ def megatron_job(tp: int, cp: int, ep: int, dp: int, pp: int, represents: dict[i
     receive from the previous member in a module's forward, and again in the backward; step `i` of member `c` takes
     twice as long when the keys it holds come from a lower member, as a load-balanced causal ring's halves make the
     members differ; a backward's calls have no module path, as autograd's do not) and its MLP two expert-parallel
-    all-to-alls (a send and a receive to every member, itself included; `ep` divides `dp`, with `tp = cp = 1`), gradients reduced over data x context parallelism. The CP
-    group is listed before the pipeline group: rank 0's ring and stage peers are in different 2-rank groups.
+    all-to-alls (a send and a receive to every member, itself included; `ep` divides `dp`, with `tp = cp = 1`),
+    gradients reduced over data x context parallelism. The CP group is listed before the pipeline group: rank 0's
+    ring and stage peers are in different 2-rank groups.
     `represents`: capture only its keys, each standing for its list (None: every rank captured)."""
     world = tp * cp * dp * pp
     b = TraceBuilder(world, nproc_per_node=min(8, world))

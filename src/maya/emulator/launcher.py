@@ -794,7 +794,15 @@ def _interleaved(writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured
 
 
 def _capture_classes(
-    capture, writer: RunWriter, classes, captured, workers: int, on_rank_done, check: bool, no_split, found: dict
+    capture,
+    writer: RunWriter,
+    classes,
+    captured,
+    workers: int,
+    on_rank_done,
+    check: bool,
+    no_split: str | None,
+    found: dict,
 ):
     """Capture the representatives of `classes` not in `captured` yet (adding them there) and, with `check`, the last
     member of each class of more than one rank; returns which ranks each kept capture of these classes stands for.
