@@ -711,15 +711,12 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         on_output(f"maya: {len(classes)} class(es) of equivalent ranks among {world_size}: capturing one of each\n")
     noted: dict = {"classes": len(classes)}  # the run's `dedup` attrs
 
-    def found() -> dict:
-        return dict(noted)
-
     def some(chosen: dict[int, list[int]], whole: bool = False) -> dict[int, list[int]]:
         no_split = crossing if whole else IN_TURNS
         return _capture_classes(capture, writer, chosen, captured, workers, on_rank_done, check, no_split, noted)
 
     if pipeline is None or pipeline.stages < dedup.REBUILT_FROM:
-        return captured, some(classes, whole=True), None, found()
+        return captured, some(classes, whole=True), None, noted
     reps = [stage * pipeline.stride for stage in range(pipeline.stages)]
     checked = [2, pipeline.stages - 2]
     ends = [reps[0], reps[1], *(reps[s] for s in checked), reps[-1]]
@@ -735,7 +732,7 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         else None
     )
     if refused:
-        return captured, some(classes, whole=True), {**axis, "refused": refused}, found()
+        return captured, some(classes, whole=True), {**axis, "refused": refused}, noted
     represents = some({r: classes[r] for r in ends})
     try:
         if _interleaved(writer, pipeline, captured, argv):
@@ -754,7 +751,7 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     except pipeline_stages.ScheduleError as e:
         rest = {r: classes[r] for r in reps if r not in captured}
         represents.update(some(rest))
-        return captured, represents, {**attrs, "refused": str(e)}, found()
+        return captured, represents, {**attrs, "refused": str(e)}, noted
     rebuilt = [s for s in range(3, pipeline.stages - 2) if s not in checked]
     ranks = sorted(r for r in range(world_size) if pipeline.stage(r) in rebuilt)
     attrs.update({"microbatches": microbatches, "rebuilt": rebuilt, "rebuilt_ranks": ranks})
@@ -763,7 +760,7 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
             f"with {pipeline.stages} stages under the interleaved schedule every interior stage is a source (1, 2) "
             f"or checked ({' and '.join(str(s) for s in checked)}): none is left to rebuild"
         )
-    return captured, represents, attrs, found()
+    return captured, represents, attrs, noted
 
 
 def _exchange_groups(layout: dedup.Layout) -> str:
@@ -833,8 +830,8 @@ def _capture_classes(
     reason = no_split or (None if len(compared) == len(classes) else "a check's capture did not complete")
     if reason:
         found.setdefault("unverified", {}).update((rep, checks[rep]) for rep in differing)
-        reasons = found.get("unverified_reason", "").split("; ") if "unverified_reason" in found else []
-        found["unverified_reason"] = "; ".join(dict.fromkeys([*reasons, reason]))
+        previous = found.get("unverified_reason")
+        found["unverified_reason"] = reason if previous in (None, reason) else f"{previous}; {reason}"
         return represents
     for rep, last in checks.items():
         raw, result = probes[last]
