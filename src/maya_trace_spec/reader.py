@@ -79,16 +79,24 @@ def inspect_file(path: str | Path, expect_table: str | None = None) -> FileInfo:
 
 
 def read_file(path: str | Path, expect_table: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
-    """Read one table file, migrated and conformed to the current spec (without `rank`); with `columns`, only those
-    (read alone from a file of the current version, whose other columns are then not checked)."""
+    """Read one table file, migrated and conformed to the current spec (without `rank`); with `columns` (names of
+    the table's spec, `_projection`), only those, in that order (read alone from a file of the current version,
+    whose other columns are then not checked)."""
     info = inspect_file(path, expect_table)
     current = info.major == CURRENT_MAJOR and info.minor == CURRENT_MINOR
+    expected = file_schema(info.table)
+    if columns is not None:
+        columns = _projection(path, info.table, columns, expected.names)
     try:
+        read = None  # every column; those asked of a current file that it holds (`_conform_checked` names the others)
+        if current and columns is not None:
+            held = set(pq.read_schema(path).names)
+            read = [c for c in columns if c in held]
         # partitioning=None: pyarrow 19 (as in an llm-foundry environment) infers a `rank` column from the `rank=N`
         # directory of the path (hive partitioning), which no trace file holds
         table = pq.read_table(
             path,
-            columns=list(columns) if columns is not None and current else None,
+            columns=read,
             partitioning=None,
             page_checksum_verification=True,
         )
@@ -98,8 +106,8 @@ def read_file(path: str | Path, expect_table: str | None = None, columns: Sequen
         raise TraceCorruptError(
             path, f"damaged Parquet footer: it counts {info.num_rows} rows, its row groups {table.num_rows}"
         )
-    table = table.replace_schema_metadata(None)
-    expected = file_schema(info.table)
+    if table.num_columns:  # pyarrow (26) drops the rows of a table without columns whose metadata it replaces
+        table = table.replace_schema_metadata(None)
     if current and columns is not None:
         return _conform_checked(path, info.table, table, pa.schema([expected.field(c) for c in columns]))
     if info.major < CURRENT_MAJOR:
@@ -115,7 +123,19 @@ def read_file(path: str | Path, expect_table: str | None = None, columns: Sequen
             older_minor=info.minor < CURRENT_MINOR,
         )
         table = migrations.upgrade_minor(info.table, table, info.minor)
-    return table if columns is None else table.select(list(columns))
+    return table if columns is None else table.select(columns)
+
+
+def _projection(path: str | Path, name: str, columns: Sequence[str], names: Sequence[str]) -> list[str]:
+    """`columns` asked of table `name`, each once: TypeError for a str, TraceSchemaError naming those not in
+    `names` (the table's spec)."""
+    if isinstance(columns, str):
+        raise TypeError(f"columns must be a sequence of column names, not the str {columns!r}")
+    wanted = list(dict.fromkeys(columns))
+    unknown = [c for c in wanted if c not in names]
+    if unknown:
+        raise TraceSchemaError(path, f"unknown column(s) {unknown} asked of table {name!r}")
+    return wanted
 
 
 def _conform_checked(
@@ -137,21 +157,23 @@ def _conform_checked(
         if not fld.nullable and col.null_count:
             raise TraceSchemaError(path, f"required column {fld.name!r} holds {col.null_count} null value(s)")
         arrays.append(col)
-    return pa.Table.from_arrays(arrays, schema=expected)
+    return pa.Table.from_arrays(arrays, schema=expected) if arrays else table.select([])  # no column: rows kept
 
 
 def read_table(
     run_dir: str | Path, name: str, ranks: Iterable[int] | None = None, columns: Sequence[str] | None = None
 ) -> pa.Table:
     """Read table `name` of a run (all ranks, or `ranks`), with the `rank` column for per-rank tables; with
-    `columns`, only those (and `rank`: `read_file`)."""
+    `columns` (a sequence of the table's column names), only those (`read_file`), after `rank`."""
     run_dir = Path(run_dir)
     if not (run_dir / "run.parquet").exists():
         raise TraceError(run_dir, "not a Maya run directory (no run.parquet)")
     wanted = None if ranks is None else set(ranks)
     schema = arrow_schema(name)
     if columns is not None:
-        schema = pa.schema([schema.field(c) for c in ("rank", *columns) if c in schema.names], metadata=schema.metadata)
+        columns = [c for c in _projection(run_dir, name, columns, schema.names) if c != "rank"]
+        kept = [c for c in ("rank", *columns) if c in schema.names]
+        schema = pa.schema([schema.field(c) for c in kept], metadata=schema.metadata)
     pieces = []
     for rank, path in table_files(run_dir, name):
         if wanted is not None and rank not in wanted:

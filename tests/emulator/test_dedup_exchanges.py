@@ -3,6 +3,7 @@ ranks are deduplicated (`emulator/dedup.layout_of`), and the classes they give r
 captured (`simulator/topology.py`), on synthetic Megatron-like jobs."""
 
 import json
+import re
 import shutil
 from types import SimpleNamespace
 
@@ -14,9 +15,9 @@ from typer.testing import CliRunner
 from maya.cli import app
 from maya.core import hardware
 from maya.core.pipeline_stages import Pipeline
-from maya.emulator import launcher
-from maya.emulator.dedup import Layout, layout_of, stage_classes
-from maya.simulator import MeasuredDurations, notes, simulate, summarize
+from maya.emulator import dedup, launcher
+from maya.emulator.dedup import LayoutError, layout_of, stage_classes
+from maya.simulator import MeasuredDurations, MissingRanks, notes, simulate, summarize
 from maya.simulator.trace import load
 from maya.simulator.trace_builder import RankBuilder, TraceBuilder, one_f_one_b
 from maya_trace_spec import read_table
@@ -30,8 +31,9 @@ def megatron_job(tp: int, cp: int, ep: int, dp: int, pp: int, represents: dict[i
     receive from the previous member in a module's forward, and again in the backward; step `i` of member `c` takes
     twice as long when the keys it holds come from a lower member, as a load-balanced causal ring's halves make the
     members differ; a backward's calls have no module path, as autograd's do not) and its MLP two expert-parallel
-    all-to-alls (a send and a receive to every member, itself included; `ep` divides `dp`, with `tp = cp = 1`), gradients reduced over data x context parallelism. The CP
-    group is listed before the pipeline group: rank 0's ring and stage peers are in different 2-rank groups.
+    all-to-alls (a send and a receive to every member, itself included; `ep` divides `dp`, with `tp = cp = 1`),
+    gradients reduced over data x context parallelism. The CP group is listed before the pipeline group: rank 0's
+    ring and stage peers are in different 2-rank groups.
     `represents`: capture only its keys, each standing for its list (None: every rank captured)."""
     world = tp * cp * dp * pp
     b = TraceBuilder(world, nproc_per_node=min(8, world))
@@ -195,7 +197,7 @@ def deduplicate(run, world: int, monkeypatch, differs: frozenset[int] = frozense
     """`launcher._deduplicated` on the job written at `run`, each capture standing in for the rank's own (the ranks
     in `differs` with other calls than the rest: `convert.signature` is read from the rank); returns
     (ranks captured, represents, stage_rebuild attrs, dedup attrs, ranks captured to check a class), checking
-    that the number of classes, or the refusal, was said before the other ranks were captured."""
+    that the number of classes, or the refusal and its reason, was said before the other ranks were captured."""
     done, probes, said = SimpleNamespace(status="complete"), [], []
     monkeypatch.setattr(launcher, "signature", lambda rank: "other" if rank in differs else "")
     monkeypatch.setattr(launcher, "write_rank", lambda raw, writer, rank: None)
@@ -209,7 +211,11 @@ def deduplicate(run, world: int, monkeypatch, differs: frozenset[int] = frozense
         capture, SimpleNamespace(run_dir=run), world, 1, None, ["pretrain_gpt.py"], said.append
     )
     (line,) = said  # before the other ranks are captured
-    assert f"{found['classes']} class(es)" in line or "refused" in line
+    if "refused" in found:
+        reason = found["refused"].removeprefix("every rank captured: ")
+        assert line == f"maya: deduplication refused, capturing all {world} ranks: {reason}\n"
+    else:
+        assert line == f"maya: {found['classes']} class(es) of equivalent ranks among {world}: capturing one of each\n"
     return sorted(captured), represents, attrs, found, sorted(probes)
 
 
@@ -222,6 +228,72 @@ def test_a_class_holding_a_tensor_parallel_group_is_not_checked(tmp_path, monkey
     assert attrs is None and found == {"classes": 4}
 
 
+@pytest.mark.parametrize(
+    ("tp", "cp", "dp", "pp", "reps"),
+    [(4, 1, 1, 2, [0, 4]), (4, 2, 1, 1, [0, 4]), (1, 1, 4, 4, [0, 4, 8, 12])],
+)
+def test_a_class_that_is_one_of_rank_0s_groups_is_not_checked(tmp_path, monkeypatch, tp, cp, dp, pp, reps):
+    """TP 4 x PP 2 x DP 1 and TP 4 x CP 2 x DP 1 (every Korthikanti row is TP x PP with DP 1): each class is a TP
+    group, so a check would capture another large rank; they capture ranks 0 and 4 as before the check was judged by
+    membership. PP 4 x DP 4 (TP 1): each stage's class is its data-parallel group, not checked either."""
+    world = tp * cp * dp * pp
+    run = megatron_job(tp, cp, 1, dp, pp).write(tmp_path / "run")
+    captured, represents, _, found, probes = deduplicate(run, world, monkeypatch, frozenset({world - 1}))
+    assert captured == reps and probes == [] and found == {"classes": len(reps)}
+    assert sorted(r for members in represents.values() for r in members) == list(range(world))
+
+
+def test_the_one_class_of_a_data_parallel_job_is_checked(tmp_path, monkeypatch):
+    """DP 4 alone: the one class is the data-parallel group, and it is checked (its last member captured); a differing
+    rank 0 splits it (rank 3 stands for ranks 1 and 2)."""
+    run = megatron_job(1, 1, 1, 4, 1).write(tmp_path / "run")
+    captured, represents, _, found, probes = deduplicate(run, 4, monkeypatch, frozenset({0}))
+    assert probes == [3] and captured == [0, 3] and represents == {0: [0], 3: [3, 1, 2]} and found == {"classes": 1}
+
+
+def crossed_job(represents: dict[int, list[int]] | None = None) -> TraceBuilder:
+    """CP 2 x DP 4 with 2 distributed-optimizer instances: `megatron_job`'s calls, and an all-reduce over a group of
+    half the data-parallel ranks x CP (Megatron's intra-partial data-parallel group with CP), which holds 2 of each
+    class's 4 members."""
+    b = TraceBuilder(8, nproc_per_node=8)
+    for r in sorted(represents) if represents is not None else range(8):
+        c, d = r % 2, r // 2
+        comms = {
+            "tp": [r],
+            "cp": [x + 2 * d for x in range(2)],
+            "pp": [r],
+            "dp": list(range(8)),
+            "ep": [r],
+            "half": list(range(d // 2 * 4, d // 2 * 4 + 4)),
+        }
+        names = {kind: f"{kind}{sorted(members)}" for kind, members in comms.items()}
+        for kind, members in comms.items():
+            b.communicator(names[kind], members)
+        k = b.rank(r, represents=represents[r] if represents is not None else None)
+        rank_program(k, names, c, 2, 1, 0, 1)
+        k.allreduce(names["half"], 50_000)
+        k.stream_sync()
+    return b
+
+
+def test_a_group_holding_part_of_a_class_keeps_the_classes_whole(tmp_path, monkeypatch):
+    """CP 2 x DP 4 with a group over ranks 0-3 (2 of class [0, 2, 4, 6]): split alike, rank 6 standing for 2 and 4
+    cannot be replayed (that group's members are mapped by position); a differing rank 0 splits nothing, is unverified
+    with the reason, and the classes replay to the step of every rank."""
+    run = crossed_job().write(tmp_path / "run")
+    captured, represents, _, found, probes = deduplicate(run, 8, monkeypatch, frozenset({0}))
+    assert probes == [6, 7] and captured == [0, 1] and represents == {0: [0, 2, 4, 6], 1: [1, 3, 5, 7]}
+    assert found["unverified"] == {0: 6} and found["unverified_reason"].startswith(
+        "group [0, 1, 2, 3] holds 2 of the 4 ranks of class [0, 2, 4, 6]: split alike"
+    )
+    (note,) = notes.dedup_notes(SimpleNamespace(attrs={"dedup": json.loads(json.dumps(found))}))
+    assert found["unverified_reason"] in note
+    every, _ = step_ns(tmp_path, crossed_job(), "every")
+    assert step_ns(tmp_path, crossed_job(represents), "kept")[0] == pytest.approx(every, rel=1e-9)
+    with pytest.raises(ValueError, match="do not fill blocks"):
+        step_ns(tmp_path, crossed_job({0: [0], 6: [6, 2, 4], 1: [1], 7: [7, 3, 5]}), "alike")
+
+
 def test_a_ring_across_classes_does_not_keep_them_from_being_checked(tmp_path, monkeypatch):
     """CP 2 x DP 4 x PP 2 (TP 1): the CP group (2 ranks) is smaller than a class (4 data-parallel ranks) but lies
     across classes, so each class's last member is captured and compared (it was not when any smaller group blocked
@@ -232,11 +304,11 @@ def test_a_ring_across_classes_does_not_keep_them_from_being_checked(tmp_path, m
     assert represents == {r: [r, r + 2, r + 4, r + 6] for r in (0, 1, 8, 9)} and found == {"classes": 4}
 
 
-@pytest.mark.parametrize(("tp", "cp", "dp", "pp"), [(1, 4, 4, 1), (1, 1, 4, 4), (1, 2, 4, 2)])
+@pytest.mark.parametrize(("tp", "cp", "dp", "pp"), [(1, 4, 4, 1), (1, 2, 4, 2)])
 def test_a_differing_member_splits_every_class_alike_and_the_replay_is_every_ranks(
     tmp_path, monkeypatch, tp, cp, dp, pp
 ):
-    """CP 4 x DP 4, PP 4 x DP 4 and CP 2 x DP 4 x PP 2: rank 0 differs from the last member of its class. Splitting
+    """CP 4 x DP 4 and CP 2 x DP 4 x PP 2: rank 0 differs from the last member of its class. Splitting
     its class alone (rank 0 for itself, the last member for the rest) misaligned the lists the topology maps the
     other classes' peers by, and the replay deadlocked; every class is now split alike (its last member was captured
     to check it), and the step is that of every rank captured."""
@@ -255,16 +327,18 @@ def test_a_differing_member_splits_every_class_alike_and_the_replay_is_every_ran
 
 
 def test_a_differing_member_where_not_every_class_is_checked_at_once_is_unverified(tmp_path, monkeypatch):
-    """PP 6 x DP 2: stages 0, 1, 2, 4 and 5 are captured and checked first, before the interior stages are rebuilt or
-    captured, so the classes cannot all be split alike: the last stage's differing member (Megatron logs on the last
-    rank) splits nothing, is listed in the run's attrs (`dedup.unverified`) and `maya predict` says so."""
+    """PP 6 x DP 2, the classes checked (`dedup.checked` patched: here each stage's class is its data-parallel group,
+    which is not checked): stages 0, 1, 2, 4 and 5 are captured and checked first, before the interior stages are
+    rebuilt or captured, so the classes cannot all be split alike: the last stage's differing member (Megatron logs
+    on the last rank) splits nothing, is listed in the run's attrs with the reason and `maya predict` says so."""
     run = megatron_job(1, 1, 1, 2, 6).write(tmp_path / "run")
+    monkeypatch.setattr(dedup, "checked", lambda classes, communicators: True)
     captured, represents, _, found, probes = deduplicate(run, 12, monkeypatch, frozenset({11}))
     assert 11 in probes and 11 not in captured and represents[10] == [10, 11]
     assert all(members == [rep, rep + 1] for rep, members in represents.items())
-    assert found == {"classes": 6, "unverified": {10: 11}}
+    assert found == {"classes": 6, "unverified": {10: 11}, "unverified_reason": launcher.IN_TURNS}
     (note,) = notes.dedup_notes(SimpleNamespace(attrs={"dedup": json.loads(json.dumps(found))}))
-    assert "unverified" in note and "rank 11's differ from rank 10's" in note
+    assert "rank 11's differ from rank 10's" in note and f"not split ({launcher.IN_TURNS})" in note
 
 
 def test_exchanges_without_ops_refuse_deduplication_rather_than_drop_an_axis(tmp_path, monkeypatch):
@@ -273,7 +347,7 @@ def test_exchanges_without_ops_refuse_deduplication_rather_than_drop_an_axis(tmp
     replay deadlocked). Now the layout is refused and every rank captured, the attrs saying why."""
     run = megatron_job(2, 2, 1, 2, 2).write(tmp_path / "run")
     shutil.rmtree(run / "ops")
-    with pytest.raises(ValueError, match=r"holds every peer .*\[2, 8\]"):
+    with pytest.raises(LayoutError, match=r"holds every peer .*\[2, 8\]"):
         layout_of(read_table(run, "api_calls", [0]), read_table(run, "communicators", [0]))
     captured, represents, attrs, found, _ = deduplicate(run, 16, monkeypatch)
     assert captured == list(range(16)) and represents == {r: [r] for r in range(16)} and attrs is None
@@ -333,13 +407,6 @@ def test_a_non_strided_exchange_group_captures_every_rank_instead_of_aborting(tm
     assert found == {"classes": 4, "refused": "every rank captured: exchange group [0, 2, 3] is not evenly strided"}
 
 
-def test_the_class_count_stays_bounded_at_a_thousand_ranks():
-    """TP 8 x CP 2 x DP 4 x PP 16 on 1,024 ranks: a class per stage and ring position (32), not per rank."""
-    layout = Layout(Pipeline(16, 64), (Pipeline(2, 8),))
-    classes = stage_classes(1024, layout)
-    assert len(classes) == 32 and {len(members) for members in classes.values()} == {32}
-
-
 def test_ops_numbered_otherwise_give_the_same_layout(tmp_path):
     """`layout_of` looks calls' ops up by position when they are numbered 0, 1, ... as written, else by a sorted
     search: ops renumbered (shifted by 1,000, in reverse order) give TP 2 x CP 2 x DP 2 x PP 2 the same layout."""
@@ -353,3 +420,35 @@ def test_ops_numbered_otherwise_give_the_same_layout(tmp_path):
         return table.set_column(table.schema.get_field_index("op_id"), "op_id", pc.add(table["op_id"], 1000))
 
     assert layout_of(shifted(calls), communicators, shifted(ops).take(list(reversed(range(len(ops)))))) == layout
+
+
+def test_only_a_layout_error_refuses_deduplication(tmp_path, monkeypatch):
+    """Any other ValueError raised while the layout is read is a bug, not a refusal: it propagates."""
+    run = megatron_job(1, 1, 1, 2, 1).write(tmp_path / "run")
+    monkeypatch.setattr(dedup, "layout_of", lambda *tables: int("not a layout"))
+    with pytest.raises(ValueError, match="invalid literal"):
+        deduplicate(run, 2, monkeypatch)
+
+
+def test_a_subset_whose_layout_cannot_be_read_is_refused_with_its_reason(tmp_path, monkeypatch):
+    """`--ranks 0` of the non-strided ring's job: the captured rank stands for no other, the run's attrs keep why
+    (`dedup.refused`), and `maya predict`'s refusal (the ring's uncaptured members) repeats it."""
+
+    def rank_0(run_dir, attrs=None):
+        b = TraceBuilder(4)
+        b.communicator("ring", [0, 2, 3])
+        k = b.rank(0)
+        k.module = "attention"
+        k.send("ring", 1, 20_000)
+        k.module = None
+        k.stream_sync()
+        return b.write(run_dir, attrs=attrs)
+
+    run = rank_0(tmp_path / "run")
+    done = SimpleNamespace(status="complete")
+    represents, assumed, found = launcher._subset(SimpleNamespace(run_dir=run), 4, {0: (run, done)})
+    reason = "the captured ranks stand for no others: exchange group [0, 2, 3] is not evenly strided"
+    assert represents == {0: [0]} and assumed == {} and found == {"refused": reason}
+    refused = rank_0(tmp_path / "refused", {"dedup": found})
+    with pytest.raises(MissingRanks, match=rf"ring: rank\(s\) 2, 3 .*\(deduplication refused: {re.escape(reason)}\)"):
+        simulate(load(refused), hardware.get("h100-sxm"), MeasuredDurations())

@@ -255,6 +255,39 @@ def test_a_projection_reads_only_the_columns_asked_for_and_checks_them(run_dir):
         read_table(run_dir, "api_calls", [0], columns=["seq"])
 
 
+def test_a_projection_does_not_read_the_other_columns(run_dir):
+    """A current file whose other columns are damaged (one mistyped, one missing): the whole read refuses it, the
+    projection reads the columns asked for, equal to what they were."""
+    f = _one_file(run_dir)
+    before = read_table(run_dir, "api_calls", [0], columns=["comm_id", "seq"])
+    damaged = pq.read_table(f).drop_columns(["api"])
+    at = damaged.schema.get_field_index("duration_ns")
+    _rewrite(f, damaged.set_column(at, "duration_ns", damaged.column("duration_ns").cast(pa.string())))
+    with pytest.raises(TraceSchemaError, match="missing column 'api'"):
+        read_table(run_dir, "api_calls", [0])
+    assert read_table(run_dir, "api_calls", [0], columns=["comm_id", "seq"]).equals(before)
+    with pytest.raises(TraceSchemaError, match="column 'duration_ns' has type string"):
+        read_table(run_dir, "api_calls", [0], columns=["duration_ns"])
+
+
+def test_a_projection_is_checked_against_the_tables_spec(run_dir):
+    """Columns not in the table's spec are named, a str is refused, a column asked twice is read once, `rank` may be
+    asked, no column gives every row's `rank`, and a column the current file lacks is named as a whole read names it."""
+    whole = read_table(run_dir, "api_calls")
+    with pytest.raises(TraceSchemaError, match=r"unknown column\(s\) \['nope', 'other'\] asked of table 'api_calls'"):
+        read_table(run_dir, "api_calls", columns=["seq", "nope", "other"])
+    with pytest.raises(TraceSchemaError, match=r"unknown column\(s\) \['rank'\]"):
+        read_file(_one_file(run_dir), columns=["rank"])
+    with pytest.raises(TypeError, match="not the str 'seq'"):
+        read_table(run_dir, "api_calls", columns="seq")
+    assert read_table(run_dir, "api_calls", columns=["seq", "rank", "seq"]).equals(whole.select(["rank", "seq"]))
+    assert read_table(run_dir, "api_calls", columns=[]).equals(whole.select(["rank"]))
+    f = _one_file(run_dir)
+    _rewrite(f, pq.read_table(f).drop_columns(["seq"]))
+    with pytest.raises(TraceSchemaError, match=r"part-00000\.parquet: missing column 'seq' \(int64\)"):
+        read_table(run_dir, "api_calls", columns=["comm_id", "seq"])
+
+
 def test_wrong_table_in_place(run_dir):
     f = _one_file(run_dir)
     _rewrite(f, pq.read_table(f), name="ops")

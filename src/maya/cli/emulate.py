@@ -159,8 +159,7 @@ def emulate_cmd(
         err.print(
             "[yellow]unverified[/]: "
             + ", ".join(f"rank {probe}'s calls differ from rank {rep}'s" for rep, probe in found["unverified"].items())
-            + " (not split: the classes of a pipeline whose interior stages may be rebuilt are captured in turns, "
-            "and a class split alone would misalign the replay; maya predict says so)",
+            + f" (not split: {found.get('unverified_reason', 'reason not recorded')}; maya predict says so)",
             highlight=False,
         )
     rebuild = result.stage_rebuild or {}

@@ -14,12 +14,15 @@ Ranks are grouped by what sets them apart, read from rank 0's point-to-point tra
   hid the real stages (TP 2 x PP 2 x CP 2: the world group, used by the pipeline, held both the ring's peer and the
   next stage's, so every rank was a stage).
 A rank's class is its pipeline stage and its position in each exchange group; without point-to-point traffic all
-ranks form one class. Where a member can be cut out of its class (`splittable`: no tensor-parallel group inside
-it), each class is checked by capturing its last member and comparing call signatures; a member that differs from
-its representative (rank 0 logging, say; `convert.signature`) splits every class alike when they were all checked
-at once (`launcher._capture_classes`), else is listed in the run's attrs (`dedup.unverified`) and `maya predict`
-says so. When the layout cannot be read (a group not evenly strided, no group holding the pipeline's peers), every
-rank is captured and the attrs say why (`dedup.refused`).
+ranks form one class. A class is checked (`checked`) by capturing its last member and comparing call signatures,
+unless one of rank 0's groups of more than one rank lies inside the class and is smaller than it (a tensor-parallel
+group, whose lone rank cannot be replayed) or, in a job of more than one class, is the class itself (TP 4 x PP 2 x
+DP 1: each check would capture another large rank). A member that differs from its representative (rank 0 logging,
+say; `convert.signature`) splits every class alike when they were all checked at once and no group of rank 0 holds
+some but not all of a class's members (`crossing`; `launcher._capture_classes`), else is listed in the run's attrs
+with the reason (`dedup.unverified`, `dedup.unverified_reason`) and `maya predict` says so. When the layout cannot
+be read (`LayoutError`: a group not evenly strided, no group holding the pipeline's peers), every rank is captured
+and the attrs say why (`dedup.refused`).
 
 Every stage is its own class. In 1F1B schedules (Megatron-LM's, with or without interleaving, and PiPPy's)
 stage `s` of `P` runs `P - s - 1` warm-up micro-batches (Megatron's interleaved schedule `2 (P - s - 1)` plus a
@@ -85,25 +88,50 @@ def stage_classes(world_size: int, layout: Layout) -> dict[int, list[int]]:
     return {members[0]: members for members in classes.values()}
 
 
-def splittable(classes: dict[int, list[int]], communicators: pa.Table) -> bool:
-    """Whether a member of a class can be cut out of it and replayed alone: not when one of rank 0's `communicators`
-    of more than one rank lies inside rank 0's class and is smaller than it (a tensor-parallel group: its members
-    can only be replayed together), or holds such a number of unlisted ranks. Every class is a translate of rank
-    0's (`stage_classes`), so rank 0's tells for all. A group across classes (a ring, an all-to-all, the pipeline)
-    or as large as the class (data parallelism alone) does not block a split."""
+class LayoutError(ValueError):
+    """Rank 0's traffic gives no layout: a group not evenly strided, or no group holding the pipeline's peers."""
+
+
+def checked(classes: dict[int, list[int]], communicators: pa.Table) -> bool:
+    """Whether each class is checked by capturing one more member: not when one of rank 0's `communicators` of more
+    than one rank lies inside rank 0's class and is smaller than it (a tensor-parallel group: its lone rank cannot
+    be replayed), or, with more than one class, is that class (a TP group as large as a stage's ranks: the check
+    would capture another large rank); a group of unlisted ranks counts by its size. Every class is a translate of
+    rank 0's (`stage_classes`), so rank 0's tells for all. A group across classes (a ring, an all-to-all, the
+    pipeline) does not stop the check, nor does the one class's group of a plain data-parallel job."""
     ours = set(classes[0])
-    for ranks, size in zip(communicators.column("ranks").to_pylist(), communicators.column("comm_size").to_pylist()):
-        if 1 < size < len(ours) and (ranks is None or set(ranks) <= ours):
+    for ranks, size in _groups(communicators):
+        inside = ranks is None or set(ranks) <= ours
+        if inside and (1 < size < len(ours) or (size == len(ours) > 1 and len(classes) > 1)):
             return False
     return True
+
+
+def crossing(classes: dict[int, list[int]], communicators: pa.Table) -> str | None:
+    """Which of rank 0's `communicators` holds more than one but not all members of a class (None if none):
+    splitting every class alike then misaligns the lists the replay maps that group's members by
+    (`simulator/topology.py`); a group of unlisted ranks counts by its size."""
+    smallest = min(len(members) for members in classes.values())
+    for ranks, size in _groups(communicators):
+        if ranks is None and 1 < size < smallest:
+            return f"a group of {size} unlisted ranks may hold some of a class of {smallest}"
+        for members in () if ranks is None else classes.values():
+            if 1 < len(shared := set(ranks) & set(members)) < len(members):
+                return f"group {sorted(ranks)} holds {len(shared)} of the {len(members)} ranks of class {members}"
+    return None
+
+
+def _groups(communicators: pa.Table) -> list[tuple[list[int] | None, int]]:
+    """(ranks, size) of each of `communicators`, ranks None where not listed."""
+    return list(zip(communicators.column("ranks").to_pylist(), communicators.column("comm_size").to_pylist()))
 
 
 def layout_of(api_calls: pa.Table, communicators: pa.Table, ops: pa.Table | None = None) -> Layout:
     """The pipeline stages and exchange groups read from one rank's point-to-point traffic (its `api_calls`,
     `communicators` and `ops`, of which only the `LAYOUT_COLUMNS` are read: a call whose op has a module path or is in
     the backward phase is within a pass, and a group with one call within a pass is an exchange group; without ops,
-    every call is taken to be between passes); ValueError when the groups do not give evenly strided axes or no group
-    holds the pipeline's peers."""
+    every call is taken to be between passes); `LayoutError` when the groups do not give evenly strided axes or
+    no group holds the pipeline's peers."""
     p2p = api_calls.filter(pc.is_in(api_calls.column("collective_name"), pa.array(list(P2P))))
     members = {
         row["comm_id"]: row["ranks"]
@@ -151,7 +179,7 @@ def _looked_up(ids: np.ndarray, flags: np.ndarray, wanted: pa.ChunkedArray) -> n
 
 def _pipeline(members: dict[str, list[int]], between: pa.Table) -> Pipeline | None:
     """The smallest group among those used by the calls `between` passes that holds every peer they reach (peers by
-    communicator rank); ValueError when none does (an exchange the passes' ranges did not scope: which axis is the
+    communicator rank); `LayoutError` when none does (an exchange the passes' ranges did not scope: which axis is the
     pipeline's is not known)."""
     if "peer_rank" not in between.column_names:
         between = between.append_column("peer_rank", pa.nulls(len(between), pa.int64()))
@@ -167,7 +195,7 @@ def _pipeline(members: dict[str, list[int]], between: pa.Table) -> Pipeline | No
     }
     holding = [group for group in groups if peers <= set(group)]
     if not holding:
-        raise ValueError(
+        raise LayoutError(
             f"no group used between the model's passes holds every peer of rank 0's sends and receives there "
             f"({sorted(peers)}): the pipeline's axis is not known"
         )
@@ -178,5 +206,5 @@ def _strided(ranks: list[int], kind: str) -> Pipeline:
     """The axis of a group of sorted global `ranks`, which must be evenly strided."""
     stride = ranks[1] - ranks[0]
     if any(b - a != stride for a, b in zip(ranks, ranks[1:])) or stride <= 0:
-        raise ValueError(f"{kind} group {ranks} is not evenly strided")
+        raise LayoutError(f"{kind} group {ranks} is not evenly strided")
     return Pipeline(len(ranks), stride)

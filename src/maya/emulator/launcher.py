@@ -321,7 +321,7 @@ def emulate(
                     captured = {r: c for r, c in zip(wanted, pool.map(job.capture, wanted)) if c is not None}
                 represents = {rank: [rank] for rank in captured}
                 if ranks is not None and len(wanted) < topology.world_size:
-                    represents, job.assumed = _subset(job.writer, topology.world_size, captured)
+                    represents, job.assumed, job.dedup = _subset(job.writer, topology.world_size, captured)
             job.wait_for_all()
         result = job.finish(captured, represents)  # once the mailbox's watcher is gone: it removes the capture
     if result.interrupted_by:
@@ -351,15 +351,16 @@ def _stop_signals_to(handle: Callable[[int, object], None]) -> Iterator[None]:
 
 def _subset(writer: RunWriter, world_size: int, captured: dict[int, tuple[Path, RankCapture]]):
     """Which uncaptured ranks the captured subset stands for (subset.py), read from the first complete
-    capture's tables; none when no capture completed or its pipeline groups are not evenly strided."""
+    capture's tables, and the run's `dedup` attrs; none when no capture completed, or when its layout cannot be read
+    (`dedup.LayoutError`, whose reason the attrs keep as `refused`)."""
     done = [rank for rank, (_, result) in sorted(captured.items()) if result.status == "complete"]
     alone = {rank: [rank] for rank in captured}
     if not done:
-        return alone, {}
+        return alone, {}, None
     try:
-        return subset_represents(world_size, sorted(captured), *_layout_tables(writer, done[0]))
-    except ValueError:
-        return alone, {}
+        return (*subset_represents(world_size, sorted(captured), *_layout_tables(writer, done[0])), None)
+    except dedup.LayoutError as e:
+        return alone, {}, {"refused": f"the captured ranks stand for no others: {e}"}
 
 
 def _layout_tables(writer: RunWriter, rank: int):
@@ -661,14 +662,19 @@ class _Job:
         return EmulationResult(self.out_dir, status, results, cpu, interrupted_by, self.stage_rebuild, self.dedup)
 
 
+IN_TURNS = "the classes are captured in turns (the pipeline's end stages first, for the stage rebuild)"
+"""Why classes checked before the others are captured are not split (`_capture_classes`)."""
+
+
 def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_rank_done, argv: list[str], on_output):
     """Capture one representative per class of equivalent ranks (dedup.py), checked by one more member per class
-        where a member can be cut out of its class (`dedup.splittable`, `_capture_classes`); returns the captures
+        unless rank 0's groups say otherwise (`dedup.checked`, `_capture_classes`); returns the captures
         kept, which ranks each stands for (ranks a stop signal kept from starting are left out), the run's
         `stage_rebuild` attrs (None when the job has too few pipeline stages) and its `dedup` attrs (the number of
         classes; `refused`: why every rank was captured, when rank 0's layout cannot be read; `unverified`:
-        representative -> the member whose calls differ, where the classes could not all be split alike), the number
-        of classes (or the refusal) also given to `on_output` before the other ranks are captured.
+        representative -> the member whose calls differ, where the classes could not all be split alike, and
+        `unverified_reason`: why), the number of classes (or the refusal) also given to `on_output` before the other
+        ranks are captured.
 
         With `dedup.REBUILT_FROM` pipeline stages or more, stages 0, 1, 2, `P - 2` and `P - 1` are captured first; when
         stages 2 and `P - 2` rebuilt from stage 1's capture are their captures and every interior stage can be rebuilt
@@ -688,29 +694,29 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         return captured, {0: [0]}, None, None
     tables = _layout_tables(writer, 0)
     communicators = tables[1]
-    unverified: dict[int, int] = {}
     try:
         layout = dedup.layout_of(*tables)
-    except ValueError as e:
+    except dedup.LayoutError as e:
         if on_output:
             on_output(f"maya: deduplication refused, capturing all {world_size} ranks: {e}\n")
         alone = {rank: [rank] for rank in range(world_size)}
-        represents = _capture_classes(capture, writer, alone, captured, workers, on_rank_done, False, True, {})
+        represents = _capture_classes(capture, writer, alone, captured, workers, on_rank_done, False, None, {})
         return captured, represents, None, {"classes": world_size, "refused": f"every rank captured: {e}"}
     pipeline = layout.pipeline
     classes = stage_classes(world_size, layout)
-    check = dedup.splittable(classes, communicators)
+    check = dedup.checked(classes, communicators)
+    crossing = dedup.crossing(classes, communicators)
+    crossing = crossing and f"{crossing}: split alike, that group's members would be misaligned in the replay"
     if on_output:
         on_output(f"maya: {len(classes)} class(es) of equivalent ranks among {world_size}: capturing one of each\n")
-
-    def found() -> dict:
-        return {"classes": len(classes), **({"unverified": unverified} if unverified else {})}
+    noted: dict = {"classes": len(classes)}  # the run's `dedup` attrs
 
     def some(chosen: dict[int, list[int]], whole: bool = False) -> dict[int, list[int]]:
-        return _capture_classes(capture, writer, chosen, captured, workers, on_rank_done, check, whole, unverified)
+        no_split = crossing if whole else IN_TURNS
+        return _capture_classes(capture, writer, chosen, captured, workers, on_rank_done, check, no_split, noted)
 
     if pipeline is None or pipeline.stages < dedup.REBUILT_FROM:
-        return captured, some(classes, whole=True), None, found()
+        return captured, some(classes, whole=True), None, noted
     reps = [stage * pipeline.stride for stage in range(pipeline.stages)]
     checked = [2, pipeline.stages - 2]
     ends = [reps[0], reps[1], *(reps[s] for s in checked), reps[-1]]
@@ -726,7 +732,7 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         else None
     )
     if refused:
-        return captured, some(classes, whole=True), {**axis, "refused": refused}, found()
+        return captured, some(classes, whole=True), {**axis, "refused": refused}, noted
     represents = some({r: classes[r] for r in ends})
     try:
         if _interleaved(writer, pipeline, captured, argv):
@@ -745,7 +751,7 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
     except pipeline_stages.ScheduleError as e:
         rest = {r: classes[r] for r in reps if r not in captured}
         represents.update(some(rest))
-        return captured, represents, {**attrs, "refused": str(e)}, found()
+        return captured, represents, {**attrs, "refused": str(e)}, noted
     rebuilt = [s for s in range(3, pipeline.stages - 2) if s not in checked]
     ranks = sorted(r for r in range(world_size) if pipeline.stage(r) in rebuilt)
     attrs.update({"microbatches": microbatches, "rebuilt": rebuilt, "rebuilt_ranks": ranks})
@@ -754,7 +760,7 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
             f"with {pipeline.stages} stages under the interleaved schedule every interior stage is a source (1, 2) "
             f"or checked ({' and '.join(str(s) for s in checked)}): none is left to rebuild"
         )
-    return captured, represents, attrs, found()
+    return captured, represents, attrs, noted
 
 
 def _exchange_groups(layout: dedup.Layout) -> str:
@@ -785,17 +791,26 @@ def _interleaved(writer: RunWriter, pipeline: pipeline_stages.Pipeline, captured
 
 
 def _capture_classes(
-    capture, writer: RunWriter, classes, captured, workers: int, on_rank_done, check: bool, whole: bool, unverified
+    capture,
+    writer: RunWriter,
+    classes,
+    captured,
+    workers: int,
+    on_rank_done,
+    check: bool,
+    no_split: str | None,
+    found: dict,
 ):
     """Capture the representatives of `classes` not in `captured` yet (adding them there) and, with `check`, the last
     member of each class of more than one rank; returns which ranks each kept capture of these classes stands for.
 
-    When a last member's calls differ from its representative's (`convert.signature`: rank 0 logging, say) and
-    `classes` are the job's `whole` set of classes, every one checked, every class is split alike: its
-    representative stands for itself and its last member for the rest, so that the lists of all classes stay
-    aligned (`simulator/topology.py` maps another class's member by its position in that class's list: splitting
-    one class alone made a CP 4 x DP 4 replay deadlock). Otherwise no class is split, and each differing member is
-    added to `unverified` (representative -> that member)."""
+    When a last member's calls differ from its representative's (`convert.signature`: rank 0 logging, say), nothing
+    says why not (`no_split`: `classes` are not the job's whole set, or a group crosses them, `dedup.crossing`) and
+    every class of `classes` was compared, every class is split alike: its representative stands for itself and its
+    last member for the rest, so that the lists of all classes stay aligned (`simulator/topology.py` maps another
+    class's member by its position in that class's list: splitting one class alone made a CP 4 x DP 4 replay
+    deadlock). Otherwise no class is split: each differing member is added to `found["unverified"]`
+    (representative -> that member) and the reason to `found["unverified_reason"]`."""
     checks = {rep: max(members) for rep, members in classes.items() if check and len(members) > 1}
     with ThreadPoolExecutor(workers) as pool:
         others = [r for r in classes if r not in captured]
@@ -812,8 +827,11 @@ def _capture_classes(
             differing.append(rep)
     if not differing:
         return represents
-    if not whole or len(compared) < len(classes):
-        unverified.update((rep, checks[rep]) for rep in differing)
+    reason = no_split or (None if len(compared) == len(classes) else "a check's capture did not complete")
+    if reason:
+        found.setdefault("unverified", {}).update((rep, checks[rep]) for rep in differing)
+        previous = found.get("unverified_reason")
+        found["unverified_reason"] = reason if previous in (None, reason) else f"{previous}; {reason}"
         return represents
     for rep, last in checks.items():
         raw, result = probes[last]

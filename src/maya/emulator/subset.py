@@ -24,7 +24,8 @@ def subset_represents(
     """`(represents, assumed)` for the `captured` ranks (sorted) of a `world_size`-rank job, given one captured
     rank's `api_calls`, `communicators` and `ops` (`dedup.layout_of`): each class's lowest captured rank stands
     for the class's uncaptured ranks (its list starts at itself and follows the class's ranks cyclically, as device
-    meshes lay them out), the other captured ranks for themselves; `assumed` maps a rank to the uncaptured ranks it stands for."""
+    meshes lay them out), the other captured ranks for themselves; `assumed` maps a rank to the uncaptured ranks it
+    stands for. `dedup.LayoutError` when the layout cannot be read."""
     represents = {rank: [rank] for rank in captured}
     assumed: dict[int, list[int]] = {}
     taken = set(captured)

@@ -231,9 +231,9 @@ def dedup_notes(traces: TraceSet) -> list[str]:
             for rep, probe in sorted(unverified.items(), key=lambda kv: int(kv[0]))
         )
         notes.append(
-            f"deduplication unverified: in {len(unverified)} class(es) of equivalent ranks a member's calls differ from "
-            f"those of the rank replayed for it ({parts}); the class was not split (classes are split only all alike, "
-            "when they are all captured at once: not with 6 pipeline stages or more), so the prediction may be wrong "
+            f"deduplication unverified: in {len(unverified)} class(es) of equivalent ranks a member's calls differ "
+            f"from those of the rank replayed for it ({parts}); the classes were not split "
+            f"({found.get('unverified_reason', 'reason not recorded')}), so the prediction may be wrong "
             "(`maya emulate --no-dedup` captures every rank)"
         )
     return notes

@@ -93,7 +93,7 @@ def expand(traces: TraceSet, programs: dict[int, Program]) -> tuple[list[Replica
             local.append(comm_index[key])
         replicas.append(Replica(x, program, j == 0, local, _keys(program, local, members, x, comms, launches)))
     if missing:
-        raise MissingRanks(_missing_message(missing, programs))
+        raise MissingRanks(_missing_message(missing, programs, (traces.attrs.get("dedup") or {}).get("refused")))
     return replicas, comms
 
 
@@ -173,7 +173,8 @@ def _inferred_members(programs: dict[int, Program]) -> dict[str, list[int]]:
     return members
 
 
-def _missing_message(missing: dict[str, set[int]], programs: dict[int, Program]) -> str:
+def _missing_message(missing: dict[str, set[int]], programs: dict[int, Program], refused: str | None) -> str:
+    """Which members are missing, and why no capture stands for them when deduplication was `refused`."""
     parts = []
     for comm_id, ranks in sorted(missing.items()):
         named = sorted(r for r in ranks if r >= 0)
@@ -187,4 +188,5 @@ def _missing_message(missing: dict[str, set[int]], programs: dict[int, Program])
         + "; ".join(parts)
         + f" (captured: {', '.join(map(str, sorted(programs)))}); "
         "emulate those ranks too, or mark them in devices.represents"
+        + (f" (deduplication refused: {refused})" if refused else "")
     )
