@@ -1,6 +1,7 @@
 """Launch commands `maya emulate` reads by their launchers' own code (`accelerate launch`, `deepspeed`; torchrun's
 are in tests/cli/test_cli.py), the argument DeepSpeed's launcher gives each rank, and what is refused, by name."""
 
+import os
 import sys
 
 import pytest
@@ -276,20 +277,118 @@ def test_torchrun_nproc_per_node_gpu_is_the_nodes_gpus():
         read(["torchrun", "--nproc-per-node", "cpu", "t.py"], 8)
 
 
-def test_a_launch_is_read_apart_as_in_process():
+@pytest.mark.parametrize(
+    "fixture, command, refused",
+    [
+        (
+            None,
+            ["python", "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "gpu", "t.py", "--x"],
+            ["torchrun", "--no-python", "t.sh"],
+        ),
+        pytest.param(  # 15 s here: two reads importing accelerate
+            "no_accelerate_config",
+            ["accelerate", "launch", "--multi_gpu", "--num_processes", "4", "t.py", "--x"],
+            ["accelerate", "launch", "--cpu", "t.py"],
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(  # 29 s here: two reads importing DeepSpeed
+            "deepspeed_here",
+            ["deepspeed", "--hostfile", "HOSTFILE", "--num_gpus", "2", "t.py", "--x"],
+            ["deepspeed", "--hostfile", "HOSTFILE", "--no_python", "t.sh"],
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
+def test_a_launch_is_read_apart_as_in_process(request, tmp_path, fixture, command, refused):
     """`read_apart` answers with the launch `read` gives (a child process's JSON) and raises a refusal as the same
-    LaunchCommandError text; a command that is no launch starts no child."""
+    LaunchCommandError text, for each launcher installed; a command that is no launch starts no child."""
     from maya.emulator.launch_commands import read_apart
 
-    command = ["python", "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "gpu", "t.py", "--x"]
+    if fixture:
+        request.getfixturevalue(fixture)
+    command, refused = ([str(tmp_path / "none") if w == "HOSTFILE" else w for w in c] for c in (command, refused))
     assert read_apart(command, 4) == read(command, 4)
-    refused = ["torchrun", "--no-python", "t.sh"]
     with pytest.raises(LaunchCommandError) as here:
         read(refused, None)
     with pytest.raises(LaunchCommandError) as apart:
         read_apart(refused, None)
     assert str(apart.value) == str(here.value)
     assert read_apart(["python", "t.py"], None) is None
+
+
+def _fake_torch(folder, monkeypatch, on_import: str) -> None:
+    """A `torch` package first on the child's path whose torchrun parser takes what torchrun's takes, running
+    `on_import` when imported (the child then imports no real torch: these tests take a second)."""
+    run = folder / "torch" / "distributed" / "run.py"
+    run.parent.mkdir(parents=True)
+    (folder / "torch" / "__init__.py").write_text(on_import)
+    (run.parent / "__init__.py").write_text("")
+    run.write_text(
+        "import argparse\n\ndef get_args_parser():\n    p = argparse.ArgumentParser()\n"
+        "    p.add_argument('--nnodes', default='1:1')\n    p.add_argument('--nproc-per-node', default='1')\n"
+        "    p.add_argument('--no-python', action='store_true')\n"
+        "    p.add_argument('-m', '--module', action='store_true')\n    p.add_argument('training_script')\n"
+        "    p.add_argument('training_script_args', nargs=argparse.REMAINDER)\n    return p\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+
+
+def test_a_launch_read_apart_survives_what_its_child_prints_and_keeps_what_its_import_sets(
+    tmp_path, monkeypatch, capsys
+):
+    """A `sitecustomize` prints a banner to stdout as the child starts, the launcher's import prints too and sets a
+    variable (as DeepSpeed's sets PYTORCH_NVML_BASED_CUDA_CHECK before its runner copies the environment): the
+    launch is read, both prints reach stderr, the variable this process's environment, which the ranks inherit."""
+    from maya.emulator.launch_commands import read_apart
+
+    monkeypatch.delenv("MAYA_TEST_LAUNCHER_SET", raising=False)
+    _fake_torch(tmp_path, monkeypatch, "import os\nprint('reading')\nos.environ['MAYA_TEST_LAUNCHER_SET'] = 'yes'\n")
+    (tmp_path / "sitecustomize.py").write_text("print('banner')\n")
+    launch = read_apart(["torchrun", "--nproc-per-node", "2", "t.py", "--x"], None)
+    assert launch is not None and (launch.argv, launch.nnodes, launch.nproc_per_node) == (["t.py", "--x"], 1, 2)
+    assert os.environ.get("MAYA_TEST_LAUNCHER_SET") == "yes"
+    err = capsys.readouterr().err
+    assert "banner" in err and "reading" in err
+
+
+@pytest.mark.parametrize(
+    "on_import, said",
+    [
+        ("import sys\nprint('half way')\nsys.exit(3)\n", "(exit code 3; its output above)"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "(killed by signal 9; it printed nothing)"),
+    ],
+)
+def test_a_child_that_gives_no_answer_fails_loudly_with_its_output(tmp_path, monkeypatch, capsys, on_import, said):
+    from maya.emulator.launch_commands import read_apart
+
+    _fake_torch(tmp_path, monkeypatch, on_import)
+    with pytest.raises(LaunchCommandError) as e:
+        read_apart(["torchrun", "--nproc-per-node", "2", "t.py"], None)
+    assert str(e.value) == f"torchrun: the process reading the command gave no answer {said}"
+    assert ("half way" in capsys.readouterr().err) == ("exit code 3" in said)
+
+
+def test_the_child_reading_a_launch_imports_this_maya(tmp_path, monkeypatch):
+    """Another maya first on the child's path (a stale install, where this one was found through the working
+    directory or sys.path) is not the one that reads the launch."""
+    from maya.emulator.launch_commands import read_apart
+
+    _fake_torch(tmp_path, monkeypatch, "")
+    (tmp_path / "maya").mkdir()
+    (tmp_path / "maya" / "__init__.py").write_text("raise SystemExit('another maya')\n")
+    launch = read_apart(["torchrun", "--nproc-per-node", "2", "t.py"], None)
+    assert launch is not None and (launch.argv, launch.nproc_per_node) == (["t.py"], 2)
+
+
+@pytest.mark.slow  # 14 s here: DeepSpeed's import
+def test_deepspeeds_import_sets_reach_this_process(deepspeed_here, monkeypatch):
+    """DeepSpeed's import sets PYTORCH_NVML_BASED_CUDA_CHECK (its runner then copies the environment to the ranks):
+    read apart, it is set here as the read in this process set it."""
+    from maya.emulator.launch_commands import read_apart
+
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    read_apart(["deepspeed", "--num_gpus", "2", "t.py"], None)
+    assert os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1"
 
 
 def test_maya_emulate_reads_a_launch_without_importing_its_framework(tmp_path):

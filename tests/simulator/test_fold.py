@@ -1,18 +1,22 @@
 """Folding ranks that replay alike (`simulator/fold.py`): the engine replays one rank per class and gives every
 rank exactly the times a replay of every rank gives."""
 
+import json
 from dataclasses import fields
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+import maya.simulator.simulation as simulation
 from maya.core import hardware
 from maya.simulator import MeasuredDurations, RooflineDurations, simulate
 from maya.simulator.engine import Deadlock, Engine, RankResult
 from maya.simulator.fold import fold
+from maya.simulator.predict import predict
 from maya.simulator.topology import GlobalComm, Replica
-from maya.simulator.trace import load
+from maya.simulator.trace import TraceSet, capture_statuses, load
 from maya.simulator.trace_builder import TraceBuilder, gpt_3d
 
 H100 = hardware.get("h100-sxm")
@@ -86,13 +90,13 @@ def _skipping_peer(world: int = 4) -> TraceBuilder:
 def test_a_folded_replay_that_deadlocks_is_reported_by_the_whole_replay(tmp_path):
     """Rank 1 (standing for ranks 1 and 3) skips its last tensor-parallel all-reduce: the folded replay's quotient
     keys cannot name the stuck ranks, so the unfolded replay reruns and names them and the absent peers, which ended
-    their complete captures without it: the captures differ (not the timing), and the message says so and what was
-    tried."""
+    their complete captures without it: the captures differ (not the timing), and the message says so and what to
+    capture instead."""
     with pytest.raises(
         Deadlock,
         match=r"simulation deadlocked: rank\(s\) 0, .*collective #\d+ on tp0: ranks \[0\] arrived, \[1\] never did.*; "
         r"rank\(s\) \[1, 3\] ended without it, their captures complete: the ranks' captures made different.*"
-        r"maya emulate --ranks 0.* was tried",
+        r"capture one rank: maya emulate --ranks 0$",
     ):
         simulate(load(_skipping_peer().write(tmp_path / "run")), H100, MeasuredDurations())
 
@@ -117,6 +121,53 @@ def test_a_deadlock_on_a_peer_whose_capture_stopped_early_names_its_status(tmp_p
     message = str(e.value)
     assert f"ended without it: their captures did not complete ({named}; the run's logs" in message, message
     assert "made different" not in message and "--ranks 0" not in message
+
+
+def test_a_deadlock_after_an_interrupted_run_is_cut_says_the_captures_differ(tmp_path):
+    """Both ranks stopped by a signal in iteration 4, rank 1 skipped iteration 1's all-reduce: predict cuts both to
+    iterations 0-3, which both completed, so the stop is not why the collective is missing: the captures differ."""
+    b = TraceBuilder(world_size=2)
+    b.communicator("dp", [0, 1])
+    for r in (0, 1):
+        k = b.rank(r)
+        for it in range(5):
+            k.iteration = it
+            k.kernel(1_000_000)
+            if it < 4 and not (r == 1 and it == 1):
+                k.allreduce("dp", 0, nelems=1)
+                k.stream_sync()
+    statuses = {"0": "interrupted", "1": "interrupted"}
+    attrs = {"interrupted_by": "SIGTERM", "interrupted_ranks": [0, 1], "rank_status": statuses}
+    with pytest.raises(Deadlock) as e:
+        predict(b.write(tmp_path / "run", status="interrupted", attrs=attrs), durations="measured")
+    message = str(e.value)
+    assert "rank(s) [1] ended without it, their captures complete: the ranks' captures made different" in message
+    assert message.endswith("capture one rank: maya emulate --ranks 0"), message
+
+
+def test_a_deadlock_on_a_peer_of_unknown_status_claims_neither_cause(tmp_path, monkeypatch):
+    """Without the peers' capture statuses the message names both causes (a capture stopped early, or captures that
+    differ) and claims neither."""
+    monkeypatch.setattr(simulation, "capture_statuses", lambda traces: {})
+    with pytest.raises(Deadlock) as e:
+        simulate(load(_skipping_peer().write(tmp_path / "run")), H100, MeasuredDurations())
+    message = str(e.value)
+    assert "rank(s) [1, 3] ended without it: their captures stopped early (logs/rank<N>.txt) or made different" in (
+        message
+    )
+    assert "unknown" not in message and "complete" not in message
+
+
+def test_a_rebuilt_stage_takes_its_source_ranks_capture_status():
+    """Stage 3 rebuilt from rank 1 is not in the run's `rank_status`: it has rank 1's status, not the run's."""
+    attrs = {"rank_status": {"0": "complete", "1": "oom", "2": "complete"}}
+
+    def rank(device: dict, represents: list[int]) -> SimpleNamespace:
+        return SimpleNamespace(device=device, represents=represents)
+
+    ranks = {0: rank({}, [0]), 1: rank({}, [1]), 2: rank({}, [2]), 3: rank({"rebuilt_from": 1}, [3])}
+    traces = TraceSet("r", Path("r"), {"status": "complete", "attrs": json.dumps(attrs)}, ranks)
+    assert capture_statuses(traces) == {0: "complete", 1: "oom", 2: "complete", 3: "oom"}
 
 
 def test_ranks_whose_peers_differ_are_not_folded_together():

@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -51,6 +52,10 @@ UNREAD_MODULES = frozenset({"deepspeed.launcher.launch", "torch.distributed.laun
 RANK_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
 """What a launcher sets that the emulator sets for each rank itself (torchrun's environment on its virtual GPUs;
 every rank sees the node's GPUs, as `CUDA_VISIBLE_DEVICES` gives them to a real rank)."""
+
+
+_MAYA_ROOT = str(Path(__file__).resolve().parents[2])
+"""The folder this maya package is in: `read_apart`'s child imports it first (the same maya as its parent's)."""
 
 
 class LaunchCommandError(ValueError):
@@ -109,26 +114,32 @@ def read(args: Sequence[str], node_gpus: int | None, bf16: bool = True) -> Launc
 
 
 def read_apart(args: Sequence[str], node_gpus: int | None, bf16: bool = True) -> Launch | None:
-    """`read` in a short-lived child process of this Python (its environment and working directory), which answers
-    with the launch as JSON: the launcher's imports stay there. Its refusals are raised here as the same
-    `LaunchCommandError`; what the launcher prints goes to this process's stderr. A command that is no launch
-    starts no child."""
+    """`read` in a short-lived child process of this Python and this maya (its environment and working directory),
+    which answers with the launch as JSON in a file of its own: the launcher's imports stay there. Its refusals
+    are raised here as the same `LaunchCommandError`; what the launcher prints is written to this process's stderr;
+    what its import set in the environment (DeepSpeed's `PYTORCH_NVML_BASED_CUDA_CHECK`) is set here, as the read in
+    this process would have. A command that is no launch starts no child."""
     found = launcher_of(args)
     if found is None:
         return None
-    request = json.dumps({"args": list(args), "node_gpus": node_gpus, "bf16": bf16})
-    child = subprocess.run(  # -P: the working directory does not shadow a launcher's modules
-        [sys.executable, "-P", "-c", f"from {__name__} import answer; answer()", request],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        reply = json.loads(child.stdout)
-    except json.JSONDecodeError:
-        raise LaunchCommandError(
-            f"{found[0]}: the process reading the command ended with exit code {child.returncode} and no answer "
-            "(its output above)"
-        ) from None
+    with tempfile.TemporaryDirectory(prefix="maya-launch-") as folder:
+        answer_file = Path(folder) / "answer.json"
+        request = json.dumps({"args": list(args), "node_gpus": node_gpus, "bf16": bf16, "answer": str(answer_file)})
+        code = f"import sys; sys.path.insert(0, {_MAYA_ROOT!r}); from {__name__} import answer; answer()"
+        child = subprocess.run(  # -P: the working directory does not shadow a launcher's modules
+            [sys.executable, "-P", "-c", code, request], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        sys.stderr.write(child.stdout)
+        try:
+            reply = json.loads(answer_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            status = child.returncode
+            ended = f"killed by signal {-status}" if status < 0 else f"exit code {status}"
+            output = "its output above" if child.stdout.strip() else "it printed nothing"
+            raise LaunchCommandError(
+                f"{found[0]}: the process reading the command gave no answer ({ended}; {output})"
+            ) from None
+    os.environ.update(reply["environ"])
     if "error" in reply:
         raise LaunchCommandError(reply["error"])
     launch = reply["launch"]
@@ -138,18 +149,18 @@ def read_apart(args: Sequence[str], node_gpus: int | None, bf16: bool = True) ->
 
 
 def answer() -> None:
-    """`read_apart`'s child: reads the request (`sys.argv[1]`), writes `{"launch": ...}` or `{"error": ...}` to
-    stdout; whatever the launcher's code prints goes to stderr."""
-    reply = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+    """`read_apart`'s child: reads the request (`sys.argv[1]`), writes `{"launch": ...}` or `{"error": ...}` and
+    `"environ"` (what the read set in the environment) to the request's answer file."""
     request = json.loads(sys.argv[1])
     sys.argv = [launcher_of(request["args"])[0].split()[0]]  # the parsers' name in their messages, as run
+    before = dict(os.environ)
     try:
         launch = read(request["args"], request["node_gpus"], request["bf16"])
-        json.dump({"launch": None if launch is None else asdict(launch)}, reply)
+        reply: dict[str, Any] = {"launch": None if launch is None else asdict(launch)}
     except LaunchCommandError as e:
-        json.dump({"error": str(e)}, reply)
-    reply.close()
+        reply = {"error": str(e)}
+    reply["environ"] = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    Path(request["answer"]).write_text(json.dumps(reply))
 
 
 @contextmanager

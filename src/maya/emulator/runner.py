@@ -10,8 +10,8 @@ launches (triton_launches.py), Transformer Engine's extension calls as `te::` op
 (te_calls.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
 timings (device_time.py); a `torch.multiprocessing.spawn` runs the worker of the rank's local index in the rank
 (spawned_workers.py; refused in a rank a launcher's command started). A stop signal (SIGINT, SIGTERM, SIGHUP: the
-launcher passes its own on as SIGINT) interrupts the script as Ctrl-C does, once; its status is then `interrupted`. At exit the script's
-outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
+launcher passes its own on as SIGINT) interrupts the script as Ctrl-C does, once; its status is then `interrupted`.
+At exit the script's outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
 """
 
 from __future__ import annotations

@@ -472,9 +472,15 @@ class Engine:
         )
 
     def _ended_without(self, ended: list[int]) -> str:
-        """Why peers ended their replay without a collective: their captures are incomplete (named), or complete
-        and different."""
-        statuses = {rank: self.statuses.get(rank, "unknown") for rank in ended}
+        """Why peers ended their replay without a collective: their captures are incomplete (named), complete and
+        different, or either when a status is unknown."""
+        statuses = {rank: self.statuses.get(rank) for rank in ended}
+        differ = (
+            "made different collectives (isolated ranks can decide differently on a device value, e.g. a step skipped "
+            "on an overflow check); capture one rank: maya emulate --ranks 0"
+        )
+        if None in statuses.values():
+            return f"rank(s) {ended} ended without it: their captures stopped early (logs/rank<N>.txt) or {differ}"
         short = {rank: status for rank, status in statuses.items() if status != "complete"}
         if short:
             named = ", ".join(f"rank {rank}: {status}" for rank, status in short.items())
@@ -482,12 +488,7 @@ class Engine:
                 f"rank(s) {ended} ended without it: their captures did not complete ({named}; the run's "
                 "logs/rank<N>.txt say why), so their calls stop where the script did"
             )
-        return (
-            f"rank(s) {ended} ended without it, their captures complete: the ranks' captures made different "
-            "collectives (isolated ranks can decide differently on a device value, e.g. a step skipped on an overflow "
-            "check); capturing one rank instead (maya emulate --ranks 0: the others replay its calls, deciding as it "
-            "did) was tried on a job whose rank 1 skipped an all-reduce on a value it read, and predicted"
-        )
+        return f"rank(s) {ended} ended without it, their captures complete: the ranks' captures {differ}"
 
     def _deadlock_message(self, stuck: list[_Rank]) -> str:
         lines, ended = [], set()

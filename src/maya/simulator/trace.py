@@ -77,6 +77,8 @@ class TraceSet:
     path: Path
     info: dict
     ranks: dict[int, RankTrace]
+    cut_before: int | None = None
+    """The iteration `keep_complete_iterations` cut an interrupted run's ranks before (None: not cut)."""
 
     @property
     def hardware(self) -> str | None:
@@ -330,16 +332,20 @@ def interrupted_by(traces: TraceSet) -> str | None:
 
 def capture_statuses(traces: TraceSet) -> dict[int, str]:
     """Each rank's capture status (`complete`, `failed`, `oom`, `interrupted`, ...), a captured rank's also for the
-    ranks it stands for: the run's attrs `rank_status`, else (runs captured before it) the run's status, with
-    `interrupted_ranks` naming the ranks a signal stopped."""
+    ranks it stands for, a rebuilt stage's its source rank's: the run's attrs `rank_status`, else (runs captured
+    before it) the run's status, with `interrupted_ranks` naming the ranks a signal stopped. A rank a signal
+    stopped is `complete` once `keep_complete_iterations` cut the run to the iterations every rank completed."""
     run_status = str(traces.info.get("status"))
     listed = traces.attrs.get("rank_status") or {}
     stopped = traces.attrs.get("interrupted_ranks")
     statuses = {}
     for rank, trace in traces.ranks.items():
-        status = listed.get(str(rank), run_status)
-        if not listed and run_status == INTERRUPTED and stopped is not None and rank not in stopped:
+        captured = trace.device.get("rebuilt_from", rank)  # a rebuilt stage: its source rank's capture
+        status = listed.get(str(captured), run_status)
+        if not listed and run_status == INTERRUPTED and stopped is not None and captured not in stopped:
             status = "complete"  # its script ended before the signal
+        if status == INTERRUPTED and traces.cut_before is not None:
+            status = "complete"  # its calls end with the iterations every rank completed
         statuses |= dict.fromkeys(trace.represents, status)
     return statuses
 
@@ -374,6 +380,7 @@ def keep_complete_iterations(traces: TraceSet) -> None:
             traces.ranks[rank] = trace.copied()
     for trace in traces.ranks.values():
         trace.calls = _before_iteration(trace, last[first])
+    traces.cut_before = last[first]
 
 
 def _before_iteration(trace: RankTrace, stop: int) -> pd.DataFrame:
