@@ -45,12 +45,15 @@ def stage_calls(
     counted: bool = False,
     pattern: list[str] | None = None,
     grouped: bool = True,
+    gathered: bool = False,
 ) -> tuple:
     """(calls, communicators, ops) of the first rank of interior `stage`: its 1F1B steps (`pattern`, default
     `schedule`'s), an optimizer kernel after each; micro-batch `extra`'s forward launches one kernel more (an uneven
     stage); with `counted`, each forward's token count is added by a kernel of its own, after the send in the
     warm-up, ending the forward in the steady state (as Megatron-LM does); without `grouped` each point-to-point
-    operation is a launch of its own, not in an NCCL group, and the exchange's waits follow its launches."""
+    operation is a launch of its own, not in an NCCL group, and the exchange's waits follow its launches; with
+    `gathered`, a receive followed by another launch of its exchange is all-gathered in the tensor-parallel group
+    between them (Megatron-LM's 2022 exchange, waited on there by the interleaved schedule)."""
     rank = stage * STRIDE
     communicators = pd.DataFrame(
         {
@@ -76,7 +79,10 @@ def stage_calls(
                 if counted and event[0] == "F" and f"T{event[1:]}" not in pattern:
                     _call(rows, "cudaLaunchKernel", kernel_id=700, grid_x=1)
                 continue
-            for launch in launches_of(event).split(","):
+            launches = launches_of(event).split(",")
+            for n, launch in enumerate(launches):
+                if gathered and n and launches[n - 1].startswith("R"):
+                    _call(rows, "ncclAllGather", collective_name="allgather", comm_id="tp", in_msg_nelems=5)
                 _call(rows, "cudaEventRecordWithFlags", event_id=7)
                 if grouped:
                     _call(rows, "ncclGroupStart")
@@ -511,3 +517,37 @@ def test_interleaved_stages_rebuilt_from_their_parity_source_wait_as_megatron_s(
             taken = by_label[label][used.get(label, 0) % len(by_label[label])]
             used[label] = used.get(label, 0) + 1
             assert taken == exchange, (stage, at, label)
+
+
+def test_an_all_gather_between_an_exchange_s_launches_is_part_of_it():
+    """Megatron-LM's 2022 exchange (1/TP received, all-gathered when waited on): a gather between two launches of an
+    interleaved exchange belongs to it, so stage 3 rebuilt from stage 1 is its capture; one with device work beside
+    it cuts the exchange, and the schedule is not read."""
+    calls, communicators, _ = stage_calls(
+        1, 0, pattern=interleaved_schedule(STAGES, 1, 24, 6), grouped=False, gathered=True
+    )
+    assert (calls["api"] == "ncclAllGather").sum() > 0
+    cut = split(calls, communicators, PIPE, 1)
+    assert (cut.microbatches, cut.extra) == (24, 6)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, cut, 3)
+    own, own_communicators, _ = stage_calls(
+        3, 0, pattern=interleaved_schedule(STAGES, 3, 24, 6), grouped=False, gathered=True
+    )
+    assert difference(rebuilt, moved, own, own_communicators, (NAMES, NAMES)) is None
+    gather = calls.index[calls["api"] == "ncclAllGather"][0]
+    kernel = pd.DataFrame(
+        [
+            {
+                **calls.loc[gather].to_dict(),
+                "api": "cudaLaunchKernel",
+                "collective_name": pd.NA,
+                "comm_id": pd.NA,
+                "kernel_id": 3.0,
+                "grid_x": 3.0,
+            }
+        ]
+    )
+    worked = pd.concat([calls.iloc[: gather + 1], kernel, calls.iloc[gather + 1 :]], ignore_index=True)
+    worked["seq"] = np.arange(len(worked))
+    with pytest.raises(ScheduleError, match="follow neither"):
+        split(worked, communicators, PIPE, 1)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from maya.installer import transformer_engine
-from maya.validation import load_suite, megatron
+from maya.validation import load_suite, megatron, megatron_exchange
 from maya.validation.plan import RowPlan
 
 
@@ -44,10 +44,20 @@ def without_te(monkeypatch):
     monkeypatch.setattr(transformer_engine, "installed", lambda: False)
 
 
-def test_rows_plan_pretrain_gpt_with_their_arguments(checkout, without_te):
+@pytest.fixture
+def exchange_copy(checkout, monkeypatch):
+    """The rows of the 2022 pipeline exchange plan a stand-in patched copy (`test_megatron_exchange.py` patches)."""
+    copy = checkout / "patched"
+    copy.mkdir()
+    (copy / "pretrain_gpt.py").write_text("print('pretrain')\n")
+    monkeypatch.setattr(megatron_exchange, "patched", lambda path: copy)
+    return copy
+
+
+def test_rows_plan_pretrain_gpt_with_their_arguments(checkout, exchange_copy, without_te):
     suite = load_suite("korthikanti2022")
     full = megatron.plan(2, suite.table.loc[2])  # 175B, TP8 PP8 VP4, full recompute
-    assert full.script == checkout / "pretrain_gpt.py"
+    assert full.script == exchange_copy / "pretrain_gpt.py"
     flags = _flags(full)
     assert flags["--tensor-model-parallel-size"] == "8" and flags["--pipeline-model-parallel-size"] == "8"
     assert flags["--num-layers-per-virtual-pipeline-stage"] == "4"
@@ -60,7 +70,7 @@ def test_rows_plan_pretrain_gpt_with_their_arguments(checkout, without_te):
     assert (full.hardware, full.cluster, full.nnodes, full.per_node) == ("a100-sxm-80gb", "dgx-a100", 8, 8)
     assert dict(full.env) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     assert full.key.measured_s == 18.13 and full.seq == 2048
-    assert full.assumptions == (megatron.ASSUMPTION,)
+    assert full.assumptions == (megatron.ASSUMPTION, megatron_exchange.ASSUMPTION)
     assert flags["--transformer-impl"] == "local" and "--no-masked-softmax-fusion" in flags
     assert "--attention-backend" not in flags
     selective_plan = megatron.plan(3, suite.table.loc[3])

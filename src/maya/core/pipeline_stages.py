@@ -217,6 +217,29 @@ def _work(calls: pd.DataFrame) -> np.ndarray:
     return (calls["kernel_id"].notna() | calls["gemm_m"].notna() | copies | collective).to_numpy()
 
 
+def _gathers_between_launches(calls: pd.DataFrame, work: np.ndarray, p2p: np.ndarray) -> np.ndarray:
+    """Per call, whether it is an all-gather after a point-to-point launch and before the next, with no other device
+    work on either side: Megatron-LM's 2022 exchange (`validation/megatron_exchange.py`) all-gathers a received 1/TP
+    chunk when its receive is waited on, which the interleaved schedule does between the launches of one exchange.
+    Such a gather is part of the exchange, as the wait it stands in for is."""
+    gather = (calls["collective_name"] == "allgather").to_numpy()
+    marks = work | p2p
+    n = len(calls)
+    after = np.zeros(n, dtype=bool)  # the next launch or work after the call is a point-to-point launch
+    before = np.zeros(n, dtype=bool)  # the last launch or work before the call is one, or an absorbed gather
+    upcoming = False
+    for i in range(n - 1, -1, -1):
+        after[i] = upcoming
+        if marks[i]:
+            upcoming = bool(p2p[i])
+    previous = False
+    for i in range(n):
+        before[i] = previous
+        if marks[i]:
+            previous = bool(p2p[i]) or bool(gather[i] and previous and after[i])
+    return gather & before & after
+
+
 def _members(communicators: pd.DataFrame) -> dict[str, list[int]]:
     """Communicator id -> global ranks by communicator rank (empty when not listed)."""
     out = {}
@@ -245,9 +268,10 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
     if not 0 < stage < pipeline.stages - 1:
         raise ScheduleError(f"stage {stage} is not an interior stage of {pipeline.stages}")
     members = _members(communicators)
-    work = _work(calls)
     api = calls["api"].astype(str).to_numpy()
     p2p = calls["collective_name"].isin(P2P).to_numpy()
+    device = _work(calls)
+    work = device & ~_gathers_between_launches(calls, device, p2p)
     exchanges: list[tuple[int, int, str]] = []  # [start, end) of each exchange and its kind
     n, i = len(calls), 0
     while i < n:
