@@ -125,7 +125,10 @@ def read_apart(args: Sequence[str], node_gpus: int | None, bf16: bool = True) ->
     with tempfile.TemporaryDirectory(prefix="maya-launch-") as folder:
         answer_file = Path(folder) / "answer.json"
         request = json.dumps({"args": list(args), "node_gpus": node_gpus, "bf16": bf16, "answer": str(answer_file)})
-        code = f"import sys; sys.path.insert(0, {_MAYA_ROOT!r}); from {__name__} import answer; answer()"
+        code = (  # this maya first while it is imported, then the path as the launcher would have it
+            f"import sys; sys.path.insert(0, {_MAYA_ROOT!r}); from {__name__} import answer; "
+            f"sys.path.remove({_MAYA_ROOT!r}); answer()"
+        )
         child = subprocess.run(  # -P: the working directory does not shadow a launcher's modules
             [sys.executable, "-P", "-c", code, request], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
