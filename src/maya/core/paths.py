@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 
@@ -53,4 +56,26 @@ def write_atomic(path: Path, data: bytes) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def folder_made_once(path: Path, marker: str, make: Callable[[Path], None]) -> Path:
+    """`path`, made by `make(partial)` once: under a lock beside it (other processes wait and reuse it), in a
+    partial folder renamed into place, so it is there whole or not at all; `marker` is the file that says it is
+    made. Whatever `make` raises leaves nothing behind."""
+    if (path / marker).is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / marker).is_file():
+            partial = path.with_name(f".{path.name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)  # a killed maker's leftovers: no one else holds the lock
+            try:
+                make(partial)
+            except BaseException:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
+            shutil.rmtree(path, ignore_errors=True)  # a folder without its marker is not one
+            partial.rename(path)
     return path

@@ -21,9 +21,7 @@ of the checkout whose pipeline stages exchange 1/TP of each activation, as that 
 
 from __future__ import annotations
 
-import fcntl
 import math
-import shutil
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from maya.core import settings
+from maya.core.paths import folder_made_once
 from maya.installer import transformer_engine
 
 from . import megatron_exchange
@@ -122,23 +121,16 @@ def checkout() -> Path:
     major, minor = version.split(".")[:2]
     branch = f"core_r{major}.{minor}.0"
     path = settings.home() / "megatron-lm" / branch
-    if (path / "pretrain_gpt.py").is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{branch}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one process clones, the others wait and reuse its checkout
-        if not (path / "pretrain_gpt.py").is_file():
-            partial = path.with_name(f".{branch}.partial")
-            shutil.rmtree(partial, ignore_errors=True)  # a killed clone's leftovers: no one else holds the lock
-            error = _clone(branch, partial)
-            if error is not None:
-                raise ValueError(
-                    f"could not clone Megatron-LM's {branch} (megatron-core {version}): {error}; "
-                    "set MAYA_MEGATRON_LM to a checkout"
-                )
-            shutil.rmtree(path, ignore_errors=True)  # a checkout without its entry point is not one
-            partial.rename(path)  # atomic: a checkout is there whole or not at all
-    return path
+
+    def make(partial: Path) -> None:
+        error = _clone(branch, partial)
+        if error is not None:
+            raise ValueError(
+                f"could not clone Megatron-LM's {branch} (megatron-core {version}): {error}; "
+                "set MAYA_MEGATRON_LM to a checkout"
+            )
+
+    return folder_made_once(path, "pretrain_gpt.py", make)
 
 
 def _clone(branch: str, into: Path) -> str | None:

@@ -14,7 +14,6 @@ never modified.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -24,7 +23,7 @@ import pandas as pd
 
 from maya.core import settings
 from maya.core.digest import files_digest
-from maya.core.paths import data_dir
+from maya.core.paths import data_dir, folder_made_once
 
 PATCH = data_dir() / "published" / "megatron" / "p2p_scatter_gather_2022.patch"
 """The exchange as a patch of megatron-core 0.19's `megatron/core/pipeline_parallel/p2p_communication.py`."""
@@ -57,25 +56,17 @@ def _size(value: object) -> int:
 def patched(checkout: Path) -> Path:
     """A copy of `checkout` with `PATCH` applied, made once per checkout content and patch under
     `$MAYA_HOME/megatron-lm/patched/` (whole or not at all). ValueError says why the patch does not apply."""
-    sources = [p for p in sorted(checkout.glob("*.py"))] + sorted((checkout / "megatron").rglob("*.py"))
+    sources = sorted(checkout.glob("*.py")) + sorted((checkout / "megatron").rglob("*.py"))
     key = files_digest(PATCH.read_text(), [(p, checkout) for p in sources])
     path = settings.home() / "megatron-lm" / "patched" / f"{checkout.name}-p2p2022-{key}"
-    if (path / "pretrain_gpt.py").is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one process copies and patches, the others wait and reuse it
-        if not (path / "pretrain_gpt.py").is_file():
-            partial = path.with_name(f".{path.name}.partial")
-            shutil.rmtree(partial, ignore_errors=True)  # a killed copy's leftovers: no one else holds the lock
-            shutil.copytree(checkout, partial, ignore=shutil.ignore_patterns(".git"), symlinks=True)
-            error = _apply(partial)
-            if error is not None:
-                shutil.rmtree(partial, ignore_errors=True)
-                raise ValueError(f"{PATCH.name} does not apply to the Megatron-LM checkout {checkout}: {error}")
-            shutil.rmtree(path, ignore_errors=True)  # a copy without its entry point is not one
-            partial.rename(path)  # atomic: the patched copy is there whole or not at all
-    return path
+
+    def make(partial: Path) -> None:
+        shutil.copytree(checkout, partial, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+        error = _apply(partial)
+        if error is not None:
+            raise ValueError(f"{PATCH.name} does not apply to the Megatron-LM checkout {checkout}: {error}")
+
+    return folder_made_once(path, "pretrain_gpt.py", make)
 
 
 def _apply(into: Path) -> str | None:
