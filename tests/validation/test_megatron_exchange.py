@@ -175,7 +175,8 @@ def installed_checkout(tmp_path, monkeypatch):
 
 def test_the_shipped_patch_applies_to_the_installed_megatron_core(installed_checkout, tmp_path):
     assert megatron_exchange.fits(installed_checkout)  # 0.19.x ships core_r0.19.0's p2p_communication.py
-    p2p = megatron_exchange.patched(installed_checkout) / "megatron" / "core" / "pipeline_parallel" / "p2p_communication.py"
+    copy = megatron_exchange.patched(installed_checkout)
+    p2p = copy / "megatron" / "core" / "pipeline_parallel" / "p2p_communication.py"
     py_compile.compile(str(p2p), cfile=str(tmp_path / "p2p.pyc"), doraise=True)
     assert "split_tensor_into_1d_equal_chunks" in p2p.read_text()
 
