@@ -82,7 +82,7 @@ def stage_calls(
             launches = launches_of(event).split(",")
             for n, launch in enumerate(launches):
                 if gathered and n and launches[n - 1].startswith("R"):
-                    _call(rows, "ncclAllGather", collective_name="allgather", comm_id="tp", in_msg_nelems=5)
+                    _call(rows, "ncclAllGather", collective_name="allgather", comm_id="tp", in_msg_nelems=20)
                 _call(rows, "cudaEventRecordWithFlags", event_id=7)
                 if grouped:
                     _call(rows, "ncclGroupStart")
@@ -90,7 +90,8 @@ def stage_calls(
                     peer = stage + (1 if op[1] == "+" else -1)
                     _call(rows, "ncclSend" if op[0] == "S" else "ncclRecv", peer_rank=peer, comm_id="pipe")
                     rows[-1]["collective_name"] = "send" if op[0] == "S" else "recv"
-                    rows[-1]["in_msg_nelems"] = 10 if op[0] == "S" else 20
+                    rows[-1]["in_msg_nelems"] = 10 if op[0] == "S" else 0
+                    rows[-1]["out_msg_nelems"] = 0 if op[0] == "S" else 20
                 if grouped:
                     _call(rows, "ncclGroupEnd")
                     _call(rows, "cudaEventQuery")
@@ -99,16 +100,20 @@ def stage_calls(
                 _call(rows, "cudaStreamWaitEvent", event_id=7)
                 _call(rows, "cudaEventQuery")
         _call(rows, "cudaLaunchKernel", kernel_id=500, grid_x=500)
-    calls = pd.DataFrame(rows)
-    for column in ("kernel_id", "grid_x", "peer_rank", "event_id", "in_msg_nelems"):
-        calls[column] = calls[column].astype("Float64")
-    for column in ("grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_mem_bytes", "gemm_m", "gemm_n"):
-        calls[column] = pd.array([pd.NA] * len(calls), dtype="Float64")
-    for column in ("gemm_k", "gemm_batch", "bytes", "memcpy_kind", "out_msg_nelems", "comm_dtype"):
-        calls[column] = pd.array([pd.NA] * len(calls), dtype="Float64")
-    calls["seq"] = np.arange(len(calls))
     ops = pd.DataFrame({"op_id": [0], "start_ns": [0], "end_ns": [5]})
-    return calls, communicators, ops
+    return _frame(rows), communicators, ops
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    """`rows` as an `api_calls` table: every compared column present (numbers as nullable floats), numbered."""
+    calls = pd.DataFrame(rows)
+    for column in ("collective_name", "comm_id", "comm_dtype"):
+        calls[column] = calls[column].astype(object) if column in calls else None
+    for column in [*pipeline_stages.COMPARED[1:], "peer_rank", "event_id"]:
+        if column not in ("collective_name", "comm_dtype"):
+            calls[column] = pd.array(calls[column] if column in calls else [pd.NA] * len(calls), dtype="Float64")
+    calls["seq"] = np.arange(len(calls))
+    return calls
 
 
 def rebuilt_from_stage_1(stage: int, microbatches: int, extra: int | None = None, counted: bool = False) -> str | None:
@@ -551,3 +556,100 @@ def test_an_all_gather_between_an_exchange_s_launches_is_part_of_it():
     worked["seq"] = np.arange(len(worked))
     with pytest.raises(ScheduleError, match="follow neither"):
         split(worked, communicators, PIPE, 1)
+
+
+def megatron_2022_calls(stage: int, steps: int = 2) -> tuple:
+    """(calls, communicators) of interior `stage` of 6 (2 model chunks of 12 micro-batches in groups of 6) as
+    Megatron-LM issues them with Maya's 2022 exchange: each launch and wait where `megatron_interleaved` puts it
+    (an event record and a send or receive of its own, a stream wait), each receive's wait followed by the
+    all-gather of its 1/TP chunk in the tensor-parallel group (at once in the blocking warm-up and cool-down
+    exchanges, where the steady state waits: before the next block), each block a memset and its kernel (a layer
+    norm's, as the forwards of korthikanti2022's row 2 begin), an optimizer kernel after each step."""
+    exchanges, blocks = megatron_interleaved(STAGES, stage, 2, 12, 6)
+    rank = stage * STRIDE
+    communicators = pd.DataFrame(
+        {
+            "comm_id": ["pipe", "tp"],
+            "comm_size": [STAGES, TP],
+            "ranks": [np.arange(0, STAGES * STRIDE, STRIDE), np.arange(rank, rank + TP)],
+        }
+    )
+    rows: list[dict] = []
+    _call(rows, "cudaStreamCreate")
+    for _ in range(steps):
+        for k, exchange in enumerate(exchanges):
+            for item in exchange:
+                kind, op = item.split(":")
+                if kind == "W":
+                    _call(rows, "cudaStreamWaitEvent", event_id=7)
+                    if op[0] == "R":
+                        _call(rows, "ncclAllGather", collective_name="allgather", comm_id="tp", in_msg_nelems=20)
+                    continue
+                _call(rows, "cudaEventRecordWithFlags", event_id=7)
+                peer = stage + (1 if op[1] == "+" else -1)
+                send = op[0] == "S"
+                _call(
+                    rows,
+                    "ncclSend" if send else "ncclRecv",
+                    collective_name="send" if send else "recv",
+                    peer_rank=peer,
+                    comm_id="pipe",
+                    in_msg_nelems=20 if send else 0,
+                    out_msg_nelems=0 if send else 20,
+                )
+            if k < len(blocks):
+                kernel = (1 if blocks[k][0] == "F" else 100) + int(blocks[k][1:])
+                _call(rows, "cudaMemsetAsync", bytes=64)
+                _call(rows, "cudaLaunchKernel", kernel_id=kernel, grid_x=kernel)
+        _call(rows, "cudaLaunchKernel", kernel_id=500, grid_x=500)
+    return _frame(rows), communicators
+
+
+def rebuilt_2022(source: int, stage: int, own: pd.DataFrame | None = None) -> str | None:
+    """How interior `stage` rebuilt from stage `source`'s 2022-exchange calls (`megatron_2022_calls`) differs from
+    `own` (default: the stage's own calls; None: not at all)."""
+    calls, communicators = megatron_2022_calls(source)
+    cut = split(calls, communicators, PIPE, source)
+    assert (cut.microbatches, cut.extra) == (24, 6)
+    rebuilt, moved = rebuilt_calls(calls, communicators, PIPE, cut, stage)
+    captured, captured_communicators = megatron_2022_calls(stage)
+    return difference(rebuilt, moved, captured if own is None else own, captured_communicators, (NAMES, NAMES))
+
+
+@pytest.mark.parametrize(("source", "stage"), [(1, 3), (2, 4)])
+def test_the_2022_exchange_s_gathers_where_megatron_waits_are_rebuilt_call_for_call(source, stage):
+    """A received chunk's all-gather after its exchange's last launch is part of that exchange, as the wait it
+    follows: stage 1 gathers its warm-up forwards' receives at once (blocking), stage 3 gathers the same forwards'
+    (its steady ones) when the next block's receive is waited on, both before the block's memset; a rebuild that kept
+    the warm-up's gather with the forward put one gather too many before it (korthikanti2022 row 2: "ncclAllGather
+    rebuilt, cudaMemsetAsync captured")."""
+    calls, _ = megatron_2022_calls(source)
+    gathers = calls.index[calls["api"] == "ncclAllGather"]
+    api = calls["api"].where(calls["api"] != "cudaStreamWaitEvent")
+    assert (api.shift(-1).bfill()[gathers] == "cudaMemsetAsync").any()  # a block follows a gather but waits
+    assert rebuilt_2022(source, stage) is None
+
+
+def test_a_stage_that_gathers_elsewhere_is_still_refused():
+    """Stage 3's capture with one steady receive gathered after the next block's memset, or not at all: the rebuild
+    from stage 1 is not it, and the check names the call."""
+    own, _ = megatron_2022_calls(3)
+    gathers = own.index[own["api"] == "ncclAllGather"]
+    late = gathers[len(gathers) // 4]
+    assert own.at[late + 1, "api"] == "cudaMemsetAsync"
+    swapped = own.copy()
+    swapped.iloc[[late, late + 1]] = own.iloc[[late + 1, late]].to_numpy()
+    assert "ncclAllGather with api 'ncclAllGather' rebuilt, cudaMemsetAsync" in rebuilt_2022(1, 3, swapped)
+    dropped = _frame(own.drop(index=late).to_dict("records"))
+    assert "ncclAllGather with api 'ncclAllGather' rebuilt, cudaMemsetAsync" in rebuilt_2022(1, 3, dropped)
+
+
+def test_a_gather_of_another_size_after_a_launch_is_device_work():
+    """An all-gather right after a point-to-point launch whose input is not a received chunk's size (a model's own
+    gather) is work of the block that follows, not part of the exchange."""
+    calls, communicators = megatron_2022_calls(1)
+    gathers = calls.index[calls["api"] == "ncclAllGather"]
+    calls.loc[gathers[1], "in_msg_nelems"] = 7.0
+    cut = split(calls, communicators, PIPE, 1)
+    labels = {row: label for (a, b), label in zip(cut.pieces, cut.labels) for row in range(a, b)}
+    assert labels[gathers[1]] == "F1" and ":" in labels[gathers[2]]

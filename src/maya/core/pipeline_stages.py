@@ -217,27 +217,28 @@ def _work(calls: pd.DataFrame) -> np.ndarray:
     return (calls["kernel_id"].notna() | calls["gemm_m"].notna() | copies | collective).to_numpy()
 
 
-def _gathers_between_launches(calls: pd.DataFrame, work: np.ndarray, p2p: np.ndarray) -> np.ndarray:
-    """Per call, whether it is an all-gather after a point-to-point launch and before the next, with no other device
-    work on either side: Megatron-LM's 2022 exchange (`validation/megatron_exchange.py`) all-gathers a received 1/TP
-    chunk when its receive is waited on, which the interleaved schedule does between the launches of one exchange.
-    Such a gather is part of the exchange, as the wait it stands in for is."""
+def _received_gathers(calls: pd.DataFrame, work: np.ndarray, p2p: np.ndarray) -> np.ndarray:
+    """Per call, whether it all-gathers a received chunk right after a point-to-point launch: an all-gather whose
+    input is as large as the latest receive's message, with no device work since the last launch but such gathers.
+    Megatron-LM's 2022 exchange (`validation/megatron_exchange.py`) all-gathers each received 1/TP chunk once its
+    receive is waited on: at once in a blocking exchange, where the interleaved schedule waits in an overlapped one
+    (between the launches of one exchange, or before the next block). Such a gather is part of the exchange, as the
+    wait it follows is: which exchange waits for which receive is the schedule's, the same on every stage, while
+    the blocks keep their own work (a forward gathered at once on stage 1, in its warm-up, and before the next block
+    on stage 5, in its steady state, begins with the same calls on both)."""
     gather = (calls["collective_name"] == "allgather").to_numpy()
-    marks = work | p2p
-    n = len(calls)
-    after = np.zeros(n, dtype=bool)  # the next launch or work after the call is a point-to-point launch
-    before = np.zeros(n, dtype=bool)  # the last launch or work before the call is one, or an absorbed gather
-    upcoming = False
-    for i in range(n - 1, -1, -1):
-        after[i] = upcoming
-        if marks[i]:
-            upcoming = bool(p2p[i])
-    previous = False
-    for i in range(n):
-        before[i] = previous
-        if marks[i]:
-            previous = bool(p2p[i]) or bool(gather[i] and previous and after[i])
-    return gather & before & after
+    receive = (calls["collective_name"] == "recv").to_numpy()
+    sizes = calls["in_msg_nelems"].to_numpy(dtype="float64", na_value=np.nan)
+    received = calls["out_msg_nelems"].to_numpy(dtype="float64", na_value=np.nan)
+    out = np.zeros(len(calls), dtype=bool)
+    launched, chunk = False, np.nan
+    for i in np.flatnonzero(work | p2p):
+        if p2p[i]:
+            launched = True
+            chunk = received[i] if receive[i] else chunk
+        else:
+            out[i] = launched = bool(launched and gather[i] and sizes[i] == chunk)
+    return out
 
 
 def _members(communicators: pd.DataFrame) -> dict[str, list[int]]:
@@ -271,7 +272,7 @@ def split(calls: pd.DataFrame, communicators: pd.DataFrame, pipeline: Pipeline, 
     api = calls["api"].astype(str).to_numpy()
     p2p = calls["collective_name"].isin(P2P).to_numpy()
     device = _work(calls)
-    work = device & ~_gathers_between_launches(calls, device, p2p)
+    work = device & ~_received_gathers(calls, device, p2p)
     exchanges: list[tuple[int, int, str]] = []  # [start, end) of each exchange and its kind
     n, i = len(calls), 0
     while i < n:
