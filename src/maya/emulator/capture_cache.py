@@ -5,6 +5,7 @@ of the key tries again). Also the one summary of why an emulation did not comple
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 import shutil
@@ -92,11 +93,45 @@ class CaptureCache:
 
 @lru_cache(maxsize=1)
 def emulator_digest() -> str:
-    """Of the emulator's source and Maya's version: part of every cache key, so a changed emulator captures
-    anew."""
+    """Of the emulator's source, the rest of Maya's modules it imports, and Maya's version: part of every cache
+    key, so a changed emulator (deduplication's stage rebuild in `maya.core` included) captures anew."""
+    package = Path(maya.__file__).parent
     root = Path(__file__).parent
     files = [*sorted(root.rglob("*.py")), *sorted((root / "native").glob("*.[ch]*"))]
-    return files_digest(maya.__version__, [(path, root) for path in files])
+    files += sorted(imported_outside(files, package, root))
+    return files_digest(maya.__version__, [(path, package) for path in files])
+
+
+def imported_outside(files: list[Path], package: Path, inside: Path) -> set[Path]:
+    """Maya's module files outside `inside` that `files` import, directly or through each other, absolute or
+    relative imports, at any depth of the source (read with `ast`, nothing imported)."""
+    found: set[Path] = set()
+    todo = [path for path in files if path.suffix == ".py"]
+    while todo:
+        path = todo.pop()
+        here = path.relative_to(package).parent.parts
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[tuple[str, ...]] = []
+            if isinstance(node, ast.Import):
+                names = [tuple(alias.name.split(".")) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = tuple((node.module or "").split(".")) if node.module else ()
+                if node.level:
+                    base = ("maya", *here[: len(here) - node.level + 1], *base)
+                names = [base] + [(*base, alias.name) for alias in node.names]
+            for name in names:
+                if name[:1] != ("maya",):
+                    continue
+                for depth in range(1, len(name) + 1):  # a module and the packages above it, whose __init__ runs
+                    parts = name[1:depth]
+                    for candidate in (
+                        package.joinpath(*parts, "__init__.py"),
+                        package.joinpath(*parts).with_suffix(".py"),
+                    ):
+                        if candidate.is_file() and inside not in candidate.parents and candidate not in found:
+                            found.add(candidate)
+                            todo.append(candidate)
+    return found
 
 
 @lru_cache(maxsize=1)
