@@ -320,6 +320,29 @@ MAYA_EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned flag
   return cudaMalloc(ptr, size);
 }
 
+/* Managed memory is device memory here (cudaMallocManaged), resident where its kernels run: a prefetch, to the
+ * device or to the host, moves no page, as one of pages already where they are asked to be. Recorded on its
+ * stream with no device work; a range outside one device allocation is refused, as managed memory's would be. */
+cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaStream_t stream) {
+  maya_rec *r = maya_begin(API("cudaMemPrefetchAsync"), D_RUNTIME, K_PLAIN);
+  r->stream = maya_stream_id(stream);
+  r->a[0] = (int64_t)count;
+  int first = -1, last = -1;
+  int ok = count && maya_dev_lookup(ptr, &first, NULL) == 1 &&
+           maya_dev_lookup((const char *)ptr + count - 1, &last, NULL) == 1 && first == last;
+  maya_end(r, ok ? 0 : cudaErrorInvalidValue);
+  return ok ? cudaSuccess : ret(cudaErrorInvalidValue);
+}
+
+#if CUDART_VERSION >= 13000 /* CUDA 12's form: cudart12.c */
+MAYA_EXPORT cudaError_t cudaMemPrefetchAsync(const void *ptr, size_t count, struct cudaMemLocation location,
+                                             unsigned flags, cudaStream_t stream) {
+  (void)location;
+  (void)flags;
+  return maya_mem_prefetch(ptr, count, stream);
+}
+#endif
+
 MAYA_EXPORT cudaError_t cudaFree(void *ptr) {
   if (!ptr) return cudaSuccess;
   return maya_dev_free(ptr, -1) == 0 ? cudaSuccess : ret(cudaErrorInvalidValue);
