@@ -18,6 +18,33 @@ def test_header_functions_take_the_versioned_name_a_define_gives(tmp_path):
     assert build.header_functions(header) == {"cuDevicePrimaryCtxRelease_v2", "cuInit"}
 
 
+def test_runtime_and_cublas_headers_give_every_function_under_its_compiled_name(tmp_path):
+    """The runtime's and cuBLAS's declarations are read too (a library torch does not link, such as bitsandbytes'
+    `cudaMemPrefetchAsync`, then finds a stub), with CUDA 12's per-thread-stream rename macro."""
+    header = tmp_path / "cuda_runtime_api.h"
+    header.write_text(
+        "#define cudaStreamGetCaptureInfo __CUDART_API_PTSZ(cudaStreamGetCaptureInfo_v2)\n"
+        "extern __host__ cudaError_t CUDARTAPI cudaStreamGetCaptureInfo(cudaStream_t stream);\n"
+        "extern __host__ __cudart_builtin__ cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void *devPtr);\n"
+        "extern __host__ struct cudaChannelFormatDesc CUDARTAPI cudaCreateChannelDesc(int x);\n"
+        "CUBLASAPI cublasStatus_t CUBLASWINAPI cublasGemmEx(cublasHandle_t handle);\n"
+        "cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle);\n"
+    )
+    assert build.header_functions(header) == {
+        "cudaStreamGetCaptureInfo_v2",
+        "cudaMemPrefetchAsync",
+        "cublasGemmEx",
+        "cublasLtMatmul",
+    }  # cudaCreateChannelDesc returns no status: not a stub's to answer
+
+
+def test_the_runtime_and_cublas_stubs_cover_their_headers():
+    """Every runtime, cuBLAS and cuBLASLt stub gets its header's functions (a library loaded beside torch links)."""
+    headers = {lib.soname.split(".so")[0]: lib.header for lib in build.LIBS}
+    assert headers["libcudart"] == "cuda_runtime_api.h"
+    assert (headers["libcublas"], headers["libcublasLt"]) == ("cublas_api.h", "cublasLt.h")
+
+
 def _fake_site(tmp_path: Path) -> Path:
     site = tmp_path / "site-packages"
     for rel in [

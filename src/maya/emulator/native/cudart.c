@@ -326,7 +326,6 @@ MAYA_EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned flag
 cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaStream_t stream) {
   maya_rec *r = maya_begin(API("cudaMemPrefetchAsync"), D_RUNTIME, K_PLAIN);
   r->stream = maya_stream_id(stream);
-  r->a[0] = (int64_t)count;
   int first = -1, last = -1;
   int ok = count && maya_dev_lookup(ptr, &first, NULL) == 1 &&
            maya_dev_lookup((const char *)ptr + count - 1, &last, NULL) == 1 && first == last;
@@ -424,7 +423,6 @@ static cudaError_t record_copy(int api, void *dst, const void *src, size_t count
                                int64_t stream, int sync) {
   maya_rec *r = maya_begin(api, D_RUNTIME, K_COPY);
   r->stream = stream;
-  r->a[0] = (int64_t)count;
   r->a[1] = copy_kind(kind, dst, src);
   r->a[2] = sync;
   if (r->a[1] == 2 && maya_host_read(r, dst, src, count) < 0) {
@@ -451,7 +449,6 @@ MAYA_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void
   (void)srcDevice;
   maya_rec *r = maya_begin(API("cudaMemcpyPeerAsync"), D_RUNTIME, K_COPY);
   r->stream = maya_stream_id(stream);
-  r->a[0] = (int64_t)count;
   r->a[1] = 5;
   maya_copy(dst, src, count);
   maya_end(r, 0);
@@ -479,7 +476,6 @@ MAYA_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, 
   (void)offset;
   (void)kind;
   maya_rec *r = maya_begin(API("cudaMemcpyToSymbol"), D_RUNTIME, K_COPY);
-  r->a[0] = (int64_t)count;
   r->a[1] = 1;
   maya_end(r, 0);
   return cudaSuccess;
@@ -488,7 +484,6 @@ MAYA_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, 
 static cudaError_t record_memset(int api, void *ptr, int value, size_t count, int64_t stream) {
   maya_rec *r = maya_begin(api, D_RUNTIME, K_MEMSET);
   r->stream = stream;
-  r->a[0] = (int64_t)count;
   maya_set(ptr, value, count);
   maya_end(r, 0);
   return cudaSuccess;
