@@ -85,7 +85,12 @@ LIBS = (
     ),
     StubLib("libcuda.so.1", ("driver.c", "tensor_map.c"), None, D_DRIVER, CUDA_ERROR_NOT_SUPPORTED, ("cu",), "cuda.h"),
     StubLib(
-        "libcublas.so.13", ("cublas.c",), "libcublas.so.13", D_CUBLAS, CUBLAS_STATUS_NOT_SUPPORTED, header="cublas_api.h"
+        "libcublas.so.13",
+        ("cublas.c",),
+        "libcublas.so.13",
+        D_CUBLAS,
+        CUBLAS_STATUS_NOT_SUPPORTED,
+        header="cublas_api.h",
     ),
     StubLib(
         "libcublasLt.so.13",
@@ -280,9 +285,7 @@ def header_functions(header: Path) -> set[str]:
     # `#define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2`: the declaration the compiler sees (and the
     # stubs implement) is the versioned one; a loud stub under the bare name would shadow it in entry-point lookups
     # (CUDA 12's runtime writes some as `#define cudaStreamGetCaptureInfo __CUDART_API_PTSZ(cudaStreamGetCaptureInfo_v2)`)
-    renamed = dict(
-        re.findall(r"^#\s*define\s+(cu\w+)\s+(?:__CUDART_API_PT\w*\()?(\1_v\d+)\)?\s*$", text, re.MULTILINE)
-    )
+    renamed = dict(re.findall(r"^#\s*define\s+(cu\w+)\s+(?:__CUDART_API_PT\w*\()?(\1_v\d+)\)?\s*$", text, re.MULTILINE))
     return {renamed.get(name, name) for names in re.findall(pattern, text) for name in names if name}
 
 

@@ -172,9 +172,7 @@ def answer() -> None:
         reply: dict[str, Any] = {"launch": None if launch is None else asdict(launch)}
     except LaunchCommandError as e:
         reply = {"error": str(e)}
-    reply["environ"] = {
-        k: v for k, v in os.environ.items() if before.get(k) != v and k not in READ_ONLY_VARIABLES
-    }
+    reply["environ"] = {k: v for k, v in os.environ.items() if before.get(k) != v and k not in READ_ONLY_VARIABLES}
     Path(request["answer"]).write_text(json.dumps(reply))
 
 
