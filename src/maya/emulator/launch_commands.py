@@ -318,7 +318,9 @@ def trl(words: list[str], node_gpus: int | None, bf16: bool) -> Launch:
         )
     launched: list[list[str]] = []
 
-    def launch_training_script(script_name: str, launch_args: list[str], training_script_args: list[str], **_):
+    def launch_training_script(
+        script_name: str, launch_args: list[str], training_script_args: list[str], **_: Any
+    ) -> None:
         script = resources.files("trl.scripts").joinpath(script_name)
         launched.append([*launch_args, str(script), *training_script_args])
 
