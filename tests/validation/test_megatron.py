@@ -46,10 +46,12 @@ def without_te(monkeypatch):
 
 @pytest.fixture
 def exchange_copy(checkout, monkeypatch):
-    """The rows of the 2022 pipeline exchange plan a stand-in patched copy (`test_megatron_exchange.py` patches)."""
+    """The rows of the 2022 pipeline exchange plan a stand-in patched copy, as if the patch were written for the
+    stand-in checkout (`test_megatron_exchange.py` patches and checks the file)."""
     copy = checkout / "patched"
     copy.mkdir()
     (copy / "pretrain_gpt.py").write_text("print('pretrain')\n")
+    monkeypatch.setattr(megatron_exchange, "fits", lambda path: True)
     monkeypatch.setattr(megatron_exchange, "patched", lambda path: copy)
     return copy
 

@@ -59,17 +59,18 @@ def write_atomic(path: Path, data: bytes) -> Path:
     return path
 
 
-def folder_made_once(path: Path, marker: str, make: Callable[[Path], None]) -> Path:
+def folder_made_once(path: Path, marker: str, make: Callable[[Path], None], replaces: str | None = None) -> Path:
     """`path`, made by `make(partial)` once: under a lock beside it (other processes wait and reuse it), in a
     partial folder renamed into place, so it is there whole or not at all; `marker` is the file that says it is
-    made. Whatever `make` raises leaves nothing behind."""
+    made. Whatever `make` raises leaves nothing behind. Once made, the sibling folders it supersedes (names
+    matching the glob `replaces`, whole or partial) are removed, each only when no other process holds its lock."""
     if (path / marker).is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+    with open(_lock_path(path), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (path / marker).is_file():
-            partial = path.with_name(f".{path.name}.partial")
+            partial = _partial_path(path)
             shutil.rmtree(partial, ignore_errors=True)  # a killed maker's leftovers: no one else holds the lock
             try:
                 make(partial)
@@ -78,4 +79,31 @@ def folder_made_once(path: Path, marker: str, make: Callable[[Path], None]) -> P
                 raise
             shutil.rmtree(path, ignore_errors=True)  # a folder without its marker is not one
             partial.rename(path)
+            if replaces is not None:
+                _remove_superseded(path, replaces)
     return path
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+def _partial_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.partial")
+
+
+def _remove_superseded(path: Path, pattern: str) -> None:
+    """Remove `path`'s siblings named like `pattern` and their partial folders, skipping any whose lock another
+    process holds (it is making or remaking it). Their lock files stay: removing one that another process has
+    opened would let two makers hold different locks for one folder."""
+    names = {p.name for p in path.parent.glob(pattern) if p.is_dir()}
+    names |= {p.name[1 : -len(".partial")] for p in path.parent.glob(f".{pattern}.partial") if p.is_dir()}
+    for name in sorted(names - {path.name}):
+        other = path.with_name(name)
+        with open(_lock_path(other), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            shutil.rmtree(other, ignore_errors=True)
+            shutil.rmtree(_partial_path(other), ignore_errors=True)

@@ -16,7 +16,8 @@ The checkout is `MAYA_MEGATRON_LM`, or the Megatron-LM branch of the installed m
 (deduplicated by the emulator: a few ranks stand for the others) on the row's GPU; the cluster is the file's
 `cluster` column where it has one, else DGX A100 (`dgx-a100`) for A100 rows and DGX H100 (`dgx-h100`) for H100
 rows. Rows measured on the Megatron-LM of 2022 with TP > 1, PP > 1 and no sequence parallelism run a patched copy
-of the checkout whose pipeline stages exchange 1/TP of each activation, as that stack did (`megatron_exchange`).
+of the checkout whose pipeline stages exchange 1/TP of each activation, as that stack did (`megatron_exchange`;
+core_r0.19.0's exchange only: another checkout runs them stock and says so).
 """
 
 from __future__ import annotations
@@ -197,8 +198,8 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         raise ValueError(f"GPU {gpu!r} is not one of {', '.join(HARDWARE)}")
     if gpus < 1 or (gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE):
         raise ValueError(f"{gpus} GPUs do not fill nodes of {GPUS_PER_NODE}")
-    scattered = megatron_exchange.applies(values)
-    script = (megatron_exchange.patched(checkout()) if scattered else checkout()) / "pretrain_gpt.py"
+    root, exchange = megatron_exchange.checkout_for(values, checkout())
+    script = root / "pretrain_gpt.py"
     te = transformer_engine.installed()
     args = [*pretrain_args(values, sequence_parallel=te), *COMMON_ARGS, *(TE_ARGS if te else LOCAL_ARGS)]
     args += ["--train-iters", str(STEPS)]
@@ -226,7 +227,7 @@ def plan(row: int, values: pd.Series) -> RowPlan:
         iterations=STEPS,
         assumptions=(
             *((TE_ASSUMPTION,) if te else (ASSUMPTION, *([WITHOUT_SP] if _sequence_parallel(values) else []))),
-            *([megatron_exchange.ASSUMPTION] if scattered else []),
+            *exchange,
         ),
         seq=int(float(seq)) if seq else None,
         env=tuple(sorted(ENV.items())),

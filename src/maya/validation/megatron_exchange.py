@@ -9,12 +9,16 @@ parallelism the activation is already scattered over the sequence and it was not
 whole activation from every rank (TP times the bytes between nodes). Rows measured on the 2022 stack (their `source`
 starts with one of `SOURCES`) with TP > 1, PP > 1 and no sequence parallelism run the patch (`PATCH`, both
 directions and the interleaved schedule's overlapped receives), applied to a cached copy: the user's checkout is
-never modified.
+never modified. The patch is written for core_r0.19.0's `p2p_communication.py`: a checkout whose file differs (by
+its git blob hash) runs stock, and the row's assumptions say so (`NOT_APPLIED`).
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -33,6 +37,11 @@ ASSUMPTION = (
     "pipeline stages exchange 1/TP of each activation and all-gather it in the tensor-parallel group on receipt, "
     "as Megatron-LM's 2022 default scatter_gather_tensors_in_pipeline did without sequence parallelism "
     "(megatron-core sends the whole activation from every tensor-parallel rank): a patched copy of the checkout"
+)
+NOT_APPLIED = (
+    "pipeline stages exchange the whole activation from every tensor-parallel rank (megatron-core's exchange): "
+    "Megatron-LM's 2022 exchange, 1/TP of each activation all-gathered on receipt, was not applied because the "
+    "checkout's p2p_communication.py differs from core_r0.19.0's, the file its patch is written for"
 )
 
 
@@ -53,20 +62,61 @@ def _size(value: object) -> int:
         return 1
 
 
+def checkout_for(values: pd.Series, checkout: Path) -> tuple[Path, tuple[str, ...]]:
+    """The checkout the row runs and what it assumes of the exchange: the patched copy and `ASSUMPTION` where the
+    exchange applies and the patch was written for the checkout's file, else the checkout itself (with
+    `NOT_APPLIED` where the exchange applies)."""
+    if not applies(values):
+        return checkout, ()
+    if not fits(checkout):
+        return checkout, (NOT_APPLIED,)
+    return patched(checkout), (ASSUMPTION,)
+
+
+def fits(checkout: Path) -> bool:
+    """Whether `checkout`'s file is the one `PATCH` was written for: its git blob hash starts with the one on the
+    patch's `index` line."""
+    text = PATCH.read_text()
+    target = re.search(r"^--- a/(\S+)$", text, re.MULTILINE)
+    index = re.search(r"^index ([0-9a-f]+)\.\.", text, re.MULTILINE)
+    if target is None or index is None:
+        raise ValueError(f"{PATCH.name} names no file or blob (its '--- a/' and 'index' lines)")
+    file = checkout / target.group(1)
+    return file.is_file() and _blob(file.read_bytes()).startswith(index.group(1))
+
+
+def _blob(data: bytes) -> str:
+    """Git's object name of a file with these contents (`git hash-object`)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def patched(checkout: Path) -> Path:
-    """A copy of `checkout` with `PATCH` applied, made once per checkout content and patch under
-    `$MAYA_HOME/megatron-lm/patched/` (whole or not at all). ValueError says why the patch does not apply."""
-    sources = sorted(checkout.glob("*.py")) + sorted((checkout / "megatron").rglob("*.py"))
-    key = files_digest(PATCH.read_text(), [(p, checkout) for p in sources])
-    path = settings.home() / "megatron-lm" / "patched" / f"{checkout.name}-p2p2022-{key}"
+    """A copy of `checkout`'s `megatron/` and top-level `*.py` files with `PATCH` applied, made once per content of
+    those files and patch under `$MAYA_HOME/megatron-lm/patched/` (whole or not at all); making it removes the
+    copies of the same checkout (by path) made for other contents. ValueError says why the patch does not apply."""
+    files = _copied(checkout)
+    key = files_digest(PATCH.read_text(), [(p, checkout) for p in files])
+    where = hashlib.sha256(str(checkout.resolve()).encode()).hexdigest()[:8]
+    prefix = f"{checkout.name}-{where}-p2p2022-"
+    path = settings.home() / "megatron-lm" / "patched" / f"{prefix}{key}"
 
     def make(partial: Path) -> None:
-        shutil.copytree(checkout, partial, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+        for file in files:
+            target = partial / file.relative_to(checkout)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, target, follow_symlinks=False)
         error = _apply(partial)
         if error is not None:
             raise ValueError(f"{PATCH.name} does not apply to the Megatron-LM checkout {checkout}: {error}")
 
-    return folder_made_once(path, "pretrain_gpt.py", make)
+    return folder_made_once(path, "pretrain_gpt.py", make, replaces=f"{glob.escape(prefix)}*")
+
+
+def _copied(checkout: Path) -> list[Path]:
+    """What a patched copy holds, each file in its key: the top-level `*.py` files (the entry points) and every file
+    under `megatron/` but Python's byte-code caches."""
+    package = (p for p in (checkout / "megatron").rglob("*") if "__pycache__" not in p.relative_to(checkout).parts)
+    return sorted(checkout.glob("*.py")) + sorted(p for p in package if p.is_file())
 
 
 def _apply(into: Path) -> str | None:
