@@ -317,28 +317,41 @@ MAYA_EXPORT cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t st
 
 MAYA_EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned flags) {
   (void)flags;
-  return cudaMalloc(ptr, size);
+  cudaError_t e = cudaMalloc(ptr, size);
+  if (e == cudaSuccess) maya_dev_mark_managed(*ptr);
+  return e;
 }
 
 /* Managed memory is device memory here (cudaMallocManaged), resident where its kernels run: a prefetch, to the
  * device or to the host, moves no page, as one of pages already where they are asked to be. Recorded on its
- * stream with no device work; a range outside one device allocation is refused, as managed memory's would be. */
-cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaStream_t stream) {
+ * stream with no device work. Refused as the runtime refuses it: `where` is the destination's check
+ * (cudart12.c's device number, prefetch_location), then flags other than 0 and a range outside one managed
+ * allocation are invalid values. */
+cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaError_t where, unsigned flags, cudaStream_t stream) {
   maya_rec *r = maya_begin(API("cudaMemPrefetchAsync"), D_RUNTIME, K_PLAIN);
   r->stream = maya_stream_id(stream);
-  int first = -1, last = -1;
-  int ok = count && maya_dev_lookup(ptr, &first, NULL) == 1 &&
-           maya_dev_lookup((const char *)ptr + count - 1, &last, NULL) == 1 && first == last;
-  maya_end(r, ok ? 0 : cudaErrorInvalidValue);
-  return ok ? cudaSuccess : ret(cudaErrorInvalidValue);
+  cudaError_t e = where != cudaSuccess ? where : flags ? cudaErrorInvalidValue : cudaSuccess;
+  if (e == cudaSuccess && !maya_dev_managed(ptr, count)) e = cudaErrorInvalidValue;
+  maya_end(r, e);
+  return ret(e);
 }
 
 #if CUDART_VERSION >= 13000 /* CUDA 12's form: cudart12.c */
+/* A destination as a location: a virtual GPU, or the host in any of its documented forms (a NUMA node's id is
+ * not checked against a machine's nodes: the target's are not known). */
+static cudaError_t prefetch_location(struct cudaMemLocation location) {
+  switch (location.type) {
+  case cudaMemLocationTypeDevice: return valid_device(location.id) ? cudaSuccess : cudaErrorInvalidDevice;
+  case cudaMemLocationTypeHost:
+  case cudaMemLocationTypeHostNumaCurrent: return cudaSuccess;
+  case cudaMemLocationTypeHostNuma: return location.id >= 0 ? cudaSuccess : cudaErrorInvalidValue;
+  default: return cudaErrorInvalidValue;
+  }
+}
+
 MAYA_EXPORT cudaError_t cudaMemPrefetchAsync(const void *ptr, size_t count, struct cudaMemLocation location,
                                              unsigned flags, cudaStream_t stream) {
-  (void)location;
-  (void)flags;
-  return maya_mem_prefetch(ptr, count, stream);
+  return maya_mem_prefetch(ptr, count, prefetch_location(location), flags, stream);
 }
 #endif
 
@@ -423,6 +436,7 @@ static cudaError_t record_copy(int api, void *dst, const void *src, size_t count
                                int64_t stream, int sync) {
   maya_rec *r = maya_begin(api, D_RUNTIME, K_COPY);
   r->stream = stream;
+  r->a[0] = (int64_t)count;
   r->a[1] = copy_kind(kind, dst, src);
   r->a[2] = sync;
   if (r->a[1] == 2 && maya_host_read(r, dst, src, count) < 0) {
@@ -449,6 +463,7 @@ MAYA_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void
   (void)srcDevice;
   maya_rec *r = maya_begin(API("cudaMemcpyPeerAsync"), D_RUNTIME, K_COPY);
   r->stream = maya_stream_id(stream);
+  r->a[0] = (int64_t)count;
   r->a[1] = 5;
   maya_copy(dst, src, count);
   maya_end(r, 0);
@@ -476,6 +491,7 @@ MAYA_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, 
   (void)offset;
   (void)kind;
   maya_rec *r = maya_begin(API("cudaMemcpyToSymbol"), D_RUNTIME, K_COPY);
+  r->a[0] = (int64_t)count;
   r->a[1] = 1;
   maya_end(r, 0);
   return cudaSuccess;
@@ -484,6 +500,7 @@ MAYA_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, 
 static cudaError_t record_memset(int api, void *ptr, int value, size_t count, int64_t stream) {
   maya_rec *r = maya_begin(api, D_RUNTIME, K_MEMSET);
   r->stream = stream;
+  r->a[0] = (int64_t)count;
   maya_set(ptr, value, count);
   maya_end(r, 0);
   return cudaSuccess;

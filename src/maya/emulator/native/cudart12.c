@@ -10,11 +10,13 @@
 
 #if CUDART_VERSION < 13000
 
-cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaStream_t stream); /* cudart.c */
+cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaError_t where, unsigned flags,
+                              cudaStream_t stream); /* cudart.c */
 
+/* the destination is a virtual GPU or the host (cudaCpuDeviceId) */
 MAYA_EXPORT cudaError_t cudaMemPrefetchAsync(const void *ptr, size_t count, int device, cudaStream_t stream) {
-  (void)device;
-  return maya_mem_prefetch(ptr, count, stream);
+  int known = device == cudaCpuDeviceId || (device >= 0 && device < maya_ndev);
+  return maya_mem_prefetch(ptr, count, known ? cudaSuccess : cudaErrorInvalidDevice, 0, stream);
 }
 
 static cudaError_t capture_info(cudaStream_t s, enum cudaStreamCaptureStatus *status, unsigned long long *id,
