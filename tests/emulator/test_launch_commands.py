@@ -27,6 +27,17 @@ def no_accelerate_config(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def trl_read_here(no_accelerate_config):
+    """TRL read in this process, its environment restored after: transformers' import sets TORCHINDUCTOR_CACHE_DIR,
+    which later emulations of the session would hand their ranks (an unkeyed folder, not maya's compile cache)."""
+    pytest.importorskip("trl")
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
 def deepspeed_here(monkeypatch):
     """DeepSpeed's runner with no CUDA_VISIBLE_DEVICES of this machine's."""
     pytest.importorskip("deepspeed")
@@ -207,10 +218,10 @@ def test_every_alias_of_a_launcher_is_read_by_its_launchers_code(monkeypatch, co
         read(command, None)
 
 
-def test_a_trl_training_command_is_the_accelerate_launch_of_its_script(tmp_path, no_accelerate_config):
+@pytest.mark.slow  # transformers' import: 13 s
+def test_a_trl_training_command_is_the_accelerate_launch_of_its_script(tmp_path, trl_read_here):
     """`trl sft ... --num_processes 2`: TRL's CLI gives accelerate what its script's parser does not take, and the
     rest to `trl/scripts/sft.py`; read as that accelerate launch (2 ranks, multi-GPU), nothing run."""
-    pytest.importorskip("trl")
     import trl
 
     args = ["--model_name_or_path", "m", "--dataset_name", "d", "--bf16", "true", "--output_dir", str(tmp_path)]
@@ -230,8 +241,8 @@ def test_a_trl_training_command_is_the_accelerate_launch_of_its_script(tmp_path,
         (["trl", "sft", "--output_dir", "o", "--no_such_option", "1"], "its parser refused these arguments"),
     ],
 )
-def test_trl_commands_maya_cannot_stand_for_are_refused(no_accelerate_config, command, refused):
-    pytest.importorskip("trl")
+@pytest.mark.slow  # transformers' import
+def test_trl_commands_maya_cannot_stand_for_are_refused(trl_read_here, command, refused):
     with pytest.raises(LaunchCommandError, match=refused):
         read(command, None)
 
