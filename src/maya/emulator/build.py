@@ -283,9 +283,11 @@ def header_functions(header: Path) -> set[str]:
         r"|nvrtcResult\s+(nvrtc\w+))\s*\("
     )
     # `#define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2`: the declaration the compiler sees (and the
-    # stubs implement) is the versioned one; a loud stub under the bare name would shadow it in entry-point lookups
-    # (CUDA 12's runtime writes some as `#define cudaStreamGetCaptureInfo __CUDART_API_PTSZ(cudaStreamGetCaptureInfo_v2)`)
-    renamed = dict(re.findall(r"^#\s*define\s+(cu\w+)\s+(?:__CUDART_API_PT\w*\()?(\1_v\d+)\)?\s*$", text, re.MULTILINE))
+    # stubs implement) is the versioned one; a loud stub under the bare name would shadow it in entry-point lookups.
+    # CUDA 12's runtime indents some, through a macro: `    #define cudaStreamGetCaptureInfo
+    # __CUDART_API_PTSZ(cudaStreamGetCaptureInfo_v2)`.
+    define = r"^[ \t]*#[ \t]*define[ \t]+(cu\w+)[ \t]+(?:__CUDART_API_PT\w*\()?(\1_v\d+)\)?[ \t]*$"
+    renamed = dict(re.findall(define, text, re.MULTILINE))
     return {renamed.get(name, name) for names in re.findall(pattern, text) for name in names if name}
 
 
