@@ -151,7 +151,7 @@ def test_the_headers_of_the_release_are_found(tmp_path, monkeypatch):
         "cuda_runtime": ["cuda_runtime_api.h", "cuda.h"],
         "cuda_nvcc": ["crt/host_defines.h"],
         "cuda_cccl": ["nv/target"],
-        "cublas": ["cublas_api.h"],
+        "cublas": ["cublas_api.h", "cublasLt.h"],
         "cudnn": ["cudnn.h"],
         "nccl": ["nccl.h"],
         "cuda_nvrtc": ["nvrtc.h"],
