@@ -45,6 +45,14 @@ def test_the_extras_install_every_header_wheel_torch_does_not_require():
         assert needed <= named, f"cu{major} misses {sorted(needed - named)}"
 
 
+def test_every_header_a_stub_reads_is_one_detect_requires():
+    """A stub's header (its functions get loud stubs) is found by `detect`, which names its wheel where it is
+    missing; a header it did not check gave `CudaRelease.header` nothing to return (cublasLt.h: StopIteration)."""
+    read = {lib.header for lib in build.LIBS if lib.header}
+    for major, headers in cuda_release.HEADERS.items():
+        assert read <= set(headers), f"CUDA {major}: {sorted(read - set(headers))}"
+
+
 def _installed_release() -> CudaRelease:
     try:
         return build.cuda_release()
@@ -143,7 +151,7 @@ def test_the_headers_of_the_release_are_found(tmp_path, monkeypatch):
         "cuda_runtime": ["cuda_runtime_api.h", "cuda.h"],
         "cuda_nvcc": ["crt/host_defines.h"],
         "cuda_cccl": ["nv/target"],
-        "cublas": ["cublas_api.h"],
+        "cublas": ["cublas_api.h", "cublasLt.h"],
         "cudnn": ["cudnn.h"],
         "nccl": ["nccl.h"],
         "cuda_nvrtc": ["nvrtc.h"],

@@ -1,8 +1,10 @@
-"""Launch commands `maya emulate` reads by their launchers' own code (`accelerate launch`, `deepspeed`; torchrun's
-are in tests/cli/test_cli.py), the argument DeepSpeed's launcher gives each rank, and what is refused, by name."""
+"""Launch commands `maya emulate` reads by their launchers' own code (`accelerate launch`, `deepspeed`, `trl sft`;
+torchrun's are in tests/cli/test_cli.py), the argument DeepSpeed's launcher gives each rank, and what is refused, by
+name."""
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -22,6 +24,17 @@ def no_accelerate_config(tmp_path, monkeypatch):
 
     monkeypatch.setattr(accelerate.commands.launch, "default_config_file", str(tmp_path / "no-config.yaml"))
     monkeypatch.setenv("HF_HOME", str(tmp_path))
+
+
+@pytest.fixture
+def trl_read_here(no_accelerate_config):
+    """TRL read in this process, its environment restored after: transformers' import sets TORCHINDUCTOR_CACHE_DIR,
+    which later emulations of the session would hand their ranks (an unkeyed folder, not maya's compile cache)."""
+    pytest.importorskip("trl")
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture
@@ -189,6 +202,8 @@ def test_the_shape_once_error_says_the_launchers_default(tmp_path, monkeypatch, 
         (["ds", "t.py"], "deepspeed"),
         (["deepspeed.pt", "t.py"], "deepspeed"),
         (["python", "-m", "deepspeed.launcher.runner", "t.py"], "deepspeed"),
+        (["trl", "sft", "--output_dir", "o"], "trl"),
+        (["python", "-m", "trl.cli.main", "sft", "--output_dir", "o"], "trl"),
     ],
 )
 def test_every_alias_of_a_launcher_is_read_by_its_launchers_code(monkeypatch, command, launcher):
@@ -200,6 +215,35 @@ def test_every_alias_of_a_launcher_is_read_by_its_launchers_code(monkeypatch, co
     for name in [launcher, *(n for n in sys.modules if n.startswith(f"{launcher}."))]:
         monkeypatch.setitem(sys.modules, name, None)  # an import of it fails, as where it is not installed
     with pytest.raises(LaunchCommandError, match="is not installed in maya's environment"):
+        read(command, None)
+
+
+@pytest.mark.slow  # transformers' import: 13 s
+def test_a_trl_training_command_is_the_accelerate_launch_of_its_script(tmp_path, trl_read_here):
+    """`trl sft ... --num_processes 2`: TRL's CLI gives accelerate what its script's parser does not take, and the
+    rest to `trl/scripts/sft.py`; read as that accelerate launch (2 ranks, multi-GPU), nothing run."""
+    import trl
+
+    args = ["--model_name_or_path", "m", "--dataset_name", "d", "--bf16", "true", "--output_dir", str(tmp_path)]
+    launch = read(["trl", "sft", *args[:4], "--num_processes", "2", *args[4:]], None)
+    assert launch.argv == [str(Path(trl.__file__).parent / "scripts" / "sft.py"), *args]
+    assert (launch.launcher, launch.nnodes, launch.nproc_per_node) == ("trl sft", 1, 2)
+    assert launch.env["ACCELERATE_MIXED_PRECISION"] == "no"  # accelerate's; the script's --bf16 is its own
+    one = read(["trl", "dpo", *args], None)
+    assert one.argv[0].endswith("dpo.py") and (one.nproc_per_node, one.launcher) == (1, "trl dpo")
+
+
+@pytest.mark.parametrize(
+    "command, refused",
+    [
+        (["trl", "env"], r"maya emulate reads TRL's training commands \(.*sft"),
+        (["trl"], "maya emulate reads TRL's training commands"),
+        (["trl", "sft", "--output_dir", "o", "--no_such_option", "1"], "its parser refused these arguments"),
+    ],
+)
+@pytest.mark.slow  # transformers' import
+def test_trl_commands_maya_cannot_stand_for_are_refused(trl_read_here, command, refused):
+    with pytest.raises(LaunchCommandError, match=refused):
         read(command, None)
 
 
@@ -349,6 +393,17 @@ def test_a_launch_read_apart_survives_what_its_child_prints_and_keeps_what_its_i
     assert os.environ.get("MAYA_TEST_LAUNCHER_SET") == "yes"
     err = capsys.readouterr().err
     assert "banner" in err and "reading" in err
+
+
+def test_inductors_cache_folder_named_by_a_launchers_import_stays_out_of_the_ranks(tmp_path, monkeypatch):
+    """transformers' import (under `trl sft`) makes Inductor name its default cache folder in the environment: the
+    read keeps it to itself, so the ranks keep maya's compile cache (the launcher sets it unless the user did)."""
+    from maya.emulator.launch_commands import read_apart
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    _fake_torch(tmp_path, monkeypatch, "import os\nos.environ['TORCHINDUCTOR_CACHE_DIR'] = '/tmp/torchinductor_x'\n")
+    assert read_apart(["torchrun", "--nproc-per-node", "2", "t.py"], None).nproc_per_node == 2
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
 
 
 @pytest.mark.parametrize(

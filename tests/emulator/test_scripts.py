@@ -41,6 +41,17 @@ def stand_ins(calls) -> list[str]:
     return [json.loads(c["args"])["stand_in"] for c in calls if c["args"] and "stand_in" in c["args"]]
 
 
+def test_copies_and_memsets_record_their_bytes(tmp_path):
+    """A copy's and a memset's byte count is what the simulator prices them by (0 bytes priced them as free)."""
+    r, out = emulate(tmp_path, script="copy_bytes.py")
+    assert r.exit_code == 0, r.output
+    calls = Run(out).table("api_calls").to_pylist()
+    copies = [(c["memcpy_kind"], c["bytes"]) for c in calls if c["api"].startswith("cudaMemcpy")]
+    memsets = [c["bytes"] for c in calls if c["api"].startswith("cudaMemset")]
+    assert copies == [("HtoD", 16384), ("DtoH", 16384), ("DtoD", 8192)]
+    assert memsets == [65536]
+
+
 def test_trunc_normal_init_ends(tmp_path):
     """torch's trunc_normal_ rejection loop reads `mask.any()`; the device bytes (1s) would never say the
     mask is empty: the repeated read gets a zero stand-in and the loop ends."""

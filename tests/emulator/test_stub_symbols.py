@@ -3,7 +3,10 @@ references of every library a framework loads beside torch (Transformer Engine's
 loads by path)."""
 
 import importlib.util
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from maya.emulator import build
 
@@ -16,6 +19,42 @@ def test_header_functions_take_the_versioned_name_a_define_gives(tmp_path):
         "CUresult CUDAAPI cuInit(unsigned int Flags);\n"
     )
     assert build.header_functions(header) == {"cuDevicePrimaryCtxRelease_v2", "cuInit"}
+
+
+def test_runtime_and_cublas_headers_give_every_function_under_its_compiled_name(tmp_path):
+    """The runtime's and cuBLAS's declarations are read too (a library torch does not link, such as bitsandbytes'
+    `cudaMemPrefetchAsync`, then finds a stub), with CUDA 12's per-thread-stream rename macro, indented as in its
+    12.4 header."""
+    header = tmp_path / "cuda_runtime_api.h"
+    header.write_text(
+        "    #define cudaStreamGetCaptureInfo       __CUDART_API_PTSZ(cudaStreamGetCaptureInfo_v2)\n"
+        "extern __host__ cudaError_t CUDARTAPI cudaStreamGetCaptureInfo(cudaStream_t stream);\n"
+        "extern __host__ __cudart_builtin__ cudaError_t CUDARTAPI cudaMemPrefetchAsync(const void *devPtr);\n"
+        "extern __host__ struct cudaChannelFormatDesc CUDARTAPI cudaCreateChannelDesc(int x);\n"
+        "CUBLASAPI cublasStatus_t CUBLASWINAPI cublasGemmEx(cublasHandle_t handle);\n"
+        "cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle);\n"
+    )
+    assert build.header_functions(header) == {
+        "cudaStreamGetCaptureInfo_v2",
+        "cudaMemPrefetchAsync",
+        "cublasGemmEx",
+        "cublasLtMatmul",
+    }  # cudaCreateChannelDesc returns no status: not a stub's to answer
+
+
+@pytest.mark.slow  # the stub build, where the session has not made it yet (~100 s)
+def test_every_stub_with_a_header_exports_its_functions(emulator_cache):
+    """The built runtime, driver, cuBLAS, cuBLASLt, NVRTC and NVML stubs export every status-returning function of
+    their headers (`nm -D`): a library loaded beside torch (bitsandbytes') finds what it links."""
+    lib_dir = build.build(emulator_cache)
+    release = build.cuda_release()
+    with_header = [lib for lib in build.stub_libs(release) if lib.header]
+    assert {lib.soname.split(".so")[0] for lib in with_header} >= {"libcudart", "libcublas", "libcublasLt"}
+    for lib in with_header:
+        nm = subprocess.run(["nm", "-D", "--defined-only", str(lib_dir / lib.soname)], capture_output=True, text=True)
+        exported = {line.split()[-1].split("@")[0] for line in nm.stdout.splitlines() if line.strip()}
+        declared = build.header_functions(release.header(lib.header))
+        assert declared and not declared - exported, (lib.soname, sorted(declared - exported)[:10])
 
 
 def _fake_site(tmp_path: Path) -> Path:

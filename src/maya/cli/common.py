@@ -193,7 +193,7 @@ def script_argv(args: list[str]) -> list[str]:
     if launcher in LAUNCHERS or launcher in COMMANDS or launcher in MODULES or launcher in UNREAD_MODULES:
         fail(
             f"{launcher}: a launcher, which maya does not run: it starts every rank itself; give the GPUs "
-            "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun, `accelerate launch` "
+            "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun, `accelerate launch`, `trl` "
             "and deepspeed commands are read as they are by maya emulate)",
             2,
         )

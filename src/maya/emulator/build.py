@@ -75,10 +75,31 @@ class StubLib:
 # SONAMEs and version tags as CUDA 13 names them: `stub_libs` renames each library to the SONAME (and tag)
 # the installed torch links for its stem, and leaves out those it does not link (DRIVER_LIBS are always built).
 LIBS = (
-    StubLib("libcudart.so.13", ("cudart.c", "cudart12.c"), "libcudart.so.13", D_RUNTIME, CUDA_ERROR_NOT_SUPPORTED),
+    StubLib(
+        "libcudart.so.13",
+        ("cudart.c", "cudart12.c"),
+        "libcudart.so.13",
+        D_RUNTIME,
+        CUDA_ERROR_NOT_SUPPORTED,
+        header="cuda_runtime_api.h",
+    ),
     StubLib("libcuda.so.1", ("driver.c", "tensor_map.c"), None, D_DRIVER, CUDA_ERROR_NOT_SUPPORTED, ("cu",), "cuda.h"),
-    StubLib("libcublas.so.13", ("cublas.c",), "libcublas.so.13", D_CUBLAS, CUBLAS_STATUS_NOT_SUPPORTED),
-    StubLib("libcublasLt.so.13", ("cublaslt.c",), "libcublasLt.so.13", D_CUBLASLT, CUBLAS_STATUS_NOT_SUPPORTED),
+    StubLib(
+        "libcublas.so.13",
+        ("cublas.c",),
+        "libcublas.so.13",
+        D_CUBLAS,
+        CUBLAS_STATUS_NOT_SUPPORTED,
+        header="cublas_api.h",
+    ),
+    StubLib(
+        "libcublasLt.so.13",
+        ("cublaslt.c",),
+        "libcublasLt.so.13",
+        D_CUBLASLT,
+        CUBLAS_STATUS_NOT_SUPPORTED,
+        header="cublasLt.h",
+    ),
     StubLib(
         "libcudnn.so.9",
         ("cudnn.c", "cudnn_legacy.c", "cudnn_rnn.c", "cudnn_batchnorm.c", "cudnn_ctc.c", "cudnn_spatial.c"),
@@ -251,17 +272,22 @@ def referenced_symbols(libs: list[Path], stubs: list[StubLib]) -> dict[str, set[
 
 
 def header_functions(header: Path) -> set[str]:
-    """Functions a header declares (`CUresult CUDAAPI cuName(`, `nvmlReturn_t DECLDIR nvmlName(`,
-    `nvrtcResult nvrtcName(`), so that entry-point lookups (`cudaGetDriverEntryPointByVersion`, Triton's
-    dlsym, pynvml, torch's lazy NVRTC) resolve and calls fail loudly, by name."""
+    """Functions a header declares (`CUresult CUDAAPI cuName(`, `cudaError_t CUDARTAPI cudaName(`,
+    `cublasStatus_t CUBLASWINAPI cublasName(`, `nvmlReturn_t DECLDIR nvmlName(`, `nvrtcResult nvrtcName(`), so that
+    entry-point lookups (`cudaGetDriverEntryPointByVersion`, Triton's dlsym, pynvml, torch's lazy NVRTC) resolve, a
+    library torch does not link loads (bitsandbytes' references beyond torch's), and calls fail loudly, by name."""
     text = header.read_text(errors="replace")
     pattern = (
-        r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+)"
+        r"\b(?:CUresult\s+CUDAAPI\s+(cu\w+)|cudaError_t\s+CUDARTAPI\s+(cuda\w+)"
+        r"|cublasStatus_t\s+CUBLASWINAPI\s+(cublas\w+)|nvmlReturn_t\s+DECLDIR\s+(nvml\w+)"
         r"|nvrtcResult\s+(nvrtc\w+))\s*\("
     )
     # `#define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2`: the declaration the compiler sees (and the
-    # stubs implement) is the versioned one; a loud stub under the bare name would shadow it in entry-point lookups
-    renamed = dict(re.findall(r"^#define\s+(cu\w+)\s+(\1_v\d+)\s*$", text, re.MULTILINE))
+    # stubs implement) is the versioned one; a loud stub under the bare name would shadow it in entry-point lookups.
+    # CUDA 12's runtime indents some, through a macro: `    #define cudaStreamGetCaptureInfo
+    # __CUDART_API_PTSZ(cudaStreamGetCaptureInfo_v2)`.
+    define = r"^[ \t]*#[ \t]*define[ \t]+(cu\w+)[ \t]+(?:__CUDART_API_PT\w*\()?(\1_v\d+)\)?[ \t]*$"
+    renamed = dict(re.findall(define, text, re.MULTILINE))
     return {renamed.get(name, name) for names in re.findall(pattern, text) for name in names if name}
 
 

@@ -26,6 +26,7 @@ HEADERS = {
         "crt/host_defines.h": "nvidia-cuda-nvcc-cu12",
         "nv/target": "nvidia-cuda-cccl-cu12",
         "cublas_api.h": "nvidia-cublas-cu12",
+        "cublasLt.h": "nvidia-cublas-cu12",
         "cudnn.h": "nvidia-cudnn-cu12",
         "nccl.h": "nvidia-nccl-cu12",
         "nvrtc.h": "nvidia-cuda-nvrtc-cu12",
@@ -37,13 +38,15 @@ HEADERS = {
         "crt/host_defines.h": "nvidia-cuda-crt",
         "nv/target": "nvidia-cuda-cccl",
         "cublas_api.h": "nvidia-cublas",
+        "cublasLt.h": "nvidia-cublas",
         "cudnn.h": "nvidia-cudnn-cu13",
         "nccl.h": "nvidia-nccl-cu13",
         "nvrtc.h": "nvidia-cuda-nvrtc",
         "nvml.h": "nvidia-nvml-dev",
     },
 }
-"""Per CUDA major the emulator supports: every header the stubs include -> the wheel that carries it."""
+"""Per CUDA major the emulator supports: every header the stubs include or read (build.StubLib.header) -> the wheel
+that carries it."""
 EXTRA = {12: "cu12", 13: "cu13"}
 """Maya's extra that installs the header wheels torch itself does not pull, per CUDA major."""
 
@@ -70,7 +73,7 @@ class CudaRelease:
         return found[0] if found else None
 
     def header(self, name: str) -> Path:
-        """The path of one of `HEADERS` in this release."""
+        """The path of one of `HEADERS` in this release (`detect` found each in `include_dirs`)."""
         return next(d / name for d in self.include_dirs if (d / name).exists())
 
     @property

@@ -1,5 +1,6 @@
 """Launch commands `maya emulate` reads: `torchrun`, `accelerate launch` and `deepspeed` (their other console
-scripts and `python -m` forms too), each by its own parser.
+scripts and `python -m` forms too), each by its own parser, and TRL's training commands (`trl sft`, `trl dpo`, ...:
+an `accelerate launch` of TRL's script, read by TRL's CLI, then as that launch).
 
 A launcher starts a job's ranks itself; under `maya emulate` the emulator starts them, so a launch command is read
 for what it would have given each rank: the script's command (`SCRIPT ARGS` / `-m MODULE ARGS`), the job's shape
@@ -23,7 +24,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ COMMANDS = {
     "deepspeed": "deepspeed",
     "ds": "deepspeed",
     "deepspeed.pt": "deepspeed",
+    "trl": "trl",
 }
 """Console scripts read as launch commands, by the launcher they start (DeepSpeed installs `ds` and
 `deepspeed.pt` beside `deepspeed`; accelerate `accelerate-launch` beside `accelerate`)."""
@@ -43,6 +45,7 @@ MODULES = {
     "accelerate.commands.accelerate_cli": "accelerate",
     "accelerate.commands.launch": "accelerate launch",
     "deepspeed.launcher.runner": "deepspeed",
+    "trl.cli.main": "trl",
 }
 """`python -m MODULE ...`: the same launchers run as modules."""
 
@@ -52,6 +55,11 @@ UNREAD_MODULES = frozenset({"deepspeed.launcher.launch", "torch.distributed.laun
 RANK_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"})
 """What a launcher sets that the emulator sets for each rank itself (torchrun's environment on its virtual GPUs;
 every rank sees the node's GPUs, as `CUDA_VISIBLE_DEVICES` gives them to a real rank)."""
+
+
+READ_ONLY_VARIABLES = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+"""What a launcher's imports set in the reading process that the ranks do not get: Inductor names its default
+cache folder there when transformers imports it (`trl sft`), and the ranks keep maya's compile cache."""
 
 
 _MAYA_ROOT = str(Path(__file__).resolve().parents[2])
@@ -110,6 +118,8 @@ def read(args: Sequence[str], node_gpus: int | None, bf16: bool = True) -> Launc
         return torchrun(words, node_gpus)
     if launcher == "accelerate launch":
         return accelerate(words, node_gpus, bf16)
+    if launcher == "trl":
+        return trl(words, node_gpus, bf16)
     return deepspeed(words, node_gpus)
 
 
@@ -162,7 +172,7 @@ def answer() -> None:
         reply: dict[str, Any] = {"launch": None if launch is None else asdict(launch)}
     except LaunchCommandError as e:
         reply = {"error": str(e)}
-    reply["environ"] = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    reply["environ"] = {k: v for k, v in os.environ.items() if before.get(k) != v and k not in READ_ONLY_VARIABLES}
     Path(request["answer"]).write_text(json.dumps(reply))
 
 
@@ -280,6 +290,50 @@ def accelerate(words: list[str], node_gpus: int | None, bf16: bool) -> Launch:
         raise LaunchCommandError(f"accelerate launch --num_processes {processes} over {machines} machines: uneven")
     argv = _script(args.training_script, args.module, args.training_script_args)
     return Launch("accelerate launch", argv, machines, processes // machines, _added(env), defaults=defaults)
+
+
+def trl(words: list[str], node_gpus: int | None, bf16: bool) -> Launch:
+    """`trl COMMAND ARGS` for a training command (`sft`, `dpo`, `grpo`, ...): TRL's CLI splits the arguments between
+    `accelerate launch` and its script `trl/scripts/COMMAND.py` and launches it in its own process; that launch is
+    taken from TRL's own code (nothing runs; its script's parser checks the arguments against the virtual GPUs) and
+    read as `accelerate launch` is. Other commands are refused."""
+    try:
+        from trl.cli import accelerate_launcher
+        from trl.cli.commands import get_commands
+        from trl.cli.commands.training import TrainingCommand
+        from trl.cli.main import main
+    except ImportError as e:
+        raise LaunchCommandError(
+            f"trl: TRL's CLI (trl.cli.accelerate_launcher, TRL 1.0 and later) is not installed in maya's environment "
+            f"({e}); give its launch instead: `accelerate launch [OPTIONS] .../trl/scripts/sft.py ARGS`"
+        ) from None
+    from importlib import resources
+    from unittest import mock
+
+    training = sorted(c.name for c in get_commands() if isinstance(c, TrainingCommand))
+    if not words or words[0] not in training:
+        raise LaunchCommandError(
+            f"trl {' '.join(words[:1])}: maya emulate reads TRL's training commands ({', '.join(training)}): "
+            "the accelerate launch each makes"
+        )
+    launched: list[list[str]] = []
+
+    def launch_training_script(
+        script_name: str, launch_args: list[str], training_script_args: list[str], **_: Any
+    ) -> None:
+        script = resources.files("trl.scripts").joinpath(script_name)
+        launched.append([*launch_args, str(script), *training_script_args])
+
+    with mock.patch.object(accelerate_launcher, "launch_training_script", launch_training_script):
+        with (
+            _named(f"trl {' '.join(words)}"),
+            _virtual_gpus(node_gpus or 1, bf16),  # its script's config checks bf16 and sets its device
+            mock.patch("torch.cuda.set_device"),
+        ):
+            main(words)
+    if not launched:
+        raise LaunchCommandError(f"trl {words[0]}: TRL's CLI made no launch of its script")
+    return replace(accelerate(launched[0], node_gpus, bf16), launcher=f"trl {words[0]}")
 
 
 def _visible_devices(args: Any, pool: dict[str, int] | None) -> int | None:

@@ -317,8 +317,43 @@ MAYA_EXPORT cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t st
 
 MAYA_EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned flags) {
   (void)flags;
-  return cudaMalloc(ptr, size);
+  cudaError_t e = cudaMalloc(ptr, size);
+  if (e == cudaSuccess) maya_dev_mark_managed(*ptr);
+  return e;
 }
+
+/* Managed memory is device memory here (cudaMallocManaged), resident where its kernels run: a prefetch, to the
+ * device or to the host, moves no page, as one of pages already where they are asked to be. Recorded on its
+ * stream with no device work. Refused as the runtime refuses it: `where` is the destination's check
+ * (cudart12.c's device number, prefetch_location), then flags other than 0 and a range outside one managed
+ * allocation are invalid values. */
+cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaError_t where, unsigned flags, cudaStream_t stream) {
+  maya_rec *r = maya_begin(API("cudaMemPrefetchAsync"), D_RUNTIME, K_PLAIN);
+  r->stream = maya_stream_id(stream);
+  cudaError_t e = where != cudaSuccess ? where : flags ? cudaErrorInvalidValue : cudaSuccess;
+  if (e == cudaSuccess && !maya_dev_managed(ptr, count)) e = cudaErrorInvalidValue;
+  maya_end(r, e);
+  return ret(e);
+}
+
+#if CUDART_VERSION >= 13000 /* CUDA 12's form: cudart12.c */
+/* A destination as a location: a virtual GPU, or the host in any of its documented forms (a NUMA node's id is
+ * not checked against a machine's nodes: the target's are not known). */
+static cudaError_t prefetch_location(struct cudaMemLocation location) {
+  switch (location.type) {
+  case cudaMemLocationTypeDevice: return valid_device(location.id) ? cudaSuccess : cudaErrorInvalidDevice;
+  case cudaMemLocationTypeHost:
+  case cudaMemLocationTypeHostNumaCurrent: return cudaSuccess;
+  case cudaMemLocationTypeHostNuma: return location.id >= 0 ? cudaSuccess : cudaErrorInvalidValue;
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+MAYA_EXPORT cudaError_t cudaMemPrefetchAsync(const void *ptr, size_t count, struct cudaMemLocation location,
+                                             unsigned flags, cudaStream_t stream) {
+  return maya_mem_prefetch(ptr, count, prefetch_location(location), flags, stream);
+}
+#endif
 
 MAYA_EXPORT cudaError_t cudaFree(void *ptr) {
   if (!ptr) return cudaSuccess;

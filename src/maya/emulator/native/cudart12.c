@@ -2,12 +2,22 @@
  * libcudart stub only against CUDA 12 headers (cudart.c holds the CUDA 13 forms).
  *   - cudaStreamGetCaptureInfo is `_v2` without edge data (`_v3` has it, as CUDA 13's does);
  *   - cudaStreamUpdateCaptureDependencies takes no edge data (`_v2` does);
- *   - cudaGetDriverEntryPoint (CUDA 13 keeps only the ByVersion form). */
+ *   - cudaGetDriverEntryPoint (CUDA 13 keeps only the ByVersion form);
+ *   - cudaMemPrefetchAsync takes a device number (CUDA 13's, a cudaMemLocation and flags). */
 #include <cuda_runtime_api.h>
 
 #include "maya_emu.h"
 
 #if CUDART_VERSION < 13000
+
+cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaError_t where, unsigned flags,
+                              cudaStream_t stream); /* cudart.c */
+
+/* the destination is a virtual GPU or the host (cudaCpuDeviceId) */
+MAYA_EXPORT cudaError_t cudaMemPrefetchAsync(const void *ptr, size_t count, int device, cudaStream_t stream) {
+  int known = device == cudaCpuDeviceId || (device >= 0 && device < maya_ndev);
+  return maya_mem_prefetch(ptr, count, known ? cudaSuccess : cudaErrorInvalidDevice, 0, stream);
+}
 
 static cudaError_t capture_info(cudaStream_t s, enum cudaStreamCaptureStatus *status, unsigned long long *id,
                                 cudaGraph_t *graph, const cudaGraphNode_t **deps, size_t *n) {

@@ -101,6 +101,8 @@ void maya_set_current_device(int d);
 void *maya_dev_alloc(int device, size_t bytes, int64_t stream, int *oom);
 int maya_dev_free(void *ptr, int64_t stream);                    /* 0 ok, -1 unknown pointer */
 int maya_dev_lookup(const void *ptr, int *device, size_t *size); /* 1 if ptr is inside an allocation */
+void maya_dev_mark_managed(const void *ptr);                     /* a cudaMallocManaged allocation */
+int maya_dev_managed(const void *ptr, size_t count); /* 1 if [ptr, ptr + count) is inside a managed allocation */
 size_t maya_dev_used(int device);
 /* What the rank has allocated on the device, also in the processes it starts (nvidia-smi): the rank
  * publishes it in <out>/device_memory. */

@@ -11,7 +11,8 @@ typedef struct {
   uintptr_t base;
   size_t size;
   int device;
-  int host; /* DEVICE_MEMORY, HOST_MEMORY (pinned), or MAPPED_MEMORY: a mapped range of a reservation */
+  int host;    /* DEVICE_MEMORY, HOST_MEMORY (pinned), or MAPPED_MEMORY: a mapped range of a reservation */
+  int managed; /* from cudaMallocManaged (maya_dev_mark_managed) */
 } alloc;
 
 /* allocations sorted by base address: exact and interior lookups by binary search */
@@ -65,7 +66,7 @@ static void add_alloc(uintptr_t base, size_t size, int device, int host) {
   }
   size_t i = lower_bound(base);
   memmove(&allocs[i + 1], &allocs[i], (n_allocs - i) * sizeof *allocs);
-  allocs[i] = (alloc){base, size, device, host};
+  allocs[i] = (alloc){base, size, device, host, 0};
   n_allocs++;
 }
 
@@ -152,6 +153,21 @@ int maya_dev_lookup(const void *ptr, int *device, size_t *size) {
   if (a && size) *size = a->size;
   pthread_mutex_unlock(&lock);
   return found;
+}
+
+void maya_dev_mark_managed(const void *ptr) {
+  pthread_mutex_lock(&lock);
+  alloc *a = find_alloc((uintptr_t)ptr);
+  if (a) a->managed = 1;
+  pthread_mutex_unlock(&lock);
+}
+
+int maya_dev_managed(const void *ptr, size_t count) {
+  pthread_mutex_lock(&lock);
+  alloc *a = find_alloc((uintptr_t)ptr);
+  int inside = a && a->managed && count && count <= a->base + a->size - (uintptr_t)ptr;
+  pthread_mutex_unlock(&lock);
+  return inside;
 }
 
 size_t maya_dev_used(int device) { return used[device]; }
