@@ -2,6 +2,8 @@
 calls written as Megatron-LM's schedule issues them: each block a kernel of its own (micro-batch and direction), each
 exchange a receive buffer's event, one NCCL group and a synchronise."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -23,10 +25,12 @@ from maya.core.pipeline_stages import (
     rebuild,
     rebuilt_calls,
     rebuilt_difference,
+    rule_digest,
     schedule,
     source,
     split,
 )
+from maya.simulator.trace import rebuilt_stages
 
 STAGES, STRIDE, TP = 6, 2, 2
 """6 stages of 2 tensor-parallel ranks: rank `r` is in stage `r // 2`."""
@@ -653,3 +657,55 @@ def test_a_gather_of_another_size_after_a_launch_is_device_work():
     cut = split(calls, communicators, PIPE, 1)
     labels = {row: label for (a, b), label in zip(cut.pieces, cut.labels) for row in range(a, b)}
     assert labels[gathers[1]] == "F1" and ":" in labels[gathers[2]]
+
+
+def test_a_gather_on_the_pipeline_s_communicator_is_device_work():
+    """A received chunk is gathered among the tensor-parallel ranks: an all-gather of its size on a communicator that
+    carries point-to-point (the pipeline's own) is the block's work, not the exchange's."""
+    calls, communicators = megatron_2022_calls(1)
+    gathers = calls.index[calls["api"] == "ncclAllGather"]
+    pipe_comm = calls.loc[calls["collective_name"].isin(["send", "recv"]), "comm_id"].iloc[0]
+    calls.loc[gathers[1], "comm_id"] = pipe_comm
+    cut = split(calls, communicators, PIPE, 1)
+    labels = {row: label for (a, b), label in zip(cut.pieces, cut.labels) for row in range(a, b)}
+    assert labels[gathers[1]] == "F1" and ":" in labels[gathers[2]]
+
+
+def test_a_receive_is_gathered_once():
+    """A second all-gather of a received chunk's size after one receive is the block's work: each receive is
+    gathered once."""
+    calls, communicators = megatron_2022_calls(1)
+    gathers = calls.index[calls["api"] == "ncclAllGather"]
+    first = gathers[1]
+    twice = pd.concat([calls.iloc[: first + 1], calls.iloc[[first]], calls.iloc[first + 1 :]], ignore_index=True)
+    twice["seq"] = np.arange(len(twice))
+    cut = split(twice, communicators, PIPE, 1)
+    labels = {row: label for (a, b), label in zip(cut.pieces, cut.labels) for row in range(a, b)}
+    assert ":" in labels[first] and labels[first + 1] == "F1"
+
+
+def _as_read(rank: int, calls: pd.DataFrame, communicators: pd.DataFrame) -> SimpleNamespace:
+    kernels = pd.DataFrame({"kernel_id": list(NAMES), "name": list(NAMES.values())})
+    return SimpleNamespace(
+        rank=rank, calls=calls, communicators=communicators, kernels=kernels, memory=None, device={}, represents=[rank]
+    )
+
+
+@pytest.mark.parametrize("rule", [None, "another"])
+def test_a_run_checked_by_another_rule_is_checked_again_when_read(rule):
+    """A run whose rebuild was checked by another version of the rule (or says none): read, its checked stage is
+    rebuilt again by this rule and compared with its capture; equal, the run reads; different, it is refused naming
+    the stage (a trace never predicts on interior stages this Maya would not have rebuilt)."""
+    source, own = megatron_2022_calls(1), megatron_2022_calls(3)
+    rebuild = {"stages": STAGES, "stride": STRIDE, "from": [1, 2], "checked": [3], "rebuilt": [3], "rule": rule}
+    traces = SimpleNamespace(attrs={"stage_rebuild": rebuild}, ranks={2: _as_read(2, *source), 6: _as_read(6, *own)})
+    assert sorted(rebuilt_stages(traces)) == [6]
+    gathers = own[0].index[own[0]["api"] == "ncclAllGather"]
+    late = gathers[len(gathers) // 4]
+    swapped = own[0].copy()
+    swapped.iloc[[late, late + 1]] = own[0].iloc[[late + 1, late]].to_numpy()
+    traces.ranks[6] = _as_read(6, swapped, own[1])
+    with pytest.raises(ScheduleError, match="stage 3 rebuilt from rank 2's capture by this Maya's stage-rebuild rule"):
+        rebuilt_stages(traces)
+    rebuild["rule"] = rule_digest()
+    assert sorted(rebuilt_stages(traces)) == [6]  # checked by this rule at capture: trusted

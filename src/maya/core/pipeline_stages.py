@@ -29,9 +29,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from maya.core.digest import files_digest
 
 P2P = ("send", "recv")
 POLLS = ("cudaEventQuery", "cudaStreamQuery", "cuEventQuery", "cuStreamQuery")
@@ -218,8 +222,9 @@ def _work(calls: pd.DataFrame) -> np.ndarray:
 
 
 def _received_gathers(calls: pd.DataFrame, work: np.ndarray, p2p: np.ndarray) -> np.ndarray:
-    """Per call, whether it all-gathers a received chunk right after a point-to-point launch: an all-gather whose
-    input is as large as the latest receive's message, with no device work since the last launch but such gathers.
+    """Per call, whether it all-gathers a received chunk right after a point-to-point launch: an all-gather on a
+    communicator that carries no point-to-point, whose input is as large as a receive not yet gathered (each receive
+    gathered once), with no device work since the last launch but such gathers.
     Megatron-LM's 2022 exchange (`validation/megatron_exchange.py`) all-gathers each received 1/TP chunk once its
     receive is waited on: at once in a blocking exchange, where the interleaved schedule waits in an overlapped one
     (between the launches of one exchange, or before the next block). Such a gather is part of the exchange, as the
@@ -230,14 +235,19 @@ def _received_gathers(calls: pd.DataFrame, work: np.ndarray, p2p: np.ndarray) ->
     receive = (calls["collective_name"] == "recv").to_numpy()
     sizes = calls["in_msg_nelems"].to_numpy(dtype="float64", na_value=np.nan)
     received = calls["out_msg_nelems"].to_numpy(dtype="float64", na_value=np.nan)
+    comms = calls["comm_id"].astype(object).to_numpy()
+    p2p_comms = set(comms[p2p])
     out = np.zeros(len(calls), dtype=bool)
-    launched, chunk = False, np.nan
+    launched, pending = False, []
     for i in np.flatnonzero(work | p2p):
         if p2p[i]:
             launched = True
-            chunk = received[i] if receive[i] else chunk
+            if receive[i]:
+                pending.append(received[i])
         else:
-            out[i] = launched = bool(launched and gather[i] and sizes[i] == chunk)
+            out[i] = launched = bool(launched and gather[i] and comms[i] not in p2p_comms and sizes[i] in pending)
+            if out[i]:
+                pending.remove(sizes[i])
     return out
 
 
@@ -390,6 +400,14 @@ def rebuild(cut: Split, stages: int, stage: int) -> list[tuple[int, int]]:
             if wanted[0] == "F" and count in by_step[t] and count not in pattern:
                 out += by_step[t][count]  # a warm-up forward there, a steady one here: its count ends it
     return out
+
+
+@lru_cache(maxsize=1)
+def rule_digest() -> str:
+    """Of this module's source: stored with a capture's rebuild (`stage_rebuild.rule`), so a trace read by another
+    rule is checked again against its captured stages (`simulator/trace.py`) rather than trusted."""
+    path = Path(__file__)
+    return files_digest("pipeline_stages", [(path, path.parent)])
 
 
 def check_rebuilds(cut: Split, stages: int) -> None:

@@ -754,7 +754,14 @@ def _deduplicated(capture, writer: RunWriter, world_size: int, workers: int, on_
         return captured, represents, {**attrs, "refused": str(e)}, noted
     rebuilt = [s for s in range(3, pipeline.stages - 2) if s not in checked]
     ranks = sorted(r for r in range(world_size) if pipeline.stage(r) in rebuilt)
-    attrs.update({"microbatches": microbatches, "rebuilt": rebuilt, "rebuilt_ranks": ranks})
+    attrs.update(
+        {
+            "microbatches": microbatches,
+            "rebuilt": rebuilt,
+            "rebuilt_ranks": ranks,
+            "rule": pipeline_stages.rule_digest(),
+        }
+    )
     if not rebuilt:  # 6 stages interleaved: 1 and 2 are the sources, 3 and 4 the checked ones
         attrs["reason"] = (
             f"with {pipeline.stages} stages under the interleaved schedule every interior stage is a source (1, 2) "

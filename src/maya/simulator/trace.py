@@ -313,10 +313,46 @@ def rebuilt_stages(traces: TraceSet) -> dict[int, RankTrace]:
         if source not in sources or not stages:
             continue
         cut = pipeline_stages.split(trace.calls, trace.communicators, pipeline, source)
+        if rebuild.get("rule") != pipeline_stages.rule_digest():
+            _recheck(traces, trace, pipeline, cut, [int(s) for s in rebuild.get("checked") or []], sources)
         for stage in stages:
             moved = pipeline.translate(rank, stage - source)
             out[moved] = RebuiltTrace(moved, trace, pipeline, cut, stage)
     return out
+
+
+def _recheck(
+    traces: TraceSet,
+    trace: RankTrace,
+    pipeline: pipeline_stages.Pipeline,
+    cut: pipeline_stages.Split,
+    checked: list[int],
+    sources: list[int],
+) -> None:
+    """The capture's checked stages rebuilt again from `trace` by this Maya's rule and compared with their captures,
+    for a run whose rebuild another rule checked (or one too old to say): raises ScheduleError naming the stage when
+    they differ, so a prediction never stands on interior stages no rule of this Maya would have rebuilt."""
+    source = pipeline.stage(trace.rank)
+    names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"]))
+    for stage in (s for s in checked if pipeline_stages.source(s, sources) == source):
+        other = traces.ranks.get(pipeline.translate(trace.rank, stage - source))
+        if other is None:
+            continue
+        reason = pipeline_stages.rebuilt_difference(
+            trace.calls,
+            trace.communicators,
+            pipeline,
+            cut,
+            stage,
+            (other.calls, other.communicators),
+            (names, dict(zip(other.kernels["kernel_id"], other.kernels["name"]))),
+        )
+        if reason:
+            raise pipeline_stages.ScheduleError(
+                f"stage {stage} rebuilt from rank {trace.rank}'s capture by this Maya's stage-rebuild rule is not "
+                f"rank {other.rank}'s capture ({reason}): the run's interior stages were checked by another version "
+                "of the rule"
+            )
 
 
 INTERRUPTED = "interrupted"
