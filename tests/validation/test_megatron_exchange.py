@@ -50,6 +50,7 @@ def stand_in(tmp_path, monkeypatch):
     (checkout / "data").mkdir()
     (checkout / "data" / "shard.bin").write_bytes(b"\0" * 64)
     (checkout / "pretrain_gpt.py").write_text("print('pretrain')\n")
+    (checkout / ".python-version").write_text("3.12\n")
     p2p = checkout / "megatron" / "core" / "p2p.py"
     p2p.write_text(STAND_IN_P2P)
     blob = subprocess.run(["git", "hash-object", str(p2p)], capture_output=True, text=True, check=True).stdout
@@ -69,7 +70,8 @@ def test_the_patch_goes_to_a_cached_copy_once(stand_in, monkeypatch):
     assert (copy / "megatron" / "core" / "p2p.py").read_text().endswith("return tensor.chunk()\n")
     assert (stand_in / "megatron" / "core" / "p2p.py").read_text().endswith("return tensor\n")  # untouched
     assert (copy / "pretrain_gpt.py").is_file() and not (copy / ".git").exists()
-    assert not (copy / "data").exists()  # only what the key covers: megatron/ and the top-level *.py files
+    assert not (copy / "data").exists()  # only what the key covers: megatron/ and the top-level files
+    assert (copy / ".python-version").read_text() == "3.12\n"  # pyenv's choice of python3-config, as in the checkout
     assert not (copy / "megatron" / "core" / "__pycache__").exists()
     assert [p.name for p in copy.parent.iterdir() if p.name.endswith(".partial")] == []
 
@@ -84,7 +86,9 @@ def test_the_patch_goes_to_a_cached_copy_once(stand_in, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "edit", [Path("pretrain_gpt.py"), Path("megatron/core/datasets/Makefile")], ids=["entry point", "not python"]
+    "edit",
+    [Path("pretrain_gpt.py"), Path("megatron/core/datasets/Makefile"), Path(".python-version")],
+    ids=["entry point", "not python", "top-level file"],
 )
 def test_a_changed_checkout_gets_its_own_copy_and_the_old_one_goes(stand_in, edit):
     old = megatron_exchange.patched(stand_in)

@@ -91,7 +91,7 @@ def _blob(data: bytes) -> str:
 
 
 def patched(checkout: Path) -> Path:
-    """A copy of `checkout`'s `megatron/` and top-level `*.py` files with `PATCH` applied, made once per content of
+    """A copy of `checkout`'s `megatron/` and top-level files with `PATCH` applied, made once per content of
     those files and patch under `$MAYA_HOME/megatron-lm/patched/` (whole or not at all); making it removes the
     copies of the same checkout (by path) made for other contents. ValueError says why the patch does not apply."""
     files = _copied(checkout)
@@ -113,10 +113,11 @@ def patched(checkout: Path) -> Path:
 
 
 def _copied(checkout: Path) -> list[Path]:
-    """What a patched copy holds, each file in its key: the top-level `*.py` files (the entry points) and every file
-    under `megatron/` but Python's byte-code caches."""
+    """What a patched copy holds, each file in its key: every top-level file (the entry points, and what tools read
+    at the checkout's root: pyenv's `.python-version` picks the `python3-config` Megatron's dataset helpers are built
+    with) and every file under `megatron/` but Python's byte-code caches; no other folder (data, checkpoints)."""
     package = (p for p in (checkout / "megatron").rglob("*") if "__pycache__" not in p.relative_to(checkout).parts)
-    return sorted(checkout.glob("*.py")) + sorted(p for p in package if p.is_file())
+    return sorted(p for p in checkout.iterdir() if p.is_file()) + sorted(p for p in package if p.is_file())
 
 
 def _apply(into: Path) -> str | None:
