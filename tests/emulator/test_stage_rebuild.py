@@ -14,7 +14,7 @@ from paths import WORKLOADS
 from typer.testing import CliRunner
 
 from maya.cli import app
-from maya.core import hardware
+from maya.core import hardware, pipeline_stages
 from maya.simulator import pricing, simulate, summarize
 from maya.simulator.program import RebuiltProgram
 from maya.simulator.trace import INTERRUPTED, RankTrace, RebuiltTrace, keep_complete_iterations, load
@@ -70,6 +70,7 @@ def test_rebuilt_stages_predict_like_every_stage_captured(tmp_path):
         "microbatches": 6,
         "rebuilt": [3],
         "rebuilt_ranks": [3],
+        "rule": pipeline_stages.rule_digest(),
     }
     traces = load(tmp_path / "rebuilt")
     assert sorted(traces.ranks) == [0, 1, 2, 3, 4, 5]
@@ -104,6 +105,7 @@ def test_interleaved_stages_rebuilt_predict_like_every_stage_captured(tmp_path):
         "microbatches": 32,
         "rebuilt": [3, 4],
         "rebuilt_ranks": [3, 4],
+        "rule": pipeline_stages.rule_digest(),
     }
     traces = load(tmp_path / "rebuilt")
     assert {r: t.device.get("rebuilt_from") for r, t in traces.ranks.items()} == {3: 1, 4: 2} | {
