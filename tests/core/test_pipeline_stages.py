@@ -41,6 +41,18 @@ def _call(rows: list[dict], api: str, **columns) -> None:
     rows.append({"api": api, "start_ns": 1000 * len(rows), "duration_ns": 10, **columns})
 
 
+def _communicators(stage: int) -> pd.DataFrame:
+    """The pipeline's communicator and `stage`'s tensor-parallel one."""
+    rank = stage * STRIDE
+    return pd.DataFrame(
+        {
+            "comm_id": ["pipe", "tp"],
+            "comm_size": [STAGES, TP],
+            "ranks": [np.arange(0, STAGES * STRIDE, STRIDE), np.arange(rank, rank + TP)],
+        }
+    )
+
+
 def stage_calls(
     stage: int,
     microbatches: int,
@@ -58,14 +70,7 @@ def stage_calls(
     operation is a launch of its own, not in an NCCL group, and the exchange's waits follow its launches; with
     `gathered`, a receive followed by another launch of its exchange is all-gathered in the tensor-parallel group
     between them (Megatron-LM's 2022 exchange, waited on there by the interleaved schedule)."""
-    rank = stage * STRIDE
-    communicators = pd.DataFrame(
-        {
-            "comm_id": ["pipe", "tp"],
-            "comm_size": [STAGES, TP],
-            "ranks": [np.arange(0, STAGES * STRIDE, STRIDE), np.arange(rank, rank + TP)],
-        }
-    )
+    communicators = _communicators(stage)
     rows: list[dict] = []
     _call(rows, "cudaStreamCreate")
     pattern = pattern or schedule(STAGES, stage, microbatches, counted)
@@ -570,14 +575,7 @@ def megatron_2022_calls(stage: int, steps: int = 2) -> tuple:
     exchanges, where the steady state waits: before the next block), each block a memset and its kernel (a layer
     norm's, as the forwards of korthikanti2022's row 2 begin), an optimizer kernel after each step."""
     exchanges, blocks = megatron_interleaved(STAGES, stage, 2, 12, 6)
-    rank = stage * STRIDE
-    communicators = pd.DataFrame(
-        {
-            "comm_id": ["pipe", "tp"],
-            "comm_size": [STAGES, TP],
-            "ranks": [np.arange(0, STAGES * STRIDE, STRIDE), np.arange(rank, rank + TP)],
-        }
-    )
+    communicators = _communicators(stage)
     rows: list[dict] = []
     _call(rows, "cudaStreamCreate")
     for _ in range(steps):
