@@ -64,6 +64,40 @@ def test_deepspeed_launcher_and_engine(tmp_path, emulate_and_predict, clipping):
     assert collectives[0] == collectives[1] > 0  # equal steps: 12 all-reduces against 9 when rank 0 skipped one
 
 
+def test_deepspeed_zero2_holds_its_reduce_bucket_as_configured(tmp_path, emulate_and_predict):
+    """ZeRO-2's gradient bucket is `reduce_bucket_size` elements of the bf16 gradients, allocated in the backward
+    whatever the model's size (DeepSpeed's default 5e8: 1e9 bytes, most of TRL's ZeRO-2 peak): the trace holds a
+    device segment for it (1e9 bytes rounded up to 2 MiB), and the peak tensors took moves with the setting. It moves
+    by the bucket's bytes at most, and by less where the smaller bucket's run peaks where no bucket is allocated (by
+    4% less here)."""
+    pytest.importorskip("deepspeed")
+    peaks, segments = {}, {}
+    for elements in (500_000_000, 50_000_000):
+        config = tmp_path / f"ds-{elements}.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "train_micro_batch_size_per_gpu": 8,
+                    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "torch_adam": True}},
+                    "bf16": {"enabled": True},
+                    "zero_optimization": {"stage": 2, "reduce_bucket_size": elements},
+                }
+            )
+        )
+        out = tmp_path / f"run-{elements}"
+        argv = ["deepspeed", "--hostfile", str(tmp_path / "no-hostfile"), "--num_gpus", "2"]
+        _, prediction = emulate_and_predict(
+            out, [*argv, str(WORKLOADS / "deepspeed_engine.py"), "--deepspeed_config", str(config)], "--iterations", "2"
+        )
+        peaks[elements] = prediction["peak_allocated_bytes"]
+        segments[elements] = {
+            e["bytes"] for e in Run(out).table("memory_events").to_pylist() if e["kind"] == "alloc" and e["rank"] == 0
+        }
+    assert 1_000_341_504 in segments[500_000_000] and max(segments[50_000_000]) < 10**9, segments
+    bucket_bytes = 2 * (500_000_000 - 50_000_000)
+    assert 0.9 * bucket_bytes <= peaks[500_000_000] - peaks[50_000_000] <= bucket_bytes, peaks
+
+
 def test_a_script_that_spawns_its_workers(tmp_path, emulate_and_predict):
     """`python spawn_ddp.py` calling `mp.spawn(train, nprocs=torch.cuda.device_count())` under `--nproc-per-node 2`:
     each rank runs the worker of its local rank, on its own GPU, and their DDP is recorded."""
