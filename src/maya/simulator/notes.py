@@ -219,6 +219,26 @@ def subset_notes(traces: TraceSet) -> list[str]:
     ]
 
 
+def child_process_notes(traces: TraceSet) -> list[str]:
+    """A note on processes a captured rank started that made device calls (run attrs `child_processes`, from the
+    emulator's `child_processes.py`): the stubs counted them, the trace lacks them, so that work is not priced."""
+    found = {
+        int(rank): [c for c in children if c.get("device_calls")]
+        for rank, children in (traces.attrs.get("child_processes") or {}).items()
+    }
+    found = {rank: children for rank, children in sorted(found.items()) if children}
+    if not found:
+        return []
+    calls = sum(c["device_calls"] for children in found.values() for c in children)
+    first = next(iter(found.values()))[0]
+    what = "a fork of the rank" if first.get("forked") else f"`{first['command'][:60]}`"
+    return [
+        f"not priced: {sum(map(len, found.values()))} process(es) started by rank(s) {_ranges(list(found))} made "
+        f"{calls:,} device call(s) the capture does not hold (the first: {first['first_device_api']} in pid "
+        f"{first['pid']}, {what}); Maya captures each rank's own process, so the prediction lacks that work"
+    ]
+
+
 def dedup_notes(traces: TraceSet) -> list[str]:
     """Notes on deduplication's classes of equivalent ranks that were not verified, or on why every rank was captured
     (run attrs `dedup`, from the emulator's `dedup.py`)."""

@@ -1,4 +1,4 @@
-/* Life cycle: configuration at load, flush at exit, no trace in forked children, and a zygote's child
+/* Life cycle: configuration at load, flush at exit, forked children counted (not traced), and a zygote's child
  * restarting as a fresh rank. */
 #define _GNU_SOURCE
 #include "core.h"
@@ -11,12 +11,16 @@ static void at_exit(void) {
   maya_flush_all();
 }
 
-static void in_forked_child(void) { forked_child = 1; }
+static void in_forked_child(void) {
+  forked_child = 1;
+  my_buf = NULL; /* the forking thread's buffer is the rank's: the child's calls are counted instead */
+  maya_child_forked();
+}
 
 __attribute__((constructor)) static void init(void) {
   /* a process the rank started (an Inductor compile worker, a tool) inherits the preloaded stubs and the
-   * configuration, but the capture directory is the rank's: it records nothing (the runner names the
-   * rank's pid) */
+   * configuration, but the capture directory is the rank's: its calls are counted, not recorded (children.c;
+   * the runner names the rank's pid) */
   const char *rank_pid = getenv("MAYA_EMU_RANK_PID");
   if (rank_pid && *rank_pid && strtol(rank_pid, NULL, 10) != (long)getpid()) forked_child = 1;
   load_config();

@@ -53,6 +53,17 @@ typedef struct {
   int64_t op; /* innermost framework op open on the thread (libmaya_ops), -1 if none */
 } maya_rec;   /* 136 bytes */
 
+/* What a process the rank started (not the rank itself: a subprocess, a multiprocessing child, a DataLoader
+ * worker) asked of the stubs: its calls are counted here, not recorded. `children/<pid>.bin` of the rank's
+ * capture, a shared mapping updated in place, so a child that ends with _exit (as multiprocessing's do) keeps its
+ * counts (children.c). */
+typedef struct {
+  int64_t pid, rank_pid, calls, device_calls; /* device calls: work, copies, collectives, memory (kind_is_device) */
+  int32_t forked, first_domain;               /* forked: a fork of the rank (else a program it started) */
+  char first_api[128], first_device_api[128]; /* device: "" until one */
+  char command[1024];                         /* /proc/self/cmdline, arguments joined by spaces, cut */
+} maya_child_report;                          /* 1320 bytes */
+
 typedef struct {
   char name[256];
   int major, minor, sm_count;

@@ -1,0 +1,211 @@
+"""Processes an emulated rank starts: their device calls are counted by the stubs (never recorded into the rank's
+capture, which stays whole), reported per rank in the run's attrs, printed by `maya emulate` and noted by
+`maya predict`; processes that make no device calls (DataLoader workers, Inductor's compile workers) say nothing."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from paths import WORKLOADS
+from typer.testing import CliRunner
+
+from maya.cli import app
+from maya.core import settings
+from maya.emulator import child_processes
+from maya.emulator.build import build
+from maya.emulator.capture_format import CHILD_REPORT_DTYPE, D_RUNTIME, RECORD_DTYPE
+from maya.simulator.notes import child_process_notes
+from maya.simulator.predict import predict
+from maya.simulator.trace_builder import TraceBuilder
+from maya_trace_spec import Run
+
+runner = CliRunner()
+
+
+def _report(raw, pid, *, forked=0, calls=0, device_calls=0, first="", first_device="", command=""):
+    (raw / "children").mkdir(parents=True, exist_ok=True)
+    r = np.zeros(1, CHILD_REPORT_DTYPE)
+    r[0] = (pid, 1, calls, device_calls, forked, D_RUNTIME, first.encode(), first_device.encode(), command.encode())
+    r.tofile(raw / "children" / f"{pid}.bin")
+
+
+def test_reports_are_read_in_pid_order_and_only_device_calls_make_work(tmp_path):
+    _report(tmp_path, 20, calls=3, first="nvmlInit_v2", command="python -m maya.emulator.nvidia_smi -L")
+    _report(tmp_path, 7, forked=1, calls=5, device_calls=4, first="cudaStreamCreate", first_device="cudaMemsetAsync")
+    (tmp_path / "children" / "9.bin").write_bytes(b"")  # made, never filled: killed at its first call
+    children = child_processes.read(tmp_path)
+    assert [c["pid"] for c in children] == [7, 20]
+    assert children[1] == {
+        "pid": 20,
+        "forked": False,
+        "command": "python -m maya.emulator.nvidia_smi -L",
+        "calls": 3,
+        "device_calls": 0,
+        "first_api": "nvmlInit_v2",
+        "first_domain": "runtime",
+        "first_device_api": None,
+    }
+    (working,) = child_processes.working(children)
+    assert (
+        child_processes.describe(working) == "pid 7 (a fork of the rank): 4 device call(s), the first cudaMemsetAsync"
+    )
+    assert child_processes.read(tmp_path / "none") == []
+
+
+def test_predict_notes_children_with_device_calls_and_only_those():
+    quiet = {"pid": 3, "forked": False, "command": "nvidia-smi -L", "device_calls": 0, "first_device_api": None}
+    assert child_process_notes(SimpleNamespace(attrs={})) == []
+    assert child_process_notes(SimpleNamespace(attrs={"child_processes": {"0": [quiet]}})) == []
+    working = {**quiet, "pid": 4, "command": "python -c work", "device_calls": 12, "first_device_api": "cudaMalloc"}
+    forked = {**working, "pid": 5, "forked": True, "device_calls": 3}
+    (note,) = child_process_notes(SimpleNamespace(attrs={"child_processes": {"2": [forked], "0": [quiet, working]}}))
+    assert note.startswith("not priced: 2 process(es) started by rank(s) 0, 2 made 15 device call(s)")
+    assert "(the first: cudaMalloc in pid 4, `python -c work`)" in note
+
+
+def _one_rank(run_dir, attrs=None):
+    b = TraceBuilder(world_size=1)
+    k = b.rank(0)
+    for it in range(3):
+        k.iteration = it
+        k.kernel(1_000_000)
+    return b.write(run_dir, attrs=attrs)
+
+
+def test_a_prediction_of_a_run_whose_rank_started_working_children_says_so(tmp_path):
+    child = {"pid": 4, "forked": False, "command": "python -c work", "device_calls": 7, "first_device_api": "x"}
+    run = _one_rank(tmp_path / "run", {"child_processes": {"0": [child]}})
+    notes = predict(run, durations="measured").notes
+    assert any(n.startswith("not priced: 1 process(es) started by rank(s) 0 made 7 device call(s)") for n in notes)
+    assert not any(
+        n.startswith("not priced") for n in predict(_one_rank(tmp_path / "plain"), durations="measured").notes
+    )
+
+
+NATIVE_RANK = textwrap.dedent(
+    """
+    import ctypes, os, subprocess, sys
+    rt = ctypes.CDLL(sys.argv[1])
+    core = ctypes.CDLL(sys.argv[2])
+    p = ctypes.c_void_p()
+
+    def memsets(n):
+        for _ in range(n):
+            assert rt.cudaMemsetAsync(p, 0, 4096, None) == 0
+
+    assert rt.cudaMalloc(ctypes.byref(p), 1 << 20) == 0
+    memsets(3)
+    pid = os.fork()
+    if pid == 0:  # the rank's buffers, with records not yet written, are the child's too
+        memsets(5)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    env = {**os.environ, "MAYA_EMU_RANK_PID": str(os.getpid())}
+    started = subprocess.run([sys.executable, "-c", sys.argv[3]], env=env, capture_output=True, text=True)
+    memsets(2)
+    core.maya_emu_finish()
+    print(pid, started.stderr, sep="\\n")
+    """
+)
+
+
+@pytest.mark.slow
+def test_children_are_counted_apart_and_the_ranks_capture_stays_whole(tmp_path):
+    """A fork of the rank and a program it starts call the runtime stub: each gets its report (forked or its command
+    line, its first call, device calls counted, one line on its stderr), and the rank's records are its own 3 + 2
+    memsets and its allocation, in order, none of the child's (the fork shared its unwritten buffer)."""
+    lib = build(settings.emulator_cache())
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "config").write_text(f"out_dir={raw}\ndevices=1\n")
+    runtime = next(lib.glob("libcudart.so.*"))
+    started = (
+        f"import ctypes; rt = ctypes.CDLL({str(runtime)!r}); p = ctypes.c_void_p(); rt.cudaMalloc(ctypes.byref(p), 64)"
+    )
+    env = {**os.environ, "MAYA_EMU_CONFIG": str(raw / "config"), "LD_PRELOAD": str(lib / "libmaya_emu.so")}
+    env.pop(settings.EMU_RANK_PID.name, None)
+    out = subprocess.run(
+        [sys.executable, "-c", NATIVE_RANK, str(runtime), str(lib / "libmaya_emu.so"), started],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    forked_pid = int(out.splitlines()[0])
+    records = np.concatenate([np.fromfile(p, RECORD_DTYPE) for p in raw.glob("calls-*.bin")])
+    assert len(records) == 1 + 3 + 2 and (np.diff(np.sort(records["seq"])) == 1).all()
+    children = {c["pid"]: c for c in child_processes.read(raw)}
+    forked = children.pop(forked_pid)
+    assert (forked["forked"], forked["calls"], forked["device_calls"], forked["first_device_api"]) == (
+        True,
+        5,
+        5,
+        "cudaMemsetAsync",
+    )
+    (program,) = children.values()
+    assert not program["forked"] and program["command"].endswith(started)
+    assert (program["calls"], program["device_calls"], program["first_api"], program["first_device_api"]) == (
+        1,
+        1,
+        "a device allocation",
+        "a device allocation",
+    )
+    assert "calls a device allocation: it is not the emulated rank" in out
+
+
+GEMM = "import torch; a = torch.ones(128, 128, device='cuda'); (a @ a).sum().item()"
+"""What child_processes.py's subprocess runs."""
+
+
+def _emulate(tmp_path, script):
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["emulate", "--out", str(out), "--", "python", str(WORKLOADS / script)])
+    return r, out
+
+
+@pytest.mark.e2e
+def test_every_kind_of_child_is_reported_and_none_is_in_the_ranks_trace(tmp_path):
+    """A fork before CUDA, a spawn child and a subprocess each run a 128 x 128 GEMM: three children with device
+    calls, named by `maya emulate` and noted by `maya predict`, none of their GEMMs in the rank's trace. A fork after
+    CUDA is refused by torch, as on a GPU, and calls nothing; nvidia-smi's NVML queries are listed, with no device
+    call; the DataLoader's workers call nothing and are not listed."""
+    r, out = _emulate(tmp_path, "child_processes.py")
+    assert r.exit_code == 0, r.output
+    log = (out / "logs" / "rank0.txt").read_text()
+    for line in ("fork child: gemm (exit 0)", "spawn child: gemm (exit 0)", "subprocess exit 0", "done"):
+        assert line in log
+    assert "fork child: Cannot re-initialize CUDA in forked subprocess (exit 0)" in log
+    run = Run(out)
+    assert run.info["status"] == "complete"
+    children = json.loads(run.info["attrs"])["child_processes"]["0"]
+    working = [c for c in children if c["device_calls"]]
+    assert [c["forked"] for c in working] == [True, False, False]
+    assert "multiprocessing" in working[1]["command"] and working[2]["command"].endswith(GEMM)
+    assert all(c["first_device_api"] == "a device allocation" for c in working)
+    (smi,) = [c for c in children if not c["device_calls"]]
+    assert smi["command"].endswith("maya.emulator.nvidia_smi -L") and smi["first_domain"] == "nvml"
+    assert "(without the device work of processes the ranks started)" in " ".join(r.output.split())
+    assert "note: rank 0 started 3 process(es) whose device calls were counted, not captured" in r.output
+    calls = run.table("api_calls")
+    assert 128 not in calls.column("gemm_m").to_pylist()  # the children's GEMMs
+    assert 64 in calls.column("gemm_m").to_pylist()  # the rank's own
+    predicted = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
+    assert predicted.exit_code == 0, predicted.output
+    notes = json.loads(predicted.stdout)["notes"]
+    assert any(n.startswith("not priced: 3 process(es) started by rank(s) 0 made") for n in notes), notes
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("script", ["dataloader_workers.py", "compiled_mlp.py"])
+def test_children_that_make_no_device_calls_say_nothing(tmp_path, monkeypatch, script):
+    """A DataLoader's forked workers and Inductor's compile workers (two, so that it starts them) call no stub."""
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "2")
+    r, out = _emulate(tmp_path, script)
+    assert r.exit_code == 0, r.output
+    assert "child_processes" not in json.loads(Run(out).info["attrs"])
+    assert "whose device calls were counted" not in r.output
