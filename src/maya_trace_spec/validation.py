@@ -93,19 +93,29 @@ def validate_run(path: str | Path) -> list[Problem]:
 
 def incomplete(path: str | Path) -> str | None:
     """Why a run does not hold a whole capture, whatever its schema: a stop signal interrupted it, its producer
-    is still running or was killed (status `running`), or it holds no call; None when none of these."""
+    is still running or was killed (status `running`), processes its ranks started made device calls it does not
+    hold (the emulator's attrs `child_processes`), or it holds no call; None when none of these."""
     run = Run(path)
     status = run.info["status"]
     calls = sum(pq.ParquetFile(f).metadata.num_rows for _, f in table_files(run.path, "api_calls"))
     held = f"{calls:,} calls of {len(run.ranks)} rank(s)" if calls else "no call"
+    try:
+        attrs = json.loads(run.info["attrs"] or "{}")
+    except (json.JSONDecodeError, TypeError):
+        attrs = {}
+    attrs = attrs if isinstance(attrs, dict) else {}
     if status == "interrupted":
-        try:
-            by = json.loads(run.info["attrs"] or "{}").get("interrupted_by")
-        except (json.JSONDecodeError, AttributeError):
-            by = None
+        by = attrs.get("interrupted_by")
         return f"interrupted{f' by {by}' if by else ''}: it holds what was captured until then ({held})"
     if status == "running":
         return f"its capture never finished (status running: the producer is still running or was killed); {held}"
+    children = attrs.get("child_processes")
+    working = [c.get("device_calls") or 0 for cs in children.values() for c in cs] if isinstance(children, dict) else []
+    if any(working):
+        return (
+            f"{sum(map(bool, working))} process(es) its ranks started made {sum(working):,} device call(s) it does "
+            f"not hold (attrs child_processes): that work is not priced; it holds {held}"
+        )
     if not calls:
         return f"it is empty (status {status}): no call was captured"
     return None

@@ -83,7 +83,7 @@ def test_child_report_layout_matches_maya_child_report():
     assert native.names == fmt.CHILD_REPORT_DTYPE.names
     for name in native.names:
         assert native.fields[name] == fmt.CHILD_REPORT_DTYPE.fields[name], name
-    size = int(re.search(r"maya_child_report; /\* (\d+) bytes", HEADER)[1])
+    size = int(re.search(r"maya_child_report;\s*/\* (\d+) bytes", HEADER)[1])
     assert native.itemsize == fmt.CHILD_REPORT_DTYPE.itemsize == size
 
 

@@ -171,7 +171,8 @@ def _emulate(tmp_path, script):
 @pytest.mark.e2e
 def test_every_kind_of_child_is_reported_and_none_is_in_the_ranks_trace(tmp_path):
     """A fork before CUDA, a spawn child and a subprocess each run a 128 x 128 GEMM: three children with device
-    calls, named by `maya emulate` and noted by `maya predict`, none of their GEMMs in the rank's trace. A fork after
+    calls, named by `maya emulate`, noted by `maya predict` and `maya trace check` (not a whole capture), none of
+    their GEMMs in the rank's trace. A fork after
     CUDA is refused by torch, as on a GPU, and calls nothing; nvidia-smi's NVML queries are listed, with no device
     call; the DataLoader's workers call nothing and are not listed."""
     r, out = _emulate(tmp_path, "child_processes.py")
@@ -198,6 +199,8 @@ def test_every_kind_of_child_is_reported_and_none_is_in_the_ranks_trace(tmp_path
     assert predicted.exit_code == 0, predicted.output
     notes = json.loads(predicted.stdout)["notes"]
     assert any(n.startswith("not priced: 3 process(es) started by rank(s) 0 made") for n in notes), notes
+    checked = runner.invoke(app, ["trace", "check", str(out)])
+    assert checked.exit_code == 1 and "3 process(es) its ranks started made" in " ".join(checked.output.split())
 
 
 @pytest.mark.e2e

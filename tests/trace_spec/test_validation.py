@@ -79,7 +79,7 @@ def test_spec_md_is_current():
     )
 
 
-def test_incomplete_names_an_interrupted_unfinished_or_empty_run(run_dir):
+def test_incomplete_names_an_interrupted_unfinished_empty_or_child_working_run(run_dir):
     """A run can be valid and yet not a whole capture: `incomplete` says which and why, and nothing for a
     complete one."""
     assert incomplete(run_dir) is None
@@ -93,7 +93,17 @@ def test_incomplete_names_an_interrupted_unfinished_or_empty_run(run_dir):
     )
     RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["running"], "attrs": [None]})
     assert "never finished (status running" in incomplete(run_dir)
-    RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["complete"]})
+    children = [{"pid": 9, "device_calls": 0}, {"pid": 10, "device_calls": 7}]  # nvidia-smi's queries; a GEMM
+    attrs = {"child_processes": {"0": children}}
+    RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["complete"], "attrs": [json.dumps(attrs)]})
+    assert incomplete(run_dir) == (
+        "1 process(es) its ranks started made 7 device call(s) it does not hold (attrs child_processes): that work is "
+        "not priced; it holds 1,000 calls of 2 rank(s)"
+    )
+    attrs["child_processes"]["0"].pop()
+    RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["complete"], "attrs": [json.dumps(attrs)]})
+    assert incomplete(run_dir) is None
+    RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["complete"], "attrs": [None]})
     for _, f in table_files(run_dir, "api_calls"):
         f.unlink()
     assert validate_run(run_dir) == []
