@@ -109,16 +109,25 @@ def incomplete(path: str | Path) -> str | None:
         return f"interrupted{f' by {by}' if by else ''}: it holds what was captured until then ({held})"
     if status == "running":
         return f"its capture never finished (status running: the producer is still running or was killed); {held}"
-    children = attrs.get("child_processes")
-    working = [c.get("device_calls") or 0 for cs in children.values() for c in cs] if isinstance(children, dict) else []
-    if any(working):
+    working = _children_device_calls(attrs.get("child_processes"))
+    if working:
         return (
-            f"{sum(map(bool, working))} process(es) its ranks started made {sum(working):,} device call(s) it does "
-            f"not hold (attrs child_processes): that work is not priced; it holds {held}"
+            f"{len(working)} process(es) its ranks started made {sum(working):,} device call(s) it does not hold "
+            f"(attrs child_processes): that work is not priced; it holds {held}"
         )
     if not calls:
         return f"it is empty (status {status}): no call was captured"
     return None
+
+
+def _children_device_calls(children: object) -> list[int]:
+    """The device calls of each process a rank started that made some (the emulator's attrs `child_processes`: rank ->
+    list of reports), whatever else the attrs hold."""
+    ranks = children.values() if isinstance(children, dict) else []
+    calls = [
+        c.get("device_calls") for reports in ranks if isinstance(reports, list) for c in reports if isinstance(c, dict)
+    ]
+    return [n for n in calls if isinstance(n, int) and n > 0]
 
 
 def _reference_problems(run: Run) -> list[Problem]:

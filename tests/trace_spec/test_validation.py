@@ -100,7 +100,10 @@ def test_incomplete_names_an_interrupted_unfinished_empty_or_child_working_run(r
         "1 process(es) its ranks started made 7 device call(s) it does not hold (attrs child_processes): that work is "
         "not priced; it holds 1,000 calls of 2 rank(s)"
     )
-    attrs["child_processes"]["0"].pop()
+    attrs["child_processes"] = {"0": [{"device_calls": 0}, "?", {"device_calls": "7"}], "1": 3}  # nothing to count
+    RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["complete"], "attrs": [json.dumps(attrs)]})
+    assert incomplete(run_dir) is None
+    attrs["child_processes"] = {"0": children[:1]}
     RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["complete"], "attrs": [json.dumps(attrs)]})
     assert incomplete(run_dir) is None
     RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["complete"], "attrs": [None]})
