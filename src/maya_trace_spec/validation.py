@@ -10,6 +10,7 @@ from pathlib import Path
 import pandera.pandas as pa
 import pyarrow.parquet as pq
 
+from .children import working
 from .columns import TABLES
 from .errors import TraceError
 from .layout import table_files
@@ -93,41 +94,41 @@ def validate_run(path: str | Path) -> list[Problem]:
 
 def incomplete(path: str | Path) -> str | None:
     """Why a run does not hold a whole capture, whatever its schema: a stop signal interrupted it, its producer
-    is still running or was killed (status `running`), processes its ranks started made device calls it does not
-    hold (the emulator's attrs `child_processes`), or it holds no call; None when none of these."""
+    is still running or was killed (status `running`), or it holds no call; None when none of these."""
     run = Run(path)
     status = run.info["status"]
     calls = sum(pq.ParquetFile(f).metadata.num_rows for _, f in table_files(run.path, "api_calls"))
     held = f"{calls:,} calls of {len(run.ranks)} rank(s)" if calls else "no call"
-    try:
-        attrs = json.loads(run.info["attrs"] or "{}")
-    except (json.JSONDecodeError, TypeError):
-        attrs = {}
-    attrs = attrs if isinstance(attrs, dict) else {}
     if status == "interrupted":
-        by = attrs.get("interrupted_by")
+        by = _attrs(run).get("interrupted_by")
         return f"interrupted{f' by {by}' if by else ''}: it holds what was captured until then ({held})"
     if status == "running":
         return f"its capture never finished (status running: the producer is still running or was killed); {held}"
-    working = _children_device_calls(attrs.get("child_processes"))
-    if working:
-        return (
-            f"{len(working)} process(es) its ranks started made {sum(working):,} device call(s) it does not hold "
-            f"(attrs child_processes): that work is not priced; it holds {held}"
-        )
     if not calls:
         return f"it is empty (status {status}): no call was captured"
     return None
 
 
-def _children_device_calls(children: object) -> list[int]:
-    """The device calls of each process a rank started that made some (the emulator's attrs `child_processes`: rank ->
-    list of reports), whatever else the attrs hold."""
-    ranks = children.values() if isinstance(children, dict) else []
-    calls = [
-        c.get("device_calls") for reports in ranks if isinstance(reports, list) for c in reports if isinstance(c, dict)
-    ]
-    return [n for n in calls if isinstance(n, int) and n > 0]
+def unheld_work(path: str | Path) -> str | None:
+    """Work the run's program did that the run does not hold, though its capture is whole: processes its ranks
+    started made device calls (attrs `child_processes`: an Inductor autotuning subprocess, an evaluation process);
+    None when none did."""
+    found = [c["device_calls"] for reports in working(_attrs(Run(path))).values() for c in reports]
+    if not found:
+        return None
+    return (
+        f"{len(found)} process(es) its ranks started made {sum(found):,} device call(s) it does not hold "
+        "(attrs child_processes): that work is not priced"
+    )
+
+
+def _attrs(run: Run) -> dict:
+    """The run's attrs, {} when they are not a JSON object."""
+    try:
+        attrs = json.loads(run.info["attrs"] or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
 
 
 def _reference_problems(run: Run) -> list[Problem]:

@@ -3,8 +3,8 @@
 The capture is the rank's own process. A process it starts (a `subprocess`, a `multiprocessing` child of any start
 method, a DataLoader worker, a compile worker, a tool) inherits the preloaded stubs; its calls are counted by the
 stubs in `children/<pid>.bin` (native/children.c), not recorded, so the trace and the prediction lack them. A
-child's device calls (kernels, GEMMs, copies, memsets, collectives, attention, allocations) are work the run does
-that `maya predict` does not price: `maya emulate` names each such child and `maya predict` notes it. A child with
+child's device calls (kernels, GEMMs, copies, memsets, collectives, attention, device allocations; not pinned host
+memory, frees or failed allocations) are work the run does that `maya predict` does not price: `maya emulate` names each such child and `maya predict` notes it. A child with
 no device calls (`nvidia-smi`'s NVML queries) is listed in the run's attrs only.
 """
 
@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from maya_trace_spec.children import origin
+
 from .capture_format import CHILD_REPORT_DTYPE, DOMAINS
 
 CHILDREN = "children"
@@ -21,16 +23,19 @@ CHILDREN = "children"
 
 
 def read(raw: Path) -> list[dict]:
-    """The reports of the processes the rank whose capture is `raw` started and that called the stubs, by pid."""
+    """The reports of the processes the rank whose capture is `raw` started and that called the stubs, by pid (a
+    reused pid's in the order made)."""
     reports = []
-    for path in sorted((raw / CHILDREN).glob("*.bin"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1):
+    for path in sorted((raw / CHILDREN).glob("*.bin"), key=_made):
         data = np.fromfile(path, dtype=CHILD_REPORT_DTYPE, count=1)
-        if not len(data):  # made, not yet filled: the child was killed at its first call
+        if not len(data) or not data[0]["pid"]:  # made, not yet filled: the child was killed at its first call
             continue
         r = data[0]
         reports.append(
             {
                 "pid": int(r["pid"]),
+                "rank_pid": int(r["rank_pid"]),
+                "parent_pid": int(r["parent_pid"]),
                 "forked": bool(r["forked"]),
                 "command": r["command"].decode(errors="replace"),
                 "calls": int(r["calls"]),
@@ -50,12 +55,13 @@ def working(children: list[dict]) -> list[dict]:
 
 def describe(child: dict) -> str:
     """One child in words: its pid, what it was and its first device call."""
-    what = "a fork of the rank" if child["forked"] else f"`{_cut(child['command'])}`"
     return (
-        f"pid {child['pid']} ({what}): {child['device_calls']:,} device call(s), "
+        f"pid {child['pid']} ({origin(child)}): {child['device_calls']:,} device call(s), "
         f"the first {child['first_device_api'] or child['first_api']}"
     )
 
 
-def _cut(command: str, width: int = 80) -> str:
-    return command if len(command) <= width else command[: width - 3] + "..."
+def _made(path: Path) -> tuple[int, ...]:
+    """`<pid>.bin` or `<pid>-<n>.bin` (a reused pid's n-th report) as (pid, n); names of neither form first."""
+    parts = path.stem.split("-")
+    return tuple(map(int, parts)) if all(p.isdigit() for p in parts) else (-1,)

@@ -59,6 +59,7 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
 
 /* children.c: a process the rank started counts its calls (a buffer to fill, dropped); the rank's fork marks it */
 thread_buf *maya_child_call(int api, int domain, int kind);
+void maya_child_memory(int what, int space); /* memory.c's event (a3: 0 alloc, 1 free, 2 oom; a4: 1 host) */
 void maya_child_forked(void);
 
 /* memory.c */
