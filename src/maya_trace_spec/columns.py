@@ -89,7 +89,15 @@ RUN = Table(
         _c("framework", s, "Framework and version, e.g. `torch 2.15.0+cu132`."),
         _c("cuda_version", s, "CUDA runtime version seen by the program."),
         _c("producer_version", s, "Version of the tool that wrote the trace."),
-        _c("attrs", s, "Free-form JSON object with producer-specific metadata."),
+        _c(
+            "attrs",
+            s,
+            "Free-form JSON object with producer-specific metadata. Keys readers act on: `interrupted_by` and "
+            "`interrupted_ranks` (see `status`); `child_processes`: rank (a string) -> a list of reports of the "
+            "processes the rank started that called the producer's stubs (`pid`, `rank_pid`, `parent_pid`, "
+            "`forked`, `command`, `calls`, `device_calls`, `first_api`, `first_domain`, `first_device_api`); a "
+            "process with `device_calls` above 0 did device work the tables do not hold (`maya trace check` warns).",
+        ),
     ),
     per_rank=False,
 )

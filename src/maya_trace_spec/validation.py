@@ -10,6 +10,7 @@ from pathlib import Path
 import pandera.pandas as pa
 import pyarrow.parquet as pq
 
+from .children import working
 from .columns import TABLES
 from .errors import TraceError
 from .layout import table_files
@@ -99,16 +100,35 @@ def incomplete(path: str | Path) -> str | None:
     calls = sum(pq.ParquetFile(f).metadata.num_rows for _, f in table_files(run.path, "api_calls"))
     held = f"{calls:,} calls of {len(run.ranks)} rank(s)" if calls else "no call"
     if status == "interrupted":
-        try:
-            by = json.loads(run.info["attrs"] or "{}").get("interrupted_by")
-        except (json.JSONDecodeError, AttributeError):
-            by = None
+        by = _attrs(run).get("interrupted_by")
         return f"interrupted{f' by {by}' if by else ''}: it holds what was captured until then ({held})"
     if status == "running":
         return f"its capture never finished (status running: the producer is still running or was killed); {held}"
     if not calls:
         return f"it is empty (status {status}): no call was captured"
     return None
+
+
+def unheld_work(path: str | Path) -> str | None:
+    """Work the run's program did that the run does not hold, though its capture is whole: processes its ranks
+    started made device calls (attrs `child_processes`: an Inductor autotuning subprocess, an evaluation process);
+    None when none did."""
+    found = [c["device_calls"] for reports in working(_attrs(Run(path))).values() for c in reports]
+    if not found:
+        return None
+    return (
+        f"{len(found)} process(es) its ranks started made {sum(found):,} device call(s) it does not hold "
+        "(attrs child_processes): that work is not priced"
+    )
+
+
+def _attrs(run: Run) -> dict:
+    """The run's attrs, {} when they are not a JSON object."""
+    try:
+        attrs = json.loads(run.info["attrs"] or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
 
 
 def _reference_problems(run: Run) -> list[Problem]:

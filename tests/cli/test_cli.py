@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from maya import __version__
 from maya.cli import app
 from maya.core.warehouse import register_run
-from maya_trace_spec import read_table, table_files
+from maya_trace_spec import Run, RunWriter, read_table, table_files
 
 runner = CliRunner()
 
@@ -95,7 +95,12 @@ def test_sql_bad_query_is_a_clear_error(run_dir):
 
 def test_trace_check(run_dir):
     r = maya("trace", "check", run_dir)
+    assert r.exit_code == 0 and "valid" in r.stdout and "warning" not in r.stderr
+    attrs = {"child_processes": {"0": [{"pid": 10, "device_calls": 7}]}}  # a process rank 0 started: a GEMM
+    RunWriter(run_dir).write("run", {**{k: [v] for k, v in Run(run_dir).info.items()}, "attrs": [json.dumps(attrs)]})
+    r = maya("trace", "check", run_dir)
     assert r.exit_code == 0 and "valid" in r.stdout
+    assert "warning:" in r.stderr and "made 7 device call(s) it does not hold" in " ".join(r.stderr.split())
     f = table_files(run_dir, "ops")[1][1]
     f.write_bytes(f.read_bytes()[:100])
     r = maya("trace", "check", run_dir)

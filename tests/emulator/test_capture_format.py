@@ -28,12 +28,16 @@ def enum_values(source: str, first: str) -> dict[str, int]:
 
 
 def struct_dtype(source: str, pattern: str) -> np.dtype:
-    """The numpy dtype of a C struct of fixed-width integers, laid out as the C compiler aligns it."""
+    """The numpy dtype of a C struct of fixed-width integers and char arrays (bytes), laid out as the C compiler
+    aligns it."""
     body = re.sub(r"/\*.*?\*/", "", re.search(pattern, source, re.S).group(1), flags=re.S)
     fields = []
-    for ctype, names in re.findall(r"(u?int\d+_t)\s+([^;]+);", body):
+    for ctype, names in re.findall(r"(u?int\d+_t|char)\s+([^;]+);", body):
         for name in (n.strip() for n in names.split(",")):
             array = re.fullmatch(r"(\w+)\[(\d+)\]", name)
+            if ctype == "char":
+                fields.append((array.group(1), f"S{array.group(2)}"))
+                continue
             base = C_TYPES[ctype]
             fields.append((array.group(1), base, (int(array.group(2)),)) if array else (name, base))
     return np.dtype(fields, align=True)
@@ -72,6 +76,15 @@ def test_call_record_layout_matches_maya_rec():
     for name in native.names:
         assert native.fields[name] == fmt.RECORD_DTYPE.fields[name], name
     assert native.itemsize == fmt.RECORD_DTYPE.itemsize == int(re.search(r"maya_rec;\s*/\* (\d+) bytes", HEADER)[1])
+
+
+def test_child_report_layout_matches_maya_child_report():
+    native = struct_dtype(HEADER, r"typedef struct \{([^{}]*?)\}\s*maya_child_report;")
+    assert native.names == fmt.CHILD_REPORT_DTYPE.names
+    for name in native.names:
+        assert native.fields[name] == fmt.CHILD_REPORT_DTYPE.fields[name], name
+    size = int(re.search(r"maya_child_report;\s*/\* (\d+) bytes", HEADER)[1])
+    assert native.itemsize == fmt.CHILD_REPORT_DTYPE.itemsize == size
 
 
 def test_op_record_layout_and_codes_match_the_observer():

@@ -11,7 +11,7 @@ from maya_trace_spec import TABLES, Run, RunWriter, arrow_schema, file_schema, t
 from maya_trace_spec.schema import TABLE_KEY, VERSION_KEY
 from maya_trace_spec.spec_doc import render
 from maya_trace_spec.synthetic import api_calls
-from maya_trace_spec.validation import dataframe_schema, incomplete, validate_run
+from maya_trace_spec.validation import dataframe_schema, incomplete, unheld_work, validate_run
 
 
 def test_synthetic_run_is_valid(run_dir):
@@ -98,6 +98,25 @@ def test_incomplete_names_an_interrupted_unfinished_or_empty_run(run_dir):
         f.unlink()
     assert validate_run(run_dir) == []
     assert incomplete(run_dir) == "it is empty (status complete): no call was captured"
+
+
+def test_unheld_work_names_children_with_device_calls_and_the_capture_stays_whole(run_dir):
+    """Device calls of processes the ranks started (attrs `child_processes`) are work the run lacks, not a defect
+    of its capture: `unheld_work` names them, `incomplete` does not; malformed reports count nothing."""
+    assert unheld_work(run_dir) is None
+    children = [{"pid": 9, "device_calls": 0}, {"pid": 10, "device_calls": 7}]  # nvidia-smi's queries; a GEMM
+    attrs = {"child_processes": {"0": children}}
+    RunWriter(run_dir).write("run", {**_info(run_dir), "status": ["complete"], "attrs": [json.dumps(attrs)]})
+    assert incomplete(run_dir) is None
+    assert unheld_work(run_dir) == (
+        "1 process(es) its ranks started made 7 device call(s) it does not hold (attrs child_processes): that work is "
+        "not priced"
+    )
+    for found in ({"0": [{"device_calls": 0}, "?", {"device_calls": "7"}], "1": 3}, [children], {"0": children[:1]}):
+        RunWriter(run_dir).write(
+            "run", {**_info(run_dir), "status": ["complete"], "attrs": [json.dumps({"child_processes": found})]}
+        )
+        assert unheld_work(run_dir) is None, found
 
 
 def _info(run_dir) -> dict:

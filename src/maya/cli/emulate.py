@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from maya.core.hardware import DEFAULT_HARDWARE
-from maya.emulator import unsupported
+from maya.emulator import child_processes, unsupported
 from maya.emulator.capture_cache import exception_message
 
 from .common import (
@@ -220,6 +220,9 @@ def _per_node(nnodes: int, nproc_per_node: int | None, world_size: int | None) -
 
 def _report(captured, hw) -> None:
     result = captured.result
+    working = {r.rank: child_processes.working(r.children) for r in result.ranks}
+    working = {rank: children for rank, children in working.items() if children}
+    uncaptured = " (without the device work of processes the ranks started)" if working else ""
     table = Table(
         "rank",
         "status",
@@ -228,7 +231,7 @@ def _report(captured, hw) -> None:
         "time",
         "unimplemented APIs",
         title_justify="left",
-        title=f"{result.run_dir.name}: {result.status}",
+        title=f"{result.run_dir.name}: {result.status}{uncaptured}",
     )
     for r in result.ranks:
         status = {
@@ -243,6 +246,12 @@ def _report(captured, hw) -> None:
     for r in result.ranks:
         if r.error:
             err.print(f"[red]rank {r.rank}:[/] {exception_message(r.error)}", highlight=False)
+    for rank, children in working.items():
+        err.print(
+            f"[yellow]note:[/] rank {rank} started {len(children)} process(es) whose device calls were counted, not "
+            f"captured (not in the trace, not priced): {'; '.join(map(child_processes.describe, children))}",
+            highlight=False,
+        )
     unimplemented = {api for r in result.ranks for api in r.unimplemented}
     for note in unsupported.notes(unimplemented, [r.error for r in result.ranks if r.error]):
         err.print(f"[red]note:[/] {note}", highlight=False)

@@ -25,7 +25,7 @@ def trace_check(path: Annotated[Path, typer.Argument(metavar="PATH", help="Run d
     against measurements is `maya validate`.)
     """
     from maya_trace_spec import inspect_file
-    from maya_trace_spec.validation import incomplete, validate_file, validate_run
+    from maya_trace_spec.validation import incomplete, unheld_work, validate_file, validate_run
 
     if path.is_file():
         try:
@@ -43,6 +43,9 @@ def trace_check(path: Annotated[Path, typer.Argument(metavar="PATH", help="Run d
     why = incomplete(path) if path.is_dir() else None
     if why:
         fail(f"{path} conforms to maya_trace_spec but is not a whole capture: {why}")
+    unheld = unheld_work(path) if path.is_dir() else None
+    if unheld:
+        err.print(f"[yellow]warning:[/] {path}: {unheld}", highlight=False)
     out.print(f"[green]✓[/] {path} is a valid maya_trace_spec trace")
 
 

@@ -165,7 +165,8 @@ EMU_LAUNCH = Switch(
 EMU_RANK_PID = Switch(
     "MAYA_EMU_RANK_PID",
     "",
-    "whose device memory `nvidia-smi` and NVML report to the rank's child processes (set by the rank itself)",
+    "the rank's pid (set by the rank itself): a process whose pid differs is one it started, whose device calls "
+    "the stubs count rather than record (`native/children.c`), and to which `nvidia-smi` and NVML report the rank's memory",
     rank=True,
 )
 EMU_DEVICE_TIME = Switch(

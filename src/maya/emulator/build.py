@@ -147,6 +147,7 @@ CORE_SOURCES = (
     "device_attrs.c",
     "device_time.c",
     "completion.c",
+    "children.c",
 )
 CORE = "libmaya_emu.so"
 OPS_SOURCES = ("ops_observer.cpp", "host_values.cpp")

@@ -49,6 +49,23 @@ OP_RECORD_DTYPE = np.dtype(
 )
 """One framework op entered or left: `OpRecord` of ops_observer.cpp (56 bytes), written to `ops-<tid>.bin`."""
 
+CHILD_REPORT_DTYPE = np.dtype(
+    [
+        ("pid", "<i8"),
+        ("rank_pid", "<i8"),
+        ("parent_pid", "<i8"),
+        ("calls", "<i8"),
+        ("device_calls", "<i8"),
+        ("forked", "<i4"),
+        ("first_domain", "<i4"),
+        ("first_api", "S128"),
+        ("first_device_api", "S128"),
+        ("command", "S1024"),
+    ]
+)
+"""What a process the rank started asked of the stubs, counted: `maya_child_report` of maya_emu.h (1328 bytes),
+written to `children/<pid>.bin` or `<pid>-<n>.bin` (child_processes.py reads it)."""
+
 # Record kinds (maya_emu.h `K_*`): what a call record's payload `a[8]` holds.
 K_PLAIN, K_LAUNCH, K_GEMM, K_COPY, K_MEMSET, K_COLL, K_EVENT, K_ALLOC, K_SYNC, K_ATTN = range(10)
 # Record flags (maya_emu.h `F_*`).

@@ -35,7 +35,7 @@ from maya.core.hardware import DEFAULT_HARDWARE, Hardware
 from maya.core.hardware import get as get_hardware
 from maya_trace_spec import RunWriter, read_table
 
-from . import dedup, forkserver
+from . import child_processes, dedup, forkserver
 from .build import build, built_release, preload_list
 from .convert import RankSummary, signature, write_rank
 from .dedup import stage_classes
@@ -69,6 +69,7 @@ class RankCapture:
     seconds: float
     cpu_seconds: float = 0.0  # of the rank's process
     info: dict = field(default_factory=dict)  # what the rank reported (status.json)
+    children: list[dict] = field(default_factory=list)  # processes it started that called the stubs (child_processes)
 
 
 @dataclass
@@ -539,6 +540,7 @@ class _Job:
             time.monotonic() - t0,
             summary.status.get("cpu_s", 0.0),
             summary.status,
+            child_processes.read(raw),
         )
 
     def start(self, rank: int) -> Future:
@@ -649,6 +651,11 @@ class _Job:
                     if r.info.get("host_values", {}).get("routing")
                 },
                 "allocator_peaks": {r.rank: r.info["allocator"] for r in results if r.info.get("allocator")},
+                **(
+                    {"child_processes": {r.rank: r.children for r in results if r.children}}
+                    if any(r.children for r in results)
+                    else {}
+                ),
                 **(
                     {"device_time_answers": {r.rank: r.info.get("device_time") for r in results}}
                     if self.device_time

@@ -220,7 +220,8 @@ def _interrupt_on_stop_signals() -> Callable[[], None]:
 
 
 RANK_PID_ENV = settings.EMU_RANK_PID.name
-"""The rank's pid, for the processes it starts: they inherit the preloaded stubs and record nothing."""
+"""The rank's pid, for the processes it starts: they inherit the preloaded stubs, which count their calls, not
+recorded (native/children.c)."""
 
 
 def main(argv: list[str]) -> int:

@@ -1,13 +1,13 @@
 """`torch.multiprocessing.spawn` in an emulated rank: the worker of the rank's local index runs in the rank.
 
 The DDP tutorial's pattern, `python train.py` calling `mp.spawn(train, args=(world,), nprocs=world)` with one worker
-per GPU of the node, starts its ranks itself. A spawned interpreter inherits the preloaded stubs but records nothing,
-so under `maya emulate --nproc-per-node N` each emulated rank is one of those workers: `spawn` and `start_processes`
-with `nprocs == N` call `fn(LOCAL_RANK, *args)` in the rank and return as a joined spawn does. Another worker count,
-a job of more than one node (the workers' own numbering is the node's), or `join=False` (a context whose processes
-the script watches), fails, naming the call and what to give instead. So does any spawn in a rank a launcher's
-command started (`maya emulate -- torchrun ...`, `$MAYA_EMU_LAUNCH`): the launcher started the job's ranks, so the
-workers are not ranks, and they would run unrecorded.
+per GPU of the node, starts its ranks itself. A spawned interpreter inherits the preloaded stubs but records nothing
+(its calls are only counted), so under `maya emulate --nproc-per-node N` each emulated rank is one of those workers:
+`spawn` and `start_processes` with `nprocs == N` call `fn(LOCAL_RANK, *args)` in the rank and return as a joined
+spawn does. Another worker count, a job of more than one node (the workers' own numbering is the node's), or
+`join=False` (a context whose processes the script watches), fails, naming the call and what to give instead. So
+does any spawn in a rank a launcher's command started (`maya emulate -- torchrun ...`, `$MAYA_EMU_LAUNCH`): the
+launcher started the job's ranks, so the workers are not ranks, and they would run unrecorded.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from maya.core.hardware import Hardware
+from maya_trace_spec import children
 from maya_trace_spec.vocabulary import EVAL_RANGE
 
 from .device_time import TIMING_API
@@ -216,6 +217,30 @@ def subset_notes(traces: TraceSet) -> list[str]:
         f"SPMD assumed: {sum(map(len, assumed.values()))} rank(s) were not captured (--ranks) and replay the "
         f"capture of a rank of their pipeline stage ({parts}), unverified: work only those ranks do differently "
         "(rank-specific logging, uneven shards) is not in the prediction"
+    ]
+
+
+def child_process_notes(traces: TraceSet) -> list[str]:
+    """A note on processes a captured rank started that made device calls (run attrs `child_processes`, from the
+    emulator's `child_processes.py`): the stubs counted them, the trace lacks them, so that work is not priced. Only
+    captured ranks' children are counted: under deduplication the ranks a capture stands for add none."""
+    found = children.working(traces.attrs)
+    if not found:
+        return []
+    calls = sum(c["device_calls"] for reports in found.values() for c in reports)
+    first = next(iter(found.values()))[0]
+    represented = sum(len(t.represents) for t in traces.ranks.values())
+    captured = (
+        f"; the count is the {len(traces.ranks)} captured ranks', not multiplied for the {represented} ranks they "
+        "stand for"
+        if represented > len(traces.ranks)
+        else ""
+    )
+    return [
+        f"not priced: {sum(map(len, found.values()))} process(es) started by rank(s) {_ranges(list(found))} made "
+        f"{calls:,} device call(s) the capture does not hold (the first: {first.get('first_device_api')} in pid "
+        f"{first.get('pid')}, {children.origin(first, 60)}); Maya captures each rank's own process, so the "
+        f"prediction lacks that work{captured}"
     ]
 
 

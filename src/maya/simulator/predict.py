@@ -14,6 +14,7 @@ from maya.core.hardware import Hardware
 from .device_time import timing_notes
 from .durations import DurationProvider
 from .notes import (
+    child_process_notes,
     dedup_notes,
     evaluation_notes,
     flex_mask_notes,
@@ -101,6 +102,7 @@ def summarize(
         notes.append(f"the trace's capture status is {traces.info['status']!r}: the program may be incomplete")
     notes += stand_in_notes(traces) + routing_notes(traces) + flex_mask_notes(traces) + subset_notes(traces)
     notes += dedup_notes(traces) + stage_rebuild_notes(traces)
+    notes += child_process_notes(traces)
     notes += te_kernel_notes(traces)
     notes += evaluation_notes(sim)
     notes += host_notes(sim, job["iteration_ns"], job["host_bound_ns"])

@@ -2,7 +2,8 @@
  * config.c (the virtual devices), record.c (per-thread record buffers, API ids, the op and device of
  * each thread), host_read.c (stand-ins for device values the host reads), memory.c (virtual device
  * memory), kernels.c (kernel registry), graphs.c (CUDA graphs and user objects), device_time.c (event timings
- * from the device-time oracle), lifecycle.c (start, exit, fork, restart in a zygote's child). */
+ * from the device-time oracle), lifecycle.c (start, exit, fork, restart in a zygote's child), children.c (the
+ * calls of processes the rank starts, counted). */
 #ifndef MAYA_CORE_H
 #define MAYA_CORE_H
 #include "maya_emu.h"
@@ -43,6 +44,7 @@ extern __thread thread_buf *my_buf;
 extern __thread int current_device;
 extern int forked_child; /* not the emulated process itself: records nothing */
 extern int n_apis;
+const char *maya_api_name(int api); /* the name maya_api_id gave `api` */
 /* What the thread did since its last host read (host_read.c): a hash of its calls' APIs and, for device
  * work, kernels, shapes and sizes (not addresses, times or allocations), and whether it did device work
  * (kernels, copies to the device, collectives) since then. */
@@ -54,6 +56,11 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h * 0xff51afd7ed558ccdull;
 }
+
+/* children.c: a process the rank started counts its calls (a buffer to fill, dropped); the rank's fork marks it */
+thread_buf *maya_child_call(int api, int domain, int kind);
+void maya_child_memory(int what, int space); /* memory.c's event (a3: 0 alloc, 1 free, 2 oom; a4: 1 host) */
+void maya_child_forked(void);
 
 /* memory.c */
 extern size_t n_allocs;

@@ -32,7 +32,8 @@ static cudaError_t ret(cudaError_t e) {
   return e;
 }
 
-static int valid_device(int d) { return d >= 0 && d < maya_ndev; }
+/* a device of the job (cudart12.c's checks too) */
+int maya_valid_device(int d) { return d >= 0 && d < maya_ndev; }
 
 /* ------------------------------------------------------------------ devices */
 
@@ -47,25 +48,25 @@ MAYA_EXPORT cudaError_t cudaGetDevice(int *device) {
 }
 
 MAYA_EXPORT cudaError_t cudaSetDevice(int device) {
-  if (!valid_device(device)) return ret(cudaErrorInvalidDevice);
+  if (!maya_valid_device(device)) return ret(cudaErrorInvalidDevice);
   maya_set_current_device(device);
   return cudaSuccess;
 }
 
 MAYA_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
-  if (!valid_device(device)) return ret(cudaErrorInvalidDevice);
+  if (!maya_valid_device(device)) return ret(cudaErrorInvalidDevice);
   maya_device_properties(prop, device);
   return cudaSuccess;
 }
 
 MAYA_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
-  if (!valid_device(device)) return ret(cudaErrorInvalidDevice);
+  if (!maya_valid_device(device)) return ret(cudaErrorInvalidDevice);
   maya_device_attribute(attr, device, value);
   return cudaSuccess;
 }
 
 MAYA_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
-  if (!valid_device(device)) return ret(cudaErrorInvalidDevice);
+  if (!maya_valid_device(device)) return ret(cudaErrorInvalidDevice);
   snprintf(pciBusId, (size_t)len, "00000000:%02X:00.0", device + 1);
   return cudaSuccess;
 }
@@ -77,13 +78,13 @@ MAYA_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greate
 }
 
 MAYA_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer) {
-  *can = valid_device(device) && valid_device(peer) && device != peer;
+  *can = maya_valid_device(device) && maya_valid_device(peer) && device != peer;
   return cudaSuccess;
 }
 
 MAYA_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
   (void)flags;
-  return valid_device(peer) ? cudaSuccess : ret(cudaErrorInvalidDevice);
+  return maya_valid_device(peer) ? cudaSuccess : ret(cudaErrorInvalidDevice);
 }
 
 MAYA_EXPORT cudaError_t cudaDeviceSynchronize(void) {
@@ -341,7 +342,7 @@ cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaError_t where, 
  * not checked against a machine's nodes: the target's are not known). */
 static cudaError_t prefetch_location(struct cudaMemLocation location) {
   switch (location.type) {
-  case cudaMemLocationTypeDevice: return valid_device(location.id) ? cudaSuccess : cudaErrorInvalidDevice;
+  case cudaMemLocationTypeDevice: return maya_valid_device(location.id) ? cudaSuccess : cudaErrorInvalidDevice;
   case cudaMemLocationTypeHost:
   case cudaMemLocationTypeHostNumaCurrent: return cudaSuccess;
   case cudaMemLocationTypeHostNuma: return location.id >= 0 ? cudaSuccess : cudaErrorInvalidValue;
@@ -519,7 +520,7 @@ static int64_t pool_attrs[16];
 static int default_pool;
 
 MAYA_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) {
-  if (!valid_device(device)) return ret(cudaErrorInvalidDevice);
+  if (!maya_valid_device(device)) return ret(cudaErrorInvalidDevice);
   *pool = (cudaMemPool_t)&default_pool;
   return cudaSuccess;
 }

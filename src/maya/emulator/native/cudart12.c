@@ -12,10 +12,11 @@
 
 cudaError_t maya_mem_prefetch(const void *ptr, size_t count, cudaError_t where, unsigned flags,
                               cudaStream_t stream); /* cudart.c */
+int maya_valid_device(int d);                       /* cudart.c */
 
 /* the destination is a virtual GPU or the host (cudaCpuDeviceId) */
 MAYA_EXPORT cudaError_t cudaMemPrefetchAsync(const void *ptr, size_t count, int device, cudaStream_t stream) {
-  int known = device == cudaCpuDeviceId || (device >= 0 && device < maya_ndev);
+  int known = device == cudaCpuDeviceId || maya_valid_device(device);
   return maya_mem_prefetch(ptr, count, known ? cudaSuccess : cudaErrorInvalidDevice, 0, stream);
 }
 

@@ -53,6 +53,18 @@ typedef struct {
   int64_t op; /* innermost framework op open on the thread (libmaya_ops), -1 if none */
 } maya_rec;   /* 136 bytes */
 
+/* What a process the rank started (not the rank itself: a subprocess, a multiprocessing child, a DataLoader
+ * worker) asked of the stubs: its calls are counted here, not recorded. `children/<pid>.bin` of the rank's
+ * capture, a shared mapping updated in place, so a child that ends with _exit (as multiprocessing's do) keeps its
+ * counts (children.c). */
+typedef struct {
+  int64_t pid, rank_pid, parent_pid;          /* parent: the process that forked or started it */
+  int64_t calls, device_calls;                /* device calls: work, copies, collectives, device allocations */
+  int32_t forked, first_domain;               /* forked: a fork (of parent_pid), else a program started */
+  char first_api[128], first_device_api[128]; /* device: "" until one */
+  char command[1024]; /* /proc/self/cmdline, arguments and whitespace runs joined by one space, cut */
+} maya_child_report;  /* 1328 bytes */
+
 typedef struct {
   char name[256];
   int major, minor, sm_count;
@@ -107,7 +119,7 @@ size_t maya_dev_used(int device);
 /* What the rank has allocated on the device, also in the processes it starts (nvidia-smi): the rank
  * publishes it in <out>/device_memory. */
 size_t maya_dev_used_by_rank(int device);
-long maya_rank_pid(void);
+long maya_rank_pid(void); /* the emulated rank's pid, also in the processes it starts */
 void *maya_host_alloc(size_t bytes);
 int maya_host_free(void *ptr);
 int maya_is_host_alloc(const void *ptr);

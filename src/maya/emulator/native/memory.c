@@ -42,11 +42,6 @@ size_t maya_dev_used_by_rank(int device) {
   return forked_child ? (published ? (size_t)atomic_load(&published[device]) : 0) : used[device];
 }
 
-long maya_rank_pid(void) {
-  const char *pid = getenv("MAYA_EMU_RANK_PID");
-  return pid && *pid ? strtol(pid, NULL, 10) : (long)getpid();
-}
-
 static size_t lower_bound(uintptr_t p) { /* first index with base > p */
   size_t lo = 0, hi = n_allocs;
   while (lo < hi) {
@@ -88,7 +83,11 @@ static int take_alloc(uintptr_t base, alloc *out) {
 }
 
 static void record_mem(int kind, int device, uintptr_t addr, size_t bytes, int64_t stream, int space) {
-  if (published && !forked_child) atomic_store(&published[device], (int64_t)used[device]);
+  if (forked_child) { /* a process the rank started: counted by what it is (children.c) */
+    maya_child_memory(kind, space);
+    return;
+  }
+  if (published) atomic_store(&published[device], (int64_t)used[device]);
   static int api = -1;
   if (api < 0) api = maya_api_id("<memory>");
   maya_rec *r = maya_begin(api, D_RUNTIME, K_ALLOC);

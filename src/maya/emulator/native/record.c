@@ -10,7 +10,7 @@ static __thread int64_t current_op = -1;
 pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 _Atomic int64_t seq_counter;
 static _Atomic int64_t id_counter = 16; /* small ids are reserved (0 = default stream) */
-int forked_child; /* not the emulated process itself (a DataLoader fork, a worker it started): no trace */
+int forked_child; /* not the emulated process itself (a DataLoader fork, a worker it started): counted (children.c) */
 
 int64_t maya_now(void) {
   struct timespec ts;
@@ -57,8 +57,7 @@ static void flush_buf(thread_buf *b) {
   b->n = 0;
 }
 
-static thread_buf *get_buf(void) {
-  if (my_buf) return my_buf;
+static thread_buf *new_buf(void) {
   thread_buf *b = calloc(1, sizeof *b);
   b->fd = -1;
   b->tid = syscall(SYS_gettid);
@@ -71,7 +70,8 @@ static thread_buf *get_buf(void) {
 }
 
 maya_rec *maya_begin(int api, int domain, int kind) {
-  thread_buf *b = get_buf();
+  thread_buf *b = my_buf;
+  if (__builtin_expect(!b, 0)) b = forked_child ? maya_child_call(api, domain, kind) : new_buf();
   if (b->n == BUF_RECORDS) flush_buf(b);
   maya_rec *r = &b->recs[b->n++];
   memset(r, 0, sizeof *r);
@@ -157,6 +157,8 @@ int maya_api_id(const char *name) {
   maya_side_write("apis.tsv", line);
   return id;
 }
+
+const char *maya_api_name(int api) { return api >= 0 && api < n_apis ? api_names[api] : "?"; }
 
 void maya_unimplemented(const char *name, int domain) {
   maya_rec *r = maya_begin(maya_api_id(name), domain, K_PLAIN);
