@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from maya.emulator import dedup
 
 SCRIPT = """
@@ -20,6 +22,7 @@ print(json.dumps(stage_classes(8, dedup.layout_of(calls, comms))))
 """
 
 
+@pytest.mark.slow
 def test_groups_of_one_size_that_both_hold_the_peers_tie_in_table_order():
     """Rank 0 reaches rank 2 over two four-rank groups: the first in the communicators table is the pipeline
     group, whatever the process's string hash seed (a set of comm ids decided before)."""

@@ -305,6 +305,7 @@ def test_a_ring_across_classes_does_not_keep_them_from_being_checked(tmp_path, m
 
 
 @pytest.mark.parametrize(("tp", "cp", "dp", "pp"), [(1, 4, 4, 1), (1, 2, 4, 2)])
+@pytest.mark.slow
 def test_a_differing_member_splits_every_class_alike_and_the_replay_is_every_ranks(
     tmp_path, monkeypatch, tp, cp, dp, pp
 ):

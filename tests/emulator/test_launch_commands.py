@@ -154,6 +154,7 @@ def test_deepspeed_launches_maya_cannot_stand_for_are_refused(tmp_path, deepspee
         ),
     ],
 )
+@pytest.mark.slow
 def test_maya_emulate_takes_the_jobs_shape_once(args, message):
     """Two shapes, ours and the launcher's, are refused before anything runs; a part the launcher chose itself
     is said to be its default."""
@@ -446,6 +447,7 @@ def test_deepspeeds_import_sets_reach_this_process(deepspeed_here, monkeypatch):
     assert os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1"
 
 
+@pytest.mark.slow
 def test_maya_emulate_reads_a_launch_without_importing_its_framework(tmp_path):
     """The launcher's framework (torch for torchrun; DeepSpeed, accelerate) is imported by the process reading the
     command, not by `maya emulate`'s, which stays as light while the ranks run; the launcher's refusal still

@@ -175,6 +175,7 @@ def test_layouts_are_told_apart_by_their_columns(compute, collectives):
         detect_layout(["a", "b"])
 
 
+@pytest.mark.slow
 def test_training_uses_every_shipped_source_and_counts_rows_per_source_and_device():
     sources = shipped_sources(profiles=None)
     assert [s.name for s in sources] == ["neusight", "vidur"]

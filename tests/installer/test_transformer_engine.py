@@ -471,6 +471,7 @@ def holds(pid: int, path: Path) -> bool:
 
 @pytest.mark.parametrize("phase", ["build", "install"])
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP], ids=["TERM", "KILL", "HUP"])
+@pytest.mark.slow
 def test_a_job_ends_with_maya_however_it_is_stopped_and_holds_the_lock_until_undone(stop, phase, maya_home, tmp_path):
     """Maya stopped, during the build or the final install, by a signal it does not turn into an exception, or killed:
     the job's processes end with it (the supervisor's parent-death signal; in process groups of their own too), what

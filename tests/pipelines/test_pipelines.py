@@ -730,6 +730,7 @@ def write_vidur(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return compute, collective
 
 
+@pytest.mark.slow
 def test_vidur_sources_quarantine_bad_rows_with_the_reason_and_rerun_idempotently(tmp_path):
     compute, collective = write_vidur(tmp_path / "vidur")
     resources = {

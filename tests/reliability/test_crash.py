@@ -26,6 +26,7 @@ def parent():
 
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("name, trials", CASES)
+@pytest.mark.slow
 def test_killed_writers_leave_old_or_new_and_resume(name, trials, tmp_path, parent):
     tally = kill_trials_fresh(name, trials, seed=20, workdir=tmp_path, parent=parent)
     assert tally.trials == trials

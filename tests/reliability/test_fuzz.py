@@ -25,5 +25,6 @@ def surface(name: str):
 
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("name, examples", CASES)
+@pytest.mark.slow
 def test_no_input_crashes_hangs_or_corrupts(name, examples):
     fuzz(surface(name), examples)
