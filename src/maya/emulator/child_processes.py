@@ -4,8 +4,9 @@ The capture is the rank's own process. A process it starts (a `subprocess`, a `m
 method, a DataLoader worker, a compile worker, a tool) inherits the preloaded stubs; its calls are counted by the
 stubs in `children/<pid>.bin` (native/children.c), not recorded, so the trace and the prediction lack them. A
 child's device calls (kernels, GEMMs, copies, memsets, collectives, attention, device allocations; not pinned host
-memory, frees or failed allocations) are work the run does that `maya predict` does not price: `maya emulate` names each such child and `maya predict` notes it. A child with
-no device calls (`nvidia-smi`'s NVML queries) is listed in the run's attrs only.
+memory, frees or failed allocations) are work the run does that `maya predict` does not price: `maya emulate` names
+each such child and `maya predict` notes it. A child with no device calls (`nvidia-smi`'s NVML queries) is listed in
+the run's attrs only.
 """
 
 from __future__ import annotations
