@@ -1,5 +1,6 @@
 import fcntl
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -14,6 +15,11 @@ pytest_plugins = ["pytester"]
 # pytest-xdist's workers sharing the cores, spinning burned most of the CPU that training an estimator took
 # (test_held_out_bands.py: 28.5 -> 5.2 CPU-s). Read when libgomp loads, so set before anything imports it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# pytest caches each test module it rewrites (tests/**/__pycache__/*-pytest-*.pyc, git-ignored) only where Python may
+# write bytecode: under PYTHONDONTWRITEBYTECODE every run, and every pytest-xdist worker, rewrote all ~300 modules
+# again (about half of collecting the suite). This process and its workers write them; processes the tests start
+# keep the variable as set.
+sys.dont_write_bytecode = False
 if "PYTEST_XDIST_WORKER" in os.environ:
     # pytest-xdist's workers start with COLUMNS=80 and LINES=24: Rich's consoles, made at import, would keep that
     # width for good, where the CLI tests give each invocation its own COLUMNS.

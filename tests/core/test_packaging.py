@@ -74,6 +74,7 @@ def test_editable_install(tmp_path, checkout_build):
     assert Path(data) == SRC / "maya" / "data"
 
 
+@pytest.mark.slow
 def test_wheel_carries_every_package_and_the_shipped_data(tmp_path, checkout_build):
     """A non-editable install must not silently lack a package, the emulator's native sources or data."""
     build = "import sys; from setuptools.build_meta import build_wheel; print(build_wheel(sys.argv[1]))"

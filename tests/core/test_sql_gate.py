@@ -82,6 +82,7 @@ print(run_query("SELECT 42").rows)
 """
 
 
+@pytest.mark.slow
 def test_memory_exhaustion_is_a_query_limit_and_the_process_lives():
     r = subprocess.run([sys.executable, "-c", MEMORY], capture_output=True, text=True, timeout=300, env={**os.environ})
     assert r.returncode == 0, r.stderr[-2000:]

@@ -167,6 +167,7 @@ def _read(path) -> None:
     assert _rows(path, "SELECT version FROM estimator_aliases") == [("v1",)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opener", [_write, _read], ids=["writer", "reader"])
 def test_openers_wait_for_another_process_writing(tmp_path, opener):
     """A writer or a reader waits while another process holds the warehouse file, then proceeds."""

@@ -110,6 +110,7 @@ def step_ns(tmp_path, job: TraceBuilder, name: str) -> tuple[int, int]:
     return summarize(sim).iteration_ns, len(sim.programs)
 
 
+@pytest.mark.slow
 def test_a_context_parallel_ring_beside_a_pipeline_is_not_taken_for_it(tmp_path):
     """TP 2 x CP 2 x DP 2 x PP 2: rank 0 sends to its ring peer (rank 2) within attention and to its next stage
     (rank 8) between passes, over two 2-rank groups; the CP group, listed first, was read as the pipeline, and rank 0
@@ -124,6 +125,7 @@ def test_a_context_parallel_ring_beside_a_pipeline_is_not_taken_for_it(tmp_path)
     assert deduplicated == pytest.approx(every, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_a_ring_without_a_pipeline_gives_a_class_per_ring_position(tmp_path):
     """TP 2 x CP 4 x DP 2 (no pipeline): 4 classes, one per ring position, whose members differ (each position
     holds other halves of the causal ring's chunks); each member of a class exchanges with its own ring."""
@@ -134,6 +136,7 @@ def test_a_ring_without_a_pipeline_gives_a_class_per_ring_position(tmp_path):
     assert captured == 4 and deduplicated == pytest.approx(every, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_expert_all_to_alls_beside_a_pipeline(tmp_path):
     """EP 4 x DP 8 x PP 2 (expert data parallelism 2): the all-to-alls' group within the MLP is not the pipeline
     (rank 0 reaches ranks 1-3 within passes and rank 8 between them); a class per stage and EP position."""
@@ -276,6 +279,7 @@ def crossed_job(represents: dict[int, list[int]] | None = None) -> TraceBuilder:
     return b
 
 
+@pytest.mark.slow
 def test_a_group_holding_part_of_a_class_keeps_the_classes_whole(tmp_path, monkeypatch):
     """CP 2 x DP 4 with a group over ranks 0-3 (2 of class [0, 2, 4, 6]): split alike, rank 6 standing for 2 and 4
     cannot be replayed (that group's members are mapped by position); a differing rank 0 splits nothing, is unverified

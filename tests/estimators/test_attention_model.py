@@ -220,6 +220,7 @@ def attention(op: str, hw: str = "h100-sxm", seq: float = 4096.0) -> pd.DataFram
     )
 
 
+@pytest.mark.slow
 def test_flex_and_llm_foundry_triton_are_priced_from_measured_kernels(model):
     estimator = KernelEstimator()
     priced = {
@@ -237,6 +238,7 @@ def test_flex_and_llm_foundry_triton_are_priced_from_measured_kernels(model):
     assert proxy["duration_low_ns"] == pytest.approx(proxy["duration_ns"] * low / 1.2)
 
 
+@pytest.mark.slow
 def test_cudnn_on_hopper_is_its_mechanism_times_flashattention_3s_correction_and_before_hopper_flashattention_2():
     """On an H100 SXM and on Hopper parts never measured (H200), a cuDNN call is its own composed time times its
     direction's correction to FlashAttention-3, in that fit's held-out band widened by the proxy's 20 %; on an
@@ -392,6 +394,7 @@ def test_a_shape_fit_predicts_as_the_ridge_regression_it_was_fitted_by():
     assert np.array_equal(fitted.predict(*at), ridge.predict(x))  # bit for bit: no prediction moves
 
 
+@pytest.mark.slow
 def test_the_fit_of_an_estimator_read_from_an_artifact_is_stored_and_read_back_equal(tmp_path, monkeypatch):
     """Fitted once per artifact and Maya's sources and data: another process reading the same artifact reads the
     stored model (no fit) and prices with it exactly as with the fit; a damaged file is fitted again."""

@@ -12,6 +12,7 @@ from maya.estimators.training_data import load_kernels, neusight_dir, shipped_me
 from maya_trace_spec import RunWriter
 
 
+@pytest.mark.slow
 def test_neusight_columns_map_to_call_frames():
     raw = pd.read_parquet(neusight_dir() / "kernels_test.parquet")
     calls = load_kernels(neusight_dir() / "kernels_test.parquet")

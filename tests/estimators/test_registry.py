@@ -31,6 +31,7 @@ def registry_rows(registry):
         con.close()
 
 
+@pytest.mark.slow
 def test_train_list_show_load(measured, maya_home):
     registry = Registry()
     first = train_version(measured, SMALL)
@@ -169,6 +170,7 @@ def test_changed_estimator_code_trains_a_new_version(measured, monkeypatch):
     assert not again.reused and again.record.version == "v2" and again.record.config_hash != first.record.config_hash
 
 
+@pytest.mark.slow
 def test_reads_wait_for_another_process_writing(measured, tmp_path):
     """A reader (a validation worker's `maya predict`) waits while another process holds the warehouse's
     write lock (the suite storing a row) instead of failing."""

@@ -554,6 +554,7 @@ def test_a_killed_builds_leftovers_are_removed_and_never_used(stand_ins, monkeyp
     assert not (folder.parent / f"{folder.name}.log").exists()
 
 
+@pytest.mark.slow
 def test_concurrent_needs_build_once(stand_ins, monkeypatch, capsys):
     """Two processes needing TE at once (two commands, `maya search --parallel`'s workers; threads here): one builds
     and installs, the other waits on the lock and finds it installed."""
@@ -576,6 +577,7 @@ def test_concurrent_needs_build_once(stand_ins, monkeypatch, capsys):
     assert (te.wheel_folder() / WHEEL).is_file()
 
 
+@pytest.mark.slow
 def test_a_build_for_one_key_survives_an_install_for_another(stand_ins, monkeypatch):
     """Two keys at once (two Pythons sharing `$MAYA_HOME`; threads here): one builds while the other installs its
     cached wheel under its own lock; the install does not remove the build's folder, and both succeed."""

@@ -23,6 +23,7 @@ def materialize(warehouse: Warehouse, source: str) -> dict:
     return {k: v.value for k, v in event.metadata.items()}
 
 
+@pytest.mark.slow
 def test_a_file_lands_validated_with_its_quarantine_and_a_rerun_changes_nothing(tmp_path):
     path = tmp_path / "warehouse.duckdb"
     warehouse = Warehouse(path=str(path))

@@ -352,6 +352,7 @@ def test_bad_files_and_rows_are_quarantined_and_the_rest_of_the_partition_goes_o
     }
 
 
+@pytest.mark.slow
 def test_campaign_measurements_become_calls_the_estimators_price():
     calls = measurement_calls(to_table([measurement(c, 1_000) for c in GOOD_CONFIGS]).to_pandas())
     by_op = calls.set_index("op")

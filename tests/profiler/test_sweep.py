@@ -27,6 +27,7 @@ def _dtype(c: KernelConfig) -> str:
     return c.dtype + ("+tf32" if c.tf32 else "")
 
 
+@pytest.mark.slow
 def test_every_family_op_and_dtype_is_covered(full_sweep):
     seen = defaultdict(set)
     for c in full_sweep:
@@ -41,6 +42,7 @@ def test_every_family_op_and_dtype_is_covered(full_sweep):
     assert all(c.dtype == "fp32" for c in full_sweep if c.tf32)
 
 
+@pytest.mark.slow
 def test_every_sdpa_backend_both_directions_causal_and_not(full_sweep):
     variants = {(c.shape["backend"], c.op, c.shape["causal"]) for c in full_sweep if c.family == "attention"}
     assert variants == {
@@ -56,6 +58,7 @@ def test_sweep_is_deterministic_and_seeded():
     assert reordered != first and set(reordered) == set(first)
 
 
+@pytest.mark.slow
 def test_no_duplicates_and_dedup_keeps_first(full_sweep):
     keys = [c.key for c in full_sweep]
     assert len(keys) == len(set(keys))

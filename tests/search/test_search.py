@@ -235,6 +235,7 @@ def test_without_pipelining_larger_microbatch_counts_are_skipped_once_one_fits()
 # resume -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_interrupted_search_resumes_with_only_the_rest(tmp_path):
     s = space({"tp": [1, 2, 4], "mbs": [1, 2, 4, 8]})
     figures = lambda v: (int(v["tp"]) * 10 + int(v["mbs"]), 10)  # noqa: E731
@@ -253,6 +254,7 @@ def test_an_interrupted_search_resumes_with_only_the_rest(tmp_path):
         SearchLog(sid, tmp_path / "wh.duckdb").open("other", s.command, {})
 
 
+@pytest.mark.slow
 def test_identical_commands_are_never_evaluated_twice_across_searches(tmp_path):
     s = space({"tp": [1, 2], "mbs": [1, 2]})
     fake = Fake(lambda v: (int(v["tp"]) + int(v["mbs"]), 10))
@@ -265,6 +267,7 @@ def test_identical_commands_are_never_evaluated_twice_across_searches(tmp_path):
     assert len(fake.calls) == 4 and {r.outcome.source for r in result.records} == {"command-cache"}
 
 
+@pytest.mark.slow
 def test_a_search_under_another_host_factor_or_cluster_file_predicts_afresh(tmp_path, monkeypatch):
     """The prediction salt holds the host factor as resolved (unset and 0 are one) and the cluster spec file's
     contents, not only its name: a search that would predict otherwise reuses no logged outcome."""
@@ -406,6 +409,7 @@ class Salted(Fake):
         return outcome
 
 
+@pytest.mark.slow
 def test_a_changed_predictor_predicts_the_earlier_captures_again(tmp_path):
     """Across searches, a point whose command was captured alike but predicted otherwise is evaluated again from
     that capture (its task names it); one predicted alike is answered from the command cache; one that ran out of
@@ -434,6 +438,7 @@ def test_a_changed_predictor_predicts_the_earlier_captures_again(tmp_path):
     assert {r.outcome.source for r in search(again, "d").records} == {"command-cache"} and again.tasks == []
 
 
+@pytest.mark.slow
 def test_a_trace_predicted_again_from_its_capture_answers_its_twins(tmp_path):
     """After a predictor change, points whose earlier captures hold one trace are predicted once: the first from
     its capture, the others from the trace cache."""

@@ -139,6 +139,7 @@ def test_dataset_rows_of_the_layer_use_the_same_convention():
     assert mnk(measurement_calls(configs)) == [FORWARD, GRAD_WEIGHT, GRAD_INPUT]
 
 
+@pytest.mark.slow
 def test_neusight_kernel_grids_are_the_tiles_of_the_convention():
     """NeuSight recorded each GEMM's kernel and grid: grid x covers m and grid y covers n in tiles of the
     kernel's name (`ampere_sgemm_32x128_tn`: 32 along m), for every row; its own m, n would not."""

@@ -8,22 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from maya.estimators import TrainConfig, train
-from maya.estimators.efficiency_model import ModelParams
-from maya.estimators.training_data import shipped_measurements
 from maya.simulator.triton_work import describe
 
-CONFIG = TrainConfig(params=ModelParams(n_estimators=30, max_depth=4), validate=False)
 TOKENS, HIDDEN = 8192, 1024
 HARDWARE = ("h100-sxm", "a100-sxm-80gb")
-
-
-@pytest.fixture(scope="module")
-def estimator():
-    measured = shipped_measurements()
-    rows = measured[measured["family"].isin(("elementwise", "normalization", "softmax"))]
-    rows = rows.sample(frac=1.0, random_state=0).groupby(["hardware", "family", "op", "dtype"]).head(40)
-    return train(rows.reset_index(drop=True), CONFIG).estimator
 
 
 def tensor(name: str, shape: tuple[int, ...], dtype: str = "bfloat16", size: int = 2) -> dict:

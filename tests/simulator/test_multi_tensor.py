@@ -14,9 +14,6 @@ import pandas as pd
 import pytest
 from simulator.test_work_shapes import frame, write_trace
 
-from maya.estimators import TrainConfig, train
-from maya.estimators.efficiency_model import ModelParams
-from maya.estimators.training_data import shipped_measurements
 from maya.simulator.multi_tensor import CHUNK_ELEMENTS, traffic
 from maya_trace_spec.vocabulary import classify_kernel
 
@@ -204,14 +201,6 @@ def test_torch_dropout_moves_its_input_its_output_and_a_one_byte_mask(tmp_path):
 def test_apex_dropout_is_not_taken_for_torch_s():
     """apex's kernel runs inside apex's own ops, whose sizes are not its tensor's: it stays unsized."""
     assert classify_kernel(APEX_DROPOUT)["family"] != "elementwise"
-
-
-@pytest.fixture(scope="module")
-def estimator():
-    measured = shipped_measurements()
-    rows = measured[measured["family"] == "elementwise"]
-    rows = rows.sample(frac=1.0, random_state=0).groupby(["hardware", "family", "op", "dtype"]).head(40)
-    return train(rows.reset_index(drop=True), TrainConfig(params=ModelParams(n_estimators=30, max_depth=4))).estimator
 
 
 def test_an_optimizer_step_is_priced_by_its_traffic(tmp_path, estimator):

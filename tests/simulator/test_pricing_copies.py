@@ -29,6 +29,7 @@ def job(tmp_path_factory):
     return traces, programs, replicas, comms
 
 
+@pytest.mark.slow
 def test_each_copy_is_priced_on_its_own_layout_and_equal_times_are_one_array(job):
     """Every copy's device times are those of pricing its whole program on its own layout (only the collectives
     laid out otherwise than its program's first copy are priced again), and a program's copies whose times come

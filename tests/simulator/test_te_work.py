@@ -8,9 +8,6 @@ import pandas as pd
 import pytest
 from simulator.test_work_shapes import frame, write_trace
 
-from maya.estimators import TrainConfig, train
-from maya.estimators.efficiency_model import ModelParams
-from maya.estimators.training_data import shipped_measurements
 from maya.simulator import te_work
 from maya.simulator.trace import load
 
@@ -134,15 +131,6 @@ def test_notes_count_the_stand_ins_and_the_unsized_kernels(tmp_path):
         "softmax as torch's": 1,
         "unsized": 1,
     }
-
-
-@pytest.fixture(scope="module")
-def estimator():
-    measured = shipped_measurements()
-    rows = measured[measured["family"].isin(("elementwise", "normalization", "softmax", "reduction"))]
-    rows = rows.sample(frac=1.0, random_state=0).groupby(["hardware", "family", "op", "dtype"]).head(40)
-    config = TrainConfig(params=ModelParams(n_estimators=30, max_depth=4), validate=False)
-    return train(rows.reset_index(drop=True), config).estimator
 
 
 def test_each_kind_is_priced_by_its_size(tmp_path, estimator):

@@ -53,6 +53,7 @@ def test_pipeline_peer_is_the_same_model_shard_on_the_other_stage(rank):
     assert mapped == [rank % 4, rank % 4 + 4]
 
 
+@pytest.mark.slow
 def test_a_pipeline_captured_once_per_stage_predicts_what_every_rank_does(tmp_path):
     """TP 2 x PP 4 x DP 2 in Megatron's layout, 1F1B: one capture per stage standing for its 4 ranks replays
     to the step of all 16 captured (each stage's own warm-up, its peers mapped through the groups)."""

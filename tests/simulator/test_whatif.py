@@ -141,6 +141,7 @@ def test_measured_collectives_are_repriced_for_the_new_degree(tmp_path):
     assert sim.devices[0][0] == 100 * US  # kernels keep their measured time
 
 
+@pytest.mark.slow
 def test_cluster_lays_the_ranks_on_its_nodes(tmp_path):
     run = ddp_trace(tmp_path, 16)  # written as 16 GPUs on one node
     base = predict(run, durations="roofline")

@@ -72,6 +72,7 @@ def test_every_arrow_error_of_a_damaged_footer_is_a_corrupt_file(small_run):
     assert TraceCorruptError in raised
 
 
+@pytest.mark.slow
 def test_a_flipped_data_page_byte_is_detected_not_read_as_other_values(small_run):
     """Pages carry CRC-32 checksums, verified on read: before them, 5% of single-byte flips of a file's data
     pages read back as different values with no error."""

@@ -58,6 +58,7 @@ def real_trace(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_real_cpu_trace(real_trace, tmp_path):
     events = json.loads(real_trace.read_text())["traceEvents"]
     out = import_kineto([real_trace], tmp_path / "run")
