@@ -1,0 +1,204 @@
+"""`maya memory` and `maya.api.memory` on hand-written allocator histories in synthetic runs (no emulation): the
+peak, the held bytes and overhead at it, each inferred category's rule, the allocating frame, the errors (no
+run, no history, no history of the rank, a capped history, a pickle that is not plain data), the JSON shape and
+`maya predict`'s note. `tests/emulator/test_memory_history.py` checks them on a real emulation."""
+
+import json
+import pickle
+
+import pytest
+from typer.testing import CliRunner
+
+from maya import api
+from maya.api.memory import NO_FRAME, block_bytes
+from maya.cli import app
+from maya.emulator.memory_history import FOLDER, OPTIMIZER_STEP, sidecar_path, snapshot_path
+from maya_trace_spec import Run, RunWriter, TraceError, synthetic
+
+runner = CliRunner()
+TORCH = "/env/site-packages/torch"
+SCRIPT = "/work/train.py"
+
+
+def frame(filename: str, line: int, name: str) -> dict:
+    return {"filename": filename, "line": line, "name": name}
+
+
+def at(line: int) -> dict:
+    """The script's own frame at `line`."""
+    return frame(SCRIPT, line, "<module>")
+
+
+BUILD = [frame(f"{TORCH}/nn/modules/module.py", 1098, "_apply"), frame(f"{TORCH}/nn/modules/module.py", 1100, "cuda")]
+FORWARD = [frame(f"{TORCH}/nn/modules/linear.py", 134, "forward"), frame(f"{TORCH}/nn/modules/module.py", 1893, "_call_impl")]
+STEP = [frame(f"{TORCH}/optim/adam.py", 179, "_init_group"), frame(f"{TORCH}/optim/optimizer.py", 567, "wrapper")]
+
+
+def alloc(addr: int, size: int, frames: list, mark: str = "") -> dict:
+    return {"action": "alloc", "addr": addr, "size": size, "frames": frames, "user_metadata": mark}
+
+
+def free(addr: int, size: int, mark: str = "") -> dict:
+    return {"action": "free_completed", "addr": addr, "size": size, "frames": [], "user_metadata": mark}
+
+
+def segment(size: int) -> dict:
+    return {"action": "segment_alloc", "addr": 1, "size": size, "frames": [], "user_metadata": ""}
+
+
+STEP0 = f"{OPTIMIZER_STEP}0"
+EVENTS = [
+    segment(20 * 2**20),
+    alloc(10, 4000, [*BUILD, at(5)]),  # a parameter: 4096 bytes
+    alloc(11, 100, [frame("<frozen runpy>", 88, "_run_code"), at(7)]),  # the batch: other, 512 bytes
+    alloc(12, 8192, [*FORWARD, at(8)]),  # an activation
+    alloc(13, 4096, []),  # a gradient: still live when the step starts
+    alloc(14, 2048, []),  # a backward temporary, freed before the step
+    free(14, 2048),
+    free(12, 8192),
+    alloc(15, 8192, [*STEP, at(10)], STEP0),  # optimizer state: outlives the step
+    alloc(16, 16384, [*STEP, at(10)], STEP0),  # the step's temporary: the peak, freed inside the step
+    free(16, 16384, STEP0),
+    free(13, 4096),  # zero_grad
+    free(11, 100),
+]
+PEAK = {"parameters": 4096, "other": 512, "gradients": 4096, "optimizer state": 8192, "activations and temporaries": 16384}
+
+
+def write_history(run, events, rank: int = 0, max_entries: int = 1000, peak: int | None = None) -> None:
+    """`events` as rank `rank`'s snapshot in `run` (device 0), and `peak` as the trace's allocated peak."""
+    folder = run / FOLDER
+    folder.mkdir(exist_ok=True)
+    snapshot_path(folder, rank).write_bytes(pickle.dumps({"segments": [], "device_traces": [events]}))
+    sidecar = {"rank": rank, "max_entries": max_entries, "torch_paths": [TORCH], "library_paths": [TORCH, "/py/lib"]}
+    sidecar_path(folder, rank).write_text(json.dumps(sidecar))
+    if peak is not None:
+        info = Run(run).info
+        attrs = {**json.loads(info.get("attrs") or "{}"), "allocator_peaks": {str(rank): {"0": {"allocated_bytes": peak}}}}
+        RunWriter(run).write("run", {k: [v] for k, v in {**info, "attrs": json.dumps(attrs)}.items()})
+
+
+@pytest.fixture
+def run(tmp_path):
+    path = synthetic.write_run(tmp_path / "run", world_size=1, calls_per_rank=60, ops_per_rank=6)
+    write_history(path, EVENTS, peak=sum(PEAK.values()))
+    return path
+
+
+def test_the_peak_is_the_first_event_with_the_most_bytes_allocated_and_what_is_live_then(run):
+    peak = api.peak_memory(run)
+    assert (peak.rank, peak.device, peak.event, peak.events) == (0, 0, 9, len(EVENTS))
+    assert peak.allocated_bytes == sum(PEAK.values()) == peak.trace_allocated_bytes
+    assert peak.agrees is True
+    assert (peak.held_bytes, peak.overhead_bytes) == (20 * 2**20, 20 * 2**20 - sum(PEAK.values()))
+    assert {c: b for c, b, _ in peak.categories()} == PEAK
+    assert (peak.reached_by.category, peak.reached_by.line, peak.reached_by.bytes) == (
+        "activations and temporaries",
+        10,
+        16384,
+    )
+
+
+def test_each_allocation_is_named_by_its_innermost_frame_outside_torch_and_the_standard_library(run):
+    holders = {h.category: (h.file, h.line, h.function) for h in api.peak_memory(run).holders}
+    assert holders == {
+        "activations and temporaries": (SCRIPT, 10, "<module>"),
+        "optimizer state": (SCRIPT, 10, "<module>"),
+        "gradients": (NO_FRAME, 0, ""),
+        "parameters": (SCRIPT, 5, "<module>"),
+        "other": (SCRIPT, 7, "<module>"),
+    }
+
+
+def test_an_allocation_live_at_the_end_of_backward_with_no_step_after_it_is_a_gradient_only_if_never_freed(tmp_path):
+    run = synthetic.write_run(tmp_path / "run", world_size=1, calls_per_rank=60, ops_per_rank=6)
+    write_history(run, [alloc(1, 4096, []), alloc(2, 8192, []), free(2, 8192)])
+    assert {c: b for c, b, _ in api.peak_memory(run).categories()} == {
+        "activations and temporaries": 8192,
+        "gradients": 4096,
+    }
+
+
+def test_blocks_count_the_allocators_rounding():
+    assert [block_bytes(n) for n in (1, 512, 513, 4000, 2**20)] == [512, 512, 1024, 4096, 2**20]
+
+
+def test_a_peak_that_differs_from_the_traces_is_said(run):
+    write_history(run, EVENTS, peak=sum(PEAK.values()) + 512)
+    peak = api.peak_memory(run)
+    assert peak.agrees is False
+    r = runner.invoke(app, ["memory", str(run)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert f"the trace says {(sum(PEAK.values()) + 512) / 2**30:.3f} GiB" in r.output
+
+
+def test_a_capped_history_is_refused_rather_than_a_wrong_peak(run):
+    write_history(run, EVENTS, max_entries=len(EVENTS))
+    with pytest.raises(api.CappedHistory, match=f"reached its cap of {len(EVENTS)} events"):
+        api.peak_memory(run)
+
+
+def test_errors_name_the_run_the_flag_and_the_ranks(tmp_path, run):
+    plain = synthetic.write_run(tmp_path / "plain", world_size=1, calls_per_rank=60, ops_per_rank=6)
+    with pytest.raises(api.NoMemoryHistory, match="maya emulate --memory-history"):
+        api.peak_memory(plain)
+    with pytest.raises(api.NoMemoryHistory, match=r"no memory history of rank 3 \(ranks with one: \[0\]\)"):
+        api.peak_memory(run, 3)
+    with pytest.raises(TraceError):
+        api.peak_memory(tmp_path / "missing")
+    for args, message in (
+        ([str(plain)], "maya emulate --memory-history"),
+        ([str(tmp_path / "missing")], "no such run directory"),
+        ([str(run), "--rank", "3"], "no memory history of rank 3"),
+    ):
+        r = runner.invoke(app, ["memory", *args], env={"COLUMNS": "200"})
+        assert r.exit_code == 1 and message in r.output, r.output
+
+
+def test_a_snapshot_that_is_not_plain_data_is_not_unpickled(run):
+    snapshot_path(run / FOLDER, 0).write_bytes(pickle.dumps({"device_traces": [[Run]]}))
+    with pytest.raises(pickle.UnpicklingError, match="plain data, not maya_trace_spec"):
+        api.peak_memory(run)
+
+
+def test_json_has_the_peak_the_categories_and_the_top_frames(run):
+    r = runner.invoke(app, ["memory", str(run), "--json", "--top", "2"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert set(data) == {"run", "rank", "device", "peak", "categories", "frames"}
+    assert set(data["peak"]) == {
+        "allocated_bytes",
+        "trace_allocated_bytes",
+        "agrees",
+        "held_bytes",
+        "overhead_bytes",
+        "event",
+        "events",
+        "reached_by",
+    }
+    assert data["categories"][0] == {"category": "activations and temporaries", "bytes": 16384, "count": 1}
+    assert [f["bytes"] for f in data["frames"]] == [16384, 8192]
+    assert set(data["frames"][0]) == {"category", "file", "line", "function", "bytes", "count"}
+
+
+def test_the_table_lists_categories_frames_and_the_overhead(run):
+    r = runner.invoke(app, ["memory", str(run)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "equal to the trace's" in r.output and "overhead 20.0 MiB" in r.output
+    assert f"{SCRIPT}:5 (<module>)" in r.output and "optimizer state" in r.output
+
+
+def test_run_analysis_gives_the_holders_as_a_frame(run):
+    frame = api.open_run(run).peak_holders()
+    assert list(frame.columns) == ["rank", "category", "file", "line", "function", "bytes", "count"]
+    assert frame.groupby("category")["bytes"].sum().to_dict() == PEAK
+
+
+def test_predict_points_at_maya_memory_when_the_run_has_snapshots(tmp_path, run):
+    r = runner.invoke(app, ["predict", str(run)], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert f"maya memory {run}" in r.output
+    plain = synthetic.write_run(tmp_path / "plain", world_size=1, calls_per_rank=60, ops_per_rank=6)
+    r = runner.invoke(app, ["predict", str(plain)], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "maya memory" not in r.output

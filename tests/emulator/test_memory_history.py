@@ -1,0 +1,87 @@
+"""`maya emulate --memory-history` on real scripts: torch's allocator history recorded in the rank says what holds
+the peak, which equals the trace's, in the analytical sizes of a known model; a rank stopped by `--iterations`
+or by its script's failure keeps what it recorded."""
+
+import json
+import pickle
+
+import pytest
+from paths import WORKLOADS
+from typer.testing import CliRunner
+
+from maya import api
+from maya.cli import app
+from maya.emulator.memory_history import FOLDER, sidecar_path, snapshot_path
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+runner = CliRunner()
+SCRIPT = WORKLOADS / "adam_mlp.py"
+PARAMETERS = 4 * (2048 * 8192 + 8192 + 8192 * 2048 + 2048)
+"""The MLP's fp32 parameters in bytes (each a multiple of the allocator's 512-byte blocks)."""
+
+
+def emulate(out, script, *args: str) -> None:
+    r = runner.invoke(app, ["emulate", "--memory-history", "--out", str(out), *args, "--", "python", str(script)])
+    assert r.exit_code in (0, 1), r.output
+
+
+def line_of(text: str) -> int:
+    """The line of the workload that holds `text`."""
+    return next(i for i, line in enumerate(SCRIPT.read_text().splitlines(), 1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def adam_run(tmp_path_factory, emulator_cache):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MAYA_HOME", str(tmp_path_factory.mktemp("maya_home")))
+        mp.setenv("MAYA_EMULATOR_CACHE", str(emulator_cache))
+        out = tmp_path_factory.mktemp("adam") / "run"
+        emulate(out, SCRIPT)
+        return out
+
+
+def test_the_snapshot_is_torchs_own_and_written_whole(adam_run):
+    folder = adam_run / FOLDER
+    assert sorted(p.name for p in folder.iterdir()) == ["rank0.json", "rank0.pickle"]  # no temporary left
+    snapshot = pickle.loads(snapshot_path(folder, 0).read_bytes())
+    assert {"segments", "device_traces"} <= set(snapshot)  # what pytorch.org/memory_viz reads
+    assert json.loads(sidecar_path(folder, 0).read_text())["optimizer_marks"] is True
+
+
+def test_the_peak_equals_the_traces_and_holds_the_models_analytical_sizes(adam_run):
+    peak = api.peak_memory(adam_run)
+    assert peak.agrees is True, (peak.allocated_bytes, peak.trace_allocated_bytes)
+    categories = {c: b for c, b, _ in peak.categories()}
+    assert categories["parameters"] == PARAMETERS
+    assert categories["gradients"] == PARAMETERS
+    assert categories["optimizer state"] == 2 * PARAMETERS  # exp_avg and exp_avg_sq
+    # the peak is in a step of foreach Adam, whose temporaries take one more copy; the batch and loss are the rest
+    assert categories["activations and temporaries"] == PARAMETERS
+    assert peak.allocated_bytes - sum(categories.values()) == 0
+    assert categories["other"] < 2**20
+    assert peak.held_bytes >= peak.allocated_bytes
+
+
+def test_the_allocating_frames_are_the_scripts_lines(adam_run):
+    holders = {h.category: h for h in api.peak_memory(adam_run).holders[:4]}
+    assert (holders["parameters"].file, holders["parameters"].line) == (str(SCRIPT), line_of("model = "))
+    step = line_of("optimizer.step()")
+    assert (holders["optimizer state"].file, holders["optimizer state"].line) == (str(SCRIPT), step)
+    assert holders["activations and temporaries"].line == step
+
+
+def test_a_rank_stopped_by_iterations_or_by_its_failure_keeps_its_history(tmp_path):
+    emulate(tmp_path / "stopped", WORKLOADS / "long_training.py", "--iterations", "2")
+    stopped = api.peak_memory(tmp_path / "stopped")
+    assert stopped.agrees is True and stopped.allocated_bytes > 0
+    failing = tmp_path / "failing.py"
+    failing.write_text(
+        "import torch\nweights = torch.zeros(2**20, device='cuda')\nraise RuntimeError('the script fails')\n"
+    )
+    emulate(tmp_path / "failed", failing)
+    failed = api.peak_memory(tmp_path / "failed")
+    assert failed.allocated_bytes == 4 * 2**20 and (failed.reached_by.file, failed.reached_by.line) == (
+        str(failing),
+        2,
+    )
