@@ -30,7 +30,10 @@ def at(line: int) -> dict:
 
 
 BUILD = [frame(f"{TORCH}/nn/modules/module.py", 1098, "_apply"), frame(f"{TORCH}/nn/modules/module.py", 1100, "cuda")]
-FORWARD = [frame(f"{TORCH}/nn/modules/linear.py", 134, "forward"), frame(f"{TORCH}/nn/modules/module.py", 1893, "_call_impl")]
+FORWARD = [
+    frame(f"{TORCH}/nn/modules/linear.py", 134, "forward"),
+    frame(f"{TORCH}/nn/modules/module.py", 1893, "_call_impl"),
+]
 STEP = [frame(f"{TORCH}/optim/adam.py", 179, "_init_group"), frame(f"{TORCH}/optim/optimizer.py", 567, "wrapper")]
 
 
@@ -62,7 +65,13 @@ EVENTS = [
     free(13, 4096),  # zero_grad
     free(11, 100),
 ]
-PEAK = {"parameters": 4096, "other": 512, "gradients": 4096, "optimizer state": 8192, "activations and temporaries": 16384}
+PEAK = {
+    "parameters": 4096,
+    "other": 512,
+    "gradients": 4096,
+    "optimizer state": 8192,
+    "activations and temporaries": 16384,
+}
 
 
 def write_history(run, events, rank: int = 0, max_entries: int = 1000, peak: int | None = None) -> None:
@@ -74,7 +83,10 @@ def write_history(run, events, rank: int = 0, max_entries: int = 1000, peak: int
     sidecar_path(folder, rank).write_text(json.dumps(sidecar))
     if peak is not None:
         info = Run(run).info
-        attrs = {**json.loads(info.get("attrs") or "{}"), "allocator_peaks": {str(rank): {"0": {"allocated_bytes": peak}}}}
+        attrs = {
+            **json.loads(info.get("attrs") or "{}"),
+            "allocator_peaks": {str(rank): {"0": {"allocated_bytes": peak}}},
+        }
         RunWriter(run).write("run", {k: [v] for k, v in {**info, "attrs": json.dumps(attrs)}.items()})
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from maya.emulator.memory_history import FOLDER, OPTIMIZER_STEP, sidecar_path, snapshot_path
-from maya_trace_spec import Run, TraceError
+from maya_trace_spec import Run
 
 BLOCK = 512
 """The caching allocator's smallest block and rounding (`kMinBlockSize`)."""

@@ -25,7 +25,7 @@ def memory_cmd(
     top: Annotated[int, typer.Option(min=1, metavar="K", help="Allocating frames listed, largest first.")] = 10,
     as_json: JSON = False,
 ):
-    """Show what holds a rank's memory at its peak: categories and frames.
+    """Show what holds a rank's peak memory, by category and frame.
 
     Reads the snapshot of torch's allocator history that `maya emulate --memory-history` keeps per rank, finds
     the instant of the most bytes allocated to tensors and lists what is live then, by category (inferred:
@@ -59,12 +59,16 @@ def memory_cmd(
         highlight=False,
     )
     by = peak.reached_by
-    out.print(f"reached by {_size(by.bytes)} of {by.category} at {_where(by.file, by.line, by.function)}", highlight=False)
+    out.print(
+        f"reached by {_size(by.bytes)} of {by.category} at {_where(by.file, by.line, by.function)}", highlight=False
+    )
     categories = Table("category (inferred)", "bytes", "share", "count", title_justify="left")
     for category, size, count in peak.categories():
         categories.add_row(category, _size(size), f"{size / peak.allocated_bytes:.1%}", str(count))
     out.print(categories)
-    frames = Table("bytes", "count", "category", "allocated at", title=f"top {top} allocating frames", title_justify="left")
+    frames = Table(
+        "bytes", "count", "category", "allocated at", title=f"top {top} allocating frames", title_justify="left"
+    )
     frames.columns[0].justify = frames.columns[1].justify = "right"
     frames.columns[3].overflow = "fold"
     for h in peak.holders[:top]:
