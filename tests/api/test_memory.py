@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from maya import api
-from maya.api.memory import NO_FRAME, block_bytes
+from maya.api.memory import NO_FRAME
+from maya.api.memory_blocks import Blocks, round_size
 from maya.cli import app
 from maya.emulator.memory_history import FOLDER, OPTIMIZER_STEP, sidecar_path, snapshot_path
 from maya_trace_spec import Run, RunWriter, TraceError, synthetic
@@ -131,8 +132,25 @@ def test_an_allocation_live_at_the_end_of_backward_with_no_step_after_it_is_a_gr
     }
 
 
-def test_blocks_count_the_allocators_rounding():
-    assert [block_bytes(n) for n in (1, 512, 513, 4000, 2**20)] == [512, 512, 1024, 4096, 2**20]
+def test_blocks_count_the_allocators_rounding_and_the_remainder_too_small_to_split_off():
+    assert [round_size(n) for n in (1, 512, 513, 4000, 2**20)] == [512, 512, 1024, 4096, 2**20]
+    blocks = Blocks()
+    blocks.map(0, 20 * 2**20)  # a large-pool segment
+    assert blocks.allocate(0, 4 * 2**20) == 4 * 2**20  # 16 MiB left: split off
+    assert blocks.allocate(4 * 2**20, 15 * 2**20 + 100) == 16 * 2**20  # 1 MiB - 512 left: the whole block
+    blocks.free(0)
+    assert blocks.allocate(0, 3 * 2**20) == 4 * 2**20  # the free block reaches the next live one: 1 MiB left
+    apart = Blocks()  # two segments side by side: a block never spans both
+    apart.map(0, 20 * 2**20)
+    apart.map(20 * 2**20, 20 * 2**20)
+    assert apart.allocate(0, 20 * 2**20 - 1000) == 20 * 2**20  # 512 bytes left in its own segment: not split
+    expandable = Blocks({"expandable_segments": True})  # expandable segments split off any 512 bytes
+    expandable.map(0, 20 * 2**20)
+    assert expandable.allocate(0, 20 * 2**20 - 2**19) == 20 * 2**20 - 2**19
+    small = Blocks()
+    small.map(2**30, 2 * 2**20)  # a small-pool segment splits any remainder of 512 bytes or more
+    assert small.allocate(2**30, 2**20) == 2**20
+    assert small.allocate(2**30 + 2**20, 2**20 - 600) == 2**20 - 512
 
 
 def test_a_peak_that_differs_from_the_traces_is_said(run):

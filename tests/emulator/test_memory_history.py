@@ -6,11 +6,12 @@ import json
 import pickle
 
 import pytest
-from paths import WORKLOADS
+from paths import EXAMPLE, WORKLOADS
 from typer.testing import CliRunner
 
 from maya import api
 from maya.cli import app
+from maya.cli.demo import EXAMPLE_ARGS
 from maya.emulator.memory_history import FOLDER, sidecar_path, snapshot_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -21,8 +22,10 @@ PARAMETERS = 4 * (2048 * 8192 + 8192 + 8192 * 2048 + 2048)
 """The MLP's fp32 parameters in bytes (each a multiple of the allocator's 512-byte blocks)."""
 
 
-def emulate(out, script, *args: str) -> None:
-    r = runner.invoke(app, ["emulate", "--memory-history", "--out", str(out), *args, "--", "python", str(script)])
+def emulate(out, script, *args: str, script_args: tuple[str, ...] = ()) -> None:
+    r = runner.invoke(
+        app, ["emulate", "--memory-history", "--out", str(out), *args, "--", "python", str(script), *script_args]
+    )
     assert r.exit_code in (0, 1), r.output
 
 
@@ -85,3 +88,20 @@ def test_a_rank_stopped_by_iterations_or_by_its_failure_keeps_its_history(tmp_pa
         str(failing),
         2,
     )
+
+
+@pytest.mark.parametrize(
+    "script, script_args",
+    [(EXAMPLE, tuple(EXAMPLE_ARGS)), (WORKLOADS / "cached_blocks.py", ("expandable",))],
+    ids=["bundled example", "expandable segments"],
+)
+def test_the_peak_equals_the_traces_with_blocks_too_small_to_split_and_settings_the_script_sets(
+    tmp_path, script, script_args
+):
+    """The bundled example's peak counts blocks given whole (their remainder too small to split off); the
+    workload sets `PYTORCH_CUDA_ALLOC_CONF` itself, which recording must not read before it does."""
+    emulate(tmp_path / "run", script, script_args=script_args)
+    peak = api.peak_memory(tmp_path / "run")
+    assert peak.agrees is True, (peak.allocated_bytes, peak.trace_allocated_bytes)
+    settings = pickle.loads(snapshot_path(tmp_path / "run" / FOLDER, 0).read_bytes())["allocator_settings"]
+    assert settings["expandable_segments"] is (script_args == ("expandable",))

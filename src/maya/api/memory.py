@@ -1,9 +1,9 @@
 """What holds a rank's memory at its peak (`maya memory RUN`), read from torch's allocator history that
 `maya emulate --memory-history` keeps (`maya.emulator.memory_history`).
 
-The history's events are replayed in order: an allocation counts its block's bytes (the request rounded up to the
-allocator's 512-byte blocks, as `torch.cuda.max_memory_allocated` counts them), a completed free takes them back,
-and segments (`cudaMalloc`s) add to what is held. The peak is the first event after which the most bytes are
+The history's events are replayed in order: an allocation counts its block's bytes (`memory_blocks`: as
+`torch.cuda.max_memory_allocated` counts them), a free takes them back (when asked for: its block is reused once complete), and segments (`cudaMalloc`s,
+expandable segments' mapped pages) add to what is held. The peak is the first event after which the most bytes are
 allocated; what is live then is grouped by an inferred category and by its allocating frame, the innermost frame
 outside torch, the standard library and Maya's runner (the script's or the framework's line). Categories, inferred,
 in this order:
@@ -31,8 +31,8 @@ from typing import Any
 from maya.emulator.memory_history import FOLDER, OPTIMIZER_STEP, sidecar_path, snapshot_path
 from maya_trace_spec import Run
 
-BLOCK = 512
-"""The caching allocator's smallest block and rounding (`kMinBlockSize`)."""
+from .memory_blocks import Blocks
+
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations and temporaries", "other")
 NO_FRAME = "(no Python frame: a C++ thread, autograd's backward)"
 """The allocating frame of an event without Python frames."""
@@ -161,7 +161,7 @@ def peak_memory(run_dir: str | Path, rank: int | None = None) -> PeakMemory:
             f"rank {rank}'s memory history reached its cap of {sidecar['max_entries']:,} events on device "
             f"{capped[0]}: only the last ones are kept, so its peak cannot be told (emulate fewer --iterations)"
         )
-    replays = [_replay(t, sidecar) for t in traces]
+    replays = [_replay(t, sidecar, snapshot.get("allocator_settings") or {}) for t in traces]
     device = max(range(len(replays)), key=lambda d: (replays[d].allocated, -d), default=None)
     if device is None or replays[device].event < 0:
         raise NoMemoryHistory(f"{run_dir}: rank {rank}'s memory history has no device allocation")
@@ -190,11 +190,6 @@ def _trace_peaks(attrs: str | None) -> dict[int, dict[int, int]]:
     }
 
 
-def block_bytes(requested: int) -> int:
-    """The bytes the caching allocator counts for a request (its block: a multiple of 512)."""
-    return max(BLOCK, -(-requested // BLOCK) * BLOCK)
-
-
 @dataclass
 class _Peak:
     allocated: int = 0
@@ -204,44 +199,51 @@ class _Peak:
     holders: list[Holder] = field(default_factory=list)
 
 
-def _replay(trace: list[dict], sidecar: dict) -> _Peak:
+def _replay(trace: list[dict], sidecar: dict, settings: dict) -> _Peak:
     """The peak of one device's events and what is live at it."""
     allocated = held = 0
     peak = _Peak()
+    blocks = Blocks(settings)
     live: dict[int, int] = {}  # address -> index of its allocation
+    size: dict[int, int] = {}  # allocation index -> its block's bytes
     at_peak: list[int] = []
     freed: dict[int, int] = {}  # allocation index -> index of its completed free
     for i, e in enumerate(trace):
         action = e["action"]
         if action == "alloc":
             live[e["addr"]] = i
-            allocated += block_bytes(e["size"])
+            size[i] = blocks.allocate(e["addr"], e["size"])
+            allocated += size[i]
             if allocated > peak.allocated:
                 peak.allocated, peak.held, peak.event = allocated, held, i
                 at_peak = list(live.values())
-        elif action == "free_completed" and e["addr"] in live:
-            start = live.pop(e["addr"])
+        elif action in ("free_requested", "free_completed") and e["addr"] in live:
+            start = live.pop(e["addr"])  # torch counts a block free when it is asked to (`free_requested`) ...
             freed[start] = i
-            allocated -= block_bytes(trace[start]["size"])
+            allocated -= size[start]
+            if action == "free_completed":
+                blocks.free(e["addr"])
+        elif action == "free_completed":  # ... and reuses it once the streams that used it are done with it
+            blocks.free(e["addr"])
         elif action in ("segment_alloc", "segment_map"):
             held += e["size"]
+            blocks.map(e["addr"], e["size"])
         elif action in ("segment_free", "segment_unmap"):
             held -= e["size"]
+            blocks.unmap(e["addr"], e["size"])
     if peak.event < 0:
         return peak
     infer = _Categories(trace, freed, sidecar)
     groups: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for i in at_peak:
         key = (infer.category(i), *infer.site(i))
-        groups[key][0] += block_bytes(trace[i]["size"])
+        groups[key][0] += size[i]
         groups[key][1] += 1
     peak.holders = sorted(
         (Holder(c, f, ln, fn, b, n) for (c, f, ln, fn), (b, n) in groups.items()),
         key=lambda h: (-h.bytes, h.category, h.file, h.line),
     )
-    peak.reached_by = Holder(
-        infer.category(peak.event), *infer.site(peak.event), block_bytes(trace[peak.event]["size"]), 1
-    )
+    peak.reached_by = Holder(infer.category(peak.event), *infer.site(peak.event), size[peak.event], 1)
     return peak
 
 

@@ -2,7 +2,8 @@
 
 PyTorch's own caching allocator runs over the stubs, so its history (`torch.cuda.memory._record_memory_history`)
 works under emulation as on a GPU. A rank started with `MAYA_EMU_MEMORY_HISTORY` set records every allocation and
-free with its Python frames from before the script runs, marks each optimizer step (the allocator's thread-local
+free with its Python frames from CUDA's initialisation on (before the first allocation, once the script could set
+the allocator's settings), marks each optimizer step (the allocator's thread-local
 `user_metadata`: `maya:optimizer_step:<n>`, from torch's global optimizer hooks), and at its end (complete, failed,
 stopped by `--iterations` or a signal) writes torch's snapshot (`_dump_snapshot`'s pickle, which
 pytorch.org/memory_viz reads) as `rank<N>.pickle` in that folder, beside `rank<N>.json`: what reading it needs
@@ -55,10 +56,16 @@ class Recorder:
 
     def __init__(self, torch: Any, folder: Path, rank: int):
         self.torch, self.folder, self.rank = torch, folder, rank
-        memory = torch.cuda.memory
-        memory._record_memory_history("all", context="alloc", stacks="python", max_entries=MAX_ENTRIES)
-        self.marks = hasattr(memory, "_set_memory_metadata")  # torch >= 2.10: thread-local event metadata
+        self.marks = hasattr(torch.cuda.memory, "_set_memory_metadata")  # thread-local event metadata
         self.steps, self.depth = 0, 0
+        self.started = False
+        # once CUDA initialises, before its first allocation: starting earlier would read the allocator's settings
+        # before the script could set them (`PYTORCH_CUDA_ALLOC_CONF` in `os.environ`, as modded-nanogpt does)
+        torch.cuda._lazy_call(self._start)
+
+    def _start(self) -> None:
+        self.torch.cuda.memory._record_memory_history("all", context="alloc", stacks="python", max_entries=MAX_ENTRIES)
+        self.started = True
 
     def optimizer_hooks(self) -> list:
         """Global optimizer hooks marking the events of each outermost step (a wrapper's step calls its inner
@@ -83,7 +90,10 @@ class Recorder:
         return [register_optimizer_step_pre_hook(stepping), register_optimizer_step_post_hook(stepped)]
 
     def write(self) -> None:
-        """Write the snapshot and its sidecar (atomically: a reader sees both whole or not at all)."""
+        """Write the snapshot and its sidecar (atomically: a reader sees both whole or not at all); nothing when the
+        script never initialised CUDA."""
+        if not self.started:
+            return
         snapshot = self.torch.cuda.memory._snapshot()
         self.folder.mkdir(parents=True, exist_ok=True)
         torch_paths = sorted({str(Path(self.torch.__file__).parent), str(Path(self.torch.__file__).resolve().parent)})
