@@ -14,7 +14,7 @@ in this order:
   `torch.autograd`'s backward) and still live when the next optimizer step starts (or never freed); what backward
   frees before is `activations and temporaries`;
 - `parameters`: allocated while a module is built or moved (`nn.Module.__init__` of torch's modules, `_apply`:
-  `.cuda()`, `.to()`, `to_empty`);
+  `.cuda()`, `.to()`, `to_empty`) or sharded (FSDP's `fully_shard` and its classes' `__init__`);
 - `activations and temporaries`: allocated under a module's forward (`nn.Module.__call__`);
 - `other`: anything else (its frame says where).
 """
@@ -300,6 +300,7 @@ class _Categories:
         if any(
             (path == "nn/modules/module.py" and name in ("_apply", "to_empty"))
             or (path.startswith("nn/modules/") and name in ("__init__", "reset_parameters"))
+            or (path.startswith("distributed/fsdp/") and name in ("fully_shard", "__init__"))
             for path, name in torch_frames
         ):
             return "parameters"
