@@ -77,7 +77,7 @@ class Recorder:
         mark = self.torch.cuda.memory._set_memory_metadata
 
         def stepping(optimizer, args, kwargs) -> None:
-            if self.depth == 0:
+            if self.depth == 0 and self.started:
                 mark(f"{OPTIMIZER_STEP}{self.steps}")
             self.depth += 1
 
@@ -85,7 +85,8 @@ class Recorder:
             self.depth = max(self.depth - 1, 0)
             if self.depth == 0:
                 self.steps += 1
-                mark("")
+                if self.started:
+                    mark("")
 
         return [register_optimizer_step_pre_hook(stepping), register_optimizer_step_post_hook(stepped)]
 
