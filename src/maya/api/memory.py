@@ -33,7 +33,6 @@ from maya_trace_spec import Run
 
 from .memory_blocks import Blocks
 
-CATEGORIES = ("parameters", "gradients", "optimizer state", "activations and temporaries", "other")
 NO_FRAME = "(no Python frame: a C++ thread, autograd's backward)"
 """The allocating frame of an event without Python frames."""
 
