@@ -75,12 +75,23 @@ PEAK = {
 }
 
 
-def write_history(run, events, rank: int = 0, max_entries: int = 1000, peak: int | None = None) -> None:
-    """`events` as rank `rank`'s snapshot in `run` (device 0), and `peak` as the trace's allocated peak."""
+def write_history(
+    run, events, rank: int = 0, max_entries: int = 1000, peak: int | None = None, settings: dict | None = None, **sidecar
+) -> None:
+    """`events` as rank `rank`'s snapshot in `run` (device 0; event i at `time_us` 10 i unless it says), `sidecar`'s
+    items added to its sidecar, and `peak` as the trace's allocated peak."""
     folder = run / FOLDER
     folder.mkdir(exist_ok=True)
-    snapshot_path(folder, rank).write_bytes(pickle.dumps({"segments": [], "device_traces": [events]}))
-    sidecar = {"rank": rank, "max_entries": max_entries, "torch_paths": [TORCH], "library_paths": [TORCH, "/py/lib"]}
+    timed = [{"time_us": 10 * i, **e} for i, e in enumerate(events)]
+    snapshot = {"segments": [], "device_traces": [timed], "allocator_settings": settings or {}}
+    snapshot_path(folder, rank).write_bytes(pickle.dumps(snapshot))
+    sidecar = {
+        "rank": rank,
+        "max_entries": max_entries,
+        "torch_paths": [TORCH],
+        "library_paths": [TORCH, "/py/lib"],
+        **sidecar,
+    }
     sidecar_path(folder, rank).write_text(json.dumps(sidecar))
     if peak is not None:
         info = Run(run).info
@@ -123,13 +134,103 @@ def test_each_allocation_is_named_by_its_innermost_frame_outside_torch_and_the_s
     }
 
 
-def test_an_allocation_live_at_the_end_of_backward_with_no_step_after_it_is_a_gradient_only_if_never_freed(tmp_path):
+def test_with_no_optimizer_step_what_backward_allocates_is_a_gradient_if_never_freed_else_other(tmp_path):
     run = synthetic.write_run(tmp_path / "run", world_size=1, calls_per_rank=60, ops_per_rank=6)
-    write_history(run, [alloc(1, 4096, []), alloc(2, 8192, []), free(2, 8192)])
-    assert {c: b for c, b, _ in api.peak_memory(run).categories()} == {
+    write_history(run, [segment(2**20), alloc(1, 4096, []), alloc(2, 8192, []), free(2, 8192)])
+    assert {c: b for c, b, _ in api.peak_memory(run).categories()} == {"other": 8192, "gradients": 4096}
+
+
+SGD = [  # two iterations of plain SGD: its steps allocate nothing, so no event carries their mark
+    segment(2**20),
+    alloc(10, 4096, [*BUILD, at(5)]),  # the parameter
+    alloc(12, 8192, [*FORWARD, at(8)]),  # an activation, freed in backward
+    alloc(13, 4096, []),  # the gradient, kept until zero_grad after the step: the peak
+    free(12, 8192),
+    free(13, 4096),  # zero_grad(set_to_none=True), after the first step (time 42-44)
+    alloc(12, 8192, [*FORWARD, at(8)]),  # iteration 2
+    alloc(13, 4096, []),
+    free(12, 8192),
+    free(13, 4096),
+]
+
+
+def test_optimizer_steps_that_allocate_nothing_still_bound_the_gradients(tmp_path):
+    """The rank's hooks keep each step's start and end: a gradient freed after a step (SGD's zero_grad) is a
+    gradient even though no event is marked as inside a step."""
+    run = synthetic.write_run(tmp_path / "run", world_size=1, calls_per_rank=60, ops_per_rank=6)
+    write_history(run, SGD, optimizer_steps=[[42, 44], [92, 94]])
+    peak = api.peak_memory(run)
+    assert peak.event == 3
+    assert {c: b for c, b, _ in peak.categories()} == {
+        "parameters": 4096,
         "activations and temporaries": 8192,
         "gradients": 4096,
     }
+    write_history(run, SGD, optimizer_steps=[])  # no step ever: what backward allocated and freed is not told
+    assert {c: b for c, b, _ in api.peak_memory(run).categories()}["other"] == 4096
+
+
+def test_what_a_forward_allocates_and_keeps_past_the_next_step_is_other_and_ddps_own_say_so(tmp_path):
+    ddp = frame(f"{TORCH}/nn/parallel/distributed.py", 1500, "_rebuild_buckets")
+    events = [
+        segment(2**20),
+        alloc(10, 4096, [*FORWARD, at(8)]),  # a cache kept past the step
+        alloc(11, 8192, [ddp, frame(f"{TORCH}/nn/parallel/distributed.py", 1600, "_pre_forward"), *FORWARD]),
+        alloc(12, 2048, [*FORWARD, at(9)]),  # an activation, freed before the step
+        free(12, 2048),
+        free(10, 4096),  # after the step (time 50-52)
+    ]
+    run = synthetic.write_run(tmp_path / "run", world_size=1, calls_per_rank=60, ops_per_rank=6)
+    write_history(run, events, optimizer_steps=[[45, 47]])
+    holders = {(h.category, h.file, h.line, h.function): h.bytes for h in api.peak_memory(run).holders}
+    assert holders == {
+        ("other", f"{TORCH}/nn/parallel/distributed.py", 1500, "_rebuild_buckets"): 8192,
+        ("other", SCRIPT, 8, "<module>"): 4096,
+        ("activations and temporaries", SCRIPT, 9, "<module>"): 2048,
+    }
+
+
+@pytest.mark.parametrize(
+    "events, message",
+    [
+        ([segment(2**20), alloc(1, 512, []), free(2, 512)], "event 2 frees 0x2, which no event allocated"),
+        ([segment(2**20), alloc(1, 512, []), alloc(1, 512, [])], "event 2 allocates 0x1, which event 1 allocated"),
+        ([alloc(1, 512, [])], "after event 0, 0 bytes are held and 512 allocated"),
+    ],
+    ids=["free of an unknown address", "address allocated twice", "held below allocated"],
+)
+def test_a_history_that_contradicts_itself_is_refused(run, events, message):
+    write_history(run, events)
+    with pytest.raises(api.UntrustedHistory, match=f"contradicts itself: {message}"):
+        api.peak_memory(run)
+    r = runner.invoke(app, ["memory", str(run)], env={"COLUMNS": "200"})
+    assert r.exit_code == 1 and "contradicts itself" in r.output, r.output
+
+
+def test_a_history_the_script_reconfigured_or_one_not_taken_is_refused_with_the_reason(run):
+    call = {"function": "_record_memory_history", "time_us": 5, "args": [None], "kwargs": {}}
+    write_history(run, EVENTS, script_calls=[call])
+    with pytest.raises(api.UntrustedHistory, match=r"reconfigured or cleared it \(_record_memory_history\(None\)\)"):
+        api.peak_memory(run)
+    write_history(run, EVENTS, skipped="the rank was stopped by SIGTERM: its history was not taken")
+    snapshot_path(run / FOLDER, 0).unlink()
+    with pytest.raises(api.UntrustedHistory, match="rank 0 has no memory history: the rank was stopped by SIGTERM"):
+        api.peak_memory(run)
+
+
+def test_a_disagreement_with_the_trace_says_why_when_the_script_reset_the_peak_or_rounds_to_powers_of_two(run):
+    reset = {"function": "reset_peak_memory_stats", "time_us": 5, "args": [], "kwargs": {}}
+    write_history(run, EVENTS, peak=512, script_calls=[reset])
+    peak = api.peak_memory(run)
+    assert peak.disagreement == f"{sum(PEAK.values()) - 512:+,} bytes: the trace's figure is torch's own counter, " + (
+        "which the script reset (reset_peak_memory_stats)"
+    )
+    write_history(run, EVENTS, peak=512, settings={"roundup_power2_divisions": {"1": 4, "2": 0}})
+    assert "roundup_power2_divisions" in api.peak_memory(run).disagreement
+    r = runner.invoke(app, ["memory", str(run)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "roundup_power2_divisions" in r.output, r.output
+    write_history(run, EVENTS, peak=sum(PEAK.values()), script_calls=[reset])
+    assert api.peak_memory(run).disagreement is None  # they agree: nothing to explain
 
 
 def test_blocks_count_the_allocators_rounding_and_the_remainder_too_small_to_split_off():
@@ -200,6 +301,7 @@ def test_json_has_the_peak_the_categories_and_the_top_frames(run):
         "allocated_bytes",
         "trace_allocated_bytes",
         "agrees",
+        "disagreement",
         "held_bytes",
         "overhead_bytes",
         "event",

@@ -10,7 +10,7 @@ validation, the pipelines) and for notebooks.
 """
 
 from .analysis import RunAnalysis, open_run
-from .memory import CappedHistory, NoMemoryHistory, PeakMemory, peak_memory, snapshots
+from .memory import CappedHistory, NoMemoryHistory, PeakMemory, UntrustedHistory, peak_memory, snapshots
 from .stages import (
     DEVICE_TIME_CHOICES,
     DURATION_CHOICES,
@@ -33,6 +33,7 @@ __all__ = [
     "DEVICE_TIME_CHOICES",
     "DURATION_CHOICES",
     "CappedHistory",
+    "UntrustedHistory",
     "Capture",
     "CaptureInterrupted",
     "DeviceTime",

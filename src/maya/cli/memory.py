@@ -32,11 +32,11 @@ def memory_cmd(
     parameters, gradients, optimizer state, activations and temporaries, other) and by the allocating frame
     (the innermost outside torch and the standard library), with the allocator's overhead at that instant.
     """
-    from maya.api.memory import CappedHistory, NoMemoryHistory, peak_memory
+    from maya.api.memory import NoMemoryHistory, UntrustedHistory, peak_memory
 
     try:
         peak = peak_memory(run_dir, rank)
-    except (TraceError, NoMemoryHistory, CappedHistory) as e:
+    except (TraceError, NoMemoryHistory, UntrustedHistory) as e:
         fail(str(e))
     if as_json:
         sys.stdout.write(json.dumps(peak.to_json(top)) + "\n")
@@ -48,6 +48,8 @@ def memory_cmd(
         if peak.agrees
         else f"[red]the trace says {_gib(peak.trace_allocated_bytes)}[/]"
     )
+    if peak.disagreement:
+        agreement += f": {peak.disagreement}"
     out.print(
         f"[bold]{run_dir.name}[/], rank {peak.rank} (device {peak.device}): peak {_gib(peak.allocated_bytes)} "
         f"allocated to tensors ({agreement}) at event {peak.event:,} of {peak.events:,}",

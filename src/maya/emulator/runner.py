@@ -288,7 +288,6 @@ def main(argv: list[str]) -> int:
         disarm()  # nothing stops the capture's writing
         for h in handles:
             h.remove()
-        written(memory)  # what the allocator recorded until now, whatever the status
         observer.finish()
         (out / "process_groups.json").write_text(json.dumps(groups.snapshot()))
         try:
@@ -312,6 +311,7 @@ def main(argv: list[str]) -> int:
             )
         finally:  # the capture is closed whatever the status's writing raised
             ctypes.CDLL(None).maya_emu_finish()
+    written(memory, interrupted_by)  # last: the capture is whole whatever the history's writing takes
     return code
 
 
