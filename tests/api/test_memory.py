@@ -286,6 +286,19 @@ def test_errors_name_the_run_the_flag_and_the_ranks(tmp_path, run):
         assert r.exit_code == 1 and message in r.output, r.output
 
 
+def test_a_rank_deduplication_replayed_reads_the_history_of_the_rank_captured_for_it_and_says_so(run):
+    info = Run(run).info
+    attrs = {**json.loads(info.get("attrs") or "{}"), "represents": {"0": [0, 1, 2, 3]}}
+    RunWriter(run).write("run", {k: [v] for k, v in {**info, "attrs": json.dumps(attrs)}.items()})
+    peak = api.peak_memory(run, 2)
+    assert (peak.rank, peak.replayed_from, peak.allocated_bytes) == (2, 0, sum(PEAK.values()))
+    assert api.peak_memory(run, 0).replayed_from is None
+    r = runner.invoke(app, ["memory", str(run), "--rank", "2"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and "rank 2, replayed from rank 0's history" in r.output, r.output
+    with pytest.raises(api.NoMemoryHistory, match="no memory history of rank 4"):
+        api.peak_memory(run, 4)
+
+
 def test_a_snapshot_that_is_not_plain_data_is_not_unpickled(run):
     snapshot_path(run / FOLDER, 0).write_bytes(pickle.dumps({"device_traces": [[Run]]}))
     with pytest.raises(pickle.UnpicklingError, match="plain data, not maya_trace_spec"):
@@ -296,7 +309,7 @@ def test_json_has_the_peak_the_categories_and_the_top_frames(run):
     r = runner.invoke(app, ["memory", str(run), "--json", "--top", "2"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert set(data) == {"run", "rank", "device", "peak", "categories", "frames"}
+    assert set(data) == {"run", "rank", "replayed_from", "device", "peak", "categories", "frames"}
     assert set(data["peak"]) == {
         "allocated_bytes",
         "trace_allocated_bytes",

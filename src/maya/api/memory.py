@@ -94,6 +94,8 @@ class PeakMemory:
     """By category and frame, largest first."""
     disagreement: str | None = None
     """Why the history's peak may differ from the trace's (None: no reason known, or they agree)."""
+    replayed_from: int | None = None
+    """The captured rank whose history this is, when deduplication replayed `rank` from it (None: its own)."""
 
     @property
     def overhead_bytes(self) -> int:
@@ -118,6 +120,7 @@ class PeakMemory:
         return {
             "run": self.run_dir,
             "rank": self.rank,
+            "replayed_from": self.replayed_from,
             "device": self.device,
             "peak": {
                 "allocated_bytes": self.allocated_bytes,
@@ -156,40 +159,47 @@ def snapshots(run_dir: str | Path) -> dict[int, Path]:
 
 def peak_memory(run_dir: str | Path, rank: int | None = None) -> PeakMemory:
     """What holds rank `rank`'s memory at its peak (None: the snapshot rank with the largest allocated peak in the
-    trace). Raises `TraceError` (not a run), `NoMemoryHistory` (no snapshot of that rank) and `CappedHistory`."""
+    trace; a rank deduplication replayed: the history of the rank captured for it, which the result names).
+    Raises `TraceError` (not a run), `NoMemoryHistory` (no snapshot of that rank) and `UntrustedHistory`."""
     run = Run(Path(run_dir))
     found = snapshots(run_dir)
     if not found:
         raise NoMemoryHistory(
             f"{run_dir}: no memory history (emulate with `maya emulate --memory-history` to record it)"
         )
-    peaks = _trace_peaks(run.info.get("attrs"))
+    attrs = json.loads(run.info.get("attrs") or "{}")
+    peaks = _trace_peaks(attrs)
     if rank is None:
         rank = max(found, key=lambda r: (max(peaks.get(r, {}).values(), default=0), -r))
+    replayed_from = None
     if rank not in found:
-        raise NoMemoryHistory(f"{run_dir}: no memory history of rank {rank} (ranks with one: {sorted(found)})")
+        represents = attrs.get("represents") or {}
+        replayed_from = next((int(r) for r, ranks in represents.items() if rank in ranks and int(r) in found), None)
+        if replayed_from is None:
+            raise NoMemoryHistory(f"{run_dir}: no memory history of rank {rank} (ranks with one: {sorted(found)})")
+    read = rank if replayed_from is None else replayed_from
     folder = Path(run_dir) / FOLDER
-    sidecar = json.loads(sidecar_path(folder, rank).read_text())
-    _refuse_untrusted(rank, sidecar)
-    with open(snapshot_path(folder, rank), "rb") as f:
+    sidecar = json.loads(sidecar_path(folder, read).read_text())
+    _refuse_untrusted(read, sidecar)
+    with open(snapshot_path(folder, read), "rb") as f:
         snapshot = _PlainData(f).load()
     traces = snapshot.get("device_traces") or []
     capped = [d for d, t in enumerate(traces) if len(t) >= sidecar["max_entries"]]
     if capped:
         raise CappedHistory(
-            f"rank {rank}'s memory history reached its cap of {sidecar['max_entries']:,} events on device "
+            f"rank {read}'s memory history reached its cap of {sidecar['max_entries']:,} events on device "
             f"{capped[0]}: only the last ones are kept, so its peak cannot be told (emulate fewer --iterations)"
         )
     settings = snapshot.get("allocator_settings") or {}
     try:
         replays = [_replay(t, sidecar, settings) for t in traces]
     except UntrustedHistory as e:
-        raise UntrustedHistory(f"rank {rank}'s memory history contradicts itself: {e}") from None
+        raise UntrustedHistory(f"rank {read}'s memory history contradicts itself: {e}") from None
     device = max(range(len(replays)), key=lambda d: (replays[d].allocated, -d), default=None)
     if device is None or replays[device].event < 0:
-        raise NoMemoryHistory(f"{run_dir}: rank {rank}'s memory history has no device allocation")
+        raise NoMemoryHistory(f"{run_dir}: rank {read}'s memory history has no device allocation")
     peak = replays[device]
-    trace_peak = peaks.get(rank, {}).get(device)
+    trace_peak = peaks.get(read, {}).get(device)
     disagreement = None
     if trace_peak is not None and trace_peak != peak.allocated:
         disagreement = _disagreement(peak.allocated - trace_peak, sidecar, settings)
@@ -205,6 +215,7 @@ def peak_memory(run_dir: str | Path, rank: int | None = None) -> PeakMemory:
         peak.reached_by,
         peak.holders,
         disagreement,
+        replayed_from,
     )
 
 
@@ -239,9 +250,9 @@ def _disagreement(difference: int, sidecar: dict, settings: dict) -> str | None:
     return f"{difference:+,} bytes: " + "; ".join(reasons)
 
 
-def _trace_peaks(attrs: str | None) -> dict[int, dict[int, int]]:
+def _trace_peaks(attrs: dict) -> dict[int, dict[int, int]]:
     """The trace's allocated peaks (attrs `allocator_peaks`) by rank and device."""
-    recorded = (json.loads(attrs) if attrs else {}).get("allocator_peaks") or {}
+    recorded = attrs.get("allocator_peaks") or {}
     return {
         int(rank): {int(d): int(v["allocated_bytes"]) for d, v in (devices or {}).items() if "allocated_bytes" in v}
         for rank, devices in recorded.items()

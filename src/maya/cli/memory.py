@@ -50,8 +50,9 @@ def memory_cmd(
     )
     if peak.disagreement:
         agreement += f": {peak.disagreement}"
+    replayed = "" if peak.replayed_from is None else f", replayed from rank {peak.replayed_from}'s history"
     out.print(
-        f"[bold]{run_dir.name}[/], rank {peak.rank} (device {peak.device}): peak {_gib(peak.allocated_bytes)} "
+        f"[bold]{run_dir.name}[/], rank {peak.rank}{replayed} (device {peak.device}): peak {_gib(peak.allocated_bytes)} "
         f"allocated to tensors ({agreement}) at event {peak.event:,} of {peak.events:,}",
         highlight=False,
     )
