@@ -76,7 +76,13 @@ PEAK = {
 
 
 def write_history(
-    run, events, rank: int = 0, max_entries: int = 1000, peak: int | None = None, settings: dict | None = None, **sidecar
+    run,
+    events,
+    rank: int = 0,
+    max_entries: int = 1000,
+    peak: int | None = None,
+    settings: dict | None = None,
+    **sidecar,
 ) -> None:
     """`events` as rank `rank`'s snapshot in `run` (device 0; event i at `time_us` 10 i unless it says), `sidecar`'s
     items added to its sidecar, and `peak` as the trace's allocated peak."""

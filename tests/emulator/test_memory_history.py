@@ -114,8 +114,7 @@ def test_plain_sgd_whose_steps_allocate_nothing_has_its_gradients(tmp_path):
     """The rank's hooks keep each step's bounds: SGD's gradients, freed by `zero_grad` after the step, are
     gradients though no allocation happens inside a step."""
     script = tmp_path / "sgd.py"
-    script.write_text(
-SCRIPT.read_text().replace("torch.optim.Adam(", "torch.optim.SGD("))
+    script.write_text(SCRIPT.read_text().replace("torch.optim.Adam(", "torch.optim.SGD("))
     assert "torch.optim.SGD(" in script.read_text()
     emulate(tmp_path / "run", script)
     steps = json.loads(sidecar_path(tmp_path / "run" / FOLDER, 0).read_text())["optimizer_steps"]
@@ -139,13 +138,14 @@ def test_a_scripts_own_history_calls_win_and_the_history_is_refused(tmp_path):
     with pytest.raises(api.UntrustedHistory, match="configured the allocator's history itself"):
         api.peak_memory(tmp_path / "before")
     cleared = tmp_path / "cleared.py"
-    cleared.write_text("import torch\na = torch.empty(2**20, device='cuda')\ntorch.cuda.memory._record_memory_history(None)\n")
+    cleared.write_text(
+        "import torch\na = torch.empty(2**20, device='cuda')\ntorch.cuda.memory._record_memory_history(None)\n"
+    )
     emulate(tmp_path / "cleared", cleared)
     calls = json.loads(sidecar_path(tmp_path / "cleared" / FOLDER, 0).read_text())["script_calls"]
     assert [(c["function"], c["args"]) for c in calls] == [("_record_memory_history", [None])]
     with pytest.raises(api.UntrustedHistory, match=r"reconfigured or cleared it \(_record_memory_history\(None\)\)"):
         api.peak_memory(tmp_path / "cleared")
-
 
 
 def test_without_the_flag_no_folder_is_written(tmp_path):

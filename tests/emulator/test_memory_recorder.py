@@ -54,7 +54,9 @@ def test_recording_starts_at_cudas_initialisation_and_the_snapshot_is_written_wi
     recorder.write()
     assert pickle.loads(snapshot_path(tmp_path, 3).read_bytes()) == {"device_traces": [[]], "segments": []}
     sidecar = json.loads(sidecar_path(tmp_path, 3).read_text())
-    assert sidecar["skipped"] is None and [c["function"] for c in sidecar["script_calls"]] == ["reset_peak_memory_stats"]
+    assert sidecar["skipped"] is None and [c["function"] for c in sidecar["script_calls"]] == [
+        "reset_peak_memory_stats"
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank3.json", "rank3.pickle"]
 
 

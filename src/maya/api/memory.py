@@ -239,9 +239,7 @@ def _disagreement(difference: int, sidecar: dict, settings: dict) -> str | None:
     """Why the history's peak differs from the trace's by `difference` bytes, when a reason is known."""
     reasons = []
     if any(c["function"] == "reset_peak_memory_stats" for c in sidecar.get("script_calls") or []):
-        reasons.append(
-            "the trace's figure is torch's own counter, which the script reset (reset_peak_memory_stats)"
-        )
+        reasons.append("the trace's figure is torch's own counter, which the script reset (reset_peak_memory_stats)")
     divisions = settings.get("roundup_power2_divisions") or {}
     if any(int(v) for v in (divisions.values() if isinstance(divisions, dict) else [divisions])):
         reasons.append("the allocator setting roundup_power2_divisions rounds blocks in a way not modelled")
@@ -283,7 +281,9 @@ def _replay(trace: list[dict], sidecar: dict, settings: dict) -> _Peak:
         action, addr = e["action"], e.get("addr")
         if action == "alloc":
             if addr in live:
-                raise UntrustedHistory(f"event {i} allocates {addr:#x}, which event {live[addr]} allocated and no free followed")
+                raise UntrustedHistory(
+                    f"event {i} allocates {addr:#x}, which event {live[addr]} allocated and no free followed"
+                )
             live[addr] = i
             size[i] = blocks.allocate(addr, e["size"])
             allocated += size[i]
