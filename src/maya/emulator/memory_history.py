@@ -209,5 +209,5 @@ def written(recorder: Recorder | None, interrupted_by: str | None) -> None:
         return
     try:
         recorder.write(interrupted_by)
-    except Exception as e:  # noqa: BLE001 - the capture must be written whatever this raises
+    except Exception as e:  # noqa: BLE001 - the rank ends with its script's status whatever this raises
         print(f"maya emulator: the memory history of rank {recorder.rank} was not written: {e!r}", file=sys.stderr)
