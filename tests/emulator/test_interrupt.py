@@ -1,5 +1,6 @@
 """A stop signal to `maya emulate` alone (what `timeout`, Slurm and Kubernetes send): every rank stops, what
-they captured is converted, the run is marked interrupted, and `maya trace validate` and `maya predict` say so."""
+they captured is converted, the run is marked interrupted, and `maya trace validate` and `maya predict` say so;
+with `--memory-history` too (the rank's history is not taken then, and `maya memory` says why)."""
 
 import json
 import os
@@ -14,6 +15,7 @@ import pytest
 from paths import WORKLOADS
 from typer.testing import CliRunner
 
+from maya import api
 from maya.cli import app
 from maya_trace_spec import Run
 from maya_trace_spec.validation import validate_run
@@ -54,10 +56,11 @@ def _until(condition, timeout_s: float) -> bool:
     return True
 
 
-def test_sigterm_to_maya_emulate_stops_every_rank_and_keeps_what_they_captured(tmp_path):
+@pytest.mark.parametrize("flags", [[], ["--memory-history"]], ids=["plain", "memory history"])
+def test_sigterm_to_maya_emulate_stops_every_rank_and_keeps_what_they_captured(tmp_path, flags):
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "maya", "emulate", "--out", str(out), "--iterations", "0", "--"]
+        [sys.executable, "-m", "maya", "emulate", *flags, "--out", str(out), "--iterations", "0", "--"]
         + ["python", str(WORKLOADS / "long_training.py")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -97,3 +100,6 @@ def test_sigterm_to_maya_emulate_stops_every_rank_and_keeps_what_they_captured(t
     prediction = json.loads(predicted.stdout)
     assert prediction["iterations"] >= 3
     assert any("interrupted by SIGTERM" in note for note in prediction["notes"]), prediction["notes"]
+    if flags:
+        with pytest.raises(api.UntrustedHistory, match="rank 0 has no memory history: the rank was stopped by SIGINT"):
+            api.peak_memory(out)

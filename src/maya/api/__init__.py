@@ -10,6 +10,7 @@ validation, the pipelines) and for notebooks.
 """
 
 from .analysis import RunAnalysis, open_run
+from .memory import CappedHistory, NoMemoryHistory, PeakMemory, UntrustedHistory, peak_memory, snapshots
 from .stages import (
     DEVICE_TIME_CHOICES,
     DURATION_CHOICES,
@@ -31,10 +32,14 @@ from .stages import (
 __all__ = [
     "DEVICE_TIME_CHOICES",
     "DURATION_CHOICES",
+    "CappedHistory",
+    "UntrustedHistory",
     "Capture",
     "CaptureInterrupted",
     "DeviceTime",
     "EmulateOptions",
+    "NoMemoryHistory",
+    "PeakMemory",
     "PredictOptions",
     "RunAnalysis",
     "capture",
@@ -42,8 +47,10 @@ __all__ = [
     "device_time",
     "host_factor",
     "open_run",
+    "peak_memory",
     "predict",
     "predictor_digest",
     "record",
     "replay",
+    "snapshots",
 ]

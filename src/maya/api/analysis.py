@@ -61,6 +61,19 @@ class RunAnalysis:
         """Device memory events (`memory_events`): allocations, frees, failed allocations."""
         return self.table("memory_events", ranks)
 
+    def peak_holders(self, rank: int | None = None) -> pd.DataFrame:
+        """What holds `rank`'s memory at its peak of allocated bytes (None: the rank with the largest), one row per
+        inferred category and allocating frame, largest first (`maya.api.memory`; the run needs `maya emulate
+        --memory-history`, else `NoMemoryHistory`)."""
+        import pandas as pd
+
+        from .memory import Holder, peak_memory
+
+        peak = peak_memory(self.path, rank)
+        columns = ["rank", *(f.name for f in dataclasses.fields(Holder))]
+        rows = [{"rank": peak.rank, **dataclasses.asdict(h)} for h in peak.holders]
+        return pd.DataFrame.from_records(rows, columns=columns)
+
     def sql(self, query: str) -> pd.DataFrame:
         """Read-only DuckDB SQL over the run's tables (views named as the tables) and the warehouse, as `maya sql
         --trace` runs it (statements that would write are refused: `maya.core.sql.QueryRefused`)."""

@@ -54,6 +54,8 @@ class EmulateOptions:
     """The launcher's command as the user typed it (`torchrun ...`, `deepspeed ...`), which `env`, `rank_argument`
     and `node_rank_variables` were read from: kept in the run's attrs (`launch`), and a `torch.multiprocessing`
     spawn in a rank it started is refused; None: the script was given itself (`python SCRIPT`)."""
+    memory_history: bool = False
+    """Each captured rank records torch's allocator history into the run's `memory_history/` (`maya memory`)."""
     warehouse: str | Path | None = None
     """Where the device-time oracle's estimator version is looked up (None: the default warehouse)."""
 
@@ -227,6 +229,7 @@ def capture(
             rank_argument=options.rank_argument,
             node_rank_variables=options.node_rank_variables,
             launch_command=options.launch_command,
+            memory_history=options.memory_history,
             on_rank_done=on_rank_done,
             on_output=on_output,
         )

@@ -14,6 +14,7 @@ from .dashboard import dashboard_cmd
 from .demo import demo_cmd
 from .emulate import emulate_cmd
 from .estimators import estimators_app
+from .memory import memory_cmd
 from .predict import predict_cmd
 from .profile import profile_app
 from .search import search_cmd
@@ -33,6 +34,7 @@ SCRIPT = {"context_settings": SCRIPT_COMMAND, "options_metavar": SCRIPT_USAGE}
 app.command("demo")(demo_cmd)
 app.command("emulate", **SCRIPT)(emulate_cmd)
 app.command("predict", cls=command({"--model-version": "--estimator-version"}))(predict_cmd)
+app.command("memory")(memory_cmd)
 app.command("search", cls=command({"--parallel": "--jobs"}), **SCRIPT)(search_cmd)
 app.command("sql")(sql_cmd)
 app.command("dashboard")(dashboard_cmd)

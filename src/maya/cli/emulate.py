@@ -65,6 +65,14 @@ def emulate_cmd(
         ),
     ] = "estimators",
     estimator_version: ESTIMATOR_VERSION = "latest",
+    memory_history: Annotated[
+        bool,
+        typer.Option(
+            "--memory-history",
+            help="Record torch's allocator history in each captured rank (a snapshot per rank in the run's "
+            "memory_history/, for maya memory and pytorch.org/memory_viz).",
+        ),
+    ] = False,
     out_dir: Annotated[
         Path | None, out_option("Run directory to write (default: a new one in $MAYA_HOME/runs).")
     ] = None,
@@ -120,6 +128,7 @@ def emulate_cmd(
             rank_argument=rank_argument,
             node_rank_variables=node_rank_variables,
             launch_command=tuple(ctx.args) if launch else None,
+            memory_history=memory_history,
             warehouse=warehouse,
         )
         oracle = api.device_time(options)

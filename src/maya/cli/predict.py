@@ -187,6 +187,14 @@ def print_prediction(p, prediction_id: str | None, timeline: Path | None, consol
             console.print(f"  - {assumption}", highlight=False)
     for note in p.notes:
         console.print(f"note: {note}", style="dim", highlight=False)
+    from maya.api.memory import snapshots
+
+    if snapshots(p.run_path):
+        console.print(
+            f"note: what holds the peak memory, from the run's allocator history: maya memory {p.run_path}",
+            style="dim",
+            highlight=False,
+        )
     stored = f"; prediction {prediction_id}" if prediction_id else ""
     console.print(f"simulated {p.simulated_calls:,} calls in {p.simulation_s:.2f} s{stored}", style="dim")
     if timeline is not None:

@@ -176,6 +176,13 @@ EMU_DEVICE_TIME = Switch(
     "and options; `maya emulate --device-time` sets it, the emulator only loads it",
     rank=True,
 )
+EMU_MEMORY_HISTORY = Switch(
+    "MAYA_EMU_MEMORY_HISTORY",
+    "",
+    "the folder where the rank writes torch's allocator history as a snapshot (`maya emulate --memory-history`; "
+    "`memory_history.py`); unset: none is recorded",
+    rank=True,
+)
 
 SWITCHES: tuple[Switch, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Switch))
 """Every switch, in the order defined here."""

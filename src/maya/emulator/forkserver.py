@@ -50,6 +50,7 @@ PER_RANK = (
     settings.EMU_MAILBOX.name,
     settings.EMU_ITERATIONS.name,
     settings.EMU_DEVICE_TIME.name,
+    settings.EMU_MEMORY_HISTORY.name,
 )
 """Variables that differ between the ranks of one zygote (read lazily, after the fork)."""
 IMPORT_TIME = (

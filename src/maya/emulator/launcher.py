@@ -42,6 +42,7 @@ from .dedup import stage_classes
 from .device_time import ORACLE_ENV
 from .forkserver import RankProcess
 from .mailbox import Watcher, mark_ended
+from .memory_history import FOLDER as memory_history_folder
 from .subset import subset_represents
 
 
@@ -155,6 +156,7 @@ def _rank_env(
     extra: Mapping[str, str] | None = None,
     node_rank_variables: Sequence[str] = (),
     launch_command: Sequence[str] | None = None,
+    memory_history: Path | None = None,
 ) -> dict[str, str]:
     env = {**os.environ, **(extra or {}), **{name: str(rank // topo.nproc_per_node) for name in node_rank_variables}}
     env.update(
@@ -200,6 +202,10 @@ def _rank_env(
         env[settings.EMU_LAUNCH.name] = shlex.join(launch_command)
     else:
         env.pop(settings.EMU_LAUNCH.name, None)
+    if memory_history is not None:
+        env[settings.EMU_MEMORY_HISTORY.name] = str(memory_history)
+    else:
+        env.pop(settings.EMU_MEMORY_HISTORY.name, None)
     # every rank of a job and every re-run shares Inductor's and Triton's caches (as a real job's ranks
     # share a cache directory), so a kernel is compiled and autotuned once; a user's own directories win
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_dir / "inductor"))
@@ -266,6 +272,7 @@ def emulate(
     rank_argument: str | None = None,
     node_rank_variables: Sequence[str] = (),
     launch_command: Sequence[str] | None = None,
+    memory_history: bool = False,
 ) -> EmulationResult:
     """Emulate `argv` (`script.py args` or `-m module args`) and write the trace to `out_dir`.
 
@@ -276,7 +283,8 @@ def emulate(
     `local_rank`, is given to each rank's script after its name (`rank_argv`); `node_rank_variables` are set to
     each rank's node index. `launch_command`: the launcher's command they were read from, as typed (None: the
     script was given itself), kept in the run's attrs (`launch`); a rank it started refuses `torch.multiprocessing`
-    spawns (spawned_workers.py).
+    spawns (spawned_workers.py). With `memory_history`, each captured rank records torch's allocator history and
+    writes its snapshot to `out_dir/memory_history/` (memory_history.py).
 
     Each rank's output goes to `out_dir/logs/rank<N>.txt`; the first captured rank's lines are also
     passed to `on_output` as they come, and so is deduplication's number of classes. With `dedup` and no explicit
@@ -307,6 +315,7 @@ def emulate(
     job.rank_argument = rank_argument
     job.node_rank_variables = tuple(node_rank_variables)
     job.launch_command = None if launch_command is None else list(launch_command)
+    job.memory_history = out_dir / memory_history_folder if memory_history else None
     if wanted and forkserver.enabled():  # the zygote imports torch while this process writes the run's first row
         forkserver.prestart(job.rank_env(wanted[0], out_dir / ".capture" / f"rank{wanted[0]}"))
     job.write_run("running", {"captured_ranks": wanted})
@@ -465,6 +474,7 @@ class _Job:
         self.rank_argument: str | None = None  # given to each rank's script after its name (rank_argv)
         self.node_rank_variables: tuple[str, ...] = ()  # set to each rank's node index
         self.launch_command: list[str] | None = None  # the launcher's command as typed (None: `python SCRIPT`)
+        self.memory_history: Path | None = None  # where the ranks write torch's allocator history (memory_history.py)
         self.stopping = _Stopping()
 
     def write_run(self, status: str, attrs: dict) -> None:
@@ -508,6 +518,7 @@ class _Job:
             self.env,
             self.node_rank_variables,
             self.launch_command,
+            self.memory_history,
         )
 
     def run_rank(self, rank: int) -> tuple[Path, RankCapture]:

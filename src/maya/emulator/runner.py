@@ -8,7 +8,8 @@ model called in eval mode or under inference mode, a `maya::eval` range (its ops
 the iteration clock (iteration_clock.py: optimizer steps, `--iterations`), the arguments of Triton
 launches (triton_launches.py), Transformer Engine's extension calls as `te::` ops with their tensors' shapes
 (te_calls.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
-timings (device_time.py); a `torch.multiprocessing.spawn` runs the worker of the rank's local index in the rank
+timings (device_time.py) and, when asked, torch's allocator history (memory_history.py); a
+`torch.multiprocessing.spawn` runs the worker of the rank's local index in the rank
 (spawned_workers.py; refused in a rank a launcher's command started). A stop signal (SIGINT, SIGTERM, SIGHUP: the
 launcher passes its own on as SIGINT) interrupts the script as Ctrl-C does, once; its status is then `interrupted`.
 At exit the script's outcome and the native recorders' buffers are written to `$MAYA_EMU_OUT`.
@@ -235,6 +236,8 @@ def main(argv: list[str]) -> int:
     from .device_time import install as answer_event_timings
     from .isolation import install as isolate_ranks
     from .iteration_clock import ITERATIONS_ENV, IterationLimitReached, native_clock
+    from .memory_history import install as record_memory_history
+    from .memory_history import written
     from .spawned_workers import install as run_spawned_workers_in_rank
     from .te_calls import install as describe_te_calls
     from .triton_launches import install as describe_triton_launches
@@ -254,6 +257,9 @@ def main(argv: list[str]) -> int:
         register_optimizer_step_post_hook(clock.optimizer_stepped),
         *observer.module_hooks(torch, clock),
     ]
+    memory = record_memory_history(torch)  # before the script's first allocation
+    if memory:
+        handles += memory.optimizer_hooks()
     disarm = _interrupt_on_stop_signals()
     try:
         run_script(argv)
@@ -305,6 +311,7 @@ def main(argv: list[str]) -> int:
             )
         finally:  # the capture is closed whatever the status's writing raised
             ctypes.CDLL(None).maya_emu_finish()
+    written(memory, interrupted_by)  # last: the capture is whole whatever the history's writing takes
     return code
 
 
