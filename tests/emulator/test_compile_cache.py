@@ -36,6 +36,16 @@ def test_ranks_get_the_shared_cache_unless_the_user_named_one(tmp_path, monkeypa
     assert env["TRITON_CACHE_DIR"] == "/mine/triton"
 
 
+def test_ranks_compile_in_process_unless_the_user_asked_for_workers(tmp_path, monkeypatch):
+    """Inductor's compile-worker pool is off in the ranks (`TORCHINDUCTOR_COMPILE_THREADS=1`); a user's value wins."""
+    (tmp_path / "preload.txt").write_text("")
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    rank_env = lambda: launcher._rank_env(tmp_path, tmp_path, tmp_path, tmp_path, 0, launcher.Topology(), 1, None)  # noqa: E731
+    assert rank_env()["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "8")
+    assert rank_env()["TORCHINDUCTOR_COMPILE_THREADS"] == "8"
+
+
 def files(root: Path) -> set[Path]:
     return {p.relative_to(root) for p in root.rglob("*") if p.is_file()}
 

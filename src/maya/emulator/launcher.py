@@ -210,6 +210,10 @@ def _rank_env(
     # share a cache directory), so a kernel is compiled and autotuned once; a user's own directories win
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_dir / "inductor"))
     env.setdefault("TRITON_CACHE_DIR", str(compile_dir / "triton"))
+    # Inductor compiles in the rank, not in a pool of compile workers: each worker imports torch (a warm run,
+    # which compiles nothing, spent 38% of its CPU starting them), and the ranks already use the cores. The
+    # kernels are the same either way; a user's own setting wins
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     return env
 
 
