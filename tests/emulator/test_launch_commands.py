@@ -1,4 +1,5 @@
-"""Launch commands `maya emulate` reads by their launchers' own code (`accelerate launch`, `deepspeed`, `trl sft`;
+"""Launch commands `maya emulate` reads by their launchers' own code (`accelerate launch`, `deepspeed`, `trl sft`,
+`tune run`;
 torchrun's are in tests/cli/test_cli.py), the argument DeepSpeed's launcher gives each rank, and what is refused, by
 name."""
 
@@ -205,6 +206,8 @@ def test_the_shape_once_error_says_the_launchers_default(tmp_path, monkeypatch, 
         (["python", "-m", "deepspeed.launcher.runner", "t.py"], "deepspeed"),
         (["trl", "sft", "--output_dir", "o"], "trl"),
         (["python", "-m", "trl.cli.main", "sft", "--output_dir", "o"], "trl"),
+        (["tune", "run", "full_finetune_single_device", "--config", "c.yaml"], "torchtune"),
+        (["python", "-m", "torchtune._cli.tune", "run", "r.py", "--config", "c.yaml"], "torchtune"),
     ],
 )
 def test_every_alias_of_a_launcher_is_read_by_its_launchers_code(monkeypatch, command, launcher):
@@ -244,6 +247,55 @@ def test_a_trl_training_command_is_the_accelerate_launch_of_its_script(tmp_path,
 )
 @pytest.mark.slow  # transformers' import
 def test_trl_commands_maya_cannot_stand_for_are_refused(trl_read_here, command, refused):
+    with pytest.raises(LaunchCommandError, match=refused):
+        read(command, None)
+
+
+@pytest.fixture
+def torchtune_read_here(monkeypatch):
+    """torchtune's CLI read in this process, its `sys.path` as it was (the CLI appends the working directory)."""
+    pytest.importorskip("torchtune")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+
+@pytest.mark.slow  # torchtune's import (torchao): 5-10 s
+def test_tune_run_is_its_recipe_in_one_process_or_a_torchrun_launch(tmp_path, monkeypatch, torchtune_read_here):
+    """`tune run RECIPE --config C`: torchtune's CLI finds the built-in recipe's file and config and runs it in its
+    own process (one rank, the working directory importable); with torchrun options, torchrun's launch of it; a
+    custom recipe is its module, as the CLI runs it."""
+    import torchtune
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    recipes = Path(torchtune.__file__).parent.parent / "recipes"
+    one = read(["tune", "run", "full_finetune_single_device", "--config", "llama3_2/1B_full_single_device"], None)
+    assert one.argv == [
+        str(recipes / "full_finetune_single_device.py"),
+        "--config",
+        str(recipes / "configs" / "llama3_2" / "1B_full_single_device.yaml"),
+    ]
+    assert (one.launcher, one.nnodes, one.nproc_per_node) == ("tune run", 1, 1)
+    assert one.env == {"PYTHONPATH": f"/elsewhere:{tmp_path}"} and "one GPU" in one.defaults[0]
+    assert sys.path[-1] != str(tmp_path)  # the CLI's append stayed in the read
+    two = read(["tune", "run", "--nproc_per_node", "2", "full_finetune_distributed", "--config", "c.yaml", "x=1"], None)
+    assert two.argv == [str(recipes / "full_finetune_distributed.py"), "--config", "c.yaml", "x=1"]
+    assert (two.nnodes, two.nproc_per_node, two.env) == (1, 2, {})
+    custom = read(["tune", "run", "--nnodes", "2", "--nproc_per_node", "4", "mine/train.py", "--config", "c.yaml"], None)
+    assert (custom.argv, custom.nnodes, custom.nproc_per_node) == (["-m", "mine.train", "--config", "c.yaml"], 2, 4)
+
+
+@pytest.mark.parametrize(
+    "command, refused",
+    [
+        (["tune", "ls"], r"tune ls: maya emulate reads torchtune's `tune run"),
+        (["tune"], "maya emulate reads torchtune's `tune run"),
+        (["tune", "run", "full_finetune_single_device"], "its parser refused these arguments"),  # no --config
+        (["tune", "run", "--nproc_per_node", "2", "lora_finetune_single_device", "--config", "c"], "refused"),
+        (["tune", "run", "--no-python", "--nproc_per_node", "2", "r.py", "--config", "c"], "tune run --no-python"),
+    ],
+)
+@pytest.mark.slow  # torchtune's import
+def test_tune_commands_maya_cannot_stand_for_are_refused(torchtune_read_here, command, refused):
     with pytest.raises(LaunchCommandError, match=refused):
         read(command, None)
 

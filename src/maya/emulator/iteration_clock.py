@@ -5,7 +5,8 @@ iteration if the model computed something since the last one began (a module was
 a backward op, or a CUDA graph was launched): a script stepping several optimizers per iteration
 (Muon and AdamW, say) counts one iteration, not one per optimizer, and the later optimizers' ops are
 labelled with the iteration the first one ended (the pre-hook). GradScaler's skipped steps never reach
-the hooks.
+the hooks. Steps taken inside a backward (an optimizer per parameter, stepped by its gradient's hook:
+torchtune's `optimizer_in_bwd`) end one iteration, when that backward ends, not one each.
 
 With a limit of N, the rank stops once N iterations are done, at the first sign of the next one:
 the next call of a module (an evaluation pass after step N included), or a step that would end
@@ -41,12 +42,18 @@ class IterationClock:
         relabel_open: Callable[[int], None],
         backward_ops: Callable[[], int],
         graph_launches: Callable[[], int],
+        backward_task: Callable[[], int],
+        at_backward_end: Callable[[Callable[[], None]], None],
         limit: int = 0,
     ):
+        """`backward_task`: the backward running on this thread (autograd's graph task id; -1: none);
+        `at_backward_end`: runs a callable when that backward ends."""
         self.set_iteration, self.limit, self.relabel_open = set_iteration, limit, relabel_open
         self.backward_ops, self.graph_launches = backward_ops, graph_launches
+        self.backward_task, self.at_backward_end = backward_task, at_backward_end
         self.iteration = 0
         self.stepped = False
+        self.deferred_task = -1
         self.module_calls = 0
         self.marks = self._marks()
 
@@ -61,13 +68,30 @@ class IterationClock:
 
     def optimizer_stepping(self, *_) -> None:
         """An optimizer step starts (the global optimizer-step pre-hook): with no model computation since the
-        last step, it is another optimizer of the iteration that step ended, and its ops are labelled so."""
-        if self.stepped and self._marks() == self.marks:
+        last step, it is another optimizer of the iteration that step ended, and its ops are labelled so. A step
+        inside a backward belongs to that backward's iteration."""
+        if self.backward_task() == -1 and self.stepped and self._marks() == self.marks:
             self.set_iteration(self.iteration - 1)
             self.relabel_open(self.iteration - 1)  # the step's own range, entered before this hook
 
     def optimizer_stepped(self, *_) -> None:
-        """An optimizer step ended (the global optimizer-step post-hook)."""
+        """An optimizer step ended (the global optimizer-step post-hook); one inside a backward ends the iteration
+        when that backward ends."""
+        task = self.backward_task()
+        if task == -1:
+            self._ended()
+        elif task != self.deferred_task:
+            self.deferred_task = task
+            self.at_backward_end(self._backward_ended)
+
+    def _backward_ended(self) -> None:
+        """The backward whose optimizers stepped inside it ended: so does its iteration."""
+        self.deferred_task = -1
+        self._ended()
+
+    def _ended(self) -> None:
+        """An iteration's optimizer steps are done: a new iteration starts, unless the model computed nothing since
+        the last one began (another optimizer of that iteration)."""
         marks = self._marks()
         if self.stepped and marks == self.marks:
             self.set_iteration(self.iteration)  # another optimizer of the iteration that just ended
@@ -90,7 +114,9 @@ class IterationClock:
 
 def native_clock(observer: ctypes.CDLL, emulator: ctypes.CDLL, limit: int) -> IterationClock:
     """The clock of a rank: labels go to the op observer (libmaya_ops), backward ops are counted there,
-    CUDA graph launches by the stubs (libmaya_emu)."""
+    CUDA graph launches by the stubs (libmaya_emu); autograd says which backward runs and when it ends."""
+    import torch
+
     observer.maya_ops_set_iteration.argtypes = [ctypes.c_int32]
     observer.maya_ops_relabel_open.argtypes = [ctypes.c_int32]
     observer.maya_ops_backward_ops.restype = ctypes.c_int64
@@ -100,5 +126,7 @@ def native_clock(observer: ctypes.CDLL, emulator: ctypes.CDLL, limit: int) -> It
         observer.maya_ops_relabel_open,
         observer.maya_ops_backward_ops,
         emulator.maya_emu_graph_launches,
+        torch._C._current_graph_task_id,
+        torch.autograd.Variable._execution_engine.queue_callback,
         limit,
     )
