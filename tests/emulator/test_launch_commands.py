@@ -280,7 +280,9 @@ def test_tune_run_is_its_recipe_in_one_process_or_a_torchrun_launch(tmp_path, mo
     two = read(["tune", "run", "--nproc_per_node", "2", "full_finetune_distributed", "--config", "c.yaml", "x=1"], None)
     assert two.argv == [str(recipes / "full_finetune_distributed.py"), "--config", "c.yaml", "x=1"]
     assert (two.nnodes, two.nproc_per_node, two.env) == (1, 2, {})
-    custom = read(["tune", "run", "--nnodes", "2", "--nproc_per_node", "4", "mine/train.py", "--config", "c.yaml"], None)
+    custom = read(
+        ["tune", "run", "--nnodes", "2", "--nproc_per_node", "4", "mine/train.py", "--config", "c.yaml"], None
+    )
     assert (custom.argv, custom.nnodes, custom.nproc_per_node) == (["-m", "mine.train", "--config", "c.yaml"], 2, 4)
 
 
