@@ -91,8 +91,8 @@ class Launch:
 
 
 def launcher_of(args: Sequence[str]) -> tuple[str, list[str]] | None:
-    """The launcher `args` start (`torchrun`, `accelerate`, `accelerate launch`, `deepspeed`) and its own words, or
-    None for any other command; nothing is imported."""
+    """The launcher `args` start (`torchrun`, `accelerate`, `accelerate launch`, `deepspeed`, `trl`, `tune`) and its
+    own words, or None for any other command; nothing is imported."""
     words = list(args)
     name = Path(words[0]).name if words else ""
     if name.startswith("python") and len(words) > 2 and words[1] == "-m" and words[2] in MODULES:
