@@ -114,10 +114,13 @@ def test_the_prediction_tells_allocated_from_held_memory(tmp_path, allocator):
     assert p["peak_memory_bytes"] == script_saw["max_memory_reserved"]
 
 
-def test_the_peak_allocated_outlives_the_scripts_resets(tmp_path):
-    """A script that resets the peak statistics after step 0 (torchtune logs and resets them each step) reads the
-    reset peak, as on a GPU; the prediction's peak allocated is the run's, before the reset (it was the last step's)."""
-    r, out = emulate(tmp_path, script="peak_stats_reset.py")
+@pytest.mark.parametrize("reset", ["cuda", "accelerator", "legacy"])
+def test_the_peak_allocated_outlives_the_scripts_resets(tmp_path, reset):
+    """A script that resets the peak statistics after step 0 (torchtune logs and resets them each step; by
+    `torch.cuda.reset_peak_memory_stats`, `torch.accelerator.reset_peak_memory_stats` or the legacy
+    `reset_max_memory_allocated`) reads the reset peak, as on a GPU; the prediction's peak allocated is the run's,
+    before the reset (it was the last step's)."""
+    r, out = emulate(tmp_path, script="peak_stats_reset.py", script_args=[reset])
     assert r.exit_code == 0, r.output
     log = (out / "logs" / "rank0.txt").read_text()
     script_saw = json.loads(next(line for line in log.splitlines() if line.startswith("{")))

@@ -1,7 +1,10 @@
 """A script that resets the allocator's peak statistics after its first step, as torchtune's recipes do after logging
-them: a 100 MiB tensor in step 0, then small steps. Prints the peak it read before the reset and the one after."""
+them: a 100 MiB tensor in step 0, then small steps. Prints the peak it read before the reset and the one after.
+`python peak_stats_reset.py [cuda|accelerator|legacy]`: reset by `torch.cuda.reset_peak_memory_stats` (the default),
+`torch.accelerator.reset_peak_memory_stats` or `torch.cuda.reset_max_memory_allocated`."""
 
 import json
+import sys
 
 import torch
 
@@ -18,6 +21,12 @@ for step in range(3):
     opt.zero_grad()
     if step == 0:
         seen["before_reset"] = torch.cuda.max_memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
+        reset = sys.argv[1] if len(sys.argv) > 1 else "cuda"
+        if reset == "accelerator":
+            torch.accelerator.reset_peak_memory_stats()
+        elif reset == "legacy":
+            torch.cuda.reset_max_memory_allocated()
+        else:
+            torch.cuda.reset_peak_memory_stats()
 seen["after_reset"] = torch.cuda.max_memory_allocated()
 print(json.dumps(seen))

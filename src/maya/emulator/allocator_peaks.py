@@ -12,6 +12,10 @@ from typing import Any
 PEAKS = {"allocated_bytes": "allocated_bytes.all.peak", "reserved_bytes": "reserved_bytes.all.peak"}
 """The record's names of the peaks, and torch's `memory_stats` keys for them."""
 
+RESETS = ("_cuda_resetPeakMemoryStats", "_accelerator_resetPeakStats")
+"""What resets the peaks: `torch.cuda.reset_peak_memory_stats` (and its aliases) and, in torch 2.9 and later,
+`torch.accelerator.reset_peak_memory_stats` (CUDA is the emulated accelerator); wrapped where torch has them."""
+
 
 class AllocatorPeaks:
     """Per device, the largest peaks torch's allocator reached, whatever the script reset."""
@@ -19,13 +23,18 @@ class AllocatorPeaks:
     def __init__(self, torch: Any):
         self.torch = torch
         self.cleared: dict[int, dict[str, int]] = {}
-        reset = torch._C._cuda_resetPeakMemoryStats  # what torch.cuda.reset_peak_memory_stats (and its aliases) call
+        for name in RESETS:
+            if hasattr(torch._C, name):
+                setattr(torch._C, name, self._keeping_peaks(getattr(torch._C, name)))
+
+    def _keeping_peaks(self, reset: Any) -> Any:
+        """`reset(device)` that first folds the peaks it clears into the record."""
 
         def keeping_peaks(device: int) -> None:
             self._fold(device, self._stats(device))
             reset(device)
 
-        torch._C._cuda_resetPeakMemoryStats = keeping_peaks
+        return keeping_peaks
 
     def _stats(self, device: int) -> dict[str, int]:
         try:
