@@ -16,7 +16,9 @@ def allocator(resets: tuple[str, ...]) -> SimpleNamespace:
 
     torch = SimpleNamespace(
         _C=SimpleNamespace(**{name: clear for name in resets}),
-        cuda=SimpleNamespace(memory_stats=lambda device: dict(stats), is_initialized=lambda: True, device_count=lambda: 1),
+        cuda=SimpleNamespace(
+            memory_stats=lambda device: dict(stats), is_initialized=lambda: True, device_count=lambda: 1
+        ),
     )
     torch.stats = stats
     return torch

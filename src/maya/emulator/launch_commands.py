@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from maya.core import settings
+
 COMMANDS = {
     "torchrun": "torchrun",
     "accelerate": "accelerate",
@@ -104,9 +106,9 @@ def launcher_of(args: Sequence[str]) -> tuple[str, list[str]] | None:
 
 def read(args: Sequence[str], node_gpus: int | None, bf16: bool = True) -> Launch | None:
     """The launch `args` make (`torchrun ...`, `python -m torch.distributed.run ...`, `accelerate launch ...`,
-    `deepspeed ...`, `trl sft ...`, `tune run ...`), or None for any other command. `node_gpus`: the GPUs of each virtual node when `maya emulate`
-    was told (a launcher that uses "every GPU of the node" uses these; None: as many as it asks for, else 1);
-    `bf16`: whether the emulated GPU supports bf16 (accelerate checks it)."""
+    `deepspeed ...`, `trl sft ...`, `tune run ...`), or None for any other command. `node_gpus`: the GPUs of each
+    virtual node when `maya emulate` was told (a launcher that uses "every GPU of the node" uses these; None: as many
+    as it asks for, else 1); `bf16`: whether the emulated GPU supports bf16 (accelerate checks it)."""
     found = launcher_of(args)
     if found is None:
         return None
@@ -189,7 +191,9 @@ def _named(command: str) -> Iterator[None]:
         yield
     except LaunchCommandError:
         raise
-    except SystemExit:
+    except SystemExit as e:
+        if e.code in (0, None):  # --help (or --version): printed, and nothing to run
+            raise LaunchCommandError(f"{command}: help was asked (printed above); give the command to run") from None
         raise LaunchCommandError(f"{command}: its parser refused these arguments (above)") from None
     except Exception as e:
         raise LaunchCommandError(f"{command}: {type(e).__name__}: {e}") from None
@@ -328,6 +332,11 @@ def trl(words: list[str], node_gpus: int | None, bf16: bool) -> Launch:
             f"trl {' '.join(words[:1])}: maya emulate reads TRL's training commands ({', '.join(training)}): "
             "the accelerate launch each makes"
         )
+    # transformers' model code imports torchao (where installed), whose import asks the device for its properties:
+    # imported before the virtual GPUs' answers (which have no device behind them), it finds none, as its script's
+    # config does not need one
+    import transformers.modeling_utils  # noqa: F401
+
     launched: list[list[str]] = []
 
     def launch_training_script(
@@ -351,30 +360,37 @@ def trl(words: list[str], node_gpus: int | None, bf16: bool) -> Launch:
 def tune(words: list[str], node_gpus: int | None) -> Launch:
     """`tune run [TORCHRUN-OPTIONS] RECIPE --config CONFIG ARGS`, read by torchtune's CLI: it finds the recipe's file
     (a built-in's) or module (a custom one's) and the config's file, then runs the recipe in its own process (no
-    torchrun option: one rank, with the working directory importable, as `tune run` appends it to `sys.path`) or
-    launches it by torchrun (read as torchrun is). The recipe is taken where the CLI would run it; nothing runs.
-    Other `tune` commands are refused."""
-    try:
-        from torchtune._cli.run import Run
-        from torchtune._cli.tune import TuneCLIParser
-    except ImportError as e:
-        raise LaunchCommandError(f"tune: torchtune is not installed in maya's environment ({e})") from None
-    from unittest import mock
-
+    torchrun option: one rank, which appends the working directory to `sys.path` as the CLI does) or launches it by
+    torchrun (read as torchrun is; several nodes need `--rdzv_endpoint`, without which torchtune's torchrun is
+    standalone). The recipe is taken where the CLI would run it; nothing runs. Other `tune` commands are refused."""
     if not words or words[0] != "run":
         raise LaunchCommandError(
             f"tune {' '.join(words[:1])}: maya emulate reads torchtune's `tune run [TORCHRUN-OPTIONS] RECIPE --config "
             "CONFIG ARGS`"
         )
+    try:
+        from torchtune._cli.run import Run
+        from torchtune._cli.tune import TuneCLIParser
+    except ImportError as e:
+        if e.name and e.name.split(".")[0] == "torchtune":
+            raise LaunchCommandError(f"tune: torchtune is not installed in maya's environment ({e})") from None
+        raise LaunchCommandError(f"tune: torchtune's CLI failed to import {e.name or 'a module'} ({e})") from None
+    from unittest import mock
+
     launched: list[Launch] = []
 
     def distributed(_: Run, args: Any, is_builtin: bool) -> None:  # what Run._run_distributed gives torchrun
         args.training_script, args.training_script_args, args.module = args.recipe, args.recipe_args, not is_builtin
-        launched.append(_torchrun_launch(args, node_gpus, "tune run"))
+        launch = _torchrun_launch(args, node_gpus, "tune run")
+        if launch.nnodes > 1 and not args.rdzv_endpoint:
+            raise LaunchCommandError(
+                f"tune run --nnodes {args.nnodes} without --rdzv_endpoint: torchtune then runs torchrun standalone (a "
+                "rendezvous of this node only), so the nodes never meet; give --rdzv_endpoint HOST:PORT"
+            )
+        launched.append(launch)
 
     def single_device(_: Run, args: Any, is_builtin: bool) -> None:  # Run._run_single_device: runpy, in-process
-        path = os.environ.get("PYTHONPATH")
-        cwd = {"PYTHONPATH": (f"{path}:" if path else "") + os.getcwd()}
+        cwd = {settings.EMU_APPEND_PATH.name: os.getcwd()}
         one = ("tune run without torchrun options: the recipe in its own process, one GPU",)
         argv = _script(str(args.recipe), not is_builtin, args.recipe_args)
         launched.append(Launch("tune run", argv, 1, 1, cwd, defaults=one))

@@ -231,6 +231,8 @@ def main(argv: list[str]) -> int:
         *observer.module_hooks(torch, clock),
     ]
     disarm = _interrupt_on_stop_signals()
+    if settings.EMU_APPEND_PATH.get():
+        sys.path.append(settings.EMU_APPEND_PATH.get())
     try:
         run_script(argv)
     except IterationLimitReached as e:
