@@ -6,6 +6,7 @@ name."""
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import fake_torchtune as fake_torchtune_cli
@@ -607,3 +608,48 @@ def test_tune_runs_recipe_finds_the_working_directory_last_on_its_path(tmp_path,
     assert r.exit_code == 0, r.output
     seen = json.loads(next(line for line in (out / "logs" / "rank0.txt").read_text().splitlines() if line[:1] == "{"))
     assert seen["at"] == [seen["n"] - 1]
+
+
+TUNE_FORMS = [
+    ["tune", "run", "full_finetune_single_device", "--config", "llama3_2/1B_full_single_device", "x=1"],
+    ["tune", "run", "--nproc_per_node=2", "full_finetune_distributed", "--config", "llama3_2/1B_full"],
+    ["tune", "run", "--nnodes", "2", "--nproc_per_node", "4", "--rdzv_endpoint", "h:1", "mine/t.py", "--config", "c"],
+    ["tune", "run", "--nproc_per_node", "2", "full_finetune_single_device", "--config", "c"],
+]
+"""Forms of `tune run` the stand-in and torchtune's own CLI must read alike."""
+
+
+@pytest.mark.slow  # torchtune's import (torchao): 5-10 s
+def test_the_stand_in_reads_tune_run_as_torchtunes_own_cli(tmp_path, monkeypatch):
+    """Where torchtune is installed: each form is read by its CLI as by `tests/fake_torchtune.py`'s (the recipes'
+    folder aside), refusals included."""
+    pytest.importorskip("torchtune")
+    monkeypatch.chdir(tmp_path)
+
+    def reads(recipes: Path) -> list[object]:
+        answers = []
+        for command in TUNE_FORMS:
+            try:
+                launch = read(command, None)
+                answers.append(([w.replace(str(recipes), "R") for w in launch.argv], launch))
+            except LaunchCommandError as e:
+                answers.append(str(e))
+        return answers
+
+    import torchtune
+
+    real = reads(Path(torchtune.__file__).parent.parent / "recipes")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    fake = tmp_path / "fake"
+    recipes = fake_torchtune_cli.install(fake)
+    monkeypatch.setattr(sys, "path", [str(fake), *sys.path])
+    with monkeypatch.context() as modules:
+        _torchtune_modules(modules)
+        stood_in = reads(recipes)
+        for name in [n for n in sys.modules if n == "torchtune" or n.startswith("torchtune.")]:
+            del sys.modules[name]
+    for a, b in zip(real, stood_in, strict=True):
+        if isinstance(a, str):
+            assert a == b
+        else:
+            assert a[0] == b[0] and replace(a[1], argv=[]) == replace(b[1], argv=[])
