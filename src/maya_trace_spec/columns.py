@@ -96,7 +96,11 @@ RUN = Table(
             "`interrupted_ranks` (see `status`); `child_processes`: rank (a string) -> a list of reports of the "
             "processes the rank started that called the producer's stubs (`pid`, `rank_pid`, `parent_pid`, "
             "`forked`, `command`, `calls`, `device_calls`, `first_api`, `first_domain`, `first_device_api`); a "
-            "process with `device_calls` above 0 did device work the tables do not hold (`maya trace check` warns).",
+            "process with `device_calls` above 0 did device work the tables do not hold (`maya trace check` warns); "
+            "`allocator_peaks`: rank (a string) -> device index (a string) -> `allocated_bytes` and `reserved_bytes`, "
+            "the peaks of torch's CUDA caching allocator over the rank's whole run (`max_memory_allocated()`, "
+            "`max_memory_reserved()`), kept across the script's own peak resets: a script that resets them (each "
+            "logged step, say) reads less than the run's peak recorded here.",
         ),
     ),
     per_rank=False,

@@ -114,6 +114,23 @@ def test_the_prediction_tells_allocated_from_held_memory(tmp_path, allocator):
     assert p["peak_memory_bytes"] == script_saw["max_memory_reserved"]
 
 
+@pytest.mark.parametrize("reset", ["cuda", "accelerator", "legacy"])
+def test_the_peak_allocated_outlives_the_scripts_resets(tmp_path, reset):
+    """A script that resets the peak statistics after step 0 (torchtune logs and resets them each step; by
+    `torch.cuda.reset_peak_memory_stats`, `torch.accelerator.reset_peak_memory_stats` or the legacy
+    `reset_max_memory_allocated`) reads the reset peak, as on a GPU; the prediction's peak allocated is the run's,
+    before the reset (it was the last step's)."""
+    r, out = emulate(tmp_path, script="peak_stats_reset.py", script_args=[reset])
+    assert r.exit_code == 0, r.output
+    log = (out / "logs" / "rank0.txt").read_text()
+    script_saw = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    # after the reset: what stays allocated (cuBLAS's 32 MiB workspace, the model) and the small steps
+    assert script_saw["after_reset"] < 40 << 20 < 100 << 20 <= script_saw["before_reset"]
+    predicted = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
+    assert predicted.exit_code == 0, predicted.output
+    assert json.loads(predicted.stdout)["peak_allocated_bytes"] == script_saw["before_reset"]
+
+
 PLUGGABLE_ALLOCATOR_C = """#include <stdlib.h>
 #include <sys/types.h>
 void* my_malloc(ssize_t size, int device, void* stream){ return malloc(size ? size : 1); }

@@ -1,11 +1,15 @@
-"""Launch commands `maya emulate` reads by their launchers' own code (`accelerate launch`, `deepspeed`, `trl sft`;
+"""Launch commands `maya emulate` reads by their launchers' own code (`accelerate launch`, `deepspeed`, `trl sft`,
+`tune run`;
 torchrun's are in tests/cli/test_cli.py), the argument DeepSpeed's launcher gives each rank, and what is refused, by
 name."""
 
+import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+import fake_torchtune as fake_torchtune_cli
 import pytest
 from typer.testing import CliRunner
 
@@ -205,6 +209,8 @@ def test_the_shape_once_error_says_the_launchers_default(tmp_path, monkeypatch, 
         (["python", "-m", "deepspeed.launcher.runner", "t.py"], "deepspeed"),
         (["trl", "sft", "--output_dir", "o"], "trl"),
         (["python", "-m", "trl.cli.main", "sft", "--output_dir", "o"], "trl"),
+        (["tune", "run", "full_finetune_single_device", "--config", "c.yaml"], "torchtune"),
+        (["python", "-m", "torchtune._cli.tune", "run", "r.py", "--config", "c.yaml"], "torchtune"),
     ],
 )
 def test_every_alias_of_a_launcher_is_read_by_its_launchers_code(monkeypatch, command, launcher):
@@ -246,6 +252,118 @@ def test_a_trl_training_command_is_the_accelerate_launch_of_its_script(tmp_path,
 def test_trl_commands_maya_cannot_stand_for_are_refused(trl_read_here, command, refused):
     with pytest.raises(LaunchCommandError, match=refused):
         read(command, None)
+
+
+def _torchtune_modules(monkeypatch) -> None:
+    """Imports of torchtune from here on find it anew (those of the test's fake are dropped after it)."""
+    for name in [n for n in sys.modules if n == "torchtune" or n.startswith("torchtune.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+@pytest.fixture
+def fake_torchtune(tmp_path, monkeypatch):
+    """torchtune 0.6.1's `tune` CLI as `tests/fake_torchtune.py` mimics it, first on this process's path and the
+    child's (`PYTHONPATH`); `sys.path` as it was after (the CLI appends the working directory). Gives the recipes'
+    folder the CLI names."""
+    folder = tmp_path / "fake"
+    recipes = fake_torchtune_cli.install(folder)
+    monkeypatch.setattr(sys, "path", [str(folder), *sys.path])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+    with monkeypatch.context() as modules:
+        _torchtune_modules(modules)
+        yield recipes
+        for name in [n for n in sys.modules if n == "torchtune" or n.startswith("torchtune.")]:
+            del sys.modules[name]
+
+
+def test_tune_run_is_its_recipe_in_one_process_or_a_torchrun_launch(tmp_path, monkeypatch, fake_torchtune):
+    """`tune run RECIPE --config C`: torchtune's CLI finds the built-in recipe's file and config and runs it in its
+    own process (one rank, which appends the working directory to `sys.path`); with torchrun options, torchrun's launch
+    of it; a custom recipe is its module, as the CLI runs it."""
+    recipes = fake_torchtune
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    one = read(["tune", "run", "full_finetune_single_device", "--config", "llama3_2/1B_full_single_device"], None)
+    assert one.argv == [
+        str(recipes / "full_finetune_single_device.py"),
+        "--config",
+        str(recipes / "configs" / "llama3_2" / "1B_full_single_device.yaml"),
+    ]
+    assert (one.launcher, one.nnodes, one.nproc_per_node) == ("tune run", 1, 1)
+    assert one.env == {"MAYA_EMU_APPEND_PATH": str(work)} and "one GPU" in one.defaults[0]
+    assert str(work) not in sys.path  # the CLI's append stayed in the read
+    two = read(["tune", "run", "--nproc_per_node=2", "full_finetune_distributed", "--config", "c.yaml", "x=1"], None)
+    assert two.argv == [str(recipes / "full_finetune_distributed.py"), "--config", "c.yaml", "x=1"]
+    assert (two.nnodes, two.nproc_per_node, two.env) == (1, 2, {})
+    custom = read(
+        ["tune", "run", "--nnodes", "2", "--nproc_per_node", "4", "--rdzv_endpoint", "h:29500", "mine/train.py"]
+        + ["--config", "llama3_2/1B_full"],
+        None,
+    )
+    assert custom.argv == ["-m", "mine.train", "--config", str(recipes / "configs" / "llama3_2" / "1B_full.yaml")]
+    assert (custom.nnodes, custom.nproc_per_node) == (2, 4)
+    python_m = read(["python", "-m", "torchtune._cli.tune", "run", "mine/train.py", "--config", "c.yaml"], None)
+    assert (python_m.argv, python_m.nproc_per_node) == (["-m", "mine.train", "--config", "c.yaml"], 1)
+
+
+@pytest.mark.parametrize(
+    "command, refused, printed",
+    [
+        (["tune", "ls"], r"tune ls: maya emulate reads torchtune's `tune run", ""),
+        (["tune"], "maya emulate reads torchtune's `tune run", ""),
+        (
+            ["tune", "run", "full_finetune_single_device"],
+            "its parser refused these arguments",
+            "The '--config' argument is required",
+        ),
+        (
+            ["tune", "run", "--nproc_per_node", "2", "full_finetune_single_device", "--config", "c"],
+            "its parser refused these arguments",
+            "Recipe full_finetune_single_device does not support distributed training",
+        ),
+        (["tune", "run", "--no-python", "--nproc_per_node", "2", "r.py", "--config", "c"], "tune run --no-python", ""),
+        (
+            ["tune", "run", "--nnodes", "2", "--nproc_per_node", "4", "r.py", "--config", "c"],
+            r"tune run --nnodes 2 without --rdzv_endpoint: torchtune then runs torchrun standalone",
+            "",
+        ),
+        (["tune", "run", "--help"], "tune run --help: help was asked", "usage: tune run"),
+    ],
+)
+def test_tune_commands_maya_cannot_stand_for_are_refused(fake_torchtune, capsys, command, refused, printed):
+    """Each refusal names its reason: the subcommand, torchtune's own parser's (printed above the error), a
+    multi-node launch torchtune would run standalone, or help asked for."""
+    with pytest.raises(LaunchCommandError, match=refused):
+        read(command, None)
+    out, err = capsys.readouterr()
+    assert printed in out + err
+
+
+def test_tune_commands_are_checked_before_torchtune_is_imported(monkeypatch):
+    """`tune ls` is refused for what it is, torchtune installed or not."""
+    _torchtune_modules(monkeypatch)
+    monkeypatch.setitem(sys.modules, "torchtune", None)
+    with pytest.raises(LaunchCommandError, match="tune ls: maya emulate reads torchtune's `tune run"):
+        read(["tune", "ls"], None)
+
+
+def test_a_module_torchtune_fails_to_import_is_named(tmp_path, monkeypatch):
+    """torchtune installed beside a torchao it cannot import (0.6.1 with torchao 0.18): the error names the module
+    that failed, not "torchtune is not installed"."""
+    folder = tmp_path / "fake"
+    fake_torchtune_cli.install(
+        folder,
+        "raise ModuleNotFoundError(\"No module named 'torchao.dtypes.nf4tensor'\", name='torchao.dtypes.nf4tensor')",
+    )
+    monkeypatch.setattr(sys, "path", [str(folder), *sys.path])
+    with monkeypatch.context() as modules:
+        _torchtune_modules(modules)
+        with pytest.raises(LaunchCommandError) as e:
+            read(["tune", "run", "r.py", "--config", "c"], None)
+        for name in [n for n in sys.modules if n == "torchtune" or n.startswith("torchtune.")]:
+            del sys.modules[name]
+    assert str(e.value).startswith("tune: torchtune's CLI failed to import torchao.dtypes.nf4tensor (No module named")
 
 
 def test_an_accelerate_launch_of_one_process_is_one_rank(tmp_path, no_accelerate_config):
@@ -329,6 +447,11 @@ def test_torchrun_nproc_per_node_gpu_is_the_nodes_gpus():
             None,
             ["python", "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "gpu", "t.py", "--x"],
             ["torchrun", "--no-python", "t.sh"],
+        ),
+        (
+            "fake_torchtune",
+            ["tune", "run", "--nproc_per_node", "2", "full_finetune_distributed", "--config", "llama3_2/1B_full"],
+            ["tune", "run", "--nproc_per_node", "2", "full_finetune_single_device", "--config", "c"],
         ),
         pytest.param(  # 15 s here: two reads importing accelerate
             "no_accelerate_config",
@@ -463,3 +586,70 @@ def test_maya_emulate_reads_a_launch_without_importing_its_framework(tmp_path):
     r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert "exit 2" in r.stdout and "imported []" in r.stdout, r.stdout + r.stderr
     assert "torchrun launches 1 x 2 ranks (torchrun's default --nnodes 1:1)" in r.stderr
+
+
+@pytest.mark.slow  # an emulation: 10 s here
+def test_tune_runs_recipe_finds_the_working_directory_last_on_its_path(tmp_path, monkeypatch, fake_torchtune):
+    """`tune run mine/train.py` (one process): the rank appends the working directory to `sys.path`, as torchtune's
+    CLI does, after site-packages (on `PYTHONPATH` it came before them: a module there shadowed an installed one)."""
+    work = tmp_path / "work"
+    (work / "mine").mkdir(parents=True)
+    (work / "mine" / "__init__.py").write_text("")
+    (work / "mine" / "train.py").write_text(
+        "import json, os, sys\nimport torch\ntorch.ones(4, device='cuda')\n"
+        "print(json.dumps({'at': [i for i, p in enumerate(sys.path) if p in (os.getcwd(), '')], 'n': len(sys.path)}))\n"
+    )
+    (work / "c.yaml").write_text("x: 1\n")
+    monkeypatch.chdir(work)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(
+        app, ["emulate", "--out", str(out), "--", "tune", "run", "mine/train.py", "--config", "c.yaml"]
+    )
+    assert r.exit_code == 0, r.output
+    seen = json.loads(next(line for line in (out / "logs" / "rank0.txt").read_text().splitlines() if line[:1] == "{"))
+    assert seen["at"] == [seen["n"] - 1]
+
+
+TUNE_FORMS = [
+    ["tune", "run", "full_finetune_single_device", "--config", "llama3_2/1B_full_single_device", "x=1"],
+    ["tune", "run", "--nproc_per_node=2", "full_finetune_distributed", "--config", "llama3_2/1B_full"],
+    ["tune", "run", "--nnodes", "2", "--nproc_per_node", "4", "--rdzv_endpoint", "h:1", "mine/t.py", "--config", "c"],
+    ["tune", "run", "--nproc_per_node", "2", "full_finetune_single_device", "--config", "c"],
+]
+"""Forms of `tune run` the stand-in and torchtune's own CLI must read alike."""
+
+
+@pytest.mark.slow  # torchtune's import (torchao): 5-10 s
+def test_the_stand_in_reads_tune_run_as_torchtunes_own_cli(tmp_path, monkeypatch):
+    """Where torchtune is installed: each form is read by its CLI as by `tests/fake_torchtune.py`'s (the recipes'
+    folder aside), refusals included."""
+    pytest.importorskip("torchtune")
+    monkeypatch.chdir(tmp_path)
+
+    def reads(recipes: Path) -> list[object]:
+        answers = []
+        for command in TUNE_FORMS:
+            try:
+                launch = read(command, None)
+                answers.append(([w.replace(str(recipes), "R") for w in launch.argv], launch))
+            except LaunchCommandError as e:
+                answers.append(str(e))
+        return answers
+
+    import torchtune
+
+    real = reads(Path(torchtune.__file__).parent.parent / "recipes")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    fake = tmp_path / "fake"
+    recipes = fake_torchtune_cli.install(fake)
+    monkeypatch.setattr(sys, "path", [str(fake), *sys.path])
+    with monkeypatch.context() as modules:
+        _torchtune_modules(modules)
+        stood_in = reads(recipes)
+        for name in [n for n in sys.modules if n == "torchtune" or n.startswith("torchtune.")]:
+            del sys.modules[name]
+    for a, b in zip(real, stood_in, strict=True):
+        if isinstance(a, str):
+            assert a == b
+        else:
+            assert a[0] == b[0] and replace(a[1], argv=[]) == replace(b[1], argv=[])

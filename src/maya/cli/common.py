@@ -126,7 +126,6 @@ LAUNCHERS = frozenset(
         "mpirun",
         "srun",
         "composer",
-        "tune",
         "torchrun",
         "torchx",
         "horovodrun",
@@ -135,8 +134,8 @@ LAUNCHERS = frozenset(
     }
 )
 """Commands that start a job's ranks: `script_argv` refuses them all, with the console scripts and modules of
-`maya.emulator.launch_commands` (which only `maya emulate` reads, before: torchrun, `accelerate launch`, deepspeed
-and their aliases)."""
+`maya.emulator.launch_commands` (which only `maya emulate` reads, before: torchrun, `accelerate launch`, deepspeed,
+`trl`, `tune run` and their aliases)."""
 
 PIP_SH_WRAPPER = "'''exec' "
 """The second line of pip's `#!/bin/sh` console script (when its Python's path is too long for `#!`)."""
@@ -193,8 +192,8 @@ def script_argv(args: list[str]) -> list[str]:
     if launcher in LAUNCHERS or launcher in COMMANDS or launcher in MODULES or launcher in UNREAD_MODULES:
         fail(
             f"{launcher}: a launcher, which maya does not run: it starts every rank itself; give the GPUs "
-            "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun, `accelerate launch`, `trl` "
-            "and deepspeed commands are read as they are by maya emulate)",
+            "(--nproc-per-node, --nnodes) and the script, `-- python SCRIPT ARGS` (torchrun, `accelerate launch`, `trl`, "
+            "`tune run` and deepspeed commands are read as they are by maya emulate)",
             2,
         )
     if args[0] != "-m" and not Path(args[0]).is_file():

@@ -81,9 +81,11 @@ def emulate_cmd(
     """Run a training script on virtual GPUs and store its trace.
 
     `maya emulate [OPTIONS] -- python SCRIPT ARGS` (or a launch: `-- torchrun --nproc-per-node N SCRIPT ARGS`,
-    `-- accelerate launch --num_processes N SCRIPT ARGS`, `-- deepspeed --num_gpus N SCRIPT ARGS`, TRL's `-- trl sft ARGS`): each rank runs in isolation on a virtual GPU, and its device-API trace (maya_trace_spec) is stored and
-    catalogued in the warehouse. Exit code 3 when the script runs out of device memory. A stop signal (Ctrl-C, SIGTERM, SIGHUP)
-    stops every rank and keeps what they captured, marked interrupted (exit code 128 + the signal's number).
+    `-- accelerate launch --num_processes N SCRIPT ARGS`, `-- deepspeed --num_gpus N SCRIPT ARGS`, TRL's
+    `-- trl sft ARGS`, torchtune's `-- tune run RECIPE --config CONFIG`): each rank runs in isolation on a virtual GPU,
+    and its device-API trace (maya_trace_spec) is stored and catalogued in the warehouse. Exit code 3 when the script
+    runs out of device memory. A stop signal (Ctrl-C, SIGTERM, SIGHUP) stops every rank and keeps what they captured,
+    marked interrupted (exit code 128 + the signal's number).
     """
     from maya import api
     from maya.core import hardware as catalog

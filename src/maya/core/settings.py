@@ -162,6 +162,13 @@ EMU_LAUNCH = Switch(
     "spawn in the rank is refused, naming it; unset (`-- python SCRIPT`): the rank runs the worker of its local rank",
     rank=True,
 )
+EMU_APPEND_PATH = Switch(
+    "MAYA_EMU_APPEND_PATH",
+    "",
+    "a folder the rank appends to `sys.path` before it runs the script: `tune run`'s working directory (torchtune's "
+    "CLI appends it), after site-packages, so a module there does not shadow an installed one",
+    rank=True,
+)
 EMU_RANK_PID = Switch(
     "MAYA_EMU_RANK_PID",
     "",

@@ -1,6 +1,7 @@
 """Launch commands `maya emulate` reads: `torchrun`, `accelerate launch` and `deepspeed` (their other console
-scripts and `python -m` forms too), each by its own parser, and TRL's training commands (`trl sft`, `trl dpo`, ...:
-an `accelerate launch` of TRL's script, read by TRL's CLI, then as that launch).
+scripts and `python -m` forms too), each by its own parser, TRL's training commands (`trl sft`, `trl dpo`, ...:
+an `accelerate launch` of TRL's script, read by TRL's CLI, then as that launch) and torchtune's `tune run` (its
+recipe in one process, or a torchrun launch of it).
 
 A launcher starts a job's ranks itself; under `maya emulate` the emulator starts them, so a launch command is read
 for what it would have given each rank: the script's command (`SCRIPT ARGS` / `-m MODULE ARGS`), the job's shape
@@ -28,6 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from maya.core import settings
+
 COMMANDS = {
     "torchrun": "torchrun",
     "accelerate": "accelerate",
@@ -36,6 +39,7 @@ COMMANDS = {
     "ds": "deepspeed",
     "deepspeed.pt": "deepspeed",
     "trl": "trl",
+    "tune": "tune",
 }
 """Console scripts read as launch commands, by the launcher they start (DeepSpeed installs `ds` and
 `deepspeed.pt` beside `deepspeed`; accelerate `accelerate-launch` beside `accelerate`)."""
@@ -46,6 +50,7 @@ MODULES = {
     "accelerate.commands.launch": "accelerate launch",
     "deepspeed.launcher.runner": "deepspeed",
     "trl.cli.main": "trl",
+    "torchtune._cli.tune": "tune",
 }
 """`python -m MODULE ...`: the same launchers run as modules."""
 
@@ -88,8 +93,8 @@ class Launch:
 
 
 def launcher_of(args: Sequence[str]) -> tuple[str, list[str]] | None:
-    """The launcher `args` start (`torchrun`, `accelerate`, `accelerate launch`, `deepspeed`) and its own words, or
-    None for any other command; nothing is imported."""
+    """The launcher `args` start (`torchrun`, `accelerate`, `accelerate launch`, `deepspeed`, `trl`, `tune`) and its
+    own words, or None for any other command; nothing is imported."""
     words = list(args)
     name = Path(words[0]).name if words else ""
     if name.startswith("python") and len(words) > 2 and words[1] == "-m" and words[2] in MODULES:
@@ -101,9 +106,9 @@ def launcher_of(args: Sequence[str]) -> tuple[str, list[str]] | None:
 
 def read(args: Sequence[str], node_gpus: int | None, bf16: bool = True) -> Launch | None:
     """The launch `args` make (`torchrun ...`, `python -m torch.distributed.run ...`, `accelerate launch ...`,
-    `deepspeed ...`), or None for any other command. `node_gpus`: the GPUs of each virtual node when `maya emulate`
-    was told (a launcher that uses "every GPU of the node" uses these; None: as many as it asks for, else 1);
-    `bf16`: whether the emulated GPU supports bf16 (accelerate checks it)."""
+    `deepspeed ...`, `trl sft ...`, `tune run ...`), or None for any other command. `node_gpus`: the GPUs of each
+    virtual node when `maya emulate` was told (a launcher that uses "every GPU of the node" uses these; None: as many
+    as it asks for, else 1); `bf16`: whether the emulated GPU supports bf16 (accelerate checks it)."""
     found = launcher_of(args)
     if found is None:
         return None
@@ -120,6 +125,8 @@ def read(args: Sequence[str], node_gpus: int | None, bf16: bool = True) -> Launc
         return accelerate(words, node_gpus, bf16)
     if launcher == "trl":
         return trl(words, node_gpus, bf16)
+    if launcher == "tune":
+        return tune(words, node_gpus)
     return deepspeed(words, node_gpus)
 
 
@@ -184,7 +191,9 @@ def _named(command: str) -> Iterator[None]:
         yield
     except LaunchCommandError:
         raise
-    except SystemExit:
+    except SystemExit as e:
+        if e.code in (0, None):  # --help (or --version): printed, and nothing to run
+            raise LaunchCommandError(f"{command}: help was asked (printed above); give the command to run") from None
         raise LaunchCommandError(f"{command}: its parser refused these arguments (above)") from None
     except Exception as e:
         raise LaunchCommandError(f"{command}: {type(e).__name__}: {e}") from None
@@ -199,29 +208,36 @@ def torchrun(words: list[str], node_gpus: int | None = None) -> Launch:
     GPUs (`node_gpus`, maya emulate's --nproc-per-node)."""
     from torch.distributed.run import get_args_parser
 
-    parser = get_args_parser()
     with _named(f"torchrun {' '.join(words)}"):
-        parsed = parser.parse_args(words)
+        parsed = get_args_parser().parse_args(words)
+    return _torchrun_launch(parsed, node_gpus)
+
+
+def _torchrun_launch(parsed: Any, node_gpus: int | None, launcher: str = "torchrun") -> Launch:
+    """The launch of torchrun's parsed options (`parsed`: what its parser gives, or `tune run`'s copy of them)."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
     if parsed.no_python:
-        raise LaunchCommandError("torchrun --no-python: maya emulate runs Python scripts (give the script itself)")
+        raise LaunchCommandError(f"{launcher} --no-python: maya emulate runs Python scripts (give the script itself)")
     per_node = str(parsed.nproc_per_node)
     if per_node in ("gpu", "auto") and node_gpus:
         per_node = str(node_gpus)
     if not per_node.isdigit() or int(per_node) < 1:
         raise LaunchCommandError(
-            f"torchrun --nproc-per-node {parsed.nproc_per_node}: give the number of GPUs per node (maya emulate's "
+            f"{launcher} --nproc-per-node {parsed.nproc_per_node}: give the number of GPUs per node (maya emulate's "
             "machine has none to count: maya emulate --nproc-per-node N)"
         )
     nodes = str(parsed.nnodes).rpartition(":")[2]  # MIN:MAX (elastic): the largest job
     if not nodes.isdigit() or int(nodes) < 1:
-        raise LaunchCommandError(f"torchrun --nnodes {parsed.nnodes}: give the number of nodes")
+        raise LaunchCommandError(f"{launcher} --nnodes {parsed.nnodes}: give the number of nodes")
     defaults = tuple(
         f"torchrun's default {what} {parser.get_default(option)}"
         for option, what in (("nnodes", "--nnodes"), ("nproc_per_node", "--nproc-per-node"))
         if getattr(parsed, option) == parser.get_default(option)
     )
     argv = _script(parsed.training_script, parsed.module, parsed.training_script_args)
-    return Launch("torchrun", argv, int(nodes), int(per_node), defaults=defaults)
+    return Launch(launcher, argv, int(nodes), int(per_node), defaults=defaults)
 
 
 @contextmanager
@@ -316,6 +332,11 @@ def trl(words: list[str], node_gpus: int | None, bf16: bool) -> Launch:
             f"trl {' '.join(words[:1])}: maya emulate reads TRL's training commands ({', '.join(training)}): "
             "the accelerate launch each makes"
         )
+    # transformers' model code imports torchao (where installed), whose import asks the device for its properties:
+    # imported before the virtual GPUs' answers (which have no device behind them), it finds none, as its script's
+    # config does not need one
+    import transformers.modeling_utils  # noqa: F401
+
     launched: list[list[str]] = []
 
     def launch_training_script(
@@ -334,6 +355,61 @@ def trl(words: list[str], node_gpus: int | None, bf16: bool) -> Launch:
     if not launched:
         raise LaunchCommandError(f"trl {words[0]}: TRL's CLI made no launch of its script")
     return replace(accelerate(launched[0], node_gpus, bf16), launcher=f"trl {words[0]}")
+
+
+def tune(words: list[str], node_gpus: int | None) -> Launch:
+    """`tune run [TORCHRUN-OPTIONS] RECIPE --config CONFIG ARGS`, read by torchtune's CLI: it finds the recipe's file
+    (a built-in's) or module (a custom one's) and the config's file, then runs the recipe in its own process (no
+    torchrun option: one rank, which appends the working directory to `sys.path` as the CLI does) or launches it by
+    torchrun (read as torchrun is; several nodes need `--rdzv_endpoint`, without which torchtune's torchrun is
+    standalone). The recipe is taken where the CLI would run it; nothing runs. Other `tune` commands are refused."""
+    if not words or words[0] != "run":
+        raise LaunchCommandError(
+            f"tune {' '.join(words[:1])}: maya emulate reads torchtune's `tune run [TORCHRUN-OPTIONS] RECIPE --config "
+            "CONFIG ARGS`"
+        )
+    try:
+        from torchtune._cli.run import Run
+        from torchtune._cli.tune import TuneCLIParser
+    except ImportError as e:
+        if e.name and e.name.split(".")[0] == "torchtune":
+            raise LaunchCommandError(f"tune: torchtune is not installed in maya's environment ({e})") from None
+        raise LaunchCommandError(f"tune: torchtune's CLI failed to import {e.name or 'a module'} ({e})") from None
+    from unittest import mock
+
+    launched: list[Launch] = []
+
+    def distributed(_: Run, args: Any, is_builtin: bool) -> None:  # what Run._run_distributed gives torchrun
+        args.training_script, args.training_script_args, args.module = args.recipe, args.recipe_args, not is_builtin
+        launch = _torchrun_launch(args, node_gpus, "tune run")
+        if launch.nnodes > 1 and not args.rdzv_endpoint:
+            raise LaunchCommandError(
+                f"tune run --nnodes {args.nnodes} without --rdzv_endpoint: torchtune then runs torchrun standalone (a "
+                "rendezvous of this node only), so the nodes never meet; give --rdzv_endpoint HOST:PORT"
+            )
+        launched.append(launch)
+
+    def single_device(_: Run, args: Any, is_builtin: bool) -> None:  # Run._run_single_device: runpy, in-process
+        cwd = {settings.EMU_APPEND_PATH.name: os.getcwd()}
+        one = ("tune run without torchrun options: the recipe in its own process, one GPU",)
+        argv = _script(str(args.recipe), not is_builtin, args.recipe_args)
+        launched.append(Launch("tune run", argv, 1, 1, cwd, defaults=one))
+
+    path = list(sys.path)  # the CLI appends the working directory to it
+    try:
+        with (
+            mock.patch.object(Run, "_run_distributed", distributed),
+            mock.patch.object(Run, "_run_single_device", single_device),
+            mock.patch.object(sys, "argv", ["tune", *words]),  # the CLI counts its torchrun options in sys.argv
+            _named(f"tune {' '.join(words)}"),
+        ):
+            cli = TuneCLIParser()
+            cli.run(cli.parse_args())
+    finally:
+        sys.path[:] = path
+    if not launched:
+        raise LaunchCommandError(f"tune {' '.join(words)}: torchtune's CLI made no launch of a recipe")
+    return launched[0]
 
 
 def _visible_devices(args: Any, pool: dict[str, int] | None) -> int | None:

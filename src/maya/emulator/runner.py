@@ -154,32 +154,6 @@ def _cpu_seconds() -> float:
     )
 
 
-def _allocator_peaks(torch) -> dict[str, dict[str, int]]:
-    """Per device the rank used: the peak bytes torch's CUDA caching allocator handed out to tensors
-    (`torch.cuda.max_memory_allocated`) and held from the device (`max_memory_reserved`: what the stubs' memory
-    events record), as the script would read them at its end; empty when it never initialised CUDA. Best effort: a
-    device whose statistics cannot be read (a script that swapped in a `CUDAPluggableAllocator`, which has none)
-    records no peaks, and the prediction falls back as it does for captures that predate them."""
-    try:
-        if not torch.cuda.is_initialized():
-            return {}
-        devices = torch.cuda.device_count()
-    except Exception:
-        return {}
-    peaks = {}
-    for device in range(devices):
-        try:
-            stats = torch.cuda.memory_stats(device)
-        except Exception:  # e.g. "CUDAPluggableAllocator does not yet support getDeviceStats"
-            continue
-        if stats.get("reserved_bytes.all.peak"):
-            peaks[str(device)] = {
-                "allocated_bytes": int(stats["allocated_bytes.all.peak"]),
-                "reserved_bytes": int(stats["reserved_bytes.all.peak"]),
-            }
-    return peaks
-
-
 def _stop_reason(e: BaseException) -> str | None:
     """Why the emulator stopped the rank (a loop on device values that makes no progress), with the
     script line that read the value; None if it did not."""
@@ -233,6 +207,7 @@ def main(argv: list[str]) -> int:
 
     from maya.core.script_runner import run_script
 
+    from .allocator_peaks import AllocatorPeaks
     from .device_time import install as answer_event_timings
     from .isolation import install as isolate_ranks
     from .iteration_clock import ITERATIONS_ENV, IterationLimitReached, native_clock
@@ -243,6 +218,7 @@ def main(argv: list[str]) -> int:
     from .triton_launches import install as describe_triton_launches
 
     isolate_ranks()
+    peaks = AllocatorPeaks(torch)
     run_spawned_workers_in_rank()
     launches = describe_triton_launches(out)
     timings = answer_event_timings(out)
@@ -261,6 +237,8 @@ def main(argv: list[str]) -> int:
     if memory:
         handles += memory.optimizer_hooks()
     disarm = _interrupt_on_stop_signals()
+    if settings.EMU_APPEND_PATH.get():
+        sys.path.append(settings.EMU_APPEND_PATH.get())
     try:
         run_script(argv)
     except IterationLimitReached as e:
@@ -305,7 +283,7 @@ def main(argv: list[str]) -> int:
                         "optimizer_iterations": clock.iteration,
                         "host_values": observer.values(),
                         "device_time": timings.report() if timings else None,
-                        "allocator": _allocator_peaks(torch),
+                        "allocator": peaks.read(),
                     }
                 )
             )

@@ -110,11 +110,14 @@ class Prediction:
     band: dict | None = None
     """10–90% band of the iteration time from the estimators' held-out residuals (`band.IterationBand`)."""
     peak_allocated_bytes: int | None = None
-    """Peak bytes torch's caching allocator handed out to tensors (`torch.cuda.max_memory_allocated()`), where
-    the capture recorded it (emulated runs); `peak_memory_bytes` is the device memory held, the allocator's
-    cached blocks included, which can be more (a large block that fits none of the freed ones)."""
+    """Peak bytes torch's caching allocator handed out to tensors (`torch.cuda.max_memory_allocated()`) over the
+    whole run, where the capture recorded it (emulated runs): kept across the script's own peak resets (torchtune,
+    torchtitan, DeepSpeed and HF Trainer reset them), so it can exceed what such a script prints. `peak_memory_bytes`
+    is the device memory held, the allocator's cached blocks included, which can be more (a large block that fits
+    none of the freed ones)."""
     allocated_peaks_by_rank: dict[int, int] | None = None
-    """`peak_allocated_bytes` per captured rank (what each rank's `max_memory_allocated()` reads), where recorded."""
+    """`peak_allocated_bytes` per captured rank (`max_memory_allocated()` over the rank's run, whatever the script
+    reset), where recorded."""
 
     def to_dict(self, *, per_rank: bool = True) -> dict:
         """JSON-ready: times also in milliseconds (`iteration_ms`, ...)."""
@@ -285,8 +288,9 @@ def memory_peak(trace: RankTrace) -> tuple[int, bool]:
 
 
 def allocator_peaks(traces: TraceSet) -> dict[int, int]:
-    """Per captured rank, the most bytes torch's caching allocator handed out to tensors on its GPU(s) (what the
-    rank's `torch.cuda.max_memory_allocated()` reads; the emulator's attrs `allocator_peaks`); empty when the
+    """Per captured rank, the most bytes torch's caching allocator handed out to tensors on its GPU(s) over the run
+    (`torch.cuda.max_memory_allocated()` as it would read with no reset: the emulator's attrs `allocator_peaks`,
+    kept across the script's own resets, so more than a resetting script prints); empty when the
     capture did not record them (measured traces, emulations before they were recorded, a rank whose allocator has
     no statistics)."""
     peaks = {}
