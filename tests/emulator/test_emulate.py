@@ -102,14 +102,8 @@ def test_the_prediction_tells_allocated_from_held_memory(tmp_path, allocator):
     take more than 140 MiB at once (with expandable segments too: a block is one contiguous range): the
     prediction's peak allocated is the script's `max_memory_allocated()`, its peak memory what the allocator
     held (`max_memory_reserved()`), as a GPU's would be."""
-    r, out = emulate(tmp_path, script="cached_blocks.py", script_args=[allocator])
-    assert r.exit_code == 0, r.output
-    log = (out / "logs" / "rank0.txt").read_text()
-    script_saw = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    script_saw, p = _what_the_script_saw_and_predicted(tmp_path, "cached_blocks.py", allocator)
     assert script_saw["max_memory_allocated"] < 141 << 20 < 180 << 20 <= script_saw["max_memory_reserved"]
-    predicted = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
-    assert predicted.exit_code == 0, predicted.output
-    p = json.loads(predicted.stdout)
     assert p["peak_allocated_bytes"] == script_saw["max_memory_allocated"]
     assert p["peak_memory_bytes"] == script_saw["max_memory_reserved"]
 
@@ -120,15 +114,22 @@ def test_the_peak_allocated_outlives_the_scripts_resets(tmp_path, reset):
     `torch.cuda.reset_peak_memory_stats`, `torch.accelerator.reset_peak_memory_stats` or the legacy
     `reset_max_memory_allocated`) reads the reset peak, as on a GPU; the prediction's peak allocated is the run's,
     before the reset (it was the last step's)."""
-    r, out = emulate(tmp_path, script="peak_stats_reset.py", script_args=[reset])
+    script_saw, p = _what_the_script_saw_and_predicted(tmp_path, "peak_stats_reset.py", reset)
+    # after the reset: what stays allocated (cuBLAS's 32 MiB workspace, the model) and the small steps
+    assert script_saw["after_reset"] < 40 << 20 < 100 << 20 <= script_saw["before_reset"]
+    assert p["peak_allocated_bytes"] == script_saw["before_reset"]
+
+
+def _what_the_script_saw_and_predicted(tmp_path, script: str, argument: str) -> tuple[dict, dict]:
+    """A one-rank workload that prints its allocator's figures as a JSON line: that line, and `maya predict --json`
+    of its run (roofline durations)."""
+    r, out = emulate(tmp_path, script=script, script_args=[argument])
     assert r.exit_code == 0, r.output
     log = (out / "logs" / "rank0.txt").read_text()
     script_saw = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
-    # after the reset: what stays allocated (cuBLAS's 32 MiB workspace, the model) and the small steps
-    assert script_saw["after_reset"] < 40 << 20 < 100 << 20 <= script_saw["before_reset"]
     predicted = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
     assert predicted.exit_code == 0, predicted.output
-    assert json.loads(predicted.stdout)["peak_allocated_bytes"] == script_saw["before_reset"]
+    return script_saw, json.loads(predicted.stdout)
 
 
 PLUGGABLE_ALLOCATOR_C = """#include <stdlib.h>

@@ -121,10 +121,7 @@ def test_optimizers_stepped_inside_the_backward_end_one_iteration(tmp_path):
     """An optimizer per parameter, stepped by its gradient's hook (torchtune's `optimizer_in_bwd`): 6 steps inside
     each backward end one iteration when the backward ends, not 6 (which stopped `--iterations 3` inside the first
     backward)."""
-    r, out = emulate(tmp_path, "--iterations", "3", script="optimizer_in_backward.py")
-    assert r.exit_code == 0, r.output
-    assert "stopped after 3 training iterations (--iterations 3)" in r.output
-    ops = Run(out).table("ops").to_pandas()
+    out, ops = _three_iterations(tmp_path, "optimizer_in_backward.py")
     steps = ops[ops["name"].str.startswith("Optimizer.step#")]
     assert steps.groupby("iteration").size().tolist() == [6, 6, 6]
     assert ops.groupby("iteration")["phase"].apply(lambda p: {"forward", "backward"} <= set(p)).all()
@@ -137,12 +134,17 @@ def test_steps_inside_a_reentrant_checkpoints_backward_end_the_outermost_backwar
     """Reentrant activation checkpointing runs each block's backward inside the loss's: its parameters' steps end
     one iteration when the loss's backward ends (each inner backward ended one: `--iterations 3` stopped inside the
     first backward, 2 steps an iteration)."""
-    r, out = emulate(tmp_path, "--iterations", "3", script="reentrant_optimizer_in_backward.py")
-    assert r.exit_code == 0, r.output
-    assert "stopped after 3 training iterations (--iterations 3)" in r.output
-    ops = Run(out).table("ops").to_pandas()
+    _, ops = _three_iterations(tmp_path, "reentrant_optimizer_in_backward.py")
     steps = ops[ops["name"].str.startswith("Optimizer.step#")]
     assert steps.groupby("iteration").size().tolist() == [8, 8, 8]
+
+
+def _three_iterations(tmp_path, script: str):
+    """`maya emulate --iterations 3` of a workload: the run and its ops, once it says it stopped after 3."""
+    r, out = emulate(tmp_path, "--iterations", "3", script=script)
+    assert r.exit_code == 0, r.output
+    assert "stopped after 3 training iterations (--iterations 3)" in r.output
+    return out, Run(out).table("ops").to_pandas()
 
 
 def test_iterations_stop_every_rank_at_the_same_one(tmp_path):
