@@ -208,16 +208,19 @@ def torchrun(words: list[str], node_gpus: int | None = None) -> Launch:
     GPUs (`node_gpus`, maya emulate's --nproc-per-node)."""
     from torch.distributed.run import get_args_parser
 
-    with _named(f"torchrun {' '.join(words)}"):
-        parsed = get_args_parser().parse_args(words)
-    return _torchrun_launch(parsed, node_gpus)
-
-
-def _torchrun_launch(parsed: Any, node_gpus: int | None, launcher: str = "torchrun") -> Launch:
-    """The launch of torchrun's parsed options (`parsed`: what its parser gives, or `tune run`'s copy of them)."""
-    from torch.distributed.run import get_args_parser
-
     parser = get_args_parser()
+    with _named(f"torchrun {' '.join(words)}"):
+        parsed = parser.parse_args(words)
+    return _torchrun_launch(parsed, node_gpus, parser=parser)
+
+
+def _torchrun_launch(parsed: Any, node_gpus: int | None, launcher: str = "torchrun", parser: Any = None) -> Launch:
+    """The launch of torchrun's parsed options (`parsed`: what its parser gives, or `tune run`'s copy of them);
+    `parser`: torchrun's, for its defaults (None: made here)."""
+    if parser is None:
+        from torch.distributed.run import get_args_parser
+
+        parser = get_args_parser()
     if parsed.no_python:
         raise LaunchCommandError(f"{launcher} --no-python: maya emulate runs Python scripts (give the script itself)")
     per_node = str(parsed.nproc_per_node)

@@ -237,8 +237,8 @@ def main(argv: list[str]) -> int:
     if memory:
         handles += memory.optimizer_hooks()
     disarm = _interrupt_on_stop_signals()
-    if settings.EMU_APPEND_PATH.get():
-        sys.path.append(settings.EMU_APPEND_PATH.get())
+    if appended := settings.EMU_APPEND_PATH.get():
+        sys.path.append(appended)
     try:
         run_script(argv)
     except IterationLimitReached as e:
