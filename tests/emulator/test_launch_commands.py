@@ -443,15 +443,22 @@ def test_torchrun_nproc_per_node_gpu_is_the_nodes_gpus():
 @pytest.mark.parametrize(
     "fixture, command, refused",
     [
-        (
-            None,
+        (  # the child's torchrun parser a stand-in's (the real one's import takes ~5 s, the two below)
+            "fake_torch_in_the_child",
             ["python", "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "gpu", "t.py", "--x"],
             ["torchrun", "--no-python", "t.sh"],
         ),
-        (
+        pytest.param(  # 9 s here: two children importing torch
+            None,
+            ["python", "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "gpu", "t.py", "--x"],
+            ["torchrun", "--no-python", "t.sh"],
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(  # 10 s here: two children importing torch
             "fake_torchtune",
             ["tune", "run", "--nproc_per_node", "2", "full_finetune_distributed", "--config", "llama3_2/1B_full"],
             ["tune", "run", "--nproc_per_node", "2", "full_finetune_single_device", "--config", "c"],
+            marks=pytest.mark.slow,
         ),
         pytest.param(  # 15 s here: two reads importing accelerate
             "no_accelerate_config",
@@ -482,6 +489,12 @@ def test_a_launch_is_read_apart_as_in_process(request, tmp_path, fixture, comman
         read_apart(refused, None)
     assert str(apart.value) == str(here.value)
     assert read_apart(["python", "t.py"], None) is None
+
+
+@pytest.fixture
+def fake_torch_in_the_child(tmp_path, monkeypatch):
+    """The child reading a launch imports a stand-in torch (`_fake_torch`); this process keeps the real one."""
+    _fake_torch(tmp_path / "fake", monkeypatch, "")
 
 
 def _fake_torch(folder, monkeypatch, on_import: str) -> None:

@@ -202,7 +202,7 @@ def peak_memory(run_dir: str | Path, rank: int | None = None) -> PeakMemory:
     trace_peak = peaks.get(read, {}).get(device)
     disagreement = None
     if trace_peak is not None and trace_peak != peak.allocated:
-        disagreement = _disagreement(peak.allocated - trace_peak, sidecar, settings)
+        disagreement = _disagreement(peak.allocated - trace_peak, settings)
     return PeakMemory(
         str(run_dir),
         rank,
@@ -235,11 +235,9 @@ def _refuse_untrusted(rank: int, sidecar: dict) -> None:
         )
 
 
-def _disagreement(difference: int, sidecar: dict, settings: dict) -> str | None:
+def _disagreement(difference: int, settings: dict) -> str | None:
     """Why the history's peak differs from the trace's by `difference` bytes, when a reason is known."""
     reasons = []
-    if any(c["function"] == "reset_peak_memory_stats" for c in sidecar.get("script_calls") or []):
-        reasons.append("the trace's figure is torch's own counter, which the script reset (reset_peak_memory_stats)")
     divisions = settings.get("roundup_power2_divisions") or {}
     if any(int(v) for v in (divisions.values() if isinstance(divisions, dict) else [divisions])):
         reasons.append("the allocator setting roundup_power2_divisions rounds blocks in a way not modelled")

@@ -6,8 +6,8 @@ free with its Python frames from CUDA's initialisation on (before the first allo
 the allocator's settings; `torch.cuda._lazy_call`, a private torch API, runs it then), marks each optimizer step
 (the allocator's thread-local `user_metadata`: `maya:optimizer_step:<n>`, and each step's start and end in
 `time_us`, torch's clock of the events, from torch's global optimizer hooks: a step that allocates nothing still
-has its bounds), and keeps the script's own calls of `_record_memory_history` and `reset_peak_memory_stats`
-(their time and arguments; the script's settings win, and the reader then refuses the history).
+has its bounds), and keeps the script's own calls of `_record_memory_history` (their time and arguments; the
+script's settings win, and the reader then refuses the history).
 
 At the rank's end (complete, failed, stopped by `--iterations`), after the capture is finished and its status
 written, it writes torch's snapshot (`_dump_snapshot`'s pickle, which pytorch.org/memory_viz reads) as
@@ -80,7 +80,7 @@ class Recorder:
         self.steps: list[list[int]] = []  # each outermost optimizer step's [start, end] in time_us (end 0: running)
         self.depth = 0
         self.started = False
-        self.script_calls: list[dict] = []  # the script's own calls of the history's and the peak's functions
+        self.script_calls: list[dict] = []  # the script's own calls of `_record_memory_history`
         self.record = torch.cuda.memory._record_memory_history
         self._wrap_scripts_calls()
         lazy_call = getattr(torch.cuda, "_lazy_call", None)
@@ -100,14 +100,9 @@ class Recorder:
         self.started = True
 
     def _wrap_scripts_calls(self) -> None:
-        """Keep the script's calls of `_record_memory_history` and `reset_peak_memory_stats` (time, arguments),
-        then do what it asked."""
-        for module, name in (
-            (self.torch.cuda.memory, "_record_memory_history"),
-            (self.torch.cuda.memory, "reset_peak_memory_stats"),
-            (self.torch.cuda, "reset_peak_memory_stats"),
-        ):
-            setattr(module, name, self._kept(name, getattr(module, name)))
+        """Keep the script's calls of `_record_memory_history` (time, arguments), then do what it asked."""
+        memory = self.torch.cuda.memory
+        memory._record_memory_history = self._kept("_record_memory_history", memory._record_memory_history)
 
     def _kept(self, name: str, original: Any) -> Any:
         """`original`, its calls kept in `script_calls`."""
