@@ -204,6 +204,40 @@ def te_kernel_notes(traces: TraceSet) -> list[str]:
     return out
 
 
+FLASH_ATTN_PREFIX = "flash_attn::"
+"""flash-attn's own ops (`torch.library` custom ops around its extension's calls)."""
+TORCH_FLASH_OPS = ("aten::_flash_attention_forward", "aten::_flash_attention_backward")
+"""torch's FlashAttention-2 port: inside a flash-attn op, Maya's stand-in for its extension ran it."""
+
+
+def flash_attn_notes(traces: TraceSet) -> list[str]:
+    """A note on flash-attn calls that ran on Maya's stand-in for its CUDA extension (`emulator/standins/
+    flash_attn_2_cuda.py`): torch's port of the same kernels, and the copies its gradients of views added."""
+    calls = copies = 0
+    for trace in traces.ranks.values():
+        ops = trace.ops
+        if not len(ops) or not ops["name"].astype(str).str.startswith(FLASH_ATTN_PREFIX).any():
+            continue
+        names = dict(zip(ops["op_id"].tolist(), ops["name"].astype(str).tolist()))
+        parents = ops["parent_op_id"].map(names).fillna("").astype(str)
+        inside = parents.str.startswith(FLASH_ATTN_PREFIX).to_numpy()
+        calls += int((inside & ops["name"].isin(TORCH_FLASH_OPS).to_numpy()).sum())
+        copies += int((inside & (ops["name"] == "aten::copy_").to_numpy()).sum())
+    if not calls:
+        return []
+    copied = (
+        f"; {copies} gradient(s) of views (the packed variants') were copied into flash-attn's buffers, copies its "
+        "kernel does not make, priced as copies"
+        if copies
+        else ""
+    )
+    return [
+        f"{calls} flash-attn call(s) ran on Maya's stand-in for its CUDA extension (flash-attn's Python code, "
+        "installed without its CUDA build): torch's port of the same FlashAttention-2 kernels, priced as "
+        f"FlashAttention-2{copied}"
+    ]
+
+
 def subset_notes(traces: TraceSet) -> list[str]:
     """A note on ranks `maya emulate --ranks` did not capture and a captured rank of their pipeline stage stands
     for (run attrs `represents_assumed`, from the emulator's `subset.py`): an SPMD job is assumed, unverified."""
