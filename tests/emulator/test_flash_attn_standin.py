@@ -148,3 +148,23 @@ def test_flash_attns_calls_run_unchanged_and_are_priced_as_flashattention_2(tmp_
     notes = " ".join(json.loads(predicted.stdout)["notes"])
     assert "12 flash-attn call(s) ran on Maya's stand-in for its CUDA extension" in notes
     assert "6 gradient(s) of views (the packed variants') were copied" in notes
+
+
+@pytest.mark.slow  # an emulation: ~15 s
+def test_transformers_flash_attention_2_runs_dense_and_unpadded_calls(tmp_path):
+    """transformers' `attn_implementation="flash_attention_2"` finds flash-attn usable in a rank; a batch with a padded
+    row is unpadded into flash-attn's variable-length call (456 tokens: 2 sequences of 228 on average)."""
+    if installer.installed() is None:
+        pytest.skip(f"flash-attn is not installed ({installer.install_command()}; scripts/setup installs it)")
+    out = tmp_path / "run"
+    script = [str(WORKLOADS / "hf_llama.py"), "--attn", "flash_attention_2", "--padded"]
+    r = runner.invoke(app, ["emulate", "--out", str(out), "--", "python", *script])
+    assert r.exit_code == 0, r.output
+    from maya.simulator.trace import load
+
+    ops = load(out).ranks[0].ops
+    called = ops["name"].value_counts()
+    assert called["flash_attn::_flash_attn_forward"] == 2 and called["flash_attn::_flash_attn_varlen_forward"] == 2
+    assert called["flash_attn::_flash_attn_backward"] == 2 and called["flash_attn::_flash_attn_varlen_backward"] == 2
+    varlen = ops[ops["name"] == "aten::_flash_attention_forward"]["input_shapes"].map(lambda s: list(s[0]))
+    assert [456, 8, 64] in varlen.tolist()
