@@ -71,6 +71,68 @@ def test_results_land_in_the_callers_buffers_as_flash_attns_kernel_writes_them(s
     assert standin._into(None, result) is result
 
 
+def _described(tensors) -> list:
+    return [(tuple(t.shape), t.dtype) for t in tensors]
+
+
+def test_each_call_answers_as_flash_attns_own_fake_functions_declare(standin):
+    """On meta tensors (torch's port has meta kernels), every call returns the shapes and dtypes flash-attn's
+    `torch.library` fakes declare: what `torch.compile` checks the real calls against."""
+    if installer.installed() is None:
+        pytest.skip(f"flash-attn is not installed ({installer.install_command()})")
+    from flash_attn import flash_attn_interface as fa
+
+    meta = {"device": "meta", "dtype": torch.bfloat16}
+    q, kv = torch.empty(2, 256, 4, 64, **meta), torch.empty(2, 256, 2, 64, **meta)
+    got = standin.fwd(q, kv, kv, None, None, 0.1, 0.125, True, -1, -1, 0.0, False, None)
+    assert _described(got) == _described(
+        fa._flash_attn_forward_fake(q, kv, kv, 0.1, 0.125, True, -1, -1, 0.0, None, False)
+    )
+    out, lse, _, rng = got
+    grads = standin.bwd(
+        out, q, kv, kv, out, lse, None, None, None, None, 0.1, 0.125, True, -1, -1, 0.0, False, None, rng
+    )
+    assert _described(grads[:3]) == _described((q, kv, kv))
+    args = (out, q, kv, kv, out, lse, None, None, None, 0.1, 0.125, True, -1, -1, 0.0, None, False, rng)
+    assert _described(grads[3:]) == _described([fa._flash_attn_backward_fake(*args)])
+
+    tq, tkv = torch.empty(512, 4, 64, **meta), torch.empty(512, 2, 64, **meta)
+    bounds = torch.empty(4, dtype=torch.int32, device="meta")
+    got = standin.varlen_fwd(
+        tq, tkv, tkv, None, bounds, bounds, None, None, None, None, 256, 256, 0.0, 0.125, False, True, -1, -1, 0.0,
+        False, None,
+    )  # fmt: skip
+    fake = fa._flash_attn_varlen_forward_fake(tq, tkv, tkv, bounds, bounds, 256, 256, 0.0, 0.125, True)
+    assert _described(got[:2]) == _described(fake[:2])
+    out, lse = got[:2]
+    grads = standin.varlen_bwd(
+        out, tq, tkv, tkv, out, lse, None, None, None, bounds, bounds, None, 256, 256, 0.0, 0.125, False, True, -1, -1,
+        0.0, False, None, None,
+    )  # fmt: skip
+    assert _described(grads[:3]) == _described((tq, tkv, tkv))
+    args = (out, tq, tkv, tkv, out, lse, None, None, None, bounds, bounds, 256, 256, 0.0, 0.125, True, -1, -1, 0.0)
+    assert _described(grads[3:]) == _described([fa._flash_attn_varlen_backward_fake(*args, None, False)])
+
+
+def test_only_a_buffer_that_alone_holds_its_memory_takes_a_results_storage(standin):
+    own = torch.empty(4, 3)
+    assert standin._own(own)
+    alias = own.detach()  # an alias Inductor's reinterpret_tensor also makes: the same storage, no `_base`
+    assert not standin._own(own) and not standin._own(alias)
+    packed = torch.empty(4, 3, 3)
+    reinterpreted = torch.empty(0).set_(packed.untyped_storage(), 0, (4, 3), (9, 3))  # Inductor's, at offset 0
+    assert not standin._own(packed[:, :, 1]) and reinterpreted._base is None and not standin._own(reinterpreted)
+
+
+def test_deterministic_holds_for_its_call_alone_without_filling_new_memory(standin):
+    import torch.utils.deterministic as switches
+
+    assert not torch.are_deterministic_algorithms_enabled()
+    with standin._deterministic(True):
+        assert torch.are_deterministic_algorithms_enabled() and not switches.fill_uninitialized_memory
+    assert not torch.are_deterministic_algorithms_enabled() and switches.fill_uninitialized_memory
+
+
 def test_packed_sequences_are_priced_at_their_mean_length():
     """A variable-length call ([tokens, heads, head dim] with sequence bounds): batch x heads and the mean length."""
     bounds = [4]  # 3 sequences
@@ -108,15 +170,17 @@ def test_a_capture_failing_on_a_missing_flash_attn_says_how_to_install_it():
     assert installer.missing_hint("rank 0: ModuleNotFoundError: No module named 'flash'") is None
 
 
-@pytest.mark.slow  # an emulation: ~10 s
-def test_flash_attns_calls_run_unchanged_and_are_priced_as_flashattention_2(tmp_path):
-    """flash-attn 2.8's own Python code (dense, variable-length, packed with dropout; forward and backward) runs in
-    a rank; each call is torch's port inside flash-attn's op, priced as FlashAttention-2 with its shape, and the
-    prediction says the stand-in ran it."""
+@pytest.mark.slow  # an emulation: ~10 s, ~20 s compiled
+@pytest.mark.parametrize("compiled", [False, True])
+def test_flash_attns_calls_run_unchanged_and_are_priced_as_flashattention_2(tmp_path, compiled):
+    """flash-attn 2.8's own Python code (dense, variable-length, packed with dropout; forward and backward), eager
+    or under `torch.compile`, runs in a rank; each call is torch's port inside flash-attn's op, priced as
+    FlashAttention-2 with its shape, and the prediction says the stand-in ran it."""
     if installer.installed() is None:
         pytest.skip(f"flash-attn is not installed ({installer.install_command()}; scripts/setup installs it)")
     out = tmp_path / "run"
-    r = runner.invoke(app, ["emulate", "--out", str(out), "--", "python", str(WORKLOADS / "flash_attn_calls.py")])
+    script = [str(WORKLOADS / "flash_attn_calls.py"), *(["--compile"] if compiled else [])]
+    r = runner.invoke(app, ["emulate", "--out", str(out), "--", "python", *script])
     assert r.exit_code == 0, r.output
     printed = json.loads(next(line for line in r.output.splitlines() if line.startswith("{")))
     assert printed == {"outputs": [[2, 256, 4, 64], [512, 4, 64], [2, 256, 4, 64]], "grad": [768, 256]}
@@ -131,6 +195,8 @@ def test_flash_attns_calls_run_unchanged_and_are_priced_as_flashattention_2(tmp_
     parents = ops["parent_op_id"].map(names)
     torchs = ops[ops["name"].str.startswith("aten::_flash_attention_")]
     assert len(torchs) == 12 and parents[torchs.index].str.startswith("flash_attn::").all()  # 3 calls x 2 x 2 steps
+    copies = ops[(ops["name"] == "aten::copy_") & parents.str.startswith("flash_attn::").to_numpy()]
+    assert len(copies) == 6  # the qkv-packed gradients share one buffer (views; compiled: Inductor's reinterpretations)
     frames = work_frame(trace, classify(trace.calls))
     attention = frames[frames["family"] == "attention"]
     fused = attention[attention["op"].str.match(r"flash_(fwd|bwd)(_causal)?$")]
@@ -147,7 +213,8 @@ def test_flash_attns_calls_run_unchanged_and_are_priced_as_flashattention_2(tmp_
     assert predicted.exit_code == 0, predicted.output
     notes = " ".join(json.loads(predicted.stdout)["notes"])
     assert "12 flash-attn call(s) ran on Maya's stand-in for its CUDA extension" in notes
-    assert "6 gradient(s) of views (the packed variants') were copied" in notes
+    assert "6 gradient(s) into buffers that share their memory (the packed variants' views) were copied" in notes
+    assert "4 variable-length call(s) are priced at their sequences' mean length" in notes
 
 
 @pytest.mark.slow  # an emulation: ~15 s

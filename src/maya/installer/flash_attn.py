@@ -29,7 +29,7 @@ def install_command() -> str:
 def missing_hint(reason: str) -> str | None:
     """How to install flash-attn, when a failed capture's `reason` is a rank's import of it that failed (the script's
     own import, or transformers' check for `attn_implementation="flash_attention_2"`)."""
-    if not ("ModuleNotFoundError" in reason and "'flash_attn" in reason) and "flash_attn seems to be not" not in reason:
+    if "No module named 'flash_attn'" not in reason and "flash_attn seems to be not installed" not in reason:
         return None
     return (
         "the script needs flash-attn, which is not installed: on a machine without a GPU install its Python code "

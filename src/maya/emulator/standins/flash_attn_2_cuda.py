@@ -11,18 +11,22 @@ which computes the same attention. It speaks flash-attn 2.8's extension API (`fw
 `varlen_bwd`); what torch's port cannot do (ALiBi slopes in the backward, soft-capping, left padding, a generator
 of its own, the KV-cache and paged calls) fails loudly, naming itself.
 
-Gradients are written where flash-attn's kernel writes them, the buffers its Python code passes: a buffer that is
-a tensor of its own takes the gradient's storage (no copy; its memory is released before torch's kernel allocates,
-so the peak is the package's), a view (the packed variants' `dqkv[:, :, i]`) gets a copy, a kernel the package's
-extension does not launch. Maya's stand-ins are reported in the prediction's notes.
+Gradients are written where flash-attn's kernel writes them, the buffers its Python code passes: a buffer that alone
+holds its memory takes the gradient's storage (no copy; its memory is released before torch's kernel allocates, so
+the peak is the package's); a buffer that shares its memory (the packed variants' `dqkv[:, :, i]`, an alias
+Inductor made) gets a copy, a kernel the package's extension does not launch, and torch's gradients are held beside
+the package's buffer until then. Maya's stand-ins are reported in the prediction's notes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.utils.deterministic
 
 SPEAKS = "2.8."
 """The flash-attn releases whose extension API this module implements."""
@@ -61,11 +65,11 @@ def fwd(
 ) -> list[torch.Tensor]:
     """Attention of q, k, v ([batch, sequence, heads, head dim]): out, softmax_lse, the dropout mask, rng_state."""
     _refuse("fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen)
-    o, lse, rng, unused, mask = _FORWARD(
+    o, lse, rng, _unused, mask = _FORWARD(
         q, k, v, None, None, q.shape[1], k.shape[1], p_dropout, is_causal, return_softmax,
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
     )  # fmt: skip
-    return [_into(out, o), lse, mask, _rng_state(rng, unused, p_dropout)]
+    return [_into(out, o), lse, mask, _rng_state(rng, p_dropout)]
 
 
 def varlen_fwd(
@@ -97,12 +101,12 @@ def varlen_fwd(
         "varlen_fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen, leftpad_k=leftpad_k,
         block_table=block_table, zero_tensors=zero_tensors,
     )  # fmt: skip
-    o, lse, rng, unused, mask = _FORWARD(
+    o, lse, rng, _unused, mask = _FORWARD(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, p_dropout, is_causal, return_softmax,
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
         seqused_k=seqused_k,
     )  # fmt: skip
-    return [_into(out, o), lse, mask, _rng_state(rng, unused, p_dropout)]
+    return [_into(out, o), lse, mask, _rng_state(rng, p_dropout)]
 
 
 def bwd(
@@ -174,7 +178,9 @@ def varlen_bwd(
     return [*grads, q.new_empty((heads, q.shape[0] + 128 * sequences), dtype=torch.float32)]
 
 
-def _unsupported(name: str, what: str):
+def _unsupported(name: str, what: str) -> Callable[..., Any]:
+    """A function of the extension this stand-in does not implement: calling it fails, naming it."""
+
     def call(*args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
             f"flash_attn_2_cuda.{name} ({what}) is not implemented by Maya's stand-in for flash-attn's extension, "
@@ -221,38 +227,55 @@ def _into(buffer: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
     return buffer.set_(value) if _own(buffer) else buffer.copy_(value)
 
 
-def _backward(buffers: tuple, deterministic: bool, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+def _backward(buffers: tuple[torch.Tensor | None, ...], deterministic: bool, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
     """torch's backward kernel, its gradients in the caller's buffers (`_into`). The buffers that are tensors of
     their own give back their memory first, so torch's gradients can take it (the package's peak)."""
     for buffer in buffers:
         if _own(buffer):
             buffer.set_(buffer.new_empty(0))
-    previous = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    if deterministic != previous:  # flash-attn's `deterministic`: torch's port reads torch's global switch
-        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
-    try:
+    with _deterministic(deterministic):
         grads = _BACKWARD(*args, **kwargs)
-    finally:
-        if deterministic != previous:
-            torch.use_deterministic_algorithms(previous, warn_only=warn_only)
     return [_into(buffer, grad) for buffer, grad in zip(buffers, grads)]
 
 
+@contextlib.contextmanager
+def _deterministic(wanted: bool) -> Iterator[None]:
+    """flash-attn's `deterministic` for one call: torch's port reads torch's process-wide switch, which is set for
+    the call alone, without the filling of new memory that comes with it (kernels flash-attn does not launch)."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    if wanted == previous:
+        yield
+        return
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(wanted, warn_only=warn_only)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+
+
 def _own(buffer: torch.Tensor | None) -> bool:
-    """Whether a caller's buffer is a tensor of its own (not a view of another), which can take a result's storage."""
-    return buffer is not None and buffer._base is None
+    """Whether a caller's buffer alone holds its memory (no view, alias or reinterpretation of it shares the storage),
+    so it can take a result's storage in place of its own."""
+    if buffer is None or buffer._base is not None or buffer.storage_offset() != 0:
+        return False
+    storage = buffer.untyped_storage()
+    whole = storage.nbytes() == buffer.numel() * buffer.element_size()
+    return whole and torch._C._storage_Use_Count(storage._cdata) <= 2  # this tensor's and `storage`'s references
 
 
-def _rng_state(rng: torch.Tensor, unused: torch.Tensor, p_dropout: float) -> torch.Tensor:
-    """flash-attn's one `rng_state` from torch's two dropout tensors: torch 2.5's layout (its first tensor holds the
-    seed and offset, its second is unused) passes through."""
+def _rng_state(rng: torch.Tensor, p_dropout: float) -> torch.Tensor:
+    """flash-attn's `rng_state` (int64, its ops' declared type) from torch's dropout state: torch's first tensor holds
+    the seed and offset (its second is unused); a torch that keeps them apart cannot be given back as one."""
     if p_dropout > 0 and rng.numel() != 2:
         raise NotImplementedError(
             "flash_attn_2_cuda: dropout needs torch's dropout state in one tensor (seed and offset); this torch "
             f"({torch.__version__}) keeps them apart"
         )
-    return rng
+    return rng.view(torch.int64) if rng.dtype == torch.uint64 else rng
 
 
 def _philox(rng_state: torch.Tensor | None, p_dropout: float, device: torch.device) -> tuple:
@@ -262,8 +285,9 @@ def _philox(rng_state: torch.Tensor | None, p_dropout: float, device: torch.devi
         if p_dropout > 0:
             raise NotImplementedError("flash_attn_2_cuda: a dropout backward needs its forward's rng_state")
         return torch.empty(0, dtype=torch.uint64, device=device), unused
-    return rng_state, unused
+    return (rng_state.view(torch.uint64) if rng_state.dtype == torch.int64 else rng_state), unused
 
 
 def _round_up(n: int, multiple: int) -> int:
+    """`n` rounded up to a multiple of `multiple`."""
     return (n + multiple - 1) // multiple * multiple
