@@ -227,7 +227,9 @@ def _into(buffer: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
     return buffer.set_(value) if _own(buffer) else buffer.copy_(value)
 
 
-def _backward(buffers: tuple[torch.Tensor | None, ...], deterministic: bool, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+def _backward(
+    buffers: tuple[torch.Tensor | None, ...], deterministic: bool, *args: Any, **kwargs: Any
+) -> list[torch.Tensor]:
     """torch's backward kernel, its gradients in the caller's buffers (`_into`). The buffers that are tensors of
     their own give back their memory first, so torch's gradients can take it (the package's peak)."""
     for buffer in buffers:
