@@ -8,7 +8,8 @@ model called in eval mode or under inference mode, a `maya::eval` range (its ops
 the iteration clock (iteration_clock.py: optimizer steps, `--iterations`), the arguments of Triton
 launches (triton_launches.py), Transformer Engine's extension calls as `te::` ops with their tensors' shapes
 (te_calls.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
-timings (device_time.py) and, when asked, torch's allocator history (memory_history.py); a
+timings (device_time.py) and, when asked, torch's allocator history (memory_history.py); last on the script's
+path, stand-ins for CUDA extensions only a GPU build makes (standins/: flash-attn's `flash_attn_2_cuda`); a
 `torch.multiprocessing.spawn` runs the worker of the rank's local index in the rank
 (spawned_workers.py; refused in a rank a launcher's command started). A stop signal (SIGINT, SIGTERM, SIGHUP: the
 launcher passes its own on as SIGINT) interrupts the script as Ctrl-C does, once; its status is then `interrupted`.
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
     from .iteration_clock import IterationClock
 
 OPS_LIBRARY = "libmaya_ops.so"
+STANDINS = Path(__file__).parent / "standins"
+"""Modules standing in for CUDA extensions a CPU-only install lacks, last on a rank's path: an installed
+extension comes first and wins (`standins/flash_attn_2_cuda.py`)."""
 
 
 class _Observer:
@@ -239,6 +243,7 @@ def main(argv: list[str]) -> int:
     disarm = _interrupt_on_stop_signals()
     if appended := settings.EMU_APPEND_PATH.get():
         sys.path.append(appended)
+    sys.path.append(str(STANDINS))
     try:
         run_script(argv)
     except IterationLimitReached as e:

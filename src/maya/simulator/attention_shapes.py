@@ -34,6 +34,8 @@ ATTENTION_BACKWARD_FLOPS = 2.5
 ATTENTION_OPS: dict[str, tuple[int, int, bool]] = {
     "flash_attn::_flash_attn_forward": (0, 1, False),
     "flash_attn::_flash_attn_backward": (1, 2, False),
+    "flash_attn::_flash_attn_varlen_forward": (0, 1, False),
+    "flash_attn::_flash_attn_varlen_backward": (1, 2, False),
     "aten::_flash_attention_forward": (0, 1, False),
     "aten::_flash_attention_backward": (1, 2, False),
     "aten::_efficient_attention_forward": (0, 1, False),
@@ -44,7 +46,19 @@ ATTENTION_OPS: dict[str, tuple[int, int, bool]] = {
     "aten::_scaled_dot_product_efficient_attention_backward": (1, 2, True),
 }
 """Attention ops whose kernels carry no shape: positions of the query and key among their inputs, and whether
-their layout is [batch, heads, sequence, head dim] (else [batch, sequence, heads, head dim])."""
+their layout is [batch, heads, sequence, head dim] (else [batch, sequence, heads, head dim], or packed sequences
+[tokens, heads, head dim] bounded by `VARLEN_BOUNDS`)."""
+
+VARLEN_BOUNDS: dict[str, int] = {
+    "flash_attn::_flash_attn_varlen_forward": 3,
+    "flash_attn::_flash_attn_varlen_backward": 9,
+    "aten::_flash_attention_forward": 3,
+    "aten::_flash_attention_backward": 6,
+}
+"""Attention ops that take packed sequences (flash-attn's variable-length calls): the position among their inputs
+of the queries' sequence bounds (`cu_seqlens_q`, `cum_seq_q`: sequences + 1 offsets). The lengths are device values
+the trace does not keep, so the sequences are priced at their mean length (exact when they are equal, as in packed
+pretraining; otherwise a lower bound of the attention's work, which grows with the sum of squared lengths)."""
 
 TRITON_ATTENTION_RANGE = "llmfoundry::triton_flash_attn"
 """A `record_function` range a script opens around attention that ran llm-foundry's Triton flash attention where
@@ -136,20 +150,32 @@ def op_attention_shapes(ops: pd.DataFrame) -> pd.DataFrame:
             continue
         q_at, k_at, heads_first = spec
         q, k = shapes[q_at], shapes[k_at]
-        if q is None or k is None or len(q) != 4 or len(k) != 4:
+        if q is None or k is None:
             continue
-        batch, heads = (q[0], q[1]) if heads_first else (q[0], q[2])
-        seq_q, seq_k = (q[2], k[2]) if heads_first else (q[1], k[1])
+        if len(q) == 4 and len(k) == 4:
+            batch, heads = (q[0], q[1]) if heads_first else (q[0], q[2])
+            seq_q, seq_k = (q[2], k[2]) if heads_first else (q[1], k[1])
+        elif len(q) == 3 and len(k) == 3 and (packed := _sequences(name, shapes)):
+            batch, heads, seq_q, seq_k = packed, q[1], q[0] / packed, k[0] / packed
+        else:
+            continue
         dtype = dtype_name(dtypes[q_at]) if dtypes is not None and q_at < len(dtypes) else None
         rows[op_id] = (
             float(batch * heads),
             float(seq_q),
             float(seq_k),
-            float(q[3]),
+            float(q[-1]),
             name.endswith("backward"),
             dtype or "bf16",
         )
     return pd.DataFrame.from_dict(rows, orient="index", columns=["batch", "m", "n", "k", "backward", "dtype"])
+
+
+def _sequences(name: str, shapes: list) -> int | None:
+    """The number of packed sequences of a variable-length attention op (`VARLEN_BOUNDS`), None where it has none."""
+    at = VARLEN_BOUNDS.get(name)
+    bounds = shapes[at] if at is not None and at < len(shapes) else None
+    return bounds[0] - 1 if bounds is not None and len(bounds) == 1 and bounds[0] >= 2 else None
 
 
 def attention_ancestors(ops: pd.DataFrame, op_ids: np.ndarray) -> dict[int, int]:

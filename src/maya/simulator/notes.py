@@ -204,6 +204,49 @@ def te_kernel_notes(traces: TraceSet) -> list[str]:
     return out
 
 
+FLASH_ATTN_PREFIX = "flash_attn::"
+"""flash-attn's own ops (`torch.library` custom ops around its extension's calls)."""
+TORCH_FLASH_OPS = ("aten::_flash_attention_forward", "aten::_flash_attention_backward")
+VARLEN_CALLS = ("flash_attn::_flash_attn_varlen_forward", "flash_attn::_flash_attn_varlen_backward")
+"""torch's FlashAttention-2 port: inside a flash-attn op, Maya's stand-in for its extension ran it."""
+
+
+def flash_attn_notes(traces: TraceSet) -> list[str]:
+    """A note on flash-attn calls that ran on Maya's stand-in for its CUDA extension (`emulator/standins/
+    flash_attn_2_cuda.py`): torch's port of the same kernels, and the copies its gradients of views added."""
+    calls = copies = varlen = 0
+    for trace in traces.ranks.values():
+        ops = trace.ops
+        if not len(ops) or not ops["name"].astype(str).str.startswith(FLASH_ATTN_PREFIX).any():
+            continue
+        names = dict(zip(ops["op_id"].tolist(), ops["name"].astype(str).tolist()))
+        parents = ops["parent_op_id"].map(names).fillna("").astype(str)
+        inside = parents.str.startswith(FLASH_ATTN_PREFIX).to_numpy()
+        ran = inside & ops["name"].isin(TORCH_FLASH_OPS).to_numpy()  # compiling calls the fakes: no such op inside
+        calls += int(ran.sum())
+        varlen += int((ran & parents.isin(VARLEN_CALLS).to_numpy()).sum())
+        copies += int((inside & (ops["name"] == "aten::copy_").to_numpy()).sum())
+    if not calls:
+        return []
+    copied = (
+        f"; {copies} gradient(s) into buffers that share their memory (the packed variants' views) were copied, "
+        "copies flash-attn's kernel does not make, priced as copies, and held beside its buffers until then"
+        if copies
+        else ""
+    )
+    packed = (
+        f"; {varlen} variable-length call(s) are priced at their sequences' mean length (the lengths are device "
+        "values: a lower bound of the work when they differ)"
+        if varlen
+        else ""
+    )
+    return [
+        f"{calls} flash-attn call(s) ran on Maya's stand-in for its CUDA extension (flash-attn's Python code, "
+        "installed without its CUDA build): torch's port of the same FlashAttention-2 kernels, priced as "
+        f"FlashAttention-2{copied}{packed}"
+    ]
+
+
 def subset_notes(traces: TraceSet) -> list[str]:
     """A note on ranks `maya emulate --ranks` did not capture and a captured rank of their pipeline stage stands
     for (run attrs `represents_assumed`, from the emulator's `subset.py`): an SPMD job is assumed, unverified."""
