@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import grimp
+import pytest
 from paths import REPO, SRC
 
 
@@ -136,6 +137,7 @@ def test_no_driver_composes_the_stages_itself():
     assert found == {}
 
 
+@pytest.mark.slow
 def test_import_maya_does_not_import_torch():
     """`import maya` is light (the API is imported on first use), and `maya.open_run` and friends resolve."""
     code = (

@@ -344,6 +344,7 @@ def test_run_analysis_gives_the_holders_as_a_frame(run):
     assert frame.groupby("category")["bytes"].sum().to_dict() == PEAK
 
 
+@pytest.mark.slow
 def test_predict_points_at_maya_memory_when_the_run_has_snapshots(tmp_path, run):
     r = runner.invoke(app, ["predict", str(run)], env={"COLUMNS": "400"})
     assert r.exit_code == 0, r.output

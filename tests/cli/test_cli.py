@@ -25,6 +25,7 @@ def test_version():
     assert r.exit_code == 0 and r.stdout.strip() == f"maya {__version__}"
 
 
+@pytest.mark.slow
 def test_sql_over_trace_views(run_dir):
     r = maya(
         "sql",
@@ -53,6 +54,7 @@ def test_sql_over_trace_views(run_dir):
     assert r.exit_code == 0 and "4" in r.stdout
 
 
+@pytest.mark.slow
 def test_sql_over_warehouse(run_dir, maya_home):
     register_run(run_dir)
     register_run(run_dir)  # idempotent
@@ -93,6 +95,7 @@ def test_sql_bad_query_is_a_clear_error(run_dir):
     assert r.exit_code == 1 and "no_such_table" in r.stderr
 
 
+@pytest.mark.slow
 def test_trace_check(run_dir):
     r = maya("trace", "check", run_dir)
     assert r.exit_code == 0 and "valid" in r.stdout and "warning" not in r.stderr

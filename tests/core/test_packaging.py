@@ -47,6 +47,7 @@ def test_spec_core_imports_only_pyarrow():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_editable_install(tmp_path, checkout_build):
     """An editable install (PEP 660 wheel, as `pip install -e .` builds it) points at src/ in the source
     tree. Built and unpacked aside so the test environment is untouched."""

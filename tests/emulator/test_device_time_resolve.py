@@ -32,6 +32,7 @@ def _register(warehouse, version: str, artifact: bytes) -> None:
         insert_row(con, "estimator_aliases", {"alias": "latest", "version": version})
 
 
+@pytest.mark.slow
 def test_resolve_reads_the_registry_without_loading_estimators(tmp_path):
     """`maya emulate` names the estimator version from the warehouse alone: neither its registry, XGBoost, the simulator nor pandas is
     imported in the launcher; a missing or altered artifact still falls back to the roofline."""

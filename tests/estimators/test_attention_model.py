@@ -183,6 +183,7 @@ def test_past_the_measured_lengths_a_call_keeps_the_factors_of_the_longest_measu
         assert forward[0] != pytest.approx(forward[1])
 
 
+@pytest.mark.slow
 def test_the_inverse_length_is_kept_only_where_it_improves_the_error_held_out_by_gpu(monkeypatch):
     """Measured rates rise steeply to 2k tokens and saturate by 16k; the inverse length follows that for
     FlashAttention v1, whose error with each GPU held out it lowers, and is left out of FlashAttention-2's, which
@@ -342,6 +343,7 @@ def test_flashattention_3s_correction_takes_a_head_dim_past_the_measured_ones_at
     )
 
 
+@pytest.mark.slow
 def test_evaluation_per_gpu_implementation_and_direction():
     result = evaluate_kernels_public(None, KernelEstimator)
     table = result.to_json()
@@ -353,6 +355,7 @@ def test_evaluation_per_gpu_implementation_and_direction():
     assert any("OOM" in note for note in result.notes)
 
 
+@pytest.mark.slow
 def test_importing_the_families_loads_neither_scikit_learn_nor_pandera():
     """Both load at the model's first fit: an emulator rank or a CLI that never prices attention skips ~2.5 s."""
     loaded = subprocess.run(
@@ -368,6 +371,7 @@ def test_importing_the_families_loads_neither_scikit_learn_nor_pandera():
     assert loaded.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_a_fit_reads_the_shipped_files_once_and_fits_only_families_calls_are_priced_by(monkeypatch):
     reads = []
     real = kernels_public_data.read

@@ -83,6 +83,7 @@ def test_train_list_show_load(measured, maya_home):
     assert latest["duration_ns"].notna().all()
 
 
+@pytest.mark.slow
 def test_identical_data_reuses_the_version(measured):
     registry = Registry()
     first = train_version(measured, SMALL)
@@ -163,6 +164,7 @@ def test_failed_registration_leaves_nothing(with_v1, maya_home):
     assert sorted(p.name for p in (maya_home / "estimators").iterdir()) == ["v1"]
 
 
+@pytest.mark.slow
 def test_explicit_warehouse_path(measured, tmp_path):
     registry = Registry(tmp_path / "elsewhere" / "wh.duckdb")
     record = train_version(measured, SMALL, registry).record

@@ -68,6 +68,7 @@ def test_no_duplicates_and_dedup_keeps_first(full_sweep):
     assert sweep.dedup([a, c, b]) == [a, c]
 
 
+@pytest.mark.slow
 def test_tensor_parallel_splits_are_present(full_sweep):
     gemm = {(c.op, c.shape.get("k"), c.shape.get("n")) for c in full_sweep if c.family == "gemm"}
     h = 8192
@@ -97,6 +98,7 @@ def test_priority_order_reaches_every_family_in_the_first_round(full_sweep):
     assert [c.family for c in full_sweep[:3]] == ["gemm"] * 3
 
 
+@pytest.mark.slow
 def test_priority_order_spans_ops_dtypes_and_sizes_early(full_sweep):
     """Within a family, every (op, dtype) and both the smallest and largest size class come up in the
     first round of its strata, long before the family's configs run out."""
@@ -118,6 +120,7 @@ def test_family_subset_and_unknown_family():
         sweep.build_sweep(("gemm", "nope"))
 
 
+@pytest.mark.slow
 def test_config_identity_is_stable_and_checked():
     c = KernelConfig.make("linear", "bf16", m=256, k=512, n=1024)
     assert c.key == "02846a8cdc6adb48"  # keys name done configs on disk: they must never change

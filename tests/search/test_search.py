@@ -287,6 +287,7 @@ def test_a_search_under_another_host_factor_or_cluster_file_predicts_afresh(tmp_
     assert evaluator_salts("h100-sxm", 8, "auto", "dgx-h100") != evaluator_salts("h100-sxm", 8, "auto", None)
 
 
+@pytest.mark.slow
 def test_an_edited_script_captures_anew_and_retrained_estimators_or_predictor_predict_anew(tmp_path, monkeypatch):
     """The capture salt holds the script's contents (and the emulator's), the prediction salt the estimator version
     `auto` resolves to and the predictor's digest: an edited script captures afresh; retrained estimators or an
@@ -525,6 +526,7 @@ def bowl(v):
     return 1000 + 7 * (a - 5) ** 2 + 5 * (b - 2) ** 2 + 3 * (c - 3) ** 2 + 11 * (d - 1) ** 2 + 2 * abs(a - b - 3), 10
 
 
+@pytest.mark.slow
 def test_grid_visits_every_valid_point():
     s = synthetic_space()
     fake = Fake(bowl)

@@ -122,6 +122,7 @@ def long_steps(tmp_path):
     return load(overlapped_steps(tmp_path / "run", [("allgather", "dp", 1)], nelems=1 << 28, gemms=200, size=8192))
 
 
+@pytest.mark.slow
 def test_a_collective_lowers_the_power_capped_clock_of_the_gemm_beside_it(tmp_path):
     """On an H100 at its cap the GEMM beside the all-gather runs at 1575 of 1980 MHz (the overlap observation) on
     top of the SMs the collective holds; without the sustained clock, or on an A100, only the SMs count."""

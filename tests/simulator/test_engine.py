@@ -134,6 +134,7 @@ def test_collectives_wait_for_the_straggler_and_finish_together(tmp_path):
     assert reports[2].exposed_comm_ns == 50 * US and reports[2].peer_wait_ns == 0
 
 
+@pytest.mark.slow
 def test_collectives_match_by_communicator_and_sequence(tmp_path):
     b = TraceBuilder(4)
     b.communicator("a", [0, 1])
@@ -228,6 +229,7 @@ def _tp_dp(b: TraceBuilder, ranks, represents=None, odd_us=30) -> None:
             k.stream_sync(1)
 
 
+@pytest.mark.slow
 def test_deduplicated_ranks_replay_their_representative_with_ranks_mapped(tmp_path):
     full = TraceBuilder(4)
     _tp_dp(full, range(4))
@@ -242,6 +244,7 @@ def test_deduplicated_ranks_replay_their_representative_with_ranks_mapped(tmp_pa
     assert summarize(a).iteration_ns == summarize(d).iteration_ns
 
 
+@pytest.mark.slow
 def test_one_rank_standing_for_its_tensor_and_data_parallel_peers(tmp_path):
     """Rank 0 represents all four ranks (mesh order: data parallel major, tensor parallel minor): its
     own copies fill its groups, each copy in rank 0's role."""
@@ -256,6 +259,7 @@ def test_one_rank_standing_for_its_tensor_and_data_parallel_peers(tmp_path):
         np.testing.assert_array_equal(a.result(r).launch_end, d.result(r).launch_end)
 
 
+@pytest.mark.slow
 def test_deduplicated_copies_keep_their_own_stragglers_apart(tmp_path):
     """Rank 2 replays rank 0; its TP group is [2, 3] (not [0, 1]), so rank 0's TP allreduce does not
     wait for rank 3."""
@@ -314,7 +318,9 @@ def _one_f_one_b(b: TraceBuilder, p: int, m: int, fwd: int, bwd: int, iterations
             k.device_sync()
 
 
-@pytest.mark.parametrize("p,m", [(4, 8), (8, 16), (2, 1)])
+@pytest.mark.parametrize(
+    "p,m", [pytest.param(4, 8, marks=pytest.mark.slow), pytest.param(8, 16, marks=pytest.mark.slow), (2, 1)]
+)
 def test_pipeline_bubble_matches_the_1f1b_formula(tmp_path, p, m):
     b = TraceBuilder(p)
     _one_f_one_b(b, p, m, fwd=100 * US, bwd=200 * US, iterations=3)

@@ -133,6 +133,7 @@ def test_notes_count_the_stand_ins_and_the_unsized_kernels(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_each_kind_is_priced_by_its_size(tmp_path, estimator):
     """Each TE kernel kind at 16x the rows is priced longer; the finalize, whose size is the backward's grid (the
     same here), costs the same."""
@@ -189,6 +190,7 @@ def one_call_run(tmp_path, call: str, inputs: list, kernels: list[str], repeat: 
 SWIGLU = GELU.replace("geluIffEE", "swigluIffEE")
 
 
+@pytest.mark.slow
 def test_a_gated_activation_is_priced_as_the_models_silu_and_mul(tmp_path):
     """`te::swiglu` reads [T, 2F] and writes [T, F]: vLLM's `silu_and_mul` in the model's convention (Vidur's
     `mlp_act`: numel the output's T x F, two operands), not numel 2TF of one operand; its gradient reads the

@@ -469,6 +469,7 @@ def test_fixture_kernels_communicators_memory(gpu_run):
     ]
 
 
+@pytest.mark.slow
 def test_ranks_from_argument_and_position(tmp_path):
     doc = json.loads(FIXTURE.read_text())
     del doc["distributedInfo"]

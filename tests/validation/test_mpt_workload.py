@@ -49,9 +49,7 @@ def _model_sizes() -> list:
     row below)."""
     pairs = sorted({(r["Model"], int(r["SeqLen (T)"])) for r in ROWS})
     shortest = {model: min(seq for m, seq in pairs if m == model) for model, _ in pairs}
-    return [
-        pytest.param(model, seq, marks=() if seq == shortest[model] else pytest.mark.slow) for model, seq in pairs
-    ]
+    return [pytest.param(model, seq, marks=() if seq == shortest[model] else pytest.mark.slow) for model, seq in pairs]
 
 
 @pytest.mark.parametrize("model, seq", _model_sizes())

@@ -133,6 +133,7 @@ def result(
     return r
 
 
+@pytest.mark.slow
 def test_saving_a_row_twice_keeps_one(tmp_path):
     path = tmp_path / "w.duckdb"
     store.save(result(20, 5.0), path)
@@ -163,6 +164,7 @@ def test_summary_by_gpu_size_gpu_count_and_sequence():
     assert s.by["sequence"].loc[65536, "mean_error_pct"] == 20.0
 
 
+@pytest.mark.slow
 def test_a_warehouse_from_before_the_sequence_column_takes_new_rows(tmp_path):
     path = tmp_path / "w.duckdb"
     old_schema = create_table("validation_rows").replace("    seq                   INTEGER,\n", "")
@@ -184,6 +186,7 @@ def test_a_warehouse_from_before_the_sequence_column_takes_new_rows(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_validate_json_resumes_stored_rows(warehouse, monkeypatch):
     """`maya validate --json` on rows whose results are stored: nothing is emulated, the document has the
     issue's shape."""
@@ -254,6 +257,7 @@ def test_a_rows_capture_key_follows_its_checkout_sources_and_the_installed_packa
     capture_cache.installed_packages.cache_clear()
 
 
+@pytest.mark.slow
 def test_a_row_whose_script_imports_te_installs_it_before_its_capture_key(tmp_path, monkeypatch):
     """The row's command hash digests the installed packages, so Transformer Engine is installed before it is
     computed (as `maya search` does): the capture is stored under the key the next run, with TE installed, looks up."""
