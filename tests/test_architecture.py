@@ -15,6 +15,7 @@ import pytest
 from paths import REPO, SRC
 
 
+@pytest.mark.slow
 def test_import_layers_hold():
     """`lint-imports` over the checkout's src/: a lower stage never imports a higher one, and
     maya_trace_spec imports nothing of maya."""

@@ -274,6 +274,7 @@ def test_a_capped_history_is_refused_rather_than_a_wrong_peak(run):
         api.peak_memory(run)
 
 
+@pytest.mark.slow
 def test_errors_name_the_run_the_flag_and_the_ranks(tmp_path, run):
     plain = synthetic.write_run(tmp_path / "plain", world_size=1, calls_per_rank=60, ops_per_rank=6)
     with pytest.raises(api.NoMemoryHistory, match="maya emulate --memory-history"):

@@ -115,6 +115,7 @@ def test_trace_check(run_dir):
     assert r.exit_code == 1 and "no such file" in r.stderr
 
 
+@pytest.mark.slow
 def test_sql_refuses_a_run_with_a_bad_file(run_dir):
     f = table_files(run_dir, "kernels")[0][1]
     f.write_text("not parquet")
@@ -300,6 +301,7 @@ def test_predict_reads_on_the_system_allocator_and_restores_the_callers_pool(tmp
         pa.set_memory_pool(own)
 
 
+@pytest.mark.slow
 def test_search_installs_transformer_engine_before_its_capture_salt(tmp_path, monkeypatch):
     """`maya search` of a script importing Transformer Engine installs it before digesting the installed packages into
     the capture salt, so captures made with TE are not cached under a salt without it."""

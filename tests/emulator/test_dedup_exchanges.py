@@ -236,7 +236,11 @@ def test_a_class_holding_a_tensor_parallel_group_is_not_checked(tmp_path, monkey
 
 @pytest.mark.parametrize(
     ("tp", "cp", "dp", "pp", "reps"),
-    [(4, 1, 1, 2, [0, 4]), (4, 2, 1, 1, [0, 4]), pytest.param(1, 1, 4, 4, [0, 4, 8, 12], marks=pytest.mark.slow)],
+    [
+        (4, 1, 1, 2, [0, 4]),
+        pytest.param(4, 2, 1, 1, [0, 4], marks=pytest.mark.slow),
+        pytest.param(1, 1, 4, 4, [0, 4, 8, 12], marks=pytest.mark.slow),
+    ],
 )
 def test_a_class_that_is_one_of_rank_0s_groups_is_not_checked(tmp_path, monkeypatch, tp, cp, dp, pp, reps):
     """TP 4 x PP 2 x DP 1 and TP 4 x CP 2 x DP 1 (every Korthikanti row is TP x PP with DP 1): each class is a TP

@@ -55,6 +55,7 @@ def test_resolve_reads_the_registry_without_loading_estimators(tmp_path):
     assert "missing" in resolve("estimators", "v7", str(warehouse))[1]
 
 
+@pytest.mark.slow
 def test_a_rank_whose_estimator_cannot_load_times_by_the_roofline_and_says_why(tmp_path):
     """`resolve` names `estimators v7` from the registry alone; the rank that loads it finds its artifact
     unreadable (registered intact, but not an estimator archive) and prices its timings by the roofline."""

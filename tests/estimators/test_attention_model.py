@@ -28,6 +28,7 @@ from maya.estimators.kernels_public_data import (
 FIGURES = kernels_public_dir() / FILES[0]
 
 
+@pytest.mark.slow
 def test_rows_that_are_no_measurement_or_of_an_unknown_gpu_are_quarantined_with_their_reason():
     checked = load()
     reasons = checked.rejected.set_index("row_id")["reason"]

@@ -172,6 +172,7 @@ def test_explicit_warehouse_path(measured, tmp_path):
     assert isinstance(registry.load(record.version).predict(measured.head(3)), pd.DataFrame)
 
 
+@pytest.mark.slow
 def test_artifact_round_trip_keeps_floors_and_predictions(measured):
     from maya.estimators import train
     from maya.estimators.artifact import dumps, loads

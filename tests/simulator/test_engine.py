@@ -113,6 +113,7 @@ def test_host_synchronisation_blocks_until_the_work_is_done(tmp_path, sync):
     assert sim.result(0).wait.sum() > 0
 
 
+@pytest.mark.slow
 def test_collectives_wait_for_the_straggler_and_finish_together(tmp_path):
     b = TraceBuilder(3)
     b.communicator("dp", [0, 1, 2])
@@ -452,6 +453,7 @@ def test_memory_peak_headroom_and_oom(tmp_path):
     assert prediction.headroom_bytes == H100.memory_bytes - (90 << 30)
 
 
+@pytest.mark.slow
 def test_measured_kineto_trace_replays_its_own_durations(tmp_path):
     """Two ranks imported from torch.profiler: auto picks the measured durations."""
     import json as js
@@ -564,6 +566,7 @@ def test_allocator_peaks_are_kept_per_rank():
     assert allocator_peaks(SimpleNamespace(attrs={})) == {} and allocator_peak(SimpleNamespace(attrs={})) is None
 
 
+@pytest.mark.slow
 def test_an_all_to_all_prices_each_rank_its_own_share_as_a_copy(tmp_path):
     """torch's `all_to_all_single` (Megatron's MoE all-to-all dispatcher) is one NCCL group of a send and a recv to
     every member, the rank itself included: that pair spans one GPU, laid out as a one-rank collective, not as a

@@ -39,6 +39,7 @@ def oom_run(path, world_size: int):
     return run
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_an_oom_reports_it(tmp_path):
     run = oom_run(tmp_path / "run", world_size=8)
     with pytest.raises(RecordedOutOfMemory) as e:

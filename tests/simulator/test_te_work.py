@@ -228,6 +228,7 @@ def test_scale_and_amax_reset_kernels_are_launches_not_amax_passes(tmp_path):
     assert {te_work.kind_of(k, "quantize") for k in kernels[:3]} == {"scalar"}
 
 
+@pytest.mark.slow
 def test_notes_match_each_distinct_kernel_once_and_skip_a_trace_without_te(tmp_path, monkeypatch):
     """The notes' work is per distinct (kernel, call), not per launch: 50 launches of one TE kernel in one call are
     one kind lookup, counted 50 times; a trace with no `te::` call and no TE kernel name is answered at once."""

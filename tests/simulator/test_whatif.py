@@ -155,6 +155,7 @@ def test_cluster_lays_the_ranks_on_its_nodes(tmp_path):
     assert on_dgx.exposed_comm_ns > base.exposed_comm_ns  # the all-reduce now crosses two nodes
 
 
+@pytest.mark.slow
 def test_data_parallel_degree_needs_a_data_parallel_trace(tmp_path):
     b = TraceBuilder(4)
     b.communicator("tp0", [0, 1])

@@ -116,6 +116,7 @@ def _stored_row(warehouse, kind="llm-foundry", row=7, command_hash="abc", gpus=8
     save(result, warehouse)
 
 
+@pytest.mark.slow
 def test_stored_rows_carry_the_predictions_properties(calibration, tmp_path):
     """GPUs as stored, nodes from the cached trace's GPUs per node (2 here: 8 GPUs span 4), the exposed
     communication over the step, the band's inter-node share; a row whose trace is gone has no node count."""

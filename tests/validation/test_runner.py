@@ -217,6 +217,7 @@ def test_validate_json_resumes_stored_rows(warehouse, monkeypatch):
     assert table.exit_code == 0 and "+12.0%" in table.stdout and "1 row(s) resumed" in table.stdout
 
 
+@pytest.mark.slow
 def test_validate_rejects_bad_rows_and_missing_versions(tmp_path, monkeypatch):
     out = CliRunner().invoke(app, ["validate", "llm-foundry", "--rows", "gpus >"])
     assert out.exit_code == 2 and "--rows: cannot evaluate 'gpus >'" in out.stderr
@@ -230,6 +231,7 @@ def test_the_json_document_of_nothing():
     assert doc["rows"] == [] and doc["mean_abs_error_pct"] is None
 
 
+@pytest.mark.slow
 def test_a_rows_capture_key_follows_its_checkout_sources_and_the_installed_packages(tmp_path, monkeypatch):
     """Editing the checkout's package the script imports, or installing another release of any package, makes the
     row's emulation another one (its capture is not reused)."""
