@@ -10,6 +10,7 @@ from maya.profiler.kernels.configs import FAMILIES, FAMILY_OPS, KernelConfig, pa
 
 @pytest.fixture(scope="module")
 def full_sweep() -> list[KernelConfig]:
+    """The whole sweep (~143k configs, several seconds to build: its tests are `slow`)."""
     return sweep.build_sweep()
 
 
@@ -92,6 +93,7 @@ def test_realistic_dimensions():
     assert shapes.gpt_layer_param_shapes(4096, "swiglu", 1)[-2:] == [(4096,), (4096,)]
 
 
+@pytest.mark.slow
 def test_priority_order_reaches_every_family_in_the_first_round(full_sweep):
     first_round = sum(sweep.FAMILY_WEIGHTS.get(f, 1) for f in FAMILIES)
     assert {c.family for c in full_sweep[:first_round]} == set(FAMILIES)
