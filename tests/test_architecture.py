@@ -11,9 +11,11 @@ import subprocess
 import sys
 
 import grimp
+import pytest
 from paths import REPO, SRC
 
 
+@pytest.mark.slow
 def test_import_layers_hold():
     """`lint-imports` over the checkout's src/: a lower stage never imports a higher one, and
     maya_trace_spec imports nothing of maya."""
@@ -136,6 +138,7 @@ def test_no_driver_composes_the_stages_itself():
     assert found == {}
 
 
+@pytest.mark.slow
 def test_import_maya_does_not_import_torch():
     """`import maya` is light (the API is imported on first use), and `maya.open_run` and friends resolve."""
     code = (

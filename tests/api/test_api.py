@@ -99,6 +99,7 @@ def test_capture_maps_its_options_onto_the_launcher(tmp_path, monkeypatch):
     assert call["env"] == {"WIDTH": "512"}
 
 
+@pytest.mark.slow
 def test_the_cache_captures_once_atomically_and_reuses(tmp_path, monkeypatch):
     fake = FakeLauncher()
     monkeypatch.setattr(launcher, "emulate", fake)
@@ -178,6 +179,7 @@ def test_rank_environments_get_the_extra_variables_and_this_process_keeps_its_ow
 # ------------------------------------------------------------------ predict and record
 
 
+@pytest.mark.slow
 def test_predict_stores_nothing_and_record_returns_the_stored_id(tmp_path, maya_home):
     import duckdb
 
@@ -195,6 +197,7 @@ def record(prediction, warehouse):
     return api.record(prediction, warehouse=warehouse)
 
 
+@pytest.mark.slow
 def test_maya_predict_records_what_it_predicted(tmp_path, maya_home):
     import duckdb
 
@@ -225,6 +228,7 @@ def test_open_run_gives_the_tables_as_data_frames(tmp_path):
     assert set(run.calls([1])["rank"]) == {1} and len(run.calls([1])) == 40
 
 
+@pytest.mark.slow
 def test_sql_over_a_run_is_read_only(tmp_path):
     run = maya.open_run(synthetic.write_run(tmp_path / "run", world_size=2, calls_per_rank=40, ops_per_rank=8))
     counts = run.sql("SELECT rank, count(*) AS n FROM api_calls GROUP BY rank ORDER BY rank")
@@ -233,6 +237,7 @@ def test_sql_over_a_run_is_read_only(tmp_path):
         run.sql("CREATE TABLE x AS SELECT 1")
 
 
+@pytest.mark.slow
 def test_a_run_predicts_with_overrides_and_to_frame_has_its_figures(tmp_path, maya_home):
     run = maya.open_run(one_rank_run(tmp_path / "run"))
     options = maya.PredictOptions(durations="roofline")

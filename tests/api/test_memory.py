@@ -274,6 +274,7 @@ def test_a_capped_history_is_refused_rather_than_a_wrong_peak(run):
         api.peak_memory(run)
 
 
+@pytest.mark.slow
 def test_errors_name_the_run_the_flag_and_the_ranks(tmp_path, run):
     plain = synthetic.write_run(tmp_path / "plain", world_size=1, calls_per_rank=60, ops_per_rank=6)
     with pytest.raises(api.NoMemoryHistory, match="maya emulate --memory-history"):
@@ -344,6 +345,7 @@ def test_run_analysis_gives_the_holders_as_a_frame(run):
     assert frame.groupby("category")["bytes"].sum().to_dict() == PEAK
 
 
+@pytest.mark.slow
 def test_predict_points_at_maya_memory_when_the_run_has_snapshots(tmp_path, run):
     r = runner.invoke(app, ["predict", str(run)], env={"COLUMNS": "400"})
     assert r.exit_code == 0, r.output

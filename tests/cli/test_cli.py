@@ -25,6 +25,7 @@ def test_version():
     assert r.exit_code == 0 and r.stdout.strip() == f"maya {__version__}"
 
 
+@pytest.mark.slow
 def test_sql_over_trace_views(run_dir):
     r = maya(
         "sql",
@@ -53,6 +54,7 @@ def test_sql_over_trace_views(run_dir):
     assert r.exit_code == 0 and "4" in r.stdout
 
 
+@pytest.mark.slow
 def test_sql_over_warehouse(run_dir, maya_home):
     register_run(run_dir)
     register_run(run_dir)  # idempotent
@@ -93,6 +95,7 @@ def test_sql_bad_query_is_a_clear_error(run_dir):
     assert r.exit_code == 1 and "no_such_table" in r.stderr
 
 
+@pytest.mark.slow
 def test_trace_check(run_dir):
     r = maya("trace", "check", run_dir)
     assert r.exit_code == 0 and "valid" in r.stdout and "warning" not in r.stderr
@@ -112,6 +115,7 @@ def test_trace_check(run_dir):
     assert r.exit_code == 1 and "no such file" in r.stderr
 
 
+@pytest.mark.slow
 def test_sql_refuses_a_run_with_a_bad_file(run_dir):
     f = table_files(run_dir, "kernels")[0][1]
     f.write_text("not parquet")
@@ -297,6 +301,7 @@ def test_predict_reads_on_the_system_allocator_and_restores_the_callers_pool(tmp
         pa.set_memory_pool(own)
 
 
+@pytest.mark.slow
 def test_search_installs_transformer_engine_before_its_capture_salt(tmp_path, monkeypatch):
     """`maya search` of a script importing Transformer Engine installs it before digesting the installed packages into
     the capture salt, so captures made with TE are not cached under a salt without it."""

@@ -32,16 +32,19 @@ def imported(code: str, names: tuple[str, ...]) -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.slow
 def test_cli_entry_imports_no_heavy_package():
     assert imported("import maya.cli", HEAVY) == []
 
 
+@pytest.mark.slow
 def test_predict_path_imports_no_training_stack():
     """The predict command's modules import no training stack (XGBoost comes with the artifact it reads)."""
     code = "import maya.api, maya.simulator.predict, maya.simulator.band, maya.estimators.calls"
     assert imported(code, TRAINING) == []
 
 
+@pytest.mark.slow
 def test_predict_help_imports_no_heavy_package():
     code = (
         "import contextlib, io\nfrom maya.cli import app\n"

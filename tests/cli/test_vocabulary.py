@@ -155,6 +155,7 @@ def test_predict_with_the_old_spelling_passes_the_version_and_warns(run, tmp_pat
     assert f"unknown estimator version 'v9' in {warehouse}" in r.stderr
 
 
+@pytest.mark.slow
 def test_trace_validate_is_a_deprecated_alias_of_trace_check(run):
     assert COMMANDS[("trace", "validate")].hidden
     r = maya("trace", "validate", run, COLUMNS="300")
@@ -163,6 +164,7 @@ def test_trace_validate_is_a_deprecated_alias_of_trace_check(run):
     assert "warning" not in maya("trace", "check", run).stderr
 
 
+@pytest.mark.slow
 def test_predict_json_is_stored_in_the_warehouse_given(run, tmp_path, maya_home):
     warehouse = tmp_path / "w.duckdb"
     r = maya("predict", run, "--durations", "roofline", "--json", "--warehouse", warehouse)
@@ -178,6 +180,7 @@ def test_predict_json_is_stored_in_the_warehouse_given(run, tmp_path, maya_home)
     assert not (maya_home / "warehouse.duckdb").exists()
 
 
+@pytest.mark.slow
 def test_predict_for_another_gpu_and_data_parallel_degree(run):
     base = json.loads(maya("predict", run, "--durations", "roofline", "--json").stdout)
     r = maya("predict", run, "--durations", "roofline", "--json", "--hardware", "a100-sxm-80gb", "--dp", "4")
@@ -189,12 +192,14 @@ def test_predict_for_another_gpu_and_data_parallel_degree(run):
     assert moved["iteration_ns"] > base["iteration_ns"]  # an A100 is slower than an H100 on the same work
 
 
+@pytest.mark.slow
 def test_predict_table_names_the_run_and_the_gpu(run):
     r = maya("predict", run, "--durations", "roofline", "--hardware", "h200", COLUMNS="120")
     assert r.exit_code == 0, r.output
     assert "run on 1 × h200" in r.stdout and "iteration time" in r.stdout
 
 
+@pytest.mark.slow
 def test_predict_single_rank_shows_no_rank_table(run):
     r = maya("predict", run, "--durations", "roofline", COLUMNS="200")
     assert r.exit_code == 0, r.output
@@ -251,6 +256,7 @@ def test_clusters_lists_the_shipped_clusters():
     assert r.exit_code == 2 and "unknown cluster 'nosuch'" in r.stderr
 
 
+@pytest.mark.slow
 def test_sql_markdown_and_json(run):
     query = "SELECT 1 AS n, 'a|b' AS s, NULL AS z"
     r = maya("sql", query, "--format", "markdown")

@@ -37,6 +37,7 @@ def test_plain_checkout_imports_with_src_on_the_path(tmp_path):
     assert Path(out.stdout.strip()) == SRC / "maya" / "estimators" / "__init__.py"
 
 
+@pytest.mark.slow
 def test_spec_core_imports_only_pyarrow():
     code = (
         "import sys, maya_trace_spec, maya_trace_spec.interop.kineto, maya_trace_spec.vocabulary; "
@@ -47,6 +48,7 @@ def test_spec_core_imports_only_pyarrow():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_editable_install(tmp_path, checkout_build):
     """An editable install (PEP 660 wheel, as `pip install -e .` builds it) points at src/ in the source
     tree. Built and unpacked aside so the test environment is untouched."""

@@ -6,6 +6,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import pytest
+
 from maya.core.paths import folder_made_once
 
 
@@ -27,6 +29,7 @@ def _race(path: Path, log: Path, start, results) -> None:
     results.put(str(folder_made_once(path, "marker", _make_slowly(log))))
 
 
+@pytest.mark.slow
 def test_two_racing_processes_make_one_folder(tmp_path):
     path, log = tmp_path / "cache" / "thing", tmp_path / "log"
     context = multiprocessing.get_context("fork")
@@ -43,6 +46,7 @@ def test_two_racing_processes_make_one_folder(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == [".thing.lock", "thing"]  # no partial left
 
 
+@pytest.mark.slow
 def test_superseded_folders_are_removed_unless_another_process_is_making_them(tmp_path):
     cache = tmp_path / "cache"
     for name in ("copy-old", "other-keep"):

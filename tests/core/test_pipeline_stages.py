@@ -632,6 +632,7 @@ def test_the_2022_exchange_s_gathers_where_megatron_waits_are_rebuilt_call_for_c
     assert rebuilt_2022(source, stage) is None
 
 
+@pytest.mark.slow
 def test_a_stage_that_gathers_elsewhere_is_still_refused():
     """Stage 3's capture with one steady receive gathered after the next block's memset, or not at all: the rebuild
     from stage 1 is not it, and the check names the call."""

@@ -51,6 +51,7 @@ def names_read() -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_variable_read_is_a_documented_switch():
     read = names_read()
     assert {"MAYA_EMU_LOOP_LIMIT", "MAYA_INSTALL", "MAYA_NANOGPT_REPO"} <= set(read)  # C, shell and Python seen

@@ -36,11 +36,13 @@ def test_statements_duckdb_cannot_name_are_refused(run_dir):
         run_query("UPDATE EXTENSIONS", trace=run_dir)
 
 
+@pytest.mark.slow
 def test_plain_explain_still_runs(run_dir):
     assert run_query("EXPLAIN SELECT count(*) FROM api_calls", trace=run_dir).rows
     assert run_query("EXPLAIN (FORMAT json) SELECT 1").rows
 
 
+@pytest.mark.slow
 def test_nothing_spills_to_disk(run_dir):
     """DuckDB's spill directory (`.tmp` in the working directory) was an allowed, writable directory."""
     allowed = run_query("SELECT current_setting('allowed_directories')", trace=run_dir).rows[0][0]
@@ -62,6 +64,7 @@ def test_a_statement_that_ignores_the_interrupt_is_stopped(run_dir):
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.slow
 def test_endless_queries_stop_at_the_time_limit(monkeypatch):
     monkeypatch.setenv("MAYA_SQL_TIMEOUT", "1")
     with pytest.raises(QueryLimit, match="MAYA_SQL_TIMEOUT"):

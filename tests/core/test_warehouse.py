@@ -120,6 +120,7 @@ def _contents(path) -> dict:
         return {name: sorted(con.execute(f"SELECT * FROM {name}").fetchall(), key=repr) for name in TABLES}
 
 
+@pytest.mark.slow
 def test_migrations_bring_an_old_layout_up_to_date_once_and_keep_every_row(old_warehouse):
     connect(old_warehouse).close()
     con = duckdb.connect(str(old_warehouse), read_only=True)

@@ -6,9 +6,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from maya.emulator import build
 
 
+@pytest.mark.slow
 def test_concurrent_builds_of_one_key_compile_once(tmp_path, monkeypatch):
     compiled = []
 

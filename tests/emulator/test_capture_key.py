@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import maya
 from maya.emulator import capture_cache
 
@@ -35,6 +37,7 @@ def test_imports_followed_absolute_relative_and_nested(tmp_path: Path) -> None:
     assert names == ["__init__.py", "core/__init__.py", "core/digest.py", "core/stages.py", "simulator/program.py"]
 
 
+@pytest.mark.slow
 def test_the_key_covers_the_stage_rebuild() -> None:
     package = Path(maya.__file__).parent
     emulator = package / "emulator"

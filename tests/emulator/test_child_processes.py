@@ -110,6 +110,7 @@ def _one_rank(run_dir, attrs=None):
     return b.write(run_dir, attrs=attrs)
 
 
+@pytest.mark.slow
 def test_a_prediction_of_a_run_whose_rank_started_working_children_says_so(tmp_path):
     child = {"pid": 4, "forked": False, "command": "python -c work", "device_calls": 7, "first_device_api": "x"}
     run = _one_rank(tmp_path / "run", {"child_processes": {"0": [child]}})

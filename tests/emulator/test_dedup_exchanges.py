@@ -147,6 +147,7 @@ def test_expert_all_to_alls_beside_a_pipeline(tmp_path):
     assert captured == 8 and deduplicated == pytest.approx(every, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_without_ops_every_exchange_is_read_as_the_pipeline(tmp_path):
     """A trace without ops (no framework context) cannot tell a pass's exchanges from the pipeline's: all its
     point-to-point traffic is taken to be between passes, as before exchange groups were told apart."""
@@ -155,6 +156,7 @@ def test_without_ops_every_exchange_is_read_as_the_pipeline(tmp_path):
     assert layout.pipeline is not None and layout.exchanges == ()
 
 
+@pytest.mark.slow
 def test_stages_that_also_exchange_within_passes_are_not_rebuilt(tmp_path):
     """PP 6 x CP 2: a stage is two classes, and stage 1's exchanges are not the schedule's alone; every class is
     captured (none rebuilt) and the run's attrs say why."""
@@ -222,6 +224,7 @@ def deduplicate(run, world: int, monkeypatch, differs: frozenset[int] = frozense
     return sorted(captured), represents, attrs, found, sorted(probes)
 
 
+@pytest.mark.slow
 def test_a_class_holding_a_tensor_parallel_group_is_not_checked(tmp_path, monkeypatch):
     """TP 2 x CP 2 x DP 2 x PP 2: each class of 4 holds whole TP groups, whose lone rank cannot be replayed: no member
     is captured to check it (a differing rank 0, which logs, stands for its class as before)."""
@@ -233,7 +236,11 @@ def test_a_class_holding_a_tensor_parallel_group_is_not_checked(tmp_path, monkey
 
 @pytest.mark.parametrize(
     ("tp", "cp", "dp", "pp", "reps"),
-    [(4, 1, 1, 2, [0, 4]), (4, 2, 1, 1, [0, 4]), (1, 1, 4, 4, [0, 4, 8, 12])],
+    [
+        (4, 1, 1, 2, [0, 4]),
+        pytest.param(4, 2, 1, 1, [0, 4], marks=pytest.mark.slow),
+        pytest.param(1, 1, 4, 4, [0, 4, 8, 12], marks=pytest.mark.slow),
+    ],
 )
 def test_a_class_that_is_one_of_rank_0s_groups_is_not_checked(tmp_path, monkeypatch, tp, cp, dp, pp, reps):
     """TP 4 x PP 2 x DP 1 and TP 4 x CP 2 x DP 1 (every Korthikanti row is TP x PP with DP 1): each class is a TP
@@ -298,6 +305,7 @@ def test_a_group_holding_part_of_a_class_keeps_the_classes_whole(tmp_path, monke
         step_ns(tmp_path, crossed_job({0: [0], 6: [6, 2, 4], 1: [1], 7: [7, 3, 5]}), "alike")
 
 
+@pytest.mark.slow
 def test_a_ring_across_classes_does_not_keep_them_from_being_checked(tmp_path, monkeypatch):
     """CP 2 x DP 4 x PP 2 (TP 1): the CP group (2 ranks) is smaller than a class (4 data-parallel ranks) but lies
     across classes, so each class's last member is captured and compared (it was not when any smaller group blocked
@@ -331,6 +339,7 @@ def test_a_differing_member_splits_every_class_alike_and_the_replay_is_every_ran
     assert programs == 2 * len(classes) and deduplicated == pytest.approx(every, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_a_differing_member_where_not_every_class_is_checked_at_once_is_unverified(tmp_path, monkeypatch):
     """PP 6 x DP 2, the classes checked (`dedup.checked` patched: here each stage's class is its data-parallel group,
     which is not checked): stages 0, 1, 2, 4 and 5 are captured and checked first, before the interior stages are
@@ -346,6 +355,7 @@ def test_a_differing_member_where_not_every_class_is_checked_at_once_is_unverifi
     assert "rank 11's differ from rank 10's" in note and f"not split ({launcher.IN_TURNS})" in note
 
 
+@pytest.mark.slow
 def test_exchanges_without_ops_refuse_deduplication_rather_than_drop_an_axis(tmp_path, monkeypatch):
     """TP 2 x CP 2 x DP 2 x PP 2 read without ops: rank 0's ring peer (2, on the CP group) and next stage (8, on the
     pipeline group) are in no one group; `max()` once kept the CP group as the pipeline (2 classes of 8, and the
@@ -412,6 +422,7 @@ def test_a_non_strided_exchange_group_captures_every_rank_instead_of_aborting(tm
     assert found == {"classes": 4, "refused": "every rank captured: exchange group [0, 2, 3] is not evenly strided"}
 
 
+@pytest.mark.slow
 def test_ops_numbered_otherwise_give_the_same_layout(tmp_path):
     """`layout_of` looks calls' ops up by position when they are numbered 0, 1, ... as written, else by a sorted
     search: ops renumbered (shifted by 1,000, in reverse order) give TP 2 x CP 2 x DP 2 x PP 2 the same layout."""

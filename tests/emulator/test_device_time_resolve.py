@@ -32,6 +32,7 @@ def _register(warehouse, version: str, artifact: bytes) -> None:
         insert_row(con, "estimator_aliases", {"alias": "latest", "version": version})
 
 
+@pytest.mark.slow
 def test_resolve_reads_the_registry_without_loading_estimators(tmp_path):
     """`maya emulate` names the estimator version from the warehouse alone: neither its registry, XGBoost, the simulator nor pandas is
     imported in the launcher; a missing or altered artifact still falls back to the roofline."""
@@ -54,6 +55,7 @@ def test_resolve_reads_the_registry_without_loading_estimators(tmp_path):
     assert "missing" in resolve("estimators", "v7", str(warehouse))[1]
 
 
+@pytest.mark.slow
 def test_a_rank_whose_estimator_cannot_load_times_by_the_roofline_and_says_why(tmp_path):
     """`resolve` names `estimators v7` from the registry alone; the rank that loads it finds its artifact
     unreadable (registered intact, but not an estimator archive) and prices its timings by the roofline."""

@@ -1,5 +1,6 @@
 """The iteration clock on torch's own autograd (CPU): optimizer steps inside a backward, nested backwards included."""
 
+import pytest
 import torch
 import torch.utils.checkpoint as checkpoint
 
@@ -17,6 +18,7 @@ def clock_on_autograd(monkeypatch) -> tuple[IterationClock, list[int]]:
     return clock, labels
 
 
+@pytest.mark.slow
 def test_steps_inside_nested_backwards_end_one_iteration_each_outermost_one(monkeypatch):
     """Reentrant checkpointing runs each block's backward inside the loss's; 8 steps inside 4 inner backwards end one
     iteration, when the loss's backward ends (they ended 4, one per inner backward)."""

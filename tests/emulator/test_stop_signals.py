@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from maya.emulator import forkserver
 from maya.emulator.launcher import _stop_signals_to, _Stopping
 
@@ -74,6 +76,7 @@ def test_stop_signals_go_to_the_handler_while_the_job_runs_and_a_signal_ignored_
             signal.signal(sig, handler)
 
 
+@pytest.mark.slow
 def test_a_rank_turns_its_first_stop_signal_into_keyboard_interrupt_and_the_next_do_nothing():
     """Two signals at once (a process group's SIGTERM and the launcher's SIGINT): the first interrupts the script,
     the second does nothing (no error printed for a signal ignored while pending), nor do later ones."""

@@ -125,6 +125,7 @@ def test_causal_masks_skip_the_tiles_above_the_diagonal():
     assert causal == pytest.approx(full * 17 / 32, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_overlap_depends_on_the_kernel_generation():
     """On an H100 cuDNN's warp-specialised kernels hide the softmax under the products; FlashAttention-2's do
     not, and their synchronous MMA reaches only part of the peak; on an A100 both run them one after the other."""

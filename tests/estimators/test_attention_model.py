@@ -28,6 +28,7 @@ from maya.estimators.kernels_public_data import (
 FIGURES = kernels_public_dir() / FILES[0]
 
 
+@pytest.mark.slow
 def test_rows_that_are_no_measurement_or_of_an_unknown_gpu_are_quarantined_with_their_reason():
     checked = load()
     reasons = checked.rejected.set_index("row_id")["reason"]
@@ -80,10 +81,17 @@ def test_a_fwd_bwd_row_is_its_forward_backward_and_memory_passes():
 
 
 @pytest.fixture(scope="module")
-def model():
+def estimator() -> KernelEstimator:
+    """An estimator without models, shared by the module's tests that only price with it: its attention model is
+    fitted once (`attention_model.fitted`, once per estimator), not once per test."""
+    return KernelEstimator()
+
+
+@pytest.fixture(scope="module")
+def model(estimator):
     """The model fitted with the roofline-priced GEMMs of an estimator without models (fast, and a prior as
-    good as any for the algebra tested here)."""
-    return attention_model.fit(AttentionPredictor().priced_by(KernelEstimator().predict))
+    good as any for the algebra tested here): the one `estimator` prices attention with."""
+    return attention_model.fitted(estimator.predict, AttentionPredictor().priced_by(estimator.predict))
 
 
 def test_the_split_keeps_the_learned_total_and_the_measured_backward_forward_ratio(model):
@@ -107,7 +115,7 @@ def tritonbench_split() -> pd.DataFrame:
     return paired.assign(ratio=paired["time_s_bwd"] / paired["time_s"])
 
 
-def test_the_split_is_tritonbenchs_measured_ratio_from_8k_tokens_on_every_gpu(model):
+def test_the_split_is_tritonbenchs_measured_ratio_from_8k_tokens_on_every_gpu(model, estimator):
     """From 8k tokens every measured backward / forward ratio (2.56-2.98, causal and not) is priced within 5 %.
     Shorter, TritonBench's backward carries a fixed timing overhead of about 0.6 ms (512 tokens: 5.5-5.8, 1k:
     4.3-4.8), left out: those lengths take 8k's split. The split holds on an A100 as on an H100."""
@@ -122,7 +130,7 @@ def test_the_split_is_tritonbenchs_measured_ratio_from_8k_tokens_on_every_gpu(mo
     assert (held < 0.75 * short["ratio"].to_numpy()).all()
     for hw in ("a100-sxm-80gb", "h100-sxm"):
         calls = pd.concat([attention(op, hw, 16384.0) for op in ("lftriton_fwd_causal", "lftriton_bwd_causal")])
-        priced = KernelEstimator().predict(calls.reset_index(drop=True))["duration_ns"].to_numpy()
+        priced = estimator.predict(calls.reset_index(drop=True))["duration_ns"].to_numpy()
         assert 2.5 < priced[1] / priced[0] < 3.0  # the pass kernels are priced apart
 
 
@@ -176,6 +184,7 @@ def test_past_the_measured_lengths_a_call_keeps_the_factors_of_the_longest_measu
         assert forward[0] != pytest.approx(forward[1])
 
 
+@pytest.mark.slow
 def test_the_inverse_length_is_kept_only_where_it_improves_the_error_held_out_by_gpu(monkeypatch):
     """Measured rates rise steeply to 2k tokens and saturate by 16k; the inverse length follows that for
     FlashAttention v1, whose error with each GPU held out it lowers, and is left out of FlashAttention-2's, which
@@ -221,8 +230,7 @@ def attention(op: str, hw: str = "h100-sxm", seq: float = 4096.0) -> pd.DataFram
 
 
 @pytest.mark.slow
-def test_flex_and_llm_foundry_triton_are_priced_from_measured_kernels(model):
-    estimator = KernelEstimator()
+def test_flex_and_llm_foundry_triton_are_priced_from_measured_kernels(estimator):
     priced = {
         op: estimator.predict(attention(op)).iloc[0]
         for op in ("flash_fwd_causal", "lftriton_fwd_causal", "flex_fwd", "flash_fwd", "sdpa_fwd_causal")
@@ -239,11 +247,12 @@ def test_flex_and_llm_foundry_triton_are_priced_from_measured_kernels(model):
 
 
 @pytest.mark.slow
-def test_cudnn_on_hopper_is_its_mechanism_times_flashattention_3s_correction_and_before_hopper_flashattention_2():
+def test_cudnn_on_hopper_is_its_mechanism_times_flashattention_3s_correction_and_before_hopper_flashattention_2(
+    estimator,
+):
     """On an H100 SXM and on Hopper parts never measured (H200), a cuDNN call is its own composed time times its
     direction's correction to FlashAttention-3, in that fit's held-out band widened by the proxy's 20 %; on an
     A100 it is priced as FlashAttention-2, its backward with FlashAttention-2's memory passes."""
-    estimator = KernelEstimator()
     mechanism = AttentionPredictor().priced_by(estimator.predict)
     fitted = attention_model.fitted(estimator.predict, mechanism)
     shape = (np.array([4096.0]), np.array([128.0]), np.array([True]))
@@ -302,12 +311,11 @@ def cudnn_grid(hw: str) -> pd.DataFrame:
     return pd.DataFrame(calls)
 
 
-def test_an_h100_never_prices_a_cudnn_call_slower_than_an_a100_and_its_band_stays_within_a_factor_of_two():
+def test_an_h100_never_prices_a_cudnn_call_slower_than_an_a100_and_its_band_stays_within_a_factor_of_two(estimator):
     """FlashAttention-3's correction is fitted where TritonBench's fixed timing cost does not dominate (from 2k
     tokens) and held to that length below it: a short H100 call is not priced slower than the same call on an
     A100 (the fit through 128-token rows priced a backward at 31 TFLOP/s against the A100's 50), and the band,
     judged on those rows, stays within half to twice the price (it was [0.69, 2.68])."""
-    estimator = KernelEstimator()
     h100 = estimator.predict(cudnn_grid("h100-sxm"))
     a100 = estimator.predict(cudnn_grid("a100-sxm-80gb"))
     assert (h100["duration_ns"] <= a100["duration_ns"]).all()
@@ -315,10 +323,9 @@ def test_an_h100_never_prices_a_cudnn_call_slower_than_an_a100_and_its_band_stay
     assert (h100["duration_high_ns"] <= 2.0 * h100["duration_ns"]).all()
 
 
-def test_flashattention_3s_correction_prices_hopper_alone():
+def test_flashattention_3s_correction_prices_hopper_alone(estimator):
     """A B200 (sm_100) cuDNN call keeps the composed mechanism alone, as before FlashAttention-3 priced cuDNN on
     Hopper; an H100's is corrected."""
-    estimator = KernelEstimator()
     mechanism = AttentionPredictor().priced_by(estimator.predict)
     b200 = cudnn_grid("b200")
     assert estimator.predict(b200)["duration_ns"].to_numpy() == pytest.approx(mechanism(b200).seconds * 1e9)
@@ -337,6 +344,7 @@ def test_flashattention_3s_correction_takes_a_head_dim_past_the_measured_ones_at
     )
 
 
+@pytest.mark.slow
 def test_evaluation_per_gpu_implementation_and_direction():
     result = evaluate_kernels_public(None, KernelEstimator)
     table = result.to_json()
@@ -348,6 +356,7 @@ def test_evaluation_per_gpu_implementation_and_direction():
     assert any("OOM" in note for note in result.notes)
 
 
+@pytest.mark.slow
 def test_importing_the_families_loads_neither_scikit_learn_nor_pandera():
     """Both load at the model's first fit: an emulator rank or a CLI that never prices attention skips ~2.5 s."""
     loaded = subprocess.run(
@@ -363,6 +372,7 @@ def test_importing_the_families_loads_neither_scikit_learn_nor_pandera():
     assert loaded.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_a_fit_reads_the_shipped_files_once_and_fits_only_families_calls_are_priced_by(monkeypatch):
     reads = []
     real = kernels_public_data.read

@@ -214,6 +214,7 @@ def _measured(params: CollectiveParams, rng: np.random.Generator, tmp_path) -> p
     return load_collectives(path)
 
 
+@pytest.mark.slow
 def test_fit_recovers_known_parameters_and_is_reproducible(tmp_path):
     truth = shipped_params()
     frame = _measured(truth, np.random.default_rng(0), tmp_path)
@@ -241,6 +242,7 @@ def test_fit_recovers_known_parameters_and_is_reproducible(tmp_path):
         assert fitted == pytest.approx(true, rel=0.03)
 
 
+@pytest.mark.slow
 def test_held_out_network_is_priced_on_the_default_network(tmp_path):
     frame = _measured(shipped_params(), np.random.default_rng(1), tmp_path)
     params = fit(frame, exclude=["a100_pairwise_nvlink"]).params

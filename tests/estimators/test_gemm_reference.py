@@ -262,6 +262,7 @@ def test_a_roofline_price_carries_no_harness_and_is_not_calibrated():
         assert on[column].tolist() == off[column].tolist()
 
 
+@pytest.mark.slow
 def test_a_version_is_reused_only_with_the_same_sources_and_public_reference_rows(maya_home, monkeypatch):
     """The data hash sees neither the rows' `source` labels nor the public rows a reference is derived from: the
     same calls relabelled, or a changed public reference row, train a new version instead of reusing one whose

@@ -57,6 +57,7 @@ def trained(measurements):
     return train(measurements, CONFIG)
 
 
+@pytest.mark.slow
 def test_seen_band_holds_out_whole_workloads(measurements, trained):
     """A random split keeps every model's hidden sizes in training and is narrower than what a new model's shapes
     meet; the workload split sees that."""
@@ -114,6 +115,7 @@ def test_artifact_keeps_the_unseen_gpu_band(trained):
     assert loaded.unseen_gpu_band == trained.estimator.models["gemm@tensor"].unseen_gpu_band
 
 
+@pytest.mark.slow
 def test_composed_attention_carries_its_products_band():
     """The composed mechanism (the learned attention model's prior) is composed from GEMM-priced products: with a
     GEMM band it has one, without none. A priced call carries the learned model's band either way (every fused

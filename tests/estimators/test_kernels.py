@@ -107,6 +107,7 @@ def test_exact_lookup_hit(estimator, measured):
     assert (out["duration_ns"][known] < rows["measured_ns"][known]).all()  # the dispatch taken off
 
 
+@pytest.mark.slow
 def test_method_tags(estimator, measured):
     seen = measured[measured["family"] == "gemm"].head(1).assign(m=lambda d: d["m"] + 7)  # shape never measured
     same_arch = seen.assign(hardware="NVIDIA A100 80GB PCIe")  # A100 40GB was trained on: same architecture
@@ -210,6 +211,7 @@ def test_learned_predictions_scale_device_floor_or_roofline(estimator, measured)
     np.testing.assert_allclose(out["efficiency"], out["roofline_ns"] / out["duration_ns"])
 
 
+@pytest.mark.slow
 def test_isolated_measurements_train_device_time():
     """Calls timed on their own read the host's dispatch, then the kernel or the host's post-launch time: the
     model learns the device time under them, as from device timings of the same kernels."""
@@ -248,6 +250,7 @@ def test_isolated_measurements_train_device_time():
         train(calls.assign(measured_ns=device_ns, timing="wall"), SMALL)
 
 
+@pytest.mark.slow
 def test_post_launch_time_matches_neusight_elementwise_sweeps():
     """POST_LAUNCH_S is what NeuSight's elementwise sweeps show: the floor less the intercept of the
     bandwidth-bound regime, per GPU and op."""

@@ -1,7 +1,10 @@
 """The estimator registry: versions in the DuckDB warehouse, artifacts checked on load, idempotent training."""
 
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import duckdb
 import pandas as pd
@@ -18,6 +21,24 @@ SMALL = TrainConfig(params=ModelParams(n_estimators=10, max_depth=3), validate=F
 def measured():
     train = load_kernels(neusight_dir() / "kernels_train.parquet")
     return train[train["family"].isin(["gemm", "softmax"])].sample(1500, random_state=2).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def trained_home(measured, tmp_path_factory) -> Path:
+    """A MAYA_HOME whose registry holds v1, trained on `measured` with SMALL once for the module (read-only: tests
+    that need it copy it into their own MAYA_HOME with `with_v1`)."""
+    home = tmp_path_factory.mktemp("trained_home")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MAYA_HOME", str(home))
+        train_version(measured, SMALL)
+    return home
+
+
+@pytest.fixture
+def with_v1(trained_home, maya_home) -> Callable[[], None]:
+    """Puts v1 (a copy of `trained_home`'s registry) into this test's MAYA_HOME, as `train_version(measured, SMALL)`
+    would."""
+    return lambda: shutil.copytree(trained_home, maya_home, dirs_exist_ok=True)
 
 
 def registry_rows(registry):
@@ -62,6 +83,7 @@ def test_train_list_show_load(measured, maya_home):
     assert latest["duration_ns"].notna().all()
 
 
+@pytest.mark.slow
 def test_identical_data_reuses_the_version(measured):
     registry = Registry()
     first = train_version(measured, SMALL)
@@ -73,9 +95,9 @@ def test_identical_data_reuses_the_version(measured):
     assert not other.reused and other.record.version == "v2"
 
 
-def test_corrupted_or_missing_artifact_is_reported_and_registry_unchanged(measured, maya_home):
+def test_corrupted_or_missing_artifact_is_reported_and_registry_unchanged(with_v1, maya_home):
+    with_v1()
     registry = Registry()
-    train_version(measured, SMALL)
     artifact = maya_home / "estimators" / "v1" / "model.zip"
     before = registry_rows(registry)
     raw = bytearray(artifact.read_bytes())
@@ -89,9 +111,9 @@ def test_corrupted_or_missing_artifact_is_reported_and_registry_unchanged(measur
     assert registry_rows(registry) == before
 
 
-def test_an_artifact_is_parsed_once_and_still_checked_on_every_load(measured, maya_home):
+def test_an_artifact_is_parsed_once_and_still_checked_on_every_load(with_v1, maya_home):
+    with_v1()
     registry = Registry()
-    train_version(measured, SMALL)
     first = registry.load("v1")
     assert registry.load("latest") is first and Registry().load("v1") is first
     assert registry.load(registry.get("latest")) is first
@@ -104,8 +126,9 @@ def test_an_artifact_is_parsed_once_and_still_checked_on_every_load(measured, ma
         registry.load("v1")
 
 
-def test_the_same_calls_priced_again_are_priced_once(measured, monkeypatch):
-    estimator = Registry().load(train_version(measured, SMALL).record.version)
+def test_the_same_calls_priced_again_are_priced_once(measured, with_v1, monkeypatch):
+    with_v1()
+    estimator = Registry().load("v1")
     calls = measured.head(40)
     first = estimator.predict(calls)
 
@@ -121,18 +144,19 @@ def test_the_same_calls_priced_again_are_priced_once(measured, monkeypatch):
         estimator.predict(calls.assign(m=calls["m"] + 1))
 
 
-def test_unknown_version(measured):
+def test_unknown_version(with_v1):
     registry = Registry()
     with pytest.raises(UnknownVersion, match="none registered yet"):
         registry.load()
-    train_version(measured, SMALL)
+    with_v1()
     with pytest.raises(UnknownVersion, match="unknown estimator version 'v9'.*known: v1"):
         registry.get("v9")
 
 
-def test_failed_registration_leaves_nothing(measured, maya_home):
+def test_failed_registration_leaves_nothing(with_v1, maya_home):
+    with_v1()
     registry = Registry()
-    estimator = registry.load(train_version(measured, SMALL).record.version)
+    estimator = registry.load("v1")
     before = registry_rows(registry)
     with pytest.raises(TypeError, match="not JSON serializable"):  # fails after the artifact was written
         registry.register(estimator, data_hash="d", config_hash="c", metrics={"unserialisable": {1, 2}})
@@ -140,6 +164,7 @@ def test_failed_registration_leaves_nothing(measured, maya_home):
     assert sorted(p.name for p in (maya_home / "estimators").iterdir()) == ["v1"]
 
 
+@pytest.mark.slow
 def test_explicit_warehouse_path(measured, tmp_path):
     registry = Registry(tmp_path / "elsewhere" / "wh.duckdb")
     record = train_version(measured, SMALL, registry).record
@@ -147,6 +172,7 @@ def test_explicit_warehouse_path(measured, tmp_path):
     assert isinstance(registry.load(record.version).predict(measured.head(3)), pd.DataFrame)
 
 
+@pytest.mark.slow
 def test_artifact_round_trip_keeps_floors_and_predictions(measured):
     from maya.estimators import train
     from maya.estimators.artifact import dumps, loads

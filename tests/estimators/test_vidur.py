@@ -201,6 +201,7 @@ def maya(home: str, *args):
     return runner.invoke(app, [str(a) for a in args], env={"MAYA_HOME": home})
 
 
+@pytest.mark.slow
 def test_eval_of_vidur_compute_per_op_and_as_json(version, compute, tmp_path):
     rows = (
         compute[
@@ -229,6 +230,7 @@ def test_eval_of_vidur_compute_per_op_and_as_json(version, compute, tmp_path):
     assert "vidur_compute" in table.stdout and "overall" in table.stdout
 
 
+@pytest.mark.slow
 def test_eval_of_vidur_collectives_through_the_collective_model(version, collectives, tmp_path):
     rows = collectives.groupby(["network", "collective"]).head(5)
     dataset = tmp_path / "nccl.parquet"

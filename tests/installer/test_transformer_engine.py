@@ -299,6 +299,7 @@ def test_a_cached_wheel_is_installed_with_te_in_one_install_without_building(sta
     assert "this row needs Transformer Engine 2.20.2" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_build_installs_te_and_its_requirements_before_it_and_then_the_wheel(stand_ins, monkeypatch):
     """The verified order: the `te` extra (TE's core included: the extension's build needs it) before `pip wheel`, then
     TE with the wheel."""
@@ -376,6 +377,7 @@ def test_pip_uninstalls_an_installed_extension_before_installing_the_wheel(stand
     assert stand_ins.installs() == [["uninstall", "transformer-engine-torch"], final_install(folder / WHEEL)[2:]]
 
 
+@pytest.mark.slow
 def test_a_failed_build_leaves_no_wheel_nor_te_and_is_remembered_for_every_process(stand_ins, monkeypatch):
     """The build fails: no wheel, no TE (what was installed for the build is uninstalled again), a marker beside the
     wheels naming the log. No later process builds again on its own (the marker is on disk, not in this process); it says how to
@@ -423,6 +425,7 @@ def test_a_failed_install_is_remembered_too(stand_ins, monkeypatch):
         te.ensure("the next row")
 
 
+@pytest.mark.slow
 def test_an_interrupted_build_stops_its_processes_and_leaves_no_wheel(stand_ins, monkeypatch):
     """Ctrl-C during the build (raised here at its progress line): the build's processes are killed, its
     temporary folder removed, nothing cached, TE uninstalled again."""
@@ -537,6 +540,7 @@ def test_an_interrupt_that_kills_the_supervisor_before_it_can_undo_undoes_in_may
     assert undone.exists()
 
 
+@pytest.mark.slow
 def test_a_killed_builds_leftovers_are_removed_and_never_used(stand_ins, monkeypatch):
     """A build killed outright (SIGKILL) leaves its temporary folder, a half-written wheel in it: the next holder of
     the key's lock removes it, builds anew and caches only the whole wheel; another key's build folder (another lock's,

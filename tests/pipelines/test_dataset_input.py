@@ -115,6 +115,7 @@ def test_eval_needs_every_size_and_a_positive_latency(column, value):
         check_complete(to_calls(pd.DataFrame([{**row, column: value}])))
 
 
+@pytest.mark.slow
 def test_eval_cli_refuses_incomplete_rows_and_bad_devices(tmp_path):
     """A NaN latency made sklearn raise "Input contains NaN"; a missing device crashed `hardware.get`."""
     test_rows = pd.read_parquet(neusight_dir() / "kernels_test.parquet")

@@ -777,6 +777,7 @@ def test_vidur_sources_quarantine_bad_rows_with_the_reason_and_rerun_idempotentl
     )
 
 
+@pytest.mark.slow
 def test_sensor_registers_vidur_devices_and_networks_and_requests_their_ingestion(tmp_path):
     write_vidur(tmp_path / "vidur")
     data = DataSources(profiles_dir=str(tmp_path / "none"), neusight=False, vidur_dir=str(tmp_path / "vidur"))

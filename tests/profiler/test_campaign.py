@@ -53,6 +53,7 @@ def campaign(tmp_path, clock, measurer, budget_s, **kw):
     return run_campaign(tmp_path / "c", settings, device="cpu", measurer=measurer, clock=clock, log=lambda _: None)
 
 
+@pytest.mark.slow
 def test_stops_before_the_budget_and_resumes_where_it_stopped(tmp_path):
     order = [c.key for c in sweep.build_sweep(SMALL)]
     clock = FakeClock()

@@ -10,6 +10,7 @@ from maya.profiler.kernels.configs import FAMILIES, FAMILY_OPS, KernelConfig, pa
 
 @pytest.fixture(scope="module")
 def full_sweep() -> list[KernelConfig]:
+    """The whole sweep (~143k configs, several seconds to build: its tests are `slow`)."""
     return sweep.build_sweep()
 
 
@@ -68,6 +69,7 @@ def test_no_duplicates_and_dedup_keeps_first(full_sweep):
     assert sweep.dedup([a, c, b]) == [a, c]
 
 
+@pytest.mark.slow
 def test_tensor_parallel_splits_are_present(full_sweep):
     gemm = {(c.op, c.shape.get("k"), c.shape.get("n")) for c in full_sweep if c.family == "gemm"}
     h = 8192
@@ -91,12 +93,14 @@ def test_realistic_dimensions():
     assert shapes.gpt_layer_param_shapes(4096, "swiglu", 1)[-2:] == [(4096,), (4096,)]
 
 
+@pytest.mark.slow
 def test_priority_order_reaches_every_family_in_the_first_round(full_sweep):
     first_round = sum(sweep.FAMILY_WEIGHTS.get(f, 1) for f in FAMILIES)
     assert {c.family for c in full_sweep[:first_round]} == set(FAMILIES)
     assert [c.family for c in full_sweep[:3]] == ["gemm"] * 3
 
 
+@pytest.mark.slow
 def test_priority_order_spans_ops_dtypes_and_sizes_early(full_sweep):
     """Within a family, every (op, dtype) and both the smallest and largest size class come up in the
     first round of its strata, long before the family's configs run out."""
@@ -118,6 +122,7 @@ def test_family_subset_and_unknown_family():
         sweep.build_sweep(("gemm", "nope"))
 
 
+@pytest.mark.slow
 def test_config_identity_is_stable_and_checked():
     c = KernelConfig.make("linear", "bf16", m=256, k=512, n=1024)
     assert c.key == "02846a8cdc6adb48"  # keys name done configs on disk: they must never change

@@ -123,6 +123,7 @@ def _rows(chunk, session="s1"):
     ]
 
 
+@pytest.mark.slow
 def test_chunks_append_to_a_valid_measured_run(tmp_path):
     store = CampaignStore(tmp_path / "campaign")
     store.start_session(

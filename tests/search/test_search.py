@@ -287,6 +287,7 @@ def test_a_search_under_another_host_factor_or_cluster_file_predicts_afresh(tmp_
     assert evaluator_salts("h100-sxm", 8, "auto", "dgx-h100") != evaluator_salts("h100-sxm", 8, "auto", None)
 
 
+@pytest.mark.slow
 def test_an_edited_script_captures_anew_and_retrained_estimators_or_predictor_predict_anew(tmp_path, monkeypatch):
     """The capture salt holds the script's contents (and the emulator's), the prediction salt the estimator version
     `auto` resolves to and the predictor's digest: an edited script captures afresh; retrained estimators or an
@@ -525,6 +526,7 @@ def bowl(v):
     return 1000 + 7 * (a - 5) ** 2 + 5 * (b - 2) ** 2 + 3 * (c - 3) ** 2 + 11 * (d - 1) ** 2 + 2 * abs(a - b - 3), 10
 
 
+@pytest.mark.slow
 def test_grid_visits_every_valid_point():
     s = synthetic_space()
     fake = Fake(bowl)
@@ -556,7 +558,7 @@ def ridge(v):
     return 1000 + 9 * (a - 8) ** 2 + 5 * (c - 2) ** 2 + 7 * (d - 6) ** 2 + 40 * (a < 4) * (4 - a), 200 if d >= 7 else 10
 
 
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 5))])
 def test_cmaes_follows_a_constraint_that_couples_two_parameters(seed):
     s = space(
         {"a": list(range(12)), "b": list(range(12)), "c": list(range(6)), "d": list(range(8))}, constraints=["a == b"]

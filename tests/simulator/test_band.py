@@ -73,6 +73,7 @@ def test_normal_draws_are_scipys_latin_hypercube(samples, groups, seed):
     assert np.array_equal(_normal_draws(samples, groups, seed), expected)
 
 
+@pytest.mark.slow
 def test_one_family_moves_together_whatever_its_number_of_calls(tmp_path, warehouse):
     """Errors within a family are one draw: the band of 1 GEMM and of 12 GEMMs of the same total work are
     the same share of the iteration, the family's own [roofline, roofline x e^0.4]."""
@@ -98,6 +99,7 @@ def test_families_are_independent(tmp_path, warehouse):
     assert band["low_ns"] == pytest.approx(p.iteration_ns, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_collectives_take_the_held_out_nccl_residuals(tmp_path, warehouse):
     from maya.estimators.collective_residuals import shipped_residuals
 
@@ -129,6 +131,7 @@ def test_composed_calls_draw_their_errors_with_the_family_they_are_composed_from
     assert _error_family(family, method).tolist() == ["gemm", "attention", "gemm", "copy"]
 
 
+@pytest.mark.slow
 def test_model_discrepancy_widens_the_band_in_quadrature_and_leaves_the_prediction(tmp_path, warehouse, monkeypatch):
     path = trace(tmp_path / "g", gemms=1)
     p, residual = band_of(path, warehouse)
@@ -142,6 +145,7 @@ def test_model_discrepancy_widens_the_band_in_quadrature_and_leaves_the_predicti
     assert (widened["residual_low_ns"], widened["residual_high_ns"]) == (residual["low_ns"], residual["high_ns"])
 
 
+@pytest.mark.slow
 def test_a_band_calibrated_without_residuals_is_the_discrepancy_and_says_so(tmp_path, warehouse, monkeypatch):
     path = trace(tmp_path / "g", gemms=1)
     p, residual = band_of(path, warehouse)

@@ -99,6 +99,7 @@ def mnk(frame: pd.DataFrame) -> list[tuple[float, float, float]]:
     return list(zip(gemm["m"], gemm["n"], gemm["k"]))
 
 
+@pytest.mark.slow
 def test_a_kineto_trace_and_a_measured_run_size_gemms_as_cublas_is_called(tmp_path):
     run_dir = import_kineto([kineto(tmp_path / "rank0.json", LINEAR_OPS)], tmp_path / "run", hardware="h100-sxm")
     trace = load(run_dir).ranks[0]
@@ -109,6 +110,7 @@ def test_a_kineto_trace_and_a_measured_run_size_gemms_as_cublas_is_called(tmp_pa
     assert mnk(load_profiles(profiles)) == [FORWARD, GRAD_WEIGHT, GRAD_INPUT]
 
 
+@pytest.mark.slow
 def test_dataset_rows_of_the_layer_use_the_same_convention():
     neusight = pd.DataFrame(
         {

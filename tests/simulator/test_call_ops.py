@@ -3,6 +3,7 @@ looked up again when the calls or ops are replaced."""
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from maya.simulator.iterations import call_iterations, evaluating
 from maya.simulator.trace import RankTrace
@@ -43,6 +44,7 @@ def test_a_null_phase_is_not_an_evaluation_in_a_nullable_string_column():
     assert evaluating(trace).tolist() == [False, True, False, False]
 
 
+@pytest.mark.slow
 def test_replacing_the_calls_releases_the_old_frame_and_the_lookup_is_read_only():
     import gc
     import weakref

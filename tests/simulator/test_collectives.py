@@ -25,6 +25,7 @@ def _coll_seqs(sim, rank: int) -> list[int]:
     return [op.call for launch in program.launches for op in launch]
 
 
+@pytest.mark.slow
 def test_send_recv_priced_on_the_link_between_its_ends(tmp_path):
     b = TraceBuilder(4, hardware="a100-pcie-80gb", nproc_per_node=4)
     b.communicator("pp", [0, 1, 2, 3])
@@ -60,6 +61,7 @@ def test_collectives_priced_on_their_members_gpus_and_nodes(tmp_path):
     assert send == pytest.approx(model.time("send", nbytes, ranks=2, nodes=2).seconds[0] * 1e9, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_layout_columns_are_written_into_copies_of_read_only_columns(tmp_path, monkeypatch):
     """A priced frame whose layout columns share read-only Arrow buffers (as a trace's columns do once its
     `TraceSet` is released) is priced as one of its own: the layouts are written into copies."""

@@ -64,6 +64,7 @@ def overlapping(tmp_path, name="run"):
     return load(b.write(tmp_path / name))
 
 
+@pytest.mark.slow
 def test_a_kernel_beside_a_collective_runs_on_fewer_sms(tmp_path):
     traces = overlapping(tmp_path)
     free = simulate(traces, H100, RooflineDurations(), contention=False)
@@ -122,6 +123,7 @@ def long_steps(tmp_path):
     return load(overlapped_steps(tmp_path / "run", [("allgather", "dp", 1)], nelems=1 << 28, gemms=200, size=8192))
 
 
+@pytest.mark.slow
 def test_a_collective_lowers_the_power_capped_clock_of_the_gemm_beside_it(tmp_path):
     """On an H100 at its cap the GEMM beside the all-gather runs at 1575 of 1980 MHz (the overlap observation) on
     top of the SMs the collective holds; without the sustained clock, or on an A100, only the SMs count."""
@@ -158,6 +160,7 @@ class Slow(Burst):
         return np.where(calls["opcode"].to_numpy() == COLL, 2e6, flops / 500e12 * 1e9)
 
 
+@pytest.mark.slow
 def test_a_mix_under_the_cap_loses_only_what_the_collective_draws(tmp_path):
     """A step at 500 TFLOP/s (~545 W of 700) keeps its burst clock alone and beside the all-gather runs at the
     clock where its demand plus the collective's ~214 W meets the cap (~0.956), not at the observed 0.795."""
@@ -188,6 +191,7 @@ def test_a_mix_far_under_the_cap_keeps_its_clock_and_gets_no_note():
     assert overlap_ratio(SustainedClock(866.0, 700.0, 0.92), A100) is None  # no overlap observation on Ampere
 
 
+@pytest.mark.slow
 def test_the_clock_term_counts_a_kernel_once_beside_two_collectives(tmp_path):
     """A GEMM beside a TP all-gather and a DP all-reduce on two streams at once: the SMs of each count, the
     lowered clock once over the time either runs (not once per collective)."""

@@ -113,6 +113,7 @@ def test_host_synchronisation_blocks_until_the_work_is_done(tmp_path, sync):
     assert sim.result(0).wait.sum() > 0
 
 
+@pytest.mark.slow
 def test_collectives_wait_for_the_straggler_and_finish_together(tmp_path):
     b = TraceBuilder(3)
     b.communicator("dp", [0, 1, 2])
@@ -134,6 +135,7 @@ def test_collectives_wait_for_the_straggler_and_finish_together(tmp_path):
     assert reports[2].exposed_comm_ns == 50 * US and reports[2].peer_wait_ns == 0
 
 
+@pytest.mark.slow
 def test_collectives_match_by_communicator_and_sequence(tmp_path):
     b = TraceBuilder(4)
     b.communicator("a", [0, 1])
@@ -228,6 +230,7 @@ def _tp_dp(b: TraceBuilder, ranks, represents=None, odd_us=30) -> None:
             k.stream_sync(1)
 
 
+@pytest.mark.slow
 def test_deduplicated_ranks_replay_their_representative_with_ranks_mapped(tmp_path):
     full = TraceBuilder(4)
     _tp_dp(full, range(4))
@@ -242,6 +245,7 @@ def test_deduplicated_ranks_replay_their_representative_with_ranks_mapped(tmp_pa
     assert summarize(a).iteration_ns == summarize(d).iteration_ns
 
 
+@pytest.mark.slow
 def test_one_rank_standing_for_its_tensor_and_data_parallel_peers(tmp_path):
     """Rank 0 represents all four ranks (mesh order: data parallel major, tensor parallel minor): its
     own copies fill its groups, each copy in rank 0's role."""
@@ -256,6 +260,7 @@ def test_one_rank_standing_for_its_tensor_and_data_parallel_peers(tmp_path):
         np.testing.assert_array_equal(a.result(r).launch_end, d.result(r).launch_end)
 
 
+@pytest.mark.slow
 def test_deduplicated_copies_keep_their_own_stragglers_apart(tmp_path):
     """Rank 2 replays rank 0; its TP group is [2, 3] (not [0, 1]), so rank 0's TP allreduce does not
     wait for rank 3."""
@@ -314,7 +319,9 @@ def _one_f_one_b(b: TraceBuilder, p: int, m: int, fwd: int, bwd: int, iterations
             k.device_sync()
 
 
-@pytest.mark.parametrize("p,m", [(4, 8), (8, 16), (2, 1)])
+@pytest.mark.parametrize(
+    "p,m", [pytest.param(4, 8, marks=pytest.mark.slow), pytest.param(8, 16, marks=pytest.mark.slow), (2, 1)]
+)
 def test_pipeline_bubble_matches_the_1f1b_formula(tmp_path, p, m):
     b = TraceBuilder(p)
     _one_f_one_b(b, p, m, fwd=100 * US, bwd=200 * US, iterations=3)
@@ -446,6 +453,7 @@ def test_memory_peak_headroom_and_oom(tmp_path):
     assert prediction.headroom_bytes == H100.memory_bytes - (90 << 30)
 
 
+@pytest.mark.slow
 def test_measured_kineto_trace_replays_its_own_durations(tmp_path):
     """Two ranks imported from torch.profiler: auto picks the measured durations."""
     import json as js
@@ -558,6 +566,7 @@ def test_allocator_peaks_are_kept_per_rank():
     assert allocator_peaks(SimpleNamespace(attrs={})) == {} and allocator_peak(SimpleNamespace(attrs={})) is None
 
 
+@pytest.mark.slow
 def test_an_all_to_all_prices_each_rank_its_own_share_as_a_copy(tmp_path):
     """torch's `all_to_all_single` (Megatron's MoE all-to-all dispatcher) is one NCCL group of a send and a recv to
     every member, the rank itself included: that pair spans one GPU, laid out as a one-rank collective, not as a

@@ -30,7 +30,15 @@ def _replays(sim) -> tuple[Engine, list[RankResult], list[RankResult]]:
     return folded, folded.run(), whole.run()
 
 
-@pytest.mark.parametrize(("tp", "pp", "dp", "per_node"), [(2, 4, 2, 8), (2, 2, 4, 4), (1, 2, 8, 8), (4, 1, 4, 8)])
+@pytest.mark.parametrize(
+    ("tp", "pp", "dp", "per_node"),
+    [
+        pytest.param(2, 4, 2, 8, marks=pytest.mark.slow),
+        pytest.param(2, 2, 4, 4, marks=pytest.mark.slow),
+        pytest.param(1, 2, 8, 8, marks=pytest.mark.slow),
+        (4, 1, 4, 8),
+    ],
+)
 def test_a_folded_replay_gives_every_rank_the_times_of_the_whole_replay(tmp_path, tp, pp, dp, per_node):
     """Tensor, pipeline (p2p) and data parallel groups of a deduplicated job, within and across nodes."""
     job = gpt_3d(tp, pp, dp, layers=2, microbatches=4, iterations=2, hidden=1024, seq=512, gpus_per_node=per_node)
@@ -222,12 +230,14 @@ def test_p2p_peers_fold_by_where_each_end_meets_them_not_by_their_order():
     assert folding is not None and folding.classes[2] == folding.classes[8] != folding.classes[5]
 
 
+@pytest.mark.slow
 def test_nothing_folds_when_every_rank_was_captured(tmp_path):
     job = gpt_3d(2, 2, 2, layers=1, microbatches=2, iterations=2, hidden=512, seq=256, dedup=False)
     sim = simulate(load(job.write(tmp_path / "run")), H100, MeasuredDurations(), contention=False)
     assert fold(sim.replicas, sim.devices, sim.comms) is None
 
 
+@pytest.mark.slow
 def test_a_prediction_is_the_same_whether_its_ranks_are_folded_or_not(tmp_path, monkeypatch):
     """The whole prediction (contention's second replay, per-rank reports, breakdown) of a deduplicated 32-rank job
     over 4 nodes, with and without folding."""

@@ -136,6 +136,7 @@ def builder_trace(tmp_path, gap_ns: int, kernel_ns: int = 2_000, n: int = 50, ti
     return run
 
 
+@pytest.mark.slow
 def test_a_host_bound_loop_is_predicted_at_the_host_s_pace(tmp_path, monkeypatch):
     """Kernels shorter than the host time between their launches: the step (one launch: the loop repeats) is the
     host's, and the breakdown says the GPU waited on it."""

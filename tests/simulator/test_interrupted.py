@@ -27,6 +27,7 @@ def _run(path, iterations: dict[int, int], attrs=INTERRUPTED):
     return b.write(path, status="interrupted", attrs=attrs)
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_is_predicted_from_the_iterations_every_rank_completed(tmp_path):
     run = _run(tmp_path / "run", {0: 5, 1: 3})
     prediction = predict(run, durations="measured")
@@ -35,6 +36,7 @@ def test_an_interrupted_run_is_predicted_from_the_iterations_every_rank_complete
     assert any("interrupted by SIGTERM" in note for note in prediction.notes), prediction.notes
 
 
+@pytest.mark.slow
 def test_ranks_whose_script_ended_before_the_signal_keep_their_last_iteration(tmp_path):
     """`interrupted_ranks` lists the ranks the signal stopped: when none was, nothing is cut."""
     run = _run(tmp_path / "run", {0: 3, 1: 3}, attrs={**INTERRUPTED, "interrupted_ranks": []})

@@ -214,7 +214,9 @@ def test_an_optimizer_step_is_priced_by_its_traffic(tmp_path, estimator):
     assert (priced["duration_ns"] >= priced["roofline_ns"]).all()
 
 
-@pytest.mark.parametrize("hardware", ["a100-sxm-80gb", "h100-sxm", "h200"])
+@pytest.mark.parametrize(
+    "hardware", ["h100-sxm", *(pytest.param(hw, marks=pytest.mark.slow) for hw in ("a100-sxm-80gb", "h200"))]
+)
 def test_optimizer_and_dropout_cost_what_an_add_moving_their_bytes_costs(tmp_path, estimator, hardware):
     """An fp32 add of a twelfth of Adam's bytes an element, an fp16 add of a sixth of dropout's, as the shipped
     measurements frame torch's add (two inputs, one output)."""

@@ -39,6 +39,7 @@ def oom_run(path, world_size: int):
     return run
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_an_oom_reports_it(tmp_path):
     run = oom_run(tmp_path / "run", world_size=8)
     with pytest.raises(RecordedOutOfMemory) as e:
@@ -58,6 +59,7 @@ def test_a_run_stopped_by_an_oom_reports_it(tmp_path):
     assert r.exit_code == 3 and "rank 0 ran out of device memory" in r.output
 
 
+@pytest.mark.slow
 def test_a_fully_captured_oom_run_is_predicted_with_the_failure(tmp_path):
     run = oom_run(tmp_path / "run", world_size=1)
     prediction = predict(run)

@@ -9,6 +9,7 @@ from maya.simulator.trace import load
 from maya.simulator.trace_builder import gpt_3d
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_be_rebuilt_fails_naming_it(tmp_path):
     """Attrs asking for stage 3 rebuilt from stage 1, whose exchanges (the synthetic job's, not Megatron's 1F1B)
     cannot be cut: `load` fails naming the run and what to do, not with the schedule's own error."""

@@ -114,6 +114,7 @@ def test_slower_gemms_draw_less_power_and_slow_less():
         sustained_clock(H100, 0.0)
 
 
+@pytest.mark.slow
 def test_predict_options_switch_reaches_the_prediction_and_its_json(tmp_path):
     path = run(tmp_path, 200)
     on = predict(path, PredictOptions(durations=Burst()))

@@ -133,6 +133,7 @@ def test_notes_count_the_stand_ins_and_the_unsized_kernels(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_each_kind_is_priced_by_its_size(tmp_path, estimator):
     """Each TE kernel kind at 16x the rows is priced longer; the finalize, whose size is the backward's grid (the
     same here), costs the same."""
@@ -189,6 +190,7 @@ def one_call_run(tmp_path, call: str, inputs: list, kernels: list[str], repeat: 
 SWIGLU = GELU.replace("geluIffEE", "swigluIffEE")
 
 
+@pytest.mark.slow
 def test_a_gated_activation_is_priced_as_the_models_silu_and_mul(tmp_path):
     """`te::swiglu` reads [T, 2F] and writes [T, F]: vLLM's `silu_and_mul` in the model's convention (Vidur's
     `mlp_act`: numel the output's T x F, two operands), not numel 2TF of one operand; its gradient reads the
@@ -226,6 +228,7 @@ def test_scale_and_amax_reset_kernels_are_launches_not_amax_passes(tmp_path):
     assert {te_work.kind_of(k, "quantize") for k in kernels[:3]} == {"scalar"}
 
 
+@pytest.mark.slow
 def test_notes_match_each_distinct_kernel_once_and_skip_a_trace_without_te(tmp_path, monkeypatch):
     """The notes' work is per distinct (kernel, call), not per launch: 50 launches of one TE kernel in one call are
     one kind lookup, counted 50 times; a trace with no `te::` call and no TE kernel name is answered at once."""

@@ -33,6 +33,7 @@ def measured_run(tmp_path) -> Path:
     return import_kineto([tmp_path / "rank0.json", FIXTURE], tmp_path / "run", hardware="h100-sxm")
 
 
+@pytest.mark.slow
 def test_measured_replay_reports_its_error_against_the_measured_iteration(measured_run):
     """Hand-checked: the measured iteration runs from the first call (1020.125 us) to the end of the last
     kernel (1650 + 3.25 us). The replay issues each call after its measured host gap and own time, starts its
@@ -71,6 +72,7 @@ def test_queued_work_gets_the_typical_launch_delay():
     assert MeasuredDurations().launch_ns(calls).tolist() == [3, 6.5, 6.5, 10, 0]
 
 
+@pytest.mark.slow
 def test_another_gpu_scales_measured_kernels_by_the_estimates(measured_run):
     """Without a registered estimator version the roofline prices both GPUs; the GEMM's shape comes from
     its aten::mm inputs ([128, 256] x [256, 512], fp32)."""
@@ -113,6 +115,7 @@ def ddp_trace(tmp_path, world: int = 2, *, nproc_per_node: int | None = None) ->
     return b.write(tmp_path / f"ddp{world}")
 
 
+@pytest.mark.slow
 def test_data_parallel_degree_spans_every_rank_and_reprices_the_collective(tmp_path):
     run = ddp_trace(tmp_path)
     prediction = predict(run, dp=16, durations="roofline")
@@ -130,6 +133,7 @@ def test_data_parallel_degree_spans_every_rank_and_reprices_the_collective(tmp_p
     assert sim.devices[0][1] > one.devices[0][1] > 0  # 16 ranks on 2 nodes: a slower all-reduce than 2 on 1
 
 
+@pytest.mark.slow
 def test_measured_collectives_are_repriced_for_the_new_degree(tmp_path):
     run = ddp_trace(tmp_path)
     same = predict(run)
@@ -151,6 +155,7 @@ def test_cluster_lays_the_ranks_on_its_nodes(tmp_path):
     assert on_dgx.exposed_comm_ns > base.exposed_comm_ns  # the all-reduce now crosses two nodes
 
 
+@pytest.mark.slow
 def test_data_parallel_degree_needs_a_data_parallel_trace(tmp_path):
     b = TraceBuilder(4)
     b.communicator("tp0", [0, 1])
@@ -168,12 +173,14 @@ def test_data_parallel_degree_needs_collectives_to_retarget(tmp_path):
         predict(b.write(tmp_path / "single"), dp=8, durations="roofline")
 
 
+@pytest.mark.slow
 def test_fewer_data_parallel_ranks_than_traced(tmp_path):
     prediction = predict(ddp_trace(tmp_path, 4), dp=1, durations="roofline")
     assert (prediction.world_size, prediction.simulated_ranks, prediction.captured_ranks) == (1, 1, 1)
     assert prediction.exposed_comm_ns == 0
 
 
+@pytest.mark.slow
 def test_cli_lists_the_changed_assumptions_and_the_replay_error(measured_run):
     r = runner.invoke(predict_app, [str(measured_run)])
     assert r.exit_code == 0, r.output

@@ -120,6 +120,7 @@ def test_rank_directories_beyond_int32_are_refused(small_run):
     assert any("beyond the largest rank" in p.problem for p in validate_run(small_run))
 
 
+@pytest.mark.slow
 def test_files_of_an_older_minor_without_nullable_columns_validate_and_query(small_run):
     """The cross-table checks and `maya sql` views read every column by name: a file of spec 1.0.0 lacking
     nullable columns made DuckDB fail to bind."""

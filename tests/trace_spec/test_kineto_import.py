@@ -469,6 +469,7 @@ def test_fixture_kernels_communicators_memory(gpu_run):
     ]
 
 
+@pytest.mark.slow
 def test_ranks_from_argument_and_position(tmp_path):
     doc = json.loads(FIXTURE.read_text())
     del doc["distributedInfo"]
@@ -596,6 +597,7 @@ def test_nonempty_output_is_refused(gpu_run, tmp_path):
 # ------------------------------------------------------------------ gzip
 
 
+@pytest.mark.slow
 def test_gzip_input(gpu_run, tmp_path):
     gz = tmp_path / "rank1.pt.trace.json.gz"
     with open(FIXTURE, "rb") as src, gzip.open(gz, "wb") as dst:

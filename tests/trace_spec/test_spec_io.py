@@ -71,6 +71,7 @@ def _write_minimal_run(w):
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     calls=st.lists(api_row, max_size=30),

@@ -4,6 +4,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from maya.cli import app
@@ -14,6 +15,7 @@ from maya_trace_spec.synthetic import api_calls
 from maya_trace_spec.validation import dataframe_schema, incomplete, unheld_work, validate_run
 
 
+@pytest.mark.slow
 def test_synthetic_run_is_valid(run_dir):
     assert validate_run(run_dir) == []
 
@@ -26,6 +28,7 @@ def _edit(run_dir, table, fn):
     return f
 
 
+@pytest.mark.slow
 def test_negative_duration_and_bad_enum_reported(run_dir):
     def corrupt(t):
         d = t.column("duration_ns").to_pylist()
@@ -41,6 +44,7 @@ def test_negative_duration_and_bad_enum_reported(run_dir):
     assert any("'domain'" in p and "opencl" in p for p in problems), problems
 
 
+@pytest.mark.slow
 def test_dangling_reference_reported(run_dir):
     def corrupt(t):
         k = t.column("kernel_id").to_pylist()
@@ -53,6 +57,7 @@ def test_dangling_reference_reported(run_dir):
     assert problems == [f"{run_dir / 'api_calls'}: 1 row(s) reference a missing kernels.kernel_id (e.g. kernel_id=999)"]
 
 
+@pytest.mark.slow
 def test_duplicate_seq_across_parts_reported(run_dir):
     RunWriter(run_dir).write("api_calls", api_calls(3), rank=1)  # seq 0..2 again
     problems = [str(p) for p in validate_run(run_dir)]
@@ -79,6 +84,7 @@ def test_spec_md_is_current():
     )
 
 
+@pytest.mark.slow
 def test_incomplete_names_an_interrupted_unfinished_or_empty_run(run_dir):
     """A run can be valid and yet not a whole capture: `incomplete` says which and why, and nothing for a
     complete one."""
@@ -123,6 +129,7 @@ def _info(run_dir) -> dict:
     return {k: [v] for k, v in Run(run_dir).info.items()}
 
 
+@pytest.mark.slow
 def test_trace_validate_refuses_an_interrupted_run(run_dir):
     """`maya trace validate` no longer calls an interrupted run valid: it fails, naming the signal."""
     assert CliRunner().invoke(app, ["trace", "validate", str(run_dir)]).exit_code == 0

@@ -74,6 +74,7 @@ def test_the_shipped_widths_still_cover_the_rows_they_were_calibrated_on(calibra
         assert (rows["measured"] > high).sum() <= allowed and (rows["measured"] < low).sum() <= allowed
 
 
+@pytest.mark.slow
 def test_rows_without_a_measurement_are_left_out_and_counted(calibration, rows, tmp_path, monkeypatch, capsys):
     """A row with no measurement (NaN, 0) is dropped with a count, and the rest calibrate as without it."""
     path = tmp_path / "rows.csv"
@@ -115,6 +116,7 @@ def _stored_row(warehouse, kind="llm-foundry", row=7, command_hash="abc", gpus=8
     save(result, warehouse)
 
 
+@pytest.mark.slow
 def test_stored_rows_carry_the_predictions_properties(calibration, tmp_path):
     """GPUs as stored, nodes from the cached trace's GPUs per node (2 here: 8 GPUs span 4), the exposed
     communication over the step, the band's inter-node share; a row whose trace is gone has no node count."""
@@ -129,6 +131,7 @@ def test_stored_rows_carry_the_predictions_properties(calibration, tmp_path):
     assert math.isnan(without["nodes"]) and without["gpus"] == 8
 
 
+@pytest.mark.slow
 def test_repredict_predicts_each_stored_row_from_its_cached_trace(calibration, tmp_path, monkeypatch, capsys):
     """`--repredict`: each selected stored row predicted again from its trace with the options it was stored with
     (hardware, cluster, estimator version, a band), measured as stored; a NeuSight row is read as stored."""

@@ -38,6 +38,7 @@ def test_the_builtin_suite_holds_the_six_records(home):
     assert list(suite.select('record.str.contains("2025-01")').index) == [2, 3]
 
 
+@pytest.mark.slow
 def test_every_record_plans_on_eight_h100s_in_a_folder_with_shards(home):
     suite = load_suite("modded-nanogpt")
     for row, values in suite.table.iterrows():

@@ -26,6 +26,7 @@ def neusight_like(run_dir, forward_k: int, backward_k: int):
     return b.write(run_dir)
 
 
+@pytest.mark.slow
 def test_the_windows_are_the_simulated_spans_between_the_records(tmp_path):
     warehouse = tmp_path / "warehouse.duckdb"
     Registry(warehouse).register(KernelEstimator(), data_hash="stub", config_hash="stub", metrics={})

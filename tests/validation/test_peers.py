@@ -159,6 +159,7 @@ def _result(suite_digest, row, predicted, status="ok", version="v1"):
     )
 
 
+@pytest.mark.slow
 def test_maya_rows_are_each_rows_latest_prediction_of_the_same_suite_content(peers, mpt, tmp_path):
     digest, _ = mpt
     warehouse = tmp_path / "warehouse.duckdb"
@@ -219,6 +220,7 @@ def test_calculon_fix_adds_each_layers_own_forward_not_the_running_total(peers, 
         peers.calculon_llm(True)
 
 
+@pytest.mark.slow
 def test_without_peers_or_maya_rows_the_rule_of_thumb_is_reported_alone(peers, tmp_path, capsys):
     warehouse = tmp_path / "empty.duckdb"
     args = ["--suite", "korthikanti2022", "--warehouse", str(warehouse), "--peers-python", sys.executable]

@@ -133,6 +133,7 @@ def result(
     return r
 
 
+@pytest.mark.slow
 def test_saving_a_row_twice_keeps_one(tmp_path):
     path = tmp_path / "w.duckdb"
     store.save(result(20, 5.0), path)
@@ -163,6 +164,7 @@ def test_summary_by_gpu_size_gpu_count_and_sequence():
     assert s.by["sequence"].loc[65536, "mean_error_pct"] == 20.0
 
 
+@pytest.mark.slow
 def test_a_warehouse_from_before_the_sequence_column_takes_new_rows(tmp_path):
     path = tmp_path / "w.duckdb"
     old_schema = create_table("validation_rows").replace("    seq                   INTEGER,\n", "")
@@ -184,6 +186,7 @@ def test_a_warehouse_from_before_the_sequence_column_takes_new_rows(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_validate_json_resumes_stored_rows(warehouse, monkeypatch):
     """`maya validate --json` on rows whose results are stored: nothing is emulated, the document has the
     issue's shape."""
@@ -214,6 +217,7 @@ def test_validate_json_resumes_stored_rows(warehouse, monkeypatch):
     assert table.exit_code == 0 and "+12.0%" in table.stdout and "1 row(s) resumed" in table.stdout
 
 
+@pytest.mark.slow
 def test_validate_rejects_bad_rows_and_missing_versions(tmp_path, monkeypatch):
     out = CliRunner().invoke(app, ["validate", "llm-foundry", "--rows", "gpus >"])
     assert out.exit_code == 2 and "--rows: cannot evaluate 'gpus >'" in out.stderr
@@ -227,6 +231,7 @@ def test_the_json_document_of_nothing():
     assert doc["rows"] == [] and doc["mean_abs_error_pct"] is None
 
 
+@pytest.mark.slow
 def test_a_rows_capture_key_follows_its_checkout_sources_and_the_installed_packages(tmp_path, monkeypatch):
     """Editing the checkout's package the script imports, or installing another release of any package, makes the
     row's emulation another one (its capture is not reused)."""
@@ -254,6 +259,7 @@ def test_a_rows_capture_key_follows_its_checkout_sources_and_the_installed_packa
     capture_cache.installed_packages.cache_clear()
 
 
+@pytest.mark.slow
 def test_a_row_whose_script_imports_te_installs_it_before_its_capture_key(tmp_path, monkeypatch):
     """The row's command hash digests the installed packages, so Transformer Engine is installed before it is
     computed (as `maya search` does): the capture is stored under the key the next run, with TE installed, looks up."""

@@ -64,6 +64,7 @@ def test_bad_suites_say_what_is_wrong(tmp_path):
         load_suite(str(other))
 
 
+@pytest.mark.slow
 def test_every_published_row_plans_on_its_gpus_and_cluster():
     suite = load_suite("llm-foundry")
     plans = [llm_foundry.plan(n, v) for n, v in suite.table.iterrows()]
@@ -106,6 +107,7 @@ def test_other_rows_of_the_layout_plan_too(monkeypatch):
         llm_foundry.plan(0, pd.Series({**row.to_dict(), "# GPUs": 12}))
 
 
+@pytest.mark.slow
 def test_an_fp8_row_without_transformer_engine_is_a_failed_row_naming_the_setup(tmp_path, monkeypatch):
     """Without TE's PyTorch extension, and with its installation on first need refused (MAYA_TE_AUTO=off, as the
     tests run), `maya validate` stores an amp_fp8 row as failed, its reason naming the switch and the setup that
@@ -139,6 +141,7 @@ def test_an_fp8_row_without_transformer_engine_is_a_failed_row_naming_the_setup(
     assert stored[1][2] == "cannot run this row: 12 GPUs do not fill nodes of 8"
 
 
+@pytest.mark.slow
 def test_an_fp8_row_whose_install_fails_on_the_disk_is_a_failed_row(tmp_path, monkeypatch):
     """An OSError from installing Transformer Engine (a read-only `$MAYA_HOME`) fails that row, with the reason, and
     not the whole `maya validate`."""
