@@ -3,6 +3,7 @@
 import json
 import shutil
 import subprocess
+import time
 
 import pyarrow.compute as pc
 import pytest
@@ -398,6 +399,20 @@ def test_dedup_data_parallel_ranks_are_captured_once(tmp_path):
     assert r.exit_code == 0, r.output
     assert _represents(out) == {0: list(range(8))}
     assert json.loads(Run(out).info["attrs"])["captured_ranks"] == [0]
+
+
+def test_a_last_rank_started_ahead_that_no_capture_needs_is_stopped(tmp_path):
+    """The last rank starts beside rank 0 (usually the check of the last class of equivalent ranks); here the one
+    class holds tensor-parallel pairs, so no check is made, and the last rank, asleep for ten minutes, is stopped once
+    rank 0's capture is done: the run completes with rank 0 standing for all four."""
+    started = time.monotonic()
+    out = tmp_path / "run"
+    script = str(WORKLOADS / "tp_pairs_last_sleeps.py")
+    r = runner.invoke(app, ["emulate", "--out", str(out), "--", "torchrun", "--nproc_per_node", "4", script, "600"])
+    assert r.exit_code == 0, r.output
+    assert time.monotonic() - started < 300  # not the sleeping rank's ten minutes
+    assert _represents(out) == {0: [0, 1, 2, 3]}
+    assert sorted(p.name for p in (out / "logs").iterdir()) == ["rank0.txt"]  # the stopped rank leaves nothing
 
 
 def test_dedup_one_capture_per_pipeline_stage(tmp_path):

@@ -48,6 +48,19 @@ def test_a_stop_signal_interrupts_every_running_rank_and_a_second_kills_them():
     assert late.signals == [signal.SIGINT, signal.SIGKILL]
 
 
+def test_a_rank_started_ahead_and_not_needed_is_killed_now_or_as_it_starts():
+    stopping = _Stopping(grace_s=600)
+    running, other = FakeProcess(), FakeProcess()
+    stopping.started(3, running)
+    stopping.started(0, other)
+    stopping.kill_rank(3)
+    stopping.kill_rank(5)  # not started yet
+    late = FakeProcess()
+    stopping.started(5, late)
+    assert (running.signals, late.signals, other.signals) == ([signal.SIGKILL], [signal.SIGKILL], [])
+    assert stopping.by is None  # the job goes on
+
+
 def test_ranks_still_running_after_the_grace_time_are_killed():
     stopping = _Stopping(grace_s=0.05)
     process = FakeProcess()

@@ -327,6 +327,8 @@ def emulate(
     with _stop_signals_to(job.stopping.handle):
         with Watcher(job.mailbox, topology.world_size, job.start):
             if dedup and ranks is None and topology.world_size > 1:
+                if workers > 1:  # the last rank, the likely check of the last class (dedup.py), beside rank 0
+                    job.start(topology.world_size - 1, ahead=True)
                 captured, represents, job.stage_rebuild, job.dedup = _deduplicated(
                     job.capture, job.writer, topology.world_size, workers, on_rank_done, list(argv), on_output
                 )
@@ -395,6 +397,7 @@ class _Stopping:
         self.grace_s = grace_s
         self.killing = False
         self.processes: dict[int, RankProcess] = {}  # of the ranks running
+        self.doomed: set[int] = set()  # ranks to kill as they start (`kill_rank`)
         self.lock = threading.RLock()  # re-entrant: the signal handler runs in the main thread, between any two lines
 
     def handle(self, signum: int, frame: object = None) -> None:
@@ -420,12 +423,20 @@ class _Stopping:
         for process in processes:
             process.send_signal(signal.SIGKILL)
 
+    def kill_rank(self, rank: int) -> None:
+        """Kill one rank's process (a rank started ahead that nothing asked for), now or as soon as it starts."""
+        with self.lock:
+            self.doomed.add(rank)
+            process = self.processes.get(rank)
+        if process is not None:
+            process.send_signal(signal.SIGKILL)
+
     def started(self, rank: int, process: RankProcess) -> None:
         """A rank's process, to signal until it ends; one started as the job stops is stopped at once."""
         with self.lock:
             self.processes[rank] = process
-            by, killing = self.by, self.killing
-        if by:
+            by, killing = self.by, self.killing or rank in self.doomed
+        if by or killing:
             process.send_signal(signal.SIGKILL if killing else signal.SIGINT)
 
     def ended(self, rank: int) -> None:
@@ -469,6 +480,7 @@ class _Job:
             "cuda_version": built_release(lib_dir)["version"],
         }
         self.runs: dict[int, Future] = {}
+        self.requested: set[int] = set()  # ranks asked for (a capture, a peer); the others were started ahead
         self.lock = threading.Lock()
         self.device_time: str | None = None  # the oracle answering CUDA-event timings (device_time.py)
         self.assumed: dict[int, list[int]] = {}  # uncaptured ranks a subset's capture stands for (subset.py)
@@ -558,10 +570,12 @@ class _Job:
             child_processes.read(raw),
         )
 
-    def start(self, rank: int) -> Future:
-        """The emulation of `rank`, started once (by a request or because a peer waits for it); its result is
-        None when the job was stopped before it started."""
+    def start(self, rank: int, ahead: bool = False) -> Future:
+        """The emulation of `rank`, started once (by a request, because a peer waits for it, or `ahead` of a request
+        that is likely to come); its result is None when the job was stopped before it started."""
         with self.lock:
+            if not ahead:
+                self.requested.add(rank)
             if rank not in self.runs:
                 future: Future = Future()
                 self.runs[rank] = future
@@ -593,9 +607,16 @@ class _Job:
         return raw, result
 
     def wait_for_all(self) -> None:
-        """Wait for ranks started only because a peer waited for them."""
+        """Wait for ranks started only because a peer waited for them; a rank started ahead that nothing asked for is
+        stopped (SIGKILL), and neither its capture nor its log is kept."""
+        with self.lock:
+            unasked = [rank for rank in self.runs if rank not in self.requested]
+        for rank in unasked:
+            self.stopping.kill_rank(rank)
         for future in list(self.runs.values()):
             future.exception()
+        for rank in unasked:
+            (self.out_dir / "logs" / f"rank{rank}.txt").unlink(missing_ok=True)
 
     def finish(
         self, captured: dict[int, tuple[Path, RankCapture]], represents: dict[int, list[int]]
