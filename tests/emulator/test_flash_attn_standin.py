@@ -75,6 +75,7 @@ def _described(tensors) -> list:
     return [(tuple(t.shape), t.dtype) for t in tensors]
 
 
+@pytest.mark.slow  # ~0.7 s: flash-attn's import
 def test_each_call_answers_as_flash_attns_own_fake_functions_declare(standin):
     """On meta tensors (torch's port has meta kernels), every call returns the shapes and dtypes flash-attn's
     `torch.library` fakes declare: what `torch.compile` checks the real calls against."""
@@ -124,6 +125,7 @@ def test_only_a_buffer_that_alone_holds_its_memory_takes_a_results_storage(stand
     assert not standin._own(packed[:, :, 1]) and reinterpreted._base is None and not standin._own(reinterpreted)
 
 
+@pytest.mark.slow  # ~2.5 s: torch's switch imports Inductor's settings
 def test_deterministic_holds_for_its_call_alone_without_filling_new_memory(standin):
     import torch.utils.deterministic as switches
 
