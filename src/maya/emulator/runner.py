@@ -241,9 +241,9 @@ def main(argv: list[str]) -> int:
     if memory:
         handles += memory.optimizer_hooks()
     disarm = _interrupt_on_stop_signals()
-    if appended := settings.EMU_APPEND_PATH.get():
-        sys.path.append(appended)
     sys.path.append(str(STANDINS))
+    if appended := settings.EMU_APPEND_PATH.get():  # last, as torchtune's CLI appends the working directory
+        sys.path.append(appended)
     try:
         run_script(argv)
     except IterationLimitReached as e:
