@@ -8,7 +8,7 @@ model called in eval mode or under inference mode, a `maya::eval` range (its ops
 the iteration clock (iteration_clock.py: optimizer steps, `--iterations`), the arguments of Triton
 launches (triton_launches.py), Transformer Engine's extension calls as `te::` ops with their tensors' shapes
 (te_calls.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
-timings (device_time.py) and, when asked, torch's allocator history (memory_history.py); last on the script's
+timings (device_time.py) and, when asked, torch's allocator history (memory_history.py); at the end of the script's
 path, stand-ins for CUDA extensions only a GPU build makes (standins/: flash-attn's `flash_attn_2_cuda`); a
 `torch.multiprocessing.spawn` runs the worker of the rank's local index in the rank
 (spawned_workers.py; refused in a rank a launcher's command started). A stop signal (SIGINT, SIGTERM, SIGHUP: the
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 OPS_LIBRARY = "libmaya_ops.so"
 STANDINS = Path(__file__).parent / "standins"
-"""Modules standing in for CUDA extensions a CPU-only install lacks, last on a rank's path: an installed
+"""Modules standing in for CUDA extensions a CPU-only install lacks, at the end of a rank's path: an installed
 extension comes first and wins (`standins/flash_attn_2_cuda.py`)."""
 
 
