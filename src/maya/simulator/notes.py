@@ -217,15 +217,16 @@ def flash_attn_notes(traces: TraceSet) -> list[str]:
     calls = copies = varlen = 0
     for trace in traces.ranks.values():
         ops = trace.ops
-        if not len(ops) or not ops["name"].astype(str).str.startswith(FLASH_ATTN_PREFIX).any():
+        flash = per_distinct(ops["name"], lambda name: str(name).startswith(FLASH_ATTN_PREFIX), False, bool)
+        if not flash.any():  # a rank's ops run to millions of rows: their distinct names are read
             continue
-        names = dict(zip(ops["op_id"].tolist(), ops["name"].astype(str).tolist()))
-        parents = ops["parent_op_id"].map(names).fillna("").astype(str)
+        asked = ops[ops["name"].isin([*TORCH_FLASH_OPS, "aten::copy_"]).to_numpy()]
+        parents = ops["name"].set_axis(ops["op_id"]).reindex(asked["parent_op_id"]).fillna("").astype(str)
         inside = parents.str.startswith(FLASH_ATTN_PREFIX).to_numpy()
-        ran = inside & ops["name"].isin(TORCH_FLASH_OPS).to_numpy()  # compiling calls the fakes: no such op inside
+        ran = inside & asked["name"].isin(TORCH_FLASH_OPS).to_numpy()  # compiling calls the fakes: no such op inside
         calls += int(ran.sum())
         varlen += int((ran & parents.isin(VARLEN_CALLS).to_numpy()).sum())
-        copies += int((inside & (ops["name"] == "aten::copy_").to_numpy()).sum())
+        copies += int((inside & (asked["name"] == "aten::copy_").to_numpy()).sum())
     if not calls:
         return []
     copied = (

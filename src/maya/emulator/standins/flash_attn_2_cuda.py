@@ -220,8 +220,8 @@ def _refuse(call: str, **options: Any) -> None:
 
 
 def _into(buffer: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
-    """`value` in the caller's buffer (None: its own tensor), as flash-attn's kernel writes it: a buffer that is a
-    tensor of its own takes its storage, a view gets a copy."""
+    """`value` in the caller's buffer (None: its own tensor), as flash-attn's kernel writes it: a buffer that alone
+    holds its memory (`_own`) takes the value's storage, any other gets a copy."""
     if buffer is None:
         return value
     return buffer.set_(value) if _own(buffer) else buffer.copy_(value)
@@ -230,8 +230,8 @@ def _into(buffer: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
 def _backward(
     buffers: tuple[torch.Tensor | None, ...], deterministic: bool, *args: Any, **kwargs: Any
 ) -> list[torch.Tensor]:
-    """torch's backward kernel, its gradients in the caller's buffers (`_into`). The buffers that are tensors of
-    their own give back their memory first, so torch's gradients can take it (the package's peak)."""
+    """torch's backward kernel, its gradients in the caller's buffers (`_into`). The buffers that alone hold their
+    memory give it back first, so torch's gradients can take it (the package's peak); emptied, they still do."""
     for buffer in buffers:
         if _own(buffer):
             buffer.set_(buffer.new_empty(0))
