@@ -248,6 +248,36 @@ def flash_attn_notes(traces: TraceSet) -> list[str]:
     ]
 
 
+GROUPED_GEMM_PREFIX = "grouped_gemm::"
+"""The ranges Maya's stand-in for grouped_gemm's extension opens around each call (`standins/grouped_gemm_backend.py`)."""
+
+
+def grouped_gemm_notes(traces: TraceSet) -> list[str]:
+    """A note on grouped_gemm calls that ran on Maya's stand-in for its CUDA extension, by call."""
+    counts: dict[str, int] = {}
+    for trace in traces.ranks.values():
+        names = trace.ops["name"]
+        ours = per_distinct(names, lambda name: str(name).startswith(GROUPED_GEMM_PREFIX), False, bool)
+        if ours.any():  # a rank's ops run to millions of rows: their distinct names are read first
+            for name, n in names[ours].value_counts().items():
+                counts[name] = counts.get(name, 0) + int(n)
+    if not counts:
+        return []
+    calls = ", ".join(f"{name.removeprefix(GROUPED_GEMM_PREFIX)} {n}" for name, n in sorted(counts.items()))
+    moved = (
+        "; permute and unpermute as torch's sort, gathers and embedding_bag, unpermute's backward as a gather, a "
+        "batched product and a scatter (more memory traffic than the fork's fused kernel: an upper bound)"
+        if set(counts) - {f"{GROUPED_GEMM_PREFIX}gmm"}
+        else ""
+    )
+    return [
+        f"{sum(counts.values())} grouped_gemm call(s) ({calls}) ran on Maya's stand-in for its CUDA extension "
+        "(grouped_gemm's Python code, installed without its CUDA build): each gmm as one cuBLAS GEMM per expert, as "
+        f"the package's default build runs it (a build with GROUPED_GEMM_CUTLASS=1 runs one grouped kernel: not "
+        f"modelled){moved}"
+    ]
+
+
 def subset_notes(traces: TraceSet) -> list[str]:
     """A note on ranks `maya emulate --ranks` did not capture and a captured rank of their pipeline stage stands
     for (run attrs `represents_assumed`, from the emulator's `subset.py`): an SPMD job is assumed, unverified."""
