@@ -7,7 +7,7 @@ CPU-only machine flash-attn's Python code installs without it (`FLASH_ATTENTION_
 FLASH_ATTENTION_FORCE_BUILD=TRUE pip install --no-build-isolation flash-attn==2.8.3.post2`), and this module, last
 on an emulated rank's path (an installed extension comes first and wins), answers its calls with torch's own
 FlashAttention-2 port (`aten::_flash_attention_forward/backward`: Tri Dao's kernels, `pytorch_flash::flash_*`),
-which computes the same attention. It speaks flash-attn 2.8's extension API (`fwd`, `varlen_fwd`, `bwd`,
+which computes the same attention. It speaks the extension API of flash-attn 2.6-2.8 (`fwd`, `varlen_fwd`, `bwd`,
 `varlen_bwd`); what torch's port cannot do (ALiBi slopes in the backward, soft-capping, left padding, a generator
 of its own, the KV-cache and paged calls) fails loudly, naming itself.
 
@@ -28,8 +28,8 @@ from typing import Any
 import torch
 import torch.utils.deterministic
 
-SPEAKS = "2.8."
-"""The flash-attn releases whose extension API this module implements."""
+SPEAKS = ("2.6.", "2.7.", "2.8.")
+"""The flash-attn releases whose extension API this module implements (2.6's forward returns more: `RETURNS_INPUTS`)."""
 
 try:
     VERSION = importlib.metadata.version("flash_attn")
@@ -41,8 +41,11 @@ except importlib.metadata.PackageNotFoundError:
 if not VERSION.startswith(SPEAKS):
     raise ImportError(
         f"flash_attn_2_cuda: flash-attn {VERSION} is installed without its CUDA extension; Maya's stand-in speaks "
-        f"the extension API of flash-attn {SPEAKS}x (install flash-attn==2.8.3.post2)"
+        f"the extension API of flash-attn {', '.join(v + 'x' for v in SPEAKS)} (install flash-attn==2.8.3.post2)"
     )
+RETURNS_INPUTS = VERSION.startswith("2.6.")
+"""flash-attn 2.6's forward calls also return the q, k, v and output its kernel read and wrote (padded to a head
+dimension that is a multiple of 8, which this module does not do: such a call fails, naming itself)."""
 
 _FORWARD = torch.ops.aten._flash_attention_forward.default
 _BACKWARD = torch.ops.aten._flash_attention_backward.default
@@ -64,12 +67,12 @@ def fwd(
     gen: Any,
 ) -> list[torch.Tensor]:
     """Attention of q, k, v ([batch, sequence, heads, head dim]): out, softmax_lse, the dropout mask, rng_state."""
-    _refuse("fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen)
+    _refuse("fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen, padded_head_dim=_padded(q))
     o, lse, rng, _unused, mask = _FORWARD(
         q, k, v, None, None, q.shape[1], k.shape[1], p_dropout, is_causal, return_softmax,
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
     )  # fmt: skip
-    return [_into(out, o), lse, mask, _rng_state(rng, p_dropout)]
+    return _forward_result(_into(out, o), lse, mask, _rng_state(rng, p_dropout), q, k, v)
 
 
 def varlen_fwd(
@@ -99,14 +102,14 @@ def varlen_fwd(
     softmax_lse, the dropout mask, rng_state."""
     _refuse(
         "varlen_fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen, leftpad_k=leftpad_k,
-        block_table=block_table, zero_tensors=zero_tensors,
+        block_table=block_table, zero_tensors=zero_tensors, padded_head_dim=_padded(q),
     )  # fmt: skip
     o, lse, rng, _unused, mask = _FORWARD(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, p_dropout, is_causal, return_softmax,
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
         seqused_k=seqused_k,
     )  # fmt: skip
-    return [_into(out, o), lse, mask, _rng_state(rng, p_dropout)]
+    return _forward_result(_into(out, o), lse, mask, _rng_state(rng, p_dropout), q, k, v)
 
 
 def bwd(
@@ -178,6 +181,14 @@ def varlen_bwd(
     return [*grads, q.new_empty((heads, q.shape[0] + 128 * sequences), dtype=torch.float32)]
 
 
+def _forward_result(
+    out: torch.Tensor, lse: torch.Tensor, mask: torch.Tensor, rng_state: torch.Tensor, *qkv: torch.Tensor
+) -> list[torch.Tensor]:
+    """A forward call's results in the installed release's order: out, softmax_lse, the dropout mask, rng_state;
+    flash-attn 2.6 also returns q, k, v and the output as its kernel used them (`RETURNS_INPUTS`)."""
+    return [out, *qkv, out, lse, mask, rng_state] if RETURNS_INPUTS else [out, lse, mask, rng_state]
+
+
 def _unsupported(name: str, what: str) -> Callable[..., Any]:
     """A function of the extension this stand-in does not implement: calling it fails, naming it."""
 
@@ -210,6 +221,7 @@ def _refuse(call: str, **options: Any) -> None:
         "leftpad_k": "left-padded keys",
         "block_table": "a paged KV cache",
         "zero_tensors": "zeroing the outputs first",
+        "padded_head_dim": "a head dimension padded to a multiple of 8 (flash-attn 2.6 pads in its extension)",
     }
     for name, value in options.items():
         if isinstance(value, torch.Tensor) or value not in (None, False, 0.0):
@@ -217,6 +229,11 @@ def _refuse(call: str, **options: Any) -> None:
                 f"flash_attn_2_cuda.{call} with {asked[name]} ({name}) is not implemented by Maya's stand-in for "
                 "flash-attn's extension, which runs torch's FlashAttention-2 port"
             )
+
+
+def _padded(q: torch.Tensor) -> bool:
+    """Whether flash-attn 2.6's extension would pad the head dimension (2.7 on pad it in their Python code)."""
+    return RETURNS_INPUTS and q.shape[-1] % 8 != 0
 
 
 def _into(buffer: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
