@@ -14,7 +14,6 @@ names the same fork); Trevor Gale's original, on the registry, has `gmm` alone:
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import shutil
@@ -25,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 import typer
+
+from maya.installer import installed_version
 
 FORK = "git+https://github.com/fanshiqing/grouped_gemm@v1.1.4"
 """NVIDIA's fork at the release Megatron-LM's `grouped_gemm_util` names (nanotron names its main branch)."""
@@ -58,10 +59,7 @@ def missing_hint(reason: str) -> str | None:
 
 def installed() -> str | None:
     """The installed grouped_gemm's version (None: not installed)."""
-    try:
-        return importlib.metadata.version(PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed_version(PACKAGE)
 
 
 def source_tree(source: str, scratch: Path) -> Path:
