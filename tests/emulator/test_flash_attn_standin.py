@@ -72,7 +72,7 @@ def test_what_torchs_port_cannot_do_fails_loudly_naming_it(standin):
 def test_a_forward_call_returns_what_the_installed_releases_extension_returns(monkeypatch, version, returned):
     """flash-attn 2.6's `fwd` and `varlen_fwd` also return the q, k, v and output its kernel used (out, q, k, v,
     out_padded, softmax_lse, S_dmask, rng_state); 2.7 on return out, softmax_lse, S_dmask, rng_state. 2.6 pads a
-    head dimension that is not a multiple of 8 in its extension, which the stand-in does not: it fails, naming it."""
+    head dimension that is not a multiple of 8 in its extension (and its backward's dout), and so does the stand-in."""
     standin = _imported(monkeypatch, version)
     try:
         meta = {"device": "meta", "dtype": torch.bfloat16}
@@ -90,10 +90,17 @@ def test_a_forward_call_returns_what_the_installed_releases_extension_returns(mo
             assert packed[1] is tq and packed[4] is packed[0]
         lse, rng = got[-3], got[-1]
         assert lse.shape == (2, 4, 256) and rng.dtype == torch.int64
-        odd = torch.empty(2, 256, 4, 60, **meta)
-        if returned == 8:
-            with pytest.raises(NotImplementedError, match=r"fwd with a head dimension padded to a multiple of 8"):
-                standin.fwd(odd, odd, odd, None, None, 0.0, 0.125, True, -1, -1, 0.0, False, None)
+        if returned == 8:  # 2.6 pads a head dimension of 60 to 64 as its extension does, and its backward's dout
+            odd = torch.empty(2, 256, 4, 60, **meta)
+            out, qp, kp, vp, padded = standin.fwd(
+                odd, odd, odd, None, None, 0.0, 0.125, True, -1, -1, 0.0, False, None
+            )[:5]
+            assert out.shape[-1] == 60 and qp.shape[-1] == kp.shape[-1] == vp.shape[-1] == padded.shape[-1] == 64
+            grads = standin.bwd(
+                out, qp, kp, vp, padded, got[-3].new_empty(2, 4, 256), torch.empty_like(qp), torch.empty_like(kp),
+                torch.empty_like(vp), None, 0.0, 0.125, True, -1, -1, 0.0, False, None, None,
+            )  # fmt: skip
+            assert [g.shape[-1] for g in grads[:3]] == [64, 64, 64]
     finally:
         sys.modules.pop(NAME, None)
 

@@ -2,6 +2,7 @@
 of grouped_gemm's Python code (`maya.installer.grouped_gemm`)."""
 
 import importlib
+import importlib.metadata
 import json
 import sys
 
@@ -17,15 +18,53 @@ from maya.installer import grouped_gemm as installer
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def standin():
-    """The stand-in module, imported as a rank imports it (last on the path)."""
-    sys.path.append(str(STANDINS))
+NAME = "grouped_gemm_backend"
+
+
+def _imported(monkeypatch, distribution: str | None, version: str = ""):
+    """The stand-in module, imported as a rank imports it (last on the path), as if `distribution` `version` were
+    the installed grouped_gemm (None: none is)."""
+    monkeypatch.syspath_prepend(str(STANDINS))
+    monkeypatch.delitem(sys.modules, NAME, raising=False)
+    real = importlib.metadata.version
+
+    def installed(name):
+        if name in installer.DISTRIBUTIONS:
+            if name != distribution:
+                raise importlib.metadata.PackageNotFoundError(name)
+            return version
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", installed)
+    return importlib.import_module(NAME)
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    """The stand-in as if NVIDIA's fork from the registry were installed."""
+    yield _imported(monkeypatch, "nv-grouped-gemm", "1.1.4.post8")
+    sys.modules.pop(NAME, None)
+
+
+@pytest.mark.parametrize(
+    "distribution, version, streams",
+    [("nv-grouped-gemm", "1.1.4.post8", 4), ("grouped_gemm", "1.1.4", 4), ("grouped_gemm", "0.3.0", 0)],
+)
+def test_gmm_runs_on_the_fork_s_four_side_streams_and_on_the_current_one_in_the_original(
+    monkeypatch, distribution, version, streams
+):
+    """NVIDIA's fork (on the registry, or 1.x from its repository) spreads an expert's GEMMs over 4 side streams;
+    Gale's original (0.x) runs them on the current stream."""
     try:
-        yield importlib.import_module("grouped_gemm_backend")
+        assert _imported(monkeypatch, distribution, version).SIDE_STREAMS == streams
     finally:
-        sys.path.remove(str(STANDINS))
-        sys.modules.pop("grouped_gemm_backend", None)
+        sys.modules.pop(NAME, None)
+
+
+def test_without_grouped_gemm_installed_the_stand_in_fails_its_import_naming_it(monkeypatch):
+    with pytest.raises(ImportError, match=r"grouped_gemm_backend: grouped_gemm is not installed"):
+        _imported(monkeypatch, None)
+    sys.modules.pop(NAME, None)
 
 
 def _reference_gmm(a, b, sizes, trans_a, trans_b):
@@ -117,6 +156,18 @@ def test_unpermute_sums_each_tokens_weighted_rows_and_its_backward_is_the_gradie
     torch.testing.assert_close(got_prob, want_prob.float())
 
 
+def test_with_one_choice_a_token_the_weights_are_not_applied_as_in_the_fork(standin):
+    """The fork's top-1 kernels ignore the weights: unpermute is a gather, its backward's rows are unweighted and the
+    weights' gradient is not computed."""
+    x, indices = _routing(top_k=1)
+    rows, row_map = standin._permute(x, indices, 0)
+    torch.testing.assert_close(standin._unpermute(rows, row_map, None, 6, 1), x)
+    grad = torch.randn(6, 5, dtype=torch.float64)
+    got_rows, got_prob = standin._unpermute_bwd(grad, rows, row_map, torch.rand(6, 1, dtype=torch.float32))
+    torch.testing.assert_close(got_rows, grad.index_select(0, torch.argsort(indices.flatten(), stable=True)))
+    assert got_prob.shape == (6, 1) and got_prob.dtype == torch.float32
+
+
 def test_the_first_permute_makes_the_forks_sort_buffers(standin):
     """Sorted keys, row ids, sorted row ids (int32) and the sort's scratch, for the most choices to come."""
     made = standin._workspace(12, torch.device("cpu"))
@@ -126,14 +177,29 @@ def test_the_first_permute_makes_the_forks_sort_buffers(standin):
 
 def test_calls_the_extension_would_refuse_or_maya_cannot_answer_fail_naming_themselves(standin):
     a = torch.zeros(4, 2, dtype=torch.bfloat16)
+    meta = {"device": "meta", "dtype": torch.bfloat16}
     with pytest.raises(RuntimeError, match=r"grouped_gemm_backend\.gmm: batch_sizes must be a host tensor"):
         standin.gmm(a, a, a, torch.ones(2, dtype=torch.int64, device="meta"), False, False)
     with pytest.raises(RuntimeError, match=r"grouped_gemm_backend\.gmm: a must be a 2-d device tensor"):
         standin.gmm(a, a, a, torch.ones(2, dtype=torch.int64), False, False)
+    m = torch.empty(8, 4, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(RuntimeError, match=r"gmm: c must be \[a's rows, b's output size\]"):
+        standin.gmm(m, torch.empty(2, 4, 6, **meta), torch.empty(8, 5, **meta), torch.tensor([3, 5]), False, False)
+    with pytest.raises(RuntimeError, match=r"gmm: batch_sizes add up to more rows than a has"):
+        standin.gmm(m, torch.empty(8, 6, **meta), torch.empty(2, 4, 6, **meta), torch.tensor([3, 6]), True, False)
     with pytest.raises(RuntimeError, match=r"gmm: trans_a and trans_b cannot both be set"):
         standin.gmm(a, a, a, torch.ones(2, dtype=torch.int64), True, True)
     with pytest.raises(RuntimeError, match=r"grouped_gemm_backend\.permute: the input must be a 2-d device tensor"):
         standin.permute(a, torch.zeros(4, 1, dtype=torch.int32), 0, [], 4)
+    x, ids = torch.empty(4, 8, **meta), torch.empty(4, 2, dtype=torch.int32, device="meta")
+    with pytest.raises(RuntimeError, match=r"permute: num_out_tokens above tokens x top-k .* not implemented by Maya"):
+        standin.permute(x, ids, 9, [], 8)
+    with pytest.raises(RuntimeError, match=r"unpermute: row_id_map must hold tokens x top-k entries"):
+        standin.unpermute(x, torch.empty(6, dtype=torch.int32), torch.empty(0), 4, 2)
+    with pytest.raises(RuntimeError, match=r"unpermute_bwd: top-k above 128 is not supported"):
+        standin.unpermute_bwd(x, x, torch.empty(4 * 129, dtype=torch.int32), torch.empty(4, 129))
+    with pytest.raises(RuntimeError, match=r"permute: wrong activation tensor type torch.int64"):
+        standin.permute(torch.empty(4, 8, dtype=torch.int64, device="meta"), ids, 0, [], 8)
     with pytest.raises(NotImplementedError, match=r"grouped_gemm_backend\.sinkhorn is not implemented by Maya"):
         standin.sinkhorn(a)
     with pytest.raises(AttributeError, match=r"grouped_gemm_backend\.moe_permute is not implemented by Maya"):
@@ -150,15 +216,20 @@ def test_a_capture_failing_on_a_missing_grouped_gemm_says_how_to_install_it():
     assert installer.missing_hint("rank 0: ModuleNotFoundError: No module named 'grouped'") is None
 
 
+def _checkout(root, setup: str, init: str = "import grouped_gemm.ops\n"):
+    """A source folder as a release lays it out: setup.py, grouped_gemm/ with a test module, csrc/, LICENSE."""
+    (root / "grouped_gemm").mkdir(parents=True)
+    (root / "grouped_gemm" / "__init__.py").write_text(init)
+    (root / "grouped_gemm" / "ops_test.py").write_text("")
+    (root / "csrc").mkdir()
+    (root / "LICENSE").write_text("Apache License 2.0\n")
+    (root / "setup.py").write_text(setup)
+    return root
+
+
 def test_the_installer_takes_the_packages_python_code_alone_under_its_name_and_version(tmp_path):
-    tree = tmp_path / "checkout"
-    (tree / "grouped_gemm").mkdir(parents=True)
-    (tree / "grouped_gemm" / "__init__.py").write_text("import grouped_gemm.ops\n")
-    (tree / "grouped_gemm" / "ops_test.py").write_text("")
-    (tree / "csrc").mkdir()
-    (tree / "LICENSE").write_text("Apache License 2.0\n")
-    (tree / "setup.py").write_text(
-        'setup(\n    name="grouped_gemm",\n    version="1.1.4",\n    ext_modules=ext_modules)\n'
+    tree = _checkout(
+        tmp_path / "checkout", 'setup(\n    name="grouped_gemm",\n    version="1.1.4",\n    ext_modules=e)\n'
     )
     assert installer.source_tree(str(tree), tmp_path) == tree
     project = installer.python_project(tree, tmp_path / "scratch")
@@ -167,11 +238,20 @@ def test_the_installer_takes_the_packages_python_code_alone_under_its_name_and_v
     ]  # fmt: skip
     meta = (project / "pyproject.toml").read_text()
     assert 'name = "grouped_gemm"' in meta and 'version = "1.1.4"' in meta and 'packages = ["grouped_gemm"]' in meta
-    (tree / "setup.py").write_text("setup(name='grouped_gemm')\n")
-    with pytest.raises(installer.SourceError, match="no version in setup.py"):
-        installer.python_project(tree, tmp_path / "again")
     with pytest.raises(installer.SourceError, match=r"no grouped_gemm/__init__.py"):
         installer.source_tree(str(tmp_path / "scratch"), tmp_path)
+
+
+def test_the_installer_reads_a_release_s_name_and_version_where_it_keeps_them(tmp_path):
+    """A registry archive's PKG-INFO; the fork's main, whose setup.py reads `__version__`; none at all is refused."""
+    sdist = _checkout(tmp_path / "sdist", "setup(version=get_package_version())\n")
+    (sdist / "PKG-INFO").write_text("Metadata-Version: 2.2\nName: nv_grouped_gemm\nVersion: 1.1.4.post8\n")
+    assert installer.identity(sdist) == ("nv_grouped_gemm", "1.1.4.post8")
+    main = _checkout(tmp_path / "main", "setup(version=get_package_version())\n", '__version__ = "1.1.4.post8"\n')
+    assert installer.identity(main) == ("grouped_gemm", "1.1.4.post8")
+    bare = _checkout(tmp_path / "bare", "setup(name='grouped_gemm')\n")
+    with pytest.raises(installer.SourceError, match=r"no version in its setup.py or grouped_gemm/__init__.py"):
+        installer.identity(bare)
 
 
 @pytest.mark.parametrize(
@@ -180,10 +260,18 @@ def test_the_installer_takes_the_packages_python_code_alone_under_its_name_and_v
         ("https://github.com/fanshiqing/grouped_gemm@v1.1.4", ("https://github.com/fanshiqing/grouped_gemm", "v1.1.4")),
         ("https://github.com/fanshiqing/grouped_gemm", ("https://github.com/fanshiqing/grouped_gemm", "")),
         ("ssh://git@github.com/fanshiqing/grouped_gemm", ("ssh://git@github.com/fanshiqing/grouped_gemm", "")),
+        ("https://host/org/repo@release/v1", ("https://host/org/repo", "release/v1")),
+        ("file:///mirror/repo@15721c6", ("file:///mirror/repo", "15721c6")),
     ],
 )
-def test_a_git_source_names_its_ref_after_its_last_at(url, split):
-    assert installer._git_ref(url) == split
+def test_a_git_source_names_its_ref_after_the_at_that_ends_its_path(url, split):
+    assert installer.git_ref(url) == split
+
+
+def test_a_git_source_that_cannot_be_fetched_is_an_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git
+    with pytest.raises(installer.SourceError, match=r"git\+https://example.invalid/repo@v1: git clone failed"):
+        installer.source_tree("git+https://example.invalid/repo@v1", tmp_path)
 
 
 @pytest.mark.slow  # an emulation: ~10 s
@@ -202,18 +290,23 @@ def test_an_moe_layer_on_grouped_gemms_ops_runs_unchanged_one_gemm_per_expert(tm
 
     from maya.simulator.trace import load
 
-    ops = load(out).ranks[0].ops
+    trace = load(out).ranks[0]
+    ops = trace.ops
     names = dict(zip(ops["op_id"], ops["name"]))
     parents = ops["parent_op_id"].map(names)
-    calls = ops["name"][ops["name"].str.startswith("grouped_gemm::")].value_counts().to_dict()
+    ranges = ops["name"][ops["name"].str.startswith("grouped_gemm::")].value_counts().to_dict()
     fork = printed["fork"]
     # per step: 2 forward gmm, the second's input gradient, both weight gradients (the layer's input needs none)
-    assert calls == {
+    assert ranges == {
         "grouped_gemm::gmm": 10,
         **({f"grouped_gemm::{c}": 2 for c in ("permute", "unpermute", "unpermute_bwd")} if fork else {}),
     }
     gemms = ops[(ops["name"] == "aten::mm") & (parents == "grouped_gemm::gmm").to_numpy()]
     assert len(gemms) == 40  # 5 calls x 4 experts x 2 steps
+    work = trace.calls[trace.calls["kernel_id"].notna() | trace.calls["gemm_m"].notna()]  # kernels and cuBLAS calls
+    in_gmm = work["op_id"].isin(gemms["op_id"])
+    side = set(work.loc[in_gmm, "stream_id"]) - set(work.loc[~in_gmm, "stream_id"])
+    assert in_gmm.sum() == 40 and len(side) == (4 if fork else 0)  # the fork's side streams; the original's none
     assert {tuple(map(tuple, s[:2])) for s in gemms["input_shapes"]} >= {
         ((256, 256), (256, 512)),
         ((256, 512), (512, 256)),
@@ -221,4 +314,4 @@ def test_an_moe_layer_on_grouped_gemms_ops_runs_unchanged_one_gemm_per_expert(tm
     predicted = runner.invoke(app, ["predict", str(out), "--durations", "roofline", "--json"])
     assert predicted.exit_code == 0, predicted.output
     notes = " ".join(json.loads(predicted.stdout)["notes"])
-    assert f"{sum(calls.values())} grouped_gemm call(s)" in notes and "one cuBLAS GEMM per expert" in notes
+    assert f"{sum(ranges.values())} grouped_gemm call(s)" in notes and "one cuBLAS GEMM per expert" in notes

@@ -274,16 +274,17 @@ def grouped_gemm_notes(traces: TraceSet) -> list[str]:
         return []
     calls = ", ".join(f"{name.removeprefix(GROUPED_GEMM_PREFIX)} {n}" for name, n in sorted(counts.items()))
     moved = (
-        "; permute and unpermute as torch's sort, gathers and embedding_bag, unpermute's backward as a gather, a "
-        "batched product and a scatter (more memory traffic than the fork's fused kernel: an upper bound)"
+        "; permute and unpermute as torch's sort, gathers and embedding_bag, unpermute's backward as gathers, a "
+        "batched product and a scale (more kernels than the fork's one)"
         if set(counts) - {f"{GROUPED_GEMM_PREFIX}gmm"}
         else ""
     )
     return [
         f"{sum(counts.values())} grouped_gemm call(s) ({calls}) ran on Maya's stand-in for its CUDA extension "
         "(grouped_gemm's Python code, installed without its CUDA build): each gmm as one cuBLAS GEMM per expert, as "
-        f"the package's default build runs it (a build with GROUPED_GEMM_CUTLASS=1 runs one grouped kernel: not "
-        f"modelled){moved}"
+        "its builds without CUTLASS run them (NVIDIA's fork over 4 side streams); a CUTLASS build (the fork's for "
+        "sm_80, the original's with GROUPED_GEMM_CUTLASS=1) runs a product without trans_b as one grouped kernel: not "
+        f"modelled{moved}"
     ]
 
 

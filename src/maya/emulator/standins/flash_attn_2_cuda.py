@@ -44,8 +44,8 @@ if not VERSION.startswith(SPEAKS):
         f"the extension API of flash-attn {', '.join(v + 'x' for v in SPEAKS)} (install flash-attn==2.8.3.post2)"
     )
 RETURNS_INPUTS = VERSION.startswith("2.6.")
-"""flash-attn 2.6's forward calls also return the q, k, v and output its kernel read and wrote (padded to a head
-dimension that is a multiple of 8, which this module does not do: such a call fails, naming itself)."""
+"""flash-attn 2.6's extension pads a head dimension that is not a multiple of 8 and its forward calls also return
+the q, k, v and output its kernel read and wrote (2.7 on pad in their Python code and return less)."""
 
 _FORWARD = torch.ops.aten._flash_attention_forward.default
 _BACKWARD = torch.ops.aten._flash_attention_backward.default
@@ -67,12 +67,14 @@ def fwd(
     gen: Any,
 ) -> list[torch.Tensor]:
     """Attention of q, k, v ([batch, sequence, heads, head dim]): out, softmax_lse, the dropout mask, rng_state."""
-    _refuse("fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen, padded_head_dim=_padded(q))
+    _refuse("fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen)
+    head_dim = q.shape[-1]
+    q, k, v = _padded(q, k, v)
     o, lse, rng, _unused, mask = _FORWARD(
         q, k, v, None, None, q.shape[1], k.shape[1], p_dropout, is_causal, return_softmax,
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
     )  # fmt: skip
-    return _forward_result(_into(out, o), lse, mask, _rng_state(rng, p_dropout), q, k, v)
+    return _forward_result(out, o, lse, mask, _rng_state(rng, p_dropout), head_dim, q, k, v)
 
 
 def varlen_fwd(
@@ -102,14 +104,16 @@ def varlen_fwd(
     softmax_lse, the dropout mask, rng_state."""
     _refuse(
         "varlen_fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen, leftpad_k=leftpad_k,
-        block_table=block_table, zero_tensors=zero_tensors, padded_head_dim=_padded(q),
+        block_table=block_table, zero_tensors=zero_tensors,
     )  # fmt: skip
+    head_dim = q.shape[-1]
+    q, k, v = _padded(q, k, v)
     o, lse, rng, _unused, mask = _FORWARD(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, p_dropout, is_causal, return_softmax,
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
         seqused_k=seqused_k,
     )  # fmt: skip
-    return _forward_result(_into(out, o), lse, mask, _rng_state(rng, p_dropout), q, k, v)
+    return _forward_result(out, o, lse, mask, _rng_state(rng, p_dropout), head_dim, q, k, v)
 
 
 def bwd(
@@ -135,6 +139,7 @@ def bwd(
 ) -> list[torch.Tensor]:
     """The gradients of `fwd`'s attention, into dq, dk, dv: dq, dk, dv, softmax_d."""
     _refuse("bwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen)
+    (dout,) = _padded(dout, width=q.shape[-1])
     grads = _backward(  # dense: no sequence bounds (undefined tensors)
         (dq, dk, dv), deterministic, dout, q, k, v, out, softmax_lse, None, None, q.shape[1], k.shape[1],
         p_dropout, is_causal, *_philox(rng_state, p_dropout, q.device),
@@ -172,6 +177,7 @@ def varlen_bwd(
 ) -> list[torch.Tensor]:
     """The gradients of `varlen_fwd`'s attention, into dq, dk, dv: dq, dk, dv, softmax_d."""
     _refuse("varlen_bwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen, zero_tensors=zero_tensors)
+    (dout,) = _padded(dout, width=q.shape[-1])
     grads = _backward(
         (dq, dk, dv), deterministic, dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, p_dropout, is_causal, *_philox(rng_state, p_dropout, q.device),
@@ -182,11 +188,25 @@ def varlen_bwd(
 
 
 def _forward_result(
-    out: torch.Tensor, lse: torch.Tensor, mask: torch.Tensor, rng_state: torch.Tensor, *qkv: torch.Tensor
+    buffer: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    mask: torch.Tensor,
+    rng_state: torch.Tensor,
+    head_dim: int,
+    *qkv: torch.Tensor,
 ) -> list[torch.Tensor]:
-    """A forward call's results in the installed release's order: out, softmax_lse, the dropout mask, rng_state;
-    flash-attn 2.6 also returns q, k, v and the output as its kernel used them (`RETURNS_INPUTS`)."""
-    return [out, *qkv, out, lse, mask, rng_state] if RETURNS_INPUTS else [out, lse, mask, rng_state]
+    """A forward call's results in the installed release's order: out (in the caller's buffer), softmax_lse, the
+    dropout mask, rng_state; flash-attn 2.6 also returns q, k, v and the output as its kernel used them, padded to a
+    head dimension that is a multiple of 8 (`RETURNS_INPUTS`), and `out` is its view of `head_dim`."""
+    if not RETURNS_INPUTS:
+        return [_into(buffer, out), lse, mask, rng_state]
+    unpadded = out if out.shape[-1] == head_dim else out[..., :head_dim]
+    return [_into(buffer, unpadded), *qkv, out, lse, mask, rng_state]
+
+
+if RETURNS_INPUTS:  # 2.6 calls its extension inside autograd functions Dynamo traces: a compiled extension is opaque
+    fwd, varlen_fwd, bwd, varlen_bwd = (torch._disable_dynamo(f) for f in (fwd, varlen_fwd, bwd, varlen_bwd))
 
 
 def _unsupported(name: str, what: str) -> Callable[..., Any]:
@@ -221,7 +241,6 @@ def _refuse(call: str, **options: Any) -> None:
         "leftpad_k": "left-padded keys",
         "block_table": "a paged KV cache",
         "zero_tensors": "zeroing the outputs first",
-        "padded_head_dim": "a head dimension padded to a multiple of 8 (flash-attn 2.6 pads in its extension)",
     }
     for name, value in options.items():
         if isinstance(value, torch.Tensor) or value not in (None, False, 0.0):
@@ -231,9 +250,14 @@ def _refuse(call: str, **options: Any) -> None:
             )
 
 
-def _padded(q: torch.Tensor) -> bool:
-    """Whether flash-attn 2.6's extension would pad the head dimension (2.7 on pad it in their Python code)."""
-    return RETURNS_INPUTS and q.shape[-1] % 8 != 0
+def _padded(*tensors: torch.Tensor, width: int | None = None) -> tuple[torch.Tensor, ...]:
+    """flash-attn 2.6's padding in its extension: the tensors' last dimension zero-padded to `width` (default: the
+    next multiple of 8), as its kernel reads them; 2.7 on pad in their Python code, so this leaves them as given."""
+    head_dim = tensors[0].shape[-1]
+    wanted = width if width is not None else -(-head_dim // 8) * 8
+    if not RETURNS_INPUTS or wanted == head_dim:
+        return tensors
+    return tuple(torch.nn.functional.pad(t, (0, wanted - t.shape[-1])) for t in tensors)
 
 
 def _into(buffer: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
