@@ -99,13 +99,13 @@ def gmm(
         if not SIDE_STREAMS:
             _gmm(a, b, c, sizes, trans_a, trans_b)
             return
-        current = torch.cuda.current_stream()
-        streams = _side_streams()
+        current, streams = torch.cuda.current_stream(), _side_streams()
+        ready = current.record_event()  # as the fork: one event the side streams wait for, one each it waits for
         for stream in streams:
-            stream.wait_stream(current)
+            stream.wait_event(ready)
         _gmm(a, b, c, sizes, trans_a, trans_b, streams)
         for stream in streams:
-            current.wait_stream(stream)
+            current.wait_event(stream.record_event())
 
 
 _STREAMS: list[torch.cuda.Stream] = []
