@@ -21,18 +21,26 @@ runner = CliRunner()
 NAME = "flash_attn_2_cuda"
 
 
-@pytest.fixture
-def standin(monkeypatch):
-    """The stand-in module, imported as a rank imports it (last on the path), as if flash-attn 2.8.3 were installed."""
+def _imported(monkeypatch, version: str):
+    """The stand-in module, imported as a rank imports it (last on the path), as if flash-attn `version` were
+    installed."""
     monkeypatch.syspath_prepend(str(STANDINS))
     monkeypatch.delitem(sys.modules, NAME, raising=False)
     real = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version", lambda n: "2.8.3.post2" if n == "flash_attn" else real(n))
-    yield importlib.import_module(NAME)
+    monkeypatch.setattr(importlib.metadata, "version", lambda n: version if n == "flash_attn" else real(n))
+    return importlib.import_module(NAME)
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    """The stand-in as if flash-attn 2.8.3 were installed."""
+    yield _imported(monkeypatch, "2.8.3.post2")
     sys.modules.pop(NAME, None)
 
 
-@pytest.mark.parametrize("version, said", [(None, "flash-attn is not installed"), ("2.7.4", "flash-attn 2.7.4 is")])
+@pytest.mark.parametrize(
+    "version, said", [(None, "flash-attn is not installed"), ("2.5.9.post1", "flash-attn 2.5.9.post1 is")]
+)
 def test_a_flash_attn_it_does_not_speak_fails_the_import_naming_it(monkeypatch, version, said):
     monkeypatch.syspath_prepend(str(STANDINS))
     monkeypatch.delitem(sys.modules, NAME, raising=False)
@@ -58,6 +66,43 @@ def test_what_torchs_port_cannot_do_fails_loudly_naming_it(standin):
         standin.fwd_kvcache(q, q, q)
     with pytest.raises(AttributeError, match=r"flash_attn_2_cuda.fwd_block is not implemented"):
         standin.fwd_block  # noqa: B018
+
+
+@pytest.mark.parametrize("version, returned", [("2.6.3", 8), ("2.7.4.post1", 4)])
+def test_a_forward_call_returns_what_the_installed_releases_extension_returns(monkeypatch, version, returned):
+    """flash-attn 2.6's `fwd` and `varlen_fwd` also return the q, k, v and output its kernel used (out, q, k, v,
+    out_padded, softmax_lse, S_dmask, rng_state); 2.7 on return out, softmax_lse, S_dmask, rng_state. 2.6 pads a
+    head dimension that is not a multiple of 8 in its extension (and its backward's dout), and so does the stand-in."""
+    standin = _imported(monkeypatch, version)
+    try:
+        meta = {"device": "meta", "dtype": torch.bfloat16}
+        q, kv = torch.empty(2, 256, 4, 64, **meta), torch.empty(2, 256, 2, 64, **meta)
+        got = standin.fwd(q, kv, kv, None, None, 0.0, 0.125, True, -1, -1, 0.0, False, None)
+        tq, tkv = torch.empty(512, 4, 64, **meta), torch.empty(512, 2, 64, **meta)
+        bounds = torch.empty(4, dtype=torch.int32, device="meta")
+        packed = standin.varlen_fwd(
+            tq, tkv, tkv, None, bounds, bounds, None, None, None, None, 256, 256, 0.0, 0.125, False, True, -1, -1, 0.0,
+            False, None,
+        )  # fmt: skip
+        assert len(got) == len(packed) == returned
+        if returned == 8:
+            assert got[1] is q and got[2] is kv and got[3] is kv and got[4] is got[0]
+            assert packed[1] is tq and packed[4] is packed[0]
+        lse, rng = got[-3], got[-1]
+        assert lse.shape == (2, 4, 256) and rng.dtype == torch.int64
+        if returned == 8:  # 2.6 pads a head dimension of 60 to 64 as its extension does, and its backward's dout
+            odd = torch.empty(2, 256, 4, 60, **meta)
+            out, qp, kp, vp, padded = standin.fwd(
+                odd, odd, odd, None, None, 0.0, 0.125, True, -1, -1, 0.0, False, None
+            )[:5]
+            assert out.shape[-1] == 60 and qp.shape[-1] == kp.shape[-1] == vp.shape[-1] == padded.shape[-1] == 64
+            grads = standin.bwd(
+                out, qp, kp, vp, padded, got[-3].new_empty(2, 4, 256), torch.empty_like(qp), torch.empty_like(kp),
+                torch.empty_like(vp), None, 0.0, 0.125, True, -1, -1, 0.0, False, None, None,
+            )  # fmt: skip
+            assert [g.shape[-1] for g in grads[:3]] == [64, 64, 64]
+    finally:
+        sys.modules.pop(NAME, None)
 
 
 def test_results_land_in_the_callers_buffers_as_flash_attns_kernel_writes_them(standin):

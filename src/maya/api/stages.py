@@ -205,7 +205,7 @@ def capture(
     from maya.core.paths import runs_dir
     from maya.emulator.capture_cache import failure_summary
     from maya.emulator.launcher import Interrupted, Topology, emulate
-    from maya.installer import flash_attn, transformer_engine
+    from maya.installer import flash_attn, grouped_gemm, transformer_engine
 
     if cache is not None and out_dir is not None:
         raise ValueError("give out_dir or cache, not both")
@@ -250,7 +250,9 @@ def capture(
     if result.status == "complete":
         return _outcome(result, cached_key, None)
     reason = failure_summary(result)
-    hint = transformer_engine.missing_hint(reason) or flash_attn.missing_hint(reason)  # TE: one the scan missed
+    hint = (
+        transformer_engine.missing_hint(reason) or flash_attn.missing_hint(reason) or grouped_gemm.missing_hint(reason)
+    )  # TE: one the scan missed
     return _outcome(result, cached_key, f"{reason}; {hint}" if hint else reason)
 
 

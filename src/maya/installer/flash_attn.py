@@ -9,10 +9,11 @@ installs it for this interpreter (scripts/setup does, for the tests of the stand
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 import sys
+
+from maya.installer import installed_version
 
 PINNED = "flash-attn==2.8.3.post2"
 """The release whose extension API the stand-in speaks (`flash_attn_2_cuda.SPEAKS`)."""
@@ -39,10 +40,7 @@ def missing_hint(reason: str) -> str | None:
 
 def installed() -> str | None:
     """The installed flash-attn's version (None: not installed)."""
-    try:
-        return importlib.metadata.version("flash_attn")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed_version("flash_attn")
 
 
 def main() -> None:

@@ -205,10 +205,17 @@ def te_kernel_notes(traces: TraceSet) -> list[str]:
 
 
 FLASH_ATTN_PREFIX = "flash_attn::"
-"""flash-attn's own ops (`torch.library` custom ops around its extension's calls)."""
+"""flash-attn's own ops (`torch.library` custom ops around its extension's calls, 2.7 on)."""
+FLASH_ATTN_FUNCTIONS = re.compile(r"FlashAttn\w*Func(Backward)?$")
+"""flash-attn's autograd functions and their backward nodes: 2.6 calls its extension from them (no custom ops)."""
 TORCH_FLASH_OPS = ("aten::_flash_attention_forward", "aten::_flash_attention_backward")
 VARLEN_CALLS = ("flash_attn::_flash_attn_varlen_forward", "flash_attn::_flash_attn_varlen_backward")
 """torch's FlashAttention-2 port: inside a flash-attn op, Maya's stand-in for its extension ran it."""
+
+
+def _flash_attn_caller(name: object) -> bool:
+    """Whether an op is flash-attn's own: one of its custom ops, or (2.6) one of its autograd functions."""
+    return str(name).startswith(FLASH_ATTN_PREFIX) or bool(FLASH_ATTN_FUNCTIONS.match(str(name)))
 
 
 def flash_attn_notes(traces: TraceSet) -> list[str]:
@@ -217,15 +224,17 @@ def flash_attn_notes(traces: TraceSet) -> list[str]:
     calls = copies = varlen = 0
     for trace in traces.ranks.values():
         ops = trace.ops
-        flash = per_distinct(ops["name"], lambda name: str(name).startswith(FLASH_ATTN_PREFIX), False, bool)
-        if not flash.any():  # a rank's ops run to millions of rows: their distinct names are read
+        if not per_distinct(ops["name"], _flash_attn_caller, False, bool).any():  # millions of rows: distinct names
             continue
         asked = ops[ops["name"].isin([*TORCH_FLASH_OPS, "aten::copy_"]).to_numpy()]
         parents = ops["name"].set_axis(ops["op_id"]).reindex(asked["parent_op_id"]).fillna("").astype(str)
-        inside = parents.str.startswith(FLASH_ATTN_PREFIX).to_numpy()
+        inside = per_distinct(parents, _flash_attn_caller, False, bool)
         ran = inside & asked["name"].isin(TORCH_FLASH_OPS).to_numpy()  # compiling calls the fakes: no such op inside
         calls += int(ran.sum())
-        varlen += int((ran & parents.isin(VARLEN_CALLS).to_numpy()).sum())
+        packed = parents.isin(VARLEN_CALLS).to_numpy() | per_distinct(
+            parents, lambda p: "Varlen" in str(p), False, bool
+        )
+        varlen += int((ran & packed).sum())
         copies += int((inside & (asked["name"] == "aten::copy_").to_numpy()).sum())
     if not calls:
         return []
@@ -245,6 +254,37 @@ def flash_attn_notes(traces: TraceSet) -> list[str]:
         f"{calls} flash-attn call(s) ran on Maya's stand-in for its CUDA extension (flash-attn's Python code, "
         "installed without its CUDA build): torch's port of the same FlashAttention-2 kernels, priced as "
         f"FlashAttention-2{copied}{packed}"
+    ]
+
+
+GROUPED_GEMM_PREFIX = "grouped_gemm::"
+"""The ranges Maya's stand-in for grouped_gemm's extension opens around each call (`standins/grouped_gemm_backend.py`)."""
+
+
+def grouped_gemm_notes(traces: TraceSet) -> list[str]:
+    """A note on grouped_gemm calls that ran on Maya's stand-in for its CUDA extension, by call."""
+    counts: dict[str, int] = {}
+    for trace in traces.ranks.values():
+        names = trace.ops["name"]
+        ours = per_distinct(names, lambda name: str(name).startswith(GROUPED_GEMM_PREFIX), False, bool)
+        if ours.any():  # a rank's ops run to millions of rows: their distinct names are read first
+            for name, n in names[ours].value_counts().items():
+                counts[name] = counts.get(name, 0) + int(n)
+    if not counts:
+        return []
+    calls = ", ".join(f"{name.removeprefix(GROUPED_GEMM_PREFIX)} {n}" for name, n in sorted(counts.items()))
+    moved = (
+        "; permute and unpermute as torch's sort, gathers and embedding_bag, unpermute's backward as gathers, a "
+        "batched product and a scale (more kernels than the fork's one)"
+        if set(counts) - {f"{GROUPED_GEMM_PREFIX}gmm"}
+        else ""
+    )
+    return [
+        f"{sum(counts.values())} grouped_gemm call(s) ({calls}) ran on Maya's stand-in for its CUDA extension "
+        "(grouped_gemm's Python code, installed without its CUDA build): each gmm as one cuBLAS GEMM per expert, as "
+        "its builds without CUTLASS run them (NVIDIA's fork over 4 side streams); a CUTLASS build (the fork's for "
+        "sm_80, the original's with GROUPED_GEMM_CUTLASS=1) runs a product without trans_b as one grouped kernel: not "
+        f"modelled{moved}"
     ]
 
 

@@ -7,7 +7,7 @@ CPU-only machine flash-attn's Python code installs without it (`FLASH_ATTENTION_
 FLASH_ATTENTION_FORCE_BUILD=TRUE pip install --no-build-isolation flash-attn==2.8.3.post2`), and this module, last
 on an emulated rank's path (an installed extension comes first and wins), answers its calls with torch's own
 FlashAttention-2 port (`aten::_flash_attention_forward/backward`: Tri Dao's kernels, `pytorch_flash::flash_*`),
-which computes the same attention. It speaks flash-attn 2.8's extension API (`fwd`, `varlen_fwd`, `bwd`,
+which computes the same attention. It speaks the extension API of flash-attn 2.6-2.8 (`fwd`, `varlen_fwd`, `bwd`,
 `varlen_bwd`); what torch's port cannot do (ALiBi slopes in the backward, soft-capping, left padding, a generator
 of its own, the KV-cache and paged calls) fails loudly, naming itself.
 
@@ -28,8 +28,8 @@ from typing import Any
 import torch
 import torch.utils.deterministic
 
-SPEAKS = "2.8."
-"""The flash-attn releases whose extension API this module implements."""
+SPEAKS = ("2.6.", "2.7.", "2.8.")
+"""The flash-attn releases whose extension API this module implements (2.6's forward returns more: `RETURNS_INPUTS`)."""
 
 try:
     VERSION = importlib.metadata.version("flash_attn")
@@ -41,8 +41,11 @@ except importlib.metadata.PackageNotFoundError:
 if not VERSION.startswith(SPEAKS):
     raise ImportError(
         f"flash_attn_2_cuda: flash-attn {VERSION} is installed without its CUDA extension; Maya's stand-in speaks "
-        f"the extension API of flash-attn {SPEAKS}x (install flash-attn==2.8.3.post2)"
+        f"the extension API of flash-attn {', '.join(v + 'x' for v in SPEAKS)} (install flash-attn==2.8.3.post2)"
     )
+RETURNS_INPUTS = VERSION.startswith("2.6.")
+"""flash-attn 2.6's extension pads a head dimension that is not a multiple of 8 and its forward calls also return
+the q, k, v and output its kernel read and wrote (2.7 on pad in their Python code and return less)."""
 
 _FORWARD = torch.ops.aten._flash_attention_forward.default
 _BACKWARD = torch.ops.aten._flash_attention_backward.default
@@ -65,11 +68,13 @@ def fwd(
 ) -> list[torch.Tensor]:
     """Attention of q, k, v ([batch, sequence, heads, head dim]): out, softmax_lse, the dropout mask, rng_state."""
     _refuse("fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen)
+    head_dim = q.shape[-1]
+    q, k, v = _padded(q, k, v)
     o, lse, rng, _unused, mask = _FORWARD(
         q, k, v, None, None, q.shape[1], k.shape[1], p_dropout, is_causal, return_softmax,
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
     )  # fmt: skip
-    return [_into(out, o), lse, mask, _rng_state(rng, p_dropout)]
+    return _forward_result(out, o, lse, mask, _rng_state(rng, p_dropout), head_dim, q, k, v)
 
 
 def varlen_fwd(
@@ -101,12 +106,14 @@ def varlen_fwd(
         "varlen_fwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen, leftpad_k=leftpad_k,
         block_table=block_table, zero_tensors=zero_tensors,
     )  # fmt: skip
+    head_dim = q.shape[-1]
+    q, k, v = _padded(q, k, v)
     o, lse, rng, _unused, mask = _FORWARD(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, p_dropout, is_causal, return_softmax,
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
         seqused_k=seqused_k,
     )  # fmt: skip
-    return [_into(out, o), lse, mask, _rng_state(rng, p_dropout)]
+    return _forward_result(out, o, lse, mask, _rng_state(rng, p_dropout), head_dim, q, k, v)
 
 
 def bwd(
@@ -132,6 +139,7 @@ def bwd(
 ) -> list[torch.Tensor]:
     """The gradients of `fwd`'s attention, into dq, dk, dv: dq, dk, dv, softmax_d."""
     _refuse("bwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen)
+    (dout,) = _padded(dout, width=q.shape[-1])
     grads = _backward(  # dense: no sequence bounds (undefined tensors)
         (dq, dk, dv), deterministic, dout, q, k, v, out, softmax_lse, None, None, q.shape[1], k.shape[1],
         p_dropout, is_causal, *_philox(rng_state, p_dropout, q.device),
@@ -169,6 +177,7 @@ def varlen_bwd(
 ) -> list[torch.Tensor]:
     """The gradients of `varlen_fwd`'s attention, into dq, dk, dv: dq, dk, dv, softmax_d."""
     _refuse("varlen_bwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen, zero_tensors=zero_tensors)
+    (dout,) = _padded(dout, width=q.shape[-1])
     grads = _backward(
         (dq, dk, dv), deterministic, dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, p_dropout, is_causal, *_philox(rng_state, p_dropout, q.device),
@@ -176,6 +185,28 @@ def varlen_bwd(
     )  # fmt: skip
     sequences, heads = cu_seqlens_q.numel() - 1, q.shape[1]
     return [*grads, q.new_empty((heads, q.shape[0] + 128 * sequences), dtype=torch.float32)]
+
+
+def _forward_result(
+    buffer: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    mask: torch.Tensor,
+    rng_state: torch.Tensor,
+    head_dim: int,
+    *qkv: torch.Tensor,
+) -> list[torch.Tensor]:
+    """A forward call's results in the installed release's order: out (in the caller's buffer), softmax_lse, the
+    dropout mask, rng_state; flash-attn 2.6 also returns q, k, v and the output as its kernel used them, padded to a
+    head dimension that is a multiple of 8 (`RETURNS_INPUTS`), and `out` is its view of `head_dim`."""
+    if not RETURNS_INPUTS:
+        return [_into(buffer, out), lse, mask, rng_state]
+    unpadded = out if out.shape[-1] == head_dim else out[..., :head_dim]
+    return [_into(buffer, unpadded), *qkv, out, lse, mask, rng_state]
+
+
+if RETURNS_INPUTS:  # 2.6 calls its extension inside autograd functions Dynamo traces: a compiled extension is opaque
+    fwd, varlen_fwd, bwd, varlen_bwd = (torch._disable_dynamo(f) for f in (fwd, varlen_fwd, bwd, varlen_bwd))
 
 
 def _unsupported(name: str, what: str) -> Callable[..., Any]:
@@ -217,6 +248,16 @@ def _refuse(call: str, **options: Any) -> None:
                 f"flash_attn_2_cuda.{call} with {asked[name]} ({name}) is not implemented by Maya's stand-in for "
                 "flash-attn's extension, which runs torch's FlashAttention-2 port"
             )
+
+
+def _padded(*tensors: torch.Tensor, width: int | None = None) -> tuple[torch.Tensor, ...]:
+    """flash-attn 2.6's padding in its extension: the tensors' last dimension zero-padded to `width` (default: the
+    next multiple of 8), as its kernel reads them; 2.7 on pad in their Python code, so this leaves them as given."""
+    head_dim = tensors[0].shape[-1]
+    wanted = width if width is not None else -(-head_dim // 8) * 8
+    if not RETURNS_INPUTS or wanted == head_dim:
+        return tensors
+    return tuple(torch.nn.functional.pad(t, (0, wanted - t.shape[-1])) for t in tensors)
 
 
 def _into(buffer: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
