@@ -100,7 +100,7 @@ def test_a_forward_call_returns_what_the_installed_releases_extension_returns(mo
                 out, qp, kp, vp, padded, got[-3].new_empty(2, 4, 256), torch.empty_like(qp), torch.empty_like(kp),
                 torch.empty_like(vp), None, 0.0, 0.125, True, -1, -1, 0.0, False, None, None,
             )  # fmt: skip
-            assert [g.shape[-1] for g in grads[:3]] == [64, 64, 64]
+            assert [g.shape[-1] for g in grads[:3]] == [60, 60, 60]  # views of the padded buffers, as 2.6 returns
     finally:
         sys.modules.pop(NAME, None)
 

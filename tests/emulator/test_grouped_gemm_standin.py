@@ -154,6 +154,8 @@ def test_unpermute_sums_each_tokens_weighted_rows_and_its_backward_is_the_gradie
     assert got_rows.shape == rows.shape and got_prob.dtype == torch.float32
     torch.testing.assert_close(got_rows, want_rows)
     torch.testing.assert_close(got_prob, want_prob.float())
+    padded = torch.cat([rows, torch.randn(2, 5, dtype=torch.float64)])  # rows no choice names change nothing
+    torch.testing.assert_close(standin._unpermute_bwd(grad, padded, row_map, prob)[1], got_prob)
 
 
 def test_with_one_choice_a_token_the_weights_are_not_applied_as_in_the_fork(standin):
@@ -240,6 +242,8 @@ def test_the_installer_takes_the_packages_python_code_alone_under_its_name_and_v
     assert 'name = "grouped_gemm"' in meta and 'version = "1.1.4"' in meta and 'packages = ["grouped_gemm"]' in meta
     with pytest.raises(installer.SourceError, match=r"no grouped_gemm/__init__.py"):
         installer.source_tree(str(tmp_path / "scratch"), tmp_path)
+    with pytest.raises(installer.SourceError, match=r"nv-grouped-gemm>=1.1: not a folder; give NAME==VERSION"):
+        installer.source_tree("nv-grouped-gemm>=1.1", tmp_path)
 
 
 def test_the_installer_reads_a_release_s_name_and_version_where_it_keeps_them(tmp_path):

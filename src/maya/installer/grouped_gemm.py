@@ -94,6 +94,10 @@ def source_tree(source: str, scratch: Path) -> Path:
         tree = unpacked[0]
     else:
         tree = Path(source)
+        if not tree.is_dir():
+            raise SourceError(
+                f"{source}: not a folder; give NAME==VERSION from the registry, git+URL[@ref] or a folder"
+            )
     if not (tree / PACKAGE / "__init__.py").is_file():
         raise SourceError(f"{source}: no {PACKAGE}/__init__.py in {tree}")
     return tree
@@ -166,11 +170,13 @@ def install(source: str = DEFAULT) -> tuple[str, str]:
     with tempfile.TemporaryDirectory(prefix="maya-grouped-gemm-") as scratch:
         tree = source_tree(source, Path(scratch))
         name, _ = identity(tree)
-        project = python_project(tree, Path(scratch))
+        wheels = Path(scratch) / "wheel"  # built first: a failed build leaves the installed release alone
+        subprocess.run([*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                        str(python_project(tree, Path(scratch)))], check=True)  # fmt: skip
         others = [d for d in DISTRIBUTIONS if installed_version(d) is not None and canonical(d) != canonical(name)]
         if others:
             subprocess.run([*pip, "uninstall", "--quiet", "--yes", *others], check=True)
-        subprocess.run([*pip, "install", "--quiet", "--no-deps", "--no-build-isolation", str(project)], check=True)
+        subprocess.run([*pip, "install", "--quiet", "--no-deps", *map(str, wheels.glob("*.whl"))], check=True)
     return installed() or (name, "?")
 
 
@@ -188,6 +194,7 @@ def main(
     if "==" in source and present is not None:
         name, version = source.split("==", 1)
         if (canonical(present[0]), present[1]) == (canonical(name), version):
+            typer.echo(f"{present[0]} {version} is already installed")
             return
     try:
         distribution, version = install(source)

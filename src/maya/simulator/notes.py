@@ -204,18 +204,24 @@ def te_kernel_notes(traces: TraceSet) -> list[str]:
     return out
 
 
+FLASH_ATTN_RANGE = "flash_attn_2_cuda::"
+"""The ranges Maya's stand-in for flash-attn's extension opens around each call (`standins/flash_attn_2_cuda.py`)."""
 FLASH_ATTN_PREFIX = "flash_attn::"
-"""flash-attn's own ops (`torch.library` custom ops around its extension's calls, 2.7 on)."""
-FLASH_ATTN_FUNCTIONS = re.compile(r"FlashAttn\w*Func(Backward)?$")
-"""flash-attn's autograd functions and their backward nodes: 2.6 calls its extension from them (no custom ops)."""
+"""flash-attn's own ops (2.7 on: `torch.library` custom ops around its extension's calls): the calls' parents in
+traces captured before the stand-in named its calls."""
 TORCH_FLASH_OPS = ("aten::_flash_attention_forward", "aten::_flash_attention_backward")
-VARLEN_CALLS = ("flash_attn::_flash_attn_varlen_forward", "flash_attn::_flash_attn_varlen_backward")
-"""torch's FlashAttention-2 port: inside a flash-attn op, Maya's stand-in for its extension ran it."""
+VARLEN_CALLS = (
+    f"{FLASH_ATTN_RANGE}varlen_fwd",
+    f"{FLASH_ATTN_RANGE}varlen_bwd",
+    "flash_attn::_flash_attn_varlen_forward",
+    "flash_attn::_flash_attn_varlen_backward",
+)
+"""torch's FlashAttention-2 port: inside one of these, Maya's stand-in for flash-attn's extension ran it."""
 
 
-def _flash_attn_caller(name: object) -> bool:
-    """Whether an op is flash-attn's own: one of its custom ops, or (2.6) one of its autograd functions."""
-    return str(name).startswith(FLASH_ATTN_PREFIX) or bool(FLASH_ATTN_FUNCTIONS.match(str(name)))
+def _flash_attn_call(name: object) -> bool:
+    """Whether an op is a call of flash-attn's extension: the stand-in's range, or flash-attn's custom op."""
+    return str(name).startswith((FLASH_ATTN_RANGE, FLASH_ATTN_PREFIX))
 
 
 def flash_attn_notes(traces: TraceSet) -> list[str]:
@@ -224,17 +230,14 @@ def flash_attn_notes(traces: TraceSet) -> list[str]:
     calls = copies = varlen = 0
     for trace in traces.ranks.values():
         ops = trace.ops
-        if not per_distinct(ops["name"], _flash_attn_caller, False, bool).any():  # millions of rows: distinct names
+        if not per_distinct(ops["name"], _flash_attn_call, False, bool).any():  # millions of rows: distinct names
             continue
         asked = ops[ops["name"].isin([*TORCH_FLASH_OPS, "aten::copy_"]).to_numpy()]
         parents = ops["name"].set_axis(ops["op_id"]).reindex(asked["parent_op_id"]).fillna("").astype(str)
-        inside = per_distinct(parents, _flash_attn_caller, False, bool)
+        inside = per_distinct(parents, _flash_attn_call, False, bool)
         ran = inside & asked["name"].isin(TORCH_FLASH_OPS).to_numpy()  # compiling calls the fakes: no such op inside
         calls += int(ran.sum())
-        packed = parents.isin(VARLEN_CALLS).to_numpy() | per_distinct(
-            parents, lambda p: "Varlen" in str(p), False, bool
-        )
-        varlen += int((ran & packed).sum())
+        varlen += int((ran & parents.isin(VARLEN_CALLS).to_numpy()).sum())
         copies += int((inside & (asked["name"] == "aten::copy_").to_numpy()).sum())
     if not calls:
         return []

@@ -21,6 +21,7 @@ the package's buffer until then. Maya's stand-ins are reported in the prediction
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,6 +44,8 @@ if not VERSION.startswith(SPEAKS):
         f"flash_attn_2_cuda: flash-attn {VERSION} is installed without its CUDA extension; Maya's stand-in speaks "
         f"the extension API of flash-attn {', '.join(v + 'x' for v in SPEAKS)} (install flash-attn==2.8.3.post2)"
     )
+RANGE = "flash_attn_2_cuda::"
+"""The prefix of the trace ranges that name this module's calls."""
 RETURNS_INPUTS = VERSION.startswith("2.6.")
 """flash-attn 2.6's extension pads a head dimension that is not a multiple of 8 and its forward calls also return
 the q, k, v and output its kernel read and wrote (2.7 on pad in their Python code and return less)."""
@@ -139,6 +142,7 @@ def bwd(
 ) -> list[torch.Tensor]:
     """The gradients of `fwd`'s attention, into dq, dk, dv: dq, dk, dv, softmax_d."""
     _refuse("bwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen)
+    head_dim = dout.shape[-1]
     (dout,) = _padded(dout, width=q.shape[-1])
     grads = _backward(  # dense: no sequence bounds (undefined tensors)
         (dq, dk, dv), deterministic, dout, q, k, v, out, softmax_lse, None, None, q.shape[1], k.shape[1],
@@ -146,7 +150,7 @@ def bwd(
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
     )  # fmt: skip
     batch, seqlen_q, heads = q.shape[:3]
-    return [*grads, q.new_empty((batch, heads, _round_up(seqlen_q, 128)), dtype=torch.float32)]
+    return [*_unpadded(grads, head_dim), q.new_empty((batch, heads, _round_up(seqlen_q, 128)), dtype=torch.float32)]
 
 
 def varlen_bwd(
@@ -177,6 +181,7 @@ def varlen_bwd(
 ) -> list[torch.Tensor]:
     """The gradients of `varlen_fwd`'s attention, into dq, dk, dv: dq, dk, dv, softmax_d."""
     _refuse("varlen_bwd", alibi_slopes=alibi_slopes, softcap=softcap, gen=gen, zero_tensors=zero_tensors)
+    head_dim = dout.shape[-1]
     (dout,) = _padded(dout, width=q.shape[-1])
     grads = _backward(
         (dq, dk, dv), deterministic, dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -184,7 +189,7 @@ def varlen_bwd(
         scale=softmax_scale, window_size_left=window_size_left, window_size_right=window_size_right,
     )  # fmt: skip
     sequences, heads = cu_seqlens_q.numel() - 1, q.shape[1]
-    return [*grads, q.new_empty((heads, q.shape[0] + 128 * sequences), dtype=torch.float32)]
+    return [*_unpadded(grads, head_dim), q.new_empty((heads, q.shape[0] + 128 * sequences), dtype=torch.float32)]
 
 
 def _forward_result(
@@ -205,8 +210,20 @@ def _forward_result(
     return [_into(buffer, unpadded), *qkv, out, lse, mask, rng_state]
 
 
-if RETURNS_INPUTS:  # 2.6 calls its extension inside autograd functions Dynamo traces: a compiled extension is opaque
-    fwd, varlen_fwd, bwd, varlen_bwd = (torch._disable_dynamo(f) for f in (fwd, varlen_fwd, bwd, varlen_bwd))
+def _called(fn: Callable[..., list[torch.Tensor]]) -> Callable[..., list[torch.Tensor]]:
+    """A call of the extension in a trace range of its name (`RANGE`), which the prediction's notes count; in 2.6,
+    which calls its extension inside autograd functions Dynamo traces, opaque to torch.compile (a graph break), as
+    the compiled extension is (2.7 on wrap the calls in custom ops)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        with torch.profiler.record_function(RANGE + fn.__name__):
+            return fn(*args, **kwargs)
+
+    return torch._disable_dynamo(call) if RETURNS_INPUTS else call
+
+
+fwd, varlen_fwd, bwd, varlen_bwd = (_called(f) for f in (fwd, varlen_fwd, bwd, varlen_bwd))
 
 
 def _unsupported(name: str, what: str) -> Callable[..., Any]:
@@ -260,12 +277,17 @@ def _padded(*tensors: torch.Tensor, width: int | None = None) -> tuple[torch.Ten
     return tuple(torch.nn.functional.pad(t, (0, wanted - t.shape[-1])) for t in tensors)
 
 
+def _unpadded(grads: list[torch.Tensor], head_dim: int) -> list[torch.Tensor]:
+    """Gradients returned as 2.6's extension returns them: views of the caller's padded buffers at `head_dim`."""
+    return [g if g.shape[-1] == head_dim else g[..., :head_dim] for g in grads]
+
+
 def _into(buffer: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
     """`value` in the caller's buffer (None: its own tensor), as flash-attn's kernel writes it: a buffer that alone
     holds its memory (`_own`) takes the value's storage, any other gets a copy."""
     if buffer is None:
         return value
-    return buffer.set_(value) if _own(buffer) else buffer.copy_(value)
+    return buffer.set_(value) if _own(buffer) and value.is_contiguous() else buffer.copy_(value)
 
 
 def _backward(

@@ -27,6 +27,7 @@ notes count them, and they are opaque to `torch.compile` (a graph break, as at a
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.metadata
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
@@ -112,9 +113,14 @@ _STREAMS: list[torch.cuda.Stream] = []
 
 
 def _side_streams() -> list[torch.cuda.Stream]:
-    """The fork's side streams, made on its first call (on the device current then, as the fork's are)."""
+    """The fork's side streams, its own (not torch's pool, which its collectives' streams come from), made on its
+    first call on the device current then, as the fork's are."""
     if not _STREAMS:
-        _STREAMS.extend(torch.cuda.Stream() for _ in range(SIDE_STREAMS))
+        for _ in range(SIDE_STREAMS):
+            handle = ctypes.c_void_p()
+            error = torch._C._cudart.cudaStreamCreate(ctypes.addressof(handle))
+            _check(int(error) == 0, f"gmm: cudaStreamCreate failed ({error})")
+            _STREAMS.append(torch.cuda.ExternalStream(handle.value))
     return _STREAMS
 
 
@@ -235,23 +241,25 @@ def unpermute_bwd(
 def _unpermute_bwd(
     grad: torch.Tensor, inputs: torch.Tensor, row_id_map: torch.Tensor, prob: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """See `unpermute_bwd`. Each permuted row gathers its token's gradient (a row no kept choice names reads token
-    0's, where the fork leaves it unwritten), its dot with the row is the weight's gradient (a batched product), and
-    it is scaled in place: no temporary of the outputs' size, and no host sync."""
+    """See `unpermute_bwd`. Each permuted row gathers its token's gradient (a row no kept choice names reads another's,
+    where the fork leaves it unwritten), its dot with the row is the weight's gradient (a batched product, rounded to
+    the activations' type where the fork keeps fp32), and it is scaled in place: no temporary of the outputs' size,
+    and no host sync."""
     num_tokens, num_topk = prob.shape
-    rows = inputs.shape[0]
+    rows, choices = inputs.shape[0], prob.numel()
     owners = row_id_map.view(num_topk, num_tokens).t().reshape(-1).long()  # choice t * top_k + k -> its row
-    choice = torch.zeros(rows + 1, dtype=torch.long, device=grad.device)  # a dropped choice lands on the spare
-    choice.index_copy_(0, torch.where(owners >= 0, owners, rows), torch.arange(owners.numel(), device=grad.device))
+    choice = torch.full((rows + 1,), choices, dtype=torch.long, device=grad.device)  # unnamed rows: the spare choice
+    choice.index_copy_(0, torch.where(owners >= 0, owners, rows), torch.arange(choices, device=grad.device))
     choice = choice[:rows]
-    act_grad = grad.index_select(0, choice // num_topk)
+    named = choice.clamp(max=choices - 1)  # an unnamed row reads the last choice's values, and writes nothing back
+    act_grad = grad.index_select(0, named // num_topk)
     if num_topk == 1:
         return act_grad, torch.empty(num_tokens, 1, dtype=torch.float32, device=grad.device)
     dots = torch.bmm(act_grad.unsqueeze(1), inputs.unsqueeze(2)).view(rows)  # each row's gradient . its value
-    act_grad.mul_(prob.view(-1).index_select(0, choice).to(act_grad.dtype).unsqueeze(1))
-    prob_grad = torch.zeros(num_tokens * num_topk, dtype=torch.float32, device=grad.device)
+    act_grad.mul_(prob.view(-1).index_select(0, named).to(act_grad.dtype).unsqueeze(1))
+    prob_grad = torch.zeros(choices + 1, dtype=torch.float32, device=grad.device)
     prob_grad.index_copy_(0, choice, dots.float())
-    return act_grad, prob_grad.view(num_tokens, num_topk)
+    return act_grad, prob_grad[:choices].view(num_tokens, num_topk)
 
 
 @_opaque
