@@ -206,8 +206,10 @@ def _forward_result(
     head dimension that is a multiple of 8 (`RETURNS_INPUTS`), and `out` is its view of `head_dim`."""
     if not RETURNS_INPUTS:
         return [_into(buffer, out), lse, mask, rng_state]
-    unpadded = out if out.shape[-1] == head_dim else out[..., :head_dim]
-    return [_into(buffer, unpadded), *qkv, out, lse, mask, rng_state]
+    if out.shape[-1] == head_dim:
+        return [_into(buffer, out), *qkv, out, lse, mask, rng_state]
+    unpadded = out[..., :head_dim]  # a caller's buffer gets a copy of it, as 2.6's extension makes
+    return [unpadded if buffer is None else buffer.copy_(unpadded), *qkv, out, lse, mask, rng_state]
 
 
 def _called(fn: Callable[..., list[torch.Tensor]]) -> Callable[..., list[torch.Tensor]]:
@@ -287,7 +289,7 @@ def _into(buffer: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
     holds its memory (`_own`) takes the value's storage, any other gets a copy."""
     if buffer is None:
         return value
-    return buffer.set_(value) if _own(buffer) and value.is_contiguous() else buffer.copy_(value)
+    return buffer.set_(value) if _own(buffer) else buffer.copy_(value)
 
 
 def _backward(
