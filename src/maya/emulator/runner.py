@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 OPS_LIBRARY = "libmaya_ops.so"
 STANDINS = Path(__file__).parent / "standins"
 """Modules standing in for CUDA extensions a CPU-only install lacks, at the end of a rank's path: an installed
-extension comes first and wins (`standins/flash_attn_2_cuda.py`, `standins/grouped_gemm_backend.py`, `standins/megablocks_ops.py`)."""
+extension comes first and wins (`standins/`: `flash_attn_2_cuda.py`, `grouped_gemm_backend.py`, `megablocks_ops.py`)."""
 
 
 class _Observer:
