@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from maya.cli import app
 from maya.emulator.runner import STANDINS
-from maya.installer import grouped_gemm, megablocks
+from maya.installer import grouped_gemm, megablocks, python_code
 
 runner = CliRunner()
 NAME = "megablocks_ops"
@@ -46,6 +46,7 @@ def test_a_histogram_counts_the_bins_values_alone_as_int32(standin):
     assert flat.dtype == torch.int32 and flat.tolist() == [1, 0, 2, 1]
     rows = standin.histogram(torch.tensor([[1, 1, 0], [3, 3, 3]], dtype=torch.int16), 4)
     assert rows.tolist() == [[1, 2, 0, 0], [0, 0, 0, 3]]
+    assert standin.histogram(torch.tensor([[1, 2]], dtype=torch.int32), 0).shape == (1, 0)
 
 
 def test_a_sort_is_stable_and_gives_where_each_key_came_from_in_the_keys_type(standin):
@@ -89,15 +90,41 @@ def test_calls_the_extension_would_refuse_or_maya_does_not_implement_fail_naming
 
 
 def test_a_capture_failing_on_a_missing_megablocks_says_how_to_install_it():
-    for reason in ("rank 0: ModuleNotFoundError: No module named 'megablocks'", "No module named 'megablocks_ops'."):
+    for reason in (
+        "rank 0: ModuleNotFoundError: No module named 'megablocks'",
+        "No module named 'megablocks_ops'.",
+        "rank 0: ModuleNotFoundError: No module named 'stk'",
+    ):
         assert megablocks.install_command() in megablocks.missing_hint(reason)
     assert megablocks.missing_hint("rank 0: ModuleNotFoundError: No module named 'mega'") is None
+    megablocks_own = "AssertionError: Grouped GEMM not available. Please run `pip install git+https://github.com/tgale96/grouped_gemm@main`."
+    assert grouped_gemm.install_command() in grouped_gemm.missing_hint(megablocks_own)
+
+
+def test_megablocks_is_installed_only_with_its_companion_at_its_pin_and_reads_its_version_file(tmp_path, monkeypatch):
+    """MegaBlocks keeps its version in megablocks/_version.py; the release counts as installed only beside
+    stanford-stk at its pin, so a missing companion is installed again."""
+    tree = tmp_path / "megablocks-main"
+    (tree / "megablocks" / "layers").mkdir(parents=True)
+    (tree / "megablocks" / "__init__.py").write_text("from megablocks._version import __version__\n")
+    (tree / "megablocks" / "_version.py").write_text("__version__ = '0.10.1'\n")
+    (tree / "megablocks" / "layers" / "dmoe.py").write_text("")
+    (tree / "setup.py").write_text("setup(name='megablocks', version=repo_version)\n")
+    assert python_code.identity(megablocks.MEGABLOCKS, tree) == ("megablocks", "0.10.1")
+    project = python_code.python_project(megablocks.MEGABLOCKS, tree, tmp_path / "scratch")
+    assert (project / "megablocks" / "layers" / "dmoe.py").is_file()
+    versions = {"megablocks": "0.10.0", "stanford-stk": "0.7.1"}
+    monkeypatch.setattr(python_code, "installed_version", versions.get)
+    assert python_code.already_installed(megablocks.MEGABLOCKS, "megablocks==0.10.0") == "megablocks 0.10.0"
+    versions["stanford-stk"] = None
+    assert python_code.already_installed(megablocks.MEGABLOCKS, "megablocks==0.10.0") is None
 
 
 @pytest.mark.slow  # an emulation: ~20 s (MegaBlocks' Triton kernels autotune)
 def test_megablocks_dropless_moe_runs_unchanged_on_grouped_gemm(tmp_path):
     """MegaBlocks' own `dMoE` (grouped experts) trains in a rank: its routing runs on the stand-in's calls, each
-    expert's GEMMs on grouped_gemm's stand-in, and the prediction names both."""
+    expert's GEMMs on grouped_gemm's stand-in, and the prediction names both. (Its default experts, `sparse`, are
+    refused by MegaBlocks itself with torch's Triton: "Sparse MLP is not supported with triton >=3.2.0".)"""
     if megablocks.installed() is None or grouped_gemm.installed() is None:
         pytest.skip(f"MegaBlocks or grouped_gemm is not installed ({megablocks.install_command()}; scripts/setup does)")
     out = tmp_path / "run"

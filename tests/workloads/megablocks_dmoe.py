@@ -1,6 +1,7 @@
 """MegaBlocks' dropless mixture of experts (`megablocks.layers.dmoe.dMoE`) trained for two steps, as llm-foundry's
 `mb_dmoe` layer runs it: 4 experts, top-2, bf16, 2 x 256 tokens of width 256. `--impl grouped` runs the experts as
-grouped_gemm's `gmm`; `--impl sparse` (MegaBlocks' default) as Stanford's block-sparse Triton kernels. Prints the
+grouped_gemm's `gmm`; `--impl sparse` (MegaBlocks' default) as Stanford's block-sparse Triton kernels, which MegaBlocks
+0.10 refuses with Triton 3.2 and later. Prints the
 output's shape and the load-balancing loss's inputs as JSON. Needs MegaBlocks' Python code
 (`maya.installer.megablocks`) and, for `grouped`, grouped_gemm's (`maya.installer.grouped_gemm`)."""
 

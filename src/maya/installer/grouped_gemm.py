@@ -29,9 +29,10 @@ def install_command(source: str = GROUPED_GEMM.default) -> str:
 
 
 def missing_hint(reason: str) -> str | None:
-    """How to install grouped_gemm, when a failed capture's `reason` is a rank's import of it that failed (its own
-    message, or nanotron's and Megatron-LM's that name it)."""
-    if "No module named 'grouped_gemm'" not in reason and "Grouped GEMM is not available" not in reason:
+    """How to install grouped_gemm, when a failed capture's `reason` is a rank's import of it that failed (Python's
+    message, or nanotron's, Megatron-LM's and MegaBlocks' that name it)."""
+    named = ("No module named 'grouped_gemm'", "Grouped GEMM is not available", "Grouped GEMM not available")
+    if not any(text in reason for text in named):  # Python's, nanotron's and Megatron-LM's; MegaBlocks'
         return None
     return (
         "the script needs grouped_gemm, which is not installed: on a machine without a GPU install its Python code "

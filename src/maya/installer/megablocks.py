@@ -22,6 +22,7 @@ MEGABLOCKS = python_code.PythonCode(
     distributions=("megablocks",),
     default="megablocks==0.10.0",
     companions=("stanford-stk==0.7.1",),
+    version_file="_version.py",
 )
 """The registry's release, with the block-sparse kernels its layers import."""
 
@@ -36,9 +37,9 @@ def missing_hint(reason: str) -> str | None:
     if "No module named 'megablocks" not in reason and "No module named 'stk'" not in reason:
         return None
     return (
-        "the script needs MegaBlocks, which is not installed: on a machine without a GPU install its Python code "
-        f"without its CUDA build (`{install_command()}`); Maya runs its extension's calls as the torch ops that "
-        "compute the same"
+        "the script needs MegaBlocks (and stanford-stk, which it imports), not installed: on a machine without a GPU "
+        f"install their Python code without MegaBlocks' CUDA build (`{install_command()}`); Maya runs its extension's "
+        "calls as the torch ops that compute the same"
     )
 
 

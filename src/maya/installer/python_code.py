@@ -42,7 +42,10 @@ class PythonCode:
     default: str
     """The release installed when none is named: NAME==VERSION from the registry."""
     companions: tuple[str, ...] = ()
-    """Requirements installed beside it without their dependencies (its own pin the registry's torch cannot meet)."""
+    """Requirements (NAME==VERSION) installed beside it without their dependencies (its own pin the registry's torch
+    cannot meet)."""
+    version_file: str = "__init__.py"
+    """The file of the package that declares its `__version__`, where its setup.py has no literal version."""
 
 
 class SourceError(ValueError):
@@ -127,10 +130,12 @@ def identity(package: PythonCode, tree: Path) -> tuple[str, str]:
     setup = (tree / "setup.py").read_text() if (tree / "setup.py").is_file() else ""
     name = re.search(_LITERAL.format("name"), setup)
     version = re.search(_LITERAL.format("version"), setup)
-    init = (tree / package.module / "__init__.py").read_text()
-    declared = re.search(r"^__version__\s*=\s*(.+)$", init, re.MULTILINE)
+    declaring = tree / package.module / package.version_file
+    declared = re.search(
+        r"^__version__\s*=\s*(.+)$", declaring.read_text() if declaring.is_file() else "", re.MULTILINE
+    )
     if version is None and declared is None:
-        raise SourceError(f"{tree}: no version in its setup.py or {package.module}/__init__.py")
+        raise SourceError(f"{tree}: no version in its setup.py or {package.module}/{package.version_file}")
     return (
         name.group(1) if name else package.module,
         version.group(1) if version else ast.literal_eval(declared.group(1)),
@@ -181,9 +186,11 @@ def canonical(name: str) -> str:
 
 
 def already_installed(package: PythonCode, source: str) -> str | None:
-    """The installed release when `source` names it (NAME==VERSION), else None."""
+    """The installed release when `source` names it (NAME==VERSION) and its companions are at their pins, else
+    None."""
     present = installed(package)
-    if "==" not in source or present is None:
+    companions = all(installed_version(c.split("==")[0]) == c.split("==")[1] for c in package.companions)
+    if "==" not in source or present is None or not companions:
         return None
     name, version = source.split("==", 1)
     return f"{present[0]} {version}" if (canonical(present[0]), present[1]) == (canonical(name), version) else None

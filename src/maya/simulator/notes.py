@@ -310,8 +310,8 @@ def megablocks_notes(traces: TraceSet) -> list[str]:
     calls = ", ".join(f"{name} {n}" for name, n in counts.items())
     return [
         f"{sum(counts.values())} MegaBlocks extension call(s) ({calls}) ran on Maya's stand-in for its CUDA extension "
-        "(MegaBlocks' Python code, installed without its CUDA build): torch's sort, scatter-add, cumulative sums, "
-        "repeat_interleave and index_add where MegaBlocks runs one cub call each (more kernels for the same work)"
+        "(MegaBlocks' Python code, installed without its CUDA build): torch's kernels for the same work (a stable "
+        "sort, a scatter-add, cumulative sums, ...), more than MegaBlocks' one cub call each"
     ]
 
 

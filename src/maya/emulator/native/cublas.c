@@ -156,20 +156,24 @@ static void record_dot(int api, cublasHandle_t handle, int n, int dtype, void *r
 TYPED_DOT(cublasSdot_v2, float, T_F32)
 TYPED_DOT(cublasDdot_v2, double, T_F64)
 
+/* the bytes of a dot product's result type; 0: a type cublasDotEx does not take */
 static size_t cuda_dtype_bytes(cudaDataType t) {
   switch (t) {
   case CUDA_R_16F:
   case CUDA_R_16BF: return 2;
+  case CUDA_R_32F: return 4;
   case CUDA_R_64F:
   case CUDA_C_32F: return 8;
   case CUDA_C_64F: return 16;
-  default: return 4;
+  default: return 0;
   }
 }
 
 MAYA_EXPORT cublasStatus_t cublasDotEx(cublasHandle_t handle, int n, const void *x, cudaDataType xt, int incx,
                                        const void *y, cudaDataType yt, int incy, void *result, cudaDataType rt,
                                        cudaDataType exec) {
+  if (!cuda_dtype_bytes(xt) || !cuda_dtype_bytes(yt) || !cuda_dtype_bytes(rt) || !cuda_dtype_bytes(exec))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   record_dot(API("cublasDotEx"), handle, n, maya_cuda_dtype(xt), result, cuda_dtype_bytes(rt));
   return CUBLAS_STATUS_SUCCESS;
 }

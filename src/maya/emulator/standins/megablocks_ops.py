@@ -66,9 +66,10 @@ def histogram(x: torch.Tensor, num_bins: int) -> torch.Tensor:
     _check(_on_device(x) and x.dim() in (1, 2) and x.dtype in INTEGERS, "histogram: x must be a 1-d or 2-d device "
            "int tensor")  # fmt: skip
     rows = x.view(1, -1) if x.dim() == 1 else x
-    counted = (rows >= 0) & (rows < num_bins)
     out = torch.zeros(rows.shape[0], num_bins, dtype=torch.int32, device=x.device)
-    out.scatter_add_(1, torch.where(counted, rows, 0).long(), counted.int())
+    if num_bins:  # a value out of range is added to an edge bin as 0
+        counted = (rows >= 0) & (rows < num_bins)
+        out.scatter_add_(1, rows.clamp(0, num_bins - 1).long(), counted.int())
     return out.flatten() if x.dim() == 1 else out
 
 
@@ -93,8 +94,10 @@ def indices(
 @_call
 def replicate_forward(x: torch.Tensor, bins: torch.Tensor, out: torch.Tensor) -> None:
     """Each value of `x` ([rows, bins]) repeated over its bin's columns of `out` (bin e ends at `bins[e]`)."""
-    _check(_on_device(x) and x.dim() == 2 and _on_device(bins) and bins.dtype == torch.int32,
-           "replicate_forward: x must be 2-d, bins 1-d int32, on the device")  # fmt: skip
+    _check(_on_device(x) and x.dim() == 2 and x.dtype in (torch.float16, torch.int16, torch.int32),
+           "replicate_forward: x must be a 2-d fp16, int16 or int32 device tensor")  # fmt: skip
+    _check(_on_device(bins) and bins.dim() == 1 and bins.dtype == torch.int32,
+           "replicate_forward: bins must be a 1-d int32 device tensor")  # fmt: skip
     _check(out.dim() == 2 and out.shape[0] == x.shape[0] and x.shape[1] == bins.shape[0] and out.dtype == x.dtype,
            "replicate_forward: out must be [x's rows, columns] of x's type, x one column a bin")  # fmt: skip
     out.copy_(x.repeat_interleave(_sizes(bins), dim=1, output_size=out.shape[1]))
@@ -105,6 +108,8 @@ def replicate_backward(grad: torch.Tensor, bins: torch.Tensor, out: torch.Tensor
     """The gradient of `replicate_forward`: each bin's columns of `grad` summed into `out` ([rows, bins])."""
     _check(_on_device(grad) and grad.dim() == 2 and grad.dtype == torch.float16,
            "replicate_backward: grad must be a 2-d fp16 device tensor")  # fmt: skip
+    _check(_on_device(bins) and bins.dim() == 1 and bins.dtype == torch.int32,
+           "replicate_backward: bins must be a 1-d int32 device tensor")  # fmt: skip
     _check(out.dim() == 2 and out.shape == (grad.shape[0], bins.shape[0]) and out.dtype == torch.float16,
            "replicate_backward: out must be [grad's rows, bins] fp16")  # fmt: skip
     owner = torch.arange(bins.shape[0], device=grad.device).repeat_interleave(_sizes(bins), output_size=grad.shape[1])
@@ -119,7 +124,9 @@ def _sizes(bins: torch.Tensor) -> torch.Tensor:
 @_call
 def sort(x: torch.Tensor, end_bit: int, x_out: torch.Tensor, iota_out: torch.Tensor) -> None:
     """`x` (1-d ints, below 2**end_bit) sorted into `x_out`, stably, and the positions they came from into
-    `iota_out` (x's type), as MegaBlocks' radix sort of (key, index) pairs."""
+    `iota_out` (x's type), as MegaBlocks' radix sort of (key, index) pairs. All bits are sorted: MegaBlocks' keys
+    (expert ids) are below 2**end_bit, so the order is its sort's; torch's sort may take more passes than its
+    `end_bit` bits need."""
     _check(_on_device(x) and x.dim() == 1 and x.dtype in INTEGERS, "sort: x must be a 1-d device int tensor")
     _check(x_out.dtype == iota_out.dtype == x.dtype and x_out.shape == iota_out.shape == x.shape,
            "sort: x_out and iota_out must be x's shape and type")  # fmt: skip
