@@ -51,6 +51,23 @@ def test_linear_bf16_gemms_match_the_layer(tmp_path):
     assert calls.column("op_id").null_count == 0
 
 
+def test_dot_products_are_recorded_as_one_by_one_gemms(tmp_path):
+    """cuBLAS's dot products (fp32, fp64, and bf16 through `cublasDotEx`) are GEMMs of one row by one column over the
+    vectors' length; torch asks for the result on the device, and of vectors the host knows (ones) the host knows it."""
+    r, out = emulate(tmp_path, script="dot_products.py")
+    assert r.exit_code == 0, r.output
+    calls = Run(out).table("api_calls")
+    dots = calls.filter(pc.is_valid(calls.column("gemm_m"))).select(
+        ["api", "gemm_m", "gemm_n", "gemm_k", "gemm_dtype_a"]
+    )
+    assert [tuple(d.values()) for d in dots.to_pylist()] == [
+        ("cublasSdot_v2", 1, 1, 1000, "fp32"),
+        ("cublasDdot_v2", 1, 1, 1000, "fp64"),
+        ("cublasDotEx", 1, 1, 1000, "bf16"),
+    ]
+    assert "torch.float32 1000.0" in r.output and "torch.bfloat16 1000.0" in r.output
+
+
 def test_run_metadata_and_virtual_device(tmp_path):
     r, out = emulate(tmp_path, "--hardware", "a100-sxm-80gb", script="allocate.py", script_args=[4096])
     assert r.exit_code == 0, r.output

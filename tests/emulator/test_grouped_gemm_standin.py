@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 from maya.cli import app
 from maya.emulator.runner import STANDINS
 from maya.installer import grouped_gemm as installer
+from maya.installer import python_code
+from maya.installer.grouped_gemm import GROUPED_GEMM
 
 runner = CliRunner()
 
@@ -29,7 +31,7 @@ def _imported(monkeypatch, distribution: str | None, version: str = ""):
     real = importlib.metadata.version
 
     def installed(name):
-        if name in installer.DISTRIBUTIONS:
+        if name in GROUPED_GEMM.distributions:
             if name != distribution:
                 raise importlib.metadata.PackageNotFoundError(name)
             return version
@@ -233,29 +235,33 @@ def test_the_installer_takes_the_packages_python_code_alone_under_its_name_and_v
     tree = _checkout(
         tmp_path / "checkout", 'setup(\n    name="grouped_gemm",\n    version="1.1.4",\n    ext_modules=e)\n'
     )
-    assert installer.source_tree(str(tree), tmp_path) == tree
-    project = installer.python_project(tree, tmp_path / "scratch")
+    assert python_code.source_tree(GROUPED_GEMM, str(tree), tmp_path) == tree
+    project = python_code.python_project(GROUPED_GEMM, tree, tmp_path / "scratch")
     assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*")) == [
         "LICENSE", "grouped_gemm", "grouped_gemm/__init__.py", "pyproject.toml",
     ]  # fmt: skip
     meta = (project / "pyproject.toml").read_text()
-    assert 'name = "grouped_gemm"' in meta and 'version = "1.1.4"' in meta and 'packages = ["grouped_gemm"]' in meta
-    with pytest.raises(installer.SourceError, match=r"no grouped_gemm/__init__.py"):
-        installer.source_tree(str(tmp_path / "scratch"), tmp_path)
-    with pytest.raises(installer.SourceError, match=r"nv-grouped-gemm>=1.1: not a folder; give NAME==VERSION"):
-        installer.source_tree("nv-grouped-gemm>=1.1", tmp_path)
+    assert (
+        'name = "grouped_gemm"' in meta
+        and 'version = "1.1.4"' in meta
+        and 'include = ["grouped_gemm", "grouped_gemm.*"]' in meta
+    )
+    with pytest.raises(python_code.SourceError, match=r"no grouped_gemm/__init__.py"):
+        python_code.source_tree(GROUPED_GEMM, str(tmp_path / "scratch"), tmp_path)
+    with pytest.raises(python_code.SourceError, match=r"nv-grouped-gemm>=1.1: not a folder; give NAME==VERSION"):
+        python_code.source_tree(GROUPED_GEMM, "nv-grouped-gemm>=1.1", tmp_path)
 
 
 def test_the_installer_reads_a_release_s_name_and_version_where_it_keeps_them(tmp_path):
     """A registry archive's PKG-INFO; the fork's main, whose setup.py reads `__version__`; none at all is refused."""
     sdist = _checkout(tmp_path / "sdist", "setup(version=get_package_version())\n")
     (sdist / "PKG-INFO").write_text("Metadata-Version: 2.2\nName: nv_grouped_gemm\nVersion: 1.1.4.post8\n")
-    assert installer.identity(sdist) == ("nv_grouped_gemm", "1.1.4.post8")
+    assert python_code.identity(GROUPED_GEMM, sdist) == ("nv_grouped_gemm", "1.1.4.post8")
     main = _checkout(tmp_path / "main", "setup(version=get_package_version())\n", '__version__ = "1.1.4.post8"\n')
-    assert installer.identity(main) == ("grouped_gemm", "1.1.4.post8")
+    assert python_code.identity(GROUPED_GEMM, main) == ("grouped_gemm", "1.1.4.post8")
     bare = _checkout(tmp_path / "bare", "setup(name='grouped_gemm')\n")
-    with pytest.raises(installer.SourceError, match=r"no version in its setup.py or grouped_gemm/__init__.py"):
-        installer.identity(bare)
+    with pytest.raises(python_code.SourceError, match=r"no version in its setup.py or grouped_gemm/__init__.py"):
+        python_code.identity(GROUPED_GEMM, bare)
 
 
 @pytest.mark.parametrize(
@@ -269,13 +275,13 @@ def test_the_installer_reads_a_release_s_name_and_version_where_it_keeps_them(tm
     ],
 )
 def test_a_git_source_names_its_ref_after_the_at_that_ends_its_path(url, split):
-    assert installer.git_ref(url) == split
+    assert python_code.git_ref(url) == split
 
 
 def test_a_git_source_that_cannot_be_fetched_is_an_error_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no git
-    with pytest.raises(installer.SourceError, match=r"git\+https://example.invalid/repo@v1: git clone failed"):
-        installer.source_tree("git+https://example.invalid/repo@v1", tmp_path)
+    with pytest.raises(python_code.SourceError, match=r"git\+https://example.invalid/repo@v1: git clone failed"):
+        python_code.source_tree(GROUPED_GEMM, "git+https://example.invalid/repo@v1", tmp_path)
 
 
 @pytest.mark.slow  # an emulation: ~10 s

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from maya.simulator.notes import flash_attn_notes, grouped_gemm_notes
+from maya.simulator.notes import flash_attn_notes, grouped_gemm_notes, megablocks_notes
 
 
 def _traces(*ops: list[tuple[int, int | None, str]]) -> SimpleNamespace:
@@ -53,3 +53,10 @@ def test_grouped_gemm_calls_are_counted_by_call_over_the_ranks():
     (only_gmm,) = grouped_gemm_notes(_traces(rank))
     assert "(gmm 2)" in only_gmm and "permute and unpermute" not in only_gmm
     assert grouped_gemm_notes(_traces([(1, None, "aten::mm")])) == []
+
+
+def test_megablocks_calls_are_counted_by_call():
+    rank = [(1, None, "megablocks_ops::sort"), (2, 1, "aten::sort"), (3, None, "megablocks_ops::histogram")]
+    (note,) = megablocks_notes(_traces(rank, rank))
+    assert note.startswith("4 MegaBlocks extension call(s) (histogram 2, sort 2) ran on Maya's stand-in")
+    assert megablocks_notes(_traces([(1, None, "aten::sort")])) == []

@@ -205,7 +205,7 @@ def capture(
     from maya.core.paths import runs_dir
     from maya.emulator.capture_cache import failure_summary
     from maya.emulator.launcher import Interrupted, Topology, emulate
-    from maya.installer import flash_attn, grouped_gemm, transformer_engine
+    from maya.installer import flash_attn, grouped_gemm, megablocks, transformer_engine
 
     if cache is not None and out_dir is not None:
         raise ValueError("give out_dir or cache, not both")
@@ -250,9 +250,8 @@ def capture(
     if result.status == "complete":
         return _outcome(result, cached_key, None)
     reason = failure_summary(result)
-    hint = (
-        transformer_engine.missing_hint(reason) or flash_attn.missing_hint(reason) or grouped_gemm.missing_hint(reason)
-    )  # TE: one the scan missed
+    hints = (transformer_engine, flash_attn, grouped_gemm, megablocks)  # TE: one the scan missed
+    hint = next((h for h in (m.missing_hint(reason) for m in hints) if h), None)
     return _outcome(result, cached_key, f"{reason}; {hint}" if hint else reason)
 
 

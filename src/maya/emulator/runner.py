@@ -10,7 +10,7 @@ launches (triton_launches.py), Transformer Engine's extension calls as `te::` op
 (te_calls.py) and, when the launcher names one, the device-time oracle that answers CUDA-event
 timings (device_time.py) and, when asked, torch's allocator history (memory_history.py); at the end of the script's
 path, stand-ins for CUDA extensions only a GPU build makes (standins/: flash-attn's `flash_attn_2_cuda`,
-grouped_gemm's `grouped_gemm_backend`); a
+grouped_gemm's `grouped_gemm_backend`, MegaBlocks' `megablocks_ops`); a
 `torch.multiprocessing.spawn` runs the worker of the rank's local index in the rank
 (spawned_workers.py; refused in a rank a launcher's command started). A stop signal (SIGINT, SIGTERM, SIGHUP: the
 launcher passes its own on as SIGINT) interrupts the script as Ctrl-C does, once; its status is then `interrupted`.
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 OPS_LIBRARY = "libmaya_ops.so"
 STANDINS = Path(__file__).parent / "standins"
 """Modules standing in for CUDA extensions a CPU-only install lacks, at the end of a rank's path: an installed
-extension comes first and wins (`standins/flash_attn_2_cuda.py`, `standins/grouped_gemm_backend.py`)."""
+extension comes first and wins (`standins/`: `flash_attn_2_cuda.py`, `grouped_gemm_backend.py`, `megablocks_ops.py`)."""
 
 
 class _Observer:

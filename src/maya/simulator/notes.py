@@ -264,22 +264,29 @@ GROUPED_GEMM_PREFIX = "grouped_gemm::"
 """The ranges Maya's stand-in for grouped_gemm's extension opens around each call (`standins/grouped_gemm_backend.py`)."""
 
 
-def grouped_gemm_notes(traces: TraceSet) -> list[str]:
-    """A note on grouped_gemm calls that ran on Maya's stand-in for its CUDA extension, by call."""
+def _range_counts(traces: TraceSet, prefix: str) -> dict[str, int]:
+    """How many ranges of each name under `prefix` (a stand-in's calls) the captured ranks hold, the prefix removed."""
     counts: dict[str, int] = {}
     for trace in traces.ranks.values():
         names = trace.ops["name"]
-        ours = per_distinct(names, lambda name: str(name).startswith(GROUPED_GEMM_PREFIX), False, bool)
+        ours = per_distinct(names, lambda name: str(name).startswith(prefix), False, bool)
         if ours.any():  # a rank's ops run to millions of rows: their distinct names are read first
             for name, n in names[ours].value_counts().items():
-                counts[name] = counts.get(name, 0) + int(n)
+                call = str(name).removeprefix(prefix)
+                counts[call] = counts.get(call, 0) + int(n)
+    return dict(sorted(counts.items()))
+
+
+def grouped_gemm_notes(traces: TraceSet) -> list[str]:
+    """A note on grouped_gemm calls that ran on Maya's stand-in for its CUDA extension, by call."""
+    counts = _range_counts(traces, GROUPED_GEMM_PREFIX)
     if not counts:
         return []
-    calls = ", ".join(f"{name.removeprefix(GROUPED_GEMM_PREFIX)} {n}" for name, n in sorted(counts.items()))
+    calls = ", ".join(f"{name} {n}" for name, n in counts.items())
     moved = (
         "; permute and unpermute as torch's sort, gathers and embedding_bag, unpermute's backward as gathers, a "
         "batched product and a scale (more kernels than the fork's one)"
-        if set(counts) - {f"{GROUPED_GEMM_PREFIX}gmm"}
+        if set(counts) - {"gmm"}
         else ""
     )
     return [
@@ -288,6 +295,23 @@ def grouped_gemm_notes(traces: TraceSet) -> list[str]:
         "its builds without CUTLASS run them (NVIDIA's fork over 4 side streams); a CUTLASS build (the fork's for "
         "sm_80, the original's with GROUPED_GEMM_CUTLASS=1) runs a product without trans_b as one grouped kernel: not "
         f"modelled{moved}"
+    ]
+
+
+MEGABLOCKS_PREFIX = "megablocks_ops::"
+"""The ranges Maya's stand-in for MegaBlocks' extension opens around each call (`standins/megablocks_ops.py`)."""
+
+
+def megablocks_notes(traces: TraceSet) -> list[str]:
+    """A note on MegaBlocks' extension calls that ran on Maya's stand-in for it, by call."""
+    counts = _range_counts(traces, MEGABLOCKS_PREFIX)
+    if not counts:
+        return []
+    calls = ", ".join(f"{name} {n}" for name, n in counts.items())
+    return [
+        f"{sum(counts.values())} MegaBlocks extension call(s) ({calls}) ran on Maya's stand-in for its CUDA extension "
+        "(MegaBlocks' Python code, installed without its CUDA build): torch's kernels for the same work (a stable "
+        "sort, a scatter-add, cumulative sums, ...), more than MegaBlocks' one cub call each"
     ]
 
 

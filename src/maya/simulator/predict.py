@@ -21,6 +21,7 @@ from .notes import (
     flex_mask_notes,
     grouped_gemm_notes,
     host_notes,
+    megablocks_notes,
     out_of_memory,
     routing_notes,
     stage_rebuild_notes,
@@ -105,7 +106,7 @@ def summarize(
     notes += stand_in_notes(traces) + routing_notes(traces) + flex_mask_notes(traces) + subset_notes(traces)
     notes += dedup_notes(traces) + stage_rebuild_notes(traces)
     notes += child_process_notes(traces)
-    notes += te_kernel_notes(traces) + flash_attn_notes(traces) + grouped_gemm_notes(traces)
+    notes += te_kernel_notes(traces) + flash_attn_notes(traces) + grouped_gemm_notes(traces) + megablocks_notes(traces)
     notes += evaluation_notes(sim)
     notes += host_notes(sim, job["iteration_ns"], job["host_bound_ns"])
     notes += timing_notes(traces, hw.name)

@@ -1,5 +1,6 @@
 /* libcublas.so.13 stub: handles and the GEMM family torch uses; the rest fails loudly (generated). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "gemm.h"
 
@@ -137,3 +138,42 @@ MAYA_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cub
 
 TYPED_GEMV(cublasSgemv_v2, float, T_F32)
 TYPED_GEMV(cublasDgemv_v2, double, T_F64)
+
+/* dot products are recorded as GEMMs of one row by one column (m = n = 1, k = the vectors' length); a result the
+ * host asked for (host pointer mode) is a value only a GPU computes, and reads 0 */
+static void record_dot(int api, cublasHandle_t handle, int n, int dtype, void *result, size_t bytes) {
+  maya_record_gemm(api, D_CUBLAS, maya_stream_id(H->stream), 1, 1, n, 1, 0, 0, dtype, dtype, dtype, dtype);
+  if (H->pointer_mode == CUBLAS_POINTER_MODE_HOST && result) memset(result, 0, bytes);
+}
+
+#define TYPED_DOT(fn, T_, dtype)                                                                                       \
+  MAYA_EXPORT cublasStatus_t fn(cublasHandle_t handle, int n, const T_ *x, int incx, const T_ *y, int incy,            \
+                                T_ *result) {                                                                          \
+    record_dot(API(#fn), handle, n, dtype, result, sizeof(T_));                                                        \
+    return CUBLAS_STATUS_SUCCESS;                                                                                      \
+  }
+
+TYPED_DOT(cublasSdot_v2, float, T_F32)
+TYPED_DOT(cublasDdot_v2, double, T_F64)
+
+/* the bytes of a dot product's result type; 0: a type cublasDotEx does not take */
+static size_t cuda_dtype_bytes(cudaDataType t) {
+  switch (t) {
+  case CUDA_R_16F:
+  case CUDA_R_16BF: return 2;
+  case CUDA_R_32F: return 4;
+  case CUDA_R_64F:
+  case CUDA_C_32F: return 8;
+  case CUDA_C_64F: return 16;
+  default: return 0;
+  }
+}
+
+MAYA_EXPORT cublasStatus_t cublasDotEx(cublasHandle_t handle, int n, const void *x, cudaDataType xt, int incx,
+                                       const void *y, cudaDataType yt, int incy, void *result, cudaDataType rt,
+                                       cudaDataType exec) {
+  if (!cuda_dtype_bytes(xt) || !cuda_dtype_bytes(yt) || !cuda_dtype_bytes(rt) || !cuda_dtype_bytes(exec))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  record_dot(API("cublasDotEx"), handle, n, maya_cuda_dtype(xt), result, cuda_dtype_bytes(rt));
+  return CUBLAS_STATUS_SUCCESS;
+}
