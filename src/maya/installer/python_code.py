@@ -208,6 +208,4 @@ def run(package: PythonCode, source: str) -> None:
     except (SourceError, subprocess.CalledProcessError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(
-        f"{distribution} {version} installed ({package.module}'s Python code; Maya's stand-in runs its extension)"
-    )
+    typer.echo(f"{distribution} {version} installed (its Python code alone; Maya's stand-in runs its extension)")
