@@ -1,7 +1,7 @@
 """Installing into Maya's own environment what some scripts need and `scripts/setup` leaves out (Transformer Engine,
-on first need) or can only install without its CUDA build (flash-attn's and grouped_gemm's Python code, whose
-extensions emulated ranks find as stand-ins). Outside the predictor's sources (`maya.api.PREDICTOR_SOURCES`): editing
-an installer re-predicts nothing."""
+on first need) or can only install without its CUDA build (flash-attn's, grouped_gemm's and MegaBlocks' Python
+code, whose extensions emulated ranks find as stand-ins). Outside the predictor's sources
+(`maya.api.PREDICTOR_SOURCES`): editing an installer re-predicts nothing."""
 
 from __future__ import annotations
 

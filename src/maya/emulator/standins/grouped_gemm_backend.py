@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib.metadata
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
@@ -63,13 +64,19 @@ SIDE_STREAMS = FORK_STREAMS if DISTRIBUTION == "nv-grouped-gemm" or not VERSION.
 Fn = TypeVar("Fn", bound=Callable[..., Any])
 
 
-def _opaque(fn: Fn) -> Fn:
-    """The extension's calls are opaque to torch.compile, as a compiled extension's are: a graph break, not traced
-    (`torch._disable_dynamo` imports Dynamo only when a call needs it)."""
-    return torch._disable_dynamo(fn)  # type: ignore[return-value]
+def _call(fn: Fn) -> Fn:
+    """A call of the extension: in a trace range of its name (`RANGE`), opaque to torch.compile as a compiled
+    extension's is, a graph break (`torch._disable_dynamo` imports Dynamo only when a call needs it)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with torch.profiler.record_function(RANGE + fn.__name__):
+            return fn(*args, **kwargs)
+
+    return torch._disable_dynamo(call)  # type: ignore[return-value]
 
 
-@_opaque
+@_call
 def gmm(
     a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, batch_sizes: torch.Tensor, trans_a: bool, trans_b: bool
 ) -> None:
@@ -96,17 +103,16 @@ def gmm(
         _check((b.shape[2] if trans_b else b.shape[1]) == a.shape[1], "gmm: a's columns must be b's contraction size")
         out = b.shape[1] if trans_b else b.shape[2]
         _check(tuple(c.shape) == (a.shape[0], out), "gmm: c must be [a's rows, b's output size]")
-    with torch.profiler.record_function(f"{RANGE}gmm"):
-        if not SIDE_STREAMS:
-            _gmm(a, b, c, sizes, trans_a, trans_b)
-            return
-        current, streams = torch.cuda.current_stream(), _side_streams()
-        ready = current.record_event()  # as the fork: one event the side streams wait for, one each it waits for
-        for stream in streams:
-            stream.wait_event(ready)
-        _gmm(a, b, c, sizes, trans_a, trans_b, streams)
-        for stream in streams:
-            current.wait_event(stream.record_event())
+    if not SIDE_STREAMS:
+        _gmm(a, b, c, sizes, trans_a, trans_b)
+        return
+    current, streams = torch.cuda.current_stream(), _side_streams()
+    ready = current.record_event()  # as the fork: one event the side streams wait for, one each it waits for
+    for stream in streams:
+        stream.wait_event(ready)
+    _gmm(a, b, c, sizes, trans_a, trans_b, streams)
+    for stream in streams:
+        current.wait_event(stream.record_event())
 
 
 _STREAMS: list[torch.cuda.Stream] = []
@@ -146,7 +152,7 @@ def _gmm(
         start = end
 
 
-@_opaque
+@_call
 def permute(
     inputs: torch.Tensor, indices: torch.Tensor, num_out_tokens: int, workspace: list[torch.Tensor], max_expanded: int
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
@@ -166,10 +172,9 @@ def permute(
         num_out_tokens <= indices.numel(),
         "permute: num_out_tokens above tokens x top-k (rows no choice fills) is not implemented by Maya's stand-in",
     )
-    with torch.profiler.record_function(f"{RANGE}permute"):
-        if not workspace:
-            workspace = _workspace(max_expanded, inputs.device)
-        return (*_permute(inputs, indices, num_out_tokens), workspace)
+    if not workspace:
+        workspace = _workspace(max_expanded, inputs.device)
+    return (*_permute(inputs, indices, num_out_tokens), workspace)
 
 
 def _workspace(size: int, device: torch.device) -> list[torch.Tensor]:
@@ -193,7 +198,7 @@ def _permute(inputs: torch.Tensor, indices: torch.Tensor, num_out_tokens: int) -
     return permuted, row_id_map
 
 
-@_opaque
+@_call
 def unpermute(
     inputs: torch.Tensor, row_id_map: torch.Tensor, prob: torch.Tensor, num_tokens: int, num_topk: int
 ) -> torch.Tensor:
@@ -208,8 +213,7 @@ def unpermute(
     if weighted:
         _check(prob.dtype == torch.float32, "unpermute: prob must be fp32")
         _check(tuple(prob.shape) == (num_tokens, num_topk), "unpermute: prob must be [tokens, top-k]")
-    with torch.profiler.record_function(f"{RANGE}unpermute"):
-        return _unpermute(inputs, row_id_map, prob if weighted else None, num_tokens, num_topk)
+    return _unpermute(inputs, row_id_map, prob if weighted else None, num_tokens, num_topk)
 
 
 def _unpermute(
@@ -223,7 +227,7 @@ def _unpermute(
     return torch.nn.functional.embedding_bag(rows.clamp(min=0).long(), inputs, mode="sum", per_sample_weights=weights)
 
 
-@_opaque
+@_call
 def unpermute_bwd(
     grad: torch.Tensor, inputs: torch.Tensor, row_id_map: torch.Tensor, prob: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -234,8 +238,7 @@ def unpermute_bwd(
     _check(prob.dim() == 2 and prob.dtype == torch.float32, "unpermute_bwd: prob must be fp32 [tokens, top-k]")
     _check(prob.shape[1] <= 128, "unpermute_bwd: top-k above 128 is not supported (the fork's limit)")
     _check(row_id_map.numel() == prob.numel(), "unpermute_bwd: row_id_map must hold tokens x top-k entries")
-    with torch.profiler.record_function(f"{RANGE}unpermute_bwd"):
-        return _unpermute_bwd(grad, inputs, row_id_map, prob)
+    return _unpermute_bwd(grad, inputs, row_id_map, prob)
 
 
 def _unpermute_bwd(
@@ -262,7 +265,7 @@ def _unpermute_bwd(
     return act_grad, prob_grad[:choices].view(num_tokens, num_topk)
 
 
-@_opaque
+@_call
 def sinkhorn(cost: torch.Tensor, tol: float = 0.0001) -> NoReturn:
     """Refused: the fork's Sinkhorn kernel iterates to a tolerance on device values."""
     raise NotImplementedError(
