@@ -25,3 +25,16 @@ def test_an_iteration_doing_extra_work_is_not_steady():
     assert _steady(bounds, np.full(162, device), "ops").steady.tolist() == [2, 3, 4]
     bounds = np.array([0, 20, 30, 41, 52, 62])  # a few calls more or less (logging): all steady
     assert _steady(bounds, np.full(62, device), "ops").steady.tolist() == [1, 2, 3, 4]
+
+
+def test_a_short_last_iteration_with_a_backward_is_a_whole_step():
+    """OLMo-core's trainer runs a forward and backward on its first batch before its first step: iteration 1 holds
+    two passes, iteration 2 (the last kept of `--iterations 3`) one. It is the steady one, not a partial iteration;
+    a short last iteration without a backward (teardown) still is."""
+    device = next(iter(DEVICE_OPS))
+    bounds = np.array([0, 10, 50, 65])  # setup, a dry run and a step, one step (under half the calls)
+    backward = np.zeros(65, dtype=bool)
+    backward[30:50] = backward[58:65] = True
+    assert _steady(bounds, np.full(65, device), "ops", None, backward).steady.tolist() == [2]
+    backward[58:65] = False
+    assert _steady(bounds, np.full(65, device), "ops", None, backward).steady.tolist() == [1]
