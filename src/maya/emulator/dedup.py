@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from maya.core.pipeline_stages import P2P, Pipeline
+from maya.core.pipeline_stages import P2P, ROOTED, Pipeline
 
 REBUILT_FROM = 6
 """Fewest pipeline stages whose interior stages are rebuilt: stages 0, 1, 2, `P - 2` and `P - 1` are captured, so
@@ -60,11 +60,6 @@ LAYOUT_COLUMNS = {
     "ops": ("op_id", "module_path", "phase", "name"),
 }
 """The columns `layout_of` reads of the large tables (a 5M-op trace's ops are mostly shapes)."""
-
-ROOTED = ("scatter", "gather", "c10d::scatter_", "c10d::gather_", "nccl:scatter", "nccl:gather")
-"""Ops of collectives with a root that NCCL's process group runs as sends and receives: the root sends to (or
-receives from) every member, which is no pipeline (DTensor's `distribute_tensor` scatters each parameter from rank 0,
-as OLMo-core's model initialisation does: its sends made a data-parallel job one stage per rank)."""
 
 LAYOUT_TABLES = ("api_calls", "communicators", "ops")
 """The tables `layout_of` reads, in the order it takes them."""

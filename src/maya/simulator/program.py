@@ -16,6 +16,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from maya.core.pipeline_stages import ROOTED
+
 from .opcodes import COLL, DEVICE_SYNC, EVENT_SYNC, GROUP_END, GROUP_START, NOP, RECORD, WAIT, WORK, WORK_SYNC, classify
 from .trace import RankTrace, RebuiltTrace
 
@@ -180,6 +182,16 @@ def _resolve_events(calls: pd.DataFrame, ops: np.ndarray, arg: np.ndarray) -> in
     return int(record.sum())
 
 
+def _rooted(trace: RankTrace) -> np.ndarray:
+    """Per call, whether its op is a collective with a root that NCCL runs as sends and receives (`ROOTED`)."""
+    ops = trace.ops
+    if not len(ops) or "name" not in ops or not ops["name"].isin(ROOTED).any():
+        return np.zeros(len(trace.calls), dtype=bool)
+    first, where = trace.call_ops()
+    named = ops["name"].isin(ROOTED).to_numpy(dtype=bool)[first]
+    return np.where(where >= 0, named[np.maximum(where, 0)], False)
+
+
 def _launches(
     trace: RankTrace,
     calls: pd.DataFrame,
@@ -195,6 +207,8 @@ def _launches(
     pending: list[CommOp] = []
     depth = 0
     rows = np.flatnonzero(np.isin(ops, (COLL, GROUP_START, GROUP_END)))
+    rooted = _rooted(trace)
+    rooted_in_group: set[int] = set()
     comm_ids = calls["comm_id"].to_numpy(dtype=object)
     names = calls["collective_name"].to_numpy(dtype=object)
     seqs = calls["comm_seq"].to_numpy(dtype="float64", na_value=np.nan)
@@ -212,6 +226,7 @@ def _launches(
                 launches.append(pending)
                 launch_call.append(int(i))
                 pending = []
+                rooted_in_group.clear()
             continue
         cid = comm_ids[i]
         if cid not in comm_index:
@@ -222,7 +237,15 @@ def _launches(
         c = comm_index[cid]
         name = str(names[i]).lower()
         p2p = "send" in name or "recv" in name
-        if p2p:
+        if p2p and rooted[i]:  # a scatter's or gather's sends: one collective of the communicator per group
+            if depth > 0 and c in rooted_in_group:
+                ops[i] = NOP
+                continue
+            key = (c, "rooted")
+            op = CommOp(int(i), c, False, -1 - counters.get(key, 0))
+            if depth > 0:
+                rooted_in_group.add(c)
+        elif p2p:
             if np.isnan(peers[i]):
                 raise ValueError(f"rank {trace.rank}: {names[i]} call {int(calls['seq'].iat[i])} has no peer_rank")
             peer, send = int(peers[i]), "send" in name
