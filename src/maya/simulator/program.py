@@ -30,8 +30,10 @@ class CommOp(NamedTuple):
     """Index into `Program.communicators`."""
     p2p: bool
     order: int
-    """Collectives: `comm_seq` (else the count of earlier collectives on the communicator); p2p: the count of
-    earlier transfers to (send) or from (recv) the same peer on the communicator."""
+    """Collectives: `comm_seq` less the sends and receives before it on the communicator where its `comm_seq` counts
+    them (`_counts_p2p`; else the count of earlier collectives on the communicator); a scatter's or gather's sends
+    (`ROOTED`): -1 less the count of earlier ones on the communicator; p2p: the count of earlier transfers to (send)
+    or from (recv) the same peer on the communicator."""
     peer: int = -1
     """p2p: the peer's rank within the communicator."""
     send: bool = False
@@ -192,6 +194,21 @@ def _rooted(trace: RankTrace) -> np.ndarray:
     return np.where(where >= 0, named[np.maximum(where, 0)], False)
 
 
+def _counts_p2p(comm_ids: np.ndarray, seqs: np.ndarray, p2p: np.ndarray, coll: np.ndarray) -> set:
+    """The communicators whose `comm_seq` numbers their sends and receives along with their collectives, so that a
+    collective's `comm_seq` is not the same on every member after p2p calls (Maya's NCCL stub: one count per
+    communicator; a root's scatter moves it N - 1, each receiver's 1): those holding a send or receive whose calls'
+    `comm_seq` strictly increase in call order. A numbering of its own for p2p (torch's process group, as the
+    profiler records it) repeats numbers: its collectives' `comm_seq` are kept."""
+    rows = coll[~np.isnan(seqs[coll])]
+    frame = pd.DataFrame({"comm": comm_ids[rows], "seq": seqs[rows], "p2p": p2p[rows]})
+    found = set()
+    for comm, group in frame.groupby("comm", sort=False):
+        if group["p2p"].any() and (group["seq"].diff().iloc[1:] > 0).all():
+            found.add(comm)
+    return found
+
+
 def _launches(
     trace: RankTrace,
     calls: pd.DataFrame,
@@ -213,6 +230,11 @@ def _launches(
     names = calls["collective_name"].to_numpy(dtype=object)
     seqs = calls["comm_seq"].to_numpy(dtype="float64", na_value=np.nan)
     peers = calls["peer_rank"].to_numpy(dtype="float64", na_value=np.nan)
+    coll = rows[ops[rows] == COLL]
+    is_p2p = np.zeros(len(names), dtype=bool)
+    is_p2p[coll] = [("send" in n or "recv" in n) for n in (str(x).lower() for x in names[coll])]
+    counts_p2p = _counts_p2p(comm_ids, seqs, is_p2p, coll)
+    p2p_seen: dict[int, int] = {}  # per communicator, its sends and receives so far (rooted or not)
     for i in rows:
         if ops[i] == GROUP_START:
             depth += 1
@@ -236,7 +258,9 @@ def _launches(
             )
         c = comm_index[cid]
         name = str(names[i]).lower()
-        p2p = "send" in name or "recv" in name
+        p2p = bool(is_p2p[i])
+        if p2p:
+            p2p_seen[c] = p2p_seen.get(c, 0) + 1
         if p2p and rooted[i]:  # a scatter's or gather's sends: one collective of the communicator per group
             if depth > 0 and c in rooted_in_group:
                 ops[i] = NOP
@@ -253,7 +277,11 @@ def _launches(
             op = CommOp(int(i), c, True, counters.get(key, 0), peer, send)
         else:
             key = (c,)
-            op = CommOp(int(i), c, False, int(seqs[i]) if not np.isnan(seqs[i]) else counters.get(key, 0))
+            if np.isnan(seqs[i]):
+                order = counters.get(key, 0)
+            else:  # the collectives of the communicator alone, wherever its numbering counts sends and receives
+                order = int(seqs[i]) - (p2p_seen.get(c, 0) if cid in counts_p2p else 0)
+            op = CommOp(int(i), c, False, order)
         counters[key] = counters.get(key, 0) + 1
         if depth > 0:
             pending.append(op)
