@@ -90,3 +90,58 @@ def test_other_objects_and_plans_without_dtensors_are_copies(world):
     plan = _planner({"step": torch.tensor(1.0)}).create_local_plan()
     assert checkpoint_plans.peer_objects(plan, None, 2) == [plan, plan]
     assert checkpoint_plans.peer_objects({"keys": ["a"]}, None, 2) == [{"keys": ["a"]}, {"keys": ["a"]}]
+
+
+def test_a_plain_tensor_named_as_an_earlier_dtensor_is_not_moved(world):
+    """A layout is recorded by name: a later save's plain tensor of that name and shape is written whole by every
+    rank, not given the DTensor's chunk (DCP's global plan then failed: `item.index.fqn not in md`)."""
+    world(2)
+    mesh = init_device_mesh("cpu", (2,))
+    _planner({"w": _shard(mesh, [Shard(0)], (4, 2))}).create_local_plan()
+    state = {"w": torch.zeros(4, 2)}
+    plan = _planner(state).create_local_plan()
+
+    plans = checkpoint_plans.peer_objects(plan, None, 2)
+
+    assert plans == [plan, plan]
+    _planner(state).create_global_plan(plans)
+
+
+def test_a_shard_whose_chunk_the_recorded_layout_does_not_give_fails(world):
+    """A shard item whose own chunk is not the one its recorded layout gives this rank (a layout recorded for another
+    tensor of that name): its peers' chunks are not known, and the gather fails rather than guess."""
+    world(2)
+    mesh = init_device_mesh("cpu", (2,))
+    plan = _planner({"w": _shard(mesh, [Shard(0)], (4, 2))}).create_local_plan()
+    checkpoint_plans._layouts["w"] = checkpoint_plans.Layout(mesh, (Shard(1),), (4, 2))
+
+    with pytest.raises(checkpoint_plans.PeerPlanError, match=r"'w'.*Shard\(dim=1\).*own chunk"):
+        checkpoint_plans.peer_objects(plan, None, 2)
+
+
+def test_a_peer_outside_a_dtensors_mesh_fails(world):
+    """Pipeline parallel by FSDP: ranks 2 and 3, the other stage, hold other parameters that this rank cannot know
+    (DCP would accept plans without them, and save a checkpoint without that stage)."""
+    world(4)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+    plan = _planner({"layers.0.w": _shard(mesh["dp"], [Shard(0)], (6, 2))}).create_local_plan()
+
+    with pytest.raises(checkpoint_plans.PeerPlanError, match=r"rank 2: DTensor 'layers\.0\.w' is on a mesh of ranks"):
+        checkpoint_plans.peer_objects(plan, None, 4)
+
+
+def test_a_chunk_torch_cannot_compute_fails_naming_the_tensor(world, monkeypatch):
+    """No silent copy where torch's function fails for a peer (another torch's mesh or placements): one error naming
+    the tensor and its placements."""
+    from torch.distributed.tensor import _utils
+
+    world(2)
+    mesh = init_device_mesh("cpu", (2,))
+    plan = _planner({"w": _shard(mesh, [Shard(0)], (4, 2))}).create_local_plan()
+
+    def fails(*args):
+        raise ValueError("no such placement")
+
+    monkeypatch.setattr(_utils, "compute_local_shape_and_global_offset", fails)
+    with pytest.raises(checkpoint_plans.PeerPlanError, match=r"'w' \(placements \[Shard\(dim=0\)\].*no such placement"):
+        checkpoint_plans.peer_objects(plan, None, 2)
