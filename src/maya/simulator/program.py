@@ -5,7 +5,15 @@ Event versions are resolved here: the k-th `cudaEventRecord` of the rank gets re
 synchronise on an event refers to the record id of that event's latest record before it (-1: never
 recorded, which CUDA treats as complete). Collectives between `ncclGroupStart` and the outermost
 `ncclGroupEnd` form one launch, issued by the `ncclGroupEnd` call on the first member's stream (a
-group spanning several streams is replayed on that one)."""
+group spanning several streams is replayed on that one).
+
+Operations are matched across ranks (`topology.py`) by their `CommOp.order`: a collective by its place among its
+communicator's collectives (its `comm_seq`, less the sends and receives before it where the communicator's
+`comm_seq` counts them: Maya's NCCL stub numbers every call on a communicator, and a send or a receive is made by
+some members only); a send or a receive by its place among the transfers between the same two members. The sends
+and receives of a scatter or a gather (`core/pipeline_stages.ROOTED`: NCCL's process group runs them so, and
+DTensor's `distribute_tensor` scatters from rank 0) are one collective of their communicator per group, numbered
+apart: a rank replayed from the root's program (deduplication leaves them out of its layout) meets the root there."""
 
 from __future__ import annotations
 
