@@ -34,3 +34,27 @@ def test_groups_of_one_size_that_both_hold_the_peers_tie_in_table_order():
         )
         answers.add(out.stdout.strip())
     assert [json.loads(a) for a in answers] == [{"0": [0, 1], "2": [2, 3], "4": [4, 5], "6": [6, 7]}]
+
+
+def test_a_scatters_sends_are_no_pipeline():
+    """DTensor's `distribute_tensor` scatters each parameter from rank 0, which NCCL's process group runs as a send
+    to every member (OLMo-core's model initialisation): one class, where they read as a stage per rank."""
+    import pyarrow as pa
+
+    calls = pa.table(
+        {
+            "collective_name": ["send", "send", "send", "allreduce"],
+            "comm_id": ["w", "w", "w", "w"],
+            "peer_rank": [1, 2, 3, None],
+            "op_id": [1, 1, 1, 2],
+        }
+    )
+    comms = pa.table({"comm_id": ["w"], "ranks": [[0, 1, 2, 3]]})
+
+    def ops(name: str) -> pa.Table:
+        return pa.table(
+            {"op_id": [0, 1, 2], "module_path": [None, None, None], "phase": ["forward"] * 3, "name": ["x", name, "y"]}
+        )
+
+    assert dedup.stage_classes(4, dedup.layout_of(calls, comms, ops("scatter"))) == {0: [0, 1, 2, 3]}
+    assert len(dedup.stage_classes(4, dedup.layout_of(calls, comms, ops("send")))) == 4  # a pipeline's sends

@@ -38,6 +38,12 @@ import pandas as pd
 from maya.core.digest import files_digest
 
 P2P = ("send", "recv")
+ROOTED = ("scatter", "gather", "c10d::scatter_", "c10d::gather_", "nccl:scatter", "nccl:gather")
+"""Ops of collectives with a root that NCCL's process group runs as sends and receives: the root sends to (or
+receives from) every member, which is no pipeline (DTensor's `distribute_tensor` scatters each parameter from rank 0,
+as OLMo-core's model initialisation does). Deduplication leaves their calls out of the layout
+(`emulator/dedup.py`), and the simulator matches each as one collective of its communicator (`simulator/program.py`),
+so a rank replayed from the root's program meets the root there."""
 POLLS = ("cudaEventQuery", "cudaStreamQuery", "cuEventQuery", "cuStreamQuery")
 """Calls whose count depends on how long the capture ran (`emulator/convert.POLLS`): not compared."""
 COMPARED = (

@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from maya.core.pipeline_stages import P2P, Pipeline
+from maya.core.pipeline_stages import P2P, ROOTED, Pipeline
 
 REBUILT_FROM = 6
 """Fewest pipeline stages whose interior stages are rebuilt: stages 0, 1, 2, `P - 2` and `P - 1` are captured, so
@@ -57,7 +57,7 @@ with 6 one stage (3) is rebuilt."""
 
 LAYOUT_COLUMNS = {
     "api_calls": ("collective_name", "comm_id", "peer_rank", "op_id"),
-    "ops": ("op_id", "module_path", "phase"),
+    "ops": ("op_id", "module_path", "phase", "name"),
 }
 """The columns `layout_of` reads of the large tables (a 5M-op trace's ops are mostly shapes)."""
 
@@ -131,8 +131,8 @@ def layout_of(api_calls: pa.Table, communicators: pa.Table, ops: pa.Table | None
     `communicators` and `ops`, of which only the `LAYOUT_COLUMNS` are read: a call whose op has a module path or is in
     the backward phase is within a pass, and a group with one call within a pass is an exchange group; without ops,
     every call is taken to be between passes); `LayoutError` when the groups do not give evenly strided axes or
-    no group holds the pipeline's peers."""
-    p2p = api_calls.filter(pc.is_in(api_calls.column("collective_name"), pa.array(list(P2P))))
+    no group holds the pipeline's peers. The sends and receives of a scatter or a gather (`ROOTED`) are left out."""
+    p2p = _without_rooted(api_calls.filter(pc.is_in(api_calls.column("collective_name"), pa.array(list(P2P)))), ops)
     members = {
         row["comm_id"]: row["ranks"]
         for row in communicators.select(["comm_id", "ranks"]).to_pylist()
@@ -149,6 +149,16 @@ def layout_of(api_calls: pa.Table, communicators: pa.Table, ops: pa.Table | None
             if axis not in exchanges:
                 exchanges.append(axis)
     return Layout(pipeline, tuple(exchanges))
+
+
+def _without_rooted(p2p: pa.Table, ops: pa.Table | None) -> pa.Table:
+    """`p2p` less the calls made by a scatter's or a gather's op (`ROOTED`)."""
+    if ops is None or not len(ops) or not len(p2p) or "op_id" not in p2p.column_names or "name" not in ops.column_names:
+        return p2p
+    rooted = pc.fill_null(pc.is_in(ops.column("name"), pa.array(list(ROOTED))), False).to_numpy()
+    if not rooted.any():
+        return p2p
+    return p2p.filter(pa.array(~_looked_up(ops.column("op_id").to_numpy(), rooted, p2p.column("op_id"))))
 
 
 def _exchange_comms(p2p: pa.Table, ops: pa.Table | None) -> set[str]:

@@ -6,7 +6,8 @@ object cannot be: its bytes would be garbage. So in an emulated rank:
   way) and `broadcast_object_list`/`scatter_object_list` deliver the sender's real objects through
   `$MAYA_EMU_MAILBOX`: the sender writes a file, the receiver waits for it and asks the launcher
   (`want-<src>`) to emulate the sender if it is not running yet;
-- `all_gather_object`/`gather_object` are SPMD: every peer's object is a copy of this rank's;
+- `all_gather_object`/`gather_object` are SPMD: every peer's object is a copy of this rank's, except a
+  torch.distributed.checkpoint save plan, which is the peer's own (`checkpoint_plans.py`);
 - a `broadcast` of a small tensor (up to `SMALL_BROADCAST_BYTES`: a count, a flag, ids that ranks check
   they agree on, as DeepSpeed ZeRO-3 does) is recorded as the NCCL call it is, and the source's bytes are
   delivered through the mailbox into the receivers' buffers (emulated device memory is host memory), so
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from maya.core import settings
+
+from . import checkpoint_plans
 
 POLL_S = 0.01
 SMALL_BROADCAST_BYTES = 4096
@@ -65,6 +68,8 @@ def install(mailbox: Path, rank: int) -> None:
     """Replace torch.distributed's object collectives in this rank process."""
     import torch.distributed as dist
 
+    checkpoint_plans.install()
+
     counters: dict[tuple, int] = defaultdict(int)
 
     def next_path(kind: str, *key) -> Path:
@@ -81,10 +86,6 @@ def install(mailbox: Path, rank: int) -> None:
 
     def group_name(group) -> str:
         return (group or dist.group.WORLD).group_name
-
-    def copies(obj, n: int) -> list:
-        data = pickle.dumps(obj)
-        return [pickle.loads(data) for _ in range(n)]
 
     def send_object_list(
         object_list, dst=None, group=None, device=None, group_dst=None, use_batch=False, weights_only=False
@@ -128,11 +129,11 @@ def install(mailbox: Path, rank: int) -> None:
         scatter_object_output_list[0] = objects[dist.get_rank(group)]
 
     def all_gather_object(object_list, obj, group=None) -> None:
-        object_list[:] = copies(obj, len(object_list))
+        object_list[:] = checkpoint_plans.peer_objects(obj, group, len(object_list))
 
     def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None) -> None:
         if object_gather_list is not None:
-            object_gather_list[:] = copies(obj, len(object_gather_list))
+            object_gather_list[:] = checkpoint_plans.peer_objects(obj, group, len(object_gather_list))
 
     nccl_broadcast = dist.broadcast
 

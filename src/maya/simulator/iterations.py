@@ -4,10 +4,11 @@ Sources, first that applies: the ops' `iteration` column (emulator, Kineto impor
 op spans; otherwise the longest run of a repeated call sequence that does device work (benchmark loops
 without an optimizer; not host-only queries, as torch 2.6's NVML device counts before CUDA starts), its
 boundaries moved to just after a host synchronisation where the repeated unit has one; else the whole trace
-is one iteration. The first iteration (it holds initialisation), a short trailing one (teardown), those
-holding an evaluation pass (ops of phase `eval`: a validation every k steps) and those with many more device
-calls than the leanest of the others (work that only adds calls: a function compiled lazily at its first
-call, autotuning benchmarks, a checkpoint save) are not steady.
+is one iteration. The first iteration (it holds initialisation), a short trailing one (teardown, or a run
+stopped mid-step) unless it ends a step (an optimizer-phase call after its last backward call: a whole step, and
+the longer one before it did extra work), those holding an evaluation pass (ops of phase `eval`: a validation
+every k steps) and those with many more device calls than the leanest of the others (work that only adds calls:
+a function compiled lazily at its first call, autotuning benchmarks, a checkpoint save) are not steady.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def detect(trace: RankTrace, opcodes: np.ndarray) -> Iterations:
         labels = labels_of(trace)
         if labels is not None and len(labels) and labels[0] != labels[-1]:
             bounds = np.concatenate([[0], np.flatnonzero(np.diff(labels)) + 1, [n]])
-            return _steady(bounds, opcodes, source, evaluating(trace))
+            backward, optimizer = in_phase(trace, "backward"), in_phase(trace, "optimizer")
+            return _steady(bounds, opcodes, source, evaluating(trace), backward, optimizer)
     found = _from_repetition(trace, opcodes)
     if found is not None:
         return found
@@ -87,12 +89,17 @@ def call_iterations(trace: RankTrace) -> np.ndarray | None:
 
 def evaluating(trace: RankTrace) -> np.ndarray:
     """Per call, whether it belongs to an evaluation pass (its op's phase is `eval`)."""
+    return in_phase(trace, "eval")
+
+
+def in_phase(trace: RankTrace, phase: str) -> np.ndarray:
+    """Per call, whether its op's phase is `phase`."""
     ops = trace.ops
-    if not len(ops) or "phase" not in ops or not (ops["phase"] == "eval").any():
+    if not len(ops) or "phase" not in ops or not (ops["phase"] == phase).any():
         return np.zeros(len(trace.calls), dtype=bool)
     first, where = trace.call_ops()
-    evaluated = ops["phase"].eq("eval").fillna(False).to_numpy(dtype=bool)[first]  # per op, by position; NA: not
-    return np.where(where >= 0, evaluated[np.maximum(where, 0)], False)
+    inside = ops["phase"].eq(phase).fillna(False).to_numpy(dtype=bool)[first]  # per op, by position; NA: not
+    return np.where(where >= 0, inside[np.maximum(where, 0)], False)
 
 
 def _from_profiler_steps(trace: RankTrace) -> np.ndarray | None:
@@ -109,15 +116,27 @@ def _from_profiler_steps(trace: RankTrace) -> np.ndarray | None:
     return _monotone(pd.Series(np.where(inside, steps["step"].to_numpy()[np.maximum(i, 0)], np.nan)))
 
 
-def _steady(bounds: np.ndarray, opcodes: np.ndarray, source: str, evaluating: np.ndarray | None = None) -> Iterations:
+def _steady(
+    bounds: np.ndarray,
+    opcodes: np.ndarray,
+    source: str,
+    evaluating: np.ndarray | None = None,
+    backward: np.ndarray | None = None,
+    optimizer: np.ndarray | None = None,
+) -> Iterations:
+    """The steady iterations; `evaluating`, `backward` and `optimizer` say per call whether its op is in an evaluation
+    pass, in a backward or in the optimizer phase (None, or none at all: not known)."""
     count = len(bounds) - 1
     if count == 1:
         return Iterations(bounds, np.array([0]), source)
     device = np.add.reduceat(np.isin(opcodes, DEVICE_OPS).astype(np.int64), bounds[:-1])
     steady = list(range(1, count))
     # a partial last iteration is dropped first: left alone after the evaluating ones, it would be taken for
-    # the steady state (a run stopped just after a validation pass)
-    if len(steady) > 1 and device[steady[-1]] < PARTIAL_SHARE * np.median(device[steady[:-1]]):
+    # the steady state (a run stopped just after a validation pass). One that ends a step is whole: the iteration
+    # before it did extra work (OLMo-core's trainer runs a forward and backward on its first batch before its first
+    # step: with --iterations 3 that iteration, twice the work, was the only steady one)
+    whole = _ends_a_step(bounds[steady[-1]], bounds[steady[-1] + 1], backward, optimizer)
+    if len(steady) > 1 and not whole and device[steady[-1]] < PARTIAL_SHARE * np.median(device[steady[:-1]]):
         steady.pop()
     if evaluating is not None and evaluating.any():
         training = [k for k in steady if not evaluating[bounds[k] : bounds[k + 1]].any()]
@@ -126,6 +145,17 @@ def _steady(bounds: np.ndarray, opcodes: np.ndarray, source: str, evaluating: np
         leanest = device[steady].min()
         steady = [k for k in steady if device[k] <= EXTRA_WORK_SHARE * leanest]
     return Iterations(bounds, np.array(steady or [count - 1]), source)
+
+
+def _ends_a_step(start: int, end: int, backward: np.ndarray | None, optimizer: np.ndarray | None) -> bool:
+    """Whether calls `start:end` end a training step: an optimizer-phase call after their last backward call (an
+    optimizer step's ops carry the label of the iteration they close; `zero_grad`, also of that phase, comes before
+    the backward). False without a backward, or when the trace has no optimizer-phase call at all (not known: a run
+    stopped mid-backward, or a forward and backward with no step after it, is a partial iteration)."""
+    if backward is None or optimizer is None or not optimizer.any():
+        return False
+    inside = np.flatnonzero(backward[start:end])
+    return bool(len(inside) and optimizer[start + inside[-1] + 1 : end].any())
 
 
 def call_signatures(calls: pd.DataFrame) -> np.ndarray:

@@ -5,7 +5,15 @@ Event versions are resolved here: the k-th `cudaEventRecord` of the rank gets re
 synchronise on an event refers to the record id of that event's latest record before it (-1: never
 recorded, which CUDA treats as complete). Collectives between `ncclGroupStart` and the outermost
 `ncclGroupEnd` form one launch, issued by the `ncclGroupEnd` call on the first member's stream (a
-group spanning several streams is replayed on that one)."""
+group spanning several streams is replayed on that one).
+
+Operations are matched across ranks (`topology.py`) by their `CommOp.order`: a collective by its place among its
+communicator's collectives (its `comm_seq`, less the sends and receives before it where the communicator's
+`comm_seq` counts them: Maya's NCCL stub numbers every call on a communicator, and a send or a receive is made by
+some members only); a send or a receive by its place among the transfers between the same two members. The sends
+and receives of a scatter or a gather (`core/pipeline_stages.ROOTED`: NCCL's process group runs them so, and
+DTensor's `distribute_tensor` scatters from rank 0) are one collective of their communicator per group, numbered
+apart: a rank replayed from the root's program (deduplication leaves them out of its layout) meets the root there."""
 
 from __future__ import annotations
 
@@ -15,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+
+from maya.core.pipeline_stages import ROOTED
 
 from .opcodes import COLL, DEVICE_SYNC, EVENT_SYNC, GROUP_END, GROUP_START, NOP, RECORD, WAIT, WORK, WORK_SYNC, classify
 from .trace import RankTrace, RebuiltTrace
@@ -28,8 +38,10 @@ class CommOp(NamedTuple):
     """Index into `Program.communicators`."""
     p2p: bool
     order: int
-    """Collectives: `comm_seq` (else the count of earlier collectives on the communicator); p2p: the count of
-    earlier transfers to (send) or from (recv) the same peer on the communicator."""
+    """Collectives: `comm_seq` less the sends and receives before it on the communicator where its `comm_seq` counts
+    them (`_counts_p2p`; else the count of earlier collectives on the communicator); a scatter's or gather's sends
+    (`ROOTED`): -1 less the count of earlier ones on the communicator; p2p: the count of earlier transfers to (send)
+    or from (recv) the same peer on the communicator."""
     peer: int = -1
     """p2p: the peer's rank within the communicator."""
     send: bool = False
@@ -180,6 +192,31 @@ def _resolve_events(calls: pd.DataFrame, ops: np.ndarray, arg: np.ndarray) -> in
     return int(record.sum())
 
 
+def _rooted(trace: RankTrace) -> np.ndarray:
+    """Per call, whether its op is a collective with a root that NCCL runs as sends and receives (`ROOTED`)."""
+    ops = trace.ops
+    if not len(ops) or "name" not in ops or not ops["name"].isin(ROOTED).any():
+        return np.zeros(len(trace.calls), dtype=bool)
+    first, where = trace.call_ops()
+    named = ops["name"].isin(ROOTED).to_numpy(dtype=bool)[first]
+    return np.where(where >= 0, named[np.maximum(where, 0)], False)
+
+
+def _counts_p2p(comm_ids: np.ndarray, seqs: np.ndarray, p2p: np.ndarray, coll: np.ndarray) -> set:
+    """The communicators whose `comm_seq` numbers their sends and receives along with their collectives, so that a
+    collective's `comm_seq` is not the same on every member after p2p calls (Maya's NCCL stub: one count per
+    communicator; a root's scatter moves it N - 1, each receiver's 1): those holding a send or receive whose calls'
+    `comm_seq` strictly increase in call order. A numbering of its own for p2p (torch's process group, as the
+    profiler records it) repeats numbers: its collectives' `comm_seq` are kept."""
+    rows = coll[~np.isnan(seqs[coll])]
+    frame = pd.DataFrame({"comm": comm_ids[rows], "seq": seqs[rows], "p2p": p2p[rows]})
+    found = set()
+    for comm, group in frame.groupby("comm", sort=False):
+        if group["p2p"].any() and (group["seq"].diff().iloc[1:] > 0).all():
+            found.add(comm)
+    return found
+
+
 def _launches(
     trace: RankTrace,
     calls: pd.DataFrame,
@@ -195,10 +232,17 @@ def _launches(
     pending: list[CommOp] = []
     depth = 0
     rows = np.flatnonzero(np.isin(ops, (COLL, GROUP_START, GROUP_END)))
+    rooted = _rooted(trace)
+    rooted_in_group: set[int] = set()
     comm_ids = calls["comm_id"].to_numpy(dtype=object)
     names = calls["collective_name"].to_numpy(dtype=object)
     seqs = calls["comm_seq"].to_numpy(dtype="float64", na_value=np.nan)
     peers = calls["peer_rank"].to_numpy(dtype="float64", na_value=np.nan)
+    coll = rows[ops[rows] == COLL]
+    is_p2p = np.zeros(len(names), dtype=bool)
+    is_p2p[coll] = [("send" in n or "recv" in n) for n in (str(x).lower() for x in names[coll])]
+    counts_p2p = _counts_p2p(comm_ids, seqs, is_p2p, coll)
+    p2p_seen: dict[int, int] = {}  # per communicator, its sends and receives so far (rooted or not)
     for i in rows:
         if ops[i] == GROUP_START:
             depth += 1
@@ -212,6 +256,7 @@ def _launches(
                 launches.append(pending)
                 launch_call.append(int(i))
                 pending = []
+                rooted_in_group.clear()
             continue
         cid = comm_ids[i]
         if cid not in comm_index:
@@ -221,8 +266,18 @@ def _launches(
             )
         c = comm_index[cid]
         name = str(names[i]).lower()
-        p2p = "send" in name or "recv" in name
+        p2p = bool(is_p2p[i])
         if p2p:
+            p2p_seen[c] = p2p_seen.get(c, 0) + 1
+        if p2p and rooted[i]:  # a scatter's or gather's sends: one collective of the communicator per group
+            if depth > 0 and c in rooted_in_group:
+                ops[i] = NOP
+                continue
+            key = (c, "rooted")
+            op = CommOp(int(i), c, False, -1 - counters.get(key, 0))
+            if depth > 0:
+                rooted_in_group.add(c)
+        elif p2p:
             if np.isnan(peers[i]):
                 raise ValueError(f"rank {trace.rank}: {names[i]} call {int(calls['seq'].iat[i])} has no peer_rank")
             peer, send = int(peers[i]), "send" in name
@@ -230,7 +285,11 @@ def _launches(
             op = CommOp(int(i), c, True, counters.get(key, 0), peer, send)
         else:
             key = (c,)
-            op = CommOp(int(i), c, False, int(seqs[i]) if not np.isnan(seqs[i]) else counters.get(key, 0))
+            if np.isnan(seqs[i]):
+                order = counters.get(key, 0)
+            else:  # the collectives of the communicator alone, wherever its numbering counts sends and receives
+                order = int(seqs[i]) - (p2p_seen.get(c, 0) if cid in counts_p2p else 0)
+            op = CommOp(int(i), c, False, order)
         counters[key] = counters.get(key, 0) + 1
         if depth > 0:
             pending.append(op)

@@ -16,7 +16,8 @@
 typedef struct {
   int64_t id;
   int nranks, rank, device;
-  int64_t seq;    /* collectives issued on it: what lines them up across ranks */
+  int64_t seq;    /* collectives, sends and receives issued on it (the simulator numbers collectives without the
+                     sends and receives, which differ between members: simulator/program.py) */
   int64_t splits; /* ncclCommSplit calls on it, NOCOLOR ones included (every rank of it makes each) */
 } maya_comm;
 
