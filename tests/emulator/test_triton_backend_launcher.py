@@ -26,7 +26,7 @@ class Notes:
     def __init__(self):
         self.launches = []
 
-    def launch(self, kernel, names, args, constants=(), num_stages=None):
+    def launch(self, kernel, names, args, constants=(), num_stages=None, access=None):
         self.launches.append((kernel, names, args, constants, num_stages))
 
 

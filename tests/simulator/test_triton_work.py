@@ -256,7 +256,25 @@ def test_user_kernels():
             BLOCK=128,
         ),
     )
-    assert add["numel"] == 1000 and add["work_bytes"] == 2 * 2010 and "family" not in add
+    assert add["numel"] == 1000 and add["work_bytes"] == 2 * 2010
+    assert (add["family"], add["op"], add["operands"]) == ("elementwise", "inductor_pointwise", 3)  # the add's price
+
+
+def test_a_user_row_kernel_is_its_family_over_rows_of_its_last_dimension():
+    """Liger's RMSNorm: one program per row of `n_cols`, priced as torch's layer norm of the same rows, not as one row
+    of all the elements; in a backward pass as the backward kernel."""
+    x, y = tensor("X_ptr", (4096, 1024), "float32", 4), tensor("Y_ptr", (4096, 1024), "float32", 4)
+    args = (dict(y, access="write"), dict(x, access="read"), scalar("n_cols", 1024))
+    forward = describe("_rms_norm_forward_kernel", note(*args))
+    assert (forward["family"], forward["op"], forward["numel"], forward["row"]) == (
+        "normalization",
+        "inductor_reduction",
+        4096 * 1024,
+        1024,
+    )
+    assert describe("_rms_norm_backward_kernel", note(*args), backward=True)["op"] == "inductor_reduction_backward"
+    flash = describe("_flash_attn_fwd", note(tensor("Q", (2, 8, 128, 64)), tensor("Out", (2, 8, 128, 64))))
+    assert "family" not in flash and flash["op"] == "triton"  # its name's family (attention) and bytes, as before
 
 
 def test_work_frame_prices_triton_launches_from_their_arguments_not_the_enclosing_op():
@@ -398,3 +416,15 @@ def test_notes_count_every_stand_in_launch_and_read_once_described_per_distinct_
     assert "in 4 launches (3 as a causal stand-in, 1 as a document-causal stand-in)" in flex
     (reads,) = stand_in_notes(traces)
     assert reads.startswith("3 host reads of device values got emulated stand-ins (aten::nonzero 2, aten::item 1)")
+
+
+def test_a_tensor_the_kernel_reads_and_writes_moves_twice():
+    """The access the emulator read from a user kernel's source (`triton_access`): Liger's RoPE rotates q in place."""
+    q = tensor("q_ptr", (4, 1024, 16, 64))
+    described = describe(
+        "_triton_rope",
+        note(dict(q, access="read-write"), dict(tensor("cos", (1, 1024, 64)), access="read"), scalar("sl", 1024)),
+    )
+    assert described["work_bytes"] == 2 * q["bytes"] + 1024 * 64 * 2
+    unknown = describe("_triton_rope", note(q, tensor("cos", (1, 1024, 64)), scalar("sl", 1024)))
+    assert unknown["work_bytes"] == q["bytes"] + 1024 * 64 * 2  # no access recorded: once each, as before

@@ -18,9 +18,12 @@ Inductor names its kernels by kind and its templates' tensors by role, so:
   the keys a query row computes on average, from the blocks the BlockMask has the kernel compute (`flex_blocks`);
   FLOPs count only those blocks;
 - any other kernel (user kernels, foreach kernels): `numel` = the largest tensor's elements; a kernel with
-  integer arguments `M`, `N`, `K` (the Triton tutorials' convention) is a GEMM.
-Every kernel's memory traffic (`work_bytes`) is the bytes of its tensor arguments, read or written once
-(`in_out_ptr*`: both); `dtype` is the element type holding most of those bytes.
+  integer arguments `M`, `N`, `K` (the Triton tutorials' convention) is a GEMM; a user kernel otherwise is
+  priced as Inductor's generated kernel of the same work (`user_work`: a row kernel where its name says
+  normalization or softmax, else the add moving its bytes).
+Every kernel's memory traffic (`work_bytes`) is the bytes of its tensor arguments, read or written once, twice
+where the kernel does both (the `access` the emulator read from a `@triton.jit` kernel's source; without it,
+Inductor's `in_out_ptr*`); `dtype` is the element type holding most of those bytes.
 """
 
 from __future__ import annotations
@@ -65,15 +68,24 @@ def _numel(shape: list[int]) -> float:
     return float(math.prod(shape))
 
 
+def _passes(name: str, tensor: dict) -> float:
+    """Times a kernel moves a tensor argument: its recorded `access` (`emulator/triton_access.py`: "read-write" twice,
+    read or written once), else twice for Inductor's `in_out_ptr*` and once for any other."""
+    access = tensor.get("access")
+    if access is not None:
+        return 2.0 if access == "read-write" else 1.0
+    return 2.0 if name.startswith("in_out_ptr") else 1.0
+
+
 def _traffic(tensors: dict[str, dict], elements: float = math.inf) -> tuple[float, str | None]:
-    """Bytes of the tensor arguments (in-place ones twice), none counting more than `elements` of its own, and
-    the dtype holding most of them."""
+    """Bytes of the tensor arguments (read and written ones twice: `_passes`), none counting more than `elements` of
+    its own, and the dtype holding most of them."""
     per_dtype: dict[str, float] = {}
     for name, t in tensors.items():
         size = float(t.get("bytes", 0))
         if size and math.isfinite(elements):
             size = min(size, elements * size / max(_numel(t.get("shape", [])), 1.0))
-        size *= 2.0 if name.startswith("in_out_ptr") else 1.0
+        size *= _passes(name, t)
         kind = dtype_name(t.get("dtype")) or "u8"
         per_dtype[kind] = per_dtype.get(kind, 0.0) + size
     if not per_dtype:
@@ -301,7 +313,33 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
         generated = next((k for prefix, k in INDUCTOR_PREFIXES.items() if lower.startswith(prefix)), None)
         if generated is not None and has_numel:
             out.update(inductor_work(kernel, generated, tensors, out["numel"], backward))
+        elif generated is None and tensors and not lower.startswith("triton_"):
+            out.update(user_work(kernel, tensors, out["numel"], backward))
     return out
+
+
+USER_POINTWISE_FAMILIES = ("other", "elementwise")
+"""Families a user kernel's name may give (`classify_kernel`) that `user_work` prices as a pointwise kernel."""
+
+
+def user_work(kernel: str, tensors: dict[str, dict], numel: float, backward: bool) -> dict:
+    """Family, op, row and traffic of a user `@triton.jit` kernel with no GEMM shape over `numel` elements (its largest
+    tensor's), priced as Inductor's generated kernels of the same work are (`inductor_work`), not at the spec sheet's
+    bandwidth, which no measured kernel reaches:
+    - a kernel its name says is a normalization or a softmax (Liger's `_rms_norm_forward_kernel`) as that row kernel,
+      each program one row of the largest tensor's last dimension (Triton's tutorials' and Liger's `n_cols`);
+    - a kernel of no family or an elementwise one (Liger's SwiGLU, RoPE, cross-entropy) as the add moving its bytes,
+      with the tensors it reads as operands;
+    - any other (its name says attention, a GEMM, a copy, ...) keeps its name's family, priced from its bytes."""
+    named = classify_kernel(kernel)["family"]
+    largest = max(tensors.values(), key=lambda t: _numel(t["shape"]))
+    if named in INDUCTOR_ROW_FAMILIES and len(largest["shape"]) >= 2:
+        return {**inductor_work(kernel, "reduction", tensors, numel, backward), "row": float(largest["shape"][-1])}
+    if named in USER_POINTWISE_FAMILIES:
+        read = [t for t in tensors.values() if t.get("access", "read") != "write"]
+        work = inductor_work(kernel, "pointwise", tensors, numel, backward)
+        return {**work, "operands": float(max(len(read), 1))}
+    return {}
 
 
 def inductor_work(kernel: str, kind: str, tensors: dict[str, dict], numel: float, backward: bool) -> dict:
