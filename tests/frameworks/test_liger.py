@@ -35,6 +35,7 @@ def test_trainer_with_liger_kernels(tmp_path, emulate_and_predict):
     )
     assert "stopped after 2 training iterations" in output
     assert prediction["iteration_ns"] > 0
+    assert any("launches of user Triton kernels are priced" in note for note in prediction["notes"])
     trace = load(tmp_path / "run").ranks[0]
     names = dict(zip(trace.kernels["kernel_id"], trace.kernels["name"]))
     frame = work_frame(trace, classify(trace.calls))

@@ -428,3 +428,35 @@ def test_a_tensor_the_kernel_reads_and_writes_moves_twice():
     assert described["work_bytes"] == 2 * q["bytes"] + 1024 * 64 * 2
     unknown = describe("_triton_rope", note(q, tensor("cos", (1, 1024, 64)), scalar("sl", 1024)))
     assert unknown["work_bytes"] == q["bytes"] + 1024 * 64 * 2  # no access recorded: once each, as before
+
+
+def test_the_note_names_the_user_kernels_and_how_they_were_priced():
+    """Liger's kernels, launch by launch; Inductor's generated kernels and GEMM-shaped user kernels are not in it."""
+    from pathlib import Path
+
+    from maya.simulator.notes import triton_user_notes
+    from maya.simulator.trace import TraceSet
+
+    rows = note(tensor("X_ptr", (4096, 1024)), tensor("Y_ptr", (4096, 1024)), scalar("n_cols", 1024))
+    pointwise = note(tensor("a_ptr", (4096, 2816)), tensor("c_ptr", (4096, 2816)))
+    gemm = note(tensor("a_ptr", (64, 32)), scalar("M", 64), scalar("N", 16), scalar("K", 32))
+    calls = pd.DataFrame(
+        {
+            "api": ["cuLaunchKernel"] * 6,
+            "kernel_id": [1, 1, 2, 2, 3, 4],
+            "args": pd.Series([rows, rows, pointwise, pointwise, gemm, pointwise], dtype="str"),
+        }
+    )
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": [1, 2, 3, 4],
+            "name": ["_rms_norm_forward_kernel", "_swiglu_forward_kernel", "mm", "triton_poi_0"],
+        }
+    )
+    traces = TraceSet(
+        "r", Path("."), {}, {0: RankTrace(0, calls, pd.DataFrame(), kernels, pd.DataFrame(), pd.DataFrame())}
+    )
+    (user,) = triton_user_notes(traces)
+    assert user.startswith("4 launches of user Triton kernels")
+    assert "layer norm over their rows (2: _rms_norm_forward_kernel)" in user
+    assert "add moving their bytes (2: _swiglu_forward_kernel)" in user

@@ -176,6 +176,51 @@ def flex_mask_notes(traces: TraceSet) -> list[str]:
     ]
 
 
+USER_KERNEL_PRICES = {
+    "elementwise": "torch's add moving their bytes",
+    "normalization": "torch's layer norm over their rows",
+    "softmax": "torch's softmax over their rows",
+}
+"""How `triton_work.user_work` prices a user Triton kernel of each family, in the note's words."""
+SHOWN_KERNELS = 4
+
+
+def triton_user_notes(traces: TraceSet) -> list[str]:
+    """A note on user `@triton.jit` kernels (Liger-Kernel's, a script's own): priced from their launch arguments as the
+    kernels of the same work (`triton_work.user_work`), which and how many."""
+    from . import triton_work
+
+    kernels: dict[str, set[str]] = {}
+    launches: dict[str, int] = {}
+    for trace in traces.ranks.values():
+        if "args" not in trace.calls:
+            continue
+        rows = contains(trace.calls["args"], '"triton"')
+        if not rows.any():
+            continue
+        names = dict(zip(trace.kernels["kernel_id"].tolist(), trace.kernels["name"].tolist()))
+        for (kernel_id, text), n in trace.calls.loc[rows, ["kernel_id", "args"]].value_counts(sort=False).items():
+            name = str(names.get(kernel_id, ""))
+            if not name or name.lower().startswith("triton_"):  # Inductor's generated kernels
+                continue
+            work = triton_work.describe(name, str(text))
+            how = USER_KERNEL_PRICES.get(work.get("family")) if str(work.get("op")).startswith("inductor_") else None
+            if how is not None:
+                kernels.setdefault(how, set()).add(name)
+                launches[how] = launches.get(how, 0) + int(n)
+    if not launches:
+        return []
+    parts = []
+    for how, n in sorted(launches.items(), key=lambda kv: -kv[1]):
+        shown = sorted(kernels[how])
+        more = f" and {len(shown) - SHOWN_KERNELS} more" if len(shown) > SHOWN_KERNELS else ""
+        parts.append(f"as {how} ({n}: {', '.join(shown[:SHOWN_KERNELS])}{more})")
+    return [
+        f"{sum(launches.values())} launches of user Triton kernels are priced from their arguments as the kernels of "
+        f"the same work, {'; '.join(parts)}: arithmetic beyond their memory traffic is not counted"
+    ]
+
+
 def te_kernel_notes(traces: TraceSet) -> list[str]:
     """A note on Transformer Engine's own kernels: priced as the eager kernels of the same work (stand-ins, sized by
     the extension call enclosing them: `te_work`), and those without sizes (outside a recorded call)."""
