@@ -460,3 +460,30 @@ def test_the_note_names_the_user_kernels_and_how_they_were_priced():
     assert user.startswith("4 launches of user Triton kernels")
     assert "layer norm over their rows (2: _rms_norm_forward_kernel)" in user
     assert "add moving their bytes (2: _swiglu_forward_kernel)" in user
+
+
+def test_inductors_kernels_are_priced_by_their_arguments_names_whatever_access_they_carry():
+    """An `access` on Inductor's kernel (a launch through Triton's own launcher) changes nothing: its atomic_add scatter
+    output and an `in_out_ptr` it only stores are priced as without it, by their names."""
+    scatter = (
+        tensor("in_ptr0", (8192,), "int64", 8),
+        tensor("in_ptr1", (8192, 768), "float32", 4),
+        tensor("out_ptr0", (50304, 768), "float32", 4),
+    )
+    accesses = {"in_ptr0": "read", "in_ptr1": "read", "out_ptr0": "read-write"}
+    per = (
+        tensor("in_out_ptr0", (4096, 1), "float32", 4),
+        tensor("in_ptr0", (4096, 1024), "float32", 4),
+        tensor("out_ptr0", (4096, 1024), "float32", 4),
+    )
+    stored = {"in_out_ptr0": "write", "in_ptr0": "read", "out_ptr0": "write"}
+    for kernel, tensors, access, scalars in (
+        ("triton_poi_fused_embedding_dense_backward_1", scatter, accesses, (scalar("xnumel", 8192 * 768),)),
+        ("triton_per_fused_native_layer_norm_0", per, stored, (scalar("xnumel", 4096), scalar("r0_numel", 1024))),
+    ):
+        plain = describe(kernel, note(*tensors, *scalars), backward=True)
+        carried = describe(kernel, note(*(dict(t, access=access[t["name"]]) for t in tensors), *scalars), backward=True)
+        assert carried == plain
+    assert describe(
+        "triton_per_fused_native_layer_norm_0", note(*per, scalar("xnumel", 4096), scalar("r0_numel", 1024))
+    )["work_bytes"] == (2 * 4096 * 4 + 2 * 4096 * 1024 * 4)  # the in_out_ptr twice, as on main

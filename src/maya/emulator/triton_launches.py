@@ -10,7 +10,8 @@ them eagerly would cost ~8 s per rank for scripts that never use them). Before a
 the native recorder the id of the launch's description (`maya_emu_launch_note`); the next `cuLaunchKernel`
 of the thread carries it (record field a6), and the descriptions go, once each, to `triton_launches.jsonl`
 in the capture (`convert.py` puts them in `api_calls.args` under `triton`). Triton's launcher also has the kernel's
-`@triton.jit` function: each tensor argument it reads or writes carries that `access` (`triton_access.py`).
+`@triton.jit` function: each tensor argument a user kernel reads or writes carries that `access` (`triton_access.py`;
+not Inductor's kernels, whose arguments' names say it).
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
         except Exception:  # a source this code does not know: its launches go undescribed
             pass
         try:
-            self._maya_access = argument_access(src.fn)
+            if not _inductors(src):  # Inductor's kernels say their tensors' roles in their names
+                self._maya_access = argument_access(src.fn)
         except Exception:  # a source that cannot be read: its arguments' access goes unsaid
             pass
 
@@ -189,6 +191,15 @@ def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
         return call(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args)
 
     cls.__init__, cls.__call__ = __init__, __call__
+
+
+def _inductors(src: Any) -> bool:
+    """Whether Triton's launcher runs one of Inductor's kernels (generated or a template: torch 2.5-2.7, or
+    `TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER=0`), by its name: Inductor names each `triton_<kind>_...`, or compiles it
+    under its placeholder `INDUCTOR_PLACEHOLDER` (`triton_`), and the simulator prices it by its arguments' names
+    (`triton_work.is_inductors`), so its source is not read."""
+    name = getattr(src, "name", None) or getattr(getattr(src, "fn", None), "__name__", "")
+    return str(name).lower().startswith(INDUCTOR_PLACEHOLDER)
 
 
 def _wrap_backend_launchers(module: ModuleType, notes: LaunchNotes) -> None:

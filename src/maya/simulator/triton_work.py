@@ -69,8 +69,9 @@ def _numel(shape: list[int]) -> float:
 
 
 def _passes(name: str, tensor: dict) -> float:
-    """Times a kernel moves a tensor argument: its recorded `access` (`emulator/triton_access.py`: "read-write" twice,
-    read or written once), else twice for Inductor's `in_out_ptr*` and once for any other."""
+    """Times a kernel moves a tensor argument: a user kernel's recorded `access` (`emulator/triton_access.py`:
+    "read-write" twice, read or written once; `describe` drops it from Inductor's kernels), else twice for Inductor's
+    `in_out_ptr*` and once for any other."""
     access = tensor.get("access")
     if access is not None:
         return 2.0 if access == "read-write" else 1.0
@@ -263,6 +264,14 @@ def _attention(tensors: dict[str, dict], note: dict, scalars: dict[str, float]) 
     }
 
 
+def is_inductors(kernel: str) -> bool:
+    """Whether a kernel is Inductor's (generated, a template, a foreach kernel), by its name: Inductor names every
+    kernel it generates `triton_<kind>_...`, or compiles it under its placeholder `triton_` (torch 2.5) with that name
+    in the launch's `name`. Its tensors' roles are in their names (`in_out_ptr*` read and written), so a recorded
+    `access` is not used for it: only a user kernel's is (`_passes`)."""
+    return kernel.lower().startswith("triton_")
+
+
 @lru_cache(maxsize=4096)
 def describe(kernel: str, text: str, backward: bool = False) -> dict:
     """Call-frame values (family, op, dtype, numel, row, operands, batch, m, n, k, flops, work_bytes; flex
@@ -272,8 +281,11 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
     Keys it cannot tell are absent."""
     note = json.loads(text)["triton"]
     kernel = note.get("name") or kernel
+    lower = kernel.lower()
     args = note.get("args", [])
     tensors = _tensors(args)
+    if is_inductors(lower):  # priced by its arguments' roles, never by a recorded `access`
+        tensors = {name: {k: v for k, v in t.items() if k != "access"} for name, t in tensors.items()}
     scalars = _scalars(note)
     traffic, kind = _traffic(tensors)
     out: dict = {"work_bytes": traffic, "op": "triton"}
@@ -281,7 +293,6 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
         out["dtype"] = kind
     tf32 = bool(note.get("constexprs", {}).get("ALLOW_TF32"))
     output = _output(tensors)
-    lower = kernel.lower()
     # BLOCK_M tiles the output's rows and BLOCK_N its columns: the call frame's n and m (`gemm_of_row_major`).
     tile = (
         {"tile_m": float(scalars["BLOCK_N"]), "tile_n": float(scalars["BLOCK_M"])}
@@ -294,7 +305,7 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
         out.update(_gemm(tensors["arg_A"], output, kind, tf32), **tile)
     elif "arg_X" in tensors and "arg_W" in tensors and output is not None:
         out.update(_convolution(tensors["arg_X"], tensors["arg_W"], output, tf32), **tile)
-    elif all(isinstance(scalars.get(c), (int, float)) for c in "MNK") and not lower.startswith("triton_"):
+    elif all(isinstance(scalars.get(c), (int, float)) for c in "MNK") and not is_inductors(lower):
         _, m, n, k = gemm_of_row_major(1.0, *(float(scalars[c]) for c in "MNK"))
         out.update(family="gemm", op="mm", batch=1.0, m=m, n=n, k=k, flops=2.0 * m * n * k)
     else:
@@ -313,7 +324,7 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
         generated = next((k for prefix, k in INDUCTOR_PREFIXES.items() if lower.startswith(prefix)), None)
         if generated is not None and has_numel:
             out.update(inductor_work(kernel, generated, tensors, out["numel"], backward))
-        elif generated is None and tensors and not lower.startswith("triton_"):
+        elif generated is None and tensors and not is_inductors(lower):
             out.update(user_work(kernel, tensors, out["numel"], backward))
     return out
 
