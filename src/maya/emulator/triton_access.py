@@ -5,12 +5,17 @@ write in place into a tensor they also read (Liger's RoPE rotates `q` and `k` wh
 stores the gradients over its inputs, its cross-entropy stores the logits' gradient over the logits). The kernel's
 source says it: an argument is written when an address derived from it reaches `tl.store`, an atomic or a block
 pointer's or tensor descriptor's `.store`, and read when one reaches `tl.load`, an atomic or `.load`. Addresses are
-followed through assignments, flow-insensitively (`X_ptr += pid * stride`, `ptrs = X_ptr + offsets`,
-`tl.make_block_ptr(base=X_ptr, ...)`), but not through loaded values (`y = tl.load(Y_ptr)` makes `X_ptr + y` an
-address into `X_ptr` alone), and into the `@triton.jit` helpers the kernel calls, by their parameters.
+followed through assignments in program order (`X_ptr += pid * stride`, `ptrs = X_ptr + offsets`,
+`tl.make_block_ptr(base=X_ptr, ...)`; a name assigned again holds only its new value's arguments), through both
+branches of an `if` and around a loop until nothing changes, but not through loaded values (`y = tl.load(Y_ptr)`
+makes `X_ptr + y` an address into `X_ptr` alone), and into the `@triton.jit` helpers the kernel calls, by their
+parameters.
 
 What the source does not show is left out: an argument reached by no load or store (an unused one, or one a helper
-this module cannot find takes) has no access, and the simulator counts its bytes once, as before.
+this module cannot find takes) has no access, and the simulator counts its bytes once, as before. So is an argument
+an address may or may not derive from: one of several a name may hold after an `if` or a loop (`p = X` in one
+branch, `p = Y` in the other), or a name unpacked from a call's result that several arguments reach
+(`a, b = helper(A, B)`).
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ def argument_access(fn: Any) -> dict[str, str]:
     whose memory its source reads or writes; {} when the source cannot be read."""
     cached = getattr(fn, "_maya_access", None)
     if cached is None:
-        found = _access(fn, HELPER_DEPTH)
-        cached = {name: ACCESS_NAMES[frozenset(kinds)] for name, kinds in found.items() if kinds}
+        found, unknown = _access(fn, HELPER_DEPTH)
+        cached = {
+            name: ACCESS_NAMES[frozenset(kinds)] for name, kinds in found.items() if kinds and name not in unknown
+        }
         try:
             fn._maya_access = cached
         except Exception:  # an object that takes no attributes: analysed again next time
@@ -47,48 +54,171 @@ def _function(fn: Any) -> ast.FunctionDef | None:
     return next((node for node in tree.body if isinstance(node, ast.FunctionDef)), None)
 
 
-def _access(fn: Any, depth: int) -> dict[str, set[str]]:
-    """Each parameter of `fn` with the kinds of access the addresses derived from it get."""
+Roots = tuple[frozenset, frozenset]
+"""The parameters an expression's value derives from: surely (on every path to it), and maybe (one of several a
+name may hold after a branch or a loop, or that reach a tuple unpacked from a call)."""
+NONE: Roots = (frozenset(), frozenset())
+LOOP_PASSES = 16
+"""At most this many passes over a loop's body before its names are taken as they are (they settle in 2 or 3)."""
+
+
+def _union(a: Roots, b: Roots) -> Roots:
+    return a[0] | b[0], a[1] | b[1]
+
+
+def _join(a: dict[str, Roots], b: dict[str, Roots]) -> dict[str, Roots]:
+    """Names after either of two paths: an argument only one of them derives a name from becomes a maybe."""
+    out = dict(a)
+    for name, (sure, maybe) in b.items():
+        if name in out:
+            other_sure, other_maybe = out[name]
+            out[name] = (sure & other_sure, maybe | other_maybe | (sure ^ other_sure))
+        else:
+            out[name] = (sure, maybe)
+    return out
+
+
+def _access(fn: Any, depth: int) -> tuple[dict[str, set[str]], set[str]]:
+    """Each parameter of `fn` with the kinds of access the addresses derived from it get, and the parameters an
+    address that reaches a load or a store may or may not derive from (whose access is unknown)."""
     node = _function(fn)
     if node is None:
-        return {}
+        return {}, set()
     params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
-    roots = _roots(node, params)
-    found: dict[str, set[str]] = {p: set() for p in params}
+    walk = _Walk(params, getattr(getattr(fn, "fn", None), "__globals__", {}), depth)
+    walk.block(node.body, {p: (frozenset({p}), frozenset()) for p in params})
+    return walk.found, walk.unknown
 
-    def mark(expr: ast.AST | None, kind: str) -> None:
-        for p in _address_roots(expr, roots):
-            found[p].add(kind)
 
-    scope = getattr(getattr(fn, "fn", None), "__globals__", {})
-    for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+class _Walk:
+    """One pass over a kernel's statements in program order, with the arguments each name derives from."""
+
+    def __init__(self, params: list[str], scope: dict, depth: int):
+        self.found: dict[str, set[str]] = {p: set() for p in params}
+        self.unknown: set[str] = set()
+        self.scope = scope
+        self.depth = depth
+
+    def block(self, stmts: list[ast.stmt], env: dict[str, Roots]) -> dict[str, Roots]:
+        for stmt in stmts:
+            env = self.statement(stmt, env)
+        return env
+
+    def statement(self, stmt: ast.stmt, env: dict[str, Roots]) -> dict[str, Roots]:
+        if isinstance(stmt, ast.Assign):
+            self.calls(stmt.value, env)
+            bound = [self.bind(target, stmt.value, env) for target in stmt.targets]
+            env = dict(env)
+            for names in bound:
+                env.update(names)
+            return env
+        if isinstance(stmt, ast.AnnAssign):
+            if stmt.value is None:
+                return env
+            self.calls(stmt.value, env)
+            return {**env, **self.bind(stmt.target, stmt.value, env)}
+        if isinstance(stmt, ast.AugAssign):
+            self.calls(stmt.value, env)
+            if isinstance(stmt.target, ast.Name):
+                name = stmt.target.id
+                return {**env, name: _union(env.get(name, NONE), self.roots(stmt.value, env))}
+            return env
+        if isinstance(stmt, ast.If):
+            self.calls(stmt.test, env)
+            return _join(self.block(stmt.body, env), self.block(stmt.orelse, env))
+        if isinstance(stmt, (ast.For, ast.While)):
+            head = stmt.iter if isinstance(stmt, ast.For) else stmt.test
+            self.calls(head, env)
+            state = env
+            for _ in range(LOOP_PASSES):
+                entry = {**state, **self.bind(stmt.target, head, env)} if isinstance(stmt, ast.For) else state
+                joined = _join(state, self.block(stmt.body, entry))
+                if joined == state:
+                    break
+                state = joined
+            return self.block(stmt.orelse, state)
+        if isinstance(stmt, ast.With):
+            for item in stmt.items:
+                self.calls(item.context_expr, env)
+            return self.block(stmt.body, env)
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return env
+        self.calls(stmt, env)  # an expression, a return, an assert: their calls
+        return env
+
+    def bind(self, target: ast.AST, value: ast.AST, env: dict[str, Roots]) -> dict[str, Roots]:
+        """The names `target` binds to `value`: a tuple of targets from a tuple of values of the same length element
+        by element; from any other value (a call's result), each name derives from all of it, only maybe where that
+        is more than one argument."""
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                out: dict[str, Roots] = {}
+                for t, v in zip(target.elts, value.elts):
+                    out.update(self.bind(t, v, env))
+                return out
+            sure, maybe = self.roots(value, env)
+            roots = (sure, maybe) if len(sure | maybe) <= 1 else (frozenset(), sure | maybe)
+            return {n.id: roots for n in ast.walk(target) if isinstance(n, ast.Name)}
+        if isinstance(target, ast.Starred):
+            return self.bind(target.value, value, env)
+        if isinstance(target, ast.Name):
+            return {target.id: self.roots(value, env)}
+        return {}
+
+    def roots(self, expr: ast.AST | None, env: dict[str, Roots]) -> Roots:
+        """The arguments an address computed by `expr` derives from: not those only inside a load (a loaded value is
+        data)."""
+        if expr is None:
+            return NONE
+        sure: set = set()
+        maybe: set = set()
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Call) and (_called(node) == "load" or str(_called(node)).startswith("atomic_")):
+                continue
+            if isinstance(node, ast.Name):
+                s, m = env.get(node.id, NONE)
+                sure |= s
+                maybe |= m
+            stack.extend(ast.iter_child_nodes(node))
+        return frozenset(sure), frozenset(maybe)
+
+    def mark(self, expr: ast.AST | None, kind: str, env: dict[str, Roots]) -> None:
+        sure, maybe = self.roots(expr, env)
+        for p in sure:
+            if p in self.found:
+                self.found[p].add(kind)
+        self.unknown |= maybe - sure
+
+    def calls(self, tree: ast.AST, env: dict[str, Roots]) -> None:
+        """The loads, stores, atomics and helper calls in `tree` (an expression, or a simple statement)."""
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            self.call(call, env)
+
+    def call(self, call: ast.Call, env: dict[str, Roots]) -> None:
         name = _called(call)
         pointer = _argument(call, 0, "pointer")
+        method = isinstance(call.func, ast.Attribute) and not _is_language(call.func.value)
         if name == "store":
-            if isinstance(call.func, ast.Attribute) and not _is_language(call.func.value):
-                mark(call.func.value, WRITE)  # a block pointer's or tensor descriptor's method
-            else:
-                mark(pointer, WRITE)
+            self.mark(call.func.value if method else pointer, WRITE, env)  # a block pointer's or descriptor's
         elif name == "load":
-            if isinstance(call.func, ast.Attribute) and not _is_language(call.func.value):
-                mark(call.func.value, READ)
-            else:
-                mark(pointer, READ)
+            self.mark(call.func.value if method else pointer, READ, env)
         elif name is not None and name.startswith("atomic_"):
-            mark(pointer, READ)
-            mark(pointer, WRITE)
-        elif depth > 0:
-            helper = scope.get(name) if isinstance(call.func, ast.Name) else None
+            self.mark(pointer, READ, env)
+            self.mark(pointer, WRITE, env)
+        elif self.depth > 0:
+            helper = self.scope.get(name) if isinstance(call.func, ast.Name) else None
             if helper is not None and hasattr(helper, "src") and hasattr(helper, "arg_names"):
-                inner = _access(helper, depth - 1)
+                inner, unknown = _access(helper, self.depth - 1)
                 helper_params = list(getattr(helper, "arg_names", ()))
-                for i, arg in enumerate(call.args):
-                    for kind in inner.get(helper_params[i], ()) if i < len(helper_params) else ():
-                        mark(arg, kind)
-                for keyword in call.keywords:
-                    for kind in inner.get(keyword.arg or "", ()):
-                        mark(keyword.value, kind)
-    return found
+                passed = [(helper_params[i], arg) for i, arg in enumerate(call.args) if i < len(helper_params)]
+                passed += [(keyword.arg or "", keyword.value) for keyword in call.keywords]
+                for param, arg in passed:
+                    for kind in inner.get(param, ()):
+                        self.mark(arg, kind, env)
+                    if param in unknown:
+                        self.unknown |= set().union(*self.roots(arg, env))
 
 
 def _called(call: ast.Call) -> str | None:
@@ -108,66 +238,3 @@ def _argument(call: ast.Call, index: int, keyword: str) -> ast.AST | None:
     if len(call.args) > index:
         return call.args[index]
     return next((k.value for k in call.keywords if k.arg in (keyword, "base")), None)
-
-
-def _names(expr: ast.AST | None) -> set[str]:
-    """Names an address computed by `expr` depends on: not those only inside a load (a loaded value is data)."""
-    if expr is None:
-        return set()
-    out: set[str] = set()
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Call) and _called(node) in ("load", "atomic_add", "atomic_cas", "atomic_xchg"):
-            continue
-        if isinstance(node, ast.Name):
-            out.add(node.id)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
-
-
-def _roots(node: ast.FunctionDef, params: list[str]) -> dict[str, set[str]]:
-    """Each local name with the parameters its values are computed from (through assignments, to a fixpoint)."""
-    edges: list[tuple[str, set[str]]] = []
-    for stmt in ast.walk(node):
-        if isinstance(stmt, ast.Assign):
-            for target in stmt.targets:
-                edges.extend(_bind(target, stmt.value))
-        elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and stmt.value is not None:
-            edges.extend(_bind(stmt.target, stmt.value))
-            if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-                edges.append((stmt.target.id, {stmt.target.id}))
-        elif isinstance(stmt, (ast.For, ast.comprehension)):
-            edges.extend(_bind(stmt.target, stmt.iter))
-        elif isinstance(stmt, ast.NamedExpr):
-            edges.extend(_bind(stmt.target, stmt.value))
-    roots: dict[str, set[str]] = {p: {p} for p in params}
-    changed = True
-    while changed:
-        changed = False
-        for target, sources in edges:
-            reached = set().union(*(roots.get(s, set()) for s in sources)) if sources else set()
-            if not reached <= roots.setdefault(target, set()):
-                roots[target] |= reached
-                changed = True
-    return roots
-
-
-def _bind(target: ast.AST, value: ast.AST) -> list[tuple[str, set[str]]]:
-    """(name, names its value depends on) for each name `target` binds; a tuple of targets from a tuple of values of
-    the same length element by element."""
-    if isinstance(target, (ast.Tuple, ast.List)):
-        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
-            return [edge for t, v in zip(target.elts, value.elts) for edge in _bind(t, v)]
-        sources = _names(value)
-        return [(name.id, sources) for name in ast.walk(target) if isinstance(name, ast.Name)]
-    if isinstance(target, ast.Name):
-        return [(target.id, _names(value))]
-    return []
-
-
-def _address_roots(expr: ast.AST | None, roots: dict[str, set[str]]) -> set[str]:
-    params = set()
-    for name in _names(expr):
-        params |= roots.get(name, set())
-    return params
