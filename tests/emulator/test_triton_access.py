@@ -106,3 +106,22 @@ def test_names_unpacked_from_a_call_several_arguments_reach_are_unknown():
     access = argument_access(copy_through_a_tuple)
     assert "A" not in access and "B" not in access  # either pointer may be either: counted once, as without access
     assert access["C"] == "read-write"  # a literal tuple binds element by element
+
+
+@triton.jit
+def _tile_product(a, b):
+    return tl.dot(a, b)
+
+
+@triton.jit
+def fused_gate(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    tl.store(c_ptr + o, _tile_product(tl.load(a_ptr + o), tl.load(b_ptr + o)))
+
+
+def test_a_kernel_calling_a_dot_itself_or_in_a_helper_is_gemm_like():
+    from maya.emulator.triton_access import analyse
+
+    access, dot = analyse(fused_gate)
+    assert (access["a_ptr"], access["b_ptr"], access["c_ptr"], dot) == ("read", "read", "write", True)
+    assert analyse(rotate_in_place)[1] is False

@@ -32,7 +32,7 @@ class Notes:
     def __init__(self):
         self.launches = []
 
-    def launch(self, kernel, names, args, constants=(), num_stages=None, access=None):
+    def launch(self, kernel, names, args, constants=(), num_stages=None, access=None, dot=False):
         self.launches.append((kernel, names, args, constants, num_stages))
         self.access = access
 

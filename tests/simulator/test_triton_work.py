@@ -487,3 +487,27 @@ def test_inductors_kernels_are_priced_by_their_arguments_names_whatever_access_t
     assert describe(
         "triton_per_fused_native_layer_norm_0", note(*per, scalar("xnumel", 4096), scalar("r0_numel", 1024))
     )["work_bytes"] == (2 * 4096 * 4 + 2 * 4096 * 1024 * 4)  # the in_out_ptr twice, as on main
+
+
+def test_a_gemm_like_user_kernel_keeps_its_price_and_is_noted():
+    """Liger's fused SwiGLU (TMA descriptors, tl.dot, no M/N/K): not the add moving its bytes, as before the user
+    kernels were; the note says its FLOPs are not counted."""
+    from pathlib import Path
+
+    from maya.simulator.notes import triton_user_notes
+    from maya.simulator.trace import TraceSet
+
+    args = [tensor("desc_input", (1, 4096, 1024)), tensor("desc_Wg", (2816, 1024)), tensor("desc_A", (1, 4096, 2816))]
+    gemm_like = json.dumps({"triton": {"args": args, "constexprs": {}, "dot": True}})
+    work = describe("_swiglu_kernel_forward", gemm_like)
+    assert "family" not in work and work["op"] == "triton"  # main's price: its name's family and its bytes
+    assert work["work_bytes"] == sum(t["bytes"] for t in args)
+    assert describe("_swiglu_kernel_forward", note(*args))["op"] == "inductor_pointwise"  # without `dot`
+    calls = pd.DataFrame({"api": ["cuLaunchKernel"] * 3, "kernel_id": [1, 1, 1], "args": [gemm_like] * 3})
+    kernels = pd.DataFrame({"kernel_id": [1], "name": ["_swiglu_kernel_forward"]})
+    traces = TraceSet(
+        "r", Path("."), {}, {0: RankTrace(0, calls, pd.DataFrame(), kernels, pd.DataFrame(), pd.DataFrame())}
+    )
+    (gemm,) = triton_user_notes(traces)
+    assert gemm.startswith("3 launches of GEMM-like user Triton kernels (their source calls tl.dot; _swiglu_kernel")
+    assert gemm.endswith("their FLOPs are not counted")

@@ -26,6 +26,8 @@ from typing import Any
 READ, WRITE = "read", "write"
 ACCESS_NAMES = {frozenset({READ}): "read", frozenset({WRITE}): "write", frozenset({READ, WRITE}): "read-write"}
 """An argument's access, as the launch's description spells it (`args[i].access`)."""
+DOTS = ("dot", "dot_scaled")
+"""Triton's matrix products: a kernel calling one is GEMM-like."""
 HELPER_DEPTH = 4
 """How deep calls into `@triton.jit` helpers are followed."""
 
@@ -33,14 +35,21 @@ HELPER_DEPTH = 4
 def argument_access(fn: Any) -> dict[str, str]:
     """`{argument: "read" | "write" | "read-write"}` of a `JITFunction` (its `src` and `arg_names`), for the arguments
     whose memory its source reads or writes; {} when the source cannot be read."""
-    cached = getattr(fn, "_maya_access", None)
+    return analyse(fn)[0]
+
+
+def analyse(fn: Any) -> tuple[dict[str, str], bool]:
+    """A `JITFunction`'s `argument_access`, and whether its source calls `tl.dot` or `tl.dot_scaled` (itself or in a
+    `@triton.jit` helper): a GEMM-like kernel, whose work is more than the bytes it moves. Cached on `fn`."""
+    cached = getattr(fn, "_maya_source", None)
     if cached is None:
-        found, unknown = _access(fn, HELPER_DEPTH)
-        cached = {
+        found, unknown, dot = _access(fn, HELPER_DEPTH)
+        access = {
             name: ACCESS_NAMES[frozenset(kinds)] for name, kinds in found.items() if kinds and name not in unknown
         }
+        cached = (access, dot)
         try:
-            fn._maya_access = cached
+            fn._maya_source = cached
         except Exception:  # an object that takes no attributes: analysed again next time
             pass
     return cached
@@ -78,16 +87,16 @@ def _join(a: dict[str, Roots], b: dict[str, Roots]) -> dict[str, Roots]:
     return out
 
 
-def _access(fn: Any, depth: int) -> tuple[dict[str, set[str]], set[str]]:
-    """Each parameter of `fn` with the kinds of access the addresses derived from it get, and the parameters an
-    address that reaches a load or a store may or may not derive from (whose access is unknown)."""
+def _access(fn: Any, depth: int) -> tuple[dict[str, set[str]], set[str], bool]:
+    """Each parameter of `fn` with the kinds of access the addresses derived from it get, the parameters an address
+    that reaches a load or a store may or may not derive from (whose access is unknown), and whether it calls a dot."""
     node = _function(fn)
     if node is None:
-        return {}, set()
+        return {}, set(), False
     params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
     walk = _Walk(params, getattr(getattr(fn, "fn", None), "__globals__", {}), depth)
     walk.block(node.body, {p: (frozenset({p}), frozenset()) for p in params})
-    return walk.found, walk.unknown
+    return walk.found, walk.unknown, walk.dot
 
 
 class _Walk:
@@ -96,6 +105,7 @@ class _Walk:
     def __init__(self, params: list[str], scope: dict, depth: int):
         self.found: dict[str, set[str]] = {p: set() for p in params}
         self.unknown: set[str] = set()
+        self.dot = False
         self.scope = scope
         self.depth = depth
 
@@ -207,10 +217,13 @@ class _Walk:
         elif name is not None and name.startswith("atomic_"):
             self.mark(pointer, READ, env)
             self.mark(pointer, WRITE, env)
+        elif name in DOTS:
+            self.dot = True
         elif self.depth > 0:
             helper = self.scope.get(name) if isinstance(call.func, ast.Name) else None
             if helper is not None and hasattr(helper, "src") and hasattr(helper, "arg_names"):
-                inner, unknown = _access(helper, self.depth - 1)
+                inner, unknown, dot = _access(helper, self.depth - 1)
+                self.dot |= dot
                 helper_params = list(getattr(helper, "arg_names", ()))
                 passed = [(helper_params[i], arg) for i, arg in enumerate(call.args) if i < len(helper_params)]
                 passed += [(keyword.arg or "", keyword.value) for keyword in call.keywords]

@@ -10,8 +10,8 @@ them eagerly would cost ~8 s per rank for scripts that never use them). Before a
 the native recorder the id of the launch's description (`maya_emu_launch_note`); the next `cuLaunchKernel`
 of the thread carries it (record field a6), and the descriptions go, once each, to `triton_launches.jsonl`
 in the capture (`convert.py` puts them in `api_calls.args` under `triton`). Triton's launcher also has the kernel's
-`@triton.jit` function: each tensor argument a user kernel reads or writes carries that `access` (`triton_access.py`;
-not Inductor's kernels, whose arguments' names say it).
+`@triton.jit` function: each tensor argument a user kernel reads or writes carries that `access`, and a user kernel
+calling `tl.dot` is marked `dot` (`triton_access.py`; not Inductor's kernels, whose names say it).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from .capture_format import NOTES_FILE
-from .triton_access import argument_access
+from .triton_access import analyse
 
 TRITON_LAUNCHER = "triton.backends.nvidia.driver"
 TRITON_BACKENDS = "triton.backends"
@@ -66,11 +66,13 @@ class LaunchNotes:
         num_stages: int | None = None,
         name: str | None = None,
         access: dict[str, str] | None = None,
+        dot: bool = False,
     ) -> None:
         """Describe the launch that follows on this thread (`constants`: the kernel's constexprs as
         `constant_items` gives them; `name`: Inductor's name for a kernel compiled under its shared placeholder
         name, `INDUCTOR_PLACEHOLDER`; `access`: whether the kernel reads or writes each pointer argument,
-        `triton_access.argument_access`). Never fails the launch: what cannot be described goes undescribed."""
+        `triton_access.argument_access`; `dot`: whether its source calls `tl.dot`, `triton_access.analyse`). Never
+        fails the launch: what cannot be described goes undescribed."""
         try:
             tensor = self._tensor
             blocks = self._block_counts(names, args) if FLEX_BLOCK_COUNTS[0] in names else None
@@ -80,6 +82,7 @@ class LaunchNotes:
                 constants,
                 *[(a.shape, a.dtype) if isinstance(a, tensor) else _key(a) for a in args[: len(names)]],
                 blocks,
+                dot,
             )
             note = self._ids.get(key)
             if note is None:
@@ -95,6 +98,8 @@ class LaunchNotes:
                     entry["block_counts"] = dict(blocks)
                 if num_stages is not None:
                     entry["num_stages"] = num_stages
+                if dot:
+                    entry["dot"] = True
                 with self._path.open("a") as f:
                     f.write(json.dumps(entry) + "\n")
                 note = self._ids[key] = entry["id"]
@@ -180,14 +185,20 @@ def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
             pass
         try:
             if not _inductors(src):  # Inductor's kernels say their tensors' roles in their names
-                self._maya_access = argument_access(src.fn)
+                self._maya_access, self._maya_dot = analyse(src.fn)
         except Exception:  # a source that cannot be read: its arguments' access goes unsaid
             pass
 
     def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args):
         described = getattr(self, "_maya_launch", None)
         if described is not None:
-            notes.launch(described[0], described[1], args, *described[2:], access=getattr(self, "_maya_access", None))
+            notes.launch(
+                *described[:2],
+                args,
+                *described[2:],
+                access=getattr(self, "_maya_access", None),
+                dot=getattr(self, "_maya_dot", False),
+            )
         return call(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args)
 
     cls.__init__, cls.__call__ = __init__, __call__

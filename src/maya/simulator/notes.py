@@ -4,6 +4,7 @@ passes the steady state leaves out."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING
 
@@ -186,12 +187,14 @@ SHOWN_KERNELS = 4
 
 
 def triton_user_notes(traces: TraceSet) -> list[str]:
-    """A note on user `@triton.jit` kernels (Liger-Kernel's, a script's own): priced from their launch arguments as the
-    kernels of the same work (`triton_work.user_work`), which and how many."""
+    """Notes on user `@triton.jit` kernels (Liger-Kernel's, a script's own): those priced from their launch arguments
+    as the kernels of the same work (`triton_work.user_work`), which and how many; and the GEMM-like ones (their source
+    calls `tl.dot`, the launch's `dot`) priced from their bytes, their FLOPs not counted."""
     from . import triton_work
 
     kernels: dict[str, set[str]] = {}
     launches: dict[str, int] = {}
+    gemm_like: dict[str, int] = {}
     for trace in traces.ranks.values():
         if "args" not in trace.calls:
             continue
@@ -204,21 +207,35 @@ def triton_user_notes(traces: TraceSet) -> list[str]:
             if not name or name.lower().startswith("triton_"):  # Inductor's generated kernels
                 continue
             work = triton_work.describe(name, str(text))
+            if json.loads(str(text))["triton"].get("dot") and work.get("family") != "gemm":
+                gemm_like[name] = gemm_like.get(name, 0) + int(n)
+                continue
             how = USER_KERNEL_PRICES.get(work.get("family")) if str(work.get("op")).startswith("inductor_") else None
             if how is not None:
                 kernels.setdefault(how, set()).add(name)
                 launches[how] = launches.get(how, 0) + int(n)
-    if not launches:
-        return []
-    parts = []
-    for how, n in sorted(launches.items(), key=lambda kv: -kv[1]):
-        shown = sorted(kernels[how])
-        more = f" and {len(shown) - SHOWN_KERNELS} more" if len(shown) > SHOWN_KERNELS else ""
-        parts.append(f"as {how} ({n}: {', '.join(shown[:SHOWN_KERNELS])}{more})")
-    return [
-        f"{sum(launches.values())} launches of user Triton kernels are priced from their arguments as the kernels of "
-        f"the same work, {'; '.join(parts)}: arithmetic beyond their memory traffic is not counted"
-    ]
+    notes = []
+    if launches:
+        parts = []
+        for how, n in sorted(launches.items(), key=lambda kv: -kv[1]):
+            parts.append(f"as {how} ({n}: {_shown(kernels[how])})")
+        notes.append(
+            f"{sum(launches.values())} launches of user Triton kernels are priced from their arguments as the kernels "
+            f"of the same work, {'; '.join(parts)}: arithmetic beyond their memory traffic is not counted"
+        )
+    if gemm_like:
+        notes.append(
+            f"{sum(gemm_like.values())} launches of GEMM-like user Triton kernels (their source calls tl.dot; "
+            f"{_shown(set(gemm_like))}) are priced from the bytes of their arguments: their FLOPs are not counted"
+        )
+    return notes
+
+
+def _shown(names: set[str]) -> str:
+    """At most `SHOWN_KERNELS` kernel names, sorted, and how many more."""
+    shown = sorted(names)
+    more = f" and {len(shown) - SHOWN_KERNELS} more" if len(shown) > SHOWN_KERNELS else ""
+    return ", ".join(shown[:SHOWN_KERNELS]) + more
 
 
 def te_kernel_notes(traces: TraceSet) -> list[str]:

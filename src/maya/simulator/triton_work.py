@@ -20,7 +20,8 @@ Inductor names its kernels by kind and its templates' tensors by role, so:
 - any other kernel (user kernels, foreach kernels): `numel` = the largest tensor's elements; a kernel with
   integer arguments `M`, `N`, `K` (the Triton tutorials' convention) is a GEMM; a user kernel otherwise is
   priced as Inductor's generated kernel of the same work (`user_work`: a row kernel where its name says
-  normalization or softmax, else the add moving its bytes).
+  normalization or softmax, else the add moving its bytes), unless its source calls `tl.dot` (the launch's `dot`:
+  a GEMM-like kernel, Liger's fused SwiGLU and MoE ones, priced from its name and bytes, its FLOPs not counted).
 Every kernel's memory traffic (`work_bytes`) is the bytes of its tensor arguments, read or written once, twice
 where the kernel does both (the `access` the emulator read from a `@triton.jit` kernel's source; without it,
 Inductor's `in_out_ptr*`); `dtype` is the element type holding most of those bytes.
@@ -324,8 +325,8 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
         generated = next((k for prefix, k in INDUCTOR_PREFIXES.items() if lower.startswith(prefix)), None)
         if generated is not None and has_numel:
             out.update(inductor_work(kernel, generated, tensors, out["numel"], backward))
-        elif generated is None and tensors and not is_inductors(lower):
-            out.update(user_work(kernel, tensors, out["numel"], backward))
+        elif generated is None and tensors and not is_inductors(lower) and not note.get("dot"):
+            out.update(user_work(kernel, tensors, out["numel"], backward))  # GEMM-like (`dot`): priced by its bytes
     return out
 
 
