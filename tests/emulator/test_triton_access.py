@@ -125,3 +125,24 @@ def test_a_kernel_calling_a_dot_itself_or_in_a_helper_is_gemm_like():
     access, dot = analyse(fused_gate)
     assert (access["a_ptr"], access["b_ptr"], access["c_ptr"], dot) == ("read", "read", "write", True)
     assert analyse(rotate_in_place)[1] is False
+
+
+T = tl  # `import triton.language as T`: a name the kernel's module binds to Triton's language
+
+
+@triton.jit
+def through_an_alias(X, Y, stride, BLOCK: tl.constexpr):
+    X += tl.program_id(0) * stride
+    o = tl.arange(0, BLOCK)
+    T.store(Y + o, T.load(X + o, mask=o < BLOCK))
+
+
+def test_aliases_constexprs_strides_and_unparsable_sources():
+    access = argument_access(through_an_alias)
+    assert access == {"X": "read", "Y": "write"}  # no stride, no constexpr: they are no pointers
+    assert _store_scaled._maya_walks  # a helper's walk is kept: walked once per depth, not per call site
+
+    class Broken:
+        src = "def kernel(x_ptr:\n    tl.store(x_ptr, 1)\n"
+
+    assert argument_access(Broken()) == {}  # no exception: the kernel is described without access

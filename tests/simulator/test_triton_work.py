@@ -511,3 +511,9 @@ def test_a_gemm_like_user_kernel_keeps_its_price_and_is_noted():
     (gemm,) = triton_user_notes(traces)
     assert gemm.startswith("3 launches of GEMM-like user Triton kernels (their source calls tl.dot; _swiglu_kernel")
     assert gemm.endswith("their FLOPs are not counted")
+
+
+def test_an_access_value_of_no_meaning_is_not_used():
+    q = tensor("q_ptr", (4, 1024, 16, 64))
+    odd = describe("_triton_rope", note(dict(q, access="modify"), scalar("sl", 1024)))
+    assert odd["work_bytes"] == describe("_triton_rope", note(q, scalar("sl", 1024)))["work_bytes"] == q["bytes"]

@@ -21,6 +21,7 @@ branch, `p = Y` in the other), or a name unpacked from a call's result that seve
 from __future__ import annotations
 
 import ast
+import textwrap
 from typing import Any
 
 READ, WRITE = "read", "write"
@@ -56,10 +57,14 @@ def analyse(fn: Any) -> tuple[dict[str, str], bool]:
 
 
 def _function(fn: Any) -> ast.FunctionDef | None:
-    src = getattr(fn, "src", None)
-    if not isinstance(src, str):
+    """`fn`'s function definition, or None where its source cannot be read or parsed."""
+    try:
+        src = getattr(fn, "src", None)
+        if not isinstance(src, str):
+            return None
+        tree = ast.parse(textwrap.dedent(src))
+    except Exception:  # a source Python cannot parse, or a `src` that raises
         return None
-    tree = ast.parse(src)
     return next((node for node in tree.body if isinstance(node, ast.FunctionDef)), None)
 
 
@@ -90,13 +95,31 @@ def _join(a: dict[str, Roots], b: dict[str, Roots]) -> dict[str, Roots]:
 def _access(fn: Any, depth: int) -> tuple[dict[str, set[str]], set[str], bool]:
     """Each parameter of `fn` with the kinds of access the addresses derived from it get, the parameters an address
     that reaches a load or a store may or may not derive from (whose access is unknown), and whether it calls a dot."""
+    cache = getattr(fn, "_maya_walks", None)
+    if cache is not None and depth in cache:  # a helper many kernels (or call sites) use: walked once per depth
+        return cache[depth]
     node = _function(fn)
     if node is None:
         return {}, set(), False
-    params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+    arguments = (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
+    params = [a.arg for a in arguments if not _constexpr(a.annotation)]  # a constexpr is no pointer
     walk = _Walk(params, getattr(getattr(fn, "fn", None), "__globals__", {}), depth)
     walk.block(node.body, {p: (frozenset({p}), frozenset()) for p in params})
-    return walk.found, walk.unknown, walk.dot
+    result = walk.found, walk.unknown, walk.dot
+    try:
+        fn._maya_walks = {**(cache or {}), depth: result}
+    except Exception:  # an object that takes no attributes: walked again next time
+        pass
+    return result
+
+
+def _constexpr(annotation: ast.AST | None) -> bool:
+    """Whether a parameter's annotation is `tl.constexpr` (or any `constexpr`)."""
+    if annotation is None:
+        return False
+    return any(
+        isinstance(n, (ast.Name, ast.Attribute)) and _called_name(n) == "constexpr" for n in ast.walk(annotation)
+    )
 
 
 class _Walk:
@@ -177,7 +200,7 @@ class _Walk:
 
     def roots(self, expr: ast.AST | None, env: dict[str, Roots]) -> Roots:
         """The arguments an address computed by `expr` derives from: not those only inside a load (a loaded value is
-        data)."""
+        data), a product, a quotient or a comparison (a stride, a size: no pointer)."""
         if expr is None:
             return NONE
         sure: set = set()
@@ -187,12 +210,27 @@ class _Walk:
             node = stack.pop()
             if isinstance(node, ast.Call) and (_called(node) == "load" or str(_called(node)).startswith("atomic_")):
                 continue
+            if isinstance(node, (ast.Compare, ast.BoolOp)) or (
+                isinstance(node, ast.BinOp) and not isinstance(node.op, (ast.Add, ast.Sub))
+            ):
+                continue  # an offset (`pid * stride`) or a mask: pointers are only added to or subtracted from
             if isinstance(node, ast.Name):
                 s, m = env.get(node.id, NONE)
                 sure |= s
                 maybe |= m
             stack.extend(ast.iter_child_nodes(node))
         return frozenset(sure), frozenset(maybe)
+
+    def _helper(self, func: ast.AST) -> Any:
+        """The function a call names (`helper(...)`, or `module.helper(...)` through a module the scope binds)."""
+        try:
+            if isinstance(func, ast.Name):
+                return self.scope.get(func.id)
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                return getattr(self.scope.get(func.value.id), func.attr, None)
+        except Exception:  # an attribute that raises
+            return None
+        return None
 
     def mark(self, expr: ast.AST | None, kind: str, env: dict[str, Roots]) -> None:
         sure, maybe = self.roots(expr, env)
@@ -209,7 +247,7 @@ class _Walk:
     def call(self, call: ast.Call, env: dict[str, Roots]) -> None:
         name = _called(call)
         pointer = _argument(call, 0, "pointer")
-        method = isinstance(call.func, ast.Attribute) and not _is_language(call.func.value)
+        method = isinstance(call.func, ast.Attribute) and not _is_language(call.func.value, self.scope)
         if name == "store":
             self.mark(call.func.value if method else pointer, WRITE, env)  # a block pointer's or descriptor's
         elif name == "load":
@@ -220,7 +258,7 @@ class _Walk:
         elif name in DOTS:
             self.dot = True
         elif self.depth > 0:
-            helper = self.scope.get(name) if isinstance(call.func, ast.Name) else None
+            helper = self._helper(call.func)
             if helper is not None and hasattr(helper, "src") and hasattr(helper, "arg_names"):
                 inner, unknown, dot = _access(helper, self.depth - 1)
                 self.dot |= dot
@@ -235,15 +273,26 @@ class _Walk:
 
 
 def _called(call: ast.Call) -> str | None:
-    func = call.func
+    return _called_name(call.func)
+
+
+def _called_name(func: ast.AST) -> str | None:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
-def _is_language(node: ast.AST) -> bool:
-    """Whether `node` names Triton's language module (`tl`, `triton.language`), whose `load`/`store` take the pointer
-    as their first argument, rather than a block pointer or descriptor whose method it is."""
+LANGUAGE_NAMES = ("tl", "language", "triton")
+"""Names Triton's language module (or its package) goes by in kernels, without looking them up."""
+
+
+def _is_language(node: ast.AST, scope: dict) -> bool:
+    """Whether `node` names Triton's language module (`tl`, `triton.language`, or any name the kernel's module binds
+    to it: `import triton.language as T`), whose `load`/`store` take the pointer as their first argument, rather
+    than a block pointer or descriptor whose method it is."""
     if isinstance(node, ast.Name):
-        return node.id in ("tl", "language", "triton")
+        if node.id in LANGUAGE_NAMES:
+            return True
+        module = getattr(scope.get(node.id), "__name__", None)
+        return isinstance(module, str) and (module == "triton" or module.startswith("triton.language"))
     return isinstance(node, ast.Attribute) and node.attr == "language"
 
 

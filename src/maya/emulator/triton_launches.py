@@ -83,6 +83,7 @@ class LaunchNotes:
                 *[(a.shape, a.dtype) if isinstance(a, tensor) else _key(a) for a in args[: len(names)]],
                 blocks,
                 dot,
+                tuple(sorted(access.items())) if access else None,  # two kernels of one name may differ in it
             )
             note = self._ids.get(key)
             if note is None:

@@ -198,14 +198,18 @@ def triton_user_notes(traces: TraceSet) -> list[str]:
     for trace in traces.ranks.values():
         if "args" not in trace.calls:
             continue
-        rows = contains(trace.calls["args"], '"triton"')
+        names = dict(zip(trace.kernels["kernel_id"].tolist(), trace.kernels["name"].tolist()))
+        user = [k for k, name in names.items() if name and not triton_work.is_inductors(str(name))]
+        if not user or "kernel_id" not in trace.calls:
+            continue
+        rows = (
+            trace.calls["kernel_id"].isin(user).to_numpy(copy=True)
+        )  # not Inductor's kernels, before counting launches
+        rows[rows] = contains(trace.calls["args"][rows], '"triton"')
         if not rows.any():
             continue
-        names = dict(zip(trace.kernels["kernel_id"].tolist(), trace.kernels["name"].tolist()))
         for (kernel_id, text), n in trace.calls.loc[rows, ["kernel_id", "args"]].value_counts(sort=False).items():
             name = str(names.get(kernel_id, ""))
-            if not name or name.lower().startswith("triton_"):  # Inductor's generated kernels
-                continue
             work = triton_work.describe(name, str(text))
             if json.loads(str(text))["triton"].get("dot") and work.get("family") != "gemm":
                 gemm_like[name] = gemm_like.get(name, 0) + int(n)

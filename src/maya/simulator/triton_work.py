@@ -69,12 +69,16 @@ def _numel(shape: list[int]) -> float:
     return float(math.prod(shape))
 
 
+ACCESSES = ("read", "write", "read-write")
+"""The `access` values a launch's tensor may carry (spec 1.6); any other is not used (the name rule prices it)."""
+
+
 def _passes(name: str, tensor: dict) -> float:
     """Times a kernel moves a tensor argument: a user kernel's recorded `access` (`emulator/triton_access.py`:
     "read-write" twice, read or written once; `describe` drops it from Inductor's kernels), else twice for Inductor's
     `in_out_ptr*` and once for any other."""
     access = tensor.get("access")
-    if access is not None:
+    if access in ACCESSES:
         return 2.0 if access == "read-write" else 1.0
     return 2.0 if name.startswith("in_out_ptr") else 1.0
 
