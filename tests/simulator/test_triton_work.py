@@ -437,7 +437,11 @@ def test_the_note_names_the_user_kernels_and_how_they_were_priced():
     from maya.simulator.notes import triton_user_notes
     from maya.simulator.trace import TraceSet
 
-    rows = note(tensor("X_ptr", (4096, 1024)), tensor("Y_ptr", (4096, 1024)), scalar("n_cols", 1024))
+    rows = note(
+        dict(tensor("X_ptr", (4096, 1024)), access="read"),
+        dict(tensor("Y_ptr", (4096, 1024)), access="write"),
+        scalar("n_cols", 1024),
+    )
     pointwise = note(tensor("a_ptr", (4096, 2816)), tensor("c_ptr", (4096, 2816)))
     gemm = note(tensor("a_ptr", (64, 32)), scalar("M", 64), scalar("N", 16), scalar("K", 32))
     calls = pd.DataFrame(
@@ -460,6 +464,10 @@ def test_the_note_names_the_user_kernels_and_how_they_were_priced():
     assert user.startswith("4 launches of user Triton kernels")
     assert "layer norm over their rows (2: _rms_norm_forward_kernel)" in user
     assert "add moving their bytes (2: _swiglu_forward_kernel)" in user
+    assert user.endswith(
+        "; 2 of them have no recorded access (a trace before spec 1.6, or a source not read): their "
+        "in-place writes counted once"
+    )  # SwiGLU's, as in a trace of spec 1.5
 
 
 def test_inductors_kernels_are_priced_by_their_arguments_names_whatever_access_they_carry():

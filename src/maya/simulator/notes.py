@@ -188,13 +188,15 @@ SHOWN_KERNELS = 4
 
 def triton_user_notes(traces: TraceSet) -> list[str]:
     """Notes on user `@triton.jit` kernels (Liger-Kernel's, a script's own): those priced from their launch arguments
-    as the kernels of the same work (`triton_work.user_work`), which and how many; and the GEMM-like ones (their source
+    as the kernels of the same work (`triton_work.user_work`), which and how many, and how many of those launches
+    carry no `access` (spec 1.5 traces: in-place writes counted once); and the GEMM-like ones (their source
     calls `tl.dot`, the launch's `dot`) priced from their bytes, their FLOPs not counted."""
     from . import triton_work
 
     kernels: dict[str, set[str]] = {}
     launches: dict[str, int] = {}
     gemm_like: dict[str, int] = {}
+    unrecorded = 0  # launches with no tensor's access recorded (a trace of spec 1.5 or before)
     for trace in traces.ranks.values():
         if "args" not in trace.calls:
             continue
@@ -202,30 +204,38 @@ def triton_user_notes(traces: TraceSet) -> list[str]:
         user = [k for k, name in names.items() if name and not triton_work.is_inductors(str(name))]
         if not user or "kernel_id" not in trace.calls:
             continue
-        rows = (
-            trace.calls["kernel_id"].isin(user).to_numpy(copy=True)
-        )  # not Inductor's kernels, before counting launches
+        # user kernels' launches only (not Inductor's), before the launches are counted
+        rows = trace.calls["kernel_id"].isin(user).to_numpy(copy=True)
         rows[rows] = contains(trace.calls["args"][rows], '"triton"')
         if not rows.any():
             continue
         for (kernel_id, text), n in trace.calls.loc[rows, ["kernel_id", "args"]].value_counts(sort=False).items():
             name = str(names.get(kernel_id, ""))
             work = triton_work.describe(name, str(text))
-            if json.loads(str(text))["triton"].get("dot") and work.get("family") != "gemm":
+            launch = json.loads(str(text))["triton"]
+            if launch.get("dot") and work.get("family") != "gemm":
                 gemm_like[name] = gemm_like.get(name, 0) + int(n)
                 continue
             how = USER_KERNEL_PRICES.get(work.get("family")) if str(work.get("op")).startswith("inductor_") else None
             if how is not None:
                 kernels.setdefault(how, set()).add(name)
                 launches[how] = launches.get(how, 0) + int(n)
+                if not any(a.get("access") in triton_work.ACCESSES for a in launch.get("args", ())):
+                    unrecorded += int(n)
     notes = []
     if launches:
         parts = []
         for how, n in sorted(launches.items(), key=lambda kv: -kv[1]):
             parts.append(f"as {how} ({n}: {_shown(kernels[how])})")
+        unsaid = (
+            f"; {unrecorded} of them have no recorded access (a trace before spec 1.6, or a source not read): their "
+            "in-place writes counted once"
+            if unrecorded
+            else ""
+        )
         notes.append(
             f"{sum(launches.values())} launches of user Triton kernels are priced from their arguments as the kernels "
-            f"of the same work, {'; '.join(parts)}: arithmetic beyond their memory traffic is not counted"
+            f"of the same work, {'; '.join(parts)}: arithmetic beyond their memory traffic is not counted{unsaid}"
         )
     if gemm_like:
         notes.append(
