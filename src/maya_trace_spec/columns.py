@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SPEC_VERSION = "1.5.0"
+SPEC_VERSION = "1.6.0"
 """Semantic version of the schema. Minor versions add nullable columns, allowed values and `args` entries
 (1.1: phase `eval`, domain `nvml`; 1.2: `args.triton`, a Triton launch's arguments; 1.3: run status
-`interrupted`; 1.4: `args.triton.name`, Inductor's own name of a kernel compiled under `triton_`), or widen a value's
+`interrupted`; 1.4: `args.triton.name`, Inductor's own name of a kernel compiled under `triton_`; 1.6:
+`args.triton.args[].access`, whether a kernel reads or writes a tensor, and `args.triton.dot`), or widen a value's
 meaning, which readers give older files (1.5: domain `device` also marks the work a CUDA graph launch replays)."""
 
 TIME_SOURCES = ("emulated", "measured", "predicted")
@@ -205,10 +206,12 @@ API_CALLS = Table(
             "`cuda_graph_replay`: device work issued by a CUDA graph launch, as captured; `elements`: the "
             "element count of a library kernel, e.g. one time step of a cuDNN RNN; `triton` (1.2): the arguments of "
             "a Triton kernel's launch (Inductor's generated kernels, user kernels) — `args`, each argument by name in "
-            "the kernel's order, a tensor with its `dtype`, `shape` and `bytes` (elements x element size), a scalar "
+            "the kernel's order, a tensor with its `dtype`, `shape` and `bytes` (elements x element size) and, "
+            "where the kernel's source shows it (1.6), its `access` (`read`, `write` or `read-write`), a scalar "
             "(`xnumel`, `r0_numel`, ...) with its `value`; `constexprs`, the compile-time constants by name where the "
-            "launcher knows them; `num_stages`; `name` (1.4), Inductor's own name for a kernel it compiled under its "
-            "placeholder `triton_`, as before torch 2.6).",
+            "launcher knows them; `num_stages`; `dot` (1.6), true where the kernel's source calls `tl.dot`; "
+            "`name` (1.4), Inductor's own name for a kernel it compiled under its placeholder `triton_`, as before "
+            "torch 2.6).",
         ),
     ),
     unique=("seq",),

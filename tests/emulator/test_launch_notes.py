@@ -134,3 +134,20 @@ def test_inductor_names_the_launcher_of_a_kernel_compiled_under_its_placeholder(
     named = CompiledKernel("triton_poi_fused_mul_1")  # torch 2.6+: the kernel has its own name already
     CachingAutotuner("triton_poi_fused_mul_1", named)._precompile_config("cfg", False)
     assert len(vars(named)["run"]._maya_launch) == 4
+
+
+def test_two_kernels_of_one_name_with_different_access_or_dot_are_described_apart(tmp_path):
+    """User kernels of the same name in two modules (`_kernel`): each launch carries its own kernel's `access`."""
+    n, told = notes(tmp_path)
+    x = torch.empty(8)
+    n.launch("_kernel", ["x_ptr"], (x,), access={"x_ptr": "read"})
+    n.launch("_kernel", ["x_ptr"], (x,), access={"x_ptr": "read-write"})
+    n.launch("_kernel", ["x_ptr"], (x,), access={"x_ptr": "read-write"}, dot=True)
+    n.launch("_kernel", ["x_ptr"], (x,), access={"x_ptr": "read"})
+    assert told == [1, 2, 3, 1]
+    entries = [json.loads(line) for line in (tmp_path / NOTES_FILE).read_text().splitlines()]
+    assert [(e["args"][0]["access"], e.get("dot")) for e in entries] == [
+        ("read", None),
+        ("read-write", None),
+        ("read-write", True),
+    ]

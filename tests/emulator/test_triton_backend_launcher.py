@@ -1,4 +1,5 @@
-"""Triton 3.3 (torch 2.7) loads its backends' drivers outside `sys.modules`: their launcher is still described."""
+"""Triton 3.3 (torch 2.7) loads its backends' drivers outside `sys.modules`: their launcher is still described, a user
+kernel's launch with its `access`."""
 
 from types import SimpleNamespace
 
@@ -22,18 +23,31 @@ class CudaDriver:
         self.launcher_cls = CudaLauncher
 
 
+GELU = """def triton_poi_fused_gelu_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    x = tl.arange(0, XBLOCK)
+    tl.store(out_ptr0 + x, tl.load(in_ptr0 + x))
+"""
+
+
+SCALE = """def scale(x_ptr, y_ptr, n):
+    o = tl.arange(0, 1024)
+    tl.store(y_ptr + o, tl.load(x_ptr + o, mask=o < n) * 2)
+"""
+
+
 class Notes:
     def __init__(self):
         self.launches = []
 
-    def launch(self, kernel, names, args, constants=(), num_stages=None):
+    def launch(self, kernel, names, args, constants=(), num_stages=None, access=None, dot=False):
         self.launches.append((kernel, names, args, constants, num_stages))
+        self.access, self.dot = access, dot
 
 
 def test_the_launcher_of_a_backend_loaded_outside_sys_modules_is_described():
     src = SimpleNamespace(
         name="triton_poi_fused_gelu_0",
-        fn=SimpleNamespace(arg_names=["in_ptr0", "out_ptr0", "xnumel", "XBLOCK"]),
+        fn=SimpleNamespace(arg_names=["in_ptr0", "out_ptr0", "xnumel", "XBLOCK"], src=GELU),
         signature={"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "XBLOCK": "constexpr"},
         constants={(3,): 256},
     )
@@ -53,3 +67,14 @@ def test_the_launcher_of_a_backend_loaded_outside_sys_modules_is_described():
         )
     ]
     assert launcher.launched == [("metadata", None, None, None, "x", "y", 32768, 256)]
+    assert notes.access is None  # Inductor's kernel: its source is not read (its arguments' names say their roles)
+    user = SimpleNamespace(
+        name="scale",
+        fn=SimpleNamespace(arg_names=["x_ptr", "y_ptr", "n"], src=SCALE),
+        signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32"},
+        constants={},
+    )
+    launcher = CudaDriver().launcher_cls(user, SimpleNamespace(num_stages=1))
+    launcher(1, 1, 1, 0, "function", "metadata", None, None, None, "x", "y", 4096)
+    assert notes.launches[-1][0] == "scale"  # a user kernel: its access read from its source
+    assert (notes.access, notes.dot) == ({"x_ptr": "read", "y_ptr": "write"}, False)

@@ -53,6 +53,8 @@ def test_user_kernels_are_described_with_their_scalars_and_constexprs(tmp_path):
         "BLOCK": 1024,
     }
     assert add["constexprs"] == {"BLOCK": 1024}
+    access = {a["name"]: a.get("access") for a in add["args"]}  # read from its source (`triton_access`)
+    assert (access["x_ptr"], access["y_ptr"], access["out_ptr"], access["n"]) == ("read", "read", "write", None)
     tuned = calls[calls["kernel"] == "tuned_scale"]
     blocks = {json.loads(a)["triton"]["constexprs"]["BLOCK"] for a in tuned["args"]}
     assert blocks == {128, 1024, 4096}  # @autotune's candidates, each described with its own config

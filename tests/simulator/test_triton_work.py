@@ -256,7 +256,25 @@ def test_user_kernels():
             BLOCK=128,
         ),
     )
-    assert add["numel"] == 1000 and add["work_bytes"] == 2 * 2010 and "family" not in add
+    assert add["numel"] == 1000 and add["work_bytes"] == 2 * 2010
+    assert (add["family"], add["op"], add["operands"]) == ("elementwise", "inductor_pointwise", 3)  # the add's price
+
+
+def test_a_user_row_kernel_is_its_family_over_rows_of_its_last_dimension():
+    """Liger's RMSNorm: one program per row of `n_cols`, priced as torch's layer norm of the same rows, not as one row
+    of all the elements; in a backward pass as the backward kernel."""
+    x, y = tensor("X_ptr", (4096, 1024), "float32", 4), tensor("Y_ptr", (4096, 1024), "float32", 4)
+    args = (dict(y, access="write"), dict(x, access="read"), scalar("n_cols", 1024))
+    forward = describe("_rms_norm_forward_kernel", note(*args))
+    assert (forward["family"], forward["op"], forward["numel"], forward["row"]) == (
+        "normalization",
+        "inductor_reduction",
+        4096 * 1024,
+        1024,
+    )
+    assert describe("_rms_norm_backward_kernel", note(*args), backward=True)["op"] == "inductor_reduction_backward"
+    flash = describe("_flash_attn_fwd", note(tensor("Q", (2, 8, 128, 64)), tensor("Out", (2, 8, 128, 64))))
+    assert "family" not in flash and flash["op"] == "triton"  # its name's family (attention) and bytes, as before
 
 
 def test_work_frame_prices_triton_launches_from_their_arguments_not_the_enclosing_op():
@@ -398,3 +416,112 @@ def test_notes_count_every_stand_in_launch_and_read_once_described_per_distinct_
     assert "in 4 launches (3 as a causal stand-in, 1 as a document-causal stand-in)" in flex
     (reads,) = stand_in_notes(traces)
     assert reads.startswith("3 host reads of device values got emulated stand-ins (aten::nonzero 2, aten::item 1)")
+
+
+def test_a_tensor_the_kernel_reads_and_writes_moves_twice():
+    """The access the emulator read from a user kernel's source (`triton_access`): Liger's RoPE rotates q in place."""
+    q = tensor("q_ptr", (4, 1024, 16, 64))
+    described = describe(
+        "_triton_rope",
+        note(dict(q, access="read-write"), dict(tensor("cos", (1, 1024, 64)), access="read"), scalar("sl", 1024)),
+    )
+    assert described["work_bytes"] == 2 * q["bytes"] + 1024 * 64 * 2
+    unknown = describe("_triton_rope", note(q, tensor("cos", (1, 1024, 64)), scalar("sl", 1024)))
+    assert unknown["work_bytes"] == q["bytes"] + 1024 * 64 * 2  # no access recorded: once each, as before
+
+
+def test_the_note_names_the_user_kernels_and_how_they_were_priced():
+    """Liger's kernels, launch by launch; Inductor's generated kernels and GEMM-shaped user kernels are not in it."""
+    from pathlib import Path
+
+    from maya.simulator.notes import triton_user_notes
+    from maya.simulator.trace import TraceSet
+
+    rows = note(
+        dict(tensor("X_ptr", (4096, 1024)), access="read"),
+        dict(tensor("Y_ptr", (4096, 1024)), access="write"),
+        scalar("n_cols", 1024),
+    )
+    pointwise = note(tensor("a_ptr", (4096, 2816)), tensor("c_ptr", (4096, 2816)))
+    gemm = note(tensor("a_ptr", (64, 32)), scalar("M", 64), scalar("N", 16), scalar("K", 32))
+    calls = pd.DataFrame(
+        {
+            "api": ["cuLaunchKernel"] * 6,
+            "kernel_id": [1, 1, 2, 2, 3, 4],
+            "args": pd.Series([rows, rows, pointwise, pointwise, gemm, pointwise], dtype="str"),
+        }
+    )
+    kernels = pd.DataFrame(
+        {
+            "kernel_id": [1, 2, 3, 4],
+            "name": ["_rms_norm_forward_kernel", "_swiglu_forward_kernel", "mm", "triton_poi_0"],
+        }
+    )
+    traces = TraceSet(
+        "r", Path("."), {}, {0: RankTrace(0, calls, pd.DataFrame(), kernels, pd.DataFrame(), pd.DataFrame())}
+    )
+    (user,) = triton_user_notes(traces)
+    assert user.startswith("4 launches of user Triton kernels")
+    assert "layer norm over their rows (2: _rms_norm_forward_kernel)" in user
+    assert "add moving their bytes (2: _swiglu_forward_kernel)" in user
+    assert user.endswith(
+        "; 2 of them have no recorded access (a trace before spec 1.6, or a source not read): their "
+        "in-place writes counted once"
+    )  # SwiGLU's, as in a trace of spec 1.5
+
+
+def test_inductors_kernels_are_priced_by_their_arguments_names_whatever_access_they_carry():
+    """An `access` on Inductor's kernel (a launch through Triton's own launcher) changes nothing: its atomic_add scatter
+    output and an `in_out_ptr` it only stores are priced as without it, by their names."""
+    scatter = (
+        tensor("in_ptr0", (8192,), "int64", 8),
+        tensor("in_ptr1", (8192, 768), "float32", 4),
+        tensor("out_ptr0", (50304, 768), "float32", 4),
+    )
+    accesses = {"in_ptr0": "read", "in_ptr1": "read", "out_ptr0": "read-write"}
+    per = (
+        tensor("in_out_ptr0", (4096, 1), "float32", 4),
+        tensor("in_ptr0", (4096, 1024), "float32", 4),
+        tensor("out_ptr0", (4096, 1024), "float32", 4),
+    )
+    stored = {"in_out_ptr0": "write", "in_ptr0": "read", "out_ptr0": "write"}
+    for kernel, tensors, access, scalars in (
+        ("triton_poi_fused_embedding_dense_backward_1", scatter, accesses, (scalar("xnumel", 8192 * 768),)),
+        ("triton_per_fused_native_layer_norm_0", per, stored, (scalar("xnumel", 4096), scalar("r0_numel", 1024))),
+    ):
+        plain = describe(kernel, note(*tensors, *scalars), backward=True)
+        carried = describe(kernel, note(*(dict(t, access=access[t["name"]]) for t in tensors), *scalars), backward=True)
+        assert carried == plain
+    assert describe(
+        "triton_per_fused_native_layer_norm_0", note(*per, scalar("xnumel", 4096), scalar("r0_numel", 1024))
+    )["work_bytes"] == (2 * 4096 * 4 + 2 * 4096 * 1024 * 4)  # the in_out_ptr twice, as on main
+
+
+def test_a_gemm_like_user_kernel_keeps_its_price_and_is_noted():
+    """Liger's fused SwiGLU (TMA descriptors, tl.dot, no M/N/K): not the add moving its bytes, as before the user
+    kernels were; the note says its FLOPs are not counted."""
+    from pathlib import Path
+
+    from maya.simulator.notes import triton_user_notes
+    from maya.simulator.trace import TraceSet
+
+    args = [tensor("desc_input", (1, 4096, 1024)), tensor("desc_Wg", (2816, 1024)), tensor("desc_A", (1, 4096, 2816))]
+    gemm_like = json.dumps({"triton": {"args": args, "constexprs": {}, "dot": True}})
+    work = describe("_swiglu_kernel_forward", gemm_like)
+    assert "family" not in work and work["op"] == "triton"  # main's price: its name's family and its bytes
+    assert work["work_bytes"] == sum(t["bytes"] for t in args)
+    assert describe("_swiglu_kernel_forward", note(*args))["op"] == "inductor_pointwise"  # without `dot`
+    calls = pd.DataFrame({"api": ["cuLaunchKernel"] * 3, "kernel_id": [1, 1, 1], "args": [gemm_like] * 3})
+    kernels = pd.DataFrame({"kernel_id": [1], "name": ["_swiglu_kernel_forward"]})
+    traces = TraceSet(
+        "r", Path("."), {}, {0: RankTrace(0, calls, pd.DataFrame(), kernels, pd.DataFrame(), pd.DataFrame())}
+    )
+    (gemm,) = triton_user_notes(traces)
+    assert gemm.startswith("3 launches of GEMM-like user Triton kernels (their source calls tl.dot; _swiglu_kernel")
+    assert gemm.endswith("their FLOPs are not counted")
+
+
+def test_an_access_value_of_no_meaning_is_not_used():
+    q = tensor("q_ptr", (4, 1024, 16, 64))
+    odd = describe("_triton_rope", note(dict(q, access="modify"), scalar("sl", 1024)))
+    assert odd["work_bytes"] == describe("_triton_rope", note(q, scalar("sl", 1024)))["work_bytes"] == q["bytes"]

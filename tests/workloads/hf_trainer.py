@@ -1,7 +1,8 @@
 """A small Llama trained with Hugging Face's `Trainer` as users write it, under torchrun: DDP (the default),
 FSDP through accelerate (`--mode fsdp`: FSDP2, full shard, wrapping decoder layers) or DeepSpeed ZeRO
 (`--mode zero1|zero2|zero3`, with PyTorch's AdamW: DeepSpeed's fused CUDA optimizers are compiled at run
-time). Random token data; bf16; no checkpoints or loggers."""
+time). Random token data; bf16; no checkpoints or loggers. `--liger`: `use_liger_kernel=True` (Liger-Kernel's Triton
+RMSNorm, RoPE, SwiGLU and fused linear cross-entropy patched into the Llama by transformers)."""
 
 import argparse
 import tempfile
@@ -13,6 +14,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--mode", default="ddp", choices=["ddp", "fsdp", "zero1", "zero2", "zero3"])
 p.add_argument("--steps", type=int, default=4)
 p.add_argument("--seq", type=int, default=256)
+p.add_argument("--liger", action="store_true")
 args = p.parse_args()
 
 
@@ -66,6 +68,7 @@ training = TrainingArguments(
     report_to=[],
     dataloader_num_workers=0,
     disable_tqdm=True,
+    use_liger_kernel=args.liger,
     **options,
 )
 trainer = Trainer(model=model, args=training, train_dataset=RandomTokens(64, args.seq, config.vocab_size))

@@ -9,7 +9,9 @@ launch, `_FastCudaLauncher`). They are wrapped once their module is imported (im
 them eagerly would cost ~8 s per rank for scripts that never use them). Before a launch the wrapper tells
 the native recorder the id of the launch's description (`maya_emu_launch_note`); the next `cuLaunchKernel`
 of the thread carries it (record field a6), and the descriptions go, once each, to `triton_launches.jsonl`
-in the capture (`convert.py` puts them in `api_calls.args` under `triton`).
+in the capture (`convert.py` puts them in `api_calls.args` under `triton`). Triton's launcher also has the kernel's
+`@triton.jit` function: each tensor argument a user kernel reads or writes carries that `access`, and a user kernel
+calling `tl.dot` is marked `dot` (`triton_access.py`; not Inductor's kernels, whose names say it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from .capture_format import NOTES_FILE
+from .triton_access import analyse
 
 TRITON_LAUNCHER = "triton.backends.nvidia.driver"
 TRITON_BACKENDS = "triton.backends"
@@ -62,10 +65,14 @@ class LaunchNotes:
         constants: tuple = (),
         num_stages: int | None = None,
         name: str | None = None,
+        access: dict[str, str] | None = None,
+        dot: bool = False,
     ) -> None:
         """Describe the launch that follows on this thread (`constants`: the kernel's constexprs as
         `constant_items` gives them; `name`: Inductor's name for a kernel compiled under its shared placeholder
-        name, `INDUCTOR_PLACEHOLDER`). Never fails the launch: what cannot be described goes undescribed."""
+        name, `INDUCTOR_PLACEHOLDER`; `access`: whether the kernel reads or writes each pointer argument,
+        `triton_access.argument_access`; `dot`: whether its source calls `tl.dot`, `triton_access.analyse`). Never
+        fails the launch: what cannot be described goes undescribed."""
         try:
             tensor = self._tensor
             blocks = self._block_counts(names, args) if FLEX_BLOCK_COUNTS[0] in names else None
@@ -75,13 +82,15 @@ class LaunchNotes:
                 constants,
                 *[(a.shape, a.dtype) if isinstance(a, tensor) else _key(a) for a in args[: len(names)]],
                 blocks,
+                dot,
+                tuple(sorted(access.items())) if access else None,  # two kernels of one name may differ in it
             )
             note = self._ids.get(key)
             if note is None:
                 entry = {
                     "id": len(self._ids) + 1,
                     "kernel": kernel,
-                    "args": [_describe(n, a) for n, a in zip(names, args)],
+                    "args": [_describe(n, a, access) for n, a in zip(names, args)],
                     "constexprs": dict(constants),
                 }
                 if name is not None:
@@ -90,6 +99,8 @@ class LaunchNotes:
                     entry["block_counts"] = dict(blocks)
                 if num_stages is not None:
                     entry["num_stages"] = num_stages
+                if dot:
+                    entry["dot"] = True
                 with self._path.open("a") as f:
                     f.write(json.dumps(entry) + "\n")
                 note = self._ids[key] = entry["id"]
@@ -140,15 +151,18 @@ def _key(a: Any) -> Any:
     return (t.shape, t.dtype) if t is not None else type(a).__name__
 
 
-def _describe(name: str, a: Any) -> dict:
+def _describe(name: str, a: Any, access: dict[str, str] | None = None) -> dict:
     t = _tensor(a)
     if t is not None:
-        return {
+        described = {
             "name": name,
             "dtype": str(t.dtype).removeprefix("torch."),
             "shape": list(t.shape),
             "bytes": t.numel() * t.element_size(),
         }
+        if access and name in access:
+            described["access"] = access[name]
+        return described
     if isinstance(a, (bool, int, float)):
         return {"name": name, "value": a}
     return {"name": name}
@@ -170,14 +184,34 @@ def _wrap_triton_launcher(module: ModuleType, notes: LaunchNotes) -> None:
             self._maya_launch = _triton_description(src, metadata)
         except Exception:  # a source this code does not know: its launches go undescribed
             pass
+        try:
+            if not _inductors(src):  # Inductor's kernels say their tensors' roles in their names
+                self._maya_access, self._maya_dot = analyse(src.fn)
+        except Exception:  # a source that cannot be read: its arguments' access goes unsaid
+            pass
 
     def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args):
         described = getattr(self, "_maya_launch", None)
         if described is not None:
-            notes.launch(described[0], described[1], args, *described[2:])
+            notes.launch(
+                *described[:2],
+                args,
+                *described[2:],
+                access=getattr(self, "_maya_access", None),
+                dot=getattr(self, "_maya_dot", False),
+            )
         return call(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, enter, exit_, *args)
 
     cls.__init__, cls.__call__ = __init__, __call__
+
+
+def _inductors(src: Any) -> bool:
+    """Whether Triton's launcher runs one of Inductor's kernels (generated or a template: torch 2.5-2.7, or
+    `TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER=0`), by its name: Inductor names each `triton_<kind>_...`, or compiles it
+    under its placeholder `INDUCTOR_PLACEHOLDER` (`triton_`), and the simulator prices it by its arguments' names
+    (`triton_work.is_inductors`), so its source is not read."""
+    name = getattr(src, "name", None) or getattr(getattr(src, "fn", None), "__name__", "")
+    return str(name).lower().startswith(INDUCTOR_PLACEHOLDER)
 
 
 def _wrap_backend_launchers(module: ModuleType, notes: LaunchNotes) -> None:

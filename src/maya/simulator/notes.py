@@ -4,6 +4,7 @@ passes the steady state leaves out."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING
 
@@ -174,6 +175,81 @@ def flex_mask_notes(traces: TraceSet) -> list[str]:
         "FineWeb shards' lengths (log-normal, mean 700 tokens) where the kernel reads per-token document ids; "
         "a sliding window is not applied (an upper bound)"
     ]
+
+
+USER_KERNEL_PRICES = {
+    "elementwise": "torch's add moving their bytes",
+    "normalization": "torch's layer norm over their rows",
+    "softmax": "torch's softmax over their rows",
+}
+"""How `triton_work.user_work` prices a user Triton kernel of each family, in the note's words."""
+SHOWN_KERNELS = 4
+
+
+def triton_user_notes(traces: TraceSet) -> list[str]:
+    """Notes on user `@triton.jit` kernels (Liger-Kernel's, a script's own): those priced from their launch arguments
+    as the kernels of the same work (`triton_work.user_work`), which and how many, and how many of those launches
+    carry no `access` (spec 1.5 traces: in-place writes counted once); and the GEMM-like ones (their source
+    calls `tl.dot`, the launch's `dot`) priced from their bytes, their FLOPs not counted."""
+    from . import triton_work
+
+    kernels: dict[str, set[str]] = {}
+    launches: dict[str, int] = {}
+    gemm_like: dict[str, int] = {}
+    unrecorded = 0  # launches with no tensor's access recorded (a trace of spec 1.5 or before)
+    for trace in traces.ranks.values():
+        if "args" not in trace.calls:
+            continue
+        names = dict(zip(trace.kernels["kernel_id"].tolist(), trace.kernels["name"].tolist()))
+        user = [k for k, name in names.items() if name and not triton_work.is_inductors(str(name))]
+        if not user or "kernel_id" not in trace.calls:
+            continue
+        # user kernels' launches only (not Inductor's), before the launches are counted
+        rows = trace.calls["kernel_id"].isin(user).to_numpy(copy=True)
+        rows[rows] = contains(trace.calls["args"][rows], '"triton"')
+        if not rows.any():
+            continue
+        for (kernel_id, text), n in trace.calls.loc[rows, ["kernel_id", "args"]].value_counts(sort=False).items():
+            name = str(names.get(kernel_id, ""))
+            work = triton_work.describe(name, str(text))
+            launch = json.loads(str(text))["triton"]
+            if launch.get("dot") and work.get("family") != "gemm":
+                gemm_like[name] = gemm_like.get(name, 0) + int(n)
+                continue
+            how = USER_KERNEL_PRICES.get(work.get("family")) if str(work.get("op")).startswith("inductor_") else None
+            if how is not None:
+                kernels.setdefault(how, set()).add(name)
+                launches[how] = launches.get(how, 0) + int(n)
+                if not any(a.get("access") in triton_work.ACCESSES for a in launch.get("args", ())):
+                    unrecorded += int(n)
+    notes = []
+    if launches:
+        parts = []
+        for how, n in sorted(launches.items(), key=lambda kv: -kv[1]):
+            parts.append(f"as {how} ({n}: {_shown(kernels[how])})")
+        unsaid = (
+            f"; {unrecorded} of them have no recorded access (a trace before spec 1.6, or a source not read): their "
+            "in-place writes counted once"
+            if unrecorded
+            else ""
+        )
+        notes.append(
+            f"{sum(launches.values())} launches of user Triton kernels are priced from their arguments as the kernels "
+            f"of the same work, {'; '.join(parts)}: arithmetic beyond their memory traffic is not counted{unsaid}"
+        )
+    if gemm_like:
+        notes.append(
+            f"{sum(gemm_like.values())} launches of GEMM-like user Triton kernels (their source calls tl.dot; "
+            f"{_shown(set(gemm_like))}) are priced from the bytes of their arguments: their FLOPs are not counted"
+        )
+    return notes
+
+
+def _shown(names: set[str]) -> str:
+    """At most `SHOWN_KERNELS` kernel names, sorted, and how many more."""
+    shown = sorted(names)
+    more = f" and {len(shown) - SHOWN_KERNELS} more" if len(shown) > SHOWN_KERNELS else ""
+    return ", ".join(shown[:SHOWN_KERNELS]) + more
 
 
 def te_kernel_notes(traces: TraceSet) -> list[str]:

@@ -28,6 +28,7 @@ from .notes import (
     stand_in_notes,
     subset_notes,
     te_kernel_notes,
+    triton_user_notes,
 )
 from .oom import check_stopped_by_oom
 from .program import forget_rebuilt_frame
@@ -107,6 +108,7 @@ def summarize(
     notes += dedup_notes(traces) + stage_rebuild_notes(traces)
     notes += child_process_notes(traces)
     notes += te_kernel_notes(traces) + flash_attn_notes(traces) + grouped_gemm_notes(traces) + megablocks_notes(traces)
+    notes += triton_user_notes(traces)
     notes += evaluation_notes(sim)
     notes += host_notes(sim, job["iteration_ns"], job["host_bound_ns"])
     notes += timing_notes(traces, hw.name)

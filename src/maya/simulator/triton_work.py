@@ -18,9 +18,13 @@ Inductor names its kernels by kind and its templates' tensors by role, so:
   the keys a query row computes on average, from the blocks the BlockMask has the kernel compute (`flex_blocks`);
   FLOPs count only those blocks;
 - any other kernel (user kernels, foreach kernels): `numel` = the largest tensor's elements; a kernel with
-  integer arguments `M`, `N`, `K` (the Triton tutorials' convention) is a GEMM.
-Every kernel's memory traffic (`work_bytes`) is the bytes of its tensor arguments, read or written once
-(`in_out_ptr*`: both); `dtype` is the element type holding most of those bytes.
+  integer arguments `M`, `N`, `K` (the Triton tutorials' convention) is a GEMM; a user kernel otherwise is
+  priced as Inductor's generated kernel of the same work (`user_work`: a row kernel where its name says
+  normalization or softmax, else the add moving its bytes), unless its source calls `tl.dot` (the launch's `dot`:
+  a GEMM-like kernel, Liger's fused SwiGLU and MoE ones, priced from its name and bytes, its FLOPs not counted).
+Every kernel's memory traffic (`work_bytes`) is the bytes of its tensor arguments, read or written once, twice
+where the kernel does both (the `access` the emulator read from a `@triton.jit` kernel's source; without it,
+Inductor's `in_out_ptr*`); `dtype` is the element type holding most of those bytes.
 """
 
 from __future__ import annotations
@@ -65,15 +69,29 @@ def _numel(shape: list[int]) -> float:
     return float(math.prod(shape))
 
 
+ACCESSES = ("read", "write", "read-write")
+"""The `access` values a launch's tensor may carry (spec 1.6); any other is not used (the name rule prices it)."""
+
+
+def _passes(name: str, tensor: dict) -> float:
+    """Times a kernel moves a tensor argument: a user kernel's recorded `access` (`emulator/triton_access.py`:
+    "read-write" twice, read or written once; `describe` drops it from Inductor's kernels), else twice for Inductor's
+    `in_out_ptr*` and once for any other."""
+    access = tensor.get("access")
+    if access in ACCESSES:
+        return 2.0 if access == "read-write" else 1.0
+    return 2.0 if name.startswith("in_out_ptr") else 1.0
+
+
 def _traffic(tensors: dict[str, dict], elements: float = math.inf) -> tuple[float, str | None]:
-    """Bytes of the tensor arguments (in-place ones twice), none counting more than `elements` of its own, and
-    the dtype holding most of them."""
+    """Bytes of the tensor arguments (read and written ones twice: `_passes`), none counting more than `elements` of
+    its own, and the dtype holding most of them."""
     per_dtype: dict[str, float] = {}
     for name, t in tensors.items():
         size = float(t.get("bytes", 0))
         if size and math.isfinite(elements):
             size = min(size, elements * size / max(_numel(t.get("shape", [])), 1.0))
-        size *= 2.0 if name.startswith("in_out_ptr") else 1.0
+        size *= _passes(name, t)
         kind = dtype_name(t.get("dtype")) or "u8"
         per_dtype[kind] = per_dtype.get(kind, 0.0) + size
     if not per_dtype:
@@ -251,6 +269,14 @@ def _attention(tensors: dict[str, dict], note: dict, scalars: dict[str, float]) 
     }
 
 
+def is_inductors(kernel: str) -> bool:
+    """Whether a kernel is Inductor's (generated, a template, a foreach kernel), by its name: Inductor names every
+    kernel it generates `triton_<kind>_...`, or compiles it under its placeholder `triton_` (torch 2.5) with that name
+    in the launch's `name`. Its tensors' roles are in their names (`in_out_ptr*` read and written), so a recorded
+    `access` is not used for it: only a user kernel's is (`_passes`)."""
+    return kernel.lower().startswith("triton_")
+
+
 @lru_cache(maxsize=4096)
 def describe(kernel: str, text: str, backward: bool = False) -> dict:
     """Call-frame values (family, op, dtype, numel, row, operands, batch, m, n, k, flops, work_bytes; flex
@@ -260,8 +286,11 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
     Keys it cannot tell are absent."""
     note = json.loads(text)["triton"]
     kernel = note.get("name") or kernel
+    lower = kernel.lower()
     args = note.get("args", [])
     tensors = _tensors(args)
+    if is_inductors(lower):  # priced by its arguments' roles, never by a recorded `access`
+        tensors = {name: {k: v for k, v in t.items() if k != "access"} for name, t in tensors.items()}
     scalars = _scalars(note)
     traffic, kind = _traffic(tensors)
     out: dict = {"work_bytes": traffic, "op": "triton"}
@@ -269,7 +298,6 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
         out["dtype"] = kind
     tf32 = bool(note.get("constexprs", {}).get("ALLOW_TF32"))
     output = _output(tensors)
-    lower = kernel.lower()
     # BLOCK_M tiles the output's rows and BLOCK_N its columns: the call frame's n and m (`gemm_of_row_major`).
     tile = (
         {"tile_m": float(scalars["BLOCK_N"]), "tile_n": float(scalars["BLOCK_M"])}
@@ -282,7 +310,7 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
         out.update(_gemm(tensors["arg_A"], output, kind, tf32), **tile)
     elif "arg_X" in tensors and "arg_W" in tensors and output is not None:
         out.update(_convolution(tensors["arg_X"], tensors["arg_W"], output, tf32), **tile)
-    elif all(isinstance(scalars.get(c), (int, float)) for c in "MNK") and not lower.startswith("triton_"):
+    elif all(isinstance(scalars.get(c), (int, float)) for c in "MNK") and not is_inductors(lower):
         _, m, n, k = gemm_of_row_major(1.0, *(float(scalars[c]) for c in "MNK"))
         out.update(family="gemm", op="mm", batch=1.0, m=m, n=n, k=k, flops=2.0 * m * n * k)
     else:
@@ -301,7 +329,33 @@ def describe(kernel: str, text: str, backward: bool = False) -> dict:
         generated = next((k for prefix, k in INDUCTOR_PREFIXES.items() if lower.startswith(prefix)), None)
         if generated is not None and has_numel:
             out.update(inductor_work(kernel, generated, tensors, out["numel"], backward))
+        elif generated is None and tensors and not is_inductors(lower) and not note.get("dot"):
+            out.update(user_work(kernel, tensors, out["numel"], backward))  # GEMM-like (`dot`): priced by its bytes
     return out
+
+
+USER_POINTWISE_FAMILIES = ("other", "elementwise")
+"""Families a user kernel's name may give (`classify_kernel`) that `user_work` prices as a pointwise kernel."""
+
+
+def user_work(kernel: str, tensors: dict[str, dict], numel: float, backward: bool) -> dict:
+    """Family, op, row and traffic of a user `@triton.jit` kernel with no GEMM shape over `numel` elements (its largest
+    tensor's), priced as Inductor's generated kernels of the same work are (`inductor_work`), not at the spec sheet's
+    bandwidth, which no measured kernel reaches:
+    - a kernel its name says is a normalization or a softmax (Liger's `_rms_norm_forward_kernel`) as that row kernel,
+      each program one row of the largest tensor's last dimension (Triton's tutorials' and Liger's `n_cols`);
+    - a kernel of no family or an elementwise one (Liger's SwiGLU, RoPE, cross-entropy) as the add moving its bytes,
+      with the tensors it reads as operands;
+    - any other (its name says attention, a GEMM, a copy, ...) keeps its name's family, priced from its bytes."""
+    named = classify_kernel(kernel)["family"]
+    largest = max(tensors.values(), key=lambda t: _numel(t["shape"]))
+    if named in INDUCTOR_ROW_FAMILIES and len(largest["shape"]) >= 2:
+        return {**inductor_work(kernel, "reduction", tensors, numel, backward), "row": float(largest["shape"][-1])}
+    if named in USER_POINTWISE_FAMILIES:
+        read = [t for t in tensors.values() if t.get("access", "read") != "write"]
+        work = inductor_work(kernel, "pointwise", tensors, numel, backward)
+        return {**work, "operands": float(max(len(read), 1))}
+    return {}
 
 
 def inductor_work(kernel: str, kind: str, tensors: dict[str, dict], numel: float, backward: bool) -> dict:
