@@ -465,12 +465,14 @@ def test_dedup_splits_a_rank_that_behaves_differently(tmp_path):
 
 def test_dedup_keeps_rank_0_for_its_class_when_the_class_shares_tensor_parallel_groups(tmp_path):
     """DP x TP with rank-0 logging: cutting rank 0 out of its class would leave a class that cannot be
-    replayed around rank 0's tensor-parallel peers, so rank 0 stands for its class, logging included."""
+    replayed around rank 0's tensor-parallel peers, so rank 0 stands for its class, logging included. The
+    parameters' scatter from each TP group's first rank (`parallelize_module`) is no pipeline, so the job is one
+    class (it was one per TP position), replayed from rank 0's program, scatter root and receivers alike."""
     r, out = emulate(tmp_path, "--nproc-per-node", "8", script="tp_rank0_logging.py")
     assert r.exit_code == 0, r.output
-    assert _represents(out) == {0: [0, 2, 4, 6], 1: [1, 3, 5, 7]}
-    # nothing for a check capture to decide, so none ran: only the representatives have logs
-    assert sorted(p.name for p in (out / "logs").iterdir()) == ["rank0.txt", "rank1.txt"]
+    assert _represents(out) == {0: list(range(8))}
+    # nothing for a check capture to decide, so none ran: only the representative has logs
+    assert sorted(p.name for p in (out / "logs").iterdir()) == ["rank0.txt"]
     p = runner.invoke(app, ["predict", str(out), "--json"])
     assert p.exit_code == 0, p.output
 
