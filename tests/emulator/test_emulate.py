@@ -471,7 +471,7 @@ def test_dedup_keeps_rank_0_for_its_class_when_the_class_shares_tensor_parallel_
     r, out = emulate(tmp_path, "--nproc-per-node", "8", script="tp_rank0_logging.py")
     assert r.exit_code == 0, r.output
     assert _represents(out) == {0: list(range(8))}
-    # nothing for a check capture to decide, so none ran: only the representative has logs
+    # a TP group lies inside the class, so no check capture runs (`dedup.checked`): only the representative has logs
     assert sorted(p.name for p in (out / "logs").iterdir()) == ["rank0.txt"]
     p = runner.invoke(app, ["predict", str(out), "--json"])
     assert p.exit_code == 0, p.output
