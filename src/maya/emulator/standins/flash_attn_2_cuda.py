@@ -21,13 +21,14 @@ the package's buffer until then. Maya's stand-ins are reported in the prediction
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.metadata
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.utils.deterministic
+
+from maya.emulator.extension_calls import traced_call
 
 SPEAKS = ("2.6.", "2.7.", "2.8.")
 """The flash-attn releases whose extension API this module implements (2.6's forward returns more: `RETURNS_INPUTS`)."""
@@ -212,18 +213,10 @@ def _forward_result(
     return [unpadded if buffer is None else buffer.copy_(unpadded), *qkv, out, lse, mask, rng_state]
 
 
-def _called(fn: Callable[..., list[torch.Tensor]]) -> Callable[..., list[torch.Tensor]]:
-    """A call of the extension in a trace range of its name (`RANGE`), which the prediction's notes count; in 2.6,
-    which calls its extension inside autograd functions Dynamo traces, opaque to torch.compile (a graph break), as
-    the compiled extension is (2.7 on wrap the calls in custom ops)."""
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        with torch.profiler.record_function(RANGE + fn.__name__):
-            return fn(*args, **kwargs)
-
-    return torch._disable_dynamo(call) if RETURNS_INPUTS else call
-
+_called = traced_call(RANGE, opaque=RETURNS_INPUTS)
+"""A call of the extension in a trace range of its name (`RANGE`), which the prediction's notes count; in 2.6,
+which calls its extension inside autograd functions Dynamo traces, opaque to torch.compile (a graph break), as
+the compiled extension is (2.7 on wrap the calls in custom ops)."""
 
 fwd, varlen_fwd, bwd, varlen_bwd = (_called(f) for f in (fwd, varlen_fwd, bwd, varlen_bwd))
 

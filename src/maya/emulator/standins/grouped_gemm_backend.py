@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import importlib.metadata
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import torch
+
+from maya.emulator.extension_calls import on_device as _on_device
+from maya.emulator.extension_calls import traced_call
 
 RANGE = "grouped_gemm::"
 """The prefix of the trace ranges that name this module's calls."""
@@ -61,19 +62,9 @@ DISTRIBUTION, VERSION = _release()
 SIDE_STREAMS = FORK_STREAMS if DISTRIBUTION == "nv-grouped-gemm" or not VERSION.startswith("0.") else 0
 """The side streams `gmm` runs its GEMMs on: the fork's 4, or none (Gale's original: the current stream)."""
 
-Fn = TypeVar("Fn", bound=Callable[..., Any])
-
-
-def _call(fn: Fn) -> Fn:
-    """A call of the extension: in a trace range of its name (`RANGE`), opaque to torch.compile as a compiled
-    extension's is, a graph break (`torch._disable_dynamo` imports Dynamo only when a call needs it)."""
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with torch.profiler.record_function(RANGE + fn.__name__):
-            return fn(*args, **kwargs)
-
-    return torch._disable_dynamo(call)  # type: ignore[return-value]
+_call = traced_call(RANGE)
+"""A call of the extension: in a trace range of its name (`RANGE`), opaque to torch.compile as a compiled
+extension's is."""
 
 
 @_call
@@ -272,11 +263,6 @@ def sinkhorn(cost: torch.Tensor, tol: float = 0.0001) -> NoReturn:
         "grouped_gemm_backend.sinkhorn is not implemented by Maya's stand-in for grouped_gemm's CUDA extension (its "
         "iterations run until a tolerance on device values)"
     )
-
-
-def _on_device(t: torch.Tensor) -> bool:
-    """Whether a tensor is not on the host (the extension's `is_cuda`; a meta tensor passes, for checks of shapes)."""
-    return t.device.type != "cpu"
 
 
 def _check(ok: bool, message: str) -> None:

@@ -14,29 +14,20 @@ same work. Calls are named in the trace (`megablocks_ops::<call>`), and the pred
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
+
+from maya.emulator.extension_calls import on_device as _on_device
+from maya.emulator.extension_calls import traced_call
 
 RANGE = "megablocks_ops::"
 """The prefix of the trace ranges that name this module's calls."""
 INTEGERS = (torch.int16, torch.int32, torch.int64)
 """The id types MegaBlocks' sorts, histograms and prefix sums take."""
 
-Fn = TypeVar("Fn", bound=Callable[..., Any])
-
-
-def _call(fn: Fn) -> Fn:
-    """A call of the extension: in a trace range of its name, opaque to torch.compile as a compiled extension is."""
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with torch.profiler.record_function(RANGE + fn.__name__):
-            return fn(*args, **kwargs)
-
-    return torch._disable_dynamo(call)  # type: ignore[return-value]
+_call = traced_call(RANGE)
+"""A call of the extension: in a trace range of its name, opaque to torch.compile as a compiled extension is."""
 
 
 @_call
@@ -133,11 +124,6 @@ def sort(x: torch.Tensor, end_bit: int, x_out: torch.Tensor, iota_out: torch.Ten
     values, order = torch.sort(x, stable=True)
     x_out.copy_(values)
     iota_out.copy_(order)
-
-
-def _on_device(t: torch.Tensor) -> bool:
-    """Whether a tensor is not on the host (the extension's `is_cuda`; a meta tensor passes, for checks of shapes)."""
-    return t.device.type != "cpu"
 
 
 def _check(ok: bool, message: str) -> None:
