@@ -450,7 +450,13 @@ def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, ShapeFit]:
 
 def _port_ratio(tritonbench: pd.DataFrame) -> dict[str, ShapeFit]:
     """Per direction, log(torch's FlashAttention-2 port / the flash-attn package) on the sequence length and causality,
-    from TritonBench rows of one commit and shape (the port is 4-8% slower forward, 2-6% backward, more so causal)."""
+    from TritonBench rows of one commit and shape (the port is 4-8% slower forward, 2-6% backward, more so causal).
+
+    Fitted on every measured length (512-16k), unlike the split (from 8k): below 8k TritonBench's backward carries a
+    fixed cost of about 0.6 ms (`DEVICE_RATIO_MIN_SEQ`), which pulls a ratio towards 1 if both paid it alike, so the
+    short backward ratios (1.05-1.06 at 512) may understate the kernels' (about 1.09 if so); from 8k alone the fit
+    would give less, not more. One device (head dim 128, an August 2024 torch nightly and flash-attn release) is
+    carried to every GPU, head dimension and release, as the split is."""
     return _ratio_to_package(tritonbench, PORT, SPLIT)
 
 

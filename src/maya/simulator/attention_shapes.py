@@ -3,7 +3,7 @@
 op `<kernel>_<fwd|bwd>[_causal]` or `<kernel>_bwd_preprocess` / `<kernel>_bwd_postprocess`, the kernel `sdpa`
 (cuDNN), `flash` (FlashAttention-2 of the flash-attn package: its own kernels, or torch's port of them inside a
 `PACKAGE_ATTENTION_RANGES` range, where the port stands in for the package under emulation), `torchflash` (torch's
-port, `pytorch_flash::flash_*`, as SDPA's flash backend runs it: measured 3-8% slower than the package, priced so by
+port, `pytorch_flash::flash_*`, as SDPA's flash backend runs it: measured 2-8% slower than the package, priced so by
 `maya.estimators.attention_model`), `efficient` (torch's memory-efficient CUTLASS kernels) or `lftriton` (the
 kernels inside a `TRITON_ATTENTION_RANGE`: llm-foundry's Triton flash attention, which SDPA's kernels stand in for
 under emulation).
@@ -28,7 +28,7 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import DTYPE_BYTES, dtype_name
 
-from .distinct import contains
+from .distinct import contains, per_distinct
 from .trace import RankTrace, listed
 
 ATTENTION_BACKWARD_FLOPS = 2.5
@@ -107,8 +107,9 @@ def kernel_implementation(name: str) -> str:
 def ranged_attention_ops(ops: pd.DataFrame, range_names: tuple[str, ...] = (TRITON_ATTENTION_RANGE,)) -> set[int]:
     """Ids of the attention ops (`ATTENTION_OPS`) inside a range whose name starts with one of `range_names`, and of
     the backward attention ops of those: a backward op's enclosing autograd node carries the sequence number of the
-    forward op it differentiates."""
-    in_range = ops["name"].astype(str).str.startswith(range_names).to_numpy(dtype=bool)
+    forward op it differentiates. Without sequence numbers (a trace of another tool) a backward op is found only
+    inside such a range itself."""
+    in_range = per_distinct(ops["name"], lambda name: str(name).startswith(range_names), False, bool)
     if not in_range.any():
         return set()
     parent = dict(zip(ops["op_id"].tolist(), ops["parent_op_id"].tolist()))
