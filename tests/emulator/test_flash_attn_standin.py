@@ -248,6 +248,7 @@ def test_flash_attns_calls_run_unchanged_and_are_priced_as_flashattention_2(tmp_
     assert len(copies) == 6  # the qkv-packed gradients share one buffer (views; compiled: Inductor's reinterpretations)
     frames = work_frame(trace, classify(trace.calls))
     attention = frames[frames["family"] == "attention"]
+    assert not attention["op"].str.startswith("torchflash").any()  # the package's calls, priced as the package
     fused = attention[attention["op"].str.match(r"flash_(fwd|bwd)(_causal)?$")]
     shapes = set(map(tuple, fused[["op", "batch", "m", "n", "k"]].drop_duplicates().to_numpy().tolist()))
     assert shapes == {

@@ -246,6 +246,39 @@ def test_flex_and_llm_foundry_triton_are_priced_from_measured_kernels(estimator)
     assert proxy["duration_low_ns"] == pytest.approx(proxy["duration_ns"] * low / 1.2)
 
 
+def tritonbench_port_ratio() -> pd.DataFrame:
+    """TritonBench's torch port (`sdpa` under the flash backend) over the flash-attn package (`flash_v2`) per shape and
+    direction, timed in one run (`ratio`)."""
+    found = attention_model.rows()
+    mine = found[found["device"] == OWN_DEVICE]
+    keys = ["source_commit", "batch", "n_heads", "seqlen", "head_dim", "causal", "direction"]
+    port = mine[mine["kernel_impl"] == attention_model.PORT]
+    package = mine[mine["kernel_impl"] == "flash_v2"][[*keys, "time_s"]]
+    paired = port.merge(package, on=keys, suffixes=("", "_package"))
+    return paired.assign(ratio=paired["time_s"] / paired["time_s_package"])
+
+
+def test_torchs_port_is_priced_at_its_measured_ratio_to_the_package(model, estimator):
+    """Torch's FlashAttention-2 port (SDPA's flash backend, `torchflash`) is priced as the flash-attn package's
+    kernel (`flash`) times the ratio TritonBench measured between the two on the same shapes in one run: every one
+    of its 24 pairs (512-16k tokens, causal and not, both directions: 1.02-1.08) within 1.5 %, the port never faster;
+    the backward's memory passes take the backward's ratio."""
+    measured = tritonbench_port_ratio()
+    assert len(measured) == 24 and (measured["ratio"] > 1.0).all()
+    for direction, group in measured.groupby("direction"):
+        shape = (group["seqlen"], group["head_dim"], group["causal"])
+        priced = np.exp(model.port_ratio[direction].predict(*shape))
+        assert np.abs(priced / group["ratio"].to_numpy() - 1).max() < 0.015, direction
+    for hw in ("a100-sxm-80gb", "h100-sxm"):
+        for role in ("fwd_causal", "bwd", "bwd_preprocess"):
+            port, package = (estimator.predict(attention(f"{k}_{role}", hw)).iloc[0] for k in ("torchflash", "flash"))
+            direction = "fwd" if role.startswith("fwd") else "bwd"
+            shape = (np.array([4096.0]), np.array([128.0]), np.array([role.endswith("causal")]))
+            ratio = np.exp(model.port_ratio[direction].predict(*shape))[0]
+            assert 1.0 < ratio < 1.1
+            assert port["duration_ns"] == pytest.approx(package["duration_ns"] * ratio), (hw, role)
+
+
 @pytest.mark.slow
 def test_cudnn_on_hopper_is_its_mechanism_times_flashattention_3s_correction_and_before_hopper_flashattention_2(
     estimator,

@@ -1,5 +1,6 @@
 """What the simulator prices each kernel as (`work_frame`) on small synthetic traces: torch's FlashAttention-2
-kernels shaped from their attention op (causal flag from the kernel's template arguments), and the pieces of an
+kernels shaped from their attention op (causal flag from the kernel's template arguments; torch's port, or the
+flash-attn package where the port stands in for it), and the pieces of an
 op TensorIterator split at 32-bit offsets each given their share, and `torch._grouped_mm`'s CUTLASS grouped GEMMs
 shaped from their op (an MoE's experts) with their one-block setup kernel sized by the group offsets."""
 
@@ -10,7 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from maya.simulator.attention_shapes import TRITON_ATTENTION_RANGE, kernel_causal, kernel_role
+from maya.data.workloads.mpt import PACKAGE_ATTENTION_RANGE
+from maya.emulator.standins.flash_attn_2_cuda import RANGE as STANDIN_RANGE
+from maya.simulator.attention_shapes import (
+    PACKAGE_ATTENTION_RANGES,
+    TRITON_ATTENTION_RANGE,
+    kernel_causal,
+    kernel_implementation,
+    kernel_role,
+)
 from maya.simulator.opcodes import NOP, classify
 from maya.simulator.trace import load
 from maya.simulator.work import _largest_inputs, work_frame
@@ -149,11 +158,11 @@ def test_torch_flash_kernels_take_their_shape_from_the_attention_op(tmp_path, ca
     )
     work = frame(run)
     suffix = "_causal" if causal else ""
-    assert work["op"].tolist() == [
-        f"flash_fwd{suffix}",
-        "flash_bwd_preprocess",
-        f"flash_bwd{suffix}",
-        "flash_bwd_postprocess",
+    assert work["op"].tolist() == [  # SDPA's flash backend: torch's port
+        f"torchflash_fwd{suffix}",
+        "torchflash_bwd_preprocess",
+        f"torchflash_bwd{suffix}",
+        "torchflash_bwd_postprocess",
     ]
     assert (work["family"] == "attention").all() and (work["dtype"] == "bf16").all()
     assert work[["batch", "m", "n", "k"]].to_numpy().tolist() == [[16.0, 1024.0, 1024.0, 64.0]] * 4
@@ -184,8 +193,47 @@ def test_attention_in_the_triton_range_and_its_backward_are_llm_foundry_triton_a
         "lftriton_bwd_causal",
         "lftriton_bwd_postprocess",
         "efficient_fwd",
-        "flash_bwd_causal",
+        "torchflash_bwd_causal",
     ]
+
+
+@pytest.mark.parametrize(
+    "range_name", [f"{STANDIN_RANGE}fwd", "flash_attn::_flash_attn_forward", PACKAGE_ATTENTION_RANGE]
+)
+def test_torchs_port_inside_a_package_range_is_the_flash_attn_package(tmp_path, range_name):
+    """Where torch's port stands in for the flash-attn package (Maya's stand-in for its extension, llm-foundry's
+    `flash` rows), its kernels are the package's `flash`: forward ops inside the range, backward ops by their
+    autograd node's sequence number, or inside a range of their own (the stand-in's `bwd`); the port's kernels
+    elsewhere stay `torchflash`."""
+    ops = sdpa_ops()
+    ops[0]["parent_op_id"], ops[1]["seq_nr"] = 10, 7
+    ops[3]["parent_op_id"] = 20
+    ops += [
+        {"op_id": 10, "name": range_name},
+        {"op_id": 20, "name": "ScaledDotProductFlashAttentionBackward0", "seq_nr": 7},
+        {**sdpa_ops()[3], "op_id": 40, "parent_op_id": 50},  # a backward inside the stand-in's own range
+        {"op_id": 50, "name": f"{STANDIN_RANGE}bwd"},
+        {**sdpa_ops()[2], "op_id": 60, "parent_op_id": None},  # outside every range: torch's port
+    ]
+    kernels = [FWD.format(causal=1), PRE, BWD.format(causal=1), POST]
+    launches = [{"kernel_id": k, "op_id": o} for k, o in ((0, 3), (1, 4), (2, 4), (3, 4), (2, 40), (0, 60))]
+    work = frame(write_trace(tmp_path, kernels, ops, launches))
+    assert work["op"].tolist() == [
+        "flash_fwd_causal",
+        "flash_bwd_preprocess",
+        "flash_bwd_causal",
+        "flash_bwd_postprocess",
+        "flash_bwd_causal",
+        "torchflash_fwd_causal",
+    ]
+    assert range_name.startswith(PACKAGE_ATTENTION_RANGES)
+
+
+def test_the_packages_own_kernels_are_flash_and_torchs_port_is_torchflash():
+    assert kernel_implementation(FWD.format(causal=0)) == "torchflash"
+    demangled = "void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4>, false, true>(Flash_fwd_params)"
+    assert kernel_implementation(demangled) == "flash"  # flash-attn's own namespace, in a measured trace
+    assert kernel_implementation("fmha_cutlassF_bf16_aligned_64x64_rf_sm80") == "efficient"
 
 
 def test_kernel_roles_and_causal_flags_from_names():

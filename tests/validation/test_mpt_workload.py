@@ -100,6 +100,30 @@ def test_positions_follow_the_attention_mask_per_sequence():
     assert seen[1].tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
 
 
+@pytest.mark.parametrize(
+    "attn_impl, range_name", [("flash", mpt.PACKAGE_ATTENTION_RANGE), ("triton", mpt.TRITON_ATTENTION_RANGE)]
+)
+def test_each_attention_path_runs_sdpa_inside_the_range_naming_the_kernel_it_measured(attn_impl, range_name):
+    """The simulator prices SDPA's kernels by the kernel the published rows ran, which each path's range names
+    (`attention_shapes`): flash-attn's package for `flash`, llm-foundry's Triton kernel for `triton`; each block's
+    SDPA call runs inside its path's range and no other."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = _tiny(attn_impl)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(torch.randint(0, 64, (2, 16)))
+    events = prof.events()
+    ranges = [e for e in events if e.name in (mpt.PACKAGE_ATTENTION_RANGE, mpt.TRITON_ATTENTION_RANGE)]
+    sdpa = [e for e in events if e.name == "aten::scaled_dot_product_attention"]
+    assert len(sdpa) == 2 and {r.name for r in ranges} == {range_name} and len(ranges) == 2
+    inside = [
+        s
+        for s in sdpa
+        if any(r.time_range.start <= s.time_range.start and s.time_range.end <= r.time_range.end for r in ranges)
+    ]
+    assert inside == sdpa
+
+
 def test_flash_path_computes_what_the_fused_path_does():
     """flash-attn's unpad / attend / pad on an all-ones mask changes nothing but the work done."""
     ids = torch.randint(0, 64, (2, 16))

@@ -26,7 +26,10 @@ times the measured flex / FlashAttention-2 ratio per direction (`flex_ratio`). c
 measured, are priced from their nearest measured kernel: on Hopper their own composed time times a correction
 per direction to TritonBench's FlashAttention-3 rows from `HOPPER_MIN_SEQ` tokens carried to an SXM5
 (`hopper_rows`, `device_ratio`), judged with each length band left out (`hopper_held_out`); before Hopper as
-FlashAttention-2; after Hopper (sm_100 on, never measured here) by the composed mechanism alone.
+FlashAttention-2; after Hopper (sm_100 on, never measured here) by the composed mechanism alone. Torch's own port of
+FlashAttention-2 (SDPA's flash backend, `torchflash`) is measured on that device next to the flash-attn package, in the
+same TritonBench run: it is priced as FlashAttention-2 times that measured port / package ratio per direction
+(`port_ratio`: 1.04-1.08 forward, 1.02-1.06 backward).
 
 Each priced call's band is the 10th-90th percentile of log(measured / predicted) on GPUs held out (the family's
 rows on one GPU alone: its residuals in training, which understate the error on another GPU).
@@ -65,6 +68,9 @@ RATIO_IMPLEMENTATIONS = ("sdpa", "flash_v2")
 """TritonBench's FlashAttention-2 kernels (torch's bundled copy, the flash-attn package): the backward / forward
 split."""
 FLEX = "flex_attention"
+PORT = "sdpa"
+"""TritonBench's SDPA under `sdpa_kernel([SDPBackend.FLASH_ATTENTION])`: torch's port of FlashAttention-2, timed in the
+same run, on the same shapes, as the flash-attn package (`flash_v2`): the port's ratio to the package (`port_ratio`)."""
 CALL_KERNELS: dict[str, tuple[str, str]] = {
     "sdpa": ("flash2", "flash"),
     "flash": ("flash2", "flash"),
@@ -72,9 +78,11 @@ CALL_KERNELS: dict[str, tuple[str, str]] = {
     "flex": ("flash2", "flash"),
     "flash1": ("flash1", "flash"),
     "lftriton": ("lftriton", "flash"),
+    "torchflash": ("flash2", "flash"),
 }
 """Call-frame kernel (op prefix) -> the family that prices it and the composed kernel its prior is (`flex`:
-FlashAttention-2 times `flex_ratio`; `flash1`, FlashAttention v1's CUDA kernels (the figures' rows; no traced call
+FlashAttention-2 times `flex_ratio`; `torchflash`, torch's port of FlashAttention-2: FlashAttention-2 (the
+package's figures) times `port_ratio`; `flash1`, FlashAttention v1's CUDA kernels (the figures' rows; no traced call
 is named so); `lftriton`, llm-foundry's Triton kernel, which has no public timing: its proxy, FlashAttention v1's
 correction less the measured A100 gap between FA1's and OpenAI Triton's change from head dim 64 to 128, per length
 and mask (`TritonProxyFit`), `attention/README.md` section 3; `sdpa`, cuDNN, never measured: before Hopper its
@@ -297,7 +305,8 @@ def _fit(
 class AttentionModel:
     """Per family, the fitted log correction of fwd+bwd and its band; the backward / forward split; FlexAttention's
     ratio to FlashAttention-2 per direction; per direction, the log correction of cuDNN's composed time on Hopper
-    to FlashAttention-3's measured one (`hopper`, `hopper_fit`) and its band."""
+    to FlashAttention-3's measured one (`hopper`, `hopper_fit`) and its band; torch's FlashAttention-2 port's ratio
+    to the flash-attn package per direction (`port_ratio`)."""
 
     corrections: dict[str, ShapeFit | TritonProxyFit]
     bands: dict[str, tuple[float, float]]
@@ -305,6 +314,7 @@ class AttentionModel:
     flex_ratio: dict[str, ShapeFit]
     hopper: dict[str, ShapeFit]
     hopper_bands: dict[str, tuple[float, float]]
+    port_ratio: dict[str, ShapeFit]
 
     def factors(
         self,
@@ -332,6 +342,7 @@ class AttentionModel:
             "flex_ratio": {name: fit.to_dict() for name, fit in self.flex_ratio.items()},
             "hopper": {name: fit.to_dict() for name, fit in self.hopper.items()},
             "hopper_bands": {name: list(band) for name, band in self.hopper_bands.items()},
+            "port_ratio": {name: fit.to_dict() for name, fit in self.port_ratio.items()},
         }
 
     @classmethod
@@ -347,6 +358,7 @@ class AttentionModel:
             {name: ShapeFit.from_dict(fit) for name, fit in data["flex_ratio"].items()},
             {name: ShapeFit.from_dict(fit) for name, fit in data["hopper"].items()},
             {name: (float(low), float(high)) for name, (low, high) in data["hopper_bands"].items()},
+            {name: ShapeFit.from_dict(fit) for name, fit in data["port_ratio"].items()},
         )
 
 
@@ -433,14 +445,32 @@ def _split(tritonbench: pd.DataFrame) -> ShapeFit:
 def _flex_ratio(tritonbench: pd.DataFrame) -> dict[str, ShapeFit]:
     """Per direction, log(FlexAttention / FlashAttention-2) on the sequence length, from TritonBench rows of one
     commit and shape."""
+    return _ratio_to_package(tritonbench, FLEX, LENGTH)
+
+
+def _port_ratio(tritonbench: pd.DataFrame) -> dict[str, ShapeFit]:
+    """Per direction, log(torch's FlashAttention-2 port / the flash-attn package) on the sequence length and causality,
+    from TritonBench rows of one commit and shape (the port is 4-8% slower forward, 2-6% backward, more so causal).
+
+    Fitted on every measured length (512-16k), unlike the split (from 8k): below 8k TritonBench's backward carries a
+    fixed cost of about 0.6 ms (`DEVICE_RATIO_MIN_SEQ`), which pulls a ratio towards 1 if both paid it alike, so the
+    short backward ratios (1.05-1.06 at 512) may understate the kernels' (about 1.09 if so); from 8k alone the fit
+    would give less, not more. One device (head dim 128, an August 2024 torch nightly and flash-attn release) is
+    carried to every GPU, head dimension and release, as the split is."""
+    return _ratio_to_package(tritonbench, PORT, SPLIT)
+
+
+def _ratio_to_package(tritonbench: pd.DataFrame, implementation: str, columns: tuple[int, ...]) -> dict[str, ShapeFit]:
+    """Per direction, log(`implementation` / the flash-attn package's FlashAttention-2) fitted on `columns` of
+    `features`, from TritonBench rows of one commit and shape timed both ways."""
     keys = ["source_commit", "batch", "n_heads", "seqlen", "head_dim", "causal", "direction"]
     flash = tritonbench[tritonbench["kernel_impl"] == "flash_v2"][[*keys, "time_s"]]
-    paired = tritonbench[tritonbench["kernel_impl"] == FLEX].merge(flash, on=keys, suffixes=("", "_flash"))
+    paired = tritonbench[tritonbench["kernel_impl"] == implementation].merge(flash, on=keys, suffixes=("", "_flash"))
     out = {}
     for direction in ("fwd", "bwd"):
         here = paired[paired["direction"] == direction]
         ratio = np.log(here["time_s"].to_numpy() / here["time_s_flash"].to_numpy())
-        out[direction] = _fit(here["seqlen"], here["head_dim"], here["causal"], ratio, LENGTH)
+        out[direction] = _fit(here["seqlen"], here["head_dim"], here["causal"], ratio, columns)
     return out
 
 
@@ -475,7 +505,15 @@ def fit(mechanism: Mechanism) -> AttentionModel:
     for direction, group in hopper_rows(mechanism).groupby("direction"):
         hopper[direction] = hopper_fit(group)
         hopper_bands[direction] = tuple(float(q) for q in np.quantile(_held_out_by_band(group)[0], BAND))
-    return AttentionModel(corrections, bands, _split(tritonbench), _flex_ratio(tritonbench), hopper, hopper_bands)
+    return AttentionModel(
+        corrections,
+        bands,
+        _split(tritonbench),
+        _flex_ratio(tritonbench),
+        hopper,
+        hopper_bands,
+        _port_ratio(tritonbench),
+    )
 
 
 def device_ratio(found: pd.DataFrame) -> float:
@@ -707,7 +745,7 @@ def _read_fit(path: Path) -> AttentionModel | None:
 def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanism: Mechanism) -> Composed:
     """`composed` with the calls of a measured implementation, or of one with a measured proxy (`CALL_KERNELS`),
     priced by the learned model: the composed time of the call (of its prior's kernel) times its direction's
-    factor (`AttentionModel.factors`; FlexAttention also times `flex_ratio`), in the band of its family's held-out
+    factor (`AttentionModel.factors`; FlexAttention also times `flex_ratio`, torch's port `port_ratio`), in the band of its family's held-out
     residuals widened by `PROXY_UNCERTAINTY`; cuDNN's (`sdpa`) on Hopper: its own composed time times its
     direction's `AttentionModel.hopper` correction; after Hopper, `composed` as it is. `mechanism` prices
     attention calls by the composed mechanism."""
@@ -767,6 +805,13 @@ def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanis
             np.where(backward[flex], model.flex_ratio["bwd"].predict(*shape), model.flex_ratio["fwd"].predict(*shape))
         )
         own[flex] = own[flex] * ratio
+    port = kernel == "torchflash"
+    if port.any():  # the whole backward was timed: its memory passes take the ratio too
+        shape = (seq[port], head_dim[port], causal[port])
+        ratio = np.exp(
+            np.where(backward[port], model.port_ratio["bwd"].predict(*shape), model.port_ratio["fwd"].predict(*shape))
+        )
+        own[port] = own[port] * ratio
     seconds_out, low_out, high_out = composed.seconds.copy(), composed.low_s.copy(), composed.high_s.copy()
     seconds_out[priced] = own * factor
     low_out[priced] = seconds_out[priced] * low / widen

@@ -181,7 +181,7 @@ FUSED_KERNELS: dict[str, str] = {
     "FlashAttention-2": "flash",
     "FlashAttention": "flash1",
     "xformers": "efficient",
-    "sdpa": "flash",
+    "sdpa": "torchflash",
     "flash_v2": "flash",
     "flex_attention": "flex",
 }
@@ -225,7 +225,7 @@ def _row_calls(row) -> list[dict] | str:
     shape = {"family": "attention", "batch": heads, "m": s, "n": s, "k": d}
     suffix = "_causal" if row.causal else ""
     out = [{**shape, "op": f"{kernel}_{direction}{suffix}"} for direction in directions]
-    if "bwd" in directions and kernel in ("flash", "flash1", "lftriton"):
+    if "bwd" in directions and kernel in ("flash", "torchflash", "flash1", "lftriton"):
         out += [{**shape, "op": f"{kernel}_bwd_{part}"} for part in ("preprocess", "postprocess")]
     return out
 

@@ -1,9 +1,12 @@
 """Attention shapes of fused-attention kernels, in the call-frame vocabulary of the attention family
 (`maya.estimators.families.attention`): `batch` = batch x heads, `m` queries, `n` keys, `k` head dimension,
 op `<kernel>_<fwd|bwd>[_causal]` or `<kernel>_bwd_preprocess` / `<kernel>_bwd_postprocess`, the kernel `sdpa`
-(cuDNN), `flash` (FlashAttention-2: torch's port, the flash-attn package), `efficient` (torch's memory-efficient
-CUTLASS kernels) or `lftriton` (the kernels inside a `TRITON_ATTENTION_RANGE`: llm-foundry's Triton flash
-attention, which SDPA's kernels stand in for under emulation).
+(cuDNN), `flash` (FlashAttention-2 of the flash-attn package: its own kernels, or torch's port of them inside a
+`PACKAGE_ATTENTION_RANGES` range, where the port stands in for the package under emulation), `torchflash` (torch's
+port, `pytorch_flash::flash_*`, as SDPA's flash backend runs it: measured 2-8% slower than the package, priced so by
+`maya.estimators.attention_model`), `efficient` (torch's memory-efficient CUTLASS kernels) or `lftriton` (the
+kernels inside a `TRITON_ATTENTION_RANGE`: llm-foundry's Triton flash attention, which SDPA's kernels stand in for
+under emulation).
 
 - cuDNN attention graphs carry their shape and mask in `args.attention` (the emulator records them).
 - Kernels torch launches itself (its FlashAttention-2 port `pytorch_flash::flash_*_kernel`, the
@@ -25,7 +28,7 @@ import pandas as pd
 
 from maya_trace_spec.vocabulary import DTYPE_BYTES, dtype_name
 
-from .distinct import contains
+from .distinct import contains, per_distinct
 from .trace import RankTrace, listed
 
 ATTENTION_BACKWARD_FLOPS = 2.5
@@ -64,6 +67,13 @@ TRITON_ATTENTION_RANGE = "llmfoundry::triton_flash_attn"
 """A `record_function` range a script opens around attention that ran llm-foundry's Triton flash attention where
 it was measured (`data/workloads/mpt.py`, `attn_impl: triton`): the kernels inside, and the backward of the ops
 inside, are op `lftriton_*`, priced from that kernel's nearest measured proxy (`maya.estimators.attention_model`)."""
+PACKAGE_ATTENTION_RANGES = ("flash_attn_2_cuda::", "flash_attn::", "llmfoundry::flash_attn")
+"""Prefixes of the trace ranges and ops inside which torch's FlashAttention-2 port stands in for the flash-attn
+package: Maya's stand-in for the package's extension (`emulator/standins/flash_attn_2_cuda.py`, its `RANGE`), the
+package's own custom ops around it (2.7 on; what finds its calls in traces made before the stand-in's range) and the
+range a script opens around attention that ran the package where it was measured (`data/workloads/mpt.py`,
+`attn_impl: flash`). The port's kernels inside, and the backward of the ops inside, are the package's (`flash`), not
+the port's."""
 
 _MANGLED_BOOLS = re.compile(r"((?:Lb[01]E){2,})E+v")
 _DEMANGLED_BOOLS = re.compile(r"traits<.*>\s*,\s*(true|false)\s*,\s*(true|false)")
@@ -86,20 +96,25 @@ def kernel_role(name: str) -> str | None:
 
 def kernel_implementation(name: str) -> str:
     """The call-frame kernel of a fused-attention kernel torch launches: `efficient` (the memory-efficient CUTLASS
-    kernels, `fmha_cutlassF/B`, xformers' own) or `flash` (FlashAttention-2: torch's port, the flash-attn package)."""
+    kernels, `fmha_cutlassF/B`, xformers' own), `torchflash` (torch's FlashAttention-2 port, namespace
+    `pytorch_flash`) or `flash` (the flash-attn package's FlashAttention-2)."""
     lower = name.lower()
-    return "efficient" if "fmha_cutlass" in lower or ("fmha" in lower and "flash" not in lower) else "flash"
+    if "fmha_cutlass" in lower or ("fmha" in lower and "flash" not in lower):
+        return "efficient"
+    return "torchflash" if "pytorch_flash" in lower else "flash"
 
 
-def ranged_attention_ops(ops: pd.DataFrame, range_name: str = TRITON_ATTENTION_RANGE) -> set[int]:
-    """Ids of the attention ops (`ATTENTION_OPS`) inside a `range_name` range, and of the backward attention ops of
-    those: a backward op's enclosing autograd node carries the sequence number of the forward op it
-    differentiates."""
-    if "seq_nr" not in ops.columns or not (ops["name"] == range_name).any():
+def ranged_attention_ops(ops: pd.DataFrame, range_names: tuple[str, ...] = (TRITON_ATTENTION_RANGE,)) -> set[int]:
+    """Ids of the attention ops (`ATTENTION_OPS`) inside a range whose name starts with one of `range_names`, and of
+    the backward attention ops of those: a backward op's enclosing autograd node carries the sequence number of the
+    forward op it differentiates. Without sequence numbers (a trace of another tool) a backward op is found only
+    inside such a range itself."""
+    in_range = per_distinct(ops["name"], lambda name: str(name).startswith(range_names), False, bool)
+    if not in_range.any():
         return set()
     parent = dict(zip(ops["op_id"].tolist(), ops["parent_op_id"].tolist()))
-    seq_nr = dict(zip(ops["op_id"], ops["seq_nr"]))
-    ranges = set(ops.loc[ops["name"] == range_name, "op_id"])
+    seq_nr = dict(zip(ops["op_id"], ops["seq_nr"])) if "seq_nr" in ops.columns else {}
+    ranges = set(ops.loc[in_range, "op_id"])
     attention = ops[ops["name"].isin(list(ATTENTION_OPS))]
 
     def ancestors(op_id):
@@ -108,16 +123,23 @@ def ranged_attention_ops(ops: pd.DataFrame, range_name: str = TRITON_ATTENTION_R
             yield current
             current, depth = parent.get(current), depth + 1
 
+    def number(op_id) -> float | None:
+        value = seq_nr.get(op_id)
+        return None if value is None or value != value else value  # NaN: no sequence number
+
     found, forward_seq = set(), set()
     backward = attention["name"].astype(str).str.endswith("backward").to_numpy()
     for op_id in attention["op_id"].to_numpy()[~backward]:
         if any(a in ranges for a in ancestors(op_id)):
             found.add(op_id)
-            if seq_nr.get(op_id) == seq_nr.get(op_id):
-                forward_seq.add(seq_nr[op_id])
+            if number(op_id) is not None:
+                forward_seq.add(number(op_id))
     for op_id in attention["op_id"].to_numpy()[backward]:
-        node = next((a for a in ancestors(op_id) if seq_nr.get(a) == seq_nr.get(a)), None)
-        if node is not None and seq_nr[node] in forward_seq:
+        if any(a in ranges for a in ancestors(op_id)):  # a backward call inside the range itself (the stand-in's)
+            found.add(op_id)
+            continue
+        node = next((a for a in ancestors(op_id) if number(a) is not None), None)
+        if node is not None and number(node) in forward_seq:
             found.add(op_id)
     return found
 
@@ -230,6 +252,7 @@ def shape_attention(
         return
     ancestor = attention_ancestors(ops, calls["op_id"].to_numpy()[launched])
     ranged = ranged_attention_ops(ops)
+    packaged = ranged_attention_ops(ops, PACKAGE_ATTENTION_RANGES)
     names = dict(zip(trace.kernels["kernel_id"].tolist(), trace.kernels["name"].astype(str).tolist()))
     by_op = dict(zip(shapes.index.tolist(), shapes.itertuples(index=False)))
     op_ids, kernel_ids = calls["op_id"].to_numpy(), calls["kernel_id"].to_numpy()
@@ -240,9 +263,14 @@ def shape_attention(
         s = by_op[owner]
         name = names.get(kernel_ids[i], "")
         role = kernel_role(name) or ("bwd" if s.backward else "fwd")
+        kernel = kernel_implementation(name)
+        if owner in ranged:
+            kernel = "lftriton"
+        elif owner in packaged and kernel == "torchflash":
+            kernel = "flash"
         _set(
             i,
-            "lftriton" if owner in ranged else kernel_implementation(name),
+            kernel,
             role,
             bool(kernel_causal(name)),
             s.batch,

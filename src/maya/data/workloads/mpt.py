@@ -60,6 +60,10 @@ TRITON_ATTENTION_RANGE = "llmfoundry::triton_flash_attn"
 """A `record_function` range around the attention of `attn_impl: triton`: llm-foundry's Triton flash attention
 (Tri Dao's `flash_attn_triton.py` on pre-MLIR Triton), which the simulator prices from its nearest measured
 proxy (`maya.simulator.attention_shapes.TRITON_ATTENTION_RANGE`)."""
+PACKAGE_ATTENTION_RANGE = "llmfoundry::flash_attn"
+"""A `record_function` range around the attention of `attn_impl: flash`: flash-attn 2's kernels where the rows were
+measured, for which torch's port of them (SDPA's flash backend) stands in here, priced as the package's
+(`maya.simulator.attention_shapes.PACKAGE_ATTENTION_RANGES`)."""
 IGNORE_INDEX = -100
 LOSS_FNS = ("fused_crossentropy", "torch_crossentropy")
 
@@ -209,7 +213,8 @@ class Attention(nn.Module):
                 out = self._sdpa(q.view(shape), k.view(shape), v.view(shape)).reshape(b, s, d)
         else:  # "flash": flash-attn 2's variable-length path (unpad q, k, v by the mask; attend; pad the output)
             (q, indices), (k, _), (v, _) = _unpad(q, mask), _unpad(k, mask), _unpad(v, mask)
-            o = self._sdpa(q.view(shape), k.view(shape), v.view(shape)).reshape(b * s, d)
+            with torch.profiler.record_function(PACKAGE_ATTENTION_RANGE):  # the package's kernels, as measured
+                o = self._sdpa(q.view(shape), k.view(shape), v.view(shape)).reshape(b * s, d)
             out = _PutRows.apply(o, indices, b * s).view(b, s, d)
         return self.out_proj(out)
 

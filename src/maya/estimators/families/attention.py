@@ -51,8 +51,9 @@ and the zeroed fp32 dQ accumulator; `flash_bwd_postprocess`: dQ converted from f
 elementwise family prices such a pass.
 
 Call frame: `batch` = batch x heads, `m` query length, `n` key length, `k` head dimension; op
-`<kernel>_<fwd|bwd>[_causal]` with kernel `sdpa` (cuDNN), `flash`, `efficient` (CUTLASS), `flex` (Triton
-templates), `lftriton` (llm-foundry's Triton flash attention: `simulator.attention_shapes`) or `flash1`
+`<kernel>_<fwd|bwd>[_causal]` with kernel `sdpa` (cuDNN), `flash` (the flash-attn package), `torchflash` (torch's
+port of it), `efficient` (CUTLASS), `flex` (Triton templates), `lftriton` (llm-foundry's Triton flash attention:
+`simulator.attention_shapes`) or `flash1`
 (FlashAttention v1's CUDA kernels, which only the public measurements name).
 
 Kernels measured in public (FlashAttention-2, the CUTLASS kernels, FlexAttention, and FlashAttention v1 as the
@@ -175,6 +176,12 @@ class AttentionPredictor(FamilyPredictor):
         "lftriton_bwd_causal",
         "lftriton_bwd_preprocess",
         "lftriton_bwd_postprocess",
+        "torchflash_fwd",
+        "torchflash_bwd",
+        "torchflash_fwd_causal",
+        "torchflash_bwd_causal",
+        "torchflash_bwd_preprocess",
+        "torchflash_bwd_postprocess",
     )
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
@@ -242,7 +249,7 @@ class AttentionPredictor(FamilyPredictor):
         share = np.where(_causal(op), causal_tile_share(m, n), 1.0)
         elements = b * m * n * share
         sfu_rate = hw.sm_count * sfu_ops_per_clock(hw.architecture) * hw.boost_clock_hz
-        flash = np.char.startswith(op, "flash")
+        flash = np.char.startswith(op, "flash") | np.char.startswith(op, "torchflash")  # the package's or torch's port
         key_tile = np.where(flash, flash_forward_key_tile(d), TILE)
         fp32_ops = np.where(backward, BACKWARD_FP32_OPS, FORWARD_FP32_OPS + d / key_tile)
         overlapped = np.char.startswith(op, "sdpa") & (hw.architecture >= WARP_SPECIALISED_MIN_ARCHITECTURE)
