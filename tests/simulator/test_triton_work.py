@@ -7,7 +7,13 @@ import pandas as pd
 import pytest
 
 from maya.simulator.trace import RankTrace
-from maya.simulator.triton_work import causal_blocks, describe, document_blocks, stand_in_blocks
+from maya.simulator.triton_work import (
+    causal_blocks,
+    describe,
+    document_blocks,
+    stand_in_blocks,
+    stand_in_documents,
+)
 from maya.simulator.work import work_frame
 
 
@@ -162,18 +168,22 @@ def test_convolution_template_is_its_implicit_gemm():
     assert (work["m"], work["n"], work["k"]) == (64, 2 * 30 * 30, 16 * 9)
 
 
-def flex_note(seq, heads, head_dim, counts=None, backward=False, documents=False, block=128, mask_heads=1):
+def flex_note(
+    seq, heads, head_dim, counts=None, backward=False, documents=False, block=128, mask_heads=1, queries=None
+):
     """A flex-attention launch over one packed sequence of `seq` tokens: Q/K/V, the BlockMask's count tensors
-    ([1, mask_heads, row blocks]) and, where given, the counts the emulator read (`block_counts`)."""
+    ([1, mask_heads, row blocks]) and, where given, the counts the emulator read (`block_counts`). `queries`
+    (default `seq`): a context-parallel rank's shard of the queries against the whole sequence's keys."""
+    queries = queries or seq
     # Q/K/V in their buffers' layout, [batch, tokens, heads, dim], as Inductor passes a transposed input
-    qkv = [tensor(f"arg_{n}", (1, seq, heads, head_dim)) for n in ("Q", "K", "V")]
-    qkv.append(tensor("arg_LSE", (1, heads, seq), "float32", 4))
-    rows = -(-seq // block)
+    qkv = [tensor(f"arg_{n}", (1, queries if n == "Q" else seq, heads, head_dim)) for n in ("Q", "K", "V")]
+    qkv.append(tensor("arg_LSE", (1, heads, queries), "float32", 4))
+    rows, columns = -(-queries // block), -(-seq // block)
     masks = [tensor(n, (1, mask_heads, rows), "int32", 4) for n in ("arg_KV_NUM_BLKS", "arg_FULL_KV_NUM_BLKS")]
-    masks.append(tensor("arg_KV_IDX", (rows, rows), "int32", 4))
+    masks.append(tensor("arg_KV_IDX", (1, mask_heads, rows, columns), "int32", 4))
     extra = [tensor("arg_DO", (1, heads, seq, head_dim))] if backward else []
-    if documents:
-        extra.append(tensor("in_ptr9", (seq,), "int32", 4))  # the per-token document ids the mask reads
+    if documents:  # the per-token document ids the mask reads: the whole sequence's
+        extra.append(tensor("in_ptr9", (seq,), "int32", 4))
     text = json.loads(note(*qkv, *masks, *extra, SPARSE_Q_BLOCK_SIZE=block, SPARSE_KV_BLOCK_SIZE=block))
     if counts is not None:
         text["triton"]["block_counts"] = counts
@@ -229,6 +239,46 @@ def test_flex_mask_the_trace_cannot_give_is_a_stated_stand_in():
     # documents of ~700 tokens keep a query block to a few key blocks: far under the causal count
     assert documents["flops"] < causal["flops"] / 20
     assert documents["n"] == pytest.approx(stand_in_blocks(seq, seq, 128, 128, True) * 128 * 128 / seq)
+
+
+def head_tail_blocks(documents, ranks, rank, block):
+    """Blocks a context-parallel rank's flex launch computes, token by token: torch's head-tail balancer gives
+    rank `r` of `R` the sequence's chunks `r` and `2R - 1 - r` of `2R` as its queries, against every key."""
+    seq = len(documents)
+    chunk = seq // (2 * ranks)
+    rows = np.r_[rank * chunk : (rank + 1) * chunk, (2 * ranks - 1 - rank) * chunk : (2 * ranks - rank) * chunk]
+    q, k = rows[:, None], np.arange(seq)[None, :]
+    allowed = (q >= k) & (documents[rows][:, None] == documents[None, :])
+    return sum(
+        allowed[i : i + block, j : j + block].any() for i in range(0, len(rows), block) for j in range(0, seq, block)
+    )
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("backward", [False, True])
+def test_a_context_parallel_ranks_flex_launch_is_priced_at_its_share_of_the_mask(ranks, backward):
+    """A CP rank's queries (a shard) against the all-gathered keys: the stand-in mask is its load-balanced share of
+    the whole sequence's blocks, not a sequence of the shard's length (which priced 36 of 2,048 tokens' 136 causal
+    blocks for each of 2 ranks, where each computes 68)."""
+    seq, heads, d, block = 2048, 16, 16, 128
+    shard = seq // ranks
+    causal = describe(
+        "triton_tem_fused_flex_attention", flex_note(seq, heads, d, backward=backward, queries=shard, block=block)
+    )
+    assert (causal["mask"], causal["m"], causal["batch"]) == ("causal stand-in", shard, heads)
+    exact = [head_tail_blocks(np.zeros(seq, dtype=int), ranks, r, block) for r in range(ranks)]
+    assert len(set(exact)) == 1  # head-tail balances a causal mask exactly
+    assert causal["n"] * shard == pytest.approx(exact[0] * block * block)  # keys a query computes, on average
+    assert causal["flops"] == pytest.approx(4 * heads * exact[0] * block * block * d * (2.5 if backward else 1.0))
+    # a document mask reads the whole sequence's ids under CP: its stand-in is the shards' mean share
+    documents = describe(
+        "triton_tem_fused_flex_attention", flex_note(seq, heads, d, documents=True, queries=shard, block=block)
+    )
+    assert documents["mask"] == "document-causal stand-in"
+    ids = stand_in_documents(seq)
+    shares = [head_tail_blocks(ids, ranks, r, block) for r in range(ranks)]
+    assert documents["n"] * shard * ranks == pytest.approx(sum(shares) * block * block)
+    assert sum(shares) == stand_in_blocks(seq, seq, block, block, True)
 
 
 def test_user_kernels():

@@ -172,7 +172,8 @@ def flex_mask_notes(traces: TraceSet) -> list[str]:
     return [
         f"flex attention's block masks are values only a GPU computes in {sum(counts.values())} launches "
         f"({kinds}): the blocks they compute were counted for a causal mask, over documents of the synthetic "
-        "FineWeb shards' lengths (log-normal, mean 700 tokens) where the kernel reads per-token document ids; "
+        "FineWeb shards' lengths (log-normal, mean 700 tokens) where the kernel reads per-token document ids, "
+        "a context-parallel rank's query shard at its load-balanced share of the whole sequence's blocks; "
         "a sliding window is not applied (an upper bound)"
     ]
 

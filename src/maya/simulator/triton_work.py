@@ -191,8 +191,15 @@ def stand_in_documents(tokens: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=256)
-def stand_in_blocks(q_len: int, kv_len: int, q_block: int, kv_block: int, documents: bool) -> int:
-    """Blocks per batch and head of a mask the trace does not give: causal, over documents if `documents`."""
+def stand_in_blocks(q_len: int, kv_len: int, q_block: int, kv_block: int, documents: bool) -> float:
+    """Blocks per batch and head of a mask the trace does not give: causal, over documents if `documents`.
+    Queries fewer than the keys are a shard of the keys' sequence (context parallelism: each rank's queries
+    against the all-gathered keys and values) and compute their share, `q_len / kv_len`, of the whole
+    sequence's blocks, as a load-balanced shard does (torch's head-tail and PTRR balancers: with 2 ranks a
+    rank's first and last quarters); an unbalanced shard's count depends on its place, which the launch does
+    not say."""
+    if q_len < kv_len:
+        return stand_in_blocks(kv_len, kv_len, q_block, kv_block, documents) * q_len / kv_len
     if documents:
         return document_blocks(stand_in_documents(max(q_len, kv_len)), q_len, kv_len, q_block, kv_block)
     return causal_blocks(q_len, kv_len, q_block, kv_block)
@@ -210,8 +217,10 @@ def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float],
       script copied to the device too);
     - else a stand-in (the mask's counts are values only a GPU computes, e.g. a BlockMask built inside a
       compiled model): a causal document mask over the synthetic shards' document lengths
-      (`stand_in_documents`) where the kernel takes a per-token integer tensor of the queries' length (the
-      document ids its mask reads), else a causal mask; a sliding window is not applied (an upper bound).
+      (`stand_in_documents`) where the kernel takes a per-token integer tensor of the queries' or the keys'
+      length (the document ids its mask reads, over the whole sequence under context parallelism), else a
+      causal mask; a sliding window is not applied (an upper bound); a query shard computes its share of the
+      whole sequence's blocks (`stand_in_blocks`).
     `m`, `n`: the launch's queries and keys (`flex_shape`)."""
     q_block, kv_block = _block_sizes(scalars)
     counts = note.get("block_counts") or {}
@@ -220,7 +229,7 @@ def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float],
         rows = _numel(mask["shape"][:-1]) or 1.0  # [batch, heads] of the mask (1 where broadcast)
         return sum(counts.get(name, 0) for name in KV_COUNTS) / rows, MASK_COUNTED
     documents = any(
-        len(t["shape"]) == 1 and t["shape"][0] == m and str(t.get("dtype", "")).startswith(("int", "uint"))
+        len(t["shape"]) == 1 and t["shape"][0] in (m, n) and str(t.get("dtype", "")).startswith(("int", "uint"))
         for name, t in tensors.items()
         if not name.startswith("arg_")
     )
