@@ -6,7 +6,7 @@ flash-attn's Triton kernels). No Hub: the model directory, tokenizer, safetensor
 (`framework_assets.picotron_assets`, a 2-layer model of width 256).
 
 picotron is a repository, not a package: set MAYA_PICOTRON_REPO to a checkout of huggingface/picotron (tested at
-59714b1, 2025). It calls transformers 4's `batch_encode_plus` and `config.rope_theta` (it pins 4.47), which
+59714b1, 2025-08-26). It calls transformers 4's `batch_encode_plus` and `config.rope_theta` (it pins 4.47), which
 transformers 5 removed, so the test also needs transformers<5 with its hub client, tokenizers and datasets first on
 PYTHONPATH (e.g. `uv pip install --target DIR --no-deps transformers==4.57.3 huggingface-hub==0.36.0
 tokenizers==0.22.1 datasets==4.4.1`, then `PYTHONPATH=DIR`); it skips otherwise.
