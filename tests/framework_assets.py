@@ -134,3 +134,48 @@ def write_wikitext(root: Path, lines: int = 20000, seed: int = 0) -> Path:
         "".join(" ".join(rng.choice(words) for _ in range(20)) + "\n" for _ in range(lines))
     )
     return root
+
+
+PICOTRON_ENV = "MAYA_PICOTRON_REPO"
+"""A checkout of huggingface/picotron (tests/frameworks/test_picotron.py reads it)."""
+SMOLLM_1_7B = {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 32}
+"""SmolLM-1.7B's widths (picotron's quick-start model), which `picotron_assets` defaults to."""
+
+
+def picotron_assets(root: Path, layers: int = 4, vocab: int = 49152, sizes: dict | None = None, seed: int = 0) -> Path:
+    """What picotron downloads from the Hub, made in `root`: a Llama model directory `root/model` (a `config.json`
+    as SmolLM's on the Hub, of SmolLM-1.7B's widths or `sizes`, and a byte-level BPE tokenizer of 2,000 tokens trained here), the
+    safetensors file picotron reads its layer names from (`root/hf_model_safetensors/model.safetensors`, bf16
+    zeros for `layers` layers: it loads them, then re-initialises every weight), and a JSON-lines dataset
+    directory `root/data` of random English words (`load_dataset` reads it); returns `root`."""
+    import torch
+    from safetensors.torch import save_file
+
+    sizes = {**SMOLLM_1_7B, **(sizes or {})}
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab, **sizes}
+    config |= {"num_hidden_layers": layers, "max_position_embeddings": 2048, "rope_theta": 10000.0}
+    config |= {"rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+    (root / "model").mkdir(parents=True, exist_ok=True)
+    (root / "model" / "config.json").write_text(json.dumps(config, indent=2))
+    data = root / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    lines = (
+        json.dumps({"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(300, 900)))}) for _ in range(400)
+    )
+    (data / "train.jsonl").write_text("\n".join(lines) + "\n")
+    write_tokenizer(root / "model", data / "train.jsonl")
+    width, inner = sizes["hidden_size"], sizes["intermediate_size"]
+    kv = width // sizes["num_attention_heads"] * sizes["num_key_value_heads"]
+    shapes = {"model.embed_tokens.weight": (vocab, width), "model.norm.weight": (width,)}
+    for i in range(layers):
+        layer = f"model.layers.{i}."
+        shapes |= {layer + "input_layernorm.weight": (width,), layer + "post_attention_layernorm.weight": (width,)}
+        shapes |= {layer + f"self_attn.{p}_proj.weight": (width, width) for p in "qo"}
+        shapes |= {layer + f"self_attn.{p}_proj.weight": (kv, width) for p in "kv"}
+        shapes |= {layer + f"mlp.{p}_proj.weight": (inner, width) for p in ("gate", "up")}
+        shapes[layer + "mlp.down_proj.weight"] = (width, inner)
+    (root / "hf_model_safetensors").mkdir(parents=True, exist_ok=True)
+    tensors = {name: torch.zeros(shape, dtype=torch.bfloat16) for name, shape in shapes.items()}
+    save_file(tensors, str(root / "hf_model_safetensors" / "model.safetensors"))
+    return root

@@ -58,3 +58,40 @@ def test_a_scatters_sends_are_no_pipeline():
 
     assert dedup.stage_classes(4, dedup.layout_of(calls, comms, ops("scatter"))) == {0: [0, 1, 2, 3]}
     assert len(dedup.stage_classes(4, dedup.layout_of(calls, comms, ops("send")))) == 4  # a pipeline's sends
+
+
+def test_a_pipeline_sent_over_the_world_group_is_its_own_smaller_group():
+    """picotron (DP 2 x PP 2 x TP 2) sends between stages over the world group to global ranks, and all-reduces over
+    its pipeline group [0, 2]: the stages are that group's (2 classes of 4), not a stage per rank of the world's."""
+    import pyarrow as pa
+
+    calls = pa.table(
+        {
+            "collective_name": ["send", "recv", "allreduce", "allreduce"],
+            "comm_id": ["world", "world", "pp", "tp"],
+            "peer_rank": [2, 2, None, None],
+        }
+    )
+    groups = {"world": list(range(8)), "tp": [0, 1], "pp": [0, 2], "dp": [0, 4]}  # rank 0's, as its capture has them
+    comms = pa.table({"comm_id": list(groups), "ranks": list(groups.values())})
+    assert dedup.stage_classes(8, dedup.layout_of(calls, comms)) == {0: [0, 1, 4, 5], 2: [2, 3, 6, 7]}
+
+
+def test_of_groups_holding_the_peers_inside_the_sends_group_the_largest_is_the_pipeline():
+    """Four stages sent over the world group, rank 0 sending to and receiving from stage 1 alone: a group tied
+    between the first two stages ([0, 1]) holds that peer as the pipeline group ([0, 1, 2, 3]) does. The larger is
+    taken (four stages: nothing merged); without a peer known, the sends' own group stays the pipeline."""
+    import pyarrow as pa
+
+    groups = {"world": list(range(8)), "tied": [0, 1], "pp": [0, 1, 2, 3]}
+    comms = pa.table({"comm_id": list(groups), "ranks": list(groups.values())})
+    calls = pa.table(
+        {
+            "collective_name": ["send", "recv", "allreduce", "allreduce"],
+            "comm_id": ["world", "world", "tied", "pp"],
+            "peer_rank": [1, 1, None, None],
+        }
+    )
+    assert len(dedup.stage_classes(8, dedup.layout_of(calls, comms))) == 4
+    unknown = calls.set_column(2, "peer_rank", pa.array([None] * 4, pa.int64()))
+    assert len(dedup.stage_classes(8, dedup.layout_of(unknown, comms))) == 8  # the world: a stage per rank

@@ -141,6 +141,12 @@ NANOGPT_REPO = Switch(
     "tests and `benchmarks/frameworks.py` only: a checkout of karpathy/nanoGPT, for its DDP end-to-end test and "
     "matrix rows (skipped without)",
 )
+PICOTRON_REPO = Switch(
+    "MAYA_PICOTRON_REPO",
+    "unset",
+    "tests only: a checkout of huggingface/picotron, for its end-to-end test (skipped without; it also needs "
+    "transformers<5 on `PYTHONPATH`)",
+)
 HOST_FACTOR = Switch(
     "MAYA_HOST_FACTOR",
     "the cluster's `host_factor`, else `0`",

@@ -5,7 +5,10 @@ Ranks are grouped by what sets them apart, read from rank 0's point-to-point tra
   process group that holds every peer of the sends and receives made *between* the model's passes (outside every
   module's forward and every backward), assumed evenly strided across the world, as Megatron-LM and DeviceMesh lay
   them out (Megatron's two-stage pipelines send one direction over the world group, whose peers are global ranks, and
-  the other over the pipeline group);
+  the other over the pipeline group; picotron sends both over the world group, so the largest evenly strided group of
+  rank 0's inside the one the sends use that holds every peer is the pipeline's: its pipeline group, which only its
+  other collectives use; the largest, as a smaller one holding the next stage, a weight tied between two stages say,
+  would merge stages, and a larger one only captures more);
 - **exchange groups**, each group whose members send to each other *within* a pass (in a module's forward or in a
   backward): context parallelism's ring attention passes keys and values around its group, and an expert-parallel
   all-to-all sends each member its tokens as a send and a receive per member. Their members run the same code with
@@ -189,8 +192,12 @@ def _looked_up(ids: np.ndarray, flags: np.ndarray, wanted: pa.ChunkedArray) -> n
 
 def _pipeline(members: dict[str, list[int]], between: pa.Table) -> Pipeline | None:
     """The smallest group among those used by the calls `between` passes that holds every peer they reach (peers by
-    communicator rank); `LayoutError` when none does (an exchange the passes' ranges did not scope: which axis is the
-    pipeline's is not known)."""
+    communicator rank), or the largest evenly strided group of rank 0's strictly inside it that also holds them
+    (picotron sends between stages over the world group, to global ranks: its pipeline group, unused by the sends, is
+    the stages' axis). Of rank 0's groups holding its peers, a pipeline group and a smaller one (a weight tied between
+    the first two of four stages) look alike from rank 0's traffic: the larger is taken, which at worst captures more
+    ranks, where the smaller would merge stages. The pipeline group is seen only if a collective used it. `LayoutError`
+    when none does (an exchange the passes' ranges did not scope: which axis is the pipeline's is not known)."""
     if "peer_rank" not in between.column_names:
         between = between.append_column("peer_rank", pa.nulls(len(between), pa.int64()))
     pairs = between.group_by(["comm_id", "peer_rank"]).aggregate([]).to_pylist()  # each (group, peer) once
@@ -209,7 +216,18 @@ def _pipeline(members: dict[str, list[int]], between: pa.Table) -> Pipeline | No
             f"no group used between the model's passes holds every peer of rank 0's sends and receives there "
             f"({sorted(peers)}): the pipeline's axis is not known"
         )
-    return _strided(sorted(min(holding, key=len)), "pipeline")
+    used = set(min(holding, key=len))
+    inner = [
+        sorted(group)
+        for group in members.values()
+        if peers and peers <= set(group) and set(group) < used and _evenly_strided(sorted(group))
+    ]
+    return _strided(max(inner, key=len) if inner else sorted(used), "pipeline")
+
+
+def _evenly_strided(ranks: list[int]) -> bool:
+    """Whether sorted global `ranks` (two or more) are evenly strided."""
+    return len(ranks) > 1 and len({b - a for a, b in zip(ranks, ranks[1:])}) == 1 and ranks[1] > ranks[0]
 
 
 def _strided(ranks: list[int], kind: str) -> Pipeline:
