@@ -46,8 +46,6 @@ TRITON_NOTE_NS = 2_100.0
 """Host time describing one Triton launch adds (`emulator.triton_launches.LaunchNotes.launch`, six arguments)."""
 TRITON_NOTE_KEY = '"triton"'
 """What a described Triton launch's `args` JSON holds."""
-CPU_STATISTIC = "median"
-"""Where calls carry the CPU clock, the same call's framework time over the steady iterations is read as this."""
 OUTLIER_FACTOR = 3.0
 """A call's gap longer than this many times the median of its API under its op on its thread (in every iteration
 after the first) was preempted there: it is cut to that."""
@@ -212,9 +210,8 @@ def _robust(
     )
     key = ["thread", "api", "op"]
     frame["k"] = frame.groupby([*key, "iteration"], sort=False).cumcount()
-    same_call = frame.groupby([*key, "k"], sort=False)["gap"]
+    shortest = frame.groupby([*key, "k"], sort=False)["gap"].transform("min")
     if cpu:
-        return same_call.transform(CPU_STATISTIC).to_numpy()
-    shortest = same_call.transform("min")
+        return shortest.to_numpy()
     typical = frame.groupby(key, sort=False)["gap"].transform("median")
     return np.minimum(shortest, OUTLIER_FACTOR * typical).to_numpy()
