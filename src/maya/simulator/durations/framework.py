@@ -6,17 +6,23 @@ is the framework's, measured on the emulating CPU, plus what Maya's recording ad
 callbacks (every recorded op), the module hooks (every `nn.Module: ` range) and the description of each Triton
 launch. Those are measured per record (`benchmarks/host_overhead.py`, in thread CPU time: the same loop run
 plainly and under `maya emulate`) and taken off each gap. The stubs' own cost is inside each call's duration,
-never in a gap (the records' `duration_ns`: 20–50 ns a call); a CUDA graph launch writes its replayed rows after it
-returns, so a gap starts at the last row written.
+never in a gap (the records' `duration_ns`: 20–50 ns a call, about 1 us more since each reads the thread's CPU
+clock, a system call); a CUDA graph launch writes its replayed rows after it returns, so a gap starts at the last row
+written.
 
-Wall gaps also hold the time other processes ran on the emulating CPU (eight ranks on two cores): preemption only
-ever lengthens a gap, so after the first iteration each call's framework time is the shortest of the same call over
-the iterations (the k-th call of one API under one op name on one thread, per iteration), and at most
-`OUTLIER_FACTOR` times the median of its API under its op on its thread. A long gap that happens once a step before
-a call of a common kind (data loading before a host-to-device copy, `gc.collect()` before an event record) is cut
-too: a wall clock cannot tell it from preemption. Nor can it take off the slowdown a loaded CPU causes everywhere
-(caches, frequency): a trace captured on a busy machine carries more framework time than one captured on a quiet
-one. A per-call thread CPU clock in the stubs would answer both; the trace has none.
+Where a rank's calls carry the issuing thread's CPU clock (spec 1.7: `cpu_start_ns`, `cpu_duration_ns`), a call's
+framework time is that thread's CPU time since its previous call ended, less the recording costs recorded on that
+thread meanwhile. Other processes' time slices are not in it, nor a thread's sleep or wait for another (the
+autograd thread's wake-up at `loss.backward()`, the main thread's when it hands back). A loaded CPU still runs the
+thread slower (cold caches after other processes ran, a busy sibling core), and that only ever adds to a call's CPU
+time: after the first iteration each call's framework time is the shortest of the same call over the iterations (the
+k-th call of one API under one op name on one thread, per iteration). Nothing is capped: a long gap before a call of a
+common kind in every iteration (data loading before a copy) is the script's own.
+
+Traces without the clock (spec 1.6 and older, or a rank whose calls lack it) are read from wall gaps, as before:
+the gap from the end of the previous call on any issuing thread. Preemption only ever lengthens a wall gap, so the
+same shortest over iterations is taken, and at most `OUTLIER_FACTOR` times the median of its API under its op on its
+thread. A wall gap also holds a thread handoff's wake-up, recurring in every iteration, which neither rule removes.
 
 The simulator adds the result, scaled by the target host's factor (`host_factor`), to each emulated call's host time
 (`emulated`) when the provider does not replay measured host times. A measured call (a profiler or Kineto trace,
