@@ -50,8 +50,8 @@ typedef struct {
   int64_t seq, tid, start_ns, dur_ns, stream;
   int32_t api, domain, status, device, kind, flags;
   int64_t a[8];
-  int64_t op;     /* innermost framework op open on the thread (libmaya_ops), -1 if none */
-  int64_t cpu_ns; /* the issuing thread's CPU time (CLOCK_THREAD_CPUTIME_ID) at the call's start, -1 if not read */
+  int64_t op;         /* innermost framework op open on the thread (libmaya_ops), -1 if none */
+  int64_t cpu_ns;     /* the issuing thread's CPU time (CLOCK_THREAD_CPUTIME_ID) at the call's start, -1 if not read */
   int64_t cpu_dur_ns; /* its CPU time in the call: read again at the end of a call longer than MAYA_CPU_SHORT_NS
                          of wall time, else the wall duration (a thread runs no longer than that) */
 } maya_rec;           /* 152 bytes */

@@ -23,7 +23,7 @@ int64_t maya_now(void) {
  * that emulates here), so it is read once at a call's start, and at its end only if the call took longer than
  * MAYA_CPU_SHORT_NS of wall time; a shorter one was not preempted, and its CPU duration is its wall duration. */
 #define MAYA_CPU_SHORT_NS 5000
-static int64_t cpu_read_ns = -1; /* CPU cost of one read of the clock (least of 16 back to back) */
+static int64_t cpu_read_ns = -1;      /* CPU cost of one read of the clock (least of 16 back to back) */
 static __thread int64_t flush_cpu_ns; /* CPU time the thread spent writing its records out (`flush_buf`) */
 
 static inline int64_t raw_thread_cpu(void) {
