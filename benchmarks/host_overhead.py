@@ -93,7 +93,7 @@ def costs() -> None:
 def framework(run: str) -> None:
     import numpy as np
 
-    from maya.simulator.durations.framework import framework_ns, has_cpu_clock
+    from maya.simulator.durations.framework import framework_ns, has_cpu_clock, issuing_rows
     from maya.simulator.iterations import detect
     from maya.simulator.opcodes import DEVICE_OPS, classify
     from maya.simulator.trace import load
@@ -103,7 +103,8 @@ def framework(run: str) -> None:
         opcodes = classify(calls)
         iterations = detect(trace, opcodes)
         wall = calls.drop(columns=["cpu_start_ns", "cpu_duration_ns"], errors="ignore")
-        readings = {"wall": wall} | ({"CPU": calls} if has_cpu_clock(calls, None) else {})
+        clocked = has_cpu_clock(calls, issuing_rows(calls, opcodes))  # as framework_ns reads it
+        readings = {"wall": wall} | ({"CPU": calls} if clocked else {})
         host = (calls["domain"] != "device").to_numpy()
         stub = float(np.nanmedian(calls["duration_ns"].to_numpy(dtype="float64", na_value=np.nan)[host]))
         for it in range(iterations.count):

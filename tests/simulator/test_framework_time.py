@@ -307,6 +307,21 @@ def test_a_handoff_between_threads_reads_each_thread_s_own_cpu_time():
     assert framework_ns(calls, ops_frame([]), opcodes(calls), None)[[2, 3]].tolist() == [10_000.0, 1_990_000.0]
 
 
+def test_a_thread_id_given_again_to_a_new_thread_starts_its_clock_afresh():
+    """A thread ended and the kernel gave its id to a new one, whose CPU clock starts again near 0: its first call
+    reads no framework time and its next one its own 30 us, not 0 from the old thread's higher readings."""
+    calls = calls_frame(
+        [
+            (MAIN, "cudaLaunchKernel", 0, 100, np.nan),
+            (MAIN, "cudaLaunchKernel", 1_000_100, 100, np.nan),
+            (MAIN, "cudaLaunchKernel", 9_000_000, 100, np.nan),  # the new thread's first call
+            (MAIN, "cudaLaunchKernel", 9_040_100, 100, np.nan),
+        ]
+    )
+    cpu = with_cpu_clock(calls, [(5_000_000, 100), (5_900_100, 100), (2_000, 100), (2_000 + 100 + 30_000, 100)])
+    assert framework_ns(cpu, ops_frame([]), opcodes(cpu), None).tolist() == [0.0, 900_000.0, 0.0, 30_000.0]
+
+
 def test_the_recording_s_costs_are_taken_off_the_cpu_time_of_the_thread_that_recorded_them():
     """Ops recorded on another thread during the gap are not this thread's; its own are taken off."""
     other = 3

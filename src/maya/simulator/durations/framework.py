@@ -86,8 +86,9 @@ def framework_ns(
     out = np.zeros(len(calls))
     host = (calls["domain"] != "device").to_numpy()
     thread = calls["thread_id"].fillna(-1).to_numpy(dtype="int64")
-    issuing = host & np.isin(thread, np.unique(thread[np.isin(opcodes, DEVICE_OPS) & host]))
-    rows = np.flatnonzero(issuing)
+    rows = issuing_rows(calls, opcodes)
+    issuing = np.zeros(len(calls), bool)
+    issuing[rows] = True
     if len(rows) < 2:
         return out
     # a graph launch's replayed rows were written after it returned: the gap starts at the last one written
@@ -104,6 +105,13 @@ def framework_ns(
         gap[~later] = 0.0
     out[rows] = gap
     return out
+
+
+def issuing_rows(calls: pd.DataFrame, opcodes: np.ndarray) -> np.ndarray:
+    """Rows of the host calls made on threads that issue device work (the calls framework time is read before)."""
+    host = (calls["domain"] != "device").to_numpy()
+    thread = calls["thread_id"].fillna(-1).to_numpy(dtype="int64")
+    return np.flatnonzero(host & np.isin(thread, np.unique(thread[np.isin(opcodes, DEVICE_OPS) & host])))
 
 
 def has_cpu_clock(calls: pd.DataFrame, rows: np.ndarray | None = None) -> bool:
@@ -145,8 +153,12 @@ def _cpu_gaps(
     cpu_start = calls["cpu_start_ns"].to_numpy(dtype="float64", na_value=np.nan)[marks]
     cpu_end = cpu_start + calls["cpu_duration_ns"].to_numpy(dtype="float64", na_value=np.nan)[marks]
     frame = pd.DataFrame({"thread": calls["thread_id"].fillna(-1).to_numpy(dtype="int64")[marks]})
+    # a thread id the kernel gave again to a new thread: its clock starts again below the last thread's readings
+    earlier = frame.assign(cpu_start=cpu_start).groupby("thread", sort=False)["cpu_start"]
+    restart = (cpu_start < earlier.transform(lambda s: s.ffill().shift()).to_numpy()).astype("int64")
+    frame["life"] = pd.Series(restart).groupby(frame["thread"].to_numpy(), sort=False).cumsum().to_numpy()
     frame["cpu_end"], frame["wall_end"] = cpu_end, end
-    by_thread = frame.groupby("thread", sort=False)
+    by_thread = frame.groupby(["thread", "life"], sort=False)
     # rows without a reading (a graph launch's replayed rows but its last) keep the reach of those before them
     cpu_before = by_thread["cpu_end"].transform(lambda s: s.cummax().ffill().shift()).to_numpy()
     wall_before = by_thread["wall_end"].transform(lambda s: s.cummax().shift()).to_numpy()
