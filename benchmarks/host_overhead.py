@@ -6,12 +6,13 @@
   difference per op is the recording's cost (`durations.framework.OBSERVER_OP_NS`, `MODULE_HOOK_NS`), and one
   Triton launch description (`LaunchNotes.launch`, six arguments) is timed alone (`TRITON_NOTE_NS`);
 - `RUN ...`: per captured rank and iteration of each trace (as the simulator finds them), its device calls, the
-  raw wall gaps between them on the issuing threads and the framework time `durations.framework` keeps
+  raw wall gaps between them on the issuing threads and the framework time `durations.framework` keeps from them
   (recording costs taken off, none in the first iteration, the others read robustly), with the stubs' own median
-  cost per call (`duration_ns`).
+  cost per call (`duration_ns`); where the calls carry the issuing thread's CPU clock (spec 1.7), the raw CPU
+  gaps and the framework time kept from them too (what the simulator reads).
 
-Thread CPU time does not count other processes; wall gaps do (the framework estimate takes the shortest over
-iterations for that reason). Run it on the machine that emulates: the costs scale with its CPU.
+Thread CPU time does not count other processes or a thread's sleep; wall gaps do (the wall reading takes the
+shortest over iterations for that reason). Run it on the machine that emulates: the costs scale with its CPU.
 Usage: python benchmarks/host_overhead.py costs | RUN [RUN ...]
 """
 
@@ -92,7 +93,7 @@ def costs() -> None:
 def framework(run: str) -> None:
     import numpy as np
 
-    from maya.simulator.durations.framework import framework_ns
+    from maya.simulator.durations.framework import framework_ns, has_cpu_clock, issuing_rows
     from maya.simulator.iterations import detect
     from maya.simulator.opcodes import DEVICE_OPS, classify
     from maya.simulator.trace import load
@@ -101,17 +102,24 @@ def framework(run: str) -> None:
         calls = trace.calls
         opcodes = classify(calls)
         iterations = detect(trace, opcodes)
-        kept = framework_ns(calls, trace.ops, opcodes, iterations)
-        raw = framework_ns(calls, trace.ops.iloc[:0], opcodes, None)
+        wall = calls.drop(columns=["cpu_start_ns", "cpu_duration_ns"], errors="ignore")
+        clocked = has_cpu_clock(calls, issuing_rows(calls, opcodes))  # as framework_ns reads it
+        readings = {"wall": wall} | ({"CPU": calls} if clocked else {})
         host = (calls["domain"] != "device").to_numpy()
         stub = float(np.nanmedian(calls["duration_ns"].to_numpy(dtype="float64", na_value=np.nan)[host]))
         for it in range(iterations.count):
             rows = np.zeros(len(calls), bool)
             rows[iterations.bounds[it] : iterations.bounds[it + 1]] = True
             device = int((np.isin(opcodes, DEVICE_OPS) & host & rows).sum())
+            read = []
+            for clock, frame in readings.items():
+                kept = framework_ns(frame, trace.ops, opcodes, iterations)
+                raw = framework_ns(frame, trace.ops.iloc[:0], opcodes, None)
+                read.append(
+                    f"{clock}: raw gaps {raw[rows].sum() / 1e6:.2f} ms, framework {kept[rows].sum() / 1e6:.2f} ms"
+                )
             print(
-                f"{run} rank {rank} iteration {it}: {device} device calls, raw gaps {raw[rows].sum() / 1e6:.1f} ms, "
-                f"framework {kept[rows].sum() / 1e6:.1f} ms, stub median {stub:.0f} ns a call"
+                f"{run} rank {rank} iteration {it}: {device} device calls, {'; '.join(read)}, stub median {stub:.0f} ns"
             )
 
 

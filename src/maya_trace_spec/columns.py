@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SPEC_VERSION = "1.6.0"
+SPEC_VERSION = "1.7.0"
 """Semantic version of the schema. Minor versions add nullable columns, allowed values and `args` entries
 (1.1: phase `eval`, domain `nvml`; 1.2: `args.triton`, a Triton launch's arguments; 1.3: run status
 `interrupted`; 1.4: `args.triton.name`, Inductor's own name of a kernel compiled under `triton_`; 1.6:
-`args.triton.args[].access`, whether a kernel reads or writes a tensor, and `args.triton.dot`), or widen a value's
+`args.triton.args[].access`, whether a kernel reads or writes a tensor, and `args.triton.dot`; 1.7:
+`api_calls.cpu_start_ns` and `cpu_duration_ns`, the issuing thread's CPU clock), or widen a value's
 meaning, which readers give older files (1.5: domain `device` also marks the work a CUDA graph launch replays)."""
 
 TIME_SOURCES = ("emulated", "measured", "predicted")
@@ -154,6 +155,21 @@ API_CALLS = Table(
         _c("status", i32, "Return code (0 = success)."),
         _c("start_ns", i64, "Host start time, ns.", nullable=False),
         _c("duration_ns", i64, "Host duration, ns.", minimum=0),
+        _c(
+            "cpu_start_ns",
+            i64,
+            "CPU time of the issuing thread (`CLOCK_THREAD_CPUTIME_ID`) when the call started, ns (1.7): the "
+            "thread's host work between two of its calls is the difference, whatever else ran on the CPU or however "
+            "long it slept. Null: not read (older traces, measured ones; on work a CUDA graph launch replays, all "
+            "but the last row).",
+            minimum=0,
+        ),
+        _c(
+            "cpu_duration_ns",
+            i64,
+            "CPU time of the issuing thread in the call, ns (1.7; null where `cpu_start_ns` is).",
+            minimum=0,
+        ),
         _c("time_source", s, "Where the times come from.", nullable=False, allowed=TIME_SOURCES),
         _c("correlation_id", i64, "Links the host call to its device work.", cuda_name="correlation"),
         _c("op_id", i64, "Enclosing framework op (`ops.op_id`)."),

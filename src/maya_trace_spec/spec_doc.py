@@ -35,7 +35,8 @@ predicted traces share it, so they can be joined call by call.
   `eval`, `api_calls.domain` `nvml`; 1.2: `api_calls.args.triton`, a Triton launch's arguments; 1.3:
   `run.status` `interrupted`; 1.4: `api_calls.args.triton.name`, Inductor's own name of a kernel compiled under
   its placeholder `triton_`; 1.6: `api_calls.args.triton.args[].access`, whether a kernel reads or writes a tensor
-  argument, and `api_calls.args.triton.dot`, whether its source calls `tl.dot`):
+  argument, and `api_calls.args.triton.dot`, whether its source calls `tl.dot`; 1.7: `api_calls.cpu_start_ns` and
+  `api_calls.cpu_duration_ns`, the issuing thread's CPU time at a call's start and in it):
   readers fill a column missing from an older minor with nulls and ignore unknown columns and
   `args` entries of a newer minor.
 - A minor may widen a value's meaning; readers give an older minor's files the new one (1.5:

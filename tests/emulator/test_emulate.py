@@ -579,6 +579,13 @@ def test_cuda_graphs_replay_what_was_captured(tmp_path):
     assert {c["stream_id"] for c in replays} == {launches[0]["stream_id"]}
     assert sum(c["gemm_m"] is not None for c in replays) == 3 * 2
     assert len({c["op_id"] for c in replays}) == 3  # the ops that launched them during capture
+    # every host call carries its thread's CPU clock; of a launch's replayed rows, only the last (written last)
+    by_seq = sorted(calls, key=lambda c: c["seq"])
+    assert all(c["cpu_start_ns"] is not None and c["cpu_duration_ns"] >= 0 for c in calls if c["domain"] != "device")
+    for launch in launches:
+        rows = [c for c in by_seq if c["seq"] > launch["seq"]][:3]
+        assert [c["cpu_start_ns"] is not None for c in rows] == [False, False, True]
+        assert rows[-1]["cpu_start_ns"] >= launch["cpu_start_ns"] + launch["cpu_duration_ns"]
 
 
 def test_dataloader_worker_processes_leave_the_trace_alone(tmp_path):

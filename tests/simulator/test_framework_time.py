@@ -21,6 +21,7 @@ from maya.simulator.durations.framework import (
     emulated,
     emulation_overhead_ns,
     framework_ns,
+    has_cpu_clock,
 )
 from maya.simulator.iterations import Iterations
 from maya.simulator.opcodes import NOP, WORK, classify
@@ -264,3 +265,139 @@ def test_validation_re_predicts_rows_when_the_host_factor_changes(monkeypatch):
         assert predictor_digest() == default
     monkeypatch.setenv("MAYA_HOST_FACTOR", "1")
     assert predictor_digest() != default
+
+
+def with_cpu_clock(calls: pd.DataFrame, cpu: list[tuple[int, int]]) -> pd.DataFrame:
+    """`calls` with the issuing threads' CPU clock (spec 1.7): (cpu_start_ns, cpu_duration_ns) per row."""
+    calls = calls.copy()
+    calls["cpu_start_ns"] = [c[0] for c in cpu]
+    calls["cpu_duration_ns"] = [c[1] for c in cpu]
+    return calls
+
+
+def test_a_thread_that_sleeps_between_two_calls_reads_only_its_cpu_time():
+    """20 ms of wall gap, 50 us of it on the thread's CPU (it slept the rest): the CPU clock reads 50 us; the wall
+    gap read it all. A busy loop between two calls reads its CPU time under both."""
+    calls = calls_frame(
+        [
+            (MAIN, "cudaLaunchKernel", 0, 100, np.nan),
+            (MAIN, "cudaLaunchKernel", 20_000_100, 100, np.nan),  # slept 20 ms
+            (MAIN, "cudaLaunchKernel", 25_000_200, 100, np.nan),  # spun 5 ms
+        ]
+    )
+    cpu = with_cpu_clock(calls, [(1_000, 100), (1_000 + 100 + 50_000, 100), (1_000 + 200 + 50_000 + 5_000_000, 100)])
+    assert framework_ns(cpu, ops_frame([]), opcodes(cpu), None).tolist() == [0.0, 50_000.0, 5_000_000.0]
+    assert framework_ns(calls, ops_frame([]), opcodes(calls), None).tolist() == [0.0, 20_000_000.0, 5_000_000.0]
+
+
+def test_a_handoff_between_threads_reads_each_thread_s_own_cpu_time():
+    """The main thread hands over to the autograd thread and waits: the wall gap before each thread's next call holds
+    the other's work and the wake-up; the CPU clock counts each thread's own time since its previous call."""
+    autograd = 3
+    calls = calls_frame(
+        [
+            (MAIN, "cudaLaunchKernel", 0, 100, np.nan),
+            (autograd, "cudaLaunchKernel", 1_000_100, 100, np.nan),  # 1 ms of wake-up, 10 us of its own
+            (autograd, "cudaLaunchKernel", 1_010_200, 100, np.nan),
+            (MAIN, "cudaLaunchKernel", 3_000_300, 100, np.nan),  # woken 2 ms after; 20 us of its own
+        ]
+    )
+    cpu = with_cpu_clock(calls, [(500, 100), (7_000, 100), (7_000 + 100 + 10_000, 100), (500 + 100 + 20_000, 100)])
+    assert framework_ns(cpu, ops_frame([]), opcodes(cpu), None).tolist() == [0.0, 0.0, 10_000.0, 20_000.0]
+    assert framework_ns(calls, ops_frame([]), opcodes(calls), None)[[2, 3]].tolist() == [10_000.0, 1_990_000.0]
+
+
+def test_a_thread_id_given_again_to_a_new_thread_starts_its_clock_afresh():
+    """A thread ended and the kernel gave its id to a new one, whose CPU clock starts again near 0: its first call
+    reads no framework time and its next one its own 30 us, not 0 from the old thread's higher readings."""
+    calls = calls_frame(
+        [
+            (MAIN, "cudaLaunchKernel", 0, 100, np.nan),
+            (MAIN, "cudaLaunchKernel", 1_000_100, 100, np.nan),
+            (MAIN, "cudaLaunchKernel", 9_000_000, 100, np.nan),  # the new thread's first call
+            (MAIN, "cudaLaunchKernel", 9_040_100, 100, np.nan),
+        ]
+    )
+    cpu = with_cpu_clock(calls, [(5_000_000, 100), (5_900_100, 100), (2_000, 100), (2_000 + 100 + 30_000, 100)])
+    assert framework_ns(cpu, ops_frame([]), opcodes(cpu), None).tolist() == [0.0, 900_000.0, 0.0, 30_000.0]
+
+
+def test_the_recording_s_costs_are_taken_off_the_cpu_time_of_the_thread_that_recorded_them():
+    """Ops recorded on another thread during the gap are not this thread's; its own are taken off."""
+    other = 3
+    calls = calls_frame([(MAIN, "cudaLaunchKernel", 0, 100, 1), (MAIN, "cudaLaunchKernel", 100_000, 100, 2)])
+    cpu = with_cpu_clock(calls, [(0, 100), (100 + 10_000, 100)])
+    ops = ops_frame([(1, MAIN, "aten::add_", 50_000), (2, other, "aten::add_", 60_000), (3, other, "aten::mul", 0)])
+    assert framework_ns(cpu, ops, opcodes(cpu), None)[1] == pytest.approx(10_000 - OBSERVER_OP_NS)
+
+
+def test_a_graph_launch_s_replayed_rows_end_the_gap_at_the_last_one_s_cpu_clock():
+    """Replayed rows carry no CPU clock but the last (written once all were): the next gap starts there."""
+    calls = calls_frame(
+        [
+            (MAIN, "cudaGraphLaunch", 0, 100, np.nan),
+            (MAIN, "cudaLaunchKernel", 2_000, 0, np.nan),
+            (MAIN, "cudaLaunchKernel", 5_000, 0, np.nan),
+            (MAIN, "cudaLaunchKernel", 6_000, 100, np.nan),
+        ]
+    )
+    calls.loc[1:2, "domain"] = "device"
+    cpu = with_cpu_clock(calls, [(0, 100), (np.nan, np.nan), (4_000, 0), (4_700, 100)])
+    codes = np.where(calls["api"] == "cudaGraphLaunch", WORK, opcodes(calls))
+    assert framework_ns(cpu, ops_frame([]), codes, None).tolist() == [0.0, 0.0, 0.0, 700.0]
+
+
+def test_under_the_cpu_clock_a_long_gap_in_every_iteration_is_not_cut():
+    """CPU time holds no other process's time slices: a gap much longer than its kind's in every steady iteration
+    (data loading before a copy, every step) is the script's own, not cut to `OUTLIER_FACTOR` times their median. A
+    loaded CPU only ever adds to a call's CPU time (cold caches, a busy sibling core): the shortest over the steady
+    iterations stays."""
+    rows, cpu, t = [], [], 0
+    for iteration in range(4):
+        for k in range(10):
+            own = 1_000 + (1_000_000 if k == 4 else 0) + 100 * iteration
+            t += 10_000_000  # wall gaps: whatever else ran
+            rows.append((MAIN, "cudaLaunchKernel", t, 0, np.nan))
+            cpu.append(((cpu[-1][0] if cpu else 0) + own, 0))
+    calls = with_cpu_clock(calls_frame(rows), cpu)
+    iterations = Iterations(np.array([0, 10, 20, 30, 40]), np.array([1, 2, 3]), "ops")
+    out = framework_ns(calls, ops_frame([]), opcodes(calls), iterations)
+    assert (out[:10] == 0).all()  # warm-up
+    assert out[14] == out[24] == out[34] == 1_000_000 + 1_000 + 100  # not cut to 3x its kind's median
+    assert out[15] == out[25] == 1_100  # the shortest of 1,100, 1,200 and 1,300
+
+
+def test_a_trace_without_the_cpu_clock_reads_as_before():
+    """Spec 1.6 traces (no column) and 1.7 ones whose rows carry no reading read the wall gaps, robustly."""
+    rows, t = [], 0
+    for extra in (7_000, 50_000, 0):
+        rows.append((MAIN, "cudaLaunchKernel", t, 100, np.nan))
+        t += 100 + 1_000 + extra
+    rows.append((MAIN, "cudaLaunchKernel", t, 100, np.nan))
+    calls = calls_frame(rows)
+    iterations = Iterations(np.array([0, 1, 2, 4]), np.array([1, 2]), "ops")
+    before = framework_ns(calls, ops_frame([]), opcodes(calls), iterations)
+    null = with_cpu_clock(calls, [(None, None)] * len(calls))
+    null[["cpu_start_ns", "cpu_duration_ns"]] = null[["cpu_start_ns", "cpu_duration_ns"]].astype("Int64")
+    assert before.tolist() == [0.0, 8_000.0, 8_000.0, 1_000.0]  # the 51 us gap: the shortest of its call's
+    assert framework_ns(null, ops_frame([]), opcodes(null), iterations).tolist() == before.tolist()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_an_emulated_thread_s_sleep_is_no_framework_time_and_its_spin_is(tmp_path, maya_home):
+    """Emulated (calls carry the CPU clock): the 20 ms the script sleeps between two launches read as far less than
+    a millisecond, the 5 ms it spins as at least 5 ms; the wall gaps held both."""
+    out = tmp_path / "run"
+    script = str(WORKLOADS / "sleep_and_spin.py")
+    r = CliRunner().invoke(app, ["emulate", "--out", str(out), "--", "python", script])
+    assert r.exit_code == 0, r.output
+    trace = load(out).ranks[0]
+    calls = trace.calls
+    assert has_cpu_clock(calls)
+    launches = np.flatnonzero((calls["api"] == "cudaLaunchKernel").to_numpy())
+    cpu = framework_ns(calls, trace.ops, classify(calls), None)[launches]
+    wall = framework_ns(calls.drop(columns=["cpu_start_ns", "cpu_duration_ns"]), trace.ops, classify(calls), None)
+    assert len(launches) == 3
+    assert wall[launches[1]] >= 20e6 and cpu[1] < 1e6  # slept
+    assert 5e6 <= cpu[2] <= wall[launches[2]]  # spun

@@ -233,6 +233,8 @@ def test_fixture_api_calls(gpu_run):
     null = dict.fromkeys(
         [
             "status",
+            "cpu_start_ns",
+            "cpu_duration_ns",
             "device",
             "stream_id",
             "device_start_ns",

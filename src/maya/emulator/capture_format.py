@@ -29,9 +29,11 @@ RECORD_DTYPE = np.dtype(
         ("flags", "<i4"),
         ("a", "<i8", (8,)),
         ("op", "<i8"),
+        ("cpu_ns", "<i8"),
+        ("cpu_dur_ns", "<i8"),
     ]
 )
-"""One intercepted call: `maya_rec` of maya_emu.h (136 bytes), written to `calls-<tid>.bin`."""
+"""One intercepted call: `maya_rec` of maya_emu.h (152 bytes), written to `calls-<tid>.bin`."""
 OP_RECORD_DTYPE = np.dtype(
     [
         ("op_id", "<i8"),

@@ -543,6 +543,8 @@ class _CallsPass:
                 "status": pa.array(r["status"]),
                 "start_ns": pa.array(r["start_ns"]),
                 "duration_ns": pa.array(r["dur_ns"]),
+                "cpu_start_ns": _masked(r["cpu_ns"], r["cpu_ns"] >= 0),
+                "cpu_duration_ns": _masked(r["cpu_dur_ns"], r["cpu_ns"] >= 0),
                 "time_source": pa.array(np.full(len(r), "emulated", dtype=object), type=pa.string()),
                 "op_id": self._op_ids(r["op"]),
                 "device": pa.array(r["device"]),

@@ -151,13 +151,16 @@ void maya_graph_launch(const maya_graph *g, int api, int64_t stream) {
   launch->a[1] = (int64_t)g->n;
   maya_end(launch, 0);
   for (size_t i = 0; i < g->n; i++) {
-    maya_rec *r = maya_begin(0, 0, 0);
+    maya_rec *r = maya_begin_row();
     maya_rec fresh = *r;
     *r = g->recs[i]; /* as captured, op context included; issued now, by this thread */
     r->seq = fresh.seq;
     r->tid = fresh.tid;
     r->start_ns = fresh.start_ns;
     r->dur_ns = 0;
+    /* the last row carries the thread's CPU time once all are written: the next gap starts there, as its wall one */
+    r->cpu_ns = i + 1 == g->n ? maya_thread_cpu() : -1;
+    r->cpu_dur_ns = 0;
     if (r->stream == g->origin) r->stream = stream;
     r->flags |= F_GRAPH_REPLAY;
     if (atomic_load_explicit(&timing_logging, memory_order_relaxed)) maya_timing_log(r);

@@ -50,8 +50,11 @@ typedef struct {
   int64_t seq, tid, start_ns, dur_ns, stream;
   int32_t api, domain, status, device, kind, flags;
   int64_t a[8];
-  int64_t op; /* innermost framework op open on the thread (libmaya_ops), -1 if none */
-} maya_rec;   /* 136 bytes */
+  int64_t op;         /* innermost framework op open on the thread (libmaya_ops), -1 if none */
+  int64_t cpu_ns;     /* the issuing thread's CPU time (CLOCK_THREAD_CPUTIME_ID) at the call's start, -1 if not read */
+  int64_t cpu_dur_ns; /* its CPU time in the call: read again at the end of a call longer than MAYA_CPU_SHORT_NS
+                         of wall time, else the wall duration (a thread runs no longer than that) */
+} maya_rec;           /* 152 bytes */
 
 /* What a process the rank started (not the rank itself: a subprocess, a multiprocessing child, a DataLoader
  * worker) asked of the stubs: its calls are counted here, not recorded. `children/<pid>.bin` of the rank's
@@ -86,6 +89,10 @@ int64_t maya_next_seq(void);
 /* Start a record; returns it for the caller to fill; `maya_end` stamps the duration. */
 maya_rec *maya_begin(int api, int domain, int kind);
 void maya_end(maya_rec *r, int status);
+/* A record of work written after its call returned (a graph launch's replayed rows): no clock is read. */
+maya_rec *maya_begin_row(void);
+/* The calling thread's CPU time, ns, as the records' `cpu_ns` count it. */
+int64_t maya_thread_cpu(void);
 int maya_api_id(const char *name); /* stable id for an API name (registered in apis.tsv) */
 void maya_flush_all(void);
 

@@ -18,6 +18,34 @@ int64_t maya_now(void) {
   return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
+/* Thread CPU time: what the framework's host code costs between two calls, whatever else ran on the CPU meanwhile
+ * or however long the thread slept (docs/host-time.md). Not in the vDSO: a system call (~0.8 us on the 2-core VM
+ * that emulates here), so it is read once at a call's start, and at its end only if the call took longer than
+ * MAYA_CPU_SHORT_NS of wall time; a shorter one was not preempted, and its CPU duration is its wall duration. */
+#define MAYA_CPU_SHORT_NS 5000
+static int64_t cpu_read_ns = -1;      /* CPU cost of one read of the clock (least of 16 back to back) */
+static __thread int64_t flush_cpu_ns; /* CPU time the thread spent writing its records out (`flush_buf`) */
+
+static inline int64_t raw_thread_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* Less the writing of full buffers, which happens between two calls and is the recording's, not the script's. */
+static inline int64_t thread_cpu(void) { return raw_thread_cpu() - flush_cpu_ns; }
+
+int64_t maya_thread_cpu(void) { return thread_cpu(); }
+
+static void measure_cpu_read(void) {
+  int64_t least = INT64_MAX;
+  for (int i = 0; i < 16; i++) {
+    int64_t a = raw_thread_cpu(), b = raw_thread_cpu();
+    if (b - a < least) least = b - a;
+  }
+  __atomic_store_n(&cpu_read_ns, least, __ATOMIC_RELAXED);
+}
+
 int64_t maya_next_seq(void) { return atomic_fetch_add_explicit(&seq_counter, 1, memory_order_relaxed); }
 int64_t maya_stream_id(const void *s) {
   /* NULL, cudaStreamLegacy (0x1) and cudaStreamPerThread (0x2) are the default stream */
@@ -66,13 +94,18 @@ static thread_buf *new_buf(void) {
   all_bufs = b;
   pthread_mutex_unlock(&lock);
   my_buf = b;
+  if (__atomic_load_n(&cpu_read_ns, __ATOMIC_RELAXED) < 0) measure_cpu_read();
   return b;
 }
 
-maya_rec *maya_begin(int api, int domain, int kind) {
+static inline maya_rec *record(int api, int domain, int kind) {
   thread_buf *b = my_buf;
   if (__builtin_expect(!b, 0)) b = forked_child ? maya_child_call(api, domain, kind) : new_buf();
-  if (b->n == BUF_RECORDS) flush_buf(b);
+  if (b->n == BUF_RECORDS) {
+    int64_t before = raw_thread_cpu();
+    flush_buf(b);
+    flush_cpu_ns += raw_thread_cpu() - before + cpu_read_ns;
+  }
   maya_rec *r = &b->recs[b->n++];
   memset(r, 0, sizeof *r);
   r->seq = maya_next_seq();
@@ -83,6 +116,18 @@ maya_rec *maya_begin(int api, int domain, int kind) {
   r->device = current_device;
   r->op = current_op;
   r->start_ns = maya_now();
+  return r;
+}
+
+maya_rec *maya_begin(int api, int domain, int kind) {
+  maya_rec *r = record(api, domain, kind);
+  r->cpu_ns = thread_cpu(); /* inside the wall duration: wall gaps read as before */
+  return r;
+}
+
+maya_rec *maya_begin_row(void) {
+  maya_rec *r = record(0, 0, 0);
+  r->cpu_ns = -1;
   return r;
 }
 
@@ -98,6 +143,11 @@ int64_t maya_device_work_issued(void) { return atomic_load_explicit(&device_work
 void maya_end(maya_rec *r, int status) {
   r->status = status;
   r->dur_ns = maya_now() - r->start_ns;
+  /* The start's read of the CPU clock began inside the wall duration, so a short call's wall duration overstates its
+   * CPU end by that read's half before its sample, which the next start's read adds back to the gap. A long call's
+   * second read leaves its half after the sample and the next start's half before it in the gap: one whole read,
+   * given to the call instead. */
+  r->cpu_dur_ns = r->dur_ns <= MAYA_CPU_SHORT_NS ? r->dur_ns : thread_cpu() - r->cpu_ns + cpu_read_ns;
   if (r->kind != K_ALLOC) {
     int kernel = r->kind == K_LAUNCH || r->kind == K_GEMM || r->kind == K_MEMSET || r->kind == K_ATTN;
     int device = kernel || r->kind == K_COLL || r->kind == K_COPY; /* work on the device */
