@@ -13,12 +13,15 @@ VOLATILE = {
     "duration_ns",
     "device_start_ns",
     "device_duration_ns",
+    "cpu_start_ns",
+    "cpu_duration_ns",
     "time_source",
     "thread_id",
     "args",
     "event_id",
 }
-"""Columns that change between two captures of the same program (times, thread ids, pointers)."""
+"""Columns that change between two captures of the same program (times, the issuing thread's CPU clock, thread ids,
+pointers)."""
 
 
 def trace_digest(run_dir: str | Path) -> str:
