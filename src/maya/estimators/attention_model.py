@@ -798,20 +798,14 @@ def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanis
     inline = np.isin(kernel, list(INLINE_PASSES))
     prior = np.where(backward, np.where(inline, bwd_s, seconds["bwd"]), seconds["fwd"])
     own = np.where((kernel != base) & ~passes & ~hopper, prior, composed.seconds[priced])
-    flex = kernel == "flex"
-    if flex.any():
-        shape = (seq[flex], head_dim[flex], causal[flex])
-        ratio = np.exp(
-            np.where(backward[flex], model.flex_ratio["bwd"].predict(*shape), model.flex_ratio["fwd"].predict(*shape))
-        )
-        own[flex] = own[flex] * ratio
-    port = kernel == "torchflash"
-    if port.any():  # the whole backward was timed: its memory passes take the ratio too
-        shape = (seq[port], head_dim[port], causal[port])
-        ratio = np.exp(
-            np.where(backward[port], model.port_ratio["bwd"].predict(*shape), model.port_ratio["fwd"].predict(*shape))
-        )
-        own[port] = own[port] * ratio
+    # measured against the package's FlashAttention-2 per direction (torch's port: the whole backward was timed, so
+    # its memory passes take the ratio too)
+    for name, ratios in (("flex", model.flex_ratio), ("torchflash", model.port_ratio)):
+        mine = kernel == name
+        if mine.any():
+            shape = (seq[mine], head_dim[mine], causal[mine])
+            ratio = np.where(backward[mine], ratios["bwd"].predict(*shape), ratios["fwd"].predict(*shape))
+            own[mine] = own[mine] * np.exp(ratio)
     seconds_out, low_out, high_out = composed.seconds.copy(), composed.low_s.copy(), composed.high_s.copy()
     seconds_out[priced] = own * factor
     low_out[priced] = seconds_out[priced] * low / widen

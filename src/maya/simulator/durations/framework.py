@@ -214,7 +214,8 @@ def _robust(
 ) -> np.ndarray:
     """The gaps of the iterations after the first made robust to the other processes that ran meanwhile: each
     call's is the shortest of the same call over those iterations (the k-th call of its API under its op's name on
-    its thread), and at most `OUTLIER_FACTOR` times the median of that API under that op on that thread."""
+    its thread), and, read from wall gaps (not `cpu`), at most `OUTLIER_FACTOR` times the median of that API under
+    that op on that thread."""
     names = pd.Series(ops["name"].to_numpy(), index=ops["op_id"].to_numpy()) if len(ops) else pd.Series(dtype=object)
     names = names[~names.index.duplicated()]
     frame = pd.DataFrame(
