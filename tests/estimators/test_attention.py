@@ -183,6 +183,19 @@ def test_backward_memory_passes_price_as_elementwise_passes(estimator):
     assert pre["duration_ns"][0] >= pre["roofline_ns"][0] and post["duration_ns"][0] >= post["roofline_ns"][0]
 
 
+def test_a_split_kv_merge_prices_as_a_memory_pass_over_its_splits_not_as_a_forward():
+    """`torchflash_fwd_combine` (n = the splits): the splits' fp32 partial outputs and log-sum-exps read, O (bf16) and
+    its log-sum-exp written, at the elementwise family's price for those bytes; a small share of the forward."""
+    b, s, d, splits = 8, 2048, 64, 3
+    est = KernelEstimator()
+    merge = est.predict(attention("torchflash_fwd_combine", batch=b, seq=s, head_dim=d, keys=splits))
+    forward = est.predict(attention("torchflash_fwd_causal", batch=b, seq=s, head_dim=d))
+    numel, rows = b * s * d, b * s
+    traffic = splits * (4 * numel + 4 * rows) + 2 * numel + 4 * rows
+    assert merge["roofline_ns"][0] == pytest.approx(traffic / A100.memory_bandwidth * 1e9)
+    assert merge["roofline_ns"][0] <= merge["duration_ns"][0] < forward["duration_ns"][0] / 3
+
+
 def test_long_sequences_are_compute_bound_and_scale_quadratically():
     est = KernelEstimator()
     short, long = (est.predict(attention("flash_fwd_causal", batch=16, seq=s))["duration_ns"][0] for s in (8192, 65536))

@@ -13,6 +13,7 @@ import pytest
 from maya.estimators import KernelEstimator, attention_model, kernels_public_data
 from maya.estimators.dataset_eval import evaluate_kernels_public
 from maya.estimators.families.attention import AttentionPredictor
+from maya.estimators.hardware_table import hardware_arrays
 from maya.estimators.kernels_public_data import (
     FILES,
     OWN_DEVICE,
@@ -277,6 +278,13 @@ def test_torchs_port_is_priced_at_its_measured_ratio_to_the_package(model, estim
             ratio = np.exp(model.port_ratio[direction].predict(*shape))[0]
             assert 1.0 < ratio < 1.1
             assert port["duration_ns"] == pytest.approx(package["duration_ns"] * ratio), (hw, role)
+
+
+def test_a_split_kv_merge_keeps_its_memory_pass_untouched_by_the_forwards_learned_factors(estimator):
+    """The merge of a split-KV forward was never measured apart: the learned model leaves it its composed price."""
+    merge = attention("torchflash_fwd_combine").assign(n=4.0)
+    composed = AttentionPredictor().mechanism(merge, hardware_arrays(merge), estimator.predict)
+    assert estimator.predict(merge)["duration_ns"][0] == pytest.approx(composed.seconds[0] * 1e9)
 
 
 @pytest.mark.slow

@@ -182,8 +182,8 @@ def flex_note(
     masks = [tensor(n, (1, mask_heads, rows), "int32", 4) for n in ("arg_KV_NUM_BLKS", "arg_FULL_KV_NUM_BLKS")]
     masks.append(tensor("arg_KV_IDX", (1, mask_heads, rows, columns), "int32", 4))
     extra = [tensor("arg_DO", (1, heads, seq, head_dim))] if backward else []
-    if documents:  # the per-token document ids the mask reads: the whole sequence's
-        extra.append(tensor("in_ptr9", (seq,), "int32", 4))
+    if documents:  # the per-token document ids the mask reads: the whole sequence's (a shape: another layout)
+        extra.append(tensor("in_ptr9", (seq,) if documents is True else documents, "int32", 4))
     text = json.loads(note(*qkv, *masks, *extra, SPARSE_Q_BLOCK_SIZE=block, SPARSE_KV_BLOCK_SIZE=block))
     if counts is not None:
         text["triton"]["block_counts"] = counts
@@ -239,6 +239,11 @@ def test_flex_mask_the_trace_cannot_give_is_a_stated_stand_in():
     # documents of ~700 tokens keep a query block to a few key blocks: far under the causal count
     assert documents["flops"] < causal["flops"] / 20
     assert documents["n"] == pytest.approx(stand_in_blocks(seq, seq, 128, 128, True) * 128 * 128 / seq)
+    # torchtitan's ids are one row per sequence of the batch ([batch, tokens]); another integer tensor is not ids
+    batched = describe("triton_tem_fused_flex_attention", flex_note(seq, heads, d, documents=(1, seq)))
+    assert batched["mask"] == "document-causal stand-in" and batched["flops"] == documents["flops"]
+    other = describe("triton_tem_fused_flex_attention", flex_note(seq, heads, d, documents=(3, seq)))
+    assert other["mask"] == "causal stand-in" and other["flops"] == causal["flops"]
 
 
 def head_tail_blocks(documents, ranks, rank, block):

@@ -43,6 +43,14 @@ POST = (
     "_ZN13pytorch_flash27flash_bwd_convert_dq_kernelI23Flash_bwd_kernel_traitsILi64ELi128ELi128ELi8ELi4ELi4ELi4ELb0"
     "ELb0EN7cutlass10bfloat16_tE19Flash_kernel_traitsILi64ELi128ELi128ELi8ES3_EEEEvNS_16Flash_bwd_paramsEi"
 )
+SPLIT_FWD = (  # as torch 2.15's SDPA flash backend launched it: batch 1 x 4 heads x 1,024 causal tokens, 2 splits
+    "_ZN13pytorch_flash24flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi64ELi64ELi256ELi4ELb0ELb0EN7cutlass10bfloa"
+    "t16_tE19Flash_kernel_traitsILi64ELi64ELi256ELi4ES3_EELb{causal}ELb0ELb0ELb1ELb1ELb0ELb1ELb0EEEvNS_16Flash_fwd_paramsE"
+)
+COMBINE = (
+    "_ZN13pytorch_flash32flash_fwd_splitkv_combine_kernelI23Flash_fwd_kernel_traitsILi64ELi64ELi256ELi4ELb0ELb0EN7cutl"
+    "ass10bfloat16_tE19Flash_kernel_traitsILi64ELi64ELi256ELi4ES3_EELi8ELi1ELb1EEEvNS_16Flash_fwd_paramsE"
+)
 COPY = "_ZN2at6native29vectorized_elementwise_kernelILi4EZNS0_27direct_copy_kernel_cudaERNS_18TensorIteratorBaseEE"
 SORT = "_ZN3cub18DeviceRadixSortOnesweepKernelI"
 
@@ -102,6 +110,7 @@ def write_trace(
             "kernel_id": [c["kernel_id"] for c in launches],
             "op_id": [c["op_id"] for c in launches],
             "grid_x": [c.get("grid_x", 1) for c in launches],
+            "grid_y": [c.get("grid_y", 1) for c in launches],
         },
         rank=0,
     )
@@ -229,6 +238,27 @@ def test_torchs_port_inside_a_package_range_is_the_flash_attn_package(tmp_path, 
     assert range_name.startswith(PACKAGE_ATTENTION_RANGES)
 
 
+@pytest.mark.parametrize("causal", [0, 1])
+def test_a_split_kv_forward_is_the_forward_of_its_shape_and_a_merge_of_its_splits(tmp_path, causal):
+    """Where batch x heads x query blocks would not fill the GPU, torch's port splits the keys (grid: query blocks,
+    splits, batch x heads) and merges the fp32 partial outputs: the split kernel's causal flag is its first, the merge
+    is a memory pass over the grid's splits, not a second forward."""
+    run = write_trace(
+        tmp_path,
+        [SPLIT_FWD.format(causal=causal), COMBINE],
+        sdpa_ops(),
+        [{"kernel_id": 0, "op_id": 3, "grid_x": 16, "grid_y": 3}, {"kernel_id": 1, "op_id": 3, "grid_x": 2048}],
+    )
+    work = frame(run)
+    suffix = "_causal" if causal else ""
+    assert work["op"].tolist() == [f"torchflash_fwd{suffix}", "torchflash_fwd_combine"]
+    assert work[["batch", "m", "n", "k"]].to_numpy().tolist() == [
+        [16.0, 1024.0, 1024.0, 64.0],
+        [16.0, 1024.0, 3.0, 64.0],
+    ]
+    assert work["flops"].tolist() == [4 * 16 * 1024**2 * 64 * (0.5 if causal else 1.0), 0.0]
+
+
 def test_the_packages_own_kernels_are_flash_and_torchs_port_is_torchflash():
     assert kernel_implementation(FWD.format(causal=0)) == "torchflash"
     demangled = "void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4>, false, true>(Flash_fwd_params)"
@@ -245,6 +275,12 @@ def test_kernel_roles_and_causal_flags_from_names():
         "false, true, true, false, false>(pytorch_flash::Flash_fwd_params)"
     )
     assert kernel_causal(demangled) is True
+    split = demangled.replace("flash_fwd_kernel", "flash_fwd_splitkv_kernel").replace(
+        "false, true, false,", "true, false,"
+    )
+    assert kernel_causal(split) is True  # the split-KV kernel has no dropout flag: causal comes first
+    assert kernel_causal(SPLIT_FWD.format(causal=1)) is True and kernel_causal(SPLIT_FWD.format(causal=0)) is False
+    assert kernel_role(SPLIT_FWD) == "fwd" and kernel_role(COMBINE) == "combine"
     assert kernel_causal(PRE) is None or kernel_role(PRE) == "preprocess"
     assert kernel_causal("fmha_cutlassF_bf16_aligned_64x64_rf_sm80") is None  # the flag is a run-time argument
     assert [kernel_role(n) for n in (FWD, BWD, PRE, POST, "fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "x")] == [

@@ -747,11 +747,13 @@ def learned(calls: pd.DataFrame, composed: Composed, price: PriceCalls, mechanis
     priced by the learned model: the composed time of the call (of its prior's kernel) times its direction's
     factor (`AttentionModel.factors`; FlexAttention also times `flex_ratio`, torch's port `port_ratio`), in the band of its family's held-out
     residuals widened by `PROXY_UNCERTAINTY`; cuDNN's (`sdpa`) on Hopper: its own composed time times its
-    direction's `AttentionModel.hopper` correction; after Hopper, `composed` as it is. `mechanism` prices
-    attention calls by the composed mechanism."""
+    direction's `AttentionModel.hopper` correction; after Hopper, `composed` as it is. A split-KV forward's merge
+    (`*_fwd_combine`) keeps `composed`, its memory pass. `mechanism` prices attention calls by the composed
+    mechanism."""
     op = calls["op"].astype(str)
     kernel = op.str.split("_").str[0].to_numpy()
-    priced = np.isin(kernel, list(CALL_KERNELS))
+    # a split-KV forward's merge was never measured apart (the public forwards fill the GPU unsplit): its memory pass
+    priced = np.isin(kernel, list(CALL_KERNELS)) & ~op.str.endswith("_combine").to_numpy()
     cudnn = priced & (kernel == "sdpa")
     if cudnn.any():  # after Hopper, cuDNN keeps the composed mechanism alone (`HOPPER_ARCHITECTURE`)
         priced[cudnn] = hardware_arrays(calls[cudnn]).architecture <= HOPPER_ARCHITECTURE

@@ -1,6 +1,7 @@
 """Attention shapes of fused-attention kernels, in the call-frame vocabulary of the attention family
 (`maya.estimators.families.attention`): `batch` = batch x heads, `m` queries, `n` keys, `k` head dimension,
-op `<kernel>_<fwd|bwd>[_causal]` or `<kernel>_bwd_preprocess` / `<kernel>_bwd_postprocess`, the kernel `sdpa`
+op `<kernel>_<fwd|bwd>[_causal]`, `<kernel>_bwd_preprocess` / `<kernel>_bwd_postprocess` or `<kernel>_fwd_combine`
+(a split-KV forward's merge of its partial outputs: `n` is then the number of splits it merges), the kernel `sdpa`
 (cuDNN), `flash` (FlashAttention-2 of the flash-attn package: its own kernels, or torch's port of them inside a
 `PACKAGE_ATTENTION_RANGES` range, where the port stands in for the package under emulation), `torchflash` (torch's
 port, `pytorch_flash::flash_*`, as SDPA's flash backend runs it: measured 2-8% slower than the package, priced so by
@@ -16,6 +17,11 @@ under emulation).
   `flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Traits, Is_dropout, Is_causal, ...>`): the op's `is_causal`
   is a scalar, which the ops table does not keep. A kernel whose flag cannot be read (the memory-efficient
   kernels take it at run time) is priced without a mask, i.e. for the full work.
+- FlashAttention-2's split-KV forward: where batch x heads x query blocks would not fill the GPU, torch's port
+  (`mha_fwd`, `num_splits_heuristic`; not with dropout) splits the keys among `flash_fwd_splitkv_kernel<Traits,
+  Is_causal, Is_local, ...>` blocks (causal is its first flag), its grid (query blocks, splits, batch x heads), and
+  merges their fp32 partial outputs in `flash_fwd_splitkv_combine_kernel`: the split kernel is priced as the forward
+  of its shape, the merge as a memory pass over the splits' partial outputs (the grid's splits).
 """
 
 from __future__ import annotations
@@ -81,8 +87,11 @@ _DEMANGLED_BOOLS = re.compile(r"traits<.*>\s*,\s*(true|false)\s*,\s*(true|false)
 
 def kernel_role(name: str) -> str | None:
     """What a fused-attention kernel does, from its name: `fwd`, `bwd` (the fused kernels), `preprocess`
-    (FlashAttention-2's D = rowsum(dO * O)), `postprocess` (dQ, dK/dV converted from fp32); None: unknown."""
+    (FlashAttention-2's D = rowsum(dO * O)), `postprocess` (dQ, dK/dV converted from fp32), `combine` (a split-KV
+    forward's merge of its partial outputs); None: unknown."""
     lower = name.lower()
+    if "splitkv_combine" in lower:
+        return "combine"
     if "dot_do_o" in lower:
         return "preprocess"
     if "convert_dq" in lower or "convert_dkv" in lower:
@@ -145,16 +154,25 @@ def ranged_attention_ops(ops: pd.DataFrame, range_names: tuple[str, ...] = (TRIT
 
 
 def kernel_causal(name: str) -> bool | None:
-    """Is_causal of a FlashAttention-2 kernel (the second boolean template argument after its traits), mangled
-    or demangled; None when the name does not say."""
+    """Is_causal of a FlashAttention-2 kernel (the second boolean template argument after its traits, the first of
+    the split-KV forward's, which has no dropout flag), mangled or demangled; None when the name does not say."""
     lower = name.lower()
     if "flash_fwd" not in lower and "flash_bwd" not in lower:
         return None
+    at = 0 if "splitkv" in lower else 1
     mangled = _MANGLED_BOOLS.findall(name)
     if mangled:
-        return mangled[-1].split("E")[1] == "Lb1"
+        return mangled[-1].split("E")[at] == "Lb1"
     demangled = _DEMANGLED_BOOLS.search(name)
-    return demangled.group(2) == "true" if demangled else None
+    return demangled.group(at + 1) == "true" if demangled else None
+
+
+def kv_splits(calls: pd.DataFrame, i: int) -> float:
+    """The splits a split-KV forward call (row `i` of `calls`) runs: its grid's y extent (1 if not recorded)."""
+    if "grid_y" not in calls:
+        return 1.0
+    value = calls["grid_y"].iat[i]
+    return float(value) if value == value and value is not None and value >= 1 else 1.0
 
 
 def op_attention_shapes(ops: pd.DataFrame) -> pd.DataFrame:
@@ -256,6 +274,7 @@ def shape_attention(
     names = dict(zip(trace.kernels["kernel_id"].tolist(), trace.kernels["name"].astype(str).tolist()))
     by_op = dict(zip(shapes.index.tolist(), shapes.itertuples(index=False)))
     op_ids, kernel_ids = calls["op_id"].to_numpy(), calls["kernel_id"].to_numpy()
+    splits: dict[int, float] = {}  # owner op -> the splits of its split-KV forward
     for i in np.flatnonzero(launched):
         owner = ancestor.get(op_ids[i])
         if owner is None or owner not in by_op:
@@ -263,6 +282,11 @@ def shape_attention(
         s = by_op[owner]
         name = names.get(kernel_ids[i], "")
         role = kernel_role(name) or ("bwd" if s.backward else "fwd")
+        keys = s.n
+        if role == "fwd" and "splitkv" in name.lower():
+            splits[owner] = kv_splits(calls, i)
+        elif role == "combine":
+            keys = splits.get(owner, 1.0)
         kernel = kernel_implementation(name)
         if owner in ranged:
             kernel = "lftriton"
@@ -275,7 +299,7 @@ def shape_attention(
             bool(kernel_causal(name)),
             s.batch,
             s.m,
-            s.n,
+            keys,
             s.k,
             s.dtype,
             family,
@@ -303,8 +327,8 @@ def _set(
     family[i], dtype[i] = "attention", kind
     num["batch"][i], num["m"][i], num["n"][i], num["k"][i] = b, m, n, d
     itemsize = DTYPE_BYTES[kind]
-    if role in ("preprocess", "postprocess"):
-        op[i] = f"{kernel}_bwd_{role}"
+    if role in ("preprocess", "postprocess", "combine"):
+        op[i] = f"{kernel}_fwd_combine" if role == "combine" else f"{kernel}_bwd_{role}"
         num["flops"][i] = 0.0
         num["work_bytes"][i] = np.nan  # the family counts its traffic
         return

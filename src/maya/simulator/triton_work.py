@@ -218,7 +218,8 @@ def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float],
     - else a stand-in (the mask's counts are values only a GPU computes, e.g. a BlockMask built inside a
       compiled model): a causal document mask over the synthetic shards' document lengths
       (`stand_in_documents`) where the kernel takes a per-token integer tensor of the queries' or the keys'
-      length (the document ids its mask reads, over the whole sequence under context parallelism), else a
+      length, one row or one per sequence (the document ids its mask reads, over the whole sequence under context
+      parallelism: `_document_ids`), else a
       causal mask; a sliding window is not applied (an upper bound); a query shard computes its share of the
       whole sequence's blocks (`stand_in_blocks`).
     `m`, `n`: the launch's queries and keys (`flex_shape`)."""
@@ -229,11 +230,23 @@ def flex_blocks(tensors: dict[str, dict], note: dict, scalars: dict[str, float],
         rows = _numel(mask["shape"][:-1]) or 1.0  # [batch, heads] of the mask (1 where broadcast)
         return sum(counts.get(name, 0) for name in KV_COUNTS) / rows, MASK_COUNTED
     documents = any(
-        len(t["shape"]) == 1 and t["shape"][0] in (m, n) and str(t.get("dtype", "")).startswith(("int", "uint"))
-        for name, t in tensors.items()
-        if not name.startswith("arg_")
+        _document_ids(t, m, n, tensors.get("arg_Q")) for name, t in tensors.items() if not name.startswith("arg_")
     )
     return float(stand_in_blocks(m, n, q_block, kv_block, documents)), MASK_DOCUMENTS if documents else MASK_CAUSAL
+
+
+def _document_ids(tensor: dict, m: int, n: int, query: dict | None) -> bool:
+    """Whether a tensor a flex launch's mask reads is per-token document ids: integers over the queries' or the
+    keys' tokens, one row (a packed sequence: modded-nanogpt) or one per sequence of the batch (torchtitan's
+    `[batch, tokens]`; the batch is Q's first dimension)."""
+    shape = tensor["shape"]
+    if (
+        not str(tensor.get("dtype", "")).startswith(("int", "uint"))
+        or len(shape) not in (1, 2)
+        or shape[-1] not in (m, n)
+    ):
+        return False
+    return len(shape) == 1 or query is None or shape[0] == query["shape"][0]
 
 
 def flex_shape(tensors: dict[str, dict], scalars: dict[str, float]) -> tuple[float, float, float, float]:

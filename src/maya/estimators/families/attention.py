@@ -47,7 +47,8 @@ rather than learned, unless a learned attention model exists:
   2.0 instead of 1.5; A100 forward and backward and H100 forward unchanged).
 
 FlashAttention-2's backward also launches two memory passes (`flash_bwd_preprocess`: D = rowsum(dO * O)
-and the zeroed fp32 dQ accumulator; `flash_bwd_postprocess`: dQ converted from fp32), priced as the
+and the zeroed fp32 dQ accumulator; `flash_bwd_postprocess`: dQ converted from fp32), and its split-KV forward
+one (`flash_fwd_combine`: the `n` splits' fp32 partial outputs and log-sum-exps merged into O), each priced as the
 elementwise family prices such a pass.
 
 Call frame: `batch` = batch x heads, `m` query length, `n` key length, `k` head dimension; op
@@ -158,6 +159,7 @@ class AttentionPredictor(FamilyPredictor):
         "flash_bwd_causal",
         "flash_bwd_preprocess",
         "flash_bwd_postprocess",
+        "flash_fwd_combine",
         "efficient_fwd",
         "efficient_bwd",
         "efficient_fwd_causal",
@@ -182,6 +184,7 @@ class AttentionPredictor(FamilyPredictor):
         "torchflash_bwd_causal",
         "torchflash_bwd_preprocess",
         "torchflash_bwd_postprocess",
+        "torchflash_fwd_combine",
     )
 
     def count(self, calls: pd.DataFrame, itemsize: np.ndarray, hw: HardwareArrays) -> Work:
@@ -266,7 +269,7 @@ class AttentionPredictor(FamilyPredictor):
             memory_s=_traffic(op, b, m, n, d, itemsize) / hw.bandwidth,
             overlapped=overlapped,
             passes=passes,
-            memory_pass=_memory_pass_seconds(price, hardware, dtype, op, b, m, d, itemsize, passes),
+            memory_pass=_memory_pass_seconds(price, hardware, dtype, op, b, m, n, d, itemsize, passes),
         )
 
 
@@ -385,8 +388,8 @@ def _causal(op: np.ndarray) -> np.ndarray:
 
 
 def _pass(op: np.ndarray) -> np.ndarray:
-    """FlashAttention-2's backward memory passes (no product of their own)."""
-    return np.char.endswith(op, "process")
+    """FlashAttention-2's memory passes (no product of their own): the backward's and the split-KV merge."""
+    return np.char.endswith(op, "process") | np.char.endswith(op, "combine")
 
 
 def _traffic(
@@ -394,17 +397,24 @@ def _traffic(
 ) -> np.ndarray:
     """HBM bytes per call. Forward: Q, K, V in, O and the log-sum-exp out. Backward: Q, K, V, dO and the row
     statistics in, dK and dV out, the fp32 dQ accumulator written back (its per-tile atomic adds hit L2).
-    Preprocess: dO and O in, D out, the accumulator zeroed; postprocess: the accumulator in, dQ out."""
+    Preprocess: dO and O in, D out, the accumulator zeroed; postprocess: the accumulator in, dQ out; combine: the
+    `n` splits' fp32 partial outputs and log-sum-exps in, O and its log-sum-exp out."""
     q, kv = itemsize * b * m * d, itemsize * b * n * d
     rows = LSE_BYTES * b * m
     accumulator = ACCUMULATOR_BYTES * b * m * d
     forward = 2 * q + 2 * kv + rows
     backward = 2 * q + 4 * kv + 2 * rows + accumulator
     preprocess, postprocess = 2 * q + rows + accumulator, accumulator + q
+    combine = n * (accumulator + rows) + q + rows
     is_backward = np.char.find(op, "bwd") >= 0
     return np.select(
-        [np.char.endswith(op, "preprocess"), np.char.endswith(op, "postprocess"), is_backward],
-        [preprocess, postprocess, backward],
+        [
+            np.char.endswith(op, "preprocess"),
+            np.char.endswith(op, "postprocess"),
+            np.char.endswith(op, "combine"),
+            is_backward,
+        ],
+        [preprocess, postprocess, combine, backward],
         forward,
     )
 
@@ -466,24 +476,27 @@ def _memory_pass_seconds(
     op: np.ndarray,
     b: np.ndarray,
     m: np.ndarray,
+    n: np.ndarray,
     d: np.ndarray,
     itemsize: np.ndarray,
     passes: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The backward's memory passes as the elementwise family prices a pass over [batch x m x d] with their
-    traffic."""
+    """The memory passes as the elementwise family prices a pass over [batch x m x d] (the combine: over its `n`
+    splits' partial outputs) with their traffic."""
     rows = np.flatnonzero(passes)
     out = tuple(np.zeros(len(b)) for _ in range(3))
     if not len(rows):
         return out
-    traffic = _traffic(op[rows], b[rows], m[rows], m[rows], d[rows], itemsize[rows])
+    combine = np.char.endswith(op[rows], "combine")
+    keys = np.where(combine, n[rows], m[rows])  # the backward's passes read no keys
+    traffic = _traffic(op[rows], b[rows], m[rows], keys, d[rows], itemsize[rows])
     frame = pd.DataFrame(
         {
             "hardware": hardware[rows],
             "family": "elementwise",
             "op": "mul",
             "dtype": dtype[rows],
-            "numel": b[rows] * m[rows] * d[rows],
+            "numel": b[rows] * m[rows] * d[rows] * np.where(combine, keys, 1.0),
             "row": d[rows],
             "operands": 2.0,
             "bytes": traffic,
